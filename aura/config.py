@@ -1,0 +1,210 @@
+"""Typed command configs: one dataclass per command, one flag per field, an optional YAML file.
+
+A field is declared with ``arg``, which carries its help in both languages::
+
+    @dataclass
+    class PrepareConfig:
+        inputs: list[str] = arg([], es="Archivos de entrada.", en="Input files.", positional=True)
+        workers: int = arg(0, es="Procesos (0 = todos los núcleos).", en="Processes (0 = all cores).")
+
+``build_parser`` turns such a class into an argparse parser (``--workers``, help with the default);
+``parse_config`` merges, in order of precedence, explicit flags > ``--config file.yaml`` > defaults,
+and builds the dataclass, whose ``__post_init__`` validates it with messages a user can act on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+from aura.errors import AuraError
+from aura.i18n import Messages, bi
+
+M = Messages("config", {
+    "yaml_missing": ("No existe el archivo de configuración {path}.",
+                     "The config file {path} does not exist."),
+    "yaml_invalid": ("El archivo de configuración {path} no es YAML válido: {err}",
+                     "The config file {path} is not valid YAML: {err}"),
+    "yaml_not_mapping": ("El archivo de configuración {path} debe ser un diccionario clave: valor.",
+                         "The config file {path} must be a mapping of key: value."),
+    "yaml_unknown": ("Clave desconocida '{key}' en {path}. Claves válidas: {valid}.",
+                     "Unknown key '{key}' in {path}. Valid keys: {valid}."),
+    "bad_value": ("Valor no válido para '{field}': {value!r} (se esperaba {expected}).",
+                  "Invalid value for '{field}': {value!r} (expected {expected})."),
+    "default": ("por defecto", "default"),
+    "config_help": ("Archivo YAML con valores para estas opciones (las opciones de la línea de "
+                    "comandos tienen prioridad).",
+                    "YAML file with values for these options (command-line flags win)."),
+})
+
+
+def arg(default: Any = dataclasses.MISSING, *, es: str, en: str, positional: bool = False,
+        choices: typing.Sequence[Any] | None = None, metavar: str | None = None,
+        short: str | None = None, hidden: bool = False) -> Any:
+    """A config field with bilingual help. Mutable defaults (lists, dicts) are copied per instance."""
+    meta = {"help": (es, en), "positional": positional, "choices": choices, "metavar": metavar,
+            "short": short, "hidden": hidden}
+    if isinstance(default, (list, dict, set)):
+        return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _unwrap_optional(tp):
+    origin = get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def _describe(tp) -> str:
+    tp, _ = _unwrap_optional(tp)
+    if get_origin(tp) is Literal:
+        return " | ".join(map(str, get_args(tp)))
+    if get_origin(tp) in (list, tuple):
+        return bi("lista de ", "list of ") + _describe(get_args(tp)[0])
+    return getattr(tp, "__name__", str(tp))
+
+
+def coerce(name: str, tp, value):
+    """Convert a YAML or string value to the field's type, or raise a clear AuraError."""
+    tp, optional = _unwrap_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        raise AuraError(M("bad_value", field=name, value=value, expected=_describe(tp)))
+    origin = get_origin(tp)
+    try:
+        if origin is Literal:
+            allowed = get_args(tp)
+            for a in allowed:
+                if value == a or str(value) == str(a):
+                    return a
+            raise ValueError
+        if origin in (list, tuple):
+            inner = get_args(tp)[0]
+            items = value if isinstance(value, (list, tuple)) else [value]
+            return [coerce(name, inner, v) for v in items]
+        if tp is bool:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("1", "true", "yes", "si", "sí", "on"):
+                return True
+            if str(value).lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if tp is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
+        if tp is float:
+            return float(value)
+        if tp is str:
+            return str(value)
+        if tp is Path:
+            return Path(value)
+        return value
+    except (TypeError, ValueError):
+        raise AuraError(M("bad_value", field=name, value=value, expected=_describe(tp))) from None
+
+
+def fields_of(cls) -> list[tuple[dataclasses.Field, Any]]:
+    hints = typing.get_type_hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.init]
+
+
+def _default_of(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return dataclasses.MISSING
+
+
+def build_parser(cls, *, prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     argument_default=argparse.SUPPRESS)
+    parser.add_argument("--config", metavar="FILE.yaml", help=M("config_help"))
+    for f, tp in fields_of(cls):
+        meta = f.metadata
+        if not meta or meta.get("hidden"):
+            continue
+        es, en = meta["help"]
+        default = _default_of(f)
+        base, _ = _unwrap_optional(tp)
+        help_text = bi(es, en)
+        if default is not dataclasses.MISSING and default not in (None, [], ""):
+            shown = " ".join(map(str, default)) if isinstance(default, list) else default
+            help_text += f" ({M('default')}: {shown})"
+        kwargs: dict[str, Any] = {"help": help_text}
+        choices = meta.get("choices")
+        if get_origin(base) is Literal:
+            choices = list(get_args(base))
+        if choices:
+            kwargs["choices"] = list(choices)
+        if meta.get("metavar"):
+            kwargs["metavar"] = meta["metavar"]
+        if meta.get("positional"):
+            kwargs["nargs"] = "*" if get_origin(base) in (list, tuple) else "?"
+            parser.add_argument(f.name, **kwargs)
+            continue
+        names = ["--" + f.name.replace("_", "-")]
+        if meta.get("short"):
+            names.insert(0, meta["short"])
+        if base is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif get_origin(base) in (list, tuple):
+            kwargs["nargs"] = "+"
+        parser.add_argument(*names, dest=f.name, **kwargs)
+    return parser
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise AuraError(M("yaml_missing", path=p))
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise AuraError(M("yaml_invalid", path=p, err=e)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise AuraError(M("yaml_not_mapping", path=p))
+    return data
+
+
+def parse_config(cls, argv: list[str], *, prog: str, description: str):
+    """argv -> an instance of ``cls``: explicit flags > YAML file > field defaults."""
+    parser = build_parser(cls, prog=prog, description=description)
+    ns = vars(parser.parse_args(argv))
+    values: dict[str, Any] = {}
+    types_by_name = {f.name: tp for f, tp in fields_of(cls)}
+    config_path = ns.pop("config", None)
+    if config_path:
+        for key, value in load_yaml(config_path).items():
+            name = str(key).replace("-", "_")
+            if name not in types_by_name:
+                raise AuraError(M("yaml_unknown", key=key, path=config_path,
+                                  valid=", ".join(sorted(types_by_name))))
+            values[name] = coerce(name, types_by_name[name], value)
+    for name, value in ns.items():
+        values[name] = coerce(name, types_by_name[name], value)
+    return cls(**values)
+
+
+def to_dict(cfg) -> dict[str, Any]:
+    """A JSON-friendly dict of a config (for model_config.json, checkpoints, meta files)."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        out[f.name] = str(v) if isinstance(v, Path) else v
+    return out
