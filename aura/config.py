@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from aura.errors import AuraError
-from aura.i18n import Messages, bi
+from aura.i18n import Messages, bi, current_lang
 
 M = Messages("config", {
     "yaml_missing": ("No existe el archivo de configuración {path}.",
@@ -44,10 +45,14 @@ M = Messages("config", {
 
 def arg(default: Any = dataclasses.MISSING, *, es: str, en: str, positional: bool = False,
         choices: typing.Sequence[Any] | None = None, metavar: str | None = None,
-        short: str | None = None, hidden: bool = False) -> Any:
-    """A config field with bilingual help. Mutable defaults (lists, dicts) are copied per instance."""
-    meta = {"help": (es, en), "positional": positional, "choices": choices, "metavar": metavar,
-            "short": short, "hidden": hidden}
+        short: str | None = None, hidden: bool = False, remainder: bool = False) -> Any:
+    """A config field with bilingual help. Mutable defaults (lists, dicts) are copied per instance.
+
+    ``remainder=True`` (a positional list) takes every argument from the first positional on,
+    flags included, as ``torchrun`` does with its script's arguments (``aura launch``).
+    """
+    meta = {"help": (es, en), "positional": positional or remainder, "choices": choices,
+            "metavar": metavar, "short": short, "hidden": hidden, "remainder": remainder}
     if isinstance(default, (list, dict, set)):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -127,7 +132,7 @@ def _default_of(f: dataclasses.Field):
 
 
 def build_parser(cls, *, prog: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description,
+    parser = AuraArgumentParser(prog=prog, description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      argument_default=argparse.SUPPRESS)
     parser.add_argument("--config", metavar="FILE.yaml", help=M("config_help"))
@@ -142,7 +147,7 @@ def build_parser(cls, *, prog: str, description: str) -> argparse.ArgumentParser
         if default is not dataclasses.MISSING and default not in (None, [], ""):
             shown = " ".join(map(str, default)) if isinstance(default, list) else default
             help_text += f" ({M('default')}: {shown})"
-        kwargs: dict[str, Any] = {"help": help_text}
+        kwargs: dict[str, Any] = {"help": help_text.replace("%", "%%")}  # argparse %-formats help
         choices = meta.get("choices")
         if get_origin(base) is Literal:
             choices = list(get_args(base))
@@ -151,7 +156,8 @@ def build_parser(cls, *, prog: str, description: str) -> argparse.ArgumentParser
         if meta.get("metavar"):
             kwargs["metavar"] = meta["metavar"]
         if meta.get("positional"):
-            kwargs["nargs"] = "*" if get_origin(base) in (list, tuple) else "?"
+            kwargs["nargs"] = ("*" if get_origin(base) in (list, tuple) else "?") \
+                if not meta.get("remainder") else argparse.REMAINDER
             parser.add_argument(f.name, **kwargs)
             continue
         names = ["--" + f.name.replace("_", "-")]
@@ -208,3 +214,80 @@ def to_dict(cfg) -> dict[str, Any]:
         v = getattr(cfg, f.name)
         out[f.name] = str(v) if isinstance(v, Path) else v
     return out
+
+
+# ---------------------------------------------------------------- argparse in the user's language
+
+# argparse's own strings (it looks them up through gettext's ``_`` at call time). Only those a user
+# can see; programming errors in a parser definition stay in English.
+ARGPARSE_ES = {
+    "usage: ": "uso: ",
+    "positional arguments": "argumentos posicionales",
+    "options": "opciones",
+    "optional arguments": "opciones",
+    "show this help message and exit": "muestra esta ayuda y termina",
+    "%(prog)s: error: %(message)s\n": "%(prog)s: error: %(message)s\n",
+    "%(prog)s: warning: %(message)s\n": "%(prog)s: aviso: %(message)s\n",
+    "unrecognized arguments: %s": "argumentos no reconocidos: %s",
+    "invalid choice: %(value)r (choose from %(choices)s)": "opción no válida: %(value)r (elige entre %(choices)s)",
+    "the following arguments are required: %s": "faltan estos argumentos obligatorios: %s",
+    "one of the arguments %s is required": "hace falta uno de estos argumentos: %s",
+    "argument %(argument_name)s: %(message)s": "argumento %(argument_name)s: %(message)s",
+    "expected one argument": "se esperaba un valor",
+    "expected at most one argument": "se esperaba como mucho un valor",
+    "expected at least one argument": "se esperaba al menos un valor",
+    "invalid %(type)s value: %(value)r": "valor %(type)s no válido: %(value)r",
+    "ambiguous option: %(option)s could match %(matches)s": "opción ambigua: %(option)s puede ser %(matches)s",
+    "not allowed with argument %s": "no se permite junto con el argumento %s",
+    "ignored explicit argument %r": "se ignora el valor explícito %r",
+    "unexpected option string: %s": "opción inesperada: %s",
+    "can't open '%(filename)s': %(error)s": "no se puede abrir '%(filename)s': %(error)s",
+    "option '%(option)s' is deprecated": "la opción '%(option)s' está obsoleta",
+    "argument '%(argument_name)s' is deprecated": "el argumento '%(argument_name)s' está obsoleto",
+    "command '%(parser_name)s' is deprecated": "el comando '%(parser_name)s' está obsoleto",
+}
+ARGPARSE_ES_PLURAL = {
+    ("expected %s argument", "expected %s arguments"): ("se esperaba %s valor", "se esperaban %s valores"),
+}
+
+M_ARGPARSE = Messages("config.argparse", {
+    "help_hint": ("Ejecuta '{prog} --help' para ver todas las opciones.",
+                  "Run '{prog} --help' to see every option."),
+})
+
+
+def _argparse_gettext(message: str) -> str:
+    import gettext
+
+    if current_lang() == "es":
+        return ARGPARSE_ES.get(message, message)
+    return gettext.gettext(message)
+
+
+def _argparse_ngettext(singular: str, plural: str, n: int) -> str:
+    import gettext
+
+    if current_lang() == "es" and (singular, plural) in ARGPARSE_ES_PLURAL:
+        es_singular, es_plural = ARGPARSE_ES_PLURAL[(singular, plural)]
+        return es_singular if n == 1 else es_plural
+    return gettext.ngettext(singular, plural, n)
+
+
+def install_argparse_translation() -> None:
+    """Make argparse speak the user's language (it reads ``_``/``ngettext`` at call time)."""
+    argparse._ = _argparse_gettext  # type: ignore[attr-defined]
+    argparse.ngettext = _argparse_ngettext  # type: ignore[attr-defined]
+
+
+class AuraArgumentParser(argparse.ArgumentParser):
+    """argparse with usage errors in the user's language, a pointer to --help, and exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        sys.stderr.write(_argparse_gettext("%(prog)s: error: %(message)s\n")
+                         % {"prog": self.prog, "message": message})
+        sys.stderr.write(M_ARGPARSE("help_hint", prog=self.prog) + "\n")
+        raise SystemExit(2)
+
+
+install_argparse_translation()

@@ -33,6 +33,13 @@ def is_tty() -> bool:
     return sys.stdout.isatty()
 
 
+# Third-party tqdm bars (transformers' "Writing model shards", datasets' "Map") print a carriage-return
+# line per update, which turns a log file into noise: off when the output is not a terminal (a user's
+# explicit HF_HUB_DISABLE_PROGRESS_BARS wins). Set at import, before those libraries read it.
+if not is_tty():
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 _rich_console = None
 
 
@@ -88,13 +95,15 @@ def table(title: str, headers: Sequence[str], rows: Iterable[Sequence[object]]) 
     if _quiet:
         return
     if is_tty():
+        from rich.markup import escape
         from rich.table import Table
 
-        t = Table(title=title)
+        # Cells are data (paths, commands): "[...]" in them must print as is, not as rich markup.
+        t = Table(title=escape(f"{_prefix} {title}" if _prefix else title))
         for h in headers:
-            t.add_column(str(h))
+            t.add_column(escape(str(h)))
         for r in rows:
-            t.add_row(*r)
+            t.add_row(*map(escape, r))
         _console().print(t)
         return
     widths = [max([len(str(h))] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]

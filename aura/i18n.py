@@ -59,7 +59,7 @@ class Messages:
         self.table = table
         REGISTRY[namespace] = table
 
-    def __call__(self, key: str, **kwargs) -> str:
+    def __call__(self, key: str, /, **kwargs) -> str:  # "/": a message may have a {key} placeholder
         es, en = self.table[key]
         text = es if current_lang() == "es" else en
         return text.format(**kwargs) if kwargs else text

@@ -1,0 +1,519 @@
+"""Documents from text files and datasets, with errors a user can act on, and text cleaning.
+
+Supported inputs: ``.txt`` (one document per line, blank-line separated, or whole file), ``.jsonl`` /
+``.json`` (a text field; a .json file may hold a list of objects), ``.csv`` / ``.tsv`` (a column),
+``.parquet`` (a column), each optionally compressed as ``.gz`` or ``.zst``; a Hugging Face dataset saved
+with ``save_to_disk`` (a directory) or streamed from the hub by name.
+
+Text files are decoded in blocks of whole lines, so a bad byte is reported with its exact offset in the
+(uncompressed) file, and the cost per line stays low.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import gzip
+import io
+import json
+import os
+import re
+import sys
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from aura.errors import AuraError
+from aura.i18n import Messages
+
+M = Messages("readers", {
+    "missing": ("No existe la entrada {path}. Revisa la ruta (se aceptan archivos, directorios y "
+                "patrones como 'datos/*.jsonl').",
+                "The input {path} does not exist. Check the path (files, directories and patterns "
+                "such as 'data/*.jsonl' are accepted)."),
+    "unreadable": ("No se puede leer {path}: {err}. Comprueba los permisos del archivo.",
+                   "Cannot read {path}: {err}. Check the file's permissions."),
+    "no_supported": ("El directorio {path} no contiene archivos compatibles ({exts}).",
+                     "The directory {path} holds no supported files ({exts})."),
+    "unsupported": ("Formato no compatible: {path}. Formatos aceptados: {exts}.",
+                    "Unsupported format: {path}. Accepted formats: {exts}."),
+    "empty": ("El archivo {path} está vacío (no contiene ningún documento).",
+              "The file {path} is empty (it holds no documents)."),
+    "bad_json": ("{path}, línea {line}: JSON no válido ({err}). Corrige la línea o usa "
+                 "--skip-bad-records para saltar los registros dañados.",
+                 "{path}, line {line}: invalid JSON ({err}). Fix the line or use --skip-bad-records "
+                 "to skip damaged records."),
+    "bad_json_file": ("{path}: JSON no válido ({err}). Un .json debe ser una lista de objetos (o usa "
+                      "JSON Lines, un objeto por línea, con extensión .jsonl).",
+                      "{path}: invalid JSON ({err}). A .json file must be a list of objects (or use "
+                      "JSON Lines, one object per line, with the .jsonl extension)."),
+    "missing_field": ("{path}, registro {line}: no tiene el campo '{field}'. Campos encontrados: {found}. "
+                      "Elige uno con --text-field.",
+                      "{path}, record {line}: there is no field '{field}'. Fields found: {found}. "
+                      "Choose one with --text-field."),
+    "not_text": ("{path}, registro {line}: el campo '{field}' no es texto (es {kind}).",
+                 "{path}, record {line}: the field '{field}' is not text (it is {kind})."),
+    "missing_column": ("{path}: no hay columna '{field}'. Columnas encontradas: {found}. Elige una "
+                       "con --text-field.",
+                       "{path}: there is no column '{field}'. Columns found: {found}. Choose one with "
+                       "--text-field."),
+    "bad_encoding": ("{path}: bytes no válidos en {encoding} en la posición {offset} (línea {line}). "
+                     "Indica la codificación correcta con --encoding (p. ej. latin-1) o usa "
+                     "--errors replace para sustituir los bytes dañados.",
+                     "{path}: invalid {encoding} bytes at byte offset {offset} (line {line}). Give the "
+                     "right encoding with --encoding (e.g. latin-1) or use --errors replace to "
+                     "replace the damaged bytes."),
+    "bad_compressed": ("{path}: el archivo comprimido está dañado o incompleto ({err}).",
+                       "{path}: the compressed file is damaged or truncated ({err})."),
+    "bad_parquet": ("{path}: no es un archivo Parquet válido ({err}).",
+                    "{path}: is not a valid Parquet file ({err})."),
+    "hf_failed": ("No se pudo cargar el dataset de Hugging Face '{name}' ({err}). Comprueba el nombre, "
+                  "--hf-config, --split y la conexión, o guárdalo antes con save_to_disk.",
+                  "Could not load the Hugging Face dataset '{name}' ({err}). Check the name, "
+                  "--hf-config, --split and the connection, or save it first with save_to_disk."),
+    "hf_split": ("El dataset {path} no tiene la partición '{split}' (tiene: {have}). Elige una con --split.",
+                 "The dataset {path} has no '{split}' split (it has: {have}). Choose one with --split."),
+    "bad_encoding_name": ("Codificación desconocida: '{encoding}'.", "Unknown encoding: '{encoding}'."),
+})
+
+TEXT_FORMATS = ("txt", "jsonl", "json", "csv", "tsv", "parquet")
+COMPRESSIONS = ("gz", "zst")
+SUPPORTED = tuple(f".{f}" for f in TEXT_FORMATS) + tuple(
+    f".{f}.{c}" for f in TEXT_FORMATS for c in COMPRESSIONS)
+_BLOCK = 4 << 20  # bytes of whole lines decoded at once
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    text_field: str = "text"
+    doc_sep: str = "line"        # txt only: line | blankline | file
+    encoding: str = "utf-8"
+    errors: str = "strict"       # strict | replace | ignore
+    skip_bad_records: bool = False
+    hf_config: str | None = None
+    split: str = "train"
+
+
+@dataclass
+class Source:
+    """One input: a file, a dataset saved with save_to_disk, or a hub dataset name."""
+    kind: str                     # file | hf_disk | hf_hub
+    path: str
+    fmt: str = ""                 # txt | jsonl | json | csv | tsv | parquet (files only)
+    compression: str = ""         # "" | gz | zst
+    bytes: int = 0
+    position: int = field(default=0, compare=False)  # raw bytes consumed so far (progress)
+
+
+def _format_of(path: Path) -> tuple[str, str] | None:
+    parts = path.name.lower().split(".")
+    if len(parts) < 2:
+        return None
+    comp = parts[-1] if parts[-1] in COMPRESSIONS else ""
+    fmt = parts[-2] if comp and len(parts) >= 3 else (parts[-1] if not comp else "")
+    return (fmt, comp) if fmt in TEXT_FORMATS else None
+
+
+def is_hf_disk_dir(path: Path) -> bool:
+    return path.is_dir() and ((path / "dataset_info.json").is_file() and (path / "state.json").is_file()
+                              or (path / "dataset_dict.json").is_file())
+
+
+def _file_source(p: Path) -> Source:
+    fc = _format_of(p)
+    if fc is None:
+        raise AuraError(M("unsupported", path=p, exts=", ".join(SUPPORTED[:6]) + " (+ .gz, .zst)"))
+    try:
+        size = p.stat().st_size
+        with open(p, "rb"):
+            pass
+    except OSError as e:
+        raise AuraError(M("unreadable", path=p, err=e.strerror or e)) from None
+    if size == 0:
+        raise AuraError(M("empty", path=p))
+    return Source("file", str(p), fc[0], fc[1], size)
+
+
+def expand_inputs(inputs: list[str]) -> list[Source]:
+    """Files, directories (searched recursively) and glob patterns -> sources, in a stable order."""
+    sources: list[Source] = []
+    for item in inputs:
+        p = Path(os.path.expanduser(item))
+        if glob.has_magic(item) and not p.exists():
+            matches = sorted(glob.glob(os.path.expanduser(item), recursive=True))
+            if not matches:
+                raise AuraError(M("missing", path=item))
+            sources += expand_inputs(matches)
+        elif is_hf_disk_dir(p):
+            sources.append(Source("hf_disk", str(p), bytes=_tree_bytes(p)))
+        elif p.is_dir():
+            found = [f for f in sorted(p.rglob("*")) if f.is_file() and _format_of(f) is not None
+                     and not any(part.startswith(".") for part in f.relative_to(p).parts)]
+            if not found:
+                raise AuraError(M("no_supported", path=p, exts=", ".join(SUPPORTED[:6]) + " (+ .gz, .zst)"))
+            sources += [_file_source(f) for f in found]
+        elif p.is_file():
+            sources.append(_file_source(p))
+        elif p.exists():
+            raise AuraError(M("unreadable", path=p, err="not a regular file"))
+        else:
+            raise AuraError(M("missing", path=item))
+    return sources
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Raw byte streams and decoding
+
+
+class _Counting(io.RawIOBase):
+    """Wraps the raw file so progress can follow the bytes read from disk (compressed or not)."""
+
+    def __init__(self, f, source: Source):
+        self.f, self.source = f, source
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self.f.readinto(b)
+        self.source.position += n or 0
+        return n
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
+
+def open_binary(source: Source):
+    """A buffered binary stream of the decompressed content of a file source."""
+    raw = _Counting(open(source.path, "rb", buffering=0), source)
+    if source.compression == "gz":
+        return io.BufferedReader(gzip.GzipFile(fileobj=io.BufferedReader(raw), mode="rb"), _BLOCK)
+    if source.compression == "zst":
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(io.BufferedReader(raw), read_across_frames=True)
+        return io.BufferedReader(reader, _BLOCK)
+    return io.BufferedReader(raw, _BLOCK)
+
+
+def _check_encoding(encoding: str) -> None:
+    import codecs
+
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise AuraError(M("bad_encoding_name", encoding=encoding)) from None
+
+
+def iter_text_blocks(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[tuple[int, str]]:
+    """(first line number, decoded text) blocks of whole lines; bad bytes name their offset."""
+    _check_encoding(opts.encoding)
+    ascii_compatible = "\n".encode(opts.encoding) == b"\n"
+    try:
+        with open_binary(source) as f:
+            if not ascii_compatible:  # e.g. UTF-16: no byte-level line splitting, offsets unknown
+                text = io.TextIOWrapper(f, encoding=opts.encoding, errors=opts.errors, newline="").read()
+                yield 1, text
+                return
+            offset, line = 0, 1
+            while True:
+                lines = f.readlines(_BLOCK)
+                if not lines:
+                    break
+                block = b"".join(lines)
+                if offset == 0 and block.startswith(b"\xef\xbb\xbf") and opts.encoding.lower().replace(
+                        "_", "-") in ("utf-8", "utf8"):
+                    block, offset = block[3:], 3  # a UTF-8 byte-order mark is not text
+                try:
+                    text = block.decode(opts.encoding)
+                except UnicodeDecodeError as e:
+                    if opts.errors == "strict":
+                        bad_line = line + block.count(b"\n", 0, e.start)
+                        raise AuraError(M("bad_encoding", path=source.path, encoding=opts.encoding,
+                                          offset=offset + e.start, line=bad_line)) from None
+                    stats["bad_encoding"] += sum(1 for ln in lines if not _decodes(ln, opts.encoding))
+                    text = block.decode(opts.encoding, errors=opts.errors)
+                yield line, text
+                offset += len(block)
+                line += len(lines)
+    except (EOFError, gzip.BadGzipFile, OSError) as e:
+        if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile) and source.compression == "":
+            raise AuraError(M("unreadable", path=source.path, err=getattr(e, "strerror", None) or e)) from None
+        raise AuraError(M("bad_compressed", path=source.path, err=e)) from None
+    except Exception as e:  # zstandard.ZstdError
+        if type(e).__name__ == "ZstdError":
+            raise AuraError(M("bad_compressed", path=source.path, err=e)) from None
+        raise
+
+
+def _decodes(line: bytes, encoding: str) -> bool:
+    try:
+        line.decode(encoding)
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def iter_lines(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[tuple[int, str]]:
+    """(line number, line without its end) for every line of a text file."""
+    for first, text in iter_text_blocks(source, opts, stats):
+        for i, ln in enumerate(text.splitlines(), first):
+            yield i, ln
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-format readers
+
+
+def _txt(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    if opts.doc_sep == "file":
+        yield "".join(text for _, text in iter_text_blocks(source, opts, stats))
+    elif opts.doc_sep == "blankline":
+        para: list[str] = []
+        for _, ln in iter_lines(source, opts, stats):
+            if ln.strip():
+                para.append(ln)
+            elif para:
+                yield "\n".join(para)
+                para = []
+        if para:
+            yield "\n".join(para)
+    else:
+        for _first, text in iter_text_blocks(source, opts, stats):
+            yield from text.splitlines()
+
+
+def _get_field(record, name: str):
+    """record['a.b'] also looks into nested objects (``--text-field meta.text``)."""
+    if isinstance(record, dict) and name in record:
+        return record[name]
+    cur = record
+    for part in name.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            raise KeyError(name)
+        cur = cur[part]
+    return cur
+
+
+def _record_text(record, *, source: Source, opts: ReaderOptions, stats: Counter, where: int) -> str | None:
+    try:
+        value = _get_field(record, opts.text_field)
+    except KeyError:
+        if opts.skip_bad_records:
+            stats["bad_records"] += 1
+            return None
+        found = ", ".join(map(str, record.keys())) if isinstance(record, dict) else type(record).__name__
+        raise AuraError(M("missing_field", path=source.path, line=where, field=opts.text_field,
+                          found=found or "-")) from None
+    if value is None:
+        stats["bad_records"] += 1
+        return None
+    if not isinstance(value, str):
+        if opts.skip_bad_records:
+            stats["bad_records"] += 1
+            return None
+        raise AuraError(M("not_text", path=source.path, line=where, field=opts.text_field,
+                          kind=type(value).__name__))
+    return value
+
+
+def _jsonl(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    loads = json.loads
+    for n, ln in iter_lines(source, opts, stats):
+        if not ln.strip():
+            continue
+        try:
+            record = loads(ln)
+        except ValueError as e:
+            if opts.skip_bad_records:
+                stats["bad_records"] += 1
+                continue
+            raise AuraError(M("bad_json", path=source.path, line=n, err=e)) from None
+        text = _record_text(record, source=source, opts=opts, stats=stats, where=n)
+        if text is not None:
+            yield text
+
+
+def _json(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    raw = "".join(text for _, text in iter_text_blocks(source, opts, stats))
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        if "Extra data" in str(e):  # JSON Lines saved as .json: read it as such
+            yield from _jsonl(source, opts, stats)
+            return
+        raise AuraError(M("bad_json_file", path=source.path, err=e)) from None
+    records = data if isinstance(data, list) else [data]
+    for i, record in enumerate(records, 1):
+        text = _record_text(record, source=source, opts=opts, stats=stats, where=i)
+        if text is not None:
+            yield text
+
+
+def _csv(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    csv.field_size_limit(sys.maxsize)
+    lines = (ln for _, text in iter_text_blocks(source, opts, stats) for ln in text.splitlines(True))
+    reader = csv.reader(lines, dialect="excel-tab" if source.fmt == "tsv" else "excel")
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise AuraError(M("empty", path=source.path)) from None
+    except csv.Error as e:
+        raise AuraError(M("bad_json_file", path=source.path, err=e)) from None
+    header = [h.strip() for h in header]
+    if opts.text_field not in header:
+        raise AuraError(M("missing_column", path=source.path, field=opts.text_field,
+                          found=", ".join(header) or "-"))
+    col = header.index(opts.text_field)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error:
+            stats["bad_records"] += 1
+            if not opts.skip_bad_records:
+                raise
+            continue
+        if len(row) <= col:
+            if row:
+                stats["bad_records"] += 1
+            continue
+        yield row[col]
+
+
+def _parquet(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        if source.compression:
+            with open_binary(source) as f:
+                pf = pq.ParquetFile(pa.BufferReader(f.read()))
+        else:
+            pf = pq.ParquetFile(source.path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise AuraError(M("bad_parquet", path=source.path, err=e)) from None
+    names = pf.schema_arrow.names
+    if opts.text_field not in names:
+        raise AuraError(M("missing_column", path=source.path, field=opts.text_field, found=", ".join(names)))
+    total = max(pf.metadata.num_rows, 1)
+    for batch in pf.iter_batches(columns=[opts.text_field], batch_size=4096):
+        for value in batch.column(0).to_pylist():
+            if isinstance(value, str):
+                yield value
+            else:
+                stats["bad_records"] += 1
+        source.position += int(source.bytes * batch.num_rows / total)
+
+
+def _hf_rows(ds, *, source: Source, opts: ReaderOptions, stats: Counter, name: str) -> Iterator[str]:
+    columns = list(ds.column_names or [])
+    if columns and opts.text_field not in columns:
+        raise AuraError(M("missing_column", path=name, field=opts.text_field, found=", ".join(columns)))
+    total = getattr(ds, "num_rows", None)
+    for i, batch in enumerate(ds.iter(batch_size=1000)):
+        for value in batch[opts.text_field]:
+            if isinstance(value, str):
+                yield value
+            else:
+                stats["bad_records"] += 1
+        if total:
+            source.position = min(source.bytes, int(source.bytes * (i + 1) * 1000 / total))
+
+
+def _pick_split(ds, *, name: str, split: str):
+    if hasattr(ds, "keys") and not hasattr(ds, "column_names") or type(ds).__name__.endswith("DatasetDict"):
+        if split not in ds:
+            raise AuraError(M("hf_split", path=name, split=split, have=", ".join(ds.keys())))
+        return ds[split]
+    return ds
+
+
+def _hf_disk(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(source.path)
+    except Exception as e:  # damaged arrow files, version mismatch
+        raise AuraError(M("hf_failed", name=source.path, err=e)) from None
+    ds = _pick_split(ds, name=source.path, split=opts.split)
+    yield from _hf_rows(ds, source=source, opts=opts, stats=stats, name=source.path)
+
+
+def _hf_hub(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(source.path, opts.hf_config, split=opts.split, streaming=True)
+        columns = ds.column_names
+    except Exception as e:  # no connection, unknown name/config/split
+        raise AuraError(M("hf_failed", name=source.path, err=e)) from None
+    if columns is not None and opts.text_field not in columns:
+        raise AuraError(M("missing_column", path=source.path, field=opts.text_field, found=", ".join(columns)))
+    for n, record in enumerate(ds, 1):
+        text = _record_text(record, source=source, opts=opts, stats=stats, where=n)
+        if text is not None:
+            yield text
+
+
+_READERS = {"txt": _txt, "jsonl": _jsonl, "json": _json, "csv": _csv, "tsv": _csv, "parquet": _parquet}
+
+
+def iter_documents(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    """Raw documents of one source (not yet cleaned); counts bad records in ``stats``."""
+    if source.kind == "hf_disk":
+        return _hf_disk(source, opts, stats)
+    if source.kind == "hf_hub":
+        return _hf_hub(source, opts, stats)
+    return _READERS[source.fmt](source, opts, stats)
+
+
+def hf_source(name: str) -> Source:
+    """``--hf-dataset NAME``: a local save_to_disk directory, or a hub dataset streamed by name."""
+    p = Path(os.path.expanduser(name))
+    if is_hf_disk_dir(p):
+        return Source("hf_disk", str(p), bytes=_tree_bytes(p))
+    return Source("hf_hub", name)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cleaning
+
+# C0/C1 control characters except \t and \n (\r is turned into \n first); U+FEFF byte-order marks.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff]")
+_UNI_SPACE = re.compile("[\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+_HSPACE = re.compile(r"\t[ \t]*| [ \t]+")  # only runs that change: cheap on normal text
+_LINE_EDGES = re.compile(r"[ \t]*\n[ \t]*")
+_TRAILING = re.compile(r"[ \t]+\n")
+_MANY_NL = re.compile(r"\n{3,}")
+
+
+def clean_text(text: str, *, keep_layout: bool = False) -> str:
+    """NFC, no control characters, normalised whitespace; accents, ñ, ¿ and ¡ stay as they are.
+
+    ``keep_layout`` (whole-file documents) keeps tabs and indentation; otherwise runs of spaces and
+    tabs become one space. Line breaks stay (at most one blank line in a row), lines are stripped.
+    """
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", text)
+        text = _UNI_SPACE.sub(" ", text)
+    text = _CONTROL.sub("", text)
+    if keep_layout:
+        text = _TRAILING.sub("\n", text)
+    else:
+        text = _HSPACE.sub(" ", text)
+        if "\n" in text:
+            text = _LINE_EDGES.sub("\n", text)
+    if "\n\n\n" in text:
+        text = _MANY_NL.sub("\n\n", text)
+    return text.strip()

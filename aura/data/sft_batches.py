@@ -1,0 +1,363 @@
+"""Conversations -> token ids with masked labels -> packed or padded, resumable, rank-aware batches.
+
+``encode`` renders a conversation with the chat template and labels only the assistant turns, each
+with the end-of-turn text the template puts after it (so the model learns to stop), unless
+``train_on_prompt``. The assistant spans come from rendering the conversation incrementally (prefix up
+to each assistant turn with the generation prompt, then including the turn) and mapping those
+character positions onto the token offsets of the whole rendering; the template must render a prefix
+of a conversation as a prefix of the whole (checked, with a clear error otherwise).
+
+``SFTDataSource`` is what the training loop consumes: per-epoch deterministic shuffle from the seed,
+sharding across ranks, ``state_dict()`` / ``load_state_dict()`` for exact resume. With ``packing``,
+examples share rows of ``max_length`` tokens and ``position_ids`` restart at 0 for each example;
+transformers (>= 4.54, masking_utils) turns restarting position_ids into a block-diagonal causal mask
+for every attention backend (eager, sdpa, flash) when no ``attention_mask`` and no KV cache are
+passed, so a packed batch carries no attention_mask, and the forward must run with ``use_cache=False``
+(the training loop does): with a cache, transformers 5.23 silently falls back to a plain causal mask.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from aura import console
+from aura.data.sft import Conversation
+from aura.data.templates import TEXT_MARKERS
+from aura.errors import AuraError
+from aura.i18n import Messages
+
+IGNORE_INDEX = -100
+
+M = Messages("sft_batches", {
+    "no_marker": ("{count} textos ya formateados no tienen marcador de respuesta ({markers}); se "
+                  "entrenan completos (p. ej. {examples}).",
+                  "{count} pre-formatted texts have no response marker ({markers}); they are "
+                  "trained whole (e.g. {examples})."),
+    "not_prefix": ("La plantilla de chat no renderiza el principio de una conversación como el "
+                   "principio de la conversación completa ({where}), así que no se puede saber qué "
+                   "tokens son respuesta. Elige una plantilla con --template ({choices}).",
+                   "The chat template does not render the start of a conversation as the start of "
+                   "the whole conversation ({where}), so the response tokens cannot be located. "
+                   "Choose a template with --template ({choices})."),
+    "template_failed": ("{where}: la plantilla de chat falló: {err}",
+                        "{where}: the chat template failed: {err}"),
+    "too_long_dropped": ("Se descartaron {count} ejemplos más largos que --max-length {max_length} tokens "
+                         "(p. ej. {examples}). Sube --max-length o usa --truncation truncate.",
+                         "Dropped {count} examples longer than --max-length {max_length} tokens (e.g. "
+                         "{examples}). Raise --max-length or use --truncation truncate."),
+    "too_long_truncated": ("Se recortaron a {max_length} tokens {count} ejemplos más largos (p. ej. "
+                           "{examples}); {lost} de ellos quedaron sin tokens de respuesta y se descartaron.",
+                           "Truncated {count} longer examples to {max_length} tokens (e.g. {examples}); "
+                           "{lost} of them kept no response tokens and were dropped."),
+    "all_dropped": ("Ningún ejemplo cabe en --max-length {max_length} tokens (el más corto tiene "
+                    "{shortest}). Sube --max-length o usa --truncation truncate.",
+                    "No example fits in --max-length {max_length} tokens (the shortest has {shortest}). "
+                    "Raise --max-length or use --truncation truncate."),
+    "resume_mismatch": ("El checkpoint se creó con otros datos ({field}: {saved} frente a {now}); la "
+                        "posición en los datos no se puede restaurar. Usa los mismos datos, --seed y "
+                        "--val-fraction que la ejecución original.",
+                        "The checkpoint was made with other data ({field}: {saved} vs {now}); the data "
+                        "position cannot be restored. Use the same data, --seed and --val-fraction as "
+                        "the original run."),
+})
+
+# ---------------------------------------------------------------------------------------------------
+# Conversations -> token ids and labels
+
+
+@dataclass
+class Encoded:
+    input_ids: list[int]
+    labels: list[int]
+    where: str = ""
+    whole_text: bool = field(default=False, compare=False)  # a text without a response marker
+
+
+def detect_text_family(texts: Iterable[str]) -> str | None:
+    """The template family whose assistant marker appears in pre-formatted texts (most frequent)."""
+    counts = Counter(fam for t in texts for fam, (start, _) in TEXT_MARKERS.items() if start in t)
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def _rstrip_end(text: str, start: int, end: int) -> int:
+    """End of a span without the whitespace a template puts after the end-of-turn token (never generated)."""
+    while end > start and text[end - 1] in " \n":
+        end -= 1
+    return end
+
+
+def _text_spans(text: str, bos: str | None, eos: str | None) -> list[tuple[int, int]] | None:
+    """Character spans of the responses in an already formatted text, or None without a marker."""
+    for start_marker, next_marker in TEXT_MARKERS.values():
+        if start_marker not in text:
+            continue
+        spans, pos = [], 0
+        while (i := text.find(start_marker, pos)) >= 0:
+            s = i + len(start_marker)
+            e = text.find(next_marker, s)
+            e = len(text) if e < 0 else e
+            # a "<s>" opening the next turn is not response (when BOS == EOS, only a second one)
+            if bos and e < len(text) and text[s:e].endswith(bos) and (
+                    bos != eos or text[s:e - len(bos)].endswith(eos)):
+                e -= len(bos)
+            pos = e
+            spans.append((s, _rstrip_end(text, s, e)))
+        return spans
+    return None
+
+
+def _render(tokenizer, messages, *, generation_prompt: bool, where: str) -> str:
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+    except Exception as e:  # jinja TemplateError, raise_exception() inside the template
+        raise AuraError(M("template_failed", where=where, err=e)) from None
+
+
+def _chat_spans(tokenizer, conv: Conversation) -> tuple[str, list[tuple[int, int]]]:
+    from aura.data.templates import template_names
+
+    msgs = conv.messages or []
+    full = _render(tokenizer, msgs, generation_prompt=False, where=conv.where)
+    spans = []
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        before = _render(tokenizer, msgs[:i], generation_prompt=True, where=conv.where)
+        upto = full if i == len(msgs) - 1 else _render(tokenizer, msgs[:i + 1], generation_prompt=False,
+                                                       where=conv.where)
+        if not (full.startswith(upto) and upto.startswith(before)):
+            raise AuraError(M("not_prefix", where=conv.where, choices=template_names()))
+        spans.append((len(before), _rstrip_end(upto, len(before), len(upto))))
+    return full, spans
+
+
+def encode(conv: Conversation, tokenizer, *, train_on_prompt: bool = False) -> Encoded:
+    """Token ids and labels (IGNORE_INDEX outside the trained spans) of one conversation."""
+    spans: list[tuple[int, int]] | None
+    if conv.messages is not None:
+        text, spans = _chat_spans(tokenizer, conv)
+    else:
+        text = conv.text or ""
+        eos = tokenizer.eos_token
+        if eos and not text.rstrip().endswith(eos):
+            text = text + eos  # so the model learns where a text ends
+        spans = _text_spans(text, tokenizer.bos_token, tokenizer.eos_token)
+    whole = spans is None
+    if whole:
+        spans = [(0, len(text))]
+    if train_on_prompt:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        labels = list(ids)
+    elif getattr(tokenizer, "is_fast", True):
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = list(enc["input_ids"])
+        # a token belongs to a response when its first character lies inside a response span
+        labels = [IGNORE_INDEX] * len(ids)
+        k = 0
+        for j, (start, end) in enumerate(enc["offset_mapping"]):
+            while k < len(spans) and start >= spans[k][1]:
+                k += 1
+            if k < len(spans) and spans[k][0] <= start < spans[k][1] and end > start:
+                labels[j] = ids[j]
+    else:  # a slow (Python) tokenizer has no offsets: token counts of the rendered prefixes
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        labels = [IGNORE_INDEX] * len(ids)
+        for s, e in spans:
+            a = len(tokenizer.encode(text[:s], add_special_tokens=False))
+            b = len(tokenizer.encode(text[:e], add_special_tokens=False))
+            labels[a:b] = ids[a:b]
+    if labels:
+        # the first token is never predicted: masking it also keeps packed examples independent
+        labels[0] = IGNORE_INDEX
+    return Encoded(ids, labels, conv.where, whole_text=whole)
+
+
+def encode_all(convs: list[Conversation], tokenizer, *, max_length: int, truncation: str = "drop",
+               train_on_prompt: bool = False) -> list[Encoded]:
+    """Encode every conversation; examples over ``max_length`` are dropped or truncated, and reported."""
+    out, long_, lost, whole = [], [], 0, []
+    for conv in convs:
+        ex = encode(conv, tokenizer, train_on_prompt=train_on_prompt)
+        if ex.whole_text:
+            whole.append(ex.where)
+        if len(ex.input_ids) > max_length:
+            long_.append(ex)
+            if truncation != "truncate":
+                continue
+            ex = Encoded(ex.input_ids[:max_length], ex.labels[:max_length], ex.where, ex.whole_text)
+            if all(t == IGNORE_INDEX for t in ex.labels):
+                lost += 1
+                continue
+        out.append(ex)
+    if whole:
+        markers = ", ".join(repr(m[0]) for m in TEXT_MARKERS.values())
+        console.warn(M("no_marker", count=len(whole), markers=markers, examples="; ".join(whole[:3])))
+    if long_:
+        examples = "; ".join(e.where for e in long_[:3])
+        if truncation == "truncate":
+            console.warn(M("too_long_truncated", count=len(long_), max_length=max_length, examples=examples,
+                           lost=lost))
+        else:
+            console.warn(M("too_long_dropped", count=len(long_), max_length=max_length, examples=examples))
+    if not out and convs:
+        raise AuraError(M("all_dropped", max_length=max_length,
+                          shortest=min(len(e.input_ids) for e in long_) if long_ else 0))
+    return out
+
+
+
+# ---------------------------------------------------------------------------------------------------
+# Packing, collation, the data source
+
+
+def pack(lengths: list[int], max_length: int) -> list[list[int]]:
+    """Best-fit-decreasing: example indices grouped into rows of at most ``max_length`` tokens.
+
+    Deterministic (ties broken by index) and independent of the epoch, so the number of rows, hence
+    of steps per epoch, is fixed for the whole run; the rows are shuffled per epoch instead.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    rows: list[list[int]] = []
+    free: list[tuple[int, int]] = []  # (free tokens, row id), sorted
+    for i in order:
+        n = lengths[i]
+        k = bisect.bisect_left(free, (n, -1))
+        if k < len(free):
+            space, row = free.pop(k)
+            rows[row].append(i)
+            if space - n > 0:
+                bisect.insort(free, (space - n, row))
+        else:
+            rows.append([i])
+            if max_length - n > 0:
+                bisect.insort(free, (max_length - n, len(rows) - 1))
+    for r in rows:
+        r.sort()  # keep the data order inside a row
+    return rows
+
+
+def collate(rows: list[list[Encoded]], *, pad_id: int, packing: bool = False,
+            pad_to_multiple_of: int = 1) -> dict:
+    """Rows of examples -> tensors. Labels are IGNORE_INDEX on padding.
+
+    Padded: input_ids, labels, attention_mask (B, T). Packed: input_ids, labels, position_ids (B, T)
+    with positions restarting at 0 per example (and per padding tail), and no attention_mask, which is
+    what makes transformers build the block-diagonal causal mask.
+    """
+    import torch
+
+    lengths = [sum(len(e.input_ids) for e in row) for row in rows]
+    T = max(lengths)
+    if pad_to_multiple_of > 1:
+        T = -(-T // pad_to_multiple_of) * pad_to_multiple_of
+    B = len(rows)
+    input_ids = torch.full((B, T), pad_id, dtype=torch.long)      # (B, T)
+    labels = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)   # (B, T)
+    position_ids = torch.zeros((B, T), dtype=torch.long)          # (B, T)
+    attention_mask = torch.zeros((B, T), dtype=torch.long)        # (B, T)
+    for b, row in enumerate(rows):
+        pos = 0
+        for ex in row:
+            n = len(ex.input_ids)
+            input_ids[b, pos:pos + n] = torch.tensor(ex.input_ids)
+            labels[b, pos:pos + n] = torch.tensor(ex.labels)
+            position_ids[b, pos:pos + n] = torch.arange(n)
+            pos += n
+        attention_mask[b, :pos] = 1
+        position_ids[b, pos:] = torch.arange(T - pos)
+    if packing:
+        return {"input_ids": input_ids, "labels": labels, "position_ids": position_ids}
+    return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
+
+
+class SFTDataSource:
+    """Resumable, rank-aware batches of encoded examples: the loop's ``BatchSource`` for fine-tuning.
+
+    ``next_batch()`` returns the next micro-batch of the current epoch on this rank, or None once the
+    epoch is exhausted; ``start_epoch(e)`` begins epoch ``e``. An epoch's order depends only on ``seed``
+    and the epoch number; rows are split across ranks round-robin after padding the row list (by
+    repeating its start, like DistributedSampler), so every rank runs the same number of steps.
+    ``iter(source)`` yields every batch of the current epoch without moving the position (validation).
+    """
+
+    def __init__(self, examples: list[Encoded], *, batch_size: int, pad_id: int, seed: int = 0,
+                 rank: int = 0, world_size: int = 1, packing: bool = False, max_length: int = 2048,
+                 shuffle: bool = True, pad_to_multiple_of: int = 1):
+        if not examples:
+            raise ValueError("SFTDataSource needs at least one example")
+        self.examples = examples
+        self.batch_size = batch_size
+        self.pad_id = pad_id
+        self.seed = seed
+        self.rank, self.world_size = rank, world_size
+        self.packing = packing
+        self.shuffle = shuffle
+        self.pad_to_multiple_of = pad_to_multiple_of
+        lengths = [len(e.input_ids) for e in examples]
+        self.rows = pack(lengths, max_length) if packing else [[i] for i in range(len(examples))]
+        self.rows_per_rank = -(-len(self.rows) // world_size)
+        self.batches_per_epoch = -(-self.rows_per_rank // batch_size)  # equal on every rank
+        self.epoch = 0
+        self.position = 0  # batches of the current epoch already returned on this rank
+        self._order: tuple[int, list[int]] | None = None  # (epoch, this rank's rows) cache
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    @property
+    def num_label_tokens(self) -> int:
+        return sum(sum(t != IGNORE_INDEX for t in e.labels[1:]) for e in self.examples)
+
+    def _rank_rows(self, epoch: int) -> list[int]:
+        if self._order is not None and self._order[0] == epoch:
+            return self._order[1]
+        order = list(range(len(self.rows)))
+        if self.shuffle:
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        total = self.rows_per_rank * self.world_size
+        order = (order * (-(-total // len(order))))[:total]
+        mine = order[self.rank::self.world_size]
+        self._order = (epoch, mine)
+        return mine
+
+    def batch(self, epoch: int, index: int) -> dict:
+        """Batch ``index`` of ``epoch`` on this rank (a pure function of seed, epoch, index, rank)."""
+        mine = self._rank_rows(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
+        rows = [[self.examples[i] for i in self.rows[r]] for r in mine]
+        return collate(rows, pad_id=self.pad_id, packing=self.packing, pad_to_multiple_of=self.pad_to_multiple_of)
+
+    def next_batch(self) -> dict | None:
+        if self.position >= self.batches_per_epoch:
+            return None
+        batch = self.batch(self.epoch, self.position)
+        self.position += 1
+        return batch
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epoch, self.position = epoch, 0
+
+    def __iter__(self) -> Iterator[dict]:
+        for i in range(self.batches_per_epoch):
+            yield self.batch(self.epoch, i)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed,
+                "examples": len(self.examples), "rows": len(self.rows), "batch_size": self.batch_size,
+                "world_size": self.world_size, "packing": self.packing}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, now in (("seed", self.seed), ("examples", len(self.examples)), ("packing", self.packing)):
+            if state.get(key, now) != now:
+                raise AuraError(M("resume_mismatch", field=key, saved=state.get(key), now=now))
+        self.epoch = int(state["epoch"])
+        position = int(state["position"])
+        if state.get("world_size", self.world_size) != self.world_size or state.get(
+                "batch_size", self.batch_size) != self.batch_size:
+            # another layout: resume at the same number of rows consumed over all ranks
+            rows_done = position * int(state["batch_size"]) * int(state["world_size"])
+            position = rows_done // (self.batch_size * self.world_size)
+        self.position = min(position, self.batches_per_epoch)

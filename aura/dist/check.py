@@ -1,0 +1,170 @@
+"""``aura check-dist``: can these processes talk to each other, and how fast?
+
+Run it under torchrun (``aura launch check-dist`` on every node) before a long training run. Every
+rank prints backend, world size, rank, host and device, and checks an all_reduce whose answer is
+known (rank r contributes r + 1, so the sum must be W(W+1)/2); then it measures all_reduce bandwidth
+on a buffer of ``--size-mb`` MB (algbw = bytes / time; busbw = algbw * 2(W-1)/W, as nccl-tests
+report it). A failure ends with a diagnosis mapped from the real error text (``aura.dist.diagnose``).
+Without torchrun it says how to launch it and checks the backend on a single rank.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from aura import console
+from aura.config import arg
+from aura.dist.diagnose import diagnose
+from aura.errors import AuraError
+from aura.i18n import Messages
+
+M = Messages("dist_check", {
+    "bad_size": ("--size-mb debe ser mayor que 0 (recibido {value}).",
+                 "--size-mb must be greater than 0 (got {value})."),
+    "bad_iters": ("--iters debe ser al menos 1 (recibido {value}).",
+                  "--iters must be at least 1 (got {value})."),
+    "bad_timeout": ("--timeout debe ser mayor que 0 segundos (recibido {value}).",
+                    "--timeout must be greater than 0 seconds (got {value})."),
+    "no_torchrun": ("No se está ejecutando bajo torchrun: se prueba un solo proceso. Para probar varios "
+                    "procesos o nodos: 'aura launch check-dist' (con NNODES, NODE_RANK, MASTER_ADDR, "
+                    "MASTER_PORT y GPUS_PER_NODE en cada nodo) o 'torchrun --nproc_per_node=2 -m aura "
+                    "check-dist'.",
+                    "Not running under torchrun: checking a single process. To check several processes "
+                    "or nodes: 'aura launch check-dist' (with NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT "
+                    "and GPUS_PER_NODE on every node) or 'torchrun --nproc_per_node=2 -m aura check-dist'."),
+    "rank_line": ("Backend={backend} | Procesos={world} | Rango={rank} | Nodo={host} | Dispositivo={device} "
+                  "| all_reduce={got:g} (esperado {expected:g}) {status}",
+                  "Backend={backend} | World size={world} | Rank={rank} | Host={host} | Device={device} "
+                  "| all_reduce={got:g} (expected {expected:g}) {status}"),
+    "bandwidth": ("all_reduce de {size}: {ms:.2f} ms/iter | algbw {alg} | busbw {bus}",
+                  "all_reduce of {size}: {ms:.2f} ms/iter | algbw {alg} | busbw {bus}"),
+    "table": ("Procesos del trabajo", "Ranks in the job"),
+    "wrong_sum": ("El all_reduce dio {got:g} en lugar de {expected:g} en los rangos {ranks}: la "
+                  "comunicación corrompe datos. Prueba --backend gloo y revisa NCCL_DEBUG=INFO.",
+                  "all_reduce returned {got:g} instead of {expected:g} on ranks {ranks}: communication "
+                  "corrupts data. Try --backend gloo and check NCCL_DEBUG=INFO."),
+    "passed": ("Comunicación correcta entre {world} procesos en {nodes} nodo(s) (Sync=OK). Ancho de banda "
+               "del más lento: algbw {alg} | busbw {bus}.",
+               "Communication OK between {world} ranks on {nodes} node(s) (Sync=OK). Slowest rank's "
+               "bandwidth: algbw {alg} | busbw {bus}."),
+    "failed": ("La prueba distribuida falló: {err}", "The distributed check failed: {err}"),
+    "unknown_cause": ("Causa no reconocida: ejecuta con --debug y TORCH_DISTRIBUTED_DEBUG=DETAIL para más "
+                      "detalle.",
+                      "Cause not recognised: run with --debug and TORCH_DISTRIBUTED_DEBUG=DETAIL for more "
+                      "detail."),
+})
+
+
+@dataclass
+class CheckDistConfig:
+    backend: Literal["auto", "nccl", "gloo"] = arg(
+        "auto", es="Backend: auto (NCCL con CUDA, si no gloo), nccl o gloo.",
+        en="Backend: auto (NCCL with CUDA, else gloo), nccl or gloo.")
+    size_mb: float = arg(64.0, es="Tamaño en MB del búfer para medir el ancho de banda.",
+                         en="Size in MB of the buffer used to measure bandwidth.")
+    iters: int = arg(10, es="Repeticiones medidas de all_reduce.", en="Timed all_reduce repetitions.")
+    timeout: float = arg(60.0, es="Segundos de espera máxima por los demás procesos.",
+                         en="Seconds to wait for the other ranks at most.")
+    device: str = arg("auto", es="Dispositivo: auto, cpu, cuda.", en="Device: auto, cpu, cuda.")
+
+    def __post_init__(self):
+        if self.size_mb <= 0:
+            raise AuraError(M("bad_size", value=self.size_mb))
+        if self.iters < 1:
+            raise AuraError(M("bad_iters", value=self.iters))
+        if self.timeout <= 0:
+            raise AuraError(M("bad_timeout", value=self.timeout))
+
+
+def _rate(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e9:.2f} GB/s" if bytes_per_s >= 1e9 else f"{bytes_per_s / 1e6:.1f} MB/s"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _failure(err: BaseException) -> AuraError:
+    text = f"{type(err).__name__}: {err}"
+    lines = diagnose(text, addr=os.environ.get("MASTER_ADDR", "MASTER_ADDR"),
+                     port=os.environ.get("MASTER_PORT", "MASTER_PORT"),
+                     expected=int(os.environ.get("WORLD_SIZE", 0)) or None)
+    first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
+    return AuraError(M("failed", err=first[:400]), hint="\n".join(lines) or M("unknown_cause"),
+                     exit_code=1)
+
+
+def _run(cfg: CheckDistConfig, info) -> None:
+    import torch
+
+    world, dev = info.world_size, info.comm_device
+    peers: list = [None] * world
+    torch.distributed.all_gather_object(
+        peers, (info.rank, info.node, str(info.device), info.local_rank))
+    if info.is_main:
+        console.table(M("table"), ["rank", "host", "device", "local_rank"], peers)
+
+    expected = world * (world + 1) / 2
+    t = torch.full((1,), float(info.rank + 1), dtype=torch.float32, device=dev)
+    torch.distributed.all_reduce(t)
+    got = float(t.item())
+    console.always(M("rank_line", backend=info.backend, world=world, rank=info.rank, host=info.node,
+                     device=info.device, got=got, expected=expected,
+                     status="OK" if got == expected else "FAIL"))
+    oks = [None] * world
+    torch.distributed.all_gather_object(oks, got == expected)
+    if not all(oks):
+        bad = ", ".join(str(r) for r, ok in enumerate(oks) if not ok)
+        raise AuraError(M("wrong_sum", got=got, expected=expected, ranks=bad), exit_code=1)
+
+    nbytes = int(cfg.size_mb * 1e6) // 4 * 4
+    buf = torch.ones(nbytes // 4, dtype=torch.float32, device=dev)  # (N,)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    for _ in range(2):  # warm-up: connection set-up and allocator
+        torch.distributed.all_reduce(buf)
+    sync()
+    info.barrier()
+    start = time.perf_counter()
+    for _ in range(cfg.iters):
+        torch.distributed.all_reduce(buf)
+    sync()
+    per_iter = (time.perf_counter() - start) / cfg.iters
+    slowest = info.all_reduce(torch.tensor([per_iter], dtype=torch.float64), "max").item()
+    factor = 2 * (world - 1) / world
+    alg = _rate(nbytes / per_iter)
+    bus = _rate(nbytes / per_iter * factor) if world > 1 else "n/a"
+    console.always(M("bandwidth", size=f"{nbytes / 1e6:g} MB", ms=per_iter * 1e3, alg=alg, bus=bus))
+    nodes = len({p[1] for p in peers})
+    if info.is_main:
+        console.success(M("passed", world=world, nodes=nodes, alg=_rate(nbytes / slowest),
+                          bus=_rate(nbytes / slowest * factor) if world > 1 else "n/a"))
+
+
+def check_dist(cfg: CheckDistConfig) -> int:
+    from aura import distributed as D
+
+    if not D.under_torchrun():
+        console.info(M("no_torchrun"))
+        os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+    try:
+        info = D.init_distributed(backend=cfg.backend, device=cfg.device, timeout_s=cfg.timeout)
+    except AuraError:
+        raise
+    except Exception as err:  # noqa: BLE001 - every failure gets a diagnosis
+        raise _failure(err) from err
+    try:
+        _run(cfg, info)
+    except AuraError:
+        raise
+    except Exception as err:  # noqa: BLE001
+        raise _failure(err) from err
+    finally:
+        D.teardown(info)
+    return 0

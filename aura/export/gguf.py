@@ -1,0 +1,258 @@
+"""``aura export gguf``: a Hugging Face model dir -> one GGUF file for llama.cpp / Ollama, proven in llama.cpp.
+
+Everything that can refuse (architecture, tokenizer, vocabulary size, quantiser, llama.cpp for the
+verification) is checked before a byte is written. The file is built under a temporary name, verified
+there (see ``gguf_verify``) and only then renamed into place, with an Ollama ``Modelfile`` beside it.
+f32/f16/bf16/q8_0 are written directly with the ``gguf`` package (as llama.cpp's converter does);
+k-quants and the other llama.cpp types go through llama.cpp's own quantiser from an f32 file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aura import console
+from aura.config import arg
+from aura.errors import AuraError
+from aura.i18n import Messages
+
+M = Messages("gguf", {
+    "bad_quant": ("--quant '{quant}' no es válido. Opciones: {choices}.",
+                  "--quant '{quant}' is not valid. Choices: {choices}."),
+    "no_model": ("Falta --model (directorio del modelo Hugging Face).",
+                 "--model is missing (Hugging Face model dir)."),
+    "adapter": ("{path} es un adaptador LoRA; fusiónalo primero: aura merge --base-model BASE --adapter "
+                "{path} --output-dir FUSIONADO, y exporta FUSIONADO.",
+                "{path} is a LoRA adapter; merge it first: aura merge --base-model BASE --adapter {path} "
+                "--output-dir MERGED, then export MERGED."),
+    "already_gguf": ("{path} ya es un archivo GGUF; --model debe ser un directorio Hugging Face.",
+                     "{path} is already a GGUF file; --model must be a Hugging Face dir."),
+    "exists": ("{path} ya existe; usa --force para sobrescribirlo.",
+               "{path} already exists; use --force to overwrite it."),
+    "no_quantizer": ("La cuantización {quant} necesita el cuantizador de llama.cpp y no está disponible "
+                     "(ni 'llama-quantize' en el PATH ni llama-cpp-python). Instala llama-cpp-python "
+                     "(pip install llama-cpp-python) o usa --quant f16|bf16|q8_0|f32.",
+                     "Quantisation {quant} needs llama.cpp's quantiser, which is not available (no "
+                     "'llama-quantize' on PATH, no llama-cpp-python). Install llama-cpp-python (pip "
+                     "install llama-cpp-python) or use --quant f16|bf16|q8_0|f32."),
+    "verify_needs": ("--verify necesita llama-cpp-python: pip install llama-cpp-python (o usa --no-verify).",
+                     "--verify needs llama-cpp-python: pip install llama-cpp-python (or use --no-verify)."),
+    "no_verify": ("llama-cpp-python no está instalado: el GGUF no se verificará en llama.cpp.",
+                  "llama-cpp-python is not installed: the GGUF will not be verified in llama.cpp."),
+    "padded": ("El tokenizador tiene {tokens} tokens y el modelo {rows} filas de embeddings: se añaden "
+               "{pad} tokens reservados sin uso.",
+               "The tokenizer has {tokens} tokens and the model {rows} embedding rows: {pad} unused "
+               "reserved tokens are added."),
+    "q8_fallback": ("{n} tensores con filas no divisibles por 32 quedan en F16 (Q8_0 lo exige).",
+                    "{n} tensors with rows not divisible by 32 stay F16 (Q8_0 requires it)."),
+    "quant_failed": ("El cuantizador de llama.cpp falló ({how}, código {code}).",
+                     "llama.cpp's quantiser failed ({how}, code {code})."),
+    "writing": ("Escribiendo {path} ({quant}, arquitectura {arch})…", "Writing {path} ({quant}, arch {arch})…"),
+    "done": ("GGUF listo: {path} ({size}, {seconds:.1f} s). Modelfile de Ollama: {modelfile}",
+             "GGUF ready: {path} ({size}, {seconds:.1f} s). Ollama Modelfile: {modelfile}"),
+    "ollama": ("Para usarlo en Ollama: cd {dir} && ollama create mi-modelo -f Modelfile",
+               "To use it in Ollama: cd {dir} && ollama create my-model -f Modelfile"),
+})
+
+NATIVE = ("f32", "f16", "bf16", "q8_0")
+# llama.cpp file types (llama_ftype) reachable only through its quantiser
+LLAMA_CPP_QUANTS = {"q4_0": 2, "q4_1": 3, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k_s": 11, "q3_k_m": 12,
+                    "q3_k_l": 13, "q4_k_s": 14, "q4_k_m": 15, "q5_k_s": 16, "q5_k_m": 17, "q6_k": 18}
+QUANTS = (*NATIVE, *LLAMA_CPP_QUANTS)
+
+
+@dataclass
+class GGUFConfig:
+    model: str = arg("", es="Directorio del modelo Hugging Face (p. ej. RUN/final o un modelo fusionado).",
+                     en="Hugging Face model dir (e.g. RUN/final or a merged model).")
+    outfile: str = arg("", es="Archivo GGUF de salida (por defecto model-QUANT.gguf en --output-dir).",
+                       en="Output GGUF file (default model-QUANT.gguf in --output-dir).")
+    output_dir: str = arg("", es="Directorio de salida (por defecto el del --outfile, o MODELO-gguf).",
+                          en="Output dir (default the --outfile's dir, or MODEL-gguf).")
+    quant: str = arg("f16", es="Tipo: f32, f16, bf16, q8_0 (y q4_k_m, q5_k_m, q6_k… con llama.cpp).",
+                     en="Type: f32, f16, bf16, q8_0 (and q4_k_m, q5_k_m, q6_k… with llama.cpp).",
+                     choices=QUANTS)
+    verify: bool | None = arg(None, es="Verificar en llama.cpp (por defecto sí si llama-cpp-python está "
+                                       "instalado).",
+                              en="Verify in llama.cpp (default: yes when llama-cpp-python is installed).")
+    name: str = arg("", es="Nombre del modelo dentro del GGUF (por defecto el del directorio).",
+                    en="Model name inside the GGUF (default: the dir's name).")
+    force: bool = arg(False, es="Sobrescribir el archivo si existe.", en="Overwrite the file if it exists.")
+
+    def __post_init__(self):
+        self.quant = self.quant.lower()
+        if self.quant not in QUANTS:
+            raise AuraError(M("bad_quant", quant=self.quant, choices=", ".join(QUANTS)))
+        if not self.model:
+            raise AuraError(M("no_model"))
+
+    def target(self) -> Path:
+        out = Path(self.outfile) if self.outfile else Path(f"model-{self.quant}.gguf")
+        if out.is_absolute() or (self.outfile and not self.output_dir):
+            return out
+        base = Path(self.output_dir) if self.output_dir else Path(str(Path(self.model)) + "-gguf")
+        return base / out
+
+
+def find_quantizer() -> tuple[str, object] | None:
+    """("binary", path) or ("library", llama_cpp) for llama.cpp's quantiser, or None."""
+    exe = shutil.which("llama-quantize")
+    if exe:
+        return "binary", exe
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    return ("library", llama_cpp) if hasattr(llama_cpp, "llama_model_quantize") else None
+
+
+def _llama_cpp_installed() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def export_gguf(cfg: GGUFConfig) -> int:
+    from aura.export.gguf_arch import plan_arch
+    from aura.export.gguf_tokenizer import modelfile_text, plan_vocab
+    from aura.inference.loading import find_tokenizer_dir, load_tokenizer, read_json_file, resolve_model
+    from aura.utils.fsutil import atomic_write_text, fsync_dir, human_bytes
+
+    # --- every refusal before anything is written ---
+    source = resolve_model(cfg.model)
+    if source.kind == "adapter":
+        raise AuraError(M("adapter", path=source.path))
+    if source.kind == "gguf":
+        raise AuraError(M("already_gguf", path=source.path))
+    model_dir = source.path
+    config = read_json_file(model_dir / "config.json")
+    arch = plan_arch(model_dir, config)
+    tok = load_tokenizer(model_dir)
+    tok_dir = find_tokenizer_dir(model_dir)
+    vocab = plan_vocab(tok_dir, tok, arch.n_vocab)
+    quantizer = None
+    if cfg.quant not in NATIVE:
+        quantizer = find_quantizer()
+        if quantizer is None:
+            raise AuraError(M("no_quantizer", quant=cfg.quant))
+    verify = cfg.verify
+    if verify is None:
+        verify = _llama_cpp_installed()
+        if not verify:
+            console.warn(M("no_verify"))
+    elif verify and not _llama_cpp_installed():
+        raise AuraError(M("verify_needs"))
+    out = cfg.target()
+    if out.exists() and not cfg.force:
+        raise AuraError(M("exists", path=out))
+    if vocab.n_padded:
+        console.warn(M("padded", tokens=arch.n_vocab - vocab.n_padded, rows=arch.n_vocab, pad=vocab.n_padded))
+
+    # --- write under a temporary name, verify, then rename ---
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    console.info(M("writing", path=out, quant=cfg.quant, arch=f"{arch.hf_arch} -> {arch.gguf_arch}"))
+    tmp = Path(tempfile.mkstemp(prefix=f".tmp-{out.name}.", dir=out.parent)[1])
+    stage = None
+    try:
+        first = "f32" if quantizer else cfg.quant
+        stage = tmp.with_name(tmp.name + ".f32") if quantizer else tmp
+        _write(stage, model_dir=model_dir, arch=arch, vocab=vocab, tok=tok, tok_dir=tok_dir, quant=first,
+               name=cfg.name or model_dir.resolve().name)
+        if quantizer:
+            _quantize(quantizer, stage, tmp, LLAMA_CPP_QUANTS[cfg.quant])
+            stage.unlink()
+        seconds = time.perf_counter() - t0
+        if verify:
+            from aura.export.gguf_verify import verify_gguf
+
+            verify_gguf(tmp, model_dir=model_dir, quant=cfg.quant)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the model from other users
+        os.replace(tmp, out)
+        fsync_dir(out.parent)
+    finally:
+        for p in (tmp, stage):
+            if p is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+    stops = [tok.convert_ids_to_tokens(t) for t in vocab.end_of_turn]
+    modelfile = out.parent / "Modelfile"
+    atomic_write_text(modelfile, modelfile_text(gguf_name=out.name, chat_template=tok.chat_template,
+                                                stops=stops))
+    console.success(M("done", path=out, size=human_bytes(out.stat().st_size), seconds=seconds,
+                      modelfile=modelfile))
+    console.info(M("ollama", dir=out.parent))
+    return 0
+
+
+def _write(path: Path, *, model_dir: Path, arch, vocab, tok, tok_dir: Path, quant: str, name: str) -> None:
+    import gguf
+    import numpy as np
+
+    from aura.export.gguf_arch import iter_tensors, write_hparams
+    from aura.export.gguf_tokenizer import write_vocab
+    from aura.inference.loading import weight_files
+
+    qtype = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
+             "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[quant]
+    ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+             "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[quant]
+    files = weight_files(model_dir)
+    big = sum(f.stat().st_size for f in files) > (2 << 30)
+    writer = gguf.GGUFWriter(str(path), arch.gguf_arch, use_temp_file=big)
+    writer.add_type(gguf.GGUFType.MODEL)
+    writer.add_name(name)
+    writer.add_file_type(ftype)
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    write_hparams(writer, arch)
+    write_vocab(writer, vocab, tok_dir, tok)
+    fallback = 0
+    for tname, arr in iter_tensors(model_dir, arch, files):
+        t = qtype
+        # As llama.cpp's converter: 1-D tensors and norms stay F32; Q8_0 needs rows divisible by 32.
+        if arr.ndim <= 1 or tname.endswith("_norm.weight"):
+            t = gguf.GGMLQuantizationType.F32
+        elif t == gguf.GGMLQuantizationType.Q8_0 and arr.shape[-1] % 32:
+            t, fallback = gguf.GGMLQuantizationType.F16, fallback + 1
+        data = gguf.quants.quantize(np.ascontiguousarray(arr, dtype=np.float32), t)
+        writer.add_tensor(tname, data, raw_dtype=t)
+    if fallback:
+        console.warn(M("q8_fallback", n=fallback))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file(progress=False)
+    writer.close()
+
+
+def _quantize(quantizer: tuple[str, object], src: Path, dst: Path, ftype: int) -> None:
+    import subprocess
+
+    how, impl = quantizer
+    if how == "binary":
+        names = {v: k for k, v in LLAMA_CPP_QUANTS.items()}
+        proc = subprocess.run([str(impl), str(src), str(dst), names[ftype].upper()], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise AuraError(M("quant_failed", how=f"llama-quantize: {proc.stderr[-500:]}", code=proc.returncode))
+        return
+    import ctypes
+
+    llama_cpp = impl
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = os.cpu_count() or 1
+    code = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if code != 0:
+        raise AuraError(M("quant_failed", how="llama_model_quantize", code=code))

@@ -1,0 +1,209 @@
+"""The tokenizer half of a GGUF file, and the Ollama Modelfile written beside it.
+
+Byte-level BPE tokenizers (Aura's, GPT-2's, Llama 3's) become ``tokenizer.ggml.model = "gpt2"`` with
+tokens, merges and token types; the pre-tokeniser regex picks ``tokenizer.ggml.pre`` (``gpt-2`` for
+GPT-2's regex, ``llama-bpe`` for Llama 3's). SentencePiece-style BPE with byte fallback (Llama 2,
+Mistral 7B) becomes ``"llama"`` with scores. Anything else is refused before a byte is written: a
+GGUF that tokenises differently from the model's tokenizer is the silent failure we exist to avoid.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aura.errors import AuraError
+from aura.i18n import Messages
+
+M = Messages("gguf_tokenizer", {
+    "no_json": ("{path} no tiene tokenizer.json (tokenizador rápido de Hugging Face); es necesario "
+                "para exportar a GGUF.",
+                "{path} has no tokenizer.json (Hugging Face fast tokenizer); GGUF export needs it."),
+    "vocab_big": ("El tokenizador tiene {tokens} tokens pero la matriz de embeddings solo {rows} filas: "
+                  "los tokens {first}… no tendrían embedding. Redimensiona el modelo "
+                  "(model.resize_token_embeddings) o usa el tokenizador con el que se entrenó.",
+                  "The tokenizer has {tokens} tokens but the embedding matrix only {rows} rows: tokens "
+                  "{first}… would have no embedding. Resize the model (model.resize_token_embeddings) "
+                  "or use the tokenizer it was trained with."),
+    "pre_unknown": ("El pre-tokenizador de {path} no es uno que llama.cpp reproduzca ({what}); la "
+                    "tokenización en GGUF sería distinta. Compatibles: ByteLevel de GPT-2, Llama 3, "
+                    "SentencePiece BPE.",
+                    "The pre-tokenizer of {path} is not one llama.cpp reproduces ({what}); GGUF "
+                    "tokenisation would differ. Supported: GPT-2 ByteLevel, Llama 3, SentencePiece BPE."),
+    "model_unknown": ("El tokenizador de {path} es de tipo {kind}; la exportación GGUF admite BPE.",
+                      "The tokenizer of {path} is of type {kind}; GGUF export supports BPE."),
+    "no_eos": ("El tokenizador de {path} no define un token de fin (eos_token); sin él la generación "
+               "no se detiene. Defínelo en tokenizer_config.json.",
+               "The tokenizer of {path} defines no end token (eos_token); without it generation never "
+               "stops. Set it in tokenizer_config.json."),
+})
+
+GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3_REGEX_START = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+
+
+@dataclass
+class VocabPlan:
+    model: str                       # "gpt2" | "llama"
+    pre: str | None
+    tokens: list[str]
+    types: list[int]
+    scores: list[float] | None
+    n_padded: int
+    eos_id: int
+    end_of_turn: list[int] = field(default_factory=list)
+    add_bos: bool = False
+    add_eos: bool = False
+    add_space_prefix: bool = False   # SentencePiece: "▁" before the first word
+
+
+def _pre_kind(tj: dict, path: Path) -> str:
+    pre = tj.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    types = [p.get("type") for p in parts]
+    if types == ["ByteLevel"] and parts[0].get("use_regex", True):
+        return "gpt-2"
+    if types and types[-1] == "ByteLevel" and types[0] == "Split":
+        regex = (parts[0].get("pattern") or {}).get("Regex", "")
+        if regex == GPT2_REGEX:
+            return "gpt-2"
+        if regex.startswith(LLAMA3_REGEX_START):
+            return "llama-bpe"
+    if types == ["Metaspace"] or (not pre and tj.get("normalizer")):
+        return "spm"
+    raise AuraError(M("pre_unknown", path=path, what=json.dumps(pre)[:200]))
+
+
+def plan_vocab(tok_dir: Path, tok, n_rows: int) -> VocabPlan:
+    """Tokens/types/scores padded to the embedding rows; raise if the tokenizer does not fit."""
+    import gguf
+
+    from aura.inference.loading import end_of_turn_ids
+
+    tj_path = tok_dir / "tokenizer.json"
+    if not tj_path.is_file():
+        raise AuraError(M("no_json", path=tok_dir))
+    tj = json.loads(tj_path.read_text(encoding="utf-8"))
+    if tj.get("model", {}).get("type") != "BPE":
+        raise AuraError(M("model_unknown", path=tok_dir, kind=tj.get("model", {}).get("type")))
+    if tok.eos_token_id is None:
+        raise AuraError(M("no_eos", path=tok_dir))
+    vocab = tok.get_vocab()
+    n_tok = max(vocab.values()) + 1
+    if n_tok > n_rows:
+        raise AuraError(M("vocab_big", tokens=n_tok, rows=n_rows, first=n_rows))
+    pre = _pre_kind(tj, tok_dir)
+    spm = pre == "spm" or tj["model"].get("byte_fallback", False)
+    reverse = {i: t for t, i in vocab.items()}
+    added = {a["id"]: a for a in tj.get("added_tokens", [])}
+    tokens, types, scores = [], [], []
+    for i in range(n_rows):
+        if i not in reverse:
+            tokens.append(f"<|reserved_{i}|>")  # rows past the tokenizer (padded embeddings)
+            types.append(gguf.TokenType.UNUSED)
+        else:
+            text = reverse[i]
+            tokens.append(text)
+            if i in added:
+                types.append(gguf.TokenType.CONTROL if added[i].get("special")
+                             else gguf.TokenType.USER_DEFINED)
+            elif spm and re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", text):
+                types.append(gguf.TokenType.BYTE)
+            else:
+                types.append(gguf.TokenType.NORMAL)
+        # SentencePiece BPE merges by score: earlier pieces first, as in the original .model file.
+        scores.append(-float(i))
+    probe = tok("a", add_special_tokens=True)["input_ids"]
+    bare = tok("a", add_special_tokens=False)["input_ids"]
+    add_bos = len(probe) > len(bare) and probe[0] == tok.bos_token_id
+    add_eos = len(probe) > len(bare) and probe[-1] == tok.eos_token_id
+    return VocabPlan(add_space_prefix=spm and _space_prefix(tj), model="llama" if spm else "gpt2", pre=None if spm else pre, tokens=tokens,
+                     types=[int(t) for t in types], scores=scores if spm else None,
+                     n_padded=n_rows - n_tok, eos_id=tok.eos_token_id, end_of_turn=end_of_turn_ids(tok),
+                     add_bos=add_bos, add_eos=add_eos)
+
+
+def _space_prefix(tj: dict) -> bool:
+    """Whether a SentencePiece-style tokenizer prepends "▁" (Metaspace scheme or a Prepend normaliser)."""
+    pre = tj.get("pre_tokenizer") or {}
+    if pre.get("type") == "Metaspace":
+        return pre.get("prepend_scheme", "always") != "never" and pre.get("add_prefix_space", True)
+    norm = tj.get("normalizer") or {}
+    parts = norm.get("normalizers", [norm]) if norm.get("type") == "Sequence" else [norm]
+    return any(p.get("type") == "Prepend" for p in parts)
+
+
+def write_vocab(writer, plan: VocabPlan, tok_dir: Path, tok) -> None:
+    import gguf
+
+    writer.add_tokenizer_model(plan.model)
+    if plan.pre:
+        writer.add_tokenizer_pre(plan.pre)
+    if plan.model == "llama":
+        writer.add_add_space_prefix(plan.add_space_prefix)
+    writer.add_token_list(plan.tokens)
+    writer.add_token_types(plan.types)
+    if plan.scores is not None:
+        writer.add_token_scores(plan.scores)
+    special = gguf.SpecialVocab(tok_dir, load_merges=plan.model == "gpt2", n_vocab=len(plan.tokens))
+    # The HF tokenizer is the authority on its special tokens (config.json ids may be stale).
+    special.special_token_ids["eos"] = plan.eos_id
+    for kind in ("bos", "pad", "unk"):
+        tid = getattr(tok, f"{kind}_token_id", None)
+        if tid is not None:
+            special.special_token_ids[kind] = tid
+    special.add_special_token["bos"] = plan.add_bos
+    special.add_special_token["eos"] = plan.add_eos
+    if chat_template := getattr(tok, "chat_template", None):
+        special.chat_template = chat_template
+    special.add_to_gguf(writer, quiet=True)
+    eot = [t for t in plan.end_of_turn if t != plan.eos_id]
+    if eot:
+        writer.add_eot_token_id(eot[0])
+
+
+# --- Ollama Modelfile --------------------------------------------------------------------------
+
+_OLLAMA_CHATML = (
+    "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
+    "<|im_start|>assistant\n")
+_OLLAMA_LLAMA3 = (
+    "{{- if .System }}<|start_header_id|>system<|end_header_id|>\n\n{{ .System }}<|eot_id|>{{ end }}"
+    "{{- range .Messages }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n\n{{ .Content }}<|eot_id|>"
+    "{{ end }}<|start_header_id|>assistant<|end_header_id|>\n\n")
+_OLLAMA_MISTRAL = (
+    "{{- range $i, $m := .Messages }}{{- if eq $m.Role \"user\" }}[INST] "
+    "{{ if and $.System (eq $i 0) }}{{ $.System }}\n\n{{ end }}{{ $m.Content }} [/INST]"
+    "{{- else if eq $m.Role \"assistant\" }} {{ $m.Content }}</s>{{- end }}{{- end }}")
+
+
+def ollama_template(chat_template: str | None) -> tuple[str | None, str]:
+    """(Ollama TEMPLATE, which family) from a Jinja chat template; None means "use the GGUF's"."""
+    if not chat_template:
+        return "{{ .Prompt }}", "plain"
+    if "<|im_start|>" in chat_template and "<|im_end|>" in chat_template:
+        return _OLLAMA_CHATML, "chatml"
+    if "<|start_header_id|>" in chat_template:
+        return _OLLAMA_LLAMA3, "llama3"
+    if "[INST]" in chat_template:
+        return _OLLAMA_MISTRAL, "mistral"
+    return None, "embedded"
+
+
+def modelfile_text(*, gguf_name: str, chat_template: str | None, stops: list[str],
+                   params: dict[str, float] | None = None) -> str:
+    template, family = ollama_template(chat_template)
+    lines = [f"# Ollama Modelfile written by Aura. Use: ollama create NAME -f {Path('Modelfile')}",
+             f"FROM ./{gguf_name}", ""]
+    if template is not None:
+        lines += [f"# Chat format: {family}", f'TEMPLATE """{template}"""', ""]
+    else:
+        lines += ["# The GGUF embeds the model's own chat template (tokenizer.chat_template); Ollama",
+                  "# reads it from there.", ""]
+    for s in stops:
+        lines.append(f'PARAMETER stop "{s}"')
+    for k, v in (params or {}).items():
+        lines.append(f"PARAMETER {k} {v}")
+    return "\n".join(lines) + "\n"

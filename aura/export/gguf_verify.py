@@ -1,0 +1,147 @@
+"""Prove a GGUF file in llama.cpp before it is called done: tokenisation, logits, end of generation.
+
+Checks, each against the Hugging Face model and tokenizer it came from:
+1. Tokenisation of Spanish sentences (accents, ñ, ¿¡, emoji, digits, double spaces) and of a chat
+   prompt with special tokens is identical.
+2. llama.cpp's EOS id equals the tokenizer's, and EOS and the chat template's end-of-turn tokens are
+   end-of-generation tokens for llama.cpp (so a chat stops where it should).
+3. Next-token logits on a Spanish sentence: top-1 agreement and max |difference|, within a tolerance
+   relative to the logits' spread (stricter for f32/f16/bf16 than for q8_0; lower quantisations are
+   reported, not judged).
+4. A short greedy generation runs and reports where it stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aura import console
+from aura.errors import AuraError
+from aura.i18n import Messages
+
+M = Messages("gguf_verify", {
+    "start": ("Verificando {path} en llama.cpp…", "Verifying {path} in llama.cpp…"),
+    "tok_ok": ("Tokenización idéntica a la de Hugging Face en {n} textos.",
+               "Tokenisation identical to Hugging Face's on {n} texts."),
+    "tok_bad": ("La tokenización en llama.cpp difiere de la de Hugging Face en {text!r}:\n  HF:        "
+                "{hf}\n  llama.cpp: {ll}",
+                "llama.cpp tokenises {text!r} differently from Hugging Face:\n  HF:        {hf}\n  "
+                "llama.cpp: {ll}"),
+    "eos_bad": ("EOS en llama.cpp es {ll} pero en el tokenizador es {hf}.",
+                "llama.cpp's EOS is {ll} but the tokenizer's is {hf}."),
+    "eog_bad": ("llama.cpp no trata el token {token!r} ({id}) como fin de generación.",
+                "llama.cpp does not treat token {token!r} ({id}) as end of generation."),
+    "eog_ok": ("Fin de generación reconocido: {tokens}.", "End of generation recognised: {tokens}."),
+    "logits": ("Logits ({quant}): top-1 coincide en {agree:.1%} de {n} posiciones; max |dif| = {diff:.3g} "
+               "({rel:.2%} del rango; tolerancia {tol:.0%}).",
+               "Logits ({quant}): top-1 agrees at {agree:.1%} of {n} positions; max |diff| = {diff:.3g} "
+               "({rel:.2%} of the range; tolerance {tol:.0%})."),
+    "logits_bad": ("Los logits de llama.cpp difieren demasiado de los de PyTorch ({quant}): top-1 "
+                   "{agree:.1%}, max |dif| {rel:.2%} del rango (tolerancia {tol:.0%}).",
+                   "llama.cpp's logits differ too much from PyTorch's ({quant}): top-1 {agree:.1%}, "
+                   "max |diff| {rel:.2%} of the range (tolerance {tol:.0%})."),
+    "gen": ("Generación voraz en llama.cpp: {n} tokens, parada: {reason}; coincide con PyTorch en los "
+            "primeros {same} tokens.",
+            "Greedy generation in llama.cpp: {n} tokens, stopped by: {reason}; matches PyTorch for the "
+            "first {same} tokens."),
+})
+
+VERIFY_TEXTS = [
+    "¿Dónde está el niño? ¡Allí, junto a la cigüeña!",
+    "El año 2024 tuvo 366 días; 3,14159 no es 22/7.",
+    "Mañana  (con  dos  espacios)  llegará el pingüino 🐧 a Logroño.",
+    "—¿Qué tal?—preguntó Íñigo.\nÉl respondió: «¡Genial!» 😀👍",
+    "ÁÉÍÓÚ áéíóú Üü Ññ ¿¡ 1234567890 \t tabulador   fin",
+]
+# max |diff| / (max - min of the reference logits); top-1 agreement floor
+TOLERANCE = {"f32": (0.01, 0.99), "f16": (0.02, 0.95), "bf16": (0.05, 0.9), "q8_0": (0.08, 0.8)}
+
+
+@dataclass
+class VerifyReport:
+    texts: int
+    top1: float
+    max_abs_diff: float
+    rel_diff: float
+    generated: int
+    stop_reason: str
+
+
+def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None) -> VerifyReport:
+    """Run the checks; raise AuraError with the first failure."""
+    import numpy as np
+    import torch
+
+    from aura.inference.loading import end_of_turn_ids, load_hf, load_llama, resolve_model
+
+    console.info(M("start", path=path))
+    if model is None or tok is None:
+        model, tok = load_hf(resolve_model(model_dir))
+    model = model.float().eval()
+
+    # 1-2. tokenizer only
+    llm = load_llama(path, vocab_only=True)
+    texts = list(VERIFY_TEXTS)
+    if getattr(tok, "chat_template", None):
+        texts.append(tok.apply_chat_template([{"role": "system", "content": "Eres útil."},
+                                              {"role": "user", "content": "¿Cuánto es 2+2?"}],
+                                             tokenize=False, add_generation_prompt=True))
+    for text in texts:
+        hf = tok(text, add_special_tokens=False)["input_ids"]
+        ll = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        if list(hf) != list(ll):
+            raise AuraError(M("tok_bad", text=text, hf=hf, ll=ll))
+    console.info(M("tok_ok", n=len(texts)))
+    if llm.token_eos() != tok.eos_token_id:
+        raise AuraError(M("eos_bad", ll=llm.token_eos(), hf=tok.eos_token_id))
+    eog = end_of_turn_ids(tok)
+    for tid in eog:
+        if not _is_eog(llm, tid):
+            raise AuraError(M("eog_bad", token=tok.convert_ids_to_tokens(tid), id=tid))
+    console.info(M("eog_ok", tokens=", ".join(tok.convert_ids_to_tokens(t) for t in eog)))
+    llm.close()
+
+    # 3. logits
+    ids = tok(VERIFY_TEXTS[0] + " " + VERIFY_TEXTS[3], add_special_tokens=True)["input_ids"]
+    llm = load_llama(path, n_ctx=max(64, len(ids) + 32), logits_all=True)
+    llm.eval(ids)
+    ll_logits = np.asarray(llm.scores[: len(ids)], dtype=np.float32)  # (T, vocab)
+    with torch.no_grad():
+        hf_logits = model(torch.tensor([ids])).logits[0].float().numpy()  # (T, vocab)
+    n_tok = len(tok.get_vocab())
+    ll_logits, hf_logits = ll_logits[:, :n_tok], hf_logits[:, :n_tok]
+    agree = float((ll_logits.argmax(-1) == hf_logits.argmax(-1)).mean())
+    diff = float(np.abs(ll_logits - hf_logits).max())
+    rel = diff / float(hf_logits.max() - hf_logits.min() + 1e-9)
+    tol, floor = TOLERANCE.get(quant, (float("inf"), 0.0))
+    console.info(M("logits", quant=quant, agree=agree, n=len(ids), diff=diff, rel=rel,
+                   tol=tol if tol != float("inf") else 1.0))
+    if rel > tol or agree < floor:
+        raise AuraError(M("logits_bad", quant=quant, agree=agree, rel=rel, tol=tol))
+
+    # 4. greedy generation: llama.cpp's own loop, stopping at any end-of-generation token
+    prompt = tok(VERIFY_TEXTS[1], add_special_tokens=True)["input_ids"]
+    llm.reset()
+    out, reason = [], "max_tokens"
+    for t in llm.generate(prompt, top_k=1, top_p=1.0, temp=0.0, reset=True):
+        if _is_eog(llm, t):
+            reason = "eos"
+            break
+        out.append(int(t))
+        if len(out) >= 12:
+            break
+    with torch.no_grad():
+        ref = model.generate(torch.tensor([prompt]), max_new_tokens=len(out) or 1, do_sample=False,
+                             eos_token_id=eog, pad_token_id=tok.pad_token_id)[0, len(prompt):].tolist()
+    same = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), min(len(out), len(ref)))
+    console.info(M("gen", n=len(out), reason=reason, same=same))
+    llm.close()
+    return VerifyReport(texts=len(texts), top1=agree, max_abs_diff=diff, rel_diff=rel,
+                        generated=len(out), stop_reason=reason)
+
+
+def _is_eog(llm, token_id: int) -> bool:
+    import llama_cpp
+
+    return bool(llama_cpp.llama_vocab_is_eog(llama_cpp.llama_model_get_vocab(llm.model), int(token_id)))

@@ -1,0 +1,122 @@
+"""``aura merge``: fold a LoRA/QLoRA adapter into its base model -> a plain Hugging Face model dir.
+
+The base is always loaded unquantised (fp32, then saved in ``--dtype``): a QLoRA adapter was trained
+against a 4-bit base, but merging into 4-bit weights would round the update away and leave a model
+that only bitsandbytes can read. The adapter is checked against the base first (every LoRA matrix
+against the weight it modifies), so an adapter for another model fails with both names, not with a
+shape error deep inside peft. The output dir is built under a temporary name and renamed at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aura import __version__, console
+from aura.config import arg
+from aura.errors import AuraError
+from aura.i18n import Messages
+
+M = Messages("merge", {
+    "need": ("Faltan --base-model y/o --adapter.", "--base-model and/or --adapter are missing."),
+    "need_out": ("Falta --output-dir (directorio del modelo fusionado).",
+                 "--output-dir is missing (dir for the merged model)."),
+    "exists": ("{path} ya existe; usa --force para reemplazarlo.", "{path} already exists; use --force to "
+               "replace it."),
+    "loading": ("Cargando la base {base} sin cuantizar y el adaptador {adapter}…",
+                "Loading the unquantised base {base} and the adapter {adapter}…"),
+    "resized": ("El tokenizador del adaptador tiene {tokens} tokens y la base {rows}: se amplían los "
+                "embeddings.",
+                "The adapter's tokenizer has {tokens} tokens and the base {rows}: embeddings are resized."),
+    "done": ("Modelo fusionado en {path} ({dtype}, {params:,} parámetros, {seconds:.1f} s).",
+             "Merged model written to {path} ({dtype}, {params:,} parameters, {seconds:.1f} s)."),
+    "next": ("Siguiente paso: aura export gguf --model {path} --quant q8_0",
+             "Next step: aura export gguf --model {path} --quant q8_0"),
+})
+
+
+@dataclass
+class MergeConfig:
+    base_model: str = arg("", es="Directorio del modelo base (sin cuantizar).",
+                          en="Base model dir (unquantised).")
+    adapter: str = arg("", es="Directorio del adaptador LoRA/QLoRA (adapter_config.json).",
+                       en="LoRA/QLoRA adapter dir (adapter_config.json).")
+    output_dir: str = arg("", es="Directorio del modelo fusionado.", en="Dir for the merged model.")
+    dtype: str = arg("auto", es="Tipo de los pesos guardados (auto = el de la base).",
+                     en="Dtype of the saved weights (auto = the base's).",
+                     choices=("auto", "float32", "float16", "bfloat16"))
+    force: bool = arg(False, es="Reemplazar --output-dir si existe.", en="Replace --output-dir if it exists.")
+
+    def __post_init__(self):
+        if not self.base_model or not self.adapter:
+            raise AuraError(M("need"))
+        if not self.output_dir:
+            raise AuraError(M("need_out"))
+
+
+def _saved_dtype(choice: str, base_config: dict) -> str:
+    if choice != "auto":
+        return choice
+    found = base_config.get("dtype") or base_config.get("torch_dtype")
+    return found if found in ("float32", "float16", "bfloat16") else "float32"
+
+
+def merge(cfg: MergeConfig) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    from aura.inference.loading import (end_of_turn_ids, load_tokenizer, read_json_file, resolve_model,
+                                        quiet_transformers, tokenizer_dir_for, torch_dtype)
+    from aura.utils.fsutil import atomic_write_json, staged_dir
+
+    out = Path(cfg.output_dir)
+    if out.exists() and not cfg.force:
+        raise AuraError(M("exists", path=out))
+    source = resolve_model(cfg.base_model, cfg.adapter)  # checks the adapter fits the base
+    base_dir, adapter_dir = source.base, source.path
+    base_config = read_json_file(base_dir / "config.json")
+    dtype = _saved_dtype(cfg.dtype, base_config)
+    t0 = time.perf_counter()
+    quiet_transformers()
+    console.info(M("loading", base=base_dir, adapter=adapter_dir))
+
+    # The adapter's tokenizer wins: fine-tuning may have added tokens (and resized the embeddings).
+    tok = load_tokenizer(tokenizer_dir_for(source))
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    if getattr(model.config, "quantization_config", None) is not None:
+        model = model.dequantize()  # a base saved in 4-bit: merge into its dequantised weights
+    rows = model.get_input_embeddings().weight.shape[0]
+    if len(tok) > rows:
+        console.info(M("resized", tokens=len(tok), rows=rows))
+        model.resize_token_embeddings(len(tok))
+    from peft import PeftModel
+
+    model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    model = model.to(torch_dtype(dtype)).eval()
+
+    gen_file = base_dir / "generation_config.json"
+    gen = GenerationConfig.from_pretrained(str(base_dir)) if gen_file.is_file() \
+        else GenerationConfig.from_model_config(model.config)
+    eos = end_of_turn_ids(tok)
+    gen.eos_token_id = eos[0] if len(eos) == 1 else eos
+    gen.pad_token_id = tok.pad_token_id
+    if tok.bos_token_id is not None:
+        gen.bos_token_id = tok.bos_token_id
+    model.generation_config = gen
+    model.config.eos_token_id = tok.eos_token_id
+    model.config.pad_token_id = tok.pad_token_id
+
+    with staged_dir(out, replace=cfg.force) as tmp:
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        atomic_write_json(tmp / "aura_merge.json", {
+            "base_model": str(base_dir), "adapter": str(adapter_dir),
+            "adapter_config": read_json_file(adapter_dir / "adapter_config.json"),
+            "dtype": dtype, "eos_token_ids": eos, "aura_version": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        })
+    params = sum(p.numel() for p in model.parameters())
+    console.success(M("done", path=out, dtype=dtype, params=params, seconds=time.perf_counter() - t0))
+    console.info(M("next", path=out))
+    return 0

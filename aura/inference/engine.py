@@ -1,0 +1,170 @@
+"""One streaming text-generation interface over two real backends: transformers and llama.cpp.
+
+``open_engine(model, adapter)`` returns an engine for a HF dir / checkpoint / base + adapter
+(transformers ``generate`` with ``TextIteratorStreamer``) or for a GGUF file (llama-cpp-python, whose
+chat completion uses the chat template embedded in the GGUF). Both stream text pieces and report how
+many tokens they produced. Models without a chat template get a plain "Usuario:/Asistente:" format.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+USER, ASSISTANT = "Usuario", "Asistente"
+
+
+@dataclass
+class Sampling:
+    max_new_tokens: int = 128
+    temperature: float = 0.8
+    top_k: int = 50
+    top_p: float = 0.95
+    repetition_penalty: float = 1.0
+    seed: int = 0
+
+
+@dataclass
+class Result:
+    text: str
+    tokens: int
+
+
+def plain_chat_prompt(messages: list[dict]) -> str:
+    """A chat as plain text for models without a template: system line, then User:/Assistant: turns."""
+    parts = []
+    for m in messages:
+        if m["role"] == "system":
+            parts.append(m["content"].strip() + "\n")
+        else:
+            parts.append(f"{USER if m['role'] == 'user' else ASSISTANT}: {m['content'].strip()}")
+    return "\n".join(parts) + f"\n{ASSISTANT}:"
+
+
+PLAIN_STOPS = [f"\n{USER}:"]
+
+
+class HFEngine:
+    kind = "hf"
+
+    def __init__(self, source, *, dtype: str = "float32"):
+        from aura.inference.loading import end_of_turn_ids, load_hf
+
+        self.model, self.tok = load_hf(source, dtype=dtype)
+        self.name = f"{source.base} + {source.path}" if source.kind == "adapter" else str(source.path)
+        self.cancel = threading.Event()  # set by Ctrl+C in the chat to stop the current answer
+        self.stop_ids = end_of_turn_ids(self.tok)
+        self.has_template = bool(getattr(self.tok, "chat_template", None))
+
+    def stream(self, *, prompt: str | None = None, messages: list[dict] | None = None,
+               sampling: Sampling, out: list) -> Iterator[str]:
+        """Yield text pieces; append a Result to ``out`` when done."""
+        import torch
+        from transformers import TextIteratorStreamer, set_seed
+
+        stops = None
+        if messages is not None and self.has_template:
+            text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            ids = self.tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        else:
+            if messages is not None:
+                prompt, stops = plain_chat_prompt(messages), PLAIN_STOPS
+            ids = self.tok(prompt, return_tensors="pt")["input_ids"]
+        set_seed(sampling.seed)
+        streamer = TextIteratorStreamer(self.tok, skip_prompt=True, skip_special_tokens=True)
+        sample = sampling.temperature > 0
+        kwargs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=sampling.max_new_tokens,
+                      do_sample=sample, repetition_penalty=sampling.repetition_penalty,
+                      eos_token_id=self.stop_ids, pad_token_id=self.tok.pad_token_id, streamer=streamer)
+        if sample:
+            kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or None, top_p=sampling.top_p)
+        if stops:
+            kwargs.update(stop_strings=stops, tokenizer=self.tok)
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        cancel = self.cancel
+        cancel.clear()
+
+        class _Cancel(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kw):
+                return cancel.is_set()
+
+        kwargs["stopping_criteria"] = StoppingCriteriaList([_Cancel()])
+        holder: dict = {}
+
+        def run():
+            try:
+                with torch.no_grad():
+                    holder["ids"] = self.model.generate(**kwargs)
+            except BaseException as e:  # re-raised in the caller's thread
+                holder["error"] = e
+                streamer.end()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        pieces = []
+        try:
+            for piece in streamer:
+                pieces.append(piece)
+                yield piece
+        finally:
+            if thread.is_alive():  # the caller stopped early (Ctrl+C): stop generate() too
+                cancel.set()
+            thread.join()
+        if "error" in holder:
+            raise holder["error"]
+        new = holder["ids"][0, ids.shape[1]:]
+        text = "".join(pieces)
+        if stops:
+            for s in stops:
+                text = text.split(s)[0]
+        out.append(Result(text=text, tokens=int(new.numel())))
+
+
+class LlamaCppEngine:
+    kind = "gguf"
+
+    def __init__(self, path: Path, *, n_ctx: int = 0, seed: int = 0):
+        from aura.inference.loading import load_llama, validate_gguf
+
+        meta = validate_gguf(path)
+        self.has_template = bool(meta.get("tokenizer.chat_template"))
+        self.llm = load_llama(path, n_ctx=n_ctx, seed=seed)
+        self.name = str(path)
+
+    def stream(self, *, prompt: str | None = None, messages: list[dict] | None = None,
+               sampling: Sampling, out: list) -> Iterator[str]:
+        common = dict(max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
+                      top_k=sampling.top_k, top_p=sampling.top_p, repeat_penalty=sampling.repetition_penalty,
+                      seed=sampling.seed, stream=True)
+        pieces = []
+        if messages is not None and self.has_template:
+            chunks = self.llm.create_chat_completion(messages=messages, **common)
+            for ch in chunks:
+                piece = ch["choices"][0].get("delta", {}).get("content")
+                if piece:
+                    pieces.append(piece)
+                    yield piece
+        else:
+            stop = None
+            if messages is not None:
+                prompt, stop = plain_chat_prompt(messages), PLAIN_STOPS
+            for ch in self.llm.create_completion(prompt=prompt, stop=stop, **common):
+                piece = ch["choices"][0]["text"]
+                if piece:
+                    pieces.append(piece)
+                    yield piece
+        text = "".join(pieces)
+        out.append(Result(text=text, tokens=len(self.llm.tokenize(text.encode(), add_bos=False,
+                                                                   special=True)) if text else 0))
+
+
+def open_engine(model: str, adapter: str = "", *, dtype: str = "float32", n_ctx: int = 0, seed: int = 0):
+    from aura.inference.loading import resolve_model
+
+    source = resolve_model(model, adapter or None)
+    if source.kind == "gguf":
+        return LlamaCppEngine(source.path, n_ctx=n_ctx, seed=seed)
+    return HFEngine(source, dtype=dtype)

@@ -1,0 +1,338 @@
+"""Find and load models for inference, merge and export, with errors a user can act on.
+
+A model argument may be a Hugging Face dir (``final/``, a merged or full fine-tuned model), a
+checkpoint dir (``RUN_DIR/checkpoint-step-N``: weights + config, tokenizer maybe only in the run dir),
+a peft adapter dir (its base comes from ``adapter_config.json`` or ``--model``), or a ``.gguf`` file
+(run through llama.cpp). Never imports ``aura.train``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from aura.errors import AuraError
+from aura.i18n import Messages
+
+M = Messages("loading", {
+    "missing": ("No existe el modelo {path}. Indica un directorio de modelo Hugging Face, un checkpoint, "
+                "un adaptador o un archivo .gguf.",
+                "The model {path} does not exist. Give a Hugging Face model dir, a checkpoint, an "
+                "adapter or a .gguf file."),
+    "not_model": ("{path} no parece un modelo: falta config.json (o adapter_config.json). Si es una "
+                  "ejecución, usa {path}/final o un {path}/checkpoint-step-N.",
+                  "{path} does not look like a model: config.json (or adapter_config.json) is missing. "
+                  "If it is a run dir, use {path}/final or a {path}/checkpoint-step-N."),
+    "no_weights": ("{path} no contiene pesos (model.safetensors o model-*.safetensors).",
+                   "{path} holds no weights (model.safetensors or model-*.safetensors)."),
+    "dcp": ("{path} es un checkpoint FSDP2 (dcp/) sin model.safetensors; exporta primero el modelo "
+            "completo (el directorio final/ de la ejecución).",
+            "{path} is an FSDP2 checkpoint (dcp/) without model.safetensors; use the run's final/ "
+            "dir, which holds the full model."),
+    "no_tokenizer": ("No hay tokenizador para {path} (se buscó tokenizer.json / tokenizer_config.json "
+                     "en {searched}). Copia los archivos del tokenizador al directorio del modelo.",
+                     "No tokenizer found for {path} (looked for tokenizer.json / tokenizer_config.json "
+                     "in {searched}). Copy the tokenizer files into the model dir."),
+    "bad_tokenizer": ("No se pudo cargar el tokenizador de {path}: {err}",
+                      "Could not load the tokenizer of {path}: {err}"),
+    "bad_json": ("{path} no es JSON válido ({err}).", "{path} is not valid JSON ({err})."),
+    "adapter_no_base": ("El adaptador {path} no indica su modelo base (base_model_name_or_path); "
+                        "indícalo con --model.",
+                        "The adapter {path} does not name its base model (base_model_name_or_path); "
+                        "pass it with --model."),
+    "adapter_base_missing": ("El modelo base del adaptador {adapter}, '{base}', no existe aquí. "
+                             "Indica el modelo base local con --model.",
+                             "The adapter {adapter}'s base model '{base}' is not here. Pass the local "
+                             "base model with --model."),
+    "adapter_shape": ("El adaptador {adapter} no corresponde al modelo base {base}: la capa '{layer}' "
+                      "tiene forma {expected} en la base pero el adaptador espera {found}. El adaptador "
+                      "se entrenó sobre '{trained_on}'; usa ese modelo base.",
+                      "The adapter {adapter} does not fit the base model {base}: layer '{layer}' has "
+                      "shape {expected} in the base but the adapter expects {found}. The adapter was "
+                      "trained on '{trained_on}'; use that base model."),
+    "adapter_layer": ("El adaptador {adapter} modifica la capa '{layer}', que no existe en el modelo base "
+                      "{base}. El adaptador se entrenó sobre '{trained_on}'; usa ese modelo base.",
+                      "The adapter {adapter} changes layer '{layer}', which does not exist in the base "
+                      "model {base}. The adapter was trained on '{trained_on}'; use that base model."),
+    "adapter_name": ("El adaptador se entrenó sobre '{trained_on}' y se aplica a '{base}'; las formas "
+                     "coinciden, así que continúo.",
+                     "The adapter was trained on '{trained_on}' and is applied to '{base}'; the shapes "
+                     "match, so continuing."),
+    "not_adapter": ("{path} no es un adaptador peft: falta adapter_config.json.",
+                    "{path} is not a peft adapter: adapter_config.json is missing."),
+    "gguf_bad": ("{path} no es un archivo GGUF válido o está truncado ({err}). Vuelve a exportarlo con "
+                 "'aura export gguf'.",
+                 "{path} is not a valid GGUF file or is truncated ({err}). Export it again with "
+                 "'aura export gguf'."),
+    "no_llama_cpp": ("Para usar archivos GGUF hace falta llama-cpp-python: pip install llama-cpp-python",
+                     "GGUF files need llama-cpp-python: pip install llama-cpp-python"),
+    "gguf_adapter": ("--adapter no se puede usar con un archivo GGUF: fusiona primero (aura merge) y "
+                     "exporta el modelo fusionado.",
+                     "--adapter cannot be used with a GGUF file: merge first (aura merge) and export "
+                     "the merged model."),
+})
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|end_of_text|>", "</s>")
+
+
+@dataclass
+class ModelSource:
+    """What a model argument points at: ``kind`` is "hf", "adapter" or "gguf"."""
+
+    kind: str
+    path: Path
+    base: Path | None = None  # for adapters: the base model dir
+
+    @property
+    def weights_dir(self) -> Path:
+        return self.base if self.kind == "adapter" and self.base else self.path
+
+
+def read_json_file(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise AuraError(M("bad_json", path=path, err=e)) from None
+
+
+def is_gguf_path(path: str | Path) -> bool:
+    p = Path(path)
+    if p.suffix.lower() == ".gguf":
+        return True
+    if not p.is_file():
+        return False
+    with open(p, "rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    files = sorted(model_dir.glob("model*.safetensors"))
+    if not files:
+        if (model_dir / "dcp").is_dir():
+            raise AuraError(M("dcp", path=model_dir))
+        raise AuraError(M("no_weights", path=model_dir))
+    return files
+
+
+def resolve_model(model: str | Path, adapter: str | Path | None = None) -> ModelSource:
+    """Classify ``model`` (and an optional ``adapter``) without loading anything heavy."""
+    path = Path(model)
+    if not path.exists():
+        raise AuraError(M("missing", path=path))
+    if path.is_file() or is_gguf_path(path):
+        if adapter:
+            raise AuraError(M("gguf_adapter"))
+        validate_gguf(path)
+        return ModelSource("gguf", path)
+    if adapter:
+        adapter_dir = Path(adapter)
+        if not (adapter_dir / "adapter_config.json").is_file():
+            raise AuraError(M("not_adapter", path=adapter_dir))
+        _require_config(path)
+        check_adapter_fits(adapter_dir, path)
+        return ModelSource("adapter", adapter_dir, base=path)
+    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        base = adapter_base(path)
+        check_adapter_fits(path, base)
+        return ModelSource("adapter", path, base=base)
+    _require_config(path)
+    return ModelSource("hf", path)
+
+
+def _require_config(path: Path) -> None:
+    if not (path / "config.json").is_file():
+        raise AuraError(M("not_model", path=path))
+
+
+def adapter_base(adapter_dir: Path) -> Path:
+    cfg = read_json_file(adapter_dir / "adapter_config.json")
+    name = cfg.get("base_model_name_or_path")
+    if not name:
+        raise AuraError(M("adapter_no_base", path=adapter_dir))
+    base = Path(name)
+    if not base.is_absolute() and not base.exists():
+        base = (adapter_dir / name).resolve()
+    if not (base / "config.json").is_file():
+        raise AuraError(M("adapter_base_missing", adapter=adapter_dir, base=name))
+    return base
+
+
+def _tensor_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor in safetensors files, read from headers only."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as sf:
+            for key in sf.keys():
+                shapes[key] = tuple(sf.get_slice(key).get_shape())
+    return shapes
+
+
+def check_adapter_fits(adapter_dir: Path, base_dir: Path) -> None:
+    """Compare every LoRA matrix with the base weight it modifies; raise naming both models if off."""
+    from aura import console
+
+    cfg = read_json_file(adapter_dir / "adapter_config.json")
+    trained_on = cfg.get("base_model_name_or_path") or "?"
+    adapter_files = sorted(adapter_dir.glob("adapter_model*.safetensors"))
+    base_shapes = _tensor_shapes(weight_files(base_dir))
+    for key, shape in (_tensor_shapes(adapter_files) if adapter_files else {}).items():
+        for part, dim in ((".lora_A.", 1), (".lora_B.", 0)):
+            if part not in key:
+                continue
+            module = key.split(part)[0].removeprefix("base_model.model.")
+            base_key = _find_base_key(module, base_shapes)
+            if base_key is None:
+                raise AuraError(M("adapter_layer", adapter=adapter_dir, layer=module, base=base_dir,
+                                  trained_on=trained_on))
+            base_shape = base_shapes[base_key]
+            # Linear weights are (out, in); GPT-2's Conv1D stores (in, out).
+            expected = base_shape[1 - dim] if cfg.get("fan_in_fan_out") else base_shape[dim]
+            if shape[dim] != expected:
+                raise AuraError(M("adapter_shape", adapter=adapter_dir, base=base_dir, layer=module,
+                                  expected=list(base_shape), found=list(shape), trained_on=trained_on))
+    if trained_on != "?" and Path(trained_on).resolve() != Path(base_dir).resolve() \
+            and Path(trained_on).name != Path(base_dir).name:
+        console.warn(M("adapter_name", trained_on=trained_on, base=base_dir))
+
+
+def _find_base_key(module: str, base_shapes: dict) -> str | None:
+    for cand in (module + ".weight", module.removeprefix("model.") + ".weight",
+                 "model." + module + ".weight", module.replace(".base_layer", "") + ".weight"):
+        if cand in base_shapes:
+            return cand
+    return None
+
+
+def find_tokenizer_dir(path: Path) -> Path:
+    """The model dir if it has tokenizer files; else its run dir (checkpoints) or the run's final/."""
+    candidates = [path, path.parent, path.parent / "final", path.parent / "tokenizer"]
+    for c in candidates:
+        if c.is_dir() and has_tokenizer(c):
+            return c
+    raise AuraError(M("no_tokenizer", path=path, searched=", ".join(str(c) for c in candidates)))
+
+
+def has_tokenizer(path: Path) -> bool:
+    return any((Path(path) / f).is_file() for f in TOKENIZER_FILES)
+
+
+def tokenizer_dir_for(source: ModelSource) -> Path:
+    """Adapters: their own tokenizer (fine-tuning may add tokens and a chat template), else the base's."""
+    if source.kind == "adapter" and not has_tokenizer(source.path) and source.base is not None:
+        return find_tokenizer_dir(source.base)
+    return find_tokenizer_dir(source.path)
+
+
+def load_tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    tok_dir = find_tokenizer_dir(path)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    except Exception as e:  # noqa: BLE001 - any load failure is the user's file
+        raise AuraError(M("bad_tokenizer", path=tok_dir, err=e)) from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def end_of_turn_ids(tok) -> list[int]:
+    """EOS plus the end-of-turn tokens the chat template uses (``<|im_end|>`` ...), deduplicated."""
+    ids = [tok.eos_token_id] if tok.eos_token_id is not None else []
+    template = getattr(tok, "chat_template", None) or ""
+    vocab = tok.get_vocab()
+    for t in END_OF_TURN_TOKENS:
+        if t in vocab and t in template and vocab[t] not in ids:
+            ids.append(vocab[t])
+    return ids
+
+
+def quiet_transformers() -> None:
+    """Aura prints its own progress; transformers' per-load bars and deprecation chatter are noise here."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\..*")
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"peft\..*")
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def load_hf(source: ModelSource, *, dtype: str = "float32", device: str = "cpu", merge: bool = False):
+    """(model, tokenizer) for an "hf" or "adapter" source; adapters load on an unquantised base."""
+    from transformers import AutoModelForCausalLM
+
+    quiet_transformers()
+    tok = load_tokenizer(tokenizer_dir_for(source))
+    model = AutoModelForCausalLM.from_pretrained(str(source.weights_dir), dtype=torch_dtype(dtype))
+    if getattr(model.config, "quantization_config", None) is not None:
+        model = model.dequantize()
+    if source.kind == "adapter":
+        from peft import PeftModel
+
+        if len(tok) > model.get_input_embeddings().weight.shape[0]:
+            model.resize_token_embeddings(len(tok))
+        model = PeftModel.from_pretrained(model, str(source.path))
+        if merge:
+            model = model.merge_and_unload()
+    model.to(device).eval()
+    return model, tok
+
+
+def validate_gguf(path: Path) -> dict:
+    """Read a GGUF's header, metadata and tensor table; raise a clear error if it is damaged.
+
+    llama.cpp may abort the whole process on a damaged file, so it never sees one.
+    """
+    import gguf
+
+    try:
+        if not is_gguf_path(path) or path.stat().st_size < 8 or not _has_magic(path):
+            raise ValueError("missing GGUF magic")
+        reader = gguf.GGUFReader(str(path))
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+        if end > path.stat().st_size:
+            raise ValueError(f"tensor data ends at byte {end} but the file has {path.stat().st_size}")
+        meta = {}
+        for key in ("general.architecture", "tokenizer.chat_template", "tokenizer.ggml.eos_token_id"):
+            field = reader.get_field(key)
+            if field is not None:
+                meta[key] = field.contents()
+        return meta
+    except AuraError:
+        raise
+    except Exception as e:  # noqa: BLE001 - anything the reader chokes on means a bad file
+        raise AuraError(M("gguf_bad", path=path, err=e)) from None
+
+
+def _has_magic(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def require_llama_cpp():
+    try:
+        import llama_cpp
+    except ImportError:
+        raise AuraError(M("no_llama_cpp")) from None
+    return llama_cpp
+
+
+def load_llama(path: Path, *, n_ctx: int = 0, logits_all: bool = False, vocab_only: bool = False,
+               seed: int = 0, n_threads: int | None = None, verbose: bool = False):
+    """A llama_cpp.Llama for a validated GGUF (AMX repacking is off: it segfaults on Q8_0 here)."""
+    llama_cpp = require_llama_cpp()
+    validate_gguf(path)
+    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, logits_all=logits_all, vocab_only=vocab_only,
+                           seed=seed, n_threads=n_threads, verbose=verbose, use_extra_bufts=False)

@@ -1,0 +1,344 @@
+"""Tokenizers: train a Spanish byte-level BPE, load any Hugging Face tokenizer, identify one by hash.
+
+``aura tokenizer train`` trains with the Rust ``tokenizers`` library (NFC normalisation only: accents,
+ñ, ¿ and ¡ are kept; byte-level, so any text encodes without unknown tokens) and saves a directory
+that ``transformers.AutoTokenizer.from_pretrained`` loads, plus ``aura_tokenizer.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from aura import __version__, console
+from aura.config import arg
+from aura.errors import AuraError
+from aura.i18n import Messages
+
+EOS = "<|endoftext|>"
+PAD = "<|pad|>"
+CHAT_TOKENS = ["<|im_start|>", "<|im_end|>", "<|system|>", "<|user|>", "<|assistant|>"]
+NUM_RESERVED = 8
+SPECIAL_TOKENS = [EOS, PAD, *CHAT_TOKENS, *[f"<|reserved_{i}|>" for i in range(NUM_RESERVED)]]
+BYTE_ALPHABET = 256
+META_FILE = "aura_tokenizer.json"
+
+M = Messages("tokenizer", {
+    "vocab_too_small": ("--vocab-size {size} es demasiado pequeño: hacen falta al menos {need} entradas "
+                        "({special} tokens especiales + 256 bytes) y algunas fusiones. Usa, por ejemplo, "
+                        "--vocab-size 8000 o más.",
+                        "--vocab-size {size} is too small: at least {need} entries are needed ({special} "
+                        "special tokens + 256 bytes) plus some merges. Use, e.g., --vocab-size 8000 or more."),
+    "no_inputs": ("Indica los textos de entrenamiento: archivos, directorios, patrones o un directorio "
+                  "preparado con 'aura data prepare'.",
+                  "Give the training texts: files, directories, patterns or a directory prepared with "
+                  "'aura data prepare'."),
+    "no_docs": ("No quedan documentos para entrenar el tokenizador tras la limpieza.",
+                "No documents are left to train the tokenizer on after cleaning."),
+    "exists": ("{path} ya existe. Usa --force para reemplazarlo o elige otro --output-dir.",
+               "{path} already exists. Use --force to replace it or choose another --output-dir."),
+    "bad_min_freq": ("--min-frequency debe ser al menos 1.", "--min-frequency must be at least 1."),
+    "bad_heldout": ("--heldout-fraction debe estar entre 0 y 0.5.", "--heldout-fraction must be between 0 and 0.5."),
+    "training": ("Entrenando BPE a nivel de bytes (vocabulario {vocab}) con {files} fuente(s)...",
+                 "Training byte-level BPE (vocabulary {vocab}) on {files} source(s)..."),
+    "done": ("Tokenizador guardado en {path}: vocabulario {vocab}, fertilidad {fertility} tokens/palabra "
+             "en {docs} documentos reservados, {secs:.1f} s.",
+             "Tokenizer saved to {path}: vocabulary {vocab}, fertility {fertility} tokens/word on {docs} "
+             "held-out documents, {secs:.1f} s."),
+    "not_found": ("No se encontró el tokenizador '{name}': no es un directorio local con tokenizer.json "
+                  "ni se pudo descargar de Hugging Face ({err}). Entrena uno con 'aura tokenizer train' "
+                  "o revisa el nombre.",
+                  "Tokenizer '{name}' not found: it is not a local directory with tokenizer.json and it "
+                  "could not be downloaded from Hugging Face ({err}). Train one with 'aura tokenizer "
+                  "train' or check the name."),
+    "missing_path": ("El tokenizador {name} no existe. Entrena uno con 'aura tokenizer train' o indica "
+                     "un nombre de Hugging Face.",
+                     "The tokenizer {name} does not exist. Train one with 'aura tokenizer train' or give "
+                     "a Hugging Face name."),
+    "pad_eos": ("El tokenizador no tiene token de relleno: se usa el de fin de texto ({eos}) como relleno.",
+                "The tokenizer has no padding token: using the end-of-text token ({eos}) as padding."),
+    "pad_added": ("El tokenizador no tiene token de relleno ni de fin de texto: se añade {pad} "
+                  "(recuerda redimensionar los embeddings del modelo).",
+                  "The tokenizer has no padding or end-of-text token: adding {pad} (remember to resize "
+                  "the model's embeddings)."),
+    "no_fast": ("El tokenizador '{name}' no tiene versión rápida (tokenizer.json); Aura necesita una.",
+                "The tokenizer '{name}' has no fast version (tokenizer.json); Aura needs one."),
+})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Identity
+
+
+def _backend_json(tok) -> dict:
+    """tokenizer.json content of a path, a ``tokenizers.Tokenizer`` or a transformers fast tokenizer."""
+    if isinstance(tok, (str, os.PathLike)):
+        p = Path(tok)
+        p = p / "tokenizer.json" if p.is_dir() else p
+        return json.loads(p.read_text(encoding="utf-8"))
+    backend = getattr(tok, "backend_tokenizer", None) or getattr(tok, "_tokenizer", None) or tok
+    if hasattr(backend, "to_str"):
+        return json.loads(backend.to_str())
+    raise TypeError("not a fast tokenizer")
+
+
+def tokenizer_hash(tok) -> str:
+    """sha256 of the canonical tokenizer.json content (model vocab+merges, normaliser, pre-tokeniser,
+    added tokens): equal for a directory and for a tokenizer loaded from it."""
+    try:
+        data = _backend_json(tok)
+        canon = {
+            "model": data.get("model"),
+            "normalizer": data.get("normalizer"),
+            "pre_tokenizer": data.get("pre_tokenizer"),
+            "added_tokens": sorted(((t["id"], t["content"], bool(t.get("special")))
+                                    for t in data.get("added_tokens") or []), key=lambda t: t[0]),
+        }
+    except TypeError:  # a slow (Python) tokenizer: its vocabulary is its identity
+        canon = {"vocab": sorted(tok.get_vocab().items(), key=lambda kv: kv[1])}
+    blob = json.dumps(canon, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loading
+
+
+def _looks_like_path(name: str) -> bool:
+    return (os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1
+            or os.sep != "/" and os.sep in name)
+
+
+def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False):
+    """Any Hugging Face tokenizer (local directory or hub name), with a padding token guaranteed."""
+    from transformers import AutoTokenizer
+
+    name = str(name_or_path)
+    local = Path(os.path.expanduser(name))
+    if not local.exists() and _looks_like_path(name):
+        raise AuraError(M("missing_path", name=name))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(local) if local.exists() else name,
+                                            trust_remote_code=trust_remote_code)
+    except Exception as e:  # OSError, HFValidationError, ValueError from hub/connection problems
+        raise AuraError(M("not_found", name=name, err=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")) from None
+    if tok.pad_token is None:
+        if PAD in tok.get_vocab():
+            tok.pad_token = PAD
+        elif tok.eos_token is not None:
+            tok.pad_token = tok.eos_token
+            console.info(M("pad_eos", eos=tok.eos_token))
+        else:
+            tok.add_special_tokens({"pad_token": PAD})
+            console.info(M("pad_added", pad=PAD))
+    return tok
+
+
+def backend_of(tok, name: str = ""):
+    """The Rust ``tokenizers.Tokenizer`` behind a transformers tokenizer (a copy, safe to pickle)."""
+    from tokenizers import Tokenizer
+
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        raise AuraError(M("no_fast", name=name or getattr(tok, "name_or_path", "?")))
+    return Tokenizer.from_str(backend.to_str())
+
+
+def local_backend(name_or_path: str):
+    """(``tokenizers.Tokenizer``, eos id) of a local directory with tokenizer.json, read without importing
+    transformers (and torch: seconds of start-up); None when the directory needs transformers."""
+    from tokenizers import Tokenizer
+
+    d = Path(os.path.expanduser(str(name_or_path)))
+    if not (d / "tokenizer.json").is_file():
+        return None
+    eos = None
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        f = d / name
+        if f.is_file() and eos is None:
+            eos = json.loads(f.read_text(encoding="utf-8")).get("eos_token")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+    eos_id = tok.token_to_id(eos) if isinstance(eos, str) else None
+    return None if eos_id is None else (tok, eos_id)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training
+
+
+def build_bpe_trainer_pair(vocab_size: int, min_frequency: int):
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                  special_tokens=SPECIAL_TOKENS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    return tok, trainer
+
+
+def _score(seed: int, text: str) -> float:
+    """A stable number in [0, 1) from (seed, content): the held-out / validation decision."""
+    h = hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=str(seed).encode()).digest()
+    return int.from_bytes(h, "little") / 2.0 ** 64
+
+
+def _iter_training_docs(inputs: list[str], *, opts, heldout: list[str], heldout_fraction: float,
+                        seed: int, stats: Counter, max_heldout_chars: int = 5_000_000) -> Iterator[str]:
+    from aura.data.readers import clean_text, iter_documents
+
+    held_chars = 0
+    for source in _training_sources(inputs):
+        keep_layout = source.kind == "file" and source.fmt == "txt" and opts.doc_sep == "file"
+        for raw in iter_documents(source, opts, stats):
+            doc = clean_text(raw, keep_layout=keep_layout)
+            if not doc:
+                continue
+            stats["documents"] += 1
+            if held_chars < max_heldout_chars and _score(seed, doc) < heldout_fraction:
+                heldout.append(doc)
+                held_chars += len(doc)
+                continue
+            yield doc
+
+
+def _training_sources(inputs: list[str]):
+    """Sources of the inputs; a prepared data dir stands for the sources it was built from."""
+    from aura.data.readers import expand_inputs
+
+    out = []
+    for item in inputs:
+        meta_file = Path(item) / "meta.json"
+        if meta_file.is_file():
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+            out += expand_inputs([s["path"] for s in meta.get("sources", []) if "path" in s])
+        else:
+            out += expand_inputs([item])
+    return out
+
+
+def fertility(tok, docs: Iterable[str]) -> tuple[float | None, int]:
+    """Tokens per whitespace-separated word over ``docs`` (and how many documents were measured)."""
+    docs = list(docs)
+    words = sum(len(d.split()) for d in docs)
+    if not words:
+        return None, 0
+    tokens = sum(len(e.ids) for e in tok.encode_batch(docs, add_special_tokens=False))
+    return round(tokens / words, 4), len(docs)
+
+
+def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min_frequency: int = 2,
+              text_field: str = "text", doc_sep: str = "line", encoding: str = "utf-8",
+              errors: str = "strict", heldout_fraction: float = 0.02, seed: int = 0,
+              model_max_length: int = 2048, force: bool = False) -> Path:
+    """Train a byte-level BPE on ``inputs`` and save a transformers-loadable directory; returns it."""
+    from transformers import PreTrainedTokenizerFast
+
+    from aura.data.readers import ReaderOptions
+    from aura.utils.fsutil import atomic_write_json, staged_dir
+
+    need = BYTE_ALPHABET + len(SPECIAL_TOKENS)
+    if vocab_size < need + 16:
+        raise AuraError(M("vocab_too_small", size=vocab_size, need=need + 16, special=len(SPECIAL_TOKENS)))
+    if not inputs:
+        raise AuraError(M("no_inputs"))
+    out = Path(output_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not (force and out.is_dir() and (out / "tokenizer.json").is_file()):
+            raise AuraError(M("exists", path=out))
+    opts = ReaderOptions(text_field=text_field, doc_sep=doc_sep, encoding=encoding, errors=errors)
+    sources = _training_sources(inputs)  # validates every input before the (long) training starts
+    console.info(M("training", vocab=vocab_size, files=len(sources)))
+    start = time.perf_counter()
+    tok, trainer = build_bpe_trainer_pair(vocab_size, min_frequency)
+    heldout: list[str] = []
+    stats: Counter = Counter()
+    tok.train_from_iterator(_iter_training_docs(inputs, opts=opts, heldout=heldout, seed=seed,
+                                                heldout_fraction=heldout_fraction, stats=stats),
+                            trainer=trainer)
+    if stats["documents"] == 0 or tok.get_vocab_size() <= need:
+        raise AuraError(M("no_docs"))
+    fert, fert_docs = fertility(tok, heldout)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, pad_token=PAD,
+                                   additional_special_tokens=CHAT_TOKENS,
+                                   model_max_length=model_max_length, clean_up_tokenization_spaces=False)
+    with staged_dir(out, replace=True) as tmp:
+        fast.save_pretrained(str(tmp))
+        atomic_write_json(tmp / META_FILE, {
+            "hash": tokenizer_hash(tok),
+            "vocab_size": tok.get_vocab_size(),
+            "special_tokens": {t: tok.token_to_id(t) for t in SPECIAL_TOKENS},
+            "eos_token": EOS, "pad_token": PAD, "bos_token": EOS,
+            "fertility": {"tokens_per_word": fert, "heldout_documents": fert_docs,
+                          "heldout_fraction": heldout_fraction},
+            "trained_on": {"sources": [s.path for s in sources], "documents": stats["documents"],
+                           "bad_records": stats["bad_records"]},
+            "sources": [s.path for s in sources],
+            "min_frequency": min_frequency, "seed": seed,
+            "aura_version": __version__,
+        })
+    fert_text = "-" if fert is None else f"{fert:.3f}"
+    console.success(M("done", path=out, vocab=tok.get_vocab_size(), fertility=fert_text,
+                      docs=fert_docs, secs=time.perf_counter() - start))
+    return out
+
+
+@dataclass
+class TokenizerTrainConfig:
+    inputs: list[str] = arg([], positional=True,
+                            es="Textos de entrenamiento: archivos, directorios, patrones o un directorio "
+                               "preparado (se usan sus fuentes).",
+                            en="Training texts: files, directories, patterns or a prepared directory "
+                               "(its sources are used).")
+    output_dir: str = arg("tokenizer", es="Directorio donde guardar el tokenizador.",
+                          en="Directory to save the tokenizer in.")
+    vocab_size: int = arg(32000, es="Tamaño del vocabulario.", en="Vocabulary size.")
+    min_frequency: int = arg(2, es="Frecuencia mínima de un par para fusionarlo.",
+                             en="Minimum pair frequency to merge it.")
+    text_field: str = arg("text", es="Campo o columna con el texto (jsonl, json, csv, parquet, datasets).",
+                          en="Field or column holding the text (jsonl, json, csv, parquet, datasets).")
+    doc_sep: str = arg("line", choices=("line", "blankline", "file"),
+                       es="Separador de documentos en .txt: línea, línea en blanco o archivo entero.",
+                       en="Document separator in .txt: line, blank line or whole file.")
+    encoding: str = arg("utf-8", es="Codificación de los archivos de texto.", en="Text files' encoding.")
+    errors: str = arg("strict", choices=("strict", "replace", "ignore"),
+                      es="Qué hacer con bytes no válidos: strict (error), replace o ignore.",
+                      en="What to do with invalid bytes: strict (error), replace or ignore.")
+    heldout_fraction: float = arg(0.02, es="Fracción de documentos reservada para medir la fertilidad.",
+                                  en="Fraction of documents held out to measure fertility.")
+    model_max_length: int = arg(2048, es="Longitud máxima de contexto anotada en el tokenizador.",
+                                en="Maximum context length recorded in the tokenizer.")
+    seed: int = arg(0, es="Semilla de la selección de documentos reservados.",
+                    en="Seed of the held-out document selection.")
+    force: bool = arg(False, es="Reemplaza un tokenizador existente en --output-dir.",
+                      en="Replace an existing tokenizer in --output-dir.")
+
+    def __post_init__(self):
+        if not self.inputs:
+            raise AuraError(M("no_inputs"))
+        need = BYTE_ALPHABET + len(SPECIAL_TOKENS)
+        if self.vocab_size < need + 16:
+            raise AuraError(M("vocab_too_small", size=self.vocab_size, need=need + 16,
+                              special=len(SPECIAL_TOKENS)))
+        if self.min_frequency < 1:
+            raise AuraError(M("bad_min_freq"))
+        if not 0 <= self.heldout_fraction <= 0.5 or math.isnan(self.heldout_fraction):
+            raise AuraError(M("bad_heldout"))
+
+
+def train_tokenizer(cfg: TokenizerTrainConfig) -> Path:
+    return train_bpe(inputs=cfg.inputs, vocab_size=cfg.vocab_size, output_dir=cfg.output_dir,
+                     min_frequency=cfg.min_frequency, text_field=cfg.text_field, doc_sep=cfg.doc_sep,
+                     encoding=cfg.encoding, errors=cfg.errors, heldout_fraction=cfg.heldout_fraction,
+                     seed=cfg.seed, model_max_length=cfg.model_max_length, force=cfg.force)

@@ -1,0 +1,337 @@
+"""Model set-up for fine-tuning: base model loading, LoRA / QLoRA (peft, bitsandbytes) or full.
+
+* ``load_base_model``: any Hugging Face causal LM, by local directory (offline) or hub name, including
+  Aura's own ``final/`` dirs; QLoRA loads it in 4-bit NF4 through bitsandbytes.
+* ``setup_model``: LoRA adapters on every attention and MLP projection (discovered generically from the
+  model's linear layers) or all weights trainable for full fine-tuning; prints the
+  "trainable params: N / total (x %)" line of the original guide.
+* ``save_finetuned``: the adapter (adapter_config.json, adapter_model.safetensors) or a full HF model
+  dir in safetensors, plus tokenizer (with its chat template) and ``aura_adapter.json`` (the base's
+  fingerprint), written atomically.
+* ``load_adapter``: an adapter back onto its base (resume, chat, merge); another base -> clear error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from aura import console
+from aura.errors import AuraError
+from aura.i18n import Messages
+from aura.utils.fsutil import atomic_write_json, read_json, staged_dir
+
+ADAPTER_META = "aura_adapter.json"
+METHODS = ("lora", "qlora", "full")
+LORA_PRESETS = {"frida": {"lora_r": 64, "lora_alpha": 128, "lora_dropout": 0.05}}
+# Config keys that do not change which weights an adapter fits (paths, dtypes, runtime switches).
+_VOLATILE_KEYS = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "quantization_config",
+                  "use_cache", "_attn_implementation", "_attn_implementation_autoset", "attn_implementation",
+                  "output_attentions", "output_hidden_states", "return_dict", "architectures", "auto_map",
+                  "_commit_hash", "pad_token_id", "tie_word_embeddings"}
+
+M = Messages("adapters", {
+    "base_missing": ("No existe el modelo base '{name}'. Indica un directorio de modelo de Hugging Face "
+                     "(con config.json), p. ej. el final/ de 'aura pretrain', o un nombre del hub como "
+                     "'mistralai/Mistral-7B-Instruct-v0.2'.",
+                     "The base model '{name}' does not exist. Give a Hugging Face model directory (with "
+                     "config.json), e.g. the final/ of 'aura pretrain', or a hub name such as "
+                     "'mistralai/Mistral-7B-Instruct-v0.2'."),
+    "base_failed": ("No se pudo cargar el modelo base '{name}': {err}",
+                    "Could not load the base model '{name}': {err}"),
+    "no_bnb": ("QLoRA necesita bitsandbytes, que no está instalado. Instálalo con: pip install bitsandbytes "
+               "(o pip install 'aura-llm[qlora]'), o usa --method lora.",
+               "QLoRA needs bitsandbytes, which is not installed. Install it with: pip install "
+               "bitsandbytes (or pip install 'aura-llm[qlora]'), or use --method lora."),
+    "bad_targets": ("El modelo no tiene las capas {missing} pedidas en --target-modules. Capas lineales "
+                    "del modelo: {available}.",
+                    "The model has no layers {missing} requested in --target-modules. The model's "
+                    "linear layers: {available}."),
+    "trainable": ("Parámetros entrenables: {trainable:,} / {total:,} ({pct:.2f}%)",
+                  "Trainable params: {trainable:,} / {total:,} ({pct:.2f}%)"),
+    "resized": ("El tokenizador tiene {tokens} tokens y el modelo {rows} filas de embeddings: se amplían "
+                "los embeddings (las filas nuevas no se entrenan).",
+                "The tokenizer has {tokens} tokens and the model {rows} embedding rows: the embeddings "
+                "are enlarged (the new rows are not trained)."),
+    "no_adapter": ("{path} no es un adaptador LoRA (falta adapter_config.json).",
+                   "{path} is not a LoRA adapter (adapter_config.json is missing)."),
+    "wrong_base": ("El adaptador {path} se entrenó sobre '{saved}' pero el modelo base es '{now}' y no "
+                   "coincide ({what}). Usa el mismo modelo base con el que se entrenó.",
+                   "The adapter {path} was trained on '{saved}' but the base model is '{now}', which "
+                   "does not match ({what}). Use the base model it was trained on."),
+    "moved_base": ("El adaptador se entrenó sobre '{saved}'; se usa '{now}', que tiene la misma "
+                   "arquitectura y pesos de embeddings.",
+                   "The adapter was trained on '{saved}'; using '{now}', which has the same architecture "
+                   "and embedding weights."),
+    "packing_leaks": ("Con este modelo ({arch}, atención {attn}) los ejemplos empaquetados se ven entre sí: "
+                      "transformers no separa las secuencias a partir de position_ids. Entrena sin --packing "
+                      "o usa otra implementación de atención (--attn-implementation).",
+                      "With this model ({arch}, {attn} attention) packed examples see each other: "
+                      "transformers does not separate sequences from position_ids. Train without --packing "
+                      "or use another attention implementation (--attn-implementation)."),
+    "unverified_base": ("El adaptador {path} indica como base '{saved}' y se carga sobre '{now}'; sin "
+                        "aura_adapter.json no se puede comprobar que sean el mismo modelo.",
+                        "The adapter {path} names '{saved}' as its base and is being loaded onto '{now}'; "
+                        "without aura_adapter.json it cannot be checked that they are the same model."),
+})
+
+
+def _is_local_path(name: str) -> bool:
+    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") != 1
+
+
+def resolve_base(name_or_path: str) -> str:
+    """A local model dir (absolute) or a hub name; a missing local path is a clear error."""
+    name = str(name_or_path)
+    local = Path(os.path.expanduser(name))
+    if local.exists():
+        if not (local / "config.json").is_file():
+            raise AuraError(M("base_missing", name=name))
+        return str(local.resolve())
+    if _is_local_path(name):
+        raise AuraError(M("base_missing", name=name))
+    return name
+
+
+def require_bitsandbytes() -> None:
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise AuraError(M("no_bnb")) from None
+
+
+def load_base_model(name_or_path: str, *, method: str = "lora", dtype=None, device=None,
+                    attn_implementation: str | None = None, trust_remote_code: bool = False):
+    """The base causal LM, on ``device``; 4-bit NF4 (compute in ``dtype``) for ``method='qlora'``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    name = resolve_base(name_or_path)
+    dtype = dtype or torch.float32
+    kwargs: dict = {"dtype": dtype, "trust_remote_code": trust_remote_code}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if method == "qlora":
+        require_bitsandbytes()
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=dtype)
+        # bitsandbytes quantizes while loading onto the target device
+        kwargs["device_map"] = {"": str(device) if device is not None else "cpu"}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    except (OSError, ValueError) as e:  # not a model dir, no connection, unknown architecture
+        raise AuraError(M("base_failed", name=name, err=str(e).splitlines()[0] if str(e) else type(e).__name__)) from None
+    if method != "qlora" and device is not None:
+        model.to(device)
+    return model
+
+
+def linear_module_names(model) -> list[str]:
+    """Leaf names of the model's linear layers (nn.Linear, GPT-2 Conv1D, bitsandbytes 4/8-bit), in
+    model order, without the output head: q_proj…down_proj for Llama/Mistral, c_attn, c_proj, c_fc
+    for GPT-2."""
+    import torch
+
+    kinds: tuple[type, ...] = (torch.nn.Linear,)
+    try:
+        from transformers.pytorch_utils import Conv1D
+        kinds += (Conv1D,)
+    except ImportError:  # pragma: no cover - very old transformers
+        pass
+    head = model.get_output_embeddings()
+    names: list[str] = []
+    for full_name, module in model.named_modules():
+        if module is head or not isinstance(module, kinds) and "Linear" not in type(module).__name__:
+            continue
+        if not hasattr(module, "weight"):
+            continue
+        leaf = full_name.rsplit(".", 1)[-1]
+        if leaf not in names and not leaf.startswith("lora_"):
+            names.append(leaf)
+    return names
+
+
+def resolve_target_modules(model, requested: list[str] | None) -> list[str]:
+    """``--target-modules`` (default: every linear layer except the head), checked against the model."""
+    available = linear_module_names(model)
+    if not requested or requested in (["all"], ["all-linear"]):
+        return available
+    missing = [t for t in requested if t not in available]
+    if missing:
+        raise AuraError(M("bad_targets", missing=", ".join(missing), available=", ".join(available)))
+    return list(requested)
+
+
+def match_vocab(model, tokenizer) -> None:
+    """Enlarge the embeddings when the tokenizer gained tokens (e.g. a pad token added)."""
+    rows = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > rows:
+        console.warn(M("resized", tokens=len(tokenizer), rows=rows))
+        model.resize_token_embeddings(len(tokenizer))
+
+
+def setup_model(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, lora_dropout: float = 0.05,
+                target_modules: list[str] | None = None, gradient_checkpointing: bool = False):
+    """Make ``model`` ready to train: a peft LoRA model (``lora``/``qlora``) or all weights trainable."""
+    if method == "full":
+        for p in model.parameters():
+            p.requires_grad_(True)
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    targets = resolve_target_modules(model, target_modules)
+    if method == "qlora":
+        from peft import prepare_model_for_kbit_training
+
+        # fp32 norms/head for stability, input grads for checkpointing (peft's recipe for k-bit bases)
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=gradient_checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    from transformers.pytorch_utils import Conv1D
+
+    conv1d = any(isinstance(m, Conv1D) for m in model.modules())  # GPT-2 stores weights transposed
+    config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=targets,
+                        bias="none", task_type="CAUSAL_LM", fan_in_fan_out=conv1d)
+    return get_peft_model(model, config)
+
+
+def count_parameters(model) -> tuple[int, int]:
+    """(trainable, total) parameters; 4-bit weights counted at their real size (as peft does)."""
+    if hasattr(model, "get_nb_trainable_parameters"):
+        return model.get_nb_trainable_parameters()
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in model.parameters())
+
+
+def trainable_line(model) -> str:
+    trainable, total = count_parameters(model)
+    return M("trainable", trainable=trainable, total=total, pct=100.0 * trainable / max(total, 1))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Base fingerprint, saving and loading
+
+
+def base_fingerprint(model) -> dict:
+    """What identifies a base model for an adapter: its architecture config and its embedding weights
+    (sampled, rounded to bf16 so a bf16 and an fp32 load of the same weights agree)."""
+    import torch
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cfg = {k: v for k, v in base.config.to_dict().items() if k not in _VOLATILE_KEYS}
+    config_hash = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()
+    emb = base.get_input_embeddings().weight
+    rows = torch.linspace(0, emb.shape[0] - 1, steps=min(16, emb.shape[0])).long()
+    sample = emb.detach()[rows.to(emb.device), :64].to("cpu", torch.bfloat16).float()  # (16, 64)
+    embed_hash = hashlib.sha256(sample.numpy().tobytes()).hexdigest()
+    name = getattr(base.config, "_name_or_path", "") or getattr(base, "name_or_path", "")
+    return {"base_model": str(name), "config_hash": config_hash, "embed_hash": embed_hash}
+
+
+def save_finetuned(model, tokenizer, out_dir: str | os.PathLike, *, method: str, template_name: str | None = None,
+                   extra: dict | None = None, replace: bool = True) -> Path:
+    """Adapter or full model + tokenizer (chat template included) + aura_adapter.json, atomically."""
+    out_dir = Path(out_dir)
+    fingerprint = base_fingerprint(model)
+    with staged_dir(out_dir, replace=replace) as tmp:
+        if method == "full":
+            model.save_pretrained(tmp, safe_serialization=True)
+        else:
+            model.save_pretrained(tmp)  # adapter_config.json + adapter_model.safetensors
+        tokenizer.save_pretrained(tmp)
+        if getattr(tokenizer, "chat_template", None):
+            # a plain file too, so chat/export find the template whatever the tokenizer format
+            (tmp / "chat_template.jinja").write_text(tokenizer.chat_template, encoding="utf-8")
+        atomic_write_json(tmp / ADAPTER_META, {"method": method, "template": template_name, **fingerprint,
+                                                **(extra or {})})
+    return out_dir
+
+
+def is_adapter_dir(path: str | os.PathLike) -> bool:
+    return (Path(path) / "adapter_config.json").is_file()
+
+
+def check_adapter_base(adapter_dir: str | os.PathLike, base_model) -> None:
+    """Raise a clear error when ``adapter_dir`` was trained on another base than ``base_model``."""
+    adapter_dir = Path(adapter_dir)
+    saved_cfg = read_json(adapter_dir / "adapter_config.json")
+    meta_file = adapter_dir / ADAPTER_META
+    now = base_fingerprint(base_model)
+    saved_name = saved_cfg.get("base_model_name_or_path") or "?"
+    if not meta_file.is_file():  # an adapter made elsewhere: only the name can be compared
+        if saved_name not in ("?", now["base_model"]) and Path(saved_name).name != Path(now["base_model"]).name:
+            console.warn(M("unverified_base", path=adapter_dir, saved=saved_name, now=now["base_model"]))
+        return
+    saved = read_json(meta_file)
+    for key, what in (("config_hash", "config.json"), ("embed_hash", "embeddings")):
+        if saved.get(key) and saved[key] != now[key]:
+            raise AuraError(M("wrong_base", path=adapter_dir, saved=saved.get("base_model") or saved_name,
+                              now=now["base_model"], what=what))
+    if saved.get("base_model") and saved["base_model"] != now["base_model"]:
+        console.info(M("moved_base", saved=saved["base_model"], now=now["base_model"]))
+
+
+def load_adapter(base_model, adapter_dir: str | os.PathLike, *, is_trainable: bool = True):
+    """``PeftModel`` of ``adapter_dir`` on ``base_model`` (checked to be the base it was trained on)."""
+    from peft import PeftModel
+
+    adapter_dir = Path(adapter_dir)
+    if not is_adapter_dir(adapter_dir):
+        raise AuraError(M("no_adapter", path=adapter_dir))
+    check_adapter_base(adapter_dir, base_model)
+    return PeftModel.from_pretrained(base_model, str(adapter_dir), is_trainable=is_trainable)
+
+
+def load_adapter_weights(peft_model, adapter_dir: str | os.PathLike) -> None:
+    """Resume: load a saved adapter's weights into a peft model set up with the same flags (same
+    parameter order, so the optimizer state saved beside it loads as is)."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    adapter_dir = Path(adapter_dir)
+    if not is_adapter_dir(adapter_dir):
+        raise AuraError(M("no_adapter", path=adapter_dir))
+    check_adapter_base(adapter_dir, peft_model)
+    weights = load_file(str(adapter_dir / "adapter_model.safetensors"))
+    result = set_peft_model_state_dict(peft_model, weights)
+    unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
+    if unexpected:
+        raise AuraError(M("wrong_base", path=adapter_dir, saved=read_json(adapter_dir / "adapter_config.json").get(
+            "base_model_name_or_path", "?"), now=base_fingerprint(peft_model)["base_model"], what="lora"))
+
+
+def packing_is_isolated(model) -> bool:
+    """Whether ``model`` keeps packed examples apart when position_ids restart at 0 and no attention
+    mask is given (what ``SFTDataSource(packing=True)`` yields): two random sequences are run packed and
+    alone, and the second one's logits must match. A few tokens of compute; False means cross-example
+    attention (an architecture whose mask ignores packed position_ids)."""
+    import torch
+
+    device = next(model.parameters()).device
+    vocab = model.get_input_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randint(0, vocab, (1, n), generator=g).to(device) for n in (6, 5))  # (1, 6), (1, 5)
+    positions = torch.cat([torch.arange(6), torch.arange(5)])[None].to(device)     # (1, 11)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            packed = model(input_ids=torch.cat([a, b], 1), position_ids=positions, use_cache=False).logits
+            alone = model(input_ids=b, use_cache=False).logits  # (1, 5, V)
+    finally:
+        model.train(was_training)
+    ok = torch.allclose(packed[:, 6:].float(), alone.float(), atol=1e-2, rtol=1e-2)
+    if not ok:
+        cfg = getattr(model, "config", None)
+        console.warn(M("packing_leaks", arch=getattr(cfg, "model_type", "?"),
+                       attn=getattr(cfg, "_attn_implementation", "?")))
+    return ok

@@ -1,0 +1,170 @@
+"""``TrainArgs``: the training flags shared by ``aura pretrain`` and ``aura finetune``.
+
+Fields a preset (or ``auto``) may set default to ``None``; ``explicit_fields(cfg)`` tells which the user
+gave, and ``with_defaults(cfg, **preset_values)`` fills the rest, so an explicit flag always wins over
+a preset value. ``resolve_steps`` turns --epochs / --max-steps / --max-tokens into a number of
+optimizer steps; ``lr_at`` is the schedule, a pure function of the step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from aura.config import arg
+from aura.errors import AuraError
+from aura.i18n import Messages
+
+M = Messages("train_args", {
+    "positive": ("--{flag} debe ser mayor que 0 (recibido: {value}).",
+                 "--{flag} must be greater than 0 (got: {value})."),
+    "non_negative": ("--{flag} no puede ser negativo (recibido: {value}).",
+                     "--{flag} cannot be negative (got: {value})."),
+    "min_lr": ("--min-lr ({min_lr}) no puede ser mayor que --learning-rate ({lr}).",
+               "--min-lr ({min_lr}) cannot be greater than --learning-rate ({lr})."),
+    "beta": ("--{flag} debe estar en [0, 1) (recibido: {value}).", "--{flag} must be in [0, 1) (got: {value})."),
+    "warmup_too_long": ("--warmup-steps ({warmup}) es mayor o igual que el total de pasos ({total}).",
+                        "--warmup-steps ({warmup}) is not smaller than the total number of steps ({total})."),
+})
+
+Precision = Literal["auto", "fp32", "fp16", "bf16"]
+
+
+@dataclass
+class TrainArgs:
+    """Optimisation, schedule, precision, cadence and resume flags (shared by pretrain and finetune)."""
+
+    output_dir: Path = arg(Path("runs/aura"), es="Directorio de la ejecución (checkpoints, logs, final/).",
+                           en="Run directory (checkpoints, logs, final/).", short="-o")
+    batch_size: int | None = arg(None, es="Secuencias por micro-lote y proceso (por defecto: el preset).",
+                                 en="Sequences per micro-batch and process (default: the preset's).")
+    gradient_accumulation_steps: int | None = arg(
+        None, es="Micro-lotes acumulados por paso de optimización (por defecto: el preset).",
+        en="Micro-batches accumulated per optimizer step (default: the preset's).")
+    learning_rate: float | None = arg(None, es="Tasa de aprendizaje máxima (por defecto: la del preset).",
+                                      en="Peak learning rate (default: the preset's).", short="--lr")
+    min_lr: float | None = arg(None, es="Tasa final del coseno (por defecto: 10 % de la máxima).",
+                               en="Final learning rate of the cosine (default: 10 % of the peak).")
+    warmup_steps: int | None = arg(None, es="Pasos de calentamiento lineal (por defecto: 3 % del total).",
+                                   en="Linear warm-up steps (default: 3 % of all steps).")
+    weight_decay: float = arg(0.1, es="Weight decay de AdamW (no se aplica a normas, sesgos ni embeddings).",
+                              en="AdamW weight decay (not applied to norms, biases or embeddings).")
+    adam_beta1: float = arg(0.9, es="beta1 de AdamW.", en="AdamW beta1.")
+    adam_beta2: float = arg(0.95, es="beta2 de AdamW.", en="AdamW beta2.")
+    adam_eps: float = arg(1e-8, es="epsilon de AdamW.", en="AdamW epsilon.")
+    max_grad_norm: float = arg(1.0, es="Recorte de la norma del gradiente (0 = sin recorte).",
+                               en="Gradient norm clipping (0 = no clipping).")
+    precision: Precision = arg("auto", es="Precisión: auto (bf16 si el dispositivo la acelera), fp32, fp16, bf16.",
+                               en="Precision: auto (bf16 where the device accelerates it), fp32, fp16, bf16.")
+    gradient_checkpointing: bool | None = arg(
+        None, es="Recalcula activaciones en el backward para ahorrar memoria (por defecto: el preset).",
+        en="Recompute activations in the backward pass to save memory (default: the preset's).")
+    compile: bool = arg(False, es="Compila el modelo con torch.compile.", en="Compile the model with torch.compile.")
+    epochs: int | None = arg(None, es="Épocas sobre los datos (por defecto 1 si no hay --max-steps ni --max-tokens).",
+                             en="Epochs over the data (default 1 unless --max-steps or --max-tokens).")
+    max_steps: int | None = arg(None, es="Detener tras este número de pasos de optimización.",
+                                en="Stop after this many optimizer steps.")
+    max_tokens: int | None = arg(None, es="Detener tras ver este número de tokens de entrenamiento.",
+                                 en="Stop after this many training tokens.")
+    seed: int = arg(42, es="Semilla (pesos iniciales, orden de los datos).", en="Seed (initial weights, data order).")
+    log_interval: int = arg(10, es="Pasos entre líneas de registro.", en="Steps between log lines.")
+    eval_interval: int = arg(0, es="Pasos entre validaciones (0 = solo al final de cada época).",
+                             en="Steps between validations (0 = only at the end of each epoch).")
+    eval_batches: int = arg(50, es="Máximo de micro-lotes por validación y proceso (0 = todos).",
+                            en="Maximum micro-batches per validation and process (0 = all).")
+    save_steps: int | None = arg(None, es="Pasos entre checkpoints (por defecto: el preset; 0 = solo por época).",
+                                 en="Steps between checkpoints (default: the preset's; 0 = per epoch only).")
+    keep_last: int = arg(3, es="Checkpoints a conservar (0 = todos).", en="Checkpoints to keep (0 = all).")
+    resume_from: str | None = arg(None, es="Reanuda desde un checkpoint: ruta o 'latest'.",
+                                  en="Resume from a checkpoint: a path or 'latest'.")
+    overwrite: bool = arg(False, es="Permite reutilizar un --output-dir que ya contiene otra ejecución.",
+                          en="Allow reusing an --output-dir that already holds another run.")
+    time_budget: float = arg(72.0, es="Horas disponibles: avisa si el ETA las supera (0 = sin aviso).",
+                             en="Hours available: warn when the ETA exceeds them (0 = no warning).")
+    max_bad_steps: int = arg(5, es="Pasos seguidos con pérdida NaN/inf tolerados antes de detenerse.",
+                             en="Consecutive steps with NaN/inf loss tolerated before stopping.")
+    device: str = arg("auto", es="Dispositivo: auto, cpu, cuda, cuda:N, mps.", en="Device: auto, cpu, cuda, cuda:N, mps.")
+
+    def __post_init__(self) -> None:
+        self.output_dir = Path(self.output_dir)
+        for flag, value in (("batch-size", self.batch_size),
+                            ("gradient-accumulation-steps", self.gradient_accumulation_steps),
+                            ("learning-rate", self.learning_rate), ("epochs", self.epochs),
+                            ("max-steps", self.max_steps), ("max-tokens", self.max_tokens),
+                            ("log-interval", self.log_interval)):
+            if value is not None and value <= 0:
+                raise AuraError(M("positive", flag=flag, value=value))
+        for flag, value in (("min-lr", self.min_lr), ("warmup-steps", self.warmup_steps),
+                            ("weight-decay", self.weight_decay), ("max-grad-norm", self.max_grad_norm),
+                            ("eval-interval", self.eval_interval), ("eval-batches", self.eval_batches),
+                            ("save-steps", self.save_steps), ("keep-last", self.keep_last),
+                            ("time-budget", self.time_budget), ("max-bad-steps", self.max_bad_steps),
+                            ("adam-eps", self.adam_eps)):
+            if value is not None and value < 0:
+                raise AuraError(M("non_negative", flag=flag, value=value))
+        for flag, value in (("adam-beta1", self.adam_beta1), ("adam-beta2", self.adam_beta2)):
+            if not 0 <= value < 1:
+                raise AuraError(M("beta", flag=flag, value=value))
+        if self.min_lr is not None and self.learning_rate is not None and self.min_lr > self.learning_rate:
+            raise AuraError(M("min_lr", min_lr=self.min_lr, lr=self.learning_rate))
+
+
+def explicit_fields(cfg) -> set[str]:
+    """Names of fields whose value differs from the dataclass default (i.e. the user set them)."""
+    out = set()
+    for f in dataclasses.fields(cfg):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)  # type: ignore[misc]
+        if getattr(cfg, f.name) != default:
+            out.add(f.name)
+    return out
+
+
+def with_defaults(cfg, **values):
+    """A copy of ``cfg`` where every field still ``None`` takes ``values[field]`` (explicit flags win)."""
+    changes = {k: v for k, v in values.items() if getattr(cfg, k) is None}
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How long a run is: optimizer steps, per epoch and in all, and the epochs that implies."""
+
+    total_steps: int
+    steps_per_epoch: int
+    epochs: int
+    tokens_per_step: int
+
+
+def resolve_steps(args: TrainArgs, *, batches_per_epoch: int, tokens_per_micro_batch: int,
+                  world_size: int = 1) -> StepPlan:
+    """--max-steps > --max-tokens > --epochs (default 1); the smallest limit given wins."""
+    accum = args.gradient_accumulation_steps or 1
+    steps_per_epoch = max(1, math.ceil(batches_per_epoch / accum))
+    tokens_per_step = tokens_per_micro_batch * accum * world_size
+    limits = []
+    if args.max_steps:
+        limits.append(args.max_steps)
+    if args.max_tokens:
+        limits.append(max(1, math.ceil(args.max_tokens / tokens_per_step)))
+    if args.epochs or not limits:
+        limits.append((args.epochs or 1) * steps_per_epoch)
+    total = min(limits)
+    return StepPlan(total, steps_per_epoch, math.ceil(total / steps_per_epoch), tokens_per_step)
+
+
+def default_warmup(total_steps: int) -> int:
+    return max(1, round(0.03 * total_steps)) if total_steps > 1 else 0
+
+
+def lr_at(step: int, *, base: float, min_lr: float, warmup: int, total: int) -> float:
+    """Learning rate for optimizer step ``step`` (0-based): linear warm-up, then cosine to ``min_lr``."""
+    if warmup > 0 and step < warmup:
+        return base * (step + 1) / warmup
+    if total <= warmup:
+        return base
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_lr + 0.5 * (base - min_lr) * (1.0 + math.cos(math.pi * progress))

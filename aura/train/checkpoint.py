@@ -1,0 +1,357 @@
+"""Atomic, resumable checkpoints: ``RUN_DIR/checkpoint-step-N/`` (format in docs/architecture.md).
+
+A checkpoint is built under ``.tmp-*`` by ``staged_dir`` and renamed into place only once complete,
+so a crash, kill -9 or full disk at any instant leaves the previous checkpoint intact and never a half
+one under a real name. Rank 0 owns the staged directory and broadcasts its path; every rank then
+writes its part through a ``CheckpointIO`` strategy and reports success before rank 0 publishes it.
+
+``CheckpointIO`` is the seam for sharded training: ``FullStateIO`` (implemented here) serves single
+process and DDP (rank 0 writes full tensors, every rank reads them). An FSDP2 strategy writes a
+``dcp/`` directory with torch.distributed.checkpoint from every rank through the same four methods.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import random
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import numpy as np
+import torch
+
+from aura.distributed import DistInfo
+from aura.errors import AuraError
+from aura.i18n import Messages
+from aura.utils.fsutil import TMP_PREFIX, atomic_write_json, human_bytes, read_json, staged_dir
+
+M = Messages("checkpoint", {
+    "disk_full": ("No queda espacio en disco para guardar {path} ({err}). El checkpoint anterior sigue "
+                  "intacto{previous}. Libera espacio o usa --keep-last más bajo y reanuda con --resume-from latest.",
+                  "No disk space left to save {path} ({err}). The previous checkpoint is intact{previous}. "
+                  "Free some space or lower --keep-last, then resume with --resume-from latest."),
+    "write_failed": ("No se pudo guardar el checkpoint {path}: {err}. El checkpoint anterior sigue intacto.",
+                     "Could not save checkpoint {path}: {err}. The previous checkpoint is intact."),
+    "rank_failed": ("Otro proceso no pudo escribir su parte del checkpoint {path}.",
+                    "Another rank failed to write its part of checkpoint {path}."),
+    "not_checkpoint": ("{path} no es un checkpoint de Aura completo (falta trainer_state.json).",
+                       "{path} is not a complete Aura checkpoint (trainer_state.json is missing)."),
+    "no_latest": ("No hay ningún checkpoint completo en {path} para reanudar. Quita --resume-from para "
+                  "empezar de cero.",
+                  "There is no complete checkpoint in {path} to resume from. Drop --resume-from to start "
+                  "from scratch."),
+    "saved": ("Checkpoint guardado: {path} ({size})", "Checkpoint saved: {path} ({size})"),
+})
+
+STATE_FILE = "trainer_state.json"
+_NAME = re.compile(r"^(checkpoint-step|interrupt-step|checkpoint-epoch)-(\d+)$")
+
+
+class CheckpointIO(Protocol):
+    """How model and optimizer state reach the disk. Every method is called on every rank.
+
+    ``write(model, dir, state_dict)`` / ``read(model, dir)`` are the setup's hooks (full HF model or
+    adapter); ``state_dict`` is None when the model's own ``state_dict()`` is the full one.
+    """
+
+    def save_model(self, model, directory: Path, *, dist: DistInfo, write: Callable) -> None:
+        """A full, shareable model (``final/``)."""
+
+    def save_state(self, model, optimizer, directory: Path, *, dist: DistInfo, write: Callable) -> None:
+        """Resumable model + optimizer state in this strategy's format."""
+
+    def load_state(self, model, optimizer, directory: Path, *, dist: DistInfo, read: Callable) -> None:
+        """The inverse of ``save_state`` (``optimizer=None``: weights only)."""
+
+
+def unwrap_model(model):
+    """The plain model under DDP / torch.compile wrappers (FSDP2 shards in place)."""
+    from aura.distributed import unwrap
+
+    return unwrap(model)
+
+
+class FullStateIO:
+    """Single process and DDP: full tensors, written by rank 0 and read by every rank."""
+
+    def save_model(self, model, directory, *, dist, write):
+        if dist.is_main:
+            write(unwrap_model(model), directory, None)
+
+    def save_state(self, model, optimizer, directory, *, dist, write):
+        if dist.is_main:
+            write(unwrap_model(model), directory, None)
+            torch.save(optimizer.state_dict(), directory / "optimizer.pt")
+
+    def load_state(self, model, optimizer, directory, *, dist, read):
+        read(unwrap_model(model), directory)
+        if optimizer is not None:
+            optimizer.load_state_dict(torch.load(directory / "optimizer.pt", map_location="cpu",
+                                                 weights_only=True))
+
+
+class ShardedStateIO:
+    """FSDP2: every rank writes its shards with torch.distributed.checkpoint into ``dcp/``;
+    ``final/`` gets the full weights gathered on rank 0."""
+
+    def save_model(self, model, directory, *, dist, write):
+        from aura.dist.sharded import full_state_dict
+
+        state = full_state_dict(model, dist=dist)
+        if dist.is_main:
+            write(unwrap_model(model), directory, state)
+
+    def save_state(self, model, optimizer, directory, *, dist, write):
+        from aura.dist.sharded import save_sharded
+
+        save_sharded(directory / "dcp", model=model, optimizer=optimizer, dist=dist)
+
+    def load_state(self, model, optimizer, directory, *, dist, read):
+        from aura.dist.sharded import load_sharded
+
+        load_sharded(directory / "dcp", model=model, optimizer=optimizer, dist=dist)
+
+
+def io_for(model) -> CheckpointIO:
+    """The checkpoint strategy matching how ``model`` was parallelised."""
+    from aura.distributed import strategy_of
+
+    return ShardedStateIO() if strategy_of(model) == "fsdp" else FullStateIO()
+
+
+# ---- RNG ---------------------------------------------------------------------------------------
+
+def capture_rng() -> dict[str, Any]:
+    """Python, numpy, torch and CUDA RNG states as tensors and plain containers (weights_only-safe)."""
+    np_state = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": list(random.getstate()[1]) + [random.getstate()[0]],
+        "python_gauss": random.getstate()[2],
+        "numpy": {"keys": torch.from_numpy(np.asarray(np_state[1]).astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "gauss": float(np_state[4])},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    py = state["python"]
+    random.setstate((py[-1], tuple(py[:-1]), state["python_gauss"]))
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def library_versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    from aura import __version__
+
+    out = {"aura": __version__, "torch": torch.__version__}
+    for pkg in ("transformers", "tokenizers", "safetensors", "peft", "numpy"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+# ---- listing -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    path: Path
+    step: int
+    kind: str  # checkpoint-step | interrupt-step | checkpoint-epoch
+
+
+def list_checkpoints(run_dir: str | Path) -> list[CheckpointRef]:
+    """Complete checkpoints in ``run_dir``, oldest first (``.tmp-*`` and half dirs are never listed)."""
+    run_dir = Path(run_dir)
+    refs = []
+    if not run_dir.is_dir():
+        return refs
+    for p in run_dir.iterdir():
+        m = _NAME.match(p.name)
+        if not m or not (p / STATE_FILE).is_file():
+            continue
+        try:
+            step = int(read_json(p / STATE_FILE)["step"])
+        except (OSError, ValueError, KeyError):
+            continue
+        refs.append(CheckpointRef(p, step, m.group(1)))
+    return sorted(refs, key=lambda r: (r.step, r.path.stat().st_mtime))
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    refs = list_checkpoints(run_dir)
+    return refs[-1].path if refs else None
+
+
+def resolve_resume(value: str, run_dir: str | Path) -> Path:
+    """``latest`` -> newest complete checkpoint of ``run_dir``; a path -> that checkpoint (checked)."""
+    if value == "latest":
+        path = latest_checkpoint(run_dir)
+        if path is None:
+            raise AuraError(M("no_latest", path=run_dir))
+        return path
+    path = Path(value)
+    if path.is_dir() and not (path / STATE_FILE).is_file() and latest_checkpoint(path):
+        return latest_checkpoint(path)  # a run dir was given: take its newest checkpoint
+    if not (path / STATE_FILE).is_file():
+        raise AuraError(M("not_checkpoint", path=path))
+    return path
+
+
+def read_state(path: str | Path) -> dict:
+    path = Path(path)
+    if not (path / STATE_FILE).is_file():
+        raise AuraError(M("not_checkpoint", path=path))
+    return read_json(path / STATE_FILE)
+
+
+def prune(run_dir: str | Path, keep_last: int) -> list[Path]:
+    """Keep the newest ``keep_last`` step/interrupt checkpoints (epoch checkpoints are kept)."""
+    if keep_last <= 0:
+        return []
+    refs = [r for r in list_checkpoints(run_dir) if r.kind != "checkpoint-epoch"]
+    doomed = [r.path for r in refs[:-keep_last]]
+    for p in doomed:
+        # Rename first so a crash half-way through rmtree leaves a .tmp- dir nobody takes as complete.
+        tmp = p.parent / f"{TMP_PREFIX}del-{p.name}"
+        p.rename(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return doomed
+
+
+# ---- save / load -------------------------------------------------------------------------------
+
+def save_checkpoint(path: Path, *, model, optimizer, scaler, trainer_state: dict, dist: DistInfo,
+                    io: CheckpointIO, write_model: Callable, write_extras: Callable[[Path], None] | None,
+                    extra_state: dict | None = None) -> Path:
+    """Write a complete checkpoint at ``path`` atomically (collective: call on every rank)."""
+    rng = capture_rng()
+    all_rng = [rng]
+    if dist.is_distributed:
+        all_rng = [None] * dist.world_size
+        torch.distributed.all_gather_object(all_rng, rng)
+    previous = latest_checkpoint(path.parent) if dist.is_main else None
+    try:
+        if dist.is_main:
+            with staged_dir(path, replace=True) as tmp:
+                dist.broadcast_object(str(tmp))
+                _write_parts(tmp, model=model, optimizer=optimizer, scaler=scaler, dist=dist, io=io,
+                             write_model=write_model, path=path)
+                for r, state in enumerate(all_rng):
+                    (tmp / "rng").mkdir(exist_ok=True)
+                    torch.save(state, tmp / "rng" / f"rank-{r}.pt")
+                if scaler is not None and scaler.is_enabled():
+                    torch.save(scaler.state_dict(), tmp / "scaler.pt")
+                if extra_state:
+                    torch.save(extra_state, tmp / "extra_state.pt")
+                if write_extras is not None:
+                    write_extras(tmp)
+                state = dict(trainer_state, world_size=dist.world_size, versions=library_versions())
+                atomic_write_json(tmp / STATE_FILE, state)  # last: marks the content complete
+        else:
+            tmp = Path(dist.broadcast_object(None))
+            _write_parts(tmp, model=model, optimizer=optimizer, scaler=scaler, dist=dist, io=io,
+                         write_model=write_model, path=path)
+    except OSError as e:
+        prev = f" ({previous})" if previous else ""
+        if e.errno == errno.ENOSPC:
+            raise AuraError(M("disk_full", path=path, err=e.strerror, previous=prev)) from None
+        raise AuraError(M("write_failed", path=path, err=e)) from None
+    dist.barrier()
+    return path
+
+
+def _write_parts(tmp: Path, *, model, optimizer, scaler, dist, io, write_model, path: Path) -> None:
+    """Every rank writes its part, then all agree it worked (a failure on any rank aborts all)."""
+    try:
+        io.save_state(model, optimizer, tmp, dist=dist, write=write_model)
+    except Exception:
+        _check_all_ranks(dist, ok=False, path=path)
+        raise
+    _check_all_ranks(dist, ok=True, path=path)
+
+
+def _check_all_ranks(dist: DistInfo, *, ok: bool, path: Path) -> None:
+    if not dist.is_distributed:
+        return
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=dist.comm_device)
+    dist.all_reduce(flag, "min")
+    if int(flag.item()) == 0 and ok:
+        raise AuraError(M("rank_failed", path=path))
+
+
+def load_checkpoint(path: Path, *, model, optimizer, scaler, dist: DistInfo, io: CheckpointIO,
+                    read_model: Callable, restore_rng_state: bool = True) -> tuple[dict, dict | None]:
+    """Restore model, optimizer, scaler and RNG from ``path``; returns (trainer_state, extra_state)."""
+    state = read_state(path)
+    io.load_state(model, optimizer, path, dist=dist, read=read_model)
+    if scaler is not None and scaler.is_enabled() and (path / "scaler.pt").is_file():
+        scaler.load_state_dict(torch.load(path / "scaler.pt", weights_only=True))
+    rng_file = path / "rng" / f"rank-{dist.rank}.pt"
+    if restore_rng_state and rng_file.is_file():
+        restore_rng(torch.load(rng_file, weights_only=True))
+    extra = None
+    if (path / "extra_state.pt").is_file():
+        extra = torch.load(path / "extra_state.pt", weights_only=True)
+    return state, extra
+
+
+def checkpoint_size(path: Path) -> str:
+    from aura.utils.fsutil import dir_size
+
+    return human_bytes(dir_size(path))
+
+
+def describe_differences(saved: dict, current: dict, *, prefix: str = "") -> list[str]:
+    """``key: saved -> current`` for every differing leaf (for "this checkpoint is another model")."""
+    out = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += describe_differences(a, b, prefix=f"{prefix}{key}.")
+        elif json.dumps(a, default=str) != json.dumps(b, default=str):
+            out.append(f"{prefix}{key}: {a} -> {b}")
+    return out
+
+
+def save_model_dir(path: Path, *, model, dist: DistInfo, io: CheckpointIO, write_model: Callable,
+                   write_extras: Callable[[Path], None] | None) -> Path:
+    """Write a shareable model directory (``final/``: weights + extras, no optimizer) atomically."""
+    try:
+        if dist.is_main:
+            with staged_dir(path, replace=True) as tmp:
+                dist.broadcast_object(str(tmp))
+                _write_model_only(tmp, model=model, dist=dist, io=io, write_model=write_model, path=path)
+                if write_extras is not None:
+                    write_extras(tmp)
+        else:
+            tmp = Path(dist.broadcast_object(None))
+            _write_model_only(tmp, model=model, dist=dist, io=io, write_model=write_model, path=path)
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise AuraError(M("disk_full", path=path, err=e.strerror, previous="")) from None
+        raise AuraError(M("write_failed", path=path, err=e)) from None
+    dist.barrier()
+    return path
+
+
+def _write_model_only(tmp: Path, *, model, dist, io, write_model, path: Path) -> None:
+    try:
+        io.save_model(model, tmp, dist=dist, write=write_model)
+    except Exception:
+        _check_all_ranks(dist, ok=False, path=path)
+        raise
+    _check_all_ranks(dist, ok=True, path=path)

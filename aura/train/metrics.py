@@ -1,0 +1,248 @@
+"""One logger for training metrics, fanned out to console, ``training_log.csv`` and TensorBoard (rank 0).
+
+Series names keep the original guides' spelling (``Loss/train_step``, ``Loss/train_epoch``,
+``Loss/val_epoch``, ``System/CPU_percent``, ``System/RAM_percent``, ``System/GPU_VRAM_MB``,
+``Time/epoch_seconds``) plus ``LR``, ``Throughput/tokens_per_s`` and ``Perf/MFU``. ``RunStatus`` keeps
+``run.json`` (running / finished / interrupted / failed) up to date, written atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import socket
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from aura import __version__, console
+from aura.console import format_duration
+from aura.distributed import DistInfo
+from aura.i18n import Messages
+from aura.utils.fsutil import atomic_write_json, atomic_write_text, read_json
+
+M = Messages("metrics", {
+    "step": ("Epoch {epoch} | Step {step}/{total} | Loss: {loss} | LR {lr:.2e} | Grad {grad} | "
+             "{tps:,.0f} tok/s | MFU {mfu} | Mem {mem} | ETA {eta}",
+             "Epoch {epoch} | Step {step}/{total} | Loss: {loss} | LR {lr:.2e} | Grad {grad} | "
+             "{tps:,.0f} tok/s | MFU {mfu} | Mem {mem} | ETA {eta}"),
+    "epoch": ("Epoch {epoch}/{epochs} | Loss entrenamiento: {train} | Loss validación: {val} | "
+              "Duración epoch: {seconds:.1f}s",
+              "Epoch {epoch}/{epochs} | Train loss: {train} | Val loss: {val} | Epoch time: {seconds:.1f}s"),
+    "eval": ("Validación en el paso {step}: Loss {val:.4f} (perplejidad {ppl:.1f})",
+             "Validation at step {step}: Loss {val:.4f} (perplexity {ppl:.1f})"),
+    "mfu_peak": ("MFU calculado frente al pico de {peak}.", "MFU computed against the peak of {peak}."),
+    "mfu_unknown": ("MFU no disponible: no se conoce el pico de FLOP/s de {device}.",
+                    "MFU not available: the peak FLOP/s of {device} is not known."),
+    "eta_budget": ("El tiempo estimado ({total}) supera el presupuesto de --time-budget {budget:g} h. Reduce "
+                   "épocas o pasos (--epochs, --max-steps) o usa un preset más pequeño.",
+                   "The estimated time ({total}) exceeds --time-budget {budget:g} h. Reduce epochs or steps "
+                   "(--epochs, --max-steps) or use a smaller preset."),
+})
+
+CSV_COLUMNS = ["time", "kind", "epoch", "step", "tokens", "train_loss", "val_loss", "lr", "grad_norm",
+               "tokens_per_s", "mfu", "seconds"]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _fmt(x: float | None, spec: str = ".4f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def memory_in_use(device) -> float:
+    """Bytes of peak accelerator memory (CUDA) or resident memory of this process (CPU)."""
+    import torch
+
+    if getattr(device, "type", "cpu") == "cuda":
+        return float(torch.cuda.max_memory_allocated(device))
+    import psutil
+
+    return float(psutil.Process().memory_info().rss)
+
+
+class MetricsLogger:
+    """Console + CSV + TensorBoard on rank 0; other ranks only count (nothing is written)."""
+
+    def __init__(self, run_dir: Path, *, dist: DistInfo, total_steps: int, resume_step: int | None = None,
+                 time_budget_h: float = 0.0, peak_name: str | None = None, device_name: str = "",
+                 tensorboard: bool = True):
+        self.run_dir, self.dist, self.total_steps = Path(run_dir), dist, total_steps
+        self.time_budget_h = time_budget_h
+        self.csv_path = self.run_dir / "training_log.csv"
+        self.writer = None
+        self._warned_budget = False
+        if not dist.is_main:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._prepare_csv(resume_step)
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step)
+        if peak_name:
+            console.info(M("mfu_peak", peak=peak_name))
+        else:
+            console.info(M("mfu_unknown", device=device_name or str(dist.device)))
+        import psutil
+
+        psutil.cpu_percent(None)  # prime: later calls measure since the previous one
+
+    def _prepare_csv(self, resume_step: int | None) -> None:
+        """New header, or on resume drop rows logged after the checkpoint (they will be redone)."""
+        if resume_step is None or not self.csv_path.is_file():
+            atomic_write_text(self.csv_path, ",".join(CSV_COLUMNS) + "\n")
+            return
+        with open(self.csv_path, newline="", encoding="utf-8") as f:
+            rows = [r for r in csv.DictReader(f) if int(r.get("step") or 0) <= resume_step]
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+        w.writeheader()
+        w.writerows({k: r.get(k, "") for k in CSV_COLUMNS} for r in rows)
+        atomic_write_text(self.csv_path, buf.getvalue())
+
+    def _csv(self, **row) -> None:
+        row = {k: ("" if row.get(k) is None else row.get(k)) for k in CSV_COLUMNS}
+        row["time"] = _now()
+        with open(self.csv_path, "a", newline="", encoding="utf-8") as f:
+            csv.DictWriter(f, fieldnames=CSV_COLUMNS, lineterminator="\n").writerow(row)
+            f.flush()
+
+    def _scalar(self, tag: str, value: float | None, step: int) -> None:
+        if self.writer is not None and value is not None and math.isfinite(value):
+            self.writer.add_scalar(tag, value, step)
+
+    def step(self, *, step: int, epoch: int, tokens: int, loss: float, lr: float, grad_norm: float | None,
+             tokens_per_s: float, mfu: float | None, seconds: float, eta_s: float | None,
+             elapsed_s: float) -> None:
+        if not self.dist.is_main:
+            return
+        mem = memory_in_use(self.dist.device)
+        console.info(M("step", epoch=epoch + 1, step=step, total=self.total_steps, loss=_fmt(loss), lr=lr,
+                       grad=_fmt(grad_norm, ".3f"), tps=tokens_per_s,
+                       mfu="-" if mfu is None else f"{100 * mfu:.1f}%", mem=f"{mem / 1e9:.2f} GB",
+                       eta="-" if eta_s is None else format_duration(eta_s)))
+        self._csv(kind="step", epoch=epoch + 1, step=step, tokens=tokens, train_loss=f"{loss:.6f}",
+                  lr=f"{lr:.6e}", grad_norm=_fmt(grad_norm, ".6f") if grad_norm is not None else None,
+                  tokens_per_s=f"{tokens_per_s:.1f}", mfu=None if mfu is None else f"{mfu:.4f}",
+                  seconds=f"{elapsed_s:.2f}")
+        self._scalar("Loss/train_step", loss, step)
+        self._scalar("LR", lr, step)
+        self._scalar("Train/grad_norm", grad_norm, step)
+        self._scalar("Throughput/tokens_per_s", tokens_per_s, step)
+        self._scalar("Perf/MFU", mfu, step)
+        self._system(step)
+        if eta_s is not None and self.time_budget_h > 0 and not self._warned_budget:
+            total = elapsed_s + eta_s
+            if total > self.time_budget_h * 3600:
+                self._warned_budget = True
+                console.warn(M("eta_budget", total=format_duration(total), budget=self.time_budget_h))
+
+    def _system(self, step: int) -> None:
+        if self.writer is None:
+            return
+        import psutil
+
+        self._scalar("System/CPU_percent", psutil.cpu_percent(None), step)
+        self._scalar("System/RAM_percent", psutil.virtual_memory().percent, step)
+        if self.dist.device.type == "cuda":
+            import torch
+
+            self._scalar("System/GPU_VRAM_MB", torch.cuda.memory_allocated(self.dist.device) / 2**20, step)
+        else:
+            self._scalar("System/GPU_VRAM_MB", 0.0, step)
+
+    def eval(self, *, step: int, epoch: int, tokens: int, val_loss: float, elapsed_s: float) -> None:
+        if not self.dist.is_main:
+            return
+        console.info(M("eval", step=step, val=val_loss, ppl=math.exp(min(val_loss, 50.0))))
+        self._csv(kind="eval", epoch=epoch + 1, step=step, tokens=tokens, val_loss=f"{val_loss:.6f}",
+                  seconds=f"{elapsed_s:.2f}")
+        self._scalar("Loss/val_step", val_loss, step)
+
+    def epoch(self, *, step: int, epoch: int, epochs: int, tokens: int, train_loss: float | None,
+              val_loss: float | None, epoch_seconds: float, elapsed_s: float) -> None:
+        if not self.dist.is_main:
+            return
+        console.info(M("epoch", epoch=epoch + 1, epochs=epochs, train=_fmt(train_loss), val=_fmt(val_loss),
+                       seconds=epoch_seconds))
+        self._csv(kind="epoch", epoch=epoch + 1, step=step, tokens=tokens,
+                  train_loss=None if train_loss is None else f"{train_loss:.6f}",
+                  val_loss=None if val_loss is None else f"{val_loss:.6f}", seconds=f"{elapsed_s:.2f}")
+        self._scalar("Loss/train_epoch", train_loss, epoch + 1)
+        self._scalar("Loss/val_epoch", val_loss, epoch + 1)
+        self._scalar("Time/epoch_seconds", epoch_seconds, epoch + 1)
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+            self.writer.close()
+            self.writer = None
+
+
+class RunStatus:
+    """``run.json``: what a run is doing now, for ``aura runs`` and for humans (rank 0 writes)."""
+
+    def __init__(self, run_dir: Path, *, kind: str, dist: DistInfo, argv: list[str] | None = None):
+        self.path = Path(run_dir) / "run.json"
+        self.enabled = dist.is_main
+        self.data: dict = {}
+        if not self.enabled:
+            return
+        previous = read_json(self.path) if self.path.is_file() else {}
+        self.data = {"kind": kind, "status": "running", "argv": list(sys.argv if argv is None else argv),
+                     "pid": os.getpid(), "host": socket.gethostname(),
+                     "started": previous.get("started", _now()) if previous.get("kind") == kind else _now(),
+                     "updated": _now(), "last_step": previous.get("last_step", 0),
+                     "latest_checkpoint": previous.get("latest_checkpoint"), "aura_version": __version__}
+        self._write()
+
+    def _write(self) -> None:
+        if self.enabled:
+            self.data["updated"] = _now()
+            atomic_write_json(self.path, self.data)
+
+    def update(self, **fields) -> None:
+        if self.enabled:
+            self.data.update({k: (str(v) if isinstance(v, Path) else v) for k, v in fields.items()})
+            self._write()
+
+
+class Throughput:
+    """Tokens/s, MFU and ETA between log lines (wall-clock; the log line's sync makes it honest)."""
+
+    def __init__(self, *, flops_per_token: float | None, peak_flops: float | None, world_size: int = 1):
+        self.flops_per_token, self.peak, self.world = flops_per_token, peak_flops, world_size
+        self.start = self._mark = time.perf_counter()
+        self._tokens_at_mark = 0
+        self._step_at_mark = 0
+        self.step_seconds: float | None = None
+
+    def reset(self, *, tokens: int, step: int) -> None:
+        self._mark = time.perf_counter()
+        self._tokens_at_mark, self._step_at_mark = tokens, step
+
+    def measure(self, *, tokens: int, step: int, total_steps: int) -> tuple[float, float | None, float | None]:
+        """(tokens/s over all ranks, MFU or None, ETA seconds or None) since the last call."""
+        now = time.perf_counter()
+        dt = max(now - self._mark, 1e-9)
+        tps = (tokens - self._tokens_at_mark) / dt
+        if step > self._step_at_mark:
+            self.step_seconds = dt / (step - self._step_at_mark)
+        mfu = None
+        if self.flops_per_token and self.peak:
+            mfu = tps * self.flops_per_token / (self.peak * self.world)
+        eta = None if self.step_seconds is None else self.step_seconds * max(total_steps - step, 0)
+        self._mark, self._tokens_at_mark, self._step_at_mark = now, tokens, step
+        return tps, mfu, eta
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start

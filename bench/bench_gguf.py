@@ -1,0 +1,99 @@
+"""GGUF export time and size per quantisation, and llama.cpp vs PyTorch generation speed on this CPU.
+
+    .venv/bin/python bench/bench_gguf.py [--out /tmp/bench_gguf] [--new-tokens 128] [--threads 2]
+
+Model: the LAB-NOTES tiny Llama (4 layers, d 256, 4 heads, 2 KV heads, MLP 768, ctx 256) with a
+byte-level BPE tokenizer trained on the embedded corpus (vocab up to 8000), random weights (speed does
+not depend on them). Generation: greedy, the same prompt, exactly --new-tokens tokens each (EOS
+ignored), one sequence; llama.cpp through llama-cpp-python and PyTorch ``generate`` (fp32, KV cache)
+with the same thread count. Prints one table; the ratio column is tokens/s relative to PyTorch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="/tmp/bench_gguf")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aura.export.gguf import GGUFConfig, export_gguf, find_quantizer
+    from aura.inference.loading import load_llama
+    from tests.tiny_models import build_llama, train_tokenizer
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    shutil.rmtree(out, ignore_errors=True)
+    tok_dir = train_tokenizer(out / "tokenizer", vocab_size=8000)
+    model_dir = build_llama(out / "llama", tok_dir, hidden=256, layers=4, heads=4, kv_heads=2,
+                            intermediate=768, ctx=256)
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    print(f"model: {model_dir} ({len(tok)} tokens in the tokenizer)")
+
+    quants = ["f32", "f16", "bf16", "q8_0"] + (["q4_k_m"] if find_quantizer() else [])
+    rows = []
+    files = {}
+    for q in quants:
+        t0 = time.perf_counter()
+        export_gguf(GGUFConfig(model=str(model_dir), outfile=str(out / f"model-{q}.gguf"), quant=q,
+                               verify=False, force=True))
+        files[q] = out / f"model-{q}.gguf"
+        rows.append([q, time.perf_counter() - t0, files[q].stat().st_size])
+
+    prompt = "¿Dónde está el niño? ¡Allí, junto a la cigüeña! El año 2024"
+    ids = tok(prompt)["input_ids"]
+    n = args.new_tokens
+
+    # PyTorch: greedy generate with KV cache, EOS disabled so every run makes exactly n tokens
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        model.generate(x, max_new_tokens=8, min_new_tokens=8, do_sample=False)  # warm-up
+        t0 = time.perf_counter()
+        y = model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                           eos_token_id=None, pad_token_id=tok.pad_token_id)
+        torch_s = time.perf_counter() - t0
+    assert y.shape[1] - x.shape[1] == n
+    torch_tps = n / torch_s
+
+    speeds = {}
+    for q in quants:
+        llm = load_llama(files[q], n_ctx=len(ids) + n + 8, n_threads=args.threads)
+        best = 0.0
+        for _ in range(2):  # first run warms caches
+            llm.reset()
+            t0 = time.perf_counter()
+            count = 0
+            for _tok in llm.generate(ids, top_k=1, top_p=1.0, temp=0.0, reset=True):
+                count += 1
+                if count >= n:
+                    break
+            best = max(best, count / (time.perf_counter() - t0))
+        speeds[q] = best
+        llm.close()
+
+    print()
+    print(f"CPU threads: {args.threads} | prompt {len(ids)} tokens | {n} new tokens, greedy")
+    print(f"{'quant':8} {'export s':>9} {'size MB':>9} {'llama.cpp tok/s':>16} {'vs PyTorch':>11}")
+    for q, secs, size in rows:
+        print(f"{q:8} {secs:9.2f} {size / 2**20:9.2f} {speeds[q]:16.1f} {speeds[q] / torch_tps:10.2f}x")
+    print(f"{'PyTorch fp32 generate':38} {torch_tps:16.1f} {1.0:10.2f}x")
+    print(f"(os.cpu_count()={os.cpu_count()})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""`aura check-dist`: a real all_reduce between real processes, and diagnoses of real failures."""
+
+from __future__ import annotations
+
+import re
+import socket
+
+import pytest
+
+from tests.conftest import run_aura
+from tests.distutil import env, free_port, output, torchrun
+
+pytestmark = pytest.mark.dist
+
+
+def _rank_lines(text: str) -> list[str]:
+    return re.findall(r"\[Rank (\d)/2 \| Node \S+ \| Device cpu\] Backend=gloo \| World size=2 \| "
+                      r"Rank=\1 \| Host=\S+ \| Device=cpu \| all_reduce=3 \(expected 3\) OK", text)
+
+
+def test_check_dist_under_torchrun():
+    proc = torchrun("-m", "aura", "check-dist", "--size-mb", "1", "--iters", "3")
+    text = output(proc)
+    assert proc.returncode == 0, text[-3000:]
+    assert sorted(_rank_lines(text)) == ["0", "1"]  # every rank reports, with the rank prefix
+    assert re.search(r"all_reduce of 1 MB: [\d.]+ ms/iter \| algbw [\d.]+ [MG]B/s \| busbw [\d.]+ [MG]B/s",
+                     text)
+    assert "Communication OK between 2 ranks on 1 node(s) (Sync=OK)" in text
+
+
+def test_check_dist_through_aura_launch():
+    port = free_port()
+    proc = run_aura("launch", "--gpus-per-node", "2", "--master-port", port, "check-dist",
+                    "--size-mb", "1", "--iters", "3", env=env(), timeout=300)
+    text = output(proc)
+    assert proc.returncode == 0, text[-3000:]
+    cmd = re.search(r"Command: (.*)", text).group(1)
+    assert "-m torch.distributed.run --nnodes=1 --nproc_per_node=2 --node_rank=0" in cmd
+    assert f"--master_addr=127.0.0.1 --master_port={port}" in cmd
+    assert cmd.endswith("-m aura check-dist --size-mb 1 --iters 3")
+    assert sorted(_rank_lines(text)) == ["0", "1"]
+
+
+def test_check_dist_without_torchrun_checks_one_rank():
+    proc = run_aura("check-dist", "--size-mb", "1", "--iters", "2", env=env())
+    text = output(proc)
+    assert proc.returncode == 0, text
+    assert "Not running under torchrun" in text and "aura launch check-dist" in text
+    assert "all_reduce=1 (expected 1) OK" in text
+
+
+def test_port_in_use_is_diagnosed():
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = run_aura("launch", "--gpus-per-node", "2", "--master-port", port, "check-dist",
+                        env=env(), timeout=120)
+    text = output(proc)
+    assert proc.returncode != 0
+    assert f"Port {port} is already in use" in text and "MASTER_PORT" in text
+
+
+def test_missing_node_is_diagnosed_as_world_size_mismatch():
+    proc = run_aura("launch", "--nnodes", "2", "--gpus-per-node", "1", "--master-port", free_port(),
+                    "--rdzv-timeout", "3", "check-dist", env=env(), timeout=120)
+    text = output(proc)
+    assert proc.returncode != 0
+    assert "Only 1 of the 2 expected participants" in text
+    assert "nc -l" in text  # the network checklist of the original guide
+
+
+def test_missing_rank_without_torchrun_is_diagnosed():
+    # the original Docker guide's way: RANK/WORLD_SIZE exported by hand on each node
+    proc = run_aura("check-dist", "--timeout", "3",
+                    env=env(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT=str(free_port())), timeout=120)
+    text = output(proc)
+    assert proc.returncode == 1
+    assert "The distributed check failed" in text and "Only 1 of the 2 expected participants" in text
+    assert "Traceback" not in text
+
+
+def test_diagnose_maps_known_errors():
+    from aura.dist.diagnose import diagnose
+
+    assert "29500 is already in use" in diagnose("DistNetworkError: ... code: -98, name: EADDRINUSE",
+                                                 port=29500)[0]
+    assert "Cannot connect to the master 10.0.0.1:29500" in diagnose(
+        "connect() to [10.0.0.1]:29500 failed: Connection refused", addr="10.0.0.1", port=29500)[0]
+    assert "NCCL failed" in diagnose("torch.distributed.DistBackendError: NCCL error in: ...")[0]
+    assert "GLOO_SOCKET_IFNAME" in diagnose("Gloo connectFullMesh failed with ...")[0]
+    assert diagnose("ValueError: something else entirely") == []
+
+
+def test_spanish_diagnosis():
+    proc = run_aura("check-dist", "--timeout", "3",
+                    env=env(AURA_LANG="es", RANK="0", WORLD_SIZE="2", LOCAL_RANK="0",
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())), timeout=120)
+    assert proc.returncode == 1
+    assert "Solo se unieron 1 de los 2 participantes esperados" in output(proc)

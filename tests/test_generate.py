@@ -1,0 +1,83 @@
+"""``aura generate``: greedy output equals transformers', batch JSONL format, adapters, clear bad-input errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from tests.conftest import run_aura
+from tests.tiny_models import build_zoo, make_lora_adapter
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("generate")
+    z = build_zoo(root)
+    z["adapter"] = make_lora_adapter(z["llama"], root / "adapter")
+    return z
+
+
+def _greedy(model, tok, text: str, n: int, *, chat: bool = False) -> str:
+    if chat:
+        text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                       add_generation_prompt=True)
+    ids = tok(text, add_special_tokens=not chat, return_tensors="pt")["input_ids"]
+    eos = [tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")]
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=eos,
+                             pad_token_id=tok.pad_token_id)
+    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+def test_batch_jsonl_matches_transformers_greedy(zoo, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    prompts = ["Hola, ¿qué tal?", "El pingüino 🐧 de Logroño", "Érase una vez"]
+    pfile = tmp_path / "prompts.txt"
+    pfile.write_text("\n".join(prompts) + "\n\n", encoding="utf-8")
+    out = tmp_path / "res.jsonl"
+    r = run_aura("generate", "--model", zoo["llama"], "--adapter", zoo["adapter"], "--prompts-file", pfile,
+                 "--output", out, "--temperature", "0", "--max-new-tokens", "8", "--chat")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [row["prompt"] for row in rows] == prompts
+    for row in rows:
+        assert set(row) == {"prompt", "output", "tokens", "seconds", "tokens_per_s", "model"}
+        assert 1 <= row["tokens"] <= 8 and row["seconds"] > 0 and row["tokens_per_s"] > 0
+        assert str(zoo["adapter"]) in row["model"]
+    tok = AutoTokenizer.from_pretrained(str(zoo["llama"]))
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(zoo["llama"])),
+                                      str(zoo["adapter"])).eval()
+    assert [row["output"] for row in rows] == [_greedy(model, tok, p, 8, chat=True) for p in prompts]
+
+
+def test_single_prompt_streams_greedy_text(zoo):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    r = run_aura("generate", "--model", zoo["gpt2"], "--prompt", "Buenos días", "--temperature", "0",
+                 "--max-new-tokens", "6")
+    assert r.returncode == 0, r.stderr
+    tok = AutoTokenizer.from_pretrained(str(zoo["gpt2"]))
+    expected = _greedy(AutoModelForCausalLM.from_pretrained(str(zoo["gpt2"])).eval(), tok, "Buenos días", 6)
+    assert r.stdout.startswith("Buenos días" + expected)
+    assert "tokens/s" in r.stdout
+
+
+def test_bad_inputs_are_clear(zoo, tmp_path):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("Hola\nni\xf1o\n".encode("latin-1"))
+    r = run_aura("generate", "--model", zoo["llama"], "--prompts-file", bad)
+    assert r.returncode == 2 and str(bad) in r.stderr and "byte 7" in r.stderr and "line 2" in r.stderr
+    assert "Traceback" not in r.stderr
+    no_tok = tmp_path / "no_tok"
+    no_tok.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(zoo["llama"] / f, no_tok / f)
+    r = run_aura("generate", "--model", no_tok, "--prompt", "hola")
+    assert r.returncode == 2 and "tokenizer" in r.stderr.lower() and "Traceback" not in r.stderr
+    r = run_aura("generate", "--model", zoo["llama"], "--prompt", "hola", "--top-p", "1.5")
+    assert r.returncode == 2 and "--top-p" in r.stderr

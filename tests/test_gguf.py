@@ -1,0 +1,137 @@
+"""``aura export gguf`` proven in llama.cpp: identical tokenisation, close logits, EOS, Modelfile;
+Llama, GPT-2, Mistral, a LoRA-merged model, padded vocabularies; and the refusals.
+
+The round-trip checks here are independent of ``gguf_verify`` (which the CLI also runs): the test
+loads the GGUF in llama.cpp itself and compares with transformers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import run_aura
+from tests.tiny_models import SPANISH_PROBES, build_llama, build_zoo, make_lora_adapter
+
+llama_cpp = pytest.importorskip("llama_cpp")
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    from aura.export.merge import MergeConfig, merge
+
+    root = tmp_path_factory.mktemp("gguf")
+    z = build_zoo(root)
+    adapter = make_lora_adapter(z["llama"], root / "adapter")
+    merge(MergeConfig(base_model=str(z["llama"]), adapter=str(adapter), output_dir=str(root / "merged")))
+    z["merged"] = root / "merged"
+    return z
+
+
+def _llama(path, **kw):
+    return llama_cpp.Llama(model_path=str(path), verbose=False, use_extra_bufts=False, **kw)
+
+
+def _roundtrip(model_dir, gguf_path, *, rel_tol: float):
+    """Independent check: tokenisation of the probes and next-token logits against transformers."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    vocab = _llama(gguf_path, vocab_only=True)
+    chat = tok.apply_chat_template([{"role": "user", "content": "¿Qué tal, Íñigo?"}], tokenize=False,
+                                   add_generation_prompt=True)
+    for text in [*SPANISH_PROBES, chat]:
+        assert vocab.tokenize(text.encode(), add_bos=False, special=True) == \
+            tok(text, add_special_tokens=False)["input_ids"], text
+    assert vocab.token_eos() == tok.eos_token_id
+    ids = tok(SPANISH_PROBES[0] + SPANISH_PROBES[2])["input_ids"]
+    llm = _llama(gguf_path, n_ctx=128, logits_all=True)
+    llm.eval(ids)
+    got = np.asarray(llm.scores[:len(ids)])[:, :len(tok)]
+    with torch.no_grad():
+        ref = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()(torch.tensor([ids])).logits[0].numpy()
+    ref = ref[:, :len(tok)]
+    assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
+    assert np.abs(got - ref).max() <= rel_tol * (ref.max() - ref.min())
+
+
+def _export(model, out, quant, *extra):
+    r = run_aura("export", "gguf", "--model", model, "--outfile", out, "--quant", quant, *extra)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Tokenisation identical" in r.stdout and "End of generation recognised" in r.stdout
+    return r
+
+
+@pytest.mark.parametrize("quant,tol", [("f16", 0.02), ("q8_0", 0.08)])
+def test_llama_roundtrip(zoo, tmp_path, quant, tol):
+    out = tmp_path / f"llama-{quant}.gguf"
+    _export(zoo["llama"], out, quant)
+    _roundtrip(zoo["llama"], out, rel_tol=tol)
+    modelfile = (tmp_path / "Modelfile").read_text()
+    assert f"FROM ./{out.name}" in modelfile
+    assert 'PARAMETER stop "<|im_end|>"' in modelfile and 'PARAMETER stop "<|endoftext|>"' in modelfile
+    assert "<|im_start|>{{ .Role }}" in modelfile
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_gpt2_and_merged_roundtrip(zoo, tmp_path):
+    _export(zoo["gpt2"], tmp_path / "gpt2.gguf", "q8_0")
+    _roundtrip(zoo["gpt2"], tmp_path / "gpt2.gguf", rel_tol=0.08)
+    _export(zoo["merged"], tmp_path / "merged.gguf", "f16")
+    _roundtrip(zoo["merged"], tmp_path / "merged.gguf", rel_tol=0.02)
+
+
+def test_mistral_with_padded_vocab(zoo, tmp_path):
+    import gguf
+
+    model = build_llama(tmp_path / "mistral", zoo["tokenizer"], arch="mistral", vocab_pad=64)
+    out = tmp_path / "mistral.gguf"
+    r = _export(model, out, "f32")
+    assert "unused reserved tokens" in r.stderr
+    reader = gguf.GGUFReader(str(out))
+    assert reader.get_field("general.architecture").contents() == "llama"
+    assert len(reader.get_field("tokenizer.ggml.tokens").contents()) == 800 + 64
+    _roundtrip(model, out, rel_tol=0.01)
+
+
+def test_llama_cpp_quantisation(zoo, tmp_path):
+    from aura.export.gguf import find_quantizer
+
+    out = tmp_path / "q4.gguf"
+    r = run_aura("export", "gguf", "--model", zoo["llama"], "--outfile", out, "--quant", "q4_k_m")
+    if find_quantizer() is None:
+        assert r.returncode == 2 and "quantiser" in r.stderr and not out.exists()
+        return
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Tokenisation identical" in r.stdout
+    import gguf
+
+    assert gguf.GGUFReader(str(out)).get_field("general.file_type").contents() == 15  # MOSTLY_Q4_K_M
+
+
+def test_refusals_and_damaged_gguf(zoo, tmp_path):
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    neox = tmp_path / "neox"
+    GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=800, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64)).save_pretrained(neox)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (neox / f).write_bytes((zoo["llama"] / f).read_bytes())
+    r = run_aura("export", "gguf", "--model", neox, "--outfile", tmp_path / "neox.gguf")
+    assert r.returncode == 2 and "GPTNeoXForCausalLM" in r.stderr and "Traceback" not in r.stderr
+    assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".tmp-*"))
+
+    good = tmp_path / "good.gguf"
+    _export(zoo["llama"], good, "q8_0")
+    r = run_aura("generate", "--model", good, "--prompt", "Hola", "--max-new-tokens", "5", "--temperature", "0")
+    assert r.returncode == 0, r.stderr
+    r = run_aura("generate", "--model", good, "--prompt", "Hola", "--max-new-tokens", "5", "--chat")
+    assert r.returncode == 0, r.stderr
+    bad = tmp_path / "cut.gguf"
+    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    for cmd in ("generate", "chat"):
+        extra = ["--prompt", "Hola"] if cmd == "generate" else []
+        r = run_aura(cmd, "--model", bad, *extra, input="/exit\n")
+        assert r.returncode == 2, r.stderr
+        assert "not a valid GGUF" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,97 @@
+"""``aura merge``: merged logits equal base + adapter (LoRA and QLoRA), clear errors for a wrong base."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.conftest import run_aura
+from tests.tiny_models import build_llama, build_zoo, make_lora_adapter
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("merge")
+    z = build_zoo(root)
+    z["adapter"] = make_lora_adapter(z["llama"], root / "adapter")
+    return z
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0]  # (T, vocab)
+
+
+def _ids(model_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    return tok("¿Dónde está el niño? ¡Allí, junto a la cigüeña!")["input_ids"], tok
+
+
+def _base_plus_adapter(base, adapter):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    return PeftModel.from_pretrained(model, str(adapter)).eval()
+
+
+def test_lora_merge_equals_base_plus_adapter(zoo, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "merged"
+    r = run_aura("merge", "--base-model", zoo["llama"], "--adapter", zoo["adapter"], "--output-dir", out)
+    assert r.returncode == 0, r.stderr
+    merged = AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    ids, _ = _ids(zoo["llama"])
+    reference = _logits(_base_plus_adapter(zoo["llama"], zoo["adapter"]), ids)
+    got = _logits(merged, ids)
+    base = _logits(AutoModelForCausalLM.from_pretrained(str(zoo["llama"])).eval(), ids)
+    assert (reference - base).abs().max() > 0.1  # the adapter matters
+    torch.testing.assert_close(got, reference, atol=1e-4, rtol=1e-4)
+    # a plain HF dir: no peft modules left, tokenizer + chat template + EOS for chat
+    assert not any("lora" in k for k in merged.state_dict())
+    tok = AutoTokenizer.from_pretrained(str(out))
+    assert tok.chat_template and "<|im_start|>" in tok.chat_template
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert set(gen["eos_token_id"]) == {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}
+    assert not list(tmp_path.glob(".tmp-*"))
+    # refuses to overwrite without --force
+    again = run_aura("merge", "--base-model", zoo["llama"], "--adapter", zoo["adapter"], "--output-dir", out)
+    assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_qlora_adapter_merges_into_dequantised_base(zoo, tmp_path):
+    pytest.importorskip("bitsandbytes")
+    from transformers import AutoModelForCausalLM
+
+    adapter = make_lora_adapter(zoo["llama"], tmp_path / "qlora", quantized=True, seed=3)
+    out = tmp_path / "qmerged"
+    r = run_aura("merge", "--base-model", zoo["llama"], "--adapter", adapter, "--output-dir", out,
+                 "--dtype", "float32")
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((out / "config.json").read_text())
+    assert "quantization_config" not in cfg
+    merged = AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    assert all(p.dtype == torch.float32 for p in merged.parameters())
+    ids, _ = _ids(zoo["llama"])
+    reference = _logits(_base_plus_adapter(zoo["llama"], adapter), ids)
+    torch.testing.assert_close(_logits(merged, ids), reference, atol=1e-4, rtol=1e-4)
+
+
+def test_adapter_for_another_base_is_refused(zoo, tmp_path):
+    wrong_arch = run_aura("merge", "--base-model", zoo["gpt2"], "--adapter", zoo["adapter"],
+                          "--output-dir", tmp_path / "x")
+    assert wrong_arch.returncode == 2, wrong_arch.stderr
+    assert str(zoo["gpt2"]) in wrong_arch.stderr and str(zoo["llama"]) in wrong_arch.stderr
+    assert "Traceback" not in wrong_arch.stderr
+    wider = build_llama(tmp_path / "wide", zoo["tokenizer"], hidden=128)
+    wrong_shape = run_aura("merge", "--base-model", wider, "--adapter", zoo["adapter"],
+                           "--output-dir", tmp_path / "y")
+    assert wrong_shape.returncode == 2
+    assert "shape" in wrong_shape.stderr and str(zoo["llama"]) in wrong_shape.stderr
+    assert "Traceback" not in wrong_shape.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

@@ -1,0 +1,214 @@
+"""`aura runs` and `aura plot` on run dirs laid out as docs/architecture.md describes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_aura
+
+HEADER = "time,kind,epoch,step,tokens,train_loss,val_loss,lr,grad_norm,tokens_per_s,mfu,seconds\n"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def make_run(run_dir: Path, *, status: str, steps: int, pid: int, checkpoints=(), extra_args=(),
+             seq_tokens: int = 1024, speed: float = 5000.0) -> list[float]:
+    """A run dir as aura pretrain writes it; returns the validation losses logged."""
+    run_dir.mkdir(parents=True)
+    argv = [str(Path(sys.prefix) / "bin" / "aura"), "pretrain", "--preset", "tiny",
+            "--output-dir", str(run_dir), *extra_args]
+    info = {"kind": "pretrain", "status": status, "argv": argv, "pid": pid, "host": socket.gethostname(),
+            "started": _now(), "updated": _now(), "last_step": steps,
+            "latest_checkpoint": str(run_dir / checkpoints[-1]) if checkpoints else None,
+            "aura_version": "0.1.0"}
+    (run_dir / "run.json").write_text(json.dumps(info), encoding="utf-8")
+    vals = []
+    with open(run_dir / "training_log.csv", "w", encoding="utf-8") as f:
+        f.write(HEADER)
+        for s in range(10, steps + 1, 10):
+            lr = 1e-3 * min(1.0, s / 30)
+            f.write(f"{_now()},step,0,{s},{s * seq_tokens},{9 - math.log(s):.5f},,{lr:.6g},1.1,{speed},,0.2\n")
+            if s % 40 == 0:
+                val = 9.3 - math.log(s)
+                vals.append(round(val, 5))
+                f.write(f"{_now()},eval,0,{s},{s * seq_tokens},,{val:.5f},,,,,\n")
+    for name in checkpoints:
+        ck = run_dir / name
+        ck.mkdir()
+        (ck / "trainer_state.json").write_text(json.dumps({"step": int(name.rsplit("-", 1)[1])}))
+        (ck / "model.safetensors").write_bytes(b"\0" * 4096)
+    return vals
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.fixture
+def runs_dir(tmp_path):
+    root = tmp_path / "runs"
+    vals = {}
+    vals["done"] = make_run(root / "done", status="finished", steps=200, pid=_dead_pid(),
+                            checkpoints=["checkpoint-step-100", "checkpoint-step-200"])
+    (root / "done" / "final").mkdir()
+    vals["cut"] = make_run(root / "group" / "cut", status="interrupted", steps=130, pid=_dead_pid(),
+                           checkpoints=["checkpoint-step-100", "interrupt-step-130"],
+                           extra_args=["--resume-from", "runs/old", "--overwrite"])
+    # An unfinished checkpoint write: never "latest".
+    (root / "group" / "cut" / ".tmp-checkpoint-step-140-abc").mkdir()
+    vals["crashed"] = make_run(root / "crashed", status="running", steps=90, pid=_dead_pid(),
+                               checkpoints=["checkpoint-step-50"])
+    vals["live"] = make_run(root / "live", status="running", steps=50, pid=os.getpid())
+    return root, vals
+
+
+def test_runs_json_reports_status_steps_best_val_and_checkpoints(runs_dir):
+    root, vals = runs_dir
+    proc = run_aura("runs", root, "--json")
+    assert proc.returncode == 0, proc.stderr
+    runs = {Path(r["path"]).name: r for r in json.loads(proc.stdout)}
+    assert set(runs) == {"done", "cut", "crashed", "live"}
+    assert runs["done"]["status"] == "finished"
+    assert runs["cut"]["status"] == "interrupted"
+    assert runs["crashed"]["status"] == "stale"  # run.json says running; its process is gone
+    assert runs["live"]["status"] == "running"  # this test process holds the pid
+    for name in runs:
+        assert runs[name]["last_step"] == {"done": 200, "cut": 130, "crashed": 90, "live": 50}[name]
+        assert runs[name]["best_val_loss"] == pytest.approx(min(vals[name]), abs=1e-6)
+    assert Path(runs["done"]["latest_checkpoint"]).name == "checkpoint-step-200"
+    assert Path(runs["cut"]["latest_checkpoint"]).name == "interrupt-step-130"
+    assert runs["live"]["latest_checkpoint"] is None
+    assert runs["done"]["final_model"].endswith("final")
+    sizes = sum(p.stat().st_size for p in (root / "done").rglob("*") if p.is_file())
+    assert runs["done"]["size_bytes"] == sizes
+    # Resume: the run's own flags, an earlier --resume-from replaced, --overwrite dropped.
+    assert runs["cut"]["resume_command"] == (
+        f"aura pretrain --preset tiny --output-dir {root / 'group' / 'cut'} --resume-from latest")
+    assert runs["crashed"]["resume_command"].endswith("--resume-from latest")
+    assert runs["done"]["resume_command"] is None and runs["live"]["resume_command"] is None
+
+
+def test_runs_table_plain_and_spanish(runs_dir):
+    root, _ = runs_dir
+    proc = run_aura("runs", cwd=root.parent)  # default DIR: ./runs
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    row = next(line for line in lines if line.startswith("group/cut") or line.startswith("group\\cut"))
+    assert "interrupted" in row and "interrupt-step-130" in row and "130" in row
+    assert any(line.startswith("crashed") and "stale" in line for line in lines)
+    assert "To resume:" in proc.stdout and "--resume-from latest" in proc.stdout
+    es = run_aura("runs", root, env={"AURA_LANG": "es"})
+    assert "interrumpida" in es.stdout and "Para reanudar:" in es.stdout and "terminada" in es.stdout
+
+
+def test_runs_empty_and_missing_dirs(tmp_path):
+    proc = run_aura("runs", tmp_path)
+    assert proc.returncode == 0 and "There are no Aura runs" in proc.stdout
+    proc = run_aura("runs", tmp_path / "nope")
+    assert proc.returncode == 2 and "nope" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _colour_present(img, hex_colour: str) -> bool:
+    import numpy as np
+
+    rgb = np.array([int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    return bool((np.abs(img[..., :3] - rgb).max(axis=-1) < 0.02).sum() > 50)
+
+
+def test_plot_writes_png_with_requested_size_and_both_runs(runs_dir, tmp_path):
+    import matplotlib.image as mpimg
+
+    root, _ = runs_dir
+    out_dir = tmp_path / "plots"
+    proc = run_aura("plot", root / "done", root / "group" / "cut", "--output-dir", out_dir,
+                    "--out", "curves.png", "--width", "640", "--height", "320", "--dpi", "80")
+    assert proc.returncode == 0, proc.stderr
+    img = mpimg.imread(out_dir / "curves.png")
+    assert img.shape[:2] == (320, 640)
+    # One colour per run: matplotlib's first two cycle colours are both drawn.
+    assert _colour_present(img, "#1f77b4") and _colour_present(img, "#ff7f0e")
+    assert [p.name for p in out_dir.iterdir()] == ["curves.png"]  # atomic: no temp files left
+
+
+def test_plot_yaml_config_and_flags_win(runs_dir, tmp_path):
+    import matplotlib.image as mpimg
+
+    root, _ = runs_dir
+    cfg = tmp_path / "plot.yaml"
+    cfg.write_text("width: 500\nheight: 250\nout: from_yaml.png\n", encoding="utf-8")
+    proc = run_aura("plot", root / "done", "--config", cfg, "--width", "400", "--output-dir", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert mpimg.imread(tmp_path / "from_yaml.png").shape[:2] == (250, 400)
+
+
+def test_plot_clear_errors(runs_dir, tmp_path):
+    root, _ = runs_dir
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    proc = run_aura("plot", empty, "--output-dir", tmp_path)
+    assert proc.returncode == 2 and "empty_run" in proc.stderr and "training_log.csv" in proc.stderr
+    (empty / "training_log.csv").write_text(HEADER, encoding="utf-8")
+    proc = run_aura("plot", empty, "--output-dir", tmp_path)
+    assert proc.returncode == 2 and "has not logged a step yet" in proc.stderr
+    (empty / "training_log.csv").write_text(HEADER + "t,step,0,10,100,abc,,,,,,\n", encoding="utf-8")
+    proc = run_aura("plot", empty, "--output-dir", tmp_path, env={"AURA_LANG": "es"})
+    assert proc.returncode == 2 and "línea 2" in proc.stderr and "train_loss" in proc.stderr
+    assert not (tmp_path / "loss.png").exists()
+    proc = run_aura("plot", root / "done", "--out", "x.jpg")
+    assert proc.returncode == 2 and ".png" in proc.stderr
+
+
+@pytest.mark.slow
+def test_real_pretrain_run_interrupted_then_listed_and_plotted(tmp_path):
+    """A real tiny `aura pretrain`, stopped with Ctrl+C after its first checkpoint."""
+    import signal
+    import time
+
+    args = ["pretrain", "-o", "runs/real", "--model-preset", "manual", "--embed-size", "64",
+            "--num-layers", "2", "--num-heads", "2", "--seq-length", "32", "--vocab-size", "400",
+            "--batch-size", "4", "--max-steps", "500", "--log-interval", "1", "--eval-interval", "2",
+            "--save-steps", "2", "--sample-tokens", "0"]
+    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "aura", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run_dir = tmp_path / "runs" / "real"
+    deadline = time.monotonic() + 240
+    while not (run_dir / "checkpoint-step-2").is_dir() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    listed_live = json.loads(run_aura("runs", "--json", cwd=tmp_path).stdout)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=240)
+    assert (run_dir / "checkpoint-step-2").is_dir(), out
+    assert listed_live[0]["status"] == "running"
+
+    r = json.loads(run_aura("runs", "--json", cwd=tmp_path).stdout)[0]
+    assert r["status"] == "interrupted", out
+    rows = list(csv_rows(run_dir / "training_log.csv"))
+    vals = [float(x["val_loss"]) for x in rows if x["val_loss"]]
+    assert r["best_val_loss"] == pytest.approx(min(vals))
+    assert r["last_step"] == max(int(x["step"]) for x in rows if x["kind"] == "step")
+    assert Path(r["latest_checkpoint"]).name.startswith(("interrupt-step-", "checkpoint-step-"))
+    assert r["resume_command"] == " ".join(["aura", *args, "--resume-from", "latest"])
+    proc = run_aura("plot", "runs/real", "--width", "300", "--height", "200", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "loss.png").stat().st_size > 1000
+
+
+def csv_rows(path: Path):
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        yield from csv.DictReader(f)

@@ -1,0 +1,118 @@
+"""Byte-level BPE training, transformers compatibility, identity hash, loading and pad tokens."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aura.errors import AuraError
+from tests.conftest import RESOURCES, run_aura
+
+SAMPLES = [
+    "¿Qué tal, señor Muñoz? ¡Muy bien, gracias!",
+    "El pingüino comió ñoquis en Logroño; acción, canción, corazón.",
+    "Emoji: 🤖🇪🇸 y 👩‍💻 también.",
+    "Números 1234567 y 3,14159 — 2024-11-21.",
+    "dos  espacios   y tres\ny un salto\n\ny dos saltos\ttab",
+    "  empieza con espacios",
+]
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory):
+    from aura.tokenizer import train_bpe
+
+    out = tmp_path_factory.mktemp("tok") / "tok"
+    return train_bpe(inputs=[str(RESOURCES / "corpus_es")], vocab_size=400, output_dir=out, doc_sep="blankline")
+
+
+def test_roundtrip_and_autotokenizer_identical(tok_dir):
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    raw = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+    hf = AutoTokenizer.from_pretrained(str(tok_dir))
+    for text in SAMPLES:
+        ids = raw.encode(text, add_special_tokens=False).ids
+        assert raw.decode(ids) == text
+        assert hf.encode(text, add_special_tokens=False) == ids
+        assert hf(text)["input_ids"] == raw.encode(text).ids
+        assert hf.decode(ids) == text
+    # NFC: a decomposed accent encodes like the composed one; accents are never stripped
+    assert raw.encode("cafe\u0301").ids == raw.encode("café").ids
+    assert raw.decode(raw.encode("ÁÉÍÓÚ ñÑ ¿¡").ids) == "ÁÉÍÓÚ ñÑ ¿¡"
+
+
+def test_saved_config_and_special_tokens(tok_dir):
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(tok_dir))
+    assert hf.eos_token == hf.bos_token == "<|endoftext|>"
+    assert hf.pad_token == "<|pad|>" and hf.pad_token_id != hf.eos_token_id
+    assert hf.model_max_length == 2048
+    assert len(hf) == 400
+    for t in ("<|im_start|>", "<|im_end|>", "<|system|>", "<|user|>", "<|assistant|>", "<|reserved_0|>"):
+        assert hf.convert_tokens_to_ids(t) is not None
+        assert hf.encode(f"a{t}b", add_special_tokens=False).count(hf.convert_tokens_to_ids(t)) == 1
+    meta = json.loads((tok_dir / "aura_tokenizer.json").read_text())
+    assert meta["vocab_size"] == 400 and meta["special_tokens"]["<|endoftext|>"] == hf.eos_token_id
+    assert 1.0 < meta["fertility"]["tokens_per_word"] < 6.0 and meta["fertility"]["heldout_documents"] >= 1
+    assert meta["aura_version"] and meta["sources"]
+
+
+def test_hash_is_identity(tok_dir, tmp_path):
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    from aura.tokenizer import load_tokenizer, tokenizer_hash, train_bpe
+
+    h = tokenizer_hash(tok_dir)
+    assert h == json.loads((tok_dir / "aura_tokenizer.json").read_text())["hash"]
+    assert h == tokenizer_hash(AutoTokenizer.from_pretrained(str(tok_dir)))
+    assert h == tokenizer_hash(load_tokenizer(str(tok_dir)))
+    assert h == tokenizer_hash(Tokenizer.from_file(str(tok_dir / "tokenizer.json")))
+    other = train_bpe(inputs=[str(RESOURCES / "corpus_es" / "narrativa.txt")], vocab_size=350,
+                      output_dir=tmp_path / "other", doc_sep="blankline")
+    assert tokenizer_hash(other) != h
+
+
+def test_load_tokenizer_adds_pad_and_names_missing(tmp_path, capsys):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from aura.tokenizer import build_bpe_trainer_pair, load_tokenizer
+
+    tok, trainer = build_bpe_trainer_pair(300, 1)
+    tok.train_from_iterator(["hola mundo " * 20, "adiós mundo"], trainer=trainer)
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>").save_pretrained(tmp_path / "nopad")
+    assert load_tokenizer(str(tmp_path / "nopad")).pad_token == "<|pad|>"  # the reserved one is reused
+
+    plain = Tokenizer(models.BPE())
+    plain.pre_tokenizer = pre_tokenizers.ByteLevel()
+    plain.train_from_iterator(["hola mundo " * 20], trainer=trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>"]))
+    PreTrainedTokenizerFast(tokenizer_object=plain, eos_token="</s>").save_pretrained(tmp_path / "eosonly")
+    loaded = load_tokenizer(str(tmp_path / "eosonly"))
+    assert loaded.pad_token == "</s>" and loaded.pad_token_id == loaded.eos_token_id
+    assert "padding" in capsys.readouterr().out
+
+    PreTrainedTokenizerFast(tokenizer_object=plain).save_pretrained(tmp_path / "bare")
+    loaded = load_tokenizer(str(tmp_path / "bare"))
+    assert loaded.pad_token == "<|pad|>" and loaded.pad_token_id == len(loaded) - 1
+    with pytest.raises(AuraError, match="does_not_exist"):
+        load_tokenizer(str(tmp_path / "does_not_exist"))
+
+
+def test_cli_train_jsonl_and_too_small_vocab(tmp_path):
+    data = tmp_path / "d.jsonl"
+    paragraphs = (RESOURCES / "corpus_es" / "enciclopedia.txt").read_text(encoding="utf-8").split("\n\n")
+    data.write_text("".join(json.dumps({"contenido": p}, ensure_ascii=False) + "\n" for p in paragraphs if p.strip()),
+                    encoding="utf-8")
+    r = run_aura("tokenizer", "train", data, "--text-field", "contenido", "--vocab-size", "300",
+                 "--output-dir", tmp_path / "t")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "t" / "tokenizer.json").is_file() and "fertility" in r.stdout
+    r = run_aura("tokenizer", "train", data, "--vocab-size", "100", "--output-dir", tmp_path / "t2",
+                 env={"AURA_LANG": "es"})
+    assert r.returncode == 2 and "demasiado pequeño" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "t2").exists()
