@@ -331,7 +331,7 @@ def test_packed_rows_give_the_logits_of_each_example_alone(tok_dir, tmp_path_fac
         def forward(self, input_ids, position_ids=None, use_cache=False):
             return self.inner(input_ids=input_ids, use_cache=False)
 
-    assert not packing_is_isolated(IgnoresPositions(model))
+    assert not packing_is_isolated(IgnoresPositions(model).eval())
     tok = _tokenizer(tok_dir, "chatml")
     examples = encode_all(load_conversations(None)[:8], tok, max_length=300)
     src = SFTDataSource(examples, batch_size=2, pad_id=tok.pad_token_id, packing=True, max_length=300, shuffle=False)

@@ -156,7 +156,7 @@ def make_lora_adapter(base: str | Path, out_dir: str | Path, *, seed: int = 1, q
     with torch.no_grad():  # random B/A at a scale where the update visibly moves the logits
         for name, p in peft_model.named_parameters():
             if "lora_" in name:
-                p.copy_(torch.randn_like(p) * 0.2)
+                p.copy_(torch.randn_like(p) * 0.1)
     peft_model.save_pretrained(str(out_dir))
     return Path(out_dir)
 

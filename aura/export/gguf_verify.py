@@ -37,6 +37,10 @@ M = Messages("gguf_verify", {
                "({rel:.2%} del rango; tolerancia {tol:.0%}).",
                "Logits ({quant}): top-1 agrees at {agree:.1%} of {n} positions; max |diff| = {diff:.3g} "
                "({rel:.2%} of the range; tolerance {tol:.0%})."),
+    "logits_info": ("Logits ({quant}): top-1 coincide en {agree:.1%} de {n} posiciones; max |dif| = {diff:.3g} "
+                    "({rel:.2%} del rango; informativo: {quant} pierde precisión a propósito).",
+                    "Logits ({quant}): top-1 agrees at {agree:.1%} of {n} positions; max |diff| = {diff:.3g} "
+                    "({rel:.2%} of the range; for information: {quant} trades precision by design)."),
     "logits_bad": ("Los logits de llama.cpp difieren demasiado de los de PyTorch ({quant}): top-1 "
                    "{agree:.1%}, max |dif| {rel:.2%} del rango (tolerancia {tol:.0%}).",
                    "llama.cpp's logits differ too much from PyTorch's ({quant}): top-1 {agree:.1%}, "
@@ -114,11 +118,13 @@ def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None
     agree = float((ll_logits.argmax(-1) == hf_logits.argmax(-1)).mean())
     diff = float(np.abs(ll_logits - hf_logits).max())
     rel = diff / float(hf_logits.max() - hf_logits.min() + 1e-9)
-    tol, floor = TOLERANCE.get(quant, (float("inf"), 0.0))
-    console.info(M("logits", quant=quant, agree=agree, n=len(ids), diff=diff, rel=rel,
-                   tol=tol if tol != float("inf") else 1.0))
-    if rel > tol or agree < floor:
-        raise AuraError(M("logits_bad", quant=quant, agree=agree, rel=rel, tol=tol))
+    if quant in TOLERANCE:
+        tol, floor = TOLERANCE[quant]
+        console.info(M("logits", quant=quant, agree=agree, n=len(ids), diff=diff, rel=rel, tol=tol))
+        if rel > tol or agree < floor:
+            raise AuraError(M("logits_bad", quant=quant, agree=agree, rel=rel, tol=tol))
+    else:
+        console.info(M("logits_info", quant=quant, agree=agree, n=len(ids), diff=diff, rel=rel))
 
     # 4. greedy generation: llama.cpp's own loop, stopping at any end-of-generation token
     prompt = tok(VERIFY_TEXTS[1], add_special_tokens=True)["input_ids"]

@@ -8,7 +8,9 @@ a peft adapter dir (its base comes from ``adapter_config.json`` or ``--model``),
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +69,10 @@ M = Messages("loading", {
                  "'aura export gguf'."),
     "no_llama_cpp": ("Para usar archivos GGUF hace falta llama-cpp-python: pip install llama-cpp-python",
                      "GGUF files need llama-cpp-python: pip install llama-cpp-python"),
+    "llama_load": ("llama.cpp no pudo cargar {path} ({err}). Vuelve a ejecutar con --debug y revisa "
+                   "que la versión de llama-cpp-python admita esta arquitectura.",
+                   "llama.cpp could not load {path} ({err}). Run again with --debug and check that your "
+                   "llama-cpp-python version supports this architecture."),
     "gguf_adapter": ("--adapter no se puede usar con un archivo GGUF: fusiona primero (aura merge) y "
                      "exporta el modelo fusionado.",
                      "--adapter cannot be used with a GGUF file: merge first (aura merge) and export "
@@ -321,6 +327,23 @@ def _has_magic(path: Path) -> bool:
         return f.read(4) == b"GGUF"
 
 
+@contextlib.contextmanager
+def _quiet_fd2(active: bool):
+    """Silence llama.cpp's C-level stderr (a vocab-only load warns about a context it never uses)."""
+    if not active:
+        yield
+        return
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def require_llama_cpp():
     try:
         import llama_cpp
@@ -334,5 +357,11 @@ def load_llama(path: Path, *, n_ctx: int = 0, logits_all: bool = False, vocab_on
     """A llama_cpp.Llama for a validated GGUF (AMX repacking is off: it segfaults on Q8_0 here)."""
     llama_cpp = require_llama_cpp()
     validate_gguf(path)
-    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, logits_all=logits_all, vocab_only=vocab_only,
-                           seed=seed, n_threads=n_threads, verbose=verbose, use_extra_bufts=False)
+    if vocab_only and not n_ctx:
+        n_ctx = 64  # a vocab-only load has no trained context length, and 0 would mean "use it"
+    try:
+        with _quiet_fd2(vocab_only):
+            return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, logits_all=logits_all, vocab_only=vocab_only,
+                                   seed=seed, n_threads=n_threads, verbose=verbose, use_extra_bufts=False)
+    except ValueError as e:  # llama-cpp-python reports load failures as ValueError
+        raise AuraError(M("llama_load", path=path, err=e)) from None

@@ -237,23 +237,39 @@ def base_fingerprint(model) -> dict:
     return {"base_model": str(name), "config_hash": config_hash, "embed_hash": embed_hash}
 
 
+def write_model_files(model, directory: str | os.PathLike, state_dict: dict | None = None, *, method: str,
+                      template_name: str | None = None, extra: dict | None = None) -> None:
+    """Weights into an existing dir (the loop's ``write(model, dir, state_dict)`` hook): the peft adapter
+    (adapter_config.json, adapter_model.safetensors) or a full HF model in safetensors, plus
+    ``aura_adapter.json`` (method, template, the base's fingerprint). ``state_dict``: the full state
+    gathered from FSDP2 shards, None to read the model's own."""
+    directory = Path(directory)
+    fingerprint = base_fingerprint(model)
+    if method == "full":
+        model.save_pretrained(str(directory), state_dict=state_dict, safe_serialization=True)
+    else:  # peft keeps only the adapter's tensors from the (possibly gathered) state dict
+        model.save_pretrained(str(directory), state_dict=state_dict)
+    atomic_write_json(directory / ADAPTER_META, {"method": method, "template": template_name, **fingerprint,
+                                                  **(extra or {})})
+
+
 def save_finetuned(model, tokenizer, out_dir: str | os.PathLike, *, method: str, template_name: str | None = None,
                    extra: dict | None = None, replace: bool = True) -> Path:
     """Adapter or full model + tokenizer (chat template included) + aura_adapter.json, atomically."""
     out_dir = Path(out_dir)
-    fingerprint = base_fingerprint(model)
     with staged_dir(out_dir, replace=replace) as tmp:
-        if method == "full":
-            model.save_pretrained(tmp, safe_serialization=True)
-        else:
-            model.save_pretrained(tmp)  # adapter_config.json + adapter_model.safetensors
-        tokenizer.save_pretrained(tmp)
-        if getattr(tokenizer, "chat_template", None):
-            # a plain file too, so chat/export find the template whatever the tokenizer format
-            (tmp / "chat_template.jinja").write_text(tokenizer.chat_template, encoding="utf-8")
-        atomic_write_json(tmp / ADAPTER_META, {"method": method, "template": template_name, **fingerprint,
-                                                **(extra or {})})
+        write_model_files(model, tmp, method=method, template_name=template_name, extra=extra)
+        write_tokenizer_files(tokenizer, tmp)
     return out_dir
+
+
+def write_tokenizer_files(tokenizer, directory: str | os.PathLike) -> None:
+    """Tokenizer files with the chat template inside, and the template as chat_template.jinja too (so
+    chat and GGUF export find it whatever the tokenizer format)."""
+    tokenizer.save_pretrained(str(directory))
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, str) and not (Path(directory) / "chat_template.jinja").is_file():
+        (Path(directory) / "chat_template.jinja").write_text(template, encoding="utf-8")
 
 
 def is_adapter_dir(path: str | os.PathLike) -> bool:

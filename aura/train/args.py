@@ -87,6 +87,10 @@ class TrainArgs:
     max_bad_steps: int = arg(5, es="Pasos seguidos con pérdida NaN/inf tolerados antes de detenerse.",
                              en="Consecutive steps with NaN/inf loss tolerated before stopping.")
     device: str = arg("auto", es="Dispositivo: auto, cpu, cuda, cuda:N, mps.", en="Device: auto, cpu, cuda, cuda:N, mps.")
+    strategy: str = arg("auto", choices=("auto", "ddp", "fsdp", "none"),
+                        es="Paralelismo bajo torchrun (auto: DDP si cabe, si no FSDP2).",
+                        en="Parallelism under torchrun (auto: DDP if it fits, else FSDP2).")
+    backend: str = arg("auto", choices=("auto", "nccl", "gloo"), es="Backend distribuido.", en="Distributed backend.")
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)

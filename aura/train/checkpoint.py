@@ -85,7 +85,7 @@ class FullStateIO:
     def save_state(self, model, optimizer, directory, *, dist, write):
         if dist.is_main:
             write(unwrap_model(model), directory, None)
-            torch.save(optimizer.state_dict(), directory / "optimizer.pt")
+            save_pt(optimizer.state_dict(), directory / "optimizer.pt")
 
     def load_state(self, model, optimizer, directory, *, dist, read):
         read(unwrap_model(model), directory)
@@ -252,11 +252,11 @@ def save_checkpoint(path: Path, *, model, optimizer, scaler, trainer_state: dict
                              write_model=write_model, path=path)
                 for r, state in enumerate(all_rng):
                     (tmp / "rng").mkdir(exist_ok=True)
-                    torch.save(state, tmp / "rng" / f"rank-{r}.pt")
+                    save_pt(state, tmp / "rng" / f"rank-{r}.pt")
                 if scaler is not None and scaler.is_enabled():
-                    torch.save(scaler.state_dict(), tmp / "scaler.pt")
+                    save_pt(scaler.state_dict(), tmp / "scaler.pt")
                 if extra_state:
-                    torch.save(extra_state, tmp / "extra_state.pt")
+                    save_pt(extra_state, tmp / "extra_state.pt")
                 if write_extras is not None:
                     write_extras(tmp)
                 state = dict(trainer_state, world_size=dist.world_size, versions=library_versions())
@@ -265,13 +265,30 @@ def save_checkpoint(path: Path, *, model, optimizer, scaler, trainer_state: dict
             tmp = Path(dist.broadcast_object(None))
             _write_parts(tmp, model=model, optimizer=optimizer, scaler=scaler, dist=dist, io=io,
                          write_model=write_model, path=path)
-    except OSError as e:
-        prev = f" ({previous})" if previous else ""
-        if e.errno == errno.ENOSPC:
-            raise AuraError(M("disk_full", path=path, err=e.strerror, previous=prev)) from None
-        raise AuraError(M("write_failed", path=path, err=e)) from None
+    except (OSError, RuntimeError) as e:
+        _raise_write_error(e, path, previous)
     dist.barrier()
     return path
+
+
+def save_pt(obj, path: Path) -> None:
+    """torch.save through a Python file, so a full disk surfaces as OSError(ENOSPC) in the chain."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+
+
+def _raise_write_error(e: BaseException, path: Path, previous: Path | None) -> None:
+    """Disk full (anywhere in the exception chain) or another OS error -> AuraError; else re-raise."""
+    chain, seen = e, set()
+    while chain is not None and id(chain) not in seen:
+        seen.add(id(chain))
+        if (isinstance(chain, OSError) and chain.errno == errno.ENOSPC) or "No space left" in str(chain):
+            prev = f" ({previous})" if previous else ""
+            raise AuraError(M("disk_full", path=path, err="ENOSPC", previous=prev)) from None
+        chain = chain.__cause__ or chain.__context__
+    if isinstance(e, OSError):
+        raise AuraError(M("write_failed", path=path, err=e)) from None
+    raise e
 
 
 def _write_parts(tmp: Path, *, model, optimizer, scaler, dist, io, write_model, path: Path) -> None:
@@ -340,10 +357,8 @@ def save_model_dir(path: Path, *, model, dist: DistInfo, io: CheckpointIO, write
         else:
             tmp = Path(dist.broadcast_object(None))
             _write_model_only(tmp, model=model, dist=dist, io=io, write_model=write_model, path=path)
-    except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise AuraError(M("disk_full", path=path, err=e.strerror, previous="")) from None
-        raise AuraError(M("write_failed", path=path, err=e)) from None
+    except (OSError, RuntimeError) as e:
+        _raise_write_error(e, path, None)
     dist.barrier()
     return path
 

@@ -1,7 +1,14 @@
 """``aura finetune``: LoRA, QLoRA or full fine-tuning on instruction data, a thin set-up around loop.py.
 
-Phase 1 (this draft): the config and the automatic epoch count. The set-up (data -> SFTDataSource,
-model -> aura.train.adapters, TrainHooks that save adapters) is wired around ``aura.train.loop.train``.
+Data (``aura.data.sft``: every format -> conversations; ``aura.data.sft_batches``: masked token ids ->
+``SFTDataSource``), model (``aura.train.adapters``: base model, LoRA/QLoRA/full, adapter files) and
+``TrainHooks`` that save the adapter (or full model) with tokenizer and chat template at every
+checkpoint, ``checkpoint-epoch-N/`` at epoch ends and ``epoch_info.json``. The training itself is
+``aura.train.loop.train``, the same loop as pretraining; ``--deepspeed ds_config.json`` swaps its
+optimizer-step engine for DeepSpeed ZeRO (``aura.train.deepspeed_engine``).
+
+Without ``--data`` the embedded Spanish instruction sample is used; without ``--base-model`` the
+model pretrained by the ``aura pretrain`` demo (``runs/aura/final``) is used when it exists.
 """
 
 from __future__ import annotations
@@ -10,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from aura.config import arg
+from aura import console
+from aura.config import arg, to_dict
 from aura.errors import AuraError
 from aura.i18n import Messages
 from aura.train.adapters import LORA_PRESETS
-from aura.train.args import TrainArgs
+from aura.train.args import TrainArgs, explicit_fields, with_defaults
 
 M = Messages("finetune", {
     "epochs_auto": ("Épocas: {epochs} ({reason}; {n:,} ejemplos). Cámbialo con --epochs N.",
@@ -33,6 +41,38 @@ M = Messages("finetune", {
     "positive": ("--{flag} debe ser mayor que 0 (recibido: {value}).", "--{flag} must be greater than 0 (got: {value})."),
     "dropout": ("--lora-dropout debe estar en [0, 1) (recibido: {value}).",
                 "--lora-dropout must be in [0, 1) (got: {value})."),
+    "no_base": ("Falta --base-model: el ajuste fino parte de un modelo ya preentrenado. Indica un directorio "
+                "de Hugging Face o un nombre del hub, o crea uno pequeño con 'aura pretrain' (su "
+                "RUN_DIR/final sirve: aura finetune --base-model runs/aura/final).",
+                "--base-model is missing: fine-tuning starts from a pretrained model. Give a Hugging Face "
+                "directory or hub name, or make a small one with 'aura pretrain' (its RUN_DIR/final works: "
+                "aura finetune --base-model runs/aura/final)."),
+    "demo_base": ("Sin --base-model: se usa el modelo de la demo de preentrenamiento, {path}.",
+                  "No --base-model: using the pretraining demo's model, {path}."),
+    "demo_data": ("Sin --data: se usa la muestra de instrucciones en español incluida ({path}).",
+                  "No --data: using the embedded Spanish instruction sample ({path})."),
+    "template": ("Plantilla de chat: {name} (se guarda con el resultado como tokenizer.chat_template).",
+                 "Chat template: {name} (saved with the output as tokenizer.chat_template)."),
+    "examples": ("Ejemplos: {train} de entrenamiento, {val} de validación; {tokens:,} tokens de respuesta "
+                 "entrenados por época{prompt}.",
+                 "Examples: {train} for training, {val} for validation; {tokens:,} response tokens trained per "
+                 "epoch{prompt}."),
+    "with_prompt": (" (con --train-on-prompt también los del prompt)", " (with --train-on-prompt also the prompt's)"),
+    "auto_batch": ("Lote automático: {batch} (cabe en {have:.1f} GiB de {device} con {length} tokens por fila).",
+                   "Automatic batch: {batch} (fits in {have:.1f} GiB of {device} with {length} tokens per row)."),
+    "ckpt_differs": ("El checkpoint {path} no corresponde a este ajuste fino:\n  {diffs}\nReanuda con el mismo "
+                     "--base-model, --method y ajustes de LoRA que lo crearon.",
+                     "The checkpoint {path} does not match this fine-tuning:\n  {diffs}\nResume with the same "
+                     "--base-model, --method and LoRA settings that created it."),
+    "packing_off": ("--packing no es seguro con este modelo: se entrena sin empaquetar.",
+                    "--packing is not safe with this model: training without packing."),
+    "outputs": ("Resultados en {run}:", "Outputs in {run}:"),
+    "out_final": ("  resultado ({kind}): {path}", "  result ({kind}): {path}"),
+    "out_epochs": ("  épocas: {path}", "  epochs: {path}"),
+    "out_logs": ("  registros: {csv} , tensorboard --logdir {tb}", "  logs: {csv} , tensorboard --logdir {tb}"),
+    "out_next": ("  pruébalo: aura chat {cmd}", "  try it: aura chat {cmd}"),
+    "kind_adapter": ("adaptador LoRA", "LoRA adapter"),
+    "kind_full": ("modelo completo", "full model"),
     "lora_full": ("--{flag} solo se aplica a --method lora o qlora (el método es 'full').",
                   "--{flag} only applies to --method lora or qlora (the method is 'full')."),
 })
@@ -101,6 +141,10 @@ class FinetuneConfig(TrainArgs):
         en="Attention: auto (flash_attention_2 when installed with a GPU, else sdpa).")
     trust_remote_code: bool = arg(False, es="Permite código del repositorio del modelo (solo si confías en él).",
                                   en="Allow code from the model's repository (only if you trust it).")
+    deepspeed: str | None = arg(None, es="Configuración de DeepSpeed (ds_config.json, ZeRO-2/3); el lote, la "
+                                         "acumulación y el recorte salen de los flags de Aura.",
+                                en="DeepSpeed config (ds_config.json, ZeRO-2/3); batch, accumulation and "
+                                   "clipping come from Aura's flags.")
     # Fine-tuning defaults of the original guides (HF Trainer): no weight decay, beta2 0.999, cosine to 0.
     output_dir: Path = arg(Path("runs/finetune"), es="Directorio de la ejecución (checkpoints, logs, final/).",
                            en="Run directory (checkpoints, logs, final/).", short="-o")
@@ -146,3 +190,278 @@ def auto_epochs_line(n_examples: int) -> tuple[int, str]:
     """(epochs, the line to print): "Epochs: 5 (small dataset ...; 251 examples). Override with --epochs N."."""
     epochs, reason = auto_epochs(n_examples)
     return epochs, M("epochs_auto", epochs=epochs, reason=reason, n=n_examples)
+
+
+DEMO_BASES = (Path("runs/aura/final"), Path("runs/demo/final"))  # where the `aura pretrain` demo writes
+_AUTO_BATCHES = (8, 4, 2, 1)  # tried largest first; accumulation keeps 8 rows per optimizer step
+
+
+def resolve_base_name(cfg: FinetuneConfig) -> str:
+    """--base-model, or the pretraining demo's final/ when it exists (said so), or a clear error."""
+    if cfg.base_model:
+        return cfg.base_model
+    for path in DEMO_BASES:
+        if (path / "config.json").is_file():
+            console.info(M("demo_base", path=path))
+            return str(path)
+    raise AuraError(M("no_base"))
+
+
+def auto_batch(model, *, info, max_length: int, precision: str, checkpointing: bool) -> int | None:
+    """Largest micro-batch whose training memory fits the device (CUDA only), using the memory model of
+    ``aura.hardware.estimate_memory`` with gradients and AdamW state only for trainable parameters."""
+    from aura.hardware import GIB, estimate_memory
+    from aura.models import ModelSpec
+
+    if info.device_type != "cuda":
+        return None
+    c = model.config
+    d = getattr(c, "hidden_size", None) or getattr(c, "n_embd", 0)
+    heads = getattr(c, "num_attention_heads", None) or getattr(c, "n_head", 1)
+    spec = ModelSpec("finetune", "gpt2" if c.model_type == "gpt2" else "llama", d,
+                     getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer", 1), heads,
+                     getattr(c, "num_key_value_heads", None) or heads, max_length,
+                     getattr(c, "intermediate_size", None) or 4 * d)
+    params = [p for p in model.parameters()]
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    weights = sum(p.numel() * p.element_size() for p in params)
+    for batch in _AUTO_BATCHES:
+        est = estimate_memory(spec, vocab_size=c.vocab_size, batch_size=batch, precision=precision,
+                              gradient_checkpointing=checkpointing)
+        need = weights + 16 * trainable + est.activations + est.logits + est.overhead
+        if need <= info.memory_bytes or batch == 1:
+            console.info(M("auto_batch", batch=batch, have=info.memory_bytes / GIB, device=info.name,
+                           length=max_length))
+            return batch
+    return 1
+
+
+class _Limited:
+    """Validation batches, at most ``n`` per evaluation (``--eval-batches``; 0 = all), re-iterable."""
+
+    def __init__(self, source, n: int):
+        self.source, self.n = source, n
+
+    def __iter__(self):
+        import itertools
+
+        return itertools.islice(iter(self.source), self.n or None)
+
+
+class EpochInfo:
+    """``epoch_info.json``: a list with one object per finished epoch, rewritten atomically."""
+
+    def __init__(self, path: Path, *, resume_step: int | None):
+        from aura.utils.fsutil import read_json
+
+        self.path = path
+        old = read_json(path) if resume_step is not None and path.is_file() else []
+        self.rows = [r for r in old if int(r.get("global_step", 0)) <= (resume_step or 0)]
+
+    def __call__(self, end) -> None:
+        from datetime import datetime, timezone
+
+        from aura.utils.fsutil import atomic_write_json
+
+        self.rows.append({"epoch": end.epoch, "global_step": end.step, "train_loss": end.train_loss,
+                          "eval_loss": end.val_loss, "learning_rate": end.lr,
+                          "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                          "checkpoint": str(end.checkpoint) if end.checkpoint else None,
+                          "epoch_seconds": round(end.seconds, 3)})
+        atomic_write_json(self.path, self.rows)
+
+
+def finetune(cfg: FinetuneConfig) -> int:
+    """Run `aura finetune`; returns 0 when finished or cleanly interrupted (checkpoint saved)."""
+    import os
+
+    from aura.distributed import init_distributed, teardown
+
+    if cfg.device == "cpu" or not _cuda():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # transformers may import deepspeed, which probes CUDA
+    explicit = sorted(explicit_fields(cfg))
+    dist = init_distributed(backend=cfg.backend, device=cfg.device)
+    try:
+        return _finetune(cfg, dist, explicit)
+    finally:
+        teardown(dist)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _finetune(cfg: FinetuneConfig, dist, explicit: list[str]) -> int:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from aura.data.sft import load_conversations, split_train_val
+    from aura.data.sft_batches import SFTDataSource, detect_text_family, encode_all
+    from aura.data.templates import missing_template_tokens, resolve_chat_template
+    from aura.distributed import main_process_first, parallelize, strategy_of
+    from aura.hardware import detect
+    from aura.models import flops_per_token
+    from aura.tokenizer import load_tokenizer
+    from aura.train import adapters
+    from aura.train import checkpoint as ckpt
+    from aura.train.args import resolve_steps
+    from aura.train.loop import TrainHooks, resolve_precision, train
+    from aura.train.metrics import RunStatus
+    from aura.train.setup import load_hf_weights, prepare_run_dir
+    from aura.utils.fsutil import atomic_write_json
+
+    hf_logging.disable_progress_bar()
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()  # peft's "Writing model shards" bar at every checkpoint
+    out = Path(cfg.output_dir)
+    base_name = resolve_base_name(cfg)
+    adapters.resolve_base(base_name)  # a missing path fails before anything is written
+    if cfg.method == "qlora":
+        adapters.require_bitsandbytes()
+    resume_path = prepare_run_dir(out, dist=dist, resume_from=cfg.resume_from, overwrite=cfg.overwrite)
+
+    # ---- data and template
+    if not cfg.data:
+        from aura.data import EMBEDDED_INSTRUCTIONS
+
+        console.info(M("demo_data", path=EMBEDDED_INSTRUCTIONS))
+    convs = load_conversations(cfg.data, empty_responses=cfg.empty_responses, split=cfg.split)
+    tok = load_tokenizer(base_name, trust_remote_code=cfg.trust_remote_code)
+    fallback = detect_text_family(c.text for c in convs if c.text) or ("aura" if not cfg.data else None)
+    if any(c.messages for c in convs) or cfg.template or getattr(tok, "chat_template", None) or fallback:
+        _, template_name = resolve_chat_template(tok, cfg.template, fallback=fallback)
+        console.info(M("template", name=template_name))
+        missing = missing_template_tokens(tok, template_name)
+        if missing:
+            from aura.data.templates import M as TM
+
+            console.warn(TM("missing_tokens", tokens=", ".join(missing), name=template_name))
+    else:
+        template_name = None
+    train_convs, val_convs = split_train_val(convs, val_fraction=cfg.val_fraction, seed=cfg.seed)
+    enc = dict(max_length=cfg.max_length, truncation=cfg.truncation, train_on_prompt=cfg.train_on_prompt)
+    train_ex = encode_all(train_convs, tok, **enc)
+    val_ex = encode_all(val_convs, tok, **enc) if val_convs else []
+
+    # ---- model
+    info = detect()
+    precision = resolve_precision(cfg.precision, dist.device)
+    # LoRA on a GPU keeps the frozen base in the compute dtype; full fine-tuning keeps fp32 master weights
+    dtype = torch.bfloat16 if (precision == "bf16" and cfg.method != "full" and dist.device.type == "cuda") \
+        else torch.float32
+    with main_process_first(dist):  # a hub download happens once
+        model = adapters.load_base_model(base_name, method=cfg.method, dtype=dtype,
+                                         device=dist.device if not cfg.deepspeed else None,
+                                         attn_implementation=None if cfg.attn_implementation == "auto"
+                                         else cfg.attn_implementation, trust_remote_code=cfg.trust_remote_code)
+    adapters.match_vocab(model, tok)
+    fingerprint = adapters.base_fingerprint(model)
+    base_config = model.config
+    hf_config = base_config.to_dict()
+    model = adapters.setup_model(model, method=cfg.method, **cfg.lora_settings(),
+                                 target_modules=cfg.target_modules or None,
+                                 gradient_checkpointing=bool(cfg.gradient_checkpointing))
+    console.info(adapters.trainable_line(model))
+    packing = cfg.packing
+    if packing and not adapters.packing_is_isolated(model):
+        console.warn(M("packing_off"))
+        packing = False
+
+    # ---- optimisation defaults, epochs, batch
+    defaults = cfg.optimisation_defaults()
+    if cfg.batch_size is None and cfg.gradient_accumulation_steps is None:
+        batch = auto_batch(model, info=info, max_length=cfg.max_length, precision=precision,
+                           checkpointing=bool(cfg.gradient_checkpointing))
+        if batch is not None:
+            defaults.update(batch_size=batch, gradient_accumulation_steps=max(1, 8 // batch))
+    if cfg.epochs is None and cfg.max_steps is None and cfg.max_tokens is None:
+        epochs, line = auto_epochs_line(len(train_ex))
+        console.info(line)
+        defaults["epochs"] = epochs
+    defaults.setdefault("save_steps", 500)
+    cfg = with_defaults(cfg, **defaults)
+
+    data = SFTDataSource(train_ex, batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed,
+                         rank=dist.rank, world_size=dist.world_size, packing=packing, max_length=cfg.max_length)
+    val = None
+    if val_ex:
+        val = _Limited(SFTDataSource(val_ex, batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed,
+                                     rank=dist.rank, world_size=dist.world_size, packing=packing,
+                                     max_length=cfg.max_length, shuffle=False), cfg.eval_batches)
+    tokens_per_row = sum(len(e.input_ids) for e in train_ex) / max(len(data.rows), 1)
+    plan = resolve_steps(cfg, batches_per_epoch=data.batches_per_epoch,
+                         tokens_per_micro_batch=int(cfg.batch_size * tokens_per_row), world_size=dist.world_size)
+    console.info(M("examples", train=len(train_ex), val=len(val_ex), tokens=data.num_label_tokens,
+                   prompt=M("with_prompt") if cfg.train_on_prompt else ""))
+
+    # ---- parallelism (or DeepSpeed), then the optimizer
+    engine = optimizer = None
+    if cfg.deepspeed:
+        from aura.train.deepspeed_engine import setup_deepspeed
+
+        model, optimizer, engine, io = setup_deepspeed(model, args=cfg, dist=dist, config_path=cfg.deepspeed,
+                                                       precision=precision)
+    else:
+        model = parallelize(model, dist=dist, strategy=cfg.strategy, compile=cfg.compile)
+        io = ckpt.io_for(model)
+    identity = {"base_model": {k: fingerprint[k] for k in ("config_hash", "embed_hash")}, "method": cfg.method,
+                "lora": cfg.lora_settings() if cfg.method != "full" else None, "template": template_name}
+    if resume_path is not None:
+        saved = ckpt.read_state(resume_path)
+        diffs = ckpt.describe_differences({k: saved.get(k) for k in identity if k != "base_model"},
+                                          {k: v for k, v in identity.items() if k != "base_model"})
+        if diffs:
+            raise AuraError(M("ckpt_differs", path=resume_path, diffs="\n  ".join(diffs)))
+    if dist.is_main:
+        atomic_write_json(out / "model_config.json", {
+            "kind": "finetune", "config": to_dict(cfg), "explicit_flags": explicit, "base_model": base_name,
+            "base_fingerprint": fingerprint, "method": cfg.method, "lora": identity["lora"],
+            "template": template_name, "trainable_parameters": adapters.count_parameters(model)[0]
+            if not cfg.deepspeed else None, "precision": precision, "plan": plan.__dict__,
+            "examples": {"train": len(train_ex), "val": len(val_ex)}, "packing": packing,
+            "hardware": info.to_dict(), "world_size": dist.world_size,
+            "strategy": "deepspeed" if cfg.deepspeed else strategy_of(model), "hf_config": hf_config})
+
+    method = cfg.method
+
+    def save_model(m, d, state_dict):
+        adapters.write_model_files(m, d, state_dict, method=method, template_name=template_name)
+
+    def load_model(m, d):
+        if method == "full":
+            load_hf_weights(m, Path(d))
+        else:
+            adapters.load_adapter_weights(m, d)
+
+    hooks = TrainHooks(save_model=save_model, load_model=load_model,
+                       write_extras=lambda d: adapters.write_tokenizer_files(tok, d),
+                       checkpoint_meta=lambda: {**identity, "config": to_dict(cfg)},
+                       on_epoch_end=EpochInfo(out / "epoch_info.json", resume_step=_step_of(resume_path)),
+                       epoch_checkpoint_name=lambda epoch, step: f"checkpoint-epoch-{epoch}", io=io)
+    status = RunStatus(out, kind="finetune", dist=dist)
+    result = train(model=model, data=data, val_data=val, args=cfg, plan=plan, dist=dist, hooks=hooks,
+                   run_status=status, optimizer=optimizer, engine=engine,
+                   flops_per_token=flops_per_token(base_config, int(tokens_per_row) or None),
+                   peak_flops=info.peak_flops(precision), peak_name=info.peak_source, device_name=info.name,
+                   resume_from=resume_path)
+    if result.status == "finished" and dist.is_main:
+        console.success(M("outputs", run=out))
+        console.info(M("out_final", kind=M("kind_full" if method == "full" else "kind_adapter"),
+                       path=result.final_dir))
+        console.info(M("out_epochs", path=out / "epoch_info.json"))
+        console.info(M("out_logs", csv=out / "training_log.csv", tb=out / "tb"))
+        cmd = f"--model {result.final_dir}" if method == "full" else f"--model {base_name} --adapter {result.final_dir}"
+        console.info(M("out_next", cmd=cmd))
+    return 0
+
+
+def _step_of(path: Path | None) -> int | None:
+    if path is None:
+        return None
+    from aura.train.checkpoint import read_state
+
+    return int(read_state(path)["step"])
+

@@ -15,6 +15,10 @@ What a setup hands in
 * ``hooks``: ``TrainHooks``, the small explicit interface by which the setup decides what a checkpoint and
   the final directory contain (full HF model or adapter), extra state, and what happens at epoch ends.
 * ``dist``: ``aura.distributed.DistInfo`` (single process: rank 0 of 1, collectives are no-ops).
+* ``engine``: how a window's gradients become an update (``StepEngine``). Default ``TorchEngine``:
+  backward (through the fp16 GradScaler), unscale + clip, ``optimizer.step()``, ``zero_grad``.
+  ``aura.train.deepspeed_engine`` implements it over a DeepSpeed engine (ZeRO-2/3), which the setup
+  passes as ``model`` (with its optimizer and a matching ``hooks.io``).
 
 What the loop guarantees
 ------------------------
@@ -148,6 +152,45 @@ class TrainHooks:
     epoch_checkpoint_name: Callable[[int, int], str] = lambda epoch, step: f"checkpoint-step-{step}"
     resume_command: Callable[[Path], str] | None = None
     io: ckpt.CheckpointIO = field(default_factory=ckpt.FullStateIO)
+
+
+class StepEngine(Protocol):
+    """The optimizer-step seam: backward per micro-step, then clip and step (or skip) once per window."""
+
+    def backward(self, loss: torch.Tensor, *, last: bool) -> None: ...  # normalised by the window's tokens
+    def clip(self, max_norm: float) -> torch.Tensor: ...  # grad norm of the window (before clipping)
+    def step(self) -> None: ...  # apply the update and clear the gradients
+    def skip(self) -> None: ...  # a non-finite window: drop its gradients
+
+
+class TorchEngine:
+    """The plain PyTorch path (single process, DDP, FSDP2): GradScaler for fp16, clip, AdamW step."""
+
+    def __init__(self, optimizer, scaler=None):
+        self.optimizer, self.scaler = optimizer, scaler
+        self.params = [p for g in optimizer.param_groups for p in g["params"]]
+
+    def backward(self, loss: torch.Tensor, *, last: bool = True) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def clip(self, max_norm: float) -> torch.Tensor:
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm or float("inf"), foreach=True)
+        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
+
+    def step(self) -> None:
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def skip(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.update()
 
 
 @dataclass
@@ -323,7 +366,8 @@ def default_resume_command(checkpoint: Path) -> str:
 def train(*, model, data: BatchSource, val_data: Iterable[dict] | None, args: TrainArgs, plan: StepPlan,
           dist: DistInfo, hooks: TrainHooks, run_status: RunStatus | None = None, optimizer=None,
           flops_per_token: float | None = None, peak_flops: float | None = None,
-          peak_name: str | None = None, device_name: str = "", resume_from: Path | None = None) -> TrainResult:
+          peak_name: str | None = None, device_name: str = "", resume_from: Path | None = None,
+          engine: StepEngine | None = None) -> TrainResult:
     """Train ``model`` for ``plan.total_steps`` optimizer steps; see the module docstring for the contract.
 
     ``args`` must be resolved (learning_rate, batch and accumulation set). Returns when finished or after
@@ -331,12 +375,12 @@ def train(*, model, data: BatchSource, val_data: Iterable[dict] | None, args: Tr
     """
     device, out = dist.device, Path(args.output_dir)
     precision = resolve_precision(args.precision, device)
-    scaler = make_scaler(precision, device)
+    scaler = make_scaler(precision, device) if engine is None else None  # an engine brings its own
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     optimizer = optimizer or build_optimizer(model, args, device)
-    params = [p for g in optimizer.param_groups for p in g["params"]]
+    engine = engine or TorchEngine(optimizer, scaler)
     base_lr = float(args.learning_rate or 1e-3)
     min_lr = base_lr * 0.1 if args.min_lr is None else float(args.min_lr)
     warmup = default_warmup(plan.total_steps) if args.warmup_steps is None else int(args.warmup_steps)
@@ -418,21 +462,15 @@ def train(*, model, data: BatchSource, val_data: Iterable[dict] | None, args: Tr
                     with no_sync(model, enabled=i < len(window) - 1):
                         with autocast_context(precision, device):
                             ls = loss_sum(model, batch)
-                        (scaler.scale(ls * scale) if scaler is not None else ls * scale).backward()
+                        engine.backward(ls * scale, last=i == len(window) - 1)
                     window_loss += ls.detach()
-                if scaler is not None:
-                    scaler.unscale_(optimizer)
-                norm = torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm or float("inf"), foreach=True)
-                if hasattr(norm, "full_tensor"):
-                    norm = norm.full_tensor()
+                norm = engine.clip(args.max_grad_norm)
                 loss_check = global_sum(window_loss.clone()) if (scaler is not None and dist.is_distributed) \
                     else window_loss
                 grad_norm, loss_value = torch.stack([norm.double().to(device), loss_check.to(device)]).tolist()
                 bad = not math.isfinite(loss_value) or (scaler is None and not math.isfinite(grad_norm))
                 if bad:
-                    optimizer.zero_grad(set_to_none=True)
-                    if scaler is not None:
-                        scaler.update()
+                    engine.skip()
                     state.bad_steps_in_row += 1
                     console.warn(M("bad_step", step=state.step + 1, loss=loss_value, n=state.bad_steps_in_row,
                                    max=args.max_bad_steps))
@@ -441,12 +479,7 @@ def train(*, model, data: BatchSource, val_data: Iterable[dict] | None, args: Tr
                         raise AuraError(M("too_many_bad", n=state.bad_steps_in_row, step=state.step + 1,
                                           last=last))
                 else:
-                    if scaler is not None:
-                        scaler.step(optimizer)
-                        scaler.update()
-                    else:
-                        optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
+                    engine.step()
                     state.bad_steps_in_row = 0
                     interval_loss += window_loss
                     epoch_loss += window_loss

@@ -7,7 +7,6 @@ prepare``) or raw text files, prepared on the fly into ``RUN_DIR/data``.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from aura.errors import AuraError
 from aura.i18n import Messages
 from aura.models import PRESETS
 from aura.train.args import TrainArgs, explicit_fields
+from aura.train.setup import load_hf_weights, prepare_run_dir
 
 M = Messages("pretrain", {
     "demo": ("Sin --data: demo con el corpus español incluido (tokenizador + datos + modelo 'tiny').",
@@ -34,10 +34,6 @@ M = Messages("pretrain", {
                      "prepare the data again with 'aura data prepare ... --tokenizer {tok}'."),
     "vocab_small": ("El tokenizador tiene {tok} tokens pero los datos usan ids hasta {data}.",
                     "The tokenizer has {tok} tokens but the data uses ids up to {data}."),
-    "other_run": ("{path} ya contiene otra ejecución (estado: {status}, paso {step}). Usa --resume-from latest "
-                  "para continuarla, --overwrite para empezar de cero en ese directorio, u otro --output-dir.",
-                  "{path} already holds another run (status: {status}, step {step}). Use --resume-from latest "
-                  "to continue it, --overwrite to start over in that directory, or another --output-dir."),
     "ckpt_differs": ("El checkpoint {path} no corresponde a esta configuración:\n  {diffs}\nReanuda con los "
                      "mismos --model-preset, dimensiones y --tokenizer que lo crearon.",
                      "The checkpoint {path} does not match this configuration:\n  {diffs}\nResume with the "
@@ -60,7 +56,7 @@ M = Messages("pretrain", {
 })
 
 DEMO_VOCAB = 4096
-DEMO_EPOCHS = 12
+DEMO_EPOCHS = 8
 
 
 @dataclass
@@ -104,29 +100,6 @@ class PretrainConfig(TrainArgs):
     def explicit_shape(self) -> bool:
         return any(getattr(self, f) is not None for f in ("arch", "embed_size", "num_layers", "num_heads",
                                                             "num_kv_heads", "seq_length", "intermediate_size"))
-
-
-def _existing_run(out: Path) -> dict | None:
-    from aura.train.checkpoint import list_checkpoints
-    from aura.utils.fsutil import read_json
-
-    if (out / "run.json").is_file():
-        return read_json(out / "run.json")
-    refs = list_checkpoints(out)
-    if refs or (out / "final").is_dir():
-        return {"status": "?", "last_step": refs[-1].step if refs else "?"}
-    return None
-
-
-def _clear_run(out: Path) -> None:
-    """--overwrite: remove what a previous run wrote (only Aura's own entries)."""
-    from aura.train.checkpoint import list_checkpoints
-
-    for ref in list_checkpoints(out):
-        shutil.rmtree(ref.path, ignore_errors=True)
-    for name in ("final", "tb", "run.json", "training_log.csv", "model_config.json"):
-        p = out / name
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 def _prepare_inputs(cfg: PretrainConfig, out: Path, dist) -> tuple[Path, str]:
@@ -228,28 +201,7 @@ def _save_hf(model, directory: Path, state_dict: dict | None) -> None:
     model.save_pretrained(str(directory), state_dict=state_dict, safe_serialization=True)
 
 
-def _load_hf(model, directory: Path) -> None:
-    """Load model.safetensors (or its shards) into ``model``; tied weights may be absent from the file."""
-    import json
-
-    from safetensors.torch import load_file
-
-    index = directory / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() \
-        else ["model.safetensors"]
-    state: dict = {}
-    for name in files:
-        state.update(load_file(str(directory / name)))
-    result = model.load_state_dict(state, strict=False)
-    groups: dict[int, set[str]] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        groups.setdefault(id(p), set()).add(name)
-    missing = [k for k in result.missing_keys
-               if not any(k in g and g & state.keys() for g in groups.values())]
-    if missing or result.unexpected_keys:
-        raise AuraError(M("ckpt_differs", path=directory,
-                          diffs="\n  ".join([f"missing: {k}" for k in missing] +
-                                            [f"unexpected: {k}" for k in result.unexpected_keys])))
+_load_hf = load_hf_weights  # shared with finetune (aura.train.setup)
 
 
 def _sample(model, tok, prompt: str, tokens: int, *, device, seed: int) -> str:
@@ -299,14 +251,7 @@ def _pretrain(cfg: PretrainConfig, dist, explicit: list[str]) -> int:
 
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # transformers may import deepspeed, which warns
     out = Path(cfg.output_dir)
-    existing = dist.broadcast_object(_existing_run(out) if dist.is_main else None)
-    if existing and not cfg.resume_from:
-        if not cfg.overwrite:
-            raise AuraError(M("other_run", path=out, status=existing.get("status"), step=existing.get("last_step")))
-        if dist.is_main:
-            _clear_run(out)
-    dist.barrier()
-    resume_path = ckpt.resolve_resume(cfg.resume_from, out) if cfg.resume_from else None
+    resume_path = prepare_run_dir(out, dist=dist, resume_from=cfg.resume_from, overwrite=cfg.overwrite)
 
     data_dir, tok_name = _prepare_inputs(cfg, out, dist)
     tok = load_tokenizer(tok_name)

@@ -1,0 +1,72 @@
+"""DeepSpeed behind the loop's StepEngine seam: Aura's flags always win in ds_config (no accumulation
+mismatch possible), and a 2-rank ZeRO-2 LoRA run on CPU (gloo) saves an adapter peft loads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from aura.errors import AuraError
+from aura.train.deepspeed_engine import ds_config
+from tests.distutil import output, torchrun
+from tests.test_finetune import FAST, short_records
+from tests.tiny_models import build_llama, train_tokenizer
+
+
+def test_aura_flags_are_written_into_the_config(capsys):
+    user = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 16,
+            "train_batch_size": "auto", "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+            "zero_optimization": {"stage": 2, "overlap_comm": "auto", "reduce_bucket_size": 5e8},
+            "scheduler": {"type": "WarmupLR"}}
+    cfg = ds_config(user, batch_size=2, accumulation=4, world_size=2, max_grad_norm=0.5, precision="bf16")
+    assert cfg["train_micro_batch_size_per_gpu"] == 2 and cfg["gradient_accumulation_steps"] == 4
+    assert cfg["train_batch_size"] == 2 * 4 * 2 and cfg["gradient_clipping"] == 0.5
+    assert cfg["bf16"] == {"enabled": True} and cfg["fp16"] == {"enabled": False}
+    assert cfg["zero_optimization"] == {"stage": 2, "reduce_bucket_size": 5e8}
+    assert "scheduler" not in cfg and user["gradient_accumulation_steps"] == 16  # the user's dict is untouched
+    out = capsys.readouterr()
+    assert "'gradient_accumulation_steps' = 16 is replaced by 4" in out.out + out.err
+
+
+def test_bad_zero_stage_is_a_clear_error():
+    with pytest.raises(AuraError, match="stage must be 0, 1, 2 or 3"):
+        ds_config({"zero_optimization": {"stage": 4}}, batch_size=1, accumulation=1, world_size=1,
+                  max_grad_norm=1.0, precision="fp32")
+
+
+@pytest.mark.slow
+def test_zero2_lora_on_two_cpu_ranks_saves_an_adapter_peft_loads(tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    tok = train_tokenizer(tmp_path / "tok", vocab_size=500)
+    base = build_llama(tmp_path / "llama", tok)
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in short_records()), encoding="utf-8")
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"gradient_accumulation_steps": 8, "train_micro_batch_size_per_gpu": "auto",
+                              "zero_optimization": {"stage": 2}}))
+    run = tmp_path / "run"
+    r = torchrun("-m", "aura", "finetune", "--base-model", str(base), "--data", str(data), "--output-dir", str(run),
+                 *FAST, "--batch-size", "2", "--gradient-accumulation-steps", "2", "--max-steps", "6",
+                 "--save-steps", "3", "--deepspeed", str(ds), "--backend", "gloo", timeout=600)
+    text = output(r)
+    assert r.returncode == 0, text
+    assert "DeepSpeed ZeRO-2: micro-batch 2, accumulation 2" in text
+    # 23 training rows / (2 ranks x 2) / accumulation 2 = 3 steps per epoch: epoch checkpoints at 3 and 6
+    assert (run / "checkpoint-epoch-1" / "deepspeed" / "state").is_dir()
+    assert (run / "checkpoint-epoch-1" / "adapter_model.safetensors").is_file()
+    final = run / "final"
+    assert (final / "adapter_model.safetensors").is_file() and (final / "chat_template.jinja").is_file()
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(final))
+    lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
+    assert lora_b and all(torch.count_nonzero(p) > 0 for p in lora_b)  # trained (B starts at zero)
+    # and it resumes from DeepSpeed's checkpoint
+    r = torchrun("-m", "aura", "finetune", "--base-model", str(base), "--data", str(data), "--output-dir", str(run),
+                 *FAST, "--batch-size", "2", "--gradient-accumulation-steps", "2", "--max-steps", "8",
+                 "--deepspeed", str(ds), "--backend", "gloo", "--resume-from", "latest",
+                 timeout=600)
+    assert r.returncode == 0, output(r)
+    assert "Resumed from" in output(r)
