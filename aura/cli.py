@@ -7,6 +7,7 @@ Nothing imports this module.
 
 from __future__ import annotations
 
+import glob
 import importlib
 import os
 import sys
@@ -148,8 +149,16 @@ def resolve(argv: list[str]) -> tuple[tuple[str, ...] | None, list[str]]:
     return None, argv
 
 
+def _quiet_third_party() -> None:
+    """DeepSpeed (imported by transformers/peft when installed) probes for an accelerator at import
+    time and warns on every CPU-only command; on a machine without NVIDIA devices, say CPU up front."""
+    if "DS_ACCELERATOR" not in os.environ and not glob.glob("/dev/nvidia[0-9]*"):
+        os.environ["DS_ACCELERATOR"] = "cpu"
+
+
 def run_command(key: tuple[str, ...], args: list[str]):
     cmd = COMMANDS[key]
+    _quiet_third_party()
     module = importlib.import_module(cmd.module)
     cfg_cls = getattr(module, cmd.config)
     cfg = parse_config(cfg_cls, args, prog="aura " + " ".join(key), description=bi(cmd.es, cmd.en))

@@ -62,7 +62,9 @@ def _emit(text: str, *, style: str | None = None, stderr: bool = False) -> None:
         _console(stderr).print(escape(line), style=style)
     else:
         stream = sys.stderr if stderr else sys.stdout
-        print(line, file=stream, flush=True)
+        # one write per line: ranks sharing a pipe (torchrun) must not interleave a line and its newline
+        stream.write(line + "\n")
+        stream.flush()
 
 
 def info(text: str) -> None:

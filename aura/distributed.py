@@ -443,6 +443,25 @@ def sync_check(model: torch.nn.Module, dist: DistInfo) -> bool:
     return True
 
 
+def sync_status(model: torch.nn.Module, dist: DistInfo) -> str | None:
+    """The ``Sync=`` field of a log line (collective: every rank calls it at the same step).
+
+    None for one process; "OK" after a real ``sync_check`` of DDP replicas (AuraError if they
+    diverge); "FSDP" under FSDP2, whose ranks hold different shards by design, so there is nothing
+    to compare; "n/a" for a DeepSpeed engine, whose ZeRO-3 parameters are partitions this check
+    cannot compare.
+    """
+    if not dist.is_distributed or dist.world_size == 1:
+        return None
+    kind = strategy_of(model)
+    if kind == "fsdp":
+        return "FSDP"
+    if type(model).__name__ == "DeepSpeedEngine":  # ZeRO-3 parameters are empty partitions here
+        return "n/a"
+    sync_check(model, dist)  # DDP, or unwrapped replicas (--strategy none), which must agree too
+    return "OK"
+
+
 @contextlib.contextmanager
 def main_process_first(dist: DistInfo) -> Iterator[None]:
     """Rank 0 runs the block first (downloads, caches, tokenising); the others follow it."""

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import run_aura
-from tests.tiny_models import SPANISH_PROBES, build_llama, build_zoo, make_lora_adapter
+from tests.tiny_models import SPANISH_PROBES, build_llama, build_zoo, make_lora_adapter, train_spm_tokenizer
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
@@ -75,9 +75,12 @@ def test_llama_roundtrip(zoo, tmp_path, quant, tol):
     assert not list(tmp_path.glob(".tmp-*"))
 
 
-def test_gpt2_and_merged_roundtrip(zoo, tmp_path):
+def test_gpt2_roundtrip(zoo, tmp_path):
     _export(zoo["gpt2"], tmp_path / "gpt2.gguf", "q8_0")
     _roundtrip(zoo["gpt2"], tmp_path / "gpt2.gguf", rel_tol=0.08)
+
+
+def test_lora_merged_roundtrip(zoo, tmp_path):
     _export(zoo["merged"], tmp_path / "merged.gguf", "f16")
     _roundtrip(zoo["merged"], tmp_path / "merged.gguf", rel_tol=0.02)
 
@@ -93,6 +96,18 @@ def test_mistral_with_padded_vocab(zoo, tmp_path):
     assert reader.get_field("general.architecture").contents() == "llama"
     assert len(reader.get_field("tokenizer.ggml.tokens").contents()) == 800 + 64
     _roundtrip(model, out, rel_tol=0.01)
+
+
+def test_sentencepiece_style_tokenizer(tmp_path):
+    """Llama 2 / Mistral 7B tokenizers (Metaspace "▁", byte fallback) -> tokenizer.ggml.model "llama"."""
+    import gguf
+
+    model = build_llama(tmp_path / "spm", train_spm_tokenizer(tmp_path / "spm_tok"), arch="mistral")
+    out = tmp_path / "spm.gguf"
+    _export(model, out, "f16")
+    assert gguf.GGUFReader(str(out)).get_field("tokenizer.ggml.model").contents() == "llama"
+    _roundtrip(model, out, rel_tol=0.02)
+    assert "[INST]" in (tmp_path / "Modelfile").read_text()
 
 
 def test_llama_cpp_quantisation(zoo, tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -253,6 +254,21 @@ def _quantize(quantizer: tuple[str, object], src: Path, dst: Path, ftype: int) -
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
     params.nthread = os.cpu_count() or 1
-    code = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
-    if code != 0:
-        raise AuraError(M("quant_failed", how="llama_model_quantize", code=code))
+    # llama.cpp prints a line per tensor on the C-level stdout/stderr: keep it for the error only
+    with tempfile.TemporaryFile() as log:
+        saved = [os.dup(1), os.dup(2)]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            code = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+        if code != 0:
+            log.seek(0)
+            tail = log.read().decode("utf-8", errors="replace")[-800:]
+            raise AuraError(M("quant_failed", how=f"llama_model_quantize: {tail}", code=code))

@@ -79,7 +79,7 @@ class HFEngine:
                       do_sample=sample, repetition_penalty=sampling.repetition_penalty,
                       eos_token_id=self.stop_ids, pad_token_id=self.tok.pad_token_id, streamer=streamer)
         if sample:
-            kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or None, top_p=sampling.top_p)
+            kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)  # 0 = off
         if stops:
             kwargs.update(stop_strings=stops, tokenizer=self.tok)
         from transformers import StoppingCriteria, StoppingCriteriaList

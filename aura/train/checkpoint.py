@@ -45,6 +45,14 @@ M = Messages("checkpoint", {
                   "There is no complete checkpoint in {path} to resume from. Drop --resume-from to start "
                   "from scratch."),
     "saved": ("Checkpoint guardado: {path} ({size})", "Checkpoint saved: {path} ({size})"),
+    "full_into_fsdp": ("El checkpoint {path} se guardó sin FSDP (model.safetensors completo, de un solo "
+                       "proceso o de DDP) y esta ejecución reparte el modelo con FSDP2. Reanúdalo con "
+                       "--strategy ddp (o en un solo proceso). Los checkpoints FSDP (dcp/) sí se reanudan "
+                       "con cualquier estrategia y número de procesos.",
+                       "The checkpoint {path} was saved without FSDP (a full model.safetensors, from one "
+                       "process or DDP) and this run shards the model with FSDP2. Resume it with "
+                       "--strategy ddp (or on one process). FSDP checkpoints (dcp/) do resume under any "
+                       "strategy and number of ranks."),
 })
 
 STATE_FILE = "trainer_state.json"
@@ -88,6 +96,9 @@ class FullStateIO:
             save_pt(optimizer.state_dict(), directory / "optimizer.pt")
 
     def load_state(self, model, optimizer, directory, *, dist, read):
+        if _is_sharded(directory):  # saved by FSDP2 (maybe on another world size): DCP reshards it
+            ShardedStateIO().load_state(model, optimizer, directory, dist=dist, read=read)
+            return
         read(unwrap_model(model), directory)
         if optimizer is not None:
             optimizer.load_state_dict(torch.load(directory / "optimizer.pt", map_location="cpu",
@@ -113,7 +124,14 @@ class ShardedStateIO:
     def load_state(self, model, optimizer, directory, *, dist, read):
         from aura.dist.sharded import load_sharded
 
+        if not _is_sharded(directory) and (directory / STATE_FILE).is_file():
+            raise AuraError(M("full_into_fsdp", path=directory))
         load_sharded(directory / "dcp", model=model, optimizer=optimizer, dist=dist)
+
+
+def _is_sharded(directory: Path) -> bool:
+    """A checkpoint written by ShardedStateIO (``dcp/.metadata``) rather than full tensors."""
+    return (Path(directory) / "dcp" / ".metadata").is_file()
 
 
 def io_for(model) -> CheckpointIO:

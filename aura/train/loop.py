@@ -27,6 +27,8 @@ What the loop guarantees
   padded SFT batches weigh every token equally; the logged loss is that true token mean.
 * LR is ``args.lr_at(step)``, a pure function of the step; AdamW skips decay on norms, biases, embeddings.
 * Host syncs: one per optimizer step (grad norm + loss finiteness, to skip NaN/inf steps) and the log line.
+* Under torchrun every log line carries ``Sync=`` (``aura.distributed.sync_status``): DDP replicas are
+  compared bit for bit there, and a divergence stops every rank with an AuraError naming the ranks.
 * Resumable state (``TrainState``, data position, RNG, optimizer, scaler) is checkpointed every
   ``--save-steps``, at epoch ends and on SIGINT/SIGTERM; a resumed run reproduces the per-step losses of
   an uninterrupted one exactly (CPU, fp32, same seed).
@@ -49,7 +51,7 @@ import torch
 import torch.nn.functional as F
 
 from aura import console
-from aura.distributed import DistInfo, no_sync
+from aura.distributed import DistInfo, no_sync, sync_status
 from aura.errors import AuraError
 from aura.i18n import Messages
 from aura.train import checkpoint as ckpt
@@ -493,11 +495,12 @@ def train(*, model, data: BatchSource, val_data: Iterable[dict] | None, args: Tr
                         loss_mean = float(global_sum(interval_loss.clone())) / interval_n
                         tps, mfu, eta = meter.measure(tokens=state.tokens_seen, step=state.step,
                                                       total_steps=plan.total_steps)
+                        sync = sync_status(model, dist)  # replicas compared at every log line; raises on drift
                         history.append((state.step, loss_mean))
                         logger.step(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, loss=loss_mean,
                                     lr=lr, grad_norm=grad_norm if math.isfinite(grad_norm) else None,
                                     tokens_per_s=tps, mfu=mfu, seconds=meter.step_seconds or 0.0, eta_s=eta,
-                                    elapsed_s=meter.elapsed)
+                                    elapsed_s=meter.elapsed, sync=sync)
                     interval_loss, interval_n = zero(), 0
 
                 epoch_done = data.position >= data.batches_per_epoch

@@ -26,9 +26,9 @@ from aura.utils.fsutil import atomic_write_json, atomic_write_text, read_json
 
 M = Messages("metrics", {
     "step": ("Epoch {epoch} | Step {step}/{total} | Loss: {loss} | LR {lr:.2e} | Grad {grad} | "
-             "{tps:,.0f} tok/s | MFU {mfu} | Mem {mem} | ETA {eta}",
+             "{tps:,.0f} tok/s | MFU {mfu} | Mem {mem} | ETA {eta}{sync}",
              "Epoch {epoch} | Step {step}/{total} | Loss: {loss} | LR {lr:.2e} | Grad {grad} | "
-             "{tps:,.0f} tok/s | MFU {mfu} | Mem {mem} | ETA {eta}"),
+             "{tps:,.0f} tok/s | MFU {mfu} | Mem {mem} | ETA {eta}{sync}"),
     "epoch": ("Epoch {epoch}/{epochs} | Loss entrenamiento: {train} | Loss validación: {val} | "
               "Duración epoch: {seconds:.1f}s",
               "Epoch {epoch}/{epochs} | Train loss: {train} | Val loss: {val} | Epoch time: {seconds:.1f}s"),
@@ -119,14 +119,16 @@ class MetricsLogger:
 
     def step(self, *, step: int, epoch: int, tokens: int, loss: float, lr: float, grad_norm: float | None,
              tokens_per_s: float, mfu: float | None, seconds: float, eta_s: float | None,
-             elapsed_s: float) -> None:
+             elapsed_s: float, sync: str | None = None) -> None:
+        """``sync``: the cross-rank check's verdict (``aura.distributed.sync_status``), None alone."""
         if not self.dist.is_main:
             return
         mem = memory_in_use(self.dist.device)
         console.info(M("step", epoch=epoch + 1, step=step, total=self.total_steps, loss=_fmt(loss), lr=lr,
                        grad=_fmt(grad_norm, ".3f"), tps=tokens_per_s,
                        mfu="-" if mfu is None else f"{100 * mfu:.1f}%", mem=f"{mem / 1e9:.2f} GB",
-                       eta="-" if eta_s is None else format_duration(eta_s)))
+                       eta="-" if eta_s is None else format_duration(eta_s),
+                       sync="" if sync is None else f" | Sync={sync}"))
         self._csv(kind="step", epoch=epoch + 1, step=step, tokens=tokens, train_loss=f"{loss:.6f}",
                   lr=f"{lr:.6e}", grad_norm=_fmt(grad_norm, ".6f") if grad_norm is not None else None,
                   tokens_per_s=f"{tokens_per_s:.1f}", mfu=None if mfu is None else f"{mfu:.4f}",

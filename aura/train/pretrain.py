@@ -51,6 +51,12 @@ M = Messages("pretrain", {
     "out_tb": ("  TensorBoard: tensorboard --logdir {path}", "  TensorBoard: tensorboard --logdir {path}"),
     "out_cfg": ("  hiperparámetros: {path}", "  hyperparameters: {path}"),
     "out_data": ("  datos y tokenizador: {data} , {tok}", "  data and tokenizer: {data} , {tok}"),
+    "global_batch": ("Lote global: {sequences:,} secuencias ({tokens:,} tokens) por paso = micro-lote {batch} x "
+                     "acumulación {accum} x {world} proceso(s); cada proceso lee su propia parte de los datos.",
+                     "Global batch: {sequences:,} sequences ({tokens:,} tokens) per step = micro-batch {batch} x "
+                     "accumulation {accum} x {world} process(es); every rank reads its own part of the data."),
+    "done_dist": ("Entrenamiento completado. Gradientes sincronizados.",
+                  "Training complete. Gradients synchronised."),
     "bad_split": ("--validation-split debe estar en [0, 0.5) (recibido: {value}).",
                   "--validation-split must be in [0, 0.5) (got: {value})."),
 })
@@ -82,10 +88,6 @@ class PretrainConfig(TrainArgs):
                                  en="Vocabulary of a tokenizer trained here (32000; demo: 4096).")
     validation_split: float = arg(0.01, es="Fracción de validación al preparar texto sin procesar.",
                                   en="Validation fraction when preparing raw text.")
-    strategy: str = arg("auto", choices=("auto", "ddp", "fsdp", "none"),
-                        es="Paralelismo bajo torchrun (auto: DDP si cabe, si no FSDP2).",
-                        en="Parallelism under torchrun (auto: DDP if it fits, else FSDP2).")
-    backend: str = arg("auto", choices=("auto", "nccl", "gloo"), es="Backend distribuido.", en="Distributed backend.")
     ignore_memory_check: bool = arg(False, es="No comprobar que el modelo quepa en memoria.",
                                     en="Do not check that the model fits in memory.")
     sample_prompt: str = arg("Había una vez", es="Texto inicial de la muestra final.", en="Prompt of the final sample.")
@@ -222,6 +224,7 @@ def pretrain(cfg: PretrainConfig) -> int:
 
     explicit = sorted(explicit_fields(cfg))
     dist = init_distributed(backend=cfg.backend, device=cfg.device)
+    console.set_quiet(not dist.is_main)  # one voice; other ranks still print warnings, errors, Sync
     try:
         return _pretrain(cfg, dist, explicit)
     finally:
@@ -271,8 +274,11 @@ def _pretrain(cfg: PretrainConfig, dist, explicit: list[str]) -> int:
     n_params = count_parameters(model)
     fpt = flops_per_token(model.config, spec.seq_len)
     hf_config = model.config.to_dict()
+    precision = resolve_precision(cfg.precision, dist.device)
+    # from outside the model, once, in torchtitan's order: checkpointing -> compile -> FSDP2/DDP
     model = parallelize(model, dist=dist, strategy=cfg.strategy, compile=cfg.compile,
-                        gradient_checkpointing=bool(cfg.gradient_checkpointing))
+                        gradient_checkpointing=bool(cfg.gradient_checkpointing),
+                        mixed_precision=precision if precision in ("bf16", "fp16") else None)
 
     data = PretrainBatches(train_shards, seq_len=spec.seq_len, batch_size=cfg.batch_size, seed=cfg.seed,
                            rank=dist.rank, world_size=dist.world_size, pin_memory=dist.device.type == "cuda")
@@ -286,7 +292,10 @@ def _pretrain(cfg: PretrainConfig, dist, explicit: list[str]) -> int:
     console.info(M("preset", preset=spec.name, arch=spec.arch, params=n_params, tokens=plan.tokens_per_step,
                    batch=cfg.batch_size, accum=cfg.gradient_accumulation_steps, seq=spec.seq_len,
                    world=dist.world_size))
-    precision = resolve_precision(cfg.precision, dist.device)
+    if dist.is_distributed:
+        console.info(M("global_batch", sequences=cfg.batch_size * cfg.gradient_accumulation_steps * dist.world_size,
+                       tokens=plan.tokens_per_step, batch=cfg.batch_size, accum=cfg.gradient_accumulation_steps,
+                       world=dist.world_size))
     identity = {"model": {**spec.to_dict(), "vocab_size": vocab}, "tokenizer_hash": tok_hash}
     if resume_path is not None:
         saved = ckpt.read_state(resume_path)
@@ -311,17 +320,30 @@ def _pretrain(cfg: PretrainConfig, dist, explicit: list[str]) -> int:
     result = train(model=model, data=data, val_data=val, args=cfg, plan=plan, dist=dist, hooks=hooks,
                    run_status=status, flops_per_token=fpt, peak_flops=info.peak_flops(precision),
                    peak_name=info.peak_source, device_name=info.name, resume_from=resume_path)
-    if result.status != "finished" or not dist.is_main:
+    if result.status != "finished":
         return 0
-    if cfg.sample_tokens > 0 and strategy_of(model) != "fsdp":
-        console.info(M("sample", prompt=cfg.sample_prompt))
-        console.info(_sample(ckpt.unwrap_model(model), tok, cfg.sample_prompt, cfg.sample_tokens,
-                             device=dist.device, seed=cfg.seed))
-    console.success(M("outputs", run=out))
-    console.info(M("out_final", path=result.final_dir))
-    console.info(M("out_ckpt", path=result.checkpoint))
-    console.info(M("out_csv", path=out / "training_log.csv"))
-    console.info(M("out_tb", path=out / "tb"))
-    console.info(M("out_cfg", path=out / "model_config.json"))
-    console.info(M("out_data", data=data_dir, tok=tok_name))
+    if dist.is_main:
+        if cfg.sample_tokens > 0:
+            # FSDP2 holds shards: sample from the gathered final/ instead of the training model
+            sampler = ckpt.unwrap_model(model) if strategy_of(model) != "fsdp" else \
+                _load_final(result.final_dir, dist.device)
+            console.info(M("sample", prompt=cfg.sample_prompt))
+            console.info(_sample(sampler, tok, cfg.sample_prompt, cfg.sample_tokens, device=dist.device,
+                                 seed=cfg.seed))
+        console.success(M("outputs", run=out))
+        console.info(M("out_final", path=result.final_dir))
+        console.info(M("out_ckpt", path=result.checkpoint))
+        console.info(M("out_csv", path=out / "training_log.csv"))
+        console.info(M("out_tb", path=out / "tb"))
+        console.info(M("out_cfg", path=out / "model_config.json"))
+        console.info(M("out_data", data=data_dir, tok=tok_name))
+    if dist.is_distributed:
+        dist.barrier()  # rank 0's sample first, so the line below is the last one of every rank
+        console.always(M("done_dist"))
     return 0
+
+
+def _load_final(path: Path, device):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(path)).to(device)

@@ -23,6 +23,14 @@ M = Messages("train_setup", {
                        "configuración de modelo que creó el checkpoint.",
                        "The weights in {path} do not match this model:\n  {diffs}\nResume with the same "
                        "model configuration that created the checkpoint."),
+    "restart": ("torchrun reinició el grupo de procesos (reinicio {n}): se reanuda desde el último "
+                "checkpoint: {path}",
+                "torchrun restarted the worker group (restart {n}): resuming from the latest checkpoint: "
+                "{path}"),
+    "restart_fresh": ("torchrun reinició el grupo de procesos (reinicio {n}) antes del primer checkpoint: "
+                      "se empieza de cero.",
+                      "torchrun restarted the worker group (restart {n}) before the first checkpoint: "
+                      "starting over."),
 })
 
 # What a run writes besides checkpoints (``--overwrite`` removes exactly these).
@@ -53,11 +61,42 @@ def clear_run(out: Path) -> None:
         shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
+def elastic_restart() -> int:
+    """How many times torchrun has restarted this worker group (0 on the first attempt or alone)."""
+    import os
+
+    try:
+        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    except ValueError:
+        return 0
+
+
 def prepare_run_dir(out: Path, *, dist, resume_from: str | None, overwrite: bool) -> Path | None:
-    """Check ``out`` on rank 0 (collective), clear it on --overwrite; the checkpoint to resume or None."""
+    """Check ``out`` on rank 0 (collective), clear it on --overwrite; the checkpoint to resume or None.
+
+    Fault tolerance: when torchrun restarts the group (``--max-restarts``, TORCHELASTIC_RESTART_COUNT
+    > 0) the same command line runs again, so the newest checkpoint of ``out`` is resumed by itself
+    (overriding --resume-from/--overwrite, which belong to the first attempt). With none yet, an
+    unfinished attempt's logs are cleared and training starts over (or resumes the user's own
+    --resume-from again); a finished run's final/ is never cleared that way. A first attempt never
+    resumes silently: an ``out`` holding another run still needs --resume-from latest or --overwrite.
+    """
+    from aura import console
     from aura.train import checkpoint as ckpt
 
     out = Path(out)
+    if elastic_restart() > 0:
+        found = None
+        if dist.is_main:
+            latest, previous = ckpt.latest_checkpoint(out), existing_run(out)
+            found = (str(latest) if latest else None, bool(previous) and previous.get("status") != "finished")
+        latest, unfinished = dist.broadcast_object(found)
+        console.info(M("restart", n=elastic_restart(), path=latest) if latest is not None else
+                     M("restart_fresh", n=elastic_restart()))
+        if latest is not None:
+            resume_from, overwrite = latest, False
+        elif unfinished and not resume_from:
+            overwrite = True
     existing = dist.broadcast_object(existing_run(out) if dist.is_main else None)
     if existing and not resume_from:
         if not overwrite:
