@@ -184,6 +184,9 @@ def init_distributed(*, backend: str = "auto", device: str = "auto",
     if not torch.distributed.is_initialized():
         store, rank, world = next(rendezvous("env://", rank=rank, world_size=world, timeout=timeout))
         store.set_timeout(timeout)
+        # torchrun's static rendezvous keeps one store across --max-restarts: without a per-attempt
+        # prefix the restarted group reads the dead group's gloo addresses and hangs in init.
+        store = PrefixStore(f"aura/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
         if backend == "auto":
             chosen = "nccl" if _all_ranks_agree(store, "nccl", _local_nccl_ok(dev),
                                                 rank=rank, world=world) else "gloo"

@@ -19,6 +19,7 @@ from typing import Iterable, Iterator
 
 from aura import __version__, console
 from aura.config import arg
+from aura.data.readers import ReaderArgs
 from aura.errors import AuraError
 from aura.i18n import Messages
 
@@ -295,7 +296,7 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
 
 
 @dataclass
-class TokenizerTrainConfig:
+class TokenizerTrainConfig(ReaderArgs):
     inputs: list[str] = arg([], positional=True,
                             es="Textos de entrenamiento: archivos, directorios, patrones o un directorio "
                                "preparado (se usan sus fuentes).",
@@ -306,15 +307,6 @@ class TokenizerTrainConfig:
     vocab_size: int = arg(32000, es="Tamaño del vocabulario.", en="Vocabulary size.")
     min_frequency: int = arg(2, es="Frecuencia mínima de un par para fusionarlo.",
                              en="Minimum pair frequency to merge it.")
-    text_field: str = arg("text", es="Campo o columna con el texto (jsonl, json, csv, parquet, datasets).",
-                          en="Field or column holding the text (jsonl, json, csv, parquet, datasets).")
-    doc_sep: str = arg("line", choices=("line", "blankline", "file"),
-                       es="Separador de documentos en .txt: línea, línea en blanco o archivo entero.",
-                       en="Document separator in .txt: line, blank line or whole file.")
-    encoding: str = arg("utf-8", es="Codificación de los archivos de texto.", en="Text files' encoding.")
-    errors: str = arg("strict", choices=("strict", "replace", "ignore"),
-                      es="Qué hacer con bytes no válidos: strict (error), replace o ignore.",
-                      en="What to do with invalid bytes: strict (error), replace or ignore.")
     heldout_fraction: float = arg(0.02, es="Fracción de documentos reservada para medir la fertilidad.",
                                   en="Fraction of documents held out to measure fertility.")
     model_max_length: int = arg(2048, es="Longitud máxima de contexto anotada en el tokenizador.",

@@ -62,7 +62,8 @@ def child_trl(a) -> dict:
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     args = SFTConfig(output_dir=a.out, per_device_train_batch_size=2, gradient_accumulation_steps=4,
-                     learning_rate=2e-4, lr_scheduler_type="cosine", warmup_ratio=0.03, max_steps=a.steps,
+                     learning_rate=2e-4, lr_scheduler_type="cosine", warmup_steps=max(1, round(0.03 * a.steps)),
+                     max_steps=a.steps,
                      max_length=a.max_length, weight_decay=0.0, logging_steps=10, save_strategy="no",
                      report_to=[], use_cpu=True, seed=0, dataloader_num_workers=0, completion_only_loss=True)
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")

@@ -162,7 +162,7 @@ def _formats(root: Path) -> dict[str, tuple[Path, list[str]]]:
 
     p = root / "d.parquet"
     pq.write_table(pa.Table.from_pylist([{"prompt": r["instruction"], "completion": r["response"]} for r in recs]), p)
-    out["parquet"] = (p, ["--template", "alpaca"])
+    out["parquet"] = (p, ["--template", "alpaca", "--max-length", "256"])  # Alpaca's system text is long
     p = root / "d.txt"  # already formatted (Mistral)
     p.write_text("".join(f"<|endoftext|>[INST] {r['instruction']} [/INST] {r['response']}<|endoftext|>\n"
                          for r in recs), encoding="utf-8")
@@ -178,7 +178,7 @@ def test_every_data_format_end_to_end(env, tmp_path, fmt):
                    *extra)
     assert (run / "final" / "adapter_model.safetensors").is_file()
     if fmt == "text":
-        assert "Chat template: mistral" in out  # detected from the [/INST] markers and saved
+        assert "no response marker" not in out  # the [/INST] markers located the responses
     if extra:
         assert f"Chat template: {extra[1]}" in out
 

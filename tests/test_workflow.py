@@ -61,7 +61,7 @@ def test_laptop_workflow_end_to_end(work: Path):
     ft = work / "runs" / "lora"
     ok(run_aura("finetune", "--base-model", final, "--data", RESOURCES / "instrucciones_es.csv",
                 "--method", "lora", "--template", "aura", "--output-dir", ft, "--max-steps", "6",
-                "--max-length", "128", "--lora-r", "4", "--lora-alpha", "8", "--log-interval", "2",
+                "--max-length", "256", "--truncation", "truncate", "--lora-r", "4", "--lora-alpha", "8", "--log-interval", "2",
                 "--precision", "fp32"))
     assert (ft / "final" / "adapter_model.safetensors").is_file()
 

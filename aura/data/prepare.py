@@ -27,7 +27,7 @@ import numpy as np
 
 from aura import __version__, console
 from aura.config import arg
-from aura.data.readers import ReaderOptions, Source, clean_text, expand_inputs, hf_source, iter_documents
+from aura.data.readers import ReaderArgs, ReaderOptions, Source, clean_text, expand_inputs, hf_source, iter_documents
 from aura.data.tokens import FORMAT, is_prepared_dir, load_meta
 from aura.errors import AuraError
 from aura.i18n import Messages
@@ -87,7 +87,7 @@ _BATCH_CHARS = 1 << 20
 
 
 @dataclass
-class PrepareConfig:
+class PrepareConfig(ReaderArgs):
     inputs: list[str] = arg([], positional=True, es="Entradas: archivos, directorios o patrones (txt, jsonl, "
                             "json, csv, tsv, parquet, también .gz/.zst) o datasets guardados con save_to_disk.",
                             en="Inputs: files, directories or patterns (txt, jsonl, json, csv, tsv, parquet, "
@@ -100,15 +100,6 @@ class PrepareConfig:
     hf_config: str = arg("", es="Configuración del dataset (p. ej. 20231101.es).",
                          en="Dataset configuration (e.g. 20231101.es).")
     split: str = arg("train", es="Partición del dataset de Hugging Face.", en="Hugging Face dataset split.")
-    text_field: str = arg("text", es="Campo o columna con el texto (admite a.b para campos anidados).",
-                          en="Field or column holding the text (a.b for nested fields).")
-    doc_sep: str = arg("line", choices=("line", "blankline", "file"),
-                       es="Documentos en .txt: uno por línea, separados por línea en blanco, o el archivo entero.",
-                       en="Documents in .txt: one per line, separated by blank lines, or the whole file.")
-    encoding: str = arg("utf-8", es="Codificación de los archivos de texto.", en="Text files' encoding.")
-    errors: str = arg("strict", choices=("strict", "replace", "ignore"),
-                      es="Bytes no válidos: strict (error con su posición), replace o ignore (se cuentan).",
-                      en="Invalid bytes: strict (error with their offset), replace or ignore (counted).")
     skip_bad_records: bool = arg(False, es="Salta (y cuenta) los registros JSON/CSV dañados en vez de parar.",
                                  en="Skip (and count) damaged JSON/CSV records instead of stopping.")
     min_chars: int = arg(1, es="Longitud mínima de un documento limpio, en caracteres (p. ej. 20 descarta "

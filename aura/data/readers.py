@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from aura.config import arg
 from aura.errors import AuraError
 from aura.i18n import Messages
 
@@ -517,3 +518,20 @@ def clean_text(text: str, *, keep_layout: bool = False) -> str:
     if "\n\n\n" in text:
         text = _MANY_NL.sub("\n\n", text)
     return text.strip()
+
+
+@dataclass
+class ReaderArgs:
+    """How text inputs are read: shared by ``aura data prepare`` and ``aura tokenizer train``."""
+
+    text_field: str = arg("text", es="Campo o columna con el texto (jsonl, json, csv, parquet, datasets; "
+                          "admite a.b para campos anidados).",
+                          en="Field or column holding the text (jsonl, json, csv, parquet, datasets; a.b for "
+                          "nested fields).")
+    doc_sep: str = arg("line", choices=("line", "blankline", "file"),
+                       es="Documentos en .txt: uno por línea, separados por línea en blanco, o el archivo entero.",
+                       en="Documents in .txt: one per line, separated by blank lines, or the whole file.")
+    encoding: str = arg("utf-8", es="Codificación de los archivos de texto.", en="Text files' encoding.")
+    errors: str = arg("strict", choices=("strict", "replace", "ignore"),
+                      es="Bytes no válidos: strict (error con su posición), replace o ignore (se cuentan).",
+                      en="Invalid bytes: strict (error with their offset), replace or ignore (counted).")

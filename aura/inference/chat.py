@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from aura import console
 from aura.config import arg
 from aura.i18n import Messages
+from aura.inference.generate import SamplingArgs, validate_sampling
 
 M = Messages("chat", {
     "banner": ("Chat con {model} ({backend}). Escribe /help para ver los comandos.",
@@ -42,27 +43,11 @@ M = Messages("chat", {
 
 
 @dataclass
-class ChatConfig:
-    model: str = arg("", es="Modelo: directorio Hugging Face, checkpoint, adaptador o archivo .gguf.",
-                     en="Model: Hugging Face dir, checkpoint, adapter or .gguf file.")
-    adapter: str = arg("", es="Adaptador LoRA/QLoRA sobre --model.", en="LoRA/QLoRA adapter on top of --model.")
-    system: str = arg("", es="Mensaje de sistema inicial.", en="Initial system message.")
-    max_new_tokens: int = arg(256, es="Máximo de tokens por respuesta.", en="Maximum tokens per answer.")
-    temperature: float = arg(0.7, es="Temperatura (0 = voraz).", en="Temperature (0 = greedy).")
-    top_k: int = arg(50, es="Top-k (0 = desactivado).", en="Top-k (0 = off).")
-    top_p: float = arg(0.9, es="Top-p (núcleo).", en="Top-p (nucleus).")
-    repetition_penalty: float = arg(1.1, es="Penalización por repetición (1 = ninguna).",
-                                    en="Repetition penalty (1 = none).")
-    seed: int = arg(0, es="Semilla.", en="Seed.")
-    dtype: str = arg("float32", es="Tipo de los pesos en PyTorch.", en="PyTorch weight dtype.",
-                     choices=("float32", "bfloat16", "float16"))
-    n_ctx: int = arg(0, es="Contexto para GGUF (0 = el del modelo).", en="Context for GGUF (0 = the model's).")
+class ChatConfig(SamplingArgs):
     stats: bool = arg(False, es="Mostrar tokens y velocidad tras cada respuesta.",
                       en="Show tokens and speed after each answer.")
 
     def __post_init__(self):
-        from aura.inference.generate import validate_sampling
-
         validate_sampling(self)
 
 

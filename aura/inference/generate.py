@@ -46,10 +46,28 @@ M = Messages("generate", {
 
 
 @dataclass
-class GenerateConfig:
+class SamplingArgs:
+    """Model and sampling flags shared by ``aura generate`` and ``aura chat``."""
+
     model: str = arg("", es="Modelo: directorio Hugging Face, checkpoint, adaptador o archivo .gguf.",
                      en="Model: Hugging Face dir, checkpoint, adapter or .gguf file.")
     adapter: str = arg("", es="Adaptador LoRA/QLoRA sobre --model.", en="LoRA/QLoRA adapter on top of --model.")
+    system: str = arg("", es="Mensaje de sistema (chat o --chat).", en="System message (chat or --chat).")
+    max_new_tokens: int = arg(256, es="Máximo de tokens nuevos por respuesta.",
+                              en="Maximum new tokens per answer.")
+    temperature: float = arg(0.7, es="Temperatura (0 = voraz).", en="Temperature (0 = greedy).")
+    top_k: int = arg(50, es="Top-k (0 = desactivado).", en="Top-k (0 = off).")
+    top_p: float = arg(0.9, es="Top-p (núcleo).", en="Top-p (nucleus).")
+    repetition_penalty: float = arg(1.0, es="Penalización por repetición (1 = ninguna).",
+                                    en="Repetition penalty (1 = none).")
+    seed: int = arg(0, es="Semilla.", en="Seed.")
+    dtype: str = arg("float32", es="Tipo de los pesos en PyTorch.", en="PyTorch weight dtype.",
+                     choices=("float32", "bfloat16", "float16"))
+    n_ctx: int = arg(0, es="Contexto para GGUF (0 = el del modelo).", en="Context for GGUF (0 = the model's).")
+
+
+@dataclass
+class GenerateConfig(SamplingArgs):
     prompt: str = arg("", es="Texto de entrada.", en="Input text.")
     prompts_file: str = arg("", es="Archivo con un prompt por línea (o JSONL con \"prompt\").",
                             en="File with one prompt per line (or JSONL with \"prompt\").")
@@ -59,17 +77,6 @@ class GenerateConfig:
                           en="Results dir for --prompts-file.")
     chat: bool = arg(False, es="Envolver cada prompt en la plantilla de chat del modelo.",
                      en="Wrap each prompt in the model's chat template.")
-    system: str = arg("", es="Mensaje de sistema (con --chat).", en="System message (with --chat).")
-    max_new_tokens: int = arg(128, es="Máximo de tokens nuevos.", en="Maximum new tokens.")
-    temperature: float = arg(0.8, es="Temperatura (0 = voraz).", en="Temperature (0 = greedy).")
-    top_k: int = arg(50, es="Top-k (0 = desactivado).", en="Top-k (0 = off).")
-    top_p: float = arg(0.95, es="Top-p (núcleo).", en="Top-p (nucleus).")
-    repetition_penalty: float = arg(1.0, es="Penalización por repetición (1 = ninguna).",
-                                    en="Repetition penalty (1 = none).")
-    seed: int = arg(0, es="Semilla.", en="Seed.")
-    dtype: str = arg("float32", es="Tipo de los pesos en PyTorch.", en="PyTorch weight dtype.",
-                     choices=("float32", "bfloat16", "float16"))
-    n_ctx: int = arg(0, es="Contexto para GGUF (0 = el del modelo).", en="Context for GGUF (0 = the model's).")
 
     def __post_init__(self):
         validate_sampling(self)

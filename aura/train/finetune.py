@@ -361,6 +361,7 @@ def _finetune(cfg: FinetuneConfig, dist, explicit: list[str]) -> int:
     fingerprint = adapters.base_fingerprint(model)
     base_config = model.config
     hf_config = base_config.to_dict()
+    torch.manual_seed(cfg.seed)  # LoRA A matrices: the same on every rank and in every run of this seed
     model = adapters.setup_model(model, method=cfg.method, **cfg.lora_settings(),
                                  target_modules=cfg.target_modules or None,
                                  gradient_checkpointing=bool(cfg.gradient_checkpointing))
