@@ -92,3 +92,55 @@ def test_readme_command_parses(source, argv):
         parser.parse_args(rest)
     except SystemExit as e:  # argparse reports unknown flags/choices this way
         pytest.fail(f"{source}: 'aura {' '.join(argv)}' does not parse (exit {e.code})")
+
+
+def section_commands(path: Path, heading_prefix: str) -> list[str]:
+    """Command lines of the ```bash blocks under the first heading that starts with heading_prefix."""
+    text = path.read_text(encoding="utf-8")
+    start = next(i for i, line in enumerate(text.splitlines()) if line.startswith(heading_prefix))
+    rest = text.splitlines()[start + 1:]
+    end = next((i for i, line in enumerate(rest) if line.startswith("#")), len(rest))
+    tmp = path.parent / ".section.tmp.md"
+    try:
+        tmp.write_text("\n".join(rest[:end]), encoding="utf-8")
+        return shell_commands(tmp)
+    finally:
+        tmp.unlink()
+
+
+# Appended to a README command to make it tiny (argparse keeps the last value of a repeated flag).
+TINY_OVERRIDES = {
+    ("tokenizer", "train"): ["--vocab-size", "1000"],
+    ("pretrain",): ["--max-steps", "4", "--batch-size", "4", "--seq-length", "64", "--log-interval", "2",
+                    "--precision", "fp32"],
+    ("generate",): ["--max-new-tokens", "6"],
+    ("monitor",): ["--once"],
+    ("eval",): ["--max-tokens", "2000"],
+}
+
+
+@pytest.mark.slow
+def test_readme_laptop_and_monitoring_commands_run(tmp_path):
+    """Section 1 (laptop) then 'Vigilar y comparar', run as written in README.md from a scratch dir whose
+    mis_textos/ holds the embedded corpus; runs/a and runs/b are the run section 1 trained."""
+    import shutil
+
+    from tests.conftest import RESOURCES, run_aura
+
+    shutil.copytree(RESOURCES / "corpus_es", tmp_path / "mis_textos")
+    lines = section_commands(READMES[0], "### 1.") + section_commands(READMES[0], "### Vigilar")
+    ran = []
+    for line in lines:
+        argv = aura_argv(line)
+        if argv is None:
+            continue  # tensorboard: not an Aura command
+        argv = [a.replace("runs/a", "runs/mi-modelo").replace("runs/b", "runs/mi-modelo") for a in argv]
+        key, _ = resolve(argv)
+        proc = run_aura(*argv, *TINY_OVERRIDES.get(key, []), cwd=tmp_path)
+        assert proc.returncode == 0, f"{line}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        assert "Traceback" not in proc.stderr
+        ran.append(" ".join(key))
+    assert {"tokenizer train", "data prepare", "pretrain", "generate", "monitor", "runs", "plot", "eval",
+            "doctor"} <= set(ran)
+    assert (tmp_path / "perdida.png").stat().st_size > 1000
+    assert (tmp_path / "runs" / "mi-modelo" / "final" / "model.safetensors").is_file()

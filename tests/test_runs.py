@@ -191,7 +191,7 @@ def test_real_pretrain_run_interrupted_then_listed_and_plotted(tmp_path):
     listed_live = json.loads(run_aura("runs", "--json", cwd=tmp_path).stdout)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=240)
-    assert (run_dir / "checkpoint-step-2").is_dir(), out
+    assert sorted(run_dir.glob("checkpoint-step-*")) or sorted(run_dir.glob("interrupt-step-*")), out
     assert listed_live[0]["status"] == "running"
 
     r = json.loads(run_aura("runs", "--json", cwd=tmp_path).stdout)[0]

@@ -63,6 +63,8 @@ M = Messages("pretrain", {
 
 DEMO_VOCAB = 4096
 DEMO_EPOCHS = 8
+DEMO_BATCH = 8
+DEMO_LR = 2e-3
 
 
 @dataclass
@@ -175,6 +177,8 @@ def _resolve(cfg: PretrainConfig, info) -> tuple[PretrainConfig, object, dict]:
     if demo and cfg.epochs is None and cfg.max_steps is None and cfg.max_tokens is None:
         defaults["epochs"] = DEMO_EPOCHS
         defaults["save_steps"] = 0  # per epoch only: the demo's epochs are seconds long
+    if demo:  # ~40k tokens: more, smaller updates learn more in the same compute (measured: loss 5.5 vs 6.2)
+        defaults.update(batch_size=DEMO_BATCH, learning_rate=DEMO_LR)
     cfg = with_defaults(cfg, **defaults)
     return cfg, spec, auto
 
