@@ -11,6 +11,7 @@ the mean of the last 10 steps. Prints tokens/s of each, the ratio, and both fina
 from __future__ import annotations
 
 import argparse
+import json
 import csv
 import sys
 import tempfile
@@ -92,6 +93,42 @@ def run_hf(data: Path, out: Path, *, steps: int, precision: str) -> tuple[float,
     return tps, losses[-1]
 
 
+def run_bare(data: Path, *, steps: int, precision: str) -> float:
+    """The ceiling: a bare PyTorch loop (forward, cross entropy, backward, clip, fused AdamW) on the same
+    model and batch shape, one host sync at the end. Tells overhead apart from compute."""
+    import torch
+    import torch.nn.functional as F
+
+    from aura.models import PRESETS, build_model
+    from aura.train.loop import autocast_context
+
+    vocab = json.loads((data / "meta.json").read_text())["tokenizer"]["vocab_size"]
+    torch.manual_seed(0)
+    model = build_model(PRESETS["tiny"], vocab)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    x = torch.randint(0, vocab, (16, 257))
+    cpu = torch.device("cpu")
+
+    def step():
+        with autocast_context(precision, cpu):
+            logits = model(input_ids=x[:, :-1], use_cache=False).logits  # (B, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, vocab).float(), x[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    for _ in range(3):
+        step()
+    n = max(steps - 3, 5)
+    start = time.perf_counter()
+    for _ in range(n):
+        loss = step()
+    loss.item()
+    return n * x[:, :-1].numel() / (time.perf_counter() - start)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=60)
@@ -108,13 +145,16 @@ def main() -> None:
         data = prepare_data(work, a.corpus)
         hf_tps, hf_loss = run_hf(data, work / "hf", steps=a.steps, precision=precision)
         aura_tps, aura_loss = run_aura(data, work / "aura", steps=a.steps, precision=precision)
+        bare_tps = run_bare(data, steps=a.steps, precision=precision)
     print()
     print(f"precision {precision}, {a.steps} steps, batch 16 x 256 tokens, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads")
     print(f"{'':<22}{'tokens/s':>12}{'final loss':>12}")
     print(f"{'Hugging Face Trainer':<22}{hf_tps:>12,.0f}{hf_loss:>12.4f}")
     print(f"{'Aura':<22}{aura_tps:>12,.0f}{aura_loss:>12.4f}")
+    print(f"{'bare PyTorch loop':<22}{bare_tps:>12,.0f}{'-':>12}")
     print(f"ratio Aura / HF: {aura_tps / hf_tps:.2f}x; final loss difference {100 * (aura_loss - hf_loss) / hf_loss:+.2f} %")
+    print(f"ratio Aura / bare loop (overhead check): {aura_tps / bare_tps:.2f}x")
 
 
 if __name__ == "__main__":

@@ -238,13 +238,15 @@ def base_fingerprint(model) -> dict:
 
 
 def write_model_files(model, directory: str | os.PathLike, state_dict: dict | None = None, *, method: str,
-                      template_name: str | None = None, extra: dict | None = None) -> None:
+                      template_name: str | None = None, extra: dict | None = None,
+                      fingerprint: dict | None = None) -> None:
     """Weights into an existing dir (the loop's ``write(model, dir, state_dict)`` hook): the peft adapter
     (adapter_config.json, adapter_model.safetensors) or a full HF model in safetensors, plus
     ``aura_adapter.json`` (method, template, the base's fingerprint). ``state_dict``: the full state
-    gathered from FSDP2 shards, None to read the model's own."""
+    gathered from FSDP2 shards, None to read the model's own. ``fingerprint``: the base's, taken before
+    the model was sharded (under FSDP2 the embedding is a DTensor that rank 0 alone cannot read)."""
     directory = Path(directory)
-    fingerprint = base_fingerprint(model)
+    fingerprint = fingerprint or base_fingerprint(model)
     if method == "full":
         model.save_pretrained(str(directory), state_dict=state_dict, safe_serialization=True)
     else:  # peft keeps only the adapter's tensors from the (possibly gathered) state dict

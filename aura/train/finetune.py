@@ -429,7 +429,8 @@ def _finetune(cfg: FinetuneConfig, dist, explicit: list[str]) -> int:
     method = cfg.method
 
     def save_model(m, d, state_dict):
-        adapters.write_model_files(m, d, state_dict, method=method, template_name=template_name)
+        adapters.write_model_files(m, d, state_dict, method=method, template_name=template_name,
+                                   fingerprint=fingerprint)
 
     def load_model(m, d):
         if method == "full":
