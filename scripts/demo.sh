@@ -5,4 +5,5 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 AURA_EXTRAS="${AURA_EXTRAS:-}" source "$root/scripts/setup_env.sh"
 cd "$root"
-exec aura pretrain --output-dir "${AURA_DEMO_DIR:-runs/demo}" "$@"
+# runs/demo is the demo's own scratch directory: each run starts it over.
+exec aura pretrain --output-dir "${AURA_DEMO_DIR:-runs/demo}" --overwrite "$@"

@@ -19,15 +19,23 @@ if ! "$py" -c "import torch" >/dev/null 2>&1; then
     "$py" -m pip install -q "${AURA_TORCH:-torch}"
 fi
 stamp="$venv/.aura-setup-stamp"
-want="$(sha256sum "$root/pyproject.toml" | cut -c1-16) extras=[$extras]"
-if [ ! -f "$stamp" ] || ! grep -qxF "$want" "$stamp"; then
+hash="$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
+# The stamp holds the pyproject hash and every extra installed with it: a run that asks for no more
+# than what is there installs nothing (so demo.sh after test.sh, or the reverse, is instant).
+have=""
+[ -f "$stamp" ] && [ "$(head -n1 "$stamp")" = "$hash" ] && have="$(sed -n 2p "$stamp")"
+missing=""
+for e in ${extras//,/ }; do
+    case ",$have," in *",$e,"*) ;; *) missing="$missing $e" ;; esac
+done
+if [ ! -f "$stamp" ] || [ "$(head -n1 "$stamp")" != "$hash" ] || [ -n "$missing" ]; then
+    all="$(echo "$have,$extras" | tr ',' '\n' | sed '/^$/d' | sort -u | paste -sd, -)"
     spec="$root"
-    [ -n "$extras" ] && spec="$root[$extras]"
+    [ -n "$all" ] && spec="$root[$all]"
     echo "[aura] installing Aura and its dependencies ($spec)"
     # llama-cpp-python compiles llama.cpp (~3-4 min on 2 cores); pip caches the built wheel.
     CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
         "$py" -m pip install -q -e "$spec"
-    # Keep every extra installed so far listed in the stamp (test implies the demo's needs).
-    echo "$want" > "$stamp"
+    printf '%s\n%s\n' "$hash" "$all" > "$stamp"
 fi
 export PATH="$venv/bin:$PATH"

@@ -70,3 +70,17 @@ def test_zero2_lora_on_two_cpu_ranks_saves_an_adapter_peft_loads(tmp_path):
                  timeout=600)
     assert r.returncode == 0, output(r)
     assert "Resumed from" in output(r)
+
+
+def test_shipped_zero2_example_takes_aura_batch_and_accumulation():
+    """examples/ds_config_zero2.json (the README's 8×H100 example) leaves every size to Aura's flags."""
+    from pathlib import Path
+
+    from aura.train.deepspeed_engine import ds_config, read_config
+
+    cfg = ds_config(read_config(Path(__file__).resolve().parents[1] / "examples" / "ds_config_zero2.json"),
+                    batch_size=8, accumulation=2, world_size=8, max_grad_norm=1.0, precision="bf16")
+    assert cfg["zero_optimization"]["stage"] == 2
+    assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], cfg["train_batch_size"]) \
+        == (8, 2, 128)
+    assert cfg["bf16"]["enabled"] is True and cfg["gradient_clipping"] == 1.0
