@@ -2,7 +2,7 @@
 #   docker compose build
 #   docker compose run --rm trainer doctor
 #   docker compose run --rm trainer launch check-dist
-# The base already ships a CUDA build of torch; `pip install` keeps it (aura needs torch>=2.4).
+# The base already ships a CUDA build of torch; `pip install` keeps it (aura needs torch>=2.6).
 ARG BASE_IMAGE=pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
 FROM ${BASE_IMAGE}
 

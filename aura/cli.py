@@ -104,6 +104,12 @@ M = Messages("cli", {
     "debug_hint": ("(ejecuta con --debug para ver la traza completa)",
                    "(run with --debug to see the full traceback)"),
     "interrupted": ("Interrumpido.", "Interrupted."),
+    "exit_codes": ("Códigos de salida: 0 terminado; 1 fallo de Aura; 2 error del usuario (el mensaje dice qué "
+                   "cambiar); 3 entrenamiento detenido por Ctrl+C o SIGTERM con el checkpoint guardado (se "
+                   "reanuda con --resume-from latest); 130 abortado con un segundo Ctrl+C sin guardar.",
+                   "Exit codes: 0 finished; 1 a bug in Aura; 2 a user error (the message says what to change); "
+                   "3 training stopped by Ctrl+C or SIGTERM with its checkpoint saved (resume with --resume-from "
+                   "latest); 130 aborted by a second Ctrl+C without saving."),
     "bug": ("Error inesperado en Aura (esto es un fallo nuestro; por favor, repórtalo):",
             "Unexpected error in Aura (this is our bug; please report it):"),
     "missing_dep": ("Falta el paquete de Python '{name}'. Instálalo con: pip install {name}",
@@ -120,6 +126,7 @@ def _print_overview() -> None:
         print(f"  {' '.join(key).ljust(width)}  {bi(cmd.es, cmd.en)}")
     print()
     print(M("globals"))
+    print(M("exit_codes"))
 
 
 def _split_globals(argv: list[str]) -> tuple[list[str], bool, str | None]:

@@ -32,10 +32,18 @@ M = Messages("config", {
                      "The config file {path} is not valid YAML: {err}"),
     "yaml_not_mapping": ("El archivo de configuración {path} debe ser un diccionario clave: valor.",
                          "The config file {path} must be a mapping of key: value."),
-    "yaml_unknown": ("Clave desconocida '{key}' en {path}. Claves válidas: {valid}.",
-                     "Unknown key '{key}' in {path}. Valid keys: {valid}."),
-    "bad_value": ("Valor no válido para '{field}': {value!r} (se esperaba {expected}).",
-                  "Invalid value for '{field}': {value!r} (expected {expected})."),
+    "yaml_unknown": ("Clave desconocida '{key}' en {path}.{close} Claves válidas: {valid}.",
+                     "Unknown key '{key}' in {path}.{close} Valid keys: {valid}."),
+    "yaml_close": (" ¿Querías decir '{name}'?", " Did you mean '{name}'?"),
+    "yaml_risky": ("{path} activa '{key}: {value}'. Esta opción {what}; comprueba que el archivo es tuyo y "
+                   "que de verdad quieres activarla.",
+                   "{path} sets '{key}: {value}'. This option {what}; check that the file is yours and "
+                   "that you really mean to turn it on."),
+    "risky_code": ("ejecuta código descargado del modelo o tokenizador", "runs code downloaded with the "
+                   "model or tokenizer"),
+    "risky_replace": ("reemplaza resultados que ya existen", "replaces results that already exist"),
+    "bad_value": ("Valor no válido para {field}: {value!r} (se esperaba {expected}).",
+                  "Invalid value for {field}: {value!r} (expected {expected})."),
     "default": ("por defecto", "default"),
     "config_help": ("Archivo YAML con valores para estas opciones (las opciones de la línea de "
                     "comandos tienen prioridad).",
@@ -73,16 +81,26 @@ def _describe(tp) -> str:
         return " | ".join(map(str, get_args(tp)))
     if get_origin(tp) in (list, tuple):
         return bi("lista de ", "list of ") + _describe(get_args(tp)[0])
-    return getattr(tp, "__name__", str(tp))
+    name = getattr(tp, "__name__", str(tp))
+    return bi(_TYPE_ES.get(name, name), name)
 
 
-def coerce(name: str, tp, value):
-    """Convert a YAML or string value to the field's type, or raise a clear AuraError."""
+_TYPE_ES = {"int": "un entero", "float": "un número", "str": "un texto", "bool": "true o false", "Path": "una ruta"}
+
+
+def flag_name(field: str) -> str:
+    """The flag a user types for a config field: ``max_steps`` -> ``--max-steps``."""
+    return "--" + field.replace("_", "-")
+
+
+def coerce(name: str, tp, value, *, shown: str | None = None):
+    """Convert a YAML or string value to the field's type, or raise a clear AuraError naming the flag
+    (or ``shown``: the YAML key as the user wrote it)."""
     tp, optional = _unwrap_optional(tp)
     if value is None:
         if optional:
             return None
-        raise AuraError(M("bad_value", field=name, value=value, expected=_describe(tp)))
+        raise AuraError(M("bad_value", field=shown or flag_name(name), value=value, expected=_describe(tp)))
     origin = get_origin(tp)
     try:
         if origin is Literal:
@@ -94,7 +112,7 @@ def coerce(name: str, tp, value):
         if origin in (list, tuple):
             inner = get_args(tp)[0]
             items = value if isinstance(value, (list, tuple)) else [value]
-            return [coerce(name, inner, v) for v in items]
+            return [coerce(name, inner, v, shown=shown) for v in items]
         if tp is bool:
             if isinstance(value, bool):
                 return value
@@ -115,7 +133,8 @@ def coerce(name: str, tp, value):
             return Path(value)
         return value
     except (TypeError, ValueError):
-        raise AuraError(M("bad_value", field=name, value=value, expected=_describe(tp))) from None
+        raise AuraError(M("bad_value", field=shown or flag_name(name), value=value,
+                          expected=_describe(tp))) from None
 
 
 def fields_of(cls) -> list[tuple[dataclasses.Field, Any]]:
@@ -188,6 +207,10 @@ def load_yaml(path: str) -> dict[str, Any]:
     return data
 
 
+# Options that run foreign code or replace existing results: never applied silently from a file.
+_RISKY = {"trust_remote_code": "risky_code", "force": "risky_replace", "overwrite": "risky_replace"}
+
+
 def parse_config(cls, argv: list[str], *, prog: str, description: str):
     """argv -> an instance of ``cls``: explicit flags > YAML file > field defaults."""
     parser = build_parser(cls, prog=prog, description=description)
@@ -199,9 +222,18 @@ def parse_config(cls, argv: list[str], *, prog: str, description: str):
         for key, value in load_yaml(config_path).items():
             name = str(key).replace("-", "_")
             if name not in types_by_name:
+                import difflib
+
+                close = difflib.get_close_matches(name, list(types_by_name), n=1, cutoff=0.6)
                 raise AuraError(M("yaml_unknown", key=key, path=config_path,
+                                  close=M("yaml_close", name=close[0]) if close else "",
                                   valid=", ".join(sorted(types_by_name))))
-            values[name] = coerce(name, types_by_name[name], value)
+            values[name] = coerce(name, types_by_name[name], value, shown=f"'{key}'")
+            if name in _RISKY and values[name] and name not in ns:  # a flag on the command line wins
+                from aura import console
+
+                shown = str(value).lower() if isinstance(value, bool) else value  # as YAML writes it
+                console.warn(M("yaml_risky", path=config_path, key=key, value=shown, what=M(_RISKY[name])))
     for name, value in ns.items():
         values[name] = coerce(name, types_by_name[name], value)
     return cls(**values)

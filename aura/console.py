@@ -160,8 +160,10 @@ class Progress:
 
     def rates(self) -> str:
         elapsed = max(time.perf_counter() - self.start, 1e-9)
-        parts = [f"{self.count / elapsed:,.0f} {self.unit}/s"]
-        parts += [f"{v / elapsed:,.0f} {u}/s" for u, v in self.extra.items()]
+        from aura.i18n import num
+
+        parts = [f"{num(self.count / elapsed, ',.0f')} {self.unit}/s"]
+        parts += [f"{num(v / elapsed, ',.0f')} {u}/s" for u, v in self.extra.items()]
         return " | ".join(parts)
 
     def eta(self) -> str:
@@ -180,8 +182,10 @@ class Progress:
         now = time.perf_counter()
         if now - self._last_plain >= self.plain_every and not _quiet:
             self._last_plain = now
-            total = f"/{self.total:,}" if self.total else ""
-            info(f"{self.description}: {self.count:,}{total} {self.unit} | {self.rates()} | ETA {self.eta()}")
+            from aura.i18n import num
+
+            total = f"/{num(self.total)}" if self.total else ""
+            info(f"{self.description}: {num(self.count)}{total} {self.unit} | {self.rates()} | ETA {self.eta()}")
 
     def __exit__(self, *exc) -> None:
         if self._rich is not None:

@@ -34,19 +34,20 @@ M = Messages("distributed", {
     "peer_failed": ("falló en otro proceso", "it failed on another rank"),
     "strategy": ("Estrategia de paralelismo: {strategy} ({reason})",
                  "Parallelism strategy: {strategy} ({reason})"),
+    "strategy_none": ("ninguna", "none"),
     "why_single": ("un solo proceso", "a single process"),
     "why_fits": ("el estado de entrenamiento, {need}, cabe en {have} por dispositivo",
                  "the training state, {need}, fits in {have} per device"),
     "why_too_big": ("el estado de entrenamiento, {need}, no cabe en {have} por dispositivo; repartido "
-                    "entre {world} procesos son {shard}",
+                    "entre {world:proceso|procesos} son {shard}",
                     "the training state, {need}, does not fit in {have} per device; sharded over "
-                    "{world} ranks it is {shard}"),
+                    "{world:rank|ranks} it is {shard}"),
     "why_quantized": ("modelo cuantizado en 4/8 bits: FSDP no reparte esos pesos",
                       "4/8-bit quantised model: FSDP does not shard those weights"),
     "why_forced": ("elegida con --strategy", "chosen with --strategy"),
-    "still_too_big": ("Ni repartido entre {world} procesos cabe el estado de entrenamiento ({shard} de "
+    "still_too_big": ("Ni repartido entre {world:proceso|procesos} cabe el estado de entrenamiento ({shard} de "
                       "{have}). Activa --gradient-checkpointing, usa QLoRA o añade GPUs.",
-                      "Even sharded over {world} ranks the training state does not fit ({shard} of "
+                      "Even sharded over {world:rank|ranks} the training state does not fit ({shard} of "
                       "{have}). Enable --gradient-checkpointing, use QLoRA or add GPUs."),
     "bad_strategy": ("Estrategia desconocida '{strategy}': usa auto, ddp, fsdp o none.",
                      "Unknown strategy '{strategy}': use auto, ddp, fsdp or none."),
@@ -356,7 +357,7 @@ def parallelize(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto
     """
     dtype = _precision_dtype(mixed_precision)
     chosen, reason = choose_strategy(model, dist=dist, strategy=strategy, device_memory=device_memory)
-    console.info(M("strategy", strategy=chosen, reason=reason))
+    console.info(M("strategy", strategy=M("strategy_none") if chosen == "none" else chosen, reason=reason))
     blocks = find_blocks(model)
     if gradient_checkpointing:
         _apply_checkpointing(model, blocks)

@@ -9,7 +9,8 @@ for multi-node), and the preset/batch/precision/strategy ``auto`` would choose.
 Exit status: 0 when everything required works (no GPU is not an error), 1 when something required
 is broken (torch missing or unimportable, a required package missing or too old, the output
 directory not writable, the disk nearly full); each problem comes with what to do.
-``--json`` prints the same report as one JSON object: ``ok``, ``issues`` [{level, message, advice}],
+``--json`` prints the same report as one JSON object: ``ok``, ``issues`` [{level (error, warning or
+note), message, advice}],
 and one object per section (python, torch, gpus, distributed, cpu, attention, disk, dependencies,
 extras, network, auto).
 """
@@ -53,7 +54,7 @@ M = Messages("doctor", {
                   "Install PyTorch for your hardware following https://pytorch.org/get-started/locally/ "
                   "(CUDA, ROCm or CPU)."),
     "cpu_torch_with_gpu": ("NVML ve {n} GPU NVIDIA pero este torch es solo para CPU.",
-                           "NVML sees {n} NVIDIA GPU(s) but this torch is CPU-only."),
+                           "NVML sees {n:NVIDIA GPU|NVIDIA GPUs} but this torch is CPU-only."),
     "cpu_torch_fix": ("Reinstala torch con CUDA (https://pytorch.org/get-started/locally/).",
                       "Reinstall torch with CUDA (https://pytorch.org/get-started/locally/)."),
     "cuda_unusable": ("torch está compilado con CUDA {cuda} pero no ve ninguna GPU.",
@@ -62,6 +63,15 @@ M = Messages("doctor", {
                           "CUDA_VISIBLE_DEVICES.",
                           "Check that nvidia-smi works, that the driver supports CUDA {cuda}, and "
                           "CUDA_VISIBLE_DEVICES."),
+    "cuda_build_no_gpu": ("Este torch está compilado con CUDA {cuda}, pero aquí no hay ninguna GPU: funciona "
+                          "igual en la CPU, así que entrenar en CPU va bien.",
+                          "This torch is built with CUDA {cuda}, but there is no GPU here: it works the same on "
+                          "the CPU, so CPU training is fine."),
+    "cpu_build_tip": ("Si esta máquina no va a tener GPU, la versión de torch solo para CPU ocupa unos 3 GB "
+                      "menos: pip install torch --index-url https://download.pytorch.org/whl/cpu",
+                      "If this machine will not have a GPU, the CPU-only build of torch takes about 3 GB "
+                      "less: pip install torch --index-url https://download.pytorch.org/whl/cpu"),
+    "notes": ("Notas:", "Notes:"),
     "dep_missing": ("Falta el paquete requerido {name}.", "The required package {name} is missing."),
     "dep_old": ("{name} {version} no cumple {spec}.", "{name} {version} does not satisfy {spec}."),
     "dep_fix": ("pip install '{req}'  (o reinstala Aura: pip install -e .)",
@@ -91,7 +101,7 @@ M = Messages("doctor", {
     "gpu_row": ("{name}, {mem:.1f} GiB, cómputo {cap}, bf16 {bf16}",
                 "{name}, {mem:.1f} GiB, compute {cap}, bf16 {bf16}"),
     "ram": ("{total:.1f} GiB en total, {avail:.1f} GiB libres", "{total:.1f} GiB total, {avail:.1f} GiB free"),
-    "cores": ("{logical} lógicos, {usable} utilizables por Aura", "{logical} logical, {usable} usable by Aura"),
+    "cores": ("{logical:lógico|lógicos}, {usable:utilizable|utilizables} por Aura", "{logical} logical, {usable} usable by Aura"),
     "cpu_bf16": ("AMX-bf16: {amx}, AVX-512-bf16: {avx}; bf16 rápido en CPU: {fast}",
                  "AMX-bf16: {amx}, AVX-512-bf16: {avx}; fast bf16 on CPU: {fast}"),
     "sdpa_device": ("núcleos que funcionan en {device} ({dtype})", "kernels that run on {device} ({dtype})"),
@@ -111,16 +121,15 @@ M = Messages("doctor", {
                  "gradient checkpointing {ckpt}",
                  "preset {preset}, batch {batch} × accumulation {accum}, precision {precision}, "
                  "gradient checkpointing {ckpt}"),
-    "strategy_single": ("none (un proceso por nodo con {n} dispositivo(s))",
-                        "none (one process on a node with {n} device(s))"),
+    "strategy_single": ("ninguna, --strategy none (un proceso por nodo con {n:dispositivo|dispositivos})",
+                        "none (one process on a node with {n:device|devices})"),
     "strategy_multi": ("ddp con aura launch en {n} GPU (el preset cabe en una GPU)",
-                       "ddp with aura launch on {n} GPUs (the preset fits one GPU)"),
+                       "ddp with aura launch on {n:GPU|GPUs} (the preset fits one GPU)"),
     "all_ok": ("Todo lo necesario funciona.", "Everything required works."),
-    "problems": ("{n} problema(s) que impiden entrenar:", "{n} problem(s) that stop training:"),
+    "problems": ("{n:problema impide|problemas impiden} entrenar:", "{n:problem stops|problems stop} training:"),
     "warnings": ("Avisos:", "Warnings:"),
     "x_bnb": ("QLoRA en 4 bits, AdamW8bit", "4-bit QLoRA, AdamW8bit"),
     "x_deepspeed": ("ZeRO-2/3 con --deepspeed", "ZeRO-2/3 with --deepspeed"),
-    "x_liger": ("núcleos Triton de Liger (solo GPU)", "Liger Triton kernels (GPU only)"),
     "x_llamacpp": ("verificar GGUF y chatear con GGUF", "GGUF verification and GGUF chat"),
     "x_flash": ("FlashAttention-2 con attn_implementation=flash_attention_2",
                 "FlashAttention-2 with attn_implementation=flash_attention_2"),
@@ -131,16 +140,16 @@ M = Messages("doctor", {
 })
 
 # Distribution name, import name, minimum version: kept equal to pyproject's dependencies (a test checks).
-REQUIRED = [("torch", "torch", "2.4"), ("transformers", "transformers", "5.0"),
+REQUIRED = [("torch", "torch", "2.6"), ("transformers", "transformers", "5.0"),
             ("tokenizers", "tokenizers", "0.21"), ("safetensors", "safetensors", "0.4"),
             ("peft", "peft", "0.17"), ("accelerate", "accelerate", "1.0"), ("datasets", "datasets", "3.0"),
             ("tensorboard", "tensorboard", "2.15"), ("gguf", "gguf", "0.17"), ("numpy", "numpy", "1.24"),
-            ("pyarrow", "pyarrow", "14"), ("pyyaml", "yaml", "6"), ("zstandard", "zstandard", "0.22"),
+            ("pyarrow", "pyarrow", "14.0.1"), ("pyyaml", "yaml", "6"), ("zstandard", "zstandard", "0.22"),
             ("psutil", "psutil", "5.9"), ("nvidia-ml-py", "pynvml", "12"), ("rich", "rich", "13"),
             ("matplotlib", "matplotlib", "3.7")]
 # Optional extras and what each one enables.
 EXTRAS = [("bitsandbytes", "bitsandbytes", "x_bnb"), ("deepspeed", "deepspeed", "x_deepspeed"),
-          ("liger-kernel", "liger_kernel", "x_liger"), ("llama-cpp-python", "llama_cpp", "x_llamacpp"),
+          ("llama-cpp-python", "llama_cpp", "x_llamacpp"),
           ("flash-attn", "flash_attn", "x_flash")]
 SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 
@@ -227,7 +236,11 @@ def check_torch(r: Report, nvml_gpus: int):
     if mps:
         r.row("Apple MPS", M("yes"))
     if not cuda and torch.version.cuda:
-        r.issue("warning", M("cuda_unusable", cuda=torch.version.cuda), M("cuda_unusable_fix", cuda=torch.version.cuda))
+        if nvml_gpus or any(Path("/dev").glob("nvidia[0-9]*")):  # a GPU is there but torch cannot use it
+            r.issue("warning", M("cuda_unusable", cuda=torch.version.cuda),
+                    M("cuda_unusable_fix", cuda=torch.version.cuda))
+        else:  # a CPU-only machine with the default (CUDA) wheel: nothing is wrong
+            r.issue("note", M("cuda_build_no_gpu", cuda=torch.version.cuda), M("cpu_build_tip"))
     if not cuda and not torch.version.cuda and not getattr(torch.version, "hip", None) and nvml_gpus:
         r.issue("warning", M("cpu_torch_with_gpu", n=nvml_gpus), M("cpu_torch_fix"))
     return torch
@@ -449,6 +462,7 @@ def doctor(cfg: DoctorConfig) -> int:
     section("s_auto", check_auto, torch)
     errors = [i for i in r.issues if i["level"] == "error"]
     warns = [i for i in r.issues if i["level"] == "warning"]
+    notes = [i for i in r.issues if i["level"] == "note"]
     if cfg.json:
         print(json.dumps({"ok": not errors, "issues": r.issues, **r.data}, indent=2, ensure_ascii=False,
                          default=str))
@@ -456,6 +470,10 @@ def doctor(cfg: DoctorConfig) -> int:
     for title, rows in sections:
         console.table(title, [M("h_check"), M("h_result"), M("h_state")],
                       [(c, res, "" if state == "info" else M(state)) for c, res, state in rows])
+    if notes:
+        console.info(M("notes"))
+        for i in notes:
+            console.info(f"{i['message']} → {i['advice']}")
     if warns:
         console.info(M("warnings"))
         for i in warns:

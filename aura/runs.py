@@ -7,9 +7,11 @@ writes and never count).
 
 ``aura runs [DIR]`` looks for run dirs in DIR itself and one or two levels below it. Without DIR it
 uses ``./runs`` when that directory exists, otherwise the current directory. A run whose run.json
-says ``running`` is shown as running only when its PID is alive on this host and started no later
-than the run (so a reused PID does not count); otherwise it is ``stale``: the process died without
-updating run.json (killed, crashed, machine rebooted), and it resumes like an interrupted run.
+is shown as running while a process holds its lock (``RUN_DIR/.aura-run.lock``, an OS lock that dies
+with its holder); a run.json that still says ``running`` without it is ``stale``: the process died
+without updating run.json (killed, crashed, machine rebooted), and it resumes like an interrupted run.
+Runs of older Aura versions (no lock file) are running when their PID is alive on this host and
+started no later than the run (so a reused PID does not count).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import io
 import json
 import math
 import os
-import re
 import shlex
 import socket
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from aura import console
 from aura.config import arg
 from aura.errors import AuraError
 from aura.i18n import Messages
+from aura.rundir import has_lock_file, latest_checkpoint, lock_holder
 from aura.utils.fsutil import TMP_PREFIX, atomic_write_bytes, dir_size, human_bytes, read_json
 
 M = Messages("runs", {
@@ -52,16 +54,16 @@ M = Messages("runs", {
     "st_finished": ("terminada", "finished"),
     "st_interrupted": ("interrumpida", "interrupted"),
     "st_failed": ("fallida", "failed"),
-    "st_stale": ("cortada (stale)", "stale"),
+    "st_stale": ("cortada", "stale"),
     "st_unknown": ("desconocido", "unknown"),
-    "stale_note": ("'cortada (stale)': run.json dice 'running' pero el proceso ya no existe (terminó "
+    "stale_note": ("'cortada': run.json dice 'running' pero el proceso ya no existe (terminó "
                    "sin poder anotarlo: kill -9, un fallo, un reinicio); se reanuda como una "
                    "interrumpida.",
                    "'stale': run.json says 'running' but the process is gone (it ended without "
                    "recording it: kill -9, a crash, a reboot); resume it like an interrupted run."),
     "remote_note": ("{run}: se ejecuta en el host {host}; desde aquí no se puede comprobar si sigue vivo.",
                     "{run}: it runs on host {host}; whether it is still alive cannot be checked from here."),
-    "bad_run_json": ("{path} no es JSON válido ({err}); la ejecución se muestra como 'unknown'.",
+    "bad_run_json": ("{path} no es JSON válido ({err}); su estado se muestra como 'desconocido'.",
                      "{path} is not valid JSON ({err}); the run is shown as 'unknown'."),
     "no_log": ("{run} no tiene training_log.csv: la ejecución aún no ha registrado ningún paso, o no "
                "es un directorio de ejecución de Aura.",
@@ -85,10 +87,9 @@ M = Messages("runs", {
     "x_steps": ("paso", "step"),
     "train": ("entrenamiento", "train"),
     "val": ("validación", "validation"),
-    "wrote": ("Gráfica guardada en {path} ({runs} ejecuciones).", "Plot saved to {path} ({runs} runs)."),
+    "wrote": ("Gráfica guardada en {path} ({runs:ejecución|ejecuciones}).", "Plot saved to {path} ({runs:run|runs})."),
 })
 
-CHECKPOINT_RE = re.compile(r"^(checkpoint-step|interrupt-step|checkpoint-epoch)-(\d+)$")
 NUMERIC_COLUMNS = ("epoch", "step", "tokens", "train_loss", "val_loss", "lr", "grad_norm",
                    "tokens_per_s", "mfu", "seconds")
 
@@ -131,28 +132,6 @@ def find_run_dirs(root: Path) -> list[Path]:
     return found
 
 
-def _step_of(ckpt: Path, fallback: int) -> int:
-    try:
-        return int(read_json(ckpt / "trainer_state.json").get("step", fallback))
-    except (OSError, ValueError, AttributeError):
-        return fallback
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The resumable checkpoint with the highest training step (epoch dirs ranked by their step)."""
-    best, best_key = None, None
-    for p in run_dir.iterdir():
-        m = CHECKPOINT_RE.match(p.name)
-        if not m or not p.is_dir():
-            continue
-        number = int(m.group(2))
-        key = (_step_of(p, number) if m.group(1) != "checkpoint-epoch" else _step_of(p, -1),
-               p.stat().st_mtime)
-        if best_key is None or key > best_key:
-            best, best_key = p, key
-    return best
-
-
 def _timestamp(value) -> float | None:
     if isinstance(value, (int, float)):
         return float(value)
@@ -164,13 +143,24 @@ def _timestamp(value) -> float | None:
     return None
 
 
-def live_status(info: dict) -> tuple[str, bool]:
-    """(status to show, whether the run's host is this machine)."""
+def live_status(info: dict, run_dir: Path | None = None) -> tuple[str, bool]:
+    """(status to show, whether the run's host is this machine).
+
+    "running" comes from the run dir's lock (``aura.rundir.lock_holder``): held means a process writes
+    the run now, whatever run.json says; free means nobody does, so a run.json still saying "running"
+    is stale. Run dirs of older Aura versions (no lock file) fall back to the PID check.
+    """
     status = str(info.get("status", "unknown"))
+    host = info.get("host")
+    local = not host or host == socket.gethostname()
+    if run_dir is not None and has_lock_file(run_dir):
+        holder = lock_holder(run_dir)
+        if holder is not None:
+            return "running", not holder.get("host") or holder.get("host") == socket.gethostname()
+        return ("stale" if status == "running" else status), local
     if status != "running":
         return status, True
-    host = info.get("host")
-    if host and host != socket.gethostname():
+    if not local:
         return "stale", False
     import psutil
 
@@ -217,7 +207,7 @@ def describe_run(run_dir: Path) -> dict:
             raise ValueError("not an object")
     except (OSError, ValueError) as e:
         info, warning = {}, M("bad_run_json", path=run_dir / "run.json", err=e)
-    status, local = live_status(info) if info else ("unknown", True)
+    status, local = live_status(info, run_dir) if info else ("unknown", True)
     try:
         rows = read_log(run_dir)
     except AuraError:
@@ -230,13 +220,19 @@ def describe_run(run_dir: Path) -> dict:
         last_step = int(max(steps))
     ckpt = latest_checkpoint(run_dir)
     final = run_dir / "final"
+    try:
+        best = read_json(run_dir / "best" / "best.json")
+        best = best if isinstance(best, dict) and isinstance(best.get("val_loss"), (int, float)) else None
+    except (OSError, ValueError):
+        best = None
     resumable = status in ("interrupted", "stale", "failed") and ckpt is not None
     return {
         "path": str(run_dir), "name": run_dir.name, "kind": info.get("kind"), "status": status,
         "recorded_status": info.get("status"), "host": info.get("host"), "local": local,
         "pid": info.get("pid"), "started": info.get("started"), "updated": info.get("updated"),
         "last_step": last_step, "tokens": int(max(tokens)) if tokens else None,
-        "best_val_loss": min(vals) if vals else None,
+        "best_val_loss": best["val_loss"] if best else (min(vals) if vals else None),
+        "best_step": best["step"] if best else None,  # what best/ holds (written by the loop)
         "latest_checkpoint": str(ckpt) if ckpt else None,
         "final_model": str(final) if final.is_dir() else None,
         "size_bytes": dir_size(run_dir),
@@ -263,7 +259,8 @@ class RunsConfig:
             raise AuraError(M("no_dir", path=self.dir))
 
 
-def _status_label(status: str) -> str:
+def status_label(status: str) -> str:
+    """A run status (running, finished, interrupted, failed, stale) in the user's language."""
     key = "st_" + status
     return M(key) if key in M.table else status
 
@@ -281,7 +278,7 @@ def list_runs(cfg: RunsConfig) -> int:
     for r in runs:
         if r["warning"]:
             console.warn(r["warning"])
-    rows = [[os.path.relpath(r["path"], root), r["kind"] or "?", _status_label(r["status"]),
+    rows = [[os.path.relpath(r["path"], root), r["kind"] or "?", status_label(r["status"]),
              "" if r["last_step"] is None else r["last_step"],
              "" if r["best_val_loss"] is None else f"{r['best_val_loss']:.4f}",
              Path(r["latest_checkpoint"]).name if r["latest_checkpoint"] else "",
@@ -343,6 +340,9 @@ def plot(cfg: PlotConfig) -> int:
     from matplotlib.figure import Figure
     from matplotlib.ticker import EngFormatter
 
+    from aura.utils.fsutil import check_writable
+
+    check_writable(Path(cfg.output_dir) / cfg.out, flag="--out")
     dirs = [Path(d) for d in cfg.run_dirs]
     logs = []
     for d in dirs:

@@ -32,10 +32,10 @@ BYTE_ALPHABET = 256
 META_FILE = "aura_tokenizer.json"
 
 M = Messages("tokenizer", {
-    "vocab_too_small": ("--vocab-size {size} es demasiado pequeño: hacen falta al menos {need} entradas "
-                        "({special} tokens especiales + 256 bytes) y algunas fusiones. Usa, por ejemplo, "
+    "vocab_too_small": ("--vocab-size {size} es demasiado pequeño: hacen falta al menos {need:entrada|entradas} "
+                        "({special:token especial|tokens especiales} + 256 bytes) y algunas fusiones. Usa, por ejemplo, "
                         "--vocab-size 8000 o más.",
-                        "--vocab-size {size} is too small: at least {need} entries are needed ({special} "
+                        "--vocab-size {size} is too small: at least {need:entry|entries} are needed ({special} "
                         "special tokens + 256 bytes) plus some merges. Use, e.g., --vocab-size 8000 or more."),
     "no_inputs": ("Indica los textos de entrenamiento: archivos, directorios, patrones o un directorio "
                   "preparado con 'aura data prepare'.",
@@ -43,26 +43,55 @@ M = Messages("tokenizer", {
                   "'aura data prepare'."),
     "no_docs": ("No quedan documentos para entrenar el tokenizador tras la limpieza.",
                 "No documents are left to train the tokenizer on after cleaning."),
+    "no_merges": ("Con tan poco texto ({docs:documento|documentos}) ningún par de símbolos aparece {min_freq:vez|veces} "
+                  "(--min-frequency): no se puede aprender ninguna fusión. Da más texto.",
+                  "With this little text ({docs:document|documents}) no pair of symbols occurs {min_freq:time|times} "
+                  "(--min-frequency): not a single merge can be learnt. Give more text."),
     "exists": ("{path} ya existe. Usa --force para reemplazarlo o elige otro --output-dir.",
                "{path} already exists. Use --force to replace it or choose another --output-dir."),
     "bad_min_freq": ("--min-frequency debe ser al menos 1.", "--min-frequency must be at least 1."),
     "bad_heldout": ("--heldout-fraction debe estar entre 0 y 0.5.", "--heldout-fraction must be between 0 and 0.5."),
-    "training": ("Entrenando BPE a nivel de bytes (vocabulario {vocab}) con {files} fuente(s)...",
-                 "Training byte-level BPE (vocabulary {vocab}) on {files} source(s)..."),
+    "training": ("Entrenando BPE a nivel de bytes (vocabulario {vocab}) con {files:fuente|fuentes}...",
+                 "Training byte-level BPE (vocabulary {vocab}) on {files:source|sources}..."),
     "done": ("Tokenizador guardado en {path}: vocabulario {vocab}, fertilidad {fertility} tokens/palabra "
-             "en {docs} documentos reservados, {secs:.1f} s.",
+             "en {docs:documento reservado|documentos reservados}, {secs:.1f} s.",
              "Tokenizer saved to {path}: vocabulary {vocab}, fertility {fertility} tokens/word on {docs} "
              "held-out documents, {secs:.1f} s."),
+    "vocab_short": ("El vocabulario tiene {got:token|tokens} y no los {asked:pedido|pedidos}: en este corpus "
+                    "({docs:documento|documentos}) no quedan pares de símbolos que aparezcan al menos "
+                    "{min_freq:vez|veces} "
+                    "(--min-frequency), así que BPE no puede hacer más fusiones. El tokenizador es válido; "
+                    "para llegar a {asked} hace falta más texto (o baja --min-frequency), o pide --vocab-size "
+                    "{got} para que coincida.",
+                    "The vocabulary has {got:token|tokens}, not the {asked} asked: in this corpus "
+                    "({docs:document|documents}) no pair of symbols is left that occurs at least "
+                    "{min_freq:time|times} (--min-frequency), so "
+                    "BPE cannot merge any further. The tokenizer is valid; reaching {asked} needs more text "
+                    "(or a lower --min-frequency), or ask for --vocab-size {got} to match."),
+    "no_heldout_zero": ("Fertilidad sin medir: con --heldout-fraction 0 todos los documentos se usan para "
+                        "entrenar. Usa, p. ej., --heldout-fraction 0.05 para medirla.",
+                        "Fertility not measured: with --heldout-fraction 0 every document is used for "
+                        "training. Use, e.g., --heldout-fraction 0.05 to measure it."),
+    "no_heldout_few": ("Fertilidad sin medir: ninguno de los {docs:documento|documentos} cayó en la fracción reservada "
+                       "(--heldout-fraction {fraction}), así que todos se usaron para entrenar. Con tan pocos "
+                       "documentos, sube --heldout-fraction (p. ej. 0.2) o da más texto (con --doc-sep "
+                       "blankline cada párrafo es un documento).",
+                       "Fertility not measured: none of the {docs:document|documents} fell in the held-out fraction "
+                       "(--heldout-fraction {fraction}), so all were used for training. With this few "
+                       "documents, raise --heldout-fraction (e.g. 0.2) or give more text (with --doc-sep "
+                       "blankline every paragraph is a document)."),
+    "done_nofert": ("Tokenizador guardado en {path}: vocabulario {vocab}, {secs:.1f} s.",
+                    "Tokenizer saved to {path}: vocabulary {vocab}, {secs:.1f} s."),
     "not_found": ("No se encontró el tokenizador '{name}': no es un directorio local con tokenizer.json "
                   "ni se pudo descargar de Hugging Face ({err}). Entrena uno con 'aura tokenizer train' "
                   "o revisa el nombre.",
                   "Tokenizer '{name}' not found: it is not a local directory with tokenizer.json and it "
                   "could not be downloaded from Hugging Face ({err}). Train one with 'aura tokenizer "
                   "train' or check the name."),
-    "missing_path": ("El tokenizador {name} no existe. Entrena uno con 'aura tokenizer train' o indica "
-                     "un nombre de Hugging Face.",
-                     "The tokenizer {name} does not exist. Train one with 'aura tokenizer train' or give "
-                     "a Hugging Face name."),
+    "missing_path": ("{flag} {name}: el tokenizador no existe (se lee como ruta local). Revisa que esté "
+                     "bien escrita, entrena uno con 'aura tokenizer train' o indica un nombre de Hugging Face.",
+                     "{flag} {name}: the tokenizer does not exist (read as a local path). Check the spelling, "
+                     "train one with 'aura tokenizer train' or give a Hugging Face name."),
     "pad_eos": ("El tokenizador no tiene token de relleno: se usa el de fin de texto ({eos}) como relleno.",
                 "The tokenizer has no padding token: using the end-of-text token ({eos}) as padding."),
     "pad_added": ("El tokenizador no tiene token de relleno ni de fin de texto: se añade {pad} "
@@ -112,23 +141,24 @@ def tokenizer_hash(tok) -> str:
 # Loading
 
 
-def _looks_like_path(name: str) -> bool:
-    return (os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1
-            or os.sep != "/" and os.sep in name)
-
-
-def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False):
-    """Any Hugging Face tokenizer (local directory or hub name), with a padding token guaranteed."""
+def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False, flag: str = "--tokenizer"):
+    """Any Hugging Face tokenizer (local directory or hub name), with a padding token guaranteed. A
+    missing path fails at once; an unreachable hub means the local cache only (``aura.utils.hub``)."""
     from transformers import AutoTokenizer
 
+    from aura.utils import hub
+
     name = str(name_or_path)
-    local = Path(os.path.expanduser(name))
-    if not local.exists() and _looks_like_path(name):
-        raise AuraError(M("missing_path", name=name))
+    if not Path(os.path.expanduser(name)).exists() and hub.looks_like_path(name):
+        raise AuraError(M("missing_path", name=name, flag=flag))
+    source = hub.resolve(name, flag=flag)
     try:
-        tok = AutoTokenizer.from_pretrained(str(local) if local.exists() else name,
-                                            trust_remote_code=trust_remote_code)
+        tok = AutoTokenizer.from_pretrained(source.name, trust_remote_code=trust_remote_code,
+                                            local_files_only=source.local_files_only)
     except Exception as e:  # OSError, HFValidationError, ValueError from hub/connection problems
+        offline = hub.offline_error(source, flag=flag)
+        if offline is not None:
+            raise offline from None
         raise AuraError(M("not_found", name=name, err=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")) from None
     if tok.pad_token is None:
         if PAD in tok.get_vocab():
@@ -140,6 +170,21 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False):
             tok.add_special_tokens({"pad_token": PAD})
             console.info(M("pad_added", pad=PAD))
     return tok
+
+
+def add_aura_chat_template(tok) -> bool:
+    """Give a tokenizer that reserves Aura's chat tokens (``<|im_start|>``, ``<|im_end|>``) and has no
+    chat template Aura's own, so a model pretrained with it can be fine-tuned on any data and chatted
+    with. True when the template was added."""
+    if getattr(tok, "chat_template", None):
+        return False
+    vocab = tok.get_vocab()
+    if not all(t in vocab for t in CHAT_TOKENS[:2]):
+        return False
+    from aura.data.templates import AURA
+
+    tok.chat_template = AURA
+    return True
 
 
 def backend_of(tok, name: str = ""):
@@ -244,10 +289,9 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
               errors: str = "strict", heldout_fraction: float = 0.02, seed: int = 0,
               model_max_length: int = 2048, force: bool = False) -> Path:
     """Train a byte-level BPE on ``inputs`` and save a transformers-loadable directory; returns it."""
-    from transformers import PreTrainedTokenizerFast
-
     from aura.data.readers import ReaderOptions
-    from aura.utils.fsutil import atomic_write_json, staged_dir
+    from aura.utils.fsutil import atomic_write_json, check_writable, staged_dir
+    from aura.utils.ownership import check_replaceable
 
     need = BYTE_ALPHABET + len(SPECIAL_TOKENS)
     if vocab_size < need + 16:
@@ -255,9 +299,10 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
     if not inputs:
         raise AuraError(M("no_inputs"))
     out = Path(output_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not (force and out.is_dir() and (out / "tokenizer.json").is_file()):
-            raise AuraError(M("exists", path=out))
+    check_writable(out, flag="--output-dir")
+    # Only an Aura tokenizer directory is ever replaced (and only with --force); inputs are never outputs.
+    if check_replaceable(out, kind="tokenizer", flag="--force", inputs=inputs) == "owned" and not force:
+        raise AuraError(M("exists", path=out))
     opts = ReaderOptions(text_field=text_field, doc_sep=doc_sep, encoding=encoding, errors=errors)
     sources = _training_sources(inputs)  # validates every input before the (long) training starts
     console.info(M("training", vocab=vocab_size, files=len(sources)))
@@ -268,13 +313,18 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
     tok.train_from_iterator(_iter_training_docs(inputs, opts=opts, heldout=heldout, seed=seed,
                                                 heldout_fraction=heldout_fraction, stats=stats),
                             trainer=trainer)
-    if stats["documents"] == 0 or tok.get_vocab_size() <= need:
+    if stats["documents"] == 0:
         raise AuraError(M("no_docs"))
+    if tok.get_vocab_size() <= need:
+        raise AuraError(M("no_merges", docs=stats["documents"], min_freq=min_frequency))
     fert, fert_docs = fertility(tok, heldout)
+    from transformers import PreTrainedTokenizerFast
+
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, pad_token=PAD,
                                    additional_special_tokens=CHAT_TOKENS,
                                    model_max_length=model_max_length, clean_up_tokenization_spaces=False)
-    with staged_dir(out, replace=True) as tmp:
+    add_aura_chat_template(fast)  # models pretrained with it carry a chat template into final/
+    with staged_dir(out, replace=True, kind="tokenizer") as tmp:
         fast.save_pretrained(str(tmp))
         atomic_write_json(tmp / META_FILE, {
             "hash": tokenizer_hash(tok),
@@ -289,9 +339,16 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
             "min_frequency": min_frequency, "seed": seed,
             "aura_version": __version__,
         })
-    fert_text = "-" if fert is None else f"{fert:.3f}"
-    console.success(M("done", path=out, vocab=tok.get_vocab_size(), fertility=fert_text,
-                      docs=fert_docs, secs=time.perf_counter() - start))
+    got = tok.get_vocab_size()
+    if got < vocab_size:
+        console.warn(M("vocab_short", got=got, asked=vocab_size, docs=stats["documents"], min_freq=min_frequency))
+    if fert is None:
+        console.success(M("done_nofert", path=out, vocab=got, secs=time.perf_counter() - start))
+        console.warn(M("no_heldout_zero") if heldout_fraction == 0 else
+                     M("no_heldout_few", docs=stats["documents"], fraction=heldout_fraction))
+    else:
+        console.success(M("done", path=out, vocab=got, fertility=f"{fert:.3f}", docs=fert_docs,
+                          secs=time.perf_counter() - start))
     return out
 
 

@@ -1,9 +1,9 @@
 """Benchmark: ``aura data prepare`` tokens/s against a plain single-process ``tokenizers`` loop.
 
-Corpus (not shippable, mixed licences; ~14 MB, one paragraph per line, ~50 s, root + apt):
+Corpus (not shippable, mixed licences; ~7.5 MB, one paragraph per line, ~2 min, root + apt):
 
-    bash /work/shared/data/build_spanish_corpus.sh /tmp/es14.txt
-    .venv/bin/python bench/bench_prepare.py /tmp/es14.txt
+    bash scripts/build_bench_corpus.sh /tmp/bench_es.txt
+    .venv/bin/python bench/bench_prepare.py /tmp/bench_es.txt
 
 The script repeats the corpus until it holds at least --min-mb MB; every copy after the first gets a
 "(k) " prefix on each paragraph so that deduplication keeps them and both sides tokenise exactly the
@@ -56,7 +56,7 @@ def run_prepare(corpus: Path, tok: Path, out: Path, workers: int) -> tuple[float
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("corpus", type=Path, help="Spanish text, one paragraph per line (build_spanish_corpus.sh)")
+    ap.add_argument("corpus", type=Path, help="Spanish text, one paragraph per line (scripts/build_bench_corpus.sh)")
     ap.add_argument("--min-mb", type=float, default=20.0)
     ap.add_argument("--vocab-size", type=int, default=32000)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/aura_bench_prepare"))

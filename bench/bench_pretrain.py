@@ -1,6 +1,6 @@
 """Aura's training loop vs Hugging Face ``Trainer`` on the identical model, data, batch, precision, steps.
 
-    .venv/bin/python bench/bench_pretrain.py [--steps 60] [--corpus /tmp/es14.txt] [--precision auto]
+    .venv/bin/python bench/bench_pretrain.py [--steps 60] [--corpus /tmp/bench_es.txt] [--precision auto]
 
 Model: the LAB-NOTES tiny Llama (4 layers, d 256, 4 heads, 2 KV heads, MLP 768, context 256), batch 16,
 AdamW (0.9, 0.95, wd 0.1), clip 1.0, warm-up + cosine to 10 %. Both runs start from the same weights
@@ -132,7 +132,7 @@ def run_bare(data: Path, *, steps: int, precision: str) -> float:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--corpus", default="/tmp/es14.txt", help="text file (falls back to the embedded corpus)")
+    p.add_argument("--corpus", default="/tmp/bench_es.txt", help="text file (falls back to the embedded corpus)")
     p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
     a = p.parse_args()
     import torch

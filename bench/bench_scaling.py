@@ -1,7 +1,7 @@
 """Data-parallel scaling of `aura pretrain` on this machine: 1 process vs 2 DDP ranks (gloo).
 
     .venv/bin/python bench/bench_scaling.py [--steps 30] [--batch-size 8] [--precision auto]
-                                            [--corpus /tmp/es14.txt]
+                                            [--corpus /tmp/bench_es.txt]
 
 Model: the LAB-NOTES tiny Llama (`--model-preset tiny`: 4 layers, d 256, 4 heads, 2 KV heads, MLP
 768, context 256), so compute dominates the gradient all-reduce. Every run goes through the real CLI
@@ -74,7 +74,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--batch-size", type=int, default=8, help="micro-batch per rank (sequences of 256)")
     p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
-    p.add_argument("--corpus", default="/tmp/es14.txt", help="text file (falls back to the embedded corpus)")
+    p.add_argument("--corpus", default="/tmp/bench_es.txt", help="text file (falls back to the embedded corpus)")
     a = p.parse_args()
     import torch
 

@@ -64,7 +64,9 @@ def test_lora_trainable_count_matches_the_layer_shapes(dirs, monkeypatch):
     assert adapters.trainable_line(model) == (f"Trainable params: {expected:,} / {total_base + expected:,} "
                                               f"({100 * expected / (total_base + expected):.2f}%)")
     monkeypatch.setenv("AURA_LANG", "es")
-    assert adapters.trainable_line(model).startswith(f"Parámetros entrenables: {expected:,} / ")
+    from aura.i18n import num
+
+    assert adapters.trainable_line(model).startswith(f"Parámetros entrenables: {num(expected, lang='es')} / ")
     only_q = _lora(dirs["llama"], r=r, targets=["q_proj"])
     q = adapters.load_base_model(str(dirs["llama"])).model.layers[0].self_attn.q_proj
     assert adapters.count_parameters(only_q)[0] == 2 * r * (q.in_features + q.out_features)
@@ -193,3 +195,24 @@ def test_finetune_config_defaults_presets_and_validation():
         FinetuneConfig(method="full", lora_r=8)
     with pytest.raises(SystemExit):
         parse_config(FinetuneConfig, ["--template", "vicuna"], prog="t", description="")
+
+
+def test_base_model_that_is_not_a_model_or_unreachable_fails_at_once(tmp_path):
+    import time
+
+    from tests.conftest import RESOURCES, run_aura
+
+    csv = RESOURCES / "instrucciones_es.csv"
+    run = tmp_path / "runs" / "demo"
+    (run / "final").mkdir(parents=True)
+    (run / "final" / "config.json").write_text("{}", encoding="utf-8")
+    unreachable = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": ""}
+    for base, expected in ((run, "exists but is not a model"), (run.parent / "dmeo", "does not exist"),
+                           ("someone/base-7b", "cannot be reached")):
+        t0 = time.perf_counter()
+        r = run_aura("finetune", "--base-model", base, "--data", csv, "--output-dir", tmp_path / "ft",
+                     env=unreachable, cwd=tmp_path)
+        assert r.returncode == 2 and expected in r.stderr, r.stderr
+        assert "Retrying" not in r.stderr and "Traceback" not in r.stderr and time.perf_counter() - t0 < 40
+    r = run_aura("finetune", "--base-model", run, "--data", csv, "--output-dir", tmp_path / "ft")
+    assert f"use {run / 'final'}" in r.stderr  # a run dir: points at its final/

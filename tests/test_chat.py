@@ -116,3 +116,15 @@ def test_chat_repl_multi_turn_reset_system(zoo):
     assert norm(a4) == norm(e4)     # the system message reached the template
     assert "/reset" in help_text and "/system" in help_text and "/exit" in help_text
     assert "Unknown command: /foo" in unknown
+
+
+def test_ctrl_c_at_the_prompt_leaves_quietly(zoo):
+    import signal
+
+    term = Terminal([sys.executable, "-m", "aura", "chat", "--model", str(zoo["llama"]), "--max-new-tokens", "4"])
+    term.expect(PROMPT)
+    time.sleep(1.0)  # input() prints the prompt before it reads: let it reach the read
+    term.proc.send_signal(signal.SIGINT)
+    rest = term.expect("Goodbye!")
+    assert term.close() == 0
+    assert "Traceback" not in rest and "Interrupted" not in rest and "Error" not in rest

@@ -25,7 +25,7 @@ def test_check_dist_under_torchrun():
     assert sorted(_rank_lines(text)) == ["0", "1"]  # every rank reports, with the rank prefix
     assert re.search(r"all_reduce of 1 MB: [\d.]+ ms/iter \| algbw [\d.]+ [MG]B/s \| busbw [\d.]+ [MG]B/s",
                      text)
-    assert "Communication OK between 2 ranks on 1 node(s) (Sync=OK)" in text
+    assert "Communication OK between 2 ranks on 1 node (Sync=OK)" in text
 
 
 def test_check_dist_through_aura_launch():

@@ -195,3 +195,15 @@ def test_console_script_entry_point():
     eps = [e for e in entry_points(group="console_scripts") if e.name == "aura"]
     assert eps and eps[0].value == "aura.cli:main"
     assert sys.modules["aura.cli"].main is main
+
+
+def test_unknown_yaml_key_suggests_the_closest(tmp_path):
+    cfg = tmp_path / "tok.yaml"
+    cfg.write_text("vocab_sise: 8000\n", encoding="utf-8")
+    proc = run_aura("tokenizer", "train", tmp_path, "--config", cfg)
+    assert proc.returncode == 2 and "Unknown key 'vocab_sise'" in proc.stderr
+    assert "Did you mean 'vocab_size'?" in proc.stderr and "Traceback" not in proc.stderr
+    es = run_aura("tokenizer", "train", tmp_path, "--config", cfg, env={"AURA_LANG": "es"})
+    assert "¿Querías decir 'vocab_size'?" in es.stderr
+    cfg.write_text("zzz: 1\n", encoding="utf-8")  # nothing close: no guess
+    assert "Did you mean" not in run_aura("tokenizer", "train", tmp_path, "--config", cfg).stderr

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from aura.data.readers import clean_text
@@ -234,7 +233,7 @@ def test_rerun_is_noop_force_rebuilds_foreign_dir_refused(docs, tok_dir, tmp_pat
     (tmp_path / "mine" / "notes.md").write_text("no borrar")
     r = run_aura("data", "prepare", src, "--tokenizer", tok_dir, "--output-dir", tmp_path / "mine", "--force",
                  env={"AURA_LANG": "es"})
-    assert r.returncode == 2 and "no es un directorio de datos preparados" in r.stderr
+    assert r.returncode == 2 and "no lo creó Aura" in r.stderr
     assert (tmp_path / "mine" / "notes.md").read_text() == "no borrar"
 
 

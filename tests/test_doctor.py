@@ -60,7 +60,7 @@ def test_doctor_fails_with_advice_when_outputs_cannot_be_written(tmp_path):
     assert proc.returncode == 1
     assert "No se puede escribir en" in proc.stderr and "Elige otro --output-dir" in proc.stderr
     assert "Solo quedan" in proc.stderr and "Libera espacio" in proc.stderr
-    assert "2 problema(s)" in proc.stderr
+    assert "2 problemas impiden entrenar" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -94,3 +94,16 @@ def test_doctor_fails_when_required_packages_cannot_be_imported():
     assert "torch cannot be imported" in errors and "pytorch.org" in errors
     assert "zstandard is missing" in errors and "pip install 'zstandard>=0.22'" in errors
     assert d["dependencies"]["transformers"]["ok"] is True
+
+
+@pytest.mark.skipif(not NO_GPU, reason="a machine without GPU")
+def test_doctor_cuda_build_without_gpu_is_fine_for_cpu_training(tmp_path):
+    # The default torch wheel is built with CUDA; on a machine without a GPU that is not a problem.
+    # (This venv may hold the CPU build: sitecustomize makes torch report a CUDA build, as that wheel does.)
+    (tmp_path / "sitecustomize.py").write_text("import torch\ntorch.version.cuda = '12.4'\n", encoding="utf-8")
+    proc = run_aura("doctor", "--output-dir", ROOT, env={"PYTHONPATH": f"{tmp_path}:{ROOT}"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "(CUDA 12.4)" in proc.stdout
+    assert "CPU training is fine" in proc.stdout
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in proc.stdout
+    assert "sees no GPU" not in proc.stdout + proc.stderr and "Warnings:" not in proc.stdout

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import run_aura
-from tests.tiny_models import build_llama, build_zoo, train_tokenizer
+from tests.tiny_models import build_llama, build_zoo, make_lora_adapter, stamp_adapter_base, train_tokenizer
 
 TEXT = ("¿Dónde está el niño? ¡Allí, junto a la cigüeña! El año 2024 tuvo 366 días. "
         "Mañana llegará el pingüino a Logroño con su abuela, que vive en Cádiz desde 1987.\n") * 3
@@ -147,3 +147,17 @@ def test_eval_bad_inputs(zoo, tmp_path):
     assert r.returncode == 2 and "byte 5" in r.stderr and "Traceback" not in r.stderr
     r = run_aura("eval", "--model", zoo["gpt2"], "--data", zoo["text"], "--seq-len", "4096")
     assert r.returncode == 2 and "--seq-len" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_adapter_whose_named_base_is_another_model_is_refused(zoo, tmp_path):
+    # The adapter was trained on llama (800 tokens); its adapter_config now names llama500 (a user who
+    # moved or renamed folders): same layer shapes, another vocabulary.
+    adapter = stamp_adapter_base(make_lora_adapter(zoo["llama"], tmp_path / "adapter"), zoo["llama"])
+    cfg_file = adapter / "adapter_config.json"
+    cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()),
+                                    "base_model_name_or_path": str(zoo["llama500"])}), encoding="utf-8")
+    r = run_aura("eval", "--model", adapter, "--data", zoo["text"])
+    assert r.returncode == 2 and "was trained on" in r.stderr and "vocab_size" in r.stderr, r.stderr
+    assert "--allow-other-base" in r.stderr and "Traceback" not in r.stderr
+    forced = run_aura("eval", "--model", adapter, "--data", zoo["text"], "--allow-other-base")
+    assert forced.returncode == 0, forced.stderr

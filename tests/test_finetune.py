@@ -136,6 +136,18 @@ def test_resume_reproduces_losses_exactly(env, tmp_path):
     assert [a[s] for s in b] == [b[s] for s in b]
 
 
+def test_max_steps_run_lists_only_what_exists_and_says_which_limit_wins(env, tmp_path):
+    run = tmp_path / "run"
+    out = finetune("--base-model", env["llama"], "--data", env["data"], "--output-dir", run, *FAST,
+                   "--epochs", "2", "--max-steps", "2")
+    assert "Several limits at once (--epochs 2, --max-steps 2): the run ends at the first one reached (step 2)" \
+        in out, out
+    assert not (run / "epoch_info.json").exists() and "epoch_info.json" not in out, out
+    help_text = run_aura("finetune", "--help").stdout
+    epochs_help = help_text.split("--epochs EPOCHS", 2)[2].split("--max-steps")[0]
+    assert "default: auto" in epochs_help and "default 1" not in epochs_help, epochs_help
+
+
 def _formats(root: Path) -> dict[str, tuple[Path, list[str]]]:
     recs = short_records(12)
     out: dict[str, tuple[Path, list[str]]] = {}
@@ -203,7 +215,7 @@ def _bad_inputs(env, root: Path) -> dict[str, tuple[list[str], str]]:
     return {
         "columns": (["--base-model", llama, "--data", str(no_cols)], "Columns found: pregunta, respuesta"),
         "empty": (["--base-model", llama, "--data", str(empty), "--empty-responses", "fail"],
-                  "1 examples have an empty response (e.g. " + str(empty) + ", line 3"),
+                  "1 example has an empty response (e.g. " + str(empty) + ", line 3"),
         "too_long": (["--base-model", llama, "--data", d, "--max-length", "4"], "No example fits in --max-length 4"),
         "role": (["--base-model", llama, "--data", str(role)], "line 1, message 2: unknown role 'bot'"),
         "alternate": (["--base-model", llama, "--data", str(alt)], "line 2, message 2: expected role 'assistant'"),

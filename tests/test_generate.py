@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import run_aura
-from tests.tiny_models import build_zoo, make_lora_adapter
+from tests.tiny_models import build_llama, build_zoo, make_lora_adapter, stamp_adapter_base, train_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +81,33 @@ def test_bad_inputs_are_clear(zoo, tmp_path):
     assert r.returncode == 2 and "tokenizer" in r.stderr.lower() and "Traceback" not in r.stderr
     r = run_aura("generate", "--model", zoo["llama"], "--prompt", "hola", "--top-p", "1.5")
     assert r.returncode == 2 and "--top-p" in r.stderr
+
+
+def test_adapter_on_a_base_with_another_vocabulary_is_refused(zoo, tmp_path):
+    other = build_llama(tmp_path / "other", train_tokenizer(tmp_path / "tok600", vocab_size=600))
+    adapter = stamp_adapter_base(make_lora_adapter(zoo["llama"], tmp_path / "adapter"), zoo["llama"])
+    for command, extra, stdin in (("generate", ("--prompt", "hola", "--max-new-tokens", "2"), None),
+                                  ("chat", (), "hola\n")):
+        r = run_aura(command, "--model", other, "--adapter", adapter, *extra, input=stdin)
+        assert r.returncode == 2, (command, r.stdout, r.stderr)
+        assert "was trained on" in r.stderr and "vocab_size" in r.stderr and "--allow-other-base" in r.stderr
+        assert "Traceback" not in r.stderr
+    forced = run_aura("generate", "--model", other, "--adapter", adapter, "--prompt", "hola",
+                      "--max-new-tokens", "2", "--allow-other-base")
+    assert forced.returncode == 0, forced.stderr
+    # the adapter on its own base passes the check silently
+    ok = run_aura("generate", "--model", zoo["llama"], "--adapter", adapter, "--prompt", "hola",
+                  "--max-new-tokens", "2")
+    assert ok.returncode == 0 and "trained on" not in ok.stderr, ok.stderr
+
+
+def test_output_that_cannot_be_written_is_refused_before_generating(zoo, tmp_path):
+    blocker = tmp_path / "somefile.txt"
+    blocker.write_text("x", encoding="utf-8")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("Hola\n", encoding="utf-8")
+    r = run_aura("generate", "--model", zoo["llama"], "--prompts-file", prompts, "--output", blocker / "g.jsonl")
+    assert r.returncode == 2 and "is a file, not a directory" in r.stderr and "--output" in r.stderr
+    assert "Prompt 1/1" not in r.stdout + r.stderr and "Traceback" not in r.stderr
+    r = run_aura("plot", tmp_path, "--output-dir", "/proc/aura-test")
+    assert r.returncode == 2 and "/proc" in r.stderr and "--out" in r.stderr and "Traceback" not in r.stderr

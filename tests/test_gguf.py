@@ -150,3 +150,39 @@ def test_refusals_and_damaged_gguf(zoo, tmp_path):
         r = run_aura(cmd, "--model", bad, *extra, input="/exit\n")
         assert r.returncode == 2, r.stderr
         assert "not a valid GGUF" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_verification_compares_tokens_even_when_the_model_ends_at_once(zoo, tmp_path):
+    """A model whose first greedy token is EOS used to 'match PyTorch for the first 0 tokens'."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(zoo["llama"]))
+    eos = model.config.eos_token_id
+    with torch.no_grad():
+        # every token embeds alike, so every position ends in the same hidden state h; EOS's output
+        # row along h makes EOS the greedy choice everywhere, by a wide margin
+        emb = model.get_input_embeddings().weight
+        emb.copy_(emb[5].expand_as(emb))
+        h = model.model(torch.tensor([[1, 2, 3]])).last_hidden_state[0, -1]
+        model.lm_head.weight[eos] = 40 * h / h.norm() ** 2
+    eos_model = tmp_path / "eos-model"
+    model.save_pretrained(eos_model)
+    for f in zoo["llama"].glob("*token*"):
+        (eos_model / f.name).write_bytes(f.read_bytes())
+    r = _export(eos_model, tmp_path / "eos.gguf", "f16")
+    assert "first 0 tokens" not in r.stdout
+    assert "they agree on the first 12 of 12" in r.stdout and "end its answer at token 1" in r.stdout, r.stdout
+
+
+def test_impossible_output_is_refused_before_loading(zoo, tmp_path):
+    blocker = tmp_path / "somefile.txt"
+    blocker.write_text("not a folder", encoding="utf-8")
+    for outfile, expected in ((blocker / "x.gguf", "is a file, not a directory"),
+                              ("/proc/aura-test/x.gguf", "nothing can be created in /proc")):
+        r = run_aura("export", "gguf", "--model", zoo["llama"], "--outfile", outfile, "--quant", "f16")
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert expected in r.stderr and "--outfile" in r.stderr
+        assert "our bug" not in r.stderr and "Traceback" not in r.stderr
+        assert "Writing" not in r.stdout  # refused before any work
+    es = run_aura("export", "gguf", "--model", zoo["llama"], "--outfile", blocker / "x.gguf", env={"AURA_LANG": "es"})
+    assert es.returncode == 2 and "es un archivo, no un directorio" in es.stderr

@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import pkgutil
 import re
+import string
 from pathlib import Path
 from typing import Literal
 
@@ -23,9 +24,9 @@ from aura.i18n import REGISTRY, Messages, placeholders
 
 # Identical es/en texts are fine when they contain nothing to translate: placeholders, punctuation,
 # numbers, acronyms (all capitals) and these names/terms, which both languages use as they are
-# (log field names keep the guides' spelling: docs/architecture.md).
+# (log field names users grep keep the guides' spelling: docs/architecture.md).
 UNTRANSLATED_WORDS = {
-    "Python", "PyTorch", "torch", "Loss", "Epoch", "Step", "Sync", "OK", "Temp", "Rank", "Node",
+    "Python", "PyTorch", "torch", "Loss", "Sync", "OK", "Temp", "Rank", "Node",
     "Device", "LoRA", "QLoRA", "Llama", "GGUF", "Ollama", "ZeRO", "DeepSpeed", "Triton", "Liger",
     "TensorBoard", "safetensors", "tokens", "batch", "preset", "checkpoint", "bf16", "fp16", "fp32",
     "error", "no", "ms", "s", "it", "Grad", "Mem", "tok", "shards", "tensorboard", "ETA", "MFU", "grad", "norm", "lr", "val", "train", "auto", "aura",
@@ -67,6 +68,85 @@ def test_modules_were_imported():
     names = {m.__name__ for m in MODULES}
     assert {"aura.cli", "aura.config", "aura.i18n", "aura.monitor", "aura.doctor", "aura.runs"} <= names
     assert len(REGISTRY) >= 5
+
+
+# Spanish prose must read as written in Spanish (docs/architecture.md, "Messages"). These English words
+# must not appear in it; what stays as is: `Loss` and `KEY=VALUE` tokens users grep (Sync=OK,
+# Autocast=OFF), flags and their values, quoted file contents ('running' in run.json), and the terms
+# Spanish ML writing uses as they are (checkpoint, token, preset, dataset, shard, LoRA...).
+ENGLISH_IN_SPANISH = {
+    "epoch", "epochs", "step", "steps", "finished", "running", "interrupted", "failed", "stale", "none",
+    "unknown", "done", "saved", "skipped", "resumed", "training", "validation", "warning", "batch",
+    "batches", "examples", "parameters", "seconds", "on", "off", "yes", "true", "false", "the", "and",
+}
+# Words that may follow a placeholder without being a counted noun (verbs, adjectives after a size).
+NOT_A_COUNTED_NOUN = {
+    "es": {"es", "libres", "pedidas", "antes", "los", "las", "más", "s", "ms", "seguidos", "sigue", "tiene",
+           "tienen", "pasa"},
+    "en": {"is", "has", "does", "was", "holds", "contains", "exceeds", "needs", "names", "defines", "trades",
+           "vs", "s", "ms", "free", "requested", "gives", "goes", "wins", "matches", "keeps", "uses", "its",
+           "this", "takes", "applies", "reads", "writes", "remains", "lists", "knows", "changes", "sets",
+           "as"},
+}
+# Placeholders that never hold a count.
+NOT_A_COUNT = {"path", "adapter", "encoding", "id", "eos", "name", "model", "file", "flag"}
+_PLACEHOLDER_WORD = re.compile(r"\{(\w+)(?:![rsa])?(:[^{}]*)?\}\)?\s+([^\W\d_]+)(\(e?s\))?")
+
+
+def _prose(text: str) -> str:
+    """The words of a message a reader reads as language: no placeholders, flags, quoted values,
+    KEY=VALUE tokens, paths, commands or code."""
+    text = re.sub(r"\{[^{}]*\}", " ", text)
+    text = re.sub(r"""'[^']*'|"[^"]*"|`[^`]*`""", " ", text)
+    text = re.sub(r"--[\w-]+(\s+(auto|none|ddp|fsdp|latest|lora|qlora|full|\S*[\d/.]\S*))?", " ", text)
+    text = re.sub(r"\S*[=/_.@]\S*", " ", text)  # Sync=OK, tokens/s, file.json, snake_case, module.attr
+    return text
+
+
+def _spanish_texts():
+    return [(f"{ns}.{key}", pair[0]) for ns, key, pair in _entries()]
+
+
+def test_spanish_catalogues_have_no_english_words():
+    found = []
+    for where, es in _spanish_texts():
+        words = {w.lower() for w in re.findall(r"[^\W\d_]+", _prose(es))}
+        if words & ENGLISH_IN_SPANISH:
+            found.append(f"{where}: {sorted(words & ENGLISH_IN_SPANISH)} in {es!r}")
+    assert not found, "English words in Spanish messages:\n" + "\n".join(found)
+
+
+def test_counts_use_the_plural_form():
+    """``{n} pasos`` reads "1 pasos" when n is 1 and ``proceso(s)`` is not how Spanish is written: a count
+    followed by a noun is written ``{n:paso|pasos}`` (aura.i18n)."""
+    found = []
+    for ns, key, (es, en) in _entries():
+        for lang, text in (("es", es), ("en", en)):
+            if re.search(r"\w\((e?s)\)", text):
+                found.append(f"{ns}.{key} ({lang}): '(s)' instead of a plural form: {text!r}")
+            for m in _PLACEHOLDER_WORD.finditer(text):
+                spec, word = m.group(2) or "", m.group(3)
+                if "|" in spec or m.group(1) in NOT_A_COUNT or word.istitle():  # istitle: a new sentence
+                    continue
+                follows = text[m.end():m.end() + 1]
+                if word.endswith("s") and word.lower() not in NOT_A_COUNTED_NOUN[lang] and follows != "/":
+                    found.append(f"{ns}.{key} ({lang}): {m.group(0)!r} needs {{{m.group(1)}:ONE|OTHER}}")
+    assert not found, "Counts without the plural form:\n" + "\n".join(found)
+
+
+def test_number_and_plural_formatting():
+    from aura.i18n import num, plural, set_lang
+
+    m = Messages("test_i18n_numbers", {"k": ("{params:,} parámetros, {n:paso|pasos}, {loss:.2f}, {x:,.1f}",
+                                             "{params:,} parameters, {n:step|steps}, {loss:.2f}, {x:,.1f}")})
+    set_lang("es")
+    assert m("k", params=6372608, n=1, loss=2.5, x=12345.67) == "6\u00a0372\u00a0608 parámetros, 1 paso, 2.50, 12\u00a0345.7"
+    assert m("k", params=1024, n=0, loss=2.5, x=1.25) == "1024 parámetros, 0 pasos, 2.50, 1.2"
+    assert num(20000) == "20\u00a0000" and plural(2, "época", "épocas") == "2 épocas"
+    set_lang("en")
+    assert m("k", params=6372608, n=1, loss=2.5, x=12345.67) == "6,372,608 parameters, 1 step, 2.50, 12,345.7"
+    assert m("k", params=1024, n=3, loss=2.5, x=1.25) == "1,024 parameters, 3 steps, 2.50, 1.2"
+    del REGISTRY["test_i18n_numbers"]
 
 
 @pytest.mark.parametrize("ns,key,pair", _entries(), ids=lambda v: v if isinstance(v, str) else "")
@@ -231,3 +311,64 @@ def test_argparse_speaks_spanish(capsys):
         parse_config(Demo, ["--nope"], prog="aura demo", description="d")
     err = capsys.readouterr().err
     assert e.value.code == 2 and "unrecognized arguments: --nope" in err and "Run 'aura demo --help'" in err
+
+
+@pytest.mark.parametrize("lang", ["es", "en"])
+def test_every_message_formats_with_counts(lang):
+    """Every format spec in the catalogues (grouping, decimals, plural forms) works on a count of 1 and of
+    12345, and a plural form agrees with its count."""
+    from aura.i18n import _Formatter
+
+    fmt = _Formatter(lang)
+    for ns, key, pair in _entries():
+        text = pair[0 if lang == "es" else 1]
+        for n in (1, 12345):
+            values = {name.split(".")[0].split("[")[0]: n for name in placeholders(text)}
+            out = fmt.vformat(text, (), values)
+            assert "{" not in out or "{" in text.replace("{{", ""), f"{ns}.{key}: {out!r}"
+        for _, name, spec, _ in string.Formatter().parse(text):
+            if spec and "|" in spec:
+                one, other = spec.split("|")
+                assert one and other and "|" not in other, f"{ns}.{key}: bad plural form {spec!r}"
+                assert fmt.format_field(1, spec) == f"1 {one}" and fmt.format_field(2, spec) == f"2 {other}"
+
+
+# ---------------------------------------------------------------- Spanish output of a real run
+
+# Prose words that were English in Spanish output (log labels, status and strategy values, "(s)" plurals).
+_ENGLISH_OUTPUT = re.compile(r"\b(Epoch|Step|epoch|finished|running|interrupted|failed|none)\b|\w\((e?s)\)")
+
+
+def test_spanish_training_output_reads_as_spanish(tmp_path):
+    """A short pretrain, `aura runs` and a refused second run, in Spanish: no English word in prose, no
+    "1 pasos", large numbers grouped the Spanish way, the flag (not the field) named in an error."""
+    from tests.conftest import run_aura
+    from tests.test_loop import build_prepared
+
+    data = build_prepared(tmp_path)
+    run = tmp_path / "runs" / "es"
+    es = {"AURA_LANG": "es"}
+    flags = ["--model-preset", "manual", "--embed-size", "64", "--num-layers", "2", "--num-heads", "4",
+             "--seq-length", "32", "--intermediate-size", "256", "--batch-size", "4", "--log-interval", "1",
+             "--sample-tokens", "0", "--warmup-steps", "1", "--eval-interval", "2", "--max-steps", "2"]
+    r = run_aura("pretrain", "--data", data, "--output-dir", run, *flags, env=es)
+    assert r.returncode == 0, r.stderr + r.stdout
+    out = r.stdout + r.stderr
+    lines = out.splitlines()
+    assert [l for l in lines if _ENGLISH_OUTPUT.search(l)] == []
+    assert "Época 1 | Paso 2/2 | Loss: " in out and "Estrategia de paralelismo: ninguna" in out
+    plan = next(l for l in lines if l.startswith("Plan: "))
+    assert "calentamiento 1 paso." in plan and "(1 época," in plan, plan
+    model = next(l for l in lines if l.startswith("Modelo: "))
+    assert re.search(r"\b\d{2,3}\u00a0\d{3} parámetros", model), model  # e.g. 122 624, never 122,624
+    assert "x 1 proceso)" in model, model
+
+    listing = run_aura("runs", tmp_path / "runs", env=es)
+    assert listing.returncode == 0 and "terminada" in listing.stdout and "finished" not in listing.stdout
+
+    again = run_aura("pretrain", "--data", data, "--output-dir", run, *flags, env=es)
+    assert again.returncode == 2 and "(estado: terminada, paso 2)" in again.stderr, again.stderr
+
+    bad = run_aura("pretrain", "--data", data, "--output-dir", tmp_path / "x", "--max-steps", "muchos", env=es)
+    assert bad.returncode == 2 and "--max-steps" in bad.stderr and "max_steps" not in bad.stderr
+    assert "un entero" in bad.stderr, bad.stderr

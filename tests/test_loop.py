@@ -101,6 +101,25 @@ def test_resume_reproduces_losses_exactly(prepared, tmp_path):
     assert [a[s] for s in range(7, 13)] == [b[s] for s in range(7, 13)]  # exact, not approximate
 
 
+def test_resumed_epoch_mean_equals_the_uninterrupted_one(prepared, tmp_path):
+    """Issue 14: an epoch that straddles a resume averages all its steps, not only those after the resume."""
+    flags = dict(seq_length=256, batch_size=16, epochs=2, save_steps=20, keep_last=0, learning_rate=3e-3,
+                 precision="fp32")  # 16 steps per epoch: the checkpoint at 20 is inside epoch 2
+    straight = run_pretrain(tmp_path / "a", prepared, **flags)
+    resumed = tmp_path / "b"
+    resumed.mkdir()
+    shutil.copytree(straight / "checkpoint-step-20", resumed / "checkpoint-step-20")
+    run_pretrain(resumed, prepared, **flags, resume_from="latest")
+
+    def epoch_losses(run: Path) -> dict[int, float]:
+        with open(run / "training_log.csv", newline="") as f:
+            return {int(r["step"]): float(r["train_loss"]) for r in csv.DictReader(f) if r["kind"] == "epoch"}
+
+    a, b = epoch_losses(straight), epoch_losses(resumed)
+    assert sorted(b) == [32]
+    assert b[32] == pytest.approx(a[32], abs=1e-6)
+
+
 def test_accumulation_equals_bigger_batch(prepared, tmp_path):
     """batch 4 x accumulation 2 == batch 8 x 1: the loss is normalised over the whole window."""
     a = read_log(run_pretrain(tmp_path / "a", prepared, max_steps=4, batch_size=4, gradient_accumulation_steps=2,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import run_aura
-from tests.tiny_models import build_llama, build_zoo, make_lora_adapter
+from tests.tiny_models import build_llama, build_zoo, make_lora_adapter, stamp_adapter_base, train_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +95,29 @@ def test_adapter_for_another_base_is_refused(zoo, tmp_path):
     assert "shape" in wrong_shape.stderr and str(zoo["llama"]) in wrong_shape.stderr
     assert "Traceback" not in wrong_shape.stderr
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_adapter_trained_on_a_base_with_another_vocabulary(zoo, tmp_path):
+    # Same layer shapes, different vocabulary: peft would accept it and write a broken model.
+    other = build_llama(tmp_path / "other", train_tokenizer(tmp_path / "tok600", vocab_size=600))
+    adapter = stamp_adapter_base(make_lora_adapter(zoo["llama"], tmp_path / "adapter"), zoo["llama"])
+    refused = run_aura("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m")
+    assert refused.returncode == 2, refused.stderr
+    assert "vocab_size" in refused.stderr and "--allow-other-base" in refused.stderr
+    assert str(other) in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "m").exists()
+    es = run_aura("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m",
+                  env={"AURA_LANG": "es"})
+    assert es.returncode == 2 and "se entrenó sobre" in es.stderr and "--allow-other-base" in es.stderr
+    forced = run_aura("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m",
+                      "--allow-other-base")
+    assert forced.returncode == 0, forced.stderr
+    assert "--allow-other-base" in forced.stdout + forced.stderr and (tmp_path / "m" / "config.json").is_file()
+
+
+def test_output_under_a_file_is_refused_before_loading(zoo, tmp_path):
+    blocker = tmp_path / "somefile.txt"
+    blocker.write_text("x", encoding="utf-8")
+    r = run_aura("merge", "--base-model", zoo["llama"], "--adapter", zoo["adapter"], "--output-dir", blocker / "m")
+    assert r.returncode == 2 and "is a file, not a directory" in r.stderr and "--output-dir" in r.stderr
+    assert "Loading" not in r.stdout and "Traceback" not in r.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -72,7 +73,7 @@ def test_sigterm_saves_interrupt_checkpoint_that_resumes_exactly(prepared, tmp_p
             proc.send_signal(signal.SIGTERM)
             break
     out = "".join(lines) + proc.stdout.read()
-    assert proc.wait(timeout=300) == 0, out
+    assert proc.wait(timeout=300) == 3, out  # stopped by a signal, checkpoint saved (documented code)
     assert "To resume" in out and "--resume-from" in out
     interrupts = sorted(run.glob("interrupt-step-*"))
     assert len(interrupts) == 1, out
@@ -81,6 +82,8 @@ def test_sigterm_saves_interrupt_checkpoint_that_resumes_exactly(prepared, tmp_p
     import json
 
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+    listing = run_aura("runs", run)
+    assert listing.returncode == 0 and "interrupted" in listing.stdout, listing.stdout
     resumed = run_aura("pretrain", "--output-dir", run, *common, "--resume-from", "latest")
     assert resumed.returncode == 0, resumed.stderr
     a, b = read_log(tmp_path / "ref"), read_log(run)
@@ -144,3 +147,81 @@ def test_demo_without_data_prints_sample_and_outputs(tmp_path):
     losses = read_log(tmp_path / "demo")
     assert losses[max(losses)] < losses[min(losses)] - 2.0
     print(f"demo took {elapsed:.0f} s")
+
+
+def _start(run: Path, *args) -> subprocess.Popen:
+    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def test_ctrl_c_exit_codes_once_saves_twice_names_the_last_good_checkpoint(prepared, tmp_path):
+    # 32 micro-batches per step: a step lasts long enough for a second Ctrl+C to land inside it
+    common = ["--data", prepared, *TINY_FLAGS, "--max-steps", "400", "--save-steps", "3",
+              "--gradient-accumulation-steps", "32"]
+    for presses, code in ((1, 3), (2, 130)):
+        run = tmp_path / f"run{presses}"
+        proc, lines, saved = _start(run, *common), [], False
+        for line in proc.stdout:  # the first checkpoint, then one more step
+            lines.append(line)
+            saved = saved or "Checkpoint saved" in line
+            if saved and line.startswith("Epoch ") and "Step 4/" in line:
+                proc.send_signal(signal.SIGINT)
+                if presses == 1:
+                    break
+            if "Signal SIGINT received" in line:  # (signals do not queue: the second one after the first)
+                proc.send_signal(signal.SIGINT)
+                break
+        out = "".join(lines) + proc.stdout.read()
+        assert proc.wait(timeout=300) == code, out
+        assert (run / "checkpoint-step-3" / "trainer_state.json").is_file(), out
+        listing = run_aura("runs", run)
+        assert "interrupted" in listing.stdout, listing.stdout
+        if presses == 2:  # aborted without saving: the message names the last complete checkpoint
+            assert "Aborted without saving" in out and "Last good checkpoint: " in out, out
+            from aura.rundir import latest_checkpoint
+
+            assert f"Last good checkpoint: {latest_checkpoint(run)}" in out, out
+            assert "Traceback" not in out
+
+
+def test_best_dir_keeps_the_lowest_validation_out_of_rotation(prepared, tmp_path):
+    """A small text overfits within 40 steps: best/ holds the lowest validation loss, said when it rises."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from tests.test_loop import read_log
+
+    text = tmp_path / "small.txt"
+    text.write_text((CORPUS_DIR / "narrativa.txt").read_text(encoding="utf-8")[:6000], encoding="utf-8")
+    run = tmp_path / "run"
+    r = run_aura("pretrain", "--data", text, "--tokenizer", prepared / "tokenizer", "--output-dir", run,
+                 *TINY_FLAGS, "--batch-size", "8", "--learning-rate", "1e-2", "--validation-split", "0.3",
+                 "--max-steps", "40", "--eval-interval", "5", "--save-steps", "5", "--keep-last", "0",
+                 "--precision", "fp32")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    vals = {**read_log(run, "eval"), **read_log(run, "epoch")}
+    best_step = min(vals, key=vals.get)
+    info = json.loads((run / "best" / "best.json").read_text())
+    assert info["step"] == best_step and info["val_loss"] == pytest.approx(vals[best_step], abs=1e-6)
+    assert best_step < 40 and vals[40] > vals[best_step]  # it did overfit
+    assert f"has risen 3 times in a row since step {best_step}" in out and "`best/` keeps step" in out, out
+    # best/ is a Hugging Face model dir with the weights of that step (here its epoch checkpoint)
+    best = load_file(str(run / "best" / "model.safetensors"))
+    at_step = load_file(str(run / f"checkpoint-step-{best_step}" / "model.safetensors"))
+    assert best.keys() == at_step.keys() and all(torch.equal(best[k], at_step[k]) for k in best)
+    AutoModelForCausalLM.from_pretrained(run / "best")
+    listing = run_aura("runs", run, "--json")
+    assert json.loads(listing.stdout)[0]["best_val_loss"] == pytest.approx(info["val_loss"], abs=1e-9)
+
+
+def test_validation_smaller_than_one_window_is_said_once(prepared, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text((CORPUS_DIR / "narrativa.txt").read_text(encoding="utf-8")[:20000], encoding="utf-8")
+    r = run_aura("pretrain", "--data", text, "--tokenizer", prepared / "tokenizer", "--output-dir", tmp_path / "run",
+                 *TINY_FLAGS, "--seq-length", "1024", "--batch-size", "1", "--validation-split", "0.02",
+                 "--max-steps", "4", "--log-interval", "2")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert out.count("fewer than one window") == 1 and "--validation-split" in out, out  # ~660 tokens < 1025

@@ -212,3 +212,23 @@ def csv_rows(path: Path):
 
     with open(path, newline="", encoding="utf-8") as f:
         yield from csv.DictReader(f)
+
+
+def test_runs_and_resume_ignore_a_checkpoint_without_its_state_file(tmp_path):
+    """`aura runs` and `--resume-from latest` agree: a checkpoint dir without trainer_state.json (an
+    unfinished or damaged write) is no checkpoint for either."""
+    from tests.test_loop import build_prepared
+    from tests.test_pretrain import TINY_FLAGS
+
+    prepared = build_prepared(tmp_path / "prepared")
+    run = tmp_path / "runs" / "r"
+    args = ["pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--save-steps", "2"]
+    assert run_aura(*args, "--max-steps", "4").returncode == 0
+    half = run / "checkpoint-step-9"
+    half.mkdir()
+    (half / "model.safetensors").write_bytes((run / "checkpoint-step-4" / "model.safetensors").read_bytes())
+    listed = json.loads(run_aura("runs", "--json", tmp_path / "runs").stdout)
+    assert [Path(r["latest_checkpoint"]).name for r in listed] == ["checkpoint-step-4"]
+    resumed = run_aura(*args, "--max-steps", "5", "--resume-from", "latest")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"Resumed from {run / 'checkpoint-step-4'}: step 4" in resumed.stdout

@@ -235,7 +235,7 @@ def test_too_long_examples_are_dropped_or_truncated_and_reported(tok_dir, capsys
                                    {"role": "assistant", "content": "palabra " * 200}], where="f, line 3")
     n_short = len(encode(short, tok).input_ids)
     out = encode_all([short, long_], tok, max_length=n_short + 5)
-    assert len(out) == 1 and "Dropped 1 examples longer than --max-length" in capsys.readouterr().err
+    assert len(out) == 1 and "Dropped 1 example longer than --max-length" in capsys.readouterr().err
     out = encode_all([short, long_], tok, max_length=n_short + 5, truncation="truncate")
     assert len(out) == 2 and len(out[1].input_ids) == n_short + 5
     assert "f, line 3" in capsys.readouterr().err

@@ -161,9 +161,22 @@ def make_lora_adapter(base: str | Path, out_dir: str | Path, *, seed: int = 1, q
     return Path(out_dir)
 
 
+def stamp_adapter_base(adapter_dir: str | Path, base: str | Path) -> Path:
+    """Write ``aura_adapter.json`` (the base's fingerprint) beside an adapter, as ``aura finetune`` does."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from aura.adapter_check import ADAPTER_META, base_fingerprint
+
+    meta = {"method": "lora", "template": None, **base_fingerprint(AutoModelForCausalLM.from_pretrained(str(base)))}
+    (Path(adapter_dir) / ADAPTER_META).write_text(json.dumps(meta), encoding="utf-8")
+    return Path(adapter_dir)
+
+
 def train_spm_tokenizer(out_dir: str | Path, *, vocab_size: int = 600) -> Path:
     """A SentencePiece-style BPE (Metaspace "▁", byte fallback, <s>/</s>/<unk>) like Llama 2 / Mistral 7B."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     out_dir = Path(out_dir)

@@ -28,10 +28,12 @@ import numpy as np
 from aura import __version__, console
 from aura.config import arg
 from aura.data.readers import ReaderArgs, ReaderOptions, Source, clean_text, expand_inputs, hf_source, iter_documents
-from aura.data.tokens import FORMAT, is_prepared_dir, load_meta
+from aura.data.tokens import FORMAT, load_meta
 from aura.errors import AuraError
-from aura.i18n import Messages
-from aura.utils.fsutil import TMP_PREFIX, atomic_write_json, sha256_file, staged_dir
+from aura.i18n import Messages, num
+from aura.utils.fsutil import (TMP_PREFIX, atomic_write_json, remove_stale_tmp, sha256_file, staged_dir,
+                               staging_prefixes)
+from aura.utils.ownership import MARKER, check_location
 
 M = Messages("prepare", {
     "no_tokenizer": ("Falta --tokenizer: indica un directorio de tokenizador (aura tokenizer train) o un "
@@ -49,28 +51,24 @@ M = Messages("prepare", {
                "separar documentos.",
                "The tokenizer {name} has no end-of-text token (eos_token); Aura needs one to separate "
                "documents."),
-    "not_ours": ("{path} ya existe y no es un directorio de datos preparados por Aura. Elige otro "
-                 "--output-dir (Aura no borra directorios ajenos).",
-                 "{path} already exists and is not a data directory prepared by Aura. Choose another "
-                 "--output-dir (Aura does not delete foreign directories)."),
     "different": ("{path} ya contiene datos preparados con otras entradas u opciones. Usa --force para "
                   "reconstruirlos o elige otro --output-dir.",
                   "{path} already holds data prepared from other inputs or options. Use --force to "
                   "rebuild it or choose another --output-dir."),
     "nothing_to_do": ("Nada que hacer: {path} ya está preparado con las mismas entradas, tokenizador y "
-                      "opciones ({tokens} tokens). Usa --force para reconstruirlo.",
+                      "opciones ({tokens:token|tokens}). Usa --force para reconstruirlo.",
                       "Nothing to do: {path} is already prepared from the same inputs, tokenizer and "
-                      "options ({tokens} tokens). Use --force to rebuild it."),
-    "too_small": ("El corpus es demasiado pequeño: quedan {docs} documento(s) tras la limpieza y hacen "
+                      "options ({tokens:token|tokens}). Use --force to rebuild it."),
+    "too_small": ("El corpus es demasiado pequeño: tras la limpieza queda {docs:documento|documentos} y hacen "
                   "falta al menos 2 para tener entrenamiento y validación. Añade más texto o usa "
                   "--val-fraction 0.",
-                  "The corpus is too small: {docs} document(s) are left after cleaning and at least 2 "
+                  "The corpus is too small: cleaning leaves {docs:document|documents} and at least 2 "
                   "are needed for a training and a validation split. Add more text or use "
                   "--val-fraction 0."),
     "no_docs": ("No queda ningún documento tras la limpieza (¿--min-chars demasiado alto?).",
                 "No document is left after cleaning (is --min-chars too high?)."),
-    "start": ("Preparando {n} fuente(s) con {workers} proceso(s), tokenizador {tok} (vocabulario {vocab}, {dtype}).",
-              "Preparing {n} source(s) with {workers} worker(s), tokenizer {tok} (vocabulary {vocab}, {dtype})."),
+    "start": ("Preparando {n:fuente|fuentes} con {workers:proceso|procesos}, tokenizador {tok} (vocabulario {vocab}, {dtype}).",
+              "Preparing {n:source|sources} with {workers:worker|workers}, tokenizer {tok} (vocabulary {vocab}, {dtype})."),
     "progress": ("Tokenizando", "Tokenising"),
     "summary": ("Resumen de la preparación", "Preparation summary"),
     "max_tokens": ("Alcanzado --max-tokens ({n}): se detiene la lectura.", "Reached --max-tokens ({n}): reading stops."),
@@ -254,25 +252,30 @@ def _fingerprint(sources: list[Source], tok_hash: str, cfg: PrepareConfig) -> st
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _check_output(out: Path, fingerprint: str, force: bool) -> bool:
+def _check_output(cfg: PrepareConfig) -> dict | None:
+    """Refuse an output that is not ours to write (before any work); the meta of the Aura data dir
+    already there, or None. An unreadable meta.json in it needs --force: it is never taken as empty."""
+    from aura.utils.ownership import check_replaceable
+
+    out = Path(cfg.output_dir)
+    inputs = [*cfg.inputs, *([cfg.hf_dataset] if cfg.hf_dataset else [])]
+    if check_replaceable(out, kind="data", flag="--force", inputs=inputs) != "owned":
+        return None
+    try:
+        return load_meta(out)
+    except AuraError:
+        if not cfg.force:
+            raise
+        return {}
+
+
+def _up_to_date(out: Path, meta: dict | None, fingerprint: str, force: bool) -> bool:
     """True when ``out`` already holds exactly this dataset (nothing to do)."""
-    if not out.exists():
+    if meta is None or force:
         return False
-    if not out.is_dir():
-        raise AuraError(M("not_ours", path=out))
-    if is_prepared_dir(out):
-        try:
-            meta = load_meta(out)
-        except AuraError:
-            meta = {}
-        if meta.get("fingerprint") == fingerprint and not force:
-            return True
-        if not force and meta:
-            raise AuraError(M("different", path=out))
-        return False
-    if any(out.iterdir()):
-        raise AuraError(M("not_ours", path=out))
-    return False
+    if meta.get("fingerprint") == fingerprint:
+        return True
+    raise AuraError(M("different", path=out))
 
 
 def _move_to_val(train: ShardWriter, val: ShardWriter, root: Path, start: int, length: int) -> None:
@@ -302,10 +305,12 @@ def prepare(cfg: PrepareConfig) -> Path:
 
     t0 = time.perf_counter()
     out = Path(cfg.output_dir)
+    existing = _check_output(cfg)
     opts = ReaderOptions(text_field=cfg.text_field, doc_sep=cfg.doc_sep, encoding=cfg.encoding,
                          errors=cfg.errors, skip_bad_records=cfg.skip_bad_records,
                          hf_config=cfg.hf_config or None, split=cfg.split)
     sources = expand_inputs(cfg.inputs) + ([hf_source(cfg.hf_dataset)] if cfg.hf_dataset else [])
+    check_location(out, inputs=[s.path for s in sources if s.kind != "hf_hub"])  # what patterns expanded to
     fast = None if cfg.trust_remote_code else local_backend(cfg.tokenizer)
     tok = None
     if fast is not None:  # a local tokenizer.json: no transformers import, files copied as they are
@@ -319,17 +324,18 @@ def prepare(cfg: PrepareConfig) -> Path:
     vocab = backend.get_vocab_size(with_added_tokens=True)
     dtype = "uint16" if vocab <= 1 << 16 else "uint32"
     fingerprint = _fingerprint(sources, tok_hash, cfg)
-    if _check_output(out, fingerprint, cfg.force):
-        console.info(M("nothing_to_do", path=out, tokens=f"{sum(s['tokens'] for s in load_meta(out)['splits'].values()):,}"))
+    if _up_to_date(out, existing, fingerprint, cfg.force):
+        console.info(M("nothing_to_do", path=out, tokens=sum(s['tokens'] for s in existing['splits'].values())))
         return out
-    for stale in out.parent.glob(f"{TMP_PREFIX}{out.name}-*") if out.parent.is_dir() else []:
-        shutil.rmtree(stale, ignore_errors=True)
+    # The parent is the user's directory: only our own leftovers whose writer is gone (a concurrent
+    # `data prepare` into the same path keeps its staging directory).
+    remove_stale_tmp(out.parent, prefix=staging_prefixes(out.name), max_age_s=None)
 
     workers = cfg.workers or os.cpu_count() or 1
     console.info(M("start", n=len(sources), workers=workers, tok=cfg.tokenizer, vocab=vocab, dtype=dtype))
     stats: Counter = Counter()
     initargs = (backend.to_str(), eos_id, dtype, cfg.min_chars, cfg.seed, workers > 1)
-    with staged_dir(out, replace=True) as tmp:
+    with staged_dir(out, replace=True, kind="data") as tmp:
         train = ShardWriter(tmp, "train", shard_tokens=cfg.shard_tokens, dtype=dtype)
         val = ShardWriter(tmp, "val", shard_tokens=cfg.shard_tokens, dtype=dtype)
         pool = None
@@ -358,7 +364,7 @@ def prepare(cfg: PrepareConfig) -> Path:
         if tok is not None:
             tok.save_pretrained(str(tmp / "tokenizer"))
         else:
-            shutil.copytree(cfg.tokenizer, tmp / "tokenizer", ignore=shutil.ignore_patterns(TMP_PREFIX + "*"))
+            shutil.copytree(cfg.tokenizer, tmp / "tokenizer", ignore=shutil.ignore_patterns(TMP_PREFIX + "*", MARKER))
         elapsed = time.perf_counter() - t0
         cleaning = {"documents_read": stats["read"], "documents_kept": kept, "duplicates": stats["dups"],
                     "too_short": stats["short"], "bad_records": stats["bad_records"],
@@ -383,12 +389,12 @@ def prepare(cfg: PrepareConfig) -> Path:
         }
         atomic_write_json(tmp / "meta.json", meta)
     console.table(M("summary"), [M("col_item"), M("col_value")], [
-        (M("row_read"), f"{stats['read']:,}"), (M("row_kept"), f"{kept:,}"),
-        (M("row_dups"), f"{stats['dups']:,}"), (M("row_short"), f"{stats['short']:,}"),
-        (M("row_bad"), f"{stats['bad_records']:,}"), (M("row_enc"), f"{stats['bad_encoding']:,}"),
-        (M("row_train"), f"{train.tokens:,}"), (M("row_val"), f"{val.tokens:,}"),
+        (M("row_read"), num(stats['read'])), (M("row_kept"), num(kept)),
+        (M("row_dups"), num(stats['dups'])), (M("row_short"), num(stats['short'])),
+        (M("row_bad"), num(stats['bad_records'])), (M("row_enc"), num(stats['bad_encoding'])),
+        (M("row_train"), num(train.tokens)), (M("row_val"), num(val.tokens)),
         (M("row_shards"), f"{len(train.shards)} + {len(val.shards)}"),
-        (M("row_time"), console.format_duration(elapsed) + f" ({(train.tokens + val.tokens) / max(elapsed, 1e-9):,.0f} tokens/s)"),
+        (M("row_time"), console.format_duration(elapsed) + " (" + num((train.tokens + val.tokens) / max(elapsed, 1e-9), ",.0f") + " tokens/s)"),
     ])
     console.success(M("done", path=out))
     return out
@@ -450,6 +456,6 @@ def _run(cfg: PrepareConfig, sources, opts, stats, pool, workers, train: ShardWr
             bar.update(pos - done_bytes, docs=r["read"], tokens=int(lengths[keep].sum()))
             done_bytes = pos
             if stats["stopped"]:
-                console.info(M("max_tokens", n=f"{cfg.max_tokens:,}"))
+                console.info(M("max_tokens", n=num(cfg.max_tokens)))
                 break
     return best

@@ -25,16 +25,21 @@ from aura.errors import AuraError
 from aura.i18n import Messages
 
 M = Messages("pretrain_data", {
-    "too_short": ("La partición '{split}' de {path} tiene {tokens} tokens; con --seq-length {seq} y "
-                  "--batch-size {batch} ({world} procesos) hacen falta al menos {need}. Reduce "
+    "too_short": ("La partición '{split}' de {path} tiene {tokens:token|tokens}; con --seq-length {seq} y "
+                  "--batch-size {batch} ({world:proceso|procesos}) hacen falta al menos {need}. Reduce "
                   "--seq-length o --batch-size, o usa más datos.",
-                  "The '{split}' split of {path} has {tokens} tokens; --seq-length {seq} with "
-                  "--batch-size {batch} ({world} processes) needs at least {need}. Lower --seq-length "
+                  "The '{split}' split of {path} has {tokens:token|tokens}; --seq-length {seq} with "
+                  "--batch-size {batch} ({world:process|processes}) needs at least {need}. Lower --seq-length "
                   "or --batch-size, or use more data."),
     "incompatible": ("El estado de datos guardado no corresponde a estos datos ({field}: guardado {saved}, "
                      "ahora {now}). Reanuda con los mismos datos, --seq-length y --batch-size.",
                      "The saved data state does not match this data ({field}: saved {saved}, now {now}). "
                      "Resume with the same data, --seq-length and --batch-size."),
+    # what each saved-state key is to the user
+    "k_seq_len": ("--seq-length", "--seq-length"),
+    "k_seed": ("--seed", "--seed"),
+    "k_num_windows": ("ventanas de entrenamiento", "training windows"),
+    "k_shuffle": ("orden aleatorio", "shuffling"),
 })
 
 
@@ -56,10 +61,6 @@ class PretrainBatches:
         self.position = 0  # micro-batches of this epoch already handed out
         self._order: np.ndarray | None = None
         self._order_epoch = -1
-
-    @property
-    def tokens_per_batch(self) -> int:
-        return self.batch_size * self.seq_len
 
     def _windows(self, epoch: int) -> np.ndarray:
         if self._order_epoch != epoch:
@@ -100,7 +101,7 @@ class PretrainBatches:
     def load_state_dict(self, state: dict) -> None:
         for key in ("seq_len", "num_windows", "seed", "shuffle"):
             if state.get(key) != getattr(self, key):
-                raise AuraError(M("incompatible", field=key, saved=state.get(key), now=getattr(self, key)))
+                raise AuraError(M("incompatible", field=M("k_" + key), saved=state.get(key), now=getattr(self, key)))
         # Another world size or batch resumes at the same number of consumed windows (elastic).
         consumed = int(state["position"]) * int(state["batch_size"]) * int(state["world_size"])
         self.epoch = int(state["epoch"])

@@ -288,7 +288,7 @@ def _txt(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
             yield "\n".join(para)
     else:
         for _first, text in iter_text_blocks(source, opts, stats):
-            yield from text.splitlines()
+            yield from filter(str.strip, text.splitlines())  # a blank line separates, it is no document
 
 
 def _get_field(record, name: str):

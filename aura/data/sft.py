@@ -59,17 +59,17 @@ M = Messages("sft", {
                         "{where}, message {index}: expected role '{expected}' but got '{role}'. "
                         "Messages must be: an optional 'system' first, then user, assistant, user, "
                         "assistant… ending with assistant."),
-    "empty_responses": ("{count} ejemplos tienen la respuesta vacía (p. ej. {examples}). Corrígelos o "
+    "empty_responses": ("{count:ejemplo tiene|ejemplos tienen} la respuesta vacía (p. ej. {examples}). Corrígelos o "
                         "usa --empty-responses skip para saltarlos.",
-                        "{count} examples have an empty response (e.g. {examples}). Fix them or use "
+                        "{count:example has|examples have} an empty response (e.g. {examples}). Fix them or use "
                         "--empty-responses skip to skip them."),
-    "skipped_empty": ("Se saltaron {count} ejemplos con la respuesta vacía (p. ej. {examples}).",
-                      "Skipped {count} examples with an empty response (e.g. {examples})."),
+    "skipped_empty": ("Ejemplos saltados por tener la respuesta vacía: {count} (p. ej. {examples}).",
+                      "Skipped {count:example|examples} with an empty response (e.g. {examples})."),
     "no_examples": ("{path} no contiene ningún ejemplo de entrenamiento.",
                     "{path} holds no training examples."),
     "bad_json": ("{where}: JSON no válido ({err}).", "{where}: invalid JSON ({err})."),
-    "loaded": ("Cargando datos: {path} -> {count} conversaciones.",
-               "Loading data: {path} -> {count} conversations."),
+    "loaded": ("Cargando datos: {path} -> {count:conversación|conversaciones}.",
+               "Loading data: {path} -> {count:conversation|conversations}."),
 })
 
 

@@ -33,10 +33,10 @@ from aura.i18n import Messages
 IGNORE_INDEX = -100
 
 M = Messages("sft_batches", {
-    "no_marker": ("{count} textos ya formateados no tienen marcador de respuesta ({markers}); se "
-                  "entrenan completos (p. ej. {examples}).",
-                  "{count} pre-formatted texts have no response marker ({markers}); they are "
-                  "trained whole (e.g. {examples})."),
+    "no_marker": ("{count:texto ya formateado no tiene|textos ya formateados no tienen} marcador de respuesta "
+                  "({markers}); se entrenan completos (p. ej. {examples}).",
+                  "{count:pre-formatted text has|pre-formatted texts have} no response marker ({markers}); "
+                  "they are trained whole (e.g. {examples})."),
     "not_prefix": ("La plantilla de chat no renderiza el principio de una conversación como el "
                    "principio de la conversación completa ({where}), así que no se puede saber qué "
                    "tokens son respuesta. Elige una plantilla con --template ({choices}).",
@@ -45,17 +45,17 @@ M = Messages("sft_batches", {
                    "Choose a template with --template ({choices})."),
     "template_failed": ("{where}: la plantilla de chat falló: {err}",
                         "{where}: the chat template failed: {err}"),
-    "too_long_dropped": ("Se descartaron {count} ejemplos más largos que --max-length {max_length} tokens "
+    "too_long_dropped": ("Ejemplos descartados por ser más largos que --max-length {max_length:token|tokens}: {count} "
                          "(p. ej. {examples}). Sube --max-length o usa --truncation truncate.",
-                         "Dropped {count} examples longer than --max-length {max_length} tokens (e.g. "
+                         "Dropped {count:example|examples} longer than --max-length {max_length:token|tokens} (e.g. "
                          "{examples}). Raise --max-length or use --truncation truncate."),
-    "too_long_truncated": ("Se recortaron a {max_length} tokens {count} ejemplos más largos (p. ej. "
-                           "{examples}); {lost} de ellos quedaron sin tokens de respuesta y se descartaron.",
-                           "Truncated {count} longer examples to {max_length} tokens (e.g. {examples}); "
+    "too_long_truncated": ("Ejemplos recortados a {max_length:token|tokens} por ser más largos: {count} (p. ej. "
+                           "{examples}); de ellos, {lost} quedaron sin tokens de respuesta y se descartaron.",
+                           "Truncated {count:longer example|longer examples} to {max_length:token|tokens} (e.g. {examples}); "
                            "{lost} of them kept no response tokens and were dropped."),
-    "all_dropped": ("Ningún ejemplo cabe en --max-length {max_length} tokens (el más corto tiene "
+    "all_dropped": ("Ningún ejemplo cabe en --max-length {max_length:token|tokens} (el más corto tiene "
                     "{shortest}). Sube --max-length o usa --truncation truncate.",
-                    "No example fits in --max-length {max_length} tokens (the shortest has {shortest}). "
+                    "No example fits in --max-length {max_length:token|tokens} (the shortest has {shortest}). "
                     "Raise --max-length or use --truncation truncate."),
     "resume_mismatch": ("El checkpoint se creó con otros datos ({field}: {saved} frente a {now}); la "
                         "posición en los datos no se puede restaurar. Usa los mismos datos, --seed y "
@@ -63,6 +63,10 @@ M = Messages("sft_batches", {
                         "The checkpoint was made with other data ({field}: {saved} vs {now}); the data "
                         "position cannot be restored. Use the same data, --seed and --val-fraction as "
                         "the original run."),
+    # what each saved-state key is to the user
+    "k_seed": ("--seed", "--seed"),
+    "k_examples": ("número de ejemplos", "number of examples"),
+    "k_packing": ("--packing", "--packing"),
 })
 
 # ---------------------------------------------------------------------------------------------------
@@ -352,7 +356,7 @@ class SFTDataSource:
     def load_state_dict(self, state: dict) -> None:
         for key, now in (("seed", self.seed), ("examples", len(self.examples)), ("packing", self.packing)):
             if state.get(key, now) != now:
-                raise AuraError(M("resume_mismatch", field=key, saved=state.get(key), now=now))
+                raise AuraError(M("resume_mismatch", field=M("k_" + key), saved=state.get(key), now=now))
         self.epoch = int(state["epoch"])
         position = int(state["position"])
         if state.get("world_size", self.world_size) != self.world_size or state.get(

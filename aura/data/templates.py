@@ -117,14 +117,6 @@ TEMPLATE_TOKENS: dict[str, tuple[str, ...]] = {
     "alpaca": (),
 }
 
-# Strings that end an assistant turn (generation stops there): chat and GGUF export use them.
-STOP_STRINGS: dict[str, tuple[str, ...]] = {
-    "mistral": (), "alpaca": (),  # eos_token
-    "llama3": ("<|eot_id|>",),
-    "chatml": ("<|im_end|>",),
-    "aura": ("<|im_end|>",),
-}
-
 # Markers of an already formatted text (JSONL ``text``): where an assistant turn starts and where the
 # next turn starts. The trained span of each turn lies between them.
 TEXT_MARKERS: dict[str, tuple[str, str]] = {
@@ -179,11 +171,3 @@ def missing_template_tokens(tokenizer, name: str) -> list[str]:
         if len(ids) != 1:
             missing.append(tok)
     return missing
-
-
-def stop_strings(tokenizer, name: str) -> list[str]:
-    """End-of-turn strings for generation with this template (always including the EOS token)."""
-    out = list(STOP_STRINGS.get(name, ()))
-    if tokenizer.eos_token and tokenizer.eos_token not in out:
-        out.append(tokenizer.eos_token)
-    return out

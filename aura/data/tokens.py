@@ -34,9 +34,9 @@ M = Messages("tokens", {
                    "this version of Aura."),
     "no_split": ("{path} no tiene la partición '{split}' (tiene: {have}).",
                  "{path} has no '{split}' split (it has: {have})."),
-    "shard_size": ("El shard {file} tiene {found} tokens pero meta.json dice {expected}: el directorio "
+    "shard_size": ("El shard {file} tiene {found:token|tokens} pero meta.json dice {expected}: el directorio "
                    "está dañado. Vuelve a preparar los datos con --force.",
-                   "Shard {file} holds {found} tokens but meta.json says {expected}: the directory is "
+                   "Shard {file} holds {found:token|tokens} but meta.json says {expected}: the directory is "
                    "damaged. Prepare the data again with --force."),
 })
 

@@ -11,7 +11,6 @@ Without torchrun it says how to launch it and checks the backend on a single ran
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -43,13 +42,16 @@ M = Messages("dist_check", {
     "bandwidth": ("all_reduce de {size}: {ms:.2f} ms/iter | algbw {alg} | busbw {bus}",
                   "all_reduce of {size}: {ms:.2f} ms/iter | algbw {alg} | busbw {bus}"),
     "table": ("Procesos del trabajo", "Ranks in the job"),
+    "nccl_fallback": ("NCCL no arrancó ({err}); se usa gloo.", "NCCL did not start ({err}); using gloo."),
+    "h_rank": ("rango", "rank"),
+    "h_device": ("dispositivo", "device"),
     "wrong_sum": ("El all_reduce dio {got:g} en lugar de {expected:g} en los rangos {ranks}: la "
                   "comunicación corrompe datos. Prueba --backend gloo y revisa NCCL_DEBUG=INFO.",
                   "all_reduce returned {got:g} instead of {expected:g} on ranks {ranks}: communication "
                   "corrupts data. Try --backend gloo and check NCCL_DEBUG=INFO."),
-    "passed": ("Comunicación correcta entre {world} procesos en {nodes} nodo(s) (Sync=OK). Ancho de banda "
+    "passed": ("Comunicación correcta entre {world:proceso|procesos} en {nodes:nodo|nodos} (Sync=OK). Ancho de banda "
                "del más lento: algbw {alg} | busbw {bus}.",
-               "Communication OK between {world} ranks on {nodes} node(s) (Sync=OK). Slowest rank's "
+               "Communication OK between {world:rank|ranks} on {nodes:node|nodes} (Sync=OK). Slowest rank's "
                "bandwidth: algbw {alg} | busbw {bus}."),
     "failed": ("La prueba distribuida falló: {err}", "The distributed check failed: {err}"),
     "unknown_cause": ("Causa no reconocida: ejecuta con --debug y TORCH_DISTRIBUTED_DEBUG=DETAIL para más "
@@ -84,10 +86,37 @@ def _rate(bytes_per_s: float) -> str:
     return f"{bytes_per_s / 1e9:.2f} GB/s" if bytes_per_s >= 1e9 else f"{bytes_per_s / 1e6:.1f} MB/s"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _single_process(cfg: CheckDistConfig):
+    """A one-process group on an in-process store: no TCP port is opened (torchrun's store would listen
+    on every interface)."""
+    import datetime
+
+    import torch
+    from torch.distributed import HashStore
+
+    from aura import distributed as D
+
+    dev = D.pick_device(0, cfg.device)
+    timeout = datetime.timedelta(seconds=cfg.timeout)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    nccl_ok = dev.type == "cuda" and torch.distributed.is_nccl_available()
+    if cfg.backend == "nccl" and not nccl_ok:
+        raise AuraError(D.M("nccl_unavailable"))
+    if cfg.backend == "nccl" or (cfg.backend == "auto" and nccl_ok):
+        try:
+            torch.distributed.init_process_group("nccl", store=HashStore(), rank=0, world_size=1,
+                                                 timeout=timeout, device_id=dev)
+            torch.distributed.all_reduce(torch.ones(1, device=dev))  # NCCL starts lazily: make it start now
+            return D.DistInfo(rank=0, world_size=1, local_rank=0, device=dev, backend="nccl")
+        except Exception as err:  # noqa: BLE001 - auto falls back to gloo, as a torchrun job does
+            if cfg.backend == "nccl":
+                raise
+            console.warn(M("nccl_fallback", err=str(err).splitlines()[0][:200] if str(err) else type(err).__name__))
+            if torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
+    torch.distributed.init_process_group("gloo", store=HashStore(), rank=0, world_size=1, timeout=timeout)
+    return D.DistInfo(rank=0, world_size=1, local_rank=0, device=dev, backend="gloo")
 
 
 def _failure(err: BaseException) -> AuraError:
@@ -108,7 +137,7 @@ def _run(cfg: CheckDistConfig, info) -> None:
     torch.distributed.all_gather_object(
         peers, (info.rank, info.node, str(info.device), info.local_rank))
     if info.is_main:
-        console.table(M("table"), ["rank", "host", "device", "local_rank"], peers)
+        console.table(M("table"), [M("h_rank"), "host", M("h_device"), "local_rank"], peers)
 
     expected = world * (world + 1) / 2
     t = torch.full((1,), float(info.rank + 1), dtype=torch.float32, device=dev)
@@ -149,12 +178,12 @@ def _run(cfg: CheckDistConfig, info) -> None:
 def check_dist(cfg: CheckDistConfig) -> int:
     from aura import distributed as D
 
-    if not D.under_torchrun():
+    single = not D.under_torchrun()
+    if single:
         console.info(M("no_torchrun"))
-        os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
     try:
-        info = D.init_distributed(backend=cfg.backend, device=cfg.device, timeout_s=cfg.timeout)
+        info = _single_process(cfg) if single else \
+            D.init_distributed(backend=cfg.backend, device=cfg.device, timeout_s=cfg.timeout)
     except AuraError:
         raise
     except Exception as err:  # noqa: BLE001 - every failure gets a diagnosis

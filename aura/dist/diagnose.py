@@ -20,7 +20,7 @@ M = Messages("dist_diagnose", {
         "another program). Pick another MASTER_PORT and use it on ALL nodes, e.g. "
         "'export MASTER_PORT=29501', or find the process with 'ss -ltnp | grep {port}'."),
     "world_mismatch": (
-        "Solo se unieron {joined} de los {expected} participantes esperados (nodos con torchrun, procesos sin él) antes del tiempo límite. Comprueba que "
+        "Solo se unieron {joined} de los {expected:participante esperado|participantes esperados} (nodos con torchrun, procesos sin él) antes del tiempo límite. Comprueba que "
         "NNODES y GPUS_PER_NODE (o WORLD_SIZE) sean iguales en todos los nodos, que cada nodo tenga un "
         "NODE_RANK distinto (0..NNODES-1) y que todos se hayan lanzado; después revisa la red (abajo).",
         "Only {joined} of the {expected} expected participants (nodes under torchrun, processes without it) joined before the timeout. Check that NNODES "

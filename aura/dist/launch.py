@@ -44,9 +44,9 @@ M = Messages("dist_launch", {
                  "LAN del nodo 0 en todos los nodos.",
                  "NNODES={nnodes} with MASTER_ADDR={addr}: on a real cluster MASTER_ADDR must be node 0's "
                  "LAN IP on every node."),
-    "job": ("Nodo {node_rank} de {nnodes} | {gpus} proceso(s) por nodo | maestro {addr}:{port} | "
+    "job": ("Nodo {node_rank} de {nnodes} | {gpus:proceso|procesos} por nodo | maestro {addr}:{port} | "
             "rendezvous {rdzv}",
-            "Node {node_rank} of {nnodes} | {gpus} process(es) per node | master {addr}:{port} | "
+            "Node {node_rank} of {nnodes} | {gpus:process|processes} per node | master {addr}:{port} | "
             "rendezvous {rdzv}"),
     "command": ("Comando: {cmd}", "Command: {cmd}"),
     "exit": ("torchrun terminó con el código {code}.", "torchrun exited with status {code}."),

@@ -18,7 +18,7 @@ import torch
 from aura.distributed import DistInfo
 from aura.errors import AuraError
 from aura.i18n import Messages
-from aura.utils.fsutil import TMP_PREFIX, fsync_tree
+from aura.utils.fsutil import fsync_tree, tmp_name
 
 M = Messages("dist_sharded", {
     "missing": ("No hay un checkpoint distribuido en {path} (falta .metadata). ¿Se guardó con otra "
@@ -49,8 +49,8 @@ def save_sharded(path: str | os.PathLike, *, model: torch.nn.Module,
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     path = Path(path)
-    tmp = path.parent / f"{TMP_PREFIX}{path.name}-{os.getpid()}"
-    tmp = Path(dist.broadcast_object(str(tmp)))  # one name for all ranks (rank 0's pid)
+    tmp = path.parent / tmp_name(path.name)
+    tmp = Path(dist.broadcast_object(str(tmp)))  # one name for all ranks (rank 0's pid and host)
     tmp.mkdir(parents=True, exist_ok=True)
     if optimizer is None:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
@@ -78,7 +78,11 @@ def save_sharded(path: str | os.PathLike, *, model: torch.nn.Module,
 
 def load_sharded(path: str | os.PathLike, *, model: torch.nn.Module,
                  optimizer: torch.optim.Optimizer | None = None, dist: DistInfo) -> None:
-    """Load ``save_sharded``'s directory into ``model`` (+ ``optimizer``), resharding as needed."""
+    """Load ``save_sharded``'s directory into ``model`` (+ ``optimizer``), resharding as needed.
+
+    DCP unpickles ``.metadata``: load only checkpoints from a trusted source (Aura calls this for FSDP
+    runs, and for others only with --load-sharded).
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict,
                                                          set_model_state_dict, set_state_dict)

@@ -10,6 +10,7 @@ k-quants and the other llama.cpp types go through llama.cpp's own quantiser from
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import sys
@@ -36,6 +37,11 @@ M = Messages("gguf", {
                      "{path} is already a GGUF file; --model must be a Hugging Face dir."),
     "exists": ("{path} ya existe; usa --force para sobrescribirlo.",
                "{path} already exists; use --force to overwrite it."),
+    "modelfile_theirs": ("{path} ya existe y no es un Modelfile escrito por Aura (o se ha editado): no se "
+                         "sobrescribe. Exporta en otro --output-dir, o usa --force para reemplazarlo.",
+                         "{path} already exists and is not a Modelfile written by Aura (or it was edited): "
+                         "it is not overwritten. Export into another --output-dir, or use --force to "
+                         "replace it."),
     "no_quantizer": ("La cuantización {quant} necesita el cuantizador de llama.cpp y no está disponible "
                      "(ni 'llama-quantize' en el PATH ni llama-cpp-python). Instala llama-cpp-python "
                      "(pip install llama-cpp-python) o usa --quant f16|bf16|q8_0|f32.",
@@ -46,12 +52,12 @@ M = Messages("gguf", {
                      "--verify needs llama-cpp-python: pip install llama-cpp-python (or use --no-verify)."),
     "no_verify": ("llama-cpp-python no está instalado: el GGUF no se verificará en llama.cpp.",
                   "llama-cpp-python is not installed: the GGUF will not be verified in llama.cpp."),
-    "padded": ("El tokenizador tiene {tokens} tokens y el modelo {rows} filas de embeddings: se añaden "
-               "{pad} tokens reservados sin uso.",
-               "The tokenizer has {tokens} tokens and the model {rows} embedding rows: {pad} unused "
+    "padded": ("El tokenizador tiene {tokens:token|tokens} y el modelo {rows:fila|filas} de embeddings: se añaden "
+               "{pad:token reservado|tokens reservados} sin uso.",
+               "The tokenizer has {tokens:token|tokens} and the model {rows} embedding rows: {pad} unused "
                "reserved tokens are added."),
-    "q8_fallback": ("{n} tensores con filas no divisibles por 32 quedan en F16 (Q8_0 lo exige).",
-                    "{n} tensors with rows not divisible by 32 stay F16 (Q8_0 requires it)."),
+    "q8_fallback": ("Tensores con filas no divisibles por 32 que quedan en F16 (Q8_0 lo exige): {n}.",
+                    "Tensors with rows not divisible by 32 that stay F16 (Q8_0 requires it): {n}."),
     "quant_failed": ("El cuantizador de llama.cpp falló ({how}, código {code}).",
                      "llama.cpp's quantiser failed ({how}, code {code})."),
     "writing": ("Escribiendo {path} ({quant}, arquitectura {arch})…", "Writing {path} ({quant}, arch {arch})…"),
@@ -125,9 +131,19 @@ def export_gguf(cfg: GGUFConfig) -> int:
     from aura.export.gguf_arch import plan_arch
     from aura.export.gguf_tokenizer import modelfile_text, plan_vocab
     from aura.inference.loading import find_tokenizer_dir, load_tokenizer, read_json_file, resolve_model
-    from aura.utils.fsutil import atomic_write_text, fsync_dir, human_bytes
+    from aura.utils.fsutil import (TMP_PREFIX, atomic_write_text, check_writable, fsync_dir, human_bytes,
+                                   owner_suffix, tmp_name, user_mode)
+    from aura.utils.ownership import check_location
 
     # --- every refusal before anything is written ---
+    check_writable(cfg.target(), flag="--outfile" if cfg.outfile else "--output-dir")
+    out = cfg.target()
+    check_location(out, inputs=[cfg.model])
+    if (out.exists() or out.is_symlink()) and not cfg.force:
+        raise AuraError(M("exists", path=out))
+    modelfile = out.parent / "Modelfile"
+    if (modelfile.exists() or modelfile.is_symlink()) and not cfg.force and not _is_ours(modelfile):
+        raise AuraError(M("modelfile_theirs", path=modelfile))
     source = resolve_model(cfg.model)
     if source.kind == "adapter":
         raise AuraError(M("adapter", path=source.path))
@@ -151,9 +167,7 @@ def export_gguf(cfg: GGUFConfig) -> int:
             console.warn(M("no_verify"))
     elif verify and not _llama_cpp_installed():
         raise AuraError(M("verify_needs"))
-    out = cfg.target()
-    if out.exists() and not cfg.force:
-        raise AuraError(M("exists", path=out))
+    check_location(out, inputs=[model_dir])  # as resolved
     if vocab.n_padded:
         console.warn(M("padded", tokens=arch.n_vocab - vocab.n_padded, rows=arch.n_vocab, pad=vocab.n_padded))
 
@@ -161,11 +175,13 @@ def export_gguf(cfg: GGUFConfig) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     console.info(M("writing", path=out, quant=cfg.quant, arch=f"{arch.hf_arch} -> {arch.gguf_arch}"))
-    tmp = Path(tempfile.mkstemp(prefix=f".tmp-{out.name}.", dir=out.parent)[1])
+    fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{out.name}.", suffix=owner_suffix(), dir=out.parent)
+    os.close(fd)
+    tmp = Path(name)
     stage = None
     try:
         first = "f32" if quantizer else cfg.quant
-        stage = tmp.with_name(tmp.name + ".f32") if quantizer else tmp
+        stage = out.parent / tmp_name(f"{out.name}.f32") if quantizer else tmp
         _write(stage, model_dir=model_dir, arch=arch, vocab=vocab, tok=tok, tok_dir=tok_dir, quant=first,
                name=cfg.name or model_dir.resolve().name)
         if quantizer:
@@ -178,9 +194,7 @@ def export_gguf(cfg: GGUFConfig) -> int:
             verify_gguf(tmp, model_dir=model_dir, quant=cfg.quant)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the model from other users
+        os.chmod(tmp, user_mode(directory=False))  # mkstemp's 0600 would hide the model from other users
         os.replace(tmp, out)
         fsync_dir(out.parent)
     finally:
@@ -189,13 +203,30 @@ def export_gguf(cfg: GGUFConfig) -> int:
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
     stops = [tok.convert_ids_to_tokens(t) for t in vocab.end_of_turn]
-    modelfile = out.parent / "Modelfile"
-    atomic_write_text(modelfile, modelfile_text(gguf_name=out.name, chat_template=tok.chat_template,
-                                                stops=stops))
+    atomic_write_text(modelfile, _signed(modelfile_text(gguf_name=out.name, chat_template=tok.chat_template,
+                                                        stops=stops)))
     console.success(M("done", path=out, size=human_bytes(out.stat().st_size), seconds=seconds,
                       modelfile=modelfile))
     console.info(M("ollama", dir=out.parent))
     return 0
+
+
+_SIGNATURE = "# aura-modelfile-sha256: "
+
+
+def _signed(text: str) -> str:
+    """The Modelfile text with a last line that lets a later export recognise it as Aura's, unedited."""
+    return f"{text}{_SIGNATURE}{hashlib.sha256(text.encode('utf-8')).hexdigest()}\n"
+
+
+def _is_ours(modelfile: Path) -> bool:
+    """True for a Modelfile an export wrote and nobody has edited since (safe to regenerate)."""
+    try:
+        text = modelfile.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    body, sep, _last = text.rstrip("\n").rpartition("\n")
+    return bool(sep) and _signed(body + "\n") == text
 
 
 def _write(path: Path, *, model_dir: Path, arch, vocab, tok, tok_dir: Path, quant: str, name: str) -> None:

@@ -21,10 +21,10 @@ M = Messages("gguf_tokenizer", {
     "no_json": ("{path} no tiene tokenizer.json (tokenizador rápido de Hugging Face); es necesario "
                 "para exportar a GGUF.",
                 "{path} has no tokenizer.json (Hugging Face fast tokenizer); GGUF export needs it."),
-    "vocab_big": ("El tokenizador tiene {tokens} tokens pero la matriz de embeddings solo {rows} filas: "
+    "vocab_big": ("El tokenizador tiene {tokens:token|tokens} pero la matriz de embeddings solo {rows:fila|filas}: "
                   "los tokens {first}… no tendrían embedding. Redimensiona el modelo "
                   "(model.resize_token_embeddings) o usa el tokenizador con el que se entrenó.",
-                  "The tokenizer has {tokens} tokens but the embedding matrix only {rows} rows: tokens "
+                  "The tokenizer has {tokens:token|tokens} but the embedding matrix only {rows:row|rows}: tokens "
                   "{first}… would have no embedding. Resize the model (model.resize_token_embeddings) "
                   "or use the tokenizer it was trained with."),
     "pre_unknown": ("El pre-tokenizador de {path} no es uno que llama.cpp reproduzca ({what}); la "

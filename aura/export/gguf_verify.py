@@ -8,7 +8,8 @@ Checks, each against the Hugging Face model and tokenizer it came from:
 3. Next-token logits on a Spanish sentence: top-1 agreement and max |difference|, within a tolerance
    relative to the logits' spread (stricter for f32/f16/bf16 than for q8_0; lower quantisations are
    reported, not judged).
-4. A short greedy generation runs and reports where it stopped.
+4. A greedy generation of a fixed number of tokens (past any end-of-generation token, so that a model
+   that ends at once still compares something) in llama.cpp and PyTorch: how many agree.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from aura.i18n import Messages
 
 M = Messages("gguf_verify", {
     "start": ("Verificando {path} en llama.cpp…", "Verifying {path} in llama.cpp…"),
-    "tok_ok": ("Tokenización idéntica a la de Hugging Face en {n} textos.",
-               "Tokenisation identical to Hugging Face's on {n} texts."),
+    "tok_ok": ("Tokenización idéntica a la de Hugging Face en {n:texto|textos}.",
+               "Tokenisation identical to Hugging Face's on {n:text|texts}."),
     "tok_bad": ("La tokenización en llama.cpp difiere de la de Hugging Face en {text!r}:\n  HF:        "
                 "{hf}\n  llama.cpp: {ll}",
                 "llama.cpp tokenises {text!r} differently from Hugging Face:\n  HF:        {hf}\n  "
@@ -33,22 +34,24 @@ M = Messages("gguf_verify", {
     "eog_bad": ("llama.cpp no trata el token {token!r} ({id}) como fin de generación.",
                 "llama.cpp does not treat token {token!r} ({id}) as end of generation."),
     "eog_ok": ("Fin de generación reconocido: {tokens}.", "End of generation recognised: {tokens}."),
-    "logits": ("Logits ({quant}): top-1 coincide en {agree:.1%} de {n} posiciones; max |dif| = {diff:.3g} "
+    "logits": ("Logits ({quant}): top-1 coincide en {agree:.1%} de {n:posición|posiciones}; max |dif| = {diff:.3g} "
                "({rel:.2%} del rango; tolerancia {tol:.0%}).",
-               "Logits ({quant}): top-1 agrees at {agree:.1%} of {n} positions; max |diff| = {diff:.3g} "
+               "Logits ({quant}): top-1 agrees at {agree:.1%} of {n:position|positions}; max |diff| = {diff:.3g} "
                "({rel:.2%} of the range; tolerance {tol:.0%})."),
-    "logits_info": ("Logits ({quant}): top-1 coincide en {agree:.1%} de {n} posiciones; max |dif| = {diff:.3g} "
+    "logits_info": ("Logits ({quant}): top-1 coincide en {agree:.1%} de {n:posición|posiciones}; max |dif| = {diff:.3g} "
                     "({rel:.2%} del rango; informativo: {quant} pierde precisión a propósito).",
-                    "Logits ({quant}): top-1 agrees at {agree:.1%} of {n} positions; max |diff| = {diff:.3g} "
+                    "Logits ({quant}): top-1 agrees at {agree:.1%} of {n:position|positions}; max |diff| = {diff:.3g} "
                     "({rel:.2%} of the range; for information: {quant} trades precision by design)."),
     "logits_bad": ("Los logits de llama.cpp difieren demasiado de los de PyTorch ({quant}): top-1 "
                    "{agree:.1%}, max |dif| {rel:.2%} del rango (tolerancia {tol:.0%}).",
                    "llama.cpp's logits differ too much from PyTorch's ({quant}): top-1 {agree:.1%}, "
                    "max |diff| {rel:.2%} of the range (tolerance {tol:.0%})."),
-    "gen": ("Generación voraz en llama.cpp: {n} tokens, parada: {reason}; coincide con PyTorch en los "
-            "primeros {same} tokens.",
-            "Greedy generation in llama.cpp: {n} tokens, stopped by: {reason}; matches PyTorch for the "
-            "first {same} tokens."),
+    "gen": ("Generación voraz en llama.cpp y PyTorch ({n:token|tokens}, sin parar en el fin de generación "
+            "para que siempre haya algo que comparar): coinciden en los primeros {same} de {n}.{eos}",
+            "Greedy generation in llama.cpp and PyTorch ({n:token|tokens}, not stopping at end of generation "
+            "so that there is always something to compare): they agree on the first {same} of {n}.{eos}"),
+    "gen_eos": (" El modelo terminaría su respuesta en el token {k}.",
+                " The model would end its answer at token {k}."),
 })
 
 VERIFY_TEXTS = [
@@ -59,6 +62,7 @@ VERIFY_TEXTS = [
     "ÁÉÍÓÚ áéíóú Üü Ññ ¿¡ 1234567890 \t tabulador   fin",
 ]
 # max |diff| / (max - min of the reference logits); top-1 agreement floor
+GEN_TOKENS = 12
 TOLERANCE = {"f32": (0.01, 0.99), "f16": (0.02, 0.95), "bf16": (0.05, 0.9), "q8_0": (0.08, 0.8)}
 
 
@@ -68,8 +72,9 @@ class VerifyReport:
     top1: float
     max_abs_diff: float
     rel_diff: float
-    generated: int
-    stop_reason: str
+    generated: int  # tokens compared (always GEN_TOKENS: generation does not stop at EOS)
+    stop_reason: str  # "eos" when the model would have ended its answer within them
+    agreeing: int  # how many of them, from the first, llama.cpp and PyTorch agree on
 
 
 def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None) -> VerifyReport:
@@ -126,25 +131,29 @@ def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None
     else:
         console.info(M("logits_info", quant=quant, agree=agree, n=len(ids), diff=diff, rel=rel))
 
-    # 4. greedy generation: llama.cpp's own loop, stopping at any end-of-generation token
+    # 4. greedy generation of GEN_TOKENS tokens in both, end-of-generation tokens included: a model that
+    # answers EOS at once must still compare something, not pass on zero tokens
     prompt = tok(VERIFY_TEXTS[1], add_special_tokens=True)["input_ids"]
     llm.reset()
-    out, reason = [], "max_tokens"
+    out: list[int] = []
+    first_eog = None
     for t in llm.generate(prompt, top_k=1, top_p=1.0, temp=0.0, reset=True):
-        if _is_eog(llm, t):
-            reason = "eos"
-            break
         out.append(int(t))
-        if len(out) >= 12:
+        if first_eog is None and _is_eog(llm, t):
+            first_eog = len(out)
+        if len(out) >= GEN_TOKENS:
             break
+    ref = torch.tensor([prompt])  # (1, T)
     with torch.no_grad():
-        ref = model.generate(torch.tensor([prompt]), max_new_tokens=len(out) or 1, do_sample=False,
-                             eos_token_id=eog, pad_token_id=tok.pad_token_id)[0, len(prompt):].tolist()
-    same = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), min(len(out), len(ref)))
-    console.info(M("gen", n=len(out), reason=reason, same=same))
+        for _ in range(len(out)):
+            nxt = model(ref).logits[0, -1].argmax()
+            ref = torch.cat([ref, nxt.view(1, 1)], dim=1)
+    ref_ids = ref[0, len(prompt):].tolist()
+    same = next((i for i, (a, b) in enumerate(zip(out, ref_ids)) if a != b), len(out))
+    console.info(M("gen", n=len(out), same=same, eos=M("gen_eos", k=first_eog) if first_eog else ""))
     llm.close()
     return VerifyReport(texts=len(texts), top1=agree, max_abs_diff=diff, rel_diff=rel,
-                        generated=len(out), stop_reason=reason)
+                        generated=len(out), stop_reason="eos" if first_eog else "max_tokens", agreeing=same)
 
 
 def _is_eog(llm, token_id: int) -> bool:

@@ -2,9 +2,10 @@
 
 The base is always loaded unquantised (fp32, then saved in ``--dtype``): a QLoRA adapter was trained
 against a 4-bit base, but merging into 4-bit weights would round the update away and leave a model
-that only bitsandbytes can read. The adapter is checked against the base first (every LoRA matrix
-against the weight it modifies), so an adapter for another model fails with both names, not with a
-shape error deep inside peft. The output dir is built under a temporary name and renamed at the end.
+that only bitsandbytes can read. The adapter is checked against the loaded base
+(``aura.adapter_check``: the fingerprint fine-tuning saved, every LoRA matrix against the layer it
+modifies), so an adapter for another model fails with both names instead of writing a broken model.
+The output dir is built under a temporary name and renamed at the end.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ M = Messages("merge", {
                "replace it."),
     "loading": ("Cargando la base {base} sin cuantizar y el adaptador {adapter}…",
                 "Loading the unquantised base {base} and the adapter {adapter}…"),
-    "resized": ("El tokenizador del adaptador tiene {tokens} tokens y la base {rows}: se amplían los "
+    "resized": ("El tokenizador del adaptador tiene {tokens:token|tokens} y la base {rows}: se amplían los "
                 "embeddings.",
-                "The adapter's tokenizer has {tokens} tokens and the base {rows}: embeddings are resized."),
-    "done": ("Modelo fusionado en {path} ({dtype}, {params:,} parámetros, {seconds:.1f} s).",
-             "Merged model written to {path} ({dtype}, {params:,} parameters, {seconds:.1f} s)."),
+                "The adapter's tokenizer has {tokens:token|tokens} and the base {rows}: embeddings are resized."),
+    "done": ("Modelo fusionado en {path} ({dtype}, {params:parámetro|parámetros}, {seconds:.1f} s).",
+             "Merged model written to {path} ({dtype}, {params:parameter|parameters}, {seconds:.1f} s)."),
     "next": ("Siguiente paso: aura export gguf --model {path} --quant q8_0",
              "Next step: aura export gguf --model {path} --quant q8_0"),
 })
@@ -47,6 +48,10 @@ class MergeConfig:
                      en="Dtype of the saved weights (auto = the base's).",
                      choices=("auto", "float32", "float16", "bfloat16"))
     force: bool = arg(False, es="Reemplazar --output-dir si existe.", en="Replace --output-dir if it exists.")
+    allow_other_base: bool = arg(False, es="Fusionar aunque el adaptador se entrenara sobre otro modelo base "
+                                 "(distinto config.json o embeddings).",
+                                 en="Merge even if the adapter was trained on another base model "
+                                 "(different config.json or embeddings).")
 
     def __post_init__(self):
         if not self.base_model or not self.adapter:
@@ -63,18 +68,26 @@ def _saved_dtype(choice: str, base_config: dict) -> str:
 
 
 def merge(cfg: MergeConfig) -> int:
+    from aura.utils.ownership import check_location, check_replaceable
+
+    # Never into the base, the adapter or a directory holding them; only an Aura model dir is replaced.
+    # Checked before torch is even imported: a refusal is immediate.
+    out = Path(cfg.output_dir)
+    if check_replaceable(out, kind="model", inputs=[cfg.base_model, cfg.adapter]) == "owned" and not cfg.force:
+        raise AuraError(M("exists", path=out))
+
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
+    from aura.adapter_check import check_adapter_base
     from aura.inference.loading import (end_of_turn_ids, load_tokenizer, read_json_file, resolve_model,
                                         quiet_transformers, tokenizer_dir_for, torch_dtype)
-    from aura.utils.fsutil import atomic_write_json, staged_dir
+    from aura.utils.fsutil import atomic_write_json, check_writable, staged_dir
 
-    out = Path(cfg.output_dir)
-    if out.exists() and not cfg.force:
-        raise AuraError(M("exists", path=out))
-    source = resolve_model(cfg.base_model, cfg.adapter)  # checks the adapter fits the base
+    check_writable(out, flag="--output-dir")
+    source = resolve_model(cfg.base_model, cfg.adapter)
     base_dir, adapter_dir = source.base, source.path
+    check_location(out, inputs=[base_dir, adapter_dir])  # as resolved (e.g. the base the adapter names)
     base_config = read_json_file(base_dir / "config.json")
     dtype = _saved_dtype(cfg.dtype, base_config)
     t0 = time.perf_counter()
@@ -90,6 +103,7 @@ def merge(cfg: MergeConfig) -> int:
     if len(tok) > rows:
         console.info(M("resized", tokens=len(tok), rows=rows))
         model.resize_token_embeddings(len(tok))
+    check_adapter_base(adapter_dir, model, allow_other_base=cfg.allow_other_base)
     from peft import PeftModel
 
     model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
@@ -107,7 +121,7 @@ def merge(cfg: MergeConfig) -> int:
     model.config.eos_token_id = tok.eos_token_id
     model.config.pad_token_id = tok.pad_token_id
 
-    with staged_dir(out, replace=cfg.force) as tmp:
+    with staged_dir(out, replace=True, kind="model") as tmp:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
         atomic_write_json(tmp / "aura_merge.json", {

@@ -38,7 +38,7 @@ M = Messages("chat", {
     "no_template": ("El modelo no tiene plantilla de chat: uso un formato de texto simple "
                     "(Usuario:/Asistente:).",
                     "The model has no chat template: using a plain text format (Usuario:/Asistente:)."),
-    "stats": ("[{tokens} tokens, {tps:.1f} tokens/s]", "[{tokens} tokens, {tps:.1f} tokens/s]"),
+    "stats": ("[{tokens:token|tokens}, {tps:.1f} tokens/s]", "[{tokens:token|tokens}, {tps:.1f} tokens/s]"),
 })
 
 
@@ -52,9 +52,10 @@ class ChatConfig(SamplingArgs):
 
 
 def _read_line(prompt: str) -> str | None:
+    """The user's next line; None to leave (Ctrl+D, or Ctrl+C at the prompt: a quiet goodbye)."""
     try:
         return input(prompt)
-    except EOFError:
+    except (EOFError, KeyboardInterrupt):
         return None
 
 
@@ -64,7 +65,8 @@ def chat(cfg: ChatConfig) -> int:
     from aura.inference.engine import open_engine
     from aura.inference.generate import sampling_of
 
-    engine = open_engine(cfg.model, cfg.adapter, dtype=cfg.dtype, n_ctx=cfg.n_ctx, seed=cfg.seed)
+    engine = open_engine(cfg.model, cfg.adapter, dtype=cfg.dtype, n_ctx=cfg.n_ctx, seed=cfg.seed,
+                         allow_other_base=cfg.allow_other_base)
     console.info(M("banner", model=engine.name, backend="llama.cpp" if engine.kind == "gguf" else "PyTorch"))
     if not engine.has_template:
         console.warn(M("no_template"))

@@ -161,10 +161,11 @@ class LlamaCppEngine:
                                                                    special=True)) if text else 0))
 
 
-def open_engine(model: str, adapter: str = "", *, dtype: str = "float32", n_ctx: int = 0, seed: int = 0):
+def open_engine(model: str, adapter: str = "", *, dtype: str = "float32", n_ctx: int = 0, seed: int = 0,
+                allow_other_base: bool = False):
     from aura.inference.loading import resolve_model
 
-    source = resolve_model(model, adapter or None)
+    source = resolve_model(model, adapter or None, allow_other_base=allow_other_base)
     if source.kind == "gguf":
         return LlamaCppEngine(source.path, n_ctx=n_ctx, seed=seed)
     return HFEngine(source, dtype=dtype)

@@ -19,7 +19,7 @@ from pathlib import Path
 from aura import console
 from aura.config import arg
 from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.i18n import Messages, num
 
 M = Messages("evaluate", {
     "need_model": ("Falta --model (uno o varios directorios).", "--model is missing (one or more dirs)."),
@@ -35,13 +35,15 @@ M = Messages("evaluate", {
              "aura eval works on PyTorch models; {path} is GGUF. Evaluate the dir it was exported from."),
     "too_long": ("--seq-len {seq} supera el contexto del modelo {model} ({ctx}). Usa --seq-len {ctx} o menos.",
                  "--seq-len {seq} exceeds the context of model {model} ({ctx}). Use --seq-len {ctx} or less."),
-    "few": ("El texto tiene solo {n} tokens para {model}; hacen falta al menos 2.",
-            "The text has only {n} tokens for {model}; at least 2 are needed."),
-    "evaluating": ("Evaluando {model}: {tokens:,} tokens, {bytes:,} bytes, ventanas de {seq} (paso {stride})…",
-                   "Evaluating {model}: {tokens:,} tokens, {bytes:,} bytes, windows of {seq} (stride {stride})…"),
+    "few": ("El texto tiene solo {n:token|tokens} para {model}; hacen falta al menos 2.",
+            "The text has only {n:token|tokens} for {model}; at least 2 are needed."),
+    "evaluating": ("Evaluando {model}: {tokens:token|tokens}, {bytes:byte|bytes}, ventanas de {seq} (paso {stride})…",
+                   "Evaluating {model}: {tokens:token|tokens}, {bytes:byte|bytes}, windows of {seq} (stride {stride})…"),
     "retok": ("El tokenizador de {model} no es el de los datos: se decodifica el texto y se re-tokeniza.",
               "{model}'s tokenizer is not the data's: the text is decoded and re-tokenised."),
     "title": ("Evaluación en {data}", "Evaluation on {data}"),
+    "h_model": ("modelo", "model"),
+    "h_ppl": ("perplejidad", "perplexity"),
     "written": ("Resultados en {path}.", "Results written to {path}."),
 })
 
@@ -66,6 +68,10 @@ class EvalConfig:
     output: str = arg("", es="Archivo JSON de resultados (por defecto OUTPUT_DIR/eval.json).",
                       en="Results JSON file (default OUTPUT_DIR/eval.json).")
     output_dir: str = arg("", es="Directorio de resultados.", en="Results dir.")
+    allow_other_base: bool = arg(False, es="Evaluar un adaptador aunque se entrenara sobre otro modelo base "
+                                 "(distinto config.json o embeddings).",
+                                 en="Evaluate an adapter even if it was trained on another base model "
+                                 "(different config.json or embeddings).")
 
     def __post_init__(self):
         self.models = [*self.model, *self.compare]
@@ -198,12 +204,15 @@ def score(model, ids: list[int], *, seq_len: int, stride: int, batch_size: int) 
 
 def evaluate(cfg: EvalConfig) -> int:
     from aura.inference.loading import load_hf, resolve_model
-    from aura.utils.fsutil import atomic_write_json
+    from aura.utils.fsutil import atomic_write_json, check_writable
 
+    if cfg.output or cfg.output_dir:
+        check_writable(cfg.output or Path(cfg.output_dir) / "eval.json",
+                       flag="--output" if cfg.output else "--output-dir")
     text = load_text(cfg.data, split=cfg.split, max_tokens=cfg.max_tokens)
     results = []
     for name in cfg.models:
-        source = resolve_model(name)
+        source = resolve_model(name, allow_other_base=cfg.allow_other_base)
         if source.kind == "gguf":
             raise AuraError(M("gguf", path=source.path))
         model, tok = load_hf(source, dtype=cfg.dtype)
@@ -228,9 +237,9 @@ def evaluate(cfg: EvalConfig) -> int:
                         "seconds": seconds, "tokens_per_s": count / seconds if seconds else 0.0})
         del model
     console.table(M("title", data=cfg.data),
-                  ["model", "tokens", "loss", "perplexity", "bits/byte", "bytes/token", "tokens/s"],
-                  [[r["model"], f"{r['tokens']:,}", f"{r['loss']:.4f}", f"{r['perplexity']:.2f}",
-                    f"{r['bits_per_byte']:.4f}", f"{r['bytes_per_token']:.2f}", f"{r['tokens_per_s']:,.0f}"]
+                  [M("h_model"), "tokens", "loss", M("h_ppl"), "bits/byte", "bytes/token", "tokens/s"],
+                  [[r["model"], num(r['tokens']), f"{r['loss']:.4f}", f"{r['perplexity']:.2f}",
+                    f"{r['bits_per_byte']:.4f}", f"{r['bytes_per_token']:.2f}", num(r['tokens_per_s'], ",.0f")]
                    for r in results])
     out = Path(cfg.output) if cfg.output else (Path(cfg.output_dir) / "eval.json" if cfg.output_dir else None)
     if out is not None:

@@ -37,11 +37,11 @@ M = Messages("generate", {
     "no_template": ("El modelo no tiene plantilla de chat: uso un formato de texto simple "
                     "(Usuario:/Asistente:).",
                     "The model has no chat template: using a plain text format (Usuario:/Asistente:)."),
-    "stats": ("[{tokens} tokens, {seconds:.2f} s, {tps:.1f} tokens/s]",
-              "[{tokens} tokens, {seconds:.2f} s, {tps:.1f} tokens/s]"),
-    "progress": ("Prompt {i}/{n}: {tokens} tokens en {seconds:.2f} s ({tps:.1f} tokens/s)",
-                 "Prompt {i}/{n}: {tokens} tokens in {seconds:.2f} s ({tps:.1f} tokens/s)"),
-    "written": ("{n} resultados en {path}.", "{n} results written to {path}."),
+    "stats": ("[{tokens:token|tokens}, {seconds:.2f} s, {tps:.1f} tokens/s]",
+              "[{tokens:token|tokens}, {seconds:.2f} s, {tps:.1f} tokens/s]"),
+    "progress": ("Prompt {i}/{n}: {tokens:token|tokens} en {seconds:.2f} s ({tps:.1f} tokens/s)",
+                 "Prompt {i}/{n}: {tokens:token|tokens} in {seconds:.2f} s ({tps:.1f} tokens/s)"),
+    "written": ("{n:resultado|resultados} en {path}.", "{n:result|results} written to {path}."),
 })
 
 
@@ -52,6 +52,10 @@ class SamplingArgs:
     model: str = arg("", es="Modelo: directorio Hugging Face, checkpoint, adaptador o archivo .gguf.",
                      en="Model: Hugging Face dir, checkpoint, adapter or .gguf file.")
     adapter: str = arg("", es="Adaptador LoRA/QLoRA sobre --model.", en="LoRA/QLoRA adapter on top of --model.")
+    allow_other_base: bool = arg(False, es="Usar el adaptador aunque se entrenara sobre otro modelo base "
+                                 "(distinto config.json o embeddings).",
+                                 en="Use the adapter even if it was trained on another base model "
+                                 "(different config.json or embeddings).")
     system: str = arg("", es="Mensaje de sistema (chat o --chat).", en="System message (chat or --chat).")
     max_new_tokens: int = arg(256, es="Máximo de tokens nuevos por respuesta.",
                               en="Maximum new tokens per answer.")
@@ -149,14 +153,17 @@ def run_one(engine, prompt: str, *, chat: bool, system: str, sampling, echo: boo
 
 def generate(cfg: GenerateConfig) -> int:
     from aura.inference.engine import open_engine
-    from aura.utils.fsutil import atomic_write_text
+    from aura.utils.fsutil import atomic_write_text, check_writable
 
     if not cfg.prompt and not cfg.prompts_file:
         raise AuraError(M("need_prompt"))
     prompts = read_prompts(Path(cfg.prompts_file)) if cfg.prompts_file else [cfg.prompt]
     output = Path(cfg.output) if cfg.output else (Path(cfg.output_dir) / "generations.jsonl"
                                                   if cfg.output_dir else None)
-    engine = open_engine(cfg.model, cfg.adapter, dtype=cfg.dtype, n_ctx=cfg.n_ctx, seed=cfg.seed)
+    if output is not None:
+        check_writable(output, flag="--output" if cfg.output else "--output-dir")
+    engine = open_engine(cfg.model, cfg.adapter, dtype=cfg.dtype, n_ctx=cfg.n_ctx, seed=cfg.seed,
+                         allow_other_base=cfg.allow_other_base)
     if cfg.chat and not engine.has_template:
         console.warn(M("no_template"))
     sampling = sampling_of(cfg)

@@ -47,20 +47,6 @@ M = Messages("loading", {
                              "Indica el modelo base local con --model.",
                              "The adapter {adapter}'s base model '{base}' is not here. Pass the local "
                              "base model with --model."),
-    "adapter_shape": ("El adaptador {adapter} no corresponde al modelo base {base}: la capa '{layer}' "
-                      "tiene forma {expected} en la base pero el adaptador espera {found}. El adaptador "
-                      "se entrenó sobre '{trained_on}'; usa ese modelo base.",
-                      "The adapter {adapter} does not fit the base model {base}: layer '{layer}' has "
-                      "shape {expected} in the base but the adapter expects {found}. The adapter was "
-                      "trained on '{trained_on}'; use that base model."),
-    "adapter_layer": ("El adaptador {adapter} modifica la capa '{layer}', que no existe en el modelo base "
-                      "{base}. El adaptador se entrenó sobre '{trained_on}'; usa ese modelo base.",
-                      "The adapter {adapter} changes layer '{layer}', which does not exist in the base "
-                      "model {base}. The adapter was trained on '{trained_on}'; use that base model."),
-    "adapter_name": ("El adaptador se entrenó sobre '{trained_on}' y se aplica a '{base}'; las formas "
-                     "coinciden, así que continúo.",
-                     "The adapter was trained on '{trained_on}' and is applied to '{base}'; the shapes "
-                     "match, so continuing."),
     "not_adapter": ("{path} no es un adaptador peft: falta adapter_config.json.",
                     "{path} is not a peft adapter: adapter_config.json is missing."),
     "gguf_bad": ("{path} no es un archivo GGUF válido o está truncado ({err}). Vuelve a exportarlo con "
@@ -90,6 +76,7 @@ class ModelSource:
     kind: str
     path: Path
     base: Path | None = None  # for adapters: the base model dir
+    allow_other_base: bool = False  # --allow-other-base: a fingerprint mismatch only warns
 
     @property
     def weights_dir(self) -> Path:
@@ -122,8 +109,10 @@ def weight_files(model_dir: Path) -> list[Path]:
     return files
 
 
-def resolve_model(model: str | Path, adapter: str | Path | None = None) -> ModelSource:
-    """Classify ``model`` (and an optional ``adapter``) without loading anything heavy."""
+def resolve_model(model: str | Path, adapter: str | Path | None = None, *,
+                  allow_other_base: bool = False) -> ModelSource:
+    """Classify ``model`` (and an optional ``adapter``) without loading anything heavy. Whether an
+    adapter belongs on its base is checked once the base is loaded (``load_hf``)."""
     path = Path(model)
     if not path.exists():
         raise AuraError(M("missing", path=path))
@@ -137,12 +126,12 @@ def resolve_model(model: str | Path, adapter: str | Path | None = None) -> Model
         if not (adapter_dir / "adapter_config.json").is_file():
             raise AuraError(M("not_adapter", path=adapter_dir))
         _require_config(path)
-        check_adapter_fits(adapter_dir, path)
-        return ModelSource("adapter", adapter_dir, base=path)
+        weight_files(path)
+        return ModelSource("adapter", adapter_dir, base=path, allow_other_base=allow_other_base)
     if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
         base = adapter_base(path)
-        check_adapter_fits(path, base)
-        return ModelSource("adapter", path, base=base)
+        weight_files(base)
+        return ModelSource("adapter", path, base=base, allow_other_base=allow_other_base)
     _require_config(path)
     return ModelSource("hf", path)
 
@@ -163,54 +152,6 @@ def adapter_base(adapter_dir: Path) -> Path:
     if not (base / "config.json").is_file():
         raise AuraError(M("adapter_base_missing", adapter=adapter_dir, base=name))
     return base
-
-
-def _tensor_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of every tensor in safetensors files, read from headers only."""
-    from safetensors import safe_open
-
-    shapes = {}
-    for f in files:
-        with safe_open(str(f), framework="pt") as sf:
-            for key in sf.keys():
-                shapes[key] = tuple(sf.get_slice(key).get_shape())
-    return shapes
-
-
-def check_adapter_fits(adapter_dir: Path, base_dir: Path) -> None:
-    """Compare every LoRA matrix with the base weight it modifies; raise naming both models if off."""
-    from aura import console
-
-    cfg = read_json_file(adapter_dir / "adapter_config.json")
-    trained_on = cfg.get("base_model_name_or_path") or "?"
-    adapter_files = sorted(adapter_dir.glob("adapter_model*.safetensors"))
-    base_shapes = _tensor_shapes(weight_files(base_dir))
-    for key, shape in (_tensor_shapes(adapter_files) if adapter_files else {}).items():
-        for part, dim in ((".lora_A.", 1), (".lora_B.", 0)):
-            if part not in key:
-                continue
-            module = key.split(part)[0].removeprefix("base_model.model.")
-            base_key = _find_base_key(module, base_shapes)
-            if base_key is None:
-                raise AuraError(M("adapter_layer", adapter=adapter_dir, layer=module, base=base_dir,
-                                  trained_on=trained_on))
-            base_shape = base_shapes[base_key]
-            # Linear weights are (out, in); GPT-2's Conv1D stores (in, out).
-            expected = base_shape[1 - dim] if cfg.get("fan_in_fan_out") else base_shape[dim]
-            if shape[dim] != expected:
-                raise AuraError(M("adapter_shape", adapter=adapter_dir, base=base_dir, layer=module,
-                                  expected=list(base_shape), found=list(shape), trained_on=trained_on))
-    if trained_on != "?" and Path(trained_on).resolve() != Path(base_dir).resolve() \
-            and Path(trained_on).name != Path(base_dir).name:
-        console.warn(M("adapter_name", trained_on=trained_on, base=base_dir))
-
-
-def _find_base_key(module: str, base_shapes: dict) -> str | None:
-    for cand in (module + ".weight", module.removeprefix("model.") + ".weight",
-                 "model." + module + ".weight", module.replace(".base_layer", "") + ".weight"):
-        if cand in base_shapes:
-            return cand
-    return None
 
 
 def find_tokenizer_dir(path: Path) -> Path:
@@ -287,8 +228,11 @@ def load_hf(source: ModelSource, *, dtype: str = "float32", device: str = "cpu",
     if source.kind == "adapter":
         from peft import PeftModel
 
+        from aura.adapter_check import check_adapter_base
+
         if len(tok) > model.get_input_embeddings().weight.shape[0]:
-            model.resize_token_embeddings(len(tok))
+            model.resize_token_embeddings(len(tok))  # as fine-tuning did before taking the fingerprint
+        check_adapter_base(source.path, model, allow_other_base=source.allow_other_base)
         model = PeftModel.from_pretrained(model, str(source.path))
         if merge:
             model = model.merge_and_unload()

@@ -13,25 +13,20 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
+import contextlib
 import os
+import warnings
 from pathlib import Path
 
 from aura import console
+from aura.adapter_check import ADAPTER_META, base_fingerprint, check_adapter_base  # noqa: F401 - re-exported
 from aura.errors import AuraError
 from aura.i18n import Messages
+from aura.utils import hub
 from aura.utils.fsutil import atomic_write_json, read_json, staged_dir
 
-ADAPTER_META = "aura_adapter.json"
 METHODS = ("lora", "qlora", "full")
 LORA_PRESETS = {"frida": {"lora_r": 64, "lora_alpha": 128, "lora_dropout": 0.05}}
-# Config keys that do not change which weights an adapter fits (paths, dtypes, runtime switches).
-_VOLATILE_KEYS = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "quantization_config",
-                  "use_cache", "_attn_implementation", "_attn_implementation_autoset", "attn_implementation",
-                  "output_attentions", "output_hidden_states", "return_dict", "architectures", "auto_map",
-                  "_commit_hash", "pad_token_id", "tie_word_embeddings"}
-
 M = Messages("adapters", {
     "base_missing": ("No existe el modelo base '{name}'. Indica un directorio de modelo de Hugging Face "
                      "(con config.json), p. ej. el final/ de 'aura pretrain', o un nombre del hub como "
@@ -39,6 +34,11 @@ M = Messages("adapters", {
                      "The base model '{name}' does not exist. Give a Hugging Face model directory (with "
                      "config.json), e.g. the final/ of 'aura pretrain', or a hub name such as "
                      "'mistralai/Mistral-7B-Instruct-v0.2'."),
+    "base_not_model": ("'{name}' existe pero no es un modelo: le falta config.json.{hint} Indica el "
+                       "directorio de un modelo de Hugging Face, p. ej. el final/ de 'aura pretrain'.",
+                       "'{name}' exists but is not a model: it has no config.json.{hint} Give a Hugging "
+                       "Face model directory, e.g. the final/ of 'aura pretrain'."),
+    "run_hint": (" Parece una ejecución: usa {path}.", " It looks like a run dir: use {path}."),
     "base_failed": ("No se pudo cargar el modelo base '{name}': {err}",
                     "Could not load the base model '{name}': {err}"),
     "no_bnb": ("QLoRA necesita bitsandbytes, que no está instalado. Instálalo con: pip install bitsandbytes "
@@ -51,46 +51,33 @@ M = Messages("adapters", {
                     "linear layers: {available}."),
     "trainable": ("Parámetros entrenables: {trainable:,} / {total:,} ({pct:.2f}%)",
                   "Trainable params: {trainable:,} / {total:,} ({pct:.2f}%)"),
-    "resized": ("El tokenizador tiene {tokens} tokens y el modelo {rows} filas de embeddings: se amplían "
+    "resized": ("El tokenizador tiene {tokens:token|tokens} y el modelo {rows:fila|filas} de embeddings: se amplían "
                 "los embeddings (las filas nuevas no se entrenan).",
-                "The tokenizer has {tokens} tokens and the model {rows} embedding rows: the embeddings "
+                "The tokenizer has {tokens:token|tokens} and the model {rows} embedding rows: the embeddings "
                 "are enlarged (the new rows are not trained)."),
     "no_adapter": ("{path} no es un adaptador LoRA (falta adapter_config.json).",
                    "{path} is not a LoRA adapter (adapter_config.json is missing)."),
-    "wrong_base": ("El adaptador {path} se entrenó sobre '{saved}' pero el modelo base es '{now}' y no "
-                   "coincide ({what}). Usa el mismo modelo base con el que se entrenó.",
-                   "The adapter {path} was trained on '{saved}' but the base model is '{now}', which "
-                   "does not match ({what}). Use the base model it was trained on."),
-    "moved_base": ("El adaptador se entrenó sobre '{saved}'; se usa '{now}', que tiene la misma "
-                   "arquitectura y pesos de embeddings.",
-                   "The adapter was trained on '{saved}'; using '{now}', which has the same architecture "
-                   "and embedding weights."),
     "packing_leaks": ("Con este modelo ({arch}, atención {attn}) los ejemplos empaquetados se ven entre sí: "
                       "transformers no separa las secuencias a partir de position_ids. Entrena sin --packing "
                       "o usa otra implementación de atención (--attn-implementation).",
                       "With this model ({arch}, {attn} attention) packed examples see each other: "
                       "transformers does not separate sequences from position_ids. Train without --packing "
                       "or use another attention implementation (--attn-implementation)."),
-    "unverified_base": ("El adaptador {path} indica como base '{saved}' y se carga sobre '{now}'; sin "
-                        "aura_adapter.json no se puede comprobar que sean el mismo modelo.",
-                        "The adapter {path} names '{saved}' as its base and is being loaded onto '{now}'; "
-                        "without aura_adapter.json it cannot be checked that they are the same model."),
 })
 
 
-def _is_local_path(name: str) -> bool:
-    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") != 1
-
-
 def resolve_base(name_or_path: str) -> str:
-    """A local model dir (absolute) or a hub name; a missing local path is a clear error."""
+    """A local model dir (absolute) or a hub name; a missing local path, or a folder that is not a
+    model, is a clear error at once."""
     name = str(name_or_path)
     local = Path(os.path.expanduser(name))
     if local.exists():
         if not (local / "config.json").is_file():
-            raise AuraError(M("base_missing", name=name))
+            final = local / "final"
+            hint = M("run_hint", path=final) if (final / "config.json").is_file() else ""
+            raise AuraError(M("base_not_model", name=name, hint=hint))
         return str(local.resolve())
-    if _is_local_path(name):
+    if hub.looks_like_path(name):
         raise AuraError(M("base_missing", name=name))
     return name
 
@@ -109,8 +96,11 @@ def load_base_model(name_or_path: str, *, method: str = "lora", dtype=None, devi
     from transformers import AutoModelForCausalLM
 
     name = resolve_base(name_or_path)
+    source = hub.Source(name, local=Path(name).is_dir(),
+                        local_files_only=not Path(name).is_dir() and not hub.hub_reachable())
     dtype = dtype or torch.float32
-    kwargs: dict = {"dtype": dtype, "trust_remote_code": trust_remote_code}
+    kwargs: dict = {"dtype": dtype, "trust_remote_code": trust_remote_code,
+                    "local_files_only": source.local_files_only}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if method == "qlora":
@@ -125,6 +115,9 @@ def load_base_model(name_or_path: str, *, method: str = "lora", dtype=None, devi
     try:
         model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
     except (OSError, ValueError) as e:  # not a model dir, no connection, unknown architecture
+        offline = hub.offline_error(source, flag="--base-model")
+        if offline is not None:
+            raise offline from None
         raise AuraError(M("base_failed", name=name, err=str(e).splitlines()[0] if str(e) else type(e).__name__)) from None
     if method != "qlora" and device is not None:
         model.to(device)
@@ -201,7 +194,18 @@ def setup_model(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, l
     conv1d = any(isinstance(m, Conv1D) for m in model.modules())  # GPT-2 stores weights transposed
     config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=targets,
                         bias="none", task_type="CAUSAL_LM", fan_in_fan_out=conv1d)
-    return get_peft_model(model, config)
+    with peft_quiet():
+        return get_peft_model(model, config)
+
+
+@contextlib.contextmanager
+def peft_quiet():
+    """peft's PeftModel reads ``model.is_gradient_checkpointing``, which transformers 5 deprecates with a
+    FutureWarning the user can do nothing about; only that warning is silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated",
+                                category=FutureWarning)
+        yield
 
 
 def count_parameters(model) -> tuple[int, int]:
@@ -219,22 +223,6 @@ def trainable_line(model) -> str:
 
 # ---------------------------------------------------------------------------------------------------
 # Base fingerprint, saving and loading
-
-
-def base_fingerprint(model) -> dict:
-    """What identifies a base model for an adapter: its architecture config and its embedding weights
-    (sampled, rounded to bf16 so a bf16 and an fp32 load of the same weights agree)."""
-    import torch
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    cfg = {k: v for k, v in base.config.to_dict().items() if k not in _VOLATILE_KEYS}
-    config_hash = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()
-    emb = base.get_input_embeddings().weight
-    rows = torch.linspace(0, emb.shape[0] - 1, steps=min(16, emb.shape[0])).long()
-    sample = emb.detach()[rows.to(emb.device), :64].to("cpu", torch.bfloat16).float()  # (16, 64)
-    embed_hash = hashlib.sha256(sample.numpy().tobytes()).hexdigest()
-    name = getattr(base.config, "_name_or_path", "") or getattr(base, "name_or_path", "")
-    return {"base_model": str(name), "config_hash": config_hash, "embed_hash": embed_hash}
 
 
 def write_model_files(model, directory: str | os.PathLike, state_dict: dict | None = None, *, method: str,
@@ -259,7 +247,7 @@ def save_finetuned(model, tokenizer, out_dir: str | os.PathLike, *, method: str,
                    extra: dict | None = None, replace: bool = True) -> Path:
     """Adapter or full model + tokenizer (chat template included) + aura_adapter.json, atomically."""
     out_dir = Path(out_dir)
-    with staged_dir(out_dir, replace=replace) as tmp:
+    with staged_dir(out_dir, replace=replace, kind="model" if method == "full" else "adapter") as tmp:
         write_model_files(model, tmp, method=method, template_name=template_name, extra=extra)
         write_tokenizer_files(tokenizer, tmp)
     return out_dir
@@ -278,26 +266,6 @@ def is_adapter_dir(path: str | os.PathLike) -> bool:
     return (Path(path) / "adapter_config.json").is_file()
 
 
-def check_adapter_base(adapter_dir: str | os.PathLike, base_model) -> None:
-    """Raise a clear error when ``adapter_dir`` was trained on another base than ``base_model``."""
-    adapter_dir = Path(adapter_dir)
-    saved_cfg = read_json(adapter_dir / "adapter_config.json")
-    meta_file = adapter_dir / ADAPTER_META
-    now = base_fingerprint(base_model)
-    saved_name = saved_cfg.get("base_model_name_or_path") or "?"
-    if not meta_file.is_file():  # an adapter made elsewhere: only the name can be compared
-        if saved_name not in ("?", now["base_model"]) and Path(saved_name).name != Path(now["base_model"]).name:
-            console.warn(M("unverified_base", path=adapter_dir, saved=saved_name, now=now["base_model"]))
-        return
-    saved = read_json(meta_file)
-    for key, what in (("config_hash", "config.json"), ("embed_hash", "embeddings")):
-        if saved.get(key) and saved[key] != now[key]:
-            raise AuraError(M("wrong_base", path=adapter_dir, saved=saved.get("base_model") or saved_name,
-                              now=now["base_model"], what=what))
-    if saved.get("base_model") and saved["base_model"] != now["base_model"]:
-        console.info(M("moved_base", saved=saved["base_model"], now=now["base_model"]))
-
-
 def load_adapter(base_model, adapter_dir: str | os.PathLike, *, is_trainable: bool = True):
     """``PeftModel`` of ``adapter_dir`` on ``base_model`` (checked to be the base it was trained on)."""
     from peft import PeftModel
@@ -305,8 +273,9 @@ def load_adapter(base_model, adapter_dir: str | os.PathLike, *, is_trainable: bo
     adapter_dir = Path(adapter_dir)
     if not is_adapter_dir(adapter_dir):
         raise AuraError(M("no_adapter", path=adapter_dir))
-    check_adapter_base(adapter_dir, base_model)
-    return PeftModel.from_pretrained(base_model, str(adapter_dir), is_trainable=is_trainable)
+    check_adapter_base(adapter_dir, base_model, flag=None)
+    with peft_quiet():
+        return PeftModel.from_pretrained(base_model, str(adapter_dir), is_trainable=is_trainable)
 
 
 def load_adapter_weights(peft_model, adapter_dir: str | os.PathLike) -> None:
@@ -318,13 +287,17 @@ def load_adapter_weights(peft_model, adapter_dir: str | os.PathLike) -> None:
     adapter_dir = Path(adapter_dir)
     if not is_adapter_dir(adapter_dir):
         raise AuraError(M("no_adapter", path=adapter_dir))
-    check_adapter_base(adapter_dir, peft_model)
+    check_adapter_base(adapter_dir, peft_model, flag=None)
     weights = load_file(str(adapter_dir / "adapter_model.safetensors"))
     result = set_peft_model_state_dict(peft_model, weights)
     unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
-    if unexpected:
-        raise AuraError(M("wrong_base", path=adapter_dir, saved=read_json(adapter_dir / "adapter_config.json").get(
-            "base_model_name_or_path", "?"), now=base_fingerprint(peft_model)["base_model"], what="lora"))
+    if unexpected:  # a layer the adapter changes but this model's LoRA set-up lacks (other --target-modules)
+        from aura.adapter_check import M as CM
+
+        raise AuraError(CM("adapter_layer", adapter=adapter_dir, layer=unexpected[0],
+                           base=base_fingerprint(peft_model)["base_model"],
+                           trained_on=read_json(adapter_dir / "adapter_config.json").get(
+                               "base_model_name_or_path", "?")))
 
 
 def packing_is_isolated(model) -> bool:

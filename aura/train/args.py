@@ -63,8 +63,10 @@ class TrainArgs:
         None, es="Recalcula activaciones en el backward para ahorrar memoria (por defecto: el preset).",
         en="Recompute activations in the backward pass to save memory (default: the preset's).")
     compile: bool = arg(False, es="Compila el modelo con torch.compile.", en="Compile the model with torch.compile.")
-    epochs: int | None = arg(None, es="Épocas sobre los datos (por defecto 1 si no hay --max-steps ni --max-tokens).",
-                             en="Epochs over the data (default 1 unless --max-steps or --max-tokens).")
+    epochs: int | None = arg(None, es="Épocas sobre los datos (por defecto 1 si no hay --max-steps ni --max-tokens; "
+                                      "la demo sin --data: 8).",
+                             en="Epochs over the data (default 1 unless --max-steps or --max-tokens; the demo "
+                                "without --data: 8).")
     max_steps: int | None = arg(None, es="Detener tras este número de pasos de optimización.",
                                 en="Stop after this many optimizer steps.")
     max_tokens: int | None = arg(None, es="Detener tras ver este número de tokens de entrenamiento.",
@@ -80,8 +82,21 @@ class TrainArgs:
     keep_last: int = arg(3, es="Checkpoints a conservar (0 = todos).", en="Checkpoints to keep (0 = all).")
     resume_from: str | None = arg(None, es="Reanuda desde un checkpoint: ruta o 'latest'.",
                                   en="Resume from a checkpoint: a path or 'latest'.")
-    overwrite: bool = arg(False, es="Permite reutilizar un --output-dir que ya contiene otra ejecución.",
-                          en="Allow reusing an --output-dir that already holds another run.")
+    overwrite: bool = arg(False, es="Empieza de cero en un --output-dir que ya contiene otra ejecución de Aura "
+                                    "(borra sus checkpoints, registros y final/; un directorio que no creó "
+                                    "Aura nunca se vacía).",
+                          en="Start over in an --output-dir that already holds another Aura run (removes its "
+                             "checkpoints, logs and final/; a directory Aura did not create is never cleared).")
+    fork: bool = arg(False, es="Con --resume-from de un checkpoint anterior al último: sigue desde él y aparta "
+                               "los posteriores (y final/) en RUN_DIR/forked-from-step-N-FECHA/.",
+                     en="With --resume-from of a checkpoint older than the newest: continue from it and move the "
+                        "later ones (and final/) aside into RUN_DIR/forked-from-step-N-TIME/.")
+    load_sharded: bool = arg(False, es="Permite reanudar un checkpoint FSDP (dcp/) sin FSDP (un proceso o DDP); "
+                                       "torch.distributed.checkpoint deserializa sus metadatos con pickle: solo "
+                                       "para checkpoints de confianza.",
+                             en="Allow resuming an FSDP checkpoint (dcp/) without FSDP (one process or DDP); "
+                                "torch.distributed.checkpoint unpickles its metadata: only for trusted "
+                                "checkpoints.")
     time_budget: float = arg(72.0, es="Horas disponibles: avisa si el ETA las supera (0 = sin aviso).",
                              en="Hours available: warn when the ETA exceeds them (0 = no warning).")
     max_bad_steps: int = arg(5, es="Pasos seguidos con pérdida NaN/inf tolerados antes de detenerse.",
@@ -134,13 +149,63 @@ def with_defaults(cfg, **values):
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """The learning rate as a pure function of the step: linear warm-up, then a cosine to ``min_lr`` at
+    ``total``. After a resume that changed the run's length (``aura.train.plan``), the cosine is re-planned
+    from ``replan_step``: it starts at the rate the old plan had there and ends at ``min_lr`` at the new
+    ``total``, so the rate never jumps."""
+
+    base: float
+    min_lr: float
+    warmup: int
+    total: int
+    replan_step: int | None = None
+    replan_lr: float | None = None
+
+    def lr(self, step: int) -> float:
+        if self.replan_step is None or step < self.replan_step:
+            return lr_at(step, base=self.base, min_lr=self.min_lr, warmup=self.warmup, total=self.total)
+        span = self.total - self.replan_step
+        progress = min(1.0, (step - self.replan_step) / span) if span > 0 else 1.0
+        start = float(self.replan_lr if self.replan_lr is not None else self.base)
+        return self.min_lr + 0.5 * (start - self.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+    def replanned(self, *, step: int, total: int) -> "Schedule":
+        """The same schedule continued from ``step`` towards a new ``total``."""
+        if step < self.warmup:  # still warming up: the ramp does not depend on the total
+            return dataclasses.replace(self, total=total, replan_step=None, replan_lr=None)
+        return dataclasses.replace(self, total=total, replan_step=step, replan_lr=self.lr(step))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class StepPlan:
-    """How long a run is: optimizer steps, per epoch and in all, and the epochs that implies."""
+    """How long a run is (optimizer steps, per epoch and in all, the epochs that implies) and its LR schedule."""
 
     total_steps: int
     steps_per_epoch: int
     epochs: int
     tokens_per_step: int
+    schedule: Schedule | None = None
+
+    def lr(self, step: int) -> float:
+        assert self.schedule is not None
+        return self.schedule.lr(step)
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["schedule"] = self.schedule.to_dict() if self.schedule is not None else None
+        return out
+
+
+def schedule_for(args: TrainArgs, total_steps: int) -> Schedule:
+    """The schedule the flags ask for: --learning-rate, --min-lr (default 10 %), --warmup-steps (default 3 %)."""
+    base = float(args.learning_rate or 1e-3)
+    min_lr = base * 0.1 if args.min_lr is None else float(args.min_lr)
+    warmup = default_warmup(total_steps) if args.warmup_steps is None else int(args.warmup_steps)
+    return Schedule(base=base, min_lr=min_lr, warmup=warmup, total=total_steps)
 
 
 def resolve_steps(args: TrainArgs, *, batches_per_epoch: int, tokens_per_micro_batch: int,
@@ -157,7 +222,8 @@ def resolve_steps(args: TrainArgs, *, batches_per_epoch: int, tokens_per_micro_b
     if args.epochs or not limits:
         limits.append((args.epochs or 1) * steps_per_epoch)
     total = min(limits)
-    return StepPlan(total, steps_per_epoch, math.ceil(total / steps_per_epoch), tokens_per_step)
+    return StepPlan(total, steps_per_epoch, math.ceil(total / steps_per_epoch), tokens_per_step,
+                    schedule_for(args, total))
 
 
 def default_warmup(total_steps: int) -> int:

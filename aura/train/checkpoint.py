@@ -15,9 +15,7 @@ from __future__ import annotations
 import errno
 import json
 import random
-import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -27,7 +25,8 @@ import torch
 from aura.distributed import DistInfo
 from aura.errors import AuraError
 from aura.i18n import Messages
-from aura.utils.fsutil import TMP_PREFIX, atomic_write_json, human_bytes, read_json, staged_dir
+from aura.rundir import STATE_FILE, CheckpointRef, latest_checkpoint, list_checkpoints  # noqa: F401 (re-exported)
+from aura.utils.fsutil import atomic_write_json, human_bytes, read_json, staged_dir, tmp_name
 
 M = Messages("checkpoint", {
     "disk_full": ("No queda espacio en disco para guardar {path} ({err}). El checkpoint anterior sigue "
@@ -53,10 +52,19 @@ M = Messages("checkpoint", {
                        "process or DDP) and this run shards the model with FSDP2. Resume it with "
                        "--strategy ddp (or on one process). FSDP checkpoints (dcp/) do resume under any "
                        "strategy and number of ranks."),
+    "sharded_refused": ("El checkpoint {path} es de FSDP (solo dcp/, sin model.safetensors) y esta ejecución no "
+                        "usa FSDP. Cargarlo requiere torch.distributed.checkpoint, que deserializa con pickle "
+                        "dcp/.metadata: un archivo manipulado ejecutaría código. Si el checkpoint es tuyo o de "
+                        "una fuente de confianza, añade --load-sharded para cargarlo igualmente (se "
+                        "redistribuye a este número de procesos); si no, reanúdalo con --strategy fsdp "
+                        "(aura launch).",
+                        "The checkpoint {path} is an FSDP one (dcp/ only, no model.safetensors) and this run "
+                        "does not use FSDP. Loading it needs torch.distributed.checkpoint, which unpickles "
+                        "dcp/.metadata: a crafted file would run code. If the checkpoint is yours or comes "
+                        "from a trusted source, add --load-sharded to load it anyway (it is resharded to "
+                        "this number of processes); otherwise resume it with --strategy fsdp (aura launch)."),
 })
 
-STATE_FILE = "trainer_state.json"
-_NAME = re.compile(r"^(checkpoint-step|interrupt-step|checkpoint-epoch)-(\d+)$")
 
 
 class CheckpointIO(Protocol):
@@ -96,9 +104,10 @@ class FullStateIO:
             save_pt(optimizer.state_dict(), directory / "optimizer.pt")
 
     def load_state(self, model, optimizer, directory, *, dist, read):
-        if _is_sharded(directory):  # saved by FSDP2 (maybe on another world size): DCP reshards it
-            ShardedStateIO().load_state(model, optimizer, directory, dist=dist, read=read)
-            return
+        # Never through DCP (it unpickles dcp/.metadata): an FSDP checkpoint needs load_checkpoint's
+        # explicit allow_sharded (--load-sharded).
+        if is_sharded_only(directory):
+            raise AuraError(M("sharded_refused", path=directory))
         read(unwrap_model(model), directory)
         if optimizer is not None:
             optimizer.load_state_dict(torch.load(directory / "optimizer.pt", map_location="cpu",
@@ -132,6 +141,14 @@ class ShardedStateIO:
 def _is_sharded(directory: Path) -> bool:
     """A checkpoint written by ShardedStateIO (``dcp/.metadata``) rather than full tensors."""
     return (Path(directory) / "dcp" / ".metadata").is_file()
+
+
+def is_sharded_only(directory: Path) -> bool:
+    """An FSDP checkpoint: DCP shards and no full-state weights beside them."""
+    directory = Path(directory)
+    full = any((directory / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json",
+                                                   "adapter_model.safetensors"))
+    return _is_sharded(directory) and not full
 
 
 def io_for(model) -> CheckpointIO:
@@ -184,36 +201,6 @@ def library_versions() -> dict[str, str]:
 
 # ---- listing -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class CheckpointRef:
-    path: Path
-    step: int
-    kind: str  # checkpoint-step | interrupt-step | checkpoint-epoch
-
-
-def list_checkpoints(run_dir: str | Path) -> list[CheckpointRef]:
-    """Complete checkpoints in ``run_dir``, oldest first (``.tmp-*`` and half dirs are never listed)."""
-    run_dir = Path(run_dir)
-    refs = []
-    if not run_dir.is_dir():
-        return refs
-    for p in run_dir.iterdir():
-        m = _NAME.match(p.name)
-        if not m or not (p / STATE_FILE).is_file():
-            continue
-        try:
-            step = int(read_json(p / STATE_FILE)["step"])
-        except (OSError, ValueError, KeyError):
-            continue
-        refs.append(CheckpointRef(p, step, m.group(1)))
-    return sorted(refs, key=lambda r: (r.step, r.path.stat().st_mtime))
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    refs = list_checkpoints(run_dir)
-    return refs[-1].path if refs else None
-
-
 def resolve_resume(value: str, run_dir: str | Path) -> Path:
     """``latest`` -> newest complete checkpoint of ``run_dir``; a path -> that checkpoint (checked)."""
     if value == "latest":
@@ -237,17 +224,38 @@ def read_state(path: str | Path) -> dict:
 
 
 def prune(run_dir: str | Path, keep_last: int) -> list[Path]:
-    """Keep the newest ``keep_last`` step/interrupt checkpoints (epoch checkpoints are kept)."""
+    """Keep the ``keep_last`` most recently saved step/interrupt checkpoints (epoch checkpoints are kept).
+
+    Save order, not step order: the run dir holds one branch (``--fork`` moves later checkpoints of an
+    abandoned branch aside), and ``saved_at`` (trainer_state.json) only grows within it.
+    """
     if keep_last <= 0:
         return []
-    refs = [r for r in list_checkpoints(run_dir) if r.kind != "checkpoint-epoch"]
+    refs = sorted((r for r in list_checkpoints(run_dir) if r.kind != "checkpoint-epoch"),
+                  key=lambda r: (r.saved, r.step))
     doomed = [r.path for r in refs[:-keep_last]]
     for p in doomed:
         # Rename first so a crash half-way through rmtree leaves a .tmp- dir nobody takes as complete.
-        tmp = p.parent / f"{TMP_PREFIX}del-{p.name}"
+        tmp = p.parent / tmp_name(f"del-{p.name}")
         p.rename(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
     return doomed
+
+
+def clean_staging(run_dir: str | Path) -> list[Path]:
+    """Remove this run's stale staging entries (``.tmp-`` checkpoints, final/, logs of a writer that is
+    gone); anything else in the directory, a live writer's entries included, is left alone."""
+    from aura.rundir import staging_prefixes
+    from aura.utils.fsutil import remove_stale_tmp
+
+    return remove_stale_tmp(run_dir, prefix=staging_prefixes())
+
+
+def next_saved_at(run_dir: str | Path) -> float:
+    """Wall-clock time of a new save, never earlier than a checkpoint already in ``run_dir``."""
+    import time
+
+    return max([time.time()] + [r.saved + 1e-3 for r in list_checkpoints(run_dir)])
 
 
 # ---- save / load -------------------------------------------------------------------------------
@@ -264,7 +272,7 @@ def save_checkpoint(path: Path, *, model, optimizer, scaler, trainer_state: dict
     previous = latest_checkpoint(path.parent) if dist.is_main else None
     try:
         if dist.is_main:
-            with staged_dir(path, replace=True) as tmp:
+            with staged_dir(path, replace=True, kind="checkpoint") as tmp:
                 dist.broadcast_object(str(tmp))
                 _write_parts(tmp, model=model, optimizer=optimizer, scaler=scaler, dist=dist, io=io,
                              write_model=write_model, path=path)
@@ -277,7 +285,8 @@ def save_checkpoint(path: Path, *, model, optimizer, scaler, trainer_state: dict
                     save_pt(extra_state, tmp / "extra_state.pt")
                 if write_extras is not None:
                     write_extras(tmp)
-                state = dict(trainer_state, world_size=dist.world_size, versions=library_versions())
+                state = dict(trainer_state, world_size=dist.world_size, versions=library_versions(),
+                             saved_at=next_saved_at(path.parent))
                 atomic_write_json(tmp / STATE_FILE, state)  # last: marks the content complete
         else:
             tmp = Path(dist.broadcast_object(None))
@@ -329,9 +338,16 @@ def _check_all_ranks(dist: DistInfo, *, ok: bool, path: Path) -> None:
 
 
 def load_checkpoint(path: Path, *, model, optimizer, scaler, dist: DistInfo, io: CheckpointIO,
-                    read_model: Callable, restore_rng_state: bool = True) -> tuple[dict, dict | None]:
-    """Restore model, optimizer, scaler and RNG from ``path``; returns (trainer_state, extra_state)."""
+                    read_model: Callable, restore_rng_state: bool = True,
+                    allow_sharded: bool = False) -> tuple[dict, dict | None]:
+    """Restore model, optimizer, scaler and RNG from ``path``; returns (trainer_state, extra_state).
+
+    ``allow_sharded`` (--load-sharded): an FSDP checkpoint (dcp/) may be read through DCP into a run
+    without FSDP. Otherwise DCP is used only by FSDP runs (ShardedStateIO).
+    """
     state = read_state(path)
+    if allow_sharded and isinstance(io, FullStateIO) and is_sharded_only(path):
+        io = ShardedStateIO()
     io.load_state(model, optimizer, path, dist=dist, read=read_model)
     if scaler is not None and scaler.is_enabled() and (path / "scaler.pt").is_file():
         scaler.load_state_dict(torch.load(path / "scaler.pt", weights_only=True))
@@ -364,14 +380,23 @@ def describe_differences(saved: dict, current: dict, *, prefix: str = "") -> lis
 
 def save_model_dir(path: Path, *, model, dist: DistInfo, io: CheckpointIO, write_model: Callable,
                    write_extras: Callable[[Path], None] | None) -> Path:
-    """Write a shareable model directory (``final/``: weights + extras, no optimizer) atomically."""
+    """Write a shareable model directory (``final/``, ``best/``: weights + extras, no optimizer) atomically.
+
+    It replaces only an Aura model or adapter directory; its marker says which it is (a peft adapter
+    has ``adapter_config.json``).
+    """
+    from aura.utils import ownership
+
     try:
         if dist.is_main:
+            if path.exists():
+                ownership.check_replaceable(path, kind=("model", "adapter"))
             with staged_dir(path, replace=True) as tmp:
                 dist.broadcast_object(str(tmp))
                 _write_model_only(tmp, model=model, dist=dist, io=io, write_model=write_model, path=path)
                 if write_extras is not None:
                     write_extras(tmp)
+                ownership.write_marker(tmp, "adapter" if (tmp / "adapter_config.json").is_file() else "model")
         else:
             tmp = Path(dist.broadcast_object(None))
             _write_model_only(tmp, model=model, dist=dist, io=io, write_model=write_model, path=path)

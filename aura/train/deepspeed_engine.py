@@ -193,6 +193,6 @@ def setup_deepspeed(model, *, args, dist, config_path: str, precision: str):
     console.info(M("ready", stage=engine.zero_optimization_stage(), micro=config["train_micro_batch_size_per_gpu"],
                    accum=config["gradient_accumulation_steps"], global_=config["train_batch_size"],
                    clip=config["gradient_clipping"], opt=type(optimizer or ds_optimizer).__name__))
-    check = None if args.method == "full" else (lambda m, d: check_adapter_base(d, m))
+    check = None if args.method == "full" else (lambda m, d: check_adapter_base(d, m, flag=None))
     io = DeepSpeedIO(engine, method=args.method, check_base=check)
     return engine, ds_optimizer, DeepSpeedStep(engine), io

@@ -21,12 +21,15 @@ from aura import console
 from aura.config import arg, to_dict
 from aura.errors import AuraError
 from aura.i18n import Messages
+from aura.rundir import BEST, EPOCH_INFO, step_of
 from aura.train.adapters import LORA_PRESETS
 from aura.train.args import TrainArgs, explicit_fields, with_defaults
+from aura.train.best import read_best
+from aura.train.plan import adopt_flags, continue_plan
 
 M = Messages("finetune", {
-    "epochs_auto": ("Épocas: {epochs} ({reason}; {n:,} ejemplos). Cámbialo con --epochs N.",
-                    "Epochs: {epochs} ({reason}; {n:,} examples). Override with --epochs N."),
+    "epochs_auto": ("Épocas: {epochs} ({reason}; {n:ejemplo|ejemplos}). Cámbialo con --epochs N.",
+                    "Epochs: {epochs} ({reason}; {n:example|examples}). Override with --epochs N."),
     "reason_small": ("dataset pequeño (< 1.000 ejemplos), necesita más pasadas",
                      "small dataset (< 1,000 examples), needs more passes"),
     "reason_small_medium": ("dataset pequeño-mediano (1.000 - 10.000 ejemplos)",
@@ -53,13 +56,13 @@ M = Messages("finetune", {
                   "No --data: using the embedded Spanish instruction sample ({path})."),
     "template": ("Plantilla de chat: {name} (se guarda con el resultado como tokenizer.chat_template).",
                  "Chat template: {name} (saved with the output as tokenizer.chat_template)."),
-    "examples": ("Ejemplos: {train} de entrenamiento, {val} de validación; {tokens:,} tokens de respuesta "
+    "examples": ("Ejemplos: {train} de entrenamiento, {val} de validación; {tokens:token|tokens} de respuesta "
                  "entrenados por época{prompt}.",
                  "Examples: {train} for training, {val} for validation; {tokens:,} response tokens trained per "
                  "epoch{prompt}."),
     "with_prompt": (" (con --train-on-prompt también los del prompt)", " (with --train-on-prompt also the prompt's)"),
-    "auto_batch": ("Lote automático: {batch} (cabe en {have:.1f} GiB de {device} con {length} tokens por fila).",
-                   "Automatic batch: {batch} (fits in {have:.1f} GiB of {device} with {length} tokens per row)."),
+    "auto_batch": ("Lote automático: {batch} (cabe en {have:.1f} GiB de {device} con {length:token|tokens} por fila).",
+                   "Automatic batch: {batch} (fits in {have:.1f} GiB of {device} with {length:token|tokens} per row)."),
     "ckpt_differs": ("El checkpoint {path} no corresponde a este ajuste fino:\n  {diffs}\nReanuda con el mismo "
                      "--base-model, --method y ajustes de LoRA que lo crearon.",
                      "The checkpoint {path} does not match this fine-tuning:\n  {diffs}\nResume with the same "
@@ -71,6 +74,14 @@ M = Messages("finetune", {
     "out_epochs": ("  épocas: {path}", "  epochs: {path}"),
     "out_logs": ("  registros: {csv} , tensorboard --logdir {tb}", "  logs: {csv} , tensorboard --logdir {tb}"),
     "out_next": ("  pruébalo: aura chat {cmd}", "  try it: aura chat {cmd}"),
+    "out_best": ("  mejor validación (paso {step}, {val:.4f}): {path}",
+                 "  best validation (step {step}, {val:.4f}): {path}"),
+    "no_val": ("Sin ejemplos de validación (--val-fraction {fraction} apartó {n} de {total}; los que superan "
+               "--max-length {length} se descartan): no habrá pérdida de validación (\"Val loss: -\") ni best/. "
+               "Sube --val-fraction, o --max-length, o usa --truncation truncate.",
+               "No validation examples (--val-fraction {fraction} set aside {n} of {total}; those longer than "
+               "--max-length {length} are dropped): there will be no validation loss (\"Val loss: -\") and no "
+               "best/. Raise --val-fraction, or --max-length, or use --truncation truncate."),
     "kind_adapter": ("adaptador LoRA", "LoRA adapter"),
     "kind_full": ("modelo completo", "full model"),
     "lora_full": ("--{flag} solo se aplica a --method lora o qlora (el método es 'full').",
@@ -151,6 +162,10 @@ class FinetuneConfig(TrainArgs):
     weight_decay: float = arg(0.0, es="Weight decay de AdamW.", en="AdamW weight decay.")
     adam_beta2: float = arg(0.999, es="beta2 de AdamW.", en="AdamW beta2.")
     min_lr: float | None = arg(0.0, es="Tasa final del coseno.", en="Final learning rate of the cosine.")
+    epochs: int | None = arg(None, es="Épocas sobre los datos (por defecto: auto, según el número de ejemplos; "
+                                      "ver la tabla del README).",
+                             en="Epochs over the data (default: auto, by the number of examples; see the "
+                                "README's table).")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -272,7 +287,8 @@ class EpochInfo:
 
 
 def finetune(cfg: FinetuneConfig) -> int:
-    """Run `aura finetune`; returns 0 when finished or cleanly interrupted (checkpoint saved)."""
+    """Run `aura finetune`; returns 0 when finished, EXIT_INTERRUPTED (3) when stopped by a signal with a
+    checkpoint saved."""
     import os
 
     from aura.distributed import init_distributed, teardown
@@ -284,6 +300,9 @@ def finetune(cfg: FinetuneConfig) -> int:
     try:
         return _finetune(cfg, dist, explicit)
     finally:
+        from aura.train.setup import release_run_dir
+
+        release_run_dir(cfg.output_dir)
         teardown(dist)
 
 
@@ -307,21 +326,28 @@ def _finetune(cfg: FinetuneConfig, dist, explicit: list[str]) -> int:
     from aura.train import adapters
     from aura.train import checkpoint as ckpt
     from aura.train.args import resolve_steps
-    from aura.train.loop import TrainHooks, resolve_precision, train
+    from aura.train.loop import EXIT_INTERRUPTED, TrainHooks, resolve_precision, train
     from aura.train.metrics import RunStatus
     from aura.train.setup import load_hf_weights, prepare_run_dir
-    from aura.utils.fsutil import atomic_write_json
+    from aura.utils.fsutil import atomic_write_json, check_writable
 
     hf_logging.disable_progress_bar()
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()  # peft's "Writing model shards" bar at every checkpoint
     out = Path(cfg.output_dir)
+    check_writable(out, flag="--output-dir")
     base_name = resolve_base_name(cfg)
     adapters.resolve_base(base_name)  # a missing path fails before anything is written
     if cfg.method == "qlora":
         adapters.require_bitsandbytes()
-    resume_path = prepare_run_dir(out, dist=dist, resume_from=cfg.resume_from, overwrite=cfg.overwrite)
+    resume_path = prepare_run_dir(out, dist=dist, resume_from=cfg.resume_from, overwrite=cfg.overwrite,
+                                  fork=cfg.fork, inputs=[base_name, cfg.data, cfg.deepspeed])
+    adopted = None
+    if resume_path is not None:  # the run's plan comes from the checkpoint (aura.train.plan)
+        adopted = adopt_flags(cfg, ckpt.read_state(resume_path), explicit=explicit, path=resume_path,
+                              world_size=dist.world_size)
+        cfg = adopted.cfg
 
     # ---- data and template
     if not cfg.data:
@@ -329,7 +355,7 @@ def _finetune(cfg: FinetuneConfig, dist, explicit: list[str]) -> int:
 
         console.info(M("demo_data", path=EMBEDDED_INSTRUCTIONS))
     convs = load_conversations(cfg.data, empty_responses=cfg.empty_responses, split=cfg.split)
-    tok = load_tokenizer(base_name, trust_remote_code=cfg.trust_remote_code)
+    tok = load_tokenizer(base_name, trust_remote_code=cfg.trust_remote_code, flag="--base-model")
     fallback = detect_text_family(c.text for c in convs if c.text) or ("aura" if not cfg.data else None)
     if any(c.messages for c in convs) or cfg.template or getattr(tok, "chat_template", None) or fallback:
         _, template_name = resolve_chat_template(tok, cfg.template, fallback=fallback)
@@ -345,6 +371,9 @@ def _finetune(cfg: FinetuneConfig, dist, explicit: list[str]) -> int:
     enc = dict(max_length=cfg.max_length, truncation=cfg.truncation, train_on_prompt=cfg.train_on_prompt)
     train_ex = encode_all(train_convs, tok, **enc)
     val_ex = encode_all(val_convs, tok, **enc) if val_convs else []
+    if not val_ex and cfg.val_fraction > 0:
+        console.warn(M("no_val", n=len(val_convs), total=len(convs), fraction=cfg.val_fraction,
+                       length=cfg.max_length))
 
     # ---- model
     info = detect()
@@ -395,6 +424,8 @@ def _finetune(cfg: FinetuneConfig, dist, explicit: list[str]) -> int:
     tokens_per_row = sum(len(e.input_ids) for e in train_ex) / max(len(data.rows), 1)
     plan = resolve_steps(cfg, batches_per_epoch=data.batches_per_epoch,
                          tokens_per_micro_batch=int(cfg.batch_size * tokens_per_row), world_size=dist.world_size)
+    if adopted is not None:
+        plan = continue_plan(plan, adopted)
     console.info(M("examples", train=len(train_ex), val=len(val_ex), tokens=data.num_label_tokens,
                    prompt=M("with_prompt") if cfg.train_on_prompt else ""))
 
@@ -421,7 +452,7 @@ def _finetune(cfg: FinetuneConfig, dist, explicit: list[str]) -> int:
             "kind": "finetune", "config": to_dict(cfg), "explicit_flags": explicit, "base_model": base_name,
             "base_fingerprint": fingerprint, "method": cfg.method, "lora": identity["lora"],
             "template": template_name, "trainable_parameters": adapters.count_parameters(model)[0]
-            if not cfg.deepspeed else None, "precision": precision, "plan": plan.__dict__,
+            if not cfg.deepspeed else None, "precision": precision, "plan": plan.to_dict(),
             "examples": {"train": len(train_ex), "val": len(val_ex)}, "packing": packing,
             "hardware": info.to_dict(), "world_size": dist.world_size,
             "strategy": "deepspeed" if cfg.deepspeed else strategy_of(model), "hf_config": hf_config})
@@ -441,7 +472,7 @@ def _finetune(cfg: FinetuneConfig, dist, explicit: list[str]) -> int:
     hooks = TrainHooks(save_model=save_model, load_model=load_model,
                        write_extras=lambda d: adapters.write_tokenizer_files(tok, d),
                        checkpoint_meta=lambda: {**identity, "config": to_dict(cfg)},
-                       on_epoch_end=EpochInfo(out / "epoch_info.json", resume_step=_step_of(resume_path)),
+                       on_epoch_end=EpochInfo(out / "epoch_info.json", resume_step=step_of(resume_path) if resume_path else None),
                        epoch_checkpoint_name=lambda epoch, step: f"checkpoint-epoch-{epoch}", io=io)
     status = RunStatus(out, kind="finetune", dist=dist)
     result = train(model=model, data=data, val_data=val, args=cfg, plan=plan, dist=dist, hooks=hooks,
@@ -449,21 +480,18 @@ def _finetune(cfg: FinetuneConfig, dist, explicit: list[str]) -> int:
                    flops_per_token=flops_per_token(base_config, int(tokens_per_row) or None),
                    peak_flops=info.peak_flops(precision), peak_name=info.peak_source, device_name=info.name,
                    resume_from=resume_path)
-    if result.status == "finished" and dist.is_main:
+    if result.status != "finished":
+        return EXIT_INTERRUPTED
+    if dist.is_main:
         console.success(M("outputs", run=out))
         console.info(M("out_final", kind=M("kind_full" if method == "full" else "kind_adapter"),
                        path=result.final_dir))
-        console.info(M("out_epochs", path=out / "epoch_info.json"))
+        best = read_best(out)
+        if best is not None:
+            console.info(M("out_best", step=best["step"], val=best["val_loss"], path=out / BEST))
+        if (out / EPOCH_INFO).is_file():  # --max-steps runs that end mid-epoch have none
+            console.info(M("out_epochs", path=out / EPOCH_INFO))
         console.info(M("out_logs", csv=out / "training_log.csv", tb=out / "tb"))
         cmd = f"--model {result.final_dir}" if method == "full" else f"--model {base_name} --adapter {result.final_dir}"
         console.info(M("out_next", cmd=cmd))
     return 0
-
-
-def _step_of(path: Path | None) -> int | None:
-    if path is None:
-        return None
-    from aura.train.checkpoint import read_state
-
-    return int(read_state(path)["step"])
-

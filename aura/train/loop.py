@@ -25,10 +25,15 @@ What the loop guarantees
 * The loss is normalised by the number of target tokens of the whole accumulation window across all
   ranks (sum-reduced cross entropy / global count), so 2 ranks x batch b == 1 process x batch 2b and
   padded SFT batches weigh every token equally; the logged loss is that true token mean.
-* LR is ``args.lr_at(step)``, a pure function of the step; AdamW skips decay on norms, biases, embeddings.
+* LR is ``plan.schedule.lr(step)``, a pure function of the step (the plan is stored in every checkpoint,
+  ``aura.train.plan``); AdamW skips decay on norms, biases, embeddings.
 * Host syncs: one per optimizer step (grad norm + loss finiteness, to skip NaN/inf steps) and the log line.
 * Under torchrun every log line carries ``Sync=`` (``aura.distributed.sync_status``): DDP replicas are
   compared bit for bit there, and a divergence stops every rank with an AuraError naming the ranks.
+* Every validation that improves on the best so far rewrites ``best/`` (``aura.train.best``), which
+  ``--keep-last`` never prunes; validation rising several evaluations in a row is said.
+* Stopped by SIGINT/SIGTERM after saving, a setup returns ``EXIT_INTERRUPTED`` (3); a second Ctrl+C
+  aborts at once (KeyboardInterrupt, exit 130) naming the last good checkpoint.
 * Resumable state (``TrainState``, data position, RNG, optimizer, scaler) is checkpointed every
   ``--save-steps``, at epoch ends and on SIGINT/SIGTERM; a resumed run reproduces the per-step losses of
   an uninterrupted one exactly (CPU, fp32, same seed).
@@ -37,6 +42,7 @@ What the loop guarantees
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import shlex
 import signal
@@ -55,26 +61,28 @@ from aura.distributed import DistInfo, no_sync, sync_status
 from aura.errors import AuraError
 from aura.i18n import Messages
 from aura.train import checkpoint as ckpt
-from aura.train.args import StepPlan, TrainArgs, default_warmup, lr_at
+from aura.train import best as best_model
+from aura.train.args import StepPlan, TrainArgs, schedule_for
 from aura.train.metrics import MetricsLogger, RunStatus, Throughput
-from aura.utils.fsutil import remove_stale_tmp, staged_dir
+from aura.train.plan import limits_notice, plan_state
+from aura.utils.fsutil import atomic_write_json
 
 M = Messages("loop", {
     "precision": ("Precisión activa: {precision} | Autocast={autocast} | GradScaler={scaler}",
                   "Active precision: {precision} | Autocast={autocast} | GradScaler={scaler}"),
-    "plan": ("Plan: {steps} pasos de optimización ({epochs} época(s), {per_epoch} pasos/época), "
-             "{tokens:,} tokens por paso, calentamiento {warmup} pasos.",
-             "Plan: {steps} optimizer steps ({epochs} epoch(s), {per_epoch} steps/epoch), "
-             "{tokens:,} tokens per step, warm-up {warmup} steps."),
-    "resumed": ("Reanudado desde {path}: paso {step}, época {epoch}, {tokens:,} tokens vistos.",
-                "Resumed from {path}: step {step}, epoch {epoch}, {tokens:,} tokens seen."),
+    "plan": ("Plan: {steps:paso|pasos} de optimización ({epochs:época|épocas}, {per_epoch} pasos/época), "
+             "{tokens:token|tokens} por paso, calentamiento {warmup:paso|pasos}.",
+             "Plan: {steps:optimizer step|optimizer steps} ({epochs:epoch|epochs}, {per_epoch} steps/epoch), "
+             "{tokens:token|tokens} per step, warm-up {warmup:step|steps}."),
+    "resumed": ("Reanudado desde {path}: paso {step}, época {epoch}, {tokens:token visto|tokens vistos}.",
+                "Resumed from {path}: step {step}, epoch {epoch}, {tokens:token|tokens} seen."),
     "bad_step": ("Paso {step}: pérdida o gradiente no finito ({loss}); se omite la actualización "
                  "({n}/{max} seguidos).",
                  "Step {step}: non-finite loss or gradient ({loss}); the update is skipped ({n}/{max} in a row)."),
-    "too_many_bad": ("La pérdida fue NaN/inf en {n} pasos seguidos (hasta el paso {step}). Se conserva el "
+    "too_many_bad": ("La pérdida fue NaN/inf en {n:paso seguido|pasos seguidos} (hasta el paso {step}). Se conserva el "
                      "último checkpoint bueno{last}. Baja --learning-rate, usa --precision bf16 o fp32, o "
                      "revisa los datos; súbelo con --max-bad-steps si es transitorio.",
-                     "The loss was NaN/inf for {n} steps in a row (up to step {step}). The last good checkpoint "
+                     "The loss was NaN/inf for {n:step|steps} in a row (up to step {step}). The last good checkpoint "
                      "is kept{last}. Lower --learning-rate, use --precision bf16 or fp32, or check the data; "
                      "raise --max-bad-steps if it is transient."),
     "oom": ("Memoria agotada en {device} (lote {batch}, acumulación {accum}, gradient checkpointing {ckpt}). "
@@ -89,6 +97,10 @@ M = Messages("loop", {
                "again to abort without saving)."),
     "interrupted": ("Entrenamiento interrumpido en el paso {step}. Checkpoint: {path}\nPara reanudar:\n  {cmd}",
                     "Training interrupted at step {step}. Checkpoint: {path}\nTo resume:\n  {cmd}"),
+    "aborted": ("Abortado sin guardar en el paso {step}. Último checkpoint bueno: {path}\nPara reanudar:\n  {cmd}",
+                "Aborted without saving at step {step}. Last good checkpoint: {path}\nTo resume:\n  {cmd}"),
+    "aborted_none": ("Abortado sin guardar en el paso {step}; aún no había ningún checkpoint.",
+                     "Aborted without saving at step {step}; there was no checkpoint yet."),
     "final_saved": ("Modelo final guardado en {path}", "Final model saved to {path}"),
     "no_trainable": ("El modelo no tiene parámetros entrenables.", "The model has no trainable parameters."),
     "fp16_cpu": ("fp16 con GradScaler no está disponible en este dispositivo/compilación de PyTorch ({err}); "
@@ -96,6 +108,11 @@ M = Messages("loop", {
                  "fp16 with GradScaler is not available on this device/PyTorch build ({err}); use "
                  "--precision bf16 or fp32."),
 })
+
+
+# Exit status of a run stopped by SIGINT/SIGTERM after saving its checkpoint (0 = finished, 2 = a user
+# mistake, 1 = a bug, 130 = aborted by a second Ctrl+C without saving). Documented in the READMEs.
+EXIT_INTERRUPTED = 3
 
 
 class BatchSource(Protocol):
@@ -204,6 +221,11 @@ class TrainState:
     tokens_seen: int = 0
     bad_steps_in_row: int = 0
     best_val_loss: float | None = None
+    best_step: int | None = None
+    last_val_loss: float | None = None
+    val_rises_in_row: int = 0
+    epoch_loss_sum: float = 0.0  # summed over ranks: a resumed epoch's mean covers its steps before the resume
+    epoch_targets: int = 0
     last_checkpoint: str | None = None
 
     def state_dict(self) -> dict:
@@ -383,17 +405,17 @@ def train(*, model, data: BatchSource, val_data: Iterable[dict] | None, args: Tr
         torch.backends.cudnn.allow_tf32 = True
     optimizer = optimizer or build_optimizer(model, args, device)
     engine = engine or TorchEngine(optimizer, scaler)
-    base_lr = float(args.learning_rate or 1e-3)
-    min_lr = base_lr * 0.1 if args.min_lr is None else float(args.min_lr)
-    warmup = default_warmup(plan.total_steps) if args.warmup_steps is None else int(args.warmup_steps)
+    schedule = plan.schedule or schedule_for(args, plan.total_steps)
     accum = args.gradient_accumulation_steps or 1
     state = TrainState()
     if dist.is_main:
-        remove_stale_tmp(out)
+        ckpt.clean_staging(out)  # only this run's staging entries, and only those of a writer that is gone
     if resume_from is not None:
         saved, extra = ckpt.load_checkpoint(resume_from, model=model, optimizer=optimizer, scaler=scaler,
-                                            dist=dist, io=hooks.io, read_model=hooks.load_model)
+                                            dist=dist, io=hooks.io, read_model=hooks.load_model,
+                                            allow_sharded=bool(getattr(args, "load_sharded", False)))
         state.load_state_dict(saved["loop"])
+        state.last_checkpoint = str(resume_from)  # the last good checkpoint is the one resumed
         data.load_state_dict(saved["data"])
         if extra is not None and hooks.load_extra_state is not None:
             hooks.load_extra_state(extra)
@@ -404,7 +426,8 @@ def train(*, model, data: BatchSource, val_data: Iterable[dict] | None, args: Tr
     console.info(M("precision", precision=precision, autocast="ON" if precision != "fp32" else "OFF",
                    scaler="ON" if scaler is not None else "OFF"))
     console.info(M("plan", steps=plan.total_steps, epochs=plan.epochs, per_epoch=plan.steps_per_epoch,
-                   tokens=plan.tokens_per_step, warmup=warmup))
+                   tokens=plan.tokens_per_step, warmup=schedule.warmup))
+    limits_notice(args, plan)
     logger = MetricsLogger(out, dist=dist, total_steps=plan.total_steps,
                            resume_step=state.step if resume_from is not None else None,
                            time_budget_h=args.time_budget, peak_name=peak_name, device_name=device_name)
@@ -413,15 +436,19 @@ def train(*, model, data: BatchSource, val_data: Iterable[dict] | None, args: Tr
     history: list[tuple[int, float]] = []
     zero = lambda: torch.zeros((), dtype=torch.float64, device=device)  # noqa: E731
     interval_loss, interval_n = zero(), 0
-    epoch_loss, epoch_n, epoch_start = zero(), 0, time.perf_counter()
+    # the epoch's running sum continues a resumed epoch (rank 0 holds the all-rank sum, the others 0)
+    epoch_loss = zero() + (state.epoch_loss_sum if dist.is_main else 0.0)
+    epoch_n, epoch_start = state.epoch_targets, time.perf_counter()
     last_val: float | None = None
     saved_at: int | None = None
 
     def save(name: str) -> Path:
         nonlocal saved_at
         path = out / name
+        state.epoch_loss_sum, state.epoch_targets = float(global_sum(epoch_loss.clone())), epoch_n
         trainer_state = {"step": state.step, "epoch": state.epoch, "tokens_seen": state.tokens_seen,
                          "loop": state.state_dict(), "data": data.state_dict(),
+                         "plan": plan_state(args, dataclasses.replace(plan, schedule=schedule)),
                          **(hooks.checkpoint_meta() if hooks.checkpoint_meta else {})}
         ckpt.save_checkpoint(path, model=model, optimizer=optimizer, scaler=scaler, trainer_state=trainer_state,
                              dist=dist, io=hooks.io, write_model=hooks.save_model, write_extras=hooks.write_extras,
@@ -433,6 +460,20 @@ def train(*, model, data: BatchSource, val_data: Iterable[dict] | None, args: Tr
         if run_status is not None:
             run_status.update(last_step=state.step, latest_checkpoint=path)
         return path
+
+    def keep_best(val: float | None) -> None:
+        if not best_model.track(state, val):
+            return
+        extras, info = hooks.write_extras, best_model.best_json(state)
+
+        def write_extras(d: Path) -> None:
+            if extras is not None:
+                extras(d)
+            atomic_write_json(d / best_model.BEST_JSON, info)
+
+        path = ckpt.save_model_dir(best_model.best_dir(out), model=model, dist=dist, io=hooks.io,
+                                   write_model=hooks.save_model, write_extras=write_extras)
+        console.info(best_model.M("saved", val=val, step=state.step, path=path))
 
     def global_sum(t: torch.Tensor) -> torch.Tensor:
         return dist.all_reduce(t.to(dist.comm_device), "sum") if dist.is_distributed else t
@@ -451,7 +492,7 @@ def train(*, model, data: BatchSource, val_data: Iterable[dict] | None, args: Tr
                 if not window:  # the epoch ended on a window boundary (resumed exactly there)
                     data.start_epoch(state.epoch)
                     continue
-                lr = lr_at(state.step, base=base_lr, min_lr=min_lr, warmup=warmup, total=plan.total_steps)
+                lr = schedule.lr(state.step)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 counts = torch.tensor([sum(count_targets(b) for b in window),
@@ -514,19 +555,20 @@ def train(*, model, data: BatchSource, val_data: Iterable[dict] | None, args: Tr
                     finished_epoch = state.epoch + 1
                     state.epoch += 1
                     data.start_epoch(state.epoch)
-                    _track_best(state, last_val)
+                    keep_best(last_val)
+                    epoch_loss, epoch_n = zero(), 0
                     path = save(hooks.epoch_checkpoint_name(finished_epoch, state.step))
                     if hooks.on_epoch_end is not None and dist.is_main:
                         hooks.on_epoch_end(EpochEnd(finished_epoch, state.step, train_epoch, last_val, lr, path,
                                                     seconds))
-                    epoch_loss, epoch_n, epoch_start = zero(), 0, time.perf_counter()
+                    epoch_start = time.perf_counter()
                     meter.reset(tokens=state.tokens_seen, step=state.step)  # eval/save time is not training
                 elif args.eval_interval and state.step % args.eval_interval == 0 and val_data is not None:
                     last_val = evaluate(model, val_data, dist=dist, precision=precision)
-                    _track_best(state, last_val)
                     if last_val is not None:
                         logger.eval(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, val_loss=last_val,
                                     elapsed_s=meter.elapsed)
+                    keep_best(last_val)
                     meter.reset(tokens=state.tokens_seen, step=state.step)
                 if args.save_steps and state.step % args.save_steps == 0 and saved_at != state.step:
                     save(f"checkpoint-step-{state.step}")
@@ -557,13 +599,15 @@ def train(*, model, data: BatchSource, val_data: Iterable[dict] | None, args: Tr
                           ckpt="ON" if args.gradient_checkpointing else "OFF")) from None
     except KeyboardInterrupt:
         status = "interrupted"
+        if dist.is_main and state.last_checkpoint:
+            path = Path(state.last_checkpoint)
+            console.error(M("aborted", step=state.step, path=path,
+                            cmd=(hooks.resume_command or default_resume_command)(path)))
+        elif dist.is_main:
+            console.error(M("aborted_none", step=state.step))
         raise
     finally:
         logger.close()
         if run_status is not None:
             run_status.update(status=status, last_step=state.step)
 
-
-def _track_best(state: TrainState, val: float | None) -> None:
-    if val is not None and (state.best_val_loss is None or val < state.best_val_loss):
-        state.best_val_loss = val

@@ -25,12 +25,12 @@ from aura.i18n import Messages
 from aura.utils.fsutil import atomic_write_json, atomic_write_text, read_json
 
 M = Messages("metrics", {
-    "step": ("Epoch {epoch} | Step {step}/{total} | Loss: {loss} | LR {lr:.2e} | Grad {grad} | "
+    "step": ("Época {epoch} | Paso {step}/{total} | Loss: {loss} | LR {lr:.2e} | Grad {grad} | "
              "{tps:,.0f} tok/s | MFU {mfu} | Mem {mem} | ETA {eta}{sync}",
              "Epoch {epoch} | Step {step}/{total} | Loss: {loss} | LR {lr:.2e} | Grad {grad} | "
              "{tps:,.0f} tok/s | MFU {mfu} | Mem {mem} | ETA {eta}{sync}"),
-    "epoch": ("Epoch {epoch}/{epochs} | Loss entrenamiento: {train} | Loss validación: {val} | "
-              "Duración epoch: {seconds:.1f}s",
+    "epoch": ("Época {epoch}/{epochs} | Loss entrenamiento: {train} | Loss validación: {val} | "
+              "Duración época: {seconds:.1f}s",
               "Epoch {epoch}/{epochs} | Train loss: {train} | Val loss: {val} | Epoch time: {seconds:.1f}s"),
     "eval": ("Validación en el paso {step}: Loss {val:.4f} (perplejidad {ppl:.1f})",
              "Validation at step {step}: Loss {val:.4f} (perplexity {ppl:.1f})"),

@@ -15,25 +15,28 @@ from aura.config import arg, to_dict
 from aura.errors import AuraError
 from aura.i18n import Messages
 from aura.models import PRESETS
+from aura.rundir import BEST
 from aura.train.args import TrainArgs, explicit_fields
-from aura.train.setup import load_hf_weights, prepare_run_dir
+from aura.train.best import read_best
+from aura.train.plan import adopt_flags, continue_plan
+from aura.train.setup import load_hf_weights, prepare_run_dir, release_run_dir
 
 M = Messages("pretrain", {
     "demo": ("Sin --data: demo con el corpus español incluido (tokenizador + datos + modelo 'tiny').",
              "No --data: demo on the embedded Spanish corpus (tokenizer + data + 'tiny' model)."),
     "auto": ("Preset automático: {reason}", "Automatic preset: {reason}"),
-    "preset": ("Modelo: '{preset}' ({arch}), {params:,} parámetros; {tokens:,} tokens por paso de optimización "
-               "(lote {batch} x acumulación {accum} x contexto {seq} x {world} proceso(s)).",
-               "Model: '{preset}' ({arch}), {params:,} parameters; {tokens:,} tokens per optimizer step "
-               "(batch {batch} x accumulation {accum} x context {seq} x {world} process(es))."),
+    "preset": ("Modelo: '{preset}' ({arch}), {params:parámetro|parámetros}; {tokens:token|tokens} por paso de optimización "
+               "(lote {batch} x acumulación {accum} x contexto {seq} x {world:proceso|procesos}).",
+               "Model: '{preset}' ({arch}), {params:parameter|parameters}; {tokens:token|tokens} per optimizer step "
+               "(batch {batch} x accumulation {accum} x context {seq} x {world:process|processes})."),
     "tok_mismatch": ("Los datos de {data} se prepararon con otro tokenizador: meta.json dice {data_tok} (hash "
                      "{data_hash}), pero --tokenizer {tok} tiene hash {tok_hash}. Usa el mismo tokenizador o "
                      "vuelve a preparar los datos con 'aura data prepare ... --tokenizer {tok}'.",
                      "The data in {data} was prepared with another tokenizer: meta.json says {data_tok} (hash "
                      "{data_hash}), but --tokenizer {tok} has hash {tok_hash}. Use the same tokenizer or "
                      "prepare the data again with 'aura data prepare ... --tokenizer {tok}'."),
-    "vocab_small": ("El tokenizador tiene {tok} tokens pero los datos usan ids hasta {data}.",
-                    "The tokenizer has {tok} tokens but the data uses ids up to {data}."),
+    "vocab_small": ("El tokenizador tiene {tok:token|tokens} pero los datos usan ids hasta {data}.",
+                    "The tokenizer has {tok:token|tokens} but the data uses ids up to {data}."),
     "ckpt_differs": ("El checkpoint {path} no corresponde a esta configuración:\n  {diffs}\nReanuda con los "
                      "mismos --model-preset, dimensiones y --tokenizer que lo crearon.",
                      "The checkpoint {path} does not match this configuration:\n  {diffs}\nResume with the "
@@ -51,12 +54,21 @@ M = Messages("pretrain", {
     "out_tb": ("  TensorBoard: tensorboard --logdir {path}", "  TensorBoard: tensorboard --logdir {path}"),
     "out_cfg": ("  hiperparámetros: {path}", "  hyperparameters: {path}"),
     "out_data": ("  datos y tokenizador: {data} , {tok}", "  data and tokenizer: {data} , {tok}"),
-    "global_batch": ("Lote global: {sequences:,} secuencias ({tokens:,} tokens) por paso = micro-lote {batch} x "
-                     "acumulación {accum} x {world} proceso(s); cada proceso lee su propia parte de los datos.",
-                     "Global batch: {sequences:,} sequences ({tokens:,} tokens) per step = micro-batch {batch} x "
-                     "accumulation {accum} x {world} process(es); every rank reads its own part of the data."),
+    "global_batch": ("Lote global: {sequences:secuencia|secuencias} ({tokens:token|tokens}) por paso = micro-lote {batch} x "
+                     "acumulación {accum} x {world:proceso|procesos}; cada proceso lee su propia parte de los datos.",
+                     "Global batch: {sequences:sequence|sequences} ({tokens:token|tokens}) per step = micro-batch {batch} x "
+                     "accumulation {accum} x {world:process|processes}; every rank reads its own part of the data."),
     "done_dist": ("Entrenamiento completado. Gradientes sincronizados.",
                   "Training complete. Gradients synchronised."),
+    "no_val": ("La validación de {data} tiene {tokens:token|tokens}, menos que una ventana de {window:,} "
+               "(--seq-length {seq} + 1): no habrá pérdida de validación (\"Val loss: -\") ni best/. Prepara más "
+               "validación (--validation-split al preparar texto aquí, o aura data prepare --val-fraction) o usa "
+               "un --seq-length más corto.",
+               "The validation split of {data} has {tokens:token|tokens}, fewer than one window of {window:,} "
+               "(--seq-length {seq} + 1): there will be no validation loss (\"Val loss: -\") and no best/. "
+               "Prepare more validation data (--validation-split when preparing text here, or aura data prepare "
+               "--val-fraction) or use a shorter --seq-length."),
+    "out_best": ("  mejor validación (paso {step}, {val:.4f}): {path}", "  best validation (step {step}, {val:.4f}): {path}"),
     "bad_split": ("--validation-split debe estar en [0, 0.5) (recibido: {value}).",
                   "--validation-split must be in [0, 0.5) (got: {value})."),
 })
@@ -223,7 +235,8 @@ def _sample(model, tok, prompt: str, tokens: int, *, device, seed: int) -> str:
 
 
 def pretrain(cfg: PretrainConfig) -> int:
-    """Run `aura pretrain`; returns 0 when finished or cleanly interrupted (checkpoint saved)."""
+    """Run `aura pretrain`; returns 0 when finished, EXIT_INTERRUPTED (3) when stopped by a signal with a
+    checkpoint saved."""
     from aura.distributed import init_distributed, teardown
 
     explicit = sorted(explicit_fields(cfg))
@@ -232,6 +245,7 @@ def pretrain(cfg: PretrainConfig) -> int:
     try:
         return _pretrain(cfg, dist, explicit)
     finally:
+        release_run_dir(cfg.output_dir)
         teardown(dist)
 
 
@@ -243,12 +257,12 @@ def _pretrain(cfg: PretrainConfig, dist, explicit: list[str]) -> int:
     from aura.distributed import parallelize, strategy_of
     from aura.hardware import detect
     from aura.models import build_model, count_parameters, flops_per_token
-    from aura.tokenizer import load_tokenizer, tokenizer_hash
+    from aura.tokenizer import add_aura_chat_template, load_tokenizer, tokenizer_hash
     from aura.train import checkpoint as ckpt
     from aura.train.args import resolve_steps
-    from aura.train.loop import TrainHooks, resolve_precision, train
+    from aura.train.loop import EXIT_INTERRUPTED, TrainHooks, resolve_precision, train
     from aura.train.metrics import RunStatus
-    from aura.utils.fsutil import atomic_write_json
+    from aura.utils.fsutil import atomic_write_json, check_writable
 
     from transformers.utils import logging as hf_logging
 
@@ -258,10 +272,18 @@ def _pretrain(cfg: PretrainConfig, dist, explicit: list[str]) -> int:
 
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # transformers may import deepspeed, which warns
     out = Path(cfg.output_dir)
-    resume_path = prepare_run_dir(out, dist=dist, resume_from=cfg.resume_from, overwrite=cfg.overwrite)
+    check_writable(out, flag="--output-dir")
+    resume_path = prepare_run_dir(out, dist=dist, resume_from=cfg.resume_from, overwrite=cfg.overwrite,
+                                  fork=cfg.fork, inputs=[*cfg.data, cfg.tokenizer])
+    adopted = None
+    if resume_path is not None:  # the run's plan comes from the checkpoint (aura.train.plan)
+        adopted = adopt_flags(cfg, ckpt.read_state(resume_path), explicit=explicit, path=resume_path,
+                              world_size=dist.world_size)
+        cfg = adopted.cfg
 
     data_dir, tok_name = _prepare_inputs(cfg, out, dist)
     tok = load_tokenizer(tok_name)
+    add_aura_chat_template(tok)  # final/ carries Aura's chat template (tokenizers trained before it had none)
     train_shards, val_shards = open_splits(data_dir)
     _check_tokenizer(tok, tok_name, train_shards)
     tok_hash = tokenizer_hash(tok)
@@ -290,9 +312,14 @@ def _pretrain(cfg: PretrainConfig, dist, explicit: list[str]) -> int:
     if val_shards is not None:
         val = EvalBatches(val_shards, seq_len=spec.seq_len, batch_size=cfg.batch_size, rank=dist.rank,
                           world_size=dist.world_size, max_batches=cfg.eval_batches)
-        val = val if len(val) else None
+        if not len(val):
+            console.warn(M("no_val", data=data_dir, tokens=len(val_shards), window=spec.seq_len + 1,
+                           seq=spec.seq_len))
+            val = None
     plan = resolve_steps(cfg, batches_per_epoch=data.batches_per_epoch,
                          tokens_per_micro_batch=cfg.batch_size * spec.seq_len, world_size=dist.world_size)
+    if adopted is not None:
+        plan = continue_plan(plan, adopted)
     console.info(M("preset", preset=spec.name, arch=spec.arch, params=n_params, tokens=plan.tokens_per_step,
                    batch=cfg.batch_size, accum=cfg.gradient_accumulation_steps, seq=spec.seq_len,
                    world=dist.world_size))
@@ -310,7 +337,7 @@ def _pretrain(cfg: PretrainConfig, dist, explicit: list[str]) -> int:
         atomic_write_json(out / "model_config.json", {
             "kind": "pretrain", "config": to_dict(cfg), "explicit_flags": explicit, "preset": spec.name,
             "model_spec": spec.to_dict(), "auto": auto, "parameters": n_params, "vocab_size": vocab,
-            "flops_per_token": fpt, "precision": precision, "plan": plan.__dict__,
+            "flops_per_token": fpt, "precision": precision, "plan": plan.to_dict(),
             "tokenizer": {"path": str(tok_name), "hash": tok_hash},
             "data": {"path": str(data_dir), "train_tokens": len(train_shards),
                      "val_tokens": len(val_shards) if val_shards is not None else 0},
@@ -325,7 +352,7 @@ def _pretrain(cfg: PretrainConfig, dist, explicit: list[str]) -> int:
                    run_status=status, flops_per_token=fpt, peak_flops=info.peak_flops(precision),
                    peak_name=info.peak_source, device_name=info.name, resume_from=resume_path)
     if result.status != "finished":
-        return 0
+        return EXIT_INTERRUPTED
     if dist.is_main:
         if cfg.sample_tokens > 0:
             # FSDP2 holds shards: sample from the gathered final/ instead of the training model
@@ -337,6 +364,9 @@ def _pretrain(cfg: PretrainConfig, dist, explicit: list[str]) -> int:
         console.success(M("outputs", run=out))
         console.info(M("out_final", path=result.final_dir))
         console.info(M("out_ckpt", path=result.checkpoint))
+        best = read_best(out)
+        if best is not None:
+            console.info(M("out_best", step=best["step"], val=best["val_loss"], path=out / BEST))
         console.info(M("out_csv", path=out / "training_log.csv"))
         console.info(M("out_tb", path=out / "tb"))
         console.info(M("out_cfg", path=out / "model_config.json"))
