@@ -7,7 +7,6 @@ Nothing imports this module.
 
 from __future__ import annotations
 
-import glob
 import importlib
 import os
 import sys
@@ -67,11 +66,11 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         "Exporta a GGUF para llama.cpp y Ollama, verificado en llama.cpp.",
         "Export to GGUF for llama.cpp and Ollama, verified in llama.cpp."),
     ("launch",): Command(
-        "aura.dist.launch", "LaunchConfig", "launch",
+        "aura.launch", "LaunchConfig", "launch",
         "Lanza torchrun con NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT y GPUS_PER_NODE.",
         "Start torchrun from NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, GPUS_PER_NODE."),
     ("check-dist",): Command(
-        "aura.dist.check", "CheckDistConfig", "check_dist",
+        "aura.check_dist", "CheckDistConfig", "check_dist",
         "Prueba la comunicación entre procesos: all_reduce, ancho de banda y diagnóstico.",
         "Test communication between ranks: all_reduce, bandwidth and diagnosis."),
     ("monitor",): Command(
@@ -156,19 +155,14 @@ def resolve(argv: list[str]) -> tuple[tuple[str, ...] | None, list[str]]:
     return None, argv
 
 
-def _quiet_third_party() -> None:
-    """DeepSpeed (imported by transformers/peft when installed) probes for an accelerator at import
-    time and warns on every CPU-only command; on a machine without NVIDIA devices, say CPU up front."""
-    if "DS_ACCELERATOR" not in os.environ and not glob.glob("/dev/nvidia[0-9]*"):
-        os.environ["DS_ACCELERATOR"] = "cpu"
-
-
 def run_command(key: tuple[str, ...], args: list[str]):
+    from aura.distributed.deepspeed_engine import set_accelerator_env
+
     cmd = COMMANDS[key]
-    _quiet_third_party()
-    module = importlib.import_module(cmd.module)
+    module = importlib.import_module(cmd.module)  # command modules import no third-party ML library
     cfg_cls = getattr(module, cmd.config)
     cfg = parse_config(cfg_cls, args, prog="aura " + " ".join(key), description=bi(cmd.es, cmd.en))
+    set_accelerator_env(str(getattr(cfg, "device", "auto")))  # before transformers can import DeepSpeed
     return getattr(module, cmd.function)(cfg)
 
 

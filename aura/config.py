@@ -53,14 +53,18 @@ M = Messages("config", {
 
 def arg(default: Any = dataclasses.MISSING, *, es: str, en: str, positional: bool = False,
         choices: typing.Sequence[Any] | None = None, metavar: str | None = None,
-        short: str | None = None, hidden: bool = False, remainder: bool = False) -> Any:
+        short: str | None = None, hidden: bool = False, remainder: bool = False,
+        aliases: typing.Sequence[str] = ()) -> Any:
     """A config field with bilingual help. Mutable defaults (lists, dicts) are copied per instance.
 
     ``remainder=True`` (a positional list) takes every argument from the first positional on,
     flags included, as ``torchrun`` does with its script's arguments (``aura launch``).
+    ``aliases``: older spellings of the flag (``"--validation-split"``) that still parse, on the command
+    line and as YAML keys, and are listed in ``--help`` after the flag's own name.
     """
     meta = {"help": (es, en), "positional": positional or remainder, "choices": choices,
-            "metavar": metavar, "short": short, "hidden": hidden, "remainder": remainder}
+            "metavar": metavar, "short": short, "hidden": hidden, "remainder": remainder,
+            "aliases": tuple(aliases)}
     if isinstance(default, (list, dict, set)):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -179,7 +183,7 @@ def build_parser(cls, *, prog: str, description: str) -> argparse.ArgumentParser
                 if not meta.get("remainder") else argparse.REMAINDER
             parser.add_argument(f.name, **kwargs)
             continue
-        names = ["--" + f.name.replace("_", "-")]
+        names = [flag_name(f.name), *meta.get("aliases", ())]
         if meta.get("short"):
             names.insert(0, meta["short"])
         if base is bool:
@@ -217,10 +221,13 @@ def parse_config(cls, argv: list[str], *, prog: str, description: str):
     ns = vars(parser.parse_args(argv))
     values: dict[str, Any] = {}
     types_by_name = {f.name: tp for f, tp in fields_of(cls)}
+    alias_of = {a.lstrip("-").replace("-", "_"): f.name for f, _ in fields_of(cls)
+                for a in (f.metadata or {}).get("aliases", ())}
     config_path = ns.pop("config", None)
     if config_path:
         for key, value in load_yaml(config_path).items():
             name = str(key).replace("-", "_")
+            name = alias_of.get(name, name)
             if name not in types_by_name:
                 import difflib
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
 from aura.i18n import Messages
-from aura.models import PRESETS, ModelSpec, spec_parameters
+from aura.models import PRESET_TRAINING, PRESETS, ModelSpec, spec_parameters
 
 GIB = 1024 ** 3
 PLANNING_VOCAB = 32000  # `auto` runs before the tokenizer is known; typical Spanish BPE size
@@ -225,13 +225,8 @@ _CANDIDATES: list[tuple[str, int, bool]] = [
     ("gpt2-small", 16, False), ("gpt2-small", 8, False), ("gpt2-small", 4, False),
     ("gpt2-small", 8, True), ("gpt2-small", 4, True), ("gpt2-small", 2, True),
 ]
-_LR = {"tiny": 1e-3, "gpt2-small": 6e-4, "gpt2-medium": 3e-4, "aura-72h-extended": 3e-4,
-       "aura-72h-max": 2e-4}
-CPU_BATCH = 16
-
-
-def preset_learning_rate(preset: str) -> float:
-    return _LR.get(preset, 3e-4)
+CPU_BATCH = PRESET_TRAINING["tiny"].batch_size
+_TINY = PRESET_TRAINING["tiny"]
 
 
 def choose_auto(info: HardwareInfo | None = None, *, vocab_size: int = PLANNING_VOCAB,
@@ -243,7 +238,7 @@ def choose_auto(info: HardwareInfo | None = None, *, vocab_size: int = PLANNING_
         spec = PRESETS["tiny"]
         est = estimate_memory(spec, vocab_size=vocab_size, batch_size=CPU_BATCH, precision=precision,
                               gradient_checkpointing=False, device_type="cpu")
-        return AutoChoice("tiny", CPU_BATCH, 1, precision, False, _LR["tiny"], 100, est.total,
+        return AutoChoice("tiny", CPU_BATCH, 1, precision, False, _TINY.learning_rate, _TINY.save_steps, est.total,
                           M("reason_cpu", name=info.name, batch=CPU_BATCH))
     budget = int(info.memory_bytes * usable_fraction)
     mem_gib = info.memory_bytes / GIB
@@ -255,11 +250,39 @@ def choose_auto(info: HardwareInfo | None = None, *, vocab_size: int = PLANNING_
             accum = max(1, TARGET_TOKENS_PER_STEP // (batch * spec.seq_len))
             reason = M("reason_fit", device=info.name, mem=mem_gib, preset=preset, batch=batch,
                        ckpt=M("ckpt") if ckpt else "", need=est.total / GIB)
-            return AutoChoice(preset, batch, accum, precision, ckpt, _LR[preset], 500, est.total, reason)
+            trained = PRESET_TRAINING[preset]
+            return AutoChoice(preset, batch, accum, precision, ckpt, trained.learning_rate, trained.save_steps,
+                              est.total, reason)
     est = estimate_memory(PRESETS["tiny"], vocab_size=vocab_size, batch_size=CPU_BATCH, precision=precision,
                           gradient_checkpointing=False, device_type=info.device_type)
-    return AutoChoice("tiny", CPU_BATCH, 1, precision, False, _LR["tiny"], 100, est.total,
+    return AutoChoice("tiny", CPU_BATCH, 1, precision, False, _TINY.learning_rate, _TINY.save_steps, est.total,
                       M("reason_small", device=info.name, mem=mem_gib))
+
+
+FINETUNE_BATCHES = (8, 4, 2, 1)  # tried largest first; accumulation keeps 8 rows per optimizer step
+
+
+def finetune_batch(model, *, info: HardwareInfo, max_length: int, precision: str, checkpointing: bool) -> int | None:
+    """Largest fine-tuning micro-batch whose memory fits the device (CUDA only; None elsewhere): the memory
+    model of ``estimate_memory``, with gradients and AdamW state only for ``model``'s trainable parameters."""
+    if info.device_type != "cuda":
+        return None
+    c = model.config
+    d = getattr(c, "hidden_size", None) or getattr(c, "n_embd", 0)
+    heads = getattr(c, "num_attention_heads", None) or getattr(c, "n_head", 1)
+    spec = ModelSpec("finetune", "gpt2" if c.model_type == "gpt2" else "llama", d,
+                     getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer", 1), heads,
+                     getattr(c, "num_key_value_heads", None) or heads, max_length,
+                     getattr(c, "intermediate_size", None) or 4 * d)
+    params = list(model.parameters())
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    weights = sum(p.numel() * p.element_size() for p in params)
+    for batch in FINETUNE_BATCHES:
+        est = estimate_memory(spec, vocab_size=c.vocab_size, batch_size=batch, precision=precision,
+                              gradient_checkpointing=checkpointing)
+        if weights + 16 * trainable + est.activations + est.logits + est.overhead <= info.memory_bytes:
+            return batch
+    return 1
 
 
 def nominal_gpu(memory_gb: float, *, bf16: bool = True, name: str | None = None) -> HardwareInfo:

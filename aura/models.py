@@ -84,6 +84,34 @@ PRESETS: dict[str, ModelSpec] = {
 }
 
 
+@dataclass(frozen=True)
+class PresetTraining:
+    """A preset's training defaults, for the flags the user does not give (``auto`` picks its own)."""
+
+    batch_size: int  # micro-batch per process
+    learning_rate: float
+    save_steps: int
+    gradient_checkpointing: bool = False  # the 72-hour guide's models need it at their batch size
+
+    def to_defaults(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESET_TRAINING: dict[str, PresetTraining] = {
+    "tiny": PresetTraining(16, 1e-3, 100),
+    "gpt2-small": PresetTraining(8, 6e-4, 500),
+    "gpt2-medium": PresetTraining(8, 3e-4, 500),
+    "aura-72h-extended": PresetTraining(2, 3e-4, 500, gradient_checkpointing=True),
+    "aura-72h-max": PresetTraining(2, 2e-4, 500, gradient_checkpointing=True),
+}
+MANUAL_TRAINING = PresetTraining(8, 3e-4, 500)  # --model-preset manual
+
+
+def preset_training(preset: str) -> PresetTraining:
+    """The training defaults of ``preset`` (``manual``: MANUAL_TRAINING)."""
+    return PRESET_TRAINING.get(preset, MANUAL_TRAINING)
+
+
 def _check_positive(field: str, value: int | None) -> None:
     if value is not None and (not isinstance(value, int) or value <= 0):
         raise AuraError(M("positive", field=field, value=value))
@@ -168,7 +196,11 @@ def build_model(spec: ModelSpec, vocab_size: int, *, bos_token_id: int | None = 
 
 
 def count_parameters(model, *, trainable_only: bool = False) -> int:
-    """Unique parameters (tied embeddings counted once)."""
+    """Unique parameters (tied embeddings counted once), or only the trainable ones. A peft model
+    counts its 4-bit weights at their real size (``get_nb_trainable_parameters``), as peft reports them."""
+    if hasattr(model, "get_nb_trainable_parameters"):
+        trainable, total = model.get_nb_trainable_parameters()
+        return trainable if trainable_only else total
     seen: set[int] = set()
     total = 0
     for p in model.parameters():

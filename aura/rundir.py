@@ -95,7 +95,7 @@ def step_of(path: str | Path) -> int | None:
 # (``fcntl.flock``) on ``RUN_DIR/.aura-run.lock``. The kernel drops the lock when that process exits,
 # however it exits (kill -9 included), so a dead run never leaves a stale lock behind. The file holds
 # the holder's record: {pid, host, since} and ``job``, the identity of the training job that last
-# wrote the directory (an elastic restart resumes only its own job: ``aura.train.setup``).
+# wrote the directory (an elastic restart resumes only its own job: ``aura.train.rundir_guard``).
 
 FORK_PREFIX = "forked-from-step-"  # FORK_PREFIX + "N-TIME/": a branch moved aside by --fork (never a checkpoint)
 

@@ -92,6 +92,8 @@ M = Messages("tokenizer", {
                      "bien escrita, entrena uno con 'aura tokenizer train' o indica un nombre de Hugging Face.",
                      "{flag} {name}: the tokenizer does not exist (read as a local path). Check the spelling, "
                      "train one with 'aura tokenizer train' or give a Hugging Face name."),
+    "bad_tokenizer": ("No se pudo cargar el tokenizador de {path}: {err}",
+                      "Could not load the tokenizer of {path}: {err}"),
     "pad_eos": ("El tokenizador no tiene token de relleno: se usa el de fin de texto ({eos}) como relleno.",
                 "The tokenizer has no padding token: using the end-of-text token ({eos}) as padding."),
     "pad_added": ("El tokenizador no tiene token de relleno ni de fin de texto: se añade {pad} "
@@ -141,9 +143,16 @@ def tokenizer_hash(tok) -> str:
 # Loading
 
 
-def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False, flag: str = "--tokenizer"):
-    """Any Hugging Face tokenizer (local directory or hub name), with a padding token guaranteed. A
-    missing path fails at once; an unreachable hub means the local cache only (``aura.utils.hub``)."""
+def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False, flag: str = "--tokenizer",
+                   training: bool = True):
+    """Any Hugging Face tokenizer (local directory or hub name), with a padding token. A missing path
+    fails at once; an unreachable hub means the local cache only (``aura.utils.hub``).
+
+    The padding rule, the one Aura applies everywhere: the tokenizer's own, else Aura's reserved
+    ``<|pad|>`` when the vocabulary has it, else the end-of-text token, else (training only: the
+    embeddings get resized) a new ``<|pad|>``. Inference and export pass ``training=False``: a trained
+    model's vocabulary must not grow, and the choice is not announced (it changes no output).
+    """
     from transformers import AutoTokenizer
 
     from aura.utils import hub
@@ -159,14 +168,18 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False, flag: 
         offline = hub.offline_error(source, flag=flag)
         if offline is not None:
             raise offline from None
-        raise AuraError(M("not_found", name=name, err=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")) from None
+        err = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if source.local and any(Path(source.name, f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+            raise AuraError(M("bad_tokenizer", path=source.name, err=err)) from None
+        raise AuraError(M("not_found", name=name, err=err)) from None
     if tok.pad_token is None:
         if PAD in tok.get_vocab():
             tok.pad_token = PAD
         elif tok.eos_token is not None:
             tok.pad_token = tok.eos_token
-            console.info(M("pad_eos", eos=tok.eos_token))
-        else:
+            if training:
+                console.info(M("pad_eos", eos=tok.eos_token))
+        elif training:
             tok.add_special_tokens({"pad_token": PAD})
             console.info(M("pad_added", pad=PAD))
     return tok

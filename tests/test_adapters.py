@@ -9,6 +9,7 @@ import torch
 
 from aura.config import parse_config
 from aura.errors import AuraError
+from aura.models import count_parameters
 from aura.train import adapters
 from aura.train.finetune import FinetuneConfig, auto_epochs, auto_epochs_line
 from tests.tiny_models import build_gpt2, build_llama, train_tokenizer
@@ -60,7 +61,7 @@ def test_lora_trainable_count_matches_the_layer_shapes(dirs, monkeypatch):
                    if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in LLAMA_LINEARS)
     total_base = sum(p.numel() for p in base.parameters())
     model = adapters.setup_model(base, method="lora", lora_r=r, lora_alpha=8, lora_dropout=0.0)
-    assert adapters.count_parameters(model) == (expected, total_base + expected)
+    assert (count_parameters(model, trainable_only=True), count_parameters(model)) == (expected, total_base + expected)
     assert adapters.trainable_line(model) == (f"Trainable params: {expected:,} / {total_base + expected:,} "
                                               f"({100 * expected / (total_base + expected):.2f}%)")
     monkeypatch.setenv("AURA_LANG", "es")
@@ -69,7 +70,7 @@ def test_lora_trainable_count_matches_the_layer_shapes(dirs, monkeypatch):
     assert adapters.trainable_line(model).startswith(f"Parámetros entrenables: {num(expected, lang='es')} / ")
     only_q = _lora(dirs["llama"], r=r, targets=["q_proj"])
     q = adapters.load_base_model(str(dirs["llama"])).model.layers[0].self_attn.q_proj
-    assert adapters.count_parameters(only_q)[0] == 2 * r * (q.in_features + q.out_features)
+    assert count_parameters(only_q, trainable_only=True) == 2 * r * (q.in_features + q.out_features)
 
 
 def test_gpt2_lora_trains(dirs):
@@ -102,7 +103,7 @@ def test_full_finetuning_trains_everything_and_saves_a_loadable_model(dirs, tmp_
     from aura.tokenizer import load_tokenizer
 
     model = adapters.setup_model(adapters.load_base_model(str(dirs["llama"])), method="full")
-    trainable, total = adapters.count_parameters(model)
+    trainable, total = count_parameters(model, trainable_only=True), count_parameters(model)
     assert trainable == total
     with torch.no_grad():
         model.model.layers[0].mlp.down_proj.weight.add_(0.1)
@@ -151,7 +152,7 @@ def test_qlora_builds_on_cpu_and_trains(dirs):
     base = adapters.load_base_model(str(dirs["llama"]), method="qlora")
     assert isinstance(base.model.layers[0].self_attn.q_proj, bnb.nn.Linear4bit)
     model = adapters.setup_model(base, method="qlora", lora_r=4, lora_alpha=8, lora_dropout=0.0)
-    trainable, total = adapters.count_parameters(model)
+    trainable, total = count_parameters(model, trainable_only=True), count_parameters(model)
     full = sum(p.numel() for p in adapters.load_base_model(str(dirs["llama"])).parameters())
     assert total == full + trainable  # 4-bit weights counted at their real size
     _randomise_lora(model)

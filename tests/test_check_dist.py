@@ -49,6 +49,12 @@ def test_check_dist_without_torchrun_checks_one_rank():
     assert "all_reduce=1 (expected 1) OK" in text
 
 
+def test_nccl_without_a_gpu_is_a_clear_error():
+    proc = run_aura("check-dist", "--backend", "nccl", "--device", "cpu", env=env())
+    assert proc.returncode == 2, output(proc)
+    assert "--backend nccl was requested but this PyTorch has no NCCL or there is no CUDA GPU" in output(proc)
+
+
 def test_port_in_use_is_diagnosed():
     with socket.socket() as busy:
         busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -83,7 +89,7 @@ def test_missing_rank_without_torchrun_is_diagnosed():
 
 
 def test_diagnose_maps_known_errors():
-    from aura.dist.diagnose import diagnose
+    from aura.dist_diagnose import diagnose
 
     assert "29500 is already in use" in diagnose("DistNetworkError: ... code: -98, name: EADDRINUSE",
                                                  port=29500)[0]

@@ -207,3 +207,32 @@ def test_unknown_yaml_key_suggests_the_closest(tmp_path):
     assert "¿Querías decir 'vocab_size'?" in es.stderr
     cfg.write_text("zzz: 1\n", encoding="utf-8")  # nothing close: no guess
     assert "Did you mean" not in run_aura("tokenizer", "train", tmp_path, "--config", cfg).stderr
+
+
+@pytest.mark.parametrize("key, flag, alias, value, field", [
+    (("pretrain",), "--val-fraction", "--validation-split", "0.2", "val_fraction"),
+    (("pretrain",), "--model-preset", "--preset", "tiny", "model_preset"),
+    (("finetune",), "--lora-preset", "--preset", "frida", "lora_preset"),
+], ids=["val-fraction", "model-preset", "lora-preset"])
+def test_one_spelling_per_flag_and_the_old_one_still_parses(key, flag, alias, value, field, tmp_path, capsys):
+    cls = _command_config(key)
+    prog = "aura " + " ".join(key)
+    by_flag = parse_config(cls, [flag, value], prog=prog, description="")
+    by_alias = parse_config(cls, [alias, value], prog=prog, description="")
+    expected = float(value) if field == "val_fraction" else value
+    assert getattr(by_flag, field) == getattr(by_alias, field) == expected
+    yaml_file = tmp_path / "old.yaml"  # a config file written with the old spelling still loads
+    yaml_file.write_text(f"{alias.lstrip('-').replace('-', '_')}: {value}\n", encoding="utf-8")
+    assert getattr(parse_config(cls, ["--config", str(yaml_file)], prog=prog, description=""), field) == \
+        getattr(by_flag, field)
+    assert main([*key, "--help"]) == 0
+    entries = _option_entries(capsys.readouterr().out)
+    assert entries[flag] == entries[alias], f"{alias} is not shown with {flag} in `{prog} --help`"
+
+
+def test_old_flag_spellings_reach_the_commands():
+    """Through the real CLI: each old spelling lands on the field whose message names the new flag."""
+    r = run_aura("pretrain", "--validation-split", "0.7")
+    assert r.returncode == 2 and "--val-fraction must be in [0, 0.5) (got: 0.7)" in r.stderr, r.stderr
+    r = run_aura("finetune", "--method", "full", "--preset", "frida")
+    assert r.returncode == 2 and "--lora-preset only applies to --method lora or qlora" in r.stderr, r.stderr

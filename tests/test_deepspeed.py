@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from aura.errors import AuraError
-from aura.train.deepspeed_engine import ds_config
+from aura.distributed.deepspeed_engine import ds_config
 from tests.distutil import output, torchrun
 from tests.test_finetune import FAST, short_records
 from tests.tiny_models import build_llama, train_tokenizer
@@ -55,6 +55,7 @@ def test_zero2_lora_on_two_cpu_ranks_saves_an_adapter_peft_loads(tmp_path):
     text = output(r)
     assert r.returncode == 0, text
     assert "DeepSpeed ZeRO-2: micro-batch 2, accumulation 2" in text
+    assert "Sync=n/a" in text  # the engine is recognised as DeepSpeed (its partitions are not compared)
     # 23 training rows / (2 ranks x 2) / accumulation 2 = 3 steps per epoch: epoch checkpoints at 3 and 6
     assert (run / "checkpoint-epoch-1" / "deepspeed" / "state").is_dir()
     assert (run / "checkpoint-epoch-1" / "adapter_model.safetensors").is_file()
@@ -76,7 +77,7 @@ def test_shipped_zero2_example_takes_aura_batch_and_accumulation():
     """examples/ds_config_zero2.json (the README's 8×H100 example) leaves every size to Aura's flags."""
     from pathlib import Path
 
-    from aura.train.deepspeed_engine import ds_config, read_config
+    from aura.distributed.deepspeed_engine import ds_config, read_config
 
     cfg = ds_config(read_config(Path(__file__).resolve().parents[1] / "examples" / "ds_config_zero2.json"),
                     batch_size=8, accumulation=2, world_size=8, max_grad_norm=1.0, precision="bf16")
@@ -84,3 +85,31 @@ def test_shipped_zero2_example_takes_aura_batch_and_accumulation():
     assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], cfg["train_batch_size"]) \
         == (8, 2, 128)
     assert cfg["bf16"]["enabled"] is True and cfg["gradient_clipping"] == 1.0
+
+
+def test_cpu_accelerator_is_chosen_once_before_the_command(monkeypatch, tmp_path):
+    """DS_ACCELERATOR: kept when exported, 'cpu' for --device cpu/mps or hidden GPUs; the CLI sets it."""
+    import glob
+    import os
+
+    from aura.distributed.deepspeed_engine import set_accelerator_env
+
+    monkeypatch.setenv("DS_ACCELERATOR", "cuda")
+    set_accelerator_env("cpu")
+    assert os.environ["DS_ACCELERATOR"] == "cuda"  # the user's choice stands
+    for device, visible in (("cpu", None), ("mps", None), ("auto", ""), ("cuda:1", "-1")):
+        monkeypatch.delenv("DS_ACCELERATOR")
+        if visible is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        set_accelerator_env(device)
+        assert os.environ.get("DS_ACCELERATOR") == "cpu", (device, visible)
+        monkeypatch.setenv("DS_ACCELERATOR", "x")
+    if not glob.glob("/dev/nvidia[0-9]*"):  # through the CLI, on a machine without NVIDIA devices
+        monkeypatch.delenv("DS_ACCELERATOR")
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        from aura.cli import main
+
+        assert main(["runs", str(tmp_path)]) == 0
+        assert os.environ.get("DS_ACCELERATOR") == "cpu"

@@ -65,7 +65,7 @@ def test_single_process_is_a_no_op_path(tmp_path):
     from tests.dist_scripts.common import tiny_llama
 
     from aura import distributed as D
-    from aura.dist.sharded import full_state_dict, load_sharded, save_sharded
+    from aura.distributed.sharded import full_state_dict, load_sharded, save_sharded
     from aura.errors import AuraError
 
     dist = D.init_distributed(backend="auto")

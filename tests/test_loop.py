@@ -204,7 +204,7 @@ def test_no_weight_decay_on_norms_biases_embeddings():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from aura.train.args import TrainArgs
-    from aura.train.loop import build_optimizer
+    from aura.train.engine import build_optimizer
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_embd=32, n_layer=1, n_head=2, n_positions=16))
     opt = build_optimizer(model, TrainArgs(learning_rate=1e-3), torch.device("cpu"))
@@ -213,3 +213,40 @@ def test_no_weight_decay_on_norms_biases_embeddings():
     assert names and all(n.endswith(("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
                                       "mlp.c_proj.weight")) for n in names)
     assert opt.param_groups[1]["weight_decay"] == 0.0
+
+
+def test_torch_engine_sets_the_lr_and_skips_a_non_finite_window_without_touching_the_weights():
+    from aura.distributed import DistInfo
+    from aura.train.args import TrainArgs
+    from aura.train.engine import TorchEngine
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+    engine = TorchEngine.build(model, args=TrainArgs(learning_rate=1e-3), dist=DistInfo(device=torch.device("cpu")),
+                               precision="fp32")
+    x = torch.randn(3, 4)
+    engine.set_lr(0.25)
+    assert [g["lr"] for g in engine.optimizer.param_groups] == [0.25, 0.25]
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = model(x).sum() * float("nan")
+    engine.backward(loss, last=True)
+    outcome = engine.finish(loss.detach().double())
+    assert not outcome.applied and outcome.loss != outcome.loss  # NaN: skipped
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    assert all(p.grad is None for p in model.parameters())
+    loss = model(x).sum()
+    engine.backward(loss, last=True)
+    outcome = engine.finish(loss.detach().double())
+    assert outcome.applied and outcome.grad_norm > 0
+    assert not all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    assert engine.state_dict() == {}  # fp32: no GradScaler, nothing for scaler.pt
+
+
+def test_one_optimizer_step_fits_on_a_screen():
+    """Issue 14: the loop's main function stays short; each concern lives with its owner."""
+    import inspect
+
+    from aura.train import loop
+
+    assert len(inspect.getsource(loop.train).splitlines()) < 80
+    assert len(inspect.getsource(loop.optimizer_step).splitlines()) < 40

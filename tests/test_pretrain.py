@@ -32,7 +32,7 @@ def test_final_dir_loads_in_transformers_with_equal_logits(prepared, tmp_path, a
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from aura.models import build_model, resolve_spec
-    from aura.train.pretrain import _load_hf
+    from aura.train.session import load_hf_weights as _load_hf
 
     run = tmp_path / "run"
     r = run_aura("pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--arch", arch,
@@ -220,8 +220,8 @@ def test_validation_smaller_than_one_window_is_said_once(prepared, tmp_path):
     text = tmp_path / "t.txt"
     text.write_text((CORPUS_DIR / "narrativa.txt").read_text(encoding="utf-8")[:20000], encoding="utf-8")
     r = run_aura("pretrain", "--data", text, "--tokenizer", prepared / "tokenizer", "--output-dir", tmp_path / "run",
-                 *TINY_FLAGS, "--seq-length", "1024", "--batch-size", "1", "--validation-split", "0.02",
+                 *TINY_FLAGS, "--seq-length", "1024", "--batch-size", "1", "--val-fraction", "0.02",
                  "--max-steps", "4", "--log-interval", "2")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
-    assert out.count("fewer than one window") == 1 and "--validation-split" in out, out  # ~660 tokens < 1025
+    assert out.count("fewer than one window") == 1 and "--val-fraction" in out, out  # ~660 tokens < 1025

@@ -237,13 +237,13 @@ def test_full_state_resume_never_reads_dcp(prepared, tmp_path):
 
 
 def test_dcp_only_checkpoint_resumes_on_one_process_with_load_sharded(prepared, tmp_path):
-    """A real DCP checkpoint (written by aura.dist.sharded) of the run's own model and optimizer."""
+    """A real DCP checkpoint (written by aura.distributed.sharded) of the run's own model and optimizer."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from aura.dist.sharded import save_sharded
+    from aura.distributed.sharded import save_sharded
     from aura.distributed import DistInfo
-    from aura.train.loop import build_optimizer
+    from aura.train.engine import build_optimizer
     from aura.train.pretrain import PretrainConfig
 
     run = tmp_path / "run"

@@ -103,6 +103,27 @@ def test_load_tokenizer_adds_pad_and_names_missing(tmp_path, capsys):
         load_tokenizer(str(tmp_path / "does_not_exist"))
 
 
+def test_one_tokenizer_loader_for_training_and_inference(tmp_path, capsys):
+    """Inference and export load through the same rule, but never grow a trained model's vocabulary,
+    and a tokenizer that is there but unreadable is named as such (not as "not found")."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from aura.inference.loading import load_model_tokenizer
+    from aura.tokenizer import load_tokenizer
+
+    plain = Tokenizer(models.BPE())
+    plain.pre_tokenizer = pre_tokenizers.ByteLevel()
+    plain.train_from_iterator(["hola mundo " * 20], trainer=trainers.BpeTrainer(vocab_size=300))
+    PreTrainedTokenizerFast(tokenizer_object=plain).save_pretrained(tmp_path / "bare")
+    vocab = len(load_model_tokenizer(tmp_path / "bare"))
+    assert len(load_tokenizer(str(tmp_path / "bare"))) == vocab + 1  # training adds <|pad|>, inference does not
+    (tmp_path / "bare" / "tokenizer.json").write_text("{not json", encoding="utf-8")
+    for load in (lambda: load_tokenizer(str(tmp_path / "bare")), lambda: load_model_tokenizer(tmp_path / "bare")):
+        with pytest.raises(AuraError, match="Could not load the tokenizer of .*bare"):
+            load()
+
+
 def test_cli_train_jsonl_and_too_small_vocab(tmp_path):
     data = tmp_path / "d.jsonl"
     paragraphs = (RESOURCES / "corpus_es" / "enciclopedia.txt").read_text(encoding="utf-8").split("\n\n")

@@ -130,7 +130,7 @@ def _llama_cpp_installed() -> bool:
 def export_gguf(cfg: GGUFConfig) -> int:
     from aura.export.gguf_arch import plan_arch
     from aura.export.gguf_tokenizer import modelfile_text, plan_vocab
-    from aura.inference.loading import find_tokenizer_dir, load_tokenizer, read_json_file, resolve_model
+    from aura.inference.loading import find_tokenizer_dir, load_model_tokenizer, read_json_file, resolve_model
     from aura.utils.fsutil import (TMP_PREFIX, atomic_write_text, check_writable, fsync_dir, human_bytes,
                                    owner_suffix, tmp_name, user_mode)
     from aura.utils.ownership import check_location
@@ -152,7 +152,7 @@ def export_gguf(cfg: GGUFConfig) -> int:
     model_dir = source.path
     config = read_json_file(model_dir / "config.json")
     arch = plan_arch(model_dir, config)
-    tok = load_tokenizer(model_dir)
+    tok = load_model_tokenizer(model_dir)
     tok_dir = find_tokenizer_dir(model_dir)
     vocab = plan_vocab(tok_dir, tok, arch.n_vocab)
     quantizer = None

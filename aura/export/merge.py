@@ -80,7 +80,7 @@ def merge(cfg: MergeConfig) -> int:
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     from aura.adapter_check import check_adapter_base
-    from aura.inference.loading import (end_of_turn_ids, load_tokenizer, read_json_file, resolve_model,
+    from aura.inference.loading import (end_of_turn_ids, load_model_tokenizer, read_json_file, resolve_model,
                                         quiet_transformers, tokenizer_dir_for, torch_dtype)
     from aura.utils.fsutil import atomic_write_json, check_writable, staged_dir
 
@@ -95,7 +95,7 @@ def merge(cfg: MergeConfig) -> int:
     console.info(M("loading", base=base_dir, adapter=adapter_dir))
 
     # The adapter's tokenizer wins: fine-tuning may have added tokens (and resized the embeddings).
-    tok = load_tokenizer(tokenizer_dir_for(source))
+    tok = load_model_tokenizer(tokenizer_dir_for(source))
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
     if getattr(model.config, "quantization_config", None) is not None:
         model = model.dequantize()  # a base saved in 4-bit: merge into its dequantised weights

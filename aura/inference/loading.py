@@ -36,8 +36,6 @@ M = Messages("loading", {
                      "en {searched}). Copia los archivos del tokenizador al directorio del modelo.",
                      "No tokenizer found for {path} (looked for tokenizer.json / tokenizer_config.json "
                      "in {searched}). Copy the tokenizer files into the model dir."),
-    "bad_tokenizer": ("No se pudo cargar el tokenizador de {path}: {err}",
-                      "Could not load the tokenizer of {path}: {err}"),
     "bad_json": ("{path} no es JSON válido ({err}).", "{path} is not valid JSON ({err})."),
     "adapter_no_base": ("El adaptador {path} no indica su modelo base (base_model_name_or_path); "
                         "indícalo con --model.",
@@ -174,17 +172,12 @@ def tokenizer_dir_for(source: ModelSource) -> Path:
     return find_tokenizer_dir(source.path)
 
 
-def load_tokenizer(path: Path):
-    from transformers import AutoTokenizer
+def load_model_tokenizer(path: Path):
+    """The tokenizer that goes with a model dir (``find_tokenizer_dir``), loaded by Aura's one rule
+    (``aura.tokenizer.load_tokenizer``) without ever growing the model's vocabulary."""
+    from aura.tokenizer import load_tokenizer
 
-    tok_dir = find_tokenizer_dir(path)
-    try:
-        tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    except Exception as e:  # noqa: BLE001 - any load failure is the user's file
-        raise AuraError(M("bad_tokenizer", path=tok_dir, err=e)) from None
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    return tok
+    return load_tokenizer(str(find_tokenizer_dir(path)), training=False)
 
 
 def end_of_turn_ids(tok) -> list[int]:
@@ -221,7 +214,7 @@ def load_hf(source: ModelSource, *, dtype: str = "float32", device: str = "cpu",
     from transformers import AutoModelForCausalLM
 
     quiet_transformers()
-    tok = load_tokenizer(tokenizer_dir_for(source))
+    tok = load_model_tokenizer(tokenizer_dir_for(source))
     model = AutoModelForCausalLM.from_pretrained(str(source.weights_dir), dtype=torch_dtype(dtype))
     if getattr(model.config, "quantization_config", None) is not None:
         model = model.dequantize()

@@ -22,6 +22,7 @@ from aura import console
 from aura.adapter_check import ADAPTER_META, base_fingerprint, check_adapter_base  # noqa: F401 - re-exported
 from aura.errors import AuraError
 from aura.i18n import Messages
+from aura.models import count_parameters
 from aura.utils import hub
 from aura.utils.fsutil import atomic_write_json, read_json, staged_dir
 
@@ -208,16 +209,8 @@ def peft_quiet():
         yield
 
 
-def count_parameters(model) -> tuple[int, int]:
-    """(trainable, total) parameters; 4-bit weights counted at their real size (as peft does)."""
-    if hasattr(model, "get_nb_trainable_parameters"):
-        return model.get_nb_trainable_parameters()
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return trainable, sum(p.numel() for p in model.parameters())
-
-
 def trainable_line(model) -> str:
-    trainable, total = count_parameters(model)
+    trainable, total = count_parameters(model, trainable_only=True), count_parameters(model)
     return M("trainable", trainable=trainable, total=total, pct=100.0 * trainable / max(total, 1))
 
 

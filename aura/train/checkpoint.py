@@ -119,19 +119,19 @@ class ShardedStateIO:
     ``final/`` gets the full weights gathered on rank 0."""
 
     def save_model(self, model, directory, *, dist, write):
-        from aura.dist.sharded import full_state_dict
+        from aura.distributed.sharded import full_state_dict
 
         state = full_state_dict(model, dist=dist)
         if dist.is_main:
             write(unwrap_model(model), directory, state)
 
     def save_state(self, model, optimizer, directory, *, dist, write):
-        from aura.dist.sharded import save_sharded
+        from aura.distributed.sharded import save_sharded
 
         save_sharded(directory / "dcp", model=model, optimizer=optimizer, dist=dist)
 
     def load_state(self, model, optimizer, directory, *, dist, read):
-        from aura.dist.sharded import load_sharded
+        from aura.distributed.sharded import load_sharded
 
         if not _is_sharded(directory) and (directory / STATE_FILE).is_file():
             raise AuraError(M("full_into_fsdp", path=directory))
@@ -260,10 +260,16 @@ def next_saved_at(run_dir: str | Path) -> float:
 
 # ---- save / load -------------------------------------------------------------------------------
 
-def save_checkpoint(path: Path, *, model, optimizer, scaler, trainer_state: dict, dist: DistInfo,
-                    io: CheckpointIO, write_model: Callable, write_extras: Callable[[Path], None] | None,
-                    extra_state: dict | None = None) -> Path:
-    """Write a complete checkpoint at ``path`` atomically (collective: call on every rank)."""
+ENGINE_STATE = "scaler.pt"  # the step engine's state; the name every Aura checkpoint has used
+
+
+def save_checkpoint(path: Path, *, model, optimizer, engine_state: dict | None, trainer_state: dict,
+                    dist: DistInfo, io: CheckpointIO, write_model: Callable,
+                    write_extras: Callable[[Path], None] | None, extra_state: dict | None = None) -> Path:
+    """Write a complete checkpoint at ``path`` atomically (collective: call on every rank).
+
+    ``engine_state``: the step engine's own state (``aura.train.engine``: the fp16 GradScaler's), saved
+    as ``scaler.pt`` when not empty."""
     rng = capture_rng()
     all_rng = [rng]
     if dist.is_distributed:
@@ -274,13 +280,13 @@ def save_checkpoint(path: Path, *, model, optimizer, scaler, trainer_state: dict
         if dist.is_main:
             with staged_dir(path, replace=True, kind="checkpoint") as tmp:
                 dist.broadcast_object(str(tmp))
-                _write_parts(tmp, model=model, optimizer=optimizer, scaler=scaler, dist=dist, io=io,
-                             write_model=write_model, path=path)
+                _write_parts(tmp, model=model, optimizer=optimizer, dist=dist, io=io, write_model=write_model,
+                             path=path)
                 for r, state in enumerate(all_rng):
                     (tmp / "rng").mkdir(exist_ok=True)
                     save_pt(state, tmp / "rng" / f"rank-{r}.pt")
-                if scaler is not None and scaler.is_enabled():
-                    save_pt(scaler.state_dict(), tmp / "scaler.pt")
+                if engine_state:
+                    save_pt(engine_state, tmp / ENGINE_STATE)
                 if extra_state:
                     save_pt(extra_state, tmp / "extra_state.pt")
                 if write_extras is not None:
@@ -290,8 +296,8 @@ def save_checkpoint(path: Path, *, model, optimizer, scaler, trainer_state: dict
                 atomic_write_json(tmp / STATE_FILE, state)  # last: marks the content complete
         else:
             tmp = Path(dist.broadcast_object(None))
-            _write_parts(tmp, model=model, optimizer=optimizer, scaler=scaler, dist=dist, io=io,
-                         write_model=write_model, path=path)
+            _write_parts(tmp, model=model, optimizer=optimizer, dist=dist, io=io, write_model=write_model,
+                         path=path)
     except (OSError, RuntimeError) as e:
         _raise_write_error(e, path, previous)
     dist.barrier()
@@ -318,7 +324,7 @@ def _raise_write_error(e: BaseException, path: Path, previous: Path | None) -> N
     raise e
 
 
-def _write_parts(tmp: Path, *, model, optimizer, scaler, dist, io, write_model, path: Path) -> None:
+def _write_parts(tmp: Path, *, model, optimizer, dist, io, write_model, path: Path) -> None:
     """Every rank writes its part, then all agree it worked (a failure on any rank aborts all)."""
     try:
         io.save_state(model, optimizer, tmp, dist=dist, write=write_model)
@@ -337,10 +343,11 @@ def _check_all_ranks(dist: DistInfo, *, ok: bool, path: Path) -> None:
         raise AuraError(M("rank_failed", path=path))
 
 
-def load_checkpoint(path: Path, *, model, optimizer, scaler, dist: DistInfo, io: CheckpointIO,
+def load_checkpoint(path: Path, *, model, optimizer, engine, dist: DistInfo, io: CheckpointIO,
                     read_model: Callable, restore_rng_state: bool = True,
                     allow_sharded: bool = False) -> tuple[dict, dict | None]:
-    """Restore model, optimizer, scaler and RNG from ``path``; returns (trainer_state, extra_state).
+    """Restore model, optimizer, the step engine's state (``engine.load_state_dict``) and RNG from
+    ``path``; returns (trainer_state, extra_state).
 
     ``allow_sharded`` (--load-sharded): an FSDP checkpoint (dcp/) may be read through DCP into a run
     without FSDP. Otherwise DCP is used only by FSDP runs (ShardedStateIO).
@@ -349,8 +356,8 @@ def load_checkpoint(path: Path, *, model, optimizer, scaler, dist: DistInfo, io:
     if allow_sharded and isinstance(io, FullStateIO) and is_sharded_only(path):
         io = ShardedStateIO()
     io.load_state(model, optimizer, path, dist=dist, read=read_model)
-    if scaler is not None and scaler.is_enabled() and (path / "scaler.pt").is_file():
-        scaler.load_state_dict(torch.load(path / "scaler.pt", weights_only=True))
+    if engine is not None and (path / ENGINE_STATE).is_file():
+        engine.load_state_dict(torch.load(path / ENGINE_STATE, weights_only=True))
     rng_file = path / "rng" / f"rank-{dist.rank}.pt"
     if restore_rng_state and rng_file.is_file():
         restore_rng(torch.load(rng_file, weights_only=True))

@@ -2,10 +2,11 @@
 
 Data (``aura.data.sft``: every format -> conversations; ``aura.data.sft_batches``: masked token ids ->
 ``SFTDataSource``), model (``aura.train.adapters``: base model, LoRA/QLoRA/full, adapter files) and
-``TrainHooks`` that save the adapter (or full model) with tokenizer and chat template at every
-checkpoint, ``checkpoint-epoch-N/`` at epoch ends and ``epoch_info.json``. The training itself is
-``aura.train.loop.train``, the same loop as pretraining; ``--deepspeed ds_config.json`` swaps its
-optimizer-step engine for DeepSpeed ZeRO (``aura.train.deepspeed_engine``).
+hooks that save the adapter (or full model) with tokenizer and chat template at every checkpoint,
+``checkpoint-epoch-N/`` at epoch ends and ``epoch_info.json``: ``FinetuneCommand.prepare``. The rest
+(run dir, identity check, model_config.json, the loop, the summary) is the shared run setup,
+``aura.train.session``, the same as pretraining's; ``--deepspeed ds_config.json`` swaps the loop's
+optimizer-step engine for DeepSpeed ZeRO (``aura.distributed.deepspeed_engine``).
 
 Without ``--data`` the embedded Spanish instruction sample is used; without ``--base-model`` the
 model pretrained by the ``aura pretrain`` demo (``runs/aura/final``) is used when it exists.
@@ -18,14 +19,13 @@ from pathlib import Path
 from typing import Literal
 
 from aura import console
-from aura.config import arg, to_dict
+from aura.config import arg
 from aura.errors import AuraError
 from aura.i18n import Messages
-from aura.rundir import BEST, EPOCH_INFO, step_of
+from aura.rundir import EPOCH_INFO, step_of
 from aura.train.adapters import LORA_PRESETS
-from aura.train.args import TrainArgs, explicit_fields, with_defaults
-from aura.train.best import read_best
-from aura.train.plan import adopt_flags, continue_plan
+from aura.train.args import TrainArgs, with_defaults
+from aura.train.session import Run, TrainingJob, best_line, load_hf_weights, run_training
 
 M = Messages("finetune", {
     "epochs_auto": ("Épocas: {epochs} ({reason}; {n:ejemplo|ejemplos}). Cámbialo con --epochs N.",
@@ -69,13 +69,10 @@ M = Messages("finetune", {
                      "--base-model, --method and LoRA settings that created it."),
     "packing_off": ("--packing no es seguro con este modelo: se entrena sin empaquetar.",
                     "--packing is not safe with this model: training without packing."),
-    "outputs": ("Resultados en {run}:", "Outputs in {run}:"),
     "out_final": ("  resultado ({kind}): {path}", "  result ({kind}): {path}"),
     "out_epochs": ("  épocas: {path}", "  epochs: {path}"),
     "out_logs": ("  registros: {csv} , tensorboard --logdir {tb}", "  logs: {csv} , tensorboard --logdir {tb}"),
     "out_next": ("  pruébalo: aura chat {cmd}", "  try it: aura chat {cmd}"),
-    "out_best": ("  mejor validación (paso {step}, {val:.4f}): {path}",
-                 "  best validation (step {step}, {val:.4f}): {path}"),
     "no_val": ("Sin ejemplos de validación (--val-fraction {fraction} apartó {n} de {total}; los que superan "
                "--max-length {length} se descartan): no habrá pérdida de validación (\"Val loss: -\") ni best/. "
                "Sube --val-fraction, o --max-length, o usa --truncation truncate.",
@@ -120,8 +117,9 @@ class FinetuneConfig(TrainArgs):
     method: Literal["lora", "qlora", "full"] = arg(
         "lora", es="lora (adaptador), qlora (base en 4 bits NF4 + adaptador) o full (todos los pesos).",
         en="lora (adapter), qlora (4-bit NF4 base + adapter) or full (all weights).")
-    preset: Literal["frida"] | None = arg(None, es="Preset de LoRA: frida = r 64, alpha 128, dropout 0.05.",
-                                          en="LoRA preset: frida = r 64, alpha 128, dropout 0.05.")
+    lora_preset: Literal["frida"] | None = arg(None, aliases=["--preset"],
+                                               es="Preset de LoRA: frida = r 64, alpha 128, dropout 0.05.",
+                                               en="LoRA preset: frida = r 64, alpha 128, dropout 0.05.")
     lora_r: int | None = arg(None, es="Rango de LoRA (por defecto 16).", en="LoRA rank (default 16).")
     lora_alpha: int | None = arg(None, es="Alpha de LoRA (por defecto 32).", en="LoRA alpha (default 32).")
     lora_dropout: float | None = arg(None, es="Dropout de LoRA (por defecto 0.05).", en="LoRA dropout (default 0.05).")
@@ -179,15 +177,15 @@ class FinetuneConfig(TrainArgs):
             raise AuraError(M("dropout", value=self.lora_dropout))
         if self.method == "full":
             for flag, value in (("lora-r", self.lora_r), ("lora-alpha", self.lora_alpha),
-                                ("preset", self.preset), ("target-modules", self.target_modules)):
+                                ("lora-preset", self.lora_preset), ("target-modules", self.target_modules)):
                 if value:
                     raise AuraError(M("lora_full", flag=flag))
 
     def lora_settings(self) -> dict:
-        """r, alpha, dropout: explicit flags > --preset > the guide's defaults (16, 32, 0.05)."""
+        """r, alpha, dropout: explicit flags > --lora-preset > the guide's defaults (16, 32, 0.05)."""
         out = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05}
-        if self.preset:
-            out.update(LORA_PRESETS[self.preset])
+        if self.lora_preset:
+            out.update(LORA_PRESETS[self.lora_preset])
         for key in out:
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -208,7 +206,6 @@ def auto_epochs_line(n_examples: int) -> tuple[int, str]:
 
 
 DEMO_BASES = (Path("runs/aura/final"), Path("runs/demo/final"))  # where the `aura pretrain` demo writes
-_AUTO_BATCHES = (8, 4, 2, 1)  # tried largest first; accumulation keeps 8 rows per optimizer step
 
 
 def resolve_base_name(cfg: FinetuneConfig) -> str:
@@ -220,35 +217,6 @@ def resolve_base_name(cfg: FinetuneConfig) -> str:
             console.info(M("demo_base", path=path))
             return str(path)
     raise AuraError(M("no_base"))
-
-
-def auto_batch(model, *, info, max_length: int, precision: str, checkpointing: bool) -> int | None:
-    """Largest micro-batch whose training memory fits the device (CUDA only), using the memory model of
-    ``aura.hardware.estimate_memory`` with gradients and AdamW state only for trainable parameters."""
-    from aura.hardware import GIB, estimate_memory
-    from aura.models import ModelSpec
-
-    if info.device_type != "cuda":
-        return None
-    c = model.config
-    d = getattr(c, "hidden_size", None) or getattr(c, "n_embd", 0)
-    heads = getattr(c, "num_attention_heads", None) or getattr(c, "n_head", 1)
-    spec = ModelSpec("finetune", "gpt2" if c.model_type == "gpt2" else "llama", d,
-                     getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer", 1), heads,
-                     getattr(c, "num_key_value_heads", None) or heads, max_length,
-                     getattr(c, "intermediate_size", None) or 4 * d)
-    params = [p for p in model.parameters()]
-    trainable = sum(p.numel() for p in params if p.requires_grad)
-    weights = sum(p.numel() * p.element_size() for p in params)
-    for batch in _AUTO_BATCHES:
-        est = estimate_memory(spec, vocab_size=c.vocab_size, batch_size=batch, precision=precision,
-                              gradient_checkpointing=checkpointing)
-        need = weights + 16 * trainable + est.activations + est.logits + est.overhead
-        if need <= info.memory_bytes or batch == 1:
-            console.info(M("auto_batch", batch=batch, have=info.memory_bytes / GIB, device=info.name,
-                           length=max_length))
-            return batch
-    return 1
 
 
 class _Limited:
@@ -289,84 +257,115 @@ class EpochInfo:
 def finetune(cfg: FinetuneConfig) -> int:
     """Run `aura finetune`; returns 0 when finished, EXIT_INTERRUPTED (3) when stopped by a signal with a
     checkpoint saved."""
-    import os
-
-    from aura.distributed import init_distributed, teardown
-
-    if cfg.device == "cpu" or not _cuda():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # transformers may import deepspeed, which probes CUDA
-    explicit = sorted(explicit_fields(cfg))
-    dist = init_distributed(backend=cfg.backend, device=cfg.device)
-    try:
-        return _finetune(cfg, dist, explicit)
-    finally:
-        from aura.train.setup import release_run_dir
-
-        release_run_dir(cfg.output_dir)
-        teardown(dist)
+    return run_training(cfg, FinetuneCommand())
 
 
-def _cuda() -> bool:
-    import torch
+class FinetuneCommand:
+    """`aura finetune` for the shared run setup (``aura.train.session.TrainingCommand``)."""
 
-    return torch.cuda.is_available()
+    kind = "finetune"
+    base_name = ""  # --base-model, or the pretraining demo's final/ (set by inputs)
+
+    def inputs(self, cfg: FinetuneConfig) -> list:
+        from aura.train import adapters
+
+        self.base_name = resolve_base_name(cfg)
+        adapters.resolve_base(self.base_name)  # a missing path fails before anything is written
+        if cfg.method == "qlora":
+            adapters.require_bitsandbytes()
+        return [self.base_name, cfg.data, cfg.deepspeed]
+
+    def prepare(self, run: Run) -> TrainingJob:
+        from aura.models import count_parameters, flops_per_token
+        from aura.tokenizer import load_tokenizer
+        from aura.train import adapters
+
+        cfg, dist, base_name, out = run.cfg, run.dist, self.base_name, run.out
+        convs = _conversations(cfg)
+        tok = load_tokenizer(base_name, trust_remote_code=cfg.trust_remote_code, flag="--base-model")
+        template_name = _template(cfg, tok, convs)
+        train_ex, val_ex = _encode(cfg, tok, convs)
+        model, fingerprint, base_config = _load_model(cfg, base_name, tok, run)
+        packing = cfg.packing
+        if packing and not adapters.packing_is_isolated(model):
+            console.warn(M("packing_off"))
+            packing = False
+        cfg = _with_defaults(cfg, model, n_train=len(train_ex), run=run)
+        data, val = _sources(cfg, tok, train_ex, val_ex, dist=dist, packing=packing)
+        tokens_per_row = sum(len(e.input_ids) for e in train_ex) / max(len(data.rows), 1)
+        plan = run.plan(cfg, batches_per_epoch=data.batches_per_epoch,
+                        tokens_per_micro_batch=int(cfg.batch_size * tokens_per_row))
+        console.info(M("examples", train=len(train_ex), val=len(val_ex), tokens=data.num_label_tokens,
+                       prompt=M("with_prompt") if cfg.train_on_prompt else ""))
+        model, engine, io = _parallelise(cfg, model, run)
+        lora = cfg.lora_settings() if cfg.method != "full" else None
+        method = cfg.method
+
+        def save_model(m, d, state_dict):
+            adapters.write_model_files(m, d, state_dict, method=method, template_name=template_name,
+                                       fingerprint=fingerprint)
+
+        def load_model(m, d):
+            load_hf_weights(m, Path(d)) if method == "full" else adapters.load_adapter_weights(m, d)
+
+        def summary(result) -> list:
+            cmd = f"--model {result.final_dir}" if method == "full" else \
+                f"--model {base_name} --adapter {result.final_dir}"
+            return [M("out_final", kind=M("kind_full" if method == "full" else "kind_adapter"), path=result.final_dir),
+                    best_line(out),
+                    M("out_epochs", path=out / EPOCH_INFO) if (out / EPOCH_INFO).is_file() else None,  # not mid-epoch
+                    M("out_logs", csv=out / "training_log.csv", tb=out / "tb"), M("out_next", cmd=cmd)]
+
+        return TrainingJob(
+            cfg=cfg, model=model, data=data, val_data=val, plan=plan, engine=engine, io=io,
+            identity={"method": method, "lora": lora, "template": template_name},
+            # the base is checked by the adapter's own check when the checkpoint loads (aura.adapter_check)
+            stored={"base_model": {k: fingerprint[k] for k in ("config_hash", "embed_hash")}},
+            mismatch=lambda path, diffs: M("ckpt_differs", path=path, diffs=diffs),
+            save_model=save_model, load_model=load_model, write_extras=lambda d: adapters.write_tokenizer_files(tok, d),
+            on_epoch_end=EpochInfo(out / EPOCH_INFO, resume_step=step_of(run.resume) if run.resume else None),
+            epoch_checkpoint_name=lambda epoch, step: f"checkpoint-epoch-{epoch}",
+            describe={"base_model": base_name, "base_fingerprint": fingerprint, "method": method, "lora": lora,
+                      "template": template_name, "trainable_parameters": None if cfg.deepspeed
+                      else count_parameters(model, trainable_only=True),
+                      "examples": {"train": len(train_ex), "val": len(val_ex)}, "packing": packing,
+                      "hf_config": base_config.to_dict()},
+            flops_per_token=flops_per_token(base_config, int(tokens_per_row) or None), summary=summary)
 
 
-def _finetune(cfg: FinetuneConfig, dist, explicit: list[str]) -> int:
-    import torch
-    from transformers.utils import logging as hf_logging
+def _conversations(cfg: FinetuneConfig) -> list:
+    from aura.data.sft import load_conversations
 
-    from aura.data.sft import load_conversations, split_train_val
-    from aura.data.sft_batches import SFTDataSource, detect_text_family, encode_all
-    from aura.data.templates import missing_template_tokens, resolve_chat_template
-    from aura.distributed import main_process_first, parallelize, strategy_of
-    from aura.hardware import detect
-    from aura.models import flops_per_token
-    from aura.tokenizer import load_tokenizer
-    from aura.train import adapters
-    from aura.train import checkpoint as ckpt
-    from aura.train.args import resolve_steps
-    from aura.train.loop import EXIT_INTERRUPTED, TrainHooks, resolve_precision, train
-    from aura.train.metrics import RunStatus
-    from aura.train.setup import load_hf_weights, prepare_run_dir
-    from aura.utils.fsutil import atomic_write_json, check_writable
-
-    hf_logging.disable_progress_bar()
-    from huggingface_hub.utils import disable_progress_bars
-
-    disable_progress_bars()  # peft's "Writing model shards" bar at every checkpoint
-    out = Path(cfg.output_dir)
-    check_writable(out, flag="--output-dir")
-    base_name = resolve_base_name(cfg)
-    adapters.resolve_base(base_name)  # a missing path fails before anything is written
-    if cfg.method == "qlora":
-        adapters.require_bitsandbytes()
-    resume_path = prepare_run_dir(out, dist=dist, resume_from=cfg.resume_from, overwrite=cfg.overwrite,
-                                  fork=cfg.fork, inputs=[base_name, cfg.data, cfg.deepspeed])
-    adopted = None
-    if resume_path is not None:  # the run's plan comes from the checkpoint (aura.train.plan)
-        adopted = adopt_flags(cfg, ckpt.read_state(resume_path), explicit=explicit, path=resume_path,
-                              world_size=dist.world_size)
-        cfg = adopted.cfg
-
-    # ---- data and template
     if not cfg.data:
         from aura.data import EMBEDDED_INSTRUCTIONS
 
         console.info(M("demo_data", path=EMBEDDED_INSTRUCTIONS))
-    convs = load_conversations(cfg.data, empty_responses=cfg.empty_responses, split=cfg.split)
-    tok = load_tokenizer(base_name, trust_remote_code=cfg.trust_remote_code, flag="--base-model")
-    fallback = detect_text_family(c.text for c in convs if c.text) or ("aura" if not cfg.data else None)
-    if any(c.messages for c in convs) or cfg.template or getattr(tok, "chat_template", None) or fallback:
-        _, template_name = resolve_chat_template(tok, cfg.template, fallback=fallback)
-        console.info(M("template", name=template_name))
-        missing = missing_template_tokens(tok, template_name)
-        if missing:
-            from aura.data.templates import M as TM
+    return load_conversations(cfg.data, empty_responses=cfg.empty_responses, split=cfg.split)
 
-            console.warn(TM("missing_tokens", tokens=", ".join(missing), name=template_name))
-    else:
-        template_name = None
+
+def _template(cfg: FinetuneConfig, tok, convs: list) -> str | None:
+    """The chat template set on ``tok`` (saved with the output), or None for plain text data."""
+    from aura.data.sft_batches import detect_text_family
+    from aura.data.templates import missing_template_tokens, resolve_chat_template
+
+    fallback = detect_text_family(c.text for c in convs if c.text) or ("aura" if not cfg.data else None)
+    if not (any(c.messages for c in convs) or cfg.template or getattr(tok, "chat_template", None) or fallback):
+        return None
+    _, template_name = resolve_chat_template(tok, cfg.template, fallback=fallback)
+    console.info(M("template", name=template_name))
+    missing = missing_template_tokens(tok, template_name)
+    if missing:
+        from aura.data.templates import M as TM
+
+        console.warn(TM("missing_tokens", tokens=", ".join(missing), name=template_name))
+    return template_name
+
+
+def _encode(cfg: FinetuneConfig, tok, convs: list) -> tuple[list, list]:
+    """(training examples, validation examples): masked token ids, split by --val-fraction."""
+    from aura.data.sft import split_train_val
+    from aura.data.sft_batches import encode_all
+
     train_convs, val_convs = split_train_val(convs, val_fraction=cfg.val_fraction, seed=cfg.seed)
     enc = dict(max_length=cfg.max_length, truncation=cfg.truncation, train_on_prompt=cfg.train_on_prompt)
     train_ex = encode_all(train_convs, tok, **enc)
@@ -374,124 +373,75 @@ def _finetune(cfg: FinetuneConfig, dist, explicit: list[str]) -> int:
     if not val_ex and cfg.val_fraction > 0:
         console.warn(M("no_val", n=len(val_convs), total=len(convs), fraction=cfg.val_fraction,
                        length=cfg.max_length))
+    return train_ex, val_ex
 
-    # ---- model
-    info = detect()
-    precision = resolve_precision(cfg.precision, dist.device)
+
+def _load_model(cfg: FinetuneConfig, base_name: str, tok, run: Run):
+    """(model with LoRA/QLoRA or all weights trainable, the base's fingerprint, the base's config)."""
+    import torch
+
+    from aura.distributed import main_process_first
+    from aura.train import adapters
+
     # LoRA on a GPU keeps the frozen base in the compute dtype; full fine-tuning keeps fp32 master weights
-    dtype = torch.bfloat16 if (precision == "bf16" and cfg.method != "full" and dist.device.type == "cuda") \
+    dtype = torch.bfloat16 if (run.precision == "bf16" and cfg.method != "full" and run.dist.device.type == "cuda") \
         else torch.float32
-    with main_process_first(dist):  # a hub download happens once
+    with main_process_first(run.dist):  # a hub download happens once
         model = adapters.load_base_model(base_name, method=cfg.method, dtype=dtype,
-                                         device=dist.device if not cfg.deepspeed else None,
+                                         device=run.dist.device if not cfg.deepspeed else None,
                                          attn_implementation=None if cfg.attn_implementation == "auto"
                                          else cfg.attn_implementation, trust_remote_code=cfg.trust_remote_code)
     adapters.match_vocab(model, tok)
     fingerprint = adapters.base_fingerprint(model)
     base_config = model.config
-    hf_config = base_config.to_dict()
     torch.manual_seed(cfg.seed)  # LoRA A matrices: the same on every rank and in every run of this seed
     model = adapters.setup_model(model, method=cfg.method, **cfg.lora_settings(),
                                  target_modules=cfg.target_modules or None,
                                  gradient_checkpointing=bool(cfg.gradient_checkpointing))
     console.info(adapters.trainable_line(model))
-    packing = cfg.packing
-    if packing and not adapters.packing_is_isolated(model):
-        console.warn(M("packing_off"))
-        packing = False
+    return model, fingerprint, base_config
 
-    # ---- optimisation defaults, epochs, batch
+
+def _with_defaults(cfg: FinetuneConfig, model, *, n_train: int, run: Run) -> FinetuneConfig:
+    """Optimisation defaults, the automatic batch (CUDA) and epochs for the flags the user did not give."""
     defaults = cfg.optimisation_defaults()
     if cfg.batch_size is None and cfg.gradient_accumulation_steps is None:
-        batch = auto_batch(model, info=info, max_length=cfg.max_length, precision=precision,
-                           checkpointing=bool(cfg.gradient_checkpointing))
+        from aura.hardware import GIB, finetune_batch
+
+        batch = finetune_batch(model, info=run.info, max_length=cfg.max_length, precision=run.precision,
+                               checkpointing=bool(cfg.gradient_checkpointing))
         if batch is not None:
+            console.info(M("auto_batch", batch=batch, have=run.info.memory_bytes / GIB, device=run.info.name,
+                           length=cfg.max_length))
             defaults.update(batch_size=batch, gradient_accumulation_steps=max(1, 8 // batch))
     if cfg.epochs is None and cfg.max_steps is None and cfg.max_tokens is None:
-        epochs, line = auto_epochs_line(len(train_ex))
+        epochs, line = auto_epochs_line(n_train)
         console.info(line)
         defaults["epochs"] = epochs
     defaults.setdefault("save_steps", 500)
-    cfg = with_defaults(cfg, **defaults)
+    return with_defaults(cfg, **defaults)
 
-    data = SFTDataSource(train_ex, batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed,
-                         rank=dist.rank, world_size=dist.world_size, packing=packing, max_length=cfg.max_length)
-    val = None
-    if val_ex:
-        val = _Limited(SFTDataSource(val_ex, batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed,
-                                     rank=dist.rank, world_size=dist.world_size, packing=packing,
-                                     max_length=cfg.max_length, shuffle=False), cfg.eval_batches)
-    tokens_per_row = sum(len(e.input_ids) for e in train_ex) / max(len(data.rows), 1)
-    plan = resolve_steps(cfg, batches_per_epoch=data.batches_per_epoch,
-                         tokens_per_micro_batch=int(cfg.batch_size * tokens_per_row), world_size=dist.world_size)
-    if adopted is not None:
-        plan = continue_plan(plan, adopted)
-    console.info(M("examples", train=len(train_ex), val=len(val_ex), tokens=data.num_label_tokens,
-                   prompt=M("with_prompt") if cfg.train_on_prompt else ""))
 
-    # ---- parallelism (or DeepSpeed), then the optimizer
-    engine = optimizer = None
+def _sources(cfg: FinetuneConfig, tok, train_ex: list, val_ex: list, *, dist, packing: bool):
+    """(training batches, validation batches or None): every rank reads its own part."""
+    from aura.data.sft_batches import SFTDataSource
+
+    common = dict(batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed, rank=dist.rank,
+                  world_size=dist.world_size, packing=packing, max_length=cfg.max_length)
+    data = SFTDataSource(train_ex, **common)
+    val = _Limited(SFTDataSource(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None
+    return data, val
+
+
+def _parallelise(cfg: FinetuneConfig, model, run: Run):
+    """(model, step engine, checkpoint io): DDP/FSDP2 from outside (engine None: the setup's TorchEngine),
+    or DeepSpeed ZeRO with its own."""
+    from aura.distributed import parallelize
+    from aura.train import checkpoint as ckpt
+
     if cfg.deepspeed:
-        from aura.train.deepspeed_engine import setup_deepspeed
+        from aura.distributed.deepspeed_engine import setup_deepspeed
 
-        model, optimizer, engine, io = setup_deepspeed(model, args=cfg, dist=dist, config_path=cfg.deepspeed,
-                                                       precision=precision)
-    else:
-        model = parallelize(model, dist=dist, strategy=cfg.strategy, compile=cfg.compile)
-        io = ckpt.io_for(model)
-    identity = {"base_model": {k: fingerprint[k] for k in ("config_hash", "embed_hash")}, "method": cfg.method,
-                "lora": cfg.lora_settings() if cfg.method != "full" else None, "template": template_name}
-    if resume_path is not None:
-        saved = ckpt.read_state(resume_path)
-        diffs = ckpt.describe_differences({k: saved.get(k) for k in identity if k != "base_model"},
-                                          {k: v for k, v in identity.items() if k != "base_model"})
-        if diffs:
-            raise AuraError(M("ckpt_differs", path=resume_path, diffs="\n  ".join(diffs)))
-    if dist.is_main:
-        atomic_write_json(out / "model_config.json", {
-            "kind": "finetune", "config": to_dict(cfg), "explicit_flags": explicit, "base_model": base_name,
-            "base_fingerprint": fingerprint, "method": cfg.method, "lora": identity["lora"],
-            "template": template_name, "trainable_parameters": adapters.count_parameters(model)[0]
-            if not cfg.deepspeed else None, "precision": precision, "plan": plan.to_dict(),
-            "examples": {"train": len(train_ex), "val": len(val_ex)}, "packing": packing,
-            "hardware": info.to_dict(), "world_size": dist.world_size,
-            "strategy": "deepspeed" if cfg.deepspeed else strategy_of(model), "hf_config": hf_config})
-
-    method = cfg.method
-
-    def save_model(m, d, state_dict):
-        adapters.write_model_files(m, d, state_dict, method=method, template_name=template_name,
-                                   fingerprint=fingerprint)
-
-    def load_model(m, d):
-        if method == "full":
-            load_hf_weights(m, Path(d))
-        else:
-            adapters.load_adapter_weights(m, d)
-
-    hooks = TrainHooks(save_model=save_model, load_model=load_model,
-                       write_extras=lambda d: adapters.write_tokenizer_files(tok, d),
-                       checkpoint_meta=lambda: {**identity, "config": to_dict(cfg)},
-                       on_epoch_end=EpochInfo(out / "epoch_info.json", resume_step=step_of(resume_path) if resume_path else None),
-                       epoch_checkpoint_name=lambda epoch, step: f"checkpoint-epoch-{epoch}", io=io)
-    status = RunStatus(out, kind="finetune", dist=dist)
-    result = train(model=model, data=data, val_data=val, args=cfg, plan=plan, dist=dist, hooks=hooks,
-                   run_status=status, optimizer=optimizer, engine=engine,
-                   flops_per_token=flops_per_token(base_config, int(tokens_per_row) or None),
-                   peak_flops=info.peak_flops(precision), peak_name=info.peak_source, device_name=info.name,
-                   resume_from=resume_path)
-    if result.status != "finished":
-        return EXIT_INTERRUPTED
-    if dist.is_main:
-        console.success(M("outputs", run=out))
-        console.info(M("out_final", kind=M("kind_full" if method == "full" else "kind_adapter"),
-                       path=result.final_dir))
-        best = read_best(out)
-        if best is not None:
-            console.info(M("out_best", step=best["step"], val=best["val_loss"], path=out / BEST))
-        if (out / EPOCH_INFO).is_file():  # --max-steps runs that end mid-epoch have none
-            console.info(M("out_epochs", path=out / EPOCH_INFO))
-        console.info(M("out_logs", csv=out / "training_log.csv", tb=out / "tb"))
-        cmd = f"--model {result.final_dir}" if method == "full" else f"--model {base_name} --adapter {result.final_dir}"
-        console.info(M("out_next", cmd=cmd))
-    return 0
+        return setup_deepspeed(model, args=cfg, dist=run.dist, config_path=cfg.deepspeed, precision=run.precision)
+    model = parallelize(model, dist=run.dist, strategy=cfg.strategy, compile=cfg.compile)
+    return model, None, ckpt.io_for(model)

@@ -4,6 +4,7 @@ Series names keep the original guides' spelling (``Loss/train_step``, ``Loss/tra
 ``Loss/val_epoch``, ``System/CPU_percent``, ``System/RAM_percent``, ``System/GPU_VRAM_MB``,
 ``Time/epoch_seconds``) plus ``LR``, ``Throughput/tokens_per_s`` and ``Perf/MFU``. ``RunStatus`` keeps
 ``run.json`` (running / finished / interrupted / failed) up to date, written atomically.
+``TrainMetrics`` bundles them for the training loop: the run setup builds it, the loop only reports.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from aura import __version__, console
 from aura.console import format_duration
@@ -248,3 +250,115 @@ class Throughput:
     @property
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
+
+
+class TrainMetrics:
+    """Everything the loop reports to, as one object the run setup builds (``for_run``): MFU inputs (FLOPs per
+    token, the device's peak and where that figure comes from), the ``--time-budget`` the ETA is checked
+    against, and ``run.json`` (``RunStatus``).
+
+    The loop ``open``s it once it knows the plan and the step it starts from. It then keeps the running
+    token-loss sums on the device (no host sync): since the last log line, and since the epoch began (a
+    checkpoint stores the latter, ``epoch_sums``, so a resumed epoch's mean covers all its steps). Time spent
+    evaluating or writing is not training time: ``restart_clock`` after each.
+    """
+
+    def __init__(self, run_dir: Path, *, dist: DistInfo, flops_per_token: float | None = None,
+                 peak_flops: float | None = None, peak_name: str | None = None, device_name: str = "",
+                 time_budget_h: float = 0.0, status: RunStatus | None = None):
+        self.run_dir, self.dist, self.status = Path(run_dir), dist, status
+        self.flops_per_token, self.peak_flops, self.peak_name = flops_per_token, peak_flops, peak_name
+        self.device_name, self.time_budget_h = device_name, time_budget_h
+        self.history: list[tuple[int, float]] = []  # (step, train loss) of every logged step
+        self.logger: MetricsLogger | None = None  # from open()
+
+    @classmethod
+    def for_run(cls, run_dir: Path, *, kind: str, dist: DistInfo, hardware, precision: str,
+                flops_per_token: float | None, time_budget_h: float) -> "TrainMetrics":
+        """A training run's metrics: ``hardware`` is ``aura.hardware.HardwareInfo``; writes run.json (running)."""
+        return cls(run_dir, dist=dist, flops_per_token=flops_per_token, peak_flops=hardware.peak_flops(precision),
+                   peak_name=hardware.peak_source, device_name=hardware.name, time_budget_h=time_budget_h,
+                   status=RunStatus(run_dir, kind=kind, dist=dist))
+
+    def open(self, *, total_steps: int, state, resumed: bool) -> None:
+        """Start logging at ``state`` (``aura.train.loop.TrainState``), continuing a resumed run's logs."""
+        self.total_steps = total_steps
+        self.logger = MetricsLogger(self.run_dir, dist=self.dist, total_steps=total_steps,
+                                    resume_step=state.step if resumed else None, time_budget_h=self.time_budget_h,
+                                    peak_name=self.peak_name, device_name=self.device_name)
+        self.meter = Throughput(flops_per_token=self.flops_per_token, peak_flops=self.peak_flops,
+                                world_size=self.dist.world_size)
+        self.meter.reset(tokens=state.tokens_seen, step=state.step)
+        self._interval, self._interval_n = self._zero(), 0
+        # a resumed epoch's sum continues (rank 0 holds the all-rank sum, the others 0)
+        self._epoch = self._zero() + (state.epoch_loss_sum if self.dist.is_main else 0.0)
+        self._epoch_n, self._epoch_start = state.epoch_targets, time.perf_counter()
+
+    def _zero(self):
+        import torch
+
+        return torch.zeros((), dtype=torch.float64, device=self.dist.device)
+
+    def _global(self, t) -> float:
+        """Sum over ranks of a device scalar (a collective under torchrun)."""
+        return float(self.dist.all_reduce(t.clone().to(self.dist.comm_device), "sum"))
+
+    def add(self, window_loss, n_targets: int) -> None:
+        """An applied step: its summed token loss (a device tensor) and its target tokens on all ranks."""
+        self._interval += window_loss
+        self._epoch += window_loss
+        self._interval_n += n_targets
+        self._epoch_n += n_targets
+
+    def log_step(self, state, *, lr: float, grad_norm: float, sync: Callable[[], str | None]) -> None:
+        """The step line (console, CSV, TensorBoard) with the token-mean loss since the last one; ``sync``
+        runs the cross-rank check (a collective, on every rank, only when there is a line to log)."""
+        if self._interval_n:
+            loss = self._global(self._interval) / self._interval_n
+            tps, mfu, eta = self.meter.measure(tokens=state.tokens_seen, step=state.step,
+                                               total_steps=self.total_steps)
+            verdict = sync()
+            self.history.append((state.step, loss))
+            self.logger.step(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, loss=loss, lr=lr,
+                             grad_norm=grad_norm if math.isfinite(grad_norm) else None, tokens_per_s=tps, mfu=mfu,
+                             seconds=self.meter.step_seconds or 0.0, eta_s=eta, elapsed_s=self.meter.elapsed,
+                             sync=verdict)
+        self._interval, self._interval_n = self._zero(), 0
+
+    def eval(self, state, val_loss: float | None) -> None:
+        if val_loss is not None:
+            self.logger.eval(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, val_loss=val_loss,
+                             elapsed_s=self.meter.elapsed)
+        self.restart_clock(state)
+
+    def epoch(self, state, *, epochs: int, val_loss: float | None) -> tuple[float | None, float]:
+        """The epoch line for ``state.epoch``, just finished; (its token-mean train loss, its seconds)."""
+        train = self._global(self._epoch) / self._epoch_n if self._epoch_n else None
+        seconds = time.perf_counter() - self._epoch_start
+        self.logger.epoch(step=state.step, epoch=state.epoch, epochs=epochs, tokens=state.tokens_seen,
+                          train_loss=train, val_loss=val_loss, epoch_seconds=seconds, elapsed_s=self.meter.elapsed)
+        self._epoch, self._epoch_n = self._zero(), 0
+        return train, seconds
+
+    def new_epoch(self, state) -> None:
+        self._epoch_start = time.perf_counter()
+        self.restart_clock(state)
+
+    def epoch_sums(self) -> tuple[float, int]:
+        """(the epoch's summed token loss over all ranks, its target tokens), for a checkpoint (collective)."""
+        return self._global(self._epoch), self._epoch_n
+
+    def saved(self, state, path: Path) -> None:
+        if self.status is not None:
+            self.status.update(last_step=state.step, latest_checkpoint=path)
+        self.restart_clock(state)
+
+    def restart_clock(self, state) -> None:
+        self.meter.reset(tokens=state.tokens_seen, step=state.step)
+
+    def close(self, *, status: str, step: int) -> None:
+        """The run ended (finished | interrupted | failed): flush the logs, say so in run.json."""
+        if self.logger is not None:
+            self.logger.close()
+        if self.status is not None:
+            self.status.update(status=status, last_step=step)

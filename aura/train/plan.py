@@ -33,14 +33,14 @@ M = Messages("plan", {
               "--{flag} {new} does not match the checkpoint {path} ({old}): resuming with another value would "
               "break the exact continuation of the run. Drop --{flag} to continue with {old}, or start a new "
               "run (another --output-dir) to change it."),
-    "batch": ("--batch-size {batch} × --gradient-accumulation-steps {accum} × {world:proceso|procesos} = {new} "
-              "secuencias por paso, pero el checkpoint {path} se hizo con {obatch} × {oaccum} × {oworld} = {old}: "
+    "batch": ("--batch-size {batch} × --gradient-accumulation-steps {accum} × {world:proceso|procesos} = "
+              "{new:secuencia|secuencias} por paso, pero el checkpoint {path} se hizo con {obatch} × {oaccum} × {oworld} = {old}: "
               "reanudar con otro lote global rompería la continuación exacta. Da --batch-size y "
-              "--gradient-accumulation-steps que sumen {old} secuencias por paso, o empieza una ejecución nueva.",
-              "--batch-size {batch} × --gradient-accumulation-steps {accum} × {world:process|processes} = {new} "
-              "sequences per step, but the checkpoint {path} was made with {obatch} × {oaccum} × {oworld} = "
+              "--gradient-accumulation-steps que den {old:secuencia|secuencias} por paso, o empieza una ejecución nueva.",
+              "--batch-size {batch} × --gradient-accumulation-steps {accum} × {world:process|processes} = "
+              "{new:sequence|sequences} per step, but the checkpoint {path} was made with {obatch} × {oaccum} × {oworld} = "
               "{old}: resuming with another global batch would break the exact continuation. Give "
-              "--batch-size and --gradient-accumulation-steps that make {old} sequences per step, or start a "
+              "--batch-size and --gradient-accumulation-steps that make {old:sequence|sequences} per step, or start a "
               "new run."),
     "change": ("--{flag} cambió {old} → {new}", "--{flag} changed {old} → {new}"),
     "changed": ("{changes}: el plan pasa de {old_total} a {new_total:paso|pasos} y el coseno se replanifica desde el "
@@ -72,8 +72,10 @@ LENGTH_FLAGS = ("epochs", "max_steps", "max_tokens")
 # Flags a resume must keep (present on pretrain, finetune or both; absent ones are skipped).
 BATCH_FLAGS = ("batch_size", "gradient_accumulation_steps")  # their product x processes must not change
 FIXED_FLAGS = BATCH_FLAGS + ("learning_rate", "min_lr", "warmup_steps", "seed",
-               "weight_decay", "adam_beta1", "adam_beta2", "max_grad_norm", "validation_split", "max_length",
+               "weight_decay", "adam_beta1", "adam_beta2", "max_grad_norm", "max_length",
                "truncation", "packing", "train_on_prompt", "val_fraction")
+# Flags renamed since a checkpoint may have been written: its key -> today's field (the flag's alias).
+RENAMED_FLAGS = {"validation_split": "val_fraction"}
 # Cadence: taken from the checkpoint when not given again, free to change when given.
 CADENCE_FLAGS = ("save_steps", "eval_interval", "eval_batches", "log_interval", "keep_last", "max_bad_steps")
 PLAN_FLAGS = LENGTH_FLAGS + FIXED_FLAGS + CADENCE_FLAGS
@@ -115,7 +117,8 @@ def adopt_flags(cfg, saved_state: dict, *, explicit, path, world_size: int = 1) 
     step = int(saved_state.get("step", 0))
     if saved is None:
         return Adopted(cfg, [], None, step, str(path))
-    flags, changes, changed = saved.get("flags", {}), {}, []
+    flags = {RENAMED_FLAGS.get(name, name): value for name, value in saved.get("flags", {}).items()}
+    changes, changed = {}, []
     length_given = any(name in explicit for name in LENGTH_FLAGS)
     for name, old in flags.items():
         if not hasattr(cfg, name):

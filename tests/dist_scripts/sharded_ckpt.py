@@ -13,7 +13,7 @@ import torch
 
 from common import batches, loss_of, shard, tiny_llama, write_json
 from aura import distributed as D
-from aura.dist.sharded import full_state_dict, load_sharded, save_sharded
+from aura.distributed.sharded import full_state_dict, load_sharded, save_sharded
 
 STEPS_BEFORE, STEPS_AFTER = 2, 2
 

@@ -1,11 +1,11 @@
-"""Set-up helpers shared by ``aura pretrain`` and ``aura finetune`` (the thin layers around loop.py).
+"""The run directory's safety rules, applied before any training command writes into it.
 
 * ``prepare_run_dir``: check and lock ``--output-dir`` (one writer; only Aura's own run dir is ever
   cleared), refuse to mix two runs in it (unless ``--overwrite`` or ``--resume-from``), resolve
   ``--resume-from PATH|latest`` (an older checkpoint needs ``--fork``), and resume an elastic restart
   only into its own job. ``release_run_dir`` drops the lock at the end of the command.
-* ``load_hf_weights``: load a checkpoint's ``model.safetensors`` (or shards) into a HF model, checking
-  every key (tied weights may be absent from the file).
+
+Both run from the shared run setup (``aura.train.session``); the layout names live in ``aura.rundir``.
 """
 
 from __future__ import annotations
@@ -18,15 +18,11 @@ from aura.i18n import Messages
 from aura.rundir import (EPOCH_INFO, LOCK_FILE, RUN_ENTRIES, RUN_JSON, TRAINING_LOG, RunLock,
                           is_legacy_run, read_record)
 
-M = Messages("train_setup", {
+M = Messages("rundir_guard", {
     "other_run": ("{path} ya contiene otra ejecución (estado: {status}, paso {step}). Usa --resume-from latest "
                   "para continuarla, --overwrite para empezar de cero en ese directorio, u otro --output-dir.",
                   "{path} already holds another run (status: {status}, step {step}). Use --resume-from latest "
                   "to continue it, --overwrite to start over in that directory, or another --output-dir."),
-    "weights_differ": ("Los pesos de {path} no corresponden a este modelo:\n  {diffs}\nReanuda con la misma "
-                       "configuración de modelo que creó el checkpoint.",
-                       "The weights in {path} do not match this model:\n  {diffs}\nResume with the same "
-                       "model configuration that created the checkpoint."),
     "restart": ("torchrun reinició el grupo de procesos (reinicio {n}): se reanuda desde el último "
                 "checkpoint: {path}",
                 "torchrun restarted the worker group (restart {n}): resuming from the latest checkpoint: "
@@ -325,28 +321,3 @@ def _prepare_main(out: Path, *, resume_from, overwrite, fork, inputs, agents) ->
         lock.set_job({"id": uuid.uuid4().hex, "agents": agents,
                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     return str(resume) if resume is not None else None
-
-
-def load_hf_weights(model, directory: Path) -> None:
-    """Load model.safetensors (or its shards) into ``model``; tied weights may be absent from the file."""
-    import json
-
-    from safetensors.torch import load_file
-
-    directory = Path(directory)
-    index = directory / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() \
-        else ["model.safetensors"]
-    state: dict = {}
-    for name in files:
-        state.update(load_file(str(directory / name)))
-    result = model.load_state_dict(state, strict=False)
-    groups: dict[int, set[str]] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        groups.setdefault(id(p), set()).add(name)
-    missing = [k for k in result.missing_keys
-               if not any(k in g and g & state.keys() for g in groups.values())]
-    if missing or result.unexpected_keys:
-        raise AuraError(M("weights_differ", path=directory,
-                          diffs="\n  ".join([f"missing: {k}" for k in missing] +
-                                            [f"unexpected: {k}" for k in result.unexpected_keys])))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from aura.distributed import DistInfo
+from aura.distributed.process import DistInfo
 from aura.errors import AuraError
 from aura.i18n import Messages
 from aura.utils.fsutil import fsync_tree, tmp_name
@@ -26,9 +26,9 @@ M = Messages("dist_sharded", {
                 "There is no distributed checkpoint in {path} (.metadata is missing). Was it saved with "
                 "another strategy? DDP checkpoints are loaded from model.safetensors."),
     "mismatch": ("El checkpoint distribuido {path} no encaja con este modelo: {err}. Reanuda con la misma "
-                 "arquitectura, el mismo --preset y los mismos adaptadores LoRA.",
+                 "arquitectura, el mismo --model-preset y los mismos adaptadores LoRA.",
                  "The distributed checkpoint {path} does not match this model: {err}. Resume with the "
-                 "same architecture, --preset and LoRA adapters."),
+                 "same architecture, --model-preset and LoRA adapters."),
 })
 
 

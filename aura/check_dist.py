@@ -4,7 +4,7 @@ Run it under torchrun (``aura launch check-dist`` on every node) before a long t
 rank prints backend, world size, rank, host and device, and checks an all_reduce whose answer is
 known (rank r contributes r + 1, so the sum must be W(W+1)/2); then it measures all_reduce bandwidth
 on a buffer of ``--size-mb`` MB (algbw = bytes / time; busbw = algbw * 2(W-1)/W, as nccl-tests
-report it). A failure ends with a diagnosis mapped from the real error text (``aura.dist.diagnose``).
+report it). A failure ends with a diagnosis mapped from the real error text (``aura.dist_diagnose``).
 Without torchrun it says how to launch it and checks the backend on a single rank.
 """
 
@@ -17,7 +17,7 @@ from typing import Literal
 
 from aura import console
 from aura.config import arg
-from aura.dist.diagnose import diagnose
+from aura.dist_diagnose import diagnose
 from aura.errors import AuraError
 from aura.i18n import Messages
 
@@ -94,7 +94,7 @@ def _single_process(cfg: CheckDistConfig):
     import torch
     from torch.distributed import HashStore
 
-    from aura import distributed as D
+    from aura.distributed import process as D
 
     dev = D.pick_device(0, cfg.device)
     timeout = datetime.timedelta(seconds=cfg.timeout)

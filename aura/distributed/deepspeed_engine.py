@@ -1,8 +1,8 @@
 """DeepSpeed ZeRO-2/3 behind the training loop's ``StepEngine`` seam (``aura finetune --deepspeed``).
 
-The loop stays the one loop: it normalises the loss by the window's target tokens across ranks, sets
-the LR of every step (a pure function of the step) and checkpoints through ``TrainHooks.io``. What
-DeepSpeed changes is confined here:
+The loop stays the one loop: it normalises the loss by the window's target tokens across ranks, asks
+the step engine for the LR of every step (a pure function of the step) and checkpoints through
+``TrainHooks.io``. What DeepSpeed changes is confined here:
 
 * ``ds_config``: the user's ds_config.json with Aura's flags written in: micro-batch, gradient
   accumulation, train batch, gradient clipping and precision come from Aura ("auto" values filled,
@@ -10,8 +10,9 @@ DeepSpeed changes is confined here:
   cannot happen. A "scheduler" section is dropped (Aura's schedule drives the LR).
 * ``DeepSpeedStep``: ``engine.backward(loss, scale_wrt_gas=False)`` (the loop already divided by the
   window's tokens) and ``engine.step()`` on every micro-step, with the accumulation boundary set
-  explicitly at the window's last micro-step (a short last window of an epoch stays exact); the grad
-  norm is ``engine.get_global_grad_norm()``; DeepSpeed clips.
+  explicitly at the window's last micro-step (a short last window of an epoch stays exact); the LR is
+  set on DeepSpeed's optimizer before the window; the grad norm is ``engine.get_global_grad_norm()``;
+  DeepSpeed clips and keeps its own fp16 loss scale.
 * ``DeepSpeedIO``: checkpoints with ``engine.save_checkpoint`` / ``load_checkpoint`` (frozen base
   weights excluded) into the loop's staged checkpoint dir, plus the adapter (or full model) files
   gathered on rank 0 (ZeRO-3: ``deepspeed.zero.GatheredParameters``), so every checkpoint and
@@ -24,10 +25,11 @@ section: that avoids compiling DeepSpeed's CPU Adam on machines without a GPU.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
+import os
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from aura import console
 from aura.errors import AuraError
@@ -62,6 +64,25 @@ M = Messages("deepspeed", {
     "non_finite": ("DeepSpeed ya aplicó la actualización de un paso con pérdida no finita.",
                    "DeepSpeed already applied the update of a step with a non-finite loss."),
 })
+
+if TYPE_CHECKING:
+    import torch
+
+
+def set_accelerator_env(device: str = "auto") -> None:
+    """Tell DeepSpeed to use the CPU when there is no NVIDIA GPU to use (``DS_ACCELERATOR=cpu``).
+
+    DeepSpeed, which transformers and peft import when it is installed, probes for an accelerator at
+    import time and warns on every CPU-only command. The CLI calls this once per command, before the
+    command imports anything, with its ``--device`` (``auto`` for commands without one); a value the
+    user already exported is kept. torch-free: it only looks for NVIDIA device files.
+    """
+    if "DS_ACCELERATOR" in os.environ:
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    hidden = visible is not None and visible.strip() in ("", "-1")  # GPUs present but hidden
+    if device.split(":")[0] in ("cpu", "mps") or hidden or not glob.glob("/dev/nvidia[0-9]*"):
+        os.environ["DS_ACCELERATOR"] = "cpu"
 
 
 def read_config(path: str | Path) -> dict:
@@ -110,25 +131,51 @@ def ds_config(user: dict, *, batch_size: int, accumulation: int, world_size: int
 
 
 class DeepSpeedStep:
-    """The loop's ``StepEngine`` over a DeepSpeed engine."""
+    """The loop's ``StepEngine`` (``aura.train.engine``) over a DeepSpeed engine: DeepSpeed scales fp16
+    losses, clips and steps; its loss scale lives in its own checkpoint files (``state_dict`` is empty)."""
 
-    def __init__(self, engine):
-        self.engine = engine
+    def __init__(self, engine, optimizer, *, precision: str, dist):
+        from aura.train.engine import allow_tf32
+
+        self.engine, self.optimizer, self.precision, self.dist = engine, optimizer, precision, dist
+        allow_tf32(dist.device)
+
+    def describe(self) -> str:
+        from aura.train.engine import precision_line
+
+        return precision_line(self.precision, scaler=False)
+
+    def autocast(self):
+        from aura.train.engine import autocast_context
+
+        return autocast_context(self.precision, self.dist.device)
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:  # before backward: DeepSpeed steps at the boundary
+            group["lr"] = lr
 
     def backward(self, loss: torch.Tensor, *, last: bool = True) -> None:
         self.engine.set_gradient_accumulation_boundary(last)
         self.engine.backward(loss, scale_wrt_gas=False)  # the loop already normalised the window
         self.engine.step()  # DeepSpeed updates (and clips) only at the boundary
 
-    def clip(self, max_norm: float) -> torch.Tensor:
+    def finish(self, window_loss: torch.Tensor):
+        import math
+
+        from aura.train.engine import StepOutcome
+
         norm = self.engine.get_global_grad_norm()
-        return torch.as_tensor(float("nan") if norm is None else float(norm), dtype=torch.float64)
+        grad_norm, loss = float("nan") if norm is None else float(norm), float(window_loss)
+        applied = math.isfinite(loss) and math.isfinite(grad_norm)
+        if not applied:  # the update happened in backward; only the loop's count of bad steps is left
+            console.warn(M("non_finite"))
+        return StepOutcome(applied, grad_norm, loss)
 
-    def step(self) -> None:
-        pass  # done in backward at the boundary
+    def state_dict(self) -> dict:
+        return {}
 
-    def skip(self) -> None:
-        console.warn(M("non_finite"))
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
 
 class DeepSpeedIO:
@@ -171,14 +218,14 @@ class DeepSpeedIO:
 
 
 def setup_deepspeed(model, *, args, dist, config_path: str, precision: str):
-    """(engine as the model, its optimizer, the StepEngine, the CheckpointIO) for ``aura.train.loop.train``."""
+    """(the DeepSpeed engine, which the loop trains as the model; its ``StepEngine``; its ``CheckpointIO``)."""
     try:
         import deepspeed
     except ImportError:
         raise AuraError(M("missing")) from None
-    from aura.distributed import is_quantized
+    from aura.distributed.parallel import is_quantized
     from aura.train.adapters import check_adapter_base
-    from aura.train.loop import build_optimizer
+    from aura.train.engine import build_optimizer
 
     if is_quantized(model):
         raise AuraError(M("qlora"))
@@ -195,4 +242,4 @@ def setup_deepspeed(model, *, args, dist, config_path: str, precision: str):
                    clip=config["gradient_clipping"], opt=type(optimizer or ds_optimizer).__name__))
     check = None if args.method == "full" else (lambda m, d: check_adapter_base(d, m, flag=None))
     io = DeepSpeedIO(engine, method=args.method, check_base=check)
-    return engine, ds_optimizer, DeepSpeedStep(engine), io
+    return engine, DeepSpeedStep(engine, ds_optimizer, precision=precision, dist=dist), io

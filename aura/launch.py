@@ -21,7 +21,7 @@ from typing import Literal
 
 from aura import console
 from aura.config import arg
-from aura.dist.diagnose import diagnose
+from aura.dist_diagnose import diagnose
 from aura.errors import AuraError
 from aura.i18n import Messages
 

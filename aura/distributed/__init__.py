@@ -1,0 +1,53 @@
+"""Everything distributed on the library side, applied from outside the model code.
+
+* ``process``: torchrun environment -> ``DistInfo``; process-group set-up and tear-down.
+* ``parallel``: strategy choice and ``parallelize`` (activation checkpointing -> compile -> FSDP2/DDP),
+  ``strategy_of``, ``unwrap``, ``no_sync``.
+* ``sync``: the cross-rank weight check (``Sync=`` in the log).
+* ``sharded``: DCP checkpoints of sharded models.
+* ``deepspeed_engine``: DeepSpeed ZeRO-2/3 behind the loop's ``StepEngine`` seam, and the
+  ``DS_ACCELERATOR`` choice the CLI makes before any command runs.
+
+The public names below are re-exported lazily: importing the package (or its torch-free
+``deepspeed_engine`` helper from the CLI) does not import torch; the first use of a name does.
+The commands around it (``aura launch``, ``aura check-dist``) live beside the other commands
+(``aura.launch``, ``aura.check_dist``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS = {
+    "DistInfo": "process", "init_distributed": "process", "teardown": "process",
+    "main_process_first": "process", "pick_device": "process", "under_torchrun": "process",
+    "STRATEGIES": "parallel", "choose_strategy": "parallel", "find_blocks": "parallel",
+    "is_deepspeed_engine": "parallel", "is_quantized": "parallel", "no_sync": "parallel",
+    "parallelize": "parallel", "strategy_of": "parallel", "training_state_bytes": "parallel",
+    "unwrap": "parallel",
+    "sync_check": "sync", "sync_status": "sync",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from aura.distributed.parallel import (STRATEGIES, choose_strategy, find_blocks, is_deepspeed_engine,
+                                           is_quantized, no_sync, parallelize, strategy_of,
+                                           training_state_bytes, unwrap)
+    from aura.distributed.process import (DistInfo, init_distributed, main_process_first, pick_device,
+                                          teardown, under_torchrun)
+    from aura.distributed.sync import sync_check, sync_status
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

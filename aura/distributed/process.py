@@ -1,0 +1,207 @@
+"""torchrun environment -> ``DistInfo``; process-group set-up and tear-down.
+
+Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK in the environment) ``init_distributed`` joins the
+process group with NCCL when CUDA is there, gloo otherwise, and falls back from NCCL to gloo with a
+warning if NCCL fails to initialise (WSL2 without NCCL, a driver too old). Without torchrun it
+returns a single-process ``DistInfo`` and every collective is a no-op, so the training loop has one
+code path. Model code knows nothing of this; parallelism is applied from outside (``parallel``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from aura import console
+from aura.errors import AuraError
+from aura.i18n import Messages
+
+M = Messages("distributed", {
+    "nccl_fallback": ("NCCL no pudo inicializarse ({err}); se usa gloo en su lugar.",
+                      "NCCL failed to initialise ({err}); falling back to gloo."),
+    "nccl_unavailable": ("Se pidió --backend nccl pero esta instalación de PyTorch no tiene NCCL o no hay "
+                         "GPU CUDA. Usa --backend gloo o auto.",
+                         "--backend nccl was requested but this PyTorch has no NCCL or there is no CUDA "
+                         "GPU. Use --backend gloo or auto."),
+    "mode": ("Modo distribuido. Backend={backend}. Procesos={world}. Sincronizando...",
+             "Distributed mode. Backend={backend}. World size={world}. Synchronising..."),
+    "peer_failed": ("falló en otro proceso", "it failed on another rank"),
+    "bad_backend": ("Backend desconocido '{backend}': usa auto, nccl o gloo.",
+                    "Unknown backend '{backend}': use auto, nccl or gloo."),
+})
+
+
+
+@dataclass
+class DistInfo:
+    """Where this process stands in the job. Single-process runs have rank 0 of world size 1."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    node: str = socket.gethostname()
+    device: torch.device = torch.device("cpu")
+    backend: str | None = None
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1 or self.backend is not None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def prefix(self) -> str:
+        return f"[Rank {self.rank}/{self.world_size} | Node {self.node} | Device {self.device}]"
+
+    def barrier(self) -> None:
+        if self.is_distributed:
+            torch.distributed.barrier()
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """In-place all_reduce (sum, max, min or avg) that is a no-op outside torchrun."""
+        if self.is_distributed:
+            ops = {"sum": torch.distributed.ReduceOp.SUM, "max": torch.distributed.ReduceOp.MAX,
+                   "min": torch.distributed.ReduceOp.MIN}
+            if op == "avg":
+                torch.distributed.all_reduce(tensor, op=ops["sum"])
+                tensor /= self.world_size
+            else:
+                torch.distributed.all_reduce(tensor, op=ops[op])
+        return tensor
+
+    def sum_float(self, value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64, device=self.comm_device)
+        return float(self.all_reduce(t, "sum").item())
+
+    def mean_float(self, value: float) -> float:
+        return self.sum_float(value) / self.world_size
+
+    def broadcast_object(self, obj):
+        if not self.is_distributed:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    @property
+    def comm_device(self) -> torch.device:
+        return self.device if self.backend == "nccl" else torch.device("cpu")
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def pick_device(local_rank: int = 0, requested: str = "auto") -> torch.device:
+    """``auto`` -> cuda:LOCAL_RANK when CUDA is there, then Apple mps, else cpu."""
+    if requested != "auto":
+        dev = torch.device(requested)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", local_rank)
+        return dev
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _local_nccl_ok(dev: torch.device) -> bool:
+    return dev.type == "cuda" and torch.distributed.is_nccl_available()
+
+
+def _all_ranks_agree(store, key: str, ok: bool, *, rank: int, world: int) -> bool:
+    """True when every rank reports ``ok``; uses the rendezvous store, so no process group is needed.
+
+    Backend choice and NCCL fallback must be collective: a cluster where one node lacks NCCL (WSL2
+    without it, a CPU-only node) would otherwise mix nccl and gloo ranks and hang.
+    """
+    store.set(f"aura/{key}/{rank}", "1" if ok else "0")
+    keys = [f"aura/{key}/{r}" for r in range(world)]
+    store.wait(keys)
+    return all(store.get(k) == b"1" for k in keys)
+
+
+def init_distributed(*, backend: str = "auto", device: str = "auto",
+                     timeout_s: float = 1800.0) -> DistInfo:
+    """Join the torchrun process group (or return a single-process DistInfo)."""
+    if backend not in ("auto", "nccl", "gloo"):
+        raise AuraError(M("bad_backend", backend=backend))
+    if not under_torchrun():
+        return DistInfo(device=pick_device(0, device))
+    from torch.distributed import PrefixStore
+    from torch.distributed.rendezvous import rendezvous
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    dev = pick_device(local_rank, device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if backend == "nccl" and not _local_nccl_ok(dev):
+        raise AuraError(M("nccl_unavailable"))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    chosen = backend
+    if not torch.distributed.is_initialized():
+        store, rank, world = next(rendezvous("env://", rank=rank, world_size=world, timeout=timeout))
+        store.set_timeout(timeout)
+        # torchrun's static rendezvous keeps one store across --max-restarts: without a per-attempt
+        # prefix the restarted group reads the dead group's gloo addresses and hangs in init.
+        store = PrefixStore(f"aura/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+        if backend == "auto":
+            chosen = "nccl" if _all_ranks_agree(store, "nccl", _local_nccl_ok(dev),
+                                                rank=rank, world=world) else "gloo"
+        error = None
+        if chosen == "nccl":
+            try:
+                torch.distributed.init_process_group(
+                    backend="nccl", store=PrefixStore("default_pg", store), rank=rank,
+                    world_size=world, timeout=timeout, device_id=dev)
+                probe = torch.ones(1, device=dev)  # NCCL initialises lazily: force it now
+                torch.distributed.all_reduce(probe)
+            except Exception as err:  # noqa: BLE001 - any NCCL failure means: try gloo
+                if backend == "nccl":
+                    raise
+                error = err
+            if backend == "auto" and not _all_ranks_agree(store, "nccl_probe", error is None,
+                                                           rank=rank, world=world):
+                msg = str(error).splitlines()[0][:200] if error else M("peer_failed")
+                console.warn(M("nccl_fallback", err=msg))
+                if torch.distributed.is_initialized():
+                    torch.distributed.destroy_process_group()
+                chosen = "gloo"
+        if chosen == "gloo":
+            torch.distributed.init_process_group(
+                backend="gloo", store=PrefixStore("aura_gloo", store), rank=rank,
+                world_size=world, timeout=timeout)
+    else:
+        chosen = torch.distributed.get_backend()
+    info = DistInfo(rank=rank, world_size=world, local_rank=local_rank, device=dev, backend=chosen)
+    console.set_prefix(info.prefix)
+    console.info(M("mode", backend=chosen, world=world))
+    return info
+
+
+def teardown(info: DistInfo) -> None:
+    if info.is_distributed and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+@contextlib.contextmanager
+def main_process_first(dist: DistInfo) -> Iterator[None]:
+    """Rank 0 runs the block first (downloads, caches, tokenising); the others follow it."""
+    if not dist.is_main:
+        dist.barrier()
+    try:
+        yield
+    finally:
+        if dist.is_main:
+            dist.barrier()
