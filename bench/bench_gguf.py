@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_gguf.py [--out /tmp/bench_gguf] [--new-tokens 128] [--threads 2]
 
-Model: the LAB-NOTES tiny Llama (4 layers, d 256, 4 heads, 2 KV heads, MLP 768, ctx 256) with a
+Model: the tiny Llama of the `tiny` preset (4 layers, d 256, 4 heads, 2 KV heads, MLP 768, ctx 256) with a
 byte-level BPE tokenizer trained on the embedded corpus (vocab up to 8000), random weights (speed does
 not depend on them). Generation: greedy, the same prompt, exactly --new-tokens tokens each (EOS
 ignored), one sequence; llama.cpp through llama-cpp-python and PyTorch ``generate`` (fp32, KV cache)

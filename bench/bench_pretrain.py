@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_pretrain.py [--steps 60] [--corpus /tmp/bench_es.txt] [--precision auto]
 
-Model: the LAB-NOTES tiny Llama (4 layers, d 256, 4 heads, 2 KV heads, MLP 768, context 256), batch 16,
+Model: the tiny Llama of the `tiny` preset (4 layers, d 256, 4 heads, 2 KV heads, MLP 768, context 256), batch 16,
 AdamW (0.9, 0.95, wd 0.1), clip 1.0, warm-up + cosine to 10 %. Both runs start from the same weights
 and read the same 256-token windows. Throughput is measured after 3 warm-up steps; the final loss is
 the mean of the last 10 steps. Prints tokens/s of each, the ratio, and both final losses.

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_scaling.py [--steps 30] [--batch-size 8] [--precision auto]
                                             [--corpus /tmp/bench_es.txt]
 
-Model: the LAB-NOTES tiny Llama (`--model-preset tiny`: 4 layers, d 256, 4 heads, 2 KV heads, MLP
+Model: the tiny Llama (`--model-preset tiny`: 4 layers, d 256, 4 heads, 2 KV heads, MLP
 768, context 256), so compute dominates the gradient all-reduce. Every run goes through the real CLI
 with the same per-rank micro-batch, so 2 ranks process twice the tokens per step:
 

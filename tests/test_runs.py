@@ -186,7 +186,9 @@ def test_real_pretrain_run_interrupted_then_listed_and_plotted(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     run_dir = tmp_path / "runs" / "real"
     deadline = time.monotonic() + 240
-    while not (run_dir / "checkpoint-step-2").is_dir() and proc.poll() is None and time.monotonic() < deadline:
+    # Any complete checkpoint will do: with --save-steps 2 and --keep-last 3 an early one may already be pruned.
+    while not any(run_dir.glob("checkpoint-step-*/trainer_state.json")) and proc.poll() is None \
+            and time.monotonic() < deadline:
         time.sleep(0.5)
     listed_live = json.loads(run_aura("runs", "--json", cwd=tmp_path).stdout)
     proc.send_signal(signal.SIGINT)
