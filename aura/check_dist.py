@@ -6,6 +6,13 @@ known (rank r contributes r + 1, so the sum must be W(W+1)/2); then it measures 
 on a buffer of ``--size-mb`` MB (algbw = bytes / time; busbw = algbw * 2(W-1)/W, as nccl-tests
 report it). A failure ends with a diagnosis mapped from the real error text (``aura.dist_diagnose``).
 Without torchrun it says how to launch it and checks the backend on a single rank.
+
+With ``--model-preset`` it also measures the latency (all_reduce of one number) and says, for that
+preset's gradients on this link, how long each communication mode takes per optimizer step and which
+to use (``advise``): plain DDP, ``--ddp-comm bf16``, ``--ddp-comm powersgd`` or ``--local-steps H``.
+The per-step times are computed from the measured latency and bandwidth (a ring all-reduce moves
+2(W-1)/W of the bytes per rank), not measured with the model; the compute time of a step is
+``--step-seconds`` (take it from a one-node run's log).
 """
 
 from __future__ import annotations
@@ -54,6 +61,24 @@ M = Messages("dist_check", {
                "Communication OK between {world:rank|ranks} on {nodes:node|nodes} (Sync=OK). Slowest rank's "
                "bandwidth: algbw {alg} | busbw {bus}."),
     "failed": ("La prueba distribuida falló: {err}", "The distributed check failed: {err}"),
+    "link": ("Enlace: latencia {lat:.2f} ms | ancho de banda por proceso {gbit:.2f} Gbit/s (busbw del más lento)",
+             "Link: latency {lat:.2f} ms | bandwidth per rank {gbit:.2f} Gbit/s (slowest rank's busbw)"),
+    "advice_title": ("{preset}: {mb:,} MB de gradientes fp32 por paso entre {world:proceso|procesos} (tiempos "
+                     "calculados con la latencia y el ancho de banda medidos; cómputo de {step:g} s por paso)",
+                     "{preset}: {mb:,} MB of fp32 gradients per step between {world:rank|ranks} (times computed "
+                     "from the measured latency and bandwidth; {step:g} s of compute per step)"),
+    "h_mode": ("modo", "mode"),
+    "h_comm": ("comunicación por paso", "communication per step"),
+    "h_share": ("parte del paso", "share of the step"),
+    "advice_plain": ("Comunicación despreciable: entrena con DDP normal (sin --ddp-comm).",
+                     "Communication is negligible: train with plain DDP (no --ddp-comm)."),
+    "advice_use": ("{gbit:.2f} Gbit/s: ~{plain:.1f} s por paso de all-reduce con {preset}; usa {use}.",
+                   "{gbit:.2f} Gbit/s: ~{plain:.1f} s per step in all-reduce with {preset}; use {use}."),
+    "or": ("{a} o {b}", "{a} or {b}"),
+    "bad_preset": ("Preset desconocido '{value}' en --model-preset: usa uno de {names}.",
+                   "Unknown preset '{value}' in --model-preset: use one of {names}."),
+    "bad_step": ("--step-seconds debe ser mayor que 0 (recibido {value}).",
+                 "--step-seconds must be greater than 0 (got {value})."),
     "unknown_cause": ("Causa no reconocida: ejecuta con --debug y TORCH_DISTRIBUTED_DEBUG=DETAIL para más "
                       "detalle.",
                       "Cause not recognised: run with --debug and TORCH_DISTRIBUTED_DEBUG=DETAIL for more "
@@ -72,8 +97,24 @@ class CheckDistConfig:
     timeout: float = arg(60.0, es="Segundos de espera máxima por los demás procesos.",
                          en="Seconds to wait for the other ranks at most.")
     device: str = arg("auto", es="Dispositivo: auto, cpu, cuda.", en="Device: auto, cpu, cuda.")
+    model_preset: str | None = arg(None, es="Preset que se va a entrenar: di qué modo de comunicación conviene "
+                                            "en este enlace (--ddp-comm, --local-steps).",
+                                   en="Preset you will train: say which communication mode suits this link "
+                                      "(--ddp-comm, --local-steps).")
+    step_seconds: float = arg(1.0, es="Segundos de cómputo de un paso de optimización (del log de una ejecución "
+                                      "en un nodo), para el consejo de --model-preset.",
+                              en="Seconds of compute per optimizer step (from a one-node run's log), for "
+                                 "--model-preset's advice.")
+    vocab_size: int = arg(32000, es="Vocabulario del modelo de --model-preset.",
+                          en="Vocabulary of --model-preset's model.")
 
     def __post_init__(self):
+        from aura.models import PRESETS
+
+        if self.model_preset is not None and self.model_preset not in PRESETS:
+            raise AuraError(M("bad_preset", value=self.model_preset, names=", ".join(PRESETS)))
+        if self.step_seconds <= 0:
+            raise AuraError(M("bad_step", value=self.step_seconds))
         if self.size_mb <= 0:
             raise AuraError(M("bad_size", value=self.size_mb))
         if self.iters < 1:
@@ -173,6 +214,86 @@ def _run(cfg: CheckDistConfig, info) -> None:
     if info.is_main:
         console.success(M("passed", world=world, nodes=nodes, alg=_rate(nbytes / slowest),
                           bus=_rate(nbytes / slowest * factor) if world > 1 else "n/a"))
+    if cfg.model_preset and world > 1:
+        latency = _latency(info, cfg.iters)
+        busbw = nbytes * factor / max(slowest - latency, 1e-9)
+        if info.is_main:
+            console.info(M("link", lat=latency * 1e3, gbit=busbw * 8 / 1e9))
+            advise(cfg.model_preset, world=world, latency_s=latency, busbw=busbw, step_s=cfg.step_seconds,
+                   vocab_size=cfg.vocab_size)
+
+
+def _latency(info, iters: int) -> float:
+    """Seconds of an all_reduce of one number (the slowest rank's)."""
+    import torch
+
+    one = torch.zeros(1, device=info.comm_device)
+    for _ in range(3):
+        torch.distributed.all_reduce(one)
+    info.barrier()
+    start = time.perf_counter()
+    for _ in range(max(iters, 10)):
+        torch.distributed.all_reduce(one)
+    per = (time.perf_counter() - start) / max(iters, 10)
+    return info.all_reduce(torch.tensor([per], dtype=torch.float64), "max").item()
+
+
+_BUCKET = 25 * 2**20  # DDP's default bucket: one all-reduce each (three under PowerSGD)
+_POWERSGD_RANK = 4  # --powersgd-rank's default
+
+
+def comm_times(preset: str, *, world: int, latency_s: float, busbw: float, vocab_size: int = 32000,
+               rank: int = _POWERSGD_RANK) -> tuple[int, dict[str, float]]:
+    """(gradient bytes per step, {mode: seconds of communication per optimizer step}), computed:
+    a ring all-reduce of B bytes takes latency + B * 2(W-1)/W / busbw, once per DDP bucket."""
+    import math
+
+    import torch
+
+    from aura.distributed.comm import powersgd_ratio
+    from aura.models import PRESETS, build_model
+
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        model = build_model(PRESETS[preset], vocab_size)
+    nbytes = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
+    buckets = max(1, math.ceil(nbytes / _BUCKET))
+    wire = 2 * (world - 1) / world / busbw
+    plain = buckets * latency_s + nbytes * wire
+    return nbytes, {"none": plain, "bf16": buckets * latency_s + nbytes / 2 * wire,
+                    "powersgd": 3 * buckets * latency_s + nbytes / powersgd_ratio(model, rank) * wire}
+
+
+def local_steps_for(plain_s: float, step_s: float, share: float = 0.25) -> int:
+    """The smallest power of two H (at least 4) that keeps a plain all-reduce every H steps under
+    ``share`` of the compute."""
+    h = 4
+    while plain_s / h > share * step_s and h < 1024:
+        h *= 2
+    return h
+
+
+def advise(preset: str, *, world: int, latency_s: float, busbw: float, step_s: float,
+           vocab_size: int = 32000) -> str:
+    """Print the per-mode table and the advice for ``preset`` on this link; returns the advice line."""
+    nbytes, times = comm_times(preset, world=world, latency_s=latency_s, busbw=busbw, vocab_size=vocab_size)
+    h = local_steps_for(times["none"], step_s)
+    times[f"local-steps {h}"] = times["none"] / h
+    names = {"none": "DDP", "bf16": "--ddp-comm bf16", "powersgd": f"--ddp-comm powersgd (rank {_POWERSGD_RANK})",
+             f"local-steps {h}": f"--local-steps {h}"}
+    rows = [[names[m], f"{t:.2f} s", f"{100 * t / (t + step_s):.0f} %"] for m, t in times.items()]
+    console.table(M("advice_title", preset=preset, mb=round(nbytes / 1e6), world=world, step=step_s),
+                  [M("h_mode"), M("h_comm"), M("h_share")], rows)
+    gbit = busbw * 8 / 1e9
+    fits = [m for m in ("none", "bf16", "powersgd") if times[m] <= 0.1 * step_s]
+    if fits and fits[0] == "none":
+        line = M("advice_plain")
+    elif fits:
+        line = M("advice_use", gbit=gbit, preset=preset, plain=times["none"], use=names[fits[0]])
+    else:
+        line = M("advice_use", gbit=gbit, preset=preset, plain=times["none"],
+                 use=M("or", a=names["powersgd"].split(" (")[0], b=names[f"local-steps {h}"]))
+    console.info(line)
+    return line
 
 
 def check_dist(cfg: CheckDistConfig) -> int:

@@ -37,6 +37,10 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         "aura.tokenizer", "TokenizerTrainConfig", "train_tokenizer",
         "Entrena un tokenizador BPE a nivel de bytes para español.",
         "Train a byte-level BPE tokenizer for Spanish."),
+    ("tokenizer", "extend"): Command(
+        "aura.tokenizer_extend", "TokenizerExtendConfig", "extend_tokenizer",
+        "Amplía un tokenizador BPE existente con los tokens en español que le faltan.",
+        "Extend an existing BPE tokenizer with the Spanish tokens it lacks."),
     ("pretrain",): Command(
         "aura.train.pretrain", "PretrainConfig", "pretrain",
         "Preentrena un modelo GPT-2 o Llama desde cero (sin --data: demo completa).",

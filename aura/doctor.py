@@ -131,12 +131,21 @@ M = Messages("doctor", {
     "x_bnb": ("QLoRA en 4 bits, AdamW8bit", "4-bit QLoRA, AdamW8bit"),
     "x_deepspeed": ("ZeRO-2/3 con --deepspeed", "ZeRO-2/3 with --deepspeed"),
     "x_llamacpp": ("verificar GGUF y chatear con GGUF", "GGUF verification and GGUF chat"),
+    "x_liger": ("entropía cruzada fusionada con la capa de salida en CUDA (menos memoria con vocabularios grandes)",
+                "fused output layer + cross entropy on CUDA (less memory with large vocabularies)"),
     "x_flash": ("FlashAttention-2 con attn_implementation=flash_attention_2",
                 "FlashAttention-2 with attn_implementation=flash_attention_2"),
     "down": ("inactiva", "down"),
     "strategy": ("estrategia", "strategy"),
     "bad_min_free": ("--min-free-gb debe ser 0 o positivo; recibido {value}.",
                      "--min-free-gb must be 0 or positive; got {value}."),
+    "bad_assume": ("--assume no describe un dispositivo: '{value}'. Escribe el nombre y la memoria de la GPU "
+                   "(\"H100 80GB\", \"RTX 3060 12GB\"), solo la memoria (\"24GB\") o \"cpu\".",
+                   "--assume does not describe a device: '{value}'. Give the GPU's name and memory "
+                   "(\"H100 80GB\", \"RTX 3060 12GB\"), only its memory (\"24GB\") or \"cpu\"."),
+    "assumed": ("supuesto (--assume): {name}, {mem:.1f} GiB, capacidad {cap}; pico {peak}",
+                "assumed (--assume): {name}, {mem:.1f} GiB, capability {cap}; peak {peak}"),
+    "no_peak": ("desconocido (sin MFU)", "unknown (no MFU)"),
 })
 
 # Distribution name, import name, minimum version: kept equal to pyproject's dependencies (a test checks).
@@ -150,6 +159,7 @@ REQUIRED = [("torch", "torch", "2.6"), ("transformers", "transformers", "5.0"),
 # Optional extras and what each one enables.
 EXTRAS = [("bitsandbytes", "bitsandbytes", "x_bnb"), ("deepspeed", "deepspeed", "x_deepspeed"),
           ("llama-cpp-python", "llama_cpp", "x_llamacpp"),
+          ("liger-kernel", "liger_kernel", "x_liger"),
           ("flash-attn", "flash_attn", "x_flash")]
 SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 
@@ -161,10 +171,21 @@ class DoctorConfig:
     min_free_gb: float = arg(2.0, es="Espacio libre mínimo en GiB; por debajo es un error.",
                              en="Minimum free space in GiB; below it is an error.")
     json: bool = arg(False, es="Salida JSON (un objeto).", en="JSON output (one object).")
+    assume: str = arg("", es="Qué haría `auto` en otro hardware: \"H100 80GB\", \"RTX 3060 12GB\", \"24GB\", "
+                             "\"cpu\" (nombre y memoria de la GPU).",
+                      en="What `auto` would do on other hardware: \"H100 80GB\", \"RTX 3060 12GB\", \"24GB\", "
+                         "\"cpu\" (the GPU's name and memory).")
 
     def __post_init__(self):
         if self.min_free_gb < 0:
             raise AuraError(M("bad_min_free", value=self.min_free_gb))
+        if self.assume:
+            from aura.hardware import assumed_hardware
+
+            try:
+                assumed_hardware(self.assume)
+            except ValueError:
+                raise AuraError(M("bad_assume", value=self.assume)) from None
 
 
 class Report:
@@ -410,14 +431,14 @@ def check_network(r: Report) -> None:
         r.row("→", M("no_suggest_if"), "warn")
 
 
-def check_auto(r: Report, torch) -> None:
+def check_auto(r: Report, torch, assume: str = "") -> None:
     if torch is None:
         r.data["auto"] = None
         r.row("auto", M("auto_unknown", err="torch"), "fail")
         return
     try:
         from aura import hardware
-        info = hardware.detect()
+        info = hardware.assumed_hardware(assume) if assume else hardware.detect()
         choice = hardware.choose_auto(info)
     except (ImportError, AttributeError) as e:
         r.data["auto"] = None
@@ -431,6 +452,10 @@ def check_auto(r: Report, torch) -> None:
                     accum=choice.gradient_accumulation_steps, precision=choice.precision,
                     ckpt=_yn(choice.gradient_checkpointing)))
     r.row(M("strategy"), strategy)
+    if assume:
+        cap = "{}.{}".format(*info.capability) if info.capability else "-"
+        r.row("--assume", M("assumed", name=info.name, mem=info.memory_bytes / 1024 ** 3, cap=cap,
+                            peak=info.peak_source or M("no_peak")))
     r.row("→", choice.reason)
 
 
@@ -459,7 +484,7 @@ def doctor(cfg: DoctorConfig) -> int:
     section("s_deps", check_packages)
     section("s_extras", check_extras)
     section("s_network", check_network)
-    section("s_auto", check_auto, torch)
+    section("s_auto", check_auto, torch, cfg.assume)
     errors = [i for i in r.issues if i["level"] == "error"]
     warns = [i for i in r.issues if i["level"] == "warning"]
     notes = [i for i in r.issues if i["level"] == "note"]

@@ -82,16 +82,20 @@ M = Messages("runs", {
                    "--out must end in .png, .svg or .pdf; got {out}."),
     "loss_title": ("Pérdida", "Loss"),
     "lr_title": ("Tasa de aprendizaje", "Learning rate"),
+    "rewards_title": ("Recompensas (DPO/ORPO)", "Rewards (DPO/ORPO)"),
     "speed_title": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
     "x_tokens": ("tokens vistos", "tokens seen"),
     "x_steps": ("paso", "step"),
     "train": ("entrenamiento", "train"),
     "val": ("validación", "validation"),
+    "suite_title": ("Precisión en aura-es", "aura-es accuracy"),
     "wrote": ("Gráfica guardada en {path} ({runs:ejecución|ejecuciones}).", "Plot saved to {path} ({runs:run|runs})."),
 })
 
 NUMERIC_COLUMNS = ("epoch", "step", "tokens", "train_loss", "val_loss", "lr", "grad_norm",
                    "tokens_per_s", "mfu", "seconds")
+REWARD_COLUMNS = ("rewards/margin", "rewards/accuracy")  # preference tuning (aura.train.preference)
+SUITE_PREFIX = "aura-es/"  # task accuracy during training (--eval-suite aura-es, aura.evalsuite)
 
 
 # ---------------------------------------------------------------- reading run dirs
@@ -105,7 +109,8 @@ def read_log(run_dir: Path) -> list[dict]:
     with open(path, newline="", encoding="utf-8") as f:
         for line, raw in enumerate(csv.DictReader(f), start=2):
             row: dict = {"kind": (raw.get("kind") or "step").strip(), "time": raw.get("time")}
-            for col in NUMERIC_COLUMNS:
+            for col in NUMERIC_COLUMNS + tuple(c for c in raw if c in REWARD_COLUMNS or
+                                               (c or "").startswith(SUITE_PREFIX)):
                 cell = (raw.get(col) or "").strip()
                 try:
                     row[col] = float(cell) if cell else None
@@ -356,7 +361,11 @@ def plot(cfg: PlotConfig) -> int:
 
     fig = Figure(figsize=(cfg.width / cfg.dpi, cfg.height / cfg.dpi), dpi=cfg.dpi, layout="constrained")
     FigureCanvasAgg(fig)
-    ax_loss, ax_lr, ax_speed = fig.subplots(1, 3)
+    rewards = any(r.get(c) is not None for rows in logs for r in rows for c in REWARD_COLUMNS)
+    suite_cols = sorted({c for rows in logs for r in rows for c in r if c.startswith(SUITE_PREFIX)})
+    axes = list(fig.subplots(1, 3 + rewards + bool(suite_cols)))
+    ax_loss, ax_lr, ax_speed = axes[:3]
+    ax_suite = axes[-1] if suite_cols else None
     colours = [f"C{i % 10}" for i in range(len(dirs))]
     for label, rows, colour in zip(_labels(dirs), logs, colours):
         def series(col, kinds):
@@ -374,7 +383,17 @@ def plot(cfg: PlotConfig) -> int:
                          label=f"{label} ({M('val')})")
         ax_lr.plot(*series("lr", ("step",)), color=colour, lw=1.2, label=label)
         ax_speed.plot(*series("tokens_per_s", ("step",)), color=colour, lw=1.2, label=label)
-    for ax, title in ((ax_loss, "loss_title"), (ax_lr, "lr_title"), (ax_speed, "speed_title")):
+        if rewards and any(r.get("rewards/margin") is not None for r in rows):
+            for col, style in zip(REWARD_COLUMNS, ("-", ":")):
+                axes[3].plot(*series(col, ("step",)), color=colour, lw=1.2, ls=style, label=f"{label} ({col})")
+        for col, style in zip(suite_cols, ("-", "--", ":", "-.", (0, (1, 3)), (0, (5, 1)))):
+            xs, ys = series(col, ("eval",))
+            if xs:
+                ax_suite.plot(xs, ys, color=colour, lw=1.2, ls=style, marker="o", ms=3,
+                              label=f"{label} ({col.removeprefix(SUITE_PREFIX)})")
+    titled = [(ax_loss, "loss_title"), (ax_lr, "lr_title"), (ax_speed, "speed_title")]
+    titled += [(axes[3], "rewards_title")] if rewards else []
+    for ax, title in titled + ([(ax_suite, "suite_title")] if suite_cols else []):
         ax.set_title(M(title))
         ax.set_xlabel(M("x_tokens") if use_tokens else M("x_steps"))
         ax.grid(alpha=0.3)

@@ -212,11 +212,19 @@ def backend_of(tok, name: str = ""):
 
 def local_backend(name_or_path: str):
     """(``tokenizers.Tokenizer``, eos id) of a local directory with tokenizer.json, read without importing
-    transformers (and torch: seconds of start-up); None when the directory needs transformers."""
+    transformers (and torch: seconds of start-up); None when the directory needs transformers.
+
+    Only a plain tokenizer directory qualifies: for a model directory (config.json) or a tokenizer class
+    of its own, transformers may build the tokenizer from the model type with another pre-tokeniser
+    (Qwen2 in transformers 5), and the data must be tokenised as training will tokenise it."""
     from tokenizers import Tokenizer
 
     d = Path(os.path.expanduser(str(name_or_path)))
-    if not (d / "tokenizer.json").is_file():
+    if not (d / "tokenizer.json").is_file() or (d / "config.json").is_file():
+        return None
+    config = d / "tokenizer_config.json"
+    if config.is_file() and json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class") not in (
+            None, "PreTrainedTokenizerFast", "TokenizersBackend"):
         return None
     eos = None
     for name in ("tokenizer_config.json", "special_tokens_map.json"):

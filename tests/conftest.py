@@ -1,16 +1,46 @@
-"""Shared fixtures: run the real CLI in a subprocess, tiny Spanish text, English messages by default."""
+"""Shared fixtures: run the real CLI in a subprocess, tiny Spanish text, English messages by default,
+and tiny models / prepared data built once per session (also across pytest-xdist workers)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RESOURCES = ROOT / "aura" / "resources"
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (scripts/test.sh runs one worker per core) every worker, and every process it
+    starts, uses one thread: N workers x N torch/rayon threads on N cores only thrash. Set before any
+    test module imports torch (torch reads OMP_NUM_THREADS when it is imported)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
+    # A shell ignores SIGINT in the background jobs it starts (`bash scripts/test.sh &`), and an ignored
+    # signal stays ignored in every child: the tests that press Ctrl+C in `aura chat`/`pretrain` would hang.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Files holding `slow` tests first, then those holding `dist` ones, then the rest (each file's tests
+    in their own order): pytest-xdist hands out whole files in this order, so the long ones do not end
+    up last on one worker while the other idles."""
+    rank: dict[str, int] = {}
+    for item in items:
+        here = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("dist") else 2
+        rank[item.path] = min(rank.get(item.path, 2), here)
+    items.sort(key=lambda item: rank[item.path])  # stable: files and tests keep their order
 
 
 @pytest.fixture(autouse=True)
@@ -47,3 +77,51 @@ def spanish_text() -> str:
     """A few KB of the embedded Spanish corpus (documents separated by blank lines)."""
     files = sorted((RESOURCES / "corpus_es").glob("*.txt"))
     return "\n\n".join(p.read_text(encoding="utf-8").strip() for p in files)
+
+
+def shared_dir(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
+    """``build(dir)`` runs once per test session, also across pytest-xdist workers (a file lock), and
+    every later call returns the same ``dir``. Shared read-only: a test that writes into it copies first."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # workers' basetemps are popen-gwN/ under the session's own directory
+    root = base / "shared"
+    root.mkdir(exist_ok=True)
+    target, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not done.exists():
+                shutil.rmtree(target, ignore_errors=True)
+                build(target)
+                done.touch()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return target
+
+
+@pytest.fixture(scope="session")
+def tiny_zoo(tmp_path_factory) -> dict[str, Path]:
+    """tiny_models.build_zoo, once per session: a byte-level BPE (vocab 800), a tiny Llama and GPT-2.
+    Shared by every test: copy the dict before adding keys, and never write into the directories."""
+    from tests.tiny_models import build_zoo
+
+    root = shared_dir(tmp_path_factory, "zoo", build_zoo)
+    return {"tokenizer": root / "tokenizer", "llama": root / "llama", "gpt2": root / "gpt2"}
+
+
+@pytest.fixture(scope="session")
+def tiny_adapter(tiny_zoo, tmp_path_factory) -> Path:
+    """A LoRA adapter on tiny_zoo's Llama (tiny_models.make_lora_adapter, seed 1), once per session
+    (read-only too)."""
+    from tests.tiny_models import make_lora_adapter
+
+    return shared_dir(tmp_path_factory, "zoo-adapter", lambda d: make_lora_adapter(tiny_zoo["llama"], d))
+
+
+@pytest.fixture(scope="session")
+def prepared_corpus(tmp_path_factory) -> Path:
+    """The embedded corpus prepared with a vocab-800 BPE (test_loop.build_prepared), once per session."""
+    from tests.test_loop import build_prepared
+
+    return shared_dir(tmp_path_factory, "prepared", build_prepared) / "data"

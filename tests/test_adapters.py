@@ -198,6 +198,7 @@ def test_finetune_config_defaults_presets_and_validation():
         parse_config(FinetuneConfig, ["--template", "vicuna"], prog="t", description="")
 
 
+@pytest.mark.slow
 def test_base_model_that_is_not_a_model_or_unreachable_fails_at_once(tmp_path):
     import time
 

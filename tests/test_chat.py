@@ -18,14 +18,13 @@ import time
 import pytest
 import torch
 
-from tests.tiny_models import build_zoo
 
 PROMPT = "You> "
 
 
 @pytest.fixture(scope="module")
-def zoo(tmp_path_factory):
-    return build_zoo(tmp_path_factory.mktemp("chat"))
+def zoo(tiny_zoo):
+    return tiny_zoo
 
 
 class Terminal:

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from tests.conftest import run_aura
-from tests.distutil import env, free_port, output, torchrun
+from tests.distutil import env, free_port, output
 
 pytestmark = pytest.mark.dist
 
@@ -18,17 +18,9 @@ def _rank_lines(text: str) -> list[str]:
                       r"Rank=\1 \| Host=\S+ \| Device=cpu \| all_reduce=3 \(expected 3\) OK", text)
 
 
-def test_check_dist_under_torchrun():
-    proc = torchrun("-m", "aura", "check-dist", "--size-mb", "1", "--iters", "3")
-    text = output(proc)
-    assert proc.returncode == 0, text[-3000:]
-    assert sorted(_rank_lines(text)) == ["0", "1"]  # every rank reports, with the rank prefix
-    assert re.search(r"all_reduce of 1 MB: [\d.]+ ms/iter \| algbw [\d.]+ [MG]B/s \| busbw [\d.]+ [MG]B/s",
-                     text)
-    assert "Communication OK between 2 ranks on 1 node (Sync=OK)" in text
-
-
-def test_check_dist_through_aura_launch():
+def test_check_dist_under_torchrun_through_aura_launch():
+    """`aura launch` runs `python -m torch.distributed.run ... -m aura check-dist` (the README's torchrun
+    command): one start-up checks both the launcher's command and check-dist under torchrun."""
     port = free_port()
     proc = run_aura("launch", "--gpus-per-node", "2", "--master-port", port, "check-dist",
                     "--size-mb", "1", "--iters", "3", env=env(), timeout=300)
@@ -38,7 +30,10 @@ def test_check_dist_through_aura_launch():
     assert "-m torch.distributed.run --nnodes=1 --nproc_per_node=2 --node_rank=0" in cmd
     assert f"--master_addr=127.0.0.1 --master_port={port}" in cmd
     assert cmd.endswith("-m aura check-dist --size-mb 1 --iters 3")
-    assert sorted(_rank_lines(text)) == ["0", "1"]
+    assert sorted(_rank_lines(text)) == ["0", "1"]  # every rank reports, with the rank prefix
+    assert re.search(r"all_reduce of 1 MB: [\d.]+ ms/iter \| algbw [\d.]+ [MG]B/s \| busbw [\d.]+ [MG]B/s",
+                     text)
+    assert "Communication OK between 2 ranks on 1 node (Sync=OK)" in text
 
 
 def test_check_dist_without_torchrun_checks_one_rank():

@@ -13,15 +13,15 @@ import pytest
 import torch
 
 from tests.conftest import run_aura
-from tests.test_loop import build_prepared
 from tests.test_pretrain import TINY_FLAGS
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> Path:
-    return build_prepared(tmp_path_factory.mktemp("prepared"))
+def prepared(prepared_corpus) -> Path:
+    return prepared_corpus
 
 
+@pytest.mark.slow
 def test_kill_9_during_save_leaves_a_usable_latest(prepared, tmp_path):
     from aura.train.checkpoint import latest_checkpoint, list_checkpoints
 

@@ -215,6 +215,7 @@ def test_tokenizer_force_never_replaces_a_model_or_user_dir(zoo, tmp_path):
 
 # ---- aura merge ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_merge_force_never_writes_over_its_inputs_or_a_users_dir(zoo, tmp_path):
     proj = user_project(tmp_path / "proj")
     for target, why in ((zoo["base"], "is the input"), (zoo["adapter"], "is the input"),

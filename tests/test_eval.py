@@ -12,16 +12,16 @@ import pytest
 import torch
 
 from tests.conftest import run_aura
-from tests.tiny_models import build_llama, build_zoo, make_lora_adapter, stamp_adapter_base, train_tokenizer
+from tests.tiny_models import build_llama, make_lora_adapter, stamp_adapter_base, train_tokenizer
 
 TEXT = ("¿Dónde está el niño? ¡Allí, junto a la cigüeña! El año 2024 tuvo 366 días. "
         "Mañana llegará el pingüino a Logroño con su abuela, que vive en Cádiz desde 1987.\n") * 3
 
 
 @pytest.fixture(scope="module")
-def zoo(tmp_path_factory):
+def zoo(tiny_zoo, tmp_path_factory):
     root = tmp_path_factory.mktemp("eval")
-    z = build_zoo(root)
+    z = dict(tiny_zoo)
     other_tok = train_tokenizer(root / "tok500", vocab_size=500)
     z["llama500"] = build_llama(root / "llama500", other_tok, seed=5)
     z["text"] = root / "known.txt"

@@ -9,15 +9,12 @@ import pytest
 import torch
 
 from tests.conftest import run_aura
-from tests.tiny_models import build_llama, build_zoo, make_lora_adapter, stamp_adapter_base, train_tokenizer
+from tests.tiny_models import build_llama, make_lora_adapter, stamp_adapter_base, train_tokenizer
 
 
 @pytest.fixture(scope="module")
-def zoo(tmp_path_factory):
-    root = tmp_path_factory.mktemp("generate")
-    z = build_zoo(root)
-    z["adapter"] = make_lora_adapter(z["llama"], root / "adapter")
-    return z
+def zoo(tiny_zoo, tiny_adapter):
+    return {**tiny_zoo, "adapter": tiny_adapter}
 
 
 def _greedy(model, tok, text: str, n: int, *, chat: bool = False) -> str:
@@ -83,6 +80,7 @@ def test_bad_inputs_are_clear(zoo, tmp_path):
     assert r.returncode == 2 and "--top-p" in r.stderr
 
 
+@pytest.mark.slow
 def test_adapter_on_a_base_with_another_vocabulary_is_refused(zoo, tmp_path):
     other = build_llama(tmp_path / "other", train_tokenizer(tmp_path / "tok600", vocab_size=600))
     adapter = stamp_adapter_base(make_lora_adapter(zoo["llama"], tmp_path / "adapter"), zoo["llama"])

@@ -12,21 +12,18 @@ import pytest
 import torch
 
 from tests.conftest import run_aura
-from tests.tiny_models import SPANISH_PROBES, build_llama, build_zoo, make_lora_adapter, train_spm_tokenizer
+from tests.tiny_models import SPANISH_PROBES, build_llama, train_spm_tokenizer
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
 
 @pytest.fixture(scope="module")
-def zoo(tmp_path_factory):
+def zoo(tiny_zoo, tiny_adapter, tmp_path_factory):
     from aura.export.merge import MergeConfig, merge
 
     root = tmp_path_factory.mktemp("gguf")
-    z = build_zoo(root)
-    adapter = make_lora_adapter(z["llama"], root / "adapter")
-    merge(MergeConfig(base_model=str(z["llama"]), adapter=str(adapter), output_dir=str(root / "merged")))
-    z["merged"] = root / "merged"
-    return z
+    merge(MergeConfig(base_model=str(tiny_zoo["llama"]), adapter=str(tiny_adapter), output_dir=str(root / "merged")))
+    return {**tiny_zoo, "merged": root / "merged"}
 
 
 def _llama(path, **kw):

@@ -30,7 +30,7 @@ def test_cpu_bf16_from_flags():
 def test_80gb_is_the_72_hour_guide():
     c = choose_auto(nominal_gpu(80, name="NVIDIA A100-SXM4-80GB"))
     assert (c.preset, c.batch_size, c.gradient_accumulation_steps, c.learning_rate, c.save_steps,
-            c.gradient_checkpointing, c.precision) == ("aura-72h-max", 2, 16, 2e-4, 500, True, "bf16")
+            c.gradient_checkpointing, c.precision) == ("aura-72h-max", 2, 16, 2e-4, 500, False, "bf16")
     assert "aura-72h-max" in c.reason
 
 

@@ -339,13 +339,12 @@ def test_every_message_formats_with_counts(lang):
 _ENGLISH_OUTPUT = re.compile(r"\b(Epoch|Step|epoch|finished|running|interrupted|failed|none)\b|\w\((e?s)\)")
 
 
-def test_spanish_training_output_reads_as_spanish(tmp_path):
+def test_spanish_training_output_reads_as_spanish(prepared_corpus, tmp_path):
     """A short pretrain, `aura runs` and a refused second run, in Spanish: no English word in prose, no
     "1 pasos", large numbers grouped the Spanish way, the flag (not the field) named in an error."""
     from tests.conftest import run_aura
-    from tests.test_loop import build_prepared
 
-    data = build_prepared(tmp_path)
+    data = prepared_corpus
     run = tmp_path / "runs" / "es"
     es = {"AURA_LANG": "es"}
     flags = ["--model-preset", "manual", "--embed-size", "64", "--num-layers", "2", "--num-heads", "4",

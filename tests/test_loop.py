@@ -28,8 +28,8 @@ def build_prepared(root: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def prepared(tmp_path_factory) -> Path:
-    return build_prepared(tmp_path_factory.mktemp("prepared"))
+def prepared(prepared_corpus) -> Path:
+    return prepared_corpus
 
 
 def read_log(run: Path, kind: str = "step") -> dict[int, float]:

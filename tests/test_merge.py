@@ -8,15 +8,12 @@ import pytest
 import torch
 
 from tests.conftest import run_aura
-from tests.tiny_models import build_llama, build_zoo, make_lora_adapter, stamp_adapter_base, train_tokenizer
+from tests.tiny_models import build_llama, make_lora_adapter, stamp_adapter_base, train_tokenizer
 
 
 @pytest.fixture(scope="module")
-def zoo(tmp_path_factory):
-    root = tmp_path_factory.mktemp("merge")
-    z = build_zoo(root)
-    z["adapter"] = make_lora_adapter(z["llama"], root / "adapter")
-    return z
+def zoo(tiny_zoo, tiny_adapter):
+    return {**tiny_zoo, "adapter": tiny_adapter}
 
 
 def _logits(model, ids):
@@ -97,6 +94,7 @@ def test_adapter_for_another_base_is_refused(zoo, tmp_path):
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
+@pytest.mark.slow
 def test_adapter_trained_on_a_base_with_another_vocabulary(zoo, tmp_path):
     # Same layer shapes, different vocabulary: peft would accept it and write a broken model.
     other = build_llama(tmp_path / "other", train_tokenizer(tmp_path / "tok600", vocab_size=600))

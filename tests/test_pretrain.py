@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.conftest import run_aura
-from tests.test_loop import build_prepared, read_log
+from tests.test_loop import read_log
 from tests.tiny_models import CORPUS_DIR, train_tokenizer
 
 TINY_FLAGS = ["--model-preset", "manual", "--embed-size", "64", "--num-layers", "2", "--num-heads", "4",
@@ -23,8 +23,8 @@ TINY_FLAGS = ["--model-preset", "manual", "--embed-size", "64", "--num-layers", 
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> Path:
-    return build_prepared(tmp_path_factory.mktemp("prepared"))
+def prepared(prepared_corpus) -> Path:
+    return prepared_corpus
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_aura
-from tests.test_loop import build_prepared, read_log
+from tests.test_loop import read_log
 from tests.test_pretrain import TINY_FLAGS
 
 # seq 256 x batch 16 x accumulation 2 on the test corpus: 8 optimizer steps per epoch
@@ -22,8 +22,8 @@ PER_EPOCH = 8
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> Path:
-    return build_prepared(tmp_path_factory.mktemp("prepared"))
+def prepared(prepared_corpus) -> Path:
+    return prepared_corpus
 
 
 @pytest.fixture(scope="module")

@@ -216,13 +216,12 @@ def csv_rows(path: Path):
         yield from csv.DictReader(f)
 
 
-def test_runs_and_resume_ignore_a_checkpoint_without_its_state_file(tmp_path):
+def test_runs_and_resume_ignore_a_checkpoint_without_its_state_file(prepared_corpus, tmp_path):
     """`aura runs` and `--resume-from latest` agree: a checkpoint dir without trainer_state.json (an
     unfinished or damaged write) is no checkpoint for either."""
-    from tests.test_loop import build_prepared
     from tests.test_pretrain import TINY_FLAGS
 
-    prepared = build_prepared(tmp_path / "prepared")
+    prepared = prepared_corpus
     run = tmp_path / "runs" / "r"
     args = ["pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--save-steps", "2"]
     assert run_aura(*args, "--max-steps", "4").returncode == 0

@@ -80,16 +80,17 @@ def _vocab(tok_dir: Path) -> tuple[int, int, int]:
 def build_llama(out_dir: str | Path, tok_dir: str | Path, *, hidden: int = 64, layers: int = 2,
                 heads: int = 4, kv_heads: int = 2, intermediate: int = 256, ctx: int = 256,
                 vocab_pad: int = 0, seed: int = 0, arch: str = "llama") -> Path:
-    """A random tiny Llama (or Mistral with ``arch='mistral'``) with the tokenizer of ``tok_dir``.
+    """A random tiny Llama (or Mistral / Qwen2 with ``arch='mistral'|'qwen2'``) with the tokenizer of ``tok_dir``.
 
     ``vocab_pad`` adds embedding rows beyond the tokenizer (as models padded to a multiple of 64 have).
     """
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM)
 
     n, eos, pad = _vocab(Path(tok_dir))
-    cfg_cls, model_cls = (MistralConfig, MistralForCausalLM) if arch == "mistral" else (LlamaConfig,
-                                                                                         LlamaForCausalLM)
+    cfg_cls, model_cls = {"mistral": (MistralConfig, MistralForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)
+                          }.get(arch, (LlamaConfig, LlamaForCausalLM))
     cfg = cfg_cls(vocab_size=n + vocab_pad, hidden_size=hidden, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=kv_heads, intermediate_size=intermediate,
                   max_position_embeddings=ctx, bos_token_id=eos, eos_token_id=eos, pad_token_id=pad,

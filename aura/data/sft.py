@@ -170,16 +170,20 @@ def _rec_where(path: str, n: int, unit: str = "record") -> str:
     return f"{path}, {bi('línea', 'line') if unit == 'line' else bi('registro', 'record')} {n}"
 
 
-def _csv_records(source: Source, opts: ReaderOptions) -> Iterator[tuple[str, dict]]:
+SFT_COLUMNS = ({"instruction", "response"}, {"instruction", "output"}, {"prompt", "completion"}, {"text"},
+               {"messages"}, {"conversations"})
+
+
+def _csv_records(source: Source, opts: ReaderOptions, header_check=None) -> Iterator[tuple[str, dict]]:
     csv.field_size_limit(sys.maxsize)
     stats: Counter = Counter()
     blocks = iter_text_blocks(source, opts, stats)
     lines = (ln for _, text in blocks for ln in text.splitlines(True))
     reader = csv.reader(lines, dialect="excel-tab" if source.fmt == "tsv" else "excel")
     header = [h.strip().lower() for h in next(reader, [])]
-    known = ({"instruction", "response"}, {"instruction", "output"}, {"prompt", "completion"}, {"text"},
-             {"messages"}, {"conversations"})
-    if not any(k <= set(header) for k in known):
+    if header_check is not None:  # another kind of records (preference pairs) checks its own columns
+        header_check(source.path, header)
+    elif not any(k <= set(header) for k in SFT_COLUMNS):
         raise AuraError(M("no_columns", path=source.path, found=", ".join(header) or "-"))
     for row in reader:
         if not any(cell.strip() for cell in row):
@@ -235,10 +239,11 @@ def _hf_records(source: Source, split: str) -> Iterator[tuple[str, dict]]:
     return _table_records(ds, source.path)
 
 
-def iter_records(data: str | os.PathLike | None, *, split: str = "train",
-                 encoding: str = "utf-8") -> Iterator[tuple[str, dict]]:
-    """(where, record) for every record of ``data`` (files, dirs, globs, HF datasets; None = sample)."""
-    name = str(data) if data else str(DEFAULT_DATA)
+def iter_records(data: str | os.PathLike | None, *, split: str = "train", encoding: str = "utf-8",
+                 default: Path = DEFAULT_DATA, header_check=None) -> Iterator[tuple[str, dict]]:
+    """(where, record) for every record of ``data`` (files, dirs, globs, HF datasets; None = ``default``).
+    ``header_check(path, columns)`` replaces the instruction-column check of CSV/TSV headers."""
+    name = str(data) if data else str(default)
     p = Path(os.path.expanduser(name))
     if not p.exists() and not any(ch in name for ch in "*?[") and "/" in name and not name.startswith(
             (".", "/", "~")) and name.count("/") == 1 and not p.suffix:
@@ -252,7 +257,7 @@ def iter_records(data: str | os.PathLike | None, *, split: str = "train",
         if source.kind != "file":
             yield from _hf_records(source, split)
         elif source.fmt in ("csv", "tsv"):
-            yield from _csv_records(source, opts)
+            yield from _csv_records(source, opts, header_check)
         elif source.fmt in ("jsonl", "json"):
             yield from _json_records(source, opts)
         elif source.fmt == "parquet":

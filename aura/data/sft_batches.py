@@ -244,8 +244,18 @@ def pack(lengths: list[int], max_length: int) -> list[list[int]]:
     return rows
 
 
+def length_buckets(max_length: int, *, smallest: int = 64) -> tuple[int, ...]:
+    """The few padded lengths a compiled model sees (powers of two, then ``max_length``): variable-length
+    batches padded to one of them compile a handful of graphs instead of one per length."""
+    out, b = [], smallest
+    while b < max_length:
+        out.append(b)
+        b *= 2
+    return (*out, max_length)
+
+
 def collate(rows: list[list[Encoded]], *, pad_id: int, packing: bool = False,
-            pad_to_multiple_of: int = 1) -> dict:
+            pad_to_multiple_of: int = 1, buckets: tuple[int, ...] = ()) -> dict:
     """Rows of examples -> tensors. Labels are IGNORE_INDEX on padding.
 
     Padded: input_ids, labels, attention_mask (B, T). Packed: input_ids, labels, position_ids (B, T)
@@ -258,6 +268,7 @@ def collate(rows: list[list[Encoded]], *, pad_id: int, packing: bool = False,
     T = max(lengths)
     if pad_to_multiple_of > 1:
         T = -(-T // pad_to_multiple_of) * pad_to_multiple_of
+    T = next((b for b in buckets if b >= T), T)  # the smallest bucket that holds the longest row
     B = len(rows)
     input_ids = torch.full((B, T), pad_id, dtype=torch.long)      # (B, T)
     labels = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)   # (B, T)
@@ -290,7 +301,7 @@ class SFTDataSource:
 
     def __init__(self, examples: list[Encoded], *, batch_size: int, pad_id: int, seed: int = 0,
                  rank: int = 0, world_size: int = 1, packing: bool = False, max_length: int = 2048,
-                 shuffle: bool = True, pad_to_multiple_of: int = 1):
+                 shuffle: bool = True, pad_to_multiple_of: int = 1, buckets: tuple[int, ...] = ()):
         if not examples:
             raise ValueError("SFTDataSource needs at least one example")
         self.examples = examples
@@ -301,6 +312,7 @@ class SFTDataSource:
         self.packing = packing
         self.shuffle = shuffle
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.buckets = buckets
         lengths = [len(e.input_ids) for e in examples]
         self.rows = pack(lengths, max_length) if packing else [[i] for i in range(len(examples))]
         self.rows_per_rank = -(-len(self.rows) // world_size)
@@ -332,7 +344,8 @@ class SFTDataSource:
         """Batch ``index`` of ``epoch`` on this rank (a pure function of seed, epoch, index, rank)."""
         mine = self._rank_rows(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
         rows = [[self.examples[i] for i in self.rows[r]] for r in mine]
-        return collate(rows, pad_id=self.pad_id, packing=self.packing, pad_to_multiple_of=self.pad_to_multiple_of)
+        return collate(rows, pad_id=self.pad_id, packing=self.packing, pad_to_multiple_of=self.pad_to_multiple_of,
+                       buckets=self.buckets)
 
     def next_batch(self) -> dict | None:
         if self.position >= self.batches_per_epoch:

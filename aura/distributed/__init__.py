@@ -4,6 +4,9 @@
 * ``parallel``: strategy choice and ``parallelize`` (activation checkpointing -> compile -> FSDP2/DDP),
   ``strategy_of``, ``unwrap``, ``no_sync``.
 * ``sync``: the cross-rank weight check (``Sync=`` in the log).
+* ``comm``: DDP communication hooks for slow links (``--ddp-comm none|bf16|powersgd``), their timing
+  (the communication share in the log) and PowerSGD's checkpointed per-rank state.
+* ``local_sgd``: ``--local-steps H``, DiLoCo-style local SGD (no DDP; an outer Nesterov step every H steps).
 * ``sharded``: DCP checkpoints of sharded models.
 * ``deepspeed_engine``: DeepSpeed ZeRO-2/3 behind the loop's ``StepEngine`` seam, and the
   ``DS_ACCELERATOR`` choice the CLI makes before any command runs.
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "DistInfo": "process", "init_distributed": "process", "teardown": "process",
     "main_process_first": "process", "pick_device": "process", "under_torchrun": "process",
+    "agree_hardware": "process",
     "STRATEGIES": "parallel", "choose_strategy": "parallel", "find_blocks": "parallel",
     "is_deepspeed_engine": "parallel", "is_quantized": "parallel", "no_sync": "parallel",
     "parallelize": "parallel", "strategy_of": "parallel", "training_state_bytes": "parallel",
@@ -35,8 +39,8 @@ if TYPE_CHECKING:
     from aura.distributed.parallel import (STRATEGIES, choose_strategy, find_blocks, is_deepspeed_engine,
                                            is_quantized, no_sync, parallelize, strategy_of,
                                            training_state_bytes, unwrap)
-    from aura.distributed.process import (DistInfo, init_distributed, main_process_first, pick_device,
-                                          teardown, under_torchrun)
+    from aura.distributed.process import (DistInfo, agree_hardware, init_distributed, main_process_first,
+                                          pick_device, teardown, under_torchrun)
     from aura.distributed.sync import sync_check, sync_status
 
 

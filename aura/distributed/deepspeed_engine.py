@@ -143,12 +143,12 @@ class DeepSpeedStep:
     def describe(self) -> str:
         from aura.train.engine import precision_line
 
-        return precision_line(self.precision, scaler=False)
+        return precision_line(self.precision, scaler=False, autocast=False)
 
     def autocast(self):
-        from aura.train.engine import autocast_context
-
-        return autocast_context(self.precision, self.dist.device)
+        """No autocast: DeepSpeed owns the precision (its bf16/fp16 config casts the model and keeps fp32
+        master weights); an outer torch.autocast makes newer DeepSpeed warn and disable it, older assert."""
+        return contextlib.nullcontext()
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:  # before backward: DeepSpeed steps at the boundary

@@ -47,6 +47,23 @@ M = Messages("dist_parallel", {
                        "FSDP cannot shard a 4/8-bit quantised model: use --strategy ddp."),
     "bad_precision": ("Precisión mixta desconocida '{value}': usa bf16, fp16 o nada.",
                       "Unknown mixed precision '{value}': use bf16, fp16 or nothing."),
+    "why_local": ("--local-steps {h}: cada proceso entrena su réplica y se sincronizan cada {h:paso|pasos}",
+                  "--local-steps {h}: every rank trains its own replica, synchronised every {h:step|steps}"),
+    "local_needs_replicas": ("--local-steps necesita el modelo entero en cada proceso y FSDP lo reparte: quita "
+                             "--local-steps o usa --strategy ddp o auto.",
+                             "--local-steps needs the whole model on every rank and FSDP shards it: drop "
+                             "--local-steps or use --strategy ddp or auto."),
+    "local_too_big": ("--local-steps necesita el modelo entero en cada proceso, pero el estado de entrenamiento "
+                      "({need}) no cabe en {have} por dispositivo: usa un preset más pequeño o quita --local-steps "
+                      "(FSDP).",
+                      "--local-steps needs the whole model on every rank, but the training state ({need}) does "
+                      "not fit in {have} per device: use a smaller preset or drop --local-steps (FSDP)."),
+    "hook_needs_ddp": ("Con --ddp-comm {mode} se comprime el all-reduce de DDP y esta ejecución usa {strategy}: "
+                       "quita --ddp-comm o usa --strategy ddp.",
+                       "With --ddp-comm {mode}, DDP's all-reduce is compressed, and this run uses {strategy}: drop "
+                       "--ddp-comm or use --strategy ddp."),
+    "single_ignored": ("Un solo proceso: {flag} no se aplica (no hay comunicación entre procesos).",
+                       "A single process: {flag} does not apply (there is no communication between ranks)."),
 })
 
 
@@ -168,15 +185,37 @@ def parallelize(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto
                 gradient_checkpointing: bool = False, compile: bool = False,
                 mixed_precision: str | None = None, reshard_after_forward: bool = True,
                 find_unused_parameters: bool = False,
-                device_memory: int | None = None) -> torch.nn.Module:
+                device_memory: int | None = None, comm=None) -> torch.nn.Module:
     """Wrap ``model`` for training on ``dist``: activation checkpointing -> compile -> FSDP2 or DDP.
 
     Returns the module to train (DDP wrapper, the FSDP2-sharded model itself, or the plain model),
     moved to ``dist.device``. ``mixed_precision`` (bf16/fp16) sets FSDP2's parameter dtype with fp32
     gradient reduction; under DDP autocast in the loop does that job. Build the optimizer afterwards.
+    ``comm`` (the training flags): ``ddp_comm`` picks DDP's communication hook (``aura.distributed.comm``;
+    FSDP2 refuses one); ``local_steps`` leaves the model unwrapped for DiLoCo (``aura.distributed.local_sgd``).
     """
     dtype = _precision_dtype(mixed_precision)
+    hook, local = getattr(comm, "ddp_comm", "none") or "none", getattr(comm, "local_steps", None)
+    if hook == "powersgd":  # on one process too: the same flags then fail at once, not on the cluster
+        from aura.distributed.comm import check_powersgd_rank
+
+        check_powersgd_rank(model, comm.powersgd_rank)
+    if dist.world_size == 1 and (hook != "none" or local):
+        console.info(M("single_ignored", flag="--local-steps" if local else "--ddp-comm"))
+        hook, local = "none", None
+    if local and strategy == "fsdp":
+        raise AuraError(M("local_needs_replicas"))
     chosen, reason = choose_strategy(model, dist=dist, strategy=strategy, device_memory=device_memory)
+    if local:  # no DDP: the replicas meet every H steps (aura.distributed.local_sgd)
+        if chosen == "fsdp":
+            from aura.utils.fsutil import human_bytes
+
+            have = device_memory if device_memory is not None else device_memory_bytes(dist)
+            raise AuraError(M("local_too_big", need=human_bytes(training_state_bytes(model)),
+                              have=human_bytes(have)))
+        chosen, reason = "none", M("why_local", h=local)
+    elif hook != "none" and chosen != "ddp":
+        raise AuraError(M("hook_needs_ddp", mode=hook, strategy=M("strategy_none") if chosen == "none" else chosen))
     console.info(M("strategy", strategy=M("strategy_none") if chosen == "none" else chosen, reason=reason))
     blocks = find_blocks(model)
     if gradient_checkpointing:
@@ -201,9 +240,18 @@ def parallelize(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto
     if chosen == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
+        from aura.distributed.comm import register_comm_hook
+
         ids = [dist.device.index] if dist.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids,
-                                       find_unused_parameters=find_unused_parameters)
+        ddp = DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters,
+                                      gradient_as_bucket_view=True)  # gradients live in the buckets: no copy
+        # gloo: always through a timed hook (the communication share in the log); NCCL completes the hooks'
+        # futures before the GPU has finished, so there only --ddp-comm bf16/powersgd install one, untimed
+        timed = dist.backend == "gloo"
+        if hook != "none" or timed:
+            register_comm_hook(ddp, mode=hook, rank=getattr(comm, "powersgd_rank", 1),
+                               warmup=getattr(comm, "powersgd_warmup", 2), timed=timed)
+        return ddp
     return model
 
 

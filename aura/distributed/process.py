@@ -32,6 +32,10 @@ M = Messages("distributed", {
     "mode": ("Modo distribuido. Backend={backend}. Procesos={world}. Sincronizando...",
              "Distributed mode. Backend={backend}. World size={world}. Synchronising..."),
     "peer_failed": ("falló en otro proceso", "it failed on another rank"),
+    "agreed": ("Los {world:proceso|procesos} planifican con el dispositivo más pequeño: {name}, {mem:.1f} GiB "
+               "por proceso, capacidad {cap}; todas las decisiones de `auto` parten de él.",
+               "The {world:rank|ranks} plan with the smallest device: {name}, {mem:.1f} GiB per rank, "
+               "capability {cap}; every `auto` decision starts from it."),
     "bad_backend": ("Backend desconocido '{backend}': usa auto, nccl o gloo.",
                     "Unknown backend '{backend}': use auto, nccl or gloo."),
 })
@@ -136,7 +140,10 @@ def init_distributed(*, backend: str = "auto", device: str = "auto",
     if backend not in ("auto", "nccl", "gloo"):
         raise AuraError(M("bad_backend", backend=backend))
     if not under_torchrun():
-        return DistInfo(device=pick_device(0, device))
+        dev = pick_device(0, device)
+        if dev.type == "cuda":  # --device cuda:N: kernels, NCCL and memory stats all follow the current device
+            torch.cuda.set_device(dev)
+        return DistInfo(device=dev)
     from torch.distributed import PrefixStore
     from torch.distributed.rendezvous import rendezvous
 
@@ -205,3 +212,37 @@ def main_process_first(dist: DistInfo) -> Iterator[None]:
     finally:
         if dist.is_main:
             dist.barrier()
+
+
+def rank_memory_bytes(info, dist: DistInfo) -> int:
+    """Memory one rank can use: the device's, or this node's RAM split between its local ranks."""
+    if info.device_type != "cpu":
+        return int(info.memory_bytes)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
+    return int(info.memory_bytes) // max(local, 1)
+
+
+def agree_hardware(info, dist: DistInfo):
+    """The ``HardwareInfo`` every rank plans with: rank 0 gathers each rank's view, takes the smallest
+    device (least memory per rank, lowest compute capability, bf16 only if every rank has it), and
+    broadcasts it, so `auto` (preset, batch, checkpointing, precision, strategy, attention) decides the
+    same thing everywhere. One process: ``info`` unchanged. Printed once, by rank 0."""
+    import dataclasses
+
+    if not dist.is_distributed or dist.world_size == 1:
+        return info
+    mine = dataclasses.replace(info, memory_bytes=rank_memory_bytes(info, dist), cpu_flags=())
+    views: list = [None] * dist.world_size
+    torch.distributed.all_gather_object(views, mine)
+    agreed = None
+    if dist.is_main:
+        smallest = min(views, key=lambda v: (v.memory_bytes, v.capability or (99, 0), v.name))
+        caps = [v.capability for v in views if v.capability is not None]
+        agreed = dataclasses.replace(smallest, bf16=all(v.bf16 for v in views), fp16=all(v.fp16 for v in views),
+                                     flash_attn=all(v.flash_attn for v in views),
+                                     capability=min(caps) if caps else None,
+                                     count=min(v.count for v in views))
+        cap = "{}.{}".format(*agreed.capability) if agreed.capability else "-"
+        console.info(M("agreed", world=dist.world_size, name=agreed.name, mem=agreed.memory_bytes / 1024 ** 3,
+                       cap=cap))
+    return dist.broadcast_object(agreed)

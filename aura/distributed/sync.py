@@ -27,18 +27,40 @@ def _replicated_params(model: torch.nn.Module):
             yield name, p
 
 
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def tensor_checksum(t: torch.Tensor) -> torch.Tensor:
+    """An int64 checksum of ``t``'s raw bytes: the sum of its elements viewed as integers of their width.
+
+    Integer addition is associative (two's complement wraps), so the result does not depend on the order
+    or the chunking in which a device reduces the tensor: equal bits always give equal checksums, which a
+    float64 sum does not guarantee (two kernels may add the same floats in different orders and round
+    differently). One flipped bit changes the sum.
+    """
+    t = t.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    if t.dtype == torch.bool:
+        t = t.to(torch.uint8)
+    flat = t.contiguous().reshape(-1)
+    ints = flat.view(_INT_VIEW[flat.element_size()])
+    return ints.sum(dtype=torch.int64)
+
+
 def sync_check(model: torch.nn.Module, dist: DistInfo) -> bool:
     """True when every rank holds the same weights (the guides' ``Sync=OK``); AuraError otherwise.
 
-    One float64 sum per parameter tensor (no copy of the weights), all-gathered and compared with
-    rank 0's bit for bit: DDP keeps replicas identical, so any difference is a real divergence.
+    One integer checksum of the raw bytes per parameter tensor (``tensor_checksum``), all-gathered and
+    compared with rank 0's: DDP keeps replicas bit-identical, so any difference is a real divergence,
+    and the checksum never differs between identical replicas whatever order a device sums in.
     """
     if not dist.is_distributed or dist.world_size == 1:
         return True
     named = list(_replicated_params(model))
     with torch.no_grad():
-        sums = [p.sum(dtype=torch.float64) for _, p in named]
-        local = (torch.stack(sums) if sums else torch.zeros(0, dtype=torch.float64)).to(dist.comm_device)
+        sums = [tensor_checksum(p) for _, p in named]
+        local = (torch.stack(sums) if sums else torch.zeros(0, dtype=torch.int64)).to(dist.comm_device)
     gathered = [torch.empty_like(local) for _ in range(dist.world_size)]
     torch.distributed.all_gather(gathered, local)
     ref = gathered[0]
@@ -65,5 +87,7 @@ def sync_status(model: torch.nn.Module, dist: DistInfo) -> str | None:
         return "FSDP"
     if kind == "deepspeed":  # ZeRO-3 parameters are empty partitions here
         return "n/a"
+    if getattr(unwrap(model), "_aura_between_syncs", False):  # --local-steps: equal only after an outer step
+        return "local"
     sync_check(model, dist)  # DDP, or unwrapped replicas (--strategy none), which must agree too
     return "OK"

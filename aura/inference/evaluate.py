@@ -7,6 +7,10 @@ count bytes, and re-tokenised for a model whose tokenizer differs) or raw text f
 the text is scored: the stream starts with the model's BOS/EOS as context, windows of ``--seq-len``
 advance by ``--stride`` (= seq-len: disjoint blocks; smaller: sliding, each token scored once with
 more context). Works on final dirs, merged models, adapters and checkpoints.
+
+Task accuracy: ``--suite aura-es`` scores Aura's offline Spanish suite with its batched scorer, and
+``--tasks spanish_bench,global_mmlu_es`` runs lm-evaluation-harness tasks (``aura.evalsuite``); both can be
+combined with ``--data`` in one call.
 """
 
 from __future__ import annotations
@@ -23,8 +27,13 @@ from aura.i18n import Messages, num
 
 M = Messages("evaluate", {
     "need_model": ("Falta --model (uno o varios directorios).", "--model is missing (one or more dirs)."),
-    "need_data": ("Falta --data (directorio preparado o archivos de texto).",
-                  "--data is missing (prepared dir or text files)."),
+    "need_data": ("Falta qué evaluar: --data (directorio preparado o archivos de texto), --suite aura-es "
+                  "o --tasks.",
+                  "Nothing to evaluate: give --data (prepared dir or text files), --suite aura-es or --tasks."),
+    "bad_suite": ("--suite {suite} no existe; la batería de Aura es aura-es.",
+                  "--suite {suite} does not exist; Aura's suite is aura-es."),
+    "adapter_one": ("--adapter se aplica a un solo --model (recibidos {n}).",
+                    "--adapter applies to a single --model (got {n})."),
     "bad_value": ("{field} debe ser {expected} (recibido {value}).", "{field} must be {expected} (got {value})."),
     "no_data": ("No existe {path}.", "{path} does not exist."),
     "no_text": ("{path} no contiene archivos .txt.", "{path} contains no .txt files."),
@@ -53,8 +62,23 @@ class EvalConfig:
     model: list[str] = arg([], es="Uno o varios modelos (directorio final/, fusionado, adaptador o checkpoint).",
                            en="One or more models (final/ dir, merged, adapter or checkpoint).")
     compare: list[str] = arg([], es="Más modelos para la misma tabla.", en="More models for the same table.")
+    adapter: str = arg("", es="Adaptador LoRA que se aplica sobre --model.", en="LoRA adapter applied on --model.")
     data: str = arg("", es="Directorio preparado (aura data prepare), archivo de texto o directorio de .txt.",
                     en="Prepared dir (aura data prepare), text file or dir of .txt files.")
+    suite: str = arg("", es="Batería de tareas de Aura que funciona sin red (aura-es: comprensión lectora, "
+                     "causa y efecto, gramática y conocimiento; también bits por byte y fertilidad).",
+                     en="Aura's offline task suite (aura-es: reading comprehension, cause and effect, grammar "
+                     "and knowledge; also bits per byte and fertility).", metavar="aura-es")
+    tasks: str = arg("", es="Tareas de lm-evaluation-harness separadas por comas (p. ej. spanish_bench,"
+                     "global_mmlu_es; la mayoría descarga datos del hub de Hugging Face).",
+                     en="Comma-separated lm-evaluation-harness tasks (e.g. spanish_bench,global_mmlu_es; most "
+                     "download data from the Hugging Face hub).")
+    include_path: list[str] = arg([], es="Directorios con tareas YAML propias para --tasks.",
+                                  en="Dirs of your own YAML tasks for --tasks.")
+    limit: int = arg(0, es="Como mucho N ejemplos por tarea (0 = todos), para una prueba rápida.",
+                     en="At most N examples per task (0 = all), for a quick look.")
+    device: str = arg("auto", es="Dispositivo para --suite/--tasks (auto, cpu, cuda, cuda:1...).",
+                      en="Device for --suite/--tasks (auto, cpu, cuda, cuda:1...).")
     split: str = arg("val", es="Partición del directorio preparado.", en="Split of the prepared dir.")
     seq_len: int = arg(0, es="Longitud de ventana (0 = contexto del modelo, máx. 1024).",
                        en="Window length (0 = the model's context, at most 1024).")
@@ -77,11 +101,16 @@ class EvalConfig:
         self.models = [*self.model, *self.compare]
         if not self.models:
             raise AuraError(M("need_model"))
-        if not self.data:
+        if not (self.data or self.suite or self.tasks):
             raise AuraError(M("need_data"))
+        if self.suite and self.suite != "aura-es":
+            raise AuraError(M("bad_suite", suite=self.suite))
+        if self.adapter and len(self.models) != 1:
+            raise AuraError(M("adapter_one", n=len(self.models)))
         for field, value, ok, expected in (("--seq-len", self.seq_len, self.seq_len >= 0, "≥ 0"),
                                            ("--stride", self.stride, self.stride >= 0, "≥ 0"),
                                            ("--max-tokens", self.max_tokens, self.max_tokens >= 0, "≥ 0"),
+                                           ("--limit", self.limit, self.limit >= 0, "≥ 0"),
                                            ("--batch-size", self.batch_size, self.batch_size >= 1, "≥ 1")):
             if not ok:
                 raise AuraError(M("bad_value", field=field, value=value, expected=expected))
@@ -203,16 +232,28 @@ def score(model, ids: list[int], *, seq_len: int, stride: int, batch_size: int) 
 
 
 def evaluate(cfg: EvalConfig) -> int:
-    from aura.inference.loading import load_hf, resolve_model
-    from aura.utils.fsutil import atomic_write_json, check_writable
+    from aura.utils.fsutil import check_writable
 
     if cfg.output or cfg.output_dir:
         check_writable(cfg.output or Path(cfg.output_dir) / "eval.json",
                        flag="--output" if cfg.output else "--output-dir")
+    if cfg.suite or cfg.tasks:
+        from aura.evalsuite.report import evaluate_tasks
+
+        evaluate_tasks(cfg)
+    if cfg.data:
+        evaluate_perplexity(cfg)
+    return 0
+
+
+def evaluate_perplexity(cfg: EvalConfig) -> None:
+    from aura.inference.loading import load_hf, resolve_model
+    from aura.utils.fsutil import atomic_write_json
+
     text = load_text(cfg.data, split=cfg.split, max_tokens=cfg.max_tokens)
     results = []
     for name in cfg.models:
-        source = resolve_model(name, allow_other_base=cfg.allow_other_base)
+        source = resolve_model(name, cfg.adapter or None, allow_other_base=cfg.allow_other_base)
         if source.kind == "gguf":
             raise AuraError(M("gguf", path=source.path))
         model, tok = load_hf(source, dtype=cfg.dtype)
@@ -246,4 +287,3 @@ def evaluate(cfg: EvalConfig) -> int:
         atomic_write_json(out, {"data": cfg.data, "split": cfg.split, "max_tokens": cfg.max_tokens,
                                 "results": results})
         console.success(M("written", path=out))
-    return 0

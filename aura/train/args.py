@@ -26,6 +26,30 @@ M = Messages("train_args", {
     "min_lr": ("--min-lr ({min_lr}) no puede ser mayor que --learning-rate ({lr}).",
                "--min-lr ({min_lr}) cannot be greater than --learning-rate ({lr})."),
     "beta": ("--{flag} debe estar en [0, 1) (recibido: {value}).", "--{flag} must be in [0, 1) (got: {value})."),
+    "bad_suite": ("--eval-suite {suite} no existe; la batería de Aura es aura-es.",
+                  "--eval-suite {suite} does not exist; Aura's suite is aura-es."),
+    "suite_interval": ("--eval-suite {suite} necesita --eval-suite-interval N (pasos entre evaluaciones).",
+                       "--eval-suite {suite} needs --eval-suite-interval N (steps between evaluations)."),
+    "local_steps": ("--local-steps debe ser al menos 1 (recibido: {value}): son los pasos de cada proceso entre "
+                    "dos sincronizaciones. Para sincronizar en cada paso, quita --local-steps (DDP).",
+                    "--local-steps must be at least 1 (got: {value}): it is the number of steps each rank takes "
+                    "between two synchronisations. To synchronise every step, drop --local-steps (DDP)."),
+    "powersgd_warmup": ("--powersgd-warmup debe ser al menos 2 (recibido: {value}): DDP reorganiza sus buckets "
+                        "tras el primer paso y PowerSGD solo puede empezar después.",
+                        "--powersgd-warmup must be at least 2 (got: {value}): DDP rebuilds its buckets after the "
+                        "first step and PowerSGD can only start after that."),
+    "local_and_hook": ("--local-steps no usa DDP, así que --ddp-comm {mode} no tendría efecto: elige uno de los dos "
+                       "(--local-steps para los enlaces más lentos).",
+                       "--local-steps does not use DDP, so --ddp-comm {mode} would have no effect: pick one of the "
+                       "two (--local-steps for the slowest links)."),
+    "comm_deepspeed": ("{flag} no funciona con --deepspeed (DeepSpeed hace su propia comunicación): quita uno de "
+                       "los dos.",
+                       "{flag} does not work with --deepspeed (DeepSpeed does its own communication): drop one "
+                       "of the two."),
+    "comm_fsdp": ("Con --ddp-comm {mode} se comprime el all-reduce de DDP, que FSDP2 no usa: quita --ddp-comm o "
+                  "usa --strategy ddp.",
+                  "With --ddp-comm {mode}, DDP's all-reduce is compressed, which FSDP2 does not use: drop "
+                  "--ddp-comm or use --strategy ddp."),
     "warmup_too_long": ("--warmup-steps ({warmup}) es mayor o igual que el total de pasos ({total}).",
                         "--warmup-steps ({warmup}) is not smaller than the total number of steps ({total})."),
 })
@@ -77,6 +101,13 @@ class TrainArgs:
                              en="Steps between validations (0 = only at the end of each epoch).")
     eval_batches: int = arg(50, es="Máximo de micro-lotes por validación y proceso (0 = todos).",
                             en="Maximum micro-batches per validation and process (0 = all).")
+    eval_suite: str = arg("", metavar="aura-es",
+                          es="Batería de tareas que se evalúa durante el entrenamiento (aura-es, sin red).",
+                          en="Task suite evaluated during training (aura-es, offline).")
+    eval_suite_interval: int = arg(0, es="Pasos entre evaluaciones de --eval-suite.",
+                                   en="Steps between --eval-suite evaluations.")
+    eval_suite_limit: int = arg(0, es="Como mucho N preguntas por tarea en --eval-suite (0 = todas).",
+                                en="At most N items per task in --eval-suite (0 = all).")
     save_steps: int | None = arg(None, es="Pasos entre checkpoints (por defecto: el preset; 0 = solo por época).",
                                  en="Steps between checkpoints (default: the preset's; 0 = per epoch only).")
     keep_last: int = arg(3, es="Checkpoints a conservar (0 = todos).", en="Checkpoints to keep (0 = all).")
@@ -106,6 +137,23 @@ class TrainArgs:
                         es="Paralelismo bajo torchrun (auto: DDP si cabe, si no FSDP2).",
                         en="Parallelism under torchrun (auto: DDP if it fits, else FSDP2).")
     backend: str = arg("auto", choices=("auto", "nccl", "gloo"), es="Backend distribuido.", en="Distributed backend.")
+    ddp_comm: str = arg("none", choices=("none", "bf16", "powersgd"),
+                        es="All-reduce de DDP para redes lentas: none (fp32), bf16 (la mitad de bytes) o powersgd "
+                           "(compresión de rango bajo con realimentación del error).",
+                        en="DDP's all-reduce for slow networks: none (fp32), bf16 (half the bytes) or powersgd "
+                           "(low-rank compression with error feedback).")
+    powersgd_rank: int = arg(4, es="Rango de PowerSGD (más bajo: menos bytes, aproximación más burda).",
+                             en="PowerSGD rank (lower: fewer bytes, coarser approximation).")
+    powersgd_warmup: int = arg(10, es="Pasos de all-reduce completo antes de que PowerSGD comprima (mínimo 2).",
+                               en="Steps of full all-reduce before PowerSGD compresses (at least 2).")
+    local_steps: int | None = arg(None, es="SGD local (DiLoCo): pasos de cada proceso por su cuenta entre dos "
+                                           "sincronizaciones; sin DDP (para enlaces muy lentos).",
+                                  en="Local SGD (DiLoCo): steps each rank takes on its own between two "
+                                     "synchronisations; no DDP (for very slow links).")
+    outer_lr: float = arg(0.7, es="Tasa del optimizador externo de --local-steps (SGD Nesterov).",
+                          en="Learning rate of --local-steps' outer optimizer (SGD Nesterov).")
+    outer_momentum: float = arg(0.9, es="Momento del optimizador externo de --local-steps.",
+                                en="Momentum of --local-steps' outer optimizer.")
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)
@@ -121,7 +169,8 @@ class TrainArgs:
                             ("eval-interval", self.eval_interval), ("eval-batches", self.eval_batches),
                             ("save-steps", self.save_steps), ("keep-last", self.keep_last),
                             ("time-budget", self.time_budget), ("max-bad-steps", self.max_bad_steps),
-                            ("adam-eps", self.adam_eps)):
+                            ("adam-eps", self.adam_eps), ("eval-suite-interval", self.eval_suite_interval),
+                            ("eval-suite-limit", self.eval_suite_limit)):
             if value is not None and value < 0:
                 raise AuraError(M("non_negative", flag=flag, value=value))
         for flag, value in (("adam-beta1", self.adam_beta1), ("adam-beta2", self.adam_beta2)):
@@ -129,6 +178,30 @@ class TrainArgs:
                 raise AuraError(M("beta", flag=flag, value=value))
         if self.min_lr is not None and self.learning_rate is not None and self.min_lr > self.learning_rate:
             raise AuraError(M("min_lr", min_lr=self.min_lr, lr=self.learning_rate))
+        if self.eval_suite and self.eval_suite != "aura-es":
+            raise AuraError(M("bad_suite", suite=self.eval_suite))
+        if self.eval_suite and not self.eval_suite_interval:
+            raise AuraError(M("suite_interval", suite=self.eval_suite))
+        self._check_comm()
+
+    def _check_comm(self) -> None:
+        """--ddp-comm / --local-steps: values and the combinations that cannot work (aura.distributed.comm)."""
+        if self.local_steps is not None and self.local_steps < 1:
+            raise AuraError(M("local_steps", value=self.local_steps))
+        for flag, value in (("powersgd-rank", self.powersgd_rank), ("outer-lr", self.outer_lr)):
+            if value <= 0:
+                raise AuraError(M("positive", flag=flag, value=value))
+        if self.powersgd_warmup < 2:
+            raise AuraError(M("powersgd_warmup", value=self.powersgd_warmup))
+        if not 0 <= self.outer_momentum < 1:
+            raise AuraError(M("beta", flag="outer-momentum", value=self.outer_momentum))
+        if self.local_steps is not None and self.ddp_comm != "none":
+            raise AuraError(M("local_and_hook", mode=self.ddp_comm))
+        flag = "--local-steps" if self.local_steps is not None else "--ddp-comm" if self.ddp_comm != "none" else None
+        if flag and getattr(self, "deepspeed", None):
+            raise AuraError(M("comm_deepspeed", flag=flag))
+        if self.ddp_comm != "none" and self.strategy == "fsdp":
+            raise AuraError(M("comm_fsdp", mode=self.ddp_comm))
 
 
 def explicit_fields(cfg) -> set[str]:

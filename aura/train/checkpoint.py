@@ -182,7 +182,14 @@ def restore_rng(state: dict[str, Any]) -> None:
     np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        for index, cuda_state in cuda_states_to_restore(state["cuda"], torch.cuda.device_count()):
+            torch.cuda.set_rng_state(cuda_state, index)
+
+
+def cuda_states_to_restore(states: list, device_count: int) -> list[tuple[int, Any]]:
+    """(device index, state) for the devices visible now: a checkpoint saved with more GPUs visible resumes
+    with fewer (set_rng_state_all would fail on the missing ones); extra visible GPUs keep their seed."""
+    return list(enumerate(states[:device_count]))
 
 
 def library_versions() -> dict[str, str]:

@@ -153,12 +153,15 @@ def build_optimizer(model, args: TrainArgs, device: torch.device) -> torch.optim
     return torch.optim.AdamW(groups, foreach=True, **kwargs)
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """``auto`` -> bf16 where the device accelerates it, else fp32 (CPU) or the device's default."""
+def resolve_precision(precision: str, device: torch.device, *, info=None) -> str:
+    """``auto`` -> bf16 where the device accelerates it, else fp32 (CPU) or the device's default; from
+    ``info`` (the hardware all ranks agreed on) when it describes ``device``'s type."""
     if precision != "auto":
         return precision
     from aura.hardware import default_precision, detect
 
+    if info is not None and info.device_type == device.type:
+        return default_precision(info)
     if device.type == "cpu":
         from aura.hardware import cpu_fast_bf16
 
@@ -166,8 +169,9 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return default_precision(detect())
 
 
-def precision_line(precision: str, *, scaler: bool) -> str:
-    return M("precision", precision=precision, autocast="ON" if precision != "fp32" else "OFF",
+def precision_line(precision: str, *, scaler: bool, autocast: bool | None = None) -> str:
+    autocast = precision != "fp32" if autocast is None else autocast
+    return M("precision", precision=precision, autocast="ON" if autocast else "OFF",
              scaler="ON" if scaler else "OFF")
 
 
@@ -179,8 +183,15 @@ def autocast_context(precision: str, device: torch.device) -> ContextManager:
 
 
 def allow_tf32(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
+    """TF32 for fp32 matmuls and convolutions on CUDA (MFU counts fp32 runs against the TF32 peak)."""
+    if device.type != "cuda":
+        return
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9: the allow_tf32 flags are deprecated
+        matmul.fp32_precision = "tf32"
+        torch.backends.cudnn.conv.fp32_precision = "tf32"
+    else:
+        matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
 

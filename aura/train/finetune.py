@@ -81,6 +81,23 @@ M = Messages("finetune", {
                "best/. Raise --val-fraction, or --max-length, or use --truncation truncate."),
     "kind_adapter": ("adaptador LoRA", "LoRA adapter"),
     "kind_full": ("modelo completo", "full model"),
+    "pref_only": ("--{flag} solo se aplica a --objective dpo u orpo (el objetivo es 'sft').",
+                  "--{flag} only applies to --objective dpo or orpo (the objective is 'sft')."),
+    "dpo_only": ("--{flag} solo se aplica a --objective dpo (el objetivo es '{objective}').",
+                 "--{flag} only applies to --objective dpo (the objective is '{objective}')."),
+    "pref_packing": ("--packing no se puede usar con --objective {objective}: cada par va en sus propias filas.",
+                     "--packing cannot be used with --objective {objective}: each pair has rows of its own."),
+    "dpo_prompt": ("--train-on-prompt no se aplica a --objective dpo (la pérdida compara solo las respuestas); "
+                   "con orpo añade los tokens del prompt a la NLL.",
+                   "--train-on-prompt does not apply to --objective dpo (the loss compares answers only); with "
+                   "orpo it adds the prompt tokens to the NLL."),
+    "smoothing": ("--label-smoothing debe estar en [0, 0.5) y solo se aplica a --dpo-loss sigmoid (recibido: "
+                  "{value}).",
+                  "--label-smoothing must be in [0, 0.5) and only applies to --dpo-loss sigmoid (got: {value})."),
+    "prompt_length": ("--max-prompt-length ({value}) debe ser menor que --max-length ({max_length}): la "
+                      "respuesta necesita sitio.",
+                      "--max-prompt-length ({value}) must be smaller than --max-length ({max_length}): the answer "
+                      "needs room."),
     "lora_full": ("--{flag} solo se aplica a --method lora o qlora (el método es 'full').",
                   "--{flag} only applies to --method lora or qlora (the method is 'full')."),
 })
@@ -89,6 +106,7 @@ M = Messages("finetune", {
 _EPOCH_TABLE = ((1_000, 5, "reason_small"), (10_000, 4, "reason_small_medium"), (50_000, 3, "reason_medium"),
                 (100_000, 2, "reason_large"))
 LR_LORA, LR_FULL = 2e-4, 2e-5
+PREF_LR_LORA, PREF_LR_FULL = 5e-5, 5e-7  # DPO/ORPO move away from a reference: smaller steps
 
 
 def auto_epochs(n_examples: int) -> tuple[int, str]:
@@ -160,6 +178,27 @@ class FinetuneConfig(TrainArgs):
     weight_decay: float = arg(0.0, es="Weight decay de AdamW.", en="AdamW weight decay.")
     adam_beta2: float = arg(0.999, es="beta2 de AdamW.", en="AdamW beta2.")
     min_lr: float | None = arg(0.0, es="Tasa final del coseno.", en="Final learning rate of the cosine.")
+    objective: Literal["sft", "dpo", "orpo"] = arg(
+        "sft", es="Qué se optimiza: sft (instrucciones), dpo o orpo (pares de preferencia prompt/chosen/rejected; "
+                  "ver el README).",
+        en="What is optimised: sft (instructions), dpo or orpo (preference pairs prompt/chosen/rejected; see the "
+           "README).")
+    beta: float = arg(0.1, es="beta de DPO (fuerza de la referencia) o de ORPO (peso del término de odds ratio).",
+                      en="DPO beta (strength of the reference) or ORPO beta (weight of the odds-ratio term).")
+    dpo_loss: Literal["sigmoid", "ipo", "hinge"] = arg(
+        "sigmoid", es="Pérdida de DPO: sigmoid (la del artículo), ipo o hinge.",
+        en="DPO loss: sigmoid (the paper's), ipo or hinge.")
+    label_smoothing: float = arg(0.0, es="Suavizado de etiquetas de DPO sigmoid (cDPO: fracción de pares que se "
+                                         "suponen invertidos).",
+                                 en="Label smoothing of sigmoid DPO (cDPO: the fraction of pairs assumed flipped).")
+    max_prompt_length: int | None = arg(None, es="Tokens máximos del prompt de un par (se conservan los últimos; por "
+                                                 "defecto sin límite propio, solo --max-length).",
+                                        en="Maximum prompt tokens of a pair (the last ones are kept; default no "
+                                           "limit of its own, only --max-length).")
+    precompute_ref: bool = arg(False, es="DPO: calcula las log-probabilidades de la referencia una vez antes de "
+                                         "entrenar (ahorra memoria y un forward por paso).",
+                               en="DPO: compute the reference log-probabilities once before training (saves memory "
+                                  "and a forward pass per step).")
     epochs: int | None = arg(None, es="Épocas sobre los datos (por defecto: auto, según el número de ejemplos; "
                                       "ver la tabla del README).",
                              en="Epochs over the data (default: auto, by the number of examples; see the "
@@ -175,11 +214,37 @@ class FinetuneConfig(TrainArgs):
                 raise AuraError(M("positive", flag=flag, value=value))
         if self.lora_dropout is not None and not 0 <= self.lora_dropout < 1:
             raise AuraError(M("dropout", value=self.lora_dropout))
+        self._check_objective()
         if self.method == "full":
             for flag, value in (("lora-r", self.lora_r), ("lora-alpha", self.lora_alpha),
                                 ("lora-preset", self.lora_preset), ("target-modules", self.target_modules)):
                 if value:
                     raise AuraError(M("lora_full", flag=flag))
+
+    def _check_objective(self) -> None:
+        """The preference flags belong to --objective dpo/orpo, and some SFT flags do not."""
+        if self.objective == "sft":
+            for flag, value in (("beta", self.beta != 0.1), ("dpo-loss", self.dpo_loss != "sigmoid"),
+                                ("label-smoothing", self.label_smoothing), ("max-prompt-length", self.max_prompt_length),
+                                ("precompute-ref", self.precompute_ref)):
+                if value:
+                    raise AuraError(M("pref_only", flag=flag))
+            return
+        if self.beta <= 0:
+            raise AuraError(M("positive", flag="beta", value=self.beta))
+        if self.packing:
+            raise AuraError(M("pref_packing", objective=self.objective))
+        if self.objective == "orpo":
+            for flag, value in (("dpo-loss", self.dpo_loss != "sigmoid"), ("label-smoothing", self.label_smoothing),
+                                ("precompute-ref", self.precompute_ref)):
+                if value:
+                    raise AuraError(M("dpo_only", flag=flag, objective=self.objective))
+        elif self.train_on_prompt:
+            raise AuraError(M("dpo_prompt"))
+        if not 0 <= self.label_smoothing < 0.5 or (self.label_smoothing and self.dpo_loss != "sigmoid"):
+            raise AuraError(M("smoothing", value=self.label_smoothing))
+        if self.max_prompt_length is not None and not 0 < self.max_prompt_length < self.max_length:
+            raise AuraError(M("prompt_length", value=self.max_prompt_length, max_length=self.max_length))
 
     def lora_settings(self) -> dict:
         """r, alpha, dropout: explicit flags > --lora-preset > the guide's defaults (16, 32, 0.05)."""
@@ -193,9 +258,11 @@ class FinetuneConfig(TrainArgs):
 
     def optimisation_defaults(self) -> dict:
         """Values for ``aura.train.args.with_defaults``: batch 2 x accumulation 4, lr 2e-4 (LoRA) or
-        2e-5 (full); warm-up 3 % (args.default_warmup) and cosine come from the loop."""
+        2e-5 (full), for DPO/ORPO 5e-5 (LoRA) or 5e-7 (full); warm-up 3 % (args.default_warmup) and cosine
+        come from the loop."""
         return {"batch_size": 2, "gradient_accumulation_steps": 4,
-                "learning_rate": LR_FULL if self.method == "full" else LR_LORA,
+                "learning_rate": (PREF_LR_FULL if self.method == "full" else PREF_LR_LORA) if self.objective != "sft"
+                else LR_FULL if self.method == "full" else LR_LORA,
                 "gradient_checkpointing": False}
 
 
@@ -279,24 +346,39 @@ class FinetuneCommand:
         from aura.models import count_parameters, flops_per_token
         from aura.tokenizer import load_tokenizer
         from aura.train import adapters
+        from aura.train.memory import finetune_defaults
 
         cfg, dist, base_name, out = run.cfg, run.dist, self.base_name, run.out
-        convs = _conversations(cfg)
+        pref = None
+        if cfg.objective != "sft":  # preference pairs (aura.train.preference)
+            from aura.train import preference as pref
+
+            pairs = pref.load(cfg)
+            convs = pref.template_conversations(pairs)
+        else:
+            convs = _conversations(cfg)
         tok = load_tokenizer(base_name, trust_remote_code=cfg.trust_remote_code, flag="--base-model")
         template_name = _template(cfg, tok, convs)
-        train_ex, val_ex = _encode(cfg, tok, convs)
+        train_ex, val_ex = pref.encode(cfg, tok, pairs) if pref else _encode(cfg, tok, convs)
+        cfg = finetune_defaults(cfg, run=run, base_name=base_name)  # CUDA `auto`: micro-batch, checkpointing
         model, fingerprint, base_config = _load_model(cfg, base_name, tok, run)
         packing = cfg.packing
         if packing and not adapters.packing_is_isolated(model):
             console.warn(M("packing_off"))
             packing = False
         cfg = _with_defaults(cfg, model, n_train=len(train_ex), run=run)
-        data, val = _sources(cfg, tok, train_ex, val_ex, dist=dist, packing=packing)
+        if pref:
+            data, val = pref.sources(cfg, tok, train_ex, val_ex, dist=dist, limited=_Limited)
+            objective = pref.build_objective(cfg, model, pairs=train_ex + val_ex, pad_id=tok.pad_token_id, run=run)
+        else:
+            data, val = _sources(cfg, tok, train_ex, val_ex, dist=dist, packing=packing)
+            objective = None
         tokens_per_row = sum(len(e.input_ids) for e in train_ex) / max(len(data.rows), 1)
         plan = run.plan(cfg, batches_per_epoch=data.batches_per_epoch,
                         tokens_per_micro_batch=int(cfg.batch_size * tokens_per_row))
-        console.info(M("examples", train=len(train_ex), val=len(val_ex), tokens=data.num_label_tokens,
-                       prompt=M("with_prompt") if cfg.train_on_prompt else ""))
+        if not pref:
+            console.info(M("examples", train=len(train_ex), val=len(val_ex), tokens=data.num_label_tokens,
+                           prompt=M("with_prompt") if cfg.train_on_prompt else ""))
         model, engine, io = _parallelise(cfg, model, run)
         lora = cfg.lora_settings() if cfg.method != "full" else None
         method = cfg.method
@@ -318,7 +400,8 @@ class FinetuneCommand:
 
         return TrainingJob(
             cfg=cfg, model=model, data=data, val_data=val, plan=plan, engine=engine, io=io,
-            identity={"method": method, "lora": lora, "template": template_name},
+            identity={"method": method, "lora": lora, "template": template_name,
+                      **({"objective": cfg.objective} if pref else {})},
             # the base is checked by the adapter's own check when the checkpoint loads (aura.adapter_check)
             stored={"base_model": {k: fingerprint[k] for k in ("config_hash", "embed_hash")}},
             mismatch=lambda path, diffs: M("ckpt_differs", path=path, diffs=diffs),
@@ -329,8 +412,12 @@ class FinetuneCommand:
                       "template": template_name, "trainable_parameters": None if cfg.deepspeed
                       else count_parameters(model, trainable_only=True),
                       "examples": {"train": len(train_ex), "val": len(val_ex)}, "packing": packing,
+                      "objective": cfg.objective,
                       "hf_config": base_config.to_dict()},
-            flops_per_token=flops_per_token(base_config, int(tokens_per_row) or None), summary=summary)
+            flops_per_token=flops_per_token(base_config, int(tokens_per_row) or None, trainable_parameters=None
+                                            if cfg.method == "full" or cfg.deepspeed
+                                            else count_parameters(model, trainable_only=True)), summary=summary,
+            objective=objective)
 
 
 def _conversations(cfg: FinetuneConfig) -> list:
@@ -381,6 +468,7 @@ def _load_model(cfg: FinetuneConfig, base_name: str, tok, run: Run):
     import torch
 
     from aura.distributed import main_process_first
+    from aura.hardware import attention_implementation
     from aura.train import adapters
 
     # LoRA on a GPU keeps the frozen base in the compute dtype; full fine-tuning keeps fp32 master weights
@@ -389,8 +477,9 @@ def _load_model(cfg: FinetuneConfig, base_name: str, tok, run: Run):
     with main_process_first(run.dist):  # a hub download happens once
         model = adapters.load_base_model(base_name, method=cfg.method, dtype=dtype,
                                          device=run.dist.device if not cfg.deepspeed else None,
-                                         attn_implementation=None if cfg.attn_implementation == "auto"
-                                         else cfg.attn_implementation, trust_remote_code=cfg.trust_remote_code)
+                                         attn_implementation=attention_implementation(
+                                             cfg.attn_implementation, run.info, run.precision),
+                                         trust_remote_code=cfg.trust_remote_code)
     adapters.match_vocab(model, tok)
     fingerprint = adapters.base_fingerprint(model)
     base_config = model.config
@@ -424,10 +513,11 @@ def _with_defaults(cfg: FinetuneConfig, model, *, n_train: int, run: Run) -> Fin
 
 def _sources(cfg: FinetuneConfig, tok, train_ex: list, val_ex: list, *, dist, packing: bool):
     """(training batches, validation batches or None): every rank reads its own part."""
-    from aura.data.sft_batches import SFTDataSource
+    from aura.data.sft_batches import SFTDataSource, length_buckets
 
     common = dict(batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed, rank=dist.rank,
-                  world_size=dist.world_size, packing=packing, max_length=cfg.max_length)
+                  world_size=dist.world_size, packing=packing, max_length=cfg.max_length,
+                  buckets=length_buckets(cfg.max_length) if cfg.compile else ())  # few shapes to compile
     data = SFTDataSource(train_ex, **common)
     val = _Limited(SFTDataSource(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None
     return data, val
@@ -443,5 +533,6 @@ def _parallelise(cfg: FinetuneConfig, model, run: Run):
         from aura.distributed.deepspeed_engine import setup_deepspeed
 
         return setup_deepspeed(model, args=cfg, dist=run.dist, config_path=cfg.deepspeed, precision=run.precision)
-    model = parallelize(model, dist=run.dist, strategy=cfg.strategy, compile=cfg.compile)
+    model = parallelize(model, dist=run.dist, strategy=cfg.strategy, compile=cfg.compile, comm=cfg,
+                        device_memory=run.device_memory)
     return model, None, ckpt.io_for(model)

@@ -15,6 +15,10 @@ What a setup hands in (``aura.train.session`` builds all of it)
   them) or ``shift_labels`` (B, T) already shifted (target of position t), plus optional
   ``attention_mask`` / ``position_ids``.
 * ``val_data``: an iterable of such batches (or None).
+* ``objective``: what is minimised (``aura.train.objective``): next-token cross entropy by default; a
+  preference objective plugs in here. It says how many units (target tokens, pairs) a batch holds and
+  returns the summed loss plus summed statistics that are logged beside it.
+* ``evaluators``: periodic evaluations (``aura.train.objective.Evaluator``) run every N steps.
 * ``hooks``: ``TrainHooks`` (``aura.train.policy``), how the setup decides what a checkpoint and the final
   directory contain (full HF model or adapter), extra state, and what happens at epoch ends.
 * ``metrics``: ``TrainMetrics`` (``aura.train.metrics``): console/CSV/TensorBoard, MFU, run.json.
@@ -22,8 +26,8 @@ What a setup hands in (``aura.train.session`` builds all of it)
 
 What the loop guarantees
 ------------------------
-* The loss is normalised by the number of target tokens of the whole accumulation window across all
-  ranks (sum-reduced cross entropy / global count), so 2 ranks x batch b == 1 process x batch 2b and
+* The loss is normalised by the number of units (target tokens for language modelling) of the whole
+  accumulation window across all ranks (sum-reduced loss / global count), so 2 ranks x batch b == 1 process x batch 2b and
   padded SFT batches weigh every token equally; the logged loss is that true token mean.
 * LR is ``plan.lr(step)``, a pure function of the step (the plan is stored in every checkpoint,
   ``aura.train.plan``); AdamW skips decay on norms, biases, embeddings.
@@ -50,7 +54,6 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol
 
 import torch
-import torch.nn.functional as F
 
 from aura import console
 from aura.distributed import DistInfo, no_sync, sync_status
@@ -59,6 +62,7 @@ from aura.i18n import Messages
 from aura.train.args import StepPlan, TrainArgs, schedule_for
 from aura.train.engine import StepEngine, StepOutcome, autocast_context, global_sum
 from aura.train.metrics import TrainMetrics
+from aura.train.objective import CausalLM, Evaluator, Objective, count_inputs, count_targets, token_loss_sum
 from aura.train.plan import limits_notice
 from aura.train.policy import CheckpointPolicy, EpochEnd, TrainHooks, start_state
 
@@ -119,8 +123,14 @@ class TrainState:
     best_step: int | None = None
     last_val_loss: float | None = None
     val_rises_in_row: int = 0
-    epoch_loss_sum: float = 0.0  # summed over ranks: a resumed epoch's mean covers its steps before the resume
+    # running sums over all ranks (TrainMetrics.running_sums), so a resumed run's epoch means, epoch
+    # duration and first log line cover the steps before the resume too
+    epoch_loss_sum: float = 0.0
     epoch_targets: int = 0
+    epoch_seconds: float = 0.0
+    interval_loss_sum: float = 0.0
+    interval_targets: int = 0
+    interval_stats: dict = dataclasses.field(default_factory=dict)
     last_checkpoint: str | None = None
 
     def state_dict(self) -> dict:
@@ -158,7 +168,8 @@ class TrainResult:
 
 def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[dict] | None, args: TrainArgs,
           plan: StepPlan, dist: DistInfo, hooks: TrainHooks, metrics: TrainMetrics,
-          resume_from: Path | None = None) -> TrainResult:
+          resume_from: Path | None = None, objective: Objective | None = None,
+          evaluators: Iterable[Evaluator] = ()) -> TrainResult:
     """Train ``model`` for ``plan.total_steps`` optimizer steps; see the module docstring for the contract.
 
     ``args`` must be resolved (learning_rate, batch and accumulation set). Returns when finished or after
@@ -167,6 +178,7 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
     if plan.schedule is None:
         plan = dataclasses.replace(plan, schedule=schedule_for(args, plan.total_steps))
     state, accum = TrainState(), args.gradient_accumulation_steps or 1
+    objective = objective or CausalLM()
     start_state(state, resume_from, model=model, engine=engine, data=data, args=args, dist=dist, hooks=hooks)
     console.info(engine.describe())
     console.info(M("plan", steps=plan.total_steps, epochs=plan.epochs, per_epoch=plan.steps_per_epoch,
@@ -185,24 +197,26 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
                     data.start_epoch(state.epoch)
                     continue
                 lr = plan.lr(state.step)
-                outcome, window_loss, n_targets, n_inputs = optimizer_step(model, engine, window, lr=lr, dist=dist)
+                outcome, window_loss, n_targets, n_inputs, stats = optimizer_step(model, engine, window, lr=lr,
+                                                                                  dist=dist, objective=objective)
                 state.count_step(outcome, tokens=n_inputs, max_bad_steps=args.max_bad_steps)
                 if outcome.applied:
-                    metrics.add(window_loss, n_targets)
+                    metrics.add(window_loss, n_targets, stats)
                 if state.step % args.log_interval == 0 or state.step == plan.total_steps:
                     metrics.log_step(state, lr=lr, grad_norm=outcome.grad_norm, sync=lambda: sync_status(model, dist))
 
                 if data.position >= data.batches_per_epoch:  # epoch end: validate, log, save
-                    last_val = evaluate(model, val_data, dist=dist, precision=engine.precision)
+                    last_val = evaluate(model, val_data, dist=dist, precision=engine.precision, objective=objective)
                     train_loss, seconds = metrics.epoch(state, epochs=plan.epochs, val_loss=last_val)
                     state.epoch += 1
                     data.start_epoch(state.epoch)
                     policy.epoch_end(EpochEnd(state.epoch, state.step, train_loss, last_val, lr, None, seconds))
                     metrics.new_epoch(state)
                 elif args.eval_interval and state.step % args.eval_interval == 0 and val_data is not None:
-                    last_val = evaluate(model, val_data, dist=dist, precision=engine.precision)
+                    last_val = evaluate(model, val_data, dist=dist, precision=engine.precision, objective=objective)
                     metrics.eval(state, last_val)
                     policy.keep_best(last_val)
+                run_evaluators(model, evaluators, state=state, dist=dist, precision=engine.precision, metrics=metrics)
                 policy.after_step()
 
                 if _stop_requested(signals, dist) and state.step < plan.total_steps:
@@ -224,26 +238,31 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
 
 
 def optimizer_step(model, engine: StepEngine, window: list[dict[str, torch.Tensor]], *, lr: float,
-                   dist: DistInfo) -> tuple[StepOutcome, torch.Tensor, int, int]:
+                   dist: DistInfo, objective: Objective | None = None
+                   ) -> tuple[StepOutcome, torch.Tensor, int, int, dict[str, torch.Tensor]]:
     """One optimizer step over a window of micro-batches (gradient accumulation).
 
-    Returns (what the engine did, the window's summed token loss on this rank (a device scalar),
-    target tokens and input tokens of the window on all ranks).
+    Returns (what the engine did, the window's summed loss on this rank (a device scalar), the objective's
+    units and the input tokens of the window on all ranks, the objective's summed statistics on this rank).
     """
-    counts = torch.tensor([sum(count_targets(b) for b in window), sum(b["input_ids"].numel() for b in window)],
+    objective = objective or CausalLM()
+    counts = torch.tensor([sum(objective.count(b) for b in window), sum(count_inputs(b) for b in window)],
                           dtype=torch.float64)
     n_targets, n_inputs = (int(x) for x in global_sum(counts, dist).tolist())
     scale = dist.world_size / max(n_targets, 1)  # DDP/FSDP average gradients over ranks: undo it
     engine.set_lr(lr)
     window_loss = torch.zeros((), dtype=torch.float64, device=dist.device)
+    stats: dict[str, torch.Tensor] = {}
     for i, batch in enumerate(window):
         last = i == len(window) - 1
         with no_sync(model, enabled=not last):  # DDP: all-reduce the gradients once, at the window's end
             with engine.autocast():
-                loss = loss_sum(model, _to_device(batch, dist.device))  # () summed over the batch's targets
+                loss, batch_stats = objective.loss(model, _to_device(batch, dist.device))  # summed over units
             engine.backward(loss * scale, last=last)
         window_loss += loss.detach()
-    return engine.finish(window_loss), window_loss, n_targets, n_inputs
+        for k, v in batch_stats.items():
+            stats[k] = stats.get(k, 0.0) + v.detach().double()
+    return engine.finish(window_loss), window_loss, n_targets, n_inputs, stats
 
 
 def _next_window(data: BatchSource, accum: int) -> list[dict[str, torch.Tensor]]:
@@ -287,23 +306,7 @@ class _Signals:
             signal.signal(sig, old)
 
 
-def count_targets(batch: dict[str, torch.Tensor]) -> int:
-    """Target tokens of a CPU batch (no device sync)."""
-    if "shift_labels" in batch:
-        return int((batch["shift_labels"] != -100).sum())
-    return int((batch["labels"][:, 1:] != -100).sum())
-
-
-def loss_sum(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Sum of token cross-entropies of one micro-batch (fp32), ignoring -100 targets."""
-    kwargs = {k: batch[k] for k in ("attention_mask", "position_ids") if k in batch}
-    logits = model(input_ids=batch["input_ids"], use_cache=False, **kwargs).logits  # (B, T, V)
-    if "shift_labels" in batch:
-        targets = batch["shift_labels"]  # (B, T)
-    else:
-        logits, targets = logits[:, :-1], batch["labels"][:, 1:]  # (B, T-1, V), (B, T-1)
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
-                           ignore_index=-100, reduction="sum")
+loss_sum = token_loss_sum  # the language-modelling loss of one micro-batch (kept for callers of the loop module)
 
 
 def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -314,20 +317,39 @@ def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
 
 @torch.no_grad()
 def evaluate(model, batches: Iterable[dict[str, torch.Tensor]] | None, *, dist: DistInfo,
-             precision: str) -> float | None:
-    """Token-mean validation loss over all ranks (None without validation data)."""
+             precision: str, objective: Objective | None = None) -> float | None:
+    """Unit-mean (token-mean for language modelling) validation loss over all ranks (None without data)."""
     if batches is None:
         return None
+    objective = objective or CausalLM()
     was_training = model.training
     model.eval()
-    total = torch.zeros(2, dtype=torch.float64, device=dist.device)  # (loss sum, tokens)
+    total = torch.zeros(2, dtype=torch.float64, device=dist.device)  # (loss sum, units)
     with autocast_context(precision, dist.device):
         for batch in batches:
-            n = count_targets(batch)
-            total[0] += loss_sum(model, _to_device(batch, dist.device)).double()
+            n = objective.count(batch)
+            total[0] += objective.loss(model, _to_device(batch, dist.device))[0].double()
             total[1] += n
     if was_training:
         model.train()
     total = total.to(dist.comm_device)
     dist.all_reduce(total, "sum")
     return float(total[0] / total[1]) if total[1] > 0 else None
+
+
+@torch.no_grad()
+def run_evaluators(model, evaluators: Iterable[Evaluator], *, state: TrainState, dist: DistInfo, precision: str,
+                   metrics: TrainMetrics) -> None:
+    """The periodic evaluators due at this step, in eval mode; their values are logged (not training time)."""
+    due = [e for e in evaluators if e.interval > 0 and state.step % e.interval == 0]
+    if not due:
+        return
+    was_training = model.training
+    model.eval()
+    values: dict[str, float] = {}
+    with autocast_context(precision, dist.device):
+        for evaluator in due:
+            values.update(evaluator(model, dist=dist))
+    if was_training:
+        model.train()
+    metrics.values(state, values)

@@ -73,8 +73,11 @@ class MetricsLogger:
 
     def __init__(self, run_dir: Path, *, dist: DistInfo, total_steps: int, resume_step: int | None = None,
                  time_budget_h: float = 0.0, peak_name: str | None = None, device_name: str = "",
-                 tensorboard: bool = True):
+                 tensorboard: bool = True, extra_columns: tuple[str, ...] = ()):
+        """``extra_columns``: the objective's statistics and the evaluators' values (CSV columns after the
+        standard ones; TensorBoard tags as named, e.g. ``rewards/accuracy``)."""
         self.run_dir, self.dist, self.total_steps = Path(run_dir), dist, total_steps
+        self.columns = CSV_COLUMNS + [c for c in extra_columns if c not in CSV_COLUMNS]
         self.time_budget_h = time_budget_h
         self.csv_path = self.run_dir / "training_log.csv"
         self.writer = None
@@ -98,21 +101,21 @@ class MetricsLogger:
     def _prepare_csv(self, resume_step: int | None) -> None:
         """New header, or on resume drop rows logged after the checkpoint (they will be redone)."""
         if resume_step is None or not self.csv_path.is_file():
-            atomic_write_text(self.csv_path, ",".join(CSV_COLUMNS) + "\n")
+            atomic_write_text(self.csv_path, ",".join(self.columns) + "\n")
             return
         with open(self.csv_path, newline="", encoding="utf-8") as f:
             rows = [r for r in csv.DictReader(f) if int(r.get("step") or 0) <= resume_step]
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+        w = csv.DictWriter(buf, fieldnames=self.columns, lineterminator="\n")
         w.writeheader()
-        w.writerows({k: r.get(k, "") for k in CSV_COLUMNS} for r in rows)
+        w.writerows({k: r.get(k, "") for k in self.columns} for r in rows)
         atomic_write_text(self.csv_path, buf.getvalue())
 
     def _csv(self, **row) -> None:
-        row = {k: ("" if row.get(k) is None else row.get(k)) for k in CSV_COLUMNS}
+        row = {k: ("" if row.get(k) is None else row.get(k)) for k in self.columns}
         row["time"] = _now()
         with open(self.csv_path, "a", newline="", encoding="utf-8") as f:
-            csv.DictWriter(f, fieldnames=CSV_COLUMNS, lineterminator="\n").writerow(row)
+            csv.DictWriter(f, fieldnames=self.columns, lineterminator="\n").writerow(row)
             f.flush()
 
     def _scalar(self, tag: str, value: float | None, step: int) -> None:
@@ -121,8 +124,9 @@ class MetricsLogger:
 
     def step(self, *, step: int, epoch: int, tokens: int, loss: float, lr: float, grad_norm: float | None,
              tokens_per_s: float, mfu: float | None, seconds: float, eta_s: float | None,
-             elapsed_s: float, sync: str | None = None) -> None:
-        """``sync``: the cross-rank check's verdict (``aura.distributed.sync_status``), None alone."""
+             elapsed_s: float, sync: str | None = None, extras: dict[str, float] | None = None) -> None:
+        """``sync``: the cross-rank check's verdict (``aura.distributed.sync_status``), None alone;
+        ``extras``: the objective's statistics for the interval (one more console line, CSV, TensorBoard)."""
         if not self.dist.is_main:
             return
         mem = memory_in_use(self.dist.device)
@@ -134,7 +138,7 @@ class MetricsLogger:
         self._csv(kind="step", epoch=epoch + 1, step=step, tokens=tokens, train_loss=f"{loss:.6f}",
                   lr=f"{lr:.6e}", grad_norm=_fmt(grad_norm, ".6f") if grad_norm is not None else None,
                   tokens_per_s=f"{tokens_per_s:.1f}", mfu=None if mfu is None else f"{mfu:.4f}",
-                  seconds=f"{elapsed_s:.2f}")
+                  seconds=f"{elapsed_s:.2f}", **self._extras(extras, step))
         self._scalar("Loss/train_step", loss, step)
         self._scalar("LR", lr, step)
         self._scalar("Train/grad_norm", grad_norm, step)
@@ -146,6 +150,24 @@ class MetricsLogger:
             if total > self.time_budget_h * 3600:
                 self._warned_budget = True
                 console.warn(M("eta_budget", total=format_duration(total), budget=self.time_budget_h))
+
+    def _extras(self, values: dict[str, float] | None, step: int) -> dict[str, str]:
+        """Console line + TensorBoard scalars for extra values; returns their CSV cells."""
+        if not values:
+            return {}
+        console.info("  " + " | ".join(f"{k}={_fmt(v)}" for k, v in values.items()))
+        for k, v in values.items():
+            self._scalar(k, v, step)
+        return {k: f"{v:.6f}" for k, v in values.items() if v is not None and math.isfinite(v)}
+
+    def values(self, *, step: int, epoch: int, tokens: int, values: dict[str, float], elapsed_s: float) -> None:
+        """An evaluator's results at ``step`` (a CSV row of kind ``eval``)."""
+        if not self.dist.is_main or not values:
+            return
+        self._csv(kind="eval", epoch=epoch + 1, step=step, tokens=tokens, seconds=f"{elapsed_s:.2f}",
+                  **self._extras(values, step))
+        if self.writer is not None:
+            self.writer.flush()
 
     def _system(self, step: int) -> None:
         if self.writer is None:
@@ -259,14 +281,15 @@ class TrainMetrics:
 
     The loop ``open``s it once it knows the plan and the step it starts from. It then keeps the running
     token-loss sums on the device (no host sync): since the last log line, and since the epoch began (a
-    checkpoint stores the latter, ``epoch_sums``, so a resumed epoch's mean covers all its steps). Time spent
+    checkpoint stores both, ``running_sums``, so a resumed run logs what an uninterrupted one would). Time spent
     evaluating or writing is not training time: ``restart_clock`` after each.
     """
 
     def __init__(self, run_dir: Path, *, dist: DistInfo, flops_per_token: float | None = None,
                  peak_flops: float | None = None, peak_name: str | None = None, device_name: str = "",
-                 time_budget_h: float = 0.0, status: RunStatus | None = None):
+                 time_budget_h: float = 0.0, status: RunStatus | None = None, extra_columns: tuple[str, ...] = ()):
         self.run_dir, self.dist, self.status = Path(run_dir), dist, status
+        self.extra_columns = tuple(extra_columns)
         self.flops_per_token, self.peak_flops, self.peak_name = flops_per_token, peak_flops, peak_name
         self.device_name, self.time_budget_h = device_name, time_budget_h
         self.history: list[tuple[int, float]] = []  # (step, train loss) of every logged step
@@ -274,25 +297,31 @@ class TrainMetrics:
 
     @classmethod
     def for_run(cls, run_dir: Path, *, kind: str, dist: DistInfo, hardware, precision: str,
-                flops_per_token: float | None, time_budget_h: float) -> "TrainMetrics":
-        """A training run's metrics: ``hardware`` is ``aura.hardware.HardwareInfo``; writes run.json (running)."""
+                flops_per_token: float | None, time_budget_h: float,
+                extra_columns: tuple[str, ...] = ()) -> "TrainMetrics":
+        """A training run's metrics: ``hardware`` is ``aura.hardware.HardwareInfo``; writes run.json (running).
+        ``extra_columns``: the objective's statistics and the evaluators' values (``aura.train.objective``)."""
         return cls(run_dir, dist=dist, flops_per_token=flops_per_token, peak_flops=hardware.peak_flops(precision),
                    peak_name=hardware.peak_source, device_name=hardware.name, time_budget_h=time_budget_h,
-                   status=RunStatus(run_dir, kind=kind, dist=dist))
+                   status=RunStatus(run_dir, kind=kind, dist=dist), extra_columns=extra_columns)
 
     def open(self, *, total_steps: int, state, resumed: bool) -> None:
         """Start logging at ``state`` (``aura.train.loop.TrainState``), continuing a resumed run's logs."""
         self.total_steps = total_steps
         self.logger = MetricsLogger(self.run_dir, dist=self.dist, total_steps=total_steps,
                                     resume_step=state.step if resumed else None, time_budget_h=self.time_budget_h,
-                                    peak_name=self.peak_name, device_name=self.device_name)
+                                    peak_name=self.peak_name, device_name=self.device_name,
+                                    extra_columns=self.extra_columns)
         self.meter = Throughput(flops_per_token=self.flops_per_token, peak_flops=self.peak_flops,
                                 world_size=self.dist.world_size)
         self.meter.reset(tokens=state.tokens_seen, step=state.step)
-        self._interval, self._interval_n = self._zero(), 0
-        # a resumed epoch's sum continues (rank 0 holds the all-rank sum, the others 0)
-        self._epoch = self._zero() + (state.epoch_loss_sum if self.dist.is_main else 0.0)
-        self._epoch_n, self._epoch_start = state.epoch_targets, time.perf_counter()
+        # a resumed run's sums continue (rank 0 holds the all-rank sums, the others 0)
+        main = self.dist.is_main
+        self._interval = self._zero() + (state.interval_loss_sum if main else 0.0)
+        self._interval_n = state.interval_targets
+        self._stats = {k: self._zero() + (v if main else 0.0) for k, v in state.interval_stats.items()}
+        self._epoch = self._zero() + (state.epoch_loss_sum if main else 0.0)
+        self._epoch_n, self._epoch_start = state.epoch_targets, time.perf_counter() - state.epoch_seconds
 
     def _zero(self):
         import torch
@@ -303,8 +332,11 @@ class TrainMetrics:
         """Sum over ranks of a device scalar (a collective under torchrun)."""
         return float(self.dist.all_reduce(t.clone().to(self.dist.comm_device), "sum"))
 
-    def add(self, window_loss, n_targets: int) -> None:
-        """An applied step: its summed token loss (a device tensor) and its target tokens on all ranks."""
+    def add(self, window_loss, n_targets: int, stats: dict | None = None) -> None:
+        """An applied step: its summed loss (a device tensor), its units (target tokens) on all ranks and the
+        objective's summed statistics on this rank (device tensors)."""
+        for k, v in (stats or {}).items():
+            self._stats[k] = self._stats.get(k, 0.0) + v
         self._interval += window_loss
         self._epoch += window_loss
         self._interval_n += n_targets
@@ -318,17 +350,32 @@ class TrainMetrics:
             tps, mfu, eta = self.meter.measure(tokens=state.tokens_seen, step=state.step,
                                                total_steps=self.total_steps)
             verdict = sync()
+            extras = {}
+            if self._stats:  # one collective for all of them
+                import torch
+
+                names = sorted(self._stats)
+                sums = self.dist.all_reduce(torch.stack([torch.as_tensor(self._stats[k], dtype=torch.float64,
+                                                                         device=self.dist.device) for k in names])
+                                            .to(self.dist.comm_device), "sum")
+                extras = {k: float(v) / self._interval_n for k, v in zip(names, sums.tolist())}
             self.history.append((state.step, loss))
             self.logger.step(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, loss=loss, lr=lr,
                              grad_norm=grad_norm if math.isfinite(grad_norm) else None, tokens_per_s=tps, mfu=mfu,
                              seconds=self.meter.step_seconds or 0.0, eta_s=eta, elapsed_s=self.meter.elapsed,
-                             sync=verdict)
-        self._interval, self._interval_n = self._zero(), 0
+                             sync=verdict, extras=extras)
+        self._interval, self._interval_n, self._stats = self._zero(), 0, {}
 
     def eval(self, state, val_loss: float | None) -> None:
         if val_loss is not None:
             self.logger.eval(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, val_loss=val_loss,
                              elapsed_s=self.meter.elapsed)
+        self.restart_clock(state)
+
+    def values(self, state, values: dict[str, float]) -> None:
+        """An evaluator's values at this step (console, CSV ``eval`` row, TensorBoard); not training time."""
+        self.logger.values(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, values=values,
+                           elapsed_s=self.meter.elapsed)
         self.restart_clock(state)
 
     def epoch(self, state, *, epochs: int, val_loss: float | None) -> tuple[float | None, float]:
@@ -344,9 +391,13 @@ class TrainMetrics:
         self._epoch_start = time.perf_counter()
         self.restart_clock(state)
 
-    def epoch_sums(self) -> tuple[float, int]:
-        """(the epoch's summed token loss over all ranks, its target tokens), for a checkpoint (collective)."""
-        return self._global(self._epoch), self._epoch_n
+    def running_sums(self) -> dict:
+        """The running sums over all ranks, for a checkpoint (``TrainState`` fields; a collective): the
+        epoch's and the log interval's summed loss and units, the interval's statistics, the epoch's seconds."""
+        return {"epoch_loss_sum": self._global(self._epoch), "epoch_targets": self._epoch_n,
+                "epoch_seconds": time.perf_counter() - self._epoch_start,
+                "interval_loss_sum": self._global(self._interval), "interval_targets": self._interval_n,
+                "interval_stats": {k: self._global(self._zero() + v) for k, v in sorted(self._stats.items())}}
 
     def saved(self, state, path: Path) -> None:
         if self.status is not None:

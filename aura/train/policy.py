@@ -191,7 +191,8 @@ class CheckpointPolicy:
     def save(self, name: str) -> Path:
         """Write ``RUN_DIR/name`` (every rank), prune to ``--keep-last``, record it in run.json."""
         state, hooks, path = self.state, self.hooks, self.out / name
-        state.epoch_loss_sum, state.epoch_targets = self.metrics.epoch_sums()
+        for key, value in self.metrics.running_sums().items():
+            setattr(state, key, value)
         trainer_state = {"step": state.step, "epoch": state.epoch, "tokens_seen": state.tokens_seen,
                          "loop": state.state_dict(), "data": self.data.state_dict(),
                          "plan": plan_state(self.args, self.plan),

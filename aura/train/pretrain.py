@@ -77,8 +77,10 @@ DEMO_LR = 2e-3
 class PretrainConfig(TrainArgs):
     """`aura pretrain` flags: data, tokenizer and model shape on top of the shared training flags."""
 
-    data: list[str] = arg([], es="Directorio preparado (aura data prepare) o archivos de texto. Sin --data: demo.",
-                          en="Prepared directory (aura data prepare) or text files. Without --data: demo.")
+    data: list[str] = arg([], es="Directorio preparado (aura data prepare) o archivos de texto; una mezcla con pesos: "
+                                 "NOMBRE=PESO:DIR ... (p. ej. es=0.8:datos/es en=0.2:datos/en). Sin --data: demo.",
+                          en="Prepared directory (aura data prepare) or text files; a weighted mixture: "
+                             "NAME=WEIGHT:DIR ... (e.g. es=0.8:data/es en=0.2:data/en). Without --data: demo.")
     tokenizer: str | None = arg(None, es="Tokenizador (directorio). Por defecto: el de los datos preparados, o "
                                          "uno nuevo entrenado en RUN_DIR/tokenizer.",
                                 en="Tokenizer (directory). Default: the prepared data's, or a new one trained "
@@ -102,11 +104,28 @@ class PretrainConfig(TrainArgs):
     sample_prompt: str = arg("Había una vez", es="Texto inicial de la muestra final.", en="Prompt of the final sample.")
     sample_tokens: int = arg(40, es="Tokens de la muestra final (0 = sin muestra).",
                              en="Tokens of the final sample (0 = no sample).")
+    init_from: str | None = arg(None, es="Continúa el preentrenamiento de este modelo (directorio de Hugging Face o "
+                                         "nombre del hub) en vez de empezar de cero.",
+                                en="Continue pretraining this model (Hugging Face directory or hub name) instead "
+                                   "of starting from scratch.")
+    train_new_tokens_only: int = arg(0, es="Con --init-from y un --tokenizer ampliado: pasos iniciales en los que "
+                                           "solo aprenden los tokens nuevos (0 = ninguno).",
+                                     en="With --init-from and an extended --tokenizer: first steps during which "
+                                        "only the new tokens learn (0 = none).")
+    new_tokens_scope: str = arg("new-rows", choices=("new-rows", "embeddings"),
+                                es="Qué aprende durante --train-new-tokens-only: las filas nuevas o los embeddings "
+                                   "y la cabeza de salida enteros.",
+                                en="What learns during --train-new-tokens-only: the new rows, or the whole "
+                                   "embeddings and output head.")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0 <= self.val_fraction < 0.5:
             raise AuraError(M("bad_split", value=self.val_fraction))
+        if self.init_from is not None or self.train_new_tokens_only:
+            from aura.train.init_from import check_flags
+
+            check_flags(self)
 
     def explicit_shape(self) -> bool:
         return any(getattr(self, f) is not None for f in ("arch", "embed_size", "num_layers", "num_heads",
@@ -115,12 +134,16 @@ class PretrainConfig(TrainArgs):
 
 def _prepare_inputs(cfg: PretrainConfig, out: Path, dist) -> tuple[Path, str]:
     """(prepared dir, tokenizer path): use a prepared dir, or prepare raw files (demo: the embedded corpus)."""
+    from aura.data.mixture import is_mixture, parse_sources
     from aura.data.tokens import is_prepared_dir
     from aura.distributed import main_process_first
 
+    if is_mixture(cfg.data):  # weighted prepared directories: the first one stands for them all here
+        data = parse_sources(cfg.data)[0].path
+        return data, cfg.tokenizer or cfg.init_from or str(data / "tokenizer")
     if len(cfg.data) == 1 and is_prepared_dir(cfg.data[0]):
         data = Path(cfg.data[0])
-        return data, cfg.tokenizer or str(data / "tokenizer")
+        return data, cfg.tokenizer or cfg.init_from or str(data / "tokenizer")
     inputs = cfg.data
     if not inputs:
         from aura.data import EMBEDDED_CORPUS
@@ -128,7 +151,7 @@ def _prepare_inputs(cfg: PretrainConfig, out: Path, dist) -> tuple[Path, str]:
         console.info(M("demo"))
         inputs = [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
     with main_process_first(dist):
-        tok = cfg.tokenizer
+        tok = cfg.tokenizer or cfg.init_from
         if tok is None:
             tok_dir = out / "tokenizer"
             if not (tok_dir / "tokenizer.json").is_file():
@@ -178,6 +201,11 @@ def _resolve(cfg: PretrainConfig, info) -> tuple[PretrainConfig, object, dict]:
     if preset in ("gpt2-medium", "manual") or cfg.explicit_shape():
         console.info(spec.describe())
     defaults = {**preset_training(preset).to_defaults(), "gradient_accumulation_steps": 1, **defaults}
+    if defaults["gradient_checkpointing"] is None:  # the 72-hour presets: from the memory model, on this device
+        from aura.hardware import needs_checkpointing
+
+        defaults["gradient_checkpointing"] = needs_checkpointing(spec, info, batch_size=cfg.batch_size
+                                                                 or defaults["batch_size"])
     if demo and cfg.epochs is None and cfg.max_steps is None and cfg.max_tokens is None:
         defaults["epochs"] = DEMO_EPOCHS
         defaults["save_steps"] = 0  # per epoch only: the demo's epochs are seconds long
@@ -230,7 +258,13 @@ class PretrainCommand:
     kind = "pretrain"
 
     def inputs(self, cfg: PretrainConfig) -> list:
-        return [*cfg.data, cfg.tokenizer]
+        from aura.data.mixture import input_paths, is_mixture
+
+        if cfg.init_from or is_mixture(cfg.data):  # their user mistakes before the run dir exists
+            from aura.train.continued import preflight
+
+            preflight(cfg)
+        return [*input_paths(cfg.data), cfg.tokenizer, cfg.init_from]
 
     def prepare(self, run: Run) -> TrainingJob:
         from aura.data.pretrain_data import open_splits
@@ -240,12 +274,20 @@ class PretrainCommand:
         tok = load_tokenizer(tok_name)
         add_aura_chat_template(tok)  # final/ carries Aura's chat template (tokenizers trained before it had none)
         train_shards, val_shards = open_splits(data_dir)
-        _check_tokenizer(tok, tok_name, train_shards)
-        cfg, spec, auto = _resolve(run.cfg, run.info)
-        vocab = max(len(tok), train_shards.vocab_size)
-        _memory_check(cfg, spec, run.info, vocab)
-        model, described = _build(cfg, spec, vocab, tok, run)
-        data, val = _batches(cfg, spec, train_shards, val_shards, run.dist, data_dir)
+        wrap_engine = None
+        if run.cfg.init_from:  # continued pretraining (aura.train.continued): the base's model, no preset
+            from aura.train.continued import from_base
+
+            base = from_base(run, tok, tok_name, train_shards)
+            cfg, spec, auto, model, described = base.cfg, base.spec, {}, base.model, base.described
+            vocab, wrap_engine = base.vocab, base.wrap_engine
+        else:
+            _check_tokenizer(tok, tok_name, train_shards)
+            cfg, spec, auto = _resolve(run.cfg, run.info)
+            vocab = max(len(tok), train_shards.vocab_size)
+            _memory_check(cfg, spec, run.info, vocab)
+            model, described = _build(cfg, spec, vocab, tok, run)
+        data, val, evaluators = _batches(cfg, spec, train_shards, val_shards, run.dist, data_dir)
         plan = run.plan(cfg, batches_per_epoch=data.batches_per_epoch,
                         tokens_per_micro_batch=cfg.batch_size * spec.seq_len)
         _announce(cfg, spec, plan, params=described["parameters"], dist=run.dist)
@@ -271,7 +313,8 @@ class PretrainCommand:
                       "vocab_size": vocab, "tokenizer": {"path": str(tok_name), "hash": tok_hash},
                       "data": {"path": str(data_dir), "train_tokens": len(train_shards),
                                "val_tokens": len(val_shards) if val_shards is not None else 0}},
-            flops_per_token=described["flops_per_token"], finish=finish, summary=summary)
+            flops_per_token=described["flops_per_token"], finish=finish, summary=summary, evaluators=evaluators,
+            wrap_engine=wrap_engine)
 
 
 def _build(cfg: PretrainConfig, spec, vocab: int, tok, run: Run) -> tuple[object, dict]:
@@ -291,24 +334,31 @@ def _build(cfg: PretrainConfig, spec, vocab: int, tok, run: Run) -> tuple[object
     # from outside the model, once, in torchtitan's order: checkpointing -> compile -> FSDP2/DDP
     model = parallelize(model, dist=run.dist, strategy=cfg.strategy, compile=cfg.compile,
                         gradient_checkpointing=bool(cfg.gradient_checkpointing),
-                        mixed_precision=run.precision if run.precision in ("bf16", "fp16") else None)
+                        mixed_precision=run.precision if run.precision in ("bf16", "fp16") else None, comm=cfg,
+                        device_memory=run.device_memory)
     return model, described
 
 
 def _batches(cfg: PretrainConfig, spec, train_shards, val_shards, dist, data_dir: Path):
-    """(training batches, validation batches or None): every rank reads its own part."""
+    """(training batches, validation batches or None, evaluators): every rank reads its own part."""
+    from aura.data.mixture import is_mixture
     from aura.data.pretrain_data import EvalBatches, PretrainBatches
 
+    if is_mixture(cfg.data):  # weighted sources (aura.data.mixture), per-source metrics
+        from aura.train.continued import mixture_batches
+
+        return mixture_batches(cfg, spec, dist, plan_interval=lambda d: cfg.eval_interval or max(
+            1, d.batches_per_epoch // (cfg.gradient_accumulation_steps or 1)))
     data = PretrainBatches(train_shards, seq_len=spec.seq_len, batch_size=cfg.batch_size, seed=cfg.seed,
                            rank=dist.rank, world_size=dist.world_size, pin_memory=dist.device.type == "cuda")
     if val_shards is None:
-        return data, None
+        return data, None, []
     val = EvalBatches(val_shards, seq_len=spec.seq_len, batch_size=cfg.batch_size, rank=dist.rank,
                       world_size=dist.world_size, max_batches=cfg.eval_batches)
     if not len(val):
         console.warn(M("no_val", data=data_dir, tokens=len(val_shards), window=spec.seq_len + 1, seq=spec.seq_len))
-        return data, None
-    return data, val
+        return data, None, []
+    return data, val, []
 
 
 def _announce(cfg: PretrainConfig, spec, plan, *, params: int, dist) -> None:

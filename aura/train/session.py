@@ -53,8 +53,13 @@ class Run:
     explicit: list[str]  # the flags the user gave (model_config.json; resume checks)
     resume: Path | None  # the checkpoint to resume, or None
     adopted: Any  # aura.train.plan.Adopted when resuming, else None
-    info: Any  # aura.hardware.HardwareInfo of this machine
+    info: Any  # aura.hardware.HardwareInfo every rank plans with (the smallest device: agree_hardware)
     precision: str  # fp32 | bf16 | fp16, resolved for dist.device
+
+    @property
+    def device_memory(self) -> int | None:
+        """Memory per rank that every rank agreed on (for choose_strategy), when ``info`` is this device's."""
+        return int(self.info.memory_bytes) if self.info.device_type == self.dist.device.type else None
 
     def plan(self, cfg, *, batches_per_epoch: int, tokens_per_micro_batch: int):
         """The step plan for ``cfg`` (the command's defaults applied); a resumed run keeps its own."""
@@ -89,6 +94,9 @@ class TrainingJob:
     on_epoch_end: Callable | None = None  # TrainHooks.on_epoch_end
     epoch_checkpoint_name: Callable[[int, int], str] | None = None  # TrainHooks.epoch_checkpoint_name
     finish: Callable[[Any], None] | None = None  # rank 0, after a finished run, before the summary
+    objective: Any = None  # aura.train.objective.Objective; None: next-token cross entropy
+    evaluators: list = field(default_factory=list)  # aura.train.objective.Evaluator, run every N steps
+    wrap_engine: Callable | None = None  # engine -> engine (e.g. aura.train.init_from.FreezeEngine)
 
 
 class TrainingCommand(Protocol):
@@ -125,6 +133,7 @@ def run_training(cfg, command: TrainingCommand) -> int:
 
 
 def _run(cfg, command: TrainingCommand, dist, explicit: list[str]) -> int:
+    from aura.distributed import agree_hardware
     from aura.hardware import detect
     from aura.train import checkpoint as ckpt
     from aura.train.engine import resolve_precision
@@ -144,8 +153,9 @@ def _run(cfg, command: TrainingCommand, dist, explicit: list[str]) -> int:
         adopted = adopt_flags(cfg, ckpt.read_state(resume), explicit=explicit, path=resume,
                               world_size=dist.world_size)
         cfg = adopted.cfg
-    run = Run(cfg=cfg, dist=dist, out=out, explicit=explicit, resume=resume, adopted=adopted, info=detect(),
-              precision=resolve_precision(cfg.precision, dist.device))
+    info = agree_hardware(detect(), dist)  # every `auto` decision below is the same on every rank
+    run = Run(cfg=cfg, dist=dist, out=out, explicit=explicit, resume=resume, adopted=adopted, info=info,
+              precision=resolve_precision(cfg.precision, dist.device, info=info))
     job = command.prepare(run)
     if resume is not None:
         saved = ckpt.read_state(resume)
@@ -184,10 +194,30 @@ def _train(run: Run, job: TrainingJob, kind: str):
     if job.epoch_checkpoint_name is not None:
         hooks.epoch_checkpoint_name = job.epoch_checkpoint_name
     engine = job.engine or TorchEngine.build(job.model, args=job.cfg, dist=run.dist, precision=run.precision)
+    if job.wrap_engine is not None:
+        engine = job.wrap_engine(engine)
+    from aura.distributed.comm import wrap_engine  # --ddp-comm timing/state, --local-steps (DiLoCo)
+
+    engine = wrap_engine(engine, model=job.model, args=job.cfg, dist=run.dist, total_steps=job.plan.total_steps)
+    from aura.evalsuite.during_training import build_suite_evaluator  # --eval-suite
+
+    suite = build_suite_evaluator(job.cfg, job)
+    if suite is not None:
+        job.evaluators = [*job.evaluators, suite]
     metrics = TrainMetrics.for_run(run.out, kind=kind, dist=run.dist, hardware=run.info, precision=run.precision,
-                                   flops_per_token=job.flops_per_token, time_budget_h=job.cfg.time_budget)
+                                   flops_per_token=job.flops_per_token, time_budget_h=job.cfg.time_budget,
+                                   extra_columns=metric_columns(job))
     return train(model=job.model, engine=engine, data=job.data, val_data=job.val_data, args=job.cfg, plan=job.plan,
-                 dist=run.dist, hooks=hooks, metrics=metrics, resume_from=run.resume)
+                 dist=run.dist, hooks=hooks, metrics=metrics, resume_from=run.resume, objective=job.objective,
+                 evaluators=job.evaluators)
+
+
+def metric_columns(job: TrainingJob) -> tuple[str, ...]:
+    """The objective's statistics and the evaluators' values: extra columns of training_log.csv."""
+    names = list(getattr(job.objective, "metric_names", ()))
+    for evaluator in job.evaluators:
+        names += [n for n in evaluator.names if n not in names]
+    return tuple(names)
 
 
 def _write_model_config(run: Run, job: TrainingJob, kind: str) -> None:

@@ -1,0 +1,321 @@
+"""Preference pairs for DPO/ORPO: every format -> (prompt, chosen, rejected) -> token ids -> batches.
+
+Formats (one record each, any file ``aura.data.sft`` reads: CSV/TSV, JSON/JSONL, Parquet, a
+``save_to_disk`` directory or a hub dataset):
+
+* ``prompt``, ``chosen``, ``rejected`` as text (optional ``system``): the prompt becomes a user message
+  and each answer an assistant message;
+* ``prompt`` as a message list and ``chosen``/``rejected`` as lists holding the assistant answer (TRL's
+  conversational form with an explicit prompt);
+* ``chosen`` and ``rejected`` as whole conversations that share every message but the last (TRL's
+  implicit prompt): the shared messages are the prompt, the last assistant messages the answers.
+
+Without ``--data`` the embedded Spanish sample (``aura/resources/preference_es.jsonl``) is used.
+
+Encoding (the same chat template as SFT): the prompt is the template's rendering of the prompt messages
+with the generation prompt; an answer is what the whole conversation adds after it, up to its end-of-turn
+token (whitespace after it is never generated, so it is left out, as in SFT). Labels are -100 on the
+prompt: the loss only sees answer tokens.
+
+Truncation rule (``--max-length``, ``--max-prompt-length``), applied to each of the two sequences:
+1. a prompt longer than ``--max-prompt-length`` keeps its *last* tokens (the question's end and the
+   template's opening of the answer);
+2. a prompt that leaves no room for an answer under ``--max-length`` drops the pair (reported, naming the
+   file, line and field);
+3. an answer that does not fit keeps its *first* ``--max-length`` minus prompt tokens.
+
+Pairs whose chosen and rejected answers are identical teach nothing: they are counted and skipped, and
+refused when they are more than ``IDENTICAL_LIMIT`` of the data (usually swapped or repeated columns).
+
+``PairSource`` is the loop's resumable, rank-aware ``BatchSource`` (``SFTDataSource``'s order, sharding
+and state): a batch of B pairs is ``input_ids``/``labels``/``attention_mask`` of shape (2B, T), the B
+chosen sequences then the B rejected ones, plus ``ref_logps`` (2B,) when reference log-probabilities were
+precomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from aura import console
+from aura.data.sft import _check_messages, iter_records
+from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate
+from aura.errors import AuraError
+from aura.i18n import Messages
+
+DEFAULT_PAIRS = Path(__file__).resolve().parents[1] / "resources" / "preference_es.jsonl"
+IDENTICAL_LIMIT = 0.1  # identical pairs above this fraction of the data are refused
+
+M = Messages("preference", {
+    "no_columns": ("{where}: faltan las columnas de preferencia: se esperaba 'chosen' y 'rejected' (y "
+                   "'prompt', salvo que 'chosen' y 'rejected' sean conversaciones completas). Columnas "
+                   "encontradas: {found}.",
+                   "{where}: the preference columns are missing: expected 'chosen' and 'rejected' (and "
+                   "'prompt', unless 'chosen' and 'rejected' are whole conversations). Columns found: {found}."),
+    "bad_field": ("{where}, campo '{field}': se esperaba texto o una lista de mensajes con 'role' y "
+                  "'content' (es {kind}).",
+                  "{where}, field '{field}': expected text or a list of messages with 'role' and 'content' "
+                  "(it is {kind})."),
+    "prefix_differs": ("{where}: 'chosen' y 'rejected' son conversaciones completas pero no comparten los "
+                       "mensajes anteriores a la respuesta; el prompt debe ser el mismo. Pon el prompt en una "
+                       "columna 'prompt' o iguala esos mensajes.",
+                       "{where}: 'chosen' and 'rejected' are whole conversations but do not share the messages "
+                       "before the answer; the prompt must be the same. Put the prompt in a 'prompt' column or "
+                       "make those messages equal."),
+    "empty_answers": ("{count:par tiene|pares tienen} una respuesta vacía (p. ej. {examples}). Corrígelos o usa "
+                      "--empty-responses skip para saltarlos.",
+                      "{count:pair has|pairs have} an empty answer (e.g. {examples}). Fix them or use "
+                      "--empty-responses skip to skip them."),
+    "skipped_empty": ("Pares saltados por tener una respuesta vacía: {count} (p. ej. {examples}).",
+                      "Skipped {count:pair|pairs} with an empty answer (e.g. {examples})."),
+    "identical": ("Pares saltados por tener la respuesta elegida ('chosen') igual a la rechazada ('rejected'), "
+                  "que no enseñan nada: {count} (p. ej. {examples}).",
+                  "Skipped {count:pair|pairs} whose chosen answer equals the rejected one (they teach nothing; "
+                  "e.g. {examples})."),
+    "too_identical": ("{count} de {total:par|pares} tienen 'chosen' igual a 'rejected' (p. ej. {examples}): más del "
+                      "{limit:.0%} de los datos, lo que suele indicar columnas repetidas o mal asignadas. Revisa "
+                      "el archivo.",
+                      "{count} of {total:pair|pairs} have 'chosen' equal to 'rejected' (e.g. {examples}): more than "
+                      "{limit:.0%} of the data, which usually means repeated or swapped columns. Check the file."),
+    "no_pairs": ("{path} no contiene ningún par de preferencia utilizable.",
+                 "{path} holds no usable preference pair."),
+    "loaded": ("Cargando pares de preferencia: {path} -> {count:par|pares}.",
+               "Loading preference pairs: {path} -> {count:pair|pairs}."),
+    "prompt_too_long": ("Pares descartados porque el prompt no deja sitio a la respuesta en --max-length "
+                        "{max_length:token|tokens}: {count} (p. ej. {examples}). Sube --max-length o pon "
+                        "--max-prompt-length por debajo de --max-length.",
+                        "Dropped {count:pair|pairs} whose prompt leaves no room for the answer under --max-length "
+                        "{max_length:token|tokens} (e.g. {examples}). Raise --max-length or set "
+                        "--max-prompt-length below --max-length."),
+    "all_too_long": ("Ningún par cabe en --max-length {max_length:token|tokens}: el prompt más corto tiene "
+                     "{shortest:token|tokens} (p. ej. {example}). Sube --max-length o usa --max-prompt-length.",
+                     "No pair fits in --max-length {max_length:token|tokens}: the shortest prompt has "
+                     "{shortest:token|tokens} (e.g. {example}). Raise --max-length or use --max-prompt-length."),
+    "truncated": ("Secuencias recortadas por la regla de --max-length / --max-prompt-length: {prompts} con el "
+                  "prompt recortado por el principio, {answers} con la respuesta recortada por el final.",
+                  "Sequences truncated by the --max-length / --max-prompt-length rule: {prompts} with the prompt "
+                  "cut at its start, {answers} with the answer cut at its end."),
+    "where_field": ("{where}, campo '{field}' ({tokens:token|tokens})", "{where}, field '{field}' ({tokens:token|tokens})"),
+})
+
+
+@dataclass
+class PreferencePair:
+    """One pair: the prompt messages and the two assistant answers."""
+
+    prompt: list[dict[str, str]]
+    chosen: dict[str, str]
+    rejected: dict[str, str]
+    where: str = ""
+
+
+@dataclass
+class EncodedPair:
+    """Both sequences of a pair (prompt + answer, labels -100 on the prompt) and the reference log-probs."""
+
+    chosen: Encoded
+    rejected: Encoded
+    where: str = ""
+    ref_logps: tuple[float, float] | None = None  # (chosen, rejected), with --precompute-ref
+
+    @property
+    def input_ids(self) -> list[int]:  # what SFTDataSource measures
+        return self.chosen.input_ids + self.rejected.input_ids
+
+    @property
+    def labels(self) -> list[int]:
+        return self.chosen.labels + self.rejected.labels
+
+
+# ---------------------------------------------------------------------------------------------------
+# Records -> pairs
+
+
+def _header_check(path: str, header: list[str]) -> None:
+    if not {"chosen", "rejected"} <= set(header):
+        raise AuraError(M("no_columns", where=path, found=", ".join(header) or "-"))
+
+
+def _messages(value, where: str, field: str):
+    """Text stays text; a list of messages (or a JSON string of one, from a CSV cell) becomes a list."""
+    if isinstance(value, str) and value.lstrip().startswith("[") and value.rstrip().endswith("]"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    if value is None:
+        return ""
+    if isinstance(value, (str, list)):
+        return value
+    if hasattr(value, "tolist"):  # numpy arrays from Parquet
+        return value.tolist()
+    raise AuraError(M("bad_field", where=where, field=field, kind=type(value).__name__))
+
+
+def _answer_message(value, where: str, field: str):
+    """The last message of an answer given as text or as a list of messages."""
+    if isinstance(value, str):
+        return {"role": "assistant", "content": value}
+    if not value or not all(isinstance(m, dict) for m in value):
+        raise AuraError(M("bad_field", where=where, field=field, kind=type(value).__name__))
+    return value[-1]
+
+
+def record_to_pair(record, where: str) -> PreferencePair:
+    """One record of any supported schema -> a PreferencePair (raises AuraError naming ``where``)."""
+    if not isinstance(record, dict):
+        raise AuraError(M("no_columns", where=where, found=type(record).__name__))
+    rec = {k.strip().lower() if isinstance(k, str) else k: v for k, v in record.items()}
+    if "chosen" not in rec or "rejected" not in rec:
+        raise AuraError(M("no_columns", where=where, found=", ".join(map(str, record)) or "-"))
+    chosen, rejected = _messages(rec["chosen"], where, "chosen"), _messages(rec["rejected"], where, "rejected")
+    prompt = _messages(rec.get("prompt"), where, "prompt") if "prompt" in rec else None
+    if prompt is None:  # implicit prompt: whole conversations sharing all but their last message
+        if not (isinstance(chosen, list) and isinstance(rejected, list)):
+            raise AuraError(M("no_columns", where=where, found=", ".join(map(str, record))))
+        if [dict(m) for m in chosen[:-1]] != [dict(m) for m in rejected[:-1]]:
+            raise AuraError(M("prefix_differs", where=where))
+        prompt, chosen, rejected = list(chosen[:-1]), chosen[-1:], rejected[-1:]
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+        system = rec.get("system")
+        if isinstance(system, str) and system.strip():
+            prompt.insert(0, {"role": "system", "content": system})
+    if not all(isinstance(m, dict) for m in prompt):
+        raise AuraError(M("bad_field", where=where, field="prompt", kind=type(prompt).__name__))
+    # the same checks as SFT conversations (roles, alternation, text contents), naming the field
+    msgs = {field: _check_messages(list(prompt) + [_answer_message(value, where, field)], f"{where}, '{field}'")
+            for field, value in (("chosen", chosen), ("rejected", rejected))}
+    return PreferencePair(prompt=msgs["chosen"][:-1], chosen=msgs["chosen"][-1], rejected=msgs["rejected"][-1],
+                          where=where)
+
+
+def load_pairs(data: str | os.PathLike | None = None, *, empty_responses: str = "fail",
+               split: str = "train") -> list[PreferencePair]:
+    """Every usable pair of ``data`` (None: the embedded sample). Empty answers fail or are skipped
+    (``empty_responses``); identical answers are skipped, or refused above ``IDENTICAL_LIMIT``."""
+    pairs, empty, identical = [], [], []
+    for where, record in iter_records(data, split=split, default=DEFAULT_PAIRS, header_check=_header_check):
+        pair = record_to_pair(record, where)
+        if not pair.chosen["content"] or not pair.rejected["content"]:
+            field = "chosen" if not pair.chosen["content"] else "rejected"
+            empty.append(f"{where}, '{field}'")
+        elif pair.chosen["content"] == pair.rejected["content"]:
+            identical.append(where)
+        else:
+            pairs.append(pair)
+    name = data or DEFAULT_PAIRS
+    if empty:
+        examples = "; ".join(empty[:3])
+        if empty_responses == "fail":
+            raise AuraError(M("empty_answers", count=len(empty), examples=examples))
+        console.warn(M("skipped_empty", count=len(empty), examples=examples))
+    if identical:
+        total = len(pairs) + len(identical) + len(empty)
+        if len(identical) > IDENTICAL_LIMIT * total:
+            raise AuraError(M("too_identical", count=len(identical), total=total, examples="; ".join(identical[:3]),
+                              limit=IDENTICAL_LIMIT))
+        console.warn(M("identical", count=len(identical), examples="; ".join(identical[:3])))
+    if not pairs:
+        raise AuraError(M("no_pairs", path=name))
+    console.info(M("loaded", path=name, count=len(pairs)))
+    return pairs
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pairs -> token ids
+
+
+def _encode_side(tokenizer, prompt: list[dict], answer: dict, where: str) -> tuple[list[int], int]:
+    """(token ids of prompt + answer, how many of them are prompt)."""
+    from aura.data.sft_batches import M as BM
+    from aura.data.sft_batches import _render, _rstrip_end
+    from aura.data.templates import template_names
+
+    before = _render(tokenizer, prompt, generation_prompt=True, where=where)
+    full = _render(tokenizer, prompt + [answer], generation_prompt=False, where=where)
+    if not full.startswith(before):
+        raise AuraError(BM("not_prefix", where=where, choices=template_names()))
+    text = full[:_rstrip_end(full, len(before), len(full))]
+    if getattr(tokenizer, "is_fast", True):
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = list(enc["input_ids"])
+        # a token belongs to the answer when its first character lies after the prompt
+        n_prompt = sum(1 for start, _ in enc["offset_mapping"] if start < len(before))
+    else:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        n_prompt = len(tokenizer.encode(before, add_special_tokens=False))
+    return ids, n_prompt
+
+
+def encode_pairs(pairs: list[PreferencePair], tokenizer, *, max_length: int,
+                 max_prompt_length: int | None = None) -> list[EncodedPair]:
+    """Encode every pair with the truncation rule of the module docstring; dropped pairs are reported."""
+    out, too_long, cut_prompts, cut_answers = [], [], 0, 0
+    for pair in pairs:
+        sides, fits = [], True
+        for field, answer in (("chosen", pair.chosen), ("rejected", pair.rejected)):
+            ids, n_prompt = _encode_side(tokenizer, pair.prompt, answer, pair.where)
+            if max_prompt_length and n_prompt > max_prompt_length:
+                ids, n_prompt = ids[n_prompt - max_prompt_length:], max_prompt_length
+                cut_prompts += 1
+            if n_prompt >= max_length:
+                too_long.append((n_prompt, M("where_field", where=pair.where, field="prompt", tokens=n_prompt)))
+                fits = False
+                break
+            if len(ids) > max_length:
+                ids = ids[:max_length]
+                cut_answers += 1
+            labels = [IGNORE_INDEX] * n_prompt + ids[n_prompt:]
+            labels[0] = IGNORE_INDEX  # the first token is never predicted
+            sides.append(Encoded(ids, labels, f"{pair.where}, '{field}'"))
+        if fits:
+            out.append(EncodedPair(sides[0], sides[1], pair.where))
+    if too_long:
+        examples = "; ".join(w for _, w in too_long[:3])
+        if not out:
+            n, example = min(too_long)
+            raise AuraError(M("all_too_long", max_length=max_length, shortest=n, example=example))
+        console.warn(M("prompt_too_long", count=len(too_long), max_length=max_length, examples=examples))
+    if cut_prompts or cut_answers:
+        console.warn(M("truncated", prompts=cut_prompts, answers=cut_answers))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Batches
+
+
+def collate_pairs(pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of: int = 1,
+                  buckets: tuple[int, ...] = ()) -> dict:
+    """B pairs -> input_ids, labels, attention_mask (2B, T): the chosen sequences, then the rejected ones;
+    ``ref_logps`` (2B,) in the same order when every pair has precomputed reference log-probs."""
+    import torch
+
+    rows = [[p.chosen] for p in pairs] + [[p.rejected] for p in pairs]
+    batch = collate(rows, pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
+    if pairs and all(p.ref_logps is not None for p in pairs):
+        batch["ref_logps"] = torch.tensor([p.ref_logps[0] for p in pairs] + [p.ref_logps[1] for p in pairs],
+                                          dtype=torch.float64)  # (2B,)
+    return batch
+
+
+class PairSource(SFTDataSource):
+    """``SFTDataSource`` over pairs (no packing): the same order, sharding and resumable state; a batch
+    holds ``batch_size`` pairs (2 x batch_size sequences)."""
+
+    def __init__(self, pairs: list[EncodedPair], **kwargs):
+        kwargs.pop("packing", None)
+        super().__init__(pairs, packing=False, **kwargs)
+
+    def batch(self, epoch: int, index: int) -> dict:
+        mine = self._rank_rows(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
+        return collate_pairs([self.examples[self.rows[r][0]] for r in mine], pad_id=self.pad_id,
+                             pad_to_multiple_of=self.pad_to_multiple_of, buckets=self.buckets)
+
+    @property
+    def num_label_tokens(self) -> int:
+        return sum(sum(t != IGNORE_INDEX for t in e.labels) for e in self.examples)

@@ -1,0 +1,95 @@
+"""``aura eval --tasks``: the real lm-evaluation-harness code path (its HFLM on the model Aura loaded, its
+task loader and metrics) on tasks defined by local files, offline; it agrees with Aura's own scorer; an
+unknown task and a task that needs the network are clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_aura
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+CAPITALS = [("Chile", "Santiago", ["Lima", "Quito", "Bogotá"]), ("Perú", "Lima", ["Santiago", "La Paz", "Caracas"]),
+            ("Cuba", "La Habana", ["Managua", "San José", "Quito"]),
+            ("Uruguay", "Montevideo", ["Asunción", "Buenos Aires", "Lima"]),
+            ("Ecuador", "Quito", ["Bogotá", "Caracas", "Montevideo"]),
+            ("Honduras", "Tegucigalpa", ["Managua", "San Salvador", "La Habana"])]
+
+
+@pytest.fixture
+def local_task(tmp_path):
+    """A task of the user's own, as lm-eval defines one: a YAML file and a JSONL data file."""
+    data = tmp_path / "capitales.jsonl"
+    with data.open("w", encoding="utf-8") as f:
+        for i, (country, right, wrong) in enumerate(CAPITALS):
+            options = wrong[:i % 4] + [right] + wrong[i % 4:]
+            f.write(json.dumps({"pais": country, "opciones": options, "correcta": i % 4}, ensure_ascii=False) + "\n")
+    (tmp_path / "capitales.yaml").write_text(
+        "task: mis_capitales\n"
+        "dataset_path: json\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {data}\n"
+        "output_type: multiple_choice\n"
+        "test_split: test\n"
+        "doc_to_text: \"¿Cuál es la capital de {{pais}}?\\nRespuesta:\"\n"
+        "doc_to_choice: opciones\n"
+        "doc_to_target: correcta\n"
+        "metric_list:\n  - metric: acc\n"
+        "metadata:\n  version: 2.0\n", encoding="utf-8")
+    return tmp_path
+
+
+def test_local_tasks_run_through_lm_eval_offline_and_match_aura_scorer(tiny_zoo, local_task, tmp_path):
+    import lm_eval
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aura.evalsuite.scorer import score_suite
+    from aura.evalsuite.suite import Doc, Task, TaskSpec, load_suite
+
+    out = tmp_path / "harness.json"
+    r = run_aura("eval", "--model", tiny_zoo["gpt2"], "--tasks", "mis_capitales,aura_es_causa_efecto",
+                 "--include-path", local_task, "--limit", "8", "--batch-size", "3", "--output", out, env=OFFLINE)
+    assert r.returncode == 0, r.stderr
+    assert "mis_capitales" in r.stdout and "acc" in r.stdout
+    report = json.loads(out.read_text())["results"][0]
+    assert report["harness"]["version"] == lm_eval.__version__
+    assert report["harness"]["versions"]["mis_capitales"] == "2.0"
+    rows = {(row["task"], row["metric"]): row for row in report["rows"]}
+    assert rows[("mis_capitales", "acc")]["n"] == len(CAPITALS)
+    assert rows[("aura_es_causa_efecto", "acc")]["n"] == 8
+
+    # Aura's batched scorer on the same requests gives the same accuracies as lm-eval's HF backend.
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_zoo["gpt2"])).eval()
+    tok = AutoTokenizer.from_pretrained(str(tiny_zoo["gpt2"]))
+    copa = next(t for t in load_suite(8) if t.name == "aura_es_causa_efecto")
+    capitals = Task(TaskSpec("mis_capitales", 4, " "), tuple(
+        Doc(str(i), f"¿Cuál es la capital de {c}?\nRespuesta:", tuple(w[:i % 4] + [r] + w[i % 4:]), i % 4)
+        for i, (c, r, w) in enumerate(CAPITALS)))
+    for res in score_suite(model, tok, [copa, capitals], batch_size=4):
+        assert rows[(res["task"], "acc")]["value"] == res["acc"], res["task"]
+        if (res["task"], "acc_norm") in rows:
+            assert rows[(res["task"], "acc_norm")]["value"] == res["acc_norm"]
+            assert rows[(res["task"], "acc")]["stderr"] == pytest.approx(res["acc_stderr"])
+
+
+def test_task_needing_the_network_offline_is_a_clear_error(tiny_zoo, tmp_path):
+    """A task whose data lives on the Hugging Face hub (as most of lm-eval's do), run with no network."""
+    (tmp_path / "hub.yaml").write_text(
+        "task: tarea_del_hub\ndataset_path: facebook/xnli\ndataset_name: es\noutput_type: multiple_choice\n"
+        "test_split: test\ndoc_to_text: premise\ndoc_to_choice: \"{{[hypothesis, premise]}}\"\n"
+        "doc_to_target: label\nmetric_list:\n  - metric: acc\n", encoding="utf-8")
+    r = run_aura("eval", "--model", tiny_zoo["llama"], "--tasks", "tarea_del_hub", "--include-path", tmp_path,
+                 "--limit", "2", env=OFFLINE)
+    assert r.returncode == 2
+    assert "'tarea_del_hub'" in r.stderr and "Hugging Face hub" in r.stderr
+    assert "--suite aura-es works offline" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_unknown_task_suggests_close_names(tiny_zoo):
+    r = run_aura("eval", "--model", tiny_zoo["llama"], "--tasks", "aura_es_gramatika", env=OFFLINE)
+    assert r.returncode == 2
+    assert "no task 'aura_es_gramatika'" in r.stderr and "Did you mean: aura_es_gramatica" in r.stderr
+    assert "Traceback" not in r.stderr
