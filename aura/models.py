@@ -251,10 +251,20 @@ def flops_per_token(config, seq_len: int | None = None, *, trainable_parameters:
     """
     k = _dims(config)
     if seq_len is None:
-        seq_len = int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions"))
+        seq_len = context_length(config)
     n = matmul_parameters(config)
     dense = 6.0 * n if trainable_parameters is None else 4.0 * n + 6.0 * trainable_parameters
     return dense + 12.0 * k["layers"] * k["heads"] * k["head_dim"] * seq_len
+
+
+def context_length(config) -> int | None:
+    """The most positions a Hugging Face model config can attend to (Llama-style ``max_position_embeddings``,
+    GPT-2 ``n_positions``); None when the config says neither."""
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        value = getattr(config, key, None)
+        if value:
+            return int(value)
+    return None
 
 
 def spec_parameters(spec: ModelSpec, vocab_size: int) -> int:

@@ -91,11 +91,15 @@ def html_paragraphs(pattern: str):
         yield from parser.out
 
 
-def man_paragraphs():
-    for path in sorted(glob.glob("/usr/share/man/es/man*/*")):
+def man_paragraphs(pattern: str = "/usr/share/man/es/man*/*"):
+    """Paragraphs of the manual pages matching ``pattern``, rendered with groff (50 pages per shell: groff's
+    start-up dominates)."""
+    pages = [p for p in sorted(glob.glob(pattern)) if "'" not in p]
+    for i in range(0, len(pages), 50):
+        batch = " ".join(f"'{p}'" for p in pages[i:i + 50])
         rendered = subprocess.run(
-            f"zcat -f '{path}' | groff -k -Tutf8 -man -rLL=10000n -P-cbou 2>/dev/null | col -bx",
-            shell=True, capture_output=True, text=True, errors="replace").stdout
+            f"for f in {batch}; do zcat -f \"$f\" | groff -k -Tutf8 -man -rLL=10000n -P-cbou 2>/dev/null | "
+            "col -bx; echo; done", shell=True, capture_output=True, text=True, errors="replace").stdout
         block: list[str] = []
         for line in rendered.splitlines() + [""]:
             if line.strip():

@@ -12,13 +12,11 @@ as English prose. Mixed licences: use it to measure, never ship it inside the pa
 from __future__ import annotations
 
 import glob
-import re
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_bench_corpus import ENGLISH, SPANISH, WORD, normalise  # noqa: E402
+from build_bench_corpus import ENGLISH, SPANISH, WORD, man_paragraphs, normalise  # noqa: E402
 
 
 def english_prose(text: str) -> bool:
@@ -38,28 +36,12 @@ def fortunes():
                 yield normalise(entry)
 
 
-def man_paragraphs():
-    pages = sorted(glob.glob("/usr/share/man/man[1-8]/*"))
-    for i in range(0, len(pages), 50):  # one shell per 50 pages: groff start-up dominates
-        batch = " ".join(f"'{p}'" for p in pages[i:i + 50] if "'" not in p)
-        rendered = subprocess.run(
-            f"for f in {batch}; do zcat -f \"$f\" | groff -k -Tutf8 -man -rLL=10000n -P-cbou 2>/dev/null | "
-            "col -bx; echo; done", shell=True, capture_output=True, text=True, errors="replace").stdout
-        block: list[str] = []
-        for line in rendered.splitlines() + [""]:
-            if line.strip():
-                block.append(line.strip())
-            elif block:
-                yield normalise(" ".join(block))
-                block = []
-
-
 def main() -> None:
     out = Path(sys.argv[1])
     max_bytes = int(float(sys.argv[sys.argv.index("--max-mb") + 1]) * 2**20) if "--max-mb" in sys.argv else 4 * 2**20
     seen, size = set(), 0
     with out.open("w", encoding="utf-8") as f:
-        for source in (fortunes(), man_paragraphs()):
+        for source in (fortunes(), man_paragraphs("/usr/share/man/man[1-8]/*")):
             for para in source:
                 if para in seen or not english_prose(para):
                     continue

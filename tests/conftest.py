@@ -67,6 +67,40 @@ def run_aura(*args: str, env: dict | None = None, cwd: str | os.PathLike | None 
                           text=True, env=full_env, cwd=cwd, timeout=timeout, input=input)
 
 
+def run_aura_here(*args: str, env: dict | None = None,
+                  cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    """``aura ARGS`` through the same entry point (``aura.cli.main``) in this process, for calls that stop
+    before training (refusals of bad input): the same parsing, checks, messages and exit code as
+    ``run_aura`` without the seconds a new interpreter spends importing torch and transformers. Anything
+    that trains, reads stdin, handles signals or depends on a fresh interpreter (PYTHONPATH, imports)
+    goes through ``run_aura``."""
+    import contextlib
+    import io
+
+    from aura import console
+    from aura.cli import main
+    from aura.i18n import set_lang
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.setdefault("AURA_LANG", "en")
+    os.environ.update({"AURA_PLAIN": "1", **{k: str(v) for k, v in (env or {}).items()}})
+    set_lang(None)
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([str(a) for a in args])
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        set_lang(None)
+        console.set_prefix("")
+        console.set_quiet(False)
+    return subprocess.CompletedProcess(["aura", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
 def aura():
     return run_aura

@@ -16,7 +16,7 @@ import aura
 from aura.cli import COMMANDS, main
 from aura.config import _default_of, arg, fields_of, parse_config
 from aura.errors import AuraError
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 
 
 def _norm(text: str) -> str:
@@ -40,7 +40,7 @@ def test_overview_lists_every_command():
 def test_no_arguments_and_python_dash_m():
     proc = run_aura()  # python -m aura
     assert proc.returncode == 0 and "Commands:" in proc.stdout
-    proc = run_aura("no-such-command")
+    proc = run_aura_here("no-such-command")
     assert proc.returncode == 2 and "Unknown command" in proc.stderr
 
 
@@ -145,10 +145,10 @@ def test_yaml_errors_are_clear(tmp_path):
         parse_config(_Demo, ["--config", str(bad)], prog="aura demo", description="")
     # Through the real CLI: exit 2, no traceback, the file and the valid keys named.
     bad.write_text("colour: blue\n", encoding="utf-8")
-    proc = run_aura("runs", tmp_path, "--config", bad)
+    proc = run_aura_here("runs", tmp_path, "--config", bad)
     assert proc.returncode == 2 and "Unknown key 'colour'" in proc.stderr and "json" in proc.stderr
     assert "Traceback" not in proc.stderr
-    proc = run_aura("runs", tmp_path, "--config", tmp_path / "missing.yaml")
+    proc = run_aura_here("runs", tmp_path, "--config", tmp_path / "missing.yaml")
     assert proc.returncode == 2 and "missing.yaml" in proc.stderr
 
 
@@ -161,31 +161,31 @@ def test_yaml_through_the_cli_flags_win(tmp_path):
 
 def test_lang_switches_messages(tmp_path):
     missing = tmp_path / "nope"
-    en = run_aura("runs", missing)
+    en = run_aura_here("runs", missing)
     assert en.returncode == 2 and "does not exist" in en.stderr and "run with --debug" in en.stderr
-    es = run_aura("--lang", "es", "runs", missing)
+    es = run_aura_here("--lang", "es", "runs", missing)
     assert es.returncode == 2 and "No existe el directorio" in es.stderr and "ejecuta con --debug" in es.stderr
-    env_es = run_aura("runs", missing, env={"AURA_LANG": "es"})
+    env_es = run_aura_here("runs", missing, env={"AURA_LANG": "es"})
     assert "No existe el directorio" in env_es.stderr
-    locale_es = run_aura("runs", missing, env={"AURA_LANG": "", "LC_ALL": "", "LC_MESSAGES": "",
-                                               "LANG": "es_ES.UTF-8"})
+    locale_es = run_aura_here("runs", missing, env={"AURA_LANG": "", "LC_ALL": "", "LC_MESSAGES": "",
+                                                    "LANG": "es_ES.UTF-8"})
     assert "No existe el directorio" in locale_es.stderr
-    assert run_aura("--lang", "fr", "runs").returncode == 2
+    assert run_aura_here("--lang", "fr", "runs").returncode == 2
 
 
 def test_usage_errors_exit_2_with_a_hint_in_the_users_language():
-    en = run_aura("runs", "--bogus")
+    en = run_aura_here("runs", "--bogus")
     assert en.returncode == 2
     assert "aura runs: error: unrecognized arguments: --bogus" in en.stderr
     assert "Run 'aura runs --help' to see every option." in en.stderr
-    es = run_aura("--lang", "es", "monitor", "--interval")
+    es = run_aura_here("--lang", "es", "monitor", "--interval")
     assert es.returncode == 2
     assert "uso: aura monitor" in es.stderr and "se esperaba un valor" in es.stderr
     assert "Ejecuta 'aura monitor --help'" in es.stderr
 
 
 def test_debug_flag_shows_traceback(tmp_path):
-    proc = run_aura("--debug", "runs", tmp_path / "nope")
+    proc = run_aura_here("--debug", "runs", tmp_path / "nope")
     assert proc.returncode == 2 and "Traceback" in proc.stderr
 
 
@@ -200,13 +200,13 @@ def test_console_script_entry_point():
 def test_unknown_yaml_key_suggests_the_closest(tmp_path):
     cfg = tmp_path / "tok.yaml"
     cfg.write_text("vocab_sise: 8000\n", encoding="utf-8")
-    proc = run_aura("tokenizer", "train", tmp_path, "--config", cfg)
+    proc = run_aura_here("tokenizer", "train", tmp_path, "--config", cfg)
     assert proc.returncode == 2 and "Unknown key 'vocab_sise'" in proc.stderr
     assert "Did you mean 'vocab_size'?" in proc.stderr and "Traceback" not in proc.stderr
-    es = run_aura("tokenizer", "train", tmp_path, "--config", cfg, env={"AURA_LANG": "es"})
+    es = run_aura_here("tokenizer", "train", tmp_path, "--config", cfg, env={"AURA_LANG": "es"})
     assert "¿Querías decir 'vocab_size'?" in es.stderr
     cfg.write_text("zzz: 1\n", encoding="utf-8")  # nothing close: no guess
-    assert "Did you mean" not in run_aura("tokenizer", "train", tmp_path, "--config", cfg).stderr
+    assert "Did you mean" not in run_aura_here("tokenizer", "train", tmp_path, "--config", cfg).stderr
 
 
 @pytest.mark.parametrize("key, flag, alias, value, field", [
@@ -232,7 +232,7 @@ def test_one_spelling_per_flag_and_the_old_one_still_parses(key, flag, alias, va
 
 def test_old_flag_spellings_reach_the_commands():
     """Through the real CLI: each old spelling lands on the field whose message names the new flag."""
-    r = run_aura("pretrain", "--validation-split", "0.7")
+    r = run_aura_here("pretrain", "--validation-split", "0.7")
     assert r.returncode == 2 and "--val-fraction must be in [0, 0.5) (got: 0.7)" in r.stderr, r.stderr
-    r = run_aura("finetune", "--method", "full", "--preset", "frida")
+    r = run_aura_here("finetune", "--method", "full", "--preset", "frida")
     assert r.returncode == 2 and "--lora-preset only applies to --method lora or qlora" in r.stderr, r.stderr

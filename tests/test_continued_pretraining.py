@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.test_loop import read_log
 from tests.tiny_models import CORPUS_DIR, build_gpt2, build_llama, train_tokenizer
 
@@ -96,30 +96,31 @@ def test_refusals_name_the_problem(zoo, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
-    r = run_aura("pretrain", "--init-from", broken, "--data", zoo["data"], "-o", tmp_path / "r1", *FLAGS)
+    r = run_aura_here("pretrain", "--init-from", broken, "--data", zoo["data"], "-o", tmp_path / "r1", *FLAGS)
     assert r.returncode == 2 and f"--init-from {broken}: could not be loaded" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
-    r = run_aura("pretrain", "--init-from", tmp_path / "missing", "--data", zoo["data"], "-o", tmp_path / "r2", *FLAGS)
+    r = run_aura_here("pretrain", "--init-from", tmp_path / "missing", "--data", zoo["data"], "-o", tmp_path / "r2",
+                      *FLAGS)
     assert r.returncode == 2 and "no such path" in r.stderr, r.stderr
     # a --tokenizer that is not an extension of the base's
     from aura.data.prepare import PrepareConfig, prepare
 
     other = train_tokenizer(tmp_path / "other_tok", vocab_size=600)
-    r = run_aura("pretrain", "--init-from", zoo["llama"], "--data", zoo["data"], "--tokenizer", other,
-                 "-o", tmp_path / "r3", *FLAGS)
+    r = run_aura_here("pretrain", "--init-from", zoo["llama"], "--data", zoo["data"], "--tokenizer", other,
+                      "-o", tmp_path / "r3", *FLAGS)
     assert r.returncode == 2 and f"--tokenizer {other} is not an extension of the tokenizer of --init-from" in r.stderr
     assert "it lacks the base's token" in r.stderr, r.stderr
     # data tokenised with another tokenizer: both are named
     other_data = tmp_path / "other_data"
     prepare(PrepareConfig(inputs=[str(CORPUS_DIR / "narrativa.txt")], tokenizer=str(other),
                           output_dir=str(other_data), workers=1))
-    r = run_aura("pretrain", "--init-from", zoo["llama"], "--data", other_data, "-o", tmp_path / "r6", *FLAGS)
+    r = run_aura_here("pretrain", "--init-from", zoo["llama"], "--data", other_data, "-o", tmp_path / "r6", *FLAGS)
     assert r.returncode == 2 and f"tokenised with {other}" in r.stderr and str(zoo["llama"]) in r.stderr, r.stderr
     # a preset or a dimension with --init-from; the freeze without a base
-    r = run_aura("pretrain", "--init-from", zoo["llama"], "--data", zoo["data"], "--model-preset", "tiny",
-                 "-o", tmp_path / "r4")
+    r = run_aura_here("pretrain", "--init-from", zoo["llama"], "--data", zoo["data"], "--model-preset", "tiny",
+                      "-o", tmp_path / "r4")
     assert r.returncode == 2 and "--model-preset" in r.stderr and "do not apply" in r.stderr, r.stderr
-    r = run_aura("pretrain", "--data", zoo["data"], "--train-new-tokens-only", "5", "-o", tmp_path / "r5")
+    r = run_aura_here("pretrain", "--data", zoo["data"], "--train-new-tokens-only", "5", "-o", tmp_path / "r5")
     assert r.returncode == 2 and "only makes sense with --init-from" in r.stderr, r.stderr
     for name in ("r1", "r2", "r3", "r4", "r5", "r6"):  # nothing partial left
         assert not (tmp_path / name).exists()

@@ -16,7 +16,7 @@ import pytest
 from aura.data.readers import clean_text
 from aura.data.tokens import TokenShards, is_prepared_dir, load_meta
 from aura.errors import AuraError
-from tests.conftest import RESOURCES, run_aura
+from tests.conftest import RESOURCES, run_aura, run_aura_here
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +193,7 @@ def test_bad_input_clear_error_nothing_left(case, tok_dir, tmp_path):
     make, name, extra, message = BAD[case]
     make(tmp_path / name)
     out = tmp_path / "out"
-    r = run_aura("data", "prepare", tmp_path / name, "--tokenizer", tok_dir, "--output-dir", out, *extra)
+    r = run_aura_here("data", "prepare", tmp_path / name, "--tokenizer", tok_dir, "--output-dir", out, *extra)
     assert r.returncode == 2, r.stdout + r.stderr
     assert message in r.stderr
     if case not in ("too_small", "no_tokenizer"):
@@ -224,23 +224,23 @@ def test_rerun_is_noop_force_rebuilds_foreign_dir_refused(docs, tok_dir, tmp_pat
     r = run_aura(*args)
     assert r.returncode == 0 and "Nothing to do" in r.stdout
     assert (tmp_path / "out" / "meta.json").read_text() == first
-    r = run_aura(*args, "--seed", "3")
+    r = run_aura_here(*args, "--seed", "3")
     assert r.returncode == 2 and "--force" in r.stderr
     r = run_aura(*args, "--force")
     assert r.returncode == 0 and "Nothing to do" not in r.stdout
     assert json.loads((tmp_path / "out" / "meta.json").read_text())["created"]
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.md").write_text("no borrar")
-    r = run_aura("data", "prepare", src, "--tokenizer", tok_dir, "--output-dir", tmp_path / "mine", "--force",
-                 env={"AURA_LANG": "es"})
+    r = run_aura_here("data", "prepare", src, "--tokenizer", tok_dir, "--output-dir", tmp_path / "mine", "--force",
+                      env={"AURA_LANG": "es"})
     assert r.returncode == 2 and "no lo creó Aura" in r.stderr
     assert (tmp_path / "mine" / "notes.md").read_text() == "no borrar"
 
 
 def test_spanish_messages(tok_dir, tmp_path):
     (tmp_path / "x.jsonl").write_text('{"texto": "hola"}\n', encoding="utf-8")
-    r = run_aura("data", "prepare", tmp_path / "x.jsonl", "--tokenizer", tok_dir, "--output-dir", tmp_path / "o",
-                 env={"AURA_LANG": "es"})
+    r = run_aura_here("data", "prepare", tmp_path / "x.jsonl", "--tokenizer", tok_dir, "--output-dir", tmp_path / "o",
+                      env={"AURA_LANG": "es"})
     assert r.returncode == 2 and "no tiene el campo 'text'. Campos encontrados: texto" in r.stderr
 
 

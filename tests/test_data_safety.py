@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from aura.utils import fsutil, ownership
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.tiny_models import CORPUS_DIR, build_llama, make_lora_adapter, train_tokenizer
 
 TINY = ["--model-preset", "manual", "--embed-size", "32", "--num-layers", "1", "--num-heads", "2",
@@ -83,8 +83,8 @@ def aura_with_umask(*args, umask: int, cwd=None) -> subprocess.CompletedProcess:
 def test_prepare_never_replaces_a_project_with_a_meta_json(zoo, tmp_path, force):
     proj = user_project(tmp_path / "proj")
     before = tree(proj)
-    r = run_aura("data", "prepare", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", proj,
-                 "--workers", "1", *(["--force"] if force else []))
+    r = run_aura_here("data", "prepare", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", proj,
+                      "--workers", "1", *(["--force"] if force else []))
     refused(r, "was not created by Aura")
     assert tree(proj) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]  # no staging dir was even started
@@ -93,8 +93,8 @@ def test_prepare_never_replaces_a_project_with_a_meta_json(zoo, tmp_path, force)
 def test_prepare_never_replaces_an_aura_looking_meta_beside_user_files(zoo, tmp_path):
     proj = user_project(tmp_path / "proj", meta={"format": "aura-tokens-v1", "aura_version": "0.1"})
     before = tree(proj)
-    refused(run_aura("data", "prepare", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", proj,
-                     "--workers", "1", "--force"), "was not created by Aura")
+    refused(run_aura_here("data", "prepare", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", proj,
+                          "--workers", "1", "--force"), "was not created by Aura")
     assert tree(proj) == before
 
 
@@ -104,7 +104,7 @@ def test_unreadable_meta_in_an_aura_data_dir_is_not_taken_as_empty(zoo, tmp_path
     assert run_aura(*args).returncode == 0
     (out / "meta.json").write_text("{ truncated", encoding="utf-8")
     before = tree(out)
-    refused(run_aura(*args), "meta.json is not valid", "--force")
+    refused(run_aura_here(*args), "meta.json is not valid", "--force")
     assert tree(out) == before
     r = run_aura(*args, "--force")
     assert r.returncode == 0, r.stderr
@@ -117,7 +117,7 @@ def test_pretrain_raw_text_never_replaces_a_users_data_folder_in_the_run_dir(zoo
     ownership.write_marker(run, "run")  # an Aura run dir in which the user keeps a folder of theirs
     user_project(run / "data")
     before = tree(run / "data")
-    r = run_aura("pretrain", "--data", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", run, *TINY)
+    r = run_aura_here("pretrain", "--data", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", run, *TINY)
     assert r.returncode != 0 and "was not created by Aura" in r.stderr, r.stdout + r.stderr
     assert tree(run / "data") == before
 
@@ -126,8 +126,8 @@ def test_pretrain_raw_text_never_replaces_a_users_data_folder_in_the_run_dir(zoo
 def test_prepare_into_cwd_home_or_root_is_a_clear_refusal(zoo, tmp_path, where):
     cwd = user_project(tmp_path / "home")
     before = tree(cwd)
-    r = run_aura("data", "prepare", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", where,
-                 "--workers", "1", "--force", cwd=cwd, env={"HOME": str(cwd)})
+    r = run_aura_here("data", "prepare", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", where,
+                      "--workers", "1", "--force", cwd=cwd, env={"HOME": str(cwd)})
     refused(r, "cannot be an output")
     assert tree(cwd) == before
 
@@ -202,12 +202,12 @@ def test_tokenizer_force_never_replaces_a_model_or_user_dir(zoo, tmp_path):
     proj = user_project(tmp_path / "proj")
     for target in (model, proj):
         before = tree(target)
-        r = run_aura("tokenizer", "train", zoo["corpus"], "--vocab-size", "300", "--output-dir", target, "--force")
+        r = run_aura_here("tokenizer", "train", zoo["corpus"], "--vocab-size", "300", "--output-dir", target, "--force")
         refused(r, "was not created by Aura")
         assert tree(target) == before
     ours = tmp_path / "tok"
     assert run_aura("tokenizer", "train", zoo["corpus"], "--vocab-size", "300", "--output-dir", ours).returncode == 0
-    refused(run_aura("tokenizer", "train", zoo["corpus"], "--vocab-size", "300", "--output-dir", ours), "--force")
+    refused(run_aura_here("tokenizer", "train", zoo["corpus"], "--vocab-size", "300", "--output-dir", ours), "--force")
     r = run_aura("tokenizer", "train", zoo["corpus"], "--vocab-size", "320", "--output-dir", ours, "--force")
     assert r.returncode == 0, r.stderr
     assert ownership.read_marker(ours)["kind"] == "tokenizer"
@@ -221,15 +221,15 @@ def test_merge_force_never_writes_over_its_inputs_or_a_users_dir(zoo, tmp_path):
     for target, why in ((zoo["base"], "is the input"), (zoo["adapter"], "is the input"),
                         (zoo["run"], "contains the input"), (proj, "was not created by Aura")):
         before = tree(target)
-        r = run_aura("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", target,
-                     "--force")
+        r = run_aura_here("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", target,
+                          "--force")
         refused(r, why)
         assert tree(target) == before, target
     out = tmp_path / "merged"
     r = run_aura("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out)
     assert r.returncode == 0, r.stderr
     assert ownership.read_marker(out)["kind"] == "model"
-    refused(run_aura("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out),
+    refused(run_aura_here("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out),
             "--force")
     r = run_aura("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out, "--force")
     assert r.returncode == 0, r.stderr
@@ -245,10 +245,10 @@ def test_gguf_export_keeps_a_users_modelfile_and_its_input(zoo, tmp_path):
     (out_dir / "mine.gguf").write_bytes(os.urandom(512))
     before = tree(out_dir)
     export = ["export", "gguf", "--model", zoo["base"], "--output-dir", out_dir, "--quant", "f32", "--no-verify"]
-    refused(run_aura(*export), "Modelfile", "not a Modelfile written by Aura")
-    refused(run_aura(*export, "--outfile", "mine.gguf"), "already exists")
+    refused(run_aura_here(*export), "Modelfile", "not a Modelfile written by Aura")
+    refused(run_aura_here(*export, "--outfile", "mine.gguf"), "already exists")
     assert tree(out_dir) == before
-    refused(run_aura("export", "gguf", "--model", zoo["base"], "--outfile", zoo["base"] / "m.gguf", "--no-verify"),
+    refused(run_aura_here("export", "gguf", "--model", zoo["base"], "--outfile", zoo["base"] / "m.gguf", "--no-verify"),
             "lies inside the input")
     # Aura's own, unedited Modelfile is regenerated; the files come out with the user's permissions
     ours = tmp_path / "ours"
@@ -260,8 +260,8 @@ def test_gguf_export_keeps_a_users_modelfile_and_its_input(zoo, tmp_path):
     for name in ("model-f32.gguf", "Modelfile"):
         assert (ours / name).stat().st_mode & 0o777 == 0o664, name
     (ours / "Modelfile").write_text((ours / "Modelfile").read_text() + "PARAMETER num_ctx 4096\n")
-    refused(run_aura("export", "gguf", "--model", zoo["base"], "--output-dir", ours, "--quant", "bf16",
-                     "--no-verify"), "not a Modelfile written by Aura")
+    refused(run_aura_here("export", "gguf", "--model", zoo["base"], "--output-dir", ours, "--quant", "bf16",
+                          "--no-verify"), "not a Modelfile written by Aura")
 
 
 # ---- aura check-dist -------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ def test_bad_zero_stage_is_a_clear_error():
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 def test_zero2_lora_on_two_cpu_ranks_saves_an_adapter_peft_loads(tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -113,3 +114,22 @@ def test_cpu_accelerator_is_chosen_once_before_the_command(monkeypatch, tmp_path
 
         assert main(["runs", str(tmp_path)]) == 0
         assert os.environ.get("DS_ACCELERATOR") == "cpu"
+
+
+def test_deepspeed_older_than_the_pin_is_refused_clearly():
+    """0.15.x installs and trains, then fails at the first resume under torch >= 2.6 (tried: 0.15.0, 0.15.4;
+    0.16.0 passes this file): refused up front, naming both versions and the upgrade command."""
+    import tomllib
+    from pathlib import Path
+
+    from aura.distributed.deepspeed_engine import OLDEST, check_version
+    from aura.errors import AuraError
+
+    pins = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    extra = pins["project"]["optional-dependencies"]["deepspeed"]
+    assert extra == [f"deepspeed>={OLDEST}"]  # the extra pins what the check enforces
+    for ok in ("0.16.0", "0.16.9", "0.19.8+cpu", "1.0.0rc1"):
+        check_version(ok)
+    with pytest.raises(AuraError) as e:
+        check_version("0.15.4")
+    assert "0.15.4" in str(e.value) and f"pip install -U 'deepspeed>={OLDEST}'" in str(e.value)

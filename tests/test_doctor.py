@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from aura.doctor import EXTRAS, REQUIRED
-from tests.conftest import ROOT, run_aura
+from tests.conftest import ROOT, run_aura, run_aura_here
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -55,8 +55,8 @@ def test_doctor_json():
 def test_doctor_fails_with_advice_when_outputs_cannot_be_written(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    proc = run_aura("doctor", "--output-dir", blocker / "out", "--min-free-gb", "100000",
-                    env={"AURA_LANG": "es"})
+    proc = run_aura_here("doctor", "--output-dir", blocker / "out", "--min-free-gb", "100000",
+                         env={"AURA_LANG": "es"})
     assert proc.returncode == 1
     assert "No se puede escribir en" in proc.stderr and "Elige otro --output-dir" in proc.stderr
     assert "Solo quedan" in proc.stderr and "Libera espacio" in proc.stderr

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.tiny_models import build_llama, make_lora_adapter, stamp_adapter_base, train_tokenizer
 
 TEXT = ("¿Dónde está el niño? ¡Allí, junto a la cigüeña! El año 2024 tuvo 366 días. "
@@ -143,9 +143,9 @@ def zoo_eos(zoo) -> int:
 def test_eval_bad_inputs(zoo, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"hola \xff")
-    r = run_aura("eval", "--model", zoo["llama"], "--data", bad)
+    r = run_aura_here("eval", "--model", zoo["llama"], "--data", bad)
     assert r.returncode == 2 and "byte 5" in r.stderr and "Traceback" not in r.stderr
-    r = run_aura("eval", "--model", zoo["gpt2"], "--data", zoo["text"], "--seq-len", "4096")
+    r = run_aura_here("eval", "--model", zoo["gpt2"], "--data", zoo["text"], "--seq-len", "4096")
     assert r.returncode == 2 and "--seq-len" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -156,7 +156,7 @@ def test_adapter_whose_named_base_is_another_model_is_refused(zoo, tmp_path):
     cfg_file = adapter / "adapter_config.json"
     cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()),
                                     "base_model_name_or_path": str(zoo["llama500"])}), encoding="utf-8")
-    r = run_aura("eval", "--model", adapter, "--data", zoo["text"])
+    r = run_aura_here("eval", "--model", adapter, "--data", zoo["text"])
     assert r.returncode == 2 and "was trained on" in r.stderr and "vocab_size" in r.stderr, r.stderr
     assert "--allow-other-base" in r.stderr and "Traceback" not in r.stderr
     forced = run_aura("eval", "--model", adapter, "--data", zoo["text"], "--allow-other-base")

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -127,8 +127,8 @@ def test_suite_results_are_written_next_to_the_model_and_in_spanish(tiny_zoo, tm
 def test_model_that_does_not_load_is_a_clear_error(tiny_zoo, tmp_path):
     broken = shutil.copytree(tiny_zoo["llama"], tmp_path / "roto")
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
-    r = run_aura("eval", "--model", broken, "--suite", "aura-es", "--limit", "2")
+    r = run_aura_here("eval", "--model", broken, "--suite", "aura-es", "--limit", "2")
     assert r.returncode == 2
     assert "Could not load model" in r.stderr and str(broken) in r.stderr and "Traceback" not in r.stderr
-    r = run_aura("eval", "--model", broken)
+    r = run_aura_here("eval", "--model", broken)
     assert r.returncode == 2 and "--suite aura-es" in r.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.distutil import output, torchrun
 from tests.test_loop import build_prepared, read_log
 from tests.tiny_models import build_llama, train_tokenizer
@@ -47,7 +47,8 @@ def env(tmp_path_factory) -> dict:
 
 
 def finetune(*args, expect: int = 0) -> str:
-    r = run_aura("finetune", *map(str, args))
+    """``aura finetune ARGS``; refusals (``expect=2``, all before training) run in this process."""
+    r = (run_aura_here if expect == 2 else run_aura)("finetune", *map(str, args))
     out = r.stdout + r.stderr
     assert r.returncode == expect, out
     if expect == 2:
@@ -275,6 +276,7 @@ def test_qlora_on_cpu_learns_and_reloads(env, tmp_path):
     assert (after - before).abs().max() > 1e-3  # the trained adapter changes the quantized model
 
 
+@pytest.mark.dist
 def test_two_gloo_ranks_equal_one_process_with_double_batch(env, tmp_path):
     common = ["--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", "4"]
     single = tmp_path / "single"
@@ -293,6 +295,7 @@ def test_two_gloo_ranks_equal_one_process_with_double_batch(env, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 def test_lora_with_fsdp2_on_two_ranks_equals_one_process_and_saves_a_loadable_adapter(env, tmp_path):
     """LoRA under FSDP2 (fully_shard per block, then the root) on 2 gloo ranks: same losses as one process
     with double batch, and final/ is a peft adapter written from the sharded model."""

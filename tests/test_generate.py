@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.tiny_models import build_llama, make_lora_adapter, stamp_adapter_base, train_tokenizer
 
 
@@ -67,16 +67,16 @@ def test_single_prompt_streams_greedy_text(zoo):
 def test_bad_inputs_are_clear(zoo, tmp_path):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("Hola\nni\xf1o\n".encode("latin-1"))
-    r = run_aura("generate", "--model", zoo["llama"], "--prompts-file", bad)
+    r = run_aura_here("generate", "--model", zoo["llama"], "--prompts-file", bad)
     assert r.returncode == 2 and str(bad) in r.stderr and "byte 7" in r.stderr and "line 2" in r.stderr
     assert "Traceback" not in r.stderr
     no_tok = tmp_path / "no_tok"
     no_tok.mkdir()
     for f in ("config.json", "model.safetensors"):
         shutil.copy(zoo["llama"] / f, no_tok / f)
-    r = run_aura("generate", "--model", no_tok, "--prompt", "hola")
+    r = run_aura_here("generate", "--model", no_tok, "--prompt", "hola")
     assert r.returncode == 2 and "tokenizer" in r.stderr.lower() and "Traceback" not in r.stderr
-    r = run_aura("generate", "--model", zoo["llama"], "--prompt", "hola", "--top-p", "1.5")
+    r = run_aura_here("generate", "--model", zoo["llama"], "--prompt", "hola", "--top-p", "1.5")
     assert r.returncode == 2 and "--top-p" in r.stderr
 
 
@@ -104,8 +104,8 @@ def test_output_that_cannot_be_written_is_refused_before_generating(zoo, tmp_pat
     blocker.write_text("x", encoding="utf-8")
     prompts = tmp_path / "p.txt"
     prompts.write_text("Hola\n", encoding="utf-8")
-    r = run_aura("generate", "--model", zoo["llama"], "--prompts-file", prompts, "--output", blocker / "g.jsonl")
+    r = run_aura_here("generate", "--model", zoo["llama"], "--prompts-file", prompts, "--output", blocker / "g.jsonl")
     assert r.returncode == 2 and "is a file, not a directory" in r.stderr and "--output" in r.stderr
     assert "Prompt 1/1" not in r.stdout + r.stderr and "Traceback" not in r.stderr
-    r = run_aura("plot", tmp_path, "--output-dir", "/proc/aura-test")
+    r = run_aura_here("plot", tmp_path, "--output-dir", "/proc/aura-test")
     assert r.returncode == 2 and "/proc" in r.stderr and "--out" in r.stderr and "Traceback" not in r.stderr

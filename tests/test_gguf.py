@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.tiny_models import SPANISH_PROBES, build_llama, train_spm_tokenizer
 
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -130,7 +130,7 @@ def test_refusals_and_damaged_gguf(zoo, tmp_path):
                                      intermediate_size=64)).save_pretrained(neox)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         (neox / f).write_bytes((zoo["llama"] / f).read_bytes())
-    r = run_aura("export", "gguf", "--model", neox, "--outfile", tmp_path / "neox.gguf")
+    r = run_aura_here("export", "gguf", "--model", neox, "--outfile", tmp_path / "neox.gguf")
     assert r.returncode == 2 and "GPTNeoXForCausalLM" in r.stderr and "Traceback" not in r.stderr
     assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".tmp-*"))
 
@@ -176,10 +176,11 @@ def test_impossible_output_is_refused_before_loading(zoo, tmp_path):
     blocker.write_text("not a folder", encoding="utf-8")
     for outfile, expected in ((blocker / "x.gguf", "is a file, not a directory"),
                               ("/proc/aura-test/x.gguf", "nothing can be created in /proc")):
-        r = run_aura("export", "gguf", "--model", zoo["llama"], "--outfile", outfile, "--quant", "f16")
+        r = run_aura_here("export", "gguf", "--model", zoo["llama"], "--outfile", outfile, "--quant", "f16")
         assert r.returncode == 2, r.stdout + r.stderr
         assert expected in r.stderr and "--outfile" in r.stderr
         assert "our bug" not in r.stderr and "Traceback" not in r.stderr
         assert "Writing" not in r.stdout  # refused before any work
-    es = run_aura("export", "gguf", "--model", zoo["llama"], "--outfile", blocker / "x.gguf", env={"AURA_LANG": "es"})
+    es = run_aura_here("export", "gguf", "--model", zoo["llama"], "--outfile", blocker / "x.gguf",
+                       env={"AURA_LANG": "es"})
     assert es.returncode == 2 and "es un archivo, no un directorio" in es.stderr

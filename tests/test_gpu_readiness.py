@@ -210,7 +210,7 @@ def test_ranks_with_different_hardware_agree_and_chunked_loss_under_ddp_matches(
 
 
 def test_doctor_assume_shows_what_auto_would_do(tmp_path):
-    from tests.conftest import run_aura
+    from tests.conftest import run_aura, run_aura_here
 
     proc = run_aura("doctor", "--assume", "H100 80GB", "--json", "--output-dir", str(tmp_path))
     import json
@@ -221,7 +221,7 @@ def test_doctor_assume_shows_what_auto_would_do(tmp_path):
     small = json.loads(run_aura("doctor", "--assume", "RTX 3060 12GB", "--json",
                                 "--output-dir", str(tmp_path)).stdout)["auto"]
     assert small["preset"] != "aura-72h-max" and small["hardware"]["peak_flops_16bit"] == 25.6e12
-    bad = run_aura("doctor", "--assume", "a big one", env={"AURA_LANG": "es"})
+    bad = run_aura_here("doctor", "--assume", "a big one", env={"AURA_LANG": "es"})
     assert bad.returncode != 0 and "--assume no describe un dispositivo" in bad.stdout + bad.stderr
 
 

@@ -68,3 +68,25 @@ def test_lora_finetune_compiled_runs_and_learns(tmp_path):
     losses = read_log(out)
     assert len(losses) == 4 and losses[4] < losses[1], text[-2000:]
     assert (out / "final" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_compiled_blocks_under_two_gloo_ranks_match_eager(prepared, tmp_path, strategy):  # noqa: F811
+    """`--compile` under torchrun: each block compiled, then wrapped by DDP or sharded by FSDP2 (torchtitan's
+    order); 2 ranks x batch 2 give the losses of the eager run of the same strategy."""
+    from tests.distutil import torchrun
+
+    two_ranks = [a if a != "4" or TINY[i - 1] != "--batch-size" else "2" for i, a in enumerate(TINY)]
+    runs = {}
+    for name, extra in (("eager", []), ("compiled", ["--compile"])):
+        out = tmp_path / name
+        text = _ok(torchrun("-m", "aura", "pretrain", "--data", prepared, "--output-dir", out, *two_ranks,
+                            "--backend", "gloo", "--strategy", strategy, *extra, timeout=900))
+        assert f"Parallelism strategy: {strategy}" in text
+        assert ("| Sync=OK" if strategy == "ddp" else "| Sync=FSDP") in text  # replicas checked every step
+        runs[name] = read_log(out)
+    assert runs["eager"].keys() == runs["compiled"].keys() == {1, 2, 3}
+    for step, loss in runs["eager"].items():  # inductor reorders float ops: equal to rounding
+        assert runs["compiled"][step] == pytest.approx(loss, rel=1e-4), step

@@ -342,7 +342,7 @@ _ENGLISH_OUTPUT = re.compile(r"\b(Epoch|Step|epoch|finished|running|interrupted|
 def test_spanish_training_output_reads_as_spanish(prepared_corpus, tmp_path):
     """A short pretrain, `aura runs` and a refused second run, in Spanish: no English word in prose, no
     "1 pasos", large numbers grouped the Spanish way, the flag (not the field) named in an error."""
-    from tests.conftest import run_aura
+    from tests.conftest import run_aura, run_aura_here
 
     data = prepared_corpus
     run = tmp_path / "runs" / "es"
@@ -365,9 +365,9 @@ def test_spanish_training_output_reads_as_spanish(prepared_corpus, tmp_path):
     listing = run_aura("runs", tmp_path / "runs", env=es)
     assert listing.returncode == 0 and "terminada" in listing.stdout and "finished" not in listing.stdout
 
-    again = run_aura("pretrain", "--data", data, "--output-dir", run, *flags, env=es)
+    again = run_aura_here("pretrain", "--data", data, "--output-dir", run, *flags, env=es)
     assert again.returncode == 2 and "(estado: terminada, paso 2)" in again.stderr, again.stderr
 
-    bad = run_aura("pretrain", "--data", data, "--output-dir", tmp_path / "x", "--max-steps", "muchos", env=es)
+    bad = run_aura_here("pretrain", "--data", data, "--output-dir", tmp_path / "x", "--max-steps", "muchos", env=es)
     assert bad.returncode == 2 and "--max-steps" in bad.stderr and "max_steps" not in bad.stderr
     assert "un entero" in bad.stderr, bad.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura_here
 from tests.distutil import ROOT, SCRIPTS, env, free_port, output
 from tests.test_dist_train import prepared  # noqa: F401  (fixture: tokenizer + prepared data)
 from tests.test_loop import read_log
@@ -121,17 +121,17 @@ def test_resumed_runs_log_the_same_losses(lan):
      "compress it at that rank. Use --powersgd-rank 32 or less."),
 ])
 def test_bad_combinations_are_refused_clearly(prepared, tmp_path, flags, message):  # noqa: F811
-    proc = run_aura("pretrain", "--data", str(prepared), "--output-dir", str(tmp_path / "run"), "--model-preset",
-                    "manual", "--arch", "llama", "--embed-size", "64", "--num-layers", "1", "--num-heads", "4",
-                    "--num-kv-heads", "2", "--seq-length", "32", "--intermediate-size", "128", "--max-steps", "1",
-                    *flags)
+    proc = run_aura_here("pretrain", "--data", str(prepared), "--output-dir", str(tmp_path / "run"), "--model-preset",
+                         "manual", "--arch", "llama", "--embed-size", "64", "--num-layers", "1", "--num-heads", "4",
+                         "--num-kv-heads", "2", "--seq-length", "32", "--intermediate-size", "128", "--max-steps", "1",
+                         *flags)
     text = output(proc)
     assert proc.returncode == 2 and message in text and "Traceback" not in text, text[-3000:]
 
 
 def test_comm_flags_with_deepspeed_are_refused_in_spanish(tmp_path):
-    proc = run_aura("finetune", "--base-model", str(tmp_path / "base"), "--output-dir", str(tmp_path / "run"),
-                    "--deepspeed", str(tmp_path / "ds.json"), "--local-steps", "16", env={"AURA_LANG": "es"})
+    proc = run_aura_here("finetune", "--base-model", str(tmp_path / "base"), "--output-dir", str(tmp_path / "run"),
+                         "--deepspeed", str(tmp_path / "ds.json"), "--local-steps", "16", env={"AURA_LANG": "es"})
     text = output(proc)
     assert proc.returncode == 2, text[-3000:]
     assert "--local-steps no funciona con --deepspeed (DeepSpeed hace su propia comunicación)" in text

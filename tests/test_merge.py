@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.tiny_models import build_llama, make_lora_adapter, stamp_adapter_base, train_tokenizer
 
 
@@ -57,7 +57,7 @@ def test_lora_merge_equals_base_plus_adapter(zoo, tmp_path):
     assert set(gen["eos_token_id"]) == {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}
     assert not list(tmp_path.glob(".tmp-*"))
     # refuses to overwrite without --force
-    again = run_aura("merge", "--base-model", zoo["llama"], "--adapter", zoo["adapter"], "--output-dir", out)
+    again = run_aura_here("merge", "--base-model", zoo["llama"], "--adapter", zoo["adapter"], "--output-dir", out)
     assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
 
 
@@ -80,14 +80,14 @@ def test_qlora_adapter_merges_into_dequantised_base(zoo, tmp_path):
 
 
 def test_adapter_for_another_base_is_refused(zoo, tmp_path):
-    wrong_arch = run_aura("merge", "--base-model", zoo["gpt2"], "--adapter", zoo["adapter"],
-                          "--output-dir", tmp_path / "x")
+    wrong_arch = run_aura_here("merge", "--base-model", zoo["gpt2"], "--adapter", zoo["adapter"],
+                               "--output-dir", tmp_path / "x")
     assert wrong_arch.returncode == 2, wrong_arch.stderr
     assert str(zoo["gpt2"]) in wrong_arch.stderr and str(zoo["llama"]) in wrong_arch.stderr
     assert "Traceback" not in wrong_arch.stderr
     wider = build_llama(tmp_path / "wide", zoo["tokenizer"], hidden=128)
-    wrong_shape = run_aura("merge", "--base-model", wider, "--adapter", zoo["adapter"],
-                           "--output-dir", tmp_path / "y")
+    wrong_shape = run_aura_here("merge", "--base-model", wider, "--adapter", zoo["adapter"],
+                                "--output-dir", tmp_path / "y")
     assert wrong_shape.returncode == 2
     assert "shape" in wrong_shape.stderr and str(zoo["llama"]) in wrong_shape.stderr
     assert "Traceback" not in wrong_shape.stderr
@@ -99,13 +99,13 @@ def test_adapter_trained_on_a_base_with_another_vocabulary(zoo, tmp_path):
     # Same layer shapes, different vocabulary: peft would accept it and write a broken model.
     other = build_llama(tmp_path / "other", train_tokenizer(tmp_path / "tok600", vocab_size=600))
     adapter = stamp_adapter_base(make_lora_adapter(zoo["llama"], tmp_path / "adapter"), zoo["llama"])
-    refused = run_aura("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m")
+    refused = run_aura_here("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m")
     assert refused.returncode == 2, refused.stderr
     assert "vocab_size" in refused.stderr and "--allow-other-base" in refused.stderr
     assert str(other) in refused.stderr and "Traceback" not in refused.stderr
     assert not (tmp_path / "m").exists()
-    es = run_aura("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m",
-                  env={"AURA_LANG": "es"})
+    es = run_aura_here("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m",
+                       env={"AURA_LANG": "es"})
     assert es.returncode == 2 and "se entrenó sobre" in es.stderr and "--allow-other-base" in es.stderr
     forced = run_aura("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m",
                       "--allow-other-base")
@@ -116,6 +116,6 @@ def test_adapter_trained_on_a_base_with_another_vocabulary(zoo, tmp_path):
 def test_output_under_a_file_is_refused_before_loading(zoo, tmp_path):
     blocker = tmp_path / "somefile.txt"
     blocker.write_text("x", encoding="utf-8")
-    r = run_aura("merge", "--base-model", zoo["llama"], "--adapter", zoo["adapter"], "--output-dir", blocker / "m")
+    r = run_aura_here("merge", "--base-model", zoo["llama"], "--adapter", zoo["adapter"], "--output-dir", blocker / "m")
     assert r.returncode == 2 and "is a file, not a directory" in r.stderr and "--output-dir" in r.stderr
     assert "Loading" not in r.stdout and "Traceback" not in r.stderr

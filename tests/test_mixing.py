@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.test_loop import read_log
 from tests.tiny_models import CORPUS_DIR, train_tokenizer
 
@@ -144,6 +144,6 @@ def test_refusals(sources, tmp_path):
     ]
     for i, (data, message) in enumerate(cases):
         out = tmp_path / f"r{i}"
-        r = run_aura("pretrain", "--data", *data, "-o", out, *FLAGS, "--max-steps", "1")
+        r = run_aura_here("pretrain", "--data", *data, "-o", out, *FLAGS, "--max-steps", "1")
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (data, r.stderr)
         assert not out.exists()

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from aura.monitor import is_training_cmdline
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 
 FIELDS = {"time", "cpu_percent", "ram_percent", "ram_used_gib", "ram_total_gib", "process_pids",
           "process_ram_gib", "gpus", "gpu_error", "gpu_error_message"}
@@ -109,9 +109,9 @@ def test_ctrl_c_exits_cleanly():
 
 
 def test_bad_arguments():
-    proc = run_aura("monitor", "--pid", "999999999")
+    proc = run_aura_here("monitor", "--pid", "999999999")
     assert proc.returncode == 2 and "999999999" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_aura("monitor", "--interval", "0")
+    proc = run_aura_here("monitor", "--interval", "0")
     assert proc.returncode == 2 and "--interval" in proc.stderr
 
 

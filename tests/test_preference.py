@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.tiny_models import build_llama, train_tokenizer
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "aura" / "resources" / "preference_es.jsonl"
@@ -43,7 +43,8 @@ def env(tmp_path_factory) -> dict:
 
 
 def finetune(*args, expect: int = 0) -> str:
-    r = run_aura("finetune", *map(str, args))
+    """``aura finetune ARGS``; refusals (``expect=2``, all before training) run in this process."""
+    r = (run_aura_here if expect == 2 else run_aura)("finetune", *map(str, args))
     out = r.stdout + r.stderr
     assert r.returncode == expect, out
     if expect == 2:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.test_loop import read_log
 from tests.tiny_models import CORPUS_DIR, train_tokenizer
 
@@ -101,21 +101,21 @@ def test_raw_text_as_data_and_refusals(prepared, tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     assert (run / "data" / "meta.json").is_file() and (run / "final" / "model.safetensors").is_file()
     # the same dir again without --resume-from/--overwrite: refused, nothing touched
-    again = run_aura("pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--max-steps", "2")
+    again = run_aura_here("pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--max-steps", "2")
     assert again.returncode == 2 and "already holds another run" in again.stderr
     assert "Traceback" not in again.stderr
     # resuming with another model shape: refused, naming what differs
-    other = run_aura("pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--num-layers", "3",
-                     "--max-steps", "4", "--resume-from", "latest")
+    other = run_aura_here("pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--num-layers", "3",
+                          "--max-steps", "4", "--resume-from", "latest")
     assert other.returncode == 2 and "n_layers: 2 -> 3" in other.stderr
     # data prepared with another tokenizer than --tokenizer: refused, naming both hashes
     other_tok = train_tokenizer(tmp_path / "tok2", vocab_size=600)
-    bad = run_aura("pretrain", "--data", prepared, "--tokenizer", other_tok, "--output-dir", tmp_path / "x",
-                   *TINY_FLAGS, "--max-steps", "2")
+    bad = run_aura_here("pretrain", "--data", prepared, "--tokenizer", other_tok, "--output-dir", tmp_path / "x",
+                        *TINY_FLAGS, "--max-steps", "2")
     assert bad.returncode == 2 and "prepared with another tokenizer" in bad.stderr and "Traceback" not in bad.stderr
     # a sequence longer than the data
-    long = run_aura("pretrain", "--data", prepared, "--output-dir", tmp_path / "y", *TINY_FLAGS,
-                    "--seq-length", "100000", "--max-steps", "2")
+    long = run_aura_here("pretrain", "--data", prepared, "--output-dir", tmp_path / "y", *TINY_FLAGS,
+                         "--seq-length", "100000", "--max-steps", "2")
     assert long.returncode == 2 and "--seq-length" in long.stderr and "Traceback" not in long.stderr
 
 

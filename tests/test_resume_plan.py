@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.test_loop import read_log
 from tests.test_pretrain import TINY_FLAGS
 
@@ -89,13 +89,13 @@ def test_resume_refuses_a_different_batch_and_a_plan_that_ends_before_the_checkp
                                                                                      tmp_path):
     run = resumed_copy(reference, tmp_path)
     common = ["pretrain", "--data", prepared, "--output-dir", run, *EPOCH_FLAGS]
-    r = run_aura(*common, "--batch-size", "8", "--resume-from", "latest", "--overwrite")
+    r = run_aura_here(*common, "--batch-size", "8", "--resume-from", "latest", "--overwrite")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "--overwrite does not apply with --resume-from" in r.stderr, r.stderr  # a notice, not silence
     assert "--batch-size 8 × --gradient-accumulation-steps 2 × 1 process = 16 sequences per step" in r.stderr
     assert "was made with 16 × 2 × 1 = 32" in r.stderr, r.stderr
-    es = run_aura(*common, "--learning-rate", "1e-3", "--resume-from", "latest", env={"AURA_LANG": "es"})
+    es = run_aura_here(*common, "--learning-rate", "1e-3", "--resume-from", "latest", env={"AURA_LANG": "es"})
     assert es.returncode == 2 and "--learning-rate 0.001 no coincide con el checkpoint" in es.stderr, es.stderr
-    short = run_aura(*common, "--max-steps", "10", "--resume-from", "latest")
+    short = run_aura_here(*common, "--max-steps", "10", "--resume-from", "latest")
     assert short.returncode == 2 and "already at step 12" in short.stderr, short.stderr
     assert not (run / "final").exists()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.test_loop import build_prepared
 from tests.test_pretrain import TINY_FLAGS
 
@@ -32,8 +32,10 @@ def snapshot(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def pretrain(prepared: Path, out: Path, *extra, env=None, cwd=None):
-    return run_aura("pretrain", "--data", prepared, "--output-dir", out, *TINY_FLAGS, *extra, env=env, cwd=cwd)
+def pretrain(prepared: Path, out: Path, *extra, env=None, cwd=None, here: bool = False):
+    """``aura pretrain``; ``here=True`` for a refusal before training (runs in this process, no interpreter)."""
+    run = run_aura_here if here else run_aura
+    return run("pretrain", "--data", prepared, "--output-dir", out, *TINY_FLAGS, *extra, env=env, cwd=cwd)
 
 
 def user_project(root: Path) -> Path:
@@ -50,20 +52,20 @@ def test_overwrite_never_clears_a_directory_aura_did_not_create(prepared, tmp_pa
     project = user_project(tmp_path / "project")
     before = snapshot(project)
     # the user's own folder as --output-dir, with --overwrite: refused, every byte survives
-    r = pretrain(prepared, project, "--overwrite", "--max-steps", "2")
+    r = pretrain(prepared, project, "--overwrite", "--max-steps", "2", here=True)
     assert r.returncode == 2 and "was not created by Aura" in r.stderr and "--overwrite" in r.stderr, r.stderr
     # `--output-dir .` from inside it: refused as the current directory
-    r = pretrain(prepared, ".", "--overwrite", "--max-steps", "2", cwd=project)
+    r = pretrain(prepared, ".", "--overwrite", "--max-steps", "2", cwd=project, here=True)
     assert r.returncode == 2 and "the current directory" in r.stderr, r.stderr
     assert snapshot(project) == before and not (project / ".aura-run.lock").exists()
     # an input as the output (or a folder inside it): refused
     data_before = snapshot(prepared)
     for out in (prepared, prepared / "run"):
-        r = pretrain(prepared, out, "--overwrite", "--max-steps", "2")
+        r = pretrain(prepared, out, "--overwrite", "--max-steps", "2", here=True)
         assert r.returncode == 2 and "the input" in r.stderr, r.stderr
     assert snapshot(prepared) == data_before and not (prepared / "run").exists()
     # Spanish
-    r = pretrain(prepared, project, "--overwrite", "--max-steps", "2", env={"AURA_LANG": "es"})
+    r = pretrain(prepared, project, "--overwrite", "--max-steps", "2", env={"AURA_LANG": "es"}, here=True)
     assert r.returncode == 2 and "no lo creó Aura" in r.stderr and snapshot(project) == before
 
 
@@ -110,7 +112,7 @@ def test_elastic_restart_never_resumes_or_clears_another_jobs_run(prepared, tmp_
     (run / "tb" / "mine.txt").write_text("user file\n", encoding="utf-8")
     before = snapshot(run)
     # torchrun's restarted attempt of an unrelated job with the same command line
-    r = pretrain(prepared, run, "--max-steps", "4", env={"TORCHELASTIC_RESTART_COUNT": "1"})
+    r = pretrain(prepared, run, "--max-steps", "4", env={"TORCHELASTIC_RESTART_COUNT": "1"}, here=True)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "was not written by this job" in r.stderr and "already holds another run" in r.stderr
     assert "Resumed from" not in r.stdout
@@ -136,7 +138,7 @@ def test_resuming_an_older_checkpoint_needs_fork_which_moves_the_later_ones_asid
     assert pretrain(prepared, run, "--max-steps", "6", "--save-steps", "2", "--keep-last", "0").returncode == 0
     before = snapshot(run)
     older = run / "checkpoint-step-2"
-    r = pretrain(prepared, run, "--max-steps", "3", "--keep-last", "1", "--resume-from", older)
+    r = pretrain(prepared, run, "--max-steps", "3", "--keep-last", "1", "--resume-from", older, here=True)
     assert r.returncode == 2 and "--fork" in r.stderr and "steps 4, 6" in r.stderr, r.stderr
     unlocked = lambda snap: {k: v for k, v in snap.items() if k != ".aura-run.lock"}  # noqa: E731
     assert unlocked(snapshot(run)) == unlocked(before)
@@ -188,7 +190,8 @@ def test_second_writer_is_refused_and_runs_reads_running_from_the_lock(prepared,
         while not (run / "checkpoint-step-2").is_dir() and first.poll() is None and time.time() < deadline:
             time.sleep(0.2)
         assert first.poll() is None, "the first run ended early"
-        second = pretrain(prepared, run, "--max-steps", "100000", "--save-steps", "2", "--resume-from", "latest")
+        second = pretrain(prepared, run, "--max-steps", "100000", "--save-steps", "2", "--resume-from", "latest",
+                          here=True)
         assert second.returncode == 2, second.stdout + second.stderr
         assert f"pid {first.pid} on " in second.stderr and "being written by another Aura process" in second.stderr
         listed = json.loads(run_aura("runs", "--json", tmp_path).stdout)
@@ -231,7 +234,7 @@ def test_full_state_resume_never_reads_dcp(prepared, tmp_path):
     (ck / "dcp").mkdir()
     (ck / "dcp" / ".metadata").write_bytes(pickle.dumps(_Payload(flag)))
     (ck / "model.safetensors").unlink()
-    r = pretrain(prepared, run, "--max-steps", "4", "--resume-from", "latest")
+    r = pretrain(prepared, run, "--max-steps", "4", "--resume-from", "latest", here=True)
     assert r.returncode == 2 and "--load-sharded" in r.stderr and "unpickles" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not flag.exists()
 
@@ -255,7 +258,7 @@ def test_dcp_only_checkpoint_resumes_on_one_process_with_load_sharded(prepared, 
     save_sharded(ck / "dcp", model=model, optimizer=opt, dist=DistInfo())
     (ck / "model.safetensors").unlink()
     (ck / "optimizer.pt").unlink()
-    r = pretrain(prepared, run, "--max-steps", "3", "--resume-from", "latest")
+    r = pretrain(prepared, run, "--max-steps", "3", "--resume-from", "latest", here=True)
     assert r.returncode == 2 and "--load-sharded" in r.stderr
     r = pretrain(prepared, run, "--max-steps", "3", "--resume-from", "latest", "--load-sharded")
     assert r.returncode == 0, r.stdout + r.stderr

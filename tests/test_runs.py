@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 
 HEADER = "time,kind,epoch,step,tokens,train_loss,val_loss,lr,grad_norm,tokens_per_s,mfu,seconds\n"
 
@@ -117,7 +117,7 @@ def test_runs_table_plain_and_spanish(runs_dir):
 def test_runs_empty_and_missing_dirs(tmp_path):
     proc = run_aura("runs", tmp_path)
     assert proc.returncode == 0 and "There are no Aura runs" in proc.stdout
-    proc = run_aura("runs", tmp_path / "nope")
+    proc = run_aura_here("runs", tmp_path / "nope")
     assert proc.returncode == 2 and "nope" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -158,16 +158,16 @@ def test_plot_clear_errors(runs_dir, tmp_path):
     root, _ = runs_dir
     empty = tmp_path / "empty_run"
     empty.mkdir()
-    proc = run_aura("plot", empty, "--output-dir", tmp_path)
+    proc = run_aura_here("plot", empty, "--output-dir", tmp_path)
     assert proc.returncode == 2 and "empty_run" in proc.stderr and "training_log.csv" in proc.stderr
     (empty / "training_log.csv").write_text(HEADER, encoding="utf-8")
-    proc = run_aura("plot", empty, "--output-dir", tmp_path)
+    proc = run_aura_here("plot", empty, "--output-dir", tmp_path)
     assert proc.returncode == 2 and "has not logged a step yet" in proc.stderr
     (empty / "training_log.csv").write_text(HEADER + "t,step,0,10,100,abc,,,,,,\n", encoding="utf-8")
-    proc = run_aura("plot", empty, "--output-dir", tmp_path, env={"AURA_LANG": "es"})
+    proc = run_aura_here("plot", empty, "--output-dir", tmp_path, env={"AURA_LANG": "es"})
     assert proc.returncode == 2 and "línea 2" in proc.stderr and "train_loss" in proc.stderr
     assert not (tmp_path / "loss.png").exists()
-    proc = run_aura("plot", root / "done", "--out", "x.jpg")
+    proc = run_aura_here("plot", root / "done", "--out", "x.jpg")
     assert proc.returncode == 2 and ".png" in proc.stderr
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from aura.errors import AuraError
-from tests.conftest import RESOURCES, run_aura
+from tests.conftest import RESOURCES, run_aura, run_aura_here
 
 SAMPLES = [
     "¿Qué tal, señor Muñoz? ¡Muy bien, gracias!",
@@ -133,8 +133,8 @@ def test_cli_train_jsonl_and_too_small_vocab(tmp_path):
                  "--output-dir", tmp_path / "t")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "t" / "tokenizer.json").is_file() and "fertility" in r.stdout
-    r = run_aura("tokenizer", "train", data, "--vocab-size", "100", "--output-dir", tmp_path / "t2",
-                 env={"AURA_LANG": "es"})
+    r = run_aura_here("tokenizer", "train", data, "--vocab-size", "100", "--output-dir", tmp_path / "t2",
+                      env={"AURA_LANG": "es"})
     assert r.returncode == 2 and "demasiado pequeño" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "t2").exists()
 

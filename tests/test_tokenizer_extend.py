@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.tiny_models import CORPUS_DIR, SPANISH_PROBES, build_llama, train_tokenizer
 
 ADD = 150
@@ -133,12 +133,12 @@ def test_final_model_and_gguf_tokenize_like_the_extended_tokenizer(adapted, tmp_
 
 def test_extend_refusals(adapted, tmp_path):
     out = tmp_path / "ext"
-    r = run_aura("tokenizer", "extend", adapted["base"], CORPUS_DIR, "--add-tokens", "500", "--max-vocab", "1000",
-                 "--output-dir", out)
+    r = run_aura_here("tokenizer", "extend", adapted["base"], CORPUS_DIR, "--add-tokens", "500", "--max-vocab", "1000",
+                      "--output-dir", out)
     assert r.returncode == 2 and "--add-tokens 500 would give 1,200 tokens" in r.stderr, r.stderr
     assert not out.exists()
-    r = run_aura("tokenizer", "extend", adapted["base"], "--output-dir", out)
+    r = run_aura_here("tokenizer", "extend", adapted["base"], "--output-dir", out)
     assert r.returncode == 2 and "texts after the base tokenizer" in r.stderr, r.stderr
-    r = run_aura("tokenizer", "extend", adapted["base"], CORPUS_DIR, "--add-tokens", "0", "--output-dir", out)
+    r = run_aura_here("tokenizer", "extend", adapted["base"], CORPUS_DIR, "--add-tokens", "0", "--output-dir", out)
     assert r.returncode == 2 and "--add-tokens must be greater than 0" in r.stderr, r.stderr
     assert not out.exists()

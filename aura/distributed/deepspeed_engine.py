@@ -40,6 +40,12 @@ M = Messages("deepspeed", {
                 "deepspeed), o entrena sin --deepspeed.",
                 "DeepSpeed is not installed. Install it with: pip install 'aura-llm[deepspeed]' (or pip install "
                 "deepspeed), or train without --deepspeed."),
+    "too_old": ("DeepSpeed {have} es demasiado antiguo para Aura (necesita {need} o posterior: las versiones "
+                "anteriores no cargan sus propios checkpoints con el torch.load seguro de torch >= 2.6). "
+                "Actualízalo con: pip install -U 'deepspeed>={need}'.",
+                "DeepSpeed {have} is too old for Aura (it needs {need} or later: earlier versions cannot load "
+                "their own checkpoints with the safe torch.load of torch >= 2.6). Upgrade it with: "
+                "pip install -U 'deepspeed>={need}'."),
     "no_file": ("No existe el archivo de configuración de DeepSpeed {path}.",
                 "The DeepSpeed config file {path} does not exist."),
     "bad_json": ("{path} no es un JSON válido ({err}).", "{path} is not valid JSON ({err})."),
@@ -217,12 +223,25 @@ class DeepSpeedIO:
                                     load_module_strict=self.method == "full")
 
 
+OLDEST = "0.16"  # the oldest release the tests pass with (0.16.0; 0.15.x fails resuming: see check_version)
+
+
+def check_version(have: str) -> None:
+    """Refuse DeepSpeed releases older than ``OLDEST``, the extra's pin: 0.15.4 and earlier fail at the
+    first resume with torch >= 2.6 (their checkpoints need the unsafe ``torch.load``); 0.14 does not import."""
+    from packaging.version import Version
+
+    if Version(have).release < Version(OLDEST).release:
+        raise AuraError(M("too_old", have=have, need=OLDEST))
+
+
 def setup_deepspeed(model, *, args, dist, config_path: str, precision: str):
     """(the DeepSpeed engine, which the loop trains as the model; its ``StepEngine``; its ``CheckpointIO``)."""
     try:
         import deepspeed
     except ImportError:
         raise AuraError(M("missing")) from None
+    check_version(deepspeed.__version__)
     from aura.distributed.parallel import is_quantized
     from aura.train.adapters import check_adapter_base
     from aura.train.engine import build_optimizer

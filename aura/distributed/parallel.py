@@ -243,8 +243,12 @@ def parallelize(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto
         from aura.distributed.comm import register_comm_hook
 
         ids = [dist.device.index] if dist.device.type == "cuda" else None
+        # gradients live in the buckets: no copy. No static_graph: measured on torch 2.13 (gloo, 2 ranks), it
+        # fails with no_sync accumulation ("expect_autograd_hooks_ INTERNAL ASSERT", pytorch/pytorch#187732) and
+        # desynchronises the replicas under the chunked loss (the head runs outside DDP's forward); with
+        # find_unused_parameters off it would save no work either.
         ddp = DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters,
-                                      gradient_as_bucket_view=True)  # gradients live in the buckets: no copy
+                                      gradient_as_bucket_view=True)
         # gloo: always through a timed hook (the communication share in the log); NCCL completes the hooks'
         # futures before the GPU has finished, so there only --ddp-comm bf16/powersgd install one, untimed
         timed = dist.backend == "gloo"

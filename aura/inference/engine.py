@@ -13,6 +13,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from aura import console
+from aura.i18n import Messages
+
+M = Messages("engine", {
+    "turns_dropped": ("El contexto del modelo ({ctx:token|tokens}) no admite toda la conversación: se dejan "
+                      "fuera los mensajes más antiguos ({n:mensaje|mensajes}; /reset empieza de nuevo).",
+                      "The model's context ({ctx:token|tokens}) cannot hold the whole conversation: the oldest "
+                      "messages are left out ({n:message|messages}; /reset starts again)."),
+    "prompt_cut": ("El texto de entrada ({have:token|tokens}) no cabe en el contexto del modelo "
+                   "({ctx:token|tokens}): se usan sus últimos {kept:token|tokens}.",
+                   "The input text ({have:token|tokens}) does not fit the model's context ({ctx:token|tokens}): "
+                   "its last {kept:token is|tokens are} used."),
+    "answer_capped": ("El contexto del modelo ({ctx:token|tokens}) deja sitio para {n:token nuevo|tokens nuevos} "
+                      "(se pidieron {asked}).",
+                      "The model's context ({ctx:token|tokens}) leaves room for {n:new token|new tokens} ({asked} "
+                      "were asked for)."),
+})
+
 USER, ASSISTANT = "Usuario", "Asistente"
 
 
@@ -57,6 +75,7 @@ class HFEngine:
         self.cancel = threading.Event()  # set by Ctrl+C in the chat to stop the current answer
         self.stop_ids = end_of_turn_ids(self.tok)
         self.has_template = bool(getattr(self.tok, "chat_template", None))
+        self.said: set = set()  # context cuts already told to the user (aura.inference.engine.fit_context)
 
     def stream(self, *, prompt: str | None = None, messages: list[dict] | None = None,
                sampling: Sampling, out: list) -> Iterator[str]:
@@ -64,18 +83,15 @@ class HFEngine:
         import torch
         from transformers import TextIteratorStreamer, set_seed
 
-        stops = None
-        if messages is not None and self.has_template:
-            text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            ids = self.tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-        else:
-            if messages is not None:
-                prompt, stops = plain_chat_prompt(messages), PLAIN_STOPS
-            ids = self.tok(prompt, return_tensors="pt")["input_ids"]
+        from aura.models import context_length
+
+        stops = PLAIN_STOPS if messages is not None and not self.has_template else None
+        ids, max_new = fit_context(lambda m: self._encode(prompt, m), messages, sampling.max_new_tokens,
+                                   context_length(self.model.config), said=self.said)
         set_seed(sampling.seed)
         streamer = TextIteratorStreamer(self.tok, skip_prompt=True, skip_special_tokens=True)
         sample = sampling.temperature > 0
-        kwargs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=sampling.max_new_tokens,
+        kwargs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
                       do_sample=sample, repetition_penalty=sampling.repetition_penalty,
                       eos_token_id=self.stop_ids, pad_token_id=self.tok.pad_token_id, streamer=streamer)
         if sample:
@@ -121,6 +137,56 @@ class HFEngine:
             for s in stops:
                 text = text.split(s)[0]
         out.append(Result(text=text, tokens=int(new.numel())))
+
+    def _encode(self, prompt: str | None, messages: list[dict] | None):
+        """(1, T) token ids of a prompt, or of a chat in the model's template (plain format without one)."""
+        if messages is not None and self.has_template:
+            text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return self.tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        if messages is not None:
+            prompt = plain_chat_prompt(messages)
+        return self.tok(prompt, return_tensors="pt")["input_ids"]
+
+
+def fit_context(encode, messages: list[dict] | None, max_new: int, ctx: int | None, *, said: set | None = None):
+    """(ids, max_new_tokens) that fit a model of ``ctx`` positions, so ``generate`` never runs past them
+    (learned positions, GPT-2's, fail there; rotary ones degrade). ``encode(messages)`` gives the ids.
+
+    Room is kept for ``min(max_new, ctx // 2)`` new tokens: a chat first leaves out its oldest messages
+    (never the system one, never the last), then any prompt keeps its last tokens; ``max_new`` shrinks to
+    what is left. Each kind of cut is said once per call, or once per ``said`` set (an engine's).
+    """
+    said = set() if said is None else said
+
+    def warn(key: str, **values) -> None:
+        if key not in said:
+            said.add(key)
+            console.warn(M(key, **values))
+
+    ids = encode(messages)
+    if not ctx or ids.shape[1] + max_new <= ctx:
+        return ids, max_new
+    room = ctx - min(max_new, ctx // 2)
+    dropped = 0
+    if messages is not None:
+        system = [m for m in messages if m["role"] == "system"]
+        turns = [m for m in messages if m["role"] != "system"]
+        while ids.shape[1] > room and len(turns) > 1:
+            turns = turns[1:]
+            while len(turns) > 1 and turns[0]["role"] != "user":  # a chat starts with the user
+                turns = turns[1:]
+            dropped = len(messages) - len(system) - len(turns)
+            ids = encode(system + turns)
+        if dropped:
+            said.discard("turns_dropped")  # a chat says it again each time it drops more
+            warn("turns_dropped", ctx=ctx, n=dropped)
+    if ids.shape[1] > room:
+        warn("prompt_cut", have=ids.shape[1], ctx=ctx, kept=room)
+        ids = ids[:, -room:]
+    if ids.shape[1] + max_new > ctx:
+        warn("answer_capped", ctx=ctx, n=ctx - ids.shape[1], asked=max_new)
+        max_new = ctx - ids.shape[1]
+    return ids, max_new
 
 
 class LlamaCppEngine:

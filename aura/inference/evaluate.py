@@ -248,6 +248,7 @@ def evaluate(cfg: EvalConfig) -> int:
 
 def evaluate_perplexity(cfg: EvalConfig) -> None:
     from aura.inference.loading import load_hf, resolve_model
+    from aura.models import context_length
     from aura.utils.fsutil import atomic_write_json
 
     text = load_text(cfg.data, split=cfg.split, max_tokens=cfg.max_tokens)
@@ -257,7 +258,7 @@ def evaluate_perplexity(cfg: EvalConfig) -> None:
         if source.kind == "gguf":
             raise AuraError(M("gguf", path=source.path))
         model, tok = load_hf(source, dtype=cfg.dtype)
-        ctx = int(getattr(model.config, "max_position_embeddings", 0) or getattr(model.config, "n_positions", 1024))
+        ctx = context_length(model.config) or 1024
         seq = cfg.seq_len or min(ctx, 1024)
         if seq > ctx:
             raise AuraError(M("too_long", seq=seq, model=name, ctx=ctx))

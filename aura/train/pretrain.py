@@ -237,12 +237,18 @@ def _memory_check(cfg: PretrainConfig, spec, info, vocab: int) -> None:
 def _sample(model, tok, prompt: str, tokens: int, *, device, seed: int) -> str:
     import torch
 
+    from aura.inference.engine import fit_context
+    from aura.models import context_length
+
     model.eval()
     torch.manual_seed(seed)
-    enc = tok(prompt, return_tensors="pt").to(device)
+    ids, tokens = fit_context(lambda _: tok(prompt, return_tensors="pt")["input_ids"], None, tokens,
+                              context_length(model.config))  # never past --seq-length
+    ids = ids.to(device)
     with torch.no_grad():
-        out = model.generate(**enc, max_new_tokens=tokens, do_sample=True, top_k=40, temperature=0.8,
-                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens,
+                             do_sample=True, top_k=40, temperature=0.8, pad_token_id=tok.pad_token_id,
+                             eos_token_id=tok.eos_token_id)
     return tok.decode(out[0], skip_special_tokens=True)
 
 
