@@ -42,7 +42,8 @@ def test_chat_leaves_out_its_oldest_turns_but_keeps_the_system_and_the_last_mess
     turns = [{"role": "user", "content": "Primera pregunta, bastante larga, sobre los castillos. " * 4},
              {"role": "assistant", "content": "Una respuesta."},
              {"role": "user", "content": "¿Y los ríos?"}]
-    ids, max_new = fit_context(lambda m: engine._encode(None, m), [system, *turns], 8, CTX)
+    ids, max_new, kept = fit_context(lambda m: engine._encode(None, m), [system, *turns], 8, CTX)
+    assert kept == [system, turns[2]]
     kept = engine.tok.decode(ids[0])
     assert "breve" in kept and "ríos" in kept and "castillos" not in kept
     assert ids.shape[1] + max_new <= CTX and max_new == 8
@@ -63,3 +64,23 @@ def test_pretrain_sample_stays_within_the_seq_length(short_gpt2, capsys):
     text = _sample(model, tok, "Había una vez", 80, device="cpu", seed=0)
     assert text.startswith("Había una vez")
     assert f"leaves room for {CTX - prompt_tokens} new tokens (80 were asked for)" in capsys.readouterr().err
+
+
+def test_gguf_chat_and_prompt_longer_than_n_ctx_are_fitted(short_gpt2, tmp_path):
+    """llama.cpp failed with "could not broadcast input array" once a prompt outgrew --n-ctx."""
+    pytest.importorskip("llama_cpp")
+    from tests.conftest import run_aura_here
+
+    from aura.inference.engine import Sampling, open_engine
+
+    gguf = tmp_path / "m.gguf"
+    r = run_aura_here("export", "gguf", "--model", short_gpt2, "--outfile", gguf, "--quant", "f16")
+    assert r.returncode == 0, r.stdout + r.stderr
+    engine = open_engine(str(gguf), n_ctx=CTX)
+    turns = [{"role": "user", "content": "Primera pregunta, bastante larga, sobre los castillos. " * 4},
+             {"role": "assistant", "content": "Una respuesta."},
+             {"role": "user", "content": "¿Y los ríos?"}]
+    for kw in (dict(messages=turns), dict(prompt=LONG), dict(messages=[{"role": "user", "content": LONG}])):
+        out: list = []
+        "".join(engine.stream(sampling=Sampling(max_new_tokens=50, temperature=0), out=out, **kw))
+        assert 0 <= out[0].tokens < CTX, kw

@@ -111,8 +111,11 @@ def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None
     console.info(M("eog_ok", tokens=", ".join(tok.convert_ids_to_tokens(t) for t in eog)))
     llm.close()
 
-    # 3. logits
-    ids = tok(VERIFY_TEXTS[0] + " " + VERIFY_TEXTS[3], add_special_tokens=True)["input_ids"]
+    # 3. logits (within the model's context: past it a GPT-2 fails in both, llama.cpp by aborting)
+    from aura.models import context_length
+
+    ctx = context_length(model.config) or 2048
+    ids = tok(VERIFY_TEXTS[0] + " " + VERIFY_TEXTS[3], add_special_tokens=True)["input_ids"][:ctx]
     llm = load_llama(path, n_ctx=max(64, len(ids) + 32), logits_all=True)
     llm.eval(ids)
     ll_logits = np.asarray(llm.scores[: len(ids)], dtype=np.float32)  # (T, vocab)
@@ -133,7 +136,8 @@ def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None
 
     # 4. greedy generation of GEN_TOKENS tokens in both, end-of-generation tokens included: a model that
     # answers EOS at once must still compare something, not pass on zero tokens
-    prompt = tok(VERIFY_TEXTS[1], add_special_tokens=True)["input_ids"]
+    prompt = tok(VERIFY_TEXTS[1], add_special_tokens=True)["input_ids"][:max(1, ctx // 2)]
+    gen_tokens = min(GEN_TOKENS, ctx - len(prompt))
     llm.reset()
     out: list[int] = []
     first_eog = None
@@ -141,7 +145,7 @@ def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None
         out.append(int(t))
         if first_eog is None and _is_eog(llm, t):
             first_eog = len(out)
-        if len(out) >= GEN_TOKENS:
+        if len(out) >= gen_tokens:
             break
     ref = torch.tensor([prompt])  # (1, T)
     with torch.no_grad():

@@ -86,8 +86,8 @@ class HFEngine:
         from aura.models import context_length
 
         stops = PLAIN_STOPS if messages is not None and not self.has_template else None
-        ids, max_new = fit_context(lambda m: self._encode(prompt, m), messages, sampling.max_new_tokens,
-                                   context_length(self.model.config), said=self.said)
+        ids, max_new, _ = fit_context(lambda m: self._encode(prompt, m), messages, sampling.max_new_tokens,
+                                      context_length(self.model.config), said=self.said)
         set_seed(sampling.seed)
         streamer = TextIteratorStreamer(self.tok, skip_prompt=True, skip_special_tokens=True)
         sample = sampling.temperature > 0
@@ -149,8 +149,9 @@ class HFEngine:
 
 
 def fit_context(encode, messages: list[dict] | None, max_new: int, ctx: int | None, *, said: set | None = None):
-    """(ids, max_new_tokens) that fit a model of ``ctx`` positions, so ``generate`` never runs past them
-    (learned positions, GPT-2's, fail there; rotary ones degrade). ``encode(messages)`` gives the ids.
+    """(ids, max_new_tokens, the messages kept) that fit a model of ``ctx`` positions, so generation never
+    runs past them (learned positions, GPT-2's, fail there; rotary ones degrade; llama.cpp fails).
+    ``encode(messages)`` gives the (1, T) ids.
 
     Room is kept for ``min(max_new, ctx // 2)`` new tokens: a chat first leaves out its oldest messages
     (never the system one, never the last), then any prompt keeps its last tokens; ``max_new`` shrinks to
@@ -165,7 +166,7 @@ def fit_context(encode, messages: list[dict] | None, max_new: int, ctx: int | No
 
     ids = encode(messages)
     if not ctx or ids.shape[1] + max_new <= ctx:
-        return ids, max_new
+        return ids, max_new, messages
     room = ctx - min(max_new, ctx // 2)
     dropped = 0
     if messages is not None:
@@ -177,6 +178,7 @@ def fit_context(encode, messages: list[dict] | None, max_new: int, ctx: int | No
                 turns = turns[1:]
             dropped = len(messages) - len(system) - len(turns)
             ids = encode(system + turns)
+        messages = system + turns
         if dropped:
             said.discard("turns_dropped")  # a chat says it again each time it drops more
             warn("turns_dropped", ctx=ctx, n=dropped)
@@ -186,7 +188,7 @@ def fit_context(encode, messages: list[dict] | None, max_new: int, ctx: int | No
     if ids.shape[1] + max_new > ctx:
         warn("answer_capped", ctx=ctx, n=ctx - ids.shape[1], asked=max_new)
         max_new = ctx - ids.shape[1]
-    return ids, max_new
+    return ids, max_new, messages
 
 
 class LlamaCppEngine:
@@ -196,18 +198,50 @@ class LlamaCppEngine:
         from aura.inference.loading import load_llama, validate_gguf
 
         meta = validate_gguf(path)
-        self.has_template = bool(meta.get("tokenizer.chat_template"))
+        self.template = meta.get("tokenizer.chat_template") or None
+        self.has_template = bool(self.template)
         self.llm = load_llama(path, n_ctx=n_ctx, seed=seed)
         self.name = str(path)
+        self.said: set = set()
+
+    def _encode(self, prompt: str | None, messages: list[dict] | None):
+        """(1, T) token ids as llama.cpp will see them: a chat rendered with the GGUF's own template."""
+        import torch
+
+        if messages is not None and self.has_template:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            def text(token: int) -> str:
+                return self.llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+            rendered = Jinja2ChatFormatter(template=self.template, eos_token=text(self.llm.token_eos()),
+                                           bos_token=text(self.llm.token_bos()))(messages=messages)
+            ids = self.llm.tokenize(rendered.prompt.encode(), add_bos=not rendered.added_special, special=True)
+        else:
+            text = plain_chat_prompt(messages) if messages is not None else prompt
+            ids = self.llm.tokenize(text.encode(), add_bos=True, special=messages is not None)
+        return torch.tensor([ids])
 
     def stream(self, *, prompt: str | None = None, messages: list[dict] | None = None,
                sampling: Sampling, out: list) -> Iterator[str]:
-        common = dict(max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
+        # llama.cpp may round the context up; llama-cpp-python's own buffers keep the size asked for; and the
+        # last sampled token is decoded too, so one slot stays free
+        ctx = min(self.llm.n_ctx(), self.llm.context_params.n_ctx or self.llm.n_ctx()) - 1
+        ids, max_new, kept = fit_context(lambda m: self._encode(prompt, m), messages, sampling.max_new_tokens,
+                                         ctx, said=self.said)
+        cut = ids.shape[1] < self._encode(prompt, kept).shape[1]  # even the last message alone is too long
+        common = dict(max_tokens=max_new, temperature=sampling.temperature,
                       top_k=sampling.top_k, top_p=sampling.top_p, repeat_penalty=sampling.repetition_penalty,
                       seed=sampling.seed, stream=True)
         pieces = []
-        if messages is not None and self.has_template:
-            chunks = self.llm.create_chat_completion(messages=messages, **common)
+        if cut:  # the kept tail of the prompt, as tokens (llama.cpp stops at the model's end-of-turn tokens)
+            for ch in self.llm.create_completion(prompt=ids[0].tolist(), **common):
+                piece = ch["choices"][0]["text"]
+                if piece:
+                    pieces.append(piece)
+                    yield piece
+        elif kept is not None and self.has_template:
+            chunks = self.llm.create_chat_completion(messages=kept, **common)
             for ch in chunks:
                 piece = ch["choices"][0].get("delta", {}).get("content")
                 if piece:
@@ -215,8 +249,8 @@ class LlamaCppEngine:
                     yield piece
         else:
             stop = None
-            if messages is not None:
-                prompt, stop = plain_chat_prompt(messages), PLAIN_STOPS
+            if kept is not None:
+                prompt, stop = plain_chat_prompt(kept), PLAIN_STOPS
             for ch in self.llm.create_completion(prompt=prompt, stop=stop, **common):
                 piece = ch["choices"][0]["text"]
                 if piece:

@@ -242,8 +242,8 @@ def _sample(model, tok, prompt: str, tokens: int, *, device, seed: int) -> str:
 
     model.eval()
     torch.manual_seed(seed)
-    ids, tokens = fit_context(lambda _: tok(prompt, return_tensors="pt")["input_ids"], None, tokens,
-                              context_length(model.config))  # never past --seq-length
+    ids, tokens, _ = fit_context(lambda _: tok(prompt, return_tensors="pt")["input_ids"], None, tokens,
+                                 context_length(model.config))  # never past --seq-length
     ids = ids.to(device)
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens,
