@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import versus_trl  # bench/: the shared Aura-vs-TRL harness
 
@@ -24,20 +23,10 @@ LR, BATCH, ACCUM = 5e-5, 2, 4
 
 
 def child_aura(a) -> dict:
-    from aura.train.finetune import FinetuneConfig, finetune
-
-    t = time.perf_counter()
-    cfg = FinetuneConfig(base_model=a.model, output_dir=Path(a.out), objective="dpo", method="lora",
-                         max_steps=a.steps, max_length=a.max_length, precision="fp32", save_steps=0, log_interval=10,
-                         val_fraction=0.0, seed=0, learning_rate=LR, batch_size=BATCH,
-                         gradient_accumulation_steps=ACCUM, warmup_steps=0)
-    assert finetune(cfg) == 0
-    seconds = time.perf_counter() - t
-    import csv
-
-    with open(Path(a.out) / "training_log.csv") as f:
-        tokens = max(int(r["tokens"]) for r in csv.DictReader(f))  # padded tokens of the steps taken
-    return {"seconds": seconds, "tokens": tokens}
+    return versus_trl.train_aura(a.out, base_model=a.model, objective="dpo", method="lora", max_steps=a.steps,
+                                 max_length=a.max_length, precision="fp32", save_steps=0, log_interval=10,
+                                 val_fraction=0.0, seed=0, learning_rate=LR, batch_size=BATCH,
+                                 gradient_accumulation_steps=ACCUM, warmup_steps=0)
 
 
 def child_trl(a) -> dict:

@@ -13,26 +13,15 @@ child's peak resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import versus_trl  # bench/: the shared Aura-vs-TRL harness
 
 
 
 def child_aura(a) -> dict:
-    from aura.train.finetune import FinetuneConfig, finetune
-
-    t = time.perf_counter()
-    cfg = FinetuneConfig(base_model=a.model, output_dir=Path(a.out), method="lora", max_steps=a.steps,
-                         max_length=a.max_length, truncation="truncate", precision="fp32", save_steps=0,
-                         log_interval=10, val_fraction=0.0, seed=0)
-    assert finetune(cfg) == 0
-    seconds = time.perf_counter() - t
-    import csv
-
-    with open(Path(a.out) / "training_log.csv") as f:
-        tokens = max(int(r["tokens"]) for r in csv.DictReader(f))  # padded tokens of the steps taken
-    return {"seconds": seconds, "tokens": tokens}
+    return versus_trl.train_aura(a.out, base_model=a.model, method="lora", max_steps=a.steps,
+                                 max_length=a.max_length, truncation="truncate", precision="fp32", save_steps=0,
+                                 log_interval=10, val_fraction=0.0, seed=0)
 
 
 def child_trl(a) -> dict:

@@ -27,6 +27,22 @@ def build_model(root: Path) -> Path:
     return build_llama(root / "llama", tok, hidden=256, layers=4, heads=4, kv_heads=2, intermediate=768, ctx=512)
 
 
+def train_aura(out: str, **flags) -> dict:
+    """The Aura side: ``aura finetune`` with ``flags`` (FinetuneConfig fields) into ``out``; wall seconds of
+    the whole command and the padded tokens of the steps it took (its training_log.csv)."""
+    import csv
+    import time
+
+    from aura.train.finetune import FinetuneConfig, finetune
+
+    t = time.perf_counter()
+    assert finetune(FinetuneConfig(output_dir=Path(out), **flags)) == 0
+    seconds = time.perf_counter() - t
+    with open(Path(out) / "training_log.csv") as f:
+        tokens = max(int(r["tokens"]) for r in csv.DictReader(f))
+    return {"seconds": seconds, "tokens": tokens}
+
+
 def main(script: str, children: dict[str, Callable[[argparse.Namespace], dict]], *, steps: int) -> None:
     """``children[side](args)`` trains one side and returns {"seconds", "tokens"}; run as ``--child SIDE``
     it prints them with the peak RSS, run plainly it starts both sides and prints the comparison."""

@@ -20,7 +20,10 @@ def test_doctor_cpu_machine_reports_no_gpu_and_passes():
     proc = run_aura("doctor", "--output-dir", ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert f"{torch.__version__} (CPU only)" in out
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU only"  # a CUDA wheel on a GPU-less box
+    assert f"{torch.__version__} ({build})" in out
+    if torch.version.cuda:  # ...is told the CPU wheel is 3 GB smaller
+        assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in out
     assert "none (training runs on CPU" in out
     assert "Everything required works." in out
     assert re.search(r"auto\s+preset tiny, batch \d+ × accumulation \d+, precision (fp32|bf16)", out)

@@ -157,7 +157,7 @@ def test_loss_with_padded_labels_matches_transformers(prepared):
     """HF-convention labels with -100 padding: the loop's sum / count equals transformers' mean loss."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from aura.train.loop import count_targets, loss_sum
+    from aura.train.objective import count_targets, token_loss_sum
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=800, hidden_size=32, num_hidden_layers=1,
@@ -168,7 +168,7 @@ def test_loss_with_padded_labels_matches_transformers(prepared):
     labels[1, 9:] = -100  # padding
     batch = {"input_ids": ids, "labels": labels}
     with torch.no_grad():
-        ours = loss_sum(model, batch) / count_targets(batch)
+        ours = token_loss_sum(model, batch) / count_targets(batch)
         ref = model(input_ids=ids, labels=labels).loss
     assert ours.item() == pytest.approx(ref.item(), rel=1e-6)
 

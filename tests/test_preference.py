@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura, run_aura_here
+from tests.conftest import run_aura
+from tests.test_finetune import finetune
 from tests.tiny_models import build_llama, train_tokenizer
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "aura" / "resources" / "preference_es.jsonl"
@@ -40,16 +41,6 @@ def env(tmp_path_factory) -> dict:
     llama = build_llama(root / "llama", tok, hidden=64, layers=2)
     data = write_jsonl(root / "pairs.jsonl", embedded_records(12))
     return {"root": root, "tok": tok, "llama": llama, "data": data}
-
-
-def finetune(*args, expect: int = 0) -> str:
-    """``aura finetune ARGS``; refusals (``expect=2``, all before training) run in this process."""
-    r = (run_aura_here if expect == 2 else run_aura)("finetune", *map(str, args))
-    out = r.stdout + r.stderr
-    assert r.returncode == expect, out
-    if expect == 2:
-        assert "Traceback" not in out, out
-    return out
 
 
 def step_rows(run: Path) -> dict[int, dict]:

@@ -62,7 +62,7 @@ from aura.i18n import Messages
 from aura.train.args import StepPlan, TrainArgs, schedule_for
 from aura.train.engine import StepEngine, StepOutcome, autocast_context, global_sum
 from aura.train.metrics import TrainMetrics
-from aura.train.objective import CausalLM, Evaluator, Objective, count_inputs, count_targets, token_loss_sum
+from aura.train.objective import CausalLM, Evaluator, Objective, count_inputs
 from aura.train.plan import limits_notice
 from aura.train.policy import CheckpointPolicy, EpochEnd, TrainHooks, start_state
 
@@ -304,9 +304,6 @@ class _Signals:
     def __exit__(self, *exc):
         for sig, old in self._old.items():
             signal.signal(sig, old)
-
-
-loss_sum = token_loss_sum  # the language-modelling loss of one micro-batch (kept for callers of the loop module)
 
 
 def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
