@@ -111,8 +111,8 @@ def main() -> None:
                  num_kv_heads=2, intermediate_size=3 * args.dim, seq_length=args.seq)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    from aura.tokenizer import train_bpe
-    from aura.tokenizer_extend import TokenizerExtendConfig, extend_tokenizer, measure
+    from aura.tokenizer.train import train_bpe
+    from aura.tokenizer.extend import TokenizerExtendConfig, extend_tokenizer, measure
     from tokenizers import Tokenizer
 
     es_train, _, es_held = split(Path(args.es), work, "es", train_mb=2.0, eval_kb=args.eval_kb)

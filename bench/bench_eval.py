@@ -40,8 +40,8 @@ def build_models(root: Path, only: str) -> dict[str, Path]:
 
 
 def run_aura(model, tok, limit: int, batch_size: int) -> tuple[float, dict]:
-    from aura.evalsuite.scorer import score_suite
-    from aura.evalsuite.suite import load_suite
+    from aura.evaluation.scorer import score_suite
+    from aura.evaluation.suite import load_suite
 
     t = time.perf_counter()
     results = score_suite(model, tok, load_suite(limit), batch_size=batch_size)
@@ -55,7 +55,7 @@ def run_lm_eval(model, tok, limit: int, batch_size: int) -> tuple[float, dict]:
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    from aura.evalsuite.suite import SUITE_DIR, TASKS
+    from aura.evaluation.suite import SUITE_DIR, TASKS
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     manager = TaskManager(include_path=[str(SUITE_DIR)], include_defaults=False)  # not timed: an index

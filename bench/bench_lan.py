@@ -18,7 +18,7 @@ mode, and as a ratio against plain DDP measured in the same run:
   outer step, so it is the synchronised model's).
 
 Also prints the per-step compute (1 rank, no network) and gradient bytes of this model, which
-docs/benchmarks.md uses, with `aura check-dist`'s model (``aura.check_dist.comm_times``), to extrapolate
+docs/benchmarks.md uses, with `aura check-dist`'s model (``aura.cluster.check.comm_times``), to extrapolate
 to gpt2-medium on five PCs at 1 Gbit/s:
 
     .venv/bin/python bench/bench_lan.py --extrapolate [--gbit 1] [--world 5] [--peak-tflops 35.6] [--mfu 0.4]
@@ -51,7 +51,7 @@ SKIP = 5  # first steps left out of the rates (start-up, DDP's bucket rebuild, P
 def prepare_data(work: Path) -> Path:
     from aura.data import EMBEDDED_CORPUS
     from aura.data.prepare import PrepareConfig, prepare
-    from aura.tokenizer import train_bpe
+    from aura.tokenizer.train import train_bpe
 
     inputs = [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
     tok = train_bpe(inputs=inputs, vocab_size=2000, output_dir=work / "tok")
@@ -126,10 +126,10 @@ def compute_only(data: Path, work: Path, *, steps: int, batch: int) -> float:
 def extrapolate(*, gbit: float, latency_ms: float, world: int, tokens_per_step: int, peak_tflops: float,
                 mfu: float, local_steps: int) -> None:
     """The guide's case, computed (nothing here is measured): gpt2-medium's gradient bytes and the
-    all-reduce model of `aura check-dist` (``aura.check_dist.comm_times``); compute per step from the
+    all-reduce model of `aura check-dist` (``aura.cluster.check.comm_times``); compute per step from the
     model's FLOPs per token at ``mfu`` of ``peak_tflops``."""
-    from aura.check_dist import comm_times
-    from aura.models import PRESETS, flops_per_token, hf_config
+    from aura.cluster.check import comm_times
+    from aura.models.presets import PRESETS, flops_per_token, hf_config
 
     cfg = hf_config(PRESETS["gpt2-medium"], 32000)
     compute = flops_per_token(cfg, 1024) * tokens_per_step / (peak_tflops * 1e12 * mfu)
@@ -191,7 +191,7 @@ def main() -> None:
                 print(f"{mode}: {results[mode]}", flush=True)
         finally:
             subprocess.run(["bash", str(CLUSTER), "down"], check=False)
-        from aura.models import build_model, resolve_spec
+        from aura.models.presets import build_model, resolve_spec
         import torch
 
         spec = resolve_spec("manual", arch="llama", embed_size=128, num_layers=2, num_heads=4, num_kv_heads=2,

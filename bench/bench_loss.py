@@ -31,7 +31,7 @@ def run_variant(variant: str, *, vocab: int, d: int, tokens: int, steps: int, th
                 device: str = "cpu", dtype: str = "fp32") -> dict:
     import torch
 
-    from aura.train.chunked_loss import linear_cross_entropy
+    from aura.train.objectives.chunked_loss import linear_cross_entropy
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

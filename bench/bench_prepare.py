@@ -7,7 +7,7 @@ Corpus (not shippable, mixed licences; ~7.5 MB, one paragraph per line, ~2 min, 
 
 The script repeats the corpus until it holds at least --min-mb MB; every copy after the first gets a
 "(k) " prefix on each paragraph so that deduplication keeps them and both sides tokenise exactly the
-same documents. It trains one byte-level BPE tokenizer (aura.tokenizer.train_bpe), then times:
+same documents. It trains one byte-level BPE tokenizer (aura.tokenizer.train.train_bpe), then times:
 
   peer:  for doc in docs: tok.encode(doc)       (tokenizers, one process, the documents in memory)
   aura:  python -m aura data prepare CORPUS ... (the real CLI, wall clock including start-up, reading,
@@ -67,7 +67,7 @@ def main() -> None:
 
     from tokenizers import Tokenizer
 
-    from aura.tokenizer import train_bpe
+    from aura.tokenizer.train import train_bpe
 
     work = args.workdir
     shutil.rmtree(work, ignore_errors=True)

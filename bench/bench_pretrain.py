@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 def prepare_data(work: Path, corpus: str | None) -> Path:
     from aura.data import EMBEDDED_CORPUS
     from aura.data.prepare import PrepareConfig, prepare
-    from aura.tokenizer import train_bpe
+    from aura.tokenizer.train import train_bpe
 
     inputs = [corpus] if corpus and Path(corpus).is_file() else [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
     tok = train_bpe(inputs=inputs, vocab_size=8000, output_dir=work / "tok")
@@ -50,8 +50,8 @@ def run_hf(data: Path, out: Path, *, steps: int, precision: str) -> tuple[float,
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     from aura.data.pretrain_data import PretrainBatches, open_splits
-    from aura.models import PRESETS, build_model
-    from aura.tokenizer import load_tokenizer
+    from aura.models.presets import PRESETS, build_model
+    from aura.tokenizer.loading import load_tokenizer
 
     tok = load_tokenizer(str(data / "tokenizer"))
     split, _ = open_splits(data)
@@ -99,8 +99,8 @@ def run_bare(data: Path, *, steps: int, precision: str) -> float:
     import torch
     import torch.nn.functional as F
 
-    from aura.models import PRESETS, build_model
-    from aura.train.engine import autocast_context
+    from aura.models.presets import PRESETS, build_model
+    from aura.train.optim.engine import autocast_context
 
     vocab = json.loads((data / "meta.json").read_text())["tokenizer"]["vocab_size"]
     torch.manual_seed(0)
@@ -137,7 +137,7 @@ def main() -> None:
     a = p.parse_args()
     import torch
 
-    from aura.train.engine import resolve_precision
+    from aura.train.optim.engine import resolve_precision
 
     precision = resolve_precision(a.precision, torch.device("cpu"))
     with tempfile.TemporaryDirectory() as tmp:

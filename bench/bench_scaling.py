@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 def prepare_data(work: Path, corpus: str | None) -> Path:
     from aura.data import EMBEDDED_CORPUS
     from aura.data.prepare import PrepareConfig, prepare
-    from aura.tokenizer import train_bpe
+    from aura.tokenizer.train import train_bpe
 
     inputs = [corpus] if corpus and Path(corpus).is_file() else \
         [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
@@ -78,7 +78,7 @@ def main() -> None:
     a = p.parse_args()
     import torch
 
-    from aura.train.engine import resolve_precision
+    from aura.train.optim.engine import resolve_precision
 
     precision = resolve_precision(a.precision, torch.device("cpu"))
     with tempfile.TemporaryDirectory() as tmp:

@@ -84,7 +84,7 @@ def environment() -> dict:
         except Exception:  # noqa: BLE001
             pass
     else:
-        from aura.hardware import detect
+        from aura.models.hardware import detect
 
         info["device"] = f"CPU: {detect().name}"
     return info
@@ -153,8 +153,8 @@ def run_suite(work: Path, *, cpu: bool) -> Suite:
 
     def big_preset(preset: str, ckpt: bool | None, batch: int = 2):
         def run():
-            from aura.hardware import estimate_memory
-            from aura.models import PRESETS
+            from aura.models.hardware import estimate_memory
+            from aura.models.presets import PRESETS
 
             out = work / f"{preset}-{ckpt}"
             flag = [] if ckpt is None else ["--gradient-checkpointing" if ckpt else "--no-gradient-checkpointing"]

@@ -1,5 +1,5 @@
 """The memory model's estimates for the guides' cases (computed, not measured): `auto`'s fine-tuning plan
-(aura.train.memory) and pretraining presets (aura.hardware.estimate_memory), as a markdown table.
+(aura.train.run.memory) and pretraining presets (aura.models.hardware.estimate_memory), as a markdown table.
 
     python bench/memory_estimates.py
 """
@@ -23,9 +23,9 @@ def _configs():
 
 
 def main() -> None:
-    from aura.hardware import GIB, assumed_hardware, choose_auto, estimate_memory
-    from aura.models import PRESETS
-    from aura.train.memory import finetune_estimate, plan_finetune
+    from aura.models.hardware import GIB, assumed_hardware, choose_auto, estimate_memory
+    from aura.models.presets import PRESETS
+    from aura.train.run.memory import finetune_estimate, plan_finetune
 
     llama_1b, mistral_7b = _configs()
     cases = [  # (guide, config, method, LoRA rank, device, batch fixed or None)

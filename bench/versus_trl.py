@@ -33,7 +33,8 @@ def train_aura(out: str, **flags) -> dict:
     import csv
     import time
 
-    from aura.train.finetune import FinetuneConfig, finetune
+    from aura.train.finetune_config import FinetuneConfig
+    from aura.train.finetune import finetune
 
     t = time.perf_counter()
     assert finetune(FinetuneConfig(output_dir=Path(out), **flags)) == 0

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from aura.evalsuite.suite import SUITE_DIR, TASKS  # noqa: E402
+from aura.evaluation.suite import SUITE_DIR, TASKS  # noqa: E402
 from scripts.aura_es_items import causa_efecto, conocimiento, gramatica, lectura  # noqa: E402
 
 SEED = 20261122

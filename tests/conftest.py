@@ -48,7 +48,7 @@ def _english_messages(monkeypatch):
     """Tests read English messages unless they set AURA_LANG themselves."""
     monkeypatch.setenv("AURA_LANG", "en")
     monkeypatch.setenv("AURA_PLAIN", "1")
-    from aura.i18n import set_lang
+    from aura.core.i18n import set_lang
 
     set_lang(None)
     yield
@@ -77,9 +77,9 @@ def run_aura_here(*args: str, env: dict | None = None,
     import contextlib
     import io
 
-    from aura import console
+    from aura.core import console
     from aura.cli import main
-    from aura.i18n import set_lang
+    from aura.core.i18n import set_lang
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     out, err = io.StringIO(), io.StringIO()

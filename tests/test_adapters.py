@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from aura.config import parse_config
-from aura.errors import AuraError
-from aura.models import count_parameters
+from aura.core.config import parse_config
+from aura.core.errors import AuraError
+from aura.models.presets import count_parameters
 from aura.train import adapters
-from aura.train.finetune import FinetuneConfig, auto_epochs, auto_epochs_line
+from aura.train.finetune_config import FinetuneConfig, auto_epochs, auto_epochs_line
 from tests.tiny_models import build_gpt2, build_llama, train_tokenizer
 
 LLAMA_LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -65,7 +65,7 @@ def test_lora_trainable_count_matches_the_layer_shapes(dirs, monkeypatch):
     assert adapters.trainable_line(model) == (f"Trainable params: {expected:,} / {total_base + expected:,} "
                                               f"({100 * expected / (total_base + expected):.2f}%)")
     monkeypatch.setenv("AURA_LANG", "es")
-    from aura.i18n import num
+    from aura.core.i18n import num
 
     assert adapters.trainable_line(model).startswith(f"Parámetros entrenables: {num(expected, lang='es')} / ")
     only_q = _lora(dirs["llama"], r=r, targets=["q_proj"])
@@ -100,7 +100,7 @@ def test_missing_base_model_is_a_clear_error(tmp_path):
 def test_full_finetuning_trains_everything_and_saves_a_loadable_model(dirs, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from aura.tokenizer import load_tokenizer
+    from aura.tokenizer.loading import load_tokenizer
 
     model = adapters.setup_model(adapters.load_base_model(str(dirs["llama"])), method="full")
     trainable, total = count_parameters(model, trainable_only=True), count_parameters(model)
@@ -119,7 +119,7 @@ def test_adapter_roundtrip_through_peft_gives_the_same_logits(dirs, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from aura.tokenizer import load_tokenizer
+    from aura.tokenizer.loading import load_tokenizer
 
     model = _lora(dirs["llama"])
     _randomise_lora(model)

@@ -84,7 +84,7 @@ def test_missing_rank_without_torchrun_is_diagnosed():
 
 
 def test_diagnose_maps_known_errors():
-    from aura.dist_diagnose import diagnose
+    from aura.cluster.diagnose import diagnose
 
     assert "29500 is already in use" in diagnose("DistNetworkError: ... code: -98, name: EADDRINUSE",
                                                  port=29500)[0]

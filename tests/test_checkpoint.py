@@ -23,7 +23,7 @@ def prepared(prepared_corpus) -> Path:
 
 @pytest.mark.slow
 def test_kill_9_during_save_leaves_a_usable_latest(prepared, tmp_path):
-    from aura.train.checkpoint import latest_checkpoint, list_checkpoints
+    from aura.train.run.checkpoint import latest_checkpoint, list_checkpoints
 
     run = tmp_path / "run"
     args = ["pretrain", "--data", str(prepared), "--output-dir", str(run), *TINY_FLAGS, "--max-steps", "400",
@@ -52,7 +52,7 @@ def test_kill_9_during_save_leaves_a_usable_latest(prepared, tmp_path):
 
 
 def test_checkpoint_contents_load_with_weights_only_and_keep_last(prepared, tmp_path):
-    from aura.train.checkpoint import list_checkpoints, read_state
+    from aura.train.run.checkpoint import list_checkpoints, read_state
 
     run = tmp_path / "run"
     r = run_aura("pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--max-steps", "6",
@@ -73,7 +73,7 @@ def test_rng_round_trip():
 
     import numpy as np
 
-    from aura.train.checkpoint import capture_rng, restore_rng
+    from aura.train.run.checkpoint import capture_rng, restore_rng
 
     state = capture_rng()
     a = (random.random(), np.random.rand(), torch.rand(1).item())
@@ -94,7 +94,7 @@ def test_disk_full_keeps_previous_checkpoint(prepared, tmp_path):
                      "--max-steps", "30", "--save-steps", "1", "--keep-last", "0")
         assert r.returncode == 2, r.stdout + r.stderr
         assert "No disk space left" in r.stderr and "Traceback" not in r.stderr
-        from aura.train.checkpoint import latest_checkpoint
+        from aura.train.run.checkpoint import latest_checkpoint
 
         latest = latest_checkpoint(run)
         assert latest is not None and (latest / "model.safetensors").is_file()

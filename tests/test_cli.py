@@ -1,6 +1,6 @@
 """The `aura` entry point: overview, per-command help with defaults, version, YAML configs, language.
 
-Commands are discovered from aura.cli.COMMANDS, so commands added later are checked too.
+Commands are discovered from aura.cli.commands.COMMANDS, so commands added later are checked too.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import sys
 import pytest
 
 import aura
-from aura.cli import COMMANDS, main
-from aura.config import _default_of, arg, fields_of, parse_config
-from aura.errors import AuraError
+from aura.cli.commands import COMMANDS
+from aura.cli import main
+from aura.core.config import _default_of, arg, fields_of, parse_config
+from aura.core.errors import AuraError
 from tests.conftest import run_aura, run_aura_here
 
 
@@ -108,7 +109,7 @@ def test_command_help_documents_every_flag_with_its_default(key, capsys):
 
 
 def test_command_help_in_spanish(capsys):
-    from aura.i18n import set_lang
+    from aura.core.i18n import set_lang
 
     set_lang("es")
     assert main(["runs", "--help"]) == 0

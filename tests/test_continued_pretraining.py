@@ -48,7 +48,7 @@ def base_loss(model_dir: Path, data: Path, *, seq: int = 64, batch: int = 2, see
 
     from aura.data.pretrain_data import PretrainBatches
     from aura.data.tokens import TokenShards
-    from aura.train.objective import count_targets, token_loss_sum
+    from aura.train.objectives.objective import count_targets, token_loss_sum
 
     b = PretrainBatches(TokenShards(data), seq_len=seq, batch_size=batch, seed=seed).batch_at(0, 0)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir)).train()
@@ -133,8 +133,8 @@ def test_auto_plans_continued_pretraining_from_the_memory_model_on_cuda():
 
     from transformers import LlamaConfig
 
-    from aura.hardware import assumed_hardware
-    from aura.train.memory import finetune_estimate, memory_defaults
+    from aura.models.hardware import assumed_hardware
+    from aura.train.run.memory import finetune_estimate, memory_defaults
     from aura.train.pretrain import PretrainConfig
 
     one_b = LlamaConfig(vocab_size=128_256, hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,

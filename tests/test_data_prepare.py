@@ -13,15 +13,15 @@ import time
 
 import pytest
 
-from aura.data.readers import clean_text
+from aura.text.readers import clean_text
 from aura.data.tokens import TokenShards, is_prepared_dir, load_meta
-from aura.errors import AuraError
+from aura.core.errors import AuraError
 from tests.conftest import RESOURCES, run_aura, run_aura_here
 
 
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory):
-    from aura.tokenizer import train_bpe
+    from aura.tokenizer.train import train_bpe
 
     return train_bpe(inputs=[str(RESOURCES / "corpus_es")], vocab_size=300,
                      output_dir=tmp_path_factory.mktemp("tok") / "tok", doc_sep="blankline")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from aura.utils import fsutil, ownership
+from aura.core import atomic as fsutil, ownership
 from tests.conftest import run_aura, run_aura_here
 from tests.tiny_models import CORPUS_DIR, build_llama, make_lora_adapter, train_tokenizer
 
@@ -136,7 +136,7 @@ def test_prepare_cleanup_spares_a_concurrent_siblings_staging_dir(zoo, tmp_path)
     out = tmp_path / "prepared"
     script = textwrap.dedent(f"""
         import time
-        from aura.utils.fsutil import staged_dir
+        from aura.core.staging import staged_dir
         with staged_dir({str(out)!r}, kind="data") as tmp:
             (tmp / "train_00000.bin").write_bytes(b"sibling at work")
             print(tmp, flush=True)

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from aura.errors import AuraError
-from aura.distributed.deepspeed_engine import ds_config
+from aura.core.errors import AuraError
+from aura.train.optim.deepspeed import ds_config
 from tests.distutil import output, torchrun
 from tests.test_finetune import FAST, short_records
 from tests.tiny_models import build_llama, train_tokenizer
@@ -78,7 +78,7 @@ def test_shipped_zero2_example_takes_aura_batch_and_accumulation():
     """examples/ds_config_zero2.json (the README's 8×H100 example) leaves every size to Aura's flags."""
     from pathlib import Path
 
-    from aura.distributed.deepspeed_engine import ds_config, read_config
+    from aura.train.optim.deepspeed import ds_config, read_config
 
     cfg = ds_config(read_config(Path(__file__).resolve().parents[1] / "examples" / "ds_config_zero2.json"),
                     batch_size=8, accumulation=2, world_size=8, max_grad_norm=1.0, precision="bf16")
@@ -93,7 +93,7 @@ def test_cpu_accelerator_is_chosen_once_before_the_command(monkeypatch, tmp_path
     import glob
     import os
 
-    from aura.distributed.deepspeed_engine import set_accelerator_env
+    from aura.train.optim.deepspeed import set_accelerator_env
 
     monkeypatch.setenv("DS_ACCELERATOR", "cuda")
     set_accelerator_env("cpu")
@@ -122,8 +122,8 @@ def test_deepspeed_older_than_the_pin_is_refused_clearly():
     import tomllib
     from pathlib import Path
 
-    from aura.distributed.deepspeed_engine import OLDEST, check_version
-    from aura.errors import AuraError
+    from aura.train.optim.deepspeed import OLDEST, check_version
+    from aura.core.errors import AuraError
 
     pins = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     extra = pins["project"]["optional-dependencies"]["deepspeed"]

@@ -32,7 +32,7 @@ TINY = ["--model-preset", "manual", "--arch", "llama", "--embed-size", "64", "--
 def prepared(tmp_path_factory) -> Path:
     """A vocab-400 byte-level BPE and a slice of the embedded corpus, prepared with aura's own tools."""
     from aura.data.prepare import PrepareConfig, prepare
-    from aura.tokenizer import train_bpe
+    from aura.tokenizer.train import train_bpe
     from tests.tiny_models import CORPUS_DIR
 
     root = tmp_path_factory.mktemp("dist_prepared")
@@ -168,8 +168,8 @@ def test_fsdp_equals_ddp_resumes_exactly_and_exports_a_hf_model(prepared, ddp_ru
 
 def test_full_checkpoint_into_fsdp_is_refused_clearly(tmp_path):
     from aura.distributed import DistInfo
-    from aura.errors import AuraError
-    from aura.train.checkpoint import ShardedStateIO
+    from aura.core.errors import AuraError
+    from aura.train.run.checkpoint import ShardedStateIO
 
     (tmp_path / "trainer_state.json").write_text("{}")
     with pytest.raises(AuraError, match="saved without FSDP.*--strategy ddp"):

@@ -66,7 +66,7 @@ def test_single_process_is_a_no_op_path(tmp_path):
 
     from aura import distributed as D
     from aura.distributed.sharded import full_state_dict, load_sharded, save_sharded
-    from aura.errors import AuraError
+    from aura.core.errors import AuraError
 
     dist = D.init_distributed(backend="auto")
     assert dist.world_size == 1 and not dist.is_distributed

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from aura.doctor import EXTRAS, REQUIRED
+from aura.watch.doctor_checks import EXTRAS, REQUIRED
 from tests.conftest import ROOT, run_aura, run_aura_here
 
 NO_GPU = not torch.cuda.is_available()
@@ -47,7 +47,7 @@ def test_doctor_json():
     assert d["dependencies"]["transformers"]["version"] == version("transformers")
     assert d["extras"]["bitsandbytes"]["version"] == version("bitsandbytes")
     assert {i["name"] for i in d["network"]["interfaces"]} >= {"lo"}
-    from aura.hardware import choose_auto
+    from aura.models.hardware import choose_auto
 
     expected = choose_auto()
     assert (d["auto"]["preset"], d["auto"]["batch_size"], d["auto"]["precision"]) == (
@@ -74,7 +74,7 @@ def test_required_packages_match_pyproject():
     pinned = {}
     for spec in deps:
         m = re.fullmatch(r"([A-Za-z0-9_.\-]+)\s*>=\s*([0-9.]+)", spec.strip())
-        assert m, f"unexpected dependency spec {spec!r}: teach aura.doctor.REQUIRED about it"
+        assert m, f"unexpected dependency spec {spec!r}: teach aura.watch.doctor_checks.REQUIRED about it"
         pinned[m.group(1).lower()] = m.group(2)
     assert {d: v for d, _, v in REQUIRED} == pinned
     optional = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]

@@ -45,8 +45,8 @@ def test_local_tasks_run_through_lm_eval_offline_and_match_aura_scorer(tiny_zoo,
     import lm_eval
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from aura.evalsuite.scorer import score_suite
-    from aura.evalsuite.suite import Doc, Task, TaskSpec, load_suite
+    from aura.evaluation.scorer import score_suite
+    from aura.evaluation.suite import Doc, Task, TaskSpec, load_suite
 
     out = tmp_path / "harness.json"
     r = run_aura("eval", "--model", tiny_zoo["gpt2"], "--tasks", "mis_capitales,aura_es_causa_efecto",

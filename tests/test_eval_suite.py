@@ -17,13 +17,13 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
 def _tasks():
-    from aura.evalsuite.suite import load_suite
+    from aura.evaluation.suite import load_suite
 
     return load_suite()
 
 
 def test_suite_items_are_valid_balanced_and_not_solvable_by_length():
-    from aura.evalsuite.suite import SUITE_DIR, TASKS, item_problem
+    from aura.evaluation.suite import SUITE_DIR, TASKS, item_problem
 
     tasks = _tasks()
     assert sum(len(t.docs) for t in tasks) >= 300
@@ -105,7 +105,7 @@ def test_suite_accuracy_equals_independent_loglikelihood(tiny_zoo, tmp_path):
             assert rows[(task.name, "acc")]["value"] == acc / 7, (name, task.name)
             assert rows[(task.name, "acc_norm")]["value"] == norm / 7, (name, task.name)
             assert rows[(task.name, "acc")]["n"] == 7
-        from aura.evalsuite.report import suite_texts
+        from aura.evaluation.report import suite_texts
 
         tok = AutoTokenizer.from_pretrained(str(tiny_zoo[name]))
         texts = suite_texts(tasks)

@@ -63,7 +63,7 @@ def test_suite_during_training_is_logged_without_changing_training_and_resumes_e
 
 
 def test_eval_suite_needs_an_interval(prepared_corpus, tmp_path):
-    from aura.errors import AuraError
+    from aura.core.errors import AuraError
     from aura.train.pretrain import PretrainConfig
 
     with pytest.raises(AuraError, match="--eval-suite-interval"):

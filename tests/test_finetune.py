@@ -69,7 +69,7 @@ def val_loss_through_peft(base: Path, adapter: Path, data: Path, *, template: st
     tok = AutoTokenizer.from_pretrained(adapter)  # the saved tokenizer carries the template used
     assert tok.chat_template and (adapter / "chat_template.jinja").read_text(encoding="utf-8") == tok.chat_template
     if template:
-        from aura.data.templates import get_template
+        from aura.text.templates import get_template
 
         assert tok.chat_template == get_template(template)
     _, val = split_train_val(load_conversations(str(data)), val_fraction=0.05, seed=42)
@@ -285,7 +285,7 @@ def test_two_gloo_ranks_equal_one_process_with_double_batch(env, tmp_path):
     r = torchrun("-m", "aura", "finetune", *map(str, common), "--batch-size", "2", "--output-dir", str(dist_run),
                  "--backend", "gloo")
     assert r.returncode == 0, output(r)
-    # one voice: rank 1 says nothing of its own (aura.train.session), then every rank ends with one line
+    # one voice: rank 1 says nothing of its own (aura.train.run.session), then every rank ends with one line
     assert r.stdout.count("Examples: ") == 1 and r.stdout.count("Outputs in ") == 1, output(r)
     assert r.stdout.count("Training complete. Gradients synchronised.") == 2, output(r)
     a, b = read_log(single), read_log(dist_run)

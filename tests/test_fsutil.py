@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from aura.utils import fsutil
+from aura.core import atomic as fsutil, staging
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
@@ -23,22 +23,22 @@ def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
 
 def test_staged_dir_success_and_failure(tmp_path):
     final = tmp_path / "out"
-    with fsutil.staged_dir(final) as tmp:
+    with staging.staged_dir(final) as tmp:
         (tmp / "f.txt").write_text("hola")
         assert not final.exists()
     assert (final / "f.txt").read_text() == "hola"
 
     with pytest.raises(RuntimeError):
-        with fsutil.staged_dir(tmp_path / "broken") as tmp:
+        with staging.staged_dir(tmp_path / "broken") as tmp:
             (tmp / "f.txt").write_text("medio")
             raise RuntimeError("boom")
     assert not (tmp_path / "broken").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(fsutil.TMP_PREFIX)]
 
     with pytest.raises(FileExistsError):
-        with fsutil.staged_dir(final) as tmp:
+        with staging.staged_dir(final) as tmp:
             (tmp / "g.txt").write_text("x")
-    with fsutil.staged_dir(final, replace=True) as tmp:
+    with staging.staged_dir(final, replace=True) as tmp:
         (tmp / "g.txt").write_text("nuevo")
     assert sorted(p.name for p in final.iterdir()) == ["g.txt"]
 
@@ -47,7 +47,7 @@ def test_kill_during_staged_write_leaves_only_tmp(tmp_path):
     """SIGKILL mid-write: the final name never appears; remove_stale_tmp cleans the leftovers."""
     script = textwrap.dedent(f"""
         import time
-        from aura.utils.fsutil import staged_dir
+        from aura.core.staging import staged_dir
         with staged_dir({str(tmp_path / 'final')!r}) as tmp:
             (tmp / 'part').write_text('x')
             print('writing', flush=True)
@@ -58,7 +58,7 @@ def test_kill_during_staged_write_leaves_only_tmp(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert not (tmp_path / "final").exists()
-    leftovers = fsutil.remove_stale_tmp(tmp_path)
+    leftovers = staging.remove_stale_tmp(tmp_path)
     assert len(leftovers) == 1 and not any(tmp_path.iterdir())
 
 

@@ -82,8 +82,8 @@ def _assert_same(a, b, *, tol: float = 1e-5):
 @pytest.mark.parametrize("build,shift", [(lambda: _llama(tied=False), False), (lambda: _llama(tied=True), True),
                                          (_gpt2, False)], ids=["llama-untied", "llama-tied-shifted", "gpt2-tied"])
 def test_chunked_loss_equals_plain_loss_and_gradients(build, shift):
-    from aura.train.chunked_loss import chunked_token_loss_sum, head_for_chunked_loss
-    from aura.train.objective import plain_token_loss_sum, token_loss_sum
+    from aura.train.objectives.chunked_loss import chunked_token_loss_sum, head_for_chunked_loss
+    from aura.train.objectives.objective import plain_token_loss_sum, token_loss_sum
 
     model = build()
     batch = _batch(shift=shift)
@@ -100,7 +100,7 @@ def test_chunked_loss_equals_plain_loss_and_gradients(build, shift):
 
 def test_chunked_loss_never_holds_the_full_logits():
     """The head only ever sees an empty sequence; the largest logits tensor is one chunk's."""
-    from aura.train.chunked_loss import chunked_token_loss_sum, head_for_chunked_loss
+    from aura.train.objectives.chunked_loss import chunked_token_loss_sum, head_for_chunked_loss
 
     model = _llama(vocab=1000)
     batch = _batch(vocab=1000)
@@ -129,8 +129,8 @@ def test_chunked_loss_never_holds_the_full_logits():
 def test_peft_lora_model_takes_the_chunked_path_with_equal_gradients():
     from peft import LoraConfig, get_peft_model
 
-    from aura.train.chunked_loss import head_for_chunked_loss
-    from aura.train.objective import plain_token_loss_sum, token_loss_sum
+    from aura.train.objectives.chunked_loss import head_for_chunked_loss
+    from aura.train.objectives.objective import plain_token_loss_sum, token_loss_sum
 
     model = get_peft_model(_llama(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                                  init_lora_weights=False))
@@ -143,7 +143,7 @@ def test_peft_lora_model_takes_the_chunked_path_with_equal_gradients():
 
 
 def test_heads_that_transform_logits_take_the_plain_path():
-    from aura.train.chunked_loss import head_for_chunked_loss
+    from aura.train.objectives.chunked_loss import head_for_chunked_loss
 
     model = _llama()
     model.config.final_logit_softcapping = 30.0  # Gemma-2 style soft-capping
@@ -154,7 +154,7 @@ def test_heads_that_transform_logits_take_the_plain_path():
 
 
 def test_chunked_loss_under_cpu_bf16_autocast_matches_the_plain_path():
-    from aura.train.objective import plain_token_loss_sum, token_loss_sum
+    from aura.train.objectives.objective import plain_token_loss_sum, token_loss_sum
 
     model = _llama()
     batch = _batch()
@@ -169,7 +169,7 @@ def test_chunked_loss_under_cpu_bf16_autocast_matches_the_plain_path():
 
 def test_gradient_accumulation_scale_reaches_the_weights():
     """The loop backpropagates loss * scale: stored gradients are scaled, not recomputed."""
-    from aura.train.objective import plain_token_loss_sum, token_loss_sum
+    from aura.train.objectives.objective import plain_token_loss_sum, token_loss_sum
 
     model = _llama()
     batch = _batch()
@@ -228,7 +228,7 @@ def test_doctor_assume_shows_what_auto_would_do(tmp_path):
 # ---- devices, DeepSpeed precision (the CPU-checkable halves; the GPU suite runs the CUDA ones) -----------
 
 def test_rng_states_of_more_gpus_than_visible_restore_the_visible_ones():
-    from aura.train.checkpoint import cuda_states_to_restore
+    from aura.train.run.checkpoint import cuda_states_to_restore
 
     saved = [torch.tensor([i], dtype=torch.uint8) for i in range(8)]  # saved on an 8-GPU node
     assert [i for i, _ in cuda_states_to_restore(saved, 2)] == [0, 1]  # resumed with 2 visible
@@ -238,7 +238,7 @@ def test_rng_states_of_more_gpus_than_visible_restore_the_visible_ones():
 def test_tf32_uses_the_current_api_without_deprecation_warnings():
     import warnings
 
-    from aura.train.engine import allow_tf32
+    from aura.train.optim.engine import allow_tf32
 
     matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
     before = (matmul.fp32_precision, conv.fp32_precision)
@@ -253,7 +253,7 @@ def test_tf32_uses_the_current_api_without_deprecation_warnings():
 
 def test_deepspeed_owns_precision_aura_adds_no_autocast():
     from aura.distributed import DistInfo
-    from aura.distributed.deepspeed_engine import DeepSpeedStep
+    from aura.train.optim.deepspeed import DeepSpeedStep
 
     step = DeepSpeedStep(None, None, precision="bf16", dist=DistInfo())
     with step.autocast():
@@ -264,7 +264,7 @@ def test_deepspeed_owns_precision_aura_adds_no_autocast():
 def test_attention_auto_picks_flash_attention_only_where_it_runs():
     import dataclasses
 
-    from aura.hardware import assumed_hardware, attention_implementation
+    from aura.models.hardware import assumed_hardware, attention_implementation
 
     h100 = assumed_hardware("H100 80GB")
     assert attention_implementation("auto", h100, "bf16") is None  # flash-attn not installed

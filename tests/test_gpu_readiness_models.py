@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aura.hardware import GIB, assumed_hardware, gpu_peak, nominal_gpu
+from aura.models.hardware import GIB, assumed_hardware, gpu_peak, nominal_gpu
 
 TF = 1e12
 
@@ -57,8 +57,8 @@ def test_fp32_runs_are_measured_against_the_tf32_peak_where_it_exists():
 def test_frozen_base_counts_4n_flops_and_padding_is_not_a_trained_token():
     from transformers import LlamaConfig
 
-    from aura.models import flops_per_token, matmul_parameters
-    from aura.train.objective import count_inputs
+    from aura.models.presets import flops_per_token, matmul_parameters
+    from aura.train.objectives.objective import count_inputs
 
     c = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2)
@@ -89,7 +89,7 @@ def _mistral_7b():
 
 
 def test_finetune_memory_terms():
-    from aura.train.memory import finetune_estimate, lora_parameters
+    from aura.train.run.memory import finetune_estimate, lora_parameters
 
     c = _llama_1b()
     kw = dict(lora_r=16, max_length=2048, precision="bf16")
@@ -107,7 +107,7 @@ def test_finetune_memory_terms():
 
 
 def test_auto_fits_the_guides_and_turns_checkpointing_on_only_when_needed():
-    from aura.train.memory import plan_finetune
+    from aura.train.run.memory import plan_finetune
 
     kw = dict(max_length=2048, precision="bf16")
     # the 12 GB QLoRA guide: Llama-3.2-1B (vocab 128k) on an RTX 3060
@@ -127,8 +127,8 @@ def test_auto_fits_the_guides_and_turns_checkpointing_on_only_when_needed():
 
 
 def test_72_hour_presets_decide_checkpointing_from_the_model():
-    from aura.hardware import choose_auto, needs_checkpointing
-    from aura.models import PRESETS, preset_training
+    from aura.models.hardware import choose_auto, needs_checkpointing
+    from aura.models.presets import PRESETS, preset_training
 
     assert preset_training("aura-72h-max").gradient_checkpointing is None  # no longer forced on
     big, small = nominal_gpu(80), nominal_gpu(40)

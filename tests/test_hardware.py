@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aura.hardware import (GIB, HardwareInfo, _CANDIDATES, auto_tiers, choose_auto, cpu_fast_bf16, default_precision,
-                           detect, estimate_memory, nominal_gpu)
-from aura.models import PRESETS
+from aura.models.hardware import (GIB, HardwareInfo, _CANDIDATES, auto_tiers, choose_auto, cpu_fast_bf16, default_precision, detect, estimate_memory, nominal_gpu)
+from aura.models.presets import PRESETS
 
 
 def test_detect_is_sane_and_side_effect_free(capsys):

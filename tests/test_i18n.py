@@ -20,7 +20,7 @@ from typing import Literal
 import pytest
 
 import aura
-from aura.i18n import REGISTRY, Messages, placeholders
+from aura.core.i18n import REGISTRY, Messages, placeholders
 
 # Identical es/en texts are fine when they contain nothing to translate: placeholders, punctuation,
 # numbers, acronyms (all capitals) and these names/terms, which both languages use as they are
@@ -66,7 +66,7 @@ def _nothing_to_translate(text: str) -> bool:
 
 def test_modules_were_imported():
     names = {m.__name__ for m in MODULES}
-    assert {"aura.cli", "aura.config", "aura.i18n", "aura.monitor", "aura.doctor", "aura.runs"} <= names
+    assert {"aura.cli", "aura.core.config", "aura.core.i18n", "aura.watch.monitor", "aura.watch.doctor", "aura.watch.runs"} <= names
     assert len(REGISTRY) >= 5
 
 
@@ -118,7 +118,7 @@ def test_spanish_catalogues_have_no_english_words():
 
 def test_counts_use_the_plural_form():
     """``{n} pasos`` reads "1 pasos" when n is 1 and ``proceso(s)`` is not how Spanish is written: a count
-    followed by a noun is written ``{n:paso|pasos}`` (aura.i18n)."""
+    followed by a noun is written ``{n:paso|pasos}`` (aura.core.i18n)."""
     found = []
     for ns, key, (es, en) in _entries():
         for lang, text in (("es", es), ("en", en)):
@@ -135,7 +135,7 @@ def test_counts_use_the_plural_form():
 
 
 def test_number_and_plural_formatting():
-    from aura.i18n import num, plural, set_lang
+    from aura.core.i18n import num, plural, set_lang
 
     m = Messages("test_i18n_numbers", {"k": ("{params:,} parámetros, {n:paso|pasos}, {loss:.2f}, {x:,.1f}",
                                              "{params:,} parameters, {n:step|steps}, {loss:.2f}, {x:,.1f}")})
@@ -235,7 +235,7 @@ def test_every_config_field_has_help_in_both_languages(cls):
 
 
 def test_registered_commands_have_bilingual_descriptions():
-    from aura.cli import COMMANDS
+    from aura.cli.commands import COMMANDS
 
     for key, cmd in COMMANDS.items():
         assert cmd.es.strip() and cmd.en.strip() and cmd.es != cmd.en, key
@@ -268,7 +268,7 @@ def _argparse_msgids() -> set[tuple[str, ...]]:
 
 
 def test_argparse_user_strings_have_spanish():
-    from aura.config import ARGPARSE_ES, ARGPARSE_ES_PLURAL
+    from aura.core.config import ARGPARSE_ES, ARGPARSE_ES_PLURAL
 
     missing = []
     for ids in _argparse_msgids():
@@ -285,8 +285,8 @@ def test_argparse_user_strings_have_spanish():
 
 
 def test_argparse_speaks_spanish(capsys):
-    from aura.config import arg, parse_config
-    from aura.i18n import set_lang
+    from aura.core.config import arg, parse_config
+    from aura.core.i18n import set_lang
 
     @dataclasses.dataclass
     class Demo:
@@ -317,7 +317,7 @@ def test_argparse_speaks_spanish(capsys):
 def test_every_message_formats_with_counts(lang):
     """Every format spec in the catalogues (grouping, decimals, plural forms) works on a count of 1 and of
     12345, and a plural form agrees with its count."""
-    from aura.i18n import _Formatter
+    from aura.core.i18n import _Formatter
 
     fmt = _Formatter(lang)
     for ns, key, pair in _entries():

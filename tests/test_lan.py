@@ -159,7 +159,7 @@ def test_finetune_takes_the_same_flags(lan):
 
 def test_advice_for_the_lan_guide(capsys):
     """The issue's case, computed: gpt2-medium, five PCs, 1 Gbit/s (0.2 ms latency), 1 s of compute per step."""
-    from aura.check_dist import advise
+    from aura.cluster.check import advise
 
     line = advise("gpt2-medium", world=5, latency_s=2e-4, busbw=1e9 / 8, step_s=1.0)
     assert line == ("1.00 Gbit/s: ~17.2 s per step in all-reduce with gpt2-medium; use --ddp-comm powersgd or "

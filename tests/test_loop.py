@@ -157,7 +157,7 @@ def test_loss_with_padded_labels_matches_transformers(prepared):
     """HF-convention labels with -100 padding: the loop's sum / count equals transformers' mean loss."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from aura.train.objective import count_targets, token_loss_sum
+    from aura.train.objectives.objective import count_targets, token_loss_sum
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=800, hidden_size=32, num_hidden_layers=1,
@@ -204,7 +204,7 @@ def test_no_weight_decay_on_norms_biases_embeddings():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from aura.train.args import TrainArgs
-    from aura.train.engine import build_optimizer
+    from aura.train.optim.engine import build_optimizer
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_embd=32, n_layer=1, n_head=2, n_positions=16))
     opt = build_optimizer(model, TrainArgs(learning_rate=1e-3), torch.device("cpu"))
@@ -218,7 +218,7 @@ def test_no_weight_decay_on_norms_biases_embeddings():
 def test_torch_engine_sets_the_lr_and_skips_a_non_finite_window_without_touching_the_weights():
     from aura.distributed import DistInfo
     from aura.train.args import TrainArgs
-    from aura.train.engine import TorchEngine
+    from aura.train.optim.engine import TorchEngine
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))

@@ -100,7 +100,7 @@ def test_resume_mid_epoch_is_exact(sources):
                                                                                   want["shift_labels"])
     assert resumed.tokens_seen() == ref.tokens_seen()
     other = mixture(sources, {"a": 0.5, "b": 0.5})
-    from aura.errors import AuraError
+    from aura.core.errors import AuraError
 
     with pytest.raises(AuraError, match="another mixture"):
         other.load_state_dict(state)

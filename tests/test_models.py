@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aura.errors import AuraError
-from aura.models import (PRESETS, build_model, count_parameters, flops_per_token, hf_config, matmul_parameters,
-                         resolve_spec, spec_parameters)
+from aura.core.errors import AuraError
+from aura.models.presets import (PRESETS, build_model, count_parameters, flops_per_token, hf_config, matmul_parameters, resolve_spec, spec_parameters)
 
 
 @pytest.mark.parametrize("name", ["tiny", "gpt2-small"])
@@ -57,7 +56,7 @@ def test_manual_and_overrides_validate():
 
 
 def test_gpt2_medium_log_line_in_both_languages(monkeypatch):
-    from aura.i18n import set_lang
+    from aura.core.i18n import set_lang
 
     spec = resolve_spec("gpt2-medium")
     set_lang("es")

@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from aura.monitor import is_training_cmdline
+from aura.watch.monitor import is_training_cmdline
 from tests.conftest import run_aura, run_aura_here
 
 FIELDS = {"time", "cpu_percent", "ram_percent", "ram_used_gib", "ram_total_gib", "process_pids",

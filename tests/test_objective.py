@@ -18,12 +18,12 @@ class ScaledLM:
     metric_names = ("check/double_loss",)
 
     def count(self, batch):
-        from aura.train.objective import count_targets
+        from aura.train.objectives.objective import count_targets
 
         return count_targets(batch)
 
     def loss(self, model, batch):
-        from aura.train.objective import token_loss_sum
+        from aura.train.objectives.objective import token_loss_sum
 
         loss = token_loss_sum(model, batch)
         return loss, {"check/double_loss": 2 * loss.detach()}
@@ -45,7 +45,7 @@ class ParamNorm:
 
 def _run(out, data, *, objective=None, evaluators=()):
     from aura.train.pretrain import PretrainCommand, PretrainConfig
-    from aura.train.session import run_training
+    from aura.train.run.session import run_training
 
     class Command(PretrainCommand):
         def prepare(self, run):
@@ -84,7 +84,7 @@ def test_a_log_line_that_straddles_a_resume_covers_the_steps_before_it(prepared,
     import shutil
 
     from aura.train.pretrain import PretrainCommand, PretrainConfig
-    from aura.train.session import run_training
+    from aura.train.run.session import run_training
 
     class Command(PretrainCommand):
         def prepare(self, run):

@@ -1,6 +1,6 @@
 """Ownership markers and staging names: what Aura may replace or clean up, tried on real directories.
 
-``aura.utils.ownership`` decides whether an output may be written or replaced; ``aura.utils.fsutil``
+``aura.core.ownership`` decides whether an output may be written or replaced; ``aura.core.atomic``
 names its staging entries after their writer (``~PID@HOST``) so that cleanup removes only leftovers of
 writers that are gone, and gives outputs the user's usual permissions (umask), not mkdtemp's 0700.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from aura.errors import AuraError
-from aura.utils import fsutil, ownership
+from aura.core.errors import AuraError
+from aura.core import atomic as fsutil, ownership, staging
 from tests.conftest import run_aura
 from tests.tiny_models import CORPUS_DIR
 
@@ -43,7 +43,7 @@ def test_check_replaceable_states_and_refusals(tmp_path):
     assert ownership.check_replaceable(tmp_path / "new", kind="data") == "absent"
     (tmp_path / "empty").mkdir()
     assert ownership.check_replaceable(tmp_path / "empty", kind="data") == "empty"
-    with fsutil.staged_dir(tmp_path / "ours", kind="data") as tmp:
+    with staging.staged_dir(tmp_path / "ours", kind="data") as tmp:
         (tmp / "x.bin").write_bytes(b"\0")
     assert ownership.read_marker(tmp_path / "ours")["kind"] == "data"
     assert ownership.check_replaceable(tmp_path / "ours", kind="data") == "owned"
@@ -90,7 +90,7 @@ def test_staged_replace_never_removes_a_foreign_dir(tmp_path):
     target = _user_dir(tmp_path / "target")
     before = sorted(p.relative_to(target).as_posix() for p in target.rglob("*"))
     with pytest.raises(AuraError, match="was not created by Aura"):
-        with fsutil.staged_dir(target, replace=True, kind="model") as tmp:
+        with staging.staged_dir(target, replace=True, kind="model") as tmp:
             (tmp / "config.json").write_text("{}")
     assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == before
     assert [p.name for p in tmp_path.iterdir()] == ["target"]  # no staging leftover either
@@ -122,11 +122,11 @@ def test_legacy_layouts_are_recognised_only_when_exact(tmp_path):
 # ---- staging names, stale cleanup ----------------------------------------------------------------
 
 def test_staging_names_carry_the_writer(tmp_path):
-    with fsutil.staged_dir(tmp_path / "out", kind="data") as tmp:
+    with staging.staged_dir(tmp_path / "out", kind="data") as tmp:
         assert tmp.name.startswith(".tmp-out-")
-        assert fsutil.tmp_owner(tmp.name) == (os.getpid(), fsutil._host())
-        assert not fsutil.is_stale_tmp(tmp)  # its writer is alive: this process
-        assert fsutil.remove_stale_tmp(tmp_path) == [] and tmp.is_dir()
+        assert staging.tmp_owner(tmp.name) == (os.getpid(), fsutil._host())
+        assert not staging.is_stale_tmp(tmp)  # its writer is alive: this process
+        assert staging.remove_stale_tmp(tmp_path) == [] and tmp.is_dir()
 
 
 def _dead_pid() -> int:
@@ -155,20 +155,20 @@ def test_remove_stale_tmp_spares_live_writers_and_recent_unknown_entries(tmp_pat
             else:
                 (p / "sub").mkdir(parents=True)
                 (p / "sub" / "f.bin").write_bytes(os.urandom(64))
-        old = time.time() - 2 * fsutil.STALE_UNKNOWN_S
+        old = time.time() - 2 * staging.STALE_UNKNOWN_S
         for p in [entries["unknown_old"], *entries["unknown_old"].rglob("*")]:
             os.utime(p, (old, old))
         # in a user's directory (max_age_s=None) only provably dead writers' entries go
-        removed = fsutil.remove_stale_tmp(tmp_path, prefix=fsutil.staging_prefixes("data"), max_age_s=None)
+        removed = staging.remove_stale_tmp(tmp_path, prefix=staging.staging_prefixes("data"), max_age_s=None)
         assert sorted(p.name for p in removed) == [entries["dead"].name]
-        removed = fsutil.remove_stale_tmp(tmp_path)
+        removed = staging.remove_stale_tmp(tmp_path)
         assert sorted(p.name for p in removed) == sorted([entries["dead_file"].name, entries["unknown_old"].name])
         for name in ("live", "other_host", "unknown_new", "not_tmp"):
             assert (entries[name] / "sub" / "f.bin").is_file(), name
     finally:
         live.kill()
         live.wait()
-    assert fsutil.remove_stale_tmp(tmp_path, prefix="data-abcd") == [entries["live"]]
+    assert staging.remove_stale_tmp(tmp_path, prefix="data-abcd") == [entries["live"]]
 
 
 def test_writer_killed_between_the_two_renames_gets_its_directory_back(tmp_path):
@@ -177,7 +177,7 @@ def test_writer_killed_between_the_two_renames_gets_its_directory_back(tmp_path)
     moved_aside = tmp_path / f".tmp-old~final~{dead}@{fsutil._host()}"
     moved_aside.mkdir()
     (moved_aside / "model.safetensors").write_bytes(b"weights")
-    fsutil.remove_stale_tmp(tmp_path)
+    staging.remove_stale_tmp(tmp_path)
     assert (tmp_path / "final" / "model.safetensors").read_bytes() == b"weights"
     assert not moved_aside.exists()
 
@@ -185,7 +185,7 @@ def test_writer_killed_between_the_two_renames_gets_its_directory_back(tmp_path)
 def test_killed_writer_leftover_is_removed_by_the_next_cleanup(tmp_path):
     script = textwrap.dedent(f"""
         import time
-        from aura.utils.fsutil import staged_dir
+        from aura.core.staging import staged_dir
         with staged_dir({str(tmp_path / 'final')!r}, kind="data") as tmp:
             (tmp / 'part').write_text('x')
             print('writing', flush=True)
@@ -194,16 +194,16 @@ def test_killed_writer_leftover_is_removed_by_the_next_cleanup(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "writing"
     (leftover,) = list(tmp_path.iterdir())
-    assert fsutil.remove_stale_tmp(tmp_path) == []  # still writing
+    assert staging.remove_stale_tmp(tmp_path) == []  # still writing
     proc.kill()
     proc.wait(timeout=30)
-    assert fsutil.remove_stale_tmp(tmp_path) == [leftover] and not any(tmp_path.iterdir())
+    assert staging.remove_stale_tmp(tmp_path) == [leftover] and not any(tmp_path.iterdir())
 
 
 # ---- permissions -----------------------------------------------------------------------------------
 
 def test_outputs_get_the_users_permissions(tmp_path, umask_002):
-    with fsutil.staged_dir(tmp_path / "out", kind="model") as tmp:
+    with staging.staged_dir(tmp_path / "out", kind="model") as tmp:
         fsutil.atomic_write_json(tmp / "config.json", {"a": 1})
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o775  # not mkdtemp's 0700
     assert (tmp_path / "out" / "config.json").stat().st_mode & 0o777 == 0o664  # not mkstemp's 0600

@@ -70,7 +70,7 @@ def _peft_model(env):
 def _tokenizer(env):
     from transformers import AutoTokenizer
 
-    from aura.data.templates import get_template
+    from aura.text.templates import get_template
 
     tok = AutoTokenizer.from_pretrained(env["tok"])
     tok.chat_template = get_template("mistral")

@@ -31,8 +31,8 @@ def prepared(prepared_corpus) -> Path:
 def test_final_dir_loads_in_transformers_with_equal_logits(prepared, tmp_path, arch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from aura.models import build_model, resolve_spec
-    from aura.train.session import load_hf_weights as _load_hf
+    from aura.models.presets import build_model, resolve_spec
+    from aura.train.run.session import load_hf_weights as _load_hf
 
     run = tmp_path / "run"
     r = run_aura("pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--arch", arch,
@@ -126,7 +126,7 @@ def test_nan_loss_skips_then_stops_keeping_last_checkpoint(prepared, tmp_path):
                  "--precision", "fp32")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "NaN/inf" in r.stderr and "non-finite" in r.stderr and "Traceback" not in r.stderr
-    from aura.train.checkpoint import latest_checkpoint
+    from aura.train.run.checkpoint import latest_checkpoint
 
     last = latest_checkpoint(run)
     assert last is not None
@@ -179,7 +179,7 @@ def test_ctrl_c_exit_codes_once_saves_twice_names_the_last_good_checkpoint(prepa
         assert "interrupted" in listing.stdout, listing.stdout
         if presses == 2:  # aborted without saving: the message names the last complete checkpoint
             assert "Aborted without saving" in out and "Last good checkpoint: " in out, out
-            from aura.rundir import latest_checkpoint
+            from aura.core.rundir import latest_checkpoint
 
             assert f"Last good checkpoint: {latest_checkpoint(run)}" in out, out
             assert "Traceback" not in out

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from aura.cli import COMMANDS, resolve
-from aura.config import build_parser
+from aura.cli.commands import COMMANDS
+from aura.cli import resolve
+from aura.core.config import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 READMES = [ROOT / "README.md", ROOT / "README.en.md"]

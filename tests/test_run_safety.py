@@ -132,7 +132,7 @@ def test_elastic_restart_of_the_same_job_resumes_its_latest_checkpoint(prepared,
 
 
 def test_resuming_an_older_checkpoint_needs_fork_which_moves_the_later_ones_aside(prepared, tmp_path):
-    from aura.rundir import latest_checkpoint, list_checkpoints
+    from aura.core.rundir import latest_checkpoint, list_checkpoints
 
     run = tmp_path / "run"
     assert pretrain(prepared, run, "--max-steps", "6", "--save-steps", "2", "--keep-last", "0").returncode == 0
@@ -246,7 +246,7 @@ def test_dcp_only_checkpoint_resumes_on_one_process_with_load_sharded(prepared, 
 
     from aura.distributed.sharded import save_sharded
     from aura.distributed import DistInfo
-    from aura.train.engine import build_optimizer
+    from aura.train.optim.engine import build_optimizer
     from aura.train.pretrain import PretrainConfig
 
     run = tmp_path / "run"

@@ -11,8 +11,8 @@ import torch
 
 from aura.data.sft import Conversation, load_conversations, record_to_conversation, split_train_val
 from aura.data.sft_batches import (IGNORE_INDEX, SFTDataSource, collate, encode, encode_all, pack)
-from aura.data.templates import TEMPLATE_TOKENS, TEMPLATES, resolve_chat_template
-from aura.errors import AuraError
+from aura.text.templates import TEMPLATE_TOKENS, TEMPLATES, resolve_chat_template
+from aura.core.errors import AuraError
 from tests.tiny_models import build_gpt2, build_llama, train_tokenizer
 
 CONV = [
@@ -34,7 +34,7 @@ def tok_dir(tmp_path_factory):
 
 
 def _tokenizer(tok_dir, template: str | None = None):
-    from aura.tokenizer import load_tokenizer
+    from aura.tokenizer.loading import load_tokenizer
 
     tok = load_tokenizer(str(tok_dir))
     if template:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from aura.errors import AuraError
+from aura.core.errors import AuraError
 from tests.conftest import RESOURCES, run_aura, run_aura_here
 
 SAMPLES = [
@@ -21,7 +21,7 @@ SAMPLES = [
 
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory):
-    from aura.tokenizer import train_bpe
+    from aura.tokenizer.train import train_bpe
 
     out = tmp_path_factory.mktemp("tok") / "tok"
     return train_bpe(inputs=[str(RESOURCES / "corpus_es")], vocab_size=400, output_dir=out, doc_sep="blankline")
@@ -65,7 +65,8 @@ def test_hash_is_identity(tok_dir, tmp_path):
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer
 
-    from aura.tokenizer import load_tokenizer, tokenizer_hash, train_bpe
+    from aura.tokenizer.loading import load_tokenizer, tokenizer_hash
+    from aura.tokenizer.train import train_bpe
 
     h = tokenizer_hash(tok_dir)
     assert h == json.loads((tok_dir / "aura_tokenizer.json").read_text())["hash"]
@@ -81,7 +82,8 @@ def test_load_tokenizer_adds_pad_and_names_missing(tmp_path, capsys):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from aura.tokenizer import build_bpe_trainer_pair, load_tokenizer
+    from aura.tokenizer.train import build_bpe_trainer_pair
+    from aura.tokenizer.loading import load_tokenizer
 
     tok, trainer = build_bpe_trainer_pair(300, 1)
     tok.train_from_iterator(["hola mundo " * 20, "adiós mundo"], trainer=trainer)
@@ -110,7 +112,7 @@ def test_one_tokenizer_loader_for_training_and_inference(tmp_path, capsys):
     from transformers import PreTrainedTokenizerFast
 
     from aura.inference.loading import load_model_tokenizer
-    from aura.tokenizer import load_tokenizer
+    from aura.tokenizer.loading import load_tokenizer
 
     plain = Tokenizer(models.BPE())
     plain.pre_tokenizer = pre_tokenizers.ByteLevel()

@@ -116,7 +116,7 @@ def test_final_model_and_gguf_tokenize_like_the_extended_tokenizer(adapted, tmp_
     from llama_cpp import Llama
     from transformers import AutoTokenizer
 
-    from aura.tokenizer import tokenizer_hash
+    from aura.tokenizer.loading import tokenizer_hash
 
     final = adapted["run"] / "final"
     assert tokenizer_hash(AutoTokenizer.from_pretrained(final)) == tokenizer_hash(adapted["ext"])

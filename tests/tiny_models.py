@@ -168,7 +168,7 @@ def stamp_adapter_base(adapter_dir: str | Path, base: str | Path) -> Path:
 
     from transformers import AutoModelForCausalLM
 
-    from aura.adapter_check import ADAPTER_META, base_fingerprint
+    from aura.models.adapter_check import ADAPTER_META, base_fingerprint
 
     meta = {"method": "lora", "template": None, **base_fingerprint(AutoModelForCausalLM.from_pretrained(str(base)))}
     (Path(adapter_dir) / ADAPTER_META).write_text(json.dumps(meta), encoding="utf-8")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("mixture", {
     "syntax": ("--data {item!r}: en una mezcla cada fuente se escribe NOMBRE=PESO:DIRECTORIO (p. ej. "

@@ -40,11 +40,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from aura import console
+from aura.core import console
 from aura.data.sft import _check_messages, iter_records
 from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 DEFAULT_PAIRS = Path(__file__).resolve().parents[1] / "resources" / "preference_es.jsonl"
 IDENTICAL_LIMIT = 0.1  # identical pairs above this fraction of the data are refused
@@ -233,7 +233,7 @@ def _encode_side(tokenizer, prompt: list[dict], answer: dict, where: str) -> tup
     """(token ids of prompt + answer, how many of them are prompt)."""
     from aura.data.sft_batches import M as BM
     from aura.data.sft_batches import _render, _rstrip_end
-    from aura.data.templates import template_names
+    from aura.text.templates import template_names
 
     before = _render(tokenizer, prompt, generation_prompt=True, where=where)
     full = _render(tokenizer, prompt + [answer], generation_prompt=False, where=where)

@@ -25,15 +25,17 @@ from typing import Iterator
 
 import numpy as np
 
-from aura import __version__, console
-from aura.config import arg
-from aura.data.readers import ReaderArgs, ReaderOptions, Source, clean_text, expand_inputs, hf_source, iter_documents
+from aura import __version__
+from aura.core import console
+from aura.core.config import arg
+from aura.text.readers import ReaderArgs, ReaderOptions, clean_text, iter_documents
+from aura.text.sources import Source, expand_inputs, hf_source
 from aura.data.tokens import FORMAT, load_meta
-from aura.errors import AuraError
-from aura.i18n import Messages, num
-from aura.utils.fsutil import (TMP_PREFIX, atomic_write_json, remove_stale_tmp, sha256_file, staged_dir,
-                               staging_prefixes)
-from aura.utils.ownership import MARKER, check_location
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages, num
+from aura.core.atomic import TMP_PREFIX, atomic_write_json, sha256_file
+from aura.core.staging import remove_stale_tmp, staged_dir, staging_prefixes
+from aura.core.ownership import MARKER, check_location
 
 M = Messages("prepare", {
     "no_tokenizer": ("Falta --tokenizer: indica un directorio de tokenizador (aura tokenizer train) o un "
@@ -255,7 +257,7 @@ def _fingerprint(sources: list[Source], tok_hash: str, cfg: PrepareConfig) -> st
 def _check_output(cfg: PrepareConfig) -> dict | None:
     """Refuse an output that is not ours to write (before any work); the meta of the Aura data dir
     already there, or None. An unreadable meta.json in it needs --force: it is never taken as empty."""
-    from aura.utils.ownership import check_replaceable
+    from aura.core.ownership import check_replaceable
 
     out = Path(cfg.output_dir)
     inputs = [*cfg.inputs, *([cfg.hf_dataset] if cfg.hf_dataset else [])]
@@ -301,7 +303,7 @@ def _move_to_val(train: ShardWriter, val: ShardWriter, root: Path, start: int, l
 
 
 def prepare(cfg: PrepareConfig) -> Path:
-    from aura.tokenizer import backend_of, load_tokenizer, local_backend, tokenizer_hash
+    from aura.tokenizer.loading import backend_of, load_tokenizer, local_backend, tokenizer_hash
 
     t0 = time.perf_counter()
     out = Path(cfg.output_dir)

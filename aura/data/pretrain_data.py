@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from aura.data.tokens import TokenShards
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("pretrain_data", {
     "too_short": ("La partición '{split}' de {path} tiene {tokens:token|tokens}; con --seq-length {seq} y "

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from aura import console
-from aura.data.readers import ReaderOptions, Source, expand_inputs, hf_source, is_hf_disk_dir, iter_text_blocks
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core import console
+from aura.text.readers import ReaderOptions, iter_text_blocks
+from aura.text.sources import Source, expand_inputs, hf_source, is_hf_disk_dir
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "resources" / "instrucciones_es.csv"
 ROLES = ("system", "user", "assistant")
@@ -165,7 +166,7 @@ def record_to_conversation(record, where: str) -> Conversation:
 
 
 def _rec_where(path: str, n: int, unit: str = "record") -> str:
-    from aura.i18n import bi
+    from aura.core.i18n import bi
 
     return f"{path}, {bi('línea', 'line') if unit == 'line' else bi('registro', 'record')} {n}"
 
@@ -221,7 +222,7 @@ def _table_records(rows: Iterable[dict], name: str) -> Iterator[tuple[str, dict]
 def _hf_records(source: Source, split: str) -> Iterator[tuple[str, dict]]:
     import datasets
 
-    from aura.data.readers import M as RM
+    from aura.text.readers import M as RM
 
     try:
         if source.kind == "hf_disk":

@@ -24,11 +24,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from aura import console
+from aura.core import console
 from aura.data.sft import Conversation
-from aura.data.templates import TEXT_MARKERS
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.text.templates import TEXT_MARKERS
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 IGNORE_INDEX = -100
 
@@ -122,7 +122,7 @@ def _render(tokenizer, messages, *, generation_prompt: bool, where: str) -> str:
 
 
 def _chat_spans(tokenizer, conv: Conversation) -> tuple[str, list[tuple[int, int]]]:
-    from aura.data.templates import template_names
+    from aura.text.templates import template_names
 
     msgs = conv.messages or []
     full = _render(tokenizer, msgs, generation_prompt=False, where=conv.where)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 FORMAT = "aura-tokens-v1"
 

@@ -7,14 +7,16 @@
 * ``comm``: DDP communication hooks for slow links (``--ddp-comm none|bf16|powersgd``), their timing
   (the communication share in the log) and PowerSGD's checkpointed per-rank state.
 * ``local_sgd``: ``--local-steps H``, DiLoCo-style local SGD (no DDP; an outer Nesterov step every H steps).
+* ``engines``: ``wrap_engine``, the step engine of a slow-link mode (``comm`` or ``local_sgd``).
 * ``sharded``: DCP checkpoints of sharded models.
-* ``deepspeed_engine``: DeepSpeed ZeRO-2/3 behind the loop's ``StepEngine`` seam, and the
-  ``DS_ACCELERATOR`` choice the CLI makes before any command runs.
 
-The public names below are re-exported lazily: importing the package (or its torch-free
-``deepspeed_engine`` helper from the CLI) does not import torch; the first use of a name does.
+DeepSpeed, which replaces the step engine rather than wrapping the model, lives with the other step
+engines in ``aura.train.optim.deepspeed``.
+
+The public names below are re-exported lazily: importing the package does not import torch; the
+first use of a name does.
 The commands around it (``aura launch``, ``aura check-dist``) live beside the other commands
-(``aura.launch``, ``aura.check_dist``).
+(``aura.cluster.launch``, ``aura.cluster.check``).
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-from aura import console
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core import console
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("dist_comm", {
     "hook": ("Comunicación de gradientes: --ddp-comm {mode} ({detail})",
@@ -340,17 +340,3 @@ class CommEngine:
             console.warn(M("world_changed", saved=len(ranks), world=self.dist.world_size))
             return
         self.hook.memory.load_state_dict(ranks[self.dist.rank])
-
-
-def wrap_engine(engine, *, model, args, dist, total_steps: int):
-    """The step engine the loop drives: ``engine`` itself, or a wrapper for ``--ddp-comm`` (any DDP run
-    under torchrun) or ``--local-steps`` (``aura.distributed.local_sgd``)."""
-    if getattr(args, "local_steps", None) and dist.world_size > 1:
-        from aura.distributed.local_sgd import LocalSGDEngine
-
-        return LocalSGDEngine(engine, model=model, dist=dist, local_steps=args.local_steps, outer_lr=args.outer_lr,
-                              outer_momentum=args.outer_momentum, total_steps=total_steps)
-    hook = getattr(model, "_aura_comm", None)
-    if hook is not None:
-        return CommEngine(engine, hook=hook, dist=dist, log_interval=args.log_interval)
-    return engine

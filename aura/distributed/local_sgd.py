@@ -24,10 +24,10 @@ import time
 
 import torch
 
-from aura import console
+from aura.core import console
 from aura.distributed.comm import CommTimer, gather_to_main
 from aura.distributed.parallel import unwrap
-from aura.i18n import Messages
+from aura.core.i18n import Messages
 
 M = Messages("dist_local_sgd", {
     "start": ("SGD local (DiLoCo): {h:paso local|pasos locales} por sincronización; optimizador externo SGD "

@@ -14,10 +14,10 @@ from typing import Iterator
 
 import torch
 
-from aura import console
+from aura.core import console
 from aura.distributed.process import DistInfo
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("dist_parallel", {
     "strategy": ("Estrategia de paralelismo: {strategy} ({reason})",
@@ -112,7 +112,7 @@ def is_quantized(model: torch.nn.Module) -> bool:
 def choose_strategy(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto",
                     device_memory: int | None = None) -> tuple[str, str]:
     """``(strategy, reason)``: none for one rank; DDP when the full training state fits a device, else FSDP."""
-    from aura.utils.fsutil import human_bytes
+    from aura.core.atomic import human_bytes
 
     if strategy not in STRATEGIES:
         raise AuraError(M("bad_strategy", strategy=strategy))
@@ -208,7 +208,7 @@ def parallelize(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto
     chosen, reason = choose_strategy(model, dist=dist, strategy=strategy, device_memory=device_memory)
     if local:  # no DDP: the replicas meet every H steps (aura.distributed.local_sgd)
         if chosen == "fsdp":
-            from aura.utils.fsutil import human_bytes
+            from aura.core.atomic import human_bytes
 
             have = device_memory if device_memory is not None else device_memory_bytes(dist)
             raise AuraError(M("local_too_big", need=human_bytes(training_state_bytes(model)),
@@ -260,7 +260,7 @@ def parallelize(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto
 
 
 def is_deepspeed_engine(model) -> bool:
-    """True for the engine ``deepspeed.initialize`` returned (``aura.distributed.deepspeed_engine``).
+    """True for the engine ``deepspeed.initialize`` returned (``aura.train.optim.deepspeed``).
 
     DeepSpeed is never imported here: an engine exists only if the setup already imported it.
     """

@@ -18,9 +18,9 @@ from typing import Iterator
 
 import torch
 
-from aura import console
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core import console
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("distributed", {
     "nccl_fallback": ("NCCL no pudo inicializarse ({err}); se usa gloo en su lugar.",

@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 
 from aura.distributed.process import DistInfo
-from aura.errors import AuraError
-from aura.i18n import Messages
-from aura.utils.fsutil import fsync_tree, tmp_name
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
+from aura.core.atomic import fsync_tree, tmp_name
 
 M = Messages("dist_sharded", {
     "missing": ("No hay un checkpoint distribuido en {path} (falta .metadata). ¿Se guardó con otra "

@@ -6,8 +6,8 @@ import torch
 
 from aura.distributed.parallel import strategy_of, unwrap
 from aura.distributed.process import DistInfo
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("dist_sync", {
     "desync": ("Los pesos del modelo difieren entre procesos (Sync=FAIL): los rangos {ranks} no coinciden "

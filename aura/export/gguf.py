@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from aura import console
-from aura.config import arg
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core import console
+from aura.core.config import arg
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("gguf", {
     "bad_quant": ("--quant '{quant}' no es válido. Opciones: {choices}.",
@@ -131,9 +131,8 @@ def export_gguf(cfg: GGUFConfig) -> int:
     from aura.export.gguf_arch import plan_arch
     from aura.export.gguf_tokenizer import modelfile_text, plan_vocab
     from aura.inference.loading import find_tokenizer_dir, load_model_tokenizer, read_json_file, resolve_model
-    from aura.utils.fsutil import (TMP_PREFIX, atomic_write_text, check_writable, fsync_dir, human_bytes,
-                                   owner_suffix, tmp_name, user_mode)
-    from aura.utils.ownership import check_location
+    from aura.core.atomic import (TMP_PREFIX, atomic_write_text, check_writable, fsync_dir, human_bytes, owner_suffix, tmp_name, user_mode)
+    from aura.core.ownership import check_location
 
     # --- every refusal before anything is written ---
     check_writable(cfg.target(), flag="--outfile" if cfg.outfile else "--output-dir")

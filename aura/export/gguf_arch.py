@@ -15,8 +15,8 @@ from typing import Iterator
 
 import numpy as np
 
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("gguf_arch", {
     "unsupported": ("La arquitectura {arch} de {path} no se puede exportar a GGUF con Aura. Compatibles: "

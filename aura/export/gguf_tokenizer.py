@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("gguf_tokenizer", {
     "no_json": ("{path} no tiene tokenizer.json (tokenizador rápido de Hugging Face); es necesario "

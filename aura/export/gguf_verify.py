@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aura import console
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core import console
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("gguf_verify", {
     "start": ("Verificando {path} en llama.cpp…", "Verifying {path} in llama.cpp…"),
@@ -112,7 +112,7 @@ def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None
     llm.close()
 
     # 3. logits (within the model's context: past it a GPT-2 fails in both, llama.cpp by aborting)
-    from aura.models import context_length
+    from aura.models.presets import context_length
 
     ctx = context_length(model.config) or 2048
     ids = tok(VERIFY_TEXTS[0] + " " + VERIFY_TEXTS[3], add_special_tokens=True)["input_ids"][:ctx]

@@ -3,7 +3,7 @@
 The base is always loaded unquantised (fp32, then saved in ``--dtype``): a QLoRA adapter was trained
 against a 4-bit base, but merging into 4-bit weights would round the update away and leave a model
 that only bitsandbytes can read. The adapter is checked against the loaded base
-(``aura.adapter_check``: the fingerprint fine-tuning saved, every LoRA matrix against the layer it
+(``aura.models.adapter_check``: the fingerprint fine-tuning saved, every LoRA matrix against the layer it
 modifies), so an adapter for another model fails with both names instead of writing a broken model.
 The output dir is built under a temporary name and renamed at the end.
 """
@@ -14,10 +14,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from aura import __version__, console
-from aura.config import arg
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura import __version__
+from aura.core import console
+from aura.core.config import arg
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("merge", {
     "need": ("Faltan --base-model y/o --adapter.", "--base-model and/or --adapter are missing."),
@@ -68,7 +69,7 @@ def _saved_dtype(choice: str, base_config: dict) -> str:
 
 
 def merge(cfg: MergeConfig) -> int:
-    from aura.utils.ownership import check_location, check_replaceable
+    from aura.core.ownership import check_location, check_replaceable
 
     # Never into the base, the adapter or a directory holding them; only an Aura model dir is replaced.
     # Checked before torch is even imported: a refusal is immediate.
@@ -79,10 +80,11 @@ def merge(cfg: MergeConfig) -> int:
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    from aura.adapter_check import check_adapter_base
+    from aura.models.adapter_check import check_adapter_base
     from aura.inference.loading import (end_of_turn_ids, load_model_tokenizer, read_json_file, resolve_model,
                                         quiet_transformers, tokenizer_dir_for, torch_dtype)
-    from aura.utils.fsutil import atomic_write_json, check_writable, staged_dir
+    from aura.core.atomic import atomic_write_json, check_writable
+    from aura.core.staging import staged_dir
 
     check_writable(out, flag="--output-dir")
     source = resolve_model(cfg.base_model, cfg.adapter)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from aura import console
-from aura.config import arg
-from aura.i18n import Messages
+from aura.core import console
+from aura.core.config import arg
+from aura.core.i18n import Messages
 from aura.inference.generate import SamplingArgs, validate_sampling
 
 M = Messages("chat", {

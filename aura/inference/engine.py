@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from aura import console
-from aura.i18n import Messages
+from aura.core import console
+from aura.core.i18n import Messages
 
 M = Messages("engine", {
     "turns_dropped": ("El contexto del modelo ({ctx:token|tokens}) no admite toda la conversación: se dejan "
@@ -83,7 +83,7 @@ class HFEngine:
         import torch
         from transformers import TextIteratorStreamer, set_seed
 
-        from aura.models import context_length
+        from aura.models.presets import context_length
 
         stops = PLAIN_STOPS if messages is not None and not self.has_template else None
         ids, max_new, _ = fit_context(lambda m: self._encode(prompt, m), messages, sampling.max_new_tokens,

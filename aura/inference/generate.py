@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from aura import console
-from aura.config import arg
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core import console
+from aura.core.config import arg
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("generate", {
     "need_model": ("Falta --model.", "--model is missing."),
@@ -153,7 +153,7 @@ def run_one(engine, prompt: str, *, chat: bool, system: str, sampling, echo: boo
 
 def generate(cfg: GenerateConfig) -> int:
     from aura.inference.engine import open_engine
-    from aura.utils.fsutil import atomic_write_text, check_writable
+    from aura.core.atomic import atomic_write_text, check_writable
 
     if not cfg.prompt and not cfg.prompts_file:
         raise AuraError(M("need_prompt"))

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("loading", {
     "missing": ("No existe el modelo {path}. Indica un directorio de modelo Hugging Face, un checkpoint, "
@@ -174,8 +174,8 @@ def tokenizer_dir_for(source: ModelSource) -> Path:
 
 def load_model_tokenizer(path: Path):
     """The tokenizer that goes with a model dir (``find_tokenizer_dir``), loaded by Aura's one rule
-    (``aura.tokenizer.load_tokenizer``) without ever growing the model's vocabulary."""
-    from aura.tokenizer import load_tokenizer
+    (``aura.tokenizer.loading.load_tokenizer``) without ever growing the model's vocabulary."""
+    from aura.tokenizer.loading import load_tokenizer
 
     return load_tokenizer(str(find_tokenizer_dir(path)), training=False)
 
@@ -221,7 +221,7 @@ def load_hf(source: ModelSource, *, dtype: str = "float32", device: str = "cpu",
     if source.kind == "adapter":
         from peft import PeftModel
 
-        from aura.adapter_check import check_adapter_base
+        from aura.models.adapter_check import check_adapter_base
 
         if len(tok) > model.get_input_embeddings().weight.shape[0]:
             model.resize_token_embeddings(len(tok))  # as fine-tuning did before taking the fingerprint

@@ -18,13 +18,14 @@ import os
 import warnings
 from pathlib import Path
 
-from aura import console
-from aura.adapter_check import ADAPTER_META, base_fingerprint, check_adapter_base  # noqa: F401 - re-exported
-from aura.errors import AuraError
-from aura.i18n import Messages
-from aura.models import count_parameters
-from aura.utils import hub
-from aura.utils.fsutil import atomic_write_json, read_json, staged_dir
+from aura.core import console
+from aura.models.adapter_check import ADAPTER_META, base_fingerprint, check_adapter_base  # noqa: F401 - re-exported
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
+from aura.models.presets import count_parameters
+from aura.core import hub
+from aura.core.atomic import atomic_write_json, read_json
+from aura.core.staging import staged_dir
 
 METHODS = ("lora", "qlora", "full")
 LORA_PRESETS = {"frida": {"lora_r": 64, "lora_alpha": 128, "lora_dropout": 0.05}}
@@ -285,7 +286,7 @@ def load_adapter_weights(peft_model, adapter_dir: str | os.PathLike) -> None:
     result = set_peft_model_state_dict(peft_model, weights)
     unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
     if unexpected:  # a layer the adapter changes but this model's LoRA set-up lacks (other --target-modules)
-        from aura.adapter_check import M as CM
+        from aura.models.adapter_check import M as CM
 
         raise AuraError(CM("adapter_layer", adapter=adapter_dir, layer=unexpected[0],
                            base=base_fingerprint(peft_model)["base_model"],

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from aura.config import arg
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core.config import arg
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("train_args", {
     "positive": ("--{flag} debe ser mayor que 0 (recibido: {value}).",
@@ -224,7 +224,7 @@ def with_defaults(cfg, **values):
 @dataclass(frozen=True)
 class Schedule:
     """The learning rate as a pure function of the step: linear warm-up, then a cosine to ``min_lr`` at
-    ``total``. After a resume that changed the run's length (``aura.train.plan``), the cosine is re-planned
+    ``total``. After a resume that changed the run's length (``aura.train.run.plan``), the cosine is re-planned
     from ``replan_step``: it starts at the rate the old plan had there and ends at ``min_lr`` at the new
     ``total``, so the rate never jumps."""
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from aura import console
+from aura.core import console
 from aura.train.init_from import (DEFAULTS, FreezeEngine, M, base_spec, base_tokenizer, check_data_tokenizer,
                                   load_base, mean_of_pieces, new_token_ids)
 
@@ -27,9 +27,9 @@ class BaseModel:
 def from_base(run, tok, tok_name: str, train_shards) -> BaseModel:
     """Load ``--init-from``, check the tokenizers, grow the vocabulary (mean of pieces), parallelise."""
     from aura.distributed import main_process_first, parallelize, strategy_of
-    from aura.models import count_parameters, flops_per_token
+    from aura.models.presets import count_parameters, flops_per_token
     from aura.train.args import with_defaults
-    from aura.train.memory import memory_defaults
+    from aura.train.run.memory import memory_defaults
 
     cfg = run.cfg
     check_data_tokenizer(tok, tok_name, train_shards)
@@ -42,7 +42,7 @@ def from_base(run, tok, tok_name: str, train_shards) -> BaseModel:
         mean_of_pieces(model, base_tok, tok, new_ids)
     vocab = model.get_input_embeddings().weight.shape[0]
     if train_shards.vocab_size > vocab:
-        from aura.errors import AuraError
+        from aura.core.errors import AuraError
 
         raise AuraError(M("data_vocab", data=train_shards.path, ids=train_shards.vocab_size, rows=vocab))
     spec = base_spec(cfg.init_from, model, cfg.seq_length)
@@ -62,7 +62,7 @@ def from_base(run, tok, tok_name: str, train_shards) -> BaseModel:
                         device_memory=run.device_memory)
     wrap = None
     if cfg.train_new_tokens_only:
-        from aura.errors import AuraError
+        from aura.core.errors import AuraError
 
         if strategy_of(model) == "fsdp":
             raise AuraError(M("freeze_fsdp"))
@@ -150,7 +150,7 @@ def preflight(cfg) -> None:
         data_dirs = [Path(cfg.data[0])]
     if not cfg.init_from:
         return
-    from aura.tokenizer import load_tokenizer
+    from aura.tokenizer.loading import load_tokenizer
     from aura.train.init_from import check_base
 
     check_base(cfg.init_from)

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from aura import console
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core import console
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 
 M = Messages("init_from", {
     "base_failed": ("--init-from {name}: no se pudo cargar como modelo causal de transformers ({err}). Indica un "
@@ -109,7 +109,7 @@ def check_base(name: str, *, trust_remote_code: bool = False) -> None:
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from aura.utils import hub
+    from aura.core import hub
 
     source = hub.resolve(name, flag="--init-from")
     try:
@@ -130,7 +130,7 @@ def load_base(name: str, *, trust_remote_code: bool = False):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from aura.utils import hub
+    from aura.core import hub
 
     source = hub.resolve(name, flag="--init-from")
     try:
@@ -145,7 +145,7 @@ def load_base(name: str, *, trust_remote_code: bool = False):
 
 
 def base_tokenizer(name: str):
-    from aura.tokenizer import load_tokenizer
+    from aura.tokenizer.loading import load_tokenizer
 
     try:
         return load_tokenizer(name, flag="--init-from")
@@ -155,7 +155,7 @@ def base_tokenizer(name: str):
 
 def check_data_tokenizer(tok, tok_name: str, shards) -> None:
     """The prepared data was tokenised with ``tok`` (hash), naming both tokenizers otherwise."""
-    from aura.tokenizer import tokenizer_hash
+    from aura.tokenizer.loading import tokenizer_hash
 
     h, meta = tokenizer_hash(tok), shards.meta["tokenizer"]
     if h != meta["hash"]:
@@ -165,7 +165,7 @@ def check_data_tokenizer(tok, tok_name: str, shards) -> None:
 
 def new_token_ids(base_tok, ext_tok, *, base_name: str, ext_name: str) -> list[int]:
     """Ids of the tokens ``ext_tok`` adds to ``base_tok``; refuses a tokenizer that is not an extension."""
-    from aura.tokenizer import _backend_json
+    from aura.tokenizer.loading import _backend_json
 
     def fail(why: str):
         raise AuraError(M("not_extension", tok=ext_name, base=base_name, why=why))
@@ -191,7 +191,7 @@ def pieces_of(base_tok, ext_tok, token_id: int, *, backend=None, added: set | No
     BPE model directly, which is exactly how the base would tokenise those bytes inside a word; an added
     token (special) by encoding its content.
     """
-    from aura.tokenizer import backend_of
+    from aura.tokenizer.loading import backend_of
 
     token = ext_tok.convert_ids_to_tokens(token_id)
     backend = backend if backend is not None else backend_of(base_tok)
@@ -228,7 +228,7 @@ def mean_of_pieces(model, base_tok, ext_tok, new_ids: list[int]) -> dict[int, li
         model.resize_token_embeddings(needed, mean_resizing=False)
     emb = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
-    from aura.tokenizer import backend_of
+    from aura.tokenizer.loading import backend_of
 
     backend, added = backend_of(base_tok), added_contents(ext_tok)  # once: a large vocabulary takes a while
     pieces = {i: pieces_of(base_tok, ext_tok, i, backend=backend, added=added) for i in new_ids}

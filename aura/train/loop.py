@@ -1,27 +1,27 @@
 """THE training loop: the only one in Aura. Pretraining and fine-tuning are thin setups around ``train``.
 
-What a setup hands in (``aura.train.session`` builds all of it)
+What a setup hands in (``aura.train.run.session`` builds all of it)
 --------------------------------------------------------------
 * ``model``: a HF causal LM, possibly already wrapped from outside (DDP, FSDP2 via
   ``aura.distributed.parallelize``, torch.compile) or a peft ``PeftModel`` (only parameters with
   ``requires_grad`` are optimised), or a DeepSpeed engine. The loop never wraps it; DDP's gradient
   all-reduce is skipped on non-final micro-steps (``aura.distributed.no_sync``).
-* ``engine``: the ``StepEngine`` (``aura.train.engine``) that turns a window's gradients into one update:
+* ``engine``: the ``StepEngine`` (``aura.train.optim.engine``) that turns a window's gradients into one update:
   precision (autocast, fp16 GradScaler), LR on the param groups, clipping, the finiteness check, its own
-  checkpointed state. ``TorchEngine`` (AdamW) or ``aura.distributed.deepspeed_engine.DeepSpeedStep``.
+  checkpointed state. ``TorchEngine`` (AdamW) or ``aura.train.optim.deepspeed.DeepSpeedStep``.
 * ``data``: a resumable batch source (``BatchSource`` below; ``aura.data.pretrain_data.PretrainBatches``
   for pretraining, the SFT source for fine-tuning). A batch is a dict of CPU tensors: ``input_ids`` (B, T),
   and either ``labels`` (B, T) aligned with the inputs as in Hugging Face (-100 = ignored; the loop shifts
   them) or ``shift_labels`` (B, T) already shifted (target of position t), plus optional
   ``attention_mask`` / ``position_ids``.
 * ``val_data``: an iterable of such batches (or None).
-* ``objective``: what is minimised (``aura.train.objective``): next-token cross entropy by default; a
+* ``objective``: what is minimised (``aura.train.objectives.objective``): next-token cross entropy by default; a
   preference objective plugs in here. It says how many units (target tokens, pairs) a batch holds and
   returns the summed loss plus summed statistics that are logged beside it.
-* ``evaluators``: periodic evaluations (``aura.train.objective.Evaluator``) run every N steps.
-* ``hooks``: ``TrainHooks`` (``aura.train.policy``), how the setup decides what a checkpoint and the final
+* ``evaluators``: periodic evaluations (``aura.train.objectives.objective.Evaluator``) run every N steps.
+* ``hooks``: ``TrainHooks`` (``aura.train.run.policy``), how the setup decides what a checkpoint and the final
   directory contain (full HF model or adapter), extra state, and what happens at epoch ends.
-* ``metrics``: ``TrainMetrics`` (``aura.train.metrics``): console/CSV/TensorBoard, MFU, run.json.
+* ``metrics``: ``TrainMetrics`` (``aura.train.run.metrics``): console/CSV/TensorBoard, MFU, run.json.
 * ``dist``: ``aura.distributed.DistInfo`` (single process: rank 0 of 1, collectives are no-ops).
 
 What the loop guarantees
@@ -30,14 +30,14 @@ What the loop guarantees
   accumulation window across all ranks (sum-reduced loss / global count), so 2 ranks x batch b == 1 process x batch 2b and
   padded SFT batches weigh every token equally; the logged loss is that true token mean.
 * LR is ``plan.lr(step)``, a pure function of the step (the plan is stored in every checkpoint,
-  ``aura.train.plan``); AdamW skips decay on norms, biases, embeddings.
+  ``aura.train.run.plan``); AdamW skips decay on norms, biases, embeddings.
 * Host syncs: one per optimizer step (grad norm + loss finiteness, to skip NaN/inf steps; more than
   ``--max-bad-steps`` in a row stop the run) and the log line.
 * Under torchrun every log line carries ``Sync=`` (``aura.distributed.sync_status``): DDP replicas are
   compared bit for bit there, and a divergence stops every rank with an AuraError naming the ranks.
-* What is written and when is ``CheckpointPolicy``'s (``aura.train.policy``): checkpoints every
+* What is written and when is ``CheckpointPolicy``'s (``aura.train.run.policy``): checkpoints every
   ``--save-steps``, at epoch ends and on SIGINT/SIGTERM, pruned to ``--keep-last``; ``best/`` on every
-  validation that improves (``aura.train.best``); ``final/``.
+  validation that improves (``aura.train.run.best``); ``final/``.
 * Stopped by SIGINT/SIGTERM after saving, a setup returns ``EXIT_INTERRUPTED`` (3); a second Ctrl+C
   aborts at once (KeyboardInterrupt, exit 130) naming the last good checkpoint.
 * A resumed run (``TrainState``, data position, RNG, optimizer, engine state, the epoch's running loss
@@ -51,35 +51,28 @@ import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable
 
 import torch
 
-from aura import console
+from aura.core import console
 from aura.distributed import DistInfo, no_sync, sync_status
-from aura.errors import AuraError
-from aura.i18n import Messages
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 from aura.train.args import StepPlan, TrainArgs, schedule_for
-from aura.train.engine import StepEngine, StepOutcome, autocast_context, global_sum
-from aura.train.metrics import TrainMetrics
-from aura.train.objective import CausalLM, Evaluator, Objective, count_inputs
-from aura.train.plan import limits_notice
-from aura.train.policy import CheckpointPolicy, EpochEnd, TrainHooks, start_state
+from aura.train.optim.engine import StepEngine, StepOutcome, autocast_context, global_sum
+from aura.train.run.metrics import TrainMetrics
+from aura.train.objectives.objective import CausalLM, Evaluator, Objective, count_inputs
+from aura.train.run.plan import limits_notice
+from aura.train.run.policy import CheckpointPolicy, EpochEnd, TrainHooks, start_state
+from aura.train.state import BatchSource, TrainState
+
 
 M = Messages("loop", {
     "plan": ("Plan: {steps:paso|pasos} de optimización ({epochs:época|épocas}, {per_epoch} pasos/época), "
              "{tokens:token|tokens} por paso, calentamiento {warmup:paso|pasos}.",
              "Plan: {steps:optimizer step|optimizer steps} ({epochs:epoch|epochs}, {per_epoch} steps/epoch), "
              "{tokens:token|tokens} per step, warm-up {warmup:step|steps}."),
-    "bad_step": ("Paso {step}: pérdida o gradiente no finito ({loss}); se omite la actualización "
-                 "({n}/{max} seguidos).",
-                 "Step {step}: non-finite loss or gradient ({loss}); the update is skipped ({n}/{max} in a row)."),
-    "too_many_bad": ("La pérdida fue NaN/inf en {n:paso seguido|pasos seguidos} (hasta el paso {step}). Se conserva el "
-                     "último checkpoint bueno{last}. Baja --learning-rate, usa --precision bf16 o fp32, o "
-                     "revisa los datos; súbelo con --max-bad-steps si es transitorio.",
-                     "The loss was NaN/inf for {n:step|steps} in a row (up to step {step}). The last good checkpoint "
-                     "is kept{last}. Lower --learning-rate, use --precision bf16 or fp32, or check the data; "
-                     "raise --max-bad-steps if it is transient."),
     "oom": ("Memoria agotada en {device} (lote {batch}, acumulación {accum}, gradient checkpointing {ckpt}). "
             "Reduce --batch-size (y sube --gradient-accumulation-steps para mantener los tokens por paso), "
             "activa --gradient-checkpointing o usa un preset más pequeño (--model-preset).",
@@ -96,64 +89,6 @@ M = Messages("loop", {
 # Exit status of a run stopped by SIGINT/SIGTERM after saving its checkpoint (0 = finished, 2 = a user
 # mistake, 1 = a bug, 130 = aborted by a second Ctrl+C without saving). Documented in the READMEs.
 EXIT_INTERRUPTED = 3
-
-
-class BatchSource(Protocol):
-    """A resumable stream of micro-batches for this rank (see module docstring for the batch format)."""
-
-    batches_per_epoch: int  # micro-batches per epoch on this rank (equal on every rank)
-    epoch: int
-    position: int  # micro-batches of the current epoch already handed out
-
-    def next_batch(self) -> dict[str, torch.Tensor] | None: ...  # None once the epoch is exhausted
-    def start_epoch(self, epoch: int) -> None: ...
-    def state_dict(self) -> dict: ...
-    def load_state_dict(self, state: dict) -> None: ...
-
-
-@dataclass
-class TrainState:
-    """Counters that resume exactly (the data position lives in the batch source)."""
-
-    step: int = 0
-    epoch: int = 0
-    tokens_seen: int = 0
-    bad_steps_in_row: int = 0
-    best_val_loss: float | None = None
-    best_step: int | None = None
-    last_val_loss: float | None = None
-    val_rises_in_row: int = 0
-    # running sums over all ranks (TrainMetrics.running_sums), so a resumed run's epoch means, epoch
-    # duration and first log line cover the steps before the resume too
-    epoch_loss_sum: float = 0.0
-    epoch_targets: int = 0
-    epoch_seconds: float = 0.0
-    interval_loss_sum: float = 0.0
-    interval_targets: int = 0
-    interval_stats: dict = dataclasses.field(default_factory=dict)
-    last_checkpoint: str | None = None
-
-    def state_dict(self) -> dict:
-        return dict(self.__dict__)
-
-    def load_state_dict(self, state: dict) -> None:
-        for k in self.__dict__:
-            if k in state:
-                setattr(self, k, state[k])
-
-    def count_step(self, outcome: StepOutcome, *, tokens: int, max_bad_steps: int) -> None:
-        """One optimizer step done; a skipped (non-finite) one counts towards ``--max-bad-steps`` in a row."""
-        if outcome.applied:
-            self.bad_steps_in_row = 0
-        else:
-            self.bad_steps_in_row += 1
-            console.warn(M("bad_step", step=self.step + 1, loss=outcome.loss, n=self.bad_steps_in_row,
-                           max=max_bad_steps))
-            if self.bad_steps_in_row >= max(max_bad_steps, 1):
-                last = f": {self.last_checkpoint}" if self.last_checkpoint else ""
-                raise AuraError(M("too_many_bad", n=self.bad_steps_in_row, step=self.step + 1, last=last))
-        self.step += 1
-        self.tokens_seen += tokens
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Without ``--data`` it is the demo: prepare the embedded Spanish corpus, train its tokenizer and a
 tiny model in a few minutes on a laptop CPU. ``--data`` takes a prepared directory (``aura data
 prepare``) or raw text files, prepared on the fly into ``RUN_DIR/data``. ``PretrainCommand.prepare``
-builds the tokenizer, data and model; the shared run setup (``aura.train.session``) does the rest.
+builds the tokenizer, data and model; the shared run setup (``aura.train.run.session``) does the rest.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aura import console
-from aura.config import arg
-from aura.errors import AuraError
-from aura.i18n import Messages
-from aura.models import PRESETS
+from aura.core import console
+from aura.core.config import arg
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
+from aura.models.presets import PRESETS
 from aura.train.args import TrainArgs
-from aura.train.session import Run, TrainingJob, best_line, load_hf_weights, run_training, save_hf
+from aura.train.run.session import Run, TrainingJob, best_line, load_hf_weights, run_training, save_hf
 
 M = Messages("pretrain", {
     "demo": ("Sin --data: demo con el corpus español incluido (tokenizador + datos + modelo 'tiny').",
@@ -155,7 +155,7 @@ def _prepare_inputs(cfg: PretrainConfig, out: Path, dist) -> tuple[Path, str]:
         if tok is None:
             tok_dir = out / "tokenizer"
             if not (tok_dir / "tokenizer.json").is_file():
-                from aura.tokenizer import train_bpe
+                from aura.tokenizer.train import train_bpe
 
                 train_bpe(inputs=inputs, vocab_size=cfg.vocab_size or (DEMO_VOCAB if not cfg.data else 32000),
                           output_dir=tok_dir, force=True)
@@ -169,7 +169,7 @@ def _prepare_inputs(cfg: PretrainConfig, out: Path, dist) -> tuple[Path, str]:
 
 
 def _check_tokenizer(tok, tok_name: str, shards) -> None:
-    from aura.tokenizer import tokenizer_hash
+    from aura.tokenizer.loading import tokenizer_hash
 
     h = tokenizer_hash(tok)
     meta_tok = shards.meta["tokenizer"]
@@ -182,8 +182,8 @@ def _check_tokenizer(tok, tok_name: str, shards) -> None:
 
 def _resolve(cfg: PretrainConfig, info) -> tuple[PretrainConfig, object, dict]:
     """Apply the preset (or `auto`'s choice) under the explicit flags; returns (cfg, spec, auto info)."""
-    from aura.hardware import choose_auto
-    from aura.models import preset_training, resolve_spec
+    from aura.models.hardware import choose_auto
+    from aura.models.presets import preset_training, resolve_spec
     from aura.train.args import with_defaults
 
     demo = not cfg.data
@@ -202,7 +202,7 @@ def _resolve(cfg: PretrainConfig, info) -> tuple[PretrainConfig, object, dict]:
         console.info(spec.describe())
     defaults = {**preset_training(preset).to_defaults(), "gradient_accumulation_steps": 1, **defaults}
     if defaults["gradient_checkpointing"] is None:  # the 72-hour presets: from the memory model, on this device
-        from aura.hardware import needs_checkpointing
+        from aura.models.hardware import needs_checkpointing
 
         defaults["gradient_checkpointing"] = needs_checkpointing(spec, info, batch_size=cfg.batch_size
                                                                  or defaults["batch_size"])
@@ -216,8 +216,8 @@ def _resolve(cfg: PretrainConfig, info) -> tuple[PretrainConfig, object, dict]:
 
 
 def _memory_check(cfg: PretrainConfig, spec, info, vocab: int) -> None:
-    from aura.hardware import GIB, choose_auto, estimate_memory
-    from aura.train.engine import resolve_precision
+    from aura.models.hardware import GIB, choose_auto, estimate_memory
+    from aura.train.optim.engine import resolve_precision
 
     if cfg.ignore_memory_check or info.device_type != "cuda":
         return
@@ -238,7 +238,7 @@ def _sample(model, tok, prompt: str, tokens: int, *, device, seed: int) -> str:
     import torch
 
     from aura.inference.engine import fit_context
-    from aura.models import context_length
+    from aura.models.presets import context_length
 
     model.eval()
     torch.manual_seed(seed)
@@ -259,7 +259,7 @@ def pretrain(cfg: PretrainConfig) -> int:
 
 
 class PretrainCommand:
-    """`aura pretrain` for the shared run setup (``aura.train.session.TrainingCommand``)."""
+    """`aura pretrain` for the shared run setup (``aura.train.run.session.TrainingCommand``)."""
 
     kind = "pretrain"
 
@@ -274,7 +274,7 @@ class PretrainCommand:
 
     def prepare(self, run: Run) -> TrainingJob:
         from aura.data.pretrain_data import open_splits
-        from aura.tokenizer import add_aura_chat_template, load_tokenizer, tokenizer_hash
+        from aura.tokenizer.loading import add_aura_chat_template, load_tokenizer, tokenizer_hash
 
         data_dir, tok_name = _prepare_inputs(run.cfg, run.out, run.dist)
         tok = load_tokenizer(tok_name)
@@ -329,7 +329,7 @@ def _build(cfg: PretrainConfig, spec, vocab: int, tok, run: Run) -> tuple[object
     from transformers import GenerationConfig
 
     from aura.distributed import parallelize
-    from aura.models import build_model, count_parameters, flops_per_token
+    from aura.models.presets import build_model, count_parameters, flops_per_token
 
     torch.manual_seed(cfg.seed)
     ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
@@ -379,7 +379,7 @@ def _announce(cfg: PretrainConfig, spec, plan, *, params: int, dist) -> None:
 
 def _print_sample(model, final_dir: Path, tok, cfg: PretrainConfig, *, device) -> None:
     from aura.distributed import strategy_of
-    from aura.train import checkpoint as ckpt
+    from aura.train.run import checkpoint as ckpt
 
     # FSDP2 holds shards: sample from the gathered final/ instead of the training model
     sampler = ckpt.unwrap_model(model) if strategy_of(model) != "fsdp" else _load_final(final_dir, device)

@@ -13,7 +13,7 @@ import torch
 
 from common import B, batches, shard, tiny_llama, write_json
 from aura import distributed as D
-from aura.hardware import choose_auto, default_precision, detect
+from aura.models.hardware import choose_auto, default_precision, detect
 
 
 def _batch(ids: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -21,7 +21,7 @@ def _batch(ids: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def _reference(model, data):
-    from aura.train.objective import plain_token_loss_sum
+    from aura.train.objectives.objective import plain_token_loss_sum
 
     model = copy.deepcopy(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -39,8 +39,8 @@ def _reference(model, data):
 
 
 def main(out: str) -> None:
-    from aura.train.chunked_loss import head_for_chunked_loss
-    from aura.train.objective import token_loss_sum
+    from aura.train.objectives.chunked_loss import head_for_chunked_loss
+    from aura.train.objectives.objective import token_loss_sum
 
     dist = D.init_distributed(backend="gloo")
     own = detect()  # this rank's (assumed) hardware

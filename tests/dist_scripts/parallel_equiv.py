@@ -12,7 +12,7 @@ import torch
 
 from common import B, batches, loss_of, reference_run, shard, tiny_llama, write_json
 from aura import distributed as D
-from aura.errors import AuraError
+from aura.core.errors import AuraError
 
 
 def train(model, dist, data, *, accumulate: bool = False):

@@ -1,0 +1,151 @@
+"""``aura <command> [flags]``: one entry point, one plain function per command.
+
+Each command is a (module, config dataclass, function) triple. Only the module of the command being
+run is imported, so ``aura --help`` is instant and a command never pays for another's imports.
+Nothing imports this module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+
+from aura import __version__
+from aura.core import console
+from aura.core.config import parse_config
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages, bi, set_lang
+from aura.cli.commands import COMMANDS
+
+
+M = Messages("cli", {
+    "usage": ("uso: aura [--lang es|en] [--debug] <comando> [opciones]   (aura <comando> --help)",
+              "usage: aura [--lang es|en] [--debug] <command> [options]   (aura <command> --help)"),
+    "commands": ("Comandos:", "Commands:"),
+    "globals": ("Opciones globales: --lang es|en (idioma), --debug (muestra trazas), --version.",
+                "Global options: --lang es|en (language), --debug (show tracebacks), --version."),
+    "unknown": ("Comando desconocido: '{cmd}'. Ejecuta 'aura --help' para ver los comandos.",
+                "Unknown command: '{cmd}'. Run 'aura --help' to see the commands."),
+    "bad_lang": ("--lang debe ser 'es' o 'en'.", "--lang must be 'es' or 'en'."),
+    "debug_hint": ("(ejecuta con --debug para ver la traza completa)",
+                   "(run with --debug to see the full traceback)"),
+    "interrupted": ("Interrumpido.", "Interrupted."),
+    "exit_codes": ("Códigos de salida: 0 terminado; 1 fallo de Aura; 2 error del usuario (el mensaje dice qué "
+                   "cambiar); 3 entrenamiento detenido por Ctrl+C o SIGTERM con el checkpoint guardado (se "
+                   "reanuda con --resume-from latest); 130 abortado con un segundo Ctrl+C sin guardar.",
+                   "Exit codes: 0 finished; 1 a bug in Aura; 2 a user error (the message says what to change); "
+                   "3 training stopped by Ctrl+C or SIGTERM with its checkpoint saved (resume with --resume-from "
+                   "latest); 130 aborted by a second Ctrl+C without saving."),
+    "bug": ("Error inesperado en Aura (esto es un fallo nuestro; por favor, repórtalo):",
+            "Unexpected error in Aura (this is our bug; please report it):"),
+    "missing_dep": ("Falta el paquete de Python '{name}'. Instálalo con: pip install {name}",
+                    "The Python package '{name}' is missing. Install it with: pip install {name}"),
+})
+
+
+def _print_overview() -> None:
+    print(M("usage"))
+    print()
+    print(M("commands"))
+    width = max(len(" ".join(k)) for k in COMMANDS)
+    for key, cmd in COMMANDS.items():
+        print(f"  {' '.join(key).ljust(width)}  {bi(cmd.es, cmd.en)}")
+    print()
+    print(M("globals"))
+    print(M("exit_codes"))
+
+
+def _split_globals(argv: list[str]) -> tuple[list[str], bool, str | None]:
+    rest, debug, lang = [], False, None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--debug":
+            debug = True
+        elif a == "--lang" and i + 1 < len(argv):
+            lang = argv[i + 1]
+            i += 1
+        elif a.startswith("--lang="):
+            lang = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        i += 1
+    return rest, debug, lang
+
+
+def resolve(argv: list[str]) -> tuple[tuple[str, ...] | None, list[str]]:
+    """Longest registered command path at the start of argv, and the remaining arguments."""
+    for n in (2, 1):
+        key = tuple(argv[:n])
+        if key in COMMANDS:
+            return key, argv[n:]
+    return None, argv
+
+
+def run_command(key: tuple[str, ...], args: list[str]):
+    from aura.train.optim.deepspeed import set_accelerator_env
+
+    cmd = COMMANDS[key]
+    module = importlib.import_module(cmd.module)  # command modules import no third-party ML library
+    cfg_cls = getattr(module, cmd.config)
+    cfg = parse_config(cfg_cls, args, prog="aura " + " ".join(key), description=bi(cmd.es, cmd.en))
+    set_accelerator_env(str(getattr(cfg, "device", "auto")))  # before transformers can import DeepSpeed
+    return getattr(module, cmd.function)(cfg)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv, debug, lang = _split_globals(argv)
+    debug = debug or bool(os.environ.get("AURA_DEBUG"))
+    if lang is not None:
+        if lang not in ("es", "en"):
+            print(M("bad_lang"), file=sys.stderr)
+            return 2
+        set_lang(lang)
+        os.environ["AURA_LANG"] = lang  # children (torchrun workers) speak the same language
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        _print_overview()
+        return 0
+    if argv[0] in ("--version", "-V", "version"):
+        print(f"aura {__version__}")
+        return 0
+    key, rest = resolve(argv)
+    if key is None:
+        group = [k for k in COMMANDS if k[0] == argv[0] and len(k) > 1]
+        if group and (len(argv) == 1 or argv[1] in ("-h", "--help")):
+            for k in group:
+                print(f"  aura {' '.join(k)}  {bi(COMMANDS[k].es, COMMANDS[k].en)}")
+            return 0
+        print(M("unknown", cmd=" ".join(argv[:2])), file=sys.stderr)
+        return 2
+    try:
+        result = run_command(key, rest)
+    except AuraError as e:
+        console.error(str(e))
+        if debug:
+            traceback.print_exc()
+        else:
+            print(M("debug_hint"), file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        console.error(M("interrupted"))
+        if debug:
+            traceback.print_exc()
+        return 130
+    except ModuleNotFoundError as e:
+        name = (e.name or "").split(".")[0]
+        if name and not name.startswith("aura"):
+            console.error(M("missing_dep", name=name))
+            if debug:
+                traceback.print_exc()
+            return 2
+        raise
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception:
+        console.error(M("bug"))
+        traceback.print_exc()
+        return 1
+    return int(result) if isinstance(result, int) else 0

@@ -1,0 +1,219 @@
+"""The run directory's layout: names, patterns and "which checkpoint is the latest", in one place.
+
+Torch-free, so the readers (``aura runs``, ``aura plot``, ``aura doctor``) and the writer
+(``aura.train.run.checkpoint``) share one definition and can never disagree about what a complete
+checkpoint is or which one ``--resume-from latest`` takes.
+
+A checkpoint directory counts only when it is complete: its ``trainer_state.json`` is written last,
+and ``.tmp-*`` entries (unfinished writes) are never listed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aura.core.i18n import Messages
+
+_STATUS = Messages("run_status", {
+    "st_running": ("en marcha", "running"),
+    "st_finished": ("terminada", "finished"),
+    "st_interrupted": ("interrumpida", "interrupted"),
+    "st_failed": ("fallida", "failed"),
+    "st_stale": ("cortada", "stale"),
+    "st_unknown": ("desconocido", "unknown"),
+})
+
+RUN_JSON = "run.json"
+STATE_FILE = "trainer_state.json"
+TRAINING_LOG = "training_log.csv"
+MODEL_CONFIG = "model_config.json"
+EPOCH_INFO = "epoch_info.json"
+FINAL = "final"
+BEST = "best"
+TB = "tb"
+LOCK_FILE = ".aura-run.lock"
+CHECKPOINT_KINDS = ("checkpoint-step", "interrupt-step", "checkpoint-epoch")
+CHECKPOINT_RE = re.compile(r"^(checkpoint-step|interrupt-step|checkpoint-epoch)-(\d+)$")
+# What a run writes besides checkpoints (``--overwrite`` removes exactly these, and only in a run dir
+# that carries Aura's marker).
+RUN_ENTRIES = (FINAL, BEST, TB, RUN_JSON, TRAINING_LOG, MODEL_CONFIG, EPOCH_INFO)
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    path: Path
+    step: int
+    kind: str  # checkpoint-step | interrupt-step | checkpoint-epoch
+    saved: float  # when it was saved (trainer_state.json's "saved_at", else the file's mtime)
+
+
+def read_state(directory: str | Path) -> dict | None:
+    """A checkpoint's ``trainer_state.json`` as a dict, or None when it is missing or unreadable."""
+    try:
+        with open(Path(directory) / STATE_FILE, encoding="utf-8") as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def list_checkpoints(run_dir: str | Path) -> list[CheckpointRef]:
+    """Complete checkpoints in ``run_dir``, oldest step first (ties: older save first)."""
+    run_dir = Path(run_dir)
+    refs: list[CheckpointRef] = []
+    if not run_dir.is_dir():
+        return refs
+    for p in run_dir.iterdir():
+        m = CHECKPOINT_RE.match(p.name)
+        if not m or not p.is_dir():
+            continue
+        state = read_state(p)
+        if state is None:
+            continue
+        try:
+            step = int(state["step"])
+            saved = float(state.get("saved_at") or (p / STATE_FILE).stat().st_mtime)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        refs.append(CheckpointRef(p, step, m.group(1), saved))
+    return sorted(refs, key=lambda r: (r.step, r.saved))
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The complete checkpoint with the highest training step (what ``--resume-from latest`` takes)."""
+    refs = list_checkpoints(run_dir)
+    return refs[-1].path if refs else None
+
+
+def step_of(path: str | Path) -> int | None:
+    """The training step of a checkpoint directory (from its state, else its name), or None."""
+    state = read_state(path)
+    if state is not None and isinstance(state.get("step"), int):
+        return state["step"]
+    m = CHECKPOINT_RE.match(Path(path).name)
+    return int(m.group(2)) if m else None
+
+
+# ---- who writes a run directory ------------------------------------------------------------------
+#
+# A run directory has one writer at a time: the process (rank 0 under torchrun) that holds an OS lock
+# (``fcntl.flock``) on ``RUN_DIR/.aura-run.lock``. The kernel drops the lock when that process exits,
+# however it exits (kill -9 included), so a dead run never leaves a stale lock behind. The file holds
+# the holder's record: {pid, host, since} and ``job``, the identity of the training job that last
+# wrote the directory (an elastic restart resumes only its own job: ``aura.train.run.guard``).
+
+FORK_PREFIX = "forked-from-step-"  # FORK_PREFIX + "N-TIME/": a branch moved aside by --fork (never a checkpoint)
+
+
+def read_record(path: str | Path) -> dict:
+    """A small JSON object file as a dict ({} when missing, unreadable or not an object)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+class RunLock:
+    """The writer's lock on a run directory (see above). ``acquire`` returns None when taken, else
+    the holder's record; ``previous`` is the record found in the file (the last writer's job)."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / LOCK_FILE
+        self.fd: int | None = None
+        self.previous: dict = {}
+        self.record: dict = {}
+
+    def acquire(self, *, wait_s: float = 1.0) -> dict | None:
+        try:
+            import fcntl
+        except ImportError:  # no flock on this OS: one writer is not enforced
+            return None
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return read_record(self.path)
+                time.sleep(0.1)
+        self.fd = fd
+        self.previous = read_record(self.path)
+        self.record = {"pid": os.getpid(), "host": socket.gethostname(),
+                       "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job": self.previous.get("job")}
+        self._write()
+        return None
+
+    def set_job(self, job: dict) -> None:
+        self.record["job"] = job
+        self._write()
+
+    def _write(self) -> None:
+        if self.fd is None:
+            return
+        data = (json.dumps(self.record, ensure_ascii=False) + "\n").encode("utf-8")
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
+        os.fsync(self.fd)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+
+def lock_holder(run_dir: str | Path) -> dict | None:
+    """The record of the process holding ``run_dir``'s lock now ({} if unreadable), or None when no
+    process holds it (or the directory has no lock file: a run of an older Aura, or none)."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        import fcntl
+
+        fd = os.open(path, os.O_RDONLY)
+    except (ImportError, OSError):
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return read_record(path)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def has_lock_file(run_dir: str | Path) -> bool:
+    return (Path(run_dir) / LOCK_FILE).is_file()
+
+
+def is_legacy_run(run_dir: str | Path) -> bool:
+    """A run dir written by an Aura older than the ownership markers: its run.json names an Aura kind
+    and version. Such a directory counts as Aura's (it gets its markers on first use)."""
+    info = read_record(Path(run_dir) / RUN_JSON)
+    return info.get("kind") in ("pretrain", "finetune") and "aura_version" in info
+
+
+def staging_prefixes() -> tuple[str, ...]:
+    """The ``.tmp-`` name prefixes a run writes in its directory (checkpoints, final/, best/, logs,
+    pruned checkpoints): training start cleans only these, and only stale ones."""
+    dirs = [f"{k}-" for k in CHECKPOINT_KINDS] + [f"{FINAL}-", f"{BEST}-", f"{TB}-", "del-"]
+    files = [f"{name}." for name in (RUN_JSON, TRAINING_LOG, MODEL_CONFIG, EPOCH_INFO, ".aura-dir.json")]
+    old = [f"old~{name}" for name in (FINAL, BEST)] + [f"old~{k}-" for k in CHECKPOINT_KINDS]
+    return tuple(dirs + files + old)
+
+
+def status_label(status: str) -> str:
+    """A run status (running, finished, interrupted, failed, stale) in the user's language."""
+    key = "st_" + status
+    return _STATUS(key) if key in _STATUS.table else status

@@ -1,0 +1,288 @@
+"""``aura eval``: perplexity and bits-per-byte of one or several models on the same text.
+
+Bits-per-byte = total NLL (nats) / (ln 2 × UTF-8 bytes of the evaluated text): unlike perplexity it
+does not depend on the tokenizer, so models with different vocabularies compare fairly. The text is
+either a prepared dir (``aura data prepare``; ``--split val`` by default: its tokens are decoded to
+count bytes, and re-tokenised for a model whose tokenizer differs) or raw text files. Every token of
+the text is scored: the stream starts with the model's BOS/EOS as context, windows of ``--seq-len``
+advance by ``--stride`` (= seq-len: disjoint blocks; smaller: sliding, each token scored once with
+more context). Works on final dirs, merged models, adapters and checkpoints.
+
+Task accuracy: ``--suite aura-es`` scores Aura's offline Spanish suite with its batched scorer, and
+``--tasks spanish_bench,global_mmlu_es`` runs lm-evaluation-harness tasks (``aura.evaluation``); both can be
+combined with ``--data`` in one call.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aura.core import console
+from aura.core.config import arg
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages, num
+from aura.evaluation.report import M as RM
+
+M = Messages("evaluate", {
+    "need_model": ("Falta --model (uno o varios directorios).", "--model is missing (one or more dirs)."),
+    "need_data": ("Falta qué evaluar: --data (directorio preparado o archivos de texto), --suite aura-es "
+                  "o --tasks.",
+                  "Nothing to evaluate: give --data (prepared dir or text files), --suite aura-es or --tasks."),
+    "bad_suite": ("--suite {suite} no existe; la batería de Aura es aura-es.",
+                  "--suite {suite} does not exist; Aura's suite is aura-es."),
+    "adapter_one": ("--adapter se aplica a un solo --model (recibidos {n}).",
+                    "--adapter applies to a single --model (got {n})."),
+    "bad_value": ("{field} debe ser {expected} (recibido {value}).", "{field} must be {expected} (got {value})."),
+    "no_data": ("No existe {path}.", "{path} does not exist."),
+    "no_text": ("{path} no contiene archivos .txt.", "{path} contains no .txt files."),
+    "not_utf8": ("{path} no está en UTF-8: el byte {offset} no es válido.",
+                 "{path} is not UTF-8: byte {offset} is invalid."),
+    "too_long": ("--seq-len {seq} supera el contexto del modelo {model} ({ctx}). Usa --seq-len {ctx} o menos.",
+                 "--seq-len {seq} exceeds the context of model {model} ({ctx}). Use --seq-len {ctx} or less."),
+    "few": ("El texto tiene solo {n:token|tokens} para {model}; hacen falta al menos 2.",
+            "The text has only {n:token|tokens} for {model}; at least 2 are needed."),
+    "evaluating": ("Evaluando {model}: {tokens:token|tokens}, {bytes:byte|bytes}, ventanas de {seq} (paso {stride})…",
+                   "Evaluating {model}: {tokens:token|tokens}, {bytes:byte|bytes}, windows of {seq} (stride {stride})…"),
+    "retok": ("El tokenizador de {model} no es el de los datos: se decodifica el texto y se re-tokeniza.",
+              "{model}'s tokenizer is not the data's: the text is decoded and re-tokenised."),
+    "title": ("Evaluación en {data}", "Evaluation on {data}"),
+    "h_model": ("modelo", "model"),
+    "h_ppl": ("perplejidad", "perplexity"),
+    "written": ("Resultados en {path}.", "Results written to {path}."),
+})
+
+
+@dataclass
+class EvalConfig:
+    model: list[str] = arg([], es="Uno o varios modelos (directorio final/, fusionado, adaptador o checkpoint).",
+                           en="One or more models (final/ dir, merged, adapter or checkpoint).")
+    compare: list[str] = arg([], es="Más modelos para la misma tabla.", en="More models for the same table.")
+    adapter: str = arg("", es="Adaptador LoRA que se aplica sobre --model.", en="LoRA adapter applied on --model.")
+    data: str = arg("", es="Directorio preparado (aura data prepare), archivo de texto o directorio de .txt.",
+                    en="Prepared dir (aura data prepare), text file or dir of .txt files.")
+    suite: str = arg("", es="Batería de tareas de Aura que funciona sin red (aura-es: comprensión lectora, "
+                     "causa y efecto, gramática y conocimiento; también bits por byte y fertilidad).",
+                     en="Aura's offline task suite (aura-es: reading comprehension, cause and effect, grammar "
+                     "and knowledge; also bits per byte and fertility).", metavar="aura-es")
+    tasks: str = arg("", es="Tareas de lm-evaluation-harness separadas por comas (p. ej. spanish_bench,"
+                     "global_mmlu_es; la mayoría descarga datos del hub de Hugging Face).",
+                     en="Comma-separated lm-evaluation-harness tasks (e.g. spanish_bench,global_mmlu_es; most "
+                     "download data from the Hugging Face hub).")
+    include_path: list[str] = arg([], es="Directorios con tareas YAML propias para --tasks.",
+                                  en="Dirs of your own YAML tasks for --tasks.")
+    limit: int = arg(0, es="Como mucho N ejemplos por tarea (0 = todos), para una prueba rápida.",
+                     en="At most N examples per task (0 = all), for a quick look.")
+    device: str = arg("auto", es="Dispositivo para --suite/--tasks (auto, cpu, cuda, cuda:1...).",
+                      en="Device for --suite/--tasks (auto, cpu, cuda, cuda:1...).")
+    split: str = arg("val", es="Partición del directorio preparado.", en="Split of the prepared dir.")
+    seq_len: int = arg(0, es="Longitud de ventana (0 = contexto del modelo, máx. 1024).",
+                       en="Window length (0 = the model's context, at most 1024).")
+    stride: int = arg(0, es="Avance entre ventanas (0 = --seq-len, bloques disjuntos).",
+                      en="Step between windows (0 = --seq-len, disjoint blocks).")
+    max_tokens: int = arg(0, es="Evaluar como mucho estos tokens de los datos (0 = todos).",
+                          en="Evaluate at most this many data tokens (0 = all).")
+    batch_size: int = arg(4, es="Ventanas por lote.", en="Windows per batch.")
+    dtype: str = arg("float32", es="Tipo de los pesos.", en="Weight dtype.",
+                     choices=("float32", "bfloat16", "float16"))
+    output: str = arg("", es="Archivo JSON de resultados (por defecto OUTPUT_DIR/eval.json).",
+                      en="Results JSON file (default OUTPUT_DIR/eval.json).")
+    output_dir: str = arg("", es="Directorio de resultados.", en="Results dir.")
+    allow_other_base: bool = arg(False, es="Evaluar un adaptador aunque se entrenara sobre otro modelo base "
+                                 "(distinto config.json o embeddings).",
+                                 en="Evaluate an adapter even if it was trained on another base model "
+                                 "(different config.json or embeddings).")
+
+    def __post_init__(self):
+        self.models = [*self.model, *self.compare]
+        if not self.models:
+            raise AuraError(M("need_model"))
+        if not (self.data or self.suite or self.tasks):
+            raise AuraError(M("need_data"))
+        if self.suite and self.suite != "aura-es":
+            raise AuraError(M("bad_suite", suite=self.suite))
+        if self.adapter and len(self.models) != 1:
+            raise AuraError(M("adapter_one", n=len(self.models)))
+        for field, value, ok, expected in (("--seq-len", self.seq_len, self.seq_len >= 0, "≥ 0"),
+                                           ("--stride", self.stride, self.stride >= 0, "≥ 0"),
+                                           ("--max-tokens", self.max_tokens, self.max_tokens >= 0, "≥ 0"),
+                                           ("--limit", self.limit, self.limit >= 0, "≥ 0"),
+                                           ("--batch-size", self.batch_size, self.batch_size >= 1, "≥ 1")):
+            if not ok:
+                raise AuraError(M("bad_value", field=field, value=value, expected=expected))
+        if self.seq_len and self.stride > self.seq_len:
+            raise AuraError(M("bad_value", field="--stride", value=self.stride, expected=f"≤ {self.seq_len}"))
+
+
+@dataclass
+class EvalText:
+    """The text every model is scored on: documents, plus (for prepared data) its own tokens."""
+
+    documents: list[str]
+    n_bytes: int
+    tokens: list[int] | None = None       # the prepared dir's tokens (documents joined by EOS)
+    tokenizer_dir: Path | None = None     # the tokenizer that produced them
+
+
+def _decode_utf8(path: Path) -> str:
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise AuraError(M("not_utf8", path=path, offset=e.start)) from None
+
+
+def load_text(data: str, *, split: str, max_tokens: int) -> EvalText:
+    from aura.data.tokens import TokenShards, is_prepared_dir
+
+    path = Path(data)
+    if not path.exists():
+        raise AuraError(M("no_data", path=path))
+    if is_prepared_dir(path):
+        from transformers import AutoTokenizer
+
+        shards = TokenShards(path, split)
+        n = len(shards) if not max_tokens else min(max_tokens, len(shards))
+        ids = shards.read(0, n).tolist()
+        tok_dir = path / "tokenizer"
+        tok = AutoTokenizer.from_pretrained(str(tok_dir))
+        docs, cur = [], []
+        for t in ids + [shards.eos_id]:
+            if t == shards.eos_id:
+                if cur:
+                    docs.append(tok.decode(cur))
+                cur = []
+            else:
+                cur.append(t)
+        docs = [d for d in docs if d]
+        return EvalText(docs, sum(len(d.encode("utf-8")) for d in docs), tokens=ids, tokenizer_dir=tok_dir)
+    files = sorted(path.glob("*.txt")) if path.is_dir() else [path]
+    if not files:
+        raise AuraError(M("no_text", path=path))
+    docs = [_decode_utf8(f) for f in files]
+    return EvalText(docs, sum(len(d.encode("utf-8")) for d in docs))
+
+
+def token_stream(text: EvalText, tok, *, max_tokens: int) -> tuple[list[int], int]:
+    """(ids with a leading context token, bytes of the text those ids cover)."""
+    same = text.tokenizer_dir is not None and _same_tokenizer(text.tokenizer_dir, tok)
+    if same:
+        ids = list(text.tokens)
+        n_bytes = text.n_bytes
+    else:
+        ids = []
+        for d in text.documents:
+            ids += tok(d, add_special_tokens=False)["input_ids"]
+            if text.tokens is not None:  # prepared data: documents end with EOS, as in the shards
+                ids.append(tok.eos_token_id)
+        n_bytes = text.n_bytes
+        if max_tokens and len(ids) > max_tokens and text.tokens is None:
+            ids = ids[:max_tokens]
+            n_bytes = len(tok.decode(ids, skip_special_tokens=True).encode("utf-8"))
+    start = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    return [start, *ids], n_bytes
+
+
+def _same_tokenizer(tok_dir: Path, tok) -> bool:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tok_dir)).get_vocab() == tok.get_vocab()
+
+
+def windows(n: int, seq_len: int, stride: int) -> list[tuple[int, int, int]]:
+    """(begin, end, first scored target) over a stream of n ids: inputs s[b:e], targets s[b+1:e+1]."""
+    out, scored = [], 0
+    for b in range(0, n - 1, stride):
+        e = min(b + seq_len, n - 1)
+        out.append((b, e, max(scored, b)))
+        scored = e
+        if e == n - 1:
+            break
+    return out
+
+
+def score(model, ids: list[int], *, seq_len: int, stride: int, batch_size: int) -> tuple[float, int]:
+    """(total NLL in nats, number of scored tokens) over every target of ``ids[1:]``."""
+    import torch
+
+    stream = torch.tensor(ids, dtype=torch.long)
+    total, count = 0.0, 0
+    wins = windows(len(ids), seq_len, stride)
+    i = 0
+    while i < len(wins):
+        size, j = wins[i][1] - wins[i][0], i
+        while j < len(wins) and j - i < batch_size and wins[j][1] - wins[j][0] == size:
+            j += 1  # a batch is consecutive windows of one length (only the last may be shorter)
+        group = wins[i:j]
+        inputs = torch.stack([stream[b:e] for b, e, _ in group])          # (B, T)
+        targets = torch.stack([stream[b + 1:e + 1] for b, e, _ in group])  # (B, T)
+        with torch.no_grad():
+            logits = model(inputs).logits.float()                           # (B, T, vocab)
+        nll = -torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        for row, (b, _e, first) in enumerate(group):
+            keep = nll[row, first - b:]  # targets already scored by an earlier window are skipped
+            total += float(keep.double().sum())
+            count += keep.numel()
+        i += len(group)
+    return total, count
+
+
+def evaluate(cfg: EvalConfig) -> int:
+    from aura.core.atomic import check_writable
+
+    if cfg.output or cfg.output_dir:
+        check_writable(cfg.output or Path(cfg.output_dir) / "eval.json",
+                       flag="--output" if cfg.output else "--output-dir")
+    if cfg.suite or cfg.tasks:
+        from aura.evaluation.report import evaluate_tasks
+
+        evaluate_tasks(cfg)
+    if cfg.data:
+        evaluate_perplexity(cfg)
+    return 0
+
+
+def evaluate_perplexity(cfg: EvalConfig) -> None:
+    from aura.inference.loading import load_hf, resolve_model
+    from aura.models.presets import context_length
+    from aura.core.atomic import atomic_write_json
+
+    text = load_text(cfg.data, split=cfg.split, max_tokens=cfg.max_tokens)
+    results = []
+    for name in cfg.models:
+        source = resolve_model(name, cfg.adapter or None, allow_other_base=cfg.allow_other_base)
+        if source.kind == "gguf":
+            raise AuraError(RM("gguf", path=source.path))
+        model, tok = load_hf(source, dtype=cfg.dtype)
+        ctx = context_length(model.config) or 1024
+        seq = cfg.seq_len or min(ctx, 1024)
+        if seq > ctx:
+            raise AuraError(M("too_long", seq=seq, model=name, ctx=ctx))
+        stride = cfg.stride or seq
+        if text.tokenizer_dir is not None and not _same_tokenizer(text.tokenizer_dir, tok):
+            console.info(M("retok", model=name))
+        ids, n_bytes = token_stream(text, tok, max_tokens=cfg.max_tokens)
+        if len(ids) < 2:
+            raise AuraError(M("few", n=len(ids) - 1, model=name))
+        console.info(M("evaluating", model=name, tokens=len(ids) - 1, bytes=n_bytes, seq=seq, stride=stride))
+        t0 = time.perf_counter()
+        nll, count = score(model, ids, seq_len=seq, stride=stride, batch_size=cfg.batch_size)
+        seconds = time.perf_counter() - t0
+        loss = nll / count
+        results.append({"model": name, "tokens": count, "bytes": n_bytes, "nll_nats": nll, "loss": loss,
+                        "perplexity": math.exp(loss), "bits_per_byte": nll / (math.log(2) * n_bytes),
+                        "bytes_per_token": n_bytes / count, "seq_len": seq, "stride": stride,
+                        "seconds": seconds, "tokens_per_s": count / seconds if seconds else 0.0})
+        del model
+    console.table(M("title", data=cfg.data),
+                  [M("h_model"), "tokens", "loss", M("h_ppl"), "bits/byte", "bytes/token", "tokens/s"],
+                  [[r["model"], num(r['tokens']), f"{r['loss']:.4f}", f"{r['perplexity']:.2f}",
+                    f"{r['bits_per_byte']:.4f}", f"{r['bytes_per_token']:.2f}", num(r['tokens_per_s'], ",.0f")]
+                   for r in results])
+    out = Path(cfg.output) if cfg.output else (Path(cfg.output_dir) / "eval.json" if cfg.output_dir else None)
+    if out is not None:
+        atomic_write_json(out, {"data": cfg.data, "split": cfg.split, "max_tokens": cfg.max_tokens,
+                                "results": results})
+        console.success(M("written", path=out))

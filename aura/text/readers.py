@@ -1,0 +1,363 @@
+"""Documents from txt/jsonl/json/csv/tsv/parquet files (+.gz/.zst) and Hugging Face datasets, read as
+streams with clear errors naming the file and line; ``clean_text``; the reader flags commands share.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import re
+import sys
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterator
+
+from aura.core.config import arg
+from aura.core.errors import AuraError
+from aura.text.sources import BLOCK_BYTES, M, Source, open_binary
+
+
+
+
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    text_field: str = "text"
+    doc_sep: str = "line"        # txt only: line | blankline | file
+    encoding: str = "utf-8"
+    errors: str = "strict"       # strict | replace | ignore
+    skip_bad_records: bool = False
+    hf_config: str | None = None
+    split: str = "train"
+
+
+def _check_encoding(encoding: str) -> None:
+    import codecs
+
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise AuraError(M("bad_encoding_name", encoding=encoding)) from None
+
+
+def iter_text_blocks(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[tuple[int, str]]:
+    """(first line number, decoded text) blocks of whole lines; bad bytes name their offset."""
+    _check_encoding(opts.encoding)
+    ascii_compatible = "\n".encode(opts.encoding) == b"\n"
+    try:
+        with open_binary(source) as f:
+            if not ascii_compatible:  # e.g. UTF-16: no byte-level line splitting, offsets unknown
+                text = io.TextIOWrapper(f, encoding=opts.encoding, errors=opts.errors, newline="").read()
+                yield 1, text
+                return
+            offset, line = 0, 1
+            while True:
+                lines = f.readlines(BLOCK_BYTES)
+                if not lines:
+                    break
+                block = b"".join(lines)
+                if offset == 0 and block.startswith(b"\xef\xbb\xbf") and opts.encoding.lower().replace(
+                        "_", "-") in ("utf-8", "utf8"):
+                    block, offset = block[3:], 3  # a UTF-8 byte-order mark is not text
+                try:
+                    text = block.decode(opts.encoding)
+                except UnicodeDecodeError as e:
+                    if opts.errors == "strict":
+                        bad_line = line + block.count(b"\n", 0, e.start)
+                        raise AuraError(M("bad_encoding", path=source.path, encoding=opts.encoding,
+                                          offset=offset + e.start, line=bad_line)) from None
+                    stats["bad_encoding"] += sum(1 for ln in lines if not _decodes(ln, opts.encoding))
+                    text = block.decode(opts.encoding, errors=opts.errors)
+                yield line, text
+                offset += len(block)
+                line += len(lines)
+    except (EOFError, gzip.BadGzipFile, OSError) as e:
+        if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile) and source.compression == "":
+            raise AuraError(M("unreadable", path=source.path, err=getattr(e, "strerror", None) or e)) from None
+        raise AuraError(M("bad_compressed", path=source.path, err=e)) from None
+    except Exception as e:  # zstandard.ZstdError
+        if type(e).__name__ == "ZstdError":
+            raise AuraError(M("bad_compressed", path=source.path, err=e)) from None
+        raise
+
+
+def _decodes(line: bytes, encoding: str) -> bool:
+    try:
+        line.decode(encoding)
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def iter_lines(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[tuple[int, str]]:
+    """(line number, line without its end) for every line of a text file."""
+    for first, text in iter_text_blocks(source, opts, stats):
+        for i, ln in enumerate(text.splitlines(), first):
+            yield i, ln
+
+
+def _txt(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    if opts.doc_sep == "file":
+        yield "".join(text for _, text in iter_text_blocks(source, opts, stats))
+    elif opts.doc_sep == "blankline":
+        para: list[str] = []
+        for _, ln in iter_lines(source, opts, stats):
+            if ln.strip():
+                para.append(ln)
+            elif para:
+                yield "\n".join(para)
+                para = []
+        if para:
+            yield "\n".join(para)
+    else:
+        for _first, text in iter_text_blocks(source, opts, stats):
+            yield from filter(str.strip, text.splitlines())  # a blank line separates, it is no document
+
+
+def _get_field(record, name: str):
+    """record['a.b'] also looks into nested objects (``--text-field meta.text``)."""
+    if isinstance(record, dict) and name in record:
+        return record[name]
+    cur = record
+    for part in name.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            raise KeyError(name)
+        cur = cur[part]
+    return cur
+
+
+def _record_text(record, *, source: Source, opts: ReaderOptions, stats: Counter, where: int) -> str | None:
+    try:
+        value = _get_field(record, opts.text_field)
+    except KeyError:
+        if opts.skip_bad_records:
+            stats["bad_records"] += 1
+            return None
+        found = ", ".join(map(str, record.keys())) if isinstance(record, dict) else type(record).__name__
+        raise AuraError(M("missing_field", path=source.path, line=where, field=opts.text_field,
+                          found=found or "-")) from None
+    if value is None:
+        stats["bad_records"] += 1
+        return None
+    if not isinstance(value, str):
+        if opts.skip_bad_records:
+            stats["bad_records"] += 1
+            return None
+        raise AuraError(M("not_text", path=source.path, line=where, field=opts.text_field,
+                          kind=type(value).__name__))
+    return value
+
+
+def _jsonl(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    loads = json.loads
+    for n, ln in iter_lines(source, opts, stats):
+        if not ln.strip():
+            continue
+        try:
+            record = loads(ln)
+        except ValueError as e:
+            if opts.skip_bad_records:
+                stats["bad_records"] += 1
+                continue
+            raise AuraError(M("bad_json", path=source.path, line=n, err=e)) from None
+        text = _record_text(record, source=source, opts=opts, stats=stats, where=n)
+        if text is not None:
+            yield text
+
+
+def _json(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    raw = "".join(text for _, text in iter_text_blocks(source, opts, stats))
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        if "Extra data" in str(e):  # JSON Lines saved as .json: read it as such
+            yield from _jsonl(source, opts, stats)
+            return
+        raise AuraError(M("bad_json_file", path=source.path, err=e)) from None
+    records = data if isinstance(data, list) else [data]
+    for i, record in enumerate(records, 1):
+        text = _record_text(record, source=source, opts=opts, stats=stats, where=i)
+        if text is not None:
+            yield text
+
+
+def _csv(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    csv.field_size_limit(sys.maxsize)
+    lines = (ln for _, text in iter_text_blocks(source, opts, stats) for ln in text.splitlines(True))
+    reader = csv.reader(lines, dialect="excel-tab" if source.fmt == "tsv" else "excel")
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise AuraError(M("empty", path=source.path)) from None
+    except csv.Error as e:
+        raise AuraError(M("bad_json_file", path=source.path, err=e)) from None
+    header = [h.strip() for h in header]
+    if opts.text_field not in header:
+        raise AuraError(M("missing_column", path=source.path, field=opts.text_field,
+                          found=", ".join(header) or "-"))
+    col = header.index(opts.text_field)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error:
+            stats["bad_records"] += 1
+            if not opts.skip_bad_records:
+                raise
+            continue
+        if len(row) <= col:
+            if row:
+                stats["bad_records"] += 1
+            continue
+        yield row[col]
+
+
+def _parquet(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        if source.compression:
+            with open_binary(source) as f:
+                pf = pq.ParquetFile(pa.BufferReader(f.read()))
+        else:
+            pf = pq.ParquetFile(source.path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise AuraError(M("bad_parquet", path=source.path, err=e)) from None
+    names = pf.schema_arrow.names
+    if opts.text_field not in names:
+        raise AuraError(M("missing_column", path=source.path, field=opts.text_field, found=", ".join(names)))
+    total = max(pf.metadata.num_rows, 1)
+    for batch in pf.iter_batches(columns=[opts.text_field], batch_size=4096):
+        for value in batch.column(0).to_pylist():
+            if isinstance(value, str):
+                yield value
+            else:
+                stats["bad_records"] += 1
+        source.position += int(source.bytes * batch.num_rows / total)
+
+
+def _hf_rows(ds, *, source: Source, opts: ReaderOptions, stats: Counter, name: str) -> Iterator[str]:
+    columns = list(ds.column_names or [])
+    if columns and opts.text_field not in columns:
+        raise AuraError(M("missing_column", path=name, field=opts.text_field, found=", ".join(columns)))
+    total = getattr(ds, "num_rows", None)
+    for i, batch in enumerate(ds.iter(batch_size=1000)):
+        for value in batch[opts.text_field]:
+            if isinstance(value, str):
+                yield value
+            else:
+                stats["bad_records"] += 1
+        if total:
+            source.position = min(source.bytes, int(source.bytes * (i + 1) * 1000 / total))
+
+
+def _pick_split(ds, *, name: str, split: str):
+    if hasattr(ds, "keys") and not hasattr(ds, "column_names") or type(ds).__name__.endswith("DatasetDict"):
+        if split not in ds:
+            raise AuraError(M("hf_split", path=name, split=split, have=", ".join(ds.keys())))
+        return ds[split]
+    return ds
+
+
+def _hf_disk(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(source.path)
+    except Exception as e:  # damaged arrow files, version mismatch
+        raise AuraError(M("hf_failed", name=source.path, err=e)) from None
+    ds = _pick_split(ds, name=source.path, split=opts.split)
+    yield from _hf_rows(ds, source=source, opts=opts, stats=stats, name=source.path)
+
+
+def _hf_hub(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(source.path, opts.hf_config, split=opts.split, streaming=True)
+        columns = ds.column_names
+    except Exception as e:  # no connection, unknown name/config/split
+        raise AuraError(M("hf_failed", name=source.path, err=e)) from None
+    if columns is not None and opts.text_field not in columns:
+        raise AuraError(M("missing_column", path=source.path, field=opts.text_field, found=", ".join(columns)))
+    for n, record in enumerate(ds, 1):
+        text = _record_text(record, source=source, opts=opts, stats=stats, where=n)
+        if text is not None:
+            yield text
+
+
+_READERS = {"txt": _txt, "jsonl": _jsonl, "json": _json, "csv": _csv, "tsv": _csv, "parquet": _parquet}
+
+
+def iter_documents(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    """Raw documents of one source (not yet cleaned); counts bad records in ``stats``."""
+    if source.kind == "hf_disk":
+        return _hf_disk(source, opts, stats)
+    if source.kind == "hf_hub":
+        return _hf_hub(source, opts, stats)
+    return _READERS[source.fmt](source, opts, stats)
+
+
+# C0/C1 control characters except \t and \n (\r is turned into \n first); U+FEFF byte-order marks.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff]")
+
+
+_UNI_SPACE = re.compile("[\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+
+
+_HSPACE = re.compile(r"\t[ \t]*| [ \t]+")  # only runs that change: cheap on normal text
+
+
+_LINE_EDGES = re.compile(r"[ \t]*\n[ \t]*")
+
+
+_TRAILING = re.compile(r"[ \t]+\n")
+
+
+_MANY_NL = re.compile(r"\n{3,}")
+
+
+def clean_text(text: str, *, keep_layout: bool = False) -> str:
+    """NFC, no control characters, normalised whitespace; accents, ñ, ¿ and ¡ stay as they are.
+
+    ``keep_layout`` (whole-file documents) keeps tabs and indentation; otherwise runs of spaces and
+    tabs become one space. Line breaks stay (at most one blank line in a row), lines are stripped.
+    """
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", text)
+        text = _UNI_SPACE.sub(" ", text)
+    text = _CONTROL.sub("", text)
+    if keep_layout:
+        text = _TRAILING.sub("\n", text)
+    else:
+        text = _HSPACE.sub(" ", text)
+        if "\n" in text:
+            text = _LINE_EDGES.sub("\n", text)
+    if "\n\n\n" in text:
+        text = _MANY_NL.sub("\n\n", text)
+    return text.strip()
+
+
+@dataclass
+class ReaderArgs:
+    """How text inputs are read: shared by ``aura data prepare`` and ``aura tokenizer train``."""
+
+    text_field: str = arg("text", es="Campo o columna con el texto (jsonl, json, csv, parquet, datasets; "
+                          "admite a.b para campos anidados).",
+                          en="Field or column holding the text (jsonl, json, csv, parquet, datasets; a.b for "
+                          "nested fields).")
+    doc_sep: str = arg("line", choices=("line", "blankline", "file"),
+                       es="Documentos en .txt: uno por línea, separados por línea en blanco, o el archivo entero.",
+                       en="Documents in .txt: one per line, separated by blank lines, or the whole file.")
+    encoding: str = arg("utf-8", es="Codificación de los archivos de texto.", en="Text files' encoding.")
+    errors: str = arg("strict", choices=("strict", "replace", "ignore"),
+                      es="Bytes no válidos: strict (error con su posición), replace o ignore (se cuentan).",
+                      en="Invalid bytes: strict (error with their offset), replace or ignore (counted).")

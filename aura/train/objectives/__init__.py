@@ -1,0 +1,1 @@
+"""What the loop minimises: the Objective/Evaluator protocols, the chunked next-token loss, DPO/ORPO."""

@@ -1,0 +1,97 @@
+"""What the loop minimises: an ``Objective`` turns a micro-batch into a summed loss.
+
+The loop (``aura.train.loop``) normalises the summed loss of a whole accumulation window by the number of
+*units* of that window on all ranks, so every unit weighs the same whatever the batch or world size. For
+language modelling a unit is a target token (``CausalLM``); a preference objective counts pairs. An
+objective may also return summed statistics (``metrics``: e.g. DPO's rewards); they are averaged per unit
+over each log interval and logged beside the loss (console, ``training_log.csv`` columns, TensorBoard),
+under the names in ``metric_names``.
+
+Periodic evaluators (``Evaluator``) are the other extension point: every ``interval`` optimizer steps the
+loop calls them on every rank (in eval mode, without gradients) and logs the values they return.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+
+class Objective(Protocol):
+    name: str
+    metric_names: tuple[str, ...]  # the keys ``loss`` returns besides the loss (may be empty)
+
+    def count(self, batch: dict[str, torch.Tensor]) -> int:
+        """Units of a CPU batch the loss is normalised by (no device sync)."""
+        ...
+
+    def loss(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(the batch's loss summed over its units, {metric: value summed over its units}), on the device."""
+        ...
+
+
+class Evaluator(Protocol):
+    interval: int  # optimizer steps between two runs (>0)
+    names: tuple[str, ...]  # the keys it returns (CSV columns, TensorBoard tags)
+
+    def __call__(self, model, *, dist) -> dict[str, float]:
+        """Evaluate ``model`` (already in eval mode, under no_grad); every rank calls it, every rank gets
+        the same values."""
+        ...
+
+
+class CausalLM:
+    """Next-token cross entropy over the targets that are not -100 (fp32)."""
+
+    name = "causal_lm"
+    metric_names: tuple[str, ...] = ()
+
+    def count(self, batch: dict[str, torch.Tensor]) -> int:
+        return count_targets(batch)
+
+    def loss(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return token_loss_sum(model, batch), {}
+
+
+def count_inputs(batch: dict[str, torch.Tensor]) -> int:
+    """Input tokens of a CPU batch that are not padding (throughput and MFU count only these): the
+    attention mask's ones when the batch has one (padded SFT), else every position (pretraining, packing)."""
+    if "attention_mask" in batch:
+        return int(batch["attention_mask"].sum())
+    return batch["input_ids"].numel()
+
+
+def count_targets(batch: dict[str, torch.Tensor]) -> int:
+    """Target tokens of a CPU batch (no device sync)."""
+    if "shift_labels" in batch:
+        return int((batch["shift_labels"] != -100).sum())
+    return int((batch["labels"][:, 1:] != -100).sum())
+
+
+def token_loss_sum(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Sum of token cross-entropies of one micro-batch (fp32), ignoring -100 targets.
+
+    ``labels`` are aligned with the inputs as in Hugging Face (shifted here); ``shift_labels`` are already
+    the target of each position. Where the model allows it (``aura.train.objectives.chunked_loss``), the head and the
+    cross entropy run in chunks of tokens so the (B, T, V) logits never exist; elsewhere, the plain path.
+    """
+    from aura.train.objectives.chunked_loss import chunked_token_loss_sum, head_for_chunked_loss
+
+    head = head_for_chunked_loss(model)
+    if head is not None:
+        return chunked_token_loss_sum(model, head, batch)
+    return plain_token_loss_sum(model, batch)
+
+
+def plain_token_loss_sum(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``token_loss_sum`` from the model's full (B, T, V) logits."""
+    kwargs = {k: batch[k] for k in ("attention_mask", "position_ids") if k in batch}
+    logits = model(input_ids=batch["input_ids"], use_cache=False, **kwargs).logits  # (B, T, V)
+    if "shift_labels" in batch:
+        targets = batch["shift_labels"]  # (B, T)
+    else:
+        logits, targets = logits[:, :-1], batch["labels"][:, 1:]  # (B, T-1, V), (B, T-1)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                           ignore_index=-100, reduction="sum")

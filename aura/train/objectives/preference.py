@@ -1,0 +1,279 @@
+"""Preference tuning: the DPO and ORPO objectives of ``aura finetune --objective dpo|orpo``.
+
+Both plug into the one training loop as an ``aura.train.objectives.objective.Objective`` whose unit is a *pair*: the
+loop divides the summed loss of a window by the number of pairs on all ranks, so every pair weighs the
+same whatever the batch, the accumulation or the number of ranks. A batch holds the B chosen sequences
+then the B rejected ones (``aura.data.preference``), and both go through the model in one forward pass.
+
+Log-probabilities are sums over answer tokens (labels -100 on the prompt and the padding); logits are
+computed only from the first answer position on (``logits_to_keep``), not over the prompt.
+
+DPO (Rafailov et al. 2023), with ``d = (log pi(c) - log ref(c)) - (log pi(r) - log ref(r))``:
+``sigmoid``: ``-(1 - e) log s(beta d) - e log s(-beta d)`` (e = ``--label-smoothing``, conservative DPO);
+``ipo``: ``(d' - 1/(2 beta))^2`` with ``d'`` the per-token-averaged log ratios (as TRL); ``hinge``:
+``relu(1 - beta d)``. The reference is the base with the adapter disabled (LoRA/QLoRA: no second copy
+in memory), a frozen copy of the starting model (full fine-tuning), or log-probabilities computed once
+before training (``--precompute-ref``). Logged: rewards ``beta (log pi - log ref)`` of both answers,
+their accuracy (chosen > rejected) and margin, and both log-probabilities.
+
+ORPO (Hong et al. 2024) needs no reference: per pair, the chosen answer's token-mean NLL minus
+``beta log s(log odds(c) - log odds(r))`` with odds computed from per-token-averaged log-probs; with
+``--train-on-prompt`` the NLL also covers the chosen sequence's prompt tokens (TRL's ORPOTrainer does
+so). The NLL is a mean per pair (TRL averages over the batch's tokens: the same with one pair per
+micro-batch), which keeps the loop's rule that any split of the same pairs trains the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
+
+from aura.core import console
+from aura.core.i18n import Messages
+
+M = Messages("preference_train", {
+    "demo_data": ("Sin --data: se usan los pares de preferencia en español incluidos ({path}).",
+                  "No --data: using the embedded Spanish preference pairs ({path})."),
+    "pairs": ("Pares: {train} de entrenamiento, {val} de validación; {tokens:token|tokens} de respuesta por época.",
+              "Pairs: {train} for training, {val} for validation; {tokens:,} answer tokens per epoch."),
+    "reference": ("Referencia de {objective}: {how}.", "{objective} reference: {how}."),
+    "ref_adapter": ("el modelo base con el adaptador desactivado (sin segunda copia en memoria)",
+                    "the base model with the adapter disabled (no second copy in memory)"),
+    "ref_copy": ("una copia congelada del modelo inicial", "a frozen copy of the starting model"),
+    "ref_pre": ("log-probabilidades calculadas una vez antes de entrenar (--precompute-ref)",
+                "log-probabilities computed once before training (--precompute-ref)"),
+    "no_val": ("Sin pares de validación (--val-fraction {fraction}): no habrá pérdida de validación ni best/.",
+               "No validation pairs (--val-fraction {fraction}): there will be no validation loss and no best/."),
+})
+DPO_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/accuracy", "rewards/margin", "logps/chosen",
+               "logps/rejected")
+ORPO_METRICS = DPO_METRICS + ("nll_loss", "log_odds_ratio", "log_odds_chosen")
+
+
+def count_pairs(batch: dict[str, torch.Tensor]) -> int:
+    return int(batch["input_ids"].shape[0]) // 2
+
+
+def sequence_logps(model, batch: dict[str, torch.Tensor], *, whole: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(sum of answer-token log-probs (2B,), answer tokens (2B,), and with ``whole`` the same two over every
+    non-padding target token).
+
+    Only the positions from the first answer token of the batch on get logits (``logits_to_keep``).
+    """
+    input_ids, labels = batch["input_ids"], batch["labels"]  # (2B, T)
+    T = input_ids.shape[1]
+    targets = labels[:, 1:]  # (2B, T-1): the target of each position
+    mask = targets != -100
+    first = 0 if whole else int(mask.any(0).to(torch.int8).argmax())  # one host sync per micro-batch
+    keep = T - first  # logits of positions first .. T-1 predict targets first .. T-2 (shifted)
+    kwargs = {"attention_mask": batch["attention_mask"]} if "attention_mask" in batch else {}
+    logits = model(input_ids=input_ids, use_cache=False, logits_to_keep=keep, **kwargs).logits  # (2B, keep, V)
+    logits = logits[:, :-1]  # (2B, keep-1, V)
+    tgt = targets[:, first:]  # (2B, keep-1)
+    if whole:  # every non-padding target: prompt and answer
+        tgt_all = input_ids[:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
+        token_logps = -F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), tgt_all.reshape(-1),
+                                       ignore_index=-100, reduction="none").view(tgt_all.shape)
+        all_mask = tgt_all != -100
+        answer_mask = tgt != -100
+        return ((token_logps * answer_mask).sum(1), answer_mask.sum(1), (token_logps * all_mask).sum(1),
+                all_mask.sum(1))
+    token_logps = -F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), tgt.reshape(-1),
+                                   ignore_index=-100, reduction="none").view(tgt.shape)  # (2B, keep-1), 0 off-mask
+    answer_mask = tgt != -100
+    return token_logps.sum(1), answer_mask.sum(1), None, None
+
+
+def _peft_model(model):
+    """The peft model inside DDP/DeepSpeed/compile wrappers (FSDP2 shards in place)."""
+    from aura.distributed import unwrap
+
+    return unwrap(model)
+
+
+class DPO:
+    """Direct Preference Optimisation (sigmoid, IPO or hinge loss) against a reference model."""
+
+    name = "dpo"
+    metric_names = DPO_METRICS
+
+    def __init__(self, *, beta: float = 0.1, loss_type: str = "sigmoid", label_smoothing: float = 0.0,
+                 ref_model=None):
+        """``ref_model``: a frozen copy (full fine-tuning); None: the policy with its adapter disabled, unless
+        the batch brings ``ref_logps`` (precomputed)."""
+        self.beta, self.loss_type, self.label_smoothing, self.ref_model = beta, loss_type, label_smoothing, ref_model
+
+    def count(self, batch):
+        return count_pairs(batch)
+
+    @torch.no_grad()
+    def reference_logps(self, model, batch) -> torch.Tensor:
+        """The reference's answer log-probs (2B,)."""
+        if "ref_logps" in batch:
+            return batch["ref_logps"]
+        if self.ref_model is not None:
+            return sequence_logps(self.ref_model, batch)[0]
+        with _peft_model(model).disable_adapter():
+            return sequence_logps(model, batch)[0]
+
+    def loss(self, model, batch):
+        ref = self.reference_logps(model, batch).float()  # (2B,), before the policy: nothing of it is traced
+        logps, n_tokens, _, _ = sequence_logps(model, batch)  # (2B,)
+        chosen, rejected = logps.chunk(2)
+        ref_chosen, ref_rejected = ref.chunk(2)
+        chosen_ratio, rejected_ratio = chosen - ref_chosen, rejected - ref_rejected  # (B,)
+        beta = self.beta
+        if self.loss_type == "ipo":
+            n_c, n_r = n_tokens.chunk(2)
+            delta = chosen_ratio / n_c.clamp(min=1) - rejected_ratio / n_r.clamp(min=1)
+            losses = (delta - 1 / (2 * beta)) ** 2
+        elif self.loss_type == "hinge":
+            losses = torch.relu(1 - beta * (chosen_ratio - rejected_ratio))
+        else:  # sigmoid, with conservative-DPO label smoothing
+            z = beta * (chosen_ratio - rejected_ratio)
+            eps = self.label_smoothing
+            losses = -(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)
+        r_c, r_r = beta * chosen_ratio.detach(), beta * rejected_ratio.detach()
+        return losses.sum(), {
+            "rewards/chosen": r_c.sum(), "rewards/rejected": r_r.sum(),
+            "rewards/accuracy": (r_c > r_r).float().sum(), "rewards/margin": (r_c - r_r).sum(),
+            "logps/chosen": chosen.detach().sum(), "logps/rejected": rejected.detach().sum()}
+
+
+def log1mexp(x: torch.Tensor) -> torch.Tensor:
+    """log(1 - exp(x)) for x < 0, stable on both sides of -ln 2."""
+    return torch.where(x < -math.log(2), torch.log1p(-torch.exp(x)), torch.log(-torch.expm1(x)))
+
+
+class ORPO:
+    """Odds Ratio Preference Optimisation: NLL of the chosen answer plus an odds-ratio term, no reference."""
+
+    name = "orpo"
+    metric_names = ORPO_METRICS
+
+    def __init__(self, *, beta: float = 0.1, train_on_prompt: bool = False):
+        self.beta, self.train_on_prompt = beta, train_on_prompt
+
+    def count(self, batch):
+        return count_pairs(batch)
+
+    def loss(self, model, batch):
+        logps, n_tokens, all_logps, n_all = sequence_logps(model, batch, whole=self.train_on_prompt)
+        mean_logps = logps / n_tokens.clamp(min=1)  # (2B,) per-token average
+        chosen, rejected = mean_logps.chunk(2)
+        if self.train_on_prompt:
+            nll = -(all_logps.chunk(2)[0] / n_all.chunk(2)[0].clamp(min=1))  # (B,)
+        else:
+            nll = -chosen
+        log_odds = (chosen - rejected) - (log1mexp(chosen) - log1mexp(rejected))  # (B,)
+        ratio = F.logsigmoid(log_odds)
+        losses = nll - self.beta * ratio
+        r_c, r_r = self.beta * chosen.detach(), self.beta * rejected.detach()
+        return losses.sum(), {
+            "rewards/chosen": r_c.sum(), "rewards/rejected": r_r.sum(),
+            "rewards/accuracy": (r_c > r_r).float().sum(), "rewards/margin": (r_c - r_r).sum(),
+            "logps/chosen": chosen.detach().sum(), "logps/rejected": rejected.detach().sum(),
+            "nll_loss": nll.detach().sum(), "log_odds_ratio": ratio.detach().sum(),
+            "log_odds_chosen": log_odds.detach().sum()}
+
+
+@torch.no_grad()
+def precompute_reference(model, pairs: list, *, batch_size: int, pad_id: int, device, precision: str,
+                         adapter: bool) -> None:
+    """Store the reference's log-probs in every pair (``EncodedPair.ref_logps``): the starting model (the
+    base with the adapter disabled for LoRA/QLoRA), run once before training, in eval mode."""
+    from aura.data.preference import collate_pairs
+    from aura.train.optim.engine import autocast_context
+
+    was_training = model.training
+    model.to(device)  # under --deepspeed the model is still on the CPU here (DeepSpeed's setup moves it there too)
+    model.eval()
+    context = model.disable_adapter() if adapter else contextlib.nullcontext()
+    with context, autocast_context(precision, device):
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start:start + batch_size]
+            batch = {k: v.to(device) for k, v in collate_pairs(chunk, pad_id=pad_id).items()}
+            c, r = sequence_logps(model, batch)[0].double().cpu().chunk(2)
+            for pair, lc, lr in zip(chunk, c.tolist(), r.tolist()):
+                pair.ref_logps = (lc, lr)
+    if was_training:
+        model.train()
+
+
+def frozen_copy(model):
+    """The reference for full fine-tuning: a frozen, eval-mode copy of the starting model."""
+    import copy
+
+    ref = copy.deepcopy(model)
+    ref.requires_grad_(False)
+    return ref.eval()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The `aura finetune --objective dpo|orpo` side (aura.train.finetune calls these)
+
+
+def load(cfg) -> list:
+    """The preference pairs of --data (or the embedded sample, said so)."""
+    from aura.data.preference import DEFAULT_PAIRS, load_pairs
+
+    if not cfg.data:
+        console.info(M("demo_data", path=DEFAULT_PAIRS))
+    return load_pairs(cfg.data, empty_responses=cfg.empty_responses, split=cfg.split)
+
+
+def template_conversations(pairs: list) -> list:
+    """Conversations for the template choice (``finetune._template``): each pair's prompt + chosen answer."""
+    from aura.data.sft import Conversation
+
+    return [Conversation(messages=p.prompt + [p.chosen], where=p.where) for p in pairs]
+
+
+def encode(cfg, tok, pairs: list) -> tuple[list, list]:
+    """(training pairs, validation pairs) as token ids, split by --val-fraction (the SFT split)."""
+    from aura.data.preference import encode_pairs
+    from aura.data.sft import split_train_val
+
+    train, val = split_train_val(pairs, val_fraction=cfg.val_fraction, seed=cfg.seed)
+    enc = dict(max_length=cfg.max_length, max_prompt_length=cfg.max_prompt_length)
+    train_ex = encode_pairs(train, tok, **enc)
+    val_ex = encode_pairs(val, tok, **enc) if val else []
+    if not val_ex and cfg.val_fraction > 0:
+        console.warn(M("no_val", fraction=cfg.val_fraction))
+    return train_ex, val_ex
+
+
+def sources(cfg, tok, train_ex: list, val_ex: list, *, dist, limited):
+    """(training batches, validation batches or None): ``PairSource``s, every rank reading its part."""
+    from aura.data.preference import PairSource
+
+    from aura.data.sft_batches import length_buckets
+
+    common = dict(batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed, rank=dist.rank,
+                  world_size=dist.world_size, max_length=cfg.max_length,
+                  buckets=length_buckets(cfg.max_length) if cfg.compile else ())  # few shapes to compile
+    data = PairSource(train_ex, **common)
+    val = limited(PairSource(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None
+    console.info(M("pairs", train=len(train_ex), val=len(val_ex), tokens=data.num_label_tokens))
+    return data, val
+
+
+def build_objective(cfg, model, *, pairs: list, pad_id: int, run):
+    """The DPO/ORPO objective for ``model`` (not yet parallelised); with --precompute-ref the reference
+    log-probs are computed here, into ``pairs``."""
+    if cfg.objective == "orpo":
+        return ORPO(beta=cfg.beta, train_on_prompt=cfg.train_on_prompt)
+    adapter = cfg.method != "full"
+    ref_model, how = None, "ref_adapter" if adapter else "ref_copy"
+    if cfg.precompute_ref:
+        precompute_reference(model, pairs, batch_size=cfg.batch_size, pad_id=pad_id, device=run.dist.device,
+                             precision=run.precision, adapter=adapter)
+        how = "ref_pre"
+    elif not adapter:
+        ref_model = frozen_copy(model).to(run.dist.device)
+    console.info(M("reference", objective="DPO", how=M(how)))
+    return DPO(beta=cfg.beta, loss_type=cfg.dpo_loss, label_smoothing=cfg.label_smoothing, ref_model=ref_model)

@@ -1,0 +1,1 @@
+"""Optimisation: the step engine (precision, scaler, LR, clipping, optimizer) and its DeepSpeed twin."""

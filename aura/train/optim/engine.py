@@ -1,0 +1,204 @@
+"""The step engine: how one window of micro-batches becomes one optimizer update (``StepEngine``).
+
+The loop (``aura.train.loop.optimizer_step``) drives every engine the same way, once per optimizer step::
+
+    engine.set_lr(lr)                         # the LR is a pure function of the step (aura.train.args)
+    for each micro-batch of the window:
+        with engine.autocast(): loss = ...    # summed token losses / the window's target tokens
+        engine.backward(loss, last=...)
+    outcome = engine.finish(window_loss)      # clip, one host sync, then the update or a skip
+
+What an engine owns: its precision (autocast, the fp16 GradScaler), the LR on its optimizer's param
+groups, clipping, the finiteness check (a window whose loss, or without a GradScaler whose grad norm, is
+NaN/inf is skipped: its gradients are dropped and nothing is applied) and its own resumable state
+(``state_dict`` / ``load_state_dict``, stored as ``scaler.pt``: the GradScaler's state, the format of every
+earlier Aura checkpoint). The optimizer's state is written by the run's ``CheckpointIO``
+(``optimizer.pt``, FSDP2's ``dcp/``, DeepSpeed's own files), which receives ``engine.optimizer``.
+
+* ``TorchEngine``: single process, DDP and FSDP2; AdamW from ``build_optimizer``.
+* ``aura.train.optim.deepspeed.DeepSpeedStep``: the same protocol over a DeepSpeed engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ContextManager, Protocol
+
+import torch
+
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
+
+if TYPE_CHECKING:
+    from aura.distributed import DistInfo
+    from aura.train.args import TrainArgs
+
+M = Messages("engine", {
+    "precision": ("Precisión activa: {precision} | Autocast={autocast} | GradScaler={scaler}",
+                  "Active precision: {precision} | Autocast={autocast} | GradScaler={scaler}"),
+    "no_trainable": ("El modelo no tiene parámetros entrenables.", "The model has no trainable parameters."),
+    "fp16_cpu": ("fp16 con GradScaler no está disponible en este dispositivo/compilación de PyTorch ({err}); "
+                 "usa --precision bf16 o fp32.",
+                 "fp16 with GradScaler is not available on this device/PyTorch build ({err}); use "
+                 "--precision bf16 or fp32."),
+})
+
+
+@dataclass
+class StepOutcome:
+    """What one optimizer step did (read on the host: the step's one sync)."""
+
+    applied: bool  # False: a non-finite window, skipped
+    grad_norm: float  # of the window, before clipping (nan/inf when non-finite)
+    loss: float  # the window's summed loss as checked (summed over ranks under fp16 + torchrun)
+
+
+class StepEngine(Protocol):
+    """The optimizer-step seam (see the module docstring for the order of calls)."""
+
+    precision: str  # fp32 | bf16 | fp16, resolved
+    optimizer: Any  # what the CheckpointIO saves and restores
+
+    def describe(self) -> str: ...  # the "Active precision" line
+    def autocast(self) -> ContextManager: ...
+    def set_lr(self, lr: float) -> None: ...
+    def backward(self, loss: torch.Tensor, *, last: bool) -> None: ...  # loss already normalised
+    def finish(self, window_loss: torch.Tensor) -> StepOutcome: ...  # clip, check, step or skip
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class TorchEngine:
+    """The plain PyTorch path (single process, DDP, FSDP2): GradScaler for fp16, clip, AdamW step."""
+
+    def __init__(self, optimizer, *, precision: str, dist: DistInfo, max_grad_norm: float):
+        self.optimizer, self.precision, self.dist = optimizer, precision, dist
+        self.scaler = make_scaler(precision, dist.device)
+        self.max_norm = max_grad_norm or float("inf")  # 0 = no clipping
+        self.params = [p for g in optimizer.param_groups for p in g["params"]]
+        allow_tf32(dist.device)
+
+    @classmethod
+    def build(cls, model, *, args: TrainArgs, dist: DistInfo, precision: str) -> "TorchEngine":
+        """AdamW over ``model``'s trainable parameters; build it after parallelising (FSDP2 shards them)."""
+        return cls(build_optimizer(model, args, dist.device), precision=precision, dist=dist,
+                   max_grad_norm=args.max_grad_norm)
+
+    def describe(self) -> str:
+        return precision_line(self.precision, scaler=self.scaler is not None)
+
+    def autocast(self) -> ContextManager:
+        return autocast_context(self.precision, self.dist.device)
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def backward(self, loss: torch.Tensor, *, last: bool = True) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def finish(self, window_loss: torch.Tensor) -> StepOutcome:
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm, foreach=True)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
+        # fp16: the GradScaler skips inf gradients itself, so the loss decides, and every rank must agree
+        loss = global_sum(window_loss.clone(), self.dist) if self.scaler is not None else window_loss
+        device = self.dist.device
+        grad_norm, loss_value = torch.stack([norm.double().to(device), loss.to(device)]).tolist()  # host sync
+        applied = math.isfinite(loss_value) and (self.scaler is not None or math.isfinite(grad_norm))
+        if applied and self.scaler is not None:
+            self.scaler.step(self.optimizer)
+        elif applied:
+            self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepOutcome(applied, grad_norm, loss_value)
+
+    def state_dict(self) -> dict:
+        return self.scaler.state_dict() if self.scaler is not None and self.scaler.is_enabled() else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state and self.scaler is not None and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state)
+
+
+def global_sum(t: torch.Tensor, dist: DistInfo) -> torch.Tensor:
+    """``t`` summed over ranks, in place (a collective under torchrun; ``t`` itself otherwise)."""
+    return dist.all_reduce(t.to(dist.comm_device), "sum") if dist.is_distributed else t
+
+
+def build_optimizer(model, args: TrainArgs, device: torch.device) -> torch.optim.AdamW:
+    """AdamW over trainable params; no decay on norms, biases, embeddings; fused where supported."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    decay, no_decay, seen = [], [], set()
+    for p in model.parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (no_decay if p.ndim < 2 or id(p) in embeddings else decay).append(p)
+    if not decay and not no_decay:
+        raise AuraError(M("no_trainable"))
+    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    kwargs = dict(lr=args.learning_rate or 1e-3, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps)
+    params_dtype_ok = all(p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in decay + no_decay)
+    if device.type in ("cuda", "cpu") and params_dtype_ok:
+        try:
+            return torch.optim.AdamW(groups, fused=True, **kwargs)
+        except (RuntimeError, TypeError):
+            pass
+    return torch.optim.AdamW(groups, foreach=True, **kwargs)
+
+
+def resolve_precision(precision: str, device: torch.device, *, info=None) -> str:
+    """``auto`` -> bf16 where the device accelerates it, else fp32 (CPU) or the device's default; from
+    ``info`` (the hardware all ranks agreed on) when it describes ``device``'s type."""
+    if precision != "auto":
+        return precision
+    from aura.models.hardware import default_precision, detect
+
+    if info is not None and info.device_type == device.type:
+        return default_precision(info)
+    if device.type == "cpu":
+        from aura.models.hardware import cpu_fast_bf16
+
+        return "bf16" if cpu_fast_bf16() else "fp32"
+    return default_precision(detect())
+
+
+def precision_line(precision: str, *, scaler: bool, autocast: bool | None = None) -> str:
+    autocast = precision != "fp32" if autocast is None else autocast
+    return M("precision", precision=precision, autocast="ON" if autocast else "OFF",
+             scaler="ON" if scaler else "OFF")
+
+
+def autocast_context(precision: str, device: torch.device) -> ContextManager:
+    if precision in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        return torch.autocast(device_type=device.type, dtype=dtype)
+    return contextlib.nullcontext()
+
+
+def allow_tf32(device: torch.device) -> None:
+    """TF32 for fp32 matmuls and convolutions on CUDA (MFU counts fp32 runs against the TF32 peak)."""
+    if device.type != "cuda":
+        return
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9: the allow_tf32 flags are deprecated
+        matmul.fp32_precision = "tf32"
+        torch.backends.cudnn.conv.fp32_precision = "tf32"
+    else:
+        matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def make_scaler(precision: str, device: torch.device):
+    if precision != "fp16":
+        return None
+    try:
+        return torch.amp.GradScaler(device.type)
+    except (RuntimeError, AssertionError) as e:
+        raise AuraError(M("fp16_cpu", err=e)) from None

@@ -1,0 +1,416 @@
+"""One logger for training metrics, fanned out to console, ``training_log.csv`` and TensorBoard (rank 0).
+
+Series names keep the original guides' spelling (``Loss/train_step``, ``Loss/train_epoch``,
+``Loss/val_epoch``, ``System/CPU_percent``, ``System/RAM_percent``, ``System/GPU_VRAM_MB``,
+``Time/epoch_seconds``) plus ``LR``, ``Throughput/tokens_per_s`` and ``Perf/MFU``. ``RunStatus`` keeps
+``run.json`` (running / finished / interrupted / failed) up to date, written atomically.
+``TrainMetrics`` bundles them for the training loop: the run setup builds it, the loop only reports.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import socket
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from aura import __version__
+from aura.core import console
+from aura.core.console import format_duration
+from aura.distributed import DistInfo
+from aura.core.i18n import Messages
+from aura.core.atomic import atomic_write_json, atomic_write_text, read_json
+
+M = Messages("metrics", {
+    "step": ("Época {epoch} | Paso {step}/{total} | Loss: {loss} | LR {lr:.2e} | Grad {grad} | "
+             "{tps:,.0f} tok/s | MFU {mfu} | Mem {mem} | ETA {eta}{sync}",
+             "Epoch {epoch} | Step {step}/{total} | Loss: {loss} | LR {lr:.2e} | Grad {grad} | "
+             "{tps:,.0f} tok/s | MFU {mfu} | Mem {mem} | ETA {eta}{sync}"),
+    "epoch": ("Época {epoch}/{epochs} | Loss entrenamiento: {train} | Loss validación: {val} | "
+              "Duración época: {seconds:.1f}s",
+              "Epoch {epoch}/{epochs} | Train loss: {train} | Val loss: {val} | Epoch time: {seconds:.1f}s"),
+    "eval": ("Validación en el paso {step}: Loss {val:.4f} (perplejidad {ppl:.1f})",
+             "Validation at step {step}: Loss {val:.4f} (perplexity {ppl:.1f})"),
+    "mfu_peak": ("MFU calculado frente al pico de {peak}.", "MFU computed against the peak of {peak}."),
+    "mfu_unknown": ("MFU no disponible: no se conoce el pico de FLOP/s de {device}.",
+                    "MFU not available: the peak FLOP/s of {device} is not known."),
+    "eta_budget": ("El tiempo estimado ({total}) supera el presupuesto de --time-budget {budget:g} h. Reduce "
+                   "épocas o pasos (--epochs, --max-steps) o usa un preset más pequeño.",
+                   "The estimated time ({total}) exceeds --time-budget {budget:g} h. Reduce epochs or steps "
+                   "(--epochs, --max-steps) or use a smaller preset."),
+})
+
+CSV_COLUMNS = ["time", "kind", "epoch", "step", "tokens", "train_loss", "val_loss", "lr", "grad_norm",
+               "tokens_per_s", "mfu", "seconds"]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _fmt(x: float | None, spec: str = ".4f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def memory_in_use(device) -> float:
+    """Bytes of peak accelerator memory (CUDA) or resident memory of this process (CPU)."""
+    import torch
+
+    if getattr(device, "type", "cpu") == "cuda":
+        return float(torch.cuda.max_memory_allocated(device))
+    import psutil
+
+    return float(psutil.Process().memory_info().rss)
+
+
+class MetricsLogger:
+    """Console + CSV + TensorBoard on rank 0; other ranks only count (nothing is written)."""
+
+    def __init__(self, run_dir: Path, *, dist: DistInfo, total_steps: int, resume_step: int | None = None,
+                 time_budget_h: float = 0.0, peak_name: str | None = None, device_name: str = "",
+                 tensorboard: bool = True, extra_columns: tuple[str, ...] = ()):
+        """``extra_columns``: the objective's statistics and the evaluators' values (CSV columns after the
+        standard ones; TensorBoard tags as named, e.g. ``rewards/accuracy``)."""
+        self.run_dir, self.dist, self.total_steps = Path(run_dir), dist, total_steps
+        self.columns = CSV_COLUMNS + [c for c in extra_columns if c not in CSV_COLUMNS]
+        self.time_budget_h = time_budget_h
+        self.csv_path = self.run_dir / "training_log.csv"
+        self.writer = None
+        self._warned_budget = False
+        if not dist.is_main:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._prepare_csv(resume_step)
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step)
+        if peak_name:
+            console.info(M("mfu_peak", peak=peak_name))
+        else:
+            console.info(M("mfu_unknown", device=device_name or str(dist.device)))
+        import psutil
+
+        psutil.cpu_percent(None)  # prime: later calls measure since the previous one
+
+    def _prepare_csv(self, resume_step: int | None) -> None:
+        """New header, or on resume drop rows logged after the checkpoint (they will be redone)."""
+        if resume_step is None or not self.csv_path.is_file():
+            atomic_write_text(self.csv_path, ",".join(self.columns) + "\n")
+            return
+        with open(self.csv_path, newline="", encoding="utf-8") as f:
+            rows = [r for r in csv.DictReader(f) if int(r.get("step") or 0) <= resume_step]
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=self.columns, lineterminator="\n")
+        w.writeheader()
+        w.writerows({k: r.get(k, "") for k in self.columns} for r in rows)
+        atomic_write_text(self.csv_path, buf.getvalue())
+
+    def _csv(self, **row) -> None:
+        row = {k: ("" if row.get(k) is None else row.get(k)) for k in self.columns}
+        row["time"] = _now()
+        with open(self.csv_path, "a", newline="", encoding="utf-8") as f:
+            csv.DictWriter(f, fieldnames=self.columns, lineterminator="\n").writerow(row)
+            f.flush()
+
+    def _scalar(self, tag: str, value: float | None, step: int) -> None:
+        if self.writer is not None and value is not None and math.isfinite(value):
+            self.writer.add_scalar(tag, value, step)
+
+    def step(self, *, step: int, epoch: int, tokens: int, loss: float, lr: float, grad_norm: float | None,
+             tokens_per_s: float, mfu: float | None, seconds: float, eta_s: float | None,
+             elapsed_s: float, sync: str | None = None, extras: dict[str, float] | None = None) -> None:
+        """``sync``: the cross-rank check's verdict (``aura.distributed.sync_status``), None alone;
+        ``extras``: the objective's statistics for the interval (one more console line, CSV, TensorBoard)."""
+        if not self.dist.is_main:
+            return
+        mem = memory_in_use(self.dist.device)
+        console.info(M("step", epoch=epoch + 1, step=step, total=self.total_steps, loss=_fmt(loss), lr=lr,
+                       grad=_fmt(grad_norm, ".3f"), tps=tokens_per_s,
+                       mfu="-" if mfu is None else f"{100 * mfu:.1f}%", mem=f"{mem / 1e9:.2f} GB",
+                       eta="-" if eta_s is None else format_duration(eta_s),
+                       sync="" if sync is None else f" | Sync={sync}"))
+        self._csv(kind="step", epoch=epoch + 1, step=step, tokens=tokens, train_loss=f"{loss:.6f}",
+                  lr=f"{lr:.6e}", grad_norm=_fmt(grad_norm, ".6f") if grad_norm is not None else None,
+                  tokens_per_s=f"{tokens_per_s:.1f}", mfu=None if mfu is None else f"{mfu:.4f}",
+                  seconds=f"{elapsed_s:.2f}", **self._extras(extras, step))
+        self._scalar("Loss/train_step", loss, step)
+        self._scalar("LR", lr, step)
+        self._scalar("Train/grad_norm", grad_norm, step)
+        self._scalar("Throughput/tokens_per_s", tokens_per_s, step)
+        self._scalar("Perf/MFU", mfu, step)
+        self._system(step)
+        if eta_s is not None and self.time_budget_h > 0 and not self._warned_budget:
+            total = elapsed_s + eta_s
+            if total > self.time_budget_h * 3600:
+                self._warned_budget = True
+                console.warn(M("eta_budget", total=format_duration(total), budget=self.time_budget_h))
+
+    def _extras(self, values: dict[str, float] | None, step: int) -> dict[str, str]:
+        """Console line + TensorBoard scalars for extra values; returns their CSV cells."""
+        if not values:
+            return {}
+        console.info("  " + " | ".join(f"{k}={_fmt(v)}" for k, v in values.items()))
+        for k, v in values.items():
+            self._scalar(k, v, step)
+        return {k: f"{v:.6f}" for k, v in values.items() if v is not None and math.isfinite(v)}
+
+    def values(self, *, step: int, epoch: int, tokens: int, values: dict[str, float], elapsed_s: float) -> None:
+        """An evaluator's results at ``step`` (a CSV row of kind ``eval``)."""
+        if not self.dist.is_main or not values:
+            return
+        self._csv(kind="eval", epoch=epoch + 1, step=step, tokens=tokens, seconds=f"{elapsed_s:.2f}",
+                  **self._extras(values, step))
+        if self.writer is not None:
+            self.writer.flush()
+
+    def _system(self, step: int) -> None:
+        if self.writer is None:
+            return
+        import psutil
+
+        self._scalar("System/CPU_percent", psutil.cpu_percent(None), step)
+        self._scalar("System/RAM_percent", psutil.virtual_memory().percent, step)
+        if self.dist.device.type == "cuda":
+            import torch
+
+            self._scalar("System/GPU_VRAM_MB", torch.cuda.memory_allocated(self.dist.device) / 2**20, step)
+        else:
+            self._scalar("System/GPU_VRAM_MB", 0.0, step)
+
+    def eval(self, *, step: int, epoch: int, tokens: int, val_loss: float, elapsed_s: float) -> None:
+        if not self.dist.is_main:
+            return
+        console.info(M("eval", step=step, val=val_loss, ppl=math.exp(min(val_loss, 50.0))))
+        self._csv(kind="eval", epoch=epoch + 1, step=step, tokens=tokens, val_loss=f"{val_loss:.6f}",
+                  seconds=f"{elapsed_s:.2f}")
+        self._scalar("Loss/val_step", val_loss, step)
+
+    def epoch(self, *, step: int, epoch: int, epochs: int, tokens: int, train_loss: float | None,
+              val_loss: float | None, epoch_seconds: float, elapsed_s: float) -> None:
+        if not self.dist.is_main:
+            return
+        console.info(M("epoch", epoch=epoch + 1, epochs=epochs, train=_fmt(train_loss), val=_fmt(val_loss),
+                       seconds=epoch_seconds))
+        self._csv(kind="epoch", epoch=epoch + 1, step=step, tokens=tokens,
+                  train_loss=None if train_loss is None else f"{train_loss:.6f}",
+                  val_loss=None if val_loss is None else f"{val_loss:.6f}", seconds=f"{elapsed_s:.2f}")
+        self._scalar("Loss/train_epoch", train_loss, epoch + 1)
+        self._scalar("Loss/val_epoch", val_loss, epoch + 1)
+        self._scalar("Time/epoch_seconds", epoch_seconds, epoch + 1)
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+            self.writer.close()
+            self.writer = None
+
+
+class RunStatus:
+    """``run.json``: what a run is doing now, for ``aura runs`` and for humans (rank 0 writes)."""
+
+    def __init__(self, run_dir: Path, *, kind: str, dist: DistInfo, argv: list[str] | None = None):
+        self.path = Path(run_dir) / "run.json"
+        self.enabled = dist.is_main
+        self.data: dict = {}
+        if not self.enabled:
+            return
+        previous = read_json(self.path) if self.path.is_file() else {}
+        self.data = {"kind": kind, "status": "running", "argv": list(sys.argv if argv is None else argv),
+                     "pid": os.getpid(), "host": socket.gethostname(),
+                     "started": previous.get("started", _now()) if previous.get("kind") == kind else _now(),
+                     "updated": _now(), "last_step": previous.get("last_step", 0),
+                     "latest_checkpoint": previous.get("latest_checkpoint"), "aura_version": __version__}
+        self._write()
+
+    def _write(self) -> None:
+        if self.enabled:
+            self.data["updated"] = _now()
+            atomic_write_json(self.path, self.data)
+
+    def update(self, **fields) -> None:
+        if self.enabled:
+            self.data.update({k: (str(v) if isinstance(v, Path) else v) for k, v in fields.items()})
+            self._write()
+
+
+class Throughput:
+    """Tokens/s, MFU and ETA between log lines (wall-clock; the log line's sync makes it honest)."""
+
+    def __init__(self, *, flops_per_token: float | None, peak_flops: float | None, world_size: int = 1):
+        self.flops_per_token, self.peak, self.world = flops_per_token, peak_flops, world_size
+        self.start = self._mark = time.perf_counter()
+        self._tokens_at_mark = 0
+        self._step_at_mark = 0
+        self.step_seconds: float | None = None
+
+    def reset(self, *, tokens: int, step: int) -> None:
+        self._mark = time.perf_counter()
+        self._tokens_at_mark, self._step_at_mark = tokens, step
+
+    def measure(self, *, tokens: int, step: int, total_steps: int) -> tuple[float, float | None, float | None]:
+        """(tokens/s over all ranks, MFU or None, ETA seconds or None) since the last call."""
+        now = time.perf_counter()
+        dt = max(now - self._mark, 1e-9)
+        tps = (tokens - self._tokens_at_mark) / dt
+        if step > self._step_at_mark:
+            self.step_seconds = dt / (step - self._step_at_mark)
+        mfu = None
+        if self.flops_per_token and self.peak:
+            mfu = tps * self.flops_per_token / (self.peak * self.world)
+        eta = None if self.step_seconds is None else self.step_seconds * max(total_steps - step, 0)
+        self._mark, self._tokens_at_mark, self._step_at_mark = now, tokens, step
+        return tps, mfu, eta
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+class TrainMetrics:
+    """Everything the loop reports to, as one object the run setup builds (``for_run``): MFU inputs (FLOPs per
+    token, the device's peak and where that figure comes from), the ``--time-budget`` the ETA is checked
+    against, and ``run.json`` (``RunStatus``).
+
+    The loop ``open``s it once it knows the plan and the step it starts from. It then keeps the running
+    token-loss sums on the device (no host sync): since the last log line, and since the epoch began (a
+    checkpoint stores both, ``running_sums``, so a resumed run logs what an uninterrupted one would). Time spent
+    evaluating or writing is not training time: ``restart_clock`` after each.
+    """
+
+    def __init__(self, run_dir: Path, *, dist: DistInfo, flops_per_token: float | None = None,
+                 peak_flops: float | None = None, peak_name: str | None = None, device_name: str = "",
+                 time_budget_h: float = 0.0, status: RunStatus | None = None, extra_columns: tuple[str, ...] = ()):
+        self.run_dir, self.dist, self.status = Path(run_dir), dist, status
+        self.extra_columns = tuple(extra_columns)
+        self.flops_per_token, self.peak_flops, self.peak_name = flops_per_token, peak_flops, peak_name
+        self.device_name, self.time_budget_h = device_name, time_budget_h
+        self.history: list[tuple[int, float]] = []  # (step, train loss) of every logged step
+        self.logger: MetricsLogger | None = None  # from open()
+
+    @classmethod
+    def for_run(cls, run_dir: Path, *, kind: str, dist: DistInfo, hardware, precision: str,
+                flops_per_token: float | None, time_budget_h: float,
+                extra_columns: tuple[str, ...] = ()) -> "TrainMetrics":
+        """A training run's metrics: ``hardware`` is ``aura.models.hardware.HardwareInfo``; writes run.json (running).
+        ``extra_columns``: the objective's statistics and the evaluators' values (``aura.train.objectives.objective``)."""
+        return cls(run_dir, dist=dist, flops_per_token=flops_per_token, peak_flops=hardware.peak_flops(precision),
+                   peak_name=hardware.peak_source, device_name=hardware.name, time_budget_h=time_budget_h,
+                   status=RunStatus(run_dir, kind=kind, dist=dist), extra_columns=extra_columns)
+
+    def open(self, *, total_steps: int, state, resumed: bool) -> None:
+        """Start logging at ``state`` (``aura.train.loop.TrainState``), continuing a resumed run's logs."""
+        self.total_steps = total_steps
+        self.logger = MetricsLogger(self.run_dir, dist=self.dist, total_steps=total_steps,
+                                    resume_step=state.step if resumed else None, time_budget_h=self.time_budget_h,
+                                    peak_name=self.peak_name, device_name=self.device_name,
+                                    extra_columns=self.extra_columns)
+        self.meter = Throughput(flops_per_token=self.flops_per_token, peak_flops=self.peak_flops,
+                                world_size=self.dist.world_size)
+        self.meter.reset(tokens=state.tokens_seen, step=state.step)
+        # a resumed run's sums continue (rank 0 holds the all-rank sums, the others 0)
+        main = self.dist.is_main
+        self._interval = self._zero() + (state.interval_loss_sum if main else 0.0)
+        self._interval_n = state.interval_targets
+        self._stats = {k: self._zero() + (v if main else 0.0) for k, v in state.interval_stats.items()}
+        self._epoch = self._zero() + (state.epoch_loss_sum if main else 0.0)
+        self._epoch_n, self._epoch_start = state.epoch_targets, time.perf_counter() - state.epoch_seconds
+
+    def _zero(self):
+        import torch
+
+        return torch.zeros((), dtype=torch.float64, device=self.dist.device)
+
+    def _global(self, t) -> float:
+        """Sum over ranks of a device scalar (a collective under torchrun)."""
+        return float(self.dist.all_reduce(t.clone().to(self.dist.comm_device), "sum"))
+
+    def add(self, window_loss, n_targets: int, stats: dict | None = None) -> None:
+        """An applied step: its summed loss (a device tensor), its units (target tokens) on all ranks and the
+        objective's summed statistics on this rank (device tensors)."""
+        for k, v in (stats or {}).items():
+            self._stats[k] = self._stats.get(k, 0.0) + v
+        self._interval += window_loss
+        self._epoch += window_loss
+        self._interval_n += n_targets
+        self._epoch_n += n_targets
+
+    def log_step(self, state, *, lr: float, grad_norm: float, sync: Callable[[], str | None]) -> None:
+        """The step line (console, CSV, TensorBoard) with the token-mean loss since the last one; ``sync``
+        runs the cross-rank check (a collective, on every rank, only when there is a line to log)."""
+        if self._interval_n:
+            loss = self._global(self._interval) / self._interval_n
+            tps, mfu, eta = self.meter.measure(tokens=state.tokens_seen, step=state.step,
+                                               total_steps=self.total_steps)
+            verdict = sync()
+            extras = {}
+            if self._stats:  # one collective for all of them
+                import torch
+
+                names = sorted(self._stats)
+                sums = self.dist.all_reduce(torch.stack([torch.as_tensor(self._stats[k], dtype=torch.float64,
+                                                                         device=self.dist.device) for k in names])
+                                            .to(self.dist.comm_device), "sum")
+                extras = {k: float(v) / self._interval_n for k, v in zip(names, sums.tolist())}
+            self.history.append((state.step, loss))
+            self.logger.step(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, loss=loss, lr=lr,
+                             grad_norm=grad_norm if math.isfinite(grad_norm) else None, tokens_per_s=tps, mfu=mfu,
+                             seconds=self.meter.step_seconds or 0.0, eta_s=eta, elapsed_s=self.meter.elapsed,
+                             sync=verdict, extras=extras)
+        self._interval, self._interval_n, self._stats = self._zero(), 0, {}
+
+    def eval(self, state, val_loss: float | None) -> None:
+        if val_loss is not None:
+            self.logger.eval(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, val_loss=val_loss,
+                             elapsed_s=self.meter.elapsed)
+        self.restart_clock(state)
+
+    def values(self, state, values: dict[str, float]) -> None:
+        """An evaluator's values at this step (console, CSV ``eval`` row, TensorBoard); not training time."""
+        self.logger.values(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, values=values,
+                           elapsed_s=self.meter.elapsed)
+        self.restart_clock(state)
+
+    def epoch(self, state, *, epochs: int, val_loss: float | None) -> tuple[float | None, float]:
+        """The epoch line for ``state.epoch``, just finished; (its token-mean train loss, its seconds)."""
+        train = self._global(self._epoch) / self._epoch_n if self._epoch_n else None
+        seconds = time.perf_counter() - self._epoch_start
+        self.logger.epoch(step=state.step, epoch=state.epoch, epochs=epochs, tokens=state.tokens_seen,
+                          train_loss=train, val_loss=val_loss, epoch_seconds=seconds, elapsed_s=self.meter.elapsed)
+        self._epoch, self._epoch_n = self._zero(), 0
+        return train, seconds
+
+    def new_epoch(self, state) -> None:
+        self._epoch_start = time.perf_counter()
+        self.restart_clock(state)
+
+    def running_sums(self) -> dict:
+        """The running sums over all ranks, for a checkpoint (``TrainState`` fields; a collective): the
+        epoch's and the log interval's summed loss and units, the interval's statistics, the epoch's seconds."""
+        return {"epoch_loss_sum": self._global(self._epoch), "epoch_targets": self._epoch_n,
+                "epoch_seconds": time.perf_counter() - self._epoch_start,
+                "interval_loss_sum": self._global(self._interval), "interval_targets": self._interval_n,
+                "interval_stats": {k: self._global(self._zero() + v) for k, v in sorted(self._stats.items())}}
+
+    def saved(self, state, path: Path) -> None:
+        if self.status is not None:
+            self.status.update(last_step=state.step, latest_checkpoint=path)
+        self.restart_clock(state)
+
+    def restart_clock(self, state) -> None:
+        self.meter.reset(tokens=state.tokens_seen, step=state.step)
+
+    def close(self, *, status: str, step: int) -> None:
+        """The run ended (finished | interrupted | failed): flush the logs, say so in run.json."""
+        if self.logger is not None:
+            self.logger.close()
+        if self.status is not None:
+            self.status.update(status=status, last_step=step)

@@ -1,0 +1,120 @@
+"""``aura plot``: loss, LR and tokens/s of one or several runs as a PNG (matplotlib).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from aura.core import console
+from aura.core.config import arg
+from aura.core.errors import AuraError
+from aura.core.atomic import atomic_write_bytes
+from aura.watch.runs import M, REWARD_COLUMNS, SUITE_PREFIX, read_log
+
+
+@dataclass
+class PlotConfig:
+    run_dirs: list[str] = arg([], es="Directorios de ejecución (con training_log.csv).",
+                              en="Run directories (with training_log.csv).", positional=True,
+                              metavar="RUN_DIR")
+    out: str = arg("loss.png", es="Archivo de salida (.png, .svg o .pdf), relativo a --output-dir.",
+                   en="Output file (.png, .svg or .pdf), relative to --output-dir.")
+    output_dir: str = arg(".", es="Directorio donde se guarda la gráfica.",
+                          en="Directory where the plot is saved.")
+    width: int = arg(1800, es="Ancho en píxeles.", en="Width in pixels.")
+    height: int = arg(600, es="Alto en píxeles.", en="Height in pixels.")
+    dpi: int = arg(100, es="Puntos por pulgada (tamaño del texto relativo a la imagen).",
+                   en="Dots per inch (text size relative to the image).")
+
+    def __post_init__(self):
+        if not self.run_dirs:
+            raise AuraError(M("no_run_dirs"))
+        if not (100 <= self.width <= 20000 and 100 <= self.height <= 20000 and 20 <= self.dpi <= 1000):
+            raise AuraError(M("bad_size"))
+        if Path(self.out).suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise AuraError(M("bad_format", out=self.out))
+        for d in self.run_dirs:
+            if not Path(d).is_dir():
+                raise AuraError(M("no_dir", path=d))
+
+
+def _labels(dirs: list[Path]) -> list[str]:
+    """Run names for the legend: the dir name, or more of its path where names repeat."""
+    names = [d.name or str(d) for d in dirs]
+    if len(set(names)) == len(names):
+        return names
+    return [str(d) for d in dirs]
+
+
+def plot(cfg: PlotConfig) -> int:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter
+
+    from aura.core.atomic import check_writable
+
+    check_writable(Path(cfg.output_dir) / cfg.out, flag="--out")
+    dirs = [Path(d) for d in cfg.run_dirs]
+    logs = []
+    for d in dirs:
+        rows = read_log(d)
+        if not any(r["train_loss"] is not None or r["val_loss"] is not None for r in rows):
+            raise AuraError(M("empty_log", path=d / "training_log.csv"))
+        logs.append(rows)
+    # Tokens are the fair x axis across runs of different batch sizes; steps when a log lacks them.
+    use_tokens = all(any(r["tokens"] is not None for r in rows) for rows in logs)
+    xcol = "tokens" if use_tokens else "step"
+
+    fig = Figure(figsize=(cfg.width / cfg.dpi, cfg.height / cfg.dpi), dpi=cfg.dpi, layout="constrained")
+    FigureCanvasAgg(fig)
+    rewards = any(r.get(c) is not None for rows in logs for r in rows for c in REWARD_COLUMNS)
+    suite_cols = sorted({c for rows in logs for r in rows for c in r if c.startswith(SUITE_PREFIX)})
+    axes = list(fig.subplots(1, 3 + rewards + bool(suite_cols)))
+    ax_loss, ax_lr, ax_speed = axes[:3]
+    ax_suite = axes[-1] if suite_cols else None
+    colours = [f"C{i % 10}" for i in range(len(dirs))]
+    for label, rows, colour in zip(_labels(dirs), logs, colours):
+        def series(col, kinds):
+            pts = [(r[xcol], r[col]) for r in rows
+                   if r["kind"] in kinds and r[xcol] is not None and r[col] is not None]
+            return [p[0] for p in pts], [p[1] for p in pts]
+
+        xs, ys = series("train_loss", ("step",))
+        if not xs:  # logs with only epoch rows (short fine-tunes)
+            xs, ys = series("train_loss", ("epoch",))
+        ax_loss.plot(xs, ys, color=colour, lw=1.2, label=f"{label} ({M('train')})")
+        xs, ys = series("val_loss", ("eval", "epoch", "step"))
+        if xs:
+            ax_loss.plot(xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3,
+                         label=f"{label} ({M('val')})")
+        ax_lr.plot(*series("lr", ("step",)), color=colour, lw=1.2, label=label)
+        ax_speed.plot(*series("tokens_per_s", ("step",)), color=colour, lw=1.2, label=label)
+        if rewards and any(r.get("rewards/margin") is not None for r in rows):
+            for col, style in zip(REWARD_COLUMNS, ("-", ":")):
+                axes[3].plot(*series(col, ("step",)), color=colour, lw=1.2, ls=style, label=f"{label} ({col})")
+        for col, style in zip(suite_cols, ("-", "--", ":", "-.", (0, (1, 3)), (0, (5, 1)))):
+            xs, ys = series(col, ("eval",))
+            if xs:
+                ax_suite.plot(xs, ys, color=colour, lw=1.2, ls=style, marker="o", ms=3,
+                              label=f"{label} ({col.removeprefix(SUITE_PREFIX)})")
+    titled = [(ax_loss, "loss_title"), (ax_lr, "lr_title"), (ax_speed, "speed_title")]
+    titled += [(axes[3], "rewards_title")] if rewards else []
+    for ax, title in titled + ([(ax_suite, "suite_title")] if suite_cols else []):
+        ax.set_title(M(title))
+        ax.set_xlabel(M("x_tokens") if use_tokens else M("x_steps"))
+        ax.grid(alpha=0.3)
+        if use_tokens:
+            ax.xaxis.set_major_formatter(EngFormatter())
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    ax_speed.yaxis.set_major_formatter(EngFormatter())
+
+    out = Path(cfg.output_dir) / cfg.out
+    buf = io.BytesIO()
+    fig.savefig(buf, format=out.suffix.lower().lstrip("."), dpi=cfg.dpi)
+    atomic_write_bytes(out, buf.getvalue())
+    console.success(M("wrote", path=out, runs=len(dirs)))
+    return 0

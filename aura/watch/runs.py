@@ -1,0 +1,293 @@
+"""``aura runs`` (what is in a runs directory) and ``aura plot`` (loss, LR and tokens/s as a PNG).
+
+Both read run dirs as ``aura pretrain``/``aura finetune`` write them (docs/architecture.md):
+``run.json`` for status, ``training_log.csv`` for the curves, ``checkpoint-step-N``,
+``interrupt-step-N`` and ``checkpoint-epoch-N`` for resumable state (``.tmp-*`` dirs are unfinished
+writes and never count).
+
+``aura runs [DIR]`` looks for run dirs in DIR itself and one or two levels below it. Without DIR it
+uses ``./runs`` when that directory exists, otherwise the current directory. A run whose run.json
+is shown as running while a process holds its lock (``RUN_DIR/.aura-run.lock``, an OS lock that dies
+with its holder); a run.json that still says ``running`` without it is ``stale``: the process died
+without updating run.json (killed, crashed, machine rebooted), and it resumes like an interrupted run.
+Runs of older Aura versions (no lock file) are running when their PID is alive on this host and
+started no later than the run (so a reused PID does not count).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shlex
+import socket
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from aura.core import console
+from aura.core.config import arg
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
+from aura.core.rundir import has_lock_file, latest_checkpoint, lock_holder, status_label
+from aura.core.atomic import TMP_PREFIX, dir_size, human_bytes, read_json
+
+
+M = Messages("runs", {
+    "no_dir": ("No existe el directorio {path}.", "The directory {path} does not exist."),
+    "no_runs": ("No hay ejecuciones de Aura (directorios con run.json) en {path} ni uno o dos niveles "
+                "por debajo.",
+                "There are no Aura runs (directories with run.json) in {path} or one or two levels "
+                "below it."),
+    "title": ("Ejecuciones en {path}", "Runs in {path}"),
+    "h_run": ("ejecución", "run"),
+    "h_kind": ("tipo", "kind"),
+    "h_status": ("estado", "status"),
+    "h_step": ("paso", "step"),
+    "h_best_val": ("mejor val", "best val"),
+    "h_checkpoint": ("último checkpoint", "latest checkpoint"),
+    "h_size": ("tamaño", "size"),
+    "h_updated": ("actualizado", "updated"),
+    "resume_title": ("Para reanudar:", "To resume:"),
+    "stale_note": ("'cortada': run.json dice 'running' pero el proceso ya no existe (terminó "
+                   "sin poder anotarlo: kill -9, un fallo, un reinicio); se reanuda como una "
+                   "interrumpida.",
+                   "'stale': run.json says 'running' but the process is gone (it ended without "
+                   "recording it: kill -9, a crash, a reboot); resume it like an interrupted run."),
+    "remote_note": ("{run}: se ejecuta en el host {host}; desde aquí no se puede comprobar si sigue vivo.",
+                    "{run}: it runs on host {host}; whether it is still alive cannot be checked from here."),
+    "bad_run_json": ("{path} no es JSON válido ({err}); su estado se muestra como 'desconocido'.",
+                     "{path} is not valid JSON ({err}); the run is shown as 'unknown'."),
+    "no_log": ("{run} no tiene training_log.csv: la ejecución aún no ha registrado ningún paso, o no "
+               "es un directorio de ejecución de Aura.",
+               "{run} has no training_log.csv: the run has not logged a step yet, or it is not an "
+               "Aura run directory."),
+    "empty_log": ("{path} no tiene filas con pérdida: la ejecución aún no ha registrado ningún paso.",
+                  "{path} has no rows with a loss: the run has not logged a step yet."),
+    "bad_cell": ("{path}, línea {line}: la columna '{column}' debería ser un número y es {value!r}.",
+                 "{path}, line {line}: column '{column}' should be a number and is {value!r}."),
+    "no_run_dirs": ("Indica al menos un directorio de ejecución: aura plot RUN_DIR [RUN_DIR ...] --out "
+                    "loss.png",
+                    "Give at least one run directory: aura plot RUN_DIR [RUN_DIR ...] --out loss.png"),
+    "bad_size": ("--width y --height (píxeles) deben estar entre 100 y 20000, y --dpi entre 20 y 1000.",
+                 "--width and --height (pixels) must be between 100 and 20000, and --dpi between 20 and 1000."),
+    "bad_format": ("--out debe terminar en .png, .svg o .pdf; recibido {out}.",
+                   "--out must end in .png, .svg or .pdf; got {out}."),
+    "loss_title": ("Pérdida", "Loss"),
+    "lr_title": ("Tasa de aprendizaje", "Learning rate"),
+    "rewards_title": ("Recompensas (DPO/ORPO)", "Rewards (DPO/ORPO)"),
+    "speed_title": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
+    "x_tokens": ("tokens vistos", "tokens seen"),
+    "x_steps": ("paso", "step"),
+    "train": ("entrenamiento", "train"),
+    "val": ("validación", "validation"),
+    "suite_title": ("Precisión en aura-es", "aura-es accuracy"),
+    "wrote": ("Gráfica guardada en {path} ({runs:ejecución|ejecuciones}).", "Plot saved to {path} ({runs:run|runs})."),
+})
+
+
+NUMERIC_COLUMNS = ("epoch", "step", "tokens", "train_loss", "val_loss", "lr", "grad_norm",
+                   "tokens_per_s", "mfu", "seconds")
+
+
+REWARD_COLUMNS = ("rewards/margin", "rewards/accuracy")  # preference tuning (aura.train.objectives.preference)
+
+
+SUITE_PREFIX = "aura-es/"  # task accuracy during training (--eval-suite aura-es, aura.evaluation)
+
+
+def read_log(run_dir: Path) -> list[dict]:
+    """Rows of ``training_log.csv`` with numbers as floats and empty cells as None."""
+    path = run_dir / "training_log.csv"
+    if not path.is_file():
+        raise AuraError(M("no_log", run=run_dir))
+    rows = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for line, raw in enumerate(csv.DictReader(f), start=2):
+            row: dict = {"kind": (raw.get("kind") or "step").strip(), "time": raw.get("time")}
+            for col in NUMERIC_COLUMNS + tuple(c for c in raw if c in REWARD_COLUMNS or
+                                               (c or "").startswith(SUITE_PREFIX)):
+                cell = (raw.get(col) or "").strip()
+                try:
+                    row[col] = float(cell) if cell else None
+                except ValueError:
+                    raise AuraError(M("bad_cell", path=path, line=line, column=col, value=cell)) from None
+            rows.append(row)
+    return rows
+
+
+def find_run_dirs(root: Path) -> list[Path]:
+    """``root`` and its sub-directories up to two levels down that hold a run.json."""
+    found, level = [], [root]
+    for depth in range(3):
+        nxt = []
+        for d in level:
+            if (d / "run.json").is_file():
+                found.append(d)
+            elif depth < 2:  # a run dir's own sub-dirs (checkpoints, final/) are not runs
+                try:
+                    nxt += sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(TMP_PREFIX))
+                except OSError:
+                    continue
+        level = nxt
+    return found
+
+
+def _timestamp(value) -> float | None:
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def live_status(info: dict, run_dir: Path | None = None) -> tuple[str, bool]:
+    """(status to show, whether the run's host is this machine).
+
+    "running" comes from the run dir's lock (``aura.core.rundir.lock_holder``): held means a process writes
+    the run now, whatever run.json says; free means nobody does, so a run.json still saying "running"
+    is stale. Run dirs of older Aura versions (no lock file) fall back to the PID check.
+    """
+    status = str(info.get("status", "unknown"))
+    host = info.get("host")
+    local = not host or host == socket.gethostname()
+    if run_dir is not None and has_lock_file(run_dir):
+        holder = lock_holder(run_dir)
+        if holder is not None:
+            return "running", not holder.get("host") or holder.get("host") == socket.gethostname()
+        return ("stale" if status == "running" else status), local
+    if status != "running":
+        return status, True
+    if not local:
+        return "stale", False
+    import psutil
+
+    try:
+        proc = psutil.Process(int(info.get("pid")))
+        alive = proc.status() != psutil.STATUS_ZOMBIE
+        # The run's process wrote run.json ("updated") after it started; a process created after
+        # that write holds a recycled PID and is not our run (2 s of slack for clock granularity).
+        updated = _timestamp(info.get("updated") or info.get("started"))
+        if updated is not None and proc.create_time() > updated + 2:
+            alive = False
+    except (psutil.NoSuchProcess, psutil.AccessDenied, TypeError, ValueError):
+        alive = False
+    return ("running" if alive else "stale"), True
+
+
+def resume_command(info: dict) -> str | None:
+    """The run's own command line with ``--resume-from latest`` (replacing any earlier one)."""
+    argv = [str(a) for a in info.get("argv") or []]
+    if not argv:
+        return None
+    if "-m" in argv and argv.index("-m") + 1 < len(argv) and argv[argv.index("-m") + 1] == "aura":
+        argv = argv[argv.index("-m") + 2:]  # python -m aura ... / torchrun ... -m aura ...
+    elif os.path.basename(argv[0]) == "aura" or argv[0].endswith(os.path.join("aura", "__main__.py")):
+        argv = argv[1:]
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--resume-from":
+            skip = True
+        elif a != "--overwrite" and not a.startswith("--resume-from="):  # resuming must not wipe it
+            out.append(a)
+    cmd = shlex.join(["aura", *out, "--resume-from", "latest"])
+    return f"cd {shlex.quote(info['cwd'])} && {cmd}" if info.get("cwd") else cmd
+
+
+def describe_run(run_dir: Path) -> dict:
+    """Everything ``aura runs`` shows about one run dir (also its --json record)."""
+    warning = None
+    try:
+        info = read_json(run_dir / "run.json")
+        if not isinstance(info, dict):
+            raise ValueError("not an object")
+    except (OSError, ValueError) as e:
+        info, warning = {}, M("bad_run_json", path=run_dir / "run.json", err=e)
+    status, local = live_status(info, run_dir) if info else ("unknown", True)
+    try:
+        rows = read_log(run_dir)
+    except AuraError:
+        rows = []
+    vals = [r["val_loss"] for r in rows if r["val_loss"] is not None and math.isfinite(r["val_loss"])]
+    steps = [r["step"] for r in rows if r["step"] is not None]
+    tokens = [r["tokens"] for r in rows if r["tokens"] is not None]
+    last_step = info.get("last_step")
+    if last_step is None and steps:
+        last_step = int(max(steps))
+    ckpt = latest_checkpoint(run_dir)
+    final = run_dir / "final"
+    try:
+        best = read_json(run_dir / "best" / "best.json")
+        best = best if isinstance(best, dict) and isinstance(best.get("val_loss"), (int, float)) else None
+    except (OSError, ValueError):
+        best = None
+    resumable = status in ("interrupted", "stale", "failed") and ckpt is not None
+    return {
+        "path": str(run_dir), "name": run_dir.name, "kind": info.get("kind"), "status": status,
+        "recorded_status": info.get("status"), "host": info.get("host"), "local": local,
+        "pid": info.get("pid"), "started": info.get("started"), "updated": info.get("updated"),
+        "last_step": last_step, "tokens": int(max(tokens)) if tokens else None,
+        "best_val_loss": best["val_loss"] if best else (min(vals) if vals else None),
+        "best_step": best["step"] if best else None,  # what best/ holds (written by the loop)
+        "latest_checkpoint": str(ckpt) if ckpt else None,
+        "final_model": str(final) if final.is_dir() else None,
+        "size_bytes": dir_size(run_dir),
+        "resume_command": resume_command(info) if resumable else None,
+        "warning": warning,
+    }
+
+
+@dataclass
+class RunsConfig:
+    dir: str = arg("", es="Directorio donde buscar ejecuciones (por defecto ./runs si existe, si no el "
+                          "directorio actual).",
+                   en="Directory to search for runs (default: ./runs if it exists, else the current "
+                      "directory).", positional=True, metavar="DIR")
+    json: bool = arg(False, es="Salida JSON (una lista con un objeto por ejecución).",
+                     en="JSON output (a list with one object per run).")
+
+    def __post_init__(self):
+        if not self.dir:
+            self.dir = "runs" if Path("runs").is_dir() else "."
+        if not Path(self.dir).is_dir():
+            raise AuraError(M("no_dir", path=self.dir))
+
+
+def list_runs(cfg: RunsConfig) -> int:
+    root = Path(cfg.dir)
+    runs = [describe_run(d) for d in find_run_dirs(root)]
+    runs.sort(key=lambda r: (_timestamp(r["started"]) or 0.0, r["path"]))
+    if cfg.json:
+        print(json.dumps(runs, indent=2, ensure_ascii=False))
+        return 0
+    if not runs:
+        console.info(M("no_runs", path=root.resolve()))
+        return 0
+    for r in runs:
+        if r["warning"]:
+            console.warn(r["warning"])
+    rows = [[os.path.relpath(r["path"], root), r["kind"] or "?", status_label(r["status"]),
+             "" if r["last_step"] is None else r["last_step"],
+             "" if r["best_val_loss"] is None else f"{r['best_val_loss']:.4f}",
+             Path(r["latest_checkpoint"]).name if r["latest_checkpoint"] else "",
+             human_bytes(r["size_bytes"]), (r["updated"] or "")[:19].replace("T", " ")] for r in runs]
+    headers = [M(k) for k in ("h_run", "h_kind", "h_status", "h_step", "h_best_val", "h_checkpoint",
+                              "h_size", "h_updated")]
+    console.table(M("title", path=root.resolve()), headers, rows)
+    if any(r["status"] == "stale" for r in runs):
+        console.info(M("stale_note"))
+    for r in runs:
+        if not r["local"]:
+            console.info(M("remote_note", run=r["name"], host=r["host"]))
+    resumable = [r for r in runs if r["resume_command"]]
+    if resumable:
+        console.info(M("resume_title"))
+        for r in resumable:
+            console.info(f"  {os.path.relpath(r['path'], root)}: {r['resume_command']}")
+    return 0
