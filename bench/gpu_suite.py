@@ -176,6 +176,30 @@ def run_suite(work: Path, *, cpu: bool) -> Suite:
     s.check("aura-72h-max, batch 2 x 2048, checkpointing from the model", big_preset("aura-72h-max", None),
             gpu_only=True, target="peak <= 60 GB, within 10 % of the model")
 
+    def muon_wsd(preset: str, batch: int, peer: str = ""):
+        """--optimizer muon --lr-schedule wsd (issue 26): tokens/s, MFU and peak memory, and the ratio of
+        tokens/s to the AdamW + cosine run of the same preset and batch (``peer``) when one ran above."""
+        def run():
+            out = work / f"muon-wsd-{preset}-{batch}"
+            args = tiny if cpu else ["--model-preset", preset, "--precision", "bf16", "--batch-size", batch,
+                                     "--max-steps", "30"]
+            proc = s.aura("pretrain", *common, "1" if cpu else "10", *args, "--optimizer", "muon",
+                          "--lr-schedule", "wsd", "--output-dir", out)
+            tps = [float(r["tokens_per_s"]) for r in _log_rows(out)][-2:]
+            mfu, mem = _mfu(out), _mem_gb(proc.stdout)
+            text = f"{max(tps, default=0):,.0f} tok/s, MFU {100 * (mfu or 0):.1f} %, peak {mem} GB"
+            if peer and (work / peer / "training_log.csv").is_file():
+                base = max(float(r["tokens_per_s"]) for r in _log_rows(work / peer)[-2:])
+                text += f", {max(tps, default=0) / base:.2f}x AdamW's tokens/s"
+            return text, bool(tps) and max(tps) > 0
+        return run
+    s.check(f"Muon + WSD, {'tiny fp32' if cpu else 'gpt2-small bf16'}, batch 8 (tokens/s, MFU, peak)",
+            muon_wsd("gpt2-small", 8, peer="pt-e8"), target="tokens/s within 10 % of AdamW's")
+    s.check("Muon + WSD, aura-72h-extended (1.3B), batch 2, checkpointing from the model",
+            muon_wsd("aura-72h-extended", 2), gpu_only=True, target="MFU >= 40 %")
+    s.check("Muon + WSD, qwen3-72h (Qwen3 block, 1.3B), batch 2, checkpointing from the model",
+            muon_wsd("qwen3-72h", 2), gpu_only=True, target="MFU >= 40 %")
+
     def qlora_12gb():
         base = _base_model(work / "llama1b", arch="llama", vocab=128256, hidden=2048, layers=16, inter=8192,
                            heads=32, kv=8)
@@ -208,6 +232,30 @@ def run_suite(work: Path, *, cpu: bool) -> Suite:
             r["memory"] < 0.5 and r["loss_rel_diff"] < 1e-3
     s.check(f"chunked / fused cross entropy vs plain, vocab {'32k (tiny)' if cpu else '128k'}", chunked_loss,
             target="less than half the memory")
+
+    def grpo(engine: str):
+        def run():
+            if engine == "vllm":
+                import importlib.util
+
+                if importlib.util.find_spec("vllm") is None:
+                    return "vLLM not installed", True
+            base = _base_model(work / "qwen05", arch="llama", vocab=151936, hidden=896, layers=24, inter=4864,
+                               heads=14, kv=2)  # Qwen2.5-0.5B's shape
+            out = work / f"grpo-{engine}"
+            s.aura("finetune", "--objective", "grpo", "--base-model", base, "--rollout-engine", engine,
+                   "--num-generations", "8", "--batch-size", "8", "--gradient-accumulation-steps", "2",
+                   "--max-completion-length", "256", "--max-steps", "6", "--log-interval", "1", "--precision", "bf16",
+                   "--output-dir", out)
+            rows = _log_rows(out)[1:]  # the first step includes warm-up
+            tokens = sum(float(r["completion_length"]) * 16 for r in rows)
+            seconds = sum(float(r["time/rollout_s"]) for r in rows)
+            return f"{tokens / seconds:,.0f} completion tokens/s in rollouts", seconds > 0
+        return run
+    s.check("GRPO rollouts, 0.5B (Qwen2.5-0.5B shape), LoRA, G 8, 256 tokens, PyTorch engine", grpo("torch"),
+            gpu_only=True, target="rollout tokens/s")
+    s.check("GRPO rollouts, same model, vLLM colocate (when installed)", grpo("vllm"), gpu_only=True,
+            target="rollout tokens/s vs the PyTorch engine")
 
     def check_dist():
         import torch

@@ -34,6 +34,22 @@ def test_generate_past_the_context_keeps_the_prompts_end_and_caps_the_answer(sho
     assert es.returncode == 0 and "no cabe en el contexto del modelo" in es.stderr
 
 
+def test_default_answer_length_is_fitted_silently_and_only_a_cut_request_is_said(short_gpt2):
+    """Issue 25.14: every `aura generate` warned when the prompt plus the default --max-new-tokens (256)
+    outgrew the context (by as little as one token): the default is an upper bound, fitted silently."""
+    r = run_aura_here("generate", "--model", short_gpt2, "--prompt", "Había una vez", "--temperature", "0")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "context" not in r.stderr and "leaves room" not in r.stderr, r.stderr
+    es = run_aura_here("generate", "--model", short_gpt2, "--prompt", "Había una vez", "--temperature", "0",
+                       env={"AURA_LANG": "es"})
+    assert es.returncode == 0 and "contexto" not in es.stderr, es.stderr
+    # what the user asked for and cannot get is still said: an explicit length, a prompt's cut start
+    r = run_aura_here("generate", "--model", short_gpt2, "--prompt", "Había una vez", "--max-new-tokens", "300")
+    assert r.returncode == 0 and "(300 were asked for)" in r.stderr, r.stderr
+    r = run_aura_here("generate", "--model", short_gpt2, "--prompt", LONG)
+    assert r.returncode == 0 and "does not fit the model's context" in r.stderr and "asked for" not in r.stderr
+
+
 def test_chat_leaves_out_its_oldest_turns_but_keeps_the_system_and_the_last_message(short_gpt2):
     from aura.inference.engine import Sampling, fit_context, open_engine
 

@@ -241,27 +241,35 @@ def test_gguf_export_keeps_a_users_modelfile_and_its_input(zoo, tmp_path):
     pytest.importorskip("gguf")
     out_dir = tmp_path / "gguf"
     out_dir.mkdir()
-    (out_dir / "Modelfile").write_text("FROM ./mine.gguf\nPARAMETER temperature 0.2\n", encoding="utf-8")
+    (out_dir / "model-f32.Modelfile").write_text("FROM ./mine.gguf\nPARAMETER temperature 0.2\n", encoding="utf-8")
     (out_dir / "mine.gguf").write_bytes(os.urandom(512))
     before = tree(out_dir)
     export = ["export", "gguf", "--model", zoo["base"], "--output-dir", out_dir, "--quant", "f32", "--no-verify"]
-    refused(run_aura_here(*export), "Modelfile", "not a Modelfile written by Aura")
+    refused(run_aura_here(*export), "model-f32.Modelfile", "not a Modelfile written by Aura")
     refused(run_aura_here(*export, "--outfile", "mine.gguf"), "already exists")
     assert tree(out_dir) == before
     refused(run_aura_here("export", "gguf", "--model", zoo["base"], "--outfile", zoo["base"] / "m.gguf", "--no-verify"),
             "lies inside the input")
-    # Aura's own, unedited Modelfile is regenerated; the files come out with the user's permissions
+    # Aura's own, unedited Modelfile is regenerated; one per GGUF; the files get the user's permissions
     ours = tmp_path / "ours"
-    for quant in ("f32", "f16"):
+    ours.mkdir()
+    (ours / "Modelfile").write_text("FROM ./otro.gguf\n", encoding="utf-8")  # a user's, of the old shared name
+    for quant in ("f32", "f16", "f32"):
         r = aura_with_umask("export", "gguf", "--model", zoo["base"], "--output-dir", ours, "--quant", quant,
-                            "--no-verify", umask=0o002)
+                            "--no-verify", "--force", umask=0o002)
         assert r.returncode == 0, r.stderr
-        assert f"FROM ./model-{quant}.gguf" in (ours / "Modelfile").read_text()
-    for name in ("model-f32.gguf", "Modelfile"):
+        assert f"FROM ./model-{quant}.gguf" in (ours / f"model-{quant}.Modelfile").read_text()
+    assert (ours / "Modelfile").read_text() == "FROM ./otro.gguf\n"
+    for name in ("model-f32.gguf", "model-f32.Modelfile", "model-f16.Modelfile"):
         assert (ours / name).stat().st_mode & 0o777 == 0o664, name
-    (ours / "Modelfile").write_text((ours / "Modelfile").read_text() + "PARAMETER num_ctx 4096\n")
+    edited = ours / "model-bf16.Modelfile"
+    r = aura_with_umask("export", "gguf", "--model", zoo["base"], "--output-dir", ours, "--quant", "bf16",
+                        "--no-verify", umask=0o002)
+    assert r.returncode == 0, r.stderr
+    edited.write_text(edited.read_text() + "PARAMETER num_ctx 4096\n")
+    (ours / "model-bf16.gguf").unlink()
     refused(run_aura_here("export", "gguf", "--model", zoo["base"], "--output-dir", ours, "--quant", "bf16",
-                          "--no-verify"), "not a Modelfile written by Aura")
+                          "--no-verify"), "model-bf16.Modelfile", "not a Modelfile written by Aura")
 
 
 # ---- aura check-dist -------------------------------------------------------------------------------
@@ -283,3 +291,17 @@ def test_single_process_check_dist_listens_on_no_public_interface():
     out, err = proc.communicate()
     assert proc.returncode == 0 and "Sync=OK" in out, out + err
     assert listening <= {"127.0.0.1", "::1"}, listening  # torch's TCP store would listen on every interface
+
+
+def test_trained_weights_follow_the_umask(zoo, tmp_path):
+    """Issue 25.16: model.safetensors (checkpoints and final/) came out 0600 under umask 022 (safetensors
+    writes through a private temp file) while every other output followed the umask."""
+    run = tmp_path / "run"
+    r = aura_with_umask("pretrain", "--data", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", run, *TINY,
+                        "--save-steps", "1", umask=0o022)
+    assert r.returncode == 0, r.stdout + r.stderr
+    weights = [run / "checkpoint-step-1" / "model.safetensors", run / "final" / "model.safetensors"]
+    for path in [*weights, *(p for p in run.rglob("*") if p.is_file() and p.relative_to(run).parts[0] != "data")]:
+        assert path.stat().st_mode & 0o777 == 0o644, (path, oct(path.stat().st_mode))
+    for path in [run, *(p for p in run.rglob("*") if p.is_dir())]:
+        assert path.stat().st_mode & 0o777 == 0o755, (path, oct(path.stat().st_mode))

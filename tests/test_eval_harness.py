@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
@@ -93,3 +93,44 @@ def test_unknown_task_suggests_close_names(tiny_zoo):
     assert r.returncode == 2
     assert "no task 'aura_es_gramatika'" in r.stderr and "Did you mean: aura_es_gramatica" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+UNREACHABLE = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "", "HF_DATASETS_OFFLINE": "",
+               "TRANSFORMERS_OFFLINE": ""}  # a hub that refuses every connection
+
+
+def _hub_task(folder):
+    (folder / "hub.yaml").write_text(
+        "task: tarea_del_hub\ndataset_path: facebook/xnli\ndataset_name: es\noutput_type: multiple_choice\n"
+        "test_split: test\ndoc_to_text: premise\ndoc_to_choice: \"{{[hypothesis, premise]}}\"\n"
+        "doc_to_target: label\nmetric_list:\n  - metric: acc\n", encoding="utf-8")
+    return folder
+
+
+def test_hub_data_with_no_network_is_refused_at_once_naming_the_offline_suite(tiny_zoo, tmp_path, monkeypatch):
+    """Issue 25.12: with the hub unreachable, a task whose data is not cached failed after a minute of
+    English retry lines; now the task index and the local caches are checked first."""
+    env = {**UNREACHABLE, "HF_HOME": str(tmp_path / "hf"), "AURA_LANG": "es"}
+    r = run_aura_here("eval", "--model", tiny_zoo["llama"], "--tasks", "tarea_del_hub", "--include-path",
+                      _hub_task(tmp_path), "--limit", "2", env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "tarea_del_hub" in r.stderr and "facebook/xnli" in r.stderr and "127.0.0.1:9" in r.stderr, r.stderr
+    assert "no en la caché de este equipo" in r.stderr and "--suite aura-es" in r.stderr
+    assert "Retrying" not in r.stdout + r.stderr  # nothing was asked of the hub
+    # data already in a local cache is not refused up front (lm-eval reads the cache)
+    from aura.evaluation.task_data import is_cached
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert not is_cached("facebook/xnli")
+    (tmp_path / "hf" / "datasets" / "facebook___xnli").mkdir(parents=True)
+    assert is_cached("facebook/xnli")
+
+
+@pytest.mark.slow
+def test_builtin_group_offline_is_refused_before_any_download(tiny_zoo, tmp_path):
+    """`--tasks spanish_bench` offline: lm-eval's own group, its member tasks' hub datasets named."""
+    r = run_aura_here("eval", "--model", tiny_zoo["llama"], "--tasks", "spanish_bench",
+                      env={**UNREACHABLE, "HF_HOME": str(tmp_path / "hf")})
+    assert r.returncode == 2 and "--tasks 'spanish_bench': their data is on the Hugging Face hub" in r.stderr, r.stderr
+    assert "facebook/belebele" in r.stderr or "BSC-LT/COPA-es" in r.stderr
+    assert "--suite aura-es" in r.stderr and "Retrying" not in r.stdout + r.stderr

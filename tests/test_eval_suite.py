@@ -120,8 +120,9 @@ def test_suite_results_are_written_next_to_the_model_and_in_spanish(tiny_zoo, tm
     r = run_aura("eval", "--model", model, "--suite", "aura-es", "--limit", "3", env={"AURA_LANG": "es"})
     assert r.returncode == 0, r.stderr
     assert "tarea" in r.stdout and "error estándar" in r.stdout and "preguntas" in r.stdout
-    saved = json.loads((tmp_path / "mi-modelo.eval-aura-es.json").read_text())
-    assert saved["suite"]["scorer"] == "aura" and len(saved["rows"]) == 4 * 2 + 2
+    saved = json.loads((tmp_path / "mi-modelo.eval-aura-es.limit3.json").read_text())  # a partial run, so named
+    assert not (tmp_path / "mi-modelo.eval-aura-es.json").exists()
+    assert saved["suite"]["scorer"] == "aura" and len(saved["rows"]) == 4 * 2 + 1 + 2  # + aura_es_matematicas
 
 
 def test_model_that_does_not_load_is_a_clear_error(tiny_zoo, tmp_path):

@@ -41,7 +41,8 @@ def env(tmp_path_factory) -> dict:
     pre = root / "pretrained"
     r = run_aura("pretrain", "--data", prepared, "--output-dir", pre, "--model-preset", "manual", "--embed-size",
                  "64", "--num-layers", "2", "--num-heads", "4", "--seq-length", "64", "--intermediate-size", "128",
-                 "--batch-size", "4", "--max-steps", "3", "--save-steps", "0", "--sample-tokens", "0")
+                 "--batch-size", "4", "--max-steps", "3", "--save-steps", "0", "--sample-tokens", "0",
+                 "--precision", "fp32")  # the same base on every CPU (`auto` is bf16 where avx512_bf16 exists)
     assert r.returncode == 0, r.stdout + r.stderr
     return {"root": root, "tok": tok, "llama": llama, "aura": pre / "final", "data": data}
 
@@ -318,3 +319,27 @@ def test_lora_with_fsdp2_on_two_ranks_equals_one_process_and_saves_a_loadable_ad
         ref = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(env["llama"]), str(single / "final"))
         got = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(env["llama"]), str(sharded / "final"))
         assert torch.allclose(ref(input_ids=ids).logits, got(input_ids=ids).logits, atol=1e-3)
+
+
+def test_output_dir_on_the_base_models_folder_says_what_to_do_instead(tmp_path):
+    """Issue 25.15: fine-tuning into the base model's folder (or the run folder holding it) named no way out."""
+    base = build_llama(tmp_path / "pre" / "final", train_tokenizer(tmp_path / "tok", vocab_size=300), hidden=32,
+                       layers=1)
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    for out, relation in ((tmp_path / "pre", "is the run folder that holds the base model"),
+                          (base, "is the folder of the base model")):
+        text = finetune("--base-model", base, "--output-dir", out, expect=2)
+        assert relation in text and f"--output-dir {tmp_path / 'pre-finetune'}" in text, text
+        assert "the base model is left untouched" in text
+    es = run_aura_here("finetune", "--base-model", base, "--output-dir", tmp_path / "pre", env={"AURA_LANG": "es"})
+    assert es.returncode == 2 and "es la carpeta de ejecución que contiene el modelo base" in es.stderr, es.stderr
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_keep_last_help_says_epoch_checkpoints_and_best_are_kept():
+    """Issue 25.15: --keep-last said "Checkpoints to keep", yet it never prunes epoch checkpoints nor best/."""
+    for lang, words in (("en", ("Step checkpoints", "checkpoint-epoch-N", "always kept")),
+                        ("es", ("Checkpoints de paso", "checkpoint-epoch-N", "se conservan siempre"))):
+        r = run_aura_here("finetune", "--help", env={"AURA_LANG": lang})
+        text = " ".join(r.stdout.split()).split("--keep-last KEEP_LAST ")[-1]  # the option's help, unwrapped
+        assert all(w in text[:250] for w in words), text[:250]

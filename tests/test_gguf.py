@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import run_aura, run_aura_here
-from tests.tiny_models import SPANISH_PROBES, build_llama, train_spm_tokenizer
+from tests.tiny_models import SPANISH_PROBES, build_llama, train_spm_tokenizer, train_tokenizer
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
@@ -65,7 +65,7 @@ def test_llama_roundtrip(zoo, tmp_path, quant, tol):
     out = tmp_path / f"llama-{quant}.gguf"
     _export(zoo["llama"], out, quant)
     _roundtrip(zoo["llama"], out, rel_tol=tol)
-    modelfile = (tmp_path / "Modelfile").read_text()
+    modelfile = (tmp_path / f"llama-{quant}.Modelfile").read_text()
     assert f"FROM ./{out.name}" in modelfile
     assert 'PARAMETER stop "<|im_end|>"' in modelfile and 'PARAMETER stop "<|endoftext|>"' in modelfile
     assert "<|im_start|>{{ .Role }}" in modelfile
@@ -104,7 +104,7 @@ def test_sentencepiece_style_tokenizer(tmp_path):
     _export(model, out, "f16")
     assert gguf.GGUFReader(str(out)).get_field("tokenizer.ggml.model").contents() == "llama"
     _roundtrip(model, out, rel_tol=0.02)
-    assert "[INST]" in (tmp_path / "Modelfile").read_text()
+    assert "[INST]" in (tmp_path / "spm.Modelfile").read_text()
 
 
 def test_llama_cpp_quantisation(zoo, tmp_path):
@@ -168,7 +168,7 @@ def test_verification_compares_tokens_even_when_the_model_ends_at_once(zoo, tmp_
         (eos_model / f.name).write_bytes(f.read_bytes())
     r = _export(eos_model, tmp_path / "eos.gguf", "f16")
     assert "first 0 tokens" not in r.stdout
-    assert "they agree on the first 12 of 12" in r.stdout and "end its answer at token 1" in r.stdout, r.stdout
+    assert "identical tokens from the start: 12 of 12" in r.stdout and "end its answer at token 1" in r.stdout, r.stdout
 
 
 def test_impossible_output_is_refused_before_loading(zoo, tmp_path):
@@ -184,3 +184,40 @@ def test_impossible_output_is_refused_before_loading(zoo, tmp_path):
     es = run_aura_here("export", "gguf", "--model", zoo["llama"], "--outfile", blocker / "x.gguf",
                        env={"AURA_LANG": "es"})
     assert es.returncode == 2 and "es un archivo, no un directorio" in es.stderr
+
+
+def test_one_modelfile_per_gguf_with_the_runs_system_message_and_name(tmp_path):
+    """Issue 25.6: every export rewrote one shared `Modelfile` and the hint always said `ollama create
+    mi-modelo`; now NAME.Modelfile sits beside NAME.gguf with the chat format, the stops and the system
+    message Aura's chat template adds, and the hint names that file and a model name from the run."""
+    from transformers import AutoTokenizer
+
+    from aura.text.templates import AURA_SYSTEM, get_template
+
+    tok_dir = train_tokenizer(tmp_path / "tok", vocab_size=400)
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    tok.chat_template = get_template("aura")
+    tok.save_pretrained(tok_dir)
+    model = build_llama(tmp_path / "runs" / "Chat_ES" / "final", tok_dir, hidden=32, layers=1)
+    out_dir = tmp_path / "gguf"
+    texts = {}
+    for quant in ("f16", "q8_0"):
+        r = run_aura_here("export", "gguf", "--model", model, "--output-dir", out_dir, "--quant", quant,
+                          "--no-verify")
+        assert r.returncode == 0, r.stdout + r.stderr
+        modelfile = out_dir / f"model-{quant}.Modelfile"
+        assert f"ollama create chat_es:{quant} -f model-{quant}.Modelfile" in r.stdout, r.stdout
+        texts[quant] = modelfile.read_text(encoding="utf-8")
+    assert not (out_dir / "Modelfile").exists()
+    for quant, text in texts.items():  # the first export's Modelfile survived the second
+        assert f"FROM ./model-{quant}.gguf" in text and f'SYSTEM """{AURA_SYSTEM}"""' in text, text
+        assert 'PARAMETER stop "<|im_end|>"' in text and "<|im_start|>{{ .Role }}" in text
+        assert f"ollama create chat_es:{quant} -f model-{quant}.Modelfile" in text
+    es = run_aura_here("export", "gguf", "--model", model, "--output-dir", out_dir, "--quant", "f16", "--no-verify",
+                       "--force", "--name", "Mi Modelo", env={"AURA_LANG": "es"})
+    assert es.returncode == 0 and "ollama create mi-modelo:f16 -f model-f16.Modelfile" in es.stdout, es.stdout
+    # a template without a default system message gets no SYSTEM line
+    plain = build_llama(tmp_path / "plain", train_tokenizer(tmp_path / "tok2", vocab_size=400), hidden=32, layers=1)
+    r = run_aura_here("export", "gguf", "--model", plain, "--outfile", tmp_path / "plain.gguf", "--no-verify")
+    assert r.returncode == 0 and "SYSTEM" not in (tmp_path / "plain.Modelfile").read_text()
+    assert "ollama create plain:f16 -f plain.Modelfile" in r.stdout

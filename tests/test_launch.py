@@ -55,11 +55,29 @@ def test_defaults_and_elastic_rendezvous():
     (["--nnodes", "2"], {"NODE_RANK": "2"}, "NODE_RANK=2 is out of range"),
     (["--master-port", "70000"], {}, "not a valid port"),
     (["--gpus-per-node", "0"], {}, "GPUS_PER_NODE must be at least 1"),
+    # a variable that is set but 0 is refused, never silently replaced by the default
+    ([], {"NNODES": "0"}, "The environment variable NNODES=0 is not valid: it must be at least 1"),
+    ([], {"GPUS_PER_NODE": "0"}, "The environment variable GPUS_PER_NODE=0 is not valid: it must be at least 1"),
+    ([], {"MASTER_PORT": "0"}, "The environment variable MASTER_PORT=0 is not a valid port (1-65535)"),
+    ([], {"NODE_RANK": "-1"}, "The environment variable NODE_RANK=-1 cannot be negative"),
 ])
 def test_bad_job_description_is_refused(args, extra, message):
     proc = run_aura("launch", "--dry-run", *args, "check-dist", env=env(**extra))
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_invalid_flag_of_the_inner_command_is_refused_before_any_worker_starts(tmp_path):
+    proc = run_aura("launch", "--gpus-per-node", "2", "--master-port", str(free_port()), "pretrain", "--bogus",
+                    "--output-dir", tmp_path / "run", env=env(), timeout=120)
+    assert proc.returncode == 2, output(proc)
+    assert "aura pretrain: error: unrecognized arguments: --bogus" in proc.stderr
+    assert "usage: aura pretrain" in proc.stderr
+    text = output(proc)
+    assert "Traceback" not in text and "NCCL" not in text and "torch.distributed.run" not in text, text
+    assert not (tmp_path / "run").exists()
+    bad = run_aura("launch", "--gpus-per-node", "2", "pretrain", "--max-steps", "0", env=env(AURA_LANG="es"))
+    assert bad.returncode == 2 and "--max-steps debe ser mayor que 0" in bad.stderr, output(bad)
 
 
 def test_missing_command_is_refused():

@@ -66,8 +66,8 @@ def test_human_line_follows_the_guide_in_both_languages():
     es = run_aura("monitor", "--once", env={"AURA_LANG": "es"})
     assert es.returncode == 0, es.stderr
     first = es.stdout.splitlines()[0]
-    assert re.fullmatch(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] CPU: \d+\.\d% \| RAM: \d+\.\d% "
-                        r"\(\d+\.\d GB / \d+\.\d GB\) \| RAM proceso: .+", first), first
+    assert re.fullmatch(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] CPU: \d+,\d% \| RAM: \d+,\d% "  # decimal comma
+                        r"\(\d+,\d GB / \d+,\d GB\) \| RAM proceso: .+", first), first
     en = run_aura("monitor", "--once")
     assert " | Process RAM: " in en.stdout.splitlines()[0]
     if not _nvml_gpus():  # a clear line instead of GPU figures

@@ -68,13 +68,13 @@ def test_objective_statistics_and_evaluators_are_logged_without_changing_trainin
     for r in steps.values():  # the statistic is averaged per unit over the interval, like the loss
         assert abs(float(r["check/double_loss"]) - 2 * float(r["train_loss"])) < 1e-5
     evals = [r for r in rows if r["kind"] == "eval" and r.get("check/param_norm")]
-    assert [int(r["step"]) for r in evals] == [3, 6]
-    assert evaluator.calls == [False, False]  # eval mode, no gradients
+    assert [int(r["step"]) for r in evals] == [3, 6, 7]  # every 3 steps, and at the last step
+    assert evaluator.calls == [False, False, False]  # eval mode, no gradients
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(tmp_path / "ext" / "tb"))
     acc.Reload()
-    assert [e.step for e in acc.Scalars("check/param_norm")] == [3, 6]
+    assert [e.step for e in acc.Scalars("check/param_norm")] == [3, 6, 7]
     assert len(acc.Scalars("check/double_loss")) == 7
 
 

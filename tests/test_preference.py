@@ -231,7 +231,7 @@ def test_bad_input_names_file_line_and_field(env, tmp_path):
                                                          "rejected": "No."}) + "\n")
     assert "No pair fits in --max-length 128" in out and "long.jsonl, line 1, field 'prompt'" in out
     out = finetune("--base-model", env["llama"], "--output-dir", tmp_path / "run", "--beta", "0.2", expect=2)
-    assert "--beta only applies to --objective dpo or orpo" in out
+    assert "--beta only applies to --objective dpo, orpo or grpo" in out
     out = finetune("--objective", "dpo", "--base-model", env["llama"], "--output-dir", tmp_path / "run",
                    "--train-on-prompt", expect=2)
     assert "--train-on-prompt does not apply to --objective dpo" in out

@@ -75,8 +75,8 @@ def test_a_longer_run_is_announced_and_the_cosine_is_replanned_without_a_jump(pr
     r = run_aura("pretrain", "--data", prepared, "--output-dir", run, *EPOCH_FLAGS, "--epochs", "4",
                  "--resume-from", "latest")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert ("--epochs changed 3 → 4: the plan goes from 24 to 32 steps and the cosine is re-planned from "
-            "step 12.") in r.stdout, r.stdout
+    assert ("--epochs changed 3 → 4: the plan goes from 24 to 32 steps and the learning rate is re-planned "
+            "from step 12.") in r.stdout, r.stdout
     lr_ref, lr = rows(reference, "step"), rows(run, "step")
     assert sorted(lr) == list(range(13, 33))
     assert lr[13]["lr"] == lr_ref[13]["lr"]  # the step after the checkpoint keeps the old plan's rate

@@ -233,3 +233,33 @@ def test_runs_and_resume_ignore_a_checkpoint_without_its_state_file(prepared_cor
     resumed = run_aura(*args, "--max-steps", "5", "--resume-from", "latest")
     assert resumed.returncode == 0, resumed.stderr
     assert f"Resumed from {run / 'checkpoint-step-4'}: step 4" in resumed.stdout
+
+
+def test_plot_runs_that_log_different_columns(tmp_path):
+    """Issue 25.7: `aura plot` of a pretraining (per-source validation, the aura-es suite) beside a DPO
+    fine-tune (rewards, no suite) crashed with KeyError: each column is drawn for the runs that log it, and
+    the columns only some runs log are said."""
+    import matplotlib.image as mpimg
+
+    pre, dpo = tmp_path / "pre", tmp_path / "dpo"
+    make_run(pre, status="finished", steps=80, pid=_dead_pid())
+    make_run(dpo, status="finished", steps=80, pid=_dead_pid())
+    extra = {pre: ["val_loss_es", "val_loss_en", "aura-es/gramatica", "aura-es/mean"],
+             dpo: ["rewards/margin", "rewards/accuracy"]}
+    for run, cols in extra.items():
+        lines = (run / "training_log.csv").read_text(encoding="utf-8").splitlines()
+        out = [lines[0] + "," + ",".join(cols)]
+        for line in lines[1:]:
+            kind = line.split(",")[1]
+            wanted = (run == pre) == (kind == "eval")  # suite and per-source rows are evals; rewards are steps
+            out.append(line + "," + ",".join("0.5" if wanted else "" for _ in cols))
+        (run / "training_log.csv").write_text("\n".join(out) + "\n", encoding="utf-8")
+    r = run_aura_here("plot", pre, dpo, "--output-dir", tmp_path / "plots", "--width", "800", "--height", "300")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Not every run logs aura-es/gramatica, aura-es/mean, val_loss_en, val_loss_es: drawn only for pre." \
+        in r.stdout, r.stdout
+    assert "Not every run logs rewards/accuracy, rewards/margin: drawn only for dpo." in r.stdout
+    img = mpimg.imread(tmp_path / "plots" / "loss.png")
+    assert img.shape[:2] == (300, 800) and _colour_present(img, "#1f77b4") and _colour_present(img, "#ff7f0e")
+    es = run_aura_here("plot", pre, dpo, "--output-dir", tmp_path / "plots", env={"AURA_LANG": "es"})
+    assert es.returncode == 0 and "No todas las ejecuciones registran rewards/accuracy" in es.stdout, es.stdout

@@ -71,7 +71,7 @@ def test_laptop_workflow_end_to_end(work: Path):
 
     gguf = work / "models" / "merged.gguf"
     ok(run_aura("export", "gguf", "--model", merged, "--outfile", gguf, "--quant", "f16"))
-    assert gguf.is_file() and (gguf.parent / "Modelfile").is_file()
+    assert gguf.is_file() and (gguf.parent / "merged.Modelfile").is_file()
 
     res = work / "eval.json"
     ok(run_aura("eval", "--model", final, merged, "--data", data, "--output", res, "--max-tokens", "2000"))

@@ -11,13 +11,15 @@ import importlib
 import os
 import sys
 import traceback
+import warnings
 
 from aura import __version__
 from aura.core import console
 from aura.core.config import parse_config
-from aura.core.errors import AuraError
+from aura.core.errors import AbortReported, AuraError
 from aura.core.i18n import Messages, bi, set_lang
 from aura.cli.commands import COMMANDS
+from aura.distributed.launcher import CHECK_ENV
 
 
 M = Messages("cli", {
@@ -91,6 +93,8 @@ def run_command(key: tuple[str, ...], args: list[str]):
     module = importlib.import_module(cmd.module)  # command modules import no third-party ML library
     cfg_cls = getattr(module, cmd.config)
     cfg = parse_config(cfg_cls, args, prog="aura " + " ".join(key), description=bi(cmd.es, cmd.en))
+    if os.environ.get(CHECK_ENV) == "1":  # `aura launch` checks the inner command's flags before torchrun
+        return 0
     set_accelerator_env(str(getattr(cfg, "device", "auto")))  # before transformers can import DeepSpeed
     return getattr(module, cmd.function)(cfg)
 
@@ -120,8 +124,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(M("unknown", cmd=" ".join(argv[:2])), file=sys.stderr)
         return 2
+    console.quiet_third_party(debug=debug)
     try:
-        result = run_command(key, rest)
+        with warnings.catch_warnings():
+            if not debug:  # libraries' deprecation notices are for their caller (Aura), not for its users
+                warnings.simplefilter("ignore", FutureWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+            result = run_command(key, rest)
     except AuraError as e:
         console.error(str(e))
         if debug:
@@ -129,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(M("debug_hint"), file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        console.error(M("interrupted"))
+    except KeyboardInterrupt as e:
+        if not isinstance(e, AbortReported):  # the command said what happened already
+            console.error(M("interrupted"))
         if debug:
             traceback.print_exc()
         return 130

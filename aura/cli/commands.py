@@ -24,6 +24,10 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         "aura.data.prepare", "PrepareConfig", "prepare",
         "Convierte texto (txt, jsonl, csv, parquet, Hugging Face) en shards de tokens.",
         "Turn raw text (txt, jsonl, csv, parquet, Hugging Face) into token shards."),
+    ("data", "curate"): Command(
+        "aura.data.curate.command", "CurateConfig", "curate",
+        "Depura un rastreo web (WARC, HTML, jsonl) en shards limpios en español (datatrove).",
+        "Curate a web crawl (WARC, HTML, jsonl) into clean Spanish shards (datatrove)."),
     ("tokenizer", "train"): Command(
         "aura.tokenizer.train", "TokenizerTrainConfig", "train_tokenizer",
         "Entrena un tokenizador BPE a nivel de bytes para español.",
@@ -84,4 +88,8 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         "aura.watch.runs", "RunsConfig", "list_runs",
         "Tabla de ejecuciones: estado, paso, mejor validación, checkpoint y cómo reanudar.",
         "Table of runs: status, step, best validation, checkpoint and how to resume."),
+    ("studio",): Command(
+        "aura.studio.command", "StudioConfig", "studio",
+        "Página web para ver, comparar, lanzar, detener y reanudar ejecuciones.",
+        "Web page to watch, compare, launch, stop and resume runs."),
 }

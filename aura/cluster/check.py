@@ -26,7 +26,7 @@ from aura.core import console
 from aura.core.config import arg
 from aura.cluster.diagnose import diagnose
 from aura.core.errors import AuraError
-from aura.core.i18n import Messages
+from aura.core.i18n import Messages, num
 
 M = Messages("dist_check", {
     "bad_size": ("--size-mb debe ser mayor que 0 (recibido {value}).",
@@ -52,6 +52,8 @@ M = Messages("dist_check", {
     "nccl_fallback": ("NCCL no arrancó ({err}); se usa gloo.", "NCCL did not start ({err}); using gloo."),
     "h_rank": ("rango", "rank"),
     "h_device": ("dispositivo", "device"),
+    "h_host": ("máquina", "host"),
+    "h_local_rank": ("rango local", "local_rank"),
     "wrong_sum": ("El all_reduce dio {got:g} en lugar de {expected:g} en los rangos {ranks}: la "
                   "comunicación corrompe datos. Prueba --backend gloo y revisa NCCL_DEBUG=INFO.",
                   "all_reduce returned {got:g} instead of {expected:g} on ranks {ranks}: communication "
@@ -124,7 +126,7 @@ class CheckDistConfig:
 
 
 def _rate(bytes_per_s: float) -> str:
-    return f"{bytes_per_s / 1e9:.2f} GB/s" if bytes_per_s >= 1e9 else f"{bytes_per_s / 1e6:.1f} MB/s"
+    return f"{num(bytes_per_s / 1e9, '.2f')} GB/s" if bytes_per_s >= 1e9 else f"{num(bytes_per_s / 1e6, '.1f')} MB/s"
 
 
 def _single_process(cfg: CheckDistConfig):
@@ -178,7 +180,7 @@ def _run(cfg: CheckDistConfig, info) -> None:
     torch.distributed.all_gather_object(
         peers, (info.rank, info.node, str(info.device), info.local_rank))
     if info.is_main:
-        console.table(M("table"), [M("h_rank"), "host", M("h_device"), "local_rank"], peers)
+        console.table(M("table"), [M("h_rank"), M("h_host"), M("h_device"), M("h_local_rank")], peers)
 
     expected = world * (world + 1) / 2
     t = torch.full((1,), float(info.rank + 1), dtype=torch.float32, device=dev)
@@ -280,7 +282,7 @@ def advise(preset: str, *, world: int, latency_s: float, busbw: float, step_s: f
     times[f"local-steps {h}"] = times["none"] / h
     names = {"none": "DDP", "bf16": "--ddp-comm bf16", "powersgd": f"--ddp-comm powersgd (rank {_POWERSGD_RANK})",
              f"local-steps {h}": f"--local-steps {h}"}
-    rows = [[names[m], f"{t:.2f} s", f"{100 * t / (t + step_s):.0f} %"] for m, t in times.items()]
+    rows = [[names[m], f"{num(t, '.2f')} s", f"{num(100 * t / (t + step_s), '.0f')} %"] for m, t in times.items()]
     console.table(M("advice_title", preset=preset, mb=round(nbytes / 1e6), world=world, step=step_s),
                   [M("h_mode"), M("h_comm"), M("h_share")], rows)
     gbit = busbw * 8 / 1e9

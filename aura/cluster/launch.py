@@ -5,17 +5,34 @@ The contract of the original Docker guide's ``ddp_launch.sh``: ``NNODES``, ``NOD
 every node runs the same command with its own ``NODE_RANK``. It runs
 ``python -m torch.distributed.run ... -m aura <command>``, prints that exact command, passes its output
 through, returns torchrun's exit status and, on failure, says what to check.
+
+Before any worker starts, the inner command's flags are checked by Aura's own parser in a short child
+process (``AURA_CHECK_FLAGS``): a mistyped flag exits 2 with that command's usage, not a torchrun
+traceback. Workers learn the launcher's command line (``AURA_LAUNCH``, ``aura.distributed.launcher``) so a
+run records it and its resume hint reproduces it.
+
+Signals: torchrun runs in a session of its own, so a Ctrl+C (SIGINT), SIGTERM or SIGHUP reaches the
+launcher alone, which passes it on once to torchrun; torchrun passes it to its workers, which finish the
+step, save a checkpoint and exit 3, and the launcher then exits 3 like a single-process run (torchrun's
+own traceback of the signal is not shown). A second Ctrl+C goes straight to the workers, which abort
+without saving (130). If the launcher itself is killed (kill -9), torchrun gets SIGTERM from the kernel
+(``PR_SET_PDEATHSIG``) and its workers save as above; if torchrun dies too, the workers notice their
+parent is gone (``aura.distributed.launcher.ParentWatch``). torchrun's stderr goes to an unlinked temporary
+file that the launcher follows (for the diagnosis), so nothing the workers write ever hits a closed pipe.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,6 +41,7 @@ from aura.core.config import arg
 from aura.cluster.diagnose import diagnose
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
+from aura.distributed.launcher import CHECK_ENV, JOB_ENV_VARS, LAUNCH_ENV
 
 M = Messages("dist_launch", {
     "no_command": ("Falta el comando que lanzar, p. ej. 'aura launch pretrain --data DIR --output-dir "
@@ -34,6 +52,24 @@ M = Messages("dist_launch", {
                 "The environment variable {var}={value!r} is not an integer; fix it or use {flag}."),
     "bad_count": ("{name} debe ser al menos 1 (recibido {value}).",
                   "{name} must be at least 1 (got {value})."),
+    "bad_env_count": ("La variable de entorno {var}={value} no es válida: debe ser al menos 1. Corrígela, "
+                      "quítala (por defecto {default}) o usa {flag}.",
+                      "The environment variable {var}={value} is not valid: it must be at least 1. Fix it, "
+                      "unset it (default {default}) or use {flag}."),
+    "bad_env_port": ("La variable de entorno MASTER_PORT={value} no es un puerto válido (1-65535). Corrígela, "
+                     "quítala (por defecto 29500) o usa --master-port.",
+                     "The environment variable MASTER_PORT={value} is not a valid port (1-65535). Fix it, "
+                     "unset it (default 29500) or use --master-port."),
+    "bad_env_rank": ("La variable de entorno NODE_RANK={value} no puede ser negativa. Corrígela, quítala (por "
+                     "defecto 0) o usa --node-rank.",
+                     "The environment variable NODE_RANK={value} cannot be negative. Fix it, unset it "
+                     "(default 0) or use --node-rank."),
+    "forwarding": ("Señal {name}: se pasa a los procesos, que terminan el paso, guardan un checkpoint y "
+                   "salen (otro Ctrl+C aborta sin guardar).",
+                   "Signal {name}: passed on to the workers, which finish the step, save a checkpoint and "
+                   "exit (another Ctrl+C aborts without saving)."),
+    "stopped": ("Los procesos se detuvieron tras guardar su checkpoint (código 3).",
+                "The workers stopped after saving their checkpoint (exit code 3)."),
     "bad_rank": ("NODE_RANK={rank} está fuera de rango: con NNODES={nnodes} va de 0 a {last}.",
                  "NODE_RANK={rank} is out of range: with NNODES={nnodes} it goes from 0 to {last}."),
     "bad_port": ("MASTER_PORT={port} no es un puerto válido (1-65535).",
@@ -49,11 +85,13 @@ M = Messages("dist_launch", {
             "Node {node_rank} of {nnodes} | {gpus:process|processes} per node | master {addr}:{port} | "
             "rendezvous {rdzv}"),
     "command": ("Comando: {cmd}", "Command: {cmd}"),
+    "default_gpus": ("las GPU CUDA visibles, o 1", "the visible CUDA GPUs, or 1"),
     "exit": ("torchrun terminó con el código {code}.", "torchrun exited with status {code}."),
     "hint": ("Qué revisar:", "What to check:"),
 })
 
-ENV_VARS = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "GPUS_PER_NODE")
+EXIT_INTERRUPTED = 3  # aura.train.loop.EXIT_INTERRUPTED: a worker stopped by a signal after saving
+SHUTDOWN_TIMEOUT_S = 300  # torchrun's default 30 s may be too short to write a large checkpoint
 
 
 def _env_int(var: str, flag: str) -> int | None:
@@ -64,6 +102,14 @@ def _env_int(var: str, flag: str) -> int | None:
         return int(value)
     except ValueError:
         raise AuraError(M("bad_env", var=var, value=value, flag=flag)) from None
+
+
+def _env_count(var: str, flag: str, default: str) -> int | None:
+    """A count from the environment (None when unset); a value below 1 is refused, never defaulted."""
+    value = _env_int(var, flag)
+    if value is not None and value < 1:
+        raise AuraError(M("bad_env_count", var=var, value=value, default=default, flag=flag))
+    return value
 
 
 def _default_gpus() -> int:
@@ -112,16 +158,24 @@ class LaunchConfig:
     def __post_init__(self):
         if not self.command:
             raise AuraError(M("no_command"))
+        # a variable that is set is used as given: NNODES=0 is refused, never replaced by the default
         if self.nnodes is None:
-            self.nnodes = _env_int("NNODES", "--nnodes") or 1
+            self.nnodes = _env_count("NNODES", "--nnodes", "1") or 1
         if self.node_rank is None:
-            self.node_rank = _env_int("NODE_RANK", "--node-rank") or 0
+            self.node_rank = _env_int("NODE_RANK", "--node-rank")
+            if self.node_rank is not None and self.node_rank < 0:
+                raise AuraError(M("bad_env_rank", value=self.node_rank))
+            self.node_rank = 0 if self.node_rank is None else self.node_rank
         if self.master_addr is None:
             self.master_addr = os.environ.get("MASTER_ADDR", "").strip() or "127.0.0.1"
         if self.master_port is None:
-            self.master_port = _env_int("MASTER_PORT", "--master-port") or 29500
+            self.master_port = _env_int("MASTER_PORT", "--master-port")
+            if self.master_port is not None and not 0 < self.master_port < 65536:
+                raise AuraError(M("bad_env_port", value=self.master_port))
+            self.master_port = 29500 if self.master_port is None else self.master_port
         if self.gpus_per_node is None:
-            self.gpus_per_node = _env_int("GPUS_PER_NODE", "--gpus-per-node") or _default_gpus()
+            self.gpus_per_node = _env_count("GPUS_PER_NODE", "--gpus-per-node", M("default_gpus")) \
+                or _default_gpus()
         for name, value in (("NNODES", self.nnodes), ("GPUS_PER_NODE", self.gpus_per_node)):
             if value < 1:
                 raise AuraError(M("bad_count", name=name, value=value))
@@ -156,14 +210,124 @@ def torchrun_command(cfg: LaunchConfig) -> list[str]:
     return cmd + ["-m", "aura", *cfg.command]
 
 
-def _tee(stream, sink, tail: collections.deque) -> None:
-    for line in stream:
-        sink.write(line)
-        sink.flush()
-        tail.append(line)
+class _Follow:
+    """Copies torchrun's stderr (an unlinked temporary file it appends to) to ours as it grows, keeping
+    a tail for the diagnosis. torchrun's own traceback (and its failure table) is left out when the
+    workers already said why they stopped: after a signal the launcher passed on (the stop was asked
+    for; the workers say what they saved), or when every worker of this node ended with a user error (2,
+    its message printed) or a saved stop (3)."""
+
+    def __init__(self, reader, sink, tail: collections.deque, explained):
+        import codecs
+
+        self.reader, self.sink, self.tail, self.explained = reader, sink, tail, explained
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.signalled = False
+        self.done = threading.Event()
+        self._partial = ""
+        self._held: list[str] | None = None  # a traceback being read
+        self._skip_rules = 0  # lines of torchrun's failure table still to leave out (its "====" rules)
+        self.thread = threading.Thread(target=self._run, name="aura-launch-stderr", daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            chunk = self.reader.read(65536)
+            if chunk:
+                self._feed(self.decoder.decode(chunk))
+                continue
+            if self.done.is_set():
+                self._feed(self.decoder.decode(b"", final=True))
+                if self._partial:
+                    self._line(self._partial)
+                if self._held:
+                    self._out("".join(self._held))
+                return
+            time.sleep(0.05)
+
+    def _feed(self, text: str) -> None:
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._line(line + "\n")
+
+    def _line(self, line: str) -> None:
+        self.tail.append(line)
+        if self._skip_rules:
+            self._skip_rules -= line.startswith("====")
+            return
+        if self._held is not None:
+            self._held.append(line)
+            if line[:1] not in (" ", "\t", "\n") and not line.startswith(("Traceback", "During handling",
+                                                                         "The above exception")):
+                if "SignalException" in line and self.signalled:
+                    pass
+                elif "ChildFailedError" in line and self.explained():
+                    self._skip_rules = 2  # its table follows, between two "====" rules
+                else:
+                    self._out("".join(self._held))
+                self._held = None
+        elif line.startswith("Traceback (most recent call last):"):
+            self._held = [line]
+        elif not self.signalled or ("death signal, shutting down workers" not in line
+                                    and "closing signal" not in line):
+            self._out(line)
+
+    def _out(self, text: str) -> None:
+        try:
+            self.sink.write(text)
+            self.sink.flush()
+        except (OSError, ValueError):  # our terminal is gone (SIGHUP): keep following for the tail
+            pass
+
+
+def _die_with_parent() -> None:
+    """In torchrun, before it runs: SIGTERM when the launcher dies, whatever kills it (Linux)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _launch_argv(cfg: LaunchConfig) -> list[str]:
+    """The launcher's own flags as typed (the workers record them to print the resume command)."""
+    argv = sys.argv[1:]
+    n = len(cfg.command)
+    if "launch" in argv and n and argv[len(argv) - n:] == cfg.command:
+        flags = argv[argv.index("launch") + 1:len(argv) - n]
+        if all(not a.startswith("--lang") and a != "--debug" for a in flags):
+            return flags
+    return [f"--nnodes={cfg.nnodes}", f"--gpus-per-node={cfg.gpus_per_node}", f"--master-port={cfg.master_port}"]
+
+
+def _check_inner(cfg: LaunchConfig) -> int:
+    """The inner command's flags through Aura's own parser (its usage, exit 2), before any worker."""
+    env = {**os.environ, CHECK_ENV: "1"}
+    return subprocess.run([sys.executable, "-m", "aura", *cfg.command], env=env).returncode
+
+
+def _worker_codes(results: str) -> list[int]:
+    codes = []
+    for name in sorted(os.listdir(results)) if os.path.isdir(results) else []:
+        try:
+            with open(os.path.join(results, name), encoding="utf-8") as f:
+                codes.append(int(f.read().strip()))
+        except (OSError, ValueError):
+            continue
+    return codes
+
+
+def _explained(codes: list[int], cfg: LaunchConfig) -> bool:
+    """Every worker of this node reported how it ended: a user error (2) or a stop with a checkpoint (3)."""
+    return len(codes) == cfg.gpus_per_node and all(c in (2, EXIT_INTERRUPTED) for c in codes)
 
 
 def launch(cfg: LaunchConfig) -> int:
+    code = _check_inner(cfg)
+    if code != 0 or any(a in ("-h", "--help") for a in cfg.command):  # its usage, or its help, once
+        return code
     if cfg.nnodes > 1 and cfg.master_addr in ("127.0.0.1", "localhost") and cfg.rdzv_backend == "static":
         console.warn(M("loopback", nnodes=cfg.nnodes, addr=cfg.master_addr))
     rdzv = cfg.rdzv_backend if cfg.rdzv_backend == "static" else f"c10d ({cfg.rdzv_id})"
@@ -173,23 +337,71 @@ def launch(cfg: LaunchConfig) -> int:
     console.info(M("command", cmd=shlex.join(cmd)))
     if cfg.dry_run:
         return 0
-    # stdout stays the terminal (progress bars keep working); stderr is copied through so that
-    # torchrun's own errors (rendezvous, ports) can be diagnosed once it exits.
+    with tempfile.TemporaryDirectory(prefix="aura-launch-") as tmp:
+        return _run(cfg, cmd, tmp)
+
+
+def _run(cfg: LaunchConfig, cmd: list[str], tmp: str) -> int:
+    """torchrun in a session of its own, its stderr followed, signals passed on once (module docstring)."""
+    import psutil
+
+    results = os.path.join(tmp, "results")
+    os.mkdir(results)
+    job_env = {k: os.environ[k] for k in JOB_ENV_VARS if os.environ.get(k, "").strip()}
+    env = {**os.environ, LAUNCH_ENV: json.dumps({"argv": _launch_argv(cfg), "env": job_env, "results": results})}
+    env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(SHUTDOWN_TIMEOUT_S))  # time to write a checkpoint
+    log = os.path.join(tmp, "stderr")
+    writer = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    reader = open(log, "rb")
+    os.unlink(log)  # nothing left behind, whatever happens to the launcher
     tail: collections.deque = collections.deque(maxlen=400)
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace", bufsize=1)
-    reader = threading.Thread(target=_tee, args=(proc.stderr, sys.stderr, tail), daemon=True)
-    reader.start()
-    previous = signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
+    follow = _Follow(reader, sys.stderr, tail, explained=lambda: _explained(_worker_codes(results), cfg))
     try:
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except KeyboardInterrupt:  # torchrun got the same Ctrl+C; let it stop its workers
-                continue
+        proc = subprocess.Popen(cmd, stderr=writer, env=env, start_new_session=True,
+                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        reader.join(timeout=5)
+        os.close(writer)
+    follow.thread.start()
+    received: list[int] = []
+
+    def forward(signum, _frame) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            follow.signalled = True
+            try:
+                console.warn(M("forwarding", name=signal.Signals(signum).name))
+            except OSError:
+                pass
+            proc.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+        elif signum == signal.SIGINT:  # a second Ctrl+C: straight to the workers, which abort
+            try:
+                for child in psutil.Process(proc.pid).children():
+                    child.send_signal(signal.SIGINT)
+            except psutil.Error:
+                pass
+
+    handled = [signal.SIGINT, signal.SIGTERM] + (
+        [signal.SIGHUP] if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN
+        else [])
+    previous = {sig: signal.signal(sig, forward) for sig in handled}
+    try:
+        code = proc.wait()
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        follow.done.set()
+        follow.thread.join(timeout=10)
+        reader.close()
+    codes = _worker_codes(results)
+    if received:
+        if codes and all(c == EXIT_INTERRUPTED for c in codes):
+            console.info(M("stopped"))
+            return EXIT_INTERRUPTED
+        if codes and any(c not in (0, EXIT_INTERRUPTED) for c in codes):
+            return max(codes, key=lambda c: (c == 130, c))
+        return 130 if received[0] == signal.SIGINT else 128 + int(received[0])
+    if code != 0 and _explained(codes, cfg):
+        return max(codes)  # 2: the workers' own message says what to change; no torchrun diagnosis
     if code != 0:
         lines = diagnose("".join(tail), addr=cfg.master_addr, port=cfg.master_port,
                          expected=cfg.nnodes * cfg.gpus_per_node)

@@ -14,11 +14,13 @@ import json
 import os
 import re
 import socket
+import stat
 import tempfile
 from pathlib import Path
 
 from aura.core.errors import AuraError
-from aura.core.i18n import Messages
+from aura.core.files import loads_json
+from aura.core.i18n import Messages, num
 
 
 TMP_PREFIX = ".tmp-"
@@ -73,7 +75,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", suffix=owner_suffix(), dir=path.parent)
     try:
         try:  # a replaced file keeps its mode; a new one gets the user's usual mode, not mkstemp's 0600
-            mode = os.stat(path).st_mode & 0o7777
+            st = os.lstat(path)  # a symlink in the way is replaced, its target's mode never copied
+            mode = st.st_mode & 0o777 if stat.S_ISREG(st.st_mode) else user_mode(directory=False)
         except OSError:
             mode = user_mode(directory=False)
         if hasattr(os, "fchmod"):
@@ -99,8 +102,9 @@ def atomic_write_json(path: str | os.PathLike, obj) -> None:
 
 
 def read_json(path: str | os.PathLike):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """The JSON value in ``path``; any parse failure (nesting too deep included) is a ValueError."""
+    with open(path, "rb") as f:
+        return loads_json(f.read())
 
 
 def fsync_tree(root: str | os.PathLike) -> None:
@@ -135,9 +139,9 @@ def dir_size(path: str | os.PathLike) -> int:
 def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1024 or unit == "TB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+            return f"{num(n, '.1f')} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
-    return f"{n:.1f} TB"
+    return f"{num(n, '.1f')} TB"
 
 
 _M = Messages("fsutil", {

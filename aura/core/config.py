@@ -30,6 +30,7 @@ M = Messages("config", {
                      "The config file {path} does not exist."),
     "yaml_invalid": ("El archivo de configuración {path} no es YAML válido: {err}",
                      "The config file {path} is not valid YAML: {err}"),
+    "yaml_too_deep": ("anidado a demasiada profundidad", "nested too deep"),
     "yaml_not_mapping": ("El archivo de configuración {path} debe ser un diccionario clave: valor.",
                          "The config file {path} must be a mapping of key: value."),
     "yaml_unknown": ("Clave desconocida '{key}' en {path}.{close} Claves válidas: {valid}.",
@@ -188,8 +189,8 @@ def build_parser(cls, *, prog: str, description: str) -> argparse.ArgumentParser
             names.insert(0, meta["short"])
         if base is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
-        elif get_origin(base) in (list, tuple):
-            kwargs["nargs"] = "+"
+        elif get_origin(base) in (list, tuple):  # `--reward a b` and `--reward a --reward b` both give [a, b]
+            kwargs.update(nargs="+", action="extend")
         parser.add_argument(*names, dest=f.name, **kwargs)
     return parser
 
@@ -202,8 +203,10 @@ def load_yaml(path: str) -> dict[str, Any]:
         raise AuraError(M("yaml_missing", path=p))
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise AuraError(M("yaml_invalid", path=p, err=e)) from None
+    except RecursionError:  # PyYAML recurses once per nesting level
+        raise AuraError(M("yaml_invalid", path=p, err=M("yaml_too_deep"))) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -7,7 +7,9 @@ one per update, so logs stay readable. Under torchrun every line starts with the
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import sys
 import time
 from typing import Iterable, Sequence
@@ -38,6 +40,51 @@ def is_tty() -> bool:
 # explicit HF_HUB_DISABLE_PROGRESS_BARS wins). Set at import, before those libraries read it.
 if not is_tty():
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")  # every other tqdm bar (lm-eval's "Running loglikelihood...")
+
+# Loggers of libraries whose warnings say nothing a user of Aura can act on, in English, in the middle of
+# Aura's output (bitsandbytes: "Failed to load CPU gemm_4bit_forward from kernels-community").
+THIRD_PARTY_LOGGERS = ("bitsandbytes", "lm_eval", "lm-eval")
+
+
+def quiet_third_party(*, debug: bool) -> None:
+    """Libraries speak English in their own words: their progress bars (when Aura speaks Spanish; Aura
+    shows its own progress) and their chatter off, unless ``--debug`` (or the user set the variable)."""
+    import logging
+
+    from aura.core.i18n import current_lang
+
+    if debug:
+        return
+    if current_lang() == "es":
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TQDM_DISABLE", "1")
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@contextlib.contextmanager
+def library_stderr(drop: re.Pattern[str]):
+    """Run a library that writes to the process's stderr itself or through child processes (lm-eval runs
+    ``git describe``, whose "fatal: not a git repository" reaches the terminal): its stderr is captured at
+    the file-descriptor level and, afterwards, every line ``drop`` does not match is printed back."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().decode("utf-8", "replace").replace("\r", "\n").splitlines():
+                if line.strip() and not drop.search(line):
+                    sys.stderr.write(line + "\n")
+            sys.stderr.flush()
 
 
 _rich_console = None

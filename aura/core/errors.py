@@ -19,3 +19,8 @@ class AuraError(Exception):
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n{self.hint}"
+
+
+class AbortReported(KeyboardInterrupt):
+    """A second Ctrl+C the command has already reported (what was lost, where to resume): the CLI exits
+    130 without adding its generic "Interrupted." line."""

@@ -14,11 +14,13 @@ catalogue and every ``M("key")`` call in the source. The language comes from ``-
 
 Two things a message's format spec does beyond ``str.format`` (docs/architecture.md, "Messages"):
 
-* numbers: ``{tokens:,}`` groups digits as the language writes them: ``6,372,608`` in English,
-  ``6 372 608`` in Spanish (a no-break space, only from five digits on: ``1024``, ``12 345``; the RAE's
-  rule, also the original guides' spelling). The decimal sign is the point in both languages (the RAE's
-  recommendation; values stay copyable into flags and comparable with the CSV). ``num()`` does the same
-  for numbers formatted outside a catalogue;
+* numbers: written as the language writes them. English: ``6,372,608`` and ``6.11``. Spanish: a decimal
+  comma (``6,11``, ``2,00e-03``) and ``{tokens:,}`` grouped with a narrow no-break space, only from five
+  digits on (``1024``, ``12 345``, ``4 172 032``: the RAE's and ISO's rule). Integers are never given
+  decimals by the language. A value that follows a flag (``--lr {lr}``, ``--val-fraction={f}``) or asks
+  for it with ``!s``/``!r`` keeps Python's spelling (``0.0003``, ``0.01``), so it can be pasted into a command.
+  ``num()`` does the same for numbers formatted outside a catalogue (table cells, log lines);
+  machine-readable outputs (CSV, JSON, TensorBoard) never go through it;
 * plurals: ``{n:paso|pasos}`` prints the number (grouped as above) and the singular or plural word:
   ``1 paso``, ``20 pasos``. A count followed by a noun always uses it (the catalogue test checks).
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 import string
 
 LANGS = ("es", "en")
@@ -59,22 +62,41 @@ def placeholders(text: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
 
 
-# Spanish groups digits with a no-break space (a number never splits across lines), from five digits on.
-ES_GROUP = "\u00a0"
+# Spanish groups digits with a narrow no-break space (a number never splits across lines), from five digits
+# on, and writes a decimal comma.
+ES_GROUP = "\u202f"
+_ES_SIGNS = str.maketrans({",": ES_GROUP, ".": ","})
+# A placeholder right after a flag holds a value the user may copy into a command: it stays as typed.
+_AFTER_FLAG = re.compile(r"--[\w-]+[ =]$")
 
 
 def _is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def localize(text: str, *, lang: str | None = None) -> str:
+    """A number already written the English way (``12,345.5``, ``2.5e-03``: a formatter's output, such as a
+    plot's tick label) in the language's signs."""
+    return text.translate(_ES_SIGNS) if (lang or current_lang()) == "es" else text
+
+
 def num(value, spec: str = ",", *, lang: str | None = None) -> str:
-    """``format(value, spec)`` with the digit grouping of the language (``num(6372608)``:
-    ``6 372 608`` in Spanish, ``6,372,608`` in English). Anything but a number is formatted as is."""
-    if not _is_number(value) or "," not in spec or (lang or current_lang()) != "es":
+    """``format(value, spec)`` with the digit grouping and decimal sign of the language (``num(6372608)``:
+    ``6 372 608`` in Spanish, ``6,372,608`` in English; ``num(6.11, ".2f")``: ``6,11`` / ``6.11``).
+    Anything but a number is formatted as is."""
+    if not _is_number(value) or (lang or current_lang()) != "es":
         return format(value, spec)
-    if abs(value) < 10_000:  # "1024 tokens", not "1 024 tokens"
-        return format(value, spec.replace(",", "", 1))
-    return format(value, spec).replace(",", ES_GROUP)
+    if "," in spec and abs(value) < 10_000:  # "1024 tokens", not "1 024 tokens"
+        spec = spec.replace(",", "", 1)
+    return format(value, spec).translate(_ES_SIGNS)
+
+
+def count(value, *, lang: str | None = None) -> str:
+    """A count that arrives as a float (a statistic summed over units: ``tokens_es``) as an integer when it
+    is one (``4096``, not ``4096.0000``); other values with four decimals. Grouped as ``num``."""
+    if _is_number(value) and float(value).is_integer():
+        return num(int(value), ",", lang=lang)
+    return num(value, ".4f", lang=lang)
 
 
 def plural(n, one: str, other: str, *, lang: str | None = None) -> str:
@@ -86,15 +108,34 @@ class _Formatter(string.Formatter):
     def __init__(self, lang: str):
         self.lang = lang
 
+    def vformat(self, format_string, args, kwargs):
+        """``str.format`` (no positional fields), where a value after a flag or with a conversion (``!s``,
+        ``!r``) keeps its machine spelling and every other number is written the language's way."""
+        out: list[str] = []
+        for literal, field, spec, conversion in self.parse(format_string):
+            out.append(literal)
+            if field is None:
+                continue
+            value, _ = self.get_field(field, args, kwargs)
+            value = self.convert_field(value, conversion)
+            if spec and "{" in spec:
+                spec = self.vformat(spec, args, kwargs)
+            if "|" not in (spec or "") and (conversion or _AFTER_FLAG.search("".join(out))):  # --{flag} {v} too
+                out.append(format(value, (spec or "").replace(",", "")))  # argparse reads 12345, not 12,345
+            else:
+                out.append(self.format_field(value, spec or ""))
+        return "".join(out)
+
     def format_field(self, value, format_spec: str) -> str:
         if "|" in format_spec:
             one, _, other = format_spec.partition("|")
-            if isinstance(value, str) and value.replace(",", "").isdigit():
-                value = int(value.replace(",", ""))  # a count someone formatted before passing it
+            digits = value.translate({ord(c): None for c in ",\u00a0" + ES_GROUP}) if isinstance(value, str) else ""
+            if digits.isdigit():
+                value = int(digits)  # a count someone formatted before passing it
             if not _is_number(value):
                 return f"{value} {other}"  # never fail a user-facing message over its wording
             return plural(value, one, other, lang=self.lang)
-        if "," in format_spec and _is_number(value):
+        if _is_number(value):
             return num(value, format_spec, lang=self.lang)
         return format(value, format_spec)
 

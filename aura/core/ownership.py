@@ -51,7 +51,17 @@ M = Messages("ownership", {
     "r_is": ("es", "is"),
     "r_inside": ("está dentro de", "lies inside"),
     "r_contains": ("contiene", "contains"),
+    "file_not_ours": ("{path} ya existe y no lo escribió Aura: {flag} no lo sobrescribe. Elige otro archivo, o "
+                      "añade --overwrite si de verdad quieres sustituirlo.",
+                      "{path} already exists and was not written by Aura: {flag} does not overwrite it. Choose "
+                      "another file, or add --overwrite if you really want to replace it."),
+    "file_is_dir": ("{flag} {path} es un directorio, no un archivo. Indica un archivo (por ejemplo {path}/{name}).",
+                    "{flag} {path} is a directory, not a file. Give a file (for example {path}/{name})."),
 })
+# Single-file outputs (aura eval's JSON, aura generate's JSONL, aura plot's image) are recognised as Aura's
+# by their content: JSON with "aura_version" at the top (or the exact keys of an older eval.json), and
+# the marks generate and plot put in their own formats (``check_output_file(..., ours=...)``).
+_OLD_EVAL_KEYS = {"data", "split", "max_tokens", "results"}
 
 
 def marker_payload(kind: str, **info) -> dict:
@@ -70,11 +80,13 @@ def write_marker(directory: str | os.PathLike, kind: str, **info) -> None:
 
 
 def read_marker(directory: str | os.PathLike) -> dict | None:
-    """The marker of ``directory``, or None when it has none (or an unreadable one)."""
+    """The marker of ``directory``, or None when it has none (or an unreadable one). A marker that is a
+    symlink (another directory's marker borrowed to make this one look like Aura's) is no marker."""
     import json
 
     try:
-        with open(Path(directory) / MARKER, encoding="utf-8") as f:
+        fd = os.open(Path(directory) / MARKER, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with open(fd, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return None
@@ -166,6 +178,45 @@ def check_location(target: str | os.PathLike, *, inputs: Iterable[str | os.PathL
         if relation:
             raise AuraError(M("overlaps", out=target, inp=raw, relation=M(relation)))
     return out
+
+
+def aura_json(path: Path, *, max_bytes: int = 64 << 20) -> bool:
+    """True for a JSON file Aura wrote: an object with ``aura_version`` (or an older eval.json's keys)."""
+    import json
+
+    try:
+        if path.stat().st_size > max_bytes:
+            return False
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and ("aura_version" in data or set(data) == _OLD_EVAL_KEYS)
+
+
+def check_output_file(target: str | os.PathLike, *, flag: str, overwrite: bool,
+                      inputs: Iterable[str | os.PathLike | None] = (), ours=aura_json) -> Path:
+    """Refuse, before any work, a single-file output that is one of the command's inputs or lies inside an
+    input folder (a model, a run, a prepared dataset: never, whatever the flags), that is a directory, or
+    that is an existing file Aura did not write (``ours(path)`` false, a symlink included) unless
+    ``overwrite``. Returns the path."""
+    path = Path(target).expanduser()
+    out = path.resolve()
+    for raw in inputs:
+        if not raw:
+            continue
+        inp = Path(raw).expanduser()
+        if not inp.exists():
+            continue
+        same = path.exists() and os.path.samefile(path, inp)  # a hard link to an input too
+        inside = inp.is_dir() and inp.resolve() in out.parents
+        if same or inside or out == inp.resolve():
+            raise AuraError(M("overlaps", out=target, inp=raw, relation=M("r_is" if not inside else "r_inside")))
+    if path.is_dir() and not path.is_symlink():
+        raise AuraError(M("file_is_dir", flag=flag, path=target, name="resultados.json" if _lang_es() else
+                          "results.json"))
+    if (path.exists() or path.is_symlink()) and not overwrite and (path.is_symlink() or not ours(path)):
+        raise AuraError(M("file_not_ours", path=target, flag=flag))
+    return path
 
 
 def check_replaceable(target: str | os.PathLike, *, kind: str | tuple[str, ...], flag: str = "--force",

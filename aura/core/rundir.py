@@ -10,15 +10,14 @@ and ``.tmp-*`` entries (unfinished writes) are never listed.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aura.core.files import loads_json
 from aura.core.i18n import Messages
+from aura.core.locks import FileLock, read_lock_record
+from aura.core.locks import lock_holder as _lock_holder
 
 _STATUS = Messages("run_status", {
     "st_running": ("en marcha", "running"),
@@ -56,9 +55,8 @@ class CheckpointRef:
 def read_state(directory: str | Path) -> dict | None:
     """A checkpoint's ``trainer_state.json`` as a dict, or None when it is missing or unreadable."""
     try:
-        with open(Path(directory) / STATE_FILE, encoding="utf-8") as f:
-            state = json.load(f)
-    except (OSError, ValueError):
+        state = loads_json((Path(directory) / STATE_FILE).read_bytes())
+    except (OSError, ValueError):  # ValueError: not JSON, not UTF-8, nested too deep
         return None
     return state if isinstance(state, dict) else None
 
@@ -114,83 +112,41 @@ FORK_PREFIX = "forked-from-step-"  # FORK_PREFIX + "N-TIME/": a branch moved asi
 def read_record(path: str | Path) -> dict:
     """A small JSON object file as a dict ({} when missing, unreadable or not an object)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = loads_json(Path(path).read_bytes())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-class RunLock:
-    """The writer's lock on a run directory (see above). ``acquire`` returns None when taken, else
-    the holder's record; ``previous`` is the record found in the file (the last writer's job)."""
+class RunLock(FileLock):
+    """The writer's lock on a run directory (see above; ``aura.core.locks.FileLock``). ``acquire``
+    returns None when taken, else the holder's record; ``previous`` is the record found in the file
+    (the last writer's job), which the new record keeps until ``set_job``."""
 
     def __init__(self, run_dir: str | Path):
-        self.path = Path(run_dir) / LOCK_FILE
-        self.fd: int | None = None
-        self.previous: dict = {}
-        self.record: dict = {}
+        super().__init__(Path(run_dir) / LOCK_FILE)
 
     def acquire(self, *, wait_s: float = 1.0) -> dict | None:
-        try:
-            import fcntl
-        except ImportError:  # no flock on this OS: one writer is not enforced
-            return None
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    return read_record(self.path)
-                time.sleep(0.1)
-        self.fd = fd
-        self.previous = read_record(self.path)
-        self.record = {"pid": os.getpid(), "host": socket.gethostname(),
-                       "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job": self.previous.get("job")}
-        self._write()
-        return None
+        holder = super().acquire(wait_s=wait_s)
+        if holder is None and self.fd is not None:
+            self.record["job"] = self.previous.get("job")
+            self.write()
+        return holder
 
     def set_job(self, job: dict) -> None:
         self.record["job"] = job
-        self._write()
-
-    def _write(self) -> None:
-        if self.fd is None:
-            return
-        data = (json.dumps(self.record, ensure_ascii=False) + "\n").encode("utf-8")
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, data, 0)
-        os.fsync(self.fd)
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the descriptor drops the flock
-            self.fd = None
+        self.write()
 
 
 def lock_holder(run_dir: str | Path) -> dict | None:
     """The record of the process holding ``run_dir``'s lock now ({} if unreadable), or None when no
     process holds it (or the directory has no lock file: a run of an older Aura, or none)."""
-    path = Path(run_dir) / LOCK_FILE
-    try:
-        import fcntl
+    return _lock_holder(Path(run_dir) / LOCK_FILE)
 
-        fd = os.open(path, os.O_RDONLY)
-    except (ImportError, OSError):
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            return read_record(path)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
+
+def last_job(run_dir: str | Path) -> dict | None:
+    """The job recorded in ``run_dir``'s lock file (read without following a link), or None."""
+    return read_lock_record(Path(run_dir) / LOCK_FILE).get("job")
 
 
 def has_lock_file(run_dir: str | Path) -> bool:

@@ -9,6 +9,7 @@ import errno
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -61,6 +62,7 @@ def staged_dir(final: str | os.PathLike, *, replace: bool = False, kind: str | N
         yield tmp
         if kind is not None:
             ownership.write_marker(tmp, kind)
+        open_up_private(tmp)
         fsync_tree(tmp)
         if final.exists():
             if not replace:
@@ -82,6 +84,25 @@ def staged_dir(final: str | os.PathLike, *, replace: bool = False, kind: str | N
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def open_up_private(root: str | os.PathLike) -> None:
+    """Give the user's usual permissions to what a library created private under ``root``.
+
+    Some writers go through their own temp files: safetensors' ``save_file`` (and so ``save_pretrained``
+    and peft's adapters) leaves ``model.safetensors`` at mkstemp's 0600 whatever the umask, and a
+    colleague, a container user or a web server could not read the model. A file at 0600 (a directory at
+    0700) becomes what a plain ``open`` (``mkdir``) gives under the umask; any other mode is left alone.
+    """
+    modes = {0o600: user_mode(directory=False), 0o700: user_mode(directory=True)}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for path in [dirpath, *(os.path.join(dirpath, n) for n in filenames)]:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            private = 0o700 if stat.S_ISDIR(st.st_mode) else 0o600
+            if st.st_mode & 0o7777 == private and modes[private] != private:
+                os.chmod(path, modes[private])
 
 
 def tmp_owner(name: str) -> tuple[int, str] | None:

@@ -34,15 +34,26 @@ M = Messages("mixture", {
     "dup": ("--data: el nombre de fuente '{name}' aparece dos veces; usa nombres distintos.",
             "--data: the source name '{name}' appears twice; use different names."),
     "not_prepared": ("--data {name}={path}: no es un directorio preparado (falta meta.json). En una mezcla cada "
-                     "fuente se prepara antes con 'aura data prepare TEXTOS --tokenizer TOK --output-dir {path}'.",
+                     "fuente se prepara antes en un directorio nuevo, p. ej. 'aura data prepare {texts} --tokenizer "
+                     "TOK --output-dir {target}', y se da como {name}={weight}:{target}.",
                      "--data {name}={path}: not a prepared directory (no meta.json). In a mixture every source is "
-                     "prepared first with 'aura data prepare TEXTS --tokenizer TOK --output-dir {path}'."),
+                     "prepared first into a new directory, e.g. 'aura data prepare {texts} --tokenizer TOK "
+                     "--output-dir {target}', and given as {name}={weight}:{target}."),
     "other_tok": ("--data: la fuente '{name}' ({path}) se tokenizó con {tok} (hash {hash}) y '{first}' ({first_path}) "
                   "con {first_tok} (hash {first_hash}). Todas las fuentes deben usar el mismo tokenizador: "
                   "prepara '{name}' con --tokenizer {first_tok}.",
                   "--data: source '{name}' ({path}) was tokenised with {tok} (hash {hash}) and '{first}' "
                   "({first_path}) with {first_tok} (hash {first_hash}). Every source must use the same "
                   "tokenizer: prepare '{name}' with --tokenizer {first_tok}."),
+    "normalised": ("--data: los pesos suman {total}, no 1: se normalizan, y cada fuente pesa su parte del total.",
+                   "--data: the weights add up to {total}, not 1: they are normalised, each source weighs its share "
+                   "of the total."),
+    "proportions": ("Mezcla efectiva de este plan ({tokens:token|tokens} en {steps:paso|pasos}):",
+                    "Effective mixture of this plan ({tokens:token|tokens} over {steps:step|steps}):"),
+    "source": ("  {name}: peso {weight} → {pct:.1f} %: ~{planned:token|tokens} y ~{pdocs:documento|documentos} de "
+               "{tokens:token|tokens} y {docs:documento|documentos} de entrenamiento (pasadas: {passes:.2f})",
+               "  {name}: weight {weight} → {pct:.1f} %: ~{planned:token|tokens} and ~{pdocs:document|documents} "
+               "of {tokens:token|tokens} and {docs:document|documents} for training (passes: {passes:.2f})"),
     "incompatible": ("El estado de datos guardado es de otra mezcla (guardada: {saved}; ahora: {now}). Reanuda con "
                      "las mismas fuentes y pesos en --data.",
                      "The saved data state is of another mixture (saved: {saved}; now: {now}). Resume with the "
@@ -57,6 +68,18 @@ class SourceSpec:
     name: str
     weight: float  # normalised: the weights of a mixture sum to 1
     path: Path
+    given: float | None = None  # the weight as written in --data
+
+
+def prepared_target(path: Path, name: str) -> Path:
+    """Where to prepare the raw texts of a mixture source: a new directory beside them, never inside them
+    (``aura data prepare`` refuses an output that holds its inputs, and the texts stay the user's)."""
+    base = path if path.suffix == "" else path.with_suffix("")
+    target = base.with_name(f"{base.name}-{name}-tokens")
+    n = 2
+    while target.exists():
+        target, n = base.with_name(f"{base.name}-{name}-tokens-{n}"), n + 1
+    return target
 
 
 def is_mixture(entries: list[str]) -> bool:
@@ -86,10 +109,12 @@ def parse_sources(entries: list[str]) -> list[SourceSpec]:
     total = sum(w for _, w, _ in raw)
     if not total > 0:
         raise AuraError(M("sum", total=total))
-    for name, _, path in raw:
+    for name, weight, path in raw:
         if not is_prepared_dir(path):
-            raise AuraError(M("not_prepared", name=name, path=path))
-    return [SourceSpec(name, w / total, p) for name, w, p in raw]
+            texts = f"{path}/*.txt" if path.is_dir() else str(path) if path.exists() else "TEXTS"
+            raise AuraError(M("not_prepared", name=name, path=path, texts=texts, weight=f"{weight:g}",
+                              target=prepared_target(path, name)))
+    return [SourceSpec(name, w / total, p, w) for name, w, p in raw]
 
 
 def check_same_tokenizer(sources: list[SourceSpec]) -> None:

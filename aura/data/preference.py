@@ -35,7 +35,6 @@ precomputed.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from aura.core import console
 from aura.data.sft import _check_messages, iter_records
 from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate
 from aura.core.errors import AuraError
+from aura.core.files import loads_json
 from aura.core.i18n import Messages
 
 DEFAULT_PAIRS = Path(__file__).resolve().parents[1] / "resources" / "preference_es.jsonl"
@@ -143,7 +143,7 @@ def _messages(value, where: str, field: str):
     """Text stays text; a list of messages (or a JSON string of one, from a CSV cell) becomes a list."""
     if isinstance(value, str) and value.lstrip().startswith("[") and value.rstrip().endswith("]"):
         try:
-            value = json.loads(value)
+            value = loads_json(value)
         except ValueError:
             return value
     if value is None:
@@ -176,6 +176,10 @@ def record_to_pair(record, where: str) -> PreferencePair:
     if prompt is None:  # implicit prompt: whole conversations sharing all but their last message
         if not (isinstance(chosen, list) and isinstance(rejected, list)):
             raise AuraError(M("no_columns", where=where, found=", ".join(map(str, record))))
+        for field, value in (("chosen", chosen), ("rejected", rejected)):
+            if not value or not all(isinstance(m, dict) for m in value):  # e.g. a list of answers
+                inner = next((type(m).__name__ for m in value if not isinstance(m, dict)), "")
+                raise AuraError(M("bad_field", where=where, field=field, kind=f"list[{inner}]"))
         if [dict(m) for m in chosen[:-1]] != [dict(m) for m in rejected[:-1]]:
             raise AuraError(M("prefix_differs", where=where))
         prompt, chosen, rejected = list(chosen[:-1]), chosen[-1:], rejected[-1:]

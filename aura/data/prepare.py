@@ -3,8 +3,9 @@
 Pipeline: the main process streams raw documents from the sources and hands batches of about a
 megabyte to worker processes, each holding its own tokenizer (loaded once); a worker cleans, hashes
 and tokenises a batch (``encode_batch_fast``) and returns numpy arrays. The main process, in input
-order, drops duplicates (64-bit content hash), routes each document to train or validation by a hash
-of (seed, content) and appends its tokens to the current shard. Nothing is held beyond a few batches.
+order, drops duplicates (a 64-bit content digest per document, 8 bytes: ``aura.data.dedup``), routes
+each document to train or validation by a hash of (seed, content) and appends its tokens to the
+current shard. Nothing is held beyond a few batches and those digests.
 The output is built under ``.tmp-*`` and renamed into place with ``meta.json`` written last.
 """
 
@@ -35,7 +36,10 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
 from aura.core.atomic import TMP_PREFIX, atomic_write_json, sha256_file
 from aura.core.staging import remove_stale_tmp, staged_dir, staging_prefixes
+from aura.core.locks import output_lock
 from aura.core.ownership import MARKER, check_location
+from aura.core.paths import check_links, copy_tree
+from aura.data.dedup import DigestSet
 
 M = Messages("prepare", {
     "no_tokenizer": ("Falta --tokenizer: indica un directorio de tokenizador (aura tokenizer train) o un "
@@ -303,14 +307,22 @@ def _move_to_val(train: ShardWriter, val: ShardWriter, root: Path, start: int, l
 
 
 def prepare(cfg: PrepareConfig) -> Path:
+    t0 = time.perf_counter()
+    existing = _check_output(cfg)
+    with output_lock(cfg.output_dir, command="data prepare"):  # a second writer is refused, naming the first
+        return _prepare(cfg, existing, t0)
+
+
+def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
     from aura.tokenizer.loading import backend_of, load_tokenizer, local_backend, tokenizer_hash
 
-    t0 = time.perf_counter()
     out = Path(cfg.output_dir)
-    existing = _check_output(cfg)
+    if Path(cfg.tokenizer).is_dir():
+        check_links(cfg.tokenizer)  # it is copied into the output: no link leaving it (refused before any work)
     opts = ReaderOptions(text_field=cfg.text_field, doc_sep=cfg.doc_sep, encoding=cfg.encoding,
                          errors=cfg.errors, skip_bad_records=cfg.skip_bad_records,
-                         hf_config=cfg.hf_config or None, split=cfg.split)
+                         hf_config=cfg.hf_config or None, split=cfg.split,
+                         max_record_bytes=cfg.max_record_bytes)
     sources = expand_inputs(cfg.inputs) + ([hf_source(cfg.hf_dataset)] if cfg.hf_dataset else [])
     check_location(out, inputs=[s.path for s in sources if s.kind != "hf_hub"])  # what patterns expanded to
     fast = None if cfg.trust_remote_code else local_backend(cfg.tokenizer)
@@ -366,7 +378,7 @@ def prepare(cfg: PrepareConfig) -> Path:
         if tok is not None:
             tok.save_pretrained(str(tmp / "tokenizer"))
         else:
-            shutil.copytree(cfg.tokenizer, tmp / "tokenizer", ignore=shutil.ignore_patterns(TMP_PREFIX + "*", MARKER))
+            copy_tree(cfg.tokenizer, tmp / "tokenizer", ignore=shutil.ignore_patterns(TMP_PREFIX + "*", MARKER))
         elapsed = time.perf_counter() - t0
         cleaning = {"documents_read": stats["read"], "documents_kept": kept, "duplicates": stats["dups"],
                     "too_short": stats["short"], "bad_records": stats["bad_records"],
@@ -405,7 +417,7 @@ def prepare(cfg: PrepareConfig) -> Path:
 def _run(cfg: PrepareConfig, sources, opts, stats, pool, workers, train: ShardWriter, val: ShardWriter):
     """Stream batches through the workers (at most 2 per worker in flight); returns the train document
     with the lowest split score as (score, start, length), in case validation must borrow it."""
-    seen: set[int] = set()
+    seen = DigestSet()  # 8 bytes per kept document (aura.data.dedup)
     best = (2.0, 0, 0)
     total_bytes = sum(s.bytes for s in sources) or None
     pending: deque = deque()
@@ -426,12 +438,7 @@ def _run(cfg: PrepareConfig, sources, opts, stats, pool, workers, train: ShardWr
             r = r.get() if pool else r
             stats["read"] += r["read"]
             stats["short"] += r["short"]
-            keep = np.ones(len(r["keys"]), bool)
-            for i, k in enumerate(r["keys"].tolist()):
-                if k in seen:
-                    keep[i] = False
-                else:
-                    seen.add(k)
+            keep = seen.add(r["keys"])
             stats["dups"] += int((~keep).sum())
             lengths, tokens, scores = r["lengths"], r["tokens"], r["scores"]
             if cfg.max_tokens:

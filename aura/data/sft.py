@@ -14,7 +14,6 @@ file and record); ``aura.data.sft_batches`` turns conversations into masked toke
 from __future__ import annotations
 
 import csv
-import json
 import os
 import sys
 from collections import Counter
@@ -23,9 +22,11 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from aura.core import console
-from aura.text.readers import ReaderOptions, iter_text_blocks
-from aura.text.sources import Source, expand_inputs, hf_source, is_hf_disk_dir
+from aura.text.readers import ReaderOptions, iter_text_blocks, read_whole
+from aura.text.records import json_array
+from aura.text.sources import M as SOURCES_M, Source, expand_inputs, hf_source, is_hf_disk_dir
 from aura.core.errors import AuraError
+from aura.core.files import loads_json
 from aura.core.i18n import Messages
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "resources" / "instrucciones_es.csv"
@@ -142,7 +143,7 @@ def record_to_conversation(record, where: str) -> Conversation:
         raw = rec.get("messages", rec.get("conversations"))
         if isinstance(raw, str):  # a CSV cell holding JSON
             try:
-                raw = json.loads(raw)
+                raw = loads_json(raw)
             except ValueError as e:
                 raise AuraError(M("bad_json", where=where, err=e)) from None
         return Conversation(messages=_check_messages(raw, where), where=where)
@@ -201,13 +202,19 @@ def _json_records(source: Source, opts: ReaderOptions) -> Iterator[tuple[str, di
                 if ln.strip():
                     where = _rec_where(source.path, n, "line")
                     try:
-                        yield where, json.loads(ln)
+                        yield where, loads_json(ln)
                     except ValueError as e:
                         raise AuraError(M("bad_json", where=where, err=e)) from None
         return
-    raw = "".join(text for _, text in iter_text_blocks(source, opts, stats))
+    first = next((t.lstrip()[:1] for _, t in iter_text_blocks(source, opts, stats) if t.strip()), "")
+    if first == "[":  # a list of records, streamed element by element (each at most MAX_RECORD_BYTES)
+        blocks = (t for _, t in iter_text_blocks(source, opts, stats))
+        for i, rec in json_array(blocks, path=source.path, limit=opts.max_record_bytes):
+            yield _rec_where(source.path, i), rec
+        return
+    raw = read_whole(source, opts, stats)  # one JSON object: at most MAX_RECORD_BYTES
     try:
-        data = json.loads(raw)
+        data = loads_json(raw)
     except ValueError as e:
         raise AuraError(M("bad_json", where=source.path, err=e)) from None
     for i, rec in enumerate(data if isinstance(data, list) else [data], 1):
@@ -262,9 +269,14 @@ def iter_records(data: str | os.PathLike | None, *, split: str = "train", encodi
         elif source.fmt in ("jsonl", "json"):
             yield from _json_records(source, opts)
         elif source.fmt == "parquet":
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            yield from _table_records(pq.read_table(source.path).to_pylist(), source.path)
+            try:
+                rows = pq.read_table(source.path).to_pylist()
+            except (pa.ArrowInvalid, OSError) as e:  # random bytes, a truncated file
+                raise AuraError(SOURCES_M("bad_parquet", path=source.path, err=e)) from None
+            yield from _table_records(rows, source.path)
         else:  # .txt: one already formatted text per line
             for n, ln in ((n, ln) for first, t in iter_text_blocks(source, opts, Counter())
                           for n, ln in enumerate(t.splitlines(), first)):

@@ -9,6 +9,8 @@
 * ``local_sgd``: ``--local-steps H``, DiLoCo-style local SGD (no DDP; an outer Nesterov step every H steps).
 * ``engines``: ``wrap_engine``, the step engine of a slow-link mode (``comm`` or ``local_sgd``).
 * ``sharded``: DCP checkpoints of sharded models.
+* ``launcher``: the launch record (how this process was started and how to resume it the same way) and
+  ``ParentWatch`` (a worker notices that its launcher died).
 
 DeepSpeed, which replaces the step engine rather than wrapping the model, lives with the other step
 engines in ``aura.train.optim.deepspeed``.

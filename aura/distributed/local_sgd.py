@@ -66,6 +66,10 @@ class LocalSGDEngine:
         self._mark(between=False)
         console.info(M("start", h=local_steps, lr=outer_lr, mom=outer_momentum))
 
+    def replan(self, *, total_steps: int) -> None:
+        """The run's last step moved (a WSD cooldown started by --time-budget): it is still an outer step."""
+        self.total = total_steps
+
     def _mark(self, *, between: bool) -> None:
         unwrap(self.model)._aura_between_syncs = between  # read by sync_status
 

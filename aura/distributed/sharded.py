@@ -80,25 +80,38 @@ def load_sharded(path: str | os.PathLike, *, model: torch.nn.Module,
                  optimizer: torch.optim.Optimizer | None = None, dist: DistInfo) -> None:
     """Load ``save_sharded``'s directory into ``model`` (+ ``optimizer``), resharding as needed.
 
-    DCP unpickles ``.metadata``: load only checkpoints from a trusted source (Aura calls this for FSDP
-    runs, and for others only with --load-sharded).
+    DCP's own reader unpickles ``.metadata`` and its non-tensor values: Aura reads them through
+    ``aura.distributed.dcp_reader`` instead, which builds nothing but DCP's metadata classes and plain
+    data and reads no file outside ``path`` (a crafted checkpoint is refused, never run).
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict,
                                                          set_model_state_dict, set_state_dict)
 
+    from aura.distributed.dcp_reader import SafePlanner, SafeReader, unwrap
+
     path = Path(path)
     if not (path / ".metadata").is_file():
         raise AuraError(M("missing", path=path))
+    reader = SafeReader(path)
+    reader.read_metadata()  # a refusal here names the file, before any collective
     if optimizer is None:
         state = {"model": get_model_state_dict(model, options=_options())}
     else:
         msd, osd = get_state_dict(model, optimizer, options=_options())
         state = {"model": msd, "optim": osd}
     try:
-        dcp.load(state, checkpoint_id=str(path))
+        dcp.load(state, storage_reader=reader, planner=SafePlanner(path))
     except (RuntimeError, ValueError, KeyError) as err:
         raise AuraError(M("mismatch", path=path, err=str(err).splitlines()[0][:300])) from None
+    except BaseException as err:  # dcp wraps what a rank raised in a CheckpointException
+        refusal = unwrap(err)
+        if refusal is not None:
+            raise refusal from None
+        failures = [exc for exc, _ in getattr(err, "failures", {}).values()]
+        if failures and isinstance(failures[0], (RuntimeError, ValueError, KeyError)):
+            raise AuraError(M("mismatch", path=path, err=str(failures[0]).splitlines()[0][:300])) from None
+        raise
     if optimizer is None:
         set_model_state_dict(model, state["model"], options=_options())
     else:

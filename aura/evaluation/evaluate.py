@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aura import __version__ as aura_version
 from aura.core import console
 from aura.core.config import arg
 from aura.core.errors import AuraError
@@ -73,6 +74,11 @@ class EvalConfig:
                      "download data from the Hugging Face hub).")
     include_path: list[str] = arg([], es="Directorios con tareas YAML propias para --tasks.",
                                   en="Dirs of your own YAML tasks for --tasks.")
+    trust_task_code: bool = arg(False, es="Permite que las tareas de --include-path ejecuten código (archivos .py, "
+                                "etiquetas !function, trust_remote_code): se ejecuta con tus permisos; solo para "
+                                "directorios de confianza.",
+                                en="Let --include-path tasks run code (.py files, !function tags, "
+                                "trust_remote_code): it runs with your permissions; only for trusted dirs.")
     limit: int = arg(0, es="Como mucho N ejemplos por tarea (0 = todos), para una prueba rápida.",
                      en="At most N examples per task (0 = all), for a quick look.")
     device: str = arg("auto", es="Dispositivo para --suite/--tasks (auto, cpu, cuda, cuda:1...).",
@@ -90,6 +96,8 @@ class EvalConfig:
     output: str = arg("", es="Archivo JSON de resultados (por defecto OUTPUT_DIR/eval.json).",
                       en="Results JSON file (default OUTPUT_DIR/eval.json).")
     output_dir: str = arg("", es="Directorio de resultados.", en="Results dir.")
+    overwrite: bool = arg(False, es="Sustituir un archivo de resultados existente que no escribió Aura.",
+                          en="Replace an existing results file that Aura did not write.")
     allow_other_base: bool = arg(False, es="Evaluar un adaptador aunque se entrenara sobre otro modelo base "
                                  "(distinto config.json o embeddings).",
                                  en="Evaluate an adapter even if it was trained on another base model "
@@ -114,6 +122,10 @@ class EvalConfig:
                 raise AuraError(M("bad_value", field=field, value=value, expected=expected))
         if self.seq_len and self.stride > self.seq_len:
             raise AuraError(M("bad_value", field="--stride", value=self.stride, expected=f"≤ {self.seq_len}"))
+        if self.include_path:  # task code is refused before any model is loaded
+            from aura.evaluation.harness import check_include_paths
+
+            check_include_paths(self.include_path, trust_task_code=self.trust_task_code)
 
 
 @dataclass
@@ -231,10 +243,20 @@ def score(model, ids: list[int], *, seq_len: int, stride: int, batch_size: int) 
 
 def evaluate(cfg: EvalConfig) -> int:
     from aura.core.atomic import check_writable
+    from aura.core.ownership import check_output_file
+    from aura.evaluation.results import task_outputs
 
-    if cfg.output or cfg.output_dir:
-        check_writable(cfg.output or Path(cfg.output_dir) / "eval.json",
-                       flag="--output" if cfg.output else "--output-dir")
+    # every output, before any model is loaded: never an input, nor inside a model or data folder the command
+    # reads; never a file Aura did not write (unless --overwrite; a task YAML of --include-path is not Aura's)
+    inputs = [*cfg.models, cfg.adapter, cfg.data]
+    outputs = task_outputs(cfg)
+    if cfg.data and (cfg.output or cfg.output_dir):
+        outputs.append((Path(cfg.output) if cfg.output else Path(cfg.output_dir) / "eval.json",
+                        "--output" if cfg.output else "--output-dir"))
+    for path, flag in outputs:
+        if flag.startswith("--"):  # beside a model a write that fails is only a warning (aura.evaluation.report)
+            check_writable(path, flag=flag)
+        check_output_file(path, flag=flag, overwrite=cfg.overwrite, inputs=inputs)
     if cfg.suite or cfg.tasks:
         from aura.evaluation.report import evaluate_tasks
 
@@ -278,11 +300,11 @@ def evaluate_perplexity(cfg: EvalConfig) -> None:
         del model
     console.table(M("title", data=cfg.data),
                   [M("h_model"), "tokens", "loss", M("h_ppl"), "bits/byte", "bytes/token", "tokens/s"],
-                  [[r["model"], num(r['tokens']), f"{r['loss']:.4f}", f"{r['perplexity']:.2f}",
-                    f"{r['bits_per_byte']:.4f}", f"{r['bytes_per_token']:.2f}", num(r['tokens_per_s'], ",.0f")]
+                  [[r["model"], num(r['tokens']), num(r['loss'], ".4f"), num(r['perplexity'], ".2f"),
+                    num(r['bits_per_byte'], ".4f"), num(r['bytes_per_token'], ".2f"), num(r['tokens_per_s'], ",.0f")]
                    for r in results])
     out = Path(cfg.output) if cfg.output else (Path(cfg.output_dir) / "eval.json" if cfg.output_dir else None)
     if out is not None:
         atomic_write_json(out, {"data": cfg.data, "split": cfg.split, "max_tokens": cfg.max_tokens,
-                                "results": results})
+                                "aura_version": aura_version, "results": results})
         console.success(M("written", path=out))

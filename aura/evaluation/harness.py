@@ -8,6 +8,7 @@ Hugging Face hub; the aura-es suite needs nothing from the network.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from pathlib import Path
 
@@ -20,8 +21,10 @@ M = Messages("harness", {
                    "(o usa --suite aura-es, que no lo necesita).",
                    "lm-evaluation-harness is missing for --tasks. Install it with: pip install 'aura-llm[eval]' "
                    "(or use --suite aura-es, which does not need it)."),
-    "unknown": ("--tasks: lm-evaluation-harness no conoce la tarea '{task}'.{close}",
-                "--tasks: lm-evaluation-harness has no task '{task}'.{close}"),
+    "unknown": ("--tasks: lm-evaluation-harness no conoce la tarea '{task}'.{close} La batería de Aura, que "
+                "funciona sin red, es --suite aura-es.",
+                "--tasks: lm-evaluation-harness has no task '{task}'.{close} Aura's own suite, which works "
+                "offline, is --suite aura-es."),
     "close": (" ¿Quisiste decir: {names}?", " Did you mean: {names}?"),
     "no_close": (" Lista las tareas con: lm-eval ls tasks.", " List the tasks with: lm-eval ls tasks."),
     "offline": ("La tarea '{task}' descarga sus datos del hub de Hugging Face y no hay conexión ({error}). "
@@ -30,8 +33,40 @@ M = Messages("harness", {
                 "Task '{task}' downloads its data from the Hugging Face hub and there is no connection "
                 "({error}). Run it with a network (or with the data already in the Hugging Face cache); "
                 "--suite aura-es works offline."),
+    "no_network": ("--tasks '{tasks}': sus datos están en el hub de Hugging Face ({datasets}), no en la caché "
+                   "de este equipo, y {why}. --suite aura-es, la batería de Aura, funciona sin red (o ejecuta "
+                   "--tasks una vez con red para guardar los datos en la caché, o usa --include-path con tareas "
+                   "de datos locales).",
+                   "--tasks '{tasks}': their data is on the Hugging Face hub ({datasets}), not in this machine's "
+                   "cache, and {why}. --suite aura-es works offline: it is Aura's own suite (or run --tasks once "
+                   "with a network to keep the data in the cache, or use --include-path with tasks on local "
+                   "data)."),
+    "why_host": ("no hay conexión con {host}", "{host} cannot be reached"),
+    "why_offline": ("el modo sin conexión está activado ({var})", "offline mode is on ({var})"),
+    "and_more": ("{shown} y {n} más", "{shown} and {n} more"),
     "task_failed": ("La tarea '{task}' no se pudo cargar: {error}", "Task '{task}' could not be loaded: {error}"),
     "bad_include": ("--include-path {path} no es un directorio.", "--include-path {path} is not a directory."),
+    "bad_yaml": ("--include-path: {file} no es YAML válido:\n{err}\nCorrígelo (lm-evaluation-harness se "
+                 "saltaría el archivo sin avisar y la tarea aparecería como desconocida).",
+                 "--include-path: {file} is not valid YAML:\n{err}\nFix it (lm-evaluation-harness would skip "
+                 "the file silently and report the task as unknown)."),
+    "too_deep": ("anidado a demasiada profundidad", "nested too deep"),
+    "task_code": ("--include-path {path} ejecutaría código: {what}. Las tareas de lm-evaluation-harness pueden "
+                  "importar Python (etiquetas !function, archivos .py, código remoto de datasets), que se "
+                  "ejecuta con tus permisos. Si confías en ese directorio, añade --trust-task-code; si no, "
+                  "usa tareas solo con YAML y plantillas.",
+                  "--include-path {path} would run code: {what}. lm-evaluation-harness tasks can import "
+                  "Python (!function tags, .py files, datasets' remote code), which runs with your "
+                  "permissions. If you trust that directory, add --trust-task-code; otherwise use tasks made "
+                  "of YAML and templates only."),
+    "w_python": ("el archivo Python {file}", "the Python file {file}"),
+    "w_function": ("la etiqueta !function de {file}", "the !function tag in {file}"),
+    "w_remote": ("trust_remote_code en {file}", "trust_remote_code in {file}"),
+    "w_include": ("{file} incluye {target}, fuera del directorio", "{file} includes {target}, outside the directory"),
+    "shadow": ("{file} define la tarea '{task}', que es un nombre de las tareas incluidas en Aura (aura-es): una "
+               "tarea de --include-path nunca sustituye a una de Aura. Cambia su nombre (task:, group: o tag:).",
+               "{file} defines the task '{task}', a name of the tasks shipped with Aura (aura-es): an "
+               "--include-path task never replaces one of Aura's. Rename it (task:, group: or tag:)."),
 })
 
 NETWORK_ERRORS = ("ConnectionError", "OfflineModeIsEnabled", "LocalEntryNotFoundError", "HfHubHTTPError",
@@ -51,9 +86,92 @@ def _require_lm_eval() -> None:
         raise AuraError(M("no_lm_eval")) from None
 
 
+def _yaml_includes(text: str) -> list[str]:
+    """The ``include:`` entries of a task YAML (tags such as !function read as plain strings)."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    try:
+        cfg = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader that ignores every tag
+    except yaml.YAMLError:
+        return []
+    inc = cfg.get("include") if isinstance(cfg, dict) else None
+    return [str(i) for i in (inc if isinstance(inc, list) else [inc]) if isinstance(i, str)]
+
+
+def task_code(path: str | Path) -> list[str]:
+    """What in the task directory ``path`` would run code under lm-evaluation-harness (empty: nothing):
+    Python files, ``!function`` tags, ``trust_remote_code``, includes of YAML outside the directory."""
+    root = Path(path).resolve()
+    found: list[str] = []
+    for f in sorted(root.glob("**/*.py")):
+        found.append(M("w_python", file=f))
+    for f in sorted(root.glob("**/*.yaml")) + sorted(root.glob("**/*.yml")):
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if "!function" in text:
+            found.append(M("w_function", file=f))
+        if "trust_remote_code" in text:
+            found.append(M("w_remote", file=f))
+        for inc in _yaml_includes(text):
+            target = (f.parent / inc).resolve()
+            if target != root and root not in target.parents:
+                found.append(M("w_include", file=f, target=inc))
+    return found
+
+
+def check_task_yaml(path: str | Path) -> None:
+    """Every YAML file of the task directory ``path`` parses (tags such as !function read as plain values):
+    lm-evaluation-harness skips a broken one with a log line, and the task would be reported unknown."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    for f in sorted(Path(path).glob("**/*.yaml")) + sorted(Path(path).glob("**/*.yml")):
+        try:
+            yaml.load(f.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 - safe, tags ignored
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise AuraError(M("bad_yaml", file=f, err=e)) from None
+        except RecursionError:
+            raise AuraError(M("bad_yaml", file=f, err=M("too_deep"))) from None
+        except OSError as e:
+            raise AuraError(M("bad_yaml", file=f, err=e.strerror or e)) from None
+
+
+def check_include_paths(include_paths: list[str], *, trust_task_code: bool) -> None:
+    """Refuse, before any model is loaded, a missing --include-path, one with a YAML file that does not
+    parse, or one holding code without the flag."""
+    for p in include_paths:
+        if not Path(p).is_dir():
+            raise AuraError(M("bad_include", path=p))
+        check_task_yaml(p)
+        code = [] if trust_task_code else task_code(p)
+        if code:
+            raise AuraError(M("task_code", path=p, what="; ".join(code[:3]) + ("; …" if len(code) > 3 else "")))
+
+
+def _check_shadowing(paths: list[str]) -> None:
+    """No --include-path task, group or tag takes a name of the shipped aura-es suite."""
+    from lm_eval.tasks import TaskManager
+
+    shipped = set(TaskManager(include_path=[str(SUITE_DIR)], include_defaults=False).task_index)
+    for p in paths:
+        for name, entry in TaskManager(include_path=[p], include_defaults=False).task_index.items():
+            if name in shipped or name.startswith(("aura_es", "aura-es")):
+                raise AuraError(M("shadow", file=entry.yaml_path or p, task=name))
+
+
 def task_manager(tasks: list[str], include_paths: list[str]):
     """A TaskManager that knows every name in ``tasks``: local directories only when they are enough
-    (indexing lm-eval's ~15,000 built-in tasks takes a while), else the built-in tasks too."""
+    (indexing lm-eval's ~15,000 built-in tasks takes a while), else the built-in tasks too. The shipped
+    aura-es tasks come first and no --include-path task may take one of their names."""
     from lm_eval.tasks import TaskManager
 
     paths = [str(SUITE_DIR)]
@@ -61,6 +179,7 @@ def task_manager(tasks: list[str], include_paths: list[str]):
         if not Path(p).is_dir():
             raise AuraError(M("bad_include", path=p))
         paths.append(str(Path(p).resolve()))
+    _check_shadowing(paths[1:])
     local = TaskManager(include_path=paths, include_defaults=False)
     if all(local.match_tasks([t]) for t in tasks):
         return local
@@ -71,6 +190,25 @@ def task_manager(tasks: list[str], include_paths: list[str]):
             hint = M("close", names=", ".join(close)) if close else M("no_close")
             raise AuraError(M("unknown", task=t, close=hint))
     return full
+
+
+def check_data_reachable(manager, tasks: list[str]) -> None:
+    """Refuse at once, before lm-eval retries the hub for a minute, tasks whose hub data is not cached here
+    when the hub cannot be reached (``aura.evaluation.task_data``)."""
+    from aura.evaluation.task_data import hub_unreachable, missing_hub_data, offline_var
+
+    missing = missing_hub_data(manager, tasks)
+    if not missing:
+        return
+    offline = offline_var()
+    host = None if offline else hub_unreachable()
+    if not offline and host is None:
+        return  # the hub answers: lm-eval downloads what it needs
+    datasets = sorted({d for ds in missing.values() for d in ds})
+    shown = ", ".join(datasets[:4])
+    why = M("why_offline", var=offline) if offline else M("why_host", host=host)
+    raise AuraError(M("no_network", tasks=",".join(missing), why=why,
+                      datasets=M("and_more", shown=shown, n=len(datasets) - 4) if len(datasets) > 4 else shown))
 
 
 def is_network_error(error: BaseException) -> bool:
@@ -99,10 +237,33 @@ def _culprit(manager, tasks: list[str], error: BaseException) -> AuraError:
     return AuraError(M("task_failed", task=",".join(tasks), error=_first_line(error)))
 
 
+@contextlib.contextmanager
+def _sandboxed_templates(enabled: bool):
+    """lm-eval renders the tasks' Jinja templates (doc_to_text...) with a plain Jinja environment, where
+    a template can reach Python internals and run code; unless --trust-task-code, render them in Jinja's
+    sandbox (same options and filters), which refuses that."""
+    if not enabled:
+        yield
+        return
+    import lm_eval.utils as lm_utils
+    from jinja2.sandbox import SandboxedEnvironment
+
+    plain = lm_utils.env
+    sandbox = SandboxedEnvironment(loader=plain.loader, undefined=plain.undefined,
+                                   keep_trailing_newline=plain.keep_trailing_newline)
+    sandbox.filters.update(plain.filters)
+    lm_utils.env = sandbox
+    try:
+        yield
+    finally:
+        lm_utils.env = plain
+
+
 def run_tasks(model, tok, tasks: list[str], *, include_paths: list[str] = (), limit: int = 0,
-              batch_size: int = 8, max_length: int = 0) -> dict:
+              batch_size: int = 8, max_length: int = 0, trust_task_code: bool = False) -> dict:
     """lm-eval's results for ``tasks`` on an already-loaded model: {"rows", "versions", "n_samples",
-    "harness_version"}; rows are (task, metric, value, stderr, n)."""
+    "harness_version"}; rows are (task, metric, value, stderr, n). Task code in an --include-path needs
+    ``trust_task_code``; templates run in Jinja's sandbox without it."""
     _require_lm_eval()
     import logging
 
@@ -110,15 +271,18 @@ def run_tasks(model, tok, tasks: list[str], *, include_paths: list[str] = (), li
     from lm_eval.models.huggingface import HFLM
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    check_include_paths(list(include_paths), trust_task_code=trust_task_code)
     manager = task_manager(tasks, list(include_paths))
+    check_data_reachable(manager, tasks)
     lm = HFLM(pretrained=model, tokenizer=tok, batch_size=batch_size, max_length=max_length or None)
-    try:
-        out = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit or None,
-                              log_samples=False, bootstrap_iters=1000, verbosity="ERROR")
-    except AuraError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a task that cannot load: say which one and why
-        raise _culprit(manager, tasks, e) from e
+    with _sandboxed_templates(not trust_task_code):
+        try:
+            out = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit or None,
+                                  log_samples=False, bootstrap_iters=1000, verbosity="ERROR")
+        except AuraError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a task that cannot load: say which one and why
+            raise _culprit(manager, tasks, e) from e
     rows = []
     for task, metrics in out["results"].items():
         n = out.get("n-samples", {}).get(task, {}).get("effective")

@@ -1,13 +1,14 @@
 """``aura eval --suite aura-es`` / ``--tasks ...``: task accuracy of one or several models, as a table and
 a JSON file. The suite runs on Aura's batched scorer; ``--tasks`` runs lm-evaluation-harness tasks
 (``aura.evaluation.harness``). Each model's results are written next to it
-(``MODEL.eval-aura-es.json`` beside the model directory) unless ``--output`` (or ``--output-dir``) names
-one file for all.
+(``MODEL.eval-aura-es.json`` beside the model directory for the full suite; other configurations get names
+of their own, ``aura.evaluation.results``) unless ``--output`` (or ``--output-dir``) names one file for all.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import time
 from pathlib import Path
 
@@ -36,10 +37,16 @@ M = Messages("evalreport", {
     "h_metric": ("métrica", "metric"),
     "h_value": ("valor", "value"),
     "h_stderr": ("error estándar", "stderr"),
+    "m_fertility": ("fertilidad (tokens/palabra)", "fertility"),
+    "m_bits_per_byte": ("bits por byte", "bits_per_byte"),
     "written": ("Resultados en {path}.", "Results written to {path}."),
     "not_written": ("No se pudo escribir {path} ({error}); usa --output para elegir otro archivo.",
                     "Could not write {path} ({error}); use --output to choose another file."),
 })
+
+# What lm-eval writes to stderr beside its results: `git describe` run outside a repository (its version
+# stamp), tqdm bars. Anything else it writes is shown.
+HARNESS_NOISE = re.compile(r"^fatal: not a git repository|^\S[^|]*:\s*\d+%\||^\s*\d+%\|")
 
 
 def suite_texts(tasks: list[Task]) -> list[str]:
@@ -101,29 +108,30 @@ def suite_rows(model, tok, *, limit: int, batch_size: int) -> tuple[list[dict], 
         for metric in ("acc", "acc_norm"):
             rows.append({"task": r["task"], "metric": metric, "value": r[metric], "stderr": r[f"{metric}_stderr"],
                          "n": r["n"]})
+    from aura.evaluation.math_task import MATH_TASK, math_row
+
+    rows.append(math_row(model, tok, limit=limit, batch_size=batch_size))  # generation: exact answer
     stats = text_stats(model, tok, suite_texts(tasks), batch_size=batch_size)
     n_text = len(suite_texts(tasks))
     rows.append({"task": SUITE_NAME, "metric": "bits_per_byte", "value": stats["bits_per_byte"], "stderr": None,
                  "n": n_text})
     rows.append({"task": SUITE_NAME, "metric": "fertility", "value": stats["fertility"], "stderr": None,
                  "n": n_text})
-    versions = {t.name: t.spec.version for t in tasks}
+    versions = {**{t.name: t.spec.version for t in tasks}, MATH_TASK: "1.0"}
     return rows, {"versions": versions, "text_stats": stats}
-
-
-def default_output(model: str, label: str) -> Path:
-    path = Path(model).resolve()
-    return path.parent / f"{path.name}.eval-{label}.json"
 
 
 def evaluate_tasks(cfg) -> list[dict]:
     """Run ``cfg.suite`` and/or ``cfg.tasks`` on every model of ``cfg``; print one table; write JSON."""
     from aura.core.atomic import atomic_write_json
 
+    from aura.evaluation.results import beside_model, stem_of
+
     label = cfg.suite or "tasks"
-    # one file for all models: --output (unless --data's perplexity table takes it), or in --output-dir
+    # one file for all models: --output (unless --data's perplexity table takes it), or in --output-dir;
+    # else one beside each model. Every name says the configuration (aura.evaluation.results).
     output = (Path(cfg.output) if cfg.output and not cfg.data else
-              Path(cfg.output_dir) / f"eval-{label}.json" if cfg.output_dir else None)
+              Path(cfg.output_dir) / f"{stem_of(cfg)}.json" if cfg.output_dir else None)
     tasks = [t.strip() for t in cfg.tasks.split(",") if t.strip()] if cfg.tasks else []
     device = "cuda" if cfg.device == "auto" and torch.cuda.is_available() else (
         "cpu" if cfg.device == "auto" else cfg.device)
@@ -144,8 +152,10 @@ def evaluate_tasks(cfg) -> list[dict]:
             from aura.evaluation.harness import run_tasks
 
             console.info(M("harness", model=name, tasks=",".join(tasks)))
-            out = run_tasks(model, tok, tasks, include_paths=cfg.include_path, limit=cfg.limit,
-                            batch_size=cfg.batch_size, max_length=model_max_length(model))
+            with console.library_stderr(drop=HARNESS_NOISE):
+                out = run_tasks(model, tok, tasks, include_paths=cfg.include_path, limit=cfg.limit,
+                                batch_size=cfg.batch_size, max_length=model_max_length(model),
+                                trust_task_code=cfg.trust_task_code)
             report["rows"] += out["rows"]
             report["harness"] = {"tasks": tasks, "version": out["harness_version"], "versions": out["versions"],
                                  "n_samples": out["n_samples"]}
@@ -154,7 +164,7 @@ def evaluate_tasks(cfg) -> list[dict]:
         del model
         if output is not None:
             continue
-        path = default_output(cfg.adapter or name, label)
+        path = beside_model(name, stem_of(cfg))
         try:
             atomic_write_json(path, report)
             console.success(M("written", path=path))
@@ -162,19 +172,24 @@ def evaluate_tasks(cfg) -> list[dict]:
             console.warn(M("not_written", path=path, error=e.strerror or e))
     _print_table(cfg, reports, label, tasks)
     if output is not None:
-        atomic_write_json(output, {"results": reports})
+        atomic_write_json(output, {"aura_version": aura_version, "results": reports})
         console.success(M("written", path=output))
     return reports
 
 
 def _fmt(value) -> str:
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else num(value, ".4f")
+
+
+def _metric_name(metric: str) -> str:
+    """Aura's own metrics in the user's language (the JSON keeps the name); lm-eval's (acc...) as they are."""
+    return M(f"m_{metric}") if f"m_{metric}" in M.table else metric
 
 
 def _print_table(cfg, reports: list[dict], label: str, tasks: list[str]) -> None:
     what = ", ".join([*([cfg.suite] if cfg.suite else []), *tasks])
     several = len(reports) > 1
     headers = [*([M("h_model")] if several else []), M("h_task"), M("h_metric"), M("h_value"), M("h_stderr"), "n"]
-    rows = [[*([r["model"]] if several else []), row["task"], row["metric"], _fmt(row["value"]),
+    rows = [[*([r["model"]] if several else []), row["task"], _metric_name(row["metric"]), _fmt(row["value"]),
              _fmt(row["stderr"]), num(row["n"])] for r in reports for row in r["rows"]]
     console.table(M("title", what=what or label), headers, rows)

@@ -98,6 +98,15 @@ def loglikelihoods(model, encoded: list[Encoded], *, batch_size: int = 16) -> li
     return out  # type: ignore[return-value]
 
 
+def _cache_kwarg(model) -> str:
+    """The forward's name for a past cache: ``cache`` from transformers 5.24 (``past_key_values`` is
+    deprecated there), ``past_key_values`` before. ``model`` may be wrapped by peft."""
+    import inspect
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(type(inner).forward).parameters else "past_key_values"
+
+
 def _score_batch(model, items: list[Encoded], k: int, device) -> list[list[float]]:
     lengths = torch.tensor([len(e.context) for e in items], device=device)               # (B,)
     tc = int(lengths.max())
@@ -121,8 +130,8 @@ def _score_batch(model, items: list[Encoded], k: int, device) -> list[list[float
         if padded:
             mask = torch.cat([ctx_mask.repeat_interleave(k, 0),
                               torch.ones(len(conts), width, dtype=torch.long, device=device)], 1)
-        logp = torch.log_softmax(model(input_ids=inp, attention_mask=mask, position_ids=pos,
-                                       past_key_values=cache, use_cache=False).logits.float(), -1)  # (B*k, W, V)
+        logp = torch.log_softmax(model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=False,
+                                       **{_cache_kwarg(model): cache}).logits.float(), -1)  # (B*k, W, V)
         tgt = torch.tensor([c[1:] + [0] * (width + 1 - len(c)) for c in conts], device=device)     # (B*k, W)
         keep = torch.tensor([[1.0] * (len(c) - 1) + [0.0] * (width + 1 - len(c)) for c in conts], device=device)
         scores += (logp.gather(2, tgt[..., None])[..., 0] * keep).double().sum(1)

@@ -9,11 +9,11 @@ How the items were written and checked: the README.md in the suite directory.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from aura.core.errors import AuraError
+from aura.core.files import loads_json
 from aura.core.i18n import Messages
 
 M = Messages("evalsuite", {
@@ -88,7 +88,7 @@ def load_task(name: str, *, directory: Path = SUITE_DIR) -> Task:
     for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        item = json.loads(line)
+        item = loads_json(line)
         problem = item_problem(item, spec.n_choices) or ("repeated 'id'" if item["id"] in seen else None)
         if problem:
             raise AuraError(M("bad_item", path=path, line=line_no, problem=problem))

@@ -2,7 +2,8 @@
 
 Everything that can refuse (architecture, tokenizer, vocabulary size, quantiser, llama.cpp for the
 verification) is checked before a byte is written. The file is built under a temporary name, verified
-there (see ``gguf_verify``) and only then renamed into place, with an Ollama ``Modelfile`` beside it.
+there (see ``gguf_verify``) and only then renamed into place, with an Ollama ``NAME.Modelfile`` beside it
+(``aura.export.modelfile``).
 f32/f16/bf16/q8_0 are written directly with the ``gguf`` package (as llama.cpp's converter does);
 k-quants and the other llama.cpp types go through llama.cpp's own quantiser from an f32 file.
 """
@@ -10,7 +11,6 @@ k-quants and the other llama.cpp types go through llama.cpp's own quantiser from
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import sys
@@ -63,8 +63,8 @@ M = Messages("gguf", {
     "writing": ("Escribiendo {path} ({quant}, arquitectura {arch})…", "Writing {path} ({quant}, arch {arch})…"),
     "done": ("GGUF listo: {path} ({size}, {seconds:.1f} s). Modelfile de Ollama: {modelfile}",
              "GGUF ready: {path} ({size}, {seconds:.1f} s). Ollama Modelfile: {modelfile}"),
-    "ollama": ("Para usarlo en Ollama: cd {dir} && ollama create mi-modelo -f Modelfile",
-               "To use it in Ollama: cd {dir} && ollama create my-model -f Modelfile"),
+    "ollama": ("Para usarlo en Ollama: cd {dir} && ollama create {name} -f {modelfile} && ollama run {name}",
+               "To use it in Ollama: cd {dir} && ollama create {name} -f {modelfile} && ollama run {name}"),
 })
 
 NATIVE = ("f32", "f16", "bf16", "q8_0")
@@ -128,11 +128,9 @@ def _llama_cpp_installed() -> bool:
 
 
 def export_gguf(cfg: GGUFConfig) -> int:
-    from aura.export.gguf_arch import plan_arch
-    from aura.export.gguf_tokenizer import modelfile_text, plan_vocab
-    from aura.inference.loading import find_tokenizer_dir, load_model_tokenizer, read_json_file, resolve_model
-    from aura.core.atomic import (TMP_PREFIX, atomic_write_text, check_writable, fsync_dir, human_bytes, owner_suffix, tmp_name, user_mode)
+    from aura.core.atomic import check_writable
     from aura.core.ownership import check_location
+    from aura.export.modelfile import is_ours, modelfile_path
 
     # --- every refusal before anything is written ---
     check_writable(cfg.target(), flag="--outfile" if cfg.outfile else "--output-dir")
@@ -140,9 +138,24 @@ def export_gguf(cfg: GGUFConfig) -> int:
     check_location(out, inputs=[cfg.model])
     if (out.exists() or out.is_symlink()) and not cfg.force:
         raise AuraError(M("exists", path=out))
-    modelfile = out.parent / "Modelfile"
-    if (modelfile.exists() or modelfile.is_symlink()) and not cfg.force and not _is_ours(modelfile):
+    modelfile = modelfile_path(out)  # one per GGUF: NAME.Modelfile beside NAME.gguf
+    if (modelfile.exists() or modelfile.is_symlink()) and not cfg.force and not is_ours(modelfile):
         raise AuraError(M("modelfile_theirs", path=modelfile))
+    from aura.core.locks import output_lock
+
+    with output_lock(out, command="export gguf"):  # a second export to ``out`` is refused, naming the first
+        return _export(cfg, out, modelfile)
+
+
+def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
+    from aura.export.gguf_arch import plan_arch
+    from aura.export.gguf_tokenizer import plan_vocab
+    from aura.export.modelfile import default_system, modelfile_text, ollama_name, signed
+    from aura.inference.loading import find_tokenizer_dir, load_model_tokenizer, read_json_file, resolve_model
+    from aura.core.atomic import (TMP_PREFIX, atomic_write_text, fsync_dir, human_bytes, owner_suffix, tmp_name,
+                                  user_mode)
+    from aura.core.ownership import check_location
+
     source = resolve_model(cfg.model)
     if source.kind == "adapter":
         raise AuraError(M("adapter", path=source.path))
@@ -190,7 +203,7 @@ def export_gguf(cfg: GGUFConfig) -> int:
         if verify:
             from aura.export.gguf_verify import verify_gguf
 
-            verify_gguf(tmp, model_dir=model_dir, quant=cfg.quant)
+            verify_gguf(tmp, model_dir=model_dir, quant=cfg.quant, shown=out)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.chmod(tmp, user_mode(directory=False))  # mkstemp's 0600 would hide the model from other users
@@ -202,30 +215,14 @@ def export_gguf(cfg: GGUFConfig) -> int:
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
     stops = [tok.convert_ids_to_tokens(t) for t in vocab.end_of_turn]
-    atomic_write_text(modelfile, _signed(modelfile_text(gguf_name=out.name, chat_template=tok.chat_template,
-                                                        stops=stops)))
+    name = ollama_name(model_dir.resolve(), quant=cfg.quant, name=cfg.name)
+    atomic_write_text(modelfile, signed(modelfile_text(gguf_name=out.name, chat_template=tok.chat_template,
+                                                       stops=stops, system=default_system(tok), model_name=name,
+                                                       modelfile_name=modelfile.name)))
     console.success(M("done", path=out, size=human_bytes(out.stat().st_size), seconds=seconds,
                       modelfile=modelfile))
-    console.info(M("ollama", dir=out.parent))
+    console.info(M("ollama", dir=out.parent, name=name, modelfile=modelfile.name))
     return 0
-
-
-_SIGNATURE = "# aura-modelfile-sha256: "
-
-
-def _signed(text: str) -> str:
-    """The Modelfile text with a last line that lets a later export recognise it as Aura's, unedited."""
-    return f"{text}{_SIGNATURE}{hashlib.sha256(text.encode('utf-8')).hexdigest()}\n"
-
-
-def _is_ours(modelfile: Path) -> bool:
-    """True for a Modelfile an export wrote and nobody has edited since (safe to regenerate)."""
-    try:
-        text = modelfile.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return False
-    body, sep, _last = text.rstrip("\n").rpartition("\n")
-    return bool(sep) and _signed(body + "\n") == text
 
 
 def _write(path: Path, *, model_dir: Path, arch, vocab, tok, tok_dir: Path, quant: str, name: str) -> None:

@@ -1,7 +1,9 @@
 """Hugging Face config + safetensors -> GGUF hyperparameters and tensors, as llama.cpp's converter does.
 
 Supported: ``LlamaForCausalLM`` and ``MistralForCausalLM`` (GGUF arch ``llama``; q/k rows permuted
-for llama.cpp's RoPE layout, k with the KV head count; ``llama3`` and ``linear`` RoPE scaling) and
+for llama.cpp's RoPE layout, k with the KV head count; ``llama3`` and ``linear`` RoPE scaling),
+``Qwen3ForCausalLM`` (GGUF arch ``qwen3``: llama.cpp applies its RoPE to halves as transformers does, so
+nothing is permuted; the per-head q/k RMSNorm gains are ``attn_q_norm``/``attn_k_norm``) and
 ``GPT2LMHeadModel`` (GGUF arch ``gpt2``; Conv1D weights transposed). Tensors are streamed from the
 safetensors files one at a time, so exporting never holds two copies of the model.
 """
@@ -30,7 +32,7 @@ M = Messages("gguf_arch", {
                  "Tensor '{name}' of {path} has no GGUF counterpart ({arch}); is it a modified model?"),
 })
 
-LLAMA_LIKE = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama"}
+LLAMA_LIKE = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
 GPT2_LIKE = {"GPT2LMHeadModel": "gpt2"}
 SUPPORTED = {**LLAMA_LIKE, **GPT2_LIKE}
 
@@ -75,7 +77,9 @@ def plan_arch(model_dir: Path, config: dict) -> ArchPlan:
             raise AuraError(M("rope", kind=kind, path=model_dir))
         if kind == "linear":
             hp["rope_scaling_linear"] = float(rope["factor"])
-        return ArchPlan(arch, "llama", config, config["vocab_size"], n_layers, hp)
+        if LLAMA_LIKE[arch] == "qwen3" and kind != "default":
+            raise AuraError(M("rope", kind=kind, path=model_dir))
+        return ArchPlan(arch, LLAMA_LIKE[arch], config, config["vocab_size"], n_layers, hp)
     n_layers = config["n_layer"]
     hp = {
         "context_length": config.get("n_positions") or config.get("n_ctx"),
@@ -97,7 +101,7 @@ def write_hparams(writer, plan: ArchPlan) -> None:
     writer.add_feed_forward_length(int(hp["feed_forward_length"]))
     writer.add_head_count(int(hp["head_count"]))
     writer.add_vocab_size(plan.n_vocab)
-    if plan.gguf_arch == "llama":
+    if plan.gguf_arch in ("llama", "qwen3"):
         writer.add_head_count_kv(int(hp["head_count_kv"]))
         writer.add_rope_dimension_count(int(hp["rope_dimension_count"]))
         writer.add_key_length(int(hp["key_length"]))
@@ -146,7 +150,7 @@ def iter_tensors(model_dir: Path, plan: ArchPlan, files: list[Path]) -> Iterator
     import torch
     from safetensors import safe_open
 
-    arch = gguf.MODEL_ARCH.LLAMA if plan.gguf_arch == "llama" else gguf.MODEL_ARCH.GPT2
+    arch = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen3": gguf.MODEL_ARCH.QWEN3}.get(plan.gguf_arch, gguf.MODEL_ARCH.GPT2)
     names = gguf.get_tensor_name_map(arch, plan.n_layers)
     heads, kv_heads = plan.hparams["head_count"], plan.hparams.get("head_count_kv")
     rope = plan.config.get("rope_parameters") or plan.config.get("rope_scaling") or {}

@@ -47,9 +47,9 @@ M = Messages("gguf_verify", {
                    "llama.cpp's logits differ too much from PyTorch's ({quant}): top-1 {agree:.1%}, "
                    "max |diff| {rel:.2%} of the range (tolerance {tol:.0%})."),
     "gen": ("Generación voraz en llama.cpp y PyTorch ({n:token|tokens}, sin parar en el fin de generación "
-            "para que siempre haya algo que comparar): coinciden en los primeros {same} de {n}.{eos}",
+            "para que siempre haya algo que comparar): tokens iguales desde el principio: {same} de {n}.{eos}",
             "Greedy generation in llama.cpp and PyTorch ({n:token|tokens}, not stopping at end of generation "
-            "so that there is always something to compare): they agree on the first {same} of {n}.{eos}"),
+            "so that there is always something to compare): identical tokens from the start: {same} of {n}.{eos}"),
     "gen_eos": (" El modelo terminaría su respuesta en el token {k}.",
                 " The model would end its answer at token {k}."),
 })
@@ -77,14 +77,15 @@ class VerifyReport:
     agreeing: int  # how many of them, from the first, llama.cpp and PyTorch agree on
 
 
-def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None) -> VerifyReport:
+def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None,
+                shown: Path | None = None) -> VerifyReport:
     """Run the checks; raise AuraError with the first failure."""
     import numpy as np
     import torch
 
     from aura.inference.loading import end_of_turn_ids, load_hf, load_llama, resolve_model
 
-    console.info(M("start", path=path))
+    console.info(M("start", path=shown or path))  # the name the user asked for, not the staging file
     if model is None or tok is None:
         model, tok = load_hf(resolve_model(model_dir))
     model = model.float().eval()

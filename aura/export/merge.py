@@ -69,24 +69,32 @@ def _saved_dtype(choice: str, base_config: dict) -> str:
 
 
 def merge(cfg: MergeConfig) -> int:
-    from aura.core.ownership import check_location, check_replaceable
+    from aura.core.ownership import check_replaceable
 
     # Never into the base, the adapter or a directory holding them; only an Aura model dir is replaced.
     # Checked before torch is even imported: a refusal is immediate.
     out = Path(cfg.output_dir)
     if check_replaceable(out, kind="model", inputs=[cfg.base_model, cfg.adapter]) == "owned" and not cfg.force:
         raise AuraError(M("exists", path=out))
+    from aura.core.atomic import check_writable
+    from aura.core.locks import output_lock
 
+    check_writable(out, flag="--output-dir")
+    with output_lock(out, command="merge"):  # a second merge into ``out`` is refused, naming the first
+        return _merge(cfg, out)
+
+
+def _merge(cfg: MergeConfig, out: Path) -> int:
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     from aura.models.adapter_check import check_adapter_base
     from aura.inference.loading import (end_of_turn_ids, load_model_tokenizer, read_json_file, resolve_model,
                                         quiet_transformers, tokenizer_dir_for, torch_dtype)
-    from aura.core.atomic import atomic_write_json, check_writable
+    from aura.core.atomic import atomic_write_json
+    from aura.core.ownership import check_location
     from aura.core.staging import staged_dir
 
-    check_writable(out, flag="--output-dir")
     source = resolve_model(cfg.base_model, cfg.adapter)
     base_dir, adapter_dir = source.base, source.path
     check_location(out, inputs=[base_dir, adapter_dir])  # as resolved (e.g. the base the adapter names)

@@ -42,6 +42,9 @@ class Sampling:
     top_p: float = 0.95
     repetition_penalty: float = 1.0
     seed: int = 0
+    # max_new_tokens is what the user asked for (a flag they gave), not a default: only then is fitting the
+    # answer to the model's context said (a default is an upper bound, silently fitted)
+    asked: bool = True
 
 
 @dataclass
@@ -87,7 +90,7 @@ class HFEngine:
 
         stops = PLAIN_STOPS if messages is not None and not self.has_template else None
         ids, max_new, _ = fit_context(lambda m: self._encode(prompt, m), messages, sampling.max_new_tokens,
-                                      context_length(self.model.config), said=self.said)
+                                      context_length(self.model.config), said=self.said, asked=sampling.asked)
         set_seed(sampling.seed)
         streamer = TextIteratorStreamer(self.tok, skip_prompt=True, skip_special_tokens=True)
         sample = sampling.temperature > 0
@@ -148,14 +151,17 @@ class HFEngine:
         return self.tok(prompt, return_tensors="pt")["input_ids"]
 
 
-def fit_context(encode, messages: list[dict] | None, max_new: int, ctx: int | None, *, said: set | None = None):
+def fit_context(encode, messages: list[dict] | None, max_new: int, ctx: int | None, *, said: set | None = None,
+                asked: bool = True):
     """(ids, max_new_tokens, the messages kept) that fit a model of ``ctx`` positions, so generation never
     runs past them (learned positions, GPT-2's, fail there; rotary ones degrade; llama.cpp fails).
     ``encode(messages)`` gives the (1, T) ids.
 
     Room is kept for ``min(max_new, ctx // 2)`` new tokens: a chat first leaves out its oldest messages
     (never the system one, never the last), then any prompt keeps its last tokens; ``max_new`` shrinks to
-    what is left. Each kind of cut is said once per call, or once per ``said`` set (an engine's).
+    what is left. A cut of the user's text (turns left out, a prompt's start dropped) is said once per
+    call, or once per ``said`` set (an engine's); a shorter answer only when ``asked`` (the user chose
+    ``max_new``): a default length is an upper bound, fitted silently.
     """
     said = set() if said is None else said
 
@@ -186,7 +192,8 @@ def fit_context(encode, messages: list[dict] | None, max_new: int, ctx: int | No
         warn("prompt_cut", have=ids.shape[1], ctx=ctx, kept=room)
         ids = ids[:, -room:]
     if ids.shape[1] + max_new > ctx:
-        warn("answer_capped", ctx=ctx, n=ctx - ids.shape[1], asked=max_new)
+        if asked:
+            warn("answer_capped", ctx=ctx, n=ctx - ids.shape[1], asked=max_new)
         max_new = ctx - ids.shape[1]
     return ids, max_new, messages
 
@@ -228,7 +235,7 @@ class LlamaCppEngine:
         # last sampled token is decoded too, so one slot stays free
         ctx = min(self.llm.n_ctx(), self.llm.context_params.n_ctx or self.llm.n_ctx()) - 1
         ids, max_new, kept = fit_context(lambda m: self._encode(prompt, m), messages, sampling.max_new_tokens,
-                                         ctx, said=self.said)
+                                         ctx, said=self.said, asked=sampling.asked)
         cut = ids.shape[1] < self._encode(prompt, kept).shape[1]  # even the last message alone is too long
         common = dict(max_tokens=max_new, temperature=sampling.temperature,
                       top_k=sampling.top_k, top_p=sampling.top_p, repeat_penalty=sampling.repetition_penalty,

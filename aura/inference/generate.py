@@ -17,6 +17,7 @@ from pathlib import Path
 from aura.core import console
 from aura.core.config import arg
 from aura.core.errors import AuraError
+from aura.core.files import loads_json
 from aura.core.i18n import Messages
 
 M = Messages("generate", {
@@ -81,6 +82,8 @@ class GenerateConfig(SamplingArgs):
                           en="Results dir for --prompts-file.")
     chat: bool = arg(False, es="Envolver cada prompt en la plantilla de chat del modelo.",
                      en="Wrap each prompt in the model's chat template.")
+    overwrite: bool = arg(False, es="Sustituir un archivo de resultados existente que no escribió Aura.",
+                          en="Replace an existing results file that Aura did not write.")
 
     def __post_init__(self):
         validate_sampling(self)
@@ -103,10 +106,14 @@ def validate_sampling(cfg) -> None:
 
 
 def sampling_of(cfg):
+    import dataclasses
+
     from aura.inference.engine import Sampling
 
+    default = next(f.default for f in dataclasses.fields(SamplingArgs) if f.name == "max_new_tokens")
     return Sampling(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
-                    top_p=cfg.top_p, repetition_penalty=cfg.repetition_penalty, seed=cfg.seed)
+                    top_p=cfg.top_p, repetition_penalty=cfg.repetition_penalty, seed=cfg.seed,
+                    asked=cfg.max_new_tokens != default)  # the default length is fitted without a word
 
 
 def read_prompts(path: Path) -> list[str]:
@@ -124,7 +131,7 @@ def read_prompts(path: Path) -> list[str]:
             continue
         if path.suffix.lower() == ".jsonl":
             try:
-                prompts.append(str(json.loads(line)["prompt"]))
+                prompts.append(str(loads_json(line)["prompt"]))
             except (ValueError, KeyError, TypeError) as e:
                 raise AuraError(M("bad_jsonl", path=path, line=n, err=e)) from None
         else:
@@ -151,6 +158,20 @@ def run_one(engine, prompt: str, *, chat: bool, system: str, sampling, echo: boo
             "tokens_per_s": round(res.tokens / seconds, 2) if seconds > 0 else 0.0, "model": engine.name}
 
 
+ROW_KEYS = {"prompt", "output", "tokens", "seconds", "tokens_per_s", "model"}  # one line of --output
+
+
+def is_generations_file(path: Path, *, max_bytes: int = 256 << 20) -> bool:
+    """True for a JSONL file ``aura generate`` wrote: every line an object with exactly its row keys."""
+    try:
+        if path.stat().st_size > max_bytes:
+            return False
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return bool(lines) and all(set(json.loads(line)) == ROW_KEYS for line in lines)
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 def generate(cfg: GenerateConfig) -> int:
     from aura.inference.engine import open_engine
     from aura.core.atomic import atomic_write_text, check_writable
@@ -161,7 +182,12 @@ def generate(cfg: GenerateConfig) -> int:
     output = Path(cfg.output) if cfg.output else (Path(cfg.output_dir) / "generations.jsonl"
                                                   if cfg.output_dir else None)
     if output is not None:
-        check_writable(output, flag="--output" if cfg.output else "--output-dir")
+        from aura.core.ownership import check_output_file
+
+        flag = "--output" if cfg.output else "--output-dir"
+        check_writable(output, flag=flag)
+        check_output_file(output, flag=flag, overwrite=cfg.overwrite, ours=is_generations_file,
+                          inputs=[cfg.model, cfg.adapter, cfg.prompts_file])
     engine = open_engine(cfg.model, cfg.adapter, dtype=cfg.dtype, n_ctx=cfg.n_ctx, seed=cfg.seed,
                          allow_other_base=cfg.allow_other_base)
     if cfg.chat and not engine.has_template:

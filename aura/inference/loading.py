@@ -9,12 +9,12 @@ a peft adapter dir (its base comes from ``adapter_config.json`` or ``--model``),
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from aura.core.errors import AuraError
+from aura.core.files import check_safetensors, read_json_object
 from aura.core.i18n import Messages
 
 M = Messages("loading", {
@@ -36,7 +36,6 @@ M = Messages("loading", {
                      "en {searched}). Copia los archivos del tokenizador al directorio del modelo.",
                      "No tokenizer found for {path} (looked for tokenizer.json / tokenizer_config.json "
                      "in {searched}). Copy the tokenizer files into the model dir."),
-    "bad_json": ("{path} no es JSON válido ({err}).", "{path} is not valid JSON ({err})."),
     "adapter_no_base": ("El adaptador {path} no indica su modelo base (base_model_name_or_path); "
                         "indícalo con --model.",
                         "The adapter {path} does not name its base model (base_model_name_or_path); "
@@ -45,6 +44,14 @@ M = Messages("loading", {
                              "Indica el modelo base local con --model.",
                              "The adapter {adapter}'s base model '{base}' is not here. Pass the local "
                              "base model with --model."),
+    "bad_adapter_field": ("{path}: '{field}' debe ser {expected} (es {found}). Vuelve a copiar el adaptador desde "
+                          "su origen o entrénalo de nuevo.",
+                          "{path}: '{field}' must be {expected} (it is {found}). Copy the adapter again from where "
+                          "it came from, or train it again."),
+    "bad_config": ("{path} no es una configuración de modelo válida ({err}). Vuelve a copiar el modelo desde su "
+                   "origen o corrige ese campo.",
+                   "{path} is not a valid model configuration ({err}). Copy the model again from where it came "
+                   "from, or fix that field."),
     "not_adapter": ("{path} no es un adaptador peft: falta adapter_config.json.",
                     "{path} is not a peft adapter: adapter_config.json is missing."),
     "gguf_bad": ("{path} no es un archivo GGUF válido o está truncado ({err}). Vuelve a exportarlo con "
@@ -82,10 +89,8 @@ class ModelSource:
 
 
 def read_json_file(path: Path) -> dict:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise AuraError(M("bad_json", path=path, err=e)) from None
+    """The JSON object of a model's config or manifest, or an AuraError naming the file."""
+    return read_json_object(path)
 
 
 def is_gguf_path(path: str | Path) -> bool:
@@ -98,12 +103,28 @@ def is_gguf_path(path: str | Path) -> bool:
         return f.read(4) == b"GGUF"
 
 
+def check_weight_index(model_dir: Path) -> None:
+    """Every file a safetensors index names lies in ``model_dir`` (no absolute path, no ``..``; links are
+    allowed, as in Hugging Face's cache)."""
+    from aura.core.paths import contained
+
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        data = read_json_file(index)
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        for name in set(weight_map.values()) if isinstance(weight_map, dict) else ():
+            contained(model_dir, str(name), source=index, follow_links=False)
+
+
 def weight_files(model_dir: Path) -> list[Path]:
+    check_weight_index(model_dir)
     files = sorted(model_dir.glob("model*.safetensors"))
     if not files:
         if (model_dir / "dcp").is_dir():
             raise AuraError(M("dcp", path=model_dir))
         raise AuraError(M("no_weights", path=model_dir))
+    for f in files:
+        check_safetensors(f)  # a cut-off copy is named here, not deep inside transformers
     return files
 
 
@@ -121,22 +142,58 @@ def resolve_model(model: str | Path, adapter: str | Path | None = None, *,
         return ModelSource("gguf", path)
     if adapter:
         adapter_dir = Path(adapter)
-        if not (adapter_dir / "adapter_config.json").is_file():
-            raise AuraError(M("not_adapter", path=adapter_dir))
+        check_adapter_files(adapter_dir)
         _require_config(path)
         weight_files(path)
         return ModelSource("adapter", adapter_dir, base=path, allow_other_base=allow_other_base)
     if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        check_adapter_files(path)
         base = adapter_base(path)
+        _require_config(base)
         weight_files(base)
         return ModelSource("adapter", path, base=base, allow_other_base=allow_other_base)
     _require_config(path)
+    check_weight_index(path)
+    for f in sorted(path.glob("model*.safetensors")):
+        check_safetensors(f)
     return ModelSource("hf", path)
 
 
 def _require_config(path: Path) -> None:
     if not (path / "config.json").is_file():
         raise AuraError(M("not_model", path=path))
+    read_json_file(path / "config.json")
+    from transformers import AutoConfig
+
+    try:  # a field of the wrong type fails here, named, rather than inside the tokenizer or model load
+        AutoConfig.from_pretrained(str(path))
+    except Exception as e:  # noqa: BLE001 - ValueError, KeyError, transformers' validation errors
+        err = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise AuraError(M("bad_config", path=path / "config.json", err=f"{type(e).__name__}: {err}"[:300])) from None
+
+
+def check_adapter_files(adapter_dir: Path) -> None:
+    """A peft adapter dir whose adapter_config.json is a JSON object and whose weights are whole."""
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise AuraError(M("not_adapter", path=adapter_dir))
+    cfg = read_json_file(adapter_dir / "adapter_config.json")
+    for field, ok, expected in ADAPTER_FIELDS:
+        if field in cfg and not ok(cfg[field]):
+            raise AuraError(M("bad_adapter_field", path=adapter_dir / "adapter_config.json", field=field,
+                              expected=expected, found=repr(cfg[field])[:60]))
+    for f in sorted(adapter_dir.glob("adapter_model*.safetensors")):
+        check_safetensors(f)
+
+
+# adapter_config.json fields peft reads: a wrong type there fails deep inside peft
+ADAPTER_FIELDS = (
+    ("r", lambda v: type(v) is int and v > 0, "int > 0"),
+    ("lora_alpha", lambda v: type(v) in (int, float), "int | float"),
+    ("target_modules", lambda v: v is None or isinstance(v, str) or (isinstance(v, list) and all(
+        isinstance(x, str) for x in v)), "list[str] | str"),
+    ("peft_type", lambda v: isinstance(v, str), "str"),
+    ("base_model_name_or_path", lambda v: v is None or isinstance(v, str), "str"),
+)
 
 
 def adapter_base(adapter_dir: Path) -> Path:

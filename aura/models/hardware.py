@@ -296,7 +296,7 @@ def estimate_memory(spec: ModelSpec, *, vocab_size: int, batch_size: int, precis
     weights = 4 * n + (2 * n if half else 0)
     tokens = batch_size * spec.seq_len
     d, i, kvd = spec.d_model, spec.intermediate_size, spec.n_kv_heads * spec.head_dim
-    per_layer_el = (6 * d + 2 * kvd + 4 * i) if spec.arch == "llama" else (8 * d + 2 * i)
+    per_layer_el = (6 * d + 2 * kvd + 4 * i) if spec.arch != "gpt2" else (8 * d + 2 * i)
     full_layer = int(tokens * per_layer_el * act_b * 1.25)
     if gradient_checkpointing:
         activations = tokens * d * 4 * spec.n_layers + full_layer

@@ -1,6 +1,7 @@
 """Model presets -> Hugging Face configs; build, count parameters, FLOPs per token.
 
-Every model Aura trains is a stock transformers class (``LlamaForCausalLM`` or ``GPT2LMHeadModel``)
+Every model Aura trains is a stock transformers class (``LlamaForCausalLM``, ``Qwen3ForCausalLM`` or
+``GPT2LMHeadModel``)
 built from a config, so a run's ``final/`` loads anywhere transformers does. ``ModelSpec`` holds the
 shape; the vocabulary size always comes from the tokenizer.
 
@@ -14,7 +15,14 @@ gpt2-small          gpt2   768     12      12    12        3072   1024
 gpt2-medium         gpt2   1024    24      16    16        4096   1024
 aura-72h-extended   llama  2048    24      16    8         5632   2048
 aura-72h-max        llama  2560    32      20    4         7168   2048
+qwen3-tiny          qwen3  256     4       4     2         768    256
+qwen3-small         qwen3  768     12      12    4         2048   1024
+qwen3-72h           qwen3  2048    24      16    8         5632   2048
 ==================  =====  ======  ======  ====  ========  =====  =========
+
+The ``qwen3-*`` presets are the Qwen3 block of transformers' ``Qwen3ForCausalLM`` (RMSNorm on the queries
+and keys of every head, QK-norm; SwiGLU; RoPE; GQA; untied head), with the attention and MLP output
+projections zero-initialised (every block starts as the identity, as in modded-nanogpt).
 
 Llama MLP sizes are multiples of 256 so every row splits into 32-wide Q8_0 GGUF blocks.
 """
@@ -30,8 +38,8 @@ from aura.core.i18n import Messages
 M = Messages("models", {
     "unknown_preset": ("Preset de modelo desconocido '{name}'. Opciones: {valid}.",
                        "Unknown model preset '{name}'. Choices: {valid}."),
-    "bad_arch": ("--arch debe ser 'llama' o 'gpt2', no '{arch}'.",
-                 "--arch must be 'llama' or 'gpt2', not '{arch}'."),
+    "bad_arch": ("--arch debe ser 'llama', 'gpt2' o 'qwen3', no '{arch}'.",
+                 "--arch must be 'llama', 'gpt2' or 'qwen3', not '{arch}'."),
     "manual_missing": ("El preset 'manual' necesita {fields}. Ejemplo: --model-preset manual --arch llama "
                        "--embed-size 512 --num-layers 8 --num-heads 8 --seq-length 1024",
                        "The 'manual' preset needs {fields}. Example: --model-preset manual --arch llama "
@@ -81,7 +89,11 @@ PRESETS: dict[str, ModelSpec] = {
     "gpt2-medium": ModelSpec("gpt2-medium", "gpt2", 1024, 24, 16, 16, 1024, 4096),
     "aura-72h-extended": ModelSpec("aura-72h-extended", "llama", 2048, 24, 16, 8, 2048, 5632),
     "aura-72h-max": ModelSpec("aura-72h-max", "llama", 2560, 32, 20, 4, 2048, 7168),
+    "qwen3-tiny": ModelSpec("qwen3-tiny", "qwen3", 256, 4, 4, 2, 256, 768),
+    "qwen3-small": ModelSpec("qwen3-small", "qwen3", 768, 12, 12, 4, 1024, 2048),
+    "qwen3-72h": ModelSpec("qwen3-72h", "qwen3", 2048, 24, 16, 8, 2048, 5632),
 }
+ARCHS = ("llama", "gpt2", "qwen3")
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,8 @@ class PresetTraining:
     # None: decided from the memory model on the device at hand (aura.models.hardware.needs_checkpointing): the
     # 72-hour guide's models need it on a 40 GB GPU, not on an 80 GB one (where it costs 25-30 % throughput)
     gradient_checkpointing: bool | None = False
+    optimizer: str = "adamw"  # the recipe (docs/training.md, "Receta"): --optimizer and --lr-schedule
+    lr_schedule: str = "cosine"
 
     def to_defaults(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +119,10 @@ PRESET_TRAINING: dict[str, PresetTraining] = {
     "gpt2-medium": PresetTraining(8, 3e-4, 500),
     "aura-72h-extended": PresetTraining(2, 3e-4, 500, gradient_checkpointing=None),
     "aura-72h-max": PresetTraining(2, 2e-4, 500, gradient_checkpointing=None),
+    # the modern recipe where bench/bench_recipe.py measured it (docs/training.md): Muon + WSD
+    "qwen3-tiny": PresetTraining(16, 1e-3, 100, optimizer="muon", lr_schedule="wsd"),
+    "qwen3-small": PresetTraining(8, 6e-4, 500, optimizer="muon", lr_schedule="wsd"),
+    "qwen3-72h": PresetTraining(2, 3e-4, 500, gradient_checkpointing=None, optimizer="muon", lr_schedule="wsd"),
 }
 MANUAL_TRAINING = PresetTraining(8, 3e-4, 500)  # --model-preset manual
 
@@ -128,7 +146,7 @@ def resolve_spec(preset: str, *, arch: str | None = None, embed_size: int | None
                          ("--num-heads", num_heads), ("--num-kv-heads", num_kv_heads),
                          ("--seq-length", seq_length), ("--intermediate-size", intermediate_size)):
         _check_positive(field, value)
-    if arch is not None and arch not in ("llama", "gpt2"):
+    if arch is not None and arch not in ARCHS:
         raise AuraError(M("bad_arch", arch=arch))
     if preset == "manual":
         missing = [f for f, v in (("--embed-size", embed_size), ("--num-layers", num_layers),
@@ -140,7 +158,7 @@ def resolve_spec(preset: str, *, arch: str | None = None, embed_size: int | None
         kv = num_kv_heads or num_heads
         if intermediate_size is None:
             # Llama: ~8/3 d rounded up to a multiple of 256 (Q8_0-friendly); GPT-2: 4 d.
-            intermediate_size = (-(-(8 * embed_size // 3) // 256) * 256) if arch == "llama" else 4 * embed_size
+            intermediate_size = (-(-(8 * embed_size // 3) // 256) * 256) if arch != "gpt2" else 4 * embed_size
         spec = ModelSpec("manual", arch, embed_size, num_layers, num_heads, kv, seq_length, intermediate_size)
     else:
         if preset not in PRESETS:
@@ -176,6 +194,15 @@ def hf_config(spec: ModelSpec, vocab_size: int, *, bos_token_id: int | None = No
                          n_layer=spec.n_layers, n_head=spec.n_heads, n_inner=spec.intermediate_size,
                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                          bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+    elif spec.arch == "qwen3":
+        from transformers import Qwen3Config
+
+        cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=spec.d_model, num_hidden_layers=spec.n_layers,
+                          num_attention_heads=spec.n_heads, num_key_value_heads=spec.n_kv_heads,
+                          head_dim=spec.head_dim, intermediate_size=spec.intermediate_size,
+                          max_position_embeddings=spec.seq_len, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                          attention_bias=False, attention_dropout=0.0, use_sliding_window=False,
+                          bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
     else:
         from transformers import LlamaConfig
 
@@ -194,7 +221,21 @@ def build_model(spec: ModelSpec, vocab_size: int, *, bos_token_id: int | None = 
 
     cfg = hf_config(spec, vocab_size, bos_token_id=bos_token_id, eos_token_id=eos_token_id,
                     pad_token_id=pad_token_id)
-    return AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    if spec.arch == "qwen3":
+        zero_output_projections(model)
+    return model
+
+
+def zero_output_projections(model) -> None:
+    """Attention and MLP output projections (``o_proj``, ``down_proj``) set to zero: every block starts as
+    the identity and the residual stream carries the embeddings unchanged at step 0 (modded-nanogpt)."""
+    import torch
+
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if name.endswith(("self_attn.o_proj", "mlp.down_proj")):
+                module.weight.zero_()
 
 
 def count_parameters(model, *, trainable_only: bool = False) -> int:
@@ -275,4 +316,6 @@ def spec_parameters(spec: ModelSpec, vocab_size: int) -> int:
         per_layer = (d * 3 * d + 3 * d) + (d * d + d) + (d * i + i) + (i * d + d) + 4 * d
         return vocab_size * d + spec.seq_len * d + L * per_layer + 2 * d  # LM head tied to wte
     per_layer = d * d + 2 * d * kvd + d * d + 3 * d * i + 2 * d
+    if spec.arch == "qwen3":
+        per_layer += 2 * spec.head_dim  # QK-norm gains
     return 2 * vocab_size * d + L * per_layer + d

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import json
 import re
 import sys
 import unicodedata
@@ -17,7 +16,10 @@ from typing import Iterator
 
 from aura.core.config import arg
 from aura.core.errors import AuraError
+from aura.core.files import loads_json
+from aura.text.records import MAX_RECORD_BYTES, blocks as _blocks, json_array, size as _size
 from aura.text.sources import BLOCK_BYTES, M, Source, open_binary
+
 
 
 
@@ -33,6 +35,11 @@ class ReaderOptions:
     skip_bad_records: bool = False
     hf_config: str | None = None
     split: str = "train"
+    max_record_bytes: int = MAX_RECORD_BYTES
+
+    def __post_init__(self):
+        if self.max_record_bytes < 1:
+            raise AuraError(M("bad_record_limit", value=self.max_record_bytes))
 
 
 def _check_encoding(encoding: str) -> None:
@@ -45,21 +52,32 @@ def _check_encoding(encoding: str) -> None:
 
 
 def iter_text_blocks(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[tuple[int, str]]:
-    """(first line number, decoded text) blocks of whole lines; bad bytes name their offset."""
+    """(first line number, decoded text) blocks of whole lines, streamed: memory holds a block and at
+    most one line of ``opts.max_record_bytes``; bad bytes name their offset, a longer line its number."""
     _check_encoding(opts.encoding)
     ascii_compatible = "\n".encode(opts.encoding) == b"\n"
+
+    def too_long(line: int):
+        raise AuraError(M("too_long", path=source.path, line=line, limit=_size(opts.max_record_bytes),
+                          more=str(opts.max_record_bytes * 4)))
+
     try:
         with open_binary(source) as f:
-            if not ascii_compatible:  # e.g. UTF-16: no byte-level line splitting, offsets unknown
-                text = io.TextIOWrapper(f, encoding=opts.encoding, errors=opts.errors, newline="").read()
-                yield 1, text
+            if not ascii_compatible:  # e.g. UTF-16: lines split after decoding, offsets unknown
+                per_char = len("a\n".encode(opts.encoding)) - len("a".encode(opts.encoding))
+                text_f = io.TextIOWrapper(f, encoding=opts.encoding, errors=opts.errors, newline="")
+                line = 1
+                try:
+                    for block, n in _blocks(lambda: text_f.read(BLOCK_BYTES // per_char), "\n",
+                                            opts.max_record_bytes // per_char, too_long):
+                        yield line, block
+                        line += n
+                except UnicodeDecodeError as e:
+                    raise AuraError(M("bad_encoding", path=source.path, encoding=opts.encoding, offset="?",
+                                      line=f"≥ {line}")) from e
                 return
             offset, line = 0, 1
-            while True:
-                lines = f.readlines(BLOCK_BYTES)
-                if not lines:
-                    break
-                block = b"".join(lines)
+            for block, n in _blocks(lambda: f.read(BLOCK_BYTES), b"\n", opts.max_record_bytes, too_long):
                 if offset == 0 and block.startswith(b"\xef\xbb\xbf") and opts.encoding.lower().replace(
                         "_", "-") in ("utf-8", "utf8"):
                     block, offset = block[3:], 3  # a UTF-8 byte-order mark is not text
@@ -70,11 +88,12 @@ def iter_text_blocks(source: Source, opts: ReaderOptions, stats: Counter) -> Ite
                         bad_line = line + block.count(b"\n", 0, e.start)
                         raise AuraError(M("bad_encoding", path=source.path, encoding=opts.encoding,
                                           offset=offset + e.start, line=bad_line)) from None
-                    stats["bad_encoding"] += sum(1 for ln in lines if not _decodes(ln, opts.encoding))
+                    stats["bad_encoding"] += sum(1 for ln in block.splitlines(True)
+                                                 if not _decodes(ln, opts.encoding))
                     text = block.decode(opts.encoding, errors=opts.errors)
                 yield line, text
                 offset += len(block)
-                line += len(lines)
+                line += n
     except (EOFError, gzip.BadGzipFile, OSError) as e:
         if isinstance(e, OSError) and not isinstance(e, gzip.BadGzipFile) and source.compression == "":
             raise AuraError(M("unreadable", path=source.path, err=getattr(e, "strerror", None) or e)) from None
@@ -100,9 +119,21 @@ def iter_lines(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[
             yield i, ln
 
 
+def read_whole(source: Source, opts: ReaderOptions, stats: Counter) -> str:
+    """The whole decoded file, as one record: at most ``opts.max_record_bytes`` of text."""
+    parts, size = [], 0
+    for _, text in iter_text_blocks(source, opts, stats):
+        size += len(text)
+        if size > opts.max_record_bytes:
+            raise AuraError(M("too_big", path=source.path, limit=_size(opts.max_record_bytes),
+                              more=str(opts.max_record_bytes * 4)))
+        parts.append(text)
+    return "".join(parts)
+
+
 def _txt(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
     if opts.doc_sep == "file":
-        yield "".join(text for _, text in iter_text_blocks(source, opts, stats))
+        yield read_whole(source, opts, stats)
     elif opts.doc_sep == "blankline":
         para: list[str] = []
         for _, ln in iter_lines(source, opts, stats):
@@ -153,7 +184,7 @@ def _record_text(record, *, source: Source, opts: ReaderOptions, stats: Counter,
 
 
 def _jsonl(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
-    loads = json.loads
+    loads = loads_json  # nesting too deep is a ValueError too
     for n, ln in iter_lines(source, opts, stats):
         if not ln.strip():
             continue
@@ -170,23 +201,28 @@ def _jsonl(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]
 
 
 def _json(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
-    raw = "".join(text for _, text in iter_text_blocks(source, opts, stats))
-    try:
-        data = json.loads(raw)
-    except ValueError as e:
-        if "Extra data" in str(e):  # JSON Lines saved as .json: read it as such
-            yield from _jsonl(source, opts, stats)
-            return
-        raise AuraError(M("bad_json_file", path=source.path, err=e)) from None
-    records = data if isinstance(data, list) else [data]
-    for i, record in enumerate(records, 1):
+    first = next((text.lstrip()[:1] for _, text in iter_text_blocks(source, opts, stats) if text.strip()), "")
+    if first == "[":  # a list of records: streamed element by element
+        records = json_array((text for _, text in iter_text_blocks(source, opts, stats)),
+                             path=source.path, limit=opts.max_record_bytes)
+    else:  # one object (or JSON Lines saved as .json): one record, at most --max-record-bytes
+        raw = read_whole(source, opts, stats)
+        try:
+            data = loads_json(raw)
+        except ValueError as e:
+            if "Extra data" in str(e):  # JSON Lines saved as .json: read it as such
+                yield from _jsonl(source, opts, stats)
+                return
+            raise AuraError(M("bad_json_file", path=source.path, err=e)) from None
+        records = enumerate([data], 1)
+    for i, record in records:
         text = _record_text(record, source=source, opts=opts, stats=stats, where=i)
         if text is not None:
             yield text
 
 
 def _csv(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
-    csv.field_size_limit(sys.maxsize)
+    csv.field_size_limit(min(opts.max_record_bytes, sys.maxsize))
     lines = (ln for _, text in iter_text_blocks(source, opts, stats) for ln in text.splitlines(True))
     reader = csv.reader(lines, dialect="excel-tab" if source.fmt == "tsv" else "excel")
     try:
@@ -205,7 +241,10 @@ def _csv(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
             row = next(reader)
         except StopIteration:
             return
-        except csv.Error:
+        except csv.Error as e:
+            if "field limit" in str(e):  # a field over --max-record-bytes
+                raise AuraError(M("too_long", path=source.path, line=reader.line_num,
+                                  limit=_size(opts.max_record_bytes), more=str(opts.max_record_bytes * 4))) from None
             stats["bad_records"] += 1
             if not opts.skip_bad_records:
                 raise
@@ -361,3 +400,9 @@ class ReaderArgs:
     errors: str = arg("strict", choices=("strict", "replace", "ignore"),
                       es="Bytes no válidos: strict (error con su posición), replace o ignore (se cuentan).",
                       en="Invalid bytes: strict (error with their offset), replace or ignore (counted).")
+    max_record_bytes: int = arg(MAX_RECORD_BYTES, es="Tamaño máximo de un registro en bytes (una línea, un "
+                                "elemento JSON, un campo CSV, el archivo entero con --doc-sep file): uno mayor es un "
+                                "error que nombra su línea. Acota la memoria (64 MiB por defecto).",
+                                en="Largest record in bytes (a line, a JSON element, a CSV field, the whole file with "
+                                "--doc-sep file): a larger one is an error naming its line. Bounds memory (64 MiB by "
+                                "default).")

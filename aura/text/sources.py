@@ -33,6 +33,26 @@ M = Messages("readers", {
                  "--skip-bad-records para saltar los registros dañados.",
                  "{path}, line {line}: invalid JSON ({err}). Fix the line or use --skip-bad-records "
                  "to skip damaged records."),
+    "bad_record_limit": ("--max-record-bytes debe ser un número de bytes mayor que 0 (es {value}).",
+                         "--max-record-bytes must be a number of bytes above 0 (it is {value})."),
+    "too_long": ("{path}, línea {line}: el registro ocupa más de {limit} (--max-record-bytes). Aura lee cada "
+                 "registro entero en memoria; si es un documento de verdad, sube el límite (por ejemplo "
+                 "--max-record-bytes {more}); si no, al archivo le faltan saltos de línea (¿un "
+                 "JSON en una sola línea, un archivo binario?).",
+                 "{path}, line {line}: the record is larger than {limit} (--max-record-bytes). Aura holds each "
+                 "record whole in memory; if it is a real document, raise the limit (for example "
+                 "--max-record-bytes {more}); if not, the file lacks line breaks (a JSON on a "
+                 "single line, a binary file?)."),
+    "too_long_record": ("{path}, registro {n}: ocupa más de {limit} (--max-record-bytes). Sube el límite si es "
+                        "un documento de verdad (por ejemplo --max-record-bytes {more}) o divide el archivo.",
+                        "{path}, record {n}: it is larger than {limit} (--max-record-bytes). Raise the limit if "
+                        "it is a real document (for example --max-record-bytes {more}) or split the file."),
+    "too_big": ("{path}: el archivo entero es un solo registro (un objeto JSON, o un texto leído con --doc-sep 'file') y ocupa más de "
+                "{limit} (--max-record-bytes). Sube el límite (por ejemplo --max-record-bytes {more}) o divídelo en "
+                "documentos (JSON Lines, o --doc-sep line|blankline).",
+                "{path}: the whole file is one record (a JSON object, or --doc-sep file) and it is larger than "
+                "{limit} (--max-record-bytes). Raise the limit (for example --max-record-bytes {more}) or split it into "
+                "documents (JSON Lines, or --doc-sep line|blankline)."),
     "bad_json_file": ("{path}: JSON no válido ({err}). Un .json debe ser una lista de objetos (o usa "
                       "JSON Lines, un objeto por línea, con extensión .jsonl).",
                       "{path}: invalid JSON ({err}). A .json file must be a list of objects (or use "

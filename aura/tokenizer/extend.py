@@ -28,7 +28,7 @@ from aura.core import console
 from aura.core.config import arg
 from aura.text.readers import ReaderArgs
 from aura.core.errors import AuraError
-from aura.core.i18n import Messages
+from aura.core.i18n import Messages, num
 
 META_FILE = "aura_tokenizer.json"
 
@@ -139,7 +139,8 @@ def extend_tokenizer(cfg: TokenizerExtendConfig) -> Path:
         raise AuraError(M("too_many", n=cfg.add_tokens, total=top + cfg.add_tokens, limit=limit))
     sources = _training_sources(cfg.inputs)
     start = time.perf_counter()
-    opts = ReaderOptions(text_field=cfg.text_field, doc_sep=cfg.doc_sep, encoding=cfg.encoding, errors=cfg.errors)
+    opts = ReaderOptions(text_field=cfg.text_field, doc_sep=cfg.doc_sep, encoding=cfg.encoding, errors=cfg.errors,
+                         max_record_bytes=cfg.max_record_bytes)
     heldout: list[str] = []
     docs = _iter_training_docs(cfg.inputs, opts=opts, heldout=heldout, heldout_fraction=cfg.heldout_fraction,
                                seed=cfg.seed, stats=Counter())
@@ -168,8 +169,8 @@ def extend_tokenizer(cfg: TokenizerExtendConfig) -> Path:
                       secs=time.perf_counter() - start))
     if heldout:
         console.table(M("h_title"), [M("h_measure", docs=len(heldout)), M("h_base"), M("h_ext")],
-                      [[M("r_fert"), f"{before['tokens_per_word']:.3f}", f"{after['tokens_per_word']:.3f}"],
-                       [M("r_bpt"), f"{before['bytes_per_token']:.3f}", f"{after['bytes_per_token']:.3f}"]])
+                      [[M("r_fert"), num(before['tokens_per_word'], ".3f"), num(after['tokens_per_word'], ".3f")],
+                       [M("r_bpt"), num(before['bytes_per_token'], ".3f"), num(after['bytes_per_token'], ".3f")]])
     else:
         console.warn(M("no_heldout", fraction=cfg.heldout_fraction))
     console.info(M("next", path=out))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from aura.core import console
 from aura.core.errors import AuraError
+from aura.core.files import read_json_object
 from aura.core.i18n import Messages
 
 
@@ -98,6 +99,16 @@ M = Messages("tokenizer", {
                      "train one with 'aura tokenizer train' or give a Hugging Face name."),
     "bad_tokenizer": ("No se pudo cargar el tokenizador de {path}: {err}",
                       "Could not load the tokenizer of {path}: {err}"),
+    "bad_tokenizer_file": ("{path} no es un tokenizador válido ({err}). {fix}",
+                           "{path} is not a valid tokenizer ({err}). {fix}"),
+    "bad_sources": ("{path}: 'sources' debe ser una lista de objetos con 'path' (es {value}). Indica los "
+                    "archivos de texto originales en lugar de la carpeta preparada, o prepárala de nuevo.",
+                    "{path}: 'sources' must be a list of objects with a 'path' (it is {value}). Give the original "
+                    "text files instead of the prepared folder, or prepare it again."),
+    "fix_tokenizer": ("Vuelve a copiar la carpeta del tokenizador desde su origen o entrénalo de nuevo con "
+                      "'aura tokenizer train'.",
+                      "Copy the tokenizer folder again from where it came from, or train it again with "
+                      "'aura tokenizer train'."),
     "pad_eos": ("El tokenizador no tiene token de relleno: se usa el de fin de texto ({eos}) como relleno.",
                 "The tokenizer has no padding token: using the end-of-text token ({eos}) as padding."),
     "pad_added": ("El tokenizador no tiene token de relleno ni de fin de texto: se añade {pad} "
@@ -166,6 +177,7 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False, flag: 
             raise offline from None
         err = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         if source.local and any(Path(source.name, f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+            check_tokenizer_files(source.name)  # names the damaged file when it is one of them
             raise AuraError(M("bad_tokenizer", path=source.name, err=err)) from None
         raise AuraError(M("not_found", name=name, err=err)) from None
     if tok.pad_token is None:
@@ -206,6 +218,29 @@ def backend_of(tok, name: str = ""):
     return Tokenizer.from_str(backend.to_str())
 
 
+TOKENIZER_JSON = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "tokenizer.json")
+
+
+def check_tokenizer_files(directory: str | os.PathLike):
+    """Refuse a local tokenizer dir whose JSON files are not JSON objects, or whose tokenizer.json the
+    ``tokenizers`` library cannot build, naming the file; returns that ``tokenizers.Tokenizer`` (None
+    without a tokenizer.json)."""
+    from tokenizers import Tokenizer
+
+    d = Path(directory)
+    for name in TOKENIZER_JSON:
+        if (d / name).is_file():
+            read_json_object(d / name, fix=M("fix_tokenizer"))
+    if (d / "tokenizer.json").is_file():
+        try:
+            return Tokenizer.from_file(str(d / "tokenizer.json"))
+        except Exception as e:  # noqa: BLE001 - the Rust library's errors share no Python type
+            err = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise AuraError(M("bad_tokenizer_file", path=d / "tokenizer.json", err=err,
+                              fix=M("fix_tokenizer"))) from None
+    return None
+
+
 def local_backend(name_or_path: str):
     """(``tokenizers.Tokenizer``, eos id) of a local directory with tokenizer.json, read without importing
     transformers (and torch: seconds of start-up); None when the directory needs transformers.
@@ -213,21 +248,19 @@ def local_backend(name_or_path: str):
     Only a plain tokenizer directory qualifies: for a model directory (config.json) or a tokenizer class
     of its own, transformers may build the tokenizer from the model type with another pre-tokeniser
     (Qwen2 in transformers 5), and the data must be tokenised as training will tokenise it."""
-    from tokenizers import Tokenizer
-
     d = Path(os.path.expanduser(str(name_or_path)))
     if not (d / "tokenizer.json").is_file() or (d / "config.json").is_file():
         return None
+    tok = check_tokenizer_files(d)
     config = d / "tokenizer_config.json"
-    if config.is_file() and json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class") not in (
+    if config.is_file() and read_json_object(config).get("tokenizer_class") not in (
             None, "PreTrainedTokenizerFast", "TokenizersBackend"):
         return None
     eos = None
     for name in ("tokenizer_config.json", "special_tokens_map.json"):
         f = d / name
         if f.is_file() and eos is None:
-            eos = json.loads(f.read_text(encoding="utf-8")).get("eos_token")
+            eos = read_json_object(f).get("eos_token")
     eos = eos.get("content") if isinstance(eos, dict) else eos
-    tok = Tokenizer.from_file(str(d / "tokenizer.json"))
     eos_id = tok.token_to_id(eos) if isinstance(eos, str) else None
     return None if eos_id is None else (tok, eos_id)

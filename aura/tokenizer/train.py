@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from collections import Counter
@@ -15,8 +14,10 @@ from typing import Iterable, Iterator
 from aura import __version__
 from aura.core import console
 from aura.core.config import arg
-from aura.text.readers import ReaderArgs
+from aura.text.readers import MAX_RECORD_BYTES, ReaderArgs
 from aura.core.errors import AuraError
+from aura.core.files import read_json_object
+from aura.core.i18n import num
 from aura.tokenizer.loading import BYTE_ALPHABET, CHAT_TOKENS, EOS, M, META_FILE, PAD, SPECIAL_TOKENS, add_aura_chat_template, tokenizer_hash
 
 
@@ -67,8 +68,11 @@ def _training_sources(inputs: list[str]):
     for item in inputs:
         meta_file = Path(item) / "meta.json"
         if meta_file.is_file():
-            meta = json.loads(meta_file.read_text(encoding="utf-8"))
-            out += expand_inputs([s["path"] for s in meta.get("sources", []) if "path" in s])
+            sources = read_json_object(meta_file).get("sources", [])
+            if not (isinstance(sources, list) and all(isinstance(s, dict) and isinstance(s.get("path", ""), str)
+                                                      for s in sources)):
+                raise AuraError(M("bad_sources", path=meta_file, value=repr(sources)[:80]))
+            out += expand_inputs([s["path"] for s in sources if "path" in s])
         else:
             out += expand_inputs([item])
     return out
@@ -86,7 +90,7 @@ def fertility(tok, docs: Iterable[str]) -> tuple[float | None, int]:
 
 def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min_frequency: int = 2,
               text_field: str = "text", doc_sep: str = "line", encoding: str = "utf-8",
-              errors: str = "strict", heldout_fraction: float = 0.02, seed: int = 0,
+              errors: str = "strict", max_record_bytes: int = MAX_RECORD_BYTES, heldout_fraction: float = 0.02, seed: int = 0,
               model_max_length: int = 2048, force: bool = False) -> Path:
     """Train a byte-level BPE on ``inputs`` and save a transformers-loadable directory; returns it."""
     from aura.text.readers import ReaderOptions
@@ -104,7 +108,8 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
     # Only an Aura tokenizer directory is ever replaced (and only with --force); inputs are never outputs.
     if check_replaceable(out, kind="tokenizer", flag="--force", inputs=inputs) == "owned" and not force:
         raise AuraError(M("exists", path=out))
-    opts = ReaderOptions(text_field=text_field, doc_sep=doc_sep, encoding=encoding, errors=errors)
+    opts = ReaderOptions(text_field=text_field, doc_sep=doc_sep, encoding=encoding, errors=errors,
+                         max_record_bytes=max_record_bytes)
     sources = _training_sources(inputs)  # validates every input before the (long) training starts
     console.info(M("training", vocab=vocab_size, files=len(sources)))
     start = time.perf_counter()
@@ -148,7 +153,7 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
         console.warn(M("no_heldout_zero") if heldout_fraction == 0 else
                      M("no_heldout_few", docs=stats["documents"], fraction=heldout_fraction))
     else:
-        console.success(M("done", path=out, vocab=got, fertility=f"{fert:.3f}", docs=fert_docs,
+        console.success(M("done", path=out, vocab=got, fertility=num(fert, ".3f"), docs=fert_docs,
                           secs=time.perf_counter() - start))
     return out
 
@@ -190,5 +195,6 @@ class TokenizerTrainConfig(ReaderArgs):
 def train_tokenizer(cfg: TokenizerTrainConfig) -> Path:
     return train_bpe(inputs=cfg.inputs, vocab_size=cfg.vocab_size, output_dir=cfg.output_dir,
                      min_frequency=cfg.min_frequency, text_field=cfg.text_field, doc_sep=cfg.doc_sep,
-                     encoding=cfg.encoding, errors=cfg.errors, heldout_fraction=cfg.heldout_fraction,
+                     encoding=cfg.encoding, errors=cfg.errors, max_record_bytes=cfg.max_record_bytes,
+                     heldout_fraction=cfg.heldout_fraction,
                      seed=cfg.seed, model_max_length=cfg.model_max_length, force=cfg.force)

@@ -21,6 +21,7 @@ from pathlib import Path
 from aura.core import console
 from aura.models.adapter_check import ADAPTER_META, base_fingerprint, check_adapter_base  # noqa: F401 - re-exported
 from aura.core.errors import AuraError
+from aura.core.files import check_model_files
 from aura.core.i18n import Messages
 from aura.models.presets import count_parameters
 from aura.core import hub
@@ -78,6 +79,7 @@ def resolve_base(name_or_path: str) -> str:
             final = local / "final"
             hint = M("run_hint", path=final) if (final / "config.json").is_file() else ""
             raise AuraError(M("base_not_model", name=name, hint=hint))
+        check_model_files(local)  # a damaged config or cut-off weights: named before anything is written
         return str(local.resolve())
     if hub.looks_like_path(name):
         raise AuraError(M("base_missing", name=name))

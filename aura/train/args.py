@@ -3,7 +3,7 @@
 Fields a preset (or ``auto``) may set default to ``None``; ``explicit_fields(cfg)`` tells which the user
 gave, and ``with_defaults(cfg, **preset_values)`` fills the rest, so an explicit flag always wins over
 a preset value. ``resolve_steps`` turns --epochs / --max-steps / --max-tokens into a number of
-optimizer steps; ``lr_at`` is the schedule, a pure function of the step.
+optimizer steps; the LR schedule, a pure function of the step, is ``aura.train.optim.schedule``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Literal
 from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
+from aura.train.optim.schedule import SCHEDULES, Schedule, schedule_for
 
 M = Messages("train_args", {
     "positive": ("--{flag} debe ser mayor que 0 (recibido: {value}).",
@@ -25,6 +26,10 @@ M = Messages("train_args", {
                      "--{flag} cannot be negative (got: {value})."),
     "min_lr": ("--min-lr ({min_lr}) no puede ser mayor que --learning-rate ({lr}).",
                "--min-lr ({min_lr}) cannot be greater than --learning-rate ({lr})."),
+    "cooldown": ("--cooldown-fraction debe estar en [0, 1) (recibido: {value}): es la parte final de la ejecución "
+                 "que enfría la tasa.",
+                 "--cooldown-fraction must be in [0, 1) (got: {value}): it is the final share of the run that cools "
+                 "the learning rate down."),
     "beta": ("--{flag} debe estar en [0, 1) (recibido: {value}).", "--{flag} must be in [0, 1) (got: {value})."),
     "bad_suite": ("--eval-suite {suite} no existe; la batería de Aura es aura-es.",
                   "--eval-suite {suite} does not exist; Aura's suite is aura-es."),
@@ -70,12 +75,27 @@ class TrainArgs:
         en="Micro-batches accumulated per optimizer step (default: the preset's).")
     learning_rate: float | None = arg(None, es="Tasa de aprendizaje máxima (por defecto: la del preset).",
                                       en="Peak learning rate (default: the preset's).", short="--lr")
-    min_lr: float | None = arg(None, es="Tasa final del coseno (por defecto: 10 % de la máxima).",
-                               en="Final learning rate of the cosine (default: 10 % of the peak).")
+    min_lr: float | None = arg(None, es="Tasa final (por defecto: 10 % de la máxima con cosine, 0 con wsd).",
+                               en="Final learning rate (default: 10 % of the peak with cosine, 0 with wsd).")
     warmup_steps: int | None = arg(None, es="Pasos de calentamiento lineal (por defecto: 3 % del total).",
                                    en="Linear warm-up steps (default: 3 % of all steps).")
-    weight_decay: float = arg(0.1, es="Weight decay de AdamW (no se aplica a normas, sesgos ni embeddings).",
-                              en="AdamW weight decay (not applied to norms, biases or embeddings).")
+    lr_schedule: str | None = arg(None, choices=SCHEDULES,
+                                  es="Forma de la tasa tras el calentamiento: cosine (coseno hasta --min-lr) o wsd "
+                                     "(estable y enfriamiento 1-sqrt al final; sin longitud fija, ver "
+                                     "--cooldown-fraction y --time-budget). Por defecto, la del preset: wsd en los "
+                                     "qwen3-*, cosine en los demás y en el fine-tuning (docs/training.md).",
+                                  en="Learning-rate shape after the warm-up: cosine (down to --min-lr) or wsd "
+                                     "(stable, then a 1-sqrt cooldown at the end; no fixed length, see "
+                                     "--cooldown-fraction and --time-budget). Default: the preset's: wsd for "
+                                     "qwen3-*, cosine for the others and for fine-tuning (docs/training.en.md).")
+    cooldown_fraction: float = arg(0.2, es="Con --lr-schedule wsd: fracción final de los pasos (o de --time-budget) "
+                                           "dedicada al enfriamiento.",
+                                   en="With --lr-schedule wsd: final share of the steps (or of --time-budget) "
+                                      "spent cooling down.")
+    weight_decay: float = arg(0.1, es="Weight decay desacoplado (AdamW y Muon; solo matrices: no se aplica a normas, "
+                                      "sesgos ni embeddings).",
+                              en="Decoupled weight decay (AdamW and Muon; matrices only: not applied to norms, biases "
+                                 "or embeddings).")
     adam_beta1: float = arg(0.9, es="beta1 de AdamW.", en="AdamW beta1.")
     adam_beta2: float = arg(0.95, es="beta2 de AdamW.", en="AdamW beta2.")
     adam_eps: float = arg(1e-8, es="epsilon de AdamW.", en="AdamW epsilon.")
@@ -110,7 +130,11 @@ class TrainArgs:
                                 en="At most N items per task in --eval-suite (0 = all).")
     save_steps: int | None = arg(None, es="Pasos entre checkpoints (por defecto: el preset; 0 = solo por época).",
                                  en="Steps between checkpoints (default: the preset's; 0 = per epoch only).")
-    keep_last: int = arg(3, es="Checkpoints a conservar (0 = todos).", en="Checkpoints to keep (0 = all).")
+    keep_last: int = arg(3, es="Checkpoints de paso (checkpoint-step-N, interrupt-step-N) que se conservan: los "
+                            "últimos guardados (0 = todos). Los de época (checkpoint-epoch-N) y best/ se "
+                            "conservan siempre.",
+                         en="Step checkpoints (checkpoint-step-N, interrupt-step-N) to keep: the most recently "
+                            "saved (0 = all). Epoch checkpoints (checkpoint-epoch-N) and best/ are always kept.")
     resume_from: str | None = arg(None, es="Reanuda desde un checkpoint: ruta o 'latest'.",
                                   en="Resume from a checkpoint: a path or 'latest'.")
     overwrite: bool = arg(False, es="Empieza de cero en un --output-dir que ya contiene otra ejecución de Aura "
@@ -122,14 +146,25 @@ class TrainArgs:
                                "los posteriores (y final/) en RUN_DIR/forked-from-step-N-FECHA/.",
                      en="With --resume-from of a checkpoint older than the newest: continue from it and move the "
                         "later ones (and final/) aside into RUN_DIR/forked-from-step-N-TIME/.")
-    load_sharded: bool = arg(False, es="Permite reanudar un checkpoint FSDP (dcp/) sin FSDP (un proceso o DDP); "
-                                       "torch.distributed.checkpoint deserializa sus metadatos con pickle: solo "
-                                       "para checkpoints de confianza.",
-                             en="Allow resuming an FSDP checkpoint (dcp/) without FSDP (one process or DDP); "
-                                "torch.distributed.checkpoint unpickles its metadata: only for trusted "
-                                "checkpoints.")
-    time_budget: float = arg(72.0, es="Horas disponibles: avisa si el ETA las supera (0 = sin aviso).",
-                             en="Hours available: warn when the ETA exceeds them (0 = no warning).")
+    allow_plan_change: bool = arg(False, es="Con --resume-from: permite reanudar con otro número de procesos, lote "
+                                            "global, comunicación (--ddp-comm, --local-steps) u otro valor de un "
+                                            "flag del plan; el cambio queda anotado en el historial de run.json.",
+                                  en="With --resume-from: allow resuming with another number of processes, global "
+                                     "batch, communication (--ddp-comm, --local-steps) or another value of a plan "
+                                     "flag; the change is recorded in run.json's history.")
+    load_sharded: bool = arg(False, es="Permite reanudar un checkpoint FSDP (dcp/) sin FSDP (un proceso o DDP), "
+                                       "redistribuido a esta ejecución; sus metadatos se leen con un deserializador "
+                                       "restringido (docs/security.md).",
+                             en="Allow resuming an FSDP checkpoint (dcp/) without FSDP (one process or DDP), "
+                                "resharded to this run; its metadata is read with a restricted unpickler "
+                                "(docs/security.en.md).")
+    time_budget: float = arg(72.0, es="Horas disponibles. Con --lr-schedule wsd, el enfriamiento empieza cuando el "
+                                      "tiempo que queda es su parte (--cooldown-fraction) y la ejecución termina "
+                                      "enfriada y guardada al agotarlas; con cosine solo avisa si el ETA las supera "
+                                      "(0 = sin límite).",
+                             en="Hours available. With --lr-schedule wsd the cooldown starts when the time left is "
+                                "its share (--cooldown-fraction) and the run ends cooled down and saved when they "
+                                "run out; with cosine it only warns when the ETA exceeds them (0 = no limit).")
     max_bad_steps: int = arg(5, es="Pasos seguidos con pérdida NaN/inf tolerados antes de detenerse.",
                              en="Consecutive steps with NaN/inf loss tolerated before stopping.")
     device: str = arg("auto", es="Dispositivo: auto, cpu, cuda, cuda:N, mps.", en="Device: auto, cpu, cuda, cuda:N, mps.")
@@ -176,6 +211,8 @@ class TrainArgs:
         for flag, value in (("adam-beta1", self.adam_beta1), ("adam-beta2", self.adam_beta2)):
             if not 0 <= value < 1:
                 raise AuraError(M("beta", flag=flag, value=value))
+        if not 0 <= self.cooldown_fraction < 1:
+            raise AuraError(M("cooldown", value=self.cooldown_fraction))
         if self.min_lr is not None and self.learning_rate is not None and self.min_lr > self.learning_rate:
             raise AuraError(M("min_lr", min_lr=self.min_lr, lr=self.learning_rate))
         if self.eval_suite and self.eval_suite != "aura-es":
@@ -222,38 +259,6 @@ def with_defaults(cfg, **values):
 
 
 @dataclass(frozen=True)
-class Schedule:
-    """The learning rate as a pure function of the step: linear warm-up, then a cosine to ``min_lr`` at
-    ``total``. After a resume that changed the run's length (``aura.train.run.plan``), the cosine is re-planned
-    from ``replan_step``: it starts at the rate the old plan had there and ends at ``min_lr`` at the new
-    ``total``, so the rate never jumps."""
-
-    base: float
-    min_lr: float
-    warmup: int
-    total: int
-    replan_step: int | None = None
-    replan_lr: float | None = None
-
-    def lr(self, step: int) -> float:
-        if self.replan_step is None or step < self.replan_step:
-            return lr_at(step, base=self.base, min_lr=self.min_lr, warmup=self.warmup, total=self.total)
-        span = self.total - self.replan_step
-        progress = min(1.0, (step - self.replan_step) / span) if span > 0 else 1.0
-        start = float(self.replan_lr if self.replan_lr is not None else self.base)
-        return self.min_lr + 0.5 * (start - self.min_lr) * (1.0 + math.cos(math.pi * progress))
-
-    def replanned(self, *, step: int, total: int) -> "Schedule":
-        """The same schedule continued from ``step`` towards a new ``total``."""
-        if step < self.warmup:  # still warming up: the ramp does not depend on the total
-            return dataclasses.replace(self, total=total, replan_step=None, replan_lr=None)
-        return dataclasses.replace(self, total=total, replan_step=step, replan_lr=self.lr(step))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
 class StepPlan:
     """How long a run is (optimizer steps, per epoch and in all, the epochs that implies) and its LR schedule."""
 
@@ -273,14 +278,6 @@ class StepPlan:
         return out
 
 
-def schedule_for(args: TrainArgs, total_steps: int) -> Schedule:
-    """The schedule the flags ask for: --learning-rate, --min-lr (default 10 %), --warmup-steps (default 3 %)."""
-    base = float(args.learning_rate or 1e-3)
-    min_lr = base * 0.1 if args.min_lr is None else float(args.min_lr)
-    warmup = default_warmup(total_steps) if args.warmup_steps is None else int(args.warmup_steps)
-    return Schedule(base=base, min_lr=min_lr, warmup=warmup, total=total_steps)
-
-
 def resolve_steps(args: TrainArgs, *, batches_per_epoch: int, tokens_per_micro_batch: int,
                   world_size: int = 1) -> StepPlan:
     """--max-steps > --max-tokens > --epochs (default 1); the smallest limit given wins."""
@@ -297,17 +294,3 @@ def resolve_steps(args: TrainArgs, *, batches_per_epoch: int, tokens_per_micro_b
     total = min(limits)
     return StepPlan(total, steps_per_epoch, math.ceil(total / steps_per_epoch), tokens_per_step,
                     schedule_for(args, total))
-
-
-def default_warmup(total_steps: int) -> int:
-    return max(1, round(0.03 * total_steps)) if total_steps > 1 else 0
-
-
-def lr_at(step: int, *, base: float, min_lr: float, warmup: int, total: int) -> float:
-    """Learning rate for optimizer step ``step`` (0-based): linear warm-up, then cosine to ``min_lr``."""
-    if warmup > 0 and step < warmup:
-        return base * (step + 1) / warmup
-    if total <= warmup:
-        return base
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return min_lr + 0.5 * (base - min_lr) * (1.0 + math.cos(math.pi * progress))

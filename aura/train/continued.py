@@ -160,3 +160,31 @@ def preflight(cfg) -> None:
         new_token_ids(base_tokenizer(cfg.init_from), tok, base_name=cfg.init_from, ext_name=cfg.tokenizer)
     if data_dirs:
         check_data_tokenizer(tok, tok_name, TokenShards(data_dirs[0]))
+
+
+def mixture_proportions(data, plan) -> dict:
+    """What a mixture (``MixtureBatches``) will really draw, said at the start and kept in run.json: each
+    source's weight as given and its effective share (the weights are normalised to sum to 1), the tokens
+    and documents of its train split, and the tokens and documents this plan draws from it (passes over
+    it)."""
+    from aura.data.mixture import M as MIX
+
+    given = [s.given if s.given is not None else s.weight for s in data.specs]
+    total_weight = sum(given)
+    planned_tokens = plan.tokens_per_step * plan.total_steps
+    sources = []
+    for spec, batches, weight in zip(data.specs, data.sources, given):
+        tokens, docs = len(batches.shards), batches.shards.num_documents
+        drawn = round(spec.weight * planned_tokens)
+        sources.append({"name": spec.name, "path": str(spec.path), "weight": weight, "share": spec.weight,
+                        "train_tokens": tokens, "documents": docs, "planned_tokens": drawn,
+                        "planned_documents": round(drawn * docs / tokens) if tokens else 0,
+                        "passes": drawn / tokens if tokens else 0.0})
+    if abs(total_weight - 1.0) > 1e-9:
+        console.info(MIX("normalised", total=f"{total_weight:g}"))
+    console.info(MIX("proportions", tokens=planned_tokens, steps=plan.total_steps))
+    for s in sources:
+        console.info(MIX("source", name=s["name"], weight=f"{s['weight']:g}", pct=100 * s["share"],
+                         planned=s["planned_tokens"], pdocs=s["planned_documents"], tokens=s["train_tokens"],
+                         docs=s["documents"], passes=s["passes"]))
+    return {"weights_sum": total_weight, "sources": sources}

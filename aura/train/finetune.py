@@ -20,7 +20,8 @@ from aura.core import console
 from aura.core.rundir import EPOCH_INFO, step_of
 from aura.train.args import with_defaults
 from aura.train.run.session import Run, TrainingJob, best_line, load_hf_weights, run_training
-from aura.train.finetune_config import FinetuneConfig, M, auto_epochs_line, resolve_base_name
+from aura.train.finetune_config import (FinetuneConfig, M, auto_epochs_line, check_output_beside_base,
+                                        resolve_base_name)
 
 
 
@@ -76,6 +77,7 @@ class FinetuneCommand:
 
         self.base_name = resolve_base_name(cfg)
         adapters.resolve_base(self.base_name)  # a missing path fails before anything is written
+        check_output_beside_base(cfg.output_dir, self.base_name)
         if cfg.method == "qlora":
             adapters.require_bitsandbytes()
         return [self.base_name, cfg.data, cfg.deepspeed]
@@ -87,8 +89,13 @@ class FinetuneCommand:
         from aura.train.run.memory import finetune_defaults
 
         cfg, dist, base_name, out = run.cfg, run.dist, self.base_name, run.out
-        pref = None
-        if cfg.objective != "sft":  # preference pairs (aura.train.objectives.preference)
+        pref = grpo = None
+        if cfg.objective == "grpo":  # prompts and rewards (aura.train.objectives.grpo_setup)
+            from aura.train.objectives import grpo_setup as grpo
+
+            pairs, rewards = grpo.load(cfg)
+            convs = grpo.template_conversations(pairs)
+        elif cfg.objective != "sft":  # preference pairs (aura.train.objectives.preference)
             from aura.train.objectives import preference as pref
 
             pairs = pref.load(cfg)
@@ -97,24 +104,34 @@ class FinetuneCommand:
             convs = _conversations(cfg)
         tok = load_tokenizer(base_name, trust_remote_code=cfg.trust_remote_code, flag="--base-model")
         template_name = _template(cfg, tok, convs)
-        train_ex, val_ex = pref.encode(cfg, tok, pairs) if pref else _encode(cfg, tok, convs)
+        train_ex, val_ex = pref.encode(cfg, tok, pairs) if pref else \
+            grpo.encode(cfg, tok, pairs, templated=template_name is not None) if grpo else _encode(cfg, tok, convs)
         cfg = finetune_defaults(cfg, run=run, base_name=base_name)  # CUDA `auto`: micro-batch, checkpointing
+        if grpo:
+            cfg = grpo.resolve(cfg, dist)  # GRPO's batch, lr and epochs where not given; whole groups per step
         model, fingerprint, base_config = _load_model(cfg, base_name, tok, run)
         packing = cfg.packing
         if packing and not adapters.packing_is_isolated(model):
             console.warn(M("packing_off"))
             packing = False
         cfg = _with_defaults(cfg, model, n_train=len(train_ex), run=run)
+        evaluators = []
         if pref:
             data, val = pref.sources(cfg, tok, train_ex, val_ex, dist=dist, limited=_Limited)
             objective = pref.build_objective(cfg, model, pairs=train_ex + val_ex, pad_id=tok.pad_token_id, run=run)
+        elif grpo:
+            data, objective = grpo.build(cfg, tok, model, train_ex, val_ex, rewards, run=run, base_name=base_name)
+            val = None
         else:
             data, val = _sources(cfg, tok, train_ex, val_ex, dist=dist, packing=packing)
             objective = None
-        tokens_per_row = sum(len(e.input_ids) for e in train_ex) / max(len(data.rows), 1)
+        tokens_per_row = sum(len(e.input_ids) for e in train_ex) / max(len(data.rows), 1) + (
+            cfg.max_completion_length if grpo else 0)
         plan = run.plan(cfg, batches_per_epoch=data.batches_per_epoch,
                         tokens_per_micro_batch=int(cfg.batch_size * tokens_per_row))
-        if not pref:
+        if grpo:
+            evaluators = grpo.evaluators(cfg, tok, model, val_ex, data, steps_per_epoch=plan.steps_per_epoch)
+        if not (pref or grpo):
             console.info(M("examples", train=len(train_ex), val=len(val_ex), tokens=data.num_label_tokens,
                            prompt=M("with_prompt") if cfg.train_on_prompt else ""))
         model, engine, io = _parallelise(cfg, model, run)
@@ -139,7 +156,7 @@ class FinetuneCommand:
         return TrainingJob(
             cfg=cfg, model=model, data=data, val_data=val, plan=plan, engine=engine, io=io,
             identity={"method": method, "lora": lora, "template": template_name,
-                      **({"objective": cfg.objective} if pref else {})},
+                      **({"objective": cfg.objective} if pref or grpo else {})},
             # the base is checked by the adapter's own check when the checkpoint loads (aura.models.adapter_check)
             stored={"base_model": {k: fingerprint[k] for k in ("config_hash", "embed_hash")}},
             mismatch=lambda path, diffs: M("ckpt_differs", path=path, diffs=diffs),
@@ -155,7 +172,7 @@ class FinetuneCommand:
             flops_per_token=flops_per_token(base_config, int(tokens_per_row) or None, trainable_parameters=None
                                             if cfg.method == "full" or cfg.deepspeed
                                             else count_parameters(model, trainable_only=True)), summary=summary,
-            objective=objective)
+            objective=objective, evaluators=evaluators)
 
 
 def _conversations(cfg: FinetuneConfig) -> list:
@@ -177,7 +194,8 @@ def _template(cfg: FinetuneConfig, tok, convs: list) -> str | None:
     if not (any(c.messages for c in convs) or cfg.template or getattr(tok, "chat_template", None) or fallback):
         return None
     _, template_name = resolve_chat_template(tok, cfg.template, fallback=fallback)
-    console.info(M("template", name=template_name))
+    # "model" names the model's own template in the run's metadata; the user reads it in words
+    console.info(M("template_own") if template_name == "model" else M("template", name=template_name))
     missing = missing_template_tokens(tok, template_name)
     if missing:
         from aura.text.templates import M as TM

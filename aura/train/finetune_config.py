@@ -14,6 +14,7 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.train.adapters import LORA_PRESETS
 from aura.train.args import TrainArgs
+from aura.train.objectives.grpo_args import GRPOArgs
 
 LR_LORA, LR_FULL = 2e-4, 2e-5
 PREF_LR_LORA, PREF_LR_FULL = 5e-5, 5e-7  # DPO/ORPO move away from a reference: smaller steps
@@ -49,6 +50,9 @@ M = Messages("finetune", {
                   "No --data: using the embedded Spanish instruction sample ({path})."),
     "template": ("Plantilla de chat: {name} (se guarda con el resultado como tokenizer.chat_template).",
                  "Chat template: {name} (saved with the output as tokenizer.chat_template)."),
+    "template_own": ("Plantilla de chat: la del propio modelo (se guarda con el resultado como "
+                     "tokenizer.chat_template).",
+                     "Chat template: the model's own (saved with the output as tokenizer.chat_template)."),
     "examples": ("Ejemplos: {train} de entrenamiento, {val} de validación; {tokens:token|tokens} de respuesta "
                  "entrenados por época{prompt}.",
                  "Examples: {train} for training, {val} for validation; {tokens:,} response tokens trained per "
@@ -67,7 +71,7 @@ M = Messages("finetune", {
     "out_logs": ("  registros: {csv} , tensorboard --logdir {tb}", "  logs: {csv} , tensorboard --logdir {tb}"),
     "out_next": ("  pruébalo: aura chat {cmd}", "  try it: aura chat {cmd}"),
     "no_val": ("Sin ejemplos de validación (--val-fraction {fraction} apartó {n} de {total}; los que superan "
-               "--max-length {length} se descartan): no habrá pérdida de validación (\"Val loss: -\") ni best/. "
+               "--max-length {length} se descartan): no habrá pérdida de validación (\"Pérdida de validación: -\") ni best/. "
                "Sube --val-fraction, o --max-length, o usa --truncation truncate.",
                "No validation examples (--val-fraction {fraction} set aside {n} of {total}; those longer than "
                "--max-length {length} are dropped): there will be no validation loss (\"Val loss: -\") and no "
@@ -76,6 +80,8 @@ M = Messages("finetune", {
     "kind_full": ("modelo completo", "full model"),
     "pref_only": ("--{flag} solo se aplica a --objective dpo u orpo (el objetivo es 'sft').",
                   "--{flag} only applies to --objective dpo or orpo (the objective is 'sft')."),
+    "pref_grpo_only": ("--{flag} solo se aplica a --objective dpo, orpo o grpo (el objetivo es 'sft').",
+                       "--{flag} only applies to --objective dpo, orpo or grpo (the objective is 'sft')."),
     "dpo_only": ("--{flag} solo se aplica a --objective dpo (el objetivo es '{objective}').",
                  "--{flag} only applies to --objective dpo (the objective is '{objective}')."),
     "pref_packing": ("--packing no se puede usar con --objective {objective}: cada par va en sus propias filas.",
@@ -93,6 +99,19 @@ M = Messages("finetune", {
                       "needs room."),
     "lora_full": ("--{flag} solo se aplica a --method lora o qlora (el método es 'full').",
                   "--{flag} only applies to --method lora or qlora (the method is 'full')."),
+    "base_folder": ("--output-dir {out} {relation} (--base-model {base}). Un ajuste fino es una "
+                    "ejecución nueva: escribe sus checkpoints, sus registros y el resultado (final/, el adaptador "
+                    "o el modelo completo) en una carpeta propia, y aquí se mezclaría con el modelo base o lo "
+                    "sustituiría. Usa otra carpeta, por ejemplo --output-dir {suggest}: el modelo base no se toca "
+                    "y el resultado queda en {suggest}/final.",
+                    "--output-dir {out} {relation} (--base-model {base}). A fine-tune is a new "
+                    "run: it writes its checkpoints, its logs and its result (final/, the adapter or the full "
+                    "model) into a folder of its own, and here it would mix with the base model or replace it. "
+                    "Use another folder, for example --output-dir {suggest}: the base model is left untouched "
+                    "and the result goes to {suggest}/final."),
+    "rel_is": ("es la carpeta del modelo base", "is the folder of the base model"),
+    "rel_holds": ("es la carpeta de ejecución que contiene el modelo base",
+                  "is the run folder that holds the base model"),
 })
 
 
@@ -111,8 +130,9 @@ def auto_epochs(n_examples: int) -> tuple[int, str]:
 
 
 @dataclass
-class FinetuneConfig(TrainArgs):
-    """Flags of ``aura finetune``: TrainArgs plus the model, data and adapter choices."""
+class FinetuneConfig(GRPOArgs, TrainArgs):
+    """Flags of ``aura finetune``: TrainArgs plus the model, data, adapter and objective choices (GRPO's
+    in ``GRPOArgs``)."""
 
     base_model: str | None = arg(None, es="Modelo base: directorio Hugging Face (p. ej. runs/aura/final) o "
                                           "nombre del hub.",
@@ -170,13 +190,17 @@ class FinetuneConfig(TrainArgs):
     weight_decay: float = arg(0.0, es="Weight decay de AdamW.", en="AdamW weight decay.")
     adam_beta2: float = arg(0.999, es="beta2 de AdamW.", en="AdamW beta2.")
     min_lr: float | None = arg(0.0, es="Tasa final del coseno.", en="Final learning rate of the cosine.")
-    objective: Literal["sft", "dpo", "orpo"] = arg(
-        "sft", es="Qué se optimiza: sft (instrucciones), dpo o orpo (pares de preferencia prompt/chosen/rejected; "
-                  "ver el README).",
-        en="What is optimised: sft (instructions), dpo or orpo (preference pairs prompt/chosen/rejected; see the "
-           "README).")
-    beta: float = arg(0.1, es="beta de DPO (fuerza de la referencia) o de ORPO (peso del término de odds ratio).",
-                      en="DPO beta (strength of the reference) or ORPO beta (weight of the odds-ratio term).")
+    objective: Literal["sft", "dpo", "orpo", "grpo"] = arg(
+        "sft", es="Qué se optimiza: sft (instrucciones), dpo u orpo (pares de preferencia prompt/chosen/rejected) o "
+                  "grpo (aprendizaje por refuerzo con recompensas verificables sobre prompts; ver docs/finetuning.md).",
+        en="What is optimised: sft (instructions), dpo or orpo (preference pairs prompt/chosen/rejected) or grpo "
+           "(reinforcement learning with verifiable rewards on prompts; see docs/finetuning.en.md).")
+    beta: float | None = arg(None, es="beta de DPO (fuerza de la referencia; por defecto 0.1), de ORPO (peso del "
+                                      "término de odds ratio; 0.1) o de GRPO (peso del KL a la referencia; por defecto "
+                                      "0: sin pasada de referencia).",
+                             en="DPO beta (strength of the reference; default 0.1), ORPO beta (weight of the "
+                                "odds-ratio term; 0.1) or GRPO beta (weight of the KL to the reference; default 0: no "
+                                "reference pass).")
     dpo_loss: Literal["sigmoid", "ipo", "hinge"] = arg(
         "sigmoid", es="Pérdida de DPO: sigmoid (la del artículo), ipo o hinge.",
         en="DPO loss: sigmoid (the paper's), ipo or hinge.")
@@ -214,14 +238,22 @@ class FinetuneConfig(TrainArgs):
                     raise AuraError(M("lora_full", flag=flag))
 
     def _check_objective(self) -> None:
-        """The preference flags belong to --objective dpo/orpo, and some SFT flags do not."""
+        """The preference flags belong to --objective dpo/orpo, GRPO's to grpo, and some SFT flags do not."""
+        self.check_grpo()
+        if self.objective == "grpo":
+            if self.beta is None:
+                self.beta = 0.0
+            return
         if self.objective == "sft":
-            for flag, value in (("beta", self.beta != 0.1), ("dpo-loss", self.dpo_loss != "sigmoid"),
+            for flag, value in (("beta", self.beta is not None), ("dpo-loss", self.dpo_loss != "sigmoid"),
                                 ("label-smoothing", self.label_smoothing), ("max-prompt-length", self.max_prompt_length),
                                 ("precompute-ref", self.precompute_ref)):
                 if value:
-                    raise AuraError(M("pref_only", flag=flag))
+                    raise AuraError(M("pref_grpo_only" if flag in ("beta", "max-prompt-length") else "pref_only",
+                                      flag=flag))
             return
+        if self.beta is None:
+            self.beta = 0.1
         if self.beta <= 0:
             raise AuraError(M("positive", flag="beta", value=self.beta))
         if self.packing:
@@ -262,6 +294,23 @@ def auto_epochs_line(n_examples: int) -> tuple[int, str]:
     """(epochs, the line to print): "Epochs: 5 (small dataset ...; 251 examples). Override with --epochs N."."""
     epochs, reason = auto_epochs(n_examples)
     return epochs, M("epochs_auto", epochs=epochs, reason=reason, n=n_examples)
+
+
+def check_output_beside_base(output_dir, base: str) -> None:
+    """Refuse, with what to do instead, an --output-dir that is the base model's folder or the run folder
+    holding it (``aura finetune --base-model runs/aura/final --output-dir runs/aura``)."""
+    base_path = Path(base).expanduser()
+    if not base_path.is_dir():  # a hub name
+        return
+    out, base_path = Path(output_dir).expanduser().resolve(), base_path.resolve()
+    if out != base_path and out not in base_path.parents:
+        return
+    typed = Path(output_dir)
+    in_run = base_path.name in ("final", "best") or base_path.name.startswith(("checkpoint-", "interrupt-"))
+    home = typed.parent if out == base_path and in_run else typed  # the run folder, as the user wrote it
+    suggest = home.parent / f"{home.name}-finetune"
+    raise AuraError(M("base_folder", out=output_dir, base=base, suggest=suggest,
+                      relation=M("rel_is" if out == base_path else "rel_holds")))
 
 
 def resolve_base_name(cfg: FinetuneConfig) -> str:

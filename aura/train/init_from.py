@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 from aura.core import console
 from aura.core.errors import AuraError
+from aura.core.files import check_model_files
 from aura.core.i18n import Messages
 
 M = Messages("init_from", {
@@ -112,6 +113,8 @@ def check_base(name: str, *, trust_remote_code: bool = False) -> None:
     from aura.core import hub
 
     source = hub.resolve(name, flag="--init-from")
+    if source.local:
+        check_model_files(source.name)  # a damaged config or cut-off weights: named before anything is written
     try:
         config = AutoConfig.from_pretrained(source.name, trust_remote_code=trust_remote_code,
                                             local_files_only=source.local_files_only)

@@ -29,7 +29,8 @@ What the loop guarantees
 * The loss is normalised by the number of units (target tokens for language modelling) of the whole
   accumulation window across all ranks (sum-reduced loss / global count), so 2 ranks x batch b == 1 process x batch 2b and
   padded SFT batches weigh every token equally; the logged loss is that true token mean.
-* LR is ``plan.lr(step)``, a pure function of the step (the plan is stored in every checkpoint,
+* LR is ``plan.lr(step)``, a pure function of the step (``aura.train.optim.schedule``; a WSD run's
+  ``--time-budget`` fixes the cooldown's start, at a log step, into the plan; the plan is stored in every checkpoint,
   ``aura.train.run.plan``); AdamW skips decay on norms, biases, embeddings.
 * Host syncs: one per optimizer step (grad norm + loss finiteness, to skip NaN/inf steps; more than
   ``--max-bad-steps`` in a row stop the run) and the log line.
@@ -47,6 +48,7 @@ What the loop guarantees
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import threading
 from dataclasses import dataclass
@@ -57,10 +59,11 @@ import torch
 
 from aura.core import console
 from aura.distributed import DistInfo, no_sync, sync_status
-from aura.core.errors import AuraError
+from aura.core.errors import AbortReported, AuraError
 from aura.core.i18n import Messages
-from aura.train.args import StepPlan, TrainArgs, schedule_for
+from aura.train.args import StepPlan, TrainArgs
 from aura.train.optim.engine import StepEngine, StepOutcome, autocast_context, global_sum
+from aura.train.optim.schedule import CooldownClock, schedule_for
 from aura.train.run.metrics import TrainMetrics
 from aura.train.objectives.objective import CausalLM, Evaluator, Objective, count_inputs
 from aura.train.run.plan import limits_notice
@@ -69,6 +72,14 @@ from aura.train.state import BatchSource, TrainState
 
 
 M = Messages("loop", {
+    "budget": ("--lr-schedule wsd con --time-budget {budget:g} h: el enfriamiento empezará, como tarde, cuando quede "
+               "el {pct} % del presupuesto, y la ejecución terminará enfriada y guardada al agotarlo.",
+               "--lr-schedule wsd with --time-budget {budget:g} h: the cooldown starts at the latest when {pct} % of "
+               "the budget is left, and the run ends cooled down and saved when it runs out."),
+    "cooldown": ("Presupuesto de tiempo: quedan {left:.1f} min; el enfriamiento WSD empieza en el paso {step} y la "
+                 "ejecución terminará en el paso {total} ({steps:paso|pasos} más).",
+                 "Time budget: {left:.1f} min left; the WSD cooldown starts at step {step} and the run will end at "
+                 "step {total} ({steps:step|steps} more)."),
     "plan": ("Plan: {steps:paso|pasos} de optimización ({epochs:época|épocas}, {per_epoch} pasos/época), "
              "{tokens:token|tokens} por paso, calentamiento {warmup:paso|pasos}.",
              "Plan: {steps:optimizer step|optimizer steps} ({epochs:epoch|epochs}, {per_epoch} steps/epoch), "
@@ -122,6 +133,10 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
     metrics.open(total_steps=plan.total_steps, state=state, resumed=resume_from is not None)
     policy = CheckpointPolicy(model=model, engine=engine, data=data, state=state, args=args, plan=plan,
                               dist=dist, hooks=hooks, metrics=metrics)
+    clock = CooldownClock(budget_s=3600 * args.time_budget if plan.schedule.kind == "wsd" else 0.0,
+                          fraction=plan.schedule.cooldown_fraction, elapsed_s=state.train_seconds, step=state.step)
+    if clock.budget > 0 and not plan.schedule.cooling(state.step):
+        console.info(M("budget", budget=args.time_budget, pct=round(100 * clock.fraction)))
     last_val, status = None, "failed"
     model.train()
     try:
@@ -135,10 +150,14 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
                 outcome, window_loss, n_targets, n_inputs, stats = optimizer_step(model, engine, window, lr=lr,
                                                                                   dist=dist, objective=objective)
                 state.count_step(outcome, tokens=n_inputs, max_bad_steps=args.max_bad_steps)
+                state.train_seconds = clock.elapsed()
                 if outcome.applied:
                     metrics.add(window_loss, n_targets, stats)
                 if state.step % args.log_interval == 0 or state.step == plan.total_steps:
                     metrics.log_step(state, lr=lr, grad_norm=outcome.grad_norm, sync=lambda: sync_status(model, dist))
+                    if clock.budget > 0:  # --time-budget: start the WSD cooldown in time (every rank agrees)
+                        plan = _cooldown_in_time(clock, plan, state, dist, engine=engine, policy=policy,
+                                                 metrics=metrics)
 
                 if data.position >= data.batches_per_epoch:  # epoch end: validate, log, save
                     last_val = evaluate(model, val_data, dist=dist, precision=engine.precision, objective=objective)
@@ -147,11 +166,12 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
                     data.start_epoch(state.epoch)
                     policy.epoch_end(EpochEnd(state.epoch, state.step, train_loss, last_val, lr, None, seconds))
                     metrics.new_epoch(state)
-                elif args.eval_interval and state.step % args.eval_interval == 0 and val_data is not None:
+                elif val_data is not None and _validate_now(args, state, plan):
                     last_val = evaluate(model, val_data, dist=dist, precision=engine.precision, objective=objective)
                     metrics.eval(state, last_val)
                     policy.keep_best(last_val)
-                run_evaluators(model, evaluators, state=state, dist=dist, precision=engine.precision, metrics=metrics)
+                run_evaluators(model, evaluators, state=state, dist=dist, precision=engine.precision, metrics=metrics,
+                               final=state.step == plan.total_steps)
                 policy.after_step()
 
                 if _stop_requested(signals, dist) and state.step < plan.total_steps:
@@ -167,9 +187,31 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
     except KeyboardInterrupt:  # a second Ctrl+C: no save
         status = "interrupted"
         policy.aborted()
-        raise
+        raise AbortReported from None
     finally:
         metrics.close(status=status, step=state.step)
+
+
+def _cooldown_in_time(clock: CooldownClock, plan: StepPlan, state: TrainState, dist: DistInfo, *, engine,
+                      policy: CheckpointPolicy, metrics: TrainMetrics) -> StepPlan:
+    """The plan with the WSD cooldown started now when rank 0's clock says the budget left is its share
+    (``CooldownClock``); the new schedule and last step go into every later checkpoint."""
+    new = clock.due(plan.schedule, state.step) if dist.is_main else None
+    if dist.is_distributed:  # rank 0 decides, every rank follows
+        t = torch.tensor([new.cooldown_start, new.total] if new is not None else [-1.0, -1.0], dtype=torch.float64)
+        t = dist.all_reduce((t if dist.is_main else torch.zeros_like(t)).to(dist.comm_device), "sum").tolist()
+        new = dataclasses.replace(plan.schedule, cooldown_start=int(t[0]), total=int(t[1])) if t[0] >= 0 else None
+    if new is None:
+        return plan
+    plan = dataclasses.replace(plan, total_steps=new.total, schedule=new,
+                               epochs=-(-new.total // plan.steps_per_epoch))
+    console.info(M("cooldown", step=state.step, total=new.total, steps=new.total - state.step,
+                   left=max(0.0, clock.budget - clock.elapsed()) / 60))
+    policy.plan = plan
+    metrics.replan(total_steps=new.total)
+    if hasattr(engine, "replan"):  # a DiLoCo engine ends on an outer step
+        engine.replan(total_steps=new.total)
+    return plan
 
 
 def optimizer_step(model, engine: StepEngine, window: list[dict[str, torch.Tensor]], *, lr: float,
@@ -200,6 +242,12 @@ def optimizer_step(model, engine: StepEngine, window: list[dict[str, torch.Tenso
     return engine.finish(window_loss), window_loss, n_targets, n_inputs, stats
 
 
+def _validate_now(args: TrainArgs, state: TrainState, plan: StepPlan) -> bool:
+    """Every --eval-interval steps, and always at the last step (best/ is chosen among every validation,
+    the last one too; a run shorter than the interval is still validated)."""
+    return state.step == plan.total_steps or bool(args.eval_interval and state.step % args.eval_interval == 0)
+
+
 def _next_window(data: BatchSource, accum: int) -> list[dict[str, torch.Tensor]]:
     """Up to ``accum`` micro-batches: fewer at the end of an epoch, none once it is exhausted."""
     window: list[dict[str, torch.Tensor]] = []
@@ -218,25 +266,48 @@ def _stop_requested(signals: _Signals, dist: DistInfo) -> bool:
 
 
 class _Signals:
-    """First SIGINT/SIGTERM: stop after this step and save; second: abort at once (KeyboardInterrupt)."""
+    """First SIGINT/SIGTERM/SIGHUP: stop after this step and save; a second Ctrl+C (SIGINT): abort at once
+    (KeyboardInterrupt). A later SIGTERM/SIGHUP changes nothing (the run is already stopping: a launcher
+    passing the stop on, or a closed terminal). Under torchrun, a worker whose launcher dies without
+    passing anything on (kill -9, ``aura.distributed.launcher.ParentWatch``) stops the same way. SIGHUP is
+    left alone when it is ignored (``nohup``)."""
 
     def __init__(self):
         self.requested: str | None = None
         self._old: dict[int, Any] = {}
+        self._watch = None
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handle)
+            for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+                if sig is not None and not (sig != signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN):
+                    self._old[sig] = signal.signal(sig, self._handle)
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # a launcher's worker
+            from aura.distributed.launcher import ParentWatch
+
+            self._watch = ParentWatch(self._orphaned).start()
         return self
 
     def _handle(self, signum, _frame):
         if self.requested is not None:
-            raise KeyboardInterrupt
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return
         self.requested = signal.Signals(signum).name
-        console.warn(M("signal", name=self.requested))
+        try:
+            console.warn(M("signal", name=self.requested))
+        except OSError:  # the terminal is gone (SIGHUP): the checkpoint matters, not the line
+            from aura.distributed.launcher import silence_output
+
+            silence_output()
+
+    def _orphaned(self) -> None:
+        if self.requested is None:
+            self.requested = "parent-exit"
 
     def __exit__(self, *exc):
+        if self._watch is not None:
+            self._watch.stop()
         for sig, old in self._old.items():
             signal.signal(sig, old)
 
@@ -271,9 +342,10 @@ def evaluate(model, batches: Iterable[dict[str, torch.Tensor]] | None, *, dist: 
 
 @torch.no_grad()
 def run_evaluators(model, evaluators: Iterable[Evaluator], *, state: TrainState, dist: DistInfo, precision: str,
-                   metrics: TrainMetrics) -> None:
-    """The periodic evaluators due at this step, in eval mode; their values are logged (not training time)."""
-    due = [e for e in evaluators if e.interval > 0 and state.step % e.interval == 0]
+                   metrics: TrainMetrics, final: bool = False) -> None:
+    """The periodic evaluators due at this step (all of them at the run's last step, whatever their
+    interval), in eval mode; their values are logged (not training time)."""
+    due = [e for e in evaluators if e.interval > 0 and (final or state.step % e.interval == 0)]
     if not due:
         return
     was_training = model.training

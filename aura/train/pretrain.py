@@ -23,6 +23,10 @@ M = Messages("pretrain", {
     "demo": ("Sin --data: demo con el corpus español incluido (tokenizador + datos + modelo 'tiny').",
              "No --data: demo on the embedded Spanish corpus (tokenizer + data + 'tiny' model)."),
     "auto": ("Preset automático: {reason}", "Automatic preset: {reason}"),
+    "demo_plan": ("Demo: preset '{preset}', lote {batch}, tasa de aprendizaje {lr:g} (con un corpus tan pequeño "
+                  "como el incluido, más pasos y más pequeños aprenden más).",
+                  "Demo: preset '{preset}', batch {batch}, learning rate {lr:g} (on a corpus as small as the "
+                  "embedded one, more and smaller steps learn more)."),
     "preset": ("Modelo: '{preset}' ({arch}), {params:parámetro|parámetros}; {tokens:token|tokens} por paso de optimización "
                "(lote {batch} x acumulación {accum} x contexto {seq} x {world:proceso|procesos}).",
                "Model: '{preset}' ({arch}), {params:parameter|parameters}; {tokens:token|tokens} per optimizer step "
@@ -56,13 +60,19 @@ M = Messages("pretrain", {
                      "Global batch: {sequences:sequence|sequences} ({tokens:token|tokens}) per step = micro-batch {batch} x "
                      "accumulation {accum} x {world:process|processes}; every rank reads its own part of the data."),
     "no_val": ("La validación de {data} tiene {tokens:token|tokens}, menos que una ventana de {window:,} "
-               "(--seq-length {seq} + 1): no habrá pérdida de validación (\"Val loss: -\") ni best/. Prepara más "
+               "(--seq-length {seq} + 1): no habrá pérdida de validación (\"Pérdida de validación: -\") ni best/. Prepara más "
                "validación (--val-fraction, aquí al preparar texto o en aura data prepare) o usa "
                "un --seq-length más corto.",
                "The validation split of {data} has {tokens:token|tokens}, fewer than one window of {window:,} "
                "(--seq-length {seq} + 1): there will be no validation loss (\"Val loss: -\") and no best/. "
                "Prepare more validation data (--val-fraction, here when preparing text or in aura data prepare) "
                "or use a shorter --seq-length."),
+    "recipe": ("Receta: {optimizer}, tasa {lr:g} con {schedule} hasta {min_lr:g}.",
+               "Recipe: {optimizer}, learning rate {lr:g} with {schedule} down to {min_lr:g}."),
+    "muon": ("Muon (matrices ocultas) + AdamW (el resto)", "Muon (hidden matrices) + AdamW (the rest)"),
+    "cosine": ("calentamiento y coseno", "warm-up and cosine"),
+    "wsd": ("calentamiento, fase estable y enfriamiento 1-sqrt en el {pct} % final (WSD)",
+            "warm-up, a stable phase and a 1-sqrt cooldown over the last {pct} % (WSD)"),
     "bad_split": ("--val-fraction debe estar en [0, 0.5) (recibido: {value}).",
                   "--val-fraction must be in [0, 0.5) (got: {value})."),
 })
@@ -87,7 +97,19 @@ class PretrainConfig(TrainArgs):
                                    "into RUN_DIR/tokenizer.")
     model_preset: str = arg("auto", choices=[*PRESETS, "manual", "auto"], aliases=["--preset"],
                             es="Tamaño del modelo (auto: según el hardware).", en="Model size (auto: by hardware).")
-    arch: str | None = arg(None, choices=("llama", "gpt2"), es="Arquitectura (manual).", en="Architecture (manual).")
+    arch: str | None = arg(None, choices=("llama", "gpt2", "qwen3"), es="Arquitectura (manual).",
+                           en="Architecture (manual).")
+    optimizer: str | None = arg(None, choices=("adamw", "muon"),
+                                es="Optimizador: adamw, o muon (Muon para las matrices ocultas, AdamW para embeddings, "
+                                   "cabeza y normas; la misma --learning-rate). Por defecto, el del preset: muon con "
+                                   "wsd en los qwen3-* (llegan a la pérdida final de AdamW con coseno con ~0.3 veces "
+                                   "los tokens en bench/bench_recipe.py), adamw con cosine en los demás (sin medir "
+                                   "aún en GPU). Ver docs/training.md.",
+                                en="Optimizer: adamw, or muon (Muon for the hidden matrices, AdamW for embeddings, "
+                                   "head and norms; the same --learning-rate). Default: the preset's: muon with wsd "
+                                   "for qwen3-* (they reach AdamW + cosine's final loss in ~0.3x the tokens in "
+                                   "bench/bench_recipe.py), adamw with cosine for the others (not yet measured on "
+                                   "a GPU). See docs/training.en.md.")
     embed_size: int | None = arg(None, es="d_model.", en="d_model.")
     num_layers: int | None = arg(None, es="Capas.", en="Layers.")
     num_heads: int | None = arg(None, es="Cabezas de atención.", en="Attention heads.")
@@ -122,6 +144,10 @@ class PretrainConfig(TrainArgs):
         super().__post_init__()
         if not 0 <= self.val_fraction < 0.5:
             raise AuraError(M("bad_split", value=self.val_fraction))
+        if self.optimizer == "muon" and self.strategy == "fsdp":
+            from aura.train.optim.muon import M as muon_messages
+
+            raise AuraError(muon_messages("fsdp"))
         if self.init_from is not None or self.train_new_tokens_only:
             from aura.train.init_from import check_flags
 
@@ -190,7 +216,8 @@ def _resolve(cfg: PretrainConfig, info) -> tuple[PretrainConfig, object, dict]:
     preset, defaults, auto = cfg.model_preset, {}, {}
     if preset == "auto":
         choice = choose_auto(info)
-        console.info(M("auto", reason=choice.reason))
+        if not demo:  # the demo says what it trains below: its own batch and rate, not auto's
+            console.info(M("auto", reason=choice.reason))
         preset, auto = choice.preset, choice.to_dict()
         defaults = dict(batch_size=choice.batch_size, gradient_accumulation_steps=choice.gradient_accumulation_steps,
                         learning_rate=choice.learning_rate, save_steps=choice.save_steps,
@@ -212,6 +239,8 @@ def _resolve(cfg: PretrainConfig, info) -> tuple[PretrainConfig, object, dict]:
     if demo:  # ~40k tokens: more, smaller updates learn more in the same compute (measured: loss 5.5 vs 6.2)
         defaults.update(batch_size=DEMO_BATCH, learning_rate=DEMO_LR)
     cfg = with_defaults(cfg, **defaults)
+    if demo:
+        console.info(M("demo_plan", preset=preset, batch=cfg.batch_size, lr=cfg.learning_rate))
     return cfg, spec, auto
 
 
@@ -297,6 +326,13 @@ class PretrainCommand:
         plan = run.plan(cfg, batches_per_epoch=data.batches_per_epoch,
                         tokens_per_micro_batch=cfg.batch_size * spec.seq_len)
         _announce(cfg, spec, plan, params=described["parameters"], dist=run.dist)
+        from aura.data.mixture import is_mixture
+
+        record = {}
+        if is_mixture(cfg.data):  # the effective proportions, said and kept in run.json
+            from aura.train.continued import mixture_proportions
+
+            record["mixture"] = mixture_proportions(data, plan)
         tok_hash = tokenizer_hash(tok)
         out = run.out
 
@@ -320,7 +356,7 @@ class PretrainCommand:
                       "data": {"path": str(data_dir), "train_tokens": len(train_shards),
                                "val_tokens": len(val_shards) if val_shards is not None else 0}},
             flops_per_token=described["flops_per_token"], finish=finish, summary=summary, evaluators=evaluators,
-            wrap_engine=wrap_engine)
+            wrap_engine=wrap_engine, record=record)
 
 
 def _build(cfg: PretrainConfig, spec, vocab: int, tok, run: Run) -> tuple[object, dict]:
@@ -371,6 +407,10 @@ def _announce(cfg: PretrainConfig, spec, plan, *, params: int, dist) -> None:
     world = dist.world_size
     console.info(M("preset", preset=spec.name, arch=spec.arch, params=params, tokens=plan.tokens_per_step,
                    batch=cfg.batch_size, accum=cfg.gradient_accumulation_steps, seq=spec.seq_len, world=world))
+    schedule = plan.schedule
+    shape = M("wsd", pct=round(100 * schedule.cooldown_fraction)) if schedule.kind == "wsd" else M("cosine")
+    console.info(M("recipe", optimizer=M("muon") if cfg.optimizer == "muon" else "AdamW", lr=schedule.base,
+                   schedule=shape, min_lr=schedule.min_lr))
     if dist.is_distributed:
         console.info(M("global_batch", sequences=cfg.batch_size * cfg.gradient_accumulation_steps * world,
                        tokens=plan.tokens_per_step, batch=cfg.batch_size, accum=cfg.gradient_accumulation_steps,

@@ -62,6 +62,7 @@ class TrainState:
     interval_targets: int = 0
     interval_stats: dict = dataclasses.field(default_factory=dict)
     last_checkpoint: str | None = None
+    train_seconds: float = 0.0  # training time of the whole run, resumes included (--time-budget)
 
     def state_dict(self) -> dict:
         return dict(self.__dict__)

@@ -64,8 +64,8 @@ M = Messages("doctor", {
     "disk_low": ("Quedan {free} libres en {path}: un preentrenamiento largo con checkpoints puede "
                  "necesitar decenas de GB.",
                  "{free} free on {path}: a long pretraining with checkpoints can need tens of GB."),
-    "disk_fix": ("Libera espacio, usa otro --output-dir o --save-total-limit más bajo.",
-                 "Free some space, use another --output-dir or a lower --save-total-limit."),
+    "disk_fix": ("Libera espacio, usa otro --output-dir o un --keep-last más bajo.",
+                 "Free some space, use another --output-dir or a lower --keep-last."),
     "ifname_missing": ("{var}={value} no es una interfaz de esta máquina ({names}).",
                        "{var}={value} is not an interface of this machine ({names})."),
     "ifname_fix": ("Usa una de las interfaces listadas, p. ej. export {var}={suggest}",

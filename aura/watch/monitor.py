@@ -35,7 +35,7 @@ import psutil
 
 from aura.core.config import arg
 from aura.core.errors import AuraError
-from aura.core.i18n import Messages
+from aura.core.i18n import Messages, num
 
 GIB = 1024 ** 3
 
@@ -241,23 +241,23 @@ def take_sample(gpus: GPUReader, *, pid: int | None) -> dict:
     }
 
 
-def _fmt(value, fmt: str) -> str:
-    return M("not_available") if value is None else fmt.format(value)
+def _fmt(value, spec: str, unit: str) -> str:
+    return M("not_available") if value is None else f"{num(value, spec)}{unit}"
 
 
 def format_sample(s: dict) -> list[str]:
-    proc = M("no_process") if s["process_ram_gib"] is None else f"{s['process_ram_gib']:.1f} GB"
+    proc = M("no_process") if s["process_ram_gib"] is None else f"{num(s['process_ram_gib'], '.1f')} GB"
     lines = [M("line", time=s["time"].replace("T", " "), cpu=s["cpu_percent"], ram_pct=s["ram_percent"],
                ram_used=s["ram_used_gib"], ram_total=s["ram_total_gib"], proc=proc)]
     for g in s["gpus"]:
-        power = _fmt(g["power_w"], "{:.0f} W")
+        power = _fmt(g["power_w"], ".0f", " W")
         if g["power_limit_w"] is not None and g["power_w"] is not None:
-            power += f" / {g['power_limit_w']:.0f} W"
+            power += f" / {num(g['power_limit_w'], '.0f')} W"
         lines.append(M("gpu_line", index=g["index"], name=g["name"] or "?",
-                       util=_fmt(g["utilization_percent"], "{:.0f}%"),
-                       mem_used=_fmt(g["memory_used_gib"], "{:.1f} GB"),
-                       mem_total=_fmt(g["memory_total_gib"], "{:.1f} GB"),
-                       temp=_fmt(g["temperature_c"], "{:.0f}°C"), power=power))
+                       util=_fmt(g["utilization_percent"], ".0f", "%"),
+                       mem_used=_fmt(g["memory_used_gib"], ".1f", " GB"),
+                       mem_total=_fmt(g["memory_total_gib"], ".1f", " GB"),
+                       temp=_fmt(g["temperature_c"], ".0f", "°C"), power=power))
     if s["gpu_error_message"]:
         lines.append(f"  - GPU: {s['gpu_error_message']}")
     return lines

@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from aura import __version__ as aura_version
 from aura.core import console
 from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.atomic import atomic_write_bytes
-from aura.watch.runs import M, REWARD_COLUMNS, SUITE_PREFIX, read_log
+from aura.watch.runs import M, REWARD_COLUMNS, SOURCE_VAL_PREFIX, SUITE_PREFIX, read_log
 
 
 @dataclass
@@ -27,6 +29,8 @@ class PlotConfig:
     height: int = arg(600, es="Alto en píxeles.", en="Height in pixels.")
     dpi: int = arg(100, es="Puntos por pulgada (tamaño del texto relativo a la imagen).",
                    en="Dots per inch (text size relative to the image).")
+    overwrite: bool = arg(False, es="Sustituir una imagen existente que no escribió Aura.",
+                          en="Replace an existing image that Aura did not write.")
 
     def __post_init__(self):
         if not self.run_dirs:
@@ -48,14 +52,80 @@ def _labels(dirs: list[Path]) -> list[str]:
     return [str(d) for d in dirs]
 
 
+def _localize_ticks(fig) -> None:
+    """Tick labels and axis offsets in the language's number format (Spanish: ``0,5``, ``2,5 k``):
+    each axis keeps its formatter, whose text is rewritten with ``aura.core.i18n.localize``."""
+    from matplotlib.ticker import Formatter
+
+    from aura.core.i18n import current_lang, localize
+
+    if current_lang() != "es":
+        return
+
+    class Localized(Formatter):
+        def __init__(self, base):
+            self.base = base
+
+        def set_axis(self, axis):
+            super().set_axis(axis)
+            self.base.set_axis(axis)
+
+        def set_locs(self, locs):
+            self.base.set_locs(locs)
+
+        def __call__(self, x, pos=None):
+            return localize(self.base(x, pos))
+
+        def get_offset(self):
+            return localize(self.base.get_offset())
+
+        def format_data(self, value):
+            return localize(self.base.format_data(value))
+
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(Localized(axis.get_major_formatter()))
+
+
+PLOT_MARK = f"Aura {aura_version} aura-plot"  # in the image's metadata: the PNG, SVG or PDF is Aura's
+
+
+def is_aura_plot(path: Path, *, max_bytes: int = 64 << 20) -> bool:
+    """True for an image ``aura plot`` wrote (its metadata holds ``PLOT_MARK``'s tag)."""
+    try:
+        return path.stat().st_size <= max_bytes and b"aura-plot" in path.read_bytes()
+    except OSError:
+        return False
+
+
+def _note_partial_columns(labels: list[str], logs: list[list[dict]]) -> None:
+    """Runs of different kinds log different columns (pretraining vs fine-tuning, with or without
+    per-source validation, the aura-es suite, DPO rewards): each is drawn for the runs that log it, and
+    the columns only some runs have are said, grouped by the runs that have them."""
+    if len(logs) < 2:
+        return
+    logged = [{c for r in rows for c, v in r.items() if v is not None} for rows in logs]
+    drawn = {"train_loss", "val_loss", "lr", "tokens_per_s", *REWARD_COLUMNS}
+    extra = sorted(c for c in set().union(*logged) - set.intersection(*logged)
+                   if c in drawn or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX)))
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for col in extra:
+        groups.setdefault(tuple(n for n, have in zip(labels, logged) if col in have), []).append(col)
+    for runs, cols in groups.items():
+        console.info(M("partial_columns", cols=", ".join(cols), runs=", ".join(runs)))
+
+
 def plot(cfg: PlotConfig) -> int:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import EngFormatter
 
     from aura.core.atomic import check_writable
+    from aura.core.ownership import check_output_file
 
     check_writable(Path(cfg.output_dir) / cfg.out, flag="--out")
+    check_output_file(Path(cfg.output_dir) / cfg.out, flag="--out", overwrite=cfg.overwrite, ours=is_aura_plot,
+                      inputs=cfg.run_dirs)  # never inside a run it reads, never over someone else's image
     dirs = [Path(d) for d in cfg.run_dirs]
     logs = []
     for d in dirs:
@@ -71,14 +141,17 @@ def plot(cfg: PlotConfig) -> int:
     FigureCanvasAgg(fig)
     rewards = any(r.get(c) is not None for rows in logs for r in rows for c in REWARD_COLUMNS)
     suite_cols = sorted({c for rows in logs for r in rows for c in r if c.startswith(SUITE_PREFIX)})
+    source_cols = sorted({c for rows in logs for r in rows for c in r if c.startswith(SOURCE_VAL_PREFIX)})
+    _note_partial_columns(_labels(dirs), logs)
     axes = list(fig.subplots(1, 3 + rewards + bool(suite_cols)))
     ax_loss, ax_lr, ax_speed = axes[:3]
     ax_suite = axes[-1] if suite_cols else None
     colours = [f"C{i % 10}" for i in range(len(dirs))]
     for label, rows, colour in zip(_labels(dirs), logs, colours):
-        def series(col, kinds):
-            pts = [(r[xcol], r[col]) for r in rows
-                   if r["kind"] in kinds and r[xcol] is not None and r[col] is not None]
+        def series(col, kinds):  # a column this run does not log is an empty series
+            pts = [(r[xcol], r.get(col)) for r in rows  # a diverged loss (inf, nan) is not drawn
+                   if r["kind"] in kinds and r[xcol] is not None and r.get(col) is not None
+                   and math.isfinite(r[col])]
             return [p[0] for p in pts], [p[1] for p in pts]
 
         xs, ys = series("train_loss", ("step",))
@@ -89,6 +162,11 @@ def plot(cfg: PlotConfig) -> int:
         if xs:
             ax_loss.plot(xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3,
                          label=f"{label} ({M('val')})")
+        for col, marker in zip(source_cols, "xs^vdP*"):  # per-source validation of a mixture
+            xs, ys = series(col, ("eval", "epoch", "step"))
+            if xs:
+                ax_loss.plot(xs, ys, color=colour, lw=1.0, ls=":", marker=marker, ms=4,
+                             label=f"{label} ({M('val')} {col.removeprefix(SOURCE_VAL_PREFIX)})")
         ax_lr.plot(*series("lr", ("step",)), color=colour, lw=1.2, label=label)
         ax_speed.plot(*series("tokens_per_s", ("step",)), color=colour, lw=1.2, label=label)
         if rewards and any(r.get("rewards/margin") is not None for r in rows):
@@ -111,10 +189,12 @@ def plot(cfg: PlotConfig) -> int:
             ax.legend(fontsize="small")
     ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
     ax_speed.yaxis.set_major_formatter(EngFormatter())
+    _localize_ticks(fig)
 
     out = Path(cfg.output_dir) / cfg.out
     buf = io.BytesIO()
-    fig.savefig(buf, format=out.suffix.lower().lstrip("."), dpi=cfg.dpi)
+    fmt = out.suffix.lower().lstrip(".")
+    fig.savefig(buf, format=fmt, dpi=cfg.dpi, metadata={"Software" if fmt == "png" else "Creator": PLOT_MARK})
     atomic_write_bytes(out, buf.getvalue())
     console.success(M("wrote", path=out, runs=len(dirs)))
     return 0

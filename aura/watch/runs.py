@@ -17,6 +17,7 @@ started no later than the run (so a reused PID does not count).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -29,9 +30,11 @@ from pathlib import Path
 from aura.core import console
 from aura.core.config import arg
 from aura.core.errors import AuraError
-from aura.core.i18n import Messages
+from aura.core.files import loads_json
+from aura.core.i18n import Messages, num
+from aura.evaluation.results import suite_figure
 from aura.core.rundir import has_lock_file, latest_checkpoint, lock_holder, status_label
-from aura.core.atomic import TMP_PREFIX, dir_size, human_bytes, read_json
+from aura.core.atomic import TMP_PREFIX, dir_size, human_bytes
 
 
 M = Messages("runs", {
@@ -46,6 +49,7 @@ M = Messages("runs", {
     "h_status": ("estado", "status"),
     "h_step": ("paso", "step"),
     "h_best_val": ("mejor val", "best val"),
+    "h_suite": ("aura-es (acierto)", "aura-es (acc)"),
     "h_checkpoint": ("último checkpoint", "latest checkpoint"),
     "h_size": ("tamaño", "size"),
     "h_updated": ("actualizado", "updated"),
@@ -55,7 +59,7 @@ M = Messages("runs", {
                    "interrumpida.",
                    "'stale': run.json says 'running' but the process is gone (it ended without "
                    "recording it: kill -9, a crash, a reboot); resume it like an interrupted run."),
-    "remote_note": ("{run}: se ejecuta en el host {host}; desde aquí no se puede comprobar si sigue vivo.",
+    "remote_note": ("{run}: se ejecuta en la máquina {host}; desde aquí no se puede comprobar si sigue vivo.",
                     "{run}: it runs on host {host}; whether it is still alive cannot be checked from here."),
     "bad_run_json": ("{path} no es JSON válido ({err}); su estado se muestra como 'desconocido'.",
                      "{path} is not valid JSON ({err}); the run is shown as 'unknown'."),
@@ -65,6 +69,21 @@ M = Messages("runs", {
                "Aura run directory."),
     "empty_log": ("{path} no tiene filas con pérdida: la ejecución aún no ha registrado ningún paso.",
                   "{path} has no rows with a loss: the run has not logged a step yet."),
+    "bad_log_text": ("{path}: no es texto UTF-8 (byte {offset}, línea {line}). Aura escribe training_log.csv en "
+                     "UTF-8: el archivo se dañó o se editó; restáuralo o borra las líneas dañadas.",
+                     "{path}: not UTF-8 text (byte {offset}, line {line}). Aura writes training_log.csv in UTF-8: "
+                     "the file was damaged or edited; restore it or delete the damaged lines."),
+    "bad_log_csv": ("{path}, línea {line}: no es CSV válido ({err}). Restaura el archivo o borra las líneas dañadas.",
+                    "{path}, line {line}: not valid CSV ({err}). Restore the file or delete the damaged lines."),
+    "not_finite": ("{path}, línea {line}: la columna '{column}' debería ser un número finito y es {value!r}. "
+                   "Corrige o borra esa línea.",
+                   "{path}, line {line}: column '{column}' should be a finite number and is {value!r}. Fix or "
+                   "delete that line."),
+    "bad_run_field": ("{path}: el campo '{field}' no tiene el tipo esperado ({found}); se ignora.",
+                      "{path}: the field '{field}' does not have the expected type ({found}); it is ignored."),
+    "damaged": ("{n:ejecución tiene|ejecuciones tienen} archivos dañados (avisos arriba): la tabla muestra lo que "
+                "se pudo leer.",
+                "{n:run has|runs have} damaged files (warnings above): the table shows what could be read."),
     "bad_cell": ("{path}, línea {line}: la columna '{column}' debería ser un número y es {value!r}.",
                  "{path}, line {line}: column '{column}' should be a number and is {value!r}."),
     "no_run_dirs": ("Indica al menos un directorio de ejecución: aura plot RUN_DIR [RUN_DIR ...] --out "
@@ -84,6 +103,8 @@ M = Messages("runs", {
     "val": ("validación", "validation"),
     "suite_title": ("Precisión en aura-es", "aura-es accuracy"),
     "wrote": ("Gráfica guardada en {path} ({runs:ejecución|ejecuciones}).", "Plot saved to {path} ({runs:run|runs})."),
+    "partial_columns": ("No todas las ejecuciones registran {cols}: se dibuja solo para {runs}.",
+                        "Not every run logs {cols}: drawn only for {runs}."),
 })
 
 
@@ -95,6 +116,7 @@ REWARD_COLUMNS = ("rewards/margin", "rewards/accuracy")  # preference tuning (au
 
 
 SUITE_PREFIX = "aura-es/"  # task accuracy during training (--eval-suite aura-es, aura.evaluation)
+SOURCE_VAL_PREFIX = "val_loss_"  # validation loss per source of a mixture (aura.train.continued)
 
 
 def read_log(run_dir: Path) -> list[dict]:
@@ -102,19 +124,77 @@ def read_log(run_dir: Path) -> list[dict]:
     path = run_dir / "training_log.csv"
     if not path.is_file():
         raise AuraError(M("no_log", run=run_dir))
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise AuraError(M("bad_log_text", path=path, offset=e.start, line=data.count(b"\n", 0, e.start) + 1)) from None
+    return _parse_rows(text, path)[0]
+
+
+def _parse_rows(text: str, path: Path, fieldnames: list[str] | None = None,
+                first_line: int = 0) -> tuple[list[dict], list[str]]:
+    """The rows of CSV ``text`` (a whole log, or its continuation after ``fieldnames``' header)."""
     rows = []
-    with open(path, newline="", encoding="utf-8") as f:
-        for line, raw in enumerate(csv.DictReader(f), start=2):
+    reader = csv.DictReader(io.StringIO(text, newline=""), fieldnames=fieldnames)
+    try:
+        for raw in reader:
+            line = first_line + reader.line_num
             row: dict = {"kind": (raw.get("kind") or "step").strip(), "time": raw.get("time")}
             for col in NUMERIC_COLUMNS + tuple(c for c in raw if c in REWARD_COLUMNS or
-                                               (c or "").startswith(SUITE_PREFIX)):
+                                               (c or "").startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX))):
                 cell = (raw.get(col) or "").strip()
                 try:
                     row[col] = float(cell) if cell else None
                 except ValueError:
                     raise AuraError(M("bad_cell", path=path, line=line, column=col, value=cell)) from None
+                # a diverged run logs inf/nan losses; counters and rates are always finite
+                if row[col] is not None and not math.isfinite(row[col]) and col in FINITE_COLUMNS:
+                    raise AuraError(M("not_finite", path=path, line=line, column=col, value=cell))
             rows.append(row)
-    return rows
+    except csv.Error as e:
+        raise AuraError(M("bad_log_csv", path=path, line=first_line + reader.line_num, err=e)) from None
+    return rows, list(reader.fieldnames or [])
+
+
+def read_log_since(run_dir: Path, offset: int = 0, fieldnames: list[str] | None = None,
+                   lines: int = 0) -> tuple[list[dict], int, list[str], int]:
+    """The complete rows appended to ``training_log.csv`` after byte ``offset`` (0: the whole log), for
+    readers that follow a live log (``aura studio``): (rows, next offset, header, lines read so far). A
+    line still being written (no newline yet) is left for the next call; a log that shrank (a run
+    started over) is read again from the start."""
+    path = run_dir / "training_log.csv"
+    if not path.is_file():
+        raise AuraError(M("no_log", run=run_dir))
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) < offset:
+            offset, fieldnames, lines = 0, None, 0
+        f.seek(offset)
+        data = f.read()
+    data = data[:data.rfind(b"\n") + 1]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise AuraError(M("bad_log_text", path=path, offset=offset + e.start,
+                          line=lines + data.count(b"\n", 0, e.start) + 1)) from None
+    rows, header = _parse_rows(text, path, fieldnames or None, lines)
+    return rows, offset + len(data), header, lines + data.count(b"\n")
+
+
+FINITE_COLUMNS = ("epoch", "step", "tokens", "lr", "tokens_per_s", "mfu", "seconds")
+RUN_FIELDS = {"status": (str,), "host": (str,), "kind": (str,), "pid": (int,), "last_step": (int,),
+              "started": (str, int, float), "updated": (str, int, float), "argv": (list,), "cwd": (str,),
+              "launch": (dict,)}
+
+
+def _typed(info: dict, path: Path) -> tuple[dict, str | None]:
+    """run.json without the fields whose type is not the one Aura writes (and a warning naming them)."""
+    bad = [k for k, types in RUN_FIELDS.items() if info.get(k) is not None
+           and (not isinstance(info[k], types) or isinstance(info[k], bool))]
+    if not bad:
+        return info, None
+    return ({k: v for k, v in info.items() if k not in bad},
+            M("bad_run_field", path=path, field=bad[0], found=repr(info[bad[0]])[:40]))
 
 
 def find_run_dirs(root: Path) -> list[Path]:
@@ -180,7 +260,26 @@ def live_status(info: dict, run_dir: Path | None = None) -> tuple[str, bool]:
 
 
 def resume_command(info: dict) -> str | None:
-    """The run's own command line with ``--resume-from latest`` (replacing any earlier one)."""
+    """The run's own command line with ``--resume-from latest`` (replacing any earlier one), launched as it
+    was (run.json's ``launch``: torchrun or aura launch with their process counts); ``cd`` first when the
+    run was started from another directory."""
+    launch = info.get("launch")
+    if isinstance(launch, dict) and isinstance(launch.get("argv"), list):
+        from aura.distributed.launcher import resume_command as relaunch
+
+        cmd, cwd = relaunch(launch, "latest"), launch.get("cwd")
+        here = os.path.realpath(os.getcwd())
+        return f"cd {shlex.quote(cwd)} && {cmd}" if cwd and os.path.realpath(cwd) != here else cmd
+    out = resume_args(info)
+    if out is None:
+        return None
+    cmd = shlex.join(["aura", *out])
+    return f"cd {shlex.quote(info['cwd'])} && {cmd}" if info.get("cwd") else cmd
+
+
+def resume_args(info: dict) -> list[str] | None:
+    """The arguments after ``aura`` that resume a run started without a launcher (run.json's ``argv`` with
+    ``--resume-from latest``), run from run.json's ``cwd``; None when run.json does not record them."""
     argv = [str(a) for a in info.get("argv") or []]
     if not argv:
         return None
@@ -196,24 +295,28 @@ def resume_command(info: dict) -> str | None:
             skip = True
         elif a != "--overwrite" and not a.startswith("--resume-from="):  # resuming must not wipe it
             out.append(a)
-    cmd = shlex.join(["aura", *out, "--resume-from", "latest"])
-    return f"cd {shlex.quote(info['cwd'])} && {cmd}" if info.get("cwd") else cmd
+    return [*out, "--resume-from", "latest"]
 
 
 def describe_run(run_dir: Path) -> dict:
     """Everything ``aura runs`` shows about one run dir (also its --json record)."""
-    warning = None
+    warnings = []
     try:
-        info = read_json(run_dir / "run.json")
+        info = loads_json((run_dir / "run.json").read_bytes())
         if not isinstance(info, dict):
             raise ValueError("not an object")
     except (OSError, ValueError) as e:
-        info, warning = {}, M("bad_run_json", path=run_dir / "run.json", err=e)
+        info = {}
+        warnings.append(M("bad_run_json", path=run_dir / "run.json", err=e))
+    info, warning = _typed(info, run_dir / "run.json")
+    warnings += [warning] if warning else []
     status, local = live_status(info, run_dir) if info else ("unknown", True)
     try:
         rows = read_log(run_dir)
-    except AuraError:
+    except AuraError as e:
         rows = []
+        if (run_dir / "training_log.csv").is_file():  # a run that has not logged yet is no damage
+            warnings.append(str(e))
     vals = [r["val_loss"] for r in rows if r["val_loss"] is not None and math.isfinite(r["val_loss"])]
     steps = [r["step"] for r in rows if r["step"] is not None]
     tokens = [r["tokens"] for r in rows if r["tokens"] is not None]
@@ -222,11 +325,16 @@ def describe_run(run_dir: Path) -> dict:
         last_step = int(max(steps))
     ckpt = latest_checkpoint(run_dir)
     final = run_dir / "final"
-    try:
-        best = read_json(run_dir / "best" / "best.json")
-        best = best if isinstance(best, dict) and isinstance(best.get("val_loss"), (int, float)) else None
-    except (OSError, ValueError):
-        best = None
+    best = None
+    if (run_dir / "best" / "best.json").is_file():
+        try:
+            best = loads_json((run_dir / "best" / "best.json").read_bytes())
+            if not (isinstance(best, dict) and type(best.get("val_loss")) in (int, float)
+                    and math.isfinite(best["val_loss"]) and type(best.get("step")) is int):
+                raise ValueError("not an object with 'val_loss' and 'step'")
+        except (OSError, ValueError) as e:
+            best = None
+            warnings.append(M("bad_run_json", path=run_dir / "best" / "best.json", err=e))
     resumable = status in ("interrupted", "stale", "failed") and ckpt is not None
     return {
         "path": str(run_dir), "name": run_dir.name, "kind": info.get("kind"), "status": status,
@@ -237,9 +345,10 @@ def describe_run(run_dir: Path) -> dict:
         "best_step": best["step"] if best else None,  # what best/ holds (written by the loop)
         "latest_checkpoint": str(ckpt) if ckpt else None,
         "final_model": str(final) if final.is_dir() else None,
+        "aura_es_acc": suite_figure(final),  # `aura eval --model RUN/final --suite aura-es`, the full suite
         "size_bytes": dir_size(run_dir),
         "resume_command": resume_command(info) if resumable else None,
-        "warning": warning,
+        "warning": " ".join(warnings) or None,
     }
 
 
@@ -263,9 +372,10 @@ def list_runs(cfg: RunsConfig) -> int:
     root = Path(cfg.dir)
     runs = [describe_run(d) for d in find_run_dirs(root)]
     runs.sort(key=lambda r: (_timestamp(r["started"]) or 0.0, r["path"]))
+    damaged = sum(1 for r in runs if r["warning"])
     if cfg.json:
         print(json.dumps(runs, indent=2, ensure_ascii=False))
-        return 0
+        return 2 if damaged else 0
     if not runs:
         console.info(M("no_runs", path=root.resolve()))
         return 0
@@ -274,10 +384,11 @@ def list_runs(cfg: RunsConfig) -> int:
             console.warn(r["warning"])
     rows = [[os.path.relpath(r["path"], root), r["kind"] or "?", status_label(r["status"]),
              "" if r["last_step"] is None else r["last_step"],
-             "" if r["best_val_loss"] is None else f"{r['best_val_loss']:.4f}",
+             "" if r["best_val_loss"] is None else num(r['best_val_loss'], ".4f"),
+             "" if r["aura_es_acc"] is None else num(r["aura_es_acc"], ".4f"),
              Path(r["latest_checkpoint"]).name if r["latest_checkpoint"] else "",
              human_bytes(r["size_bytes"]), (r["updated"] or "")[:19].replace("T", " ")] for r in runs]
-    headers = [M(k) for k in ("h_run", "h_kind", "h_status", "h_step", "h_best_val", "h_checkpoint",
+    headers = [M(k) for k in ("h_run", "h_kind", "h_status", "h_step", "h_best_val", "h_suite", "h_checkpoint",
                               "h_size", "h_updated")]
     console.table(M("title", path=root.resolve()), headers, rows)
     if any(r["status"] == "stale" for r in runs):
@@ -290,4 +401,7 @@ def list_runs(cfg: RunsConfig) -> int:
         console.info(M("resume_title"))
         for r in resumable:
             console.info(f"  {os.path.relpath(r['path'], root)}: {r['resume_command']}")
+    if damaged:  # the table is shown, and scripts still learn that something needs fixing
+        console.error(M("damaged", n=damaged))
+        return 2
     return 0

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from aura.core import console
 from aura.core.errors import AuraError
+from aura.core.files import loads_json
 from aura.core.i18n import Messages
 
 M = Messages("deepspeed", {
@@ -96,8 +97,8 @@ def read_config(path: str | Path) -> dict:
     if not path.is_file():
         raise AuraError(M("no_file", path=path))
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:
+        config = loads_json(path.read_bytes())
+    except ValueError as e:  # not JSON, not UTF-8, nested too deep
         raise AuraError(M("bad_json", path=path, err=e)) from None
     if not isinstance(config, dict):
         raise AuraError(M("bad_json", path=path, err="not an object"))

@@ -2,7 +2,7 @@
 
 The loop (``aura.train.loop.optimizer_step``) drives every engine the same way, once per optimizer step::
 
-    engine.set_lr(lr)                         # the LR is a pure function of the step (aura.train.args)
+    engine.set_lr(lr)                         # the LR is a pure function of the step (optim.schedule)
     for each micro-batch of the window:
         with engine.autocast(): loss = ...    # summed token losses / the window's target tokens
         engine.backward(loss, last=...)
@@ -15,7 +15,7 @@ NaN/inf is skipped: its gradients are dropped and nothing is applied) and its ow
 earlier Aura checkpoint). The optimizer's state is written by the run's ``CheckpointIO``
 (``optimizer.pt``, FSDP2's ``dcp/``, DeepSpeed's own files), which receives ``engine.optimizer``.
 
-* ``TorchEngine``: single process, DDP and FSDP2; AdamW from ``build_optimizer``.
+* ``TorchEngine``: single process, DDP and FSDP2; AdamW (or Muon + AdamW) from ``build_optimizer``.
 * ``aura.train.optim.deepspeed.DeepSpeedStep``: the same protocol over a DeepSpeed engine.
 """
 
@@ -36,8 +36,10 @@ if TYPE_CHECKING:
     from aura.train.args import TrainArgs
 
 M = Messages("engine", {
-    "precision": ("Precisión activa: {precision} | Autocast={autocast} | GradScaler={scaler}",
+    "precision": ("Precisión activa: {precision} | autocast {autocast} | GradScaler {scaler}",
                   "Active precision: {precision} | Autocast={autocast} | GradScaler={scaler}"),
+    "on": ("activado", "ON"),
+    "off": ("desactivado", "OFF"),
     "no_trainable": ("El modelo no tiene parámetros entrenables.", "The model has no trainable parameters."),
     "fp16_cpu": ("fp16 con GradScaler no está disponible en este dispositivo/compilación de PyTorch ({err}); "
                  "usa --precision bf16 o fp32.",
@@ -131,21 +133,25 @@ def global_sum(t: torch.Tensor, dist: DistInfo) -> torch.Tensor:
     return dist.all_reduce(t.to(dist.comm_device), "sum") if dist.is_distributed else t
 
 
-def build_optimizer(model, args: TrainArgs, device: torch.device) -> torch.optim.AdamW:
-    """AdamW over trainable params; no decay on norms, biases, embeddings; fused where supported."""
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
-    decay, no_decay, seen = [], [], set()
-    for p in model.parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        (no_decay if p.ndim < 2 or id(p) in embeddings else decay).append(p)
-    if not decay and not no_decay:
+def build_optimizer(model, args: TrainArgs, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW over trainable params (fused where supported), or with ``--optimizer muon`` Muon for the hidden
+    matrices and AdamW for the rest (``aura.train.optim.muon``); decay only on matrices, never on norms,
+    biases or embeddings."""
+    from aura.train.optim.muon import MuonAdamW, split_params
+
+    hidden, decay, no_decay = split_params(model)
+    if not hidden and not decay and not no_decay:
         raise AuraError(M("no_trainable"))
-    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     kwargs = dict(lr=args.learning_rate or 1e-3, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps)
-    params_dtype_ok = all(p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in decay + no_decay)
-    if device.type in ("cuda", "cpu") and params_dtype_ok:
+    params = hidden + decay + no_decay
+    fused = device.type in ("cuda", "cpu") and all(p.dtype in (torch.float32, torch.float16, torch.bfloat16)
+                                                   for p in params)
+    if getattr(args, "optimizer", None) == "muon":
+        return MuonAdamW(hidden, decay, no_decay, weight_decay=args.weight_decay, fused=fused, **kwargs)
+    index = {id(p): i for i, p in enumerate(model.parameters())}  # the model's order, as optimizer.pt has it
+    decayed = sorted(hidden + decay, key=lambda p: index[id(p)])
+    groups = [{"params": decayed, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if fused:
         try:
             return torch.optim.AdamW(groups, fused=True, **kwargs)
         except (RuntimeError, TypeError):
@@ -171,8 +177,8 @@ def resolve_precision(precision: str, device: torch.device, *, info=None) -> str
 
 def precision_line(precision: str, *, scaler: bool, autocast: bool | None = None) -> str:
     autocast = precision != "fp32" if autocast is None else autocast
-    return M("precision", precision=precision, autocast="ON" if autocast else "OFF",
-             scaler="ON" if scaler else "OFF")
+    return M("precision", precision=precision, autocast=M("on" if autocast else "off"),
+             scaler=M("on" if scaler else "off"))
 
 
 def autocast_context(precision: str, device: torch.device) -> ContextManager:

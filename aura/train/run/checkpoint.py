@@ -26,8 +26,9 @@ from aura.distributed import DistInfo
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.rundir import STATE_FILE, CheckpointRef, latest_checkpoint, list_checkpoints  # noqa: F401 (re-exported)
-from aura.core.atomic import atomic_write_json, human_bytes, read_json, tmp_name
+from aura.core.atomic import atomic_write_json, human_bytes, tmp_name
 from aura.core.staging import staged_dir
+from aura.train.run.ckpt_check import check_checkpoint, check_latest, check_state, load_pt
 
 M = Messages("checkpoint", {
     "disk_full": ("No queda espacio en disco para guardar {path} ({err}). El checkpoint anterior sigue "
@@ -55,13 +56,15 @@ M = Messages("checkpoint", {
                        "strategy and number of ranks."),
     "sharded_refused": ("El checkpoint {path} es de FSDP (solo dcp/, sin model.safetensors) y esta ejecución no "
                         "usa FSDP. Cargarlo requiere torch.distributed.checkpoint, que deserializa con pickle "
-                        "dcp/.metadata: un archivo manipulado ejecutaría código. Si el checkpoint es tuyo o de "
+                        "dcp/.metadata (Aura solo admite ahí las clases de metadatos de DCP y rechaza el resto). "
+                        "Si el checkpoint es tuyo o de "
                         "una fuente de confianza, añade --load-sharded para cargarlo igualmente (se "
                         "redistribuye a este número de procesos); si no, reanúdalo con --strategy fsdp "
                         "(aura launch).",
                         "The checkpoint {path} is an FSDP one (dcp/ only, no model.safetensors) and this run "
                         "does not use FSDP. Loading it needs torch.distributed.checkpoint, which unpickles "
-                        "dcp/.metadata: a crafted file would run code. If the checkpoint is yours or comes "
+                        "dcp/.metadata (Aura allows only DCP's own metadata classes there and refuses the rest). "
+                        "If the checkpoint is yours or comes "
                         "from a trusted source, add --load-sharded to load it anyway (it is resharded to "
                         "this number of processes); otherwise resume it with --strategy fsdp (aura launch)."),
 })
@@ -111,8 +114,7 @@ class FullStateIO:
             raise AuraError(M("sharded_refused", path=directory))
         read(unwrap_model(model), directory)
         if optimizer is not None:
-            optimizer.load_state_dict(torch.load(directory / "optimizer.pt", map_location="cpu",
-                                                 weights_only=True))
+            optimizer.load_state_dict(load_pt(directory / "optimizer.pt", map_location="cpu"))
 
 
 class ShardedStateIO:
@@ -215,12 +217,14 @@ def resolve_resume(value: str, run_dir: str | Path) -> Path:
         path = latest_checkpoint(run_dir)
         if path is None:
             raise AuraError(M("no_latest", path=run_dir))
-        return path
-    path = Path(value)
-    if path.is_dir() and not (path / STATE_FILE).is_file() and latest_checkpoint(path):
-        return latest_checkpoint(path)  # a run dir was given: take its newest checkpoint
-    if not (path / STATE_FILE).is_file():
-        raise AuraError(M("not_checkpoint", path=path))
+        check_latest(Path(run_dir), path)
+    else:
+        path = Path(value)
+        if path.is_dir() and not (path / STATE_FILE).is_file() and latest_checkpoint(path):
+            path = latest_checkpoint(path)  # a run dir was given: take its newest checkpoint
+        elif not (path / STATE_FILE).is_file():
+            raise AuraError(M("not_checkpoint", path=path))
+    check_checkpoint(path)  # damage is found here, before the run dir is touched
     return path
 
 
@@ -228,7 +232,7 @@ def read_state(path: str | Path) -> dict:
     path = Path(path)
     if not (path / STATE_FILE).is_file():
         raise AuraError(M("not_checkpoint", path=path))
-    return read_json(path / STATE_FILE)
+    return check_state(path)
 
 
 def prune(run_dir: str | Path, keep_last: int) -> list[Path]:
@@ -360,18 +364,21 @@ def load_checkpoint(path: Path, *, model, optimizer, engine, dist: DistInfo, io:
     ``allow_sharded`` (--load-sharded): an FSDP checkpoint (dcp/) may be read through DCP into a run
     without FSDP. Otherwise DCP is used only by FSDP runs (ShardedStateIO).
     """
+    from aura.core.paths import check_links
+
+    check_links(path)  # every file a resume reads lies inside the checkpoint (no link leaving it)
     state = read_state(path)
     if allow_sharded and isinstance(io, FullStateIO) and is_sharded_only(path):
         io = ShardedStateIO()
     io.load_state(model, optimizer, path, dist=dist, read=read_model)
     if engine is not None and (path / ENGINE_STATE).is_file():
-        engine.load_state_dict(torch.load(path / ENGINE_STATE, weights_only=True))
+        engine.load_state_dict(load_pt(path / ENGINE_STATE))
     rng_file = path / "rng" / f"rank-{dist.rank}.pt"
     if restore_rng_state and rng_file.is_file():
-        restore_rng(torch.load(rng_file, weights_only=True))
+        restore_rng(load_pt(rng_file))
     extra = None
     if (path / "extra_state.pt").is_file():
-        extra = torch.load(path / "extra_state.pt", weights_only=True)
+        extra = load_pt(path / "extra_state.pt")
     return state, extra
 
 

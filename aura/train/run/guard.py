@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.core.rundir import (EPOCH_INFO, LOCK_FILE, RUN_ENTRIES, RUN_JSON, TRAINING_LOG, RunLock, is_legacy_run,
+from aura.core.rundir import (EPOCH_INFO, RUN_ENTRIES, RUN_JSON, TRAINING_LOG, RunLock, is_legacy_run, last_job,
                              read_record, status_label)
 
 M = Messages("rundir_guard", {
@@ -110,10 +110,32 @@ def elastic_restart() -> int:
 _LOCKS: dict[str, RunLock] = {}  # run dirs this process holds (rank 0), released by release_run_dir
 
 
+_CREATED: dict[str, Path | None] = {}  # run dirs this command created: the topmost new dir, or None (was empty)
+
+
 def release_run_dir(out: str | Path | None = None) -> None:
     """Drop this process's lock on ``out`` (all of them with None); process exit drops them too."""
     for key in [k for k in _LOCKS if out is None or k == str(Path(out).resolve())]:
         _LOCKS.pop(key).release()
+    for key in [k for k in _CREATED if out is None or k == str(Path(out).resolve())]:
+        _CREATED.pop(key)
+
+
+def discard_unstarted_run_dir(out: str | Path) -> None:
+    """A command that failed before training began (a flag, missing data, another tokenizer) leaves no run
+    dir holding only its marker and lock: what it created is removed, the directories it created included
+    (an empty directory that was there stays, emptied). Once run.json exists the run began: nothing is
+    touched. Rank 0 only (the other ranks never created anything)."""
+    key = str(Path(out).resolve())
+    if key not in _CREATED or key not in _LOCKS or (Path(out) / RUN_JSON).exists():
+        return
+    top = _CREATED.pop(key)
+    _LOCKS.pop(key).release()
+    if top is not None:
+        shutil.rmtree(top, ignore_errors=True)
+        return
+    for entry in Path(out).iterdir():  # the dir was empty: everything in it is this command's
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
 
 
 def _lock(out: Path, *, wait_s: float) -> RunLock:
@@ -224,7 +246,7 @@ def _fork(out: Path, resume: Path, step: int, *, fork: bool) -> None:
     for p in moved:
         p.rename(dest / p.name)
     for name in (TRAINING_LOG, EPOCH_INFO):  # the abandoned branch's curves, as they were
-        if (out / name).is_file():
+        if (out / name).is_file() and not (out / name).is_symlink():  # never a file a link points to
             shutil.copy2(out / name, dest / name)
     console.warn(M("forked", step=step, dest=dest, moved=", ".join(p.name for p in moved)))
 
@@ -278,14 +300,18 @@ def _prepare_main(out: Path, *, resume_from, overwrite, fork, inputs, agents) ->
     if standing.startswith("other:"):
         raise AuraError(ownership.M("not_ours", path=out, marker=ownership.MARKER, flag="--overwrite",
                                     kind_note=ownership.M("other_kind", kind="run", found=standing[6:])))
-    last_job = read_record(out / LOCK_FILE).get("job") if standing != "absent" else None
-    same_job = restart > 0 and _same_job(last_job, agents)
+    same_job = restart > 0 and _same_job(last_job(out) if standing != "absent" else None, agents)
     if standing == "foreign" and not resume_from and not same_job:
         raise AuraError(ownership.M("not_ours", path=out, marker=ownership.MARKER, kind_note="",
                                     flag="--overwrite"))
     if resume_from and not same_job:
         ckpt.resolve_resume(resume_from, out)  # a wrong --resume-from fails before anything is written
     check_writable(out, flag="--output-dir")
+    if standing in ("absent", "empty"):  # what this command creates, removed again if it fails before training
+        top = out
+        while not top.parent.exists() and top.parent != top.parent.parent:
+            top = top.parent
+        _CREATED[str(out.resolve())] = top if standing == "absent" else None
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out, wait_s=30.0 if restart else 1.0)  # a restart waits for the old attempt to exit
     same_job = restart > 0 and _same_job(lock.previous.get("job"), agents)

@@ -24,18 +24,18 @@ from aura import __version__
 from aura.core import console
 from aura.core.console import format_duration
 from aura.distributed import DistInfo
-from aura.core.i18n import Messages
+from aura.core.i18n import Messages, count, num
 from aura.core.atomic import atomic_write_json, atomic_write_text, read_json
 
 M = Messages("metrics", {
-    "step": ("Época {epoch} | Paso {step}/{total} | Loss: {loss} | LR {lr:.2e} | Grad {grad} | "
+    "step": ("Época {epoch} | Paso {step}/{total} | Pérdida: {loss} | LR {lr:.2e} | Grad {grad} | "
              "{tps:,.0f} tok/s | MFU {mfu} | Mem {mem} | ETA {eta}{sync}",
              "Epoch {epoch} | Step {step}/{total} | Loss: {loss} | LR {lr:.2e} | Grad {grad} | "
              "{tps:,.0f} tok/s | MFU {mfu} | Mem {mem} | ETA {eta}{sync}"),
-    "epoch": ("Época {epoch}/{epochs} | Loss entrenamiento: {train} | Loss validación: {val} | "
+    "epoch": ("Época {epoch}/{epochs} | Pérdida de entrenamiento: {train} | Pérdida de validación: {val} | "
               "Duración época: {seconds:.1f}s",
               "Epoch {epoch}/{epochs} | Train loss: {train} | Val loss: {val} | Epoch time: {seconds:.1f}s"),
-    "eval": ("Validación en el paso {step}: Loss {val:.4f} (perplejidad {ppl:.1f})",
+    "eval": ("Validación en el paso {step}: pérdida {val:.4f} (perplejidad {ppl:.1f})",
              "Validation at step {step}: Loss {val:.4f} (perplexity {ppl:.1f})"),
     "mfu_peak": ("MFU calculado frente al pico de {peak}.", "MFU computed against the peak of {peak}."),
     "mfu_unknown": ("MFU no disponible: no se conoce el pico de FLOP/s de {device}.",
@@ -56,6 +56,11 @@ def _now() -> str:
 
 def _fmt(x: float | None, spec: str = ".4f") -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _shown(x: float | None, spec: str = ".4f") -> str:
+    """A console value in the language's number format (the CSV keeps ``_fmt``'s)."""
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else num(x, spec)
 
 
 def memory_in_use(device) -> float:
@@ -131,9 +136,9 @@ class MetricsLogger:
         if not self.dist.is_main:
             return
         mem = memory_in_use(self.dist.device)
-        console.info(M("step", epoch=epoch + 1, step=step, total=self.total_steps, loss=_fmt(loss), lr=lr,
-                       grad=_fmt(grad_norm, ".3f"), tps=tokens_per_s,
-                       mfu="-" if mfu is None else f"{100 * mfu:.1f}%", mem=f"{mem / 1e9:.2f} GB",
+        console.info(M("step", epoch=epoch + 1, step=step, total=self.total_steps, loss=_shown(loss), lr=lr,
+                       grad=_shown(grad_norm, ".3f"), tps=tokens_per_s,
+                       mfu="-" if mfu is None else f"{num(100 * mfu, '.1f')}%", mem=f"{num(mem / 1e9, '.2f')} GB",
                        eta="-" if eta_s is None else format_duration(eta_s),
                        sync="" if sync is None else f" | Sync={sync}"))
         self._csv(kind="step", epoch=epoch + 1, step=step, tokens=tokens, train_loss=f"{loss:.6f}",
@@ -156,7 +161,8 @@ class MetricsLogger:
         """Console line + TensorBoard scalars for extra values; returns their CSV cells."""
         if not values:
             return {}
-        console.info("  " + " | ".join(f"{k}={_fmt(v)}" for k, v in values.items()))
+        # counts summed over units (tokens_es) as integers; every value in the language's number format
+        console.info("  " + " | ".join(f"{k}={'-' if v is None else count(v)}" for k, v in values.items()))
         for k, v in values.items():
             self._scalar(k, v, step)
         return {k: f"{v:.6f}" for k, v in values.items() if v is not None and math.isfinite(v)}
@@ -196,7 +202,7 @@ class MetricsLogger:
               val_loss: float | None, epoch_seconds: float, elapsed_s: float) -> None:
         if not self.dist.is_main:
             return
-        console.info(M("epoch", epoch=epoch + 1, epochs=epochs, train=_fmt(train_loss), val=_fmt(val_loss),
+        console.info(M("epoch", epoch=epoch + 1, epochs=epochs, train=_shown(train_loss), val=_shown(val_loss),
                        seconds=epoch_seconds))
         self._csv(kind="epoch", epoch=epoch + 1, step=step, tokens=tokens,
                   train_loss=None if train_loss is None else f"{train_loss:.6f}",
@@ -229,6 +235,8 @@ class RunStatus:
                      "started": previous.get("started", _now()) if previous.get("kind") == kind else _now(),
                      "updated": _now(), "last_step": previous.get("last_step", 0),
                      "latest_checkpoint": previous.get("latest_checkpoint"), "aura_version": __version__}
+        if previous.get("kind") == kind and isinstance(previous.get("history"), list):
+            self.data["history"] = previous["history"]  # every start and resume of the run (session)
         self._write()
 
     def _write(self) -> None:
@@ -323,6 +331,12 @@ class TrainMetrics:
         self._stats = {k: self._zero() + (v if main else 0.0) for k, v in state.interval_stats.items()}
         self._epoch = self._zero() + (state.epoch_loss_sum if main else 0.0)
         self._epoch_n, self._epoch_start = state.epoch_targets, time.perf_counter() - state.epoch_seconds
+
+    def replan(self, *, total_steps: int) -> None:
+        """The run's last step moved (a WSD cooldown started by --time-budget): step lines and ETA follow."""
+        self.total_steps = total_steps
+        if self.logger is not None:
+            self.logger.total_steps = total_steps
 
     def _zero(self):
         import torch

@@ -19,8 +19,6 @@ setup (``aura.train.run.session``) shapes what is written.
 from __future__ import annotations
 
 import dataclasses
-import shlex
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -210,16 +208,8 @@ class CheckpointPolicy:
 
 
 def default_resume_command(checkpoint: Path) -> str:
-    """This process's command line with ``--resume-from CHECKPOINT`` (and without ``--overwrite``)."""
-    out, skip = [], False
-    for a in sys.argv[1:]:
-        if skip:
-            skip = False
-            continue
-        if a in ("--resume-from", "--overwrite"):
-            skip = a == "--resume-from"
-            continue
-        if a.startswith("--resume-from="):
-            continue
-        out.append(a)
-    return " ".join(shlex.quote(x) for x in ["aura", *out, "--resume-from", str(checkpoint)])
+    """The command that launched this process (its launcher too: torchrun, aura launch) with
+    ``--resume-from CHECKPOINT`` and without ``--overwrite`` (``aura.distributed.launcher``)."""
+    from aura.distributed.launcher import describe_launch, resume_command
+
+    return resume_command(describe_launch(), checkpoint)

@@ -97,6 +97,7 @@ class TrainingJob:
     objective: Any = None  # aura.train.objectives.objective.Objective; None: next-token cross entropy
     evaluators: list = field(default_factory=list)  # aura.train.objectives.objective.Evaluator, run every N steps
     wrap_engine: Callable | None = None  # engine -> engine (e.g. aura.train.init_from.FreezeEngine)
+    record: dict = field(default_factory=dict)  # extra run.json fields (a mixture's effective proportions)
 
 
 class TrainingCommand(Protocol):
@@ -119,14 +120,22 @@ def run_training(cfg, command: TrainingCommand) -> int:
     saving a checkpoint."""
     from aura.distributed import init_distributed, teardown
     from aura.train.args import explicit_fields
-    from aura.train.run.guard import release_run_dir
+    from aura.distributed.launcher import record_exit
+    from aura.train.run.guard import discard_unstarted_run_dir, release_run_dir
 
     explicit = sorted(explicit_fields(cfg))
     dist = init_distributed(backend=cfg.backend, device=cfg.device)
     console.set_quiet(not dist.is_main)  # one voice; other ranks still print warnings, errors, Sync
+    code = 1
     try:
-        return _run(cfg, command, dist, explicit)
+        code = _run(cfg, command, dist, explicit)
+        return code
+    except BaseException as e:
+        code = e.exit_code if isinstance(e, AuraError) else 130 if isinstance(e, KeyboardInterrupt) else 1
+        discard_unstarted_run_dir(cfg.output_dir)  # a failure before training leaves no half-made run dir
+        raise
     finally:
+        record_exit(code)  # under `aura launch`: how this worker ended
         release_run_dir(cfg.output_dir)
         teardown(dist)
         console.set_quiet(False)
@@ -205,11 +214,38 @@ def _train(run: Run, job: TrainingJob, kind: str):
     if suite is not None:
         job.evaluators = [*job.evaluators, suite]
     metrics = TrainMetrics.for_run(run.out, kind=kind, dist=run.dist, hardware=run.info, precision=run.precision,
-                                   flops_per_token=job.flops_per_token, time_budget_h=job.cfg.time_budget,
+                                   flops_per_token=job.flops_per_token,
+                                   time_budget_h=0.0 if getattr(job.plan.schedule, "kind", "") == "wsd" else job.cfg.time_budget,
                                    extra_columns=metric_columns(job))
+    hooks.resume_command = _record_launch(run, job, metrics)
+    from aura.train.run.plan import interval_notices
+
+    interval_notices(job.cfg, job.plan, explicit=run.explicit)
     return train(model=job.model, engine=engine, data=job.data, val_data=job.val_data, args=job.cfg, plan=job.plan,
                  dist=run.dist, hooks=hooks, metrics=metrics, resume_from=run.resume, objective=job.objective,
                  evaluators=job.evaluators)
+
+
+def _record_launch(run: Run, job: TrainingJob, metrics) -> Callable[[Path], str]:
+    """run.json: how the run was launched (``launch``), one ``history`` entry per start or resume (with the
+    plan changes a resume forced), the job's own record (a mixture's proportions); returns the resume
+    command the loop prints, which launches the run the same way."""
+    from datetime import datetime, timezone
+
+    from aura.distributed.launcher import describe_launch, resume_command
+
+    record = describe_launch()
+    record.update(ddp_comm=getattr(job.cfg, "ddp_comm", None), local_steps=getattr(job.cfg, "local_steps", None))
+    status = metrics.status
+    if status is not None and status.enabled:
+        entry = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "argv": record["argv"],
+                 "launcher": record["launcher"], "world_size": run.dist.world_size,
+                 "step": run.adopted.step if run.adopted is not None else 0,
+                 "resumed_from": str(run.resume) if run.resume is not None else None}
+        if run.adopted is not None and run.adopted.forced:
+            entry["plan_changes"] = run.adopted.forced
+        status.update(launch=record, history=[*status.data.get("history", []), entry], **job.record)
+    return lambda checkpoint: resume_command(record, checkpoint)
 
 
 def metric_columns(job: TrainingJob) -> tuple[str, ...]:
@@ -262,13 +298,15 @@ def load_hf_weights(model, directory: Path) -> None:
 
     from safetensors.torch import load_file
 
+    from aura.core.paths import contained
+
     directory = Path(directory)
     index = directory / "model.safetensors.index.json"
     files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() \
         else ["model.safetensors"]
     state: dict = {}
-    for name in files:
-        state.update(load_file(str(directory / name)))
+    for name in files:  # a name in the index never leaves the checkpoint
+        state.update(load_file(str(contained(directory, name, source=index if index.is_file() else directory))))
     result = model.load_state_dict(state, strict=False)
     groups: dict[int, set[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):

@@ -1,0 +1,194 @@
+"""Inputs of ``aura data curate``: WARC/WET crawls, HTML files and the text formats of ``aura data prepare``.
+
+``find_inputs`` expands files, directories and patterns into a sorted list of ``InputFile``; the
+pipeline's first step, ``CurateReader``, reads its task's share (``files[rank::world_size]``) with
+warcio (through datatrove's WARC record parser), as raw HTML, or with Aura's own text readers
+(``aura.text.readers``: txt, jsonl, json, csv, tsv, parquet, plain or .gz/.zst). Documents that are
+HTML are marked ``metadata["format"] = "html"`` so that only they go through text extraction.
+
+A damaged file stops its task with ``CurateInputError``, which names the file, the record and the
+byte offset where reading failed.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import os
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.readers.base import BaseReader
+
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
+from aura.text.readers import ReaderOptions, iter_documents
+from aura.text.sources import Source
+
+M = Messages("curate_readers", {
+    "missing": ("No existe la entrada {path}. Revisa la ruta (se aceptan archivos, directorios y patrones).",
+                "The input {path} does not exist. Check the path (files, directories and patterns are "
+                "accepted)."),
+    "unsupported": ("Formato no compatible: {path}. Formatos aceptados: {exts}.",
+                    "Unsupported format: {path}. Accepted formats: {exts}."),
+    "no_supported": ("El directorio {path} no contiene archivos compatibles ({exts}).",
+                     "The directory {path} holds no supported files ({exts})."),
+    "truncated": ("quedan {size} bytes sin leer al final: el archivo está cortado",
+                  "{size} bytes are left unread at the end: the file is cut short"),
+    "cut_record": ("al registro le faltan {size} bytes: el archivo está cortado",
+                   "the record lacks {size} bytes: the file is cut short"),
+    "bad_record": ("{path}, registro {record} (byte {offset}): {err}. El archivo está dañado o truncado; "
+                   "vuelve a descargarlo o quítalo de las entradas.",
+                   "{path}, record {record} (byte {offset}): {err}. The file is damaged or truncated; "
+                   "download it again or remove it from the inputs."),
+})
+
+WARC_SUFFIXES = (".warc", ".warc.gz", ".wet", ".wet.gz", ".warc.wet", ".warc.wet.gz", ".arc.gz")
+HTML_SUFFIXES = (".html", ".htm", ".html.gz", ".htm.gz")
+TEXT_SUFFIXES = tuple(f".{f}{c}" for f in ("txt", "jsonl", "json", "csv", "tsv", "parquet")
+                      for c in ("", ".gz", ".zst"))
+ACCEPTED = "WARC/WET (.warc, .warc.gz, .wet.gz), HTML (.html, .htm), txt, jsonl, json, csv, tsv, parquet (+ .gz/.zst)"
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str
+    kind: str          # warc | html | text
+    fmt: str = ""      # text formats: txt | jsonl | ...
+    compression: str = ""
+
+
+class CurateInputError(Exception):
+    """A damaged input; its message is the user-facing text (it crosses process boundaries as a string)."""
+
+
+def _classify(p: Path) -> InputFile | None:
+    name = p.name.lower()
+    if name.endswith(WARC_SUFFIXES):
+        return InputFile(str(p), "warc")
+    if name.endswith(HTML_SUFFIXES):
+        return InputFile(str(p), "html", compression="gz" if name.endswith(".gz") else "")
+    for suffix in TEXT_SUFFIXES:
+        if name.endswith(suffix):
+            parts = suffix[1:].split(".")
+            return InputFile(str(p), "text", parts[0], parts[1] if len(parts) > 1 else "")
+    return None
+
+
+def find_inputs(inputs: list[str]) -> list[InputFile]:
+    """Files, directories (searched recursively, hidden entries skipped) and patterns, sorted per input."""
+    found: list[InputFile] = []
+    for item in inputs:
+        p = Path(os.path.expanduser(item))
+        if glob.has_magic(item) and not p.exists():
+            matches = sorted(glob.glob(os.path.expanduser(item), recursive=True))
+            if not matches:
+                raise AuraError(M("missing", path=item))
+            found += find_inputs(matches)
+        elif p.is_dir():
+            files = [_classify(f) for f in sorted(p.rglob("*")) if f.is_file()
+                     and not any(part.startswith(".") for part in f.relative_to(p).parts)]
+            files = [f for f in files if f is not None]
+            if not files:
+                raise AuraError(M("no_supported", path=p, exts=ACCEPTED))
+            found += files
+        elif p.is_file():
+            f = _classify(p)
+            if f is None:
+                raise AuraError(M("unsupported", path=p, exts=ACCEPTED))
+            found.append(f)
+        else:
+            raise AuraError(M("missing", path=item))
+    seen: set[str] = set()
+    return [f for f in found if not (f.path in seen or seen.add(f.path))]
+
+
+def _read_warc(path: str) -> Iterator[dict]:
+    from datatrove.pipeline.readers.warc import process_record
+    from warcio.archiveiterator import ArchiveIterator
+    from warcio.exceptions import ArchiveLoadFailed
+
+    record_no, offset = 0, 0
+    try:
+        with open(path, "rb") as f:
+            records = ArchiveIterator(f)
+            for record in records:  # record_no: records read whole so far
+                offset = records.offset  # start of this record (get_record_offset() would read it to its end)
+                data = process_record(record)
+                while record.raw_stream.read(1 << 16):  # the rest of the record, to see if it is whole
+                    pass
+                if getattr(record.raw_stream, "limit", 0) > 0:
+                    raise EOFError(M("cut_record", size=record.raw_stream.limit))
+                record_no += 1
+                if data:
+                    data["format"] = "html" if record.rec_type == "response" else "text"
+                    yield data
+            if records.offset < os.path.getsize(path):  # warcio stops quietly at a cut gzip member
+                offset = records.offset
+                raise EOFError(M("truncated", size=os.path.getsize(path) - records.offset))
+    except (ArchiveLoadFailed, EOFError, OSError, zlib.error, ValueError) as e:
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CurateInputError(M("bad_record", path=path, record=record_no + 1, offset=offset,
+                                 err=detail)) from None
+
+
+def _read_html(f: InputFile) -> Iterator[dict]:
+    try:
+        if f.compression == "gz":
+            with gzip.open(f.path, "rb") as fh:
+                raw = fh.read()
+        else:
+            raw = Path(f.path).read_bytes()
+    except (EOFError, OSError, zlib.error) as e:
+        raise CurateInputError(M("bad_record", path=f.path, record=1, offset=0, err=e)) from None
+    yield {"text": raw.decode("utf-8", errors="replace"), "format": "html"}
+
+
+class CurateReader(BaseReader):
+    """Reads this task's share of the inputs, in a fixed order, as datatrove documents."""
+
+    name = "📚 Aura inputs (WARC, HTML, text)"
+
+    def __init__(self, files: list[InputFile], *, root: str, options: ReaderOptions, limit: int = -1):
+        super().__init__(limit=limit)
+        self.files = list(files)
+        self.root = root
+        self.options = options
+
+    def _records(self, f: InputFile) -> Iterator[dict]:
+        if f.kind == "warc":
+            yield from _read_warc(f.path)
+        elif f.kind == "html":
+            yield from _read_html(f)
+        else:
+            source = Source("file", f.path, f.fmt, f.compression, os.path.getsize(f.path))
+            try:
+                for text in iter_documents(source, self.options, Counter()):
+                    yield {"text": text, "format": "text"}
+            except AuraError as e:
+                raise CurateInputError(str(e)) from None
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        if data:
+            yield from data
+        produced = 0
+        for f in self.files[rank::world_size]:
+            self.stat_update("input_files")
+            rel = os.path.relpath(f.path, self.root) if self.root else f.path
+            for i, record in enumerate(self._records(f)):
+                if not record.get("text"):
+                    continue
+                if self.limit != -1 and produced >= self.limit:
+                    return
+                metadata = {"source": rel, "format": record["format"]}
+                if record.get("url"):
+                    metadata["url"] = record["url"]
+                doc = Document(text=record["text"], id=str(record.get("id") or f"{rel}#{i}"),
+                               metadata=metadata)
+                self.update_doc_stats(doc)
+                produced += 1
+                yield doc

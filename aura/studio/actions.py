@@ -1,0 +1,167 @@
+"""What the page may change: launch an Aura command, stop a run (SIGTERM), resume it.
+
+Only Aura's own commands start, as ``sys.executable -m aura COMMAND ARGS`` with the arguments as a list
+(no shell), built from the command's typed config (the same flags, defaults, choices and validation as
+the CLI). The process is detached (its own session: it outlives the page and the studio) and appends its
+output to ``RUNS_DIR/.aura-studio/NAME.log`` (not inside the run folder: ``aura pretrain`` refuses to
+start in a folder it did not create); its run folder is always directly under the studio's runs folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Literal, get_args, get_origin
+
+from aura.core.config import _default_of, _unwrap_optional, fields_of, flag_name, parse_config
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
+from aura.core.rundir import lock_holder
+from aura.distributed.launcher import strip_resume
+from aura.watch.runs import live_status, resume_args
+
+M = Messages("studio_actions", {
+    "unknown_command": ("La página solo puede lanzar {valid}; recibido {command!r}.",
+                        "The page can only launch {valid}; got {command!r}."),
+    "unknown_field": ("'{field}' no es una opción de aura {command}.", "'{field}' is not an option of aura {command}."),
+    "bad_name": ("Nombre de ejecución no válido {name!r}: usa letras, números, '-', '_' o '.', sin '/' ni '..'.",
+                 "Invalid run name {name!r}: use letters, digits, '-', '_' or '.', without '/' or '..'."),
+    "exists": ("Ya existe {path}: elige otro nombre, o reanúdala desde su página.",
+               "{path} already exists: pick another name, or resume it from its page."),
+    "not_running": ("{run} no se está ejecutando en esta máquina (estado: {status}).",
+                    "{run} is not running on this machine (status: {status})."),
+    "not_resumable": ("{run} no se puede reanudar desde aquí (estado {status}, sin checkpoint o sin su línea de "
+                      "comandos en run.json).",
+                      "{run} cannot be resumed from here (status {status}, no checkpoint or no command line in "
+                      "run.json)."),
+    "launcher": ("{run} se lanzó con {launcher}: reanúdala en una terminal con: {command}",
+                 "{run} was launched with {launcher}: resume it in a terminal with: {command}"),
+})
+
+# command -> (module, config class, the field that names the run folder)
+FORMS = {
+    "pretrain": ("aura.train.pretrain", "PretrainConfig", "output_dir"),
+    "finetune": ("aura.train.finetune", "FinetuneConfig", "output_dir"),
+}
+LOG_DIR = ".aura-studio"
+
+
+def log_path(run_dir: Path) -> Path:
+    return run_dir.parent / LOG_DIR / f"{run_dir.name}.log"
+
+
+def config_class(command: str):
+    if command not in FORMS:
+        raise AuraError(M("unknown_command", valid=", ".join(FORMS), command=command))
+    module, cls, _ = FORMS[command]
+    return getattr(importlib.import_module(module), cls)
+
+
+def form(command: str) -> list[dict]:
+    """The fields of ``aura COMMAND`` as the page draws them: flag, type, default, choices, help es/en."""
+    out, cls = [], config_class(command)
+    own = set(getattr(cls, "__annotations__", {}))  # the command's own flags first, then the shared ones
+    for f, tp in sorted(fields_of(cls), key=lambda ft: ft[0].name not in own):
+        meta = f.metadata or {}
+        if not meta or meta.get("hidden") or f.name == FORMS[command][2]:
+            continue
+        base, optional = _unwrap_optional(tp)
+        choices = list(get_args(base)) if get_origin(base) is Literal else meta.get("choices")
+        kind = ("bool" if base is bool else "list" if get_origin(base) in (list, tuple)
+                else "int" if base is int else "float" if base is float else "str")
+        default = _default_of(f)
+        out.append({"name": f.name, "flag": flag_name(f.name), "type": kind, "optional": optional,
+                    "default": None if default is dataclasses.MISSING else
+                    str(default) if isinstance(default, Path) else default,
+                    "choices": list(choices) if choices else None, "help": {"es": meta["help"][0], "en": meta["help"][1]},
+                    "positional": bool(meta.get("positional"))})
+    return out
+
+
+def check_name(name: str) -> str:
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith(".") \
+            or not all(c.isalnum() or c in "-_." for c in name):
+        raise AuraError(M("bad_name", name=name))
+    return name
+
+
+def build_argv(command: str, values: dict, run_dir: Path) -> list[str]:
+    """The arguments after ``aura`` for a form's values: only the command's own fields, each a list item."""
+    fields = {f["name"]: f for f in form(command)}
+    argv = [command]
+    for name, value in values.items():
+        if name not in fields:
+            raise AuraError(M("unknown_field", field=name, command=command))
+        f = fields[name]
+        if value is None or value == "" or value == f["default"]:
+            continue
+        if f["type"] == "bool":
+            argv.append(f["flag"] if value else f"--no-{f['flag'][2:]}")
+            continue
+        items = value if isinstance(value, list) else shlex.split(str(value)) if f["type"] == "list" else [value]
+        items = [str(v) for v in items]
+        argv += items if f["positional"] else [f["flag"], *items]
+    argv += ["--" + FORMS[command][2].replace("_", "-"), str(run_dir)]
+    parse_config(config_class(command), argv[1:], prog=f"aura {command}", description="")  # the CLI's validation
+    return argv
+
+
+def spawn(argv: list[str], run_dir: Path, *, cwd: Path, env: dict | None = None) -> int:
+    """Start ``python -m aura ARGV`` detached, its output appended to ``log_path(run_dir)``; returns its pid."""
+    log_file = log_path(run_dir)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "AURA_PLAIN": "1", **(env or {})}
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "aura", *argv], cwd=cwd, env=full_env,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    return proc.pid
+
+
+def launch(command: str, name: str, values: dict, root: Path) -> dict:
+    run_dir = root / check_name(name)
+    if run_dir.exists() or run_dir.is_symlink():
+        raise AuraError(M("exists", path=run_dir))
+    argv = build_argv(command, values, run_dir.resolve())
+    pid = spawn(argv, run_dir, cwd=root.resolve())
+    return {"name": name, "pid": pid, "argv": argv, "command": shlex.join(["aura", *argv])}
+
+
+def stop(run_dir: Path, info: dict) -> dict:
+    """SIGTERM to the process writing the run (the lock's holder; run.json's pid for older runs): the loop
+    saves a checkpoint and records the run as interrupted."""
+    status, local = live_status(info, run_dir)
+    holder = lock_holder(run_dir) or {}
+    pid = holder.get("pid") or info.get("pid")
+    if status != "running" or not local or not isinstance(pid, int):
+        raise AuraError(M("not_running", run=run_dir.name, status=status))
+    os.kill(pid, signal.SIGTERM)
+    return {"name": run_dir.name, "pid": pid, "signal": "SIGTERM"}
+
+
+def resume(run_dir: Path, info: dict, resume_command: str | None) -> dict:
+    """Start the run again as it was launched, with ``--resume-from latest``."""
+    status, _ = live_status(info, run_dir)
+    if status not in ("interrupted", "stale", "failed") or not resume_command:
+        raise AuraError(M("not_resumable", run=run_dir.name, status=status))
+    launch_rec, env, cwd = info.get("launch"), {}, info.get("cwd")
+    if isinstance(launch_rec, dict) and isinstance(launch_rec.get("argv"), list):
+        prefix = [str(a) for a in launch_rec.get("prefix") or ["aura"]]
+        if prefix[:1] != ["aura"]:
+            raise AuraError(M("launcher", run=run_dir.name, launcher=launch_rec.get("launcher"),
+                              command=resume_command))
+        argv = [*prefix[1:], *strip_resume([str(a) for a in launch_rec["argv"]]), "--resume-from", "latest"]
+        env = {str(k): str(v) for k, v in (launch_rec.get("env") or {}).items()}
+        cwd = launch_rec.get("cwd") or cwd
+    else:
+        argv = resume_args(info)
+    if not argv or not cwd or not Path(cwd).is_dir():
+        raise AuraError(M("not_resumable", run=run_dir.name, status=status))
+    pid = spawn(argv, run_dir, cwd=Path(cwd), env=env)
+    return {"name": run_dir.name, "pid": pid, "argv": argv, "command": shlex.join(["aura", *argv])}

@@ -1,0 +1,220 @@
+"""The studio's web app (Starlette): the page, its static files and the JSON API under ``/api/``.
+
+Security: off loopback every request needs the token (``?token=`` once, which sets a cookie, or an
+``Authorization: Bearer`` header), else 401. State-changing requests are POSTs that must come from the
+page itself: same Origin as the Host, and the ``X-Aura-CSRF`` header holding the token derived from the
+browser's session cookie (a cross-site form or fetch can do neither). A run NAME is a folder directly
+under the runs folder holding a run.json, reached without leaving it (no ``..``, ``/`` or symlink out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import shlex
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from aura.core.errors import AuraError
+from aura.core.files import loads_json
+from aura.core.i18n import current_lang
+from aura.core.rundir import list_checkpoints
+from aura.studio import actions
+from aura.studio.metrics import LogCache, series
+from aura.watch.runs import describe_run, find_run_dirs
+
+STATIC = Path(__file__).parent / "static"
+SESSION_COOKIE, TOKEN_COOKIE, CSRF_HEADER = "aura_session", "aura_token", "x-aura-csrf"
+MAX_POINTS = 2000
+
+
+def create_app(root: Path, *, token: str | None = None) -> Starlette:
+    """The app serving ``root`` (a runs folder). ``token``: required on every request when set."""
+    root = Path(root)
+    secret = secrets.token_bytes(32)
+    cache = LogCache()
+    monitor: dict = {}
+
+    def csrf_for(session: str) -> str:
+        return hmac.new(secret, session.encode(), hashlib.sha256).hexdigest()
+
+    def run_dir_of(name: str) -> Path | None:
+        if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+            return None
+        d = root / name
+        try:
+            real_root, real = root.resolve(strict=True), d.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return None
+        if real.parent != real_root or d.is_symlink() or not (d / "run.json").is_file():
+            return None
+        return d
+
+    def run_info(d: Path) -> dict:
+        try:
+            info = loads_json((d / "run.json").read_bytes())
+        except (OSError, ValueError):
+            return {}
+        return info if isinstance(info, dict) else {}
+
+    async def page(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+    async def session(request: Request) -> Response:
+        lang = current_lang() if os.environ.get("AURA_LANG") else \
+            "es" if request.headers.get("accept-language", "es").lower().startswith("es") else "en"
+        return JSONResponse({"csrf": csrf_for(request.state.session), "lang": lang,
+                             "root": str(root.resolve())})
+
+    async def runs(request: Request) -> Response:
+        found = await asyncio.to_thread(lambda: [describe_run(d) for d in find_run_dirs(root)])
+        for r in found:
+            r["id"] = r["name"] if Path(r["path"]).parent.resolve() == root.resolve() else None
+        return JSONResponse(found)
+
+    async def run(request: Request) -> Response:
+        d = run_dir_of(request.path_params["name"])
+        if d is None:
+            return JSONResponse({"error": "not found"}, status_code=404)
+
+        def detail():
+            info = run_info(d)
+            rec = describe_run(d)
+            cfg = {}
+            for name in ("model_config.json", "training_args.json", "config.json"):
+                if (d / name).is_file():
+                    try:
+                        cfg[name] = loads_json((d / name).read_bytes())
+                    except (OSError, ValueError):
+                        pass
+            ckpts = [{"name": c.path.name, "path": str(c.path), "step": c.step, "kind": c.kind, "saved": c.saved}
+                     for c in list_checkpoints(d)]
+            log = actions.log_path(d)
+            tail = log.read_bytes()[-8000:].decode("utf-8", "replace") if log.is_file() else ""
+            return {**rec, "run_json": info, "history": info.get("history", []), "config": cfg,
+                    "checkpoints": ckpts, "studio_log": tail, "studio_log_path": str(log)}
+        return JSONResponse(await asyncio.to_thread(detail))
+
+    async def metrics(request: Request) -> Response:
+        d = run_dir_of(request.path_params["name"])
+        if d is None:
+            return JSONResponse({"error": "not found"}, status_code=404)
+        try:
+            max_points = max(4, min(100_000, int(request.query_params.get("max_points", MAX_POINTS))))
+        except ValueError:
+            return JSONResponse({"error": "max_points must be an integer"}, status_code=400)
+        try:
+            rows = await asyncio.to_thread(cache.rows, d)
+        except AuraError as e:
+            return JSONResponse({"columns": [], "series": {}, "rows": 0, "warning": str(e)})
+        return JSONResponse(series(rows, max_points))
+
+    async def hardware(request: Request) -> Response:
+        def sample():
+            from aura.watch import monitor as mon
+            import psutil
+
+            if "gpus" not in monitor:
+                monitor["gpus"] = mon.GPUReader()
+                psutil.cpu_percent(interval=0.1)
+            return mon.take_sample(monitor["gpus"], pid=None)
+        return JSONResponse(await asyncio.to_thread(sample))
+
+    async def form(request: Request) -> Response:
+        try:
+            fields = await asyncio.to_thread(actions.form, request.path_params["command"])
+        except AuraError as e:
+            return JSONResponse({"error": str(e)}, status_code=404)
+        return JSONResponse({"command": request.path_params["command"], "fields": fields})
+
+    async def body(request: Request) -> dict:
+        try:
+            data = json.loads(await request.body() or b"{}")
+        except ValueError:
+            raise AuraError("JSON body expected") from None
+        if not isinstance(data, dict):
+            raise AuraError("JSON object expected")
+        return data
+
+    async def launch(request: Request) -> Response:
+        data = await body(request)
+        values = data.get("values") or {}
+        if not isinstance(values, dict):
+            raise AuraError("'values' must be an object")
+        return JSONResponse(await asyncio.to_thread(actions.launch, str(data.get("command")),
+                                                    str(data.get("name") or ""), values, root))
+
+    async def preview(request: Request) -> Response:
+        data = await body(request)
+        name = actions.check_name(str(data.get("name") or ""))
+        argv = await asyncio.to_thread(actions.build_argv, str(data.get("command")), data.get("values") or {},
+                                       (root / name).resolve())
+        return JSONResponse({"argv": argv, "command": shlex.join(["aura", *argv])})
+
+    def on_run(fn):
+        async def handler(request: Request) -> Response:
+            d = run_dir_of(request.path_params["name"])
+            if d is None:
+                return JSONResponse({"error": "not found"}, status_code=404)
+            rec = await asyncio.to_thread(describe_run, d)
+            info = run_info(d)
+            return JSONResponse(await asyncio.to_thread(fn, d, info, rec))
+        return handler
+
+    async def guard(request: Request, call_next):
+        if token is not None:
+            given = request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
+            auth = request.headers.get("authorization", "")
+            if auth.lower().startswith("bearer "):
+                given = auth[7:].strip()
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                return JSONResponse({"error": "token required"}, status_code=401)
+        session_id = request.cookies.get(SESSION_COOKIE) or ""
+        new_session = len(session_id) != 43
+        if new_session:
+            session_id = secrets.token_urlsafe(32)
+        request.state.session = session_id
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            origin = request.headers.get("origin") or request.headers.get("referer")
+            host = request.headers.get("host", "")
+            if (not origin or urlsplit(origin).netloc != host or new_session
+                    or not hmac.compare_digest(request.headers.get(CSRF_HEADER, ""), csrf_for(session_id))):
+                return JSONResponse({"error": "cross-site request refused"}, status_code=403)
+        response = await call_next(request)
+        if new_session:
+            response.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict")
+        if token is not None and request.query_params.get("token"):
+            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["X-Frame-Options"] = "DENY"
+        return response
+
+    app = Starlette(routes=[
+        Route("/", page),
+        Route("/api/session", session),
+        Route("/api/runs", runs),
+        Route("/api/runs/{name}", run),
+        Route("/api/runs/{name}/metrics", metrics),
+        Route("/api/hardware", hardware),
+        Route("/api/forms/{command}", form),
+        Route("/api/preview", preview, methods=["POST"]),
+        Route("/api/launch", launch, methods=["POST"]),
+        Route("/api/runs/{name}/stop", on_run(lambda d, info, rec: actions.stop(d, info)), methods=["POST"]),
+        Route("/api/runs/{name}/resume", on_run(lambda d, info, rec: actions.resume(d, info, rec["resume_command"])),
+              methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC)),
+    ], middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)], exception_handlers={AuraError: lambda request, exc: JSONResponse({"error": str(exc)}, status_code=400)})
+
+    return app

@@ -1,0 +1,143 @@
+"""GRPO, the objective of ``aura finetune --objective grpo``: TRL's algorithm on Aura's one training loop.
+
+A micro-batch holds B completions (``aura.train.objectives.rollout`` samples them, scores them and
+computes their advantages): ``input_ids`` = the left-padded prompt then the right-padded completion,
+``attention_mask``, ``position_ids`` (counted from each row's first real token, as when sampling),
+``completion_mask`` (B, C), ``advantages`` (B,), ``ref_logps`` (B, C) when ``--beta`` > 0, optionally
+``old_logps`` (B, C), and ``rollout_stats`` (the window's reward statistics, logged as they are).
+
+Per completion token, with ``r = exp(log pi - log pi_old)`` (``pi_old`` = the policy that sampled:
+``log pi`` detached, so ``r = 1`` and only its gradient acts, when every rollout is used for one step):
+``-min(r A, clip(r, 1 - eps, 1 + eps_high) A) + beta KL``, with the k3 estimator
+``KL = exp(ref - log pi) - (ref - log pi) - 1``. Log-probabilities use the logits divided by the sampling
+temperature, as TRL's do. Aggregation (``--loss-type``), with the loop normalising every window by the
+objective's units on all ranks:
+
+* ``grpo``: each completion's token mean, averaged over completions (unit: a completion);
+* ``bnpo``: the token mean of each micro-batch, averaged over micro-batches (unit: a completion);
+* ``dr_grpo``: the token sum over completions x ``--max-completion-length`` (unit: that many tokens);
+* ``dapo``: the token sum over the tokens of the whole window, all ranks (unit: a completion token).
+
+These are TRL GRPOTrainer's definitions (``tests/test_grpo_parity.py`` checks loss and gradients against
+it). Logged besides the loss (per step, averaged over a log interval like every objective's statistics):
+the rollout's reward statistics, the policy's entropy, the share of clipped tokens and, with ``--beta``,
+the KL to the reference.
+"""
+
+from __future__ import annotations
+
+import torch
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+ROLLOUT_STATS = ("reward", "reward_std", "frac_reward_zero_std", "completion_length", "completions_truncated",
+                 "time/rollout_s", "time/update_s")
+
+
+def rollout_stat_names(reward_names: list[str]) -> tuple[str, ...]:
+    """The statistics a rollout attaches to its micro-batches, in their order in ``rollout_stats``."""
+    per_reward = tuple(f"rewards/{n}/{k}" for n in reward_names for k in ("mean", "std"))
+    return ROLLOUT_STATS[:2] + per_reward + ROLLOUT_STATS[2:]
+
+
+def completion_logps(model, batch: dict[str, torch.Tensor], *, temperature: float, entropy: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log-prob of each completion token under ``model`` (B, C) fp32, and its entropy (B, C), no
+    gradient, when asked). Logits exist only for the completion positions (``logits_to_keep``)."""
+    c = batch["completion_mask"].shape[1]
+    ids = batch["input_ids"]  # (B, P + C)
+    logits = model(input_ids=ids, attention_mask=batch["attention_mask"], position_ids=batch["position_ids"],
+                   use_cache=False, logits_to_keep=c + 1).logits[:, :-1]  # (B, C, V): position t predicts t + 1
+    logits = logits.float() / temperature
+    targets = ids[:, -c:].unsqueeze(-1)  # (B, C, 1)
+    lse = logits.logsumexp(-1)  # (B, C)
+    logps = logits.gather(-1, targets).squeeze(-1) - lse
+    ent = None
+    if entropy:
+        with torch.no_grad():
+            ent = lse - (logits.softmax(-1) * logits).sum(-1)
+    return logps, ent
+
+
+def group_advantages(rewards: torch.Tensor, *, num_generations: int, scale: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """TRL's advantages of N = groups x G rewards (consecutive rows of a group): reward minus its group's
+    mean, divided by the group's (``group``) or the whole batch's (``batch``) standard deviation (Bessel's
+    correction) plus 1e-4, or not divided (``none``). Also returns whether each row's std is zero."""
+    grouped = rewards.view(-1, num_generations)  # (groups, G)
+    mean = grouped.mean(1).repeat_interleave(num_generations)
+    if scale == "batch":
+        std = rewards.std().expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+    else:  # group (and none, for the zero-std count)
+        std = grouped.std(1).repeat_interleave(num_generations) if num_generations > 1 else torch.zeros_like(rewards)
+    advantages = rewards - mean
+    if scale != "none":
+        advantages = advantages / (std + 1e-4)
+    return advantages, torch.isclose(std, torch.zeros_like(std))
+
+
+class GRPO:
+    """The clipped, optionally KL-regularised policy-gradient loss of GRPO and its variants."""
+
+    name = "grpo"
+
+    def __init__(self, *, loss_type: str = "dapo", epsilon: float = 0.2, epsilon_high: float | None = None,
+                 beta: float = 0.0, temperature: float = 1.0, max_completion_length: int = 256,
+                 reward_names: list[str] | tuple[str, ...] = ()):
+        if loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {LOSS_TYPES}")
+        self.loss_type, self.beta, self.temperature = loss_type, beta, temperature
+        self.eps_low, self.eps_high = epsilon, epsilon if epsilon_high is None else epsilon_high
+        self.max_completion_length = max_completion_length
+        self.stat_names = rollout_stat_names(list(reward_names))
+        self.metric_names = self.stat_names + ("entropy", "clip_ratio") + (("kl",) if beta else ())
+
+    def count(self, batch: dict[str, torch.Tensor]) -> int:
+        """Units of a CPU micro-batch (see the module docstring)."""
+        n = int(batch["completion_mask"].shape[0])
+        if self.loss_type == "dapo":
+            return int(batch["completion_mask"].sum())
+        if self.loss_type == "dr_grpo":
+            return n * self.max_completion_length
+        return n
+
+    def per_token_loss(self, logps: torch.Tensor, batch: dict[str, torch.Tensor]
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(per-token loss (B, C), clipped-token indicator (B, C), per-token KL (B, C) or None)."""
+        old = batch.get("old_logps")
+        old = logps.detach() if old is None else old
+        advantages = batch["advantages"].to(logps.dtype).unsqueeze(1)  # (B, 1)
+        ratio = torch.exp(logps - old)
+        clipped_ratio = torch.clamp(ratio, 1 - self.eps_low, 1 + self.eps_high)
+        loss = -torch.min(ratio * advantages, clipped_ratio * advantages)
+        clipped = ((ratio < 1 - self.eps_low) & (advantages < 0)) | ((ratio > 1 + self.eps_high) & (advantages > 0))
+        kl = None
+        if self.beta:
+            ref = batch["ref_logps"].to(logps.dtype)
+            kl = torch.exp(ref - logps) - (ref - logps) - 1
+            loss = loss + self.beta * kl
+        return loss, clipped, kl
+
+    def aggregate(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The micro-batch's loss summed over its units."""
+        if self.loss_type == "grpo":
+            return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).sum()
+        if self.loss_type == "bnpo":
+            return (per_token * mask).sum() / mask.sum().clamp(min=1) * mask.shape[0]
+        return (per_token * mask).sum()  # dr_grpo, dapo
+
+    def loss(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        logps, entropy = completion_logps(model, batch, temperature=self.temperature, entropy=True)
+        mask = batch["completion_mask"].to(logps.dtype)  # (B, C)
+        per_token, clipped, kl = self.per_token_loss(logps, batch)
+        total = self.aggregate(per_token, mask)
+        tokens = mask.sum().clamp(min=1)
+        # statistics are summed per unit (the loop divides them by the units); no host sync here
+        units = tokens if self.loss_type == "dapo" else mask.shape[0] * (
+            self.max_completion_length if self.loss_type == "dr_grpo" else 1)
+        stats = {"entropy": (entropy * mask).sum() / tokens * units,
+                 "clip_ratio": (clipped.to(mask.dtype) * mask).sum() / tokens * units}
+        if kl is not None:
+            stats["kl"] = (kl.detach() * mask).sum() / tokens * units
+        if "rollout_stats" in batch:
+            for name, value in zip(self.stat_names, batch["rollout_stats"].double().unbind(0)):
+                stats[name] = value * units
+        return total, stats

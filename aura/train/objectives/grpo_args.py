@@ -1,0 +1,140 @@
+"""The flags of ``aura finetune --objective grpo`` (a part of ``FinetuneConfig``) and their checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from aura.core.config import arg
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
+
+M = Messages("grpo_args", {
+    "grpo_only": ("--{flag} solo se aplica a --objective grpo (el objetivo es '{objective}').",
+                  "--{flag} only applies to --objective grpo (the objective is '{objective}')."),
+    "not_grpo": ("--{flag} no se aplica a --objective grpo.", "--{flag} does not apply to --objective grpo."),
+    "generations": ("--num-generations debe ser al menos 2: la ventaja compara las respuestas de un mismo prompt "
+                    "(recibido: {value}).",
+                    "--num-generations must be at least 2: the advantage compares the completions of one prompt "
+                    "(got: {value})."),
+    "positive": ("--{flag} debe ser mayor que 0 (recibido: {value}).", "--{flag} must be greater than 0 (got: {value})."),
+    "top_p": ("--top-p debe estar en (0, 1] (recibido: {value}).", "--top-p must be in (0, 1] (got: {value})."),
+    "not_negative": ("--{flag} no puede ser negativo (recibido: {value}).", "--{flag} cannot be negative (got: {value})."),
+    "strategy": ("GRPO se entrena en un proceso o con DDP (--strategy ddp): cada rango genera con el modelo "
+                 "completo. --strategy {strategy} y --deepspeed no se admiten todavía.",
+                 "GRPO trains on one process or with DDP (--strategy ddp): every rank samples with the whole model. "
+                 "--strategy {strategy} and --deepspeed are not supported yet."),
+    "no_vllm": ("--rollout-engine vllm necesita vLLM instalado y una GPU CUDA (pip install vllm); usa "
+                "--rollout-engine torch o auto.",
+                "--rollout-engine vllm needs vLLM installed and a CUDA GPU (pip install vllm); use "
+                "--rollout-engine torch or auto."),
+})
+DEFAULT_REWARDS = ["exact-answer:1.0", "format:0.2"]
+
+
+@dataclass
+class GRPOArgs:
+    """GRPO's flags (TRL GRPOConfig's names and defaults where TRL has them)."""
+
+    reward: list[str] = arg([], metavar="SPEC",
+                            es="GRPO: recompensa NOMBRE[:PESO] o ARCHIVO.py:FUNCIÓN[:PESO], repetible. Incluidas: "
+                               "exact-answer (respuesta final = campo 'answer'), format (--format-pattern), length "
+                               "(penaliza la longitud). Una función tuya ejecuta TU código con tus permisos: usa solo "
+                               "archivos en los que confíes (por defecto: exact-answer:1.0 format:0.2).",
+                            en="GRPO: reward NAME[:WEIGHT] or FILE.py:FUNCTION[:WEIGHT], repeatable. Built in: "
+                               "exact-answer (final answer = the 'answer' field), format (--format-pattern), length "
+                               "(penalises length). A function of yours runs YOUR code with your rights: use only "
+                               "files you trust (default: exact-answer:1.0 format:0.2).")
+    num_generations: int = arg(8, es="GRPO: respuestas generadas por prompt (G).",
+                               en="GRPO: completions sampled per prompt (G).")
+    max_completion_length: int = arg(256, es="GRPO: tokens máximos de cada respuesta generada.",
+                                     en="GRPO: maximum tokens of each sampled completion.")
+    temperature: float = arg(1.0, es="GRPO: temperatura de muestreo (también divide los logits en la pérdida, "
+                                     "como TRL).",
+                             en="GRPO: sampling temperature (it also divides the logits in the loss, as TRL does).")
+    top_p: float = arg(1.0, es="GRPO: muestreo nucleus top-p (1 = desactivado).", en="GRPO: nucleus top-p (1 = off).")
+    top_k: int = arg(0, es="GRPO: muestreo top-k (0 = desactivado).", en="GRPO: top-k sampling (0 = off).")
+    stop: list[str] = arg([], metavar="TEXT", es="GRPO: textos que terminan una respuesta (además del fin de turno).",
+                          en="GRPO: texts that end a completion (besides the end of turn).")
+    scale_rewards: Literal["group", "batch", "none"] = arg(
+        "group", es="GRPO: la ventaja se divide por la desviación típica del grupo, del lote o de nada (none, como "
+                    "Dr. GRPO).",
+        en="GRPO: the advantage is divided by the standard deviation of the group, of the batch, or not (none, as "
+           "Dr. GRPO).")
+    epsilon: float = arg(0.2, es="GRPO: recorte inferior de la razón de probabilidades (1 - epsilon).",
+                         en="GRPO: lower clip of the probability ratio (1 - epsilon).")
+    epsilon_high: float | None = arg(None, es="GRPO: recorte superior (1 + epsilon-high; por defecto epsilon; DAPO "
+                                              "usa 0.28).",
+                                     en="GRPO: upper clip (1 + epsilon-high; default epsilon; DAPO uses 0.28).")
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = arg(
+        "dapo", es="GRPO: cómo se agrega la pérdida por token: grpo (media por respuesta), bnpo (media por micro-lote), "
+                   "dr_grpo (suma / longitud máxima), dapo (media sobre los tokens de todo el paso).",
+        en="GRPO: how the per-token loss is aggregated: grpo (mean per completion), bnpo (mean per micro-batch), "
+           "dr_grpo (sum / maximum length), dapo (mean over the tokens of the whole step).")
+    format_pattern: str | None = arg(
+        None, es="GRPO: expresión regular que toda la respuesta debe cumplir para la recompensa format, o tags:a,b "
+                 "(<a>...</a> y luego <b>...</b>); por defecto, texto que acaba en una línea 'Respuesta: N'.",
+        en="GRPO: regular expression the whole completion must match for the format reward, or tags:a,b (<a>...</a> "
+           "then <b>...</b>); default: text ending in a 'Respuesta: N' line.")
+    rollout_engine: Literal["auto", "torch", "vllm"] = arg(
+        "auto", es="GRPO: motor de generación: torch (el de Aura, caché KV), vllm (en la misma GPU, pesos "
+                   "sincronizados en cada paso) o auto (vllm si está instalado con CUDA).",
+        en="GRPO: generation engine: torch (Aura's, KV cache), vllm (colocated on the GPU, weights synced every "
+           "step) or auto (vllm when installed with CUDA).")
+    vllm_gpu_memory: float = arg(0.3, es="GRPO con vLLM: fracción de la memoria de la GPU para vLLM.",
+                                 en="GRPO with vLLM: fraction of GPU memory for vLLM.")
+
+    def grpo_defaults_changed(self) -> list[str]:
+        """The GRPO flags whose value is not the default (refused for other objectives)."""
+        defaults = GRPOArgs()
+        return [name for name in GRPOArgs.__dataclass_fields__ if getattr(self, name) != getattr(defaults, name)]
+
+    def check_grpo(self) -> None:
+        """GRPO flags only with --objective grpo; with it, valid values and no flag it cannot honour."""
+        from aura.core.config import flag_name
+
+        if self.objective != "grpo":
+            changed = self.grpo_defaults_changed()
+            if changed:
+                raise AuraError(M("grpo_only", flag=flag_name(changed[0])[2:], objective=self.objective))
+            return
+        for flag, bad in (("dpo-loss", self.dpo_loss != "sigmoid"), ("label-smoothing", self.label_smoothing),
+                          ("precompute-ref", self.precompute_ref), ("train-on-prompt", self.train_on_prompt),
+                          ("packing", self.packing)):
+            if bad:
+                raise AuraError(M("not_grpo", flag=flag))
+        if self.num_generations < 2:
+            raise AuraError(M("generations", value=self.num_generations))
+        for flag, value in (("max-completion-length", self.max_completion_length), ("temperature", self.temperature),
+                            ("epsilon", self.epsilon), ("epsilon-high", self.epsilon_high),
+                            ("vllm-gpu-memory", self.vllm_gpu_memory), ("max-prompt-length", self.max_prompt_length)):
+            if value is not None and value <= 0:
+                raise AuraError(M("positive", flag=flag, value=value))
+        if not 0 < self.top_p <= 1:
+            raise AuraError(M("top_p", value=self.top_p))
+        for flag, value in (("top-k", self.top_k), ("beta", self.beta)):
+            if value is not None and value < 0:
+                raise AuraError(M("not_negative", flag=flag, value=value))
+        if self.deepspeed or self.strategy not in ("auto", "ddp", "none"):
+            raise AuraError(M("strategy", strategy=self.strategy))
+        from aura.data.rewards import check_spec
+
+        for spec in self.reward:  # syntax and files now, before anything is written (imported when training)
+            check_spec(spec)
+        if self.rollout_engine == "vllm" and not vllm_usable():
+            raise AuraError(M("no_vllm"))
+
+    @property
+    def rewards_or_default(self) -> list[str]:
+        return self.reward or DEFAULT_REWARDS
+
+
+def vllm_usable() -> bool:
+    """vLLM is importable and a CUDA device is there (``--rollout-engine auto`` picks it then)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()

@@ -1,0 +1,201 @@
+"""The ``aura finetune --objective grpo`` side of the fine-tuning setup (``aura.train.finetune`` calls these).
+
+Prompts (``aura.data.prompts``) and rewards (``aura.data.rewards``, a user's file imported before the model
+loads, so its mistakes show first), the rollout source (``aura.train.objectives.rollout``) with Aura's
+sampler or vLLM, the GRPO objective, the reference (the base with the adapter disabled for LoRA/QLoRA, a
+frozen copy for full fine-tuning, none with ``--beta 0``) and an evaluator: the mean reward of greedy
+completions of the validation prompts, every ``--eval-interval`` steps (else once per epoch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from aura.core import console
+from aura.core.i18n import Messages
+
+M = Messages("grpo_setup", {
+    "demo_data": ("Sin --data: se usan los problemas de matemáticas en español incluidos ({path}).",
+                  "No --data: using the embedded Spanish math problems ({path})."),
+    "rewards": ("Recompensas: {rewards}.", "Rewards: {rewards}."),
+    "user_code": ("La recompensa {name} es código tuyo ({spec}): se ejecuta con tus permisos.",
+                  "The reward {name} is your own code ({spec}): it runs with your rights."),
+    "prompts": ("Prompts: {train} de entrenamiento, {val} de validación; {g:respuesta|respuestas} por prompt, "
+                "{per_step:prompt|prompts} por paso.",
+                "Prompts: {train} for training, {val} for validation; {g:completion|completions} per prompt, "
+                "{per_step:prompt|prompts} per step."),
+    "window": ("--batch-size ({batch}) x --gradient-accumulation-steps ({accum}) x {world:proceso|procesos} = "
+               "{total:respuesta|respuestas} por paso: debe ser múltiplo de --num-generations ({g}).",
+               "--batch-size ({batch}) x --gradient-accumulation-steps ({accum}) x {world:process|processes} = "
+               "{total:completion|completions} per step: it must be a multiple of --num-generations ({g})."),
+    "engine": ("Generación: {engine}; referencia: {reference}.", "Rollouts: {engine}; reference: {reference}."),
+    "too_long": ("El prompt más largo ({where}: {prompt:token|tokens}) más --max-completion-length ({completion}) no "
+                 "cabe en el contexto del modelo ({ctx:token|tokens}). Baja --max-completion-length o pon "
+                 "--max-prompt-length.",
+                 "The longest prompt ({where}: {prompt:token|tokens}) plus --max-completion-length ({completion}) "
+                 "does not fit the model's context ({ctx:token|tokens}). Lower --max-completion-length or set "
+                 "--max-prompt-length."),
+    "engine_torch": ("motor PyTorch de Aura (caché KV, lotes)", "Aura's PyTorch engine (KV cache, batched)"),
+    "engine_vllm": ("vLLM en la misma GPU (pesos sincronizados en cada paso)",
+                    "vLLM on the same GPU (weights synced every step)"),
+    "ref_none": ("ninguna (--beta 0)", "none (--beta 0)"),
+    "ref_adapter": ("el modelo base con el adaptador desactivado", "the base model with the adapter disabled"),
+    "ref_copy": ("una copia congelada del modelo inicial", "a frozen copy of the starting model"),
+})
+GRPO_LR_LORA, GRPO_LR_FULL = 1e-5, 1e-6  # TRL GRPOConfig's default is 1e-6 for full weights
+
+
+def load(cfg) -> tuple[list, object]:
+    """(the prompts of --data or the embedded math set, the RewardSet): rewards first, a user's file included."""
+    from aura.data.prompts import DEFAULT_PROMPTS, load_prompts
+    from aura.data.rewards import DEFAULT_FORMAT, RewardSet, parse_reward
+
+    rewards = RewardSet([parse_reward(spec, format_pattern=cfg.format_pattern or DEFAULT_FORMAT,
+                                      max_completion_length=cfg.max_completion_length)
+                         for spec in cfg.rewards_or_default])
+    for reward, spec in zip(rewards.rewards, cfg.rewards_or_default):
+        if reward.user:
+            console.warn(M("user_code", name=reward.name, spec=spec))
+    console.info(M("rewards", rewards=", ".join(f"{r.name} x {r.weight:g}" for r in rewards.rewards)))
+    if not cfg.data:
+        console.info(M("demo_data", path=DEFAULT_PROMPTS))
+    items = load_prompts(cfg.data, split=cfg.split, need_answer=any(r.needs_answer for r in rewards.rewards))
+    return items, rewards
+
+
+def template_conversations(items: list) -> list:
+    """Conversations for the template choice: each prompt with an assistant turn (its answer, if any)."""
+    from aura.data.sft import Conversation
+
+    return [Conversation(messages=p.messages + [{"role": "assistant", "content": str(p.answer or "-")}],
+                         where=p.where) for p in items]
+
+
+def encode(cfg, tok, items: list, *, templated: bool) -> tuple[list, list]:
+    """(training prompts, validation prompts) as token ids, split by --val-fraction."""
+    from aura.data.prompts import encode_prompts
+    from aura.data.sft import split_train_val
+
+    train, val = split_train_val(items, val_fraction=cfg.val_fraction, seed=cfg.seed)
+    enc = dict(templated=templated, max_prompt_length=cfg.max_prompt_length)
+    return encode_prompts(train, tok, **enc), encode_prompts(val, tok, **enc) if val else []
+
+
+def optimisation_defaults(cfg) -> dict:
+    """GRPO's defaults: one prompt's G completions per micro-batch, 4 prompts per step, lr 1e-5 (LoRA) or
+    1e-6 (full), one epoch."""
+    return {"batch_size": cfg.num_generations, "gradient_accumulation_steps": 4,
+            "learning_rate": GRPO_LR_FULL if cfg.method == "full" else GRPO_LR_LORA, "epochs": 1}
+
+
+def resolve(cfg, dist):
+    """``cfg`` with GRPO's defaults where the user gave nothing, and DDP for --strategy auto; checks that a
+    step holds whole groups."""
+    from aura.core.errors import AuraError
+    from aura.train.args import with_defaults
+
+    defaults = optimisation_defaults(cfg)
+    if cfg.epochs is not None or cfg.max_steps is not None or cfg.max_tokens is not None:
+        defaults.pop("epochs")
+    cfg = with_defaults(cfg, **defaults)
+    if cfg.strategy == "auto":
+        cfg = dataclasses.replace(cfg, strategy="ddp")
+    total = cfg.batch_size * cfg.gradient_accumulation_steps * dist.world_size
+    if total % cfg.num_generations:
+        raise AuraError(M("window", batch=cfg.batch_size, accum=cfg.gradient_accumulation_steps,
+                          world=dist.world_size, total=total, g=cfg.num_generations))
+    return cfg
+
+
+def build(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_name: str):
+    """(the rollout source, the GRPO objective) for ``model`` (not yet parallelised: the source samples
+    with this very module, whose parameters the parallel wrapper shares)."""
+    from aura.inference.loading import end_of_turn_ids
+    from aura.inference.sampling import SamplingParams
+    from aura.train.objectives.grpo import GRPO
+    from aura.train.objectives.grpo_args import vllm_usable
+    from aura.train.objectives.rollout import RolloutSource
+
+    from aura.core.errors import AuraError
+    from aura.models.presets import context_length
+
+    ctx = context_length(model.config)
+    longest = max(train_ex + val_ex, key=lambda p: len(p.input_ids))
+    if ctx and len(longest.input_ids) + cfg.max_completion_length > ctx:
+        raise AuraError(M("too_long", prompt=len(longest.input_ids), where=longest.item.where,
+                          completion=cfg.max_completion_length, ctx=ctx))
+    adapter = cfg.method != "full"
+    reference, ref_how = None, "ref_none"
+    if cfg.beta:
+        ref_how = "ref_adapter" if adapter else "ref_copy"
+        if not adapter:
+            from aura.train.objectives.preference import frozen_copy
+
+            reference = frozen_copy(model).to(run.dist.device)
+    sampling = SamplingParams(max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
+                              top_p=cfg.top_p, top_k=cfg.top_k, stop_ids=tuple(end_of_turn_ids(tok)),
+                              stop_strings=tuple(cfg.stop))
+    generate, engine = None, "engine_torch"
+    if cfg.rollout_engine == "vllm" or (cfg.rollout_engine == "auto" and run.dist.device.type == "cuda"
+                                        and vllm_usable()):
+        from aura.train.objectives.vllm_rollout import VLLMGenerator
+
+        generate, engine = VLLMGenerator(model, base_name=base_name, sampling=sampling, cfg=cfg, dist=run.dist), \
+            "engine_vllm"
+    console.info(M("engine", engine=M(engine), reference=M(ref_how)))
+    source = RolloutSource(train_ex, policy=model, rewards=rewards, tokenizer=tok, sampling=sampling,
+                           num_generations=cfg.num_generations, batch_size=cfg.batch_size,
+                           accumulation=cfg.gradient_accumulation_steps, scale_rewards=cfg.scale_rewards,
+                           temperature=cfg.temperature, beta=cfg.beta, dist=run.dist, precision=run.precision,
+                           seed=cfg.seed, reference=reference, generate=generate)
+    console.info(M("prompts", train=len(train_ex), val=len(val_ex), g=cfg.num_generations,
+                   per_step=source.prompts_per_window))
+    objective = GRPO(loss_type=cfg.loss_type, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
+                     temperature=cfg.temperature, max_completion_length=cfg.max_completion_length,
+                     reward_names=rewards.names)
+    return source, objective
+
+
+class RewardEvaluator:
+    """The mean reward (and each reward's) of greedy completions of the validation prompts (all ranks)."""
+
+    def __init__(self, prompts: list, *, model, rewards, tokenizer, sampling, batch_size: int, interval: int,
+                 limit: int = 0):
+        self.prompts = prompts[:limit] if limit else prompts
+        self.model, self.rewards, self.tok, self.batch_size, self.interval = model, rewards, tokenizer, batch_size, interval
+        self.sampling = dataclasses.replace(sampling, temperature=0.0)
+        self.names = ("val_reward",) + tuple(f"val_reward/{n}" for n in rewards.names)
+
+    def __call__(self, model, *, dist) -> dict[str, float]:
+        from aura.inference.sampling import sample_batch
+
+        mine = self.prompts[dist.rank::dist.world_size]
+        sums = torch.zeros(len(self.rewards.rewards) + 1, dtype=torch.float64)
+        for start in range(0, len(mine), self.batch_size):
+            chunk = mine[start:start + self.batch_size]
+            completions = sample_batch(self.model, [p.input_ids for p in chunk], self.sampling,
+                                       pad_id=self.tok.pad_token_id, device=dist.device, tokenizer=self.tok)
+            for p, ids in zip(chunk, completions):
+                text = self.tok.decode(ids, skip_special_tokens=True)
+                scores = [s[0] for s in self.rewards.scores(prompt_text=p.item.text, where=p.item.where,
+                                                            completions=[text], completion_ids=[ids],
+                                                            fields={**p.item.fields, "answer": p.item.answer})]
+                sums[0] += sum(r.weight * s for r, s in zip(self.rewards.rewards, scores))
+                sums[1:] += torch.tensor(scores, dtype=torch.float64)
+        count = torch.tensor([float(len(mine))], dtype=torch.float64)
+        if dist.is_distributed:
+            sums = dist.all_reduce(sums.to(dist.comm_device), "sum").cpu()
+            count = dist.all_reduce(count.to(dist.comm_device), "sum").cpu()
+        values = (sums / count.clamp(min=1)).tolist()
+        return dict(zip(self.names, values))
+
+
+def evaluators(cfg, tok, model, val_ex: list, source, *, steps_per_epoch: int) -> list:
+    """The validation-reward evaluator (none without validation prompts)."""
+    if not val_ex:
+        return []
+    limit = cfg.eval_batches * cfg.batch_size if cfg.eval_batches else 0
+    return [RewardEvaluator(val_ex, model=model, rewards=source.rewards, tokenizer=tok, sampling=source.sampling,
+                            batch_size=cfg.batch_size, interval=cfg.eval_interval or steps_per_epoch, limit=limit)]

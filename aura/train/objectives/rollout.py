@@ -1,0 +1,228 @@
+"""GRPO rollouts: the loop's batch source that samples completions, scores them and computes advantages.
+
+``RolloutSource`` is a ``BatchSource`` (``aura.train.state``) like the SFT one, so GRPO runs on the one
+training loop with its checkpoints, signals and resume. The work is organised as TRL's GRPOTrainer's:
+
+* A *window* is one optimizer step: ``--batch-size`` completions per micro-batch x
+  ``--gradient-accumulation-steps`` micro-batches x ranks. It holds ``window / G`` prompts (G =
+  ``--num-generations``), each repeated G times in a row; rank r takes the r-th slice of that list, so
+  a prompt's group may be spread over ranks. An epoch goes once over the prompts in an order fixed by
+  the seed and the epoch (its last window filled from the start, as ``DistributedSampler`` does).
+* On the first micro-batch of a window, this rank samples its completions in one batch
+  (``aura.inference.sampling`` or vLLM, model in eval mode), scores them with every reward, shares
+  (reward, length) rows with all ranks (one all-reduce) and computes the group-normalised advantages of
+  the whole window (``aura.train.objectives.grpo.group_advantages``); with ``--beta`` > 0 it also computes
+  the reference's log-probabilities (the base with the adapter disabled, or a frozen copy).
+* Every completion has a key, a hash of (seed, epoch, window, its index in the window), and its tokens
+  are drawn from that key alone (``aura.inference.sampling``, keyed draws): a resumed run samples the
+  very same completions, and 1 or N ranks sample the same ones for the same window.
+
+Statistics of the window (reward mean and std, per reward, completion length, truncated share, rollout
+seconds and the previous step's update seconds) travel with every micro-batch (``rollout_stats``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+
+import torch
+
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
+from aura.train.objectives.grpo import completion_logps, group_advantages
+
+M = Messages("rollout", {
+    "resume_mismatch": ("El checkpoint se hizo con otros datos de GRPO ({field}: {saved}; ahora: {now}). Reanuda "
+                        "con los mismos --data, --num-generations y --seed.",
+                        "The checkpoint was made with other GRPO data ({field}: {saved}; now: {now}). Resume with "
+                        "the same --data, --num-generations and --seed."),
+})
+
+
+def row_key(seed: int, epoch: int, window: int, row: int) -> int:
+    """The sampling key of completion ``row`` of ``window`` (a non-negative int64)."""
+    digest = hashlib.sha256(f"aura-grpo:{seed}:{epoch}:{window}:{row}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+class RolloutSource:
+    """Resumable, rank-aware GRPO micro-batches (see the module docstring)."""
+
+    def __init__(self, prompts: list, *, policy, rewards, tokenizer, sampling, num_generations: int,
+                 batch_size: int, accumulation: int, scale_rewards: str, temperature: float, beta: float,
+                 dist, precision: str, seed: int = 0, reference=None, generate=None):
+        """``policy``: the model being trained, unwrapped (peft model or plain); ``reference``: a frozen
+        copy, or None (the policy with its adapter disabled); ``generate``: (prompt id lists, their keys) ->
+        completion id lists, default Aura's sampler; ``sampling``: ``aura.inference.sampling.SamplingParams``."""
+        self.prompts, self.policy, self.rewards, self.tok = prompts, policy, rewards, tokenizer
+        self.sampling, self.G, self.batch_size, self.accum = sampling, num_generations, batch_size, accumulation
+        self.scale, self.temperature, self.beta, self.reference = scale_rewards, temperature, beta, reference
+        self.dist, self.precision, self.seed = dist, precision, seed
+        self.generate = generate or self._sample
+        self.per_rank = batch_size * accumulation  # completions per window on this rank
+        total = self.per_rank * dist.world_size
+        if total % num_generations:
+            raise ValueError("batch_size x accumulation x world_size must be a multiple of num_generations")
+        self.prompts_per_window = total // num_generations
+        self.windows_per_epoch = -(-len(prompts) // self.prompts_per_window)
+        self.batches_per_epoch = self.windows_per_epoch * accumulation  # micro-batches per epoch on this rank
+        self.rows = prompts  # what the fine-tuning setup measures (tokens per row)
+        self.epoch, self.position = 0, 0
+        self._buffer: list[dict] = []
+        self._ready_at: float | None = None  # when the last window's rollout finished (update time)
+
+    # -- BatchSource ---------------------------------------------------------------------------------
+
+    def next_batch(self) -> dict | None:
+        if self.position >= self.batches_per_epoch:
+            return None
+        if not self._buffer or self.position % self.accum == 0:
+            self._buffer = self.window(self.epoch, self.position // self.accum)[self.position % self.accum:]
+        self.position += 1
+        return self._buffer.pop(0)
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epoch, self.position, self._buffer = epoch, 0, []
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "prompts": len(self.prompts),
+                "num_generations": self.G, "batch_size": self.batch_size, "world_size": self.dist.world_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, now in (("seed", self.seed), ("prompts", len(self.prompts)), ("num_generations", self.G)):
+            if state.get(key, now) != now:
+                raise AuraError(M("resume_mismatch", field=key, saved=state.get(key), now=now))
+        self.epoch = int(state["epoch"])
+        position = int(state["position"])
+        if state.get("world_size") != self.dist.world_size or state.get("batch_size") != self.batch_size:
+            # another layout: resume at the same number of windows done
+            position = position // self.accum * self.accum
+        self.position, self._buffer = min(position, self.batches_per_epoch), []
+
+    # -- One window ----------------------------------------------------------------------------------
+
+    def order(self, epoch: int) -> list[int]:
+        """Prompt indices of ``epoch``, padded to whole windows by repeating the start."""
+        order = list(range(len(self.prompts)))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        need = self.windows_per_epoch * self.prompts_per_window
+        return (order * (-(-need // len(order))))[:need]
+
+    def my_rows(self, epoch: int, window: int) -> list[int]:
+        """The prompt index of each completion this rank samples in ``window``."""
+        start = window * self.prompts_per_window
+        chosen = self.order(epoch)[start:start + self.prompts_per_window]
+        rows = [p for p in chosen for _ in range(self.G)]
+        r = self.dist.rank
+        return rows[r * self.per_rank:(r + 1) * self.per_rank]
+
+    def _sample(self, prompt_ids: list[list[int]], keys: list[int]) -> list[list[int]]:
+        from aura.inference.sampling import sample_batch
+
+        return sample_batch(self.policy, prompt_ids, self.sampling, pad_id=self.tok.pad_token_id,
+                            device=self.dist.device, tokenizer=self.tok, keys=keys)
+
+    @torch.no_grad()
+    def window(self, epoch: int, window: int) -> list[dict]:
+        """The micro-batches of ``window``: sampled, scored, with advantages (and reference log-probs)."""
+        from aura.train.optim.engine import autocast_context
+
+        started = time.perf_counter()
+        update_s = started - self._ready_at if self._ready_at is not None else 0.0
+        rows = self.my_rows(epoch, window)
+        first = self.dist.rank * self.per_rank  # this rank's first row in the window
+        keys = [row_key(self.seed, epoch, window, first + i) for i in range(len(rows))]
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            with autocast_context(self.precision, self.dist.device):
+                completions = self.generate([self.prompts[p].input_ids for p in rows], keys)
+                scores = self._score(rows, completions)  # (R, n) this rank's raw rewards
+                advantages, stats = self._advantages(scores, completions)
+                batches = [self._collate(rows[i:i + self.batch_size], completions[i:i + self.batch_size],
+                                         advantages[i:i + self.batch_size])
+                           for i in range(0, len(rows), self.batch_size)]
+                if self.beta:
+                    for b in batches:
+                        b["ref_logps"] = self._reference_logps(b)
+        finally:
+            if was_training:
+                self.policy.train()
+        self._ready_at = time.perf_counter()
+        stats += [self._ready_at - started, update_s]
+        for b in batches:
+            b["rollout_stats"] = torch.tensor(stats, dtype=torch.float64)
+        return batches
+
+    def _score(self, rows: list[int], completions: list[list[int]]) -> torch.Tensor:
+        """(rewards, completions) raw scores; every run of completions of one prompt is scored together."""
+        scores = torch.zeros((len(self.rewards.rewards), len(rows)), dtype=torch.float64)
+        start = 0
+        while start < len(rows):
+            end = start
+            while end < len(rows) and rows[end] == rows[start]:
+                end += 1
+            item = self.prompts[rows[start]].item
+            ids = completions[start:end]
+            texts = self.tok.batch_decode(ids, skip_special_tokens=True)
+            values = self.rewards.scores(prompt_text=item.text, where=item.where, completions=texts,
+                                         completion_ids=ids, fields={**item.fields, "answer": item.answer})
+            scores[:, start:end] = torch.tensor(values, dtype=torch.float64)
+            start = end
+        return scores
+
+    def _advantages(self, scores: torch.Tensor, completions: list[list[int]]) -> tuple[list[float], list[float]]:
+        """(this rank's advantages, the window's statistics in ``grpo.rollout_stat_names`` order, without the
+        two timings). Rewards, lengths and truncation of every rank are shared with one all-reduce."""
+        n, world, rank = scores.shape[1], self.dist.world_size, self.dist.rank
+        stops = set(self.sampling.stop_ids)
+        lengths = torch.tensor([len(c) for c in completions], dtype=torch.float64)
+        truncated = torch.tensor([float(len(c) >= self.sampling.max_new_tokens and (not c or c[-1] not in stops))
+                                  for c in completions], dtype=torch.float64)
+        mine = torch.cat([scores, lengths[None], truncated[None]])  # (R + 2, n)
+        everyone = torch.zeros((mine.shape[0], n * world), dtype=torch.float64)
+        everyone[:, rank * n:(rank + 1) * n] = mine
+        if self.dist.is_distributed:
+            everyone = self.dist.all_reduce(everyone.to(self.dist.comm_device), "sum").cpu()
+        raw, lengths, truncated = everyone[:-2], everyone[-2], everyone[-1]
+        weights = torch.tensor([r.weight for r in self.rewards.rewards], dtype=torch.float64)
+        total = (raw * weights[:, None]).sum(0)  # (N,)
+        advantages, zero_std = group_advantages(total, num_generations=self.G, scale=self.scale)
+        stats = [total.mean().item(), total.std().item() if total.numel() > 1 else 0.0]
+        for row in raw:
+            stats += [row.mean().item(), row.std().item() if row.numel() > 1 else 0.0]
+        stats += [zero_std.double().mean().item(), lengths.mean().item(), truncated.mean().item()]
+        return advantages[rank * n:(rank + 1) * n].tolist(), stats
+
+    def _collate(self, rows: list[int], completions: list[list[int]], advantages: list[float]) -> dict:
+        """One micro-batch: left-padded prompts, right-padded completions (CPU tensors)."""
+        pad = self.tok.pad_token_id
+        prompts = [self.prompts[p].input_ids for p in rows]
+        width_p, width_c = max(map(len, prompts)), max(1, max(map(len, completions)))
+        n = len(rows)
+        ids = torch.full((n, width_p + width_c), pad, dtype=torch.long)
+        attention = torch.zeros((n, width_p + width_c), dtype=torch.long)
+        completion_mask = torch.zeros((n, width_c), dtype=torch.long)
+        for i, (p, c) in enumerate(zip(prompts, completions)):
+            ids[i, width_p - len(p):width_p] = torch.tensor(p, dtype=torch.long)
+            attention[i, width_p - len(p):width_p + len(c)] = 1
+            if c:
+                ids[i, width_p:width_p + len(c)] = torch.tensor(c, dtype=torch.long)
+            completion_mask[i, :len(c)] = 1
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        return {"input_ids": ids, "attention_mask": attention, "position_ids": positions,
+                "completion_mask": completion_mask, "advantages": torch.tensor(advantages, dtype=torch.float32)}
+
+    def _reference_logps(self, batch: dict) -> torch.Tensor:
+        """The reference's completion log-probs (B, C) on the CPU: a frozen copy, or the base with the
+        adapter disabled (LoRA/QLoRA: no second copy in memory)."""
+        import contextlib
+
+        device_batch = {k: v.to(self.dist.device) for k, v in batch.items()}
+        model = self.reference if self.reference is not None else self.policy
+        context = self.policy.disable_adapter() if self.reference is None else contextlib.nullcontext()
+        with context:
+            logps, _ = completion_logps(model, device_batch, temperature=self.temperature)
+        return logps.float().cpu()

@@ -1,0 +1,120 @@
+"""``--optimizer muon``: Muon for the hidden matrices and AdamW for the rest, as one optimizer.
+
+Muon (Jordan et al. 2024; ``torch.optim.Muon``) replaces a weight matrix's update by the orthogonalised
+Nesterov momentum (a few Newton-Schulz iterations push its singular values towards 1), so every
+direction of the matrix learns at the same rate. It is defined for the 2-D weights of the hidden layers
+only: embeddings (a lookup table), the output head (a per-token classifier) and the 1-D gains and biases
+take AdamW, as in modded-nanogpt, nanochat and Moonlight. ``split_params`` decides which is which.
+
+Learning rates transfer from AdamW through Moonlight's update-RMS matching (Liu et al. 2025, "Muon is
+Scalable for LLM Training"; torch's ``adjust_lr_fn="match_rms_adamw"``): each orthogonalised update is
+scaled by 0.2 * sqrt(max(A, B)), which gives it an RMS of 0.2, the RMS of a typical AdamW update. So
+both groups use the same ``--learning-rate`` and ``--weight-decay`` (decoupled, as AdamW's), the schedule
+sets both through the shared ``lr`` of every param group, and a preset's AdamW rate is a valid start.
+Keller Jordan's own scaling (sqrt(max(1, A/B)), lr ~0.02) would need a second learning rate and its
+own sweep per model.
+
+``MuonAdamW`` holds a ``torch.optim.Muon`` and a ``torch.optim.AdamW`` whose param groups and state are
+its own (the same dict objects), so one ``step()``, ``zero_grad()``, ``state_dict()`` and
+``load_state_dict()`` cover both: one ``optimizer.pt`` per checkpoint, exact resume, a GradScaler's
+``unscale_`` and a DiLoCo inner optimizer's state work unchanged. Under DDP every rank orthogonalises the
+same all-reduced gradient (the same result everywhere, ``Sync=OK``). Under FSDP2 a matrix is sharded
+across ranks and its orthogonalisation would need the whole matrix: it is refused (``--strategy fsdp`` when
+the flags are checked, FSDP2 chosen by ``auto`` when ``MuonAdamW`` meets a sharded parameter).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
+
+M = Messages("muon", {
+    "fsdp": ("--optimizer muon no funciona con FSDP2: cada matriz está repartida entre procesos y Muon "
+             "necesita la matriz entera para ortogonalizarla. Usa --strategy ddp (el modelo cabe en cada GPU) "
+             "o --optimizer adamw.",
+             "--optimizer muon does not work with FSDP2: every matrix is sharded across ranks and Muon needs "
+             "the whole matrix to orthogonalise it. Use --strategy ddp (the model fits on each GPU) or "
+             "--optimizer adamw."),
+    "no_matrices": ("--optimizer muon: el modelo no tiene matrices ocultas entrenables (proyecciones de atención "
+                    "o MLP); usa --optimizer adamw.",
+                    "--optimizer muon: the model has no trainable hidden matrices (attention or MLP "
+                    "projections); use --optimizer adamw."),
+})
+
+MUON_MOMENTUM = 0.95  # Nesterov, as torch.optim.Muon, modded-nanogpt, nanochat and Moonlight
+
+
+def split_params(model) -> tuple[list, list, list]:
+    """(hidden matrices -> Muon, other decayed tensors -> AdamW, undecayed -> AdamW) of the trainable
+    parameters, each once. Decay: matrices only; never embeddings, norms' gains or biases."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    heads = set()
+    for m in model.modules():
+        head = m.get_output_embeddings() if hasattr(m, "get_output_embeddings") else None
+        if head is not None and getattr(head, "weight", None) is not None:
+            heads.add(id(head.weight))
+    hidden, decay, no_decay, seen = [], [], [], set()
+    for p in model.parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        if p.ndim < 2 or id(p) in embeddings:
+            no_decay.append(p)
+        elif p.ndim == 2 and id(p) not in heads:
+            hidden.append(p)
+        else:
+            decay.append(p)
+    return hidden, decay, no_decay
+
+
+def _sharded(p) -> bool:
+    """A parameter FSDP2 sharded (a DTensor)."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(p, DTensor)
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """``torch.optim.Muon`` over ``hidden``, ``torch.optim.AdamW`` over the rest: one optimizer.
+
+    Param groups: [Muon's (``"optimizer": "muon"``), AdamW decayed, AdamW undecayed]; the inner
+    optimizers see the same group dicts and the same ``state``, re-linked after ``load_state_dict``."""
+
+    def __init__(self, hidden: list, decay: list, no_decay: list, *, lr: float, weight_decay: float,
+                 betas: tuple[float, float], eps: float, momentum: float = MUON_MOMENTUM, fused: bool = False):
+        if any(_sharded(p) for p in hidden + decay + no_decay):
+            raise AuraError(M("fsdp"))
+        if not hidden:
+            raise AuraError(M("no_matrices"))
+        self.muon = torch.optim.Muon([{"params": hidden, "weight_decay": weight_decay, "optimizer": "muon"}],
+                                     lr=lr, momentum=momentum, nesterov=True, adjust_lr_fn="match_rms_adamw")
+        groups = [{"params": decay, "weight_decay": weight_decay, "optimizer": "adamw"},
+                  {"params": no_decay, "weight_decay": 0.0, "optimizer": "adamw"}]
+        kwargs = dict(lr=lr, betas=betas, eps=eps)
+        self.adamw = torch.optim.AdamW(groups, fused=True, **kwargs) if fused else \
+            torch.optim.AdamW(groups, foreach=True, **kwargs)
+        super().__init__(self.muon.param_groups + self.adamw.param_groups, {})
+        self._link()
+
+    def _link(self) -> None:
+        """The inner optimizers' groups and state are this optimizer's (after __init__ and every load)."""
+        n = len(self.muon.param_groups)
+        self.muon.param_groups, self.adamw.param_groups = self.param_groups[:n], self.param_groups[n:]
+        self.muon.state = self.adamw.state = self.state
+
+    def __setstate__(self, state: dict) -> None:  # load_state_dict installs new groups and state here
+        super().__setstate__(state)
+        if "muon" in self.__dict__:
+            self._link()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.muon.step()
+        self.adamw.step()
+        return loss

@@ -1,0 +1,264 @@
+"""`aura finetune --objective grpo` through the real CLI, its rewards, its sampler and the Spanish math set:
+built-in and user rewards, exact resume (same completions, losses and rewards), full fine-tuning with a
+frozen reference, bad input named by file, line, prompt and flag. Parity with TRL is in
+tests/test_grpo_parity.py, DDP in tests/test_grpo_dist.py."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_finetune import finetune
+from tests.tiny_models import build_gpt2, build_llama, train_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+MATH = ROOT / "aura" / "resources" / "math_es"
+FAST = ["--objective", "grpo", "--num-generations", 4, "--batch-size", 4, "--gradient-accumulation-steps", 2,
+        "--max-completion-length", 12, "--log-interval", 1, "--lora-r", 8, "--lora-dropout", 0, "--precision", "fp32",
+        "--learning-rate", "5e-3", "--warmup-steps", 0, "--save-steps", 0]
+USER_REWARD = '''
+def digits(completions, answer, **kwargs):
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+def broken(completions, **kwargs):
+    raise ValueError("no me gusta")
+
+def not_numbers(completions, **kwargs):
+    return ["alto" for _ in completions]
+'''
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("grpo")
+    tok = train_tokenizer(root / "tok", vocab_size=500)
+    llama = build_llama(root / "llama", tok, hidden=64, layers=2)
+    rows = [json.loads(ln) for ln in (MATH / "train.jsonl").read_text(encoding="utf-8").splitlines()[:6]]
+    data = root / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": r["prompt"][:60], "answer": r["answer"]}, ensure_ascii=False) + "\n"
+                            for r in rows), encoding="utf-8")
+    rewards = root / "my_rewards.py"
+    rewards.write_text(USER_REWARD, encoding="utf-8")
+    return {"root": root, "tok": tok, "llama": llama, "data": data, "rewards": rewards}
+
+
+def step_rows(run: Path) -> dict[int, dict]:
+    with open(run / "training_log.csv", newline="") as f:
+        return {int(r["step"]): r for r in csv.DictReader(f) if r["kind"] == "step"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rewards and answers
+
+
+@pytest.mark.parametrize("text,values", [("12,5", {12.5}), ("12.5", {12.5}), ("1.234,5", {1234.5}),
+                                         ("1,234.5", {1234.5}), ("12 345", {12345.0}), ("1.234", {1.234, 1234.0}),
+                                         ("42 €", {42.0}), ("2,80 €", {2.8}), ("-3", {-3.0}), ("0,5 litros", {0.5}),
+                                         ("5, 7", set()), ("1.2.3", set()), ("abc", set())])
+def test_number_values_read_spanish_and_english_numbers(text, values):
+    from aura.data.rewards import number_values
+
+    assert number_values(text) == values
+
+
+def test_exact_answer_format_and_length_rewards():
+    from aura.data.rewards import DEFAULT_FORMAT, answers_match, exact_answer, final_answer, format_reward, length_reward
+
+    assert final_answer("3 + 4 = 7.\nRespuesta: 7") == "7"
+    assert final_answer("Respuesta: 42 euros en total.") == "42"
+    assert final_answer("Son 12,5 euros") == "12,5" and final_answer("x #### 1,234") == "1,234"
+    assert final_answer("\\boxed{3.5}") == "3.5" and final_answer("<answer>París</answer>") == "París"
+    assert answers_match("12,50 €", "12,5") and answers_match("París.", "paris") and answers_match("7", "Sol... #### 7")
+    assert not answers_match("8", "7") and not answers_match("", "7")
+    assert exact_answer(completions=["Respuesta: 7", "Respuesta: 8", "7,0"], answer=["7", "7", "7"]) == [1.0, 0.0, 1.0]
+    assert format_reward(DEFAULT_FORMAT)(completions=["3+4=7\nRespuesta: 7", "Respuesta: 7", "7"]) == [1.0, 0.0, 0.0]
+    assert format_reward("tags:think,answer")(completions=["<think>a</think>\n<answer>7</answer>", "<answer>7</answer>"]
+                                              ) == [1.0, 0.0]
+    assert length_reward(10)(completion_ids=[[1] * 5, [1] * 10]) == [-0.5, -1.0]
+
+
+def test_reward_specs_and_errors_name_the_prompt(env):
+    from aura.core.errors import AuraError
+    from aura.data.rewards import RewardSet, parse_reward
+
+    assert [(r.name, r.weight) for r in (parse_reward("exact-answer"), parse_reward("format:0.2"),
+                                         parse_reward(f"{env['rewards']}:digits:2"))] == \
+        [("exact-answer", 1.0), ("format", 0.2), ("my_rewards.digits", 2.0)]
+    for spec, words in (("exactanswer", "expected NAME[:WEIGHT]"), ("nope.py:fn", "does not exist"),
+                        (f"{env['rewards']}:missing", "defines no function 'missing'")):
+        with pytest.raises(AuraError, match=words.replace("[", r"\[").replace("]", r"\]")):
+            parse_reward(spec)
+    common = dict(prompt_text="¿Cuánto es 2 + 2?", where="datos.jsonl, line 3", completions=["4", "cinco"],
+                  completion_ids=[[1], [2]], fields={"answer": "4"})
+    assert RewardSet([parse_reward(f"{env['rewards']}:digits")]).scores(**common) == [[1.0, 0.0]]
+    for name, words in (("broken", "failed on datos.jsonl, line 3 .*¿Cuánto es 2 \\+ 2\\?.*ValueError: no me gusta"),
+                        ("not_numbers", "returned 'alto' for a completion of datos.jsonl, line 3")):
+        with pytest.raises(AuraError, match=words):
+            RewardSet([parse_reward(f"{env['rewards']}:{name}")]).scores(**common)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sampler
+
+
+def test_batched_sampler_equals_transformers_generate_and_keys_fix_the_draws(env, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aura.inference.sampling import SamplingParams, sample_batch
+
+    tok = AutoTokenizer.from_pretrained(env["tok"])
+    gpt2 = build_gpt2(tmp_path / "gpt2", env["tok"])
+    prompts = [tok(t)["input_ids"] for t in ("Hola, ¿qué tal?", "El perro", "Había una vez en un lugar de la Mancha")]
+    cpu = torch.device("cpu")
+    for path in (env["llama"], gpt2):  # RoPE and learned positions: left padding must not move either
+        model = AutoModelForCausalLM.from_pretrained(path).eval()
+        greedy = SamplingParams(max_new_tokens=10, temperature=0, stop_ids=(tok.eos_token_id,))
+        got = sample_batch(model, prompts, greedy, pad_id=tok.pad_token_id, device=cpu)
+        for p, g in zip(prompts, got):
+            ref = model.generate(torch.tensor([p]), max_new_tokens=10, do_sample=False, eos_token_id=tok.eos_token_id,
+                                 pad_token_id=tok.pad_token_id)[0, len(p):].tolist()
+            assert g == ref
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, top_p=0.9, top_k=40, stop_ids=(tok.eos_token_id,))
+    keys = [11, 22, 33]
+    a = sample_batch(model, prompts, params, pad_id=tok.pad_token_id, device=cpu, keys=keys)
+    # the same key gives the same completion alone, in another batch, in another position
+    alone = sample_batch(model, prompts[2:], params, pad_id=tok.pad_token_id, device=cpu, keys=keys[2:])
+    swapped = sample_batch(model, prompts[::-1], params, pad_id=tok.pad_token_id, device=cpu, keys=keys[::-1])
+    assert alone[0] == a[2] and swapped[::-1] == a
+    other = sample_batch(model, [prompts[0]] * 4, params, pad_id=tok.pad_token_id, device=cpu, keys=[1, 2, 3, 4])
+    assert len({tuple(c) for c in other}) > 1  # different keys, different draws
+    stop = SamplingParams(max_new_tokens=30, temperature=1.0, stop_strings=("a",))
+    for ids in sample_batch(model, prompts, stop, pad_id=tok.pad_token_id, device=cpu, tokenizer=tok, keys=keys):
+        text = tok.decode(ids)
+        assert "a" not in tok.decode(ids[:-1]) and ("a" in text or len(ids) == 30)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The Spanish math set
+
+
+def test_math_set_has_500_verified_problems_split_train_test():
+    from aura.data.rewards import number_values
+
+    train = [json.loads(ln) for ln in (MATH / "train.jsonl").read_text(encoding="utf-8").splitlines()]
+    test = [json.loads(ln) for ln in (MATH / "test.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(train) >= 500 and len(test) >= 100
+    assert not {r["id"] for r in train} & {r["id"] for r in test}
+    assert len({r["prompt"] for r in train + test}) == len(train) + len(test)
+    assert len({r["template"] for r in train}) >= 12
+    assert sum("," in r["answer"] for r in train + test) > 100  # decimal commas
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from build_math_es import evaluate
+
+    for r in train + test:  # the answer is the value of the worked solution's expression
+        expression = r["solution"].split(": ", 1)[1].rsplit(" = ", 1)[0]
+        assert {float(evaluate(expression))} == number_values(r["answer"]), r["id"]
+    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_math_es.py"), "--check"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# The CLI
+
+
+def test_grpo_with_user_reward_resumes_exactly(env, tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    common = ["--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 4, "--beta", "0.04",
+              "--reward", "exact-answer", "--reward", f"{env['rewards']}:digits:0.5", "--val-fraction", 0]
+    out = finetune(*common, "--output-dir", straight, "--save-steps", 2)
+    assert "is your own code" in out and "reference: the base model with the adapter disabled" in out
+    resumed.mkdir()
+    shutil.copytree(straight / "checkpoint-step-2", resumed / "checkpoint-step-2")
+    out = finetune(*common, "--output-dir", resumed, "--resume-from", "latest")
+    assert "Resumed from" in out
+    a, b = step_rows(straight), step_rows(resumed)
+    assert set(a) == {1, 2, 3, 4} and set(b) == {3, 4}
+    keys = ["train_loss", "reward", "reward_std", "rewards/exact-answer/mean", "rewards/my_rewards.digits/mean",
+            "completion_length", "entropy", "kl", "clip_ratio"]
+    for step in (3, 4):
+        assert [a[step][k] for k in keys] == [b[step][k] for k in keys]
+    assert float(a[4]["kl"]) > 0 and float(a[1]["completion_length"]) > 0
+    assert all(float(r["time/rollout_s"]) > 0 for r in a.values())
+    assert (straight / "final" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_grpo_full_finetuning_with_a_frozen_reference_then_chat(env, tmp_path):
+    run = tmp_path / "full"
+    args = [a for a in FAST if a not in ("--lora-r", 8, "--lora-dropout")]
+    args.remove(0)  # --lora-dropout's value, the first 0
+    out = finetune("--base-model", env["llama"], "--data", env["data"], *args, "--max-steps", 2, "--method", "full",
+                   "--beta", "0.1", "--reward", "format:1", "--reward", "length:0.1", "--output-dir", run,
+                   "--val-fraction", "0.34", "--eval-interval", 1, "--loss-type", "grpo", "--scale-rewards", "batch")
+    assert "reference: a frozen copy of the starting model" in out
+    with open(run / "training_log.csv", newline="") as f:
+        evals = [r for r in csv.DictReader(f) if r["kind"] == "eval"]
+    assert evals and all(r["val_reward/format"] != "" for r in evals)
+    from tests.conftest import run_aura
+
+    r = run_aura("chat", "--model", run / "final", "--max-new-tokens", 4, "--temperature", 0, input="Hola\n")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_reward_that_fails_names_the_prompt(env, tmp_path):
+    from tests.conftest import run_aura
+
+    r = run_aura("finetune", "--base-model", env["llama"], "--data", env["data"], *map(str, FAST), "--max-steps", "1",
+                 "--reward", f"{env['rewards']}:broken", "--output-dir", tmp_path / "r")
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out
+    assert "The reward 'my_rewards.broken' failed on" in out and "ValueError: no me gusta" in out
+    assert "prompts.jsonl" in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--num-generations", 1], "--num-generations must be at least 2"),
+    (["--reward", "nope.py:fn"], "does not exist"),
+    (["--reward", "exactanswer"], "expected NAME[:WEIGHT]"),
+    (["--batch-size", 3, "--gradient-accumulation-steps", 1], "must be a multiple of --num-generations (4)"),
+    (["--strategy", "fsdp"], "GRPO trains on one process or with DDP"),
+    (["--precompute-ref"], "--precompute-ref does not apply to --objective grpo"),
+    (["--top-p", 0], "--top-p must be in (0, 1]"),
+    (["--max-completion-length", 250], "does not fit the model's context (256 tokens)"),
+])
+def test_grpo_refusals(env, tmp_path, flags, words):
+    out = finetune("--base-model", env["llama"], "--data", env["data"], *FAST, *flags, "--output-dir",
+                   tmp_path / "r", expect=2)
+    assert words in out
+
+
+def test_grpo_flags_belong_to_grpo_and_answers_are_required(env, tmp_path):
+    out = finetune("--base-model", env["llama"], "--epsilon", "0.3", "--output-dir", tmp_path / "a", expect=2)
+    assert "--epsilon only applies to --objective grpo (the objective is 'sft')" in out
+    no_answer = tmp_path / "q.jsonl"
+    no_answer.write_text('{"prompt": "Hola"}\n{"prompt": "Adiós"}\n', encoding="utf-8")
+    out = finetune("--base-model", env["llama"], "--data", no_answer, *FAST, "--output-dir", tmp_path / "b", expect=2)
+    assert "compares with each prompt's 'answer' field, but" in out and "q.jsonl" in out
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "Hola", "answer": "1"}\n{"texto": "x"}\n', encoding="utf-8")
+    out = finetune("--base-model", env["llama"], "--data", bad, *FAST, "--output-dir", tmp_path / "c", expect=2)
+    assert "the prompt is missing" in out and "bad.jsonl" in out
+
+
+def test_math_task_of_aura_eval_scores_exact_answers(env):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aura.evaluation.math_task import MATH_TASK, load_problems, math_row, score_answers
+
+    problems = load_problems()
+    assert len(problems) >= 100
+    answers = [p["answer"] for p in problems]
+    assert score_answers([p["solution"] for p in problems], answers) == len(problems)  # worked solutions: all right
+    wrong = [p["solution"].rsplit("Respuesta:", 1)[0] + "Respuesta: 100000" for p in problems]
+    assert score_answers(wrong, answers) == 0
+    model = AutoModelForCausalLM.from_pretrained(env["llama"]).eval()
+    row = math_row(model, AutoTokenizer.from_pretrained(env["llama"]), limit=4, batch_size=3, max_new_tokens=8)
+    assert row["task"] == MATH_TASK and row["metric"] == "exact_match" and row["n"] == 4 and 0 <= row["value"] <= 1

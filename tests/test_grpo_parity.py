@@ -1,0 +1,146 @@
+"""Parity with TRL: for the same prompts, fixed completions, rewards and reference, Aura's GRPO objective
+gives TRL GRPOTrainer's advantages, per-token log-probabilities, reference log-probabilities, loss and
+LoRA gradients, for every loss type (CPU, fp32, tiny Llama, no dropout).
+
+TRL's own code path runs: ``_generate_and_score_completions`` (rewards, group-normalised advantages, the
+reference pass with the adapter disabled) with its sampling replaced by the fixed completions, then
+``_compute_loss`` and a backward pass. Aura's runs through the rollout source's scoring, advantages,
+batching and reference pass, then ``GRPO.loss`` on the same PeftModel. The old log-probabilities are
+perturbed (as after an earlier optimizer step) so the clipped ratio and its gradient are exercised too.
+TRL's forward counts positions from the left padding, Aura's from each row's first token: RoPE depends
+only on relative positions, so the two agree to float rounding.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tiny_models import build_llama, train_tokenizer
+
+trl = pytest.importorskip("trl")
+
+PROMPTS = ["¿Cuánto es dos más dos?", "Escribe un número:", "¿Qué idioma se habla en Chile?"]
+COMPLETIONS = ["Son 4, claro.", "Cuatro", "Respuesta: 7", "El 12 y el 3", "Español.", "Se habla español",
+               "Inglés", "No lo sé muy bien, la verdad"]
+G, C_MAX = 4, 12
+
+
+def digits(*, completions, **_):
+    return [float(sum(ch.isdigit() for ch in c)) for c in completions]
+
+
+def short(*, completions, **_):
+    return [-len(c) / 20 for c in completions]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grpo_parity")
+    tok_dir = train_tokenizer(root / "tok", vocab_size=500, chat_template=False)
+    return build_llama(root / "llama", tok_dir, hidden=64, layers=2)
+
+
+@pytest.fixture(scope="module")
+def trainer_tok(env, tmp_path_factory):
+    """One TRL trainer for every case: each sets ``loss_type`` and ``scale_rewards``, the attributes TRL's
+    scoring and loss read (from its config) at every call."""
+    return _trainer(env, tmp_path_factory.mktemp("trl"), loss_type="dapo", scale_rewards="group")
+
+
+def _trainer(model_dir, tmp_path, *, loss_type: str, scale_rewards: str):
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    args = GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=2 * G, num_generations=G,
+                      max_completion_length=C_MAX, loss_type=loss_type, scale_rewards=scale_rewards, beta=0.04,
+                      epsilon=0.2, epsilon_high=0.28, temperature=0.7, reward_weights=[1.0, 0.5], report_to=[],
+                      use_cpu=True, bf16=False, fp16=False, logging_steps=1, seed=3, gradient_accumulation_steps=1)
+    peft_config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj"],
+                             task_type="CAUSAL_LM")
+    data = Dataset.from_list([{"prompt": p} for p in PROMPTS])
+    return GRPOTrainer(model=str(model_dir), reward_funcs=[digits, short], args=args, train_dataset=data,
+                       processing_class=tok, peft_config=peft_config), tok
+
+
+def _fixed(tok):
+    """(prompt ids of each of the 2G rows, completion ids of each row): prompts 0 and 1, G rows each; some
+    completions end with EOS, the longest is truncated at C_MAX tokens."""
+    prompt_ids = [tok(PROMPTS[i // G])["input_ids"] for i in range(2 * G)]
+    completion_ids = []
+    for i, text in enumerate(COMPLETIONS):
+        ids = tok(text, add_special_tokens=False)["input_ids"][:C_MAX]
+        if len(ids) < C_MAX and i % 3 != 2:
+            ids = ids + [tok.eos_token_id]
+        completion_ids.append(ids)
+    return prompt_ids, completion_ids
+
+
+@pytest.mark.parametrize("loss_type,scale", [("grpo", "group"), ("bnpo", "batch"), ("dr_grpo", "none"),
+                                             ("dapo", "group")])
+def test_grpo_matches_trl(trainer_tok, loss_type, scale):
+    import torch
+
+    from aura.data.prompts import EncodedPrompt, PromptItem
+    from aura.data.rewards import Reward, RewardSet
+    from aura.distributed import DistInfo
+    from aura.inference.sampling import SamplingParams
+    from aura.train.objectives.grpo import GRPO, completion_logps
+    from aura.train.objectives.rollout import RolloutSource
+
+    trainer, tok = trainer_tok
+    trainer.loss_type, trainer.scale_rewards = loss_type, scale
+    model = trainer.model
+    model.train()
+    prompt_ids, completion_ids = _fixed(tok)
+    texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
+    trainer._generate = lambda prompts: (prompt_ids, completion_ids, None, texts, None, {}, None, None)
+    out = trainer._generate_and_score_completions([{"prompt": PROMPTS[i // G]} for i in range(2 * G)])
+    c = out["completion_ids"].shape[1]
+    b, t = out["completion_mask"].shape
+    # old log-probs 0.35 off in alternating directions: every row has tokens clipped below and above
+    old = 0.35 * ((torch.arange(b)[:, None] + torch.arange(t)[None]) % 2 * 2 - 1)
+    trl_logps, _, _ = trainer._get_per_token_logps_and_entropies(
+        model, torch.cat([out["prompt_ids"], out["completion_ids"]], 1),
+        torch.cat([out["prompt_mask"], out["completion_mask"]], 1), c)
+    out["old_per_token_logps"] = (trl_logps.detach() + old) * out["completion_mask"]
+    model.zero_grad()
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's training loop, which does not run here
+    trl_loss = trainer._compute_loss(model, out)
+    trl_loss.backward()
+    trl_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    # Aura: the rollout source's scoring, advantages, batch and reference pass; then the objective
+    prompts = [EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
+               for i, p in enumerate(PROMPTS)]
+    rewards = RewardSet([Reward("digits", 1.0, digits), Reward("short", 0.5, short)])
+    sampling = SamplingParams(max_new_tokens=C_MAX, temperature=0.7, stop_ids=(tok.eos_token_id,))
+    source = RolloutSource(prompts, policy=model, rewards=rewards, tokenizer=tok, sampling=sampling, num_generations=G,
+                           batch_size=2 * G, accumulation=1, scale_rewards=scale, temperature=0.7, beta=0.04,
+                           dist=DistInfo(), precision="fp32")
+    rows = [i // G for i in range(2 * G)]
+    advantages, _ = source._advantages(source._score(rows, completion_ids), completion_ids)
+    assert advantages == pytest.approx(out["advantages"].tolist(), abs=1e-4)
+    batch = source._collate(rows, completion_ids, advantages)
+    assert torch.equal(batch["completion_mask"], out["completion_mask"])
+    batch["ref_logps"] = source._reference_logps(batch)
+    torch.testing.assert_close(batch["ref_logps"] * batch["completion_mask"],
+                               out["ref_per_token_logps"] * out["completion_mask"], atol=1e-5, rtol=0)
+    aura_logps, _ = completion_logps(model, batch, temperature=0.7)
+    torch.testing.assert_close(aura_logps * batch["completion_mask"], trl_logps * out["completion_mask"],
+                               atol=1e-5, rtol=0)
+    batch["old_logps"] = out["old_per_token_logps"]
+    objective = GRPO(loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, beta=0.04, temperature=0.7,
+                     max_completion_length=C_MAX, reward_names=rewards.names)
+    model.zero_grad()
+    total, stats = objective.loss(model, batch)
+    loss = total / objective.count(batch)  # what the loop does with one micro-batch on one rank
+    loss.backward()
+    assert loss.item() == pytest.approx(trl_loss.item(), abs=1e-4)
+    assert stats["clip_ratio"].item() > 0  # the perturbed ratio is clipped somewhere
+    for name, grad in trl_grads.items():
+        aura_grad = dict(model.named_parameters())[name].grad
+        torch.testing.assert_close(aura_grad, grad, atol=1e-4, rtol=0, msg=lambda m: f"{name}: {m}")
+    assert sum(g.abs().sum() for g in trl_grads.values()) > 0
