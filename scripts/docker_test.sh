@@ -15,7 +15,8 @@
 #   AURA_HOST_PYTHON     host Python with transformers, to load the final model (default python3)
 # Steps: 1 build (docker compose, CPU override) and image size; 2 the CA secret is in no layer (docker history and
 # every layer of `docker save`); 3 `aura doctor`; 4 tokenizer + data prepared into the host folder; 5 single node:
-# pretrain, `docker compose stop` (SIGTERM) -> interrupt checkpoint -> resume in a new container, losses equal to an
+# pretrain, `docker compose stop` (or `docker stop`, the same SIGTERM, for Compose versions that leave `run`
+# containers alone) -> interrupt checkpoint -> resume in a new container, losses equal to an
 # uninterrupted run, outputs owned by the host user; 6 two containers as two nodes: `aura launch check-dist`,
 # `aura launch pretrain` (Sync=OK), node 1 killed mid-run, both nodes restarted with --resume-from latest;
 # 7 the final model loads on the host with transformers. Last line: `docker nodes: N passed, M failed`.
@@ -110,7 +111,8 @@ compose() { env UID="$RUN_UID" GID="$RUN_GID" docker compose "$@"; }  # UID is r
 # The step losses of a run, "step loss" per line (training_log.csv, rows of kind step).
 losses() { awk -F, 'NR==1{for(i=1;i<=NF;i++)c[$i]=i; next} $c["kind"]=="step"{print $c["step"], $c["train_loss"]}' "$1/training_log.csv"; }
 logged_steps() { [[ -f "$1/training_log.csv" ]] && losses "$1" | wc -l || echo 0; }
-wait_for() { local deadline=$(( $(now) + $1 )); shift; until "$@"; do (( $(now) < deadline )) || return 1; sleep 0.5; done; }
+wait_for() { local deadline=$(( $(now) + $1 )); shift; until "$@"; do (( $(now) < deadline )) || return 1; sleep 0.2; done; }
+has_steps() { [[ "$(logged_steps "$1")" -ge "$2" ]]; }
 TINY=(--model-preset manual --arch llama --embed-size 64 --num-layers 2 --num-heads 4 --num-kv-heads 2
       --seq-length 32 --intermediate-size 128 --batch-size 4 --log-interval 1 --sample-tokens 0 --precision fp32
       --learning-rate 3e-3 --warmup-steps 0 --min-lr 3e-3 --keep-last 0 --eval-interval 0 --backend gloo)
@@ -143,7 +145,9 @@ secret_absent() {
 check "CA bundle not in any image layer (docker history, docker save)" secret_absent
 
 # 3. aura doctor --------------------------------------------------------------------------------------------------
-check "aura doctor in the container" compose run --rm trainer doctor
+# in /runs, the host folder of the run (the repo mounted at /workspace may belong to another uid)
+doctor() { compose run --rm -w /runs trainer doctor >"$OUT/logs/doctor.log" 2>&1 || { tail -20 "$OUT/logs/doctor.log"; return 1; }; }
+check "aura doctor in the container" doctor
 
 # 4. data, prepared in a container into the host folder -----------------------------------------------------
 prepare() {
@@ -156,14 +160,14 @@ check "tokenizer and data prepared into the host folder" prepare
 
 # 5. single node: SIGTERM -> checkpoint -> exact resume in a new container -------------------------------------
 STEPS=150
-single() { compose run "$@" trainer pretrain --data /data/prepared "${TINY[@]}" --max-steps "$STEPS" --save-steps 1000; }
+single() { compose run --rm trainer pretrain --data /data/prepared "${TINY[@]}" --max-steps "$STEPS" --save-steps 1000 "$@"; }
 R="$OUT/runs"
 t0=$(now)
-single --rm -o /runs/reference >"$OUT/logs/reference.log" 2>&1 || bad "uninterrupted reference run"
+single -o /runs/reference >"$OUT/logs/reference.log" 2>&1 || bad "uninterrupted reference run"
 echo "  reference run ($STEPS steps): $(( $(now) - t0 )) s"
 compose run -d --name "$P-single" trainer pretrain --data /data/prepared -o /runs/single "${TINY[@]}" \
   --max-steps "$STEPS" --save-steps 1000 >/dev/null || true
-wait_for 300 test "$(logged_steps "$R/single")" -ge 3 || true
+wait_for 300 has_steps "$R/single" 3 || true
 stopper="docker compose stop"
 compose stop -t 120 trainer >/dev/null 2>&1 || true
 if [[ "$(docker inspect -f '{{.State.Running}}' "$P-single" 2>/dev/null)" == true ]]; then
@@ -175,8 +179,8 @@ docker logs "$P-single" >"$OUT/logs/single.log" 2>&1 || true
 docker rm "$P-single" >/dev/null 2>&1 || true
 stopped_at=$(logged_steps "$R/single")
 check "$stopper (SIGTERM) at step $stopped_at/$STEPS: exit 3 and an interrupt checkpoint" \
-  test "$rc" == 3 -a "$stopped_at" -lt "$STEPS" -a -n "$(compgen -G "$R/single/checkpoint-*" || true)"
-single --rm -o /runs/single --resume-from latest >"$OUT/logs/resume.log" 2>&1 || bad "resume run"
+  test "$rc" == 3 -a "$stopped_at" -lt "$STEPS" -a -n "$(compgen -G "$R/single/interrupt-step-*" || true)"
+single -o /runs/single --resume-from latest >"$OUT/logs/resume.log" 2>&1 || bad "resume run"
 same_losses() { [[ "$(logged_steps "$1")" -eq "$STEPS" ]] && diff <(losses "$1" | sort -n) <(losses "$2" | sort -n) >/dev/null; }
 check "resumed in a new container: the $STEPS step losses equal the uninterrupted run's" \
   same_losses "$R/single" "$R/reference"
@@ -210,18 +214,19 @@ both() {  # both aura-args...: start node 0 and node 1, wait, keep the logs; tru
 check "aura launch check-dist across two containers ($NET network)" \
   both launch check-dist --backend gloo --size-mb 1 --iters 3
 grep -h "Communication OK" "$OUT/logs/node0.log" || true
-NSTEPS=40
+NSTEPS=60
 run2() { node "$1" launch pretrain --data /data/prepared -o /runs/nodes "${TINY[@]}" --max-steps "$NSTEPS" \
-           --save-steps 5 "${@:2}"; }
+           --save-steps 10 "${@:2}"; }
 t0=$(now)
 run2 0; run2 1
-wait_for 300 test -d "$R/nodes/checkpoint-step-5" -a "$(logged_steps "$R/nodes")" -ge 8 || true
+saved_and_on() { [[ -d "$R/nodes/checkpoint-step-10" ]] && has_steps "$R/nodes" 12; }
+wait_for 300 saved_and_on || true
 killed_at=$(logged_steps "$R/nodes")
 docker kill "$P-node1" >/dev/null 2>&1 || true
 r0=$(timeout 300 docker wait "$P-node0" || echo timeout)
 docker logs "$P-node0" >"$OUT/logs/nodes-killed.log" 2>&1 || true
 check "node 1 killed at step $killed_at/$NSTEPS: node 0 stops too (exit $r0), checkpoint kept" \
-  test "$killed_at" -lt "$NSTEPS" -a "$r0" != 0 -a -d "$R/nodes/checkpoint-step-5"
+  test "$killed_at" -lt "$NSTEPS" -a "$r0" != 0 -a -d "$R/nodes/checkpoint-step-10"
 docker rm -f "$P-node0" "$P-node1" >/dev/null 2>&1 || true
 resumed() {
   run2 0 --resume-from latest; run2 1 --resume-from latest

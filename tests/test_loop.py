@@ -191,7 +191,7 @@ def test_fp16_with_grad_scaler(prepared, tmp_path):
 
 
 def test_lr_schedule_is_a_pure_function_of_the_step():
-    from aura.train.args import lr_at
+    from aura.train.optim.schedule import lr_at
 
     kw = dict(base=1e-3, min_lr=1e-4, warmup=10, total=100)
     assert lr_at(0, **kw) == pytest.approx(1e-4)

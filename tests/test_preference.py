@@ -135,7 +135,9 @@ def test_precomputed_reference_equals_the_live_reference(env, tmp_path, method):
         for key in ("train_loss", *REWARDS):
             if step == 1 and key == "rewards/accuracy":
                 continue  # policy == reference: every reward is 0 up to rounding, chosen > rejected is a coin toss
-            assert float(a[step][key]) == pytest.approx(float(b[step][key]), rel=1e-5, abs=2e-5), (step, key)
+            # a full copy and the precomputed pass score the pairs in other batch shapes: on CPUs whose kernels
+            # block by shape (avx512 EPYC) the log-probs differ in the 6th digit
+            assert float(a[step][key]) == pytest.approx(float(b[step][key]), rel=2e-4, abs=5e-5), (step, key)
     assert abs(float(a[3]["rewards/margin"])) > 1e-3  # the policy moved away from its reference
 
 

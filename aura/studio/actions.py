@@ -9,8 +9,10 @@ start in a folder it did not create); its run folder is always directly under th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import io
 import os
 import shlex
 import signal
@@ -108,7 +110,13 @@ def build_argv(command: str, values: dict, run_dir: Path) -> list[str]:
         items = [str(v) for v in items]
         argv += items if f["positional"] else [f["flag"], *items]
     argv += ["--" + FORMS[command][2].replace("_", "-"), str(run_dir)]
-    parse_config(config_class(command), argv[1:], prog=f"aura {command}", description="")  # the CLI's validation
+    err = io.StringIO()
+    try:  # the CLI's own parsing and validation, its messages kept for the page
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            parse_config(config_class(command), argv[1:], prog=f"aura {command}", description="")
+    except SystemExit:
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        raise AuraError("\n".join(lines[-2:]) or M("unknown_field", field="?", command=command)) from None
     return argv
 
 

@@ -45,6 +45,7 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
     root = Path(root)
     secret = secrets.token_bytes(32)
     cache = LogCache()
+    shown: dict = {}
     monitor: dict = {}
 
     def csrf_for(session: str) -> str:
@@ -119,7 +120,9 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
             rows = await asyncio.to_thread(cache.rows, d)
         except AuraError as e:
             return JSONResponse({"columns": [], "series": {}, "rows": 0, "warning": str(e)})
-        return JSONResponse(series(rows, max_points))
+        if shown.get(d, (None,))[:2] != (len(rows), max_points):  # an unchanged log is not downsampled again
+            shown[d] = (len(rows), max_points, await asyncio.to_thread(series, rows, max_points))
+        return JSONResponse(shown[d][2])
 
     async def hardware(request: Request) -> Response:
         def sample():

@@ -13,7 +13,10 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
 M = Messages("studio", {
-    "no_dir": ("No existe el directorio {path}.", "The directory {path} does not exist."),
+    "no_dir": ("{path} no es un directorio (no existe o es un archivo): indica la carpeta de las ejecuciones, "
+               "por ejemplo runs.",
+               "{path} is not a directory (missing, or a file): give the folder that holds the runs, for "
+               "example runs."),
     "bad_port": ("--port debe estar entre 1 y 65535; recibido {port}.", "--port must be between 1 and 65535; got {port}."),
     "missing": ("aura studio necesita starlette y uvicorn: pip install -e '.[studio]'.",
                 "aura studio needs starlette and uvicorn: pip install -e '.[studio]'."),

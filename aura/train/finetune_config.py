@@ -282,7 +282,7 @@ class FinetuneConfig(GRPOArgs, TrainArgs):
 
     def optimisation_defaults(self) -> dict:
         """Values for ``aura.train.args.with_defaults``: batch 2 x accumulation 4, lr 2e-4 (LoRA) or
-        2e-5 (full), for DPO/ORPO 5e-5 (LoRA) or 5e-7 (full); warm-up 3 % (args.default_warmup) and cosine
+        2e-5 (full), for DPO/ORPO 5e-5 (LoRA) or 5e-7 (full); warm-up 3 % (optim.schedule.default_warmup) and cosine
         come from the loop."""
         return {"batch_size": 2, "gradient_accumulation_steps": 4,
                 "learning_rate": (PREF_LR_FULL if self.method == "full" else PREF_LR_LORA) if self.objective != "sft"

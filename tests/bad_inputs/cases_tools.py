@@ -110,3 +110,18 @@ def _(fx, tmp):
 @case("doctor_config_yaml_deep", "doctor", "cfg.yaml", outputs=(), hostile=True)
 def _(fx, tmp):
     return ["doctor", "--config", str(write(tmp / "cfg.yaml", "x: " + nested_json(YAML_DEEP) + "\n"))]
+
+
+@case("studio_missing_runs_dir", "studio", "no-such-runs", outputs=())
+def _(fx, tmp):
+    return ["studio", str(tmp / "no-such-runs")]
+
+
+@case("studio_runs_dir_is_a_file", "studio", "runs.txt", outputs=())
+def _(fx, tmp):
+    return ["studio", str(write(tmp / "runs.txt", "not a folder\n"))]
+
+
+@case("studio_bad_port", "studio", "--port", outputs=())
+def _(fx, tmp):
+    return ["studio", str(tmp), "--port", "70000"]

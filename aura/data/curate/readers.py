@@ -37,10 +37,10 @@ M = Messages("curate_readers", {
                     "Unsupported format: {path}. Accepted formats: {exts}."),
     "no_supported": ("El directorio {path} no contiene archivos compatibles ({exts}).",
                      "The directory {path} holds no supported files ({exts})."),
-    "truncated": ("quedan {size} bytes sin leer al final: el archivo está cortado",
-                  "{size} bytes are left unread at the end: the file is cut short"),
-    "cut_record": ("al registro le faltan {size} bytes: el archivo está cortado",
-                   "the record lacks {size} bytes: the file is cut short"),
+    "truncated": ("quedan {size:byte|bytes} sin leer al final: el archivo está cortado",
+                  "{size:byte is|bytes are} left unread at the end: the file is cut short"),
+    "cut_record": ("al registro le faltan {size:byte|bytes}: el archivo está cortado",
+                   "the record lacks {size:byte|bytes}: the file is cut short"),
     "bad_record": ("{path}, registro {record} (byte {offset}): {err}. El archivo está dañado o truncado; "
                    "vuelve a descargarlo o quítalo de las entradas.",
                    "{path}, record {record} (byte {offset}): {err}. The file is damaged or truncated; "

@@ -68,7 +68,7 @@ function drawChart(container, key, title, labels, seriesList) {
   box.innerHTML = `<h3>${esc(title)}</h3>`;
   const width = Math.max(320, box.clientWidth - 16);
   const opts = { width, height: 240, scales: { x: { time: false } },
-    axes: [{ label: t("step"), values: (u, v) => v.map(x => fmt(x)) }, { values: (u, v) => v.map(x => fmt(x)) }],
+    axes: [{ label: t("step"), values: (u, v) => v.map(x => fmt(x)) }, { size: 70, values: (u, v) => v.map(x => fmt(x)) }],
     series: [{ label: t("step"), value: (u, v) => fmt(v) },
       ...labels.map((l, i) => ({ label: l, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true, value: (u, v) => fmt(v) }))] };
   S.plots[key] = { sig, plot: new uPlot(opts, data, box) };
@@ -194,14 +194,18 @@ async function route() {
   const [path, query] = location.hash.replace(/^#/, "").split("?");
   const parts = (path || "/").split("/").filter(Boolean);
   let tick;
-  if (parts[0] === "run" && parts[1]) { const n = decodeURIComponent(parts[1]); await runView(n, true).catch(showError); tick = () => runView(n, false); }
+  if (parts[0] === "run" && parts[1]) { const n = decodeURIComponent(parts[1]); tick = () => runView(n, !$("#run-title")); }  // a run just launched has no run.json for a few seconds
   else if (parts[0] === "compare") { const n = (new URLSearchParams(query).get("runs") || "").split(",").filter(Boolean); tick = () => compareView(n); }
   else if (parts[0] === "launch") { await launchView().catch(showError); return; }
   else tick = runsView;
-  const run = () => tick().catch(showError);
+  const run = () => tick().then(() => { const el = $("#view-error"); if (el) el.remove(); }).catch(showError);
   await run(); S.timer = setInterval(run, POLL_MS);
 }
-function showError(e) { view().insertAdjacentHTML("afterbegin", `<p class="error">${esc(e.message)}</p>`); }
+function showError(e) {
+  let el = $("#view-error");
+  if (!el) { view().insertAdjacentHTML("afterbegin", `<p class="error" id="view-error"></p>`); el = $("#view-error"); }
+  el.textContent = e.message;
+}
 
 (async function start() {
   const s = await api("/api/session");
