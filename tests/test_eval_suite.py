@@ -130,6 +130,8 @@ def test_model_that_does_not_load_is_a_clear_error(tiny_zoo, tmp_path):
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
     r = run_aura_here("eval", "--model", broken, "--suite", "aura-es", "--limit", "2")
     assert r.returncode == 2
-    assert "Could not load model" in r.stderr and str(broken) in r.stderr and "Traceback" not in r.stderr
+    # named before loading: the file, and what is wrong with it
+    assert "model.safetensors is damaged or incomplete" in r.stderr and str(broken) in r.stderr
+    assert "Traceback" not in r.stderr
     r = run_aura_here("eval", "--model", broken)
     assert r.returncode == 2 and "--suite aura-es" in r.stderr

@@ -146,7 +146,7 @@ def test_metrics_read_incrementally_and_downsampled(tmp_path):
 
 def test_studio_command_refusals(tmp_path):
     proc = run_aura_here("studio", tmp_path / "missing")
-    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    assert proc.returncode == 2 and "is not a directory" in proc.stderr
     proc = run_aura_here("studio", tmp_path, "--port", "70000")
     assert proc.returncode == 2 and "--port" in proc.stderr
 
