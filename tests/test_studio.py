@@ -156,7 +156,9 @@ def test_studio_command_refusals(tmp_path):
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 TINY = {"model_preset": "manual", "embed_size": "64", "num_layers": "2", "num_heads": "4", "seq_length": "32",
         "intermediate_size": "256", "batch_size": "4", "log_interval": "1", "sample_tokens": "0",
-        "max_steps": "40", "save_steps": "5", "eval_interval": "5"}
+        "max_steps": "1000", "save_steps": "20", "eval_interval": "100"}
+# 1000 steps: long enough that the run is still training when the page comes back to stop it, even on a
+# loaded machine (40 steps finished before the stop button could show, under a full parallel test run)
 
 
 @pytest.fixture
@@ -219,7 +221,7 @@ def test_browser_launch_watch_stop_resume_in_spanish(served, tmp_path):
                 el = driver.find_element(By.ID, f"f_{name}")
                 el.clear()
                 el.send_keys(value)
-        wait.until(lambda d: "--max-steps 40" in text("#preview") and "--embed-size 64" in text("#preview"))
+        wait.until(lambda d: "--max-steps 1000" in text("#preview") and "--embed-size 64" in text("#preview"))
         assert text("#preview").startswith("aura pretrain --model-preset manual")
         driver.save_screenshot(str(shots / "lanzar.png"))
         driver.find_element(By.ID, "launch").click()
@@ -249,7 +251,8 @@ def test_browser_launch_watch_stop_resume_in_spanish(served, tmp_path):
         wait.until(lambda d: "--resume-from latest" in text("#resume-cmd") and "checkpoint-step-" in text("#ckpts"))
         driver.save_screenshot(str(shots / "interrumpida.png"))
         driver.find_element(By.ID, "resume").click()
-        wait.until(lambda d: text("#run-title .status") == "terminada")
+        WebDriverWait(driver, 900, poll_frequency=1, ignored_exceptions=(StaleElementReferenceException,
+                      NoSuchElementException)).until(lambda d: text("#run-title .status") == "terminada")
         driver.save_screenshot(str(shots / "terminada.png"))
     finally:
         driver.quit()
