@@ -80,7 +80,18 @@ py="$venv/bin/python"
 if ! "$py" -c "import torch" >/dev/null 2>&1; then
     aura_say "$torch_note_es" "$torch_note_en"
     echo "[aura] pip install ${torch_args[*]}"
-    "$py" -m pip install -q "${torch_args[@]}"
+    if [ "$torch_build" = cpu ]; then
+        # The CPU index may be unreachable (a corporate mirror, an offline index): then the index pip is
+        # configured with, which on Linux serves the CUDA build.
+        if ! "$py" -m pip install -q --timeout 20 --retries 1 "${torch_args[@]}"; then
+            aura_say "No se pudo instalar desde $cpu_index: se instala ${AURA_TORCH:-torch} desde el índice que pip tiene configurado." \
+                     "Could not install from $cpu_index: installing ${AURA_TORCH:-torch} from pip's configured index." >&2
+            read -r -a torch_args <<<"${AURA_TORCH:-torch}"
+            "$py" -m pip install -q "${torch_args[@]}"
+        fi
+    else
+        "$py" -m pip install -q "${torch_args[@]}"
+    fi
 fi
 stamp="$venv/.aura-setup-stamp"
 hash="$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
