@@ -275,3 +275,33 @@ def test_two_nodes_across_network_namespaces_train(prepared, reference, tmp_path
     ])
     assert "--rdzv_endpoint=10.200.0.1:" in text
     _check_two_node_training(text, out, reference, steps)
+
+
+@pytest.mark.slow
+def test_a_dead_node_is_diagnosed_not_reported_as_our_bug(prepared, tmp_path):
+    """Node 1 dies mid-run (its whole process tree SIGKILLed, as a power cut does): node 0's rank sees gloo
+    close the connection and says what happened and how to resume, not "this is our bug"."""
+    import psutil
+
+    port, out = free_port(), tmp_path / "run"
+    args = _args(prepared, out, "--batch-size", "4", steps=2000)
+    node0, node1 = _node(0, port, args), _node(1, port, args)
+    deadline = time.time() + 240
+    while time.time() < deadline and node0.poll() is None and len(_logged_so_far(out)) < 3:
+        time.sleep(0.1)
+    assert len(_logged_so_far(out)) >= 3, "training never started"
+    for p in [*psutil.Process(node1.pid).children(recursive=True), psutil.Process(node1.pid)]:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    node1.communicate(timeout=60)
+    try:
+        text = node0.communicate(timeout=240)[0]
+    except subprocess.TimeoutExpired:
+        node0.kill()
+        text = node0.communicate()[0]
+    assert node0.returncode != 0, text[-4000:]
+    assert "this is our bug" not in text, text[-5000:]
+    assert "Another rank exited or disconnected mid-communication" in text, text[-5000:]
+    assert "--resume-from latest" in text, text[-5000:]

@@ -19,6 +19,7 @@ from aura.core.config import parse_config
 from aura.core.errors import AbortReported, AuraError
 from aura.core.i18n import Messages, bi, set_lang
 from aura.cli.commands import COMMANDS
+from aura.cluster.diagnose import diagnose
 from aura.distributed.launcher import CHECK_ENV
 
 
@@ -42,6 +43,12 @@ M = Messages("cli", {
                    "latest); 130 aborted by a second Ctrl+C without saving."),
     "bug": ("Error inesperado en Aura (esto es un fallo nuestro; por favor, repórtalo):",
             "Unexpected error in Aura (this is our bug; please report it):"),
+    "comm_failed": ("La comunicación entre procesos falló en el rango {rank} de {world}: {error}",
+                    "Communication between processes failed on rank {rank} of {world}: {error}"),
+    "comm_resume": ("El último checkpoint guardado se reanuda con --resume-from latest en todos los nodos "
+                    "(o con 'aura launch ... --resume-from latest').",
+                    "The last saved checkpoint resumes with --resume-from latest on every node "
+                    "(or with 'aura launch ... --resume-from latest')."),
     "missing_dep": ("Falta el paquete de Python '{name}'. Instálalo con: pip install {name}",
                     "The Python package '{name}' is missing. Install it with: pip install {name}"),
 })
@@ -99,6 +106,35 @@ def run_command(key: tuple[str, ...], args: list[str]):
     return getattr(module, cmd.function)(cfg)
 
 
+def _report_comm_failure(exc: BaseException, debug: bool) -> bool:
+    """In a distributed run, a collective that fails because a peer died or the network broke is not a
+    bug in Aura: say so with the diagnosis of its text (the cluster's own rules) and how to resume."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world <= 1:
+        return False
+    chain, seen = [], exc
+    while seen is not None and len(chain) < 5:
+        chain.append(f"{type(seen).__name__}: {seen}")
+        seen = seen.__cause__ or seen.__context__
+    text = "\n".join(chain)
+    dist = sys.modules.get("torch.distributed")
+    dist_error = dist is not None and isinstance(exc, getattr(dist, "DistError", ()))
+    lines = diagnose(text, addr=os.environ.get("MASTER_ADDR", "MASTER_ADDR"),
+                     port=os.environ.get("MASTER_PORT", "MASTER_PORT"))
+    if not lines and not dist_error:
+        return False
+    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    console.error(M("comm_failed", rank=os.environ.get("RANK", "?"), world=world, error=first))
+    for line in lines:
+        console.error(line)
+    console.error(M("comm_resume"))
+    if debug:
+        traceback.print_exc()
+    else:
+        print(M("debug_hint"), file=sys.stderr)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, debug, lang = _split_globals(argv)
@@ -154,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         raise
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except Exception:
+    except Exception as e:
+        if _report_comm_failure(e, debug):
+            return 1
         console.error(M("bug"))
         traceback.print_exc()
         return 1

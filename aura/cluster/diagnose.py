@@ -78,9 +78,10 @@ _RULES: list[tuple[re.Pattern, str]] = [
                 r"failed to connect|connect\(\) timed out|ECONNREFUSED|Temporary failure in name "
                 r"resolution|DistNetworkError", re.I), "unreachable"),
     (re.compile(r"nccl", re.I), "nccl"),
-    (re.compile(r"gloo.*(connectFullMesh|connect|Connection closed|ECONNRESET)|"
-                r"Connection reset by peer", re.I), "gloo_iface"),
-    (re.compile(r"Connection closed by peer|Broken pipe|SIGTERM|Socket Timeout", re.I), "peer_died"),
+    # a closed or reset connection after the mesh was built means a peer went away, not a wrong interface
+    (re.compile(r"Connection closed by peer|Connection reset by peer|ECONNRESET|Broken pipe|SIGTERM|"
+                r"Socket Timeout", re.I), "peer_died"),
+    (re.compile(r"gloo.*(connectFullMesh|connect)", re.I), "gloo_iface"),
 ]
 _NETWORK_KEYS = {"world_mismatch", "rdzv_timeout", "unreachable"}
 
