@@ -31,6 +31,7 @@ from aura.core import console
 from aura.core.config import arg
 from aura.text.readers import ReaderArgs, ReaderOptions, clean_text, iter_documents
 from aura.text.sources import Source, expand_inputs, hf_source
+from aura.data.shard_writer import ShardWriter, move_to_val
 from aura.data.tokens import FORMAT, load_meta
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
@@ -184,39 +185,6 @@ def _process(batch: tuple[bool, list[str]]) -> dict:
 # Main side
 
 
-class ShardWriter:
-    """Appends tokens to ``{prefix}_00000.bin``, ``_00001.bin``... of at most ``shard_tokens`` each."""
-
-    def __init__(self, root: Path, prefix: str, *, shard_tokens: int, dtype: str):
-        self.root, self.prefix, self.shard_tokens = root, prefix, shard_tokens
-        self.dtype = np.dtype(dtype)
-        self.shards: list[dict] = []
-        self.tokens = self.documents = 0
-        self._f = None
-
-    def write(self, arr: np.ndarray) -> None:
-        while len(arr):
-            if self._f is None or self.shards[-1]["tokens"] >= self.shard_tokens:
-                self._open()
-            take = min(len(arr), self.shard_tokens - self.shards[-1]["tokens"])
-            self._f.write(arr[:take].tobytes())
-            self.shards[-1]["tokens"] += take
-            self.tokens += take
-            arr = arr[take:]
-
-    def _open(self) -> None:
-        if self._f is not None:
-            self._f.close()
-        name = f"{self.prefix}_{len(self.shards):05d}.bin"
-        self._f = open(self.root / name, "wb")
-        self.shards.append({"file": name, "tokens": 0})
-
-    def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
-
-
 def _batches(sources: list[Source], opts: ReaderOptions, stats: Counter) -> Iterator[tuple[bool, list[str]]]:
     for source in sources:
         keep_layout = source.kind == "file" and source.fmt == "txt" and opts.doc_sep == "file"
@@ -282,28 +250,6 @@ def _up_to_date(out: Path, meta: dict | None, fingerprint: str, force: bool) -> 
     if meta.get("fingerprint") == fingerprint:
         return True
     raise AuraError(M("different", path=out))
-
-
-def _move_to_val(train: ShardWriter, val: ShardWriter, root: Path, start: int, length: int) -> None:
-    """Move tokens [start, start+length) of the train stream to val (the forced validation document)."""
-    old, train_tokens = train.shards, train.tokens
-    for shard in old:
-        os.replace(root / shard["file"], root / f"old-{shard['file']}")
-    train.shards, train.tokens = [], 0
-    pos = 0
-    for shard in old:
-        arr = np.fromfile(root / f"old-{shard['file']}", dtype=val.dtype)
-        a, b = max(start - pos, 0), min(start + length - pos, len(arr))
-        if a < b:
-            train.write(arr[:a])
-            val.write(arr[a:b])
-            train.write(arr[b:])
-        else:
-            train.write(arr)
-        pos += len(arr)
-        os.unlink(root / f"old-{shard['file']}")
-    train.close()
-    assert train.tokens == train_tokens - length
 
 
 def prepare(cfg: PrepareConfig) -> Path:
@@ -372,7 +318,7 @@ def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
         if cfg.val_fraction > 0 and val.documents == 0:
             if kept < 2:
                 raise AuraError(M("too_small", docs=kept))
-            _move_to_val(train, val, tmp, best[1], best[2])
+            move_to_val(train, val, tmp, best[1], best[2])
             train.documents, val.documents = train.documents - 1, 1
             val.close()
         if tok is not None:
