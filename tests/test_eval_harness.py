@@ -134,3 +134,32 @@ def test_builtin_group_offline_is_refused_before_any_download(tiny_zoo, tmp_path
     assert r.returncode == 2 and "--tasks 'spanish_bench': their data is on the Hugging Face hub" in r.stderr, r.stderr
     assert "facebook/belebele" in r.stderr or "BSC-LT/COPA-es" in r.stderr
     assert "--suite aura-es" in r.stderr and "Retrying" not in r.stdout + r.stderr
+
+
+def test_shipped_math_task_runs_through_lm_eval_offline(tiny_zoo, tmp_path):
+    """The aura-es math task as an lm-eval YAML (generate_until + the exact-answer rule): lm-eval loads the
+    shipped test split offline, generates and scores every item."""
+    import importlib.util
+
+    from aura.evaluation.math_task import load_problems
+    from aura.evaluation.suite import SUITE_DIR
+
+    spec = importlib.util.spec_from_file_location("aura_es_loader", SUITE_DIR / "loader.py")
+    loader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loader)
+    assert list(loader.load_math()["test"]) == load_problems()
+    doc = {"answer": "12.5"}
+    assert loader.process_math(doc, ["Son 10 + 2,5.\nRespuesta: 12,5"]) == {"exact_match": 1.0}
+    assert loader.process_math(doc, ["Respuesta: 13"]) == {"exact_match": 0.0}
+
+    from tests.tiny_models import build_llama
+
+    # lm-eval needs room for its 256 generated tokens: a context longer than the zoo's 256
+    model = build_llama(tmp_path / "llama1k", tiny_zoo["tokenizer"], ctx=1024)
+    out = tmp_path / "math.json"
+    r = run_aura("eval", "--model", model, "--tasks", "aura_es_matematicas", "--limit", "3",
+                 "--output", out, env=OFFLINE)
+    assert r.returncode == 0, r.stderr
+    rows = {(row["task"], row["metric"]): row for row in json.loads(out.read_text())["results"][0]["rows"]}
+    row = rows[("aura_es_matematicas", "exact_match")]
+    assert row["n"] == 3 and row["value"] in (0, 1 / 3, 2 / 3, 1)
