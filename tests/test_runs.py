@@ -195,9 +195,11 @@ def test_real_pretrain_run_interrupted_then_listed_and_plotted(tmp_path):
     out, _ = proc.communicate(timeout=240)
     assert sorted(run_dir.glob("checkpoint-step-*")) or sorted(run_dir.glob("interrupt-step-*")), out
     assert listed_live[0]["status"] == "running"
+    assert listed_live[0]["total_steps"] == 500 and listed_live[0]["tokens_per_s"] > 0  # step of plan, speed
 
     r = json.loads(run_aura("runs", "--json", cwd=tmp_path).stdout)[0]
     assert r["status"] == "interrupted", out
+    assert r["eta_s"] is None and r["layout"] is None  # no time left for a stopped run; one process
     rows = list(csv_rows(run_dir / "training_log.csv"))
     vals = [float(x["val_loss"]) for x in rows if x["val_loss"]]
     assert r["best_val_loss"] == pytest.approx(min(vals))

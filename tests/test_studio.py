@@ -193,7 +193,9 @@ def served(tmp_path, monkeypatch):
 @pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian's chromium and chromium-driver")
 def test_browser_launch_watch_stop_resume_in_spanish(served, tmp_path):
     """Chromium, AURA_LANG=es: the pretrain form starts a tiny run, its points grow on the run page, the runs
-    page lists it, Stop leaves it 'interrumpida' with its checkpoint, Resume takes it to 'terminada'."""
+    page lists it (with tokens/s, ETA and the plan's length), Stop leaves it 'interrumpida' with its checkpoint,
+    Resume takes it to 'terminada', then Try chats with its final model (the answer streamed piece by piece)
+    and, side by side, with an earlier checkpoint."""
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
@@ -241,6 +243,8 @@ def test_browser_launch_watch_stop_resume_in_spanish(served, tmp_path):
         step = lambda: int(text("tr[data-run='demo'] [data-col=step]").replace(".", "") or 0)  # noqa: E731
         before = wait.until(lambda d: step() or 1)
         wait.until(lambda d: step() > before)  # the list updates itself too
+        wait.until(lambda d: text("tr[data-run='demo'] [data-col=eta]") and text("tr[data-run='demo'] [data-col=tps]"))
+        assert text("tr[data-run='demo'] [data-col=plan]") == "/ 1000"
         driver.save_screenshot(str(shots / "ejecuciones.png"))
 
         driver.get(url + "#/run/demo")
@@ -254,6 +258,34 @@ def test_browser_launch_watch_stop_resume_in_spanish(served, tmp_path):
         WebDriverWait(driver, 900, poll_frequency=1, ignored_exceptions=(StaleElementReferenceException,
                       NoSuchElementException)).until(lambda d: text("#run-title .status") == "terminada")
         driver.save_screenshot(str(shots / "terminada.png"))
+
+        # Try: chat with the final model, in Spanish, the answer streamed piece by piece; then side by side
+        # with its last checkpoint
+        wait.until(lambda d: d.find_elements(By.ID, "try-final"))
+        driver.find_element(By.ID, "try-final").click()
+        wait.until(lambda d: d.find_elements(By.ID, "try-prompt"))
+        assert text("h1") == "Probar un modelo"
+        assert Select(driver.find_element(By.ID, "try-model-0")).first_selected_option.get_attribute("value") == \
+            "demo/final"
+        driver.find_element(By.ID, "try-temp").clear()
+        driver.find_element(By.ID, "try-temp").send_keys("0")
+        driver.find_element(By.ID, "try-prompt").send_keys("Hola, ¿quién eres?")
+        driver.find_element(By.ID, "try-send").click()
+        answer = "#conv-0 [data-answer][data-done]"
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, answer))
+        box = driver.find_element(By.CSS_SELECTOR, answer)
+        assert int(box.get_attribute("data-pieces") or 0) >= 2 and box.text.strip()  # streamed, not one block
+        assert "tokens/s" in text("#stats-0") and not text("#try-error")
+        driver.find_element(By.ID, "try-two").click()
+        ckpt = [o.get_attribute("value") for o in Select(driver.find_element(By.ID, "try-model-1")).options
+                if "checkpoint-step-" in o.get_attribute("value")]
+        Select(driver.find_element(By.ID, "try-model-1")).select_by_value(ckpt[-1])  # the oldest kept
+        driver.find_element(By.ID, "try-prompt").send_keys("Cuéntame un cuento")
+        driver.find_element(By.ID, "try-send").click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conv-0 [data-done]")) == 2
+                   and len(d.find_elements(By.CSS_SELECTOR, "#conv-1 [data-done]")) == 1)
+        assert not text("#try-error")
+        driver.save_screenshot(str(shots / "probar.png"))
     finally:
         driver.quit()
     info = json.loads((root / "demo" / "run.json").read_text())

@@ -44,14 +44,27 @@ M = Messages("studio_actions", {
                       "run.json)."),
     "launcher": ("{run} se lanzó con {launcher}: reanúdala en una terminal con: {command}",
                  "{run} was launched with {launcher}: resume it in a terminal with: {command}"),
+    "outside": ("{flag} {value!r} está fuera de la carpeta de ejecuciones {root}: la página solo usa modelos "
+                "de dentro (p. ej. NOMBRE/final).",
+                "{flag} {value!r} is outside the runs folder {root}: the page only uses models inside it (e.g. "
+                "NAME/final)."),
+    "no_job": ("{name} no es un comando lanzado desde la página.", "{name} is not a command launched from the page."),
 })
 
-# command -> (module, config class, the field that names the run folder)
+# command -> (module, config class, the field that names the output folder: a new folder directly under the
+# runs folder, the fields left out of the page's form: they would write outside it)
 FORMS = {
-    "pretrain": ("aura.train.pretrain", "PretrainConfig", "output_dir"),
-    "finetune": ("aura.train.finetune", "FinetuneConfig", "output_dir"),
+    "pretrain": ("aura.train.pretrain", "PretrainConfig", "output_dir", ()),
+    "finetune": ("aura.train.finetune", "FinetuneConfig", "output_dir", ()),
+    "data prepare": ("aura.data.prepare", "PrepareConfig", "output_dir", ()),
+    "eval": ("aura.evaluation.evaluate", "EvalConfig", "output_dir", ("output",)),
+    "export gguf": ("aura.export.gguf", "GGUFConfig", "output_dir", ("outfile",)),
 }
+RUNS = ("pretrain", "finetune")  # commands whose folder is a run (run.json): the page opens it
+# fields naming a model the command reads: it must be inside the runs folder (relative paths are from it)
+INSIDE = {"eval": ("model", "compare", "adapter"), "export gguf": ("model",)}
 LOG_DIR = ".aura-studio"
+JOBS: dict[str, subprocess.Popen] = {}  # name -> process, the commands this studio started
 
 
 def log_path(run_dir: Path) -> Path:
@@ -61,7 +74,7 @@ def log_path(run_dir: Path) -> Path:
 def config_class(command: str):
     if command not in FORMS:
         raise AuraError(M("unknown_command", valid=", ".join(FORMS), command=command))
-    module, cls, _ = FORMS[command]
+    module, cls = FORMS[command][:2]
     return getattr(importlib.import_module(module), cls)
 
 
@@ -71,7 +84,7 @@ def form(command: str) -> list[dict]:
     own = set(getattr(cls, "__annotations__", {}))  # the command's own flags first, then the shared ones
     for f, tp in sorted(fields_of(cls), key=lambda ft: ft[0].name not in own):
         meta = f.metadata or {}
-        if not meta or meta.get("hidden") or f.name == FORMS[command][2]:
+        if not meta or meta.get("hidden") or f.name == FORMS[command][2] or f.name in FORMS[command][3]:
             continue
         base, optional = _unwrap_optional(tp)
         choices = list(get_args(base)) if get_origin(base) is Literal else meta.get("choices")
@@ -93,10 +106,21 @@ def check_name(name: str) -> str:
     return name
 
 
+def check_inside(flag: str, value: str, root: Path) -> None:
+    """A path the command reads must stay inside the runs folder (the command runs from it)."""
+    real_root = root.resolve()
+    try:
+        real = (root / value).resolve()
+    except (OSError, RuntimeError):
+        real = None
+    if real is None or not (real == real_root or real.is_relative_to(real_root)):
+        raise AuraError(M("outside", flag=flag, value=value, root=real_root))
+
+
 def build_argv(command: str, values: dict, run_dir: Path) -> list[str]:
     """The arguments after ``aura`` for a form's values: only the command's own fields, each a list item."""
     fields = {f["name"]: f for f in form(command)}
-    argv = [command]
+    argv = command.split()
     for name, value in values.items():
         if name not in fields:
             raise AuraError(M("unknown_field", field=name, command=command))
@@ -108,12 +132,14 @@ def build_argv(command: str, values: dict, run_dir: Path) -> list[str]:
             continue
         items = value if isinstance(value, list) else shlex.split(str(value)) if f["type"] == "list" else [value]
         items = [str(v) for v in items]
+        for item in items if name in INSIDE.get(command, ()) else ():
+            check_inside(f["flag"], item, run_dir.parent)
         argv += items if f["positional"] else [f["flag"], *items]
     argv += ["--" + FORMS[command][2].replace("_", "-"), str(run_dir)]
     err = io.StringIO()
     try:  # the CLI's own parsing and validation, its messages kept for the page
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            parse_config(config_class(command), argv[1:], prog=f"aura {command}", description="")
+            parse_config(config_class(command), argv[len(command.split()):], prog=f"aura {command}", description="")
     except SystemExit:
         lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
         raise AuraError("\n".join(lines[-2:]) or M("unknown_field", field="?", command=command)) from None
@@ -121,7 +147,8 @@ def build_argv(command: str, values: dict, run_dir: Path) -> list[str]:
 
 
 def spawn(argv: list[str], run_dir: Path, *, cwd: Path, env: dict | None = None) -> int:
-    """Start ``python -m aura ARGV`` detached, its output appended to ``log_path(run_dir)``; returns its pid."""
+    """Start ``python -m aura ARGV`` detached, its output appended to ``log_path(run_dir)``; returns its pid
+    (the process is kept in ``JOBS``, so its end is known and it is reaped)."""
     log_file = log_path(run_dir)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "AURA_PLAIN": "1", **(env or {})}
@@ -129,6 +156,7 @@ def spawn(argv: list[str], run_dir: Path, *, cwd: Path, env: dict | None = None)
         proc = subprocess.Popen([sys.executable, "-m", "aura", *argv], cwd=cwd, env=full_env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
+    JOBS[run_dir.name] = proc
     return proc.pid
 
 
@@ -138,7 +166,23 @@ def launch(command: str, name: str, values: dict, root: Path) -> dict:
         raise AuraError(M("exists", path=run_dir))
     argv = build_argv(command, values, run_dir.resolve())
     pid = spawn(argv, run_dir, cwd=root.resolve())
-    return {"name": name, "pid": pid, "argv": argv, "command": shlex.join(["aura", *argv])}
+    return {"name": name, "pid": pid, "argv": argv, "command": shlex.join(["aura", *argv]), "run": command in RUNS}
+
+
+def job(name: str, root: Path) -> dict:
+    """A command the page started: its output so far (the log's last 16 KB) and whether it still runs."""
+    proc = JOBS.get(check_name(name))
+    log = log_path(root / name)
+    if proc is None and not log.is_file():
+        raise AuraError(M("no_job", name=name))
+    tail = ""
+    with contextlib.suppress(OSError):
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 16_000))
+            tail = f.read().decode("utf-8", "replace")
+    code = proc.poll() if proc is not None else None
+    return {"name": name, "running": proc is not None and code is None, "returncode": code,
+            "log": tail, "run": (root / name / "run.json").is_file()}
 
 
 def stop(run_dir: Path, info: dict) -> dict:

@@ -10,12 +10,14 @@ under the runs folder holding a run.json, reached without leaving it (no ``..``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
 import os
 import secrets
 import shlex
+import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,7 +25,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -31,9 +33,9 @@ from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.i18n import current_lang
 from aura.core.rundir import list_checkpoints
-from aura.studio import actions
-from aura.studio.metrics import LogCache, series
-from aura.watch.runs import describe_run, find_run_dirs
+from aura.studio import actions, chat
+from aura.studio.metrics import LogCache
+from aura.watch.runs import find_run_dirs
 
 STATIC = Path(__file__).parent / "static"
 SESSION_COOKIE, TOKEN_COOKIE, CSRF_HEADER = "aura_session", "aura_token", "x-aura-csrf"
@@ -45,6 +47,7 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
     root = Path(root)
     secret = secrets.token_bytes(32)
     cache = LogCache()
+    engines = chat.Engines()
     shown: dict = {}
     monitor: dict = {}
 
@@ -80,10 +83,12 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
                              "root": str(root.resolve())})
 
     async def runs(request: Request) -> Response:
-        found = await asyncio.to_thread(lambda: [describe_run(d) for d in find_run_dirs(root)])
-        for r in found:
-            r["id"] = r["name"] if Path(r["path"]).parent.resolve() == root.resolve() else None
-        return JSONResponse(found)
+        def describe_all():
+            real_root, out = root.resolve(), []
+            for d in find_run_dirs(root):  # id: the NAME of the routes below, for runs directly in the folder
+                out.append({**cache.describe(d), "id": d.name if d.parent.resolve() == real_root else None})
+            return out
+        return JSONResponse(await asyncio.to_thread(describe_all))
 
     async def run(request: Request) -> Response:
         d = run_dir_of(request.path_params["name"])
@@ -92,7 +97,7 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
 
         def detail():
             info = run_info(d)
-            rec = describe_run(d)
+            rec = cache.describe(d)
             cfg = {}
             for name in ("model_config.json", "training_args.json", "config.json"):
                 if (d / name).is_file():
@@ -116,13 +121,16 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
             max_points = max(4, min(100_000, int(request.query_params.get("max_points", MAX_POINTS))))
         except ValueError:
             return JSONResponse({"error": "max_points must be an integer"}, status_code=400)
+        def points():
+            log = cache.log(d)
+            key = (log, log.n, max_points)  # the log object itself: a log read again is another one
+            if shown.get(d, (None,))[0] != key:  # an unchanged log is not downsampled again
+                shown[d] = (key, cache.series(d, max_points))
+            return shown[d][1]
         try:
-            rows = await asyncio.to_thread(cache.rows, d)
+            return JSONResponse(await asyncio.to_thread(points))
         except AuraError as e:
             return JSONResponse({"columns": [], "series": {}, "rows": 0, "warning": str(e)})
-        if shown.get(d, (None,))[:2] != (len(rows), max_points):  # an unchanged log is not downsampled again
-            shown[d] = (len(rows), max_points, await asyncio.to_thread(series, rows, max_points))
-        return JSONResponse(shown[d][2])
 
     async def hardware(request: Request) -> Response:
         def sample():
@@ -166,12 +174,25 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
                                        (root / name).resolve())
         return JSONResponse({"argv": argv, "command": shlex.join(["aura", *argv])})
 
+    async def models(request: Request) -> Response:
+        return JSONResponse({"models": await asyncio.to_thread(chat.models, root), "loaded": engines.loaded()})
+
+    async def chat_answer(request: Request) -> Response:
+        data = await body(request)
+        path = await asyncio.to_thread(chat.model_path, root, data.get("model"))
+        cfg, messages = chat.chat_config(path, data), chat.check_messages(data.get("messages"))
+        return StreamingResponse(chat.stream_answer(engines, cfg, messages), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    async def job(request: Request) -> Response:
+        return JSONResponse(await asyncio.to_thread(actions.job, request.path_params["name"], root))
+
     def on_run(fn):
         async def handler(request: Request) -> Response:
             d = run_dir_of(request.path_params["name"])
             if d is None:
                 return JSONResponse({"error": "not found"}, status_code=404)
-            rec = await asyncio.to_thread(describe_run, d)
+            rec = await asyncio.to_thread(cache.describe, d)
             info = run_info(d)
             return JSONResponse(await asyncio.to_thread(fn, d, info, rec))
         return handler
@@ -204,7 +225,17 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
         response.headers["X-Frame-Options"] = "DENY"
         return response
 
-    app = Starlette(routes=[
+    def prefetch() -> None:  # the runs read once when the server starts: the page's first load finds them
+        with contextlib.suppress(Exception):
+            for d in find_run_dirs(root):
+                cache.describe(d)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        threading.Thread(target=prefetch, daemon=True, name="aura-studio-prefetch").start()
+        yield
+
+    app = Starlette(lifespan=lifespan, routes=[
         Route("/", page),
         Route("/api/session", session),
         Route("/api/runs", runs),
@@ -214,10 +245,14 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
         Route("/api/forms/{command}", form),
         Route("/api/preview", preview, methods=["POST"]),
         Route("/api/launch", launch, methods=["POST"]),
+        Route("/api/jobs/{name}", job),
+        Route("/api/models", models),
+        Route("/api/chat", chat_answer, methods=["POST"]),
         Route("/api/runs/{name}/stop", on_run(lambda d, info, rec: actions.stop(d, info)), methods=["POST"]),
         Route("/api/runs/{name}/resume", on_run(lambda d, info, rec: actions.resume(d, info, rec["resume_command"])),
               methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC)),
-    ], middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)], exception_handlers={AuraError: lambda request, exc: JSONResponse({"error": str(exc)}, status_code=400)})
+    ], middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)],
+        exception_handlers={AuraError: lambda request, exc: JSONResponse({"error": str(exc)}, status_code=400)})
 
     return app

@@ -1,82 +1,152 @@
-"""Curves of a run for the page: ``training_log.csv`` read incrementally and downsampled on the server.
+"""What the page polls, kept cheap: run records and curves read incrementally, downsampled on the server.
 
-Each run's log is followed from the byte where the last read stopped (``aura.watch.runs.read_log_since``),
-so a poll every 2 s of a 100k-step log reads only the rows appended since. Downsampling keeps, per
-bucket of consecutive steps, the lowest and the highest value of each column (so a loss spike stays
-visible) and always the last point.
+Each run's ``training_log.csv`` is followed from the byte where the last read stopped
+(``aura.watch.runs.read_log_since``): the new rows go into per-column float arrays (the curves) and into
+the run's ``LogSummary`` (what ``aura runs`` shows). ``/api/runs`` re-describes a run only when one of
+its files changed (run.json, the log, the run folder's entries, best/, final/) or its live status did
+(a process that died leaves the files as they were): an unchanged run costs a few ``stat`` calls.
+Downsampling keeps, per bucket of consecutive steps, the lowest and the highest value of each column
+(so a loss spike stays visible) and always the last point; it runs in numpy.
 """
 
 from __future__ import annotations
 
 import threading
+from array import array
 from pathlib import Path
 
-from aura.watch.runs import read_log_since
+import numpy as np
+
+from aura.core.errors import AuraError
+from aura.watch.runs import LogSummary, describe_run, live_status, read_log_since
 
 X_COLUMNS = ("step", "tokens", "epoch", "seconds", "time", "kind")
+NAN = float("nan")
+
+
+class _Log:
+    """One run's log as read so far: columns of floats (NaN: empty), the summary, where to read next."""
+
+    def __init__(self):
+        self.offset, self.header, self.lines, self.n = 0, None, 0, 0
+        self.columns: dict[str, array] = {}
+        self.summary = LogSummary()
+        self.signature: tuple | None = None
+        self.error: str | None = None
+
+    def add(self, rows: list[dict]) -> None:
+        if not rows:
+            return
+        names = [c for c in dict.fromkeys(c for r in (rows[0], rows[-1]) for c in r) if c not in ("kind", "time")]
+        for c in names:  # the rows of one read share their header: the same columns
+            col = self.columns.get(c)
+            if col is None:
+                col = self.columns[c] = array("d", [NAN]) * self.n
+            col.extend([NAN if v is None else v for v in [r.get(c) for r in rows]])
+        self.n += len(rows)
+        for col in self.columns.values():  # a column these rows lack
+            if len(col) < self.n:
+                col.extend([NAN] * (self.n - len(col)))
+        self.summary.add(rows)
+
+
+def _stat(path: Path) -> tuple | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 class LogCache:
-    """Per run dir: the rows read so far and where the file's next unread byte is."""
+    """Per run dir: the log followed incrementally (``log``) and the run's record (``describe``)."""
 
     def __init__(self):
-        self._lock = threading.Lock()
-        self._state: dict[Path, dict] = {}
+        self._lock = threading.RLock()  # the arrays are not resized while numpy reads them
+        self._logs: dict[Path, _Log] = {}
+        self._records: dict[Path, tuple] = {}  # run dir -> (signature, run.json info, record)
 
-    def rows(self, run_dir: Path) -> list[dict]:
+    def log(self, run_dir: Path) -> _Log:
+        """The run's log brought up to date (a log that shrank, a run started over, is read again)."""
         with self._lock:
-            st = self._state.get(run_dir)
-            log = run_dir / "training_log.csv"
-            if st is None or (log.is_file() and log.stat().st_size < st["offset"]):  # new, or started over
-                st = self._state[run_dir] = {"offset": 0, "header": None, "lines": 0, "rows": []}
-            new, offset, header, lines = read_log_since(run_dir, st["offset"], st["header"], st["lines"])
-            st["rows"].extend(new)
-            st.update(offset=offset, header=header or st["header"], lines=lines)
-            return st["rows"]
+            st = self._logs.get(run_dir)
+            path = run_dir / "training_log.csv"
+            sig = _stat(path)
+            if st is not None and st.signature == sig and sig is not None:
+                return st
+            if st is None or sig is None or sig[0] < st.offset or (st.signature and sig[2] != st.signature[2]):
+                st = self._logs[run_dir] = _Log()
+            if sig is not None:
+                try:
+                    new, st.offset, header, st.lines = read_log_since(run_dir, st.offset, st.header, st.lines)
+                    st.header = header or st.header
+                    st.add(new)
+                    st.error = None
+                except AuraError as e:
+                    st.error = str(e)
+                st.signature = sig
+            return st
+
+    def series(self, run_dir: Path, max_points: int) -> dict:
+        with self._lock:
+            log = self.log(run_dir)
+            if log.error and not log.n:
+                raise AuraError(log.error)
+            return series(log, max_points)
+
+    def describe(self, run_dir: Path) -> dict:
+        """``aura.watch.runs.describe_run`` of the run, with its log followed here; cached while nothing
+        about the run changed."""
+        log = self.log(run_dir)
+        sig = tuple(_stat(p) for p in (run_dir / "run.json", run_dir / "training_log.csv", run_dir,
+                                       run_dir / "best", run_dir / "best" / "best.json", run_dir / "final"))
+        cached = self._records.get(run_dir)
+        if cached is not None and cached[0] == sig:
+            status, local = live_status(cached[1], run_dir) if cached[1] else ("unknown", True)
+            if (status, local) == (cached[2]["status"], cached[2]["local"]):
+                return cached[2]
+        with self._lock:
+            rec = describe_run(run_dir, log.summary)
+        if log.error and not rec["warning"]:
+            rec["warning"] = log.error
+        from aura.core.files import loads_json
+
+        try:
+            info = loads_json((run_dir / "run.json").read_bytes())
+        except (OSError, ValueError):
+            info = {}
+        self._records[run_dir] = (sig, info if isinstance(info, dict) else {}, rec)
+        return rec
 
 
-def downsample(xs: list[float], ys: list[float], max_points: int) -> tuple[list[float], list[float]]:
+def downsample(xs: np.ndarray, ys: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
     """At most ``max_points`` points: per bucket the min and max of y (in x order), plus the last point."""
     n = len(xs)
     if n <= max_points or max_points < 4:
         return xs, ys
     buckets = max_points // 2 - 1
-    size = n / buckets
-    ox, oy = [], []
-    for b in range(buckets):
-        lo, hi = int(b * size), min(n, int((b + 1) * size))
-        if lo >= hi:
-            continue
-        i_min = min(range(lo, hi), key=ys.__getitem__)
-        i_max = max(range(lo, hi), key=ys.__getitem__)
-        for i in sorted({i_min, i_max}):
-            ox.append(xs[i])
-            oy.append(ys[i])
-    if ox[-1] != xs[-1]:
-        ox.append(xs[-1])
-        oy.append(ys[-1])
-    return ox, oy
+    bucket = (np.arange(n) * buckets) // n  # bucket b holds the indices [b*n/buckets, (b+1)*n/buckets)
+    order = np.lexsort((ys, bucket))  # by bucket, then by y (stable: ties keep x order)
+    starts = np.searchsorted(bucket[order], np.arange(buckets))
+    ends = np.append(starts[1:], n) - 1
+    keep = np.unique(np.concatenate([order[starts], order[ends], [n - 1]]))
+    return xs[keep], ys[keep]
 
 
-def series(rows: list[dict], max_points: int) -> dict:
+def series(log: _Log, max_points: int) -> dict:
     """{"columns": [...], "series": {column: {"x": steps, "y": values}}, "rows": n} for the page's charts.
 
     Non-finite values (a diverged loss) are left out of a curve; rows without a step are not plotted."""
-    columns: list[str] = []
-    for r in rows[:1] + rows[-1:]:
-        columns += [c for c in r if c not in X_COLUMNS and c not in columns]
-    for r in rows:  # columns that appear later (validation, suite scores) count too
-        for c, v in r.items():
-            if v is not None and c not in columns and c not in X_COLUMNS:
-                columns.append(c)
     out = {}
-    for col in columns:
-        xs, ys = [], []
-        for r in rows:
-            v, s = r.get(col), r.get("step")
-            if v is not None and s is not None and v == v and abs(v) != float("inf"):
-                xs.append(s)
-                ys.append(v)
-        if xs:
-            out[col] = dict(zip(("x", "y"), downsample(xs, ys, max_points)))
-    return {"columns": list(out), "series": out, "rows": len(rows)}
+    if log.n and "step" in log.columns:
+        steps = np.frombuffer(log.columns["step"], dtype=np.float64, count=log.n)
+        has_step = np.isfinite(steps)
+        for col, values in log.columns.items():
+            if col in X_COLUMNS:
+                continue
+            ys = np.frombuffer(values, dtype=np.float64, count=log.n)
+            mask = has_step & np.isfinite(ys)
+            if mask.any():
+                x, y = downsample(steps[mask], ys[mask], max_points)
+                out[col] = {"x": x.tolist(), "y": y.tolist()}
+    return {"columns": list(out), "series": out, "rows": log.n}

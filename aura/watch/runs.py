@@ -96,6 +96,7 @@ M = Messages("runs", {
     "loss_title": ("Pérdida", "Loss"),
     "lr_title": ("Tasa de aprendizaje", "Learning rate"),
     "rewards_title": ("Recompensas (DPO/ORPO)", "Rewards (DPO/ORPO)"),
+    "rl_rewards_title": ("Recompensa (GRPO)", "Reward (GRPO)"),
     "speed_title": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
     "x_tokens": ("tokens vistos", "tokens seen"),
     "x_steps": ("paso", "step"),
@@ -113,6 +114,7 @@ NUMERIC_COLUMNS = ("epoch", "step", "tokens", "train_loss", "val_loss", "lr", "g
 
 
 REWARD_COLUMNS = ("rewards/margin", "rewards/accuracy")  # preference tuning (aura.train.objectives.preference)
+RL_REWARD_COLUMNS = ("reward", "val_reward")  # GRPO: mean reward per step, of greedy validation completions
 
 
 SUITE_PREFIX = "aura-es/"  # task accuracy during training (--eval-suite aura-es, aura.evaluation)
@@ -135,26 +137,36 @@ def read_log(run_dir: Path) -> list[dict]:
 def _parse_rows(text: str, path: Path, fieldnames: list[str] | None = None,
                 first_line: int = 0) -> tuple[list[dict], list[str]]:
     """The rows of CSV ``text`` (a whole log, or its continuation after ``fieldnames``' header)."""
-    rows = []
-    reader = csv.DictReader(io.StringIO(text, newline=""), fieldnames=fieldnames)
+    rows: list[dict] = []
+    reader = csv.reader(io.StringIO(text, newline=""))  # by index: a DictReader per row costs twice the time
     try:
+        names = list(fieldnames) if fieldnames is not None else next((r for r in reader if r), [])
+        idx = {c: i for i, c in enumerate(names)}  # a repeated name: the last one, as csv.DictReader
+        cols = [(c, idx.get(c), c in FINITE_COLUMNS) for c in NUMERIC_COLUMNS + tuple(
+            c for c in idx
+            if c in REWARD_COLUMNS + RL_REWARD_COLUMNS or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX)))]
+        kind_i, time_i = idx.get("kind"), idx.get("time")
         for raw in reader:
-            line = first_line + reader.line_num
-            row: dict = {"kind": (raw.get("kind") or "step").strip(), "time": raw.get("time")}
-            for col in NUMERIC_COLUMNS + tuple(c for c in raw if c in REWARD_COLUMNS or
-                                               (c or "").startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX))):
-                cell = (raw.get(col) or "").strip()
+            if not raw:
+                continue
+            n = len(raw)
+            row: dict = {"kind": (raw[kind_i] if kind_i is not None and kind_i < n else "").strip() or "step",
+                         "time": raw[time_i] if time_i is not None and time_i < n else None}
+            for col, i, finite in cols:
+                cell = raw[i].strip() if i is not None and i < n else ""
                 try:
-                    row[col] = float(cell) if cell else None
+                    row[col] = v = float(cell) if cell else None
                 except ValueError:
-                    raise AuraError(M("bad_cell", path=path, line=line, column=col, value=cell)) from None
+                    raise AuraError(M("bad_cell", path=path, line=first_line + reader.line_num, column=col,
+                                      value=cell)) from None
                 # a diverged run logs inf/nan losses; counters and rates are always finite
-                if row[col] is not None and not math.isfinite(row[col]) and col in FINITE_COLUMNS:
-                    raise AuraError(M("not_finite", path=path, line=line, column=col, value=cell))
+                if finite and v is not None and not math.isfinite(v):
+                    raise AuraError(M("not_finite", path=path, line=first_line + reader.line_num, column=col,
+                                      value=cell))
             rows.append(row)
     except csv.Error as e:
         raise AuraError(M("bad_log_csv", path=path, line=first_line + reader.line_num, err=e)) from None
-    return rows, list(reader.fieldnames or [])
+    return rows, names
 
 
 def read_log_since(run_dir: Path, offset: int = 0, fieldnames: list[str] | None = None,
@@ -184,7 +196,35 @@ def read_log_since(run_dir: Path, offset: int = 0, fieldnames: list[str] | None 
 FINITE_COLUMNS = ("epoch", "step", "tokens", "lr", "tokens_per_s", "mfu", "seconds")
 RUN_FIELDS = {"status": (str,), "host": (str,), "kind": (str,), "pid": (int,), "last_step": (int,),
               "started": (str, int, float), "updated": (str, int, float), "argv": (list,), "cwd": (str,),
-              "launch": (dict,)}
+              "launch": (dict,), "total_steps": (int,)}
+
+
+class LogSummary:
+    """What ``aura runs`` shows from a run's log, built row by row: ``describe_run`` adds the whole log, a
+    poller (``aura studio``) keeps one per run and adds only the rows appended since its last read."""
+
+    def __init__(self):
+        self.best_val = self.last_step = self.tokens = self.tokens_per_s = self.step_seconds = None
+        self._mark: tuple[float, float] | None = None  # (step, seconds) of the last step row
+
+    def add(self, rows: list[dict]) -> "LogSummary":
+        for r in rows:
+            v, s, t, sec = r.get("val_loss"), r.get("step"), r.get("tokens"), r.get("seconds")
+            if v is not None and math.isfinite(v) and (self.best_val is None or v < self.best_val):
+                self.best_val = v
+            if s is not None and (self.last_step is None or s > self.last_step):
+                self.last_step = s
+            if t is not None and (self.tokens is None or t > self.tokens):
+                self.tokens = t
+            if r.get("kind") != "step" or s is None:
+                continue
+            if r.get("tokens_per_s") is not None:
+                self.tokens_per_s = r["tokens_per_s"]
+            if sec is not None:  # seconds per step between the last two step rows (a resume restarts the clock)
+                if self._mark is not None and s > self._mark[0] and sec > self._mark[1]:
+                    self.step_seconds = (sec - self._mark[1]) / (s - self._mark[0])
+                self._mark = (s, sec)
+        return self
 
 
 def _typed(info: dict, path: Path) -> tuple[dict, str | None]:
@@ -298,8 +338,19 @@ def resume_args(info: dict) -> list[str] | None:
     return [*out, "--resume-from", "latest"]
 
 
-def describe_run(run_dir: Path) -> dict:
-    """Everything ``aura runs`` shows about one run dir (also its --json record)."""
+def layout_of(info: dict) -> dict | None:
+    """How a distributed run is laid out (run.json's launch record): nodes, processes per node, launcher."""
+    launch = info.get("launch") if isinstance(info.get("launch"), dict) else {}
+    world = launch.get("world_size")
+    if type(world) is not int or world <= 1:
+        return None
+    return {"world_size": world, "nnodes": launch.get("nnodes"), "nproc_per_node": launch.get("nproc_per_node"),
+            "launcher": launch.get("launcher")}
+
+
+def describe_run(run_dir: Path, log: LogSummary | None = None) -> dict:
+    """Everything ``aura runs`` shows about one run dir (also its --json record). ``log``: the summary of
+    its training_log.csv when the caller follows the log itself (``aura studio``), else it is read here."""
     warnings = []
     try:
         info = loads_json((run_dir / "run.json").read_bytes())
@@ -311,18 +362,20 @@ def describe_run(run_dir: Path) -> dict:
     info, warning = _typed(info, run_dir / "run.json")
     warnings += [warning] if warning else []
     status, local = live_status(info, run_dir) if info else ("unknown", True)
-    try:
-        rows = read_log(run_dir)
-    except AuraError as e:
-        rows = []
-        if (run_dir / "training_log.csv").is_file():  # a run that has not logged yet is no damage
-            warnings.append(str(e))
-    vals = [r["val_loss"] for r in rows if r["val_loss"] is not None and math.isfinite(r["val_loss"])]
-    steps = [r["step"] for r in rows if r["step"] is not None]
-    tokens = [r["tokens"] for r in rows if r["tokens"] is not None]
+    if log is None:
+        log = LogSummary()
+        try:
+            log.add(read_log(run_dir))
+        except AuraError as e:
+            if (run_dir / "training_log.csv").is_file():  # a run that has not logged yet is no damage
+                warnings.append(str(e))
     last_step = info.get("last_step")
-    if last_step is None and steps:
-        last_step = int(max(steps))
+    if last_step is None and log.last_step is not None:
+        last_step = int(log.last_step)
+    total = info.get("total_steps")
+    logged = int(log.last_step) if log.last_step is not None else last_step
+    eta = (log.step_seconds * max(total - logged, 0) if status == "running" and total and logged is not None
+           and log.step_seconds is not None else None)
     ckpt = latest_checkpoint(run_dir)
     final = run_dir / "final"
     best = None
@@ -340,8 +393,10 @@ def describe_run(run_dir: Path) -> dict:
         "path": str(run_dir), "name": run_dir.name, "kind": info.get("kind"), "status": status,
         "recorded_status": info.get("status"), "host": info.get("host"), "local": local,
         "pid": info.get("pid"), "started": info.get("started"), "updated": info.get("updated"),
-        "last_step": last_step, "tokens": int(max(tokens)) if tokens else None,
-        "best_val_loss": best["val_loss"] if best else (min(vals) if vals else None),
+        "last_step": last_step, "total_steps": total, "tokens": int(log.tokens) if log.tokens is not None else None,
+        "tokens_per_s": log.tokens_per_s, "eta_s": round(eta, 1) if eta is not None else None,
+        "layout": layout_of(info),
+        "best_val_loss": best["val_loss"] if best else log.best_val,
         "best_step": best["step"] if best else None,  # what best/ holds (written by the loop)
         "latest_checkpoint": str(ckpt) if ckpt else None,
         "final_model": str(final) if final.is_dir() else None,

@@ -1,4 +1,4 @@
-// Aura Studio front end: hash routes #/ (runs), #/run/NAME, #/compare?runs=a,b, #/launch.
+// Aura Studio front end: hash routes #/ (runs), #/run/NAME, #/compare?runs=a,b, #/launch, #/job/NAME, #/try.
 "use strict";
 const S = { lang: "es", csrf: "", root: "", timer: null, plots: {}, selected: new Set() };
 const $ = (sel, el = document) => el.querySelector(sel);
@@ -20,6 +20,12 @@ function fmt(x, digits) {
 }
 function esc(s) { return String(s ?? "").replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c])); }
 function when(v) { if (!v) return ""; const d = new Date(typeof v === "number" ? v * 1000 : v); return isNaN(d) ? esc(v) : d.toLocaleString(locale()); }
+function dur(s) {
+  if (s === null || s === undefined) return "";
+  s = Math.round(s); const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
+  return h ? `${h} h ${String(m).padStart(2, "0")} min` : m ? `${m} min ${String(sec).padStart(2, "0")} s` : `${sec} s`;
+}
+function layout(l) { return l ? `<span title="${esc(t("layout_title", { world: l.world_size, launcher: l.launcher || "" }))}">${fmt(l.nnodes)} × ${fmt(l.nproc_per_node)}</span>` : ""; }
 function statusBadge(s) { return `<span class="status ${esc(s)}" data-status="${esc(s)}">${esc(t("st_" + s))}</span>`; }
 function toast(msg, ms = 6000) { const el = $("#toast"); el.textContent = msg; el.style.display = "block"; clearTimeout(toast.t); toast.t = setTimeout(() => (el.style.display = "none"), ms); }
 
@@ -82,12 +88,15 @@ async function runsView() {
       <td>${r.id ? `<input type="checkbox" data-pick="${esc(r.id)}" ${S.selected.has(r.id) ? "checked" : ""}>` : ""}</td>
       <td>${r.id ? `<a href="#/run/${encodeURIComponent(r.id)}">${esc(r.name)}</a>` : esc(r.path)}</td>
       <td>${esc(r.kind || "?")}</td><td>${statusBadge(r.status)}</td>
-      <td class="num" data-col="step">${fmt(r.last_step)}</td><td class="num">${fmt(r.tokens)}</td>
-      <td class="num">${fmt(r.best_val_loss, 4)}</td>
+      <td class="num" data-col="step">${fmt(r.last_step)}</td><td class="num muted" data-col="plan">${r.total_steps ? "/ " + fmt(r.total_steps) : ""}</td>
+      <td class="num">${fmt(r.tokens)}</td><td class="num" data-col="tps">${r.tokens_per_s == null ? "" : fmt(r.tokens_per_s, 0)}</td>
+      <td class="num" data-col="eta">${dur(r.eta_s)}</td>
+      <td class="num">${fmt(r.best_val_loss, 4)}</td><td data-col="layout">${layout(r.layout)}</td>
       <td>${esc(r.latest_checkpoint ? r.latest_checkpoint.split("/").pop() : "")}</td><td>${when(r.updated)}</td></tr>`).join("");
   view().innerHTML = `<h1>${esc(t("runs_title", { root: S.root }))}</h1>` + (runs.length ? `
     <table id="runs"><thead><tr><th>${t("h_compare")}</th><th>${t("h_run")}</th><th>${t("h_kind")}</th><th>${t("h_status")}</th>
-    <th class="num">${t("h_step")}</th><th class="num">${t("h_tokens")}</th><th class="num">${t("h_best")}</th>
+    <th class="num">${t("h_step")}</th><th class="num">${t("h_plan")}</th><th class="num">${t("h_tokens")}</th>
+    <th class="num">${t("h_tps")}</th><th class="num">${t("h_eta")}</th><th class="num">${t("h_best")}</th><th>${t("h_layout")}</th>
     <th>${t("h_ckpt")}</th><th>${t("h_updated")}</th></tr></thead><tbody>${rows}</tbody></table>
     <div class="actions"><button id="cmp" ${S.selected.size < 2 ? "disabled" : ""}>${t("compare_selected")}</button></div>` : `<p class="muted">${t("no_runs")}</p>`);
   view().querySelectorAll("[data-pick]").forEach(cb => cb.onchange = () => { cb.checked ? S.selected.add(cb.dataset.pick) : S.selected.delete(cb.dataset.pick); $("#cmp").disabled = S.selected.size < 2; });
@@ -110,11 +119,13 @@ async function runView(name, first) {
       <h2>${t("config")}</h2><pre id="config"></pre><h2>${t("log")}</h2><pre id="log"></pre>`;
   }
   $("#run-title").innerHTML = `${esc(r.name)} ${statusBadge(r.status)} <span class="muted">${esc(r.kind || "")} · ${t("step")} ${fmt(r.last_step)}</span>`;
-  const acts = $("#run-actions"), state = r.status + "|" + !!r.resume_command;
+  const acts = $("#run-actions"), state = r.status + "|" + !!r.resume_command + "|" + !!r.final_model;
   if (acts.dataset.state !== state) {
     acts.dataset.state = state;
     acts.innerHTML = (r.status === "running" && r.local ? `<button id="stop">${t("stop")}</button>` : "") +
-      (r.resume_command ? `<button id="resume">${t("resume")}</button>` : "");
+      (r.resume_command ? `<button id="resume">${t("resume")}</button>` : "") +
+      (r.final_model ? `<a class="button" id="try-final" href="#/try?model=${encodeURIComponent(name + "/final")}">${t("try_final")}</a>
+        <a class="button secondary" id="export-final" href="#/launch?command=${encodeURIComponent("export gguf")}&folder=${encodeURIComponent(name + "-gguf")}&f.model=${encodeURIComponent(name + "/final")}">${t("export_gguf")}</a>` : "");
     if ($("#stop")) $("#stop").onclick = async () => { try { const o = await api(`/api/runs/${encodeURIComponent(name)}/stop`, {}); toast(t("stop_sent", o)); } catch (e) { toast(e.message); } };
     if ($("#resume")) $("#resume").onclick = async () => { try { const o = await api(`/api/runs/${encodeURIComponent(name)}/resume`, {}); toast(t("started", o)); } catch (e) { toast(e.message); } };
   }
@@ -123,7 +134,7 @@ async function runView(name, first) {
   else { const p = $("#charts > p"); if (p) p.remove(); }
   groups(m.columns).forEach(g => drawChart($("#charts"), g.title, g.title, g.cols, g.cols.map(c => m.series[c])));
   const ck = r.checkpoints.length ? `<table><tr><th>${t("checkpoints")}</th><th class="num">${t("step")}</th><th>${t("h_updated")}</th></tr>` +
-    r.checkpoints.map(c => `<tr><td>${esc(c.name)}</td><td class="num">${fmt(c.step)}</td><td>${when(c.saved)}</td></tr>`).join("") + "</table>" : `<p class="muted">${t("no_ckpt")}</p>`;
+    r.checkpoints.map(c => `<tr><td>${esc(c.name)}</td><td class="num">${fmt(c.step)}</td><td>${when(c.saved)}</td><td><a href="#/try?model=${encodeURIComponent(name + "/" + c.name)}">${t("try")}</a></td></tr>`).join("") + "</table>" : `<p class="muted">${t("no_ckpt")}</p>`;
   const html = ck + (r.resume_command ? `<h2>${t("resume_cmd")}</h2>` + copyable("resume-cmd", r.resume_command) : "");
   if ($("#ckpts").dataset.html !== html) { $("#ckpts").dataset.html = html; $("#ckpts").innerHTML = html; wireCopy(); }
   $("#history").innerHTML = (r.history || []).length ? `<table>${r.history.map(h => `<tr><td>${when(h.time)}</td><td>${esc(h.launcher || "")}</td><td class="num">${t("step")} ${fmt(h.step)}</td><td><code>${esc((h.argv || []).join(" "))}</code></td><td>${esc(h.resumed_from || "")}</td></tr>`).join("")}</table>` : "";
@@ -140,16 +151,22 @@ async function compareView(names) {
   shared.forEach(c => drawChart($("#cmp-charts"), "cmp:" + c, c, names, all.map(m => m.series[c])));
 }
 
-async function launchView() {
+const COMMANDS = { pretrain: "demo", finetune: "sft", "data prepare": "datos", eval: "eval", "export gguf": "gguf" };
+async function launchView(query) {
+  const params = new URLSearchParams(query || "");
   view().innerHTML = `<h1>${t("launch_title")}</h1><form class="launch" id="launch-form" autocomplete="off">
-    <label for="f-command">${t("command")}</label><select id="f-command"><option value="pretrain">pretrain</option><option value="finetune">finetune</option></select>
+    <label for="f-command">${t("command")}</label><select id="f-command">${Object.keys(COMMANDS).map(c => `<option value="${c}">aura ${c}</option>`).join("")}</select>
     <label for="f-name">${t("run_name")}</label><div><input type="text" id="f-name" value="demo"><div class="help">${t("run_name_help")}</div></div>
     <div></div><div id="fields"></div></form>
     <h2>${t("will_run")}</h2>${copyable("preview", "")}<p class="error" id="form-error"></p>
     <div class="actions"><button id="launch">${t("launch")}</button></div>`;
   wireCopy();
+  if (COMMANDS[params.get("command")]) $("#f-command").value = params.get("command");
+  if (params.get("folder")) $("#f-name").value = params.get("folder");  // ?folder=NAME&f.FIELD=VALUE prefill the form
+  let named = !!params.get("folder");
   const load = async () => {
-    const f = await api(`/api/forms/${$("#f-command").value}`);
+    if (!named) $("#f-name").value = COMMANDS[$("#f-command").value];
+    const f = await api(`/api/forms/${encodeURIComponent($("#f-command").value)}`);
     $("#fields").innerHTML = `<div class="launch" style="display:grid;grid-template-columns:minmax(180px,260px) 1fr;gap:.4rem 1rem">` + f.fields.map(x => {
       const id = "f_" + x.name, dflt = Array.isArray(x.default) ? x.default.join(" ") : (x.default ?? "");
       const input = x.type === "bool" ? `<input type="checkbox" id="${id}" data-field="${x.name}" data-type="bool" ${x.default ? "checked" : ""}>`
@@ -157,7 +174,9 @@ async function launchView() {
         : `<input type="text" id="${id}" data-field="${x.name}" value="${esc(dflt)}" placeholder="${esc(dflt)}">`;
       return `<label for="${id}">${esc(x.flag)}</label><div>${input}<div class="help">${esc(x.help[S.lang] || x.help.es)}</div></div>`;
     }).join("") + "</div>";
-    S.form = f.fields; preview();
+    S.form = f.fields;
+    f.fields.forEach(x => { const el = $("#f_" + x.name), v = params.get("f." + x.name); if (el && v !== null && el.dataset.type !== "bool") el.value = v; });
+    preview();
     $("#fields").querySelectorAll("[data-field]").forEach(el => (el.oninput = el.onchange = preview));
   };
   const values = () => {
@@ -172,11 +191,23 @@ async function launchView() {
   const body = () => ({ command: $("#f-command").value, name: $("#f-name").value.trim(), values: values() });
   async function preview() {
     try { const p = await api("/api/preview", body()); $("#preview").textContent = p.command; $("#form-error").textContent = ""; $("#launch").disabled = false; }
-    catch (e) { $("#form-error").textContent = e.message; $("#launch").disabled = true; }
+    catch (e) { $("#preview").textContent = ""; $("#form-error").textContent = e.message; $("#launch").disabled = true; }
   }
-  $("#f-command").onchange = load; $("#f-name").oninput = preview;
-  $("#launch").onclick = async () => { try { const o = await api("/api/launch", body()); toast(t("started", o)); location.hash = "#/run/" + encodeURIComponent(o.name); } catch (e) { $("#form-error").textContent = e.message; } };
+  $("#f-command").onchange = () => { [...params.keys()].forEach(k => params.delete(k)); load(); };
+  $("#f-name").oninput = () => { named = true; preview(); };
+  $("#launch").onclick = async () => { try { const o = await api("/api/launch", body()); toast(t("started", o)); location.hash = (o.run ? "#/run/" : "#/job/") + encodeURIComponent(o.name); } catch (e) { $("#form-error").textContent = e.message; } };
   await load();
+}
+
+async function jobView(name) {
+  const j = await api(`/api/jobs/${encodeURIComponent(name)}`);
+  const state = j.running ? "running" : j.returncode === 0 ? "finished" : j.returncode === null ? "unknown" : "failed";
+  if (!$("#job-log")) view().innerHTML = `<h1 id="job-title"></h1><div class="actions" id="job-actions"></div><h2>${t("log")}</h2><pre id="job-log"></pre>`;
+  $("#job-title").innerHTML = `${esc(name)} ${statusBadge(state)}` + (j.returncode ? ` <span class="muted">${t("exit_code", { code: j.returncode })}</span>` : "");
+  const acts = state === "finished" ? (j.run ? `<a class="button" href="#/run/${encodeURIComponent(name)}">${t("open_run")}</a>` : `<a class="button" href="#/try">${t("nav_try")}</a>`) : "";
+  if ($("#job-actions").dataset.html !== acts) { $("#job-actions").dataset.html = acts; $("#job-actions").innerHTML = acts; }
+  const log = $("#job-log"), end = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+  log.textContent = j.log; if (end) log.scrollTop = log.scrollHeight;
 }
 
 async function hardware() {
@@ -196,7 +227,9 @@ async function route() {
   let tick;
   if (parts[0] === "run" && parts[1]) { const n = decodeURIComponent(parts[1]); tick = () => runView(n, !$("#run-title")); }  // a run just launched has no run.json for a few seconds
   else if (parts[0] === "compare") { const n = (new URLSearchParams(query).get("runs") || "").split(",").filter(Boolean); tick = () => compareView(n); }
-  else if (parts[0] === "launch") { await launchView().catch(showError); return; }
+  else if (parts[0] === "launch") { await launchView(query).catch(showError); return; }
+  else if (parts[0] === "try") { await tryView(query).catch(showError); return; }
+  else if (parts[0] === "job" && parts[1]) { const n = decodeURIComponent(parts[1]); tick = () => jobView(n); }
   else tick = runsView;
   const run = () => tick().then(() => { const el = $("#view-error"); if (el) el.remove(); }).catch(showError);
   await run(); S.timer = setInterval(run, POLL_MS);

@@ -317,6 +317,8 @@ class TrainMetrics:
     def open(self, *, total_steps: int, state, resumed: bool) -> None:
         """Start logging at ``state`` (``aura.train.loop.TrainState``), continuing a resumed run's logs."""
         self.total_steps = total_steps
+        if self.status is not None:  # the plan's length: aura runs / aura studio show step of plan and ETA
+            self.status.update(total_steps=total_steps)
         self.logger = MetricsLogger(self.run_dir, dist=self.dist, total_steps=total_steps,
                                     resume_step=state.step if resumed else None, time_budget_h=self.time_budget_h,
                                     peak_name=self.peak_name, device_name=self.device_name,
@@ -335,6 +337,8 @@ class TrainMetrics:
     def replan(self, *, total_steps: int) -> None:
         """The run's last step moved (a WSD cooldown started by --time-budget): step lines and ETA follow."""
         self.total_steps = total_steps
+        if self.status is not None:
+            self.status.update(total_steps=total_steps)
         if self.logger is not None:
             self.logger.total_steps = total_steps
 
