@@ -291,3 +291,38 @@ def test_browser_launch_watch_stop_resume_in_spanish(served, tmp_path):
     info = json.loads((root / "demo" / "run.json").read_text())
     assert info["status"] == "finished" and [h["resumed_from"] is not None for h in info["history"]] == [False, True]
     assert (root / "demo" / "final").is_dir()
+
+
+def test_delete_moves_a_stopped_run_to_the_trash_and_refuses_a_running_one(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    make_run(tmp_path, "vieja", rows=3)
+    make_run(tmp_path, "viva", rows=3, status="running")
+    c, headers = client(tmp_path)
+    assert c.post("/api/runs/vieja/delete", json={"confirm": "vieja"}).status_code == 403  # no CSRF
+    r = c.post("/api/runs/vieja/delete", json={"confirm": "otra"}, headers=headers)
+    assert r.status_code == 400 and "exact name" in r.json()["error"]
+    assert c.post("/api/runs/..%2Fx/delete", json={"confirm": "../x"}, headers=headers).status_code == 404
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom aura.core.rundir import RunLock\n"
+                               f"assert RunLock({str(tmp_path / 'viva')!r}).acquire() is None\n"
+                               "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = c.post("/api/runs/viva/delete", json={"confirm": "viva"}, headers=headers)
+        assert r.status_code == 400 and "stop it before deleting" in r.json()["error"]
+        assert (tmp_path / "viva" / "run.json").is_file()
+    finally:
+        holder.kill()
+        holder.wait()
+
+    r = c.post("/api/runs/vieja/delete", json={"confirm": "vieja"}, headers=headers)
+    assert r.status_code == 200, r.text
+    trash = tmp_path / r.json()["trash"]
+    assert not (tmp_path / "vieja").exists() and (trash / "training_log.csv").is_file()
+    assert trash.parent == tmp_path / ".aura-studio" / "trash"
+    time.sleep(0.05)
+    assert [x["name"] for x in c.get("/api/runs").json()] == ["viva"]  # the trash is not listed
+    assert c.get("/api/runs/vieja").status_code == 404

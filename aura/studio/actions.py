@@ -1,4 +1,4 @@
-"""What the page may change: launch an Aura command, stop a run (SIGTERM), resume it.
+"""What the page may change: launch an Aura command, stop a run (SIGTERM), resume it, delete it.
 
 Only Aura's own commands start, as ``sys.executable -m aura COMMAND ARGS`` with the arguments as a list
 (no shell), built from the command's typed config (the same flags, defaults, choices and validation as
@@ -18,6 +18,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Literal, get_args, get_origin
 
@@ -48,6 +49,10 @@ M = Messages("studio_actions", {
                 "de dentro (p. ej. NOMBRE/final).",
                 "{flag} {value!r} is outside the runs folder {root}: the page only uses models inside it (e.g. "
                 "NAME/final)."),
+    "confirm": ("Para borrar {run}, confirma escribiendo su nombre exacto.",
+                "To delete {run}, confirm by typing its exact name."),
+    "busy": ("{run} se está ejecutando (estado: {status}): detenla antes de borrarla.",
+             "{run} is running (status: {status}): stop it before deleting it."),
     "no_job": ("{name} no es un comando lanzado desde la página.", "{name} is not a command launched from the page."),
 })
 
@@ -217,3 +222,23 @@ def resume(run_dir: Path, info: dict, resume_command: str | None) -> dict:
         raise AuraError(M("not_resumable", run=run_dir.name, status=status))
     pid = spawn(argv, run_dir, cwd=Path(cwd), env=env)
     return {"name": run_dir.name, "pid": pid, "argv": argv, "command": shlex.join(["aura", *argv])}
+
+
+def delete(run_dir: Path, info: dict, root: Path, confirm: object) -> dict:
+    """Move a run that is not running to ``RUNS_DIR/.aura-studio/trash/NAME-TIME`` (one rename: the run
+    disappears from the page and from ``aura runs`` at once, and a misclick costs nothing; ``rm -r`` that
+    folder frees the disk). ``confirm`` must be the run's exact name."""
+    if confirm != run_dir.name:
+        raise AuraError(M("confirm", run=run_dir.name))
+    status, _ = live_status(info, run_dir)
+    if status == "running" or lock_holder(run_dir):
+        raise AuraError(M("busy", run=run_dir.name, status=status))
+    trash = root / ".aura-studio" / "trash"
+    trash.mkdir(parents=True, exist_ok=True)
+    dest = trash / f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = trash / f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+    os.rename(run_dir, dest)
+    return {"name": run_dir.name, "trash": str(dest.relative_to(root))}

@@ -187,6 +187,13 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
     async def job(request: Request) -> Response:
         return JSONResponse(await asyncio.to_thread(actions.job, request.path_params["name"], root))
 
+    async def delete(request: Request) -> Response:
+        d = run_dir_of(request.path_params["name"])
+        if d is None:
+            return JSONResponse({"error": "not found"}, status_code=404)
+        data = await body(request)
+        return JSONResponse(await asyncio.to_thread(actions.delete, d, run_info(d), root, data.get("confirm")))
+
     def on_run(fn):
         async def handler(request: Request) -> Response:
             d = run_dir_of(request.path_params["name"])
@@ -248,6 +255,7 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
         Route("/api/jobs/{name}", job),
         Route("/api/models", models),
         Route("/api/chat", chat_answer, methods=["POST"]),
+        Route("/api/runs/{name}/delete", delete, methods=["POST"]),
         Route("/api/runs/{name}/stop", on_run(lambda d, info, rec: actions.stop(d, info)), methods=["POST"]),
         Route("/api/runs/{name}/resume", on_run(lambda d, info, rec: actions.resume(d, info, rec["resume_command"])),
               methods=["POST"]),

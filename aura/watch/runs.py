@@ -247,7 +247,8 @@ def find_run_dirs(root: Path) -> list[Path]:
                 found.append(d)
             elif depth < 2:  # a run dir's own sub-dirs (checkpoints, final/) are not runs
                 try:
-                    nxt += sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(TMP_PREFIX))
+                    # hidden folders (the studio's trash and logs, .git...) and half-written ones are not runs
+                    nxt += sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith((".", TMP_PREFIX)))
                 except OSError:
                     continue
         level = nxt

@@ -124,9 +124,15 @@ async function runView(name, first) {
     acts.dataset.state = state;
     acts.innerHTML = (r.status === "running" && r.local ? `<button id="stop">${t("stop")}</button>` : "") +
       (r.resume_command ? `<button id="resume">${t("resume")}</button>` : "") +
+      (r.status !== "running" ? `<button class="secondary" id="delete">${t("delete")}</button>` : "") +
       (r.final_model ? `<a class="button" id="try-final" href="#/try?model=${encodeURIComponent(name + "/final")}">${t("try_final")}</a>
         <a class="button secondary" id="export-final" href="#/launch?command=${encodeURIComponent("export gguf")}&folder=${encodeURIComponent(name + "-gguf")}&f.model=${encodeURIComponent(name + "/final")}">${t("export_gguf")}</a>` : "");
     if ($("#stop")) $("#stop").onclick = async () => { try { const o = await api(`/api/runs/${encodeURIComponent(name)}/stop`, {}); toast(t("stop_sent", o)); } catch (e) { toast(e.message); } };
+    if ($("#delete")) $("#delete").onclick = async () => {
+      const typed = prompt(t("delete_confirm", {name}));
+      if (typed === null) return;
+      try { const o = await api(`/api/runs/${encodeURIComponent(name)}/delete`, {confirm: typed}); toast(t("deleted", o)); location.hash = "#/"; } catch (e) { toast(e.message); }
+    };
     if ($("#resume")) $("#resume").onclick = async () => { try { const o = await api(`/api/runs/${encodeURIComponent(name)}/resume`, {}); toast(t("started", o)); } catch (e) { toast(e.message); } };
   }
   $("#points").dataset.rows = m.rows; $("#points").textContent = `(${fmt(m.rows)} ${t("points")})`;
