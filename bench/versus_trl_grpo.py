@@ -1,18 +1,29 @@
 """GRPO, Aura vs TRL GRPOTrainer on this CPU: the same tiny Llama (bench/versus_trl.py's: 4 layers, hidden 256,
-vocab 2000), prompts, G, completion length, LoRA (r 16 on every projection, no dropout), beta and reward, each
-side in its own subprocess; optimizer steps/s, completion tokens/s and the child's peak RSS, with the Aura/TRL
-ratios. Both clocks cover the whole run (data, model, LoRA set-up, training); the steps alone are timed too
-(Aura: the training loop's elapsed seconds at its last step; TRL: the sum of its ``step_time`` metric,
-sampling and update without the optimizer step). Completion tokens are counted from what each side sampled (Aura: its training_log.csv; TRL: a
-zero-weight reward that sees every completion's ids).
+vocab 2000), prompts, G, completion length, LoRA (r 16 on every projection, no dropout), beta, precision (fp32)
+and reward, each side in its own subprocess with one thread.
+
+Both sides are timed the same way:
+
+* whole run: the child process's wall time, measured by this parent from its start to its exit
+  (interpreter, imports, data, model, LoRA set-up, every step, the final save): what a user waits for;
+* per step: the seconds between the end of the first step and the end of the last, over the steps in
+  between (rollout, reference pass, loss, backward, optimizer step and logging; the first step, which
+  pays one-time warm-ups, is left out on both sides). Aura: the training log's elapsed seconds at each
+  step; TRL: a callback's clock at each ``on_step_end``;
+* the same two in CPU seconds of the child (``getrusage`` at its exit; ``time.process_time`` at each step
+  end: Aura's step log, TRL's ``on_step_end``): on a machine shared with other jobs a process waits for a
+  core for a share of its wall time that moves with their load, and its CPU time much less.
+
+Completion tokens are counted from what each side sampled (Aura: its training_log.csv; TRL: a zero-weight
+reward that sees every completion's ids); memory is the child's peak RSS.
 
     python bench/versus_trl_grpo.py                 # 12 steps, G 8, 64-token completions
     python bench/versus_trl_grpo.py --steps 20 --max-completion-length 128
-    python bench/versus_trl_grpo.py --repeats 3     # alternate the sides 3 times, keep each side's fastest run
+    python bench/versus_trl_grpo.py --repeats 3     # 3 runs a side, alternating which side goes first
 
 On a shared machine the other jobs' load changes from one minute to the next: ``--repeats`` alternates the
-two sides and keeps each side's fastest run (both sample the same completions every time), and every run's
-figures are printed.
+order of the two sides from one repeat to the next and keeps each side's fastest figures (both sample the
+same number of completions every time); every run's figures and the load average are printed.
 """
 
 from __future__ import annotations
@@ -47,19 +58,26 @@ def write_prompts(path: Path, n: int = 64) -> Path:
 def child_aura(a) -> dict:
     from aura.train.finetune import finetune
     from aura.train.finetune_config import FinetuneConfig
+    from aura.train.run.metrics import TrainMetrics
 
-    t = time.perf_counter()
     cfg = FinetuneConfig(output_dir=Path(a.out), base_model=a.model, data=a.data, objective="grpo", method="lora",
                          max_steps=a.steps, num_generations=G, batch_size=G, gradient_accumulation_steps=1,
                          max_completion_length=a.max_completion_length, reward=["format"], format_pattern=FORMAT,
                          beta=0.04, lora_r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=0.0, precision="fp32",
                          learning_rate=1e-5, warmup_steps=0, val_fraction=0.0, save_steps=0, log_interval=1,
                          template="chatml", loss_type="dapo")
+    cpu_ends: list[float] = []
+    log_step = TrainMetrics.log_step
+
+    def timed_log_step(self, *args, **kwargs):  # called once per step (log_interval 1), after the update
+        cpu_ends.append(time.process_time())
+        return log_step(self, *args, **kwargs)
+
+    TrainMetrics.log_step = timed_log_step
     assert finetune(cfg) == 0
-    seconds = time.perf_counter() - t
     with open(Path(a.out) / "training_log.csv") as f:
         rows = [r for r in csv.DictReader(f) if r["kind"] == "step"]
-    return {"seconds": seconds, "steps": len(rows), "loop_seconds": float(rows[-1]["seconds"]),
+    return {"steps": len(rows), "step_ends": [float(r["seconds"]) for r in rows], "cpu_step_ends": cpu_ends,
             "completion_tokens": sum(float(r["completion_length"]) * G for r in rows)}
 
 
@@ -68,12 +86,11 @@ def child_trl(a) -> dict:
 
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from aura.text.templates import CHATML  # the same template Aura applies
 
-    t = time.perf_counter()  # like the Aura side: the whole setup (data, model, LoRA) and the training
     tok = AutoTokenizer.from_pretrained(a.model)
     tok.chat_template = CHATML
     rows = [json.loads(ln) for ln in Path(a.data).read_text(encoding="utf-8").splitlines()]
@@ -94,11 +111,18 @@ def child_trl(a) -> dict:
                       reward_weights=[1.0, 0.0], gradient_checkpointing=False, dataloader_num_workers=0)
     peft = LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=0.0, task_type="CAUSAL_LM",
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    step_ends: list[float] = []
+    cpu_ends: list[float] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            step_ends.append(time.perf_counter())
+            cpu_ends.append(time.process_time())
+
     trainer = GRPOTrainer(model=a.model, reward_funcs=[format_reward, count_tokens], args=args, train_dataset=data,
-                          processing_class=tok, peft_config=peft)
+                          processing_class=tok, peft_config=peft, callbacks=[StepClock()])
     trainer.train()
-    loop = sum(h["step_time"] for h in trainer.state.log_history if "step_time" in h)  # generation + update
-    return {"seconds": time.perf_counter() - t, "steps": a.steps, "loop_seconds": loop,
+    return {"steps": len(step_ends), "step_ends": step_ends, "cpu_step_ends": cpu_ends,
             "completion_tokens": seen["tokens"]}
 
 
@@ -117,40 +141,57 @@ def main() -> None:
 
         torch.set_num_threads(1)
         result = {"aura": child_aura, "trl": child_trl}[a.child](a)
-        result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        result["peak_rss_mb"], result["cpu_seconds"] = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
         print("RESULT " + json.dumps(result), flush=True)
         return
-    results: dict[str, dict] = {}
+    runs: dict[str, list[dict]] = {"aura": [], "trl": []}
+    print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         model = versus_trl.build_model(Path(tmp))
         data = write_prompts(Path(tmp) / "prompts.jsonl")
         for repeat in range(a.repeats):
-            for side in ("aura", "trl"):
+            for side in ("aura", "trl") if repeat % 2 == 0 else ("trl", "aura"):
                 env = dict(os.environ, AURA_PLAIN="1", AURA_LANG="en", TOKENIZERS_PARALLELISM="false",
                            OMP_NUM_THREADS="1")
                 out = Path(tmp) / f"{side}-{repeat}"
+                t = time.perf_counter()
                 r = subprocess.run([sys.executable, __file__, "--child", side, "--model", str(model), "--data",
                                     str(data), "--out", str(out), "--steps", str(a.steps),
                                     "--max-completion-length", str(a.max_completion_length)],
                                    capture_output=True, text=True, env=env)
+                wall = time.perf_counter() - t
                 line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
                 if r.returncode != 0 or not line:
                     sys.exit(f"{side} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
                 run = json.loads(line[-1][7:])
-                print(f"run {repeat + 1} {side:5s} {run['seconds']:7.1f} s  peak RSS {run['peak_rss_mb']:6.0f} MB",
-                      flush=True)
-                if side not in results or run["seconds"] < results[side]["seconds"]:
-                    results[side] = run
-    for side, r in results.items():
-        print(f"{side:5s} {r['steps']:>3} steps  {r['seconds']:7.1f} s  {r['steps'] / r['seconds']:6.3f} steps/s  "
-              f"{r['completion_tokens'] / r['seconds']:8.1f} completion tok/s  peak RSS {r['peak_rss_mb']:6.0f} MB  "
-              f"training steps alone {r['loop_seconds'] / r['steps']:.2f} s/step")
-    au, tr = results["aura"], results["trl"]
-    print(f"aura/trl: steps/s x{(au['steps'] / au['seconds']) / (tr['steps'] / tr['seconds']):.2f}  "
-          f"completion tok/s x{(au['completion_tokens'] / au['seconds']) / (tr['completion_tokens'] / tr['seconds']):.2f}"
-          f"  peak RSS x{au['peak_rss_mb'] / tr['peak_rss_mb']:.2f}  training steps alone (no set-up) "
-          f"x{(tr['loop_seconds'] / tr['steps']) / (au['loop_seconds'] / au['steps']):.2f}")
-
+                ends, cpu = run["step_ends"], run["cpu_step_ends"]
+                run.update(seconds=wall, step_s=(ends[-1] - ends[0]) / max(len(ends) - 1, 1),
+                           cpu_step_s=(cpu[-1] - cpu[0]) / max(len(cpu) - 1, 1))
+                runs[side].append(run)
+                print(f"run {repeat + 1} {side:5s} whole run {wall:6.1f} s ({run['cpu_seconds']:5.1f} CPU s)  "
+                      f"per step {run['step_s']:.3f} s ({run['cpu_step_s']:.3f} CPU s)  "
+                      f"{run['completion_tokens']:6.0f} completion tokens  peak RSS {run['peak_rss_mb']:5.0f} MB  "
+                      f"load {os.getloadavg()[0]:.2f}", flush=True)
+    keys = ("seconds", "step_s", "cpu_seconds", "cpu_step_s")
+    best = {side: {**{k: min(r[k] for r in rs) for k in keys}, "steps": rs[0]["steps"],
+                   "peak_rss_mb": max(r["peak_rss_mb"] for r in rs),
+                   "completion_tokens": min(rs, key=lambda r: r["seconds"])["completion_tokens"]}
+            for side, rs in runs.items()}
+    for side, r in best.items():
+        print(f"{side:5s} {r['steps']:>3} steps  whole run {r['seconds']:6.1f} s = "
+              f"{r['steps'] / r['seconds']:.3f} steps/s {r['completion_tokens'] / r['seconds']:7.1f} completion tok/s  "
+              f"per step {r['step_s']:.3f} s  "
+              f"CPU: whole run {r['cpu_seconds']:.1f} s, per step {r['cpu_step_s']:.3f} s  "
+              f"peak RSS {r['peak_rss_mb']:5.0f} MB")
+    au, tr = best["aura"], best["trl"]
+    tok_ratio = (au["completion_tokens"] / au["seconds"]) / (tr["completion_tokens"] / tr["seconds"])
+    print(f"aura/trl: whole-run steps/s x{(au['steps'] / au['seconds']) / (tr['steps'] / tr['seconds']):.2f}  "
+          f"completion tok/s x{tok_ratio:.2f}"
+          f"  per-step speed x{tr['step_s'] / au['step_s']:.2f}  CPU time: whole run "
+          f"x{tr['cpu_seconds'] / au['cpu_seconds']:.2f}, per step x{tr['cpu_step_s'] / au['cpu_step_s']:.2f}  "
+          f"peak RSS x{au['peak_rss_mb'] / tr['peak_rss_mb']:.2f}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 if __name__ == "__main__":
     main()

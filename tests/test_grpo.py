@@ -188,6 +188,12 @@ def test_grpo_with_user_reward_resumes_exactly(env, tmp_path):
     assert float(a[4]["kl"]) > 0 and float(a[1]["completion_length"]) > 0
     assert all(float(r["time/rollout_s"]) > 0 for r in a.values())
     assert (straight / "final" / "adapter_model.safetensors").is_file()
+    from tests.conftest import run_aura_here
+
+    r = run_aura_here("plot", straight, "--output-dir", tmp_path, "--out", "grpo.svg")  # the reward curve
+    assert r.returncode == 0, r.stdout + r.stderr
+    svg = (tmp_path / "grpo.svg").read_text()
+    assert "Reward (GRPO)" in svg and "straight (reward)" in svg
 
 
 @pytest.mark.slow
@@ -202,10 +208,34 @@ def test_grpo_full_finetuning_with_a_frozen_reference_then_chat(env, tmp_path):
     with open(run / "training_log.csv", newline="") as f:
         evals = [r for r in csv.DictReader(f) if r["kind"] == "eval"]
     assert evals and all(r["val_reward/format"] != "" for r in evals)
+    from tests.conftest import run_aura_here
+
+    r = run_aura_here("plot", run, "--output-dir", tmp_path, "--out", "full.svg")
+    assert r.returncode == 0 and "full (val_reward)" in (tmp_path / "full.svg").read_text(), r.stdout + r.stderr
     from tests.conftest import run_aura
 
     r = run_aura("chat", "--model", run / "final", "--max-new-tokens", 4, "--temperature", 0, input="Hola\n")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_grpo_with_qlora_on_cpu(env, tmp_path):
+    """QLoRA (bitsandbytes' 4-bit CPU kernels): rollouts through the unmerged 4-bit model, the reference as the
+    4-bit base with the adapter disabled, gradients that move the adapter, and an adapter at the end."""
+    pytest.importorskip("bitsandbytes")
+    import math
+
+    from safetensors.torch import load_file
+
+    run = tmp_path / "qlora"
+    out = finetune("--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 2, "--method", "qlora",
+                   "--beta", "0.04", "--reward", f"{env['rewards']}:digits", "--val-fraction", 0, "--output-dir", run)
+    assert "reference: the base model with the adapter disabled" in out
+    rows = step_rows(run)
+    assert set(rows) == {1, 2} and float(rows[1]["completion_length"]) > 0
+    for r in rows.values():
+        assert float(r["grad_norm"]) > 0 and math.isfinite(float(r["train_loss"])) and float(r["kl"]) >= 0
+    adapter = load_file(run / "final" / "adapter_model.safetensors")
+    assert any(k.endswith("lora_B.weight") and v.abs().sum() > 0 for k, v in adapter.items())  # B moved off zero
 
 
 def test_a_reward_that_fails_names_the_prompt(env, tmp_path):

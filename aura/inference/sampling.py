@@ -1,7 +1,8 @@
 """Batched sampling with a KV cache: many prompts, many completions each, in one loop (GRPO rollouts, evals).
 
-``sample_batch`` left-pads the prompts, runs them once through the model (prefill, only the last
-position's logits), then one token per step for every unfinished row, reusing the cache. Positions are
+``sample_batch`` left-pads the prompts, runs each distinct prompt once through the model (prefill, only the
+last position's logits; GRPO's G rows of a prompt then share its cache, copied G times), then one token per
+step for every unfinished row, reusing the cache. Positions are
 counted from each row's first real token (``position_ids`` from the attention mask), so a left-padded row
 sees the same positions as it would alone, for learned position embeddings (GPT-2) as for RoPE. Rows stop
 at an end-of-turn id (kept as the completion's last token, as TRL keeps the EOS) or once a stop string
@@ -132,8 +133,19 @@ def sample_batch(model, prompts: list[list[int]], params: SamplingParams, *, pad
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (N, W)
     cache, key = _new_cache(model)  # filled in place by every forward
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
-                   **{key: cache}).logits[:, -1]  # (N, V)
+    place: dict[tuple[int, ...], int] = {}  # each distinct prompt -> its row in the prefill: repeats run once
+    of_row = [place.setdefault(tuple(p), len(place)) for p in prompts]
+    if len(place) < n:
+        first = torch.tensor([of_row.index(u) for u in range(len(place))], device=device)  # (U,)
+        ids_p, mask_p, pos_p = ids[first], mask[first], positions[first]
+    else:
+        ids_p, mask_p, pos_p = ids, mask, positions
+    logits = model(input_ids=ids_p, attention_mask=mask_p, position_ids=pos_p, use_cache=True, logits_to_keep=1,
+                   **{key: cache}).logits[:, -1]  # (U, V)
+    if len(place) < n:  # every row takes a copy of its prompt's cache and logits
+        expand = torch.tensor(of_row, device=device)  # (N,)
+        cache.batch_select_indices(expand)
+        logits = logits[expand]  # (N, V)
     next_pos = positions[:, -1] + 1  # (N,)
     rows = torch.arange(n, device=device)  # which prompt each row of the live batch is
     row_keys = torch.tensor(keys, dtype=torch.long, device=device) if keys is not None else None

@@ -13,7 +13,7 @@ from aura.core import console
 from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.atomic import atomic_write_bytes
-from aura.watch.runs import M, REWARD_COLUMNS, SOURCE_VAL_PREFIX, SUITE_PREFIX, read_log
+from aura.watch.runs import M, REWARD_COLUMNS, RL_REWARD_COLUMNS, SOURCE_VAL_PREFIX, SUITE_PREFIX, read_log
 
 
 @dataclass
@@ -105,7 +105,7 @@ def _note_partial_columns(labels: list[str], logs: list[list[dict]]) -> None:
     if len(logs) < 2:
         return
     logged = [{c for r in rows for c, v in r.items() if v is not None} for rows in logs]
-    drawn = {"train_loss", "val_loss", "lr", "tokens_per_s", *REWARD_COLUMNS}
+    drawn = {"train_loss", "val_loss", "lr", "tokens_per_s", *REWARD_COLUMNS, *RL_REWARD_COLUMNS}
     extra = sorted(c for c in set().union(*logged) - set.intersection(*logged)
                    if c in drawn or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX)))
     groups: dict[tuple[str, ...], list[str]] = {}
@@ -139,7 +139,9 @@ def plot(cfg: PlotConfig) -> int:
 
     fig = Figure(figsize=(cfg.width / cfg.dpi, cfg.height / cfg.dpi), dpi=cfg.dpi, layout="constrained")
     FigureCanvasAgg(fig)
-    rewards = any(r.get(c) is not None for rows in logs for r in rows for c in REWARD_COLUMNS)
+    preference = any(r.get(c) is not None for rows in logs for r in rows for c in REWARD_COLUMNS)
+    rl = any(r.get(c) is not None for rows in logs for r in rows for c in RL_REWARD_COLUMNS)  # GRPO
+    rewards = preference or rl
     suite_cols = sorted({c for rows in logs for r in rows for c in r if c.startswith(SUITE_PREFIX)})
     source_cols = sorted({c for rows in logs for r in rows for c in r if c.startswith(SOURCE_VAL_PREFIX)})
     _note_partial_columns(_labels(dirs), logs)
@@ -172,15 +174,20 @@ def plot(cfg: PlotConfig) -> int:
         if rewards and any(r.get("rewards/margin") is not None for r in rows):
             for col, style in zip(REWARD_COLUMNS, ("-", ":")):
                 axes[3].plot(*series(col, ("step",)), color=colour, lw=1.2, ls=style, label=f"{label} ({col})")
+        if rewards and any(r.get("reward") is not None for r in rows):  # GRPO: the rollouts' mean reward
+            axes[3].plot(*series("reward", ("step",)), color=colour, lw=1.2, label=f"{label} (reward)")
+            xs, ys = series("val_reward", ("eval", "step"))
+            if xs:  # the greedy completions of the validation prompts
+                axes[3].plot(xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3, label=f"{label} (val_reward)")
         for col, style in zip(suite_cols, ("-", "--", ":", "-.", (0, (1, 3)), (0, (5, 1)))):
             xs, ys = series(col, ("eval",))
             if xs:
                 ax_suite.plot(xs, ys, color=colour, lw=1.2, ls=style, marker="o", ms=3,
                               label=f"{label} ({col.removeprefix(SUITE_PREFIX)})")
     titled = [(ax_loss, "loss_title"), (ax_lr, "lr_title"), (ax_speed, "speed_title")]
-    titled += [(axes[3], "rewards_title")] if rewards else []
+    titled += [(axes[3], "rewards_title" if preference else "rl_rewards_title")] if rewards else []
     for ax, title in titled + ([(ax_suite, "suite_title")] if suite_cols else []):
-        ax.set_title(M(title))
+        ax.set_title(M(title) + (f" · {M('rl_rewards_title')}" if title == "rewards_title" and rl else ""))
         ax.set_xlabel(M("x_tokens") if use_tokens else M("x_steps"))
         ax.grid(alpha=0.3)
         if use_tokens:

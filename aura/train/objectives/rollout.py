@@ -23,6 +23,7 @@ seconds and the previous step's update seconds) travel with every micro-batch (`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
 import time
@@ -31,6 +32,7 @@ import torch
 
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
+from aura.train.lora_views import base_view, merged_view
 from aura.train.objectives.grpo import completion_logps, group_advantages
 
 M = Messages("rollout", {
@@ -119,10 +121,14 @@ class RolloutSource:
         return rows[r * self.per_rank:(r + 1) * self.per_rank]
 
     def _sample(self, prompt_ids: list[list[int]], keys: list[int]) -> list[list[int]]:
+        """Aura's sampler on the policy; a LoRA policy in fp32 on the CPU samples from its merged weights
+        (``aura.train.lora_views.merged_view``: the same tokens up to float rounding, fewer matmuls)."""
         from aura.inference.sampling import sample_batch
 
-        return sample_batch(self.policy, prompt_ids, self.sampling, pad_id=self.tok.pad_token_id,
-                            device=self.dist.device, tokenizer=self.tok, keys=keys)
+        view = merged_view(self.policy, precision=self.precision, device=self.dist.device)
+        with view or contextlib.nullcontext():
+            return sample_batch(self.policy, prompt_ids, self.sampling, pad_id=self.tok.pad_token_id,
+                                device=self.dist.device, tokenizer=self.tok, keys=keys)
 
     @torch.no_grad()
     def window(self, epoch: int, window: int) -> list[dict]:
@@ -217,12 +223,13 @@ class RolloutSource:
 
     def _reference_logps(self, batch: dict) -> torch.Tensor:
         """The reference's completion log-probs (B, C) on the CPU: a frozen copy, or the base with the
-        adapter disabled (LoRA/QLoRA: no second copy in memory)."""
-        import contextlib
-
+        adapter disabled (LoRA/QLoRA: no second copy in memory; without peft's wrappers where
+        ``aura.train.lora_views.base_view`` covers the model: the same log-probs bit for bit, sooner)."""
         device_batch = {k: v.to(self.dist.device) for k, v in batch.items()}
-        model = self.reference if self.reference is not None else self.policy
-        context = self.policy.disable_adapter() if self.reference is None else contextlib.nullcontext()
+        if self.reference is not None:
+            model, context = self.reference, contextlib.nullcontext()
+        else:
+            model, context = self.policy, base_view(self.policy) or self.policy.disable_adapter()
         with context:
             logps, _ = completion_logps(model, device_batch, temperature=self.temperature)
         return logps.float().cpu()

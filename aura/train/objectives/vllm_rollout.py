@@ -2,8 +2,11 @@
 
 One vLLM engine per rank shares the GPU with training (``--vllm-gpu-memory`` of its memory). Before each
 window's sampling the policy's current weights are pushed into it when an optimizer step changed them:
-for LoRA/QLoRA the adapter is merged into the base weights for the copy and unmerged again (no second
-model in memory), names cleaned of peft's prefixes, as TRL's colocate mode does. Sampling uses the run's
+for LoRA each adapted weight is merged into a new tensor, one layer at a time
+(``aura.train.lora_views.merged_weights``: the policy's own weights are never written, so its base, which is
+also the reference, does not drift by the rounding of an in-place merge and unmerge), names cleaned of
+peft's prefixes, as TRL's colocate mode does; other peft models (QLoRA's 4-bit layers) are merged into
+their base and unmerged again by peft. Sampling uses the run's
 temperature, top-p, top-k, stop ids and strings, and each row's sampling key as its seed, so a resumed run
 asks vLLM for the same samples (vLLM's kernels may still differ from run to run in the last bits).
 
@@ -13,6 +16,8 @@ Not tested in Aura's CI (vLLM needs CUDA); the PyTorch engine is the reference p
 from __future__ import annotations
 
 import torch
+
+from aura.train.lora_views import merged_weights
 
 
 class VLLMGenerator:
@@ -36,6 +41,13 @@ class VLLMGenerator:
         if version == self._synced_version:
             return
         worker_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
+        merged = merged_weights(self.model)
+        if merged is not None:
+            for name, tensor in merged:
+                worker_model.load_weights([(name, tensor)])
+            self.llm.reset_prefix_cache()
+            self._synced_version = version
+            return
         peft = hasattr(self.model, "merge_adapter")
         if peft:
             self.model.merge_adapter()

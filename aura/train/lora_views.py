@@ -1,0 +1,136 @@
+"""Views of a peft LoRA model for the passes that need no gradient: GRPO's rollouts and its reference.
+
+A peft ``lora.Linear`` runs its base layer, then ``lora_B(lora_A(x)) * scaling`` and an addition, in
+Python, for every projection of every token. In a rollout (one token per forward, many forwards) that
+wrapper and its two extra matmuls cost as much as the base layer itself on a small model. Two views
+take the wrappers out for the length of a ``with`` block and put them back exactly as they were:
+
+* ``base_view``: every LoRA layer replaced by its base layer in its parent module. The same computation
+  as peft's ``disable_adapter()`` (which calls the base layer alone), so the reference's log-probs are
+  bit for bit the same, without the wrappers' overhead.
+* ``merged_view``: every LoRA layer replaced by its base layer holding a *new* weight ``W + scaling B A``
+  (peft's own ``get_delta_weight``). The original weight tensors are never written: unlike peft's
+  ``merge_adapter()`` / ``unmerge_adapter()``, which add then subtract the delta in place and leave float
+  rounding in the frozen base (it drifts step after step, and a resumed run, which loads the base from
+  disk, would not be the run that went on), the base is restored bit for bit. The merged product differs
+  from the unmerged one by float rounding only, so the sampled tokens are the same up to that rounding.
+  It is offered only where that rounding is fp32's: fp32 weights and no lower-precision autocast (with
+  bf16/fp16 weights, or autocast, ``W + dW`` rounded to 16 bits loses an adapter's small update that the
+  unmerged path keeps), a plain LoRA (no DoRA or other variant, no LoRA bias), and on the CPU (it holds a
+  second copy of the adapted weights while it is open, which the CPU's memory affords and a GPU's may not).
+
+``merged_weights`` gives the same merged tensors by name, for an inference engine that holds its own copy
+(vLLM), again without writing into the model.
+
+All return None for a model they do not cover (not a peft LoRA model, QLoRA's 4-bit layers for the merge,
+``modules_to_save``, adapters already merged): the caller keeps peft's own path then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+
+def _lora_layers(model) -> list[tuple[torch.nn.Module, str, torch.nn.Module]] | None:
+    """(parent, attribute, LoRA layer) of every LoRA layer of a peft model, or None when the model holds
+    anything these views do not handle (or is not a peft LoRA model)."""
+    if not hasattr(model, "peft_config"):
+        return None
+    from peft.tuners.lora import LoraLayer
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = []
+    for name, module in model.named_modules():
+        if isinstance(module, BaseTunerLayer):
+            if not isinstance(module, LoraLayer) or module.merged or module.disable_adapters:
+                return None
+            parent_name, _, attr = name.rpartition(".")
+            layers.append((model.get_submodule(parent_name), attr, module))
+        elif "ModulesToSave" in type(module).__name__ or "TrainableTokens" in type(module).__name__:
+            return None  # peft swaps these too when the adapter is disabled: leave it to peft
+    return layers or None
+
+
+@contextlib.contextmanager
+def _swap(layers: list, bases: list, weights: list | None) -> Iterator[None]:
+    """Put each base layer (with its new weight, if given) where its LoRA layer was; restore on exit."""
+    originals = [base._parameters.get("weight") for base in bases]
+    try:
+        for i, ((parent, attr, _), base) in enumerate(zip(layers, bases)):
+            if weights is not None:
+                base._parameters["weight"] = torch.nn.Parameter(weights[i], requires_grad=False)
+            parent._modules[attr] = base
+        yield
+    finally:
+        for (parent, attr, lora), base, original in zip(layers, bases, originals):
+            parent._modules[attr] = lora
+            base._parameters["weight"] = original
+
+
+def base_view(model) -> contextlib.AbstractContextManager | None:
+    """The base model without the LoRA wrappers (exactly peft's ``disable_adapter()``), or None."""
+    layers = _lora_layers(model)
+    if layers is None:
+        return None
+    return _swap(layers, [lora.get_base_layer() for _, _, lora in layers], None)
+
+
+def _plain(lora) -> list[str] | None:
+    """The active adapters of a plain ``lora.Linear`` (no DoRA or other variant, no LoRA bias), or None."""
+    from peft.tuners.lora.layer import Linear
+
+    adapters = [a for a in lora.active_adapters if a in lora.lora_A]
+    if type(lora) is not Linear or any(a in lora.lora_variant or lora.lora_bias.get(a) for a in adapters):
+        return None
+    return adapters
+
+
+def merged_weights(model) -> Iterator[tuple[str, torch.Tensor]] | None:
+    """(name, tensor) of every weight of a peft LoRA model but the adapters', under the base model's own names
+    (peft's ``base_model.model.`` and ``.base_layer`` taken out), each adapted weight as a new tensor
+    ``W + scaling B A`` in W's dtype (what peft's merge would write into W); or None."""
+    layers = _lora_layers(model)
+    if layers is None or any(_plain(lora) is None for _, _, lora in layers):
+        return None
+    adapted = {id(lora.get_base_layer().weight): lora for _, _, lora in layers}
+
+    def pairs() -> Iterator[tuple[str, torch.Tensor]]:
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_" in name:
+                    continue
+                tensor, lora = param.detach(), adapted.get(id(param))
+                if lora is not None:
+                    tensor = tensor.clone()
+                    for a in _plain(lora):
+                        tensor += lora.get_delta_weight(a).to(tensor.dtype)
+                yield name.removeprefix("base_model.model.").replace(".base_layer", ""), tensor
+
+    return pairs()
+
+
+def merged_view(model, *, precision: str, device: torch.device) -> contextlib.AbstractContextManager | None:
+    """The policy with every adapter merged into new copies of its base weights (see the module
+    docstring for when it is offered), or None."""
+    if precision != "fp32" or device.type != "cpu":
+        return None
+    layers = _lora_layers(model)
+    if layers is None:
+        return None
+    bases, weights = [], []
+    with torch.no_grad():
+        for _, _, lora in layers:
+            base, adapters = lora.get_base_layer(), _plain(lora)
+            if (adapters is None or getattr(base, "weight", None) is None
+                    or base.weight.dtype != torch.float32 or base.weight.device.type != "cpu"
+                    or any(lora.lora_A[a].weight.dtype != torch.float32 for a in adapters)):
+                return None
+            merged = base.weight.detach().clone()
+            for a in adapters:  # in the base weight's own layout (GPT-2's Conv1D is transposed: peft handles it)
+                merged += lora.get_delta_weight(a)
+            bases.append(base)
+            weights.append(merged)
+    return _swap(layers, bases, weights)
