@@ -14,17 +14,25 @@ served as HTML pages with navigation, cookie banner and footer inside a WARC, an
 
 Reported: per stage precision/recall against the labels (every removed document is kept with
 ``--sample``), throughput against datatrove running the same stages directly (same step objects,
-same tasks and workers, without Aura's meters, reader and report), and peak memory (RSS of the process
-tree). The machine is shared: only the ratios inside one run mean anything.
+same tasks and workers, without Aura's meters, reader and report; both in a fresh interpreter, wall and
+CPU seconds of the whole process tree, same output texts checked), with ``--overhead-rounds`` the
+per-document cost of Aura's meters and reader (the first stage in-process with and without them), and
+peak memory (RSS of the process tree). The machine is shared: only the ratios inside one run mean anything.
+
+    python bench/bench_curate.py --spanish es.txt --memory-sizes 10000,30000,100000 [--workers 2]
+
+measures only the peak memory of ``aura data curate`` on corpora of growing size (short documents of
+random Spanish sentences, see ``curate_corpus.memory_corpus``); ``--memory-curate-args`` passes options,
+``--memory-files N`` keeps N files (the documents per task then grow with the corpus).
+``--cluster-pairs 250000,1000000`` measures the one stage whose memory follows the whole corpus, MinHash
+clustering, on random duplicate pairs.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import io
 import json
-import random
 import shutil
 import subprocess
 import sys
@@ -37,165 +45,138 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-LANGS = {"pt": "pt", "ca": "ca", "gl": "gl", "it": "it", "en": "en-GB"}
-BOILER = ["Inicio | Noticias | Deportes | Contacto",
-          "Utilizamos cookies propias y de terceros para mejorar nuestros servicios. Si continúa navegando, "
-          "consideramos que acepta su uso. Más información en nuestra política de cookies.",
-          "© 2024 Diario de Ejemplo S.L. Todos los derechos reservados. Aviso legal."]
-DNI_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"
+from curate_corpus import (  # bench/ is on sys.path (run as a script)
+    BOILER,
+    build,
+    memory_corpus,
+)
 
 
-def foreign_paragraphs(help_root: Path) -> dict[str, list[str]]:
-    from build_bench_corpus import html_paragraphs
-
-    english = [p for p in html_paragraphs(str(help_root / "en-GB" / "**" / "*.html")) if len(p) > 80]
-    out = {"en": sorted(set(english))}
-    for lang, loc in LANGS.items():
-        if lang != "en":
-            paras = set(p for p in html_paragraphs(str(help_root / loc / "**" / "*.html")) if len(p) > 80)
-            out[lang] = sorted(paras - set(english))
-    return out
+def _running_stage(out: Path | None) -> str:
+    """The stage whose log folder was created last (the one running), from the output's work folder."""
+    logs = next((d for d in (out / ".curate" / "work" / "logs", out / "logs") if d.is_dir()), None) if out else None
+    if logs is None:
+        return "start"
+    dirs = [d for d in logs.iterdir() if d.is_dir()]
+    return max(dirs, key=lambda d: d.stat().st_ctime).name if dirs else "start"
 
 
-def pii_sentence(rng: random.Random) -> tuple[str, list[str]]:
-    n = rng.randrange(10**7, 10**8)
-    dni = f"{n}{DNI_LETTERS[n % 23]}"
-    k = rng.randrange(10**6, 10**7)
-    nie = f"Y{k}{DNI_LETTERS[int('1' + str(k)) % 23]}"
-    bank = f"{rng.randrange(10**19, 10**20)}"
-    check = 98 - int("".join(str(int(c, 36)) for c in bank + "ES00")) % 97
-    iban = f"ES{check:02d}{bank}"
-    iban = " ".join(iban[i:i + 4] for i in range(0, len(iban), 4))
-    phone = f"6{rng.randrange(10, 99)} {rng.randrange(100, 999)} {rng.randrange(100, 999)}"
-    email = f"usuario{rng.randrange(10**5)}@correo{rng.randrange(100)}.es"
-    ip = f"{rng.choice([81, 83, 88, 95])}.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}"
-    text = (f"Puede escribir a {email} o llamar al {phone}. Datos del titular: DNI {dni}, NIE {nie}, "
-            f"cuenta {iban}, conexión desde {ip}.")
-    return text, [email, phone, dni, nie, iban, ip]
-
-
-def near_copy(doc: str, rng: random.Random) -> str:
-    words = doc.split(" ")
-    k = max(1, int(len(words) * rng.uniform(0.01, 0.05)))
-    for _ in range(k):  # never the first 15 words: they identify the document
-        i = rng.randrange(15, len(words))
-        op = rng.random()
-        if op < 0.5:
-            words[i] = rng.choice(["casa", "tiempo", "mundo", "forma", "parte", "vida"])
-        elif op < 0.75 and len(words) > 30:
-            del words[i]
-        else:
-            words.insert(i, rng.choice(["muy", "también", "siempre", "ahora"]))
-    return " ".join(words)
-
-
-def build(args, work: Path) -> dict:
-    rng = random.Random(0)
-    es = [p.strip() for p in Path(args.spanish).read_text(encoding="utf-8").splitlines() if len(p.split()) >= 25]
-    rng.shuffle(es)
-    foreign = foreign_paragraphs(Path(args.help_root))
-    need = args.docs * 4
-    assert len(es) >= need, f"{len(es)} Spanish paragraphs, {need} needed: lower --docs"
-    docs = ["\n".join(es[i:i + 4]) for i in range(0, need, 4)]
-    labels = {"es": [], "foreign": [], "exact": [], "near": [], "spam": [], "pii": [], "html": []}
-    rows: list[str] = []
-    html: list[str] = []
-    for i, d in enumerate(docs):
-        marker = d[:80]
-        labels["es"].append(marker)
-        if i % 10 == 3:  # 10 %: PII
-            s, found = pii_sentence(rng)
-            d = d + "\n" + s
-            labels["pii"].append(found)
-        if i % 10 == 5:  # 10 %: served as HTML in a WARC
-            labels["html"].append(marker)
-            html.append(d)
-        else:
-            rows.append(d)
-    for lang, paras in foreign.items():
-        rng.shuffle(paras)
-        for j in range(0, min(len(paras) - 4, 4 * args.foreign_per_lang), 4):
-            rows.append("\n".join(paras[j:j + 4]))
-            labels["foreign"].append([lang, paras[j][:80]])
-    for i in rng.sample(range(len(docs)), args.docs // 20):
-        if i % 10 in (3, 5):
-            continue
-        if rng.random() < 0.5:
-            rows.append(docs[i])
-            labels["exact"].append(docs[i][:80])
-        else:
-            rows.append(near_copy(docs[i], rng))
-            labels["near"].append(docs[i][:80])
-    for k in range(args.docs // 40):
-        spam = ("\n".join([f"Oferta {k}: compra ahora al mejor precio, envío gratis"] * 25) if k % 2 else
-                " ".join(["casino apuestas bitcoin préstamos rápidos ganar dinero fácil"] * 20))
-        rows.append(spam)
-        labels["spam"].append(spam[:60])
-    rng.shuffle(rows)
-    inp = work / "input"
-    inp.mkdir(parents=True)
-    nfiles = 6
-    for f in range(nfiles):
-        with gzip.open(inp / f"part{f}.jsonl.gz", "wt", encoding="utf-8") as fh:
-            for text in rows[f::nfiles]:
-                fh.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
-    write_warc(inp / "pages.warc.gz", html)
-    with open(work / "raw.jsonl", "w", encoding="utf-8") as fh:  # the uncurated corpus: HTML as served
-        for text in rows + [page_html(i, d) for i, d in enumerate(html)]:
-            fh.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
-    heldout = [p for p in es[need:need + 600]]
-    (work / "heldout_es.txt").write_text("\n".join(heldout) + "\n", encoding="utf-8")
-    labels["input_bytes"] = sum(len(r.encode()) for r in rows) + sum(len(h.encode()) for h in html)
-    labels["input_docs"] = len(rows) + len(html)
-    return labels
-
-
-def page_html(i: int, doc: str) -> str:
-    body = "".join(f"<p>{p}</p>" for p in doc.split("\n"))
-    return (f"<html><head><meta charset='utf-8'><title>Noticia {i}</title></head><body><nav>{BOILER[0]}</nav>"
-            f"<div class='cookies'>{BOILER[1]}</div><article><h1>Noticia {i}</h1>{body}</article>"
-            f"<footer>{BOILER[2]}</footer></body></html>")
-
-
-def write_warc(path: Path, docs: list[str]) -> None:
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
-
-    with open(path, "wb") as f:
-        w = WARCWriter(f, gzip=True)
-        for i, d in enumerate(docs):
-            page = page_html(i, d)
-            headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8")], protocol="HTTP/1.1")
-            w.write_record(w.create_warc_record(f"https://diario.es/{i}", "response",
-                                                payload=io.BytesIO(page.encode("utf-8")), http_headers=headers,
-                                                warc_headers_dict={"WARC-Identified-Payload-Type": "text/html"}))
-
-
-def peak_rss(proc: subprocess.Popen, box: dict) -> None:
+def peak_rss(pid: int, done: threading.Event, box: dict, out: Path | None = None) -> None:
+    """Peak of the summed RSS of the process tree (workers, datatrove's manager, extraction helpers),
+    the largest single process, and the stage running at the peak; sampled every 0.1 s."""
     import psutil
 
-    p = psutil.Process(proc.pid)
-    while proc.poll() is None:
+    p = psutil.Process(pid)
+    while not done.is_set():
         try:
-            total = sum(c.memory_info().rss for c in [p, *p.children(recursive=True)])
-            box["peak"] = max(box.get("peak", 0), total)
+            rss = [c.memory_info().rss for c in [p, *p.children(recursive=True)]]
+            if sum(rss) > box.get("peak", 0):
+                box["peak"], box["stage"] = sum(rss), _running_stage(out)
+            box["single"] = max(box.get("single", 0), max(rss))
         except psutil.Error:
             pass
-        time.sleep(0.1)
+        done.wait(0.1)
 
 
-def run_aura(inp: Path, out: Path, workers: int, sample: int) -> tuple[float, int]:
-    cmd = [sys.executable, "-m", "aura", "data", "curate", str(inp), "--output-dir", str(out),
-           "--workers", str(workers), "--sample", str(sample)]
+def run_tree(cmd: list[str], out: Path | None = None, env: dict | None = None) -> dict:
+    """Runs ``cmd`` in a fresh interpreter; wall seconds, CPU seconds (user + system) of the whole process
+    tree, robust to the load of a shared machine, and peak RSS. This process becomes the subreaper of the
+    tree, so that helpers orphaned at the end (datatrove's forkserver and managers) are reaped here and
+    their CPU time counted."""
+    import ctypes
+    import os
+    import resource
+
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={"AURA_LANG": "en", "AURA_PLAIN": "1", **_env()})
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env or _env())
     box: dict = {}
-    th = threading.Thread(target=peak_rss, args=(proc, box))
+    done = threading.Event()
+    th = threading.Thread(target=peak_rss, args=(proc.pid, done, box, out))
     th.start()
-    proc.wait()
+    _, status, _ = os.wait4(proc.pid, 0)
+    wall = time.time() - t0
+    done.set()
     th.join()
-    assert proc.returncode == 0
-    return time.time() - t0, box.get("peak", 0)
+    deadline = time.time() + 60
+    while time.time() < deadline:  # the orphaned helpers exit once the command is gone
+        try:
+            if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                time.sleep(0.05)
+        except ChildProcessError:
+            break
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, cmd
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"wall": wall, "cpu": cpu, "peak": box.get("peak", 0), "single": box.get("single", 0),
+            "stage": box.get("stage")}
+
+
+def run_aura(inp: Path, out: Path, workers: int, sample: int, extra: tuple[str, ...] = ()) -> dict:
+    cmd = [sys.executable, "-m", "aura", "data", "curate", str(inp), "--output-dir", str(out),
+           "--workers", str(workers), "--sample", str(sample), *extra]
+    return run_tree(cmd, out, {**_env(), "AURA_LANG": "en", "AURA_PLAIN": "1"})
+
+
+def memory_scaling(args, work: Path) -> list[dict]:
+    """Peak RSS of ``aura data curate --workers N`` (default stages) at growing corpus sizes."""
+    rows = []
+    for n in (int(x) for x in args.memory_sizes.split(",")):
+        d = work / f"mem-{n}"
+        shutil.rmtree(d, ignore_errors=True)
+        t0 = time.time()
+        per_file = -(-n // args.memory_files) if args.memory_files else args.memory_docs_per_file
+        size = memory_corpus(args.spanish, n, per_file, d / "input")
+        built = time.time() - t0
+        run = run_aura(d / "input", d / "out", args.workers, 0, tuple(args.memory_curate_args.split()))
+        report = json.loads((d / "out" / ".curate" / "report.json").read_text(encoding="utf-8"))
+        row = {"docs": n, "options": args.memory_curate_args, "mb": round(size / 1e6, 1), "files": -(-n // per_file),
+               "docs_out": report["stages"][-1]["docs_out"], "seconds": round(run["wall"], 1),
+               "cpu_s": round(run["cpu"], 1), "build_s": round(built, 1), "peak_rss_mb": round(run["peak"] / 2**20),
+               "largest_process_mb": round(run["single"] / 2**20), "stage_at_peak": run["stage"]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if not args.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    if len(rows) >= 2:
+        a, b = rows[-2], rows[-1]
+        slope = (b["peak_rss_mb"] - a["peak_rss_mb"]) / ((b["docs"] - a["docs"]) / 1e6)
+        # no straight line to 100M here: what grows is per task (docs/data.md), not per corpus
+        print(json.dumps({"mb_per_million_docs_between_last_two": round(slope, 1)}), flush=True)
+    return rows
+
+
+def duplicate_pairs(pairs: int, work: Path) -> None:
+    """A MinHash ``.dups`` file of ``pairs`` random duplicate pairs of distinct documents (256 files)."""
+    import numpy as np
+
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "buckets").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    files = rng.integers(0, 256, size=(pairs, 2), dtype=np.uint32)
+    docs = (rng.permutation(np.arange(2 * pairs, dtype=np.uint32)) % 400_000).reshape(pairs, 2)
+    rows = np.stack([files[:, 0], docs[:, 0], files[:, 1], docs[:, 1]], axis=1).astype("<u4")
+    (work / "buckets" / "000_00.dups").write_bytes(rows.tobytes())
+
+
+def cluster_child(pairs: int, work: Path) -> None:
+    """``--cluster-child``: peak RSS of datatrove's ``MinhashDedupCluster`` (one process, the only stage
+    whose memory follows the whole corpus) on the pairs ``duplicate_pairs`` wrote."""
+    import resource
+
+    from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupCluster
+    from datatrove.utils.hashing import HashConfig
+    from loguru import logger
+
+    logger.remove()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    config = MinhashConfig(num_buckets=1, hash_config=HashConfig(precision=64, hash_fc="xxhash"))
+    MinhashDedupCluster(str(work / "buckets"), str(work / "remove"), config=config).run()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"pairs": pairs, "peak_mb": peak >> 10, "added_mb": (peak - before) >> 10,
+                      "bytes_per_duplicate_doc": round((peak - before) * 1024 / (2 * pairs))}), flush=True)
 
 
 def _env() -> dict:
@@ -204,9 +185,10 @@ def _env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("AURA_LANG",)}
 
 
-def run_direct(inp: Path, work: Path, workers: int, tasks: int) -> float:
-    """The same stages and step objects through datatrove's executor, without Aura's additions."""
-    from datatrove.executor import LocalPipelineExecutor
+def direct_stages(inp: Path, work: Path, tasks: int, *, meters: bool = False, aura_reader: bool = False) -> list:
+    """The stages of ``aura data curate`` with the same step objects, minus Aura's additions: datatrove's
+    ``WarcReader`` + ``JsonlReader`` instead of Aura's reader (unless ``aura_reader``), no meters (unless
+    ``meters``), no samples of removed documents."""
     from datatrove.pipeline.readers import JsonlReader, WarcReader
 
     from aura.data.curate.pipeline import Options, build_stages
@@ -216,13 +198,12 @@ def run_direct(inp: Path, work: Path, workers: int, tasks: int) -> float:
 
     files = find_inputs([str(inp)])
     stages = build_stages(Options(work=work, files=files, root=str(inp), reader=ReaderOptions(), tasks=tasks))
-    t0 = time.time()
     for stage in stages:
         steps = []
         for step in stage.pipeline:
-            if isinstance(step, Meter):
+            if isinstance(step, Meter) and not meters:
                 continue
-            if isinstance(step, CurateReader):  # datatrove's own readers, html marked for the extractor
+            if isinstance(step, CurateReader) and not aura_reader:  # html marked for the extractor
                 steps += [WarcReader(str(inp), glob_pattern="*.warc.gz", default_metadata={"format": "html"}),
                           JsonlReader(str(inp), glob_pattern="*.jsonl.gz")]
                 continue
@@ -230,9 +211,70 @@ def run_direct(inp: Path, work: Path, workers: int, tasks: int) -> float:
                 step.exclusion_writer = None
             steps.append(step)
         assert any(isinstance(s, HtmlExtractor) for s in steps) or stage.name != "filter"
-        LocalPipelineExecutor(steps, tasks=stage.tasks, workers=min(workers, stage.tasks),
-                              logging_dir=str(work / "logs" / stage.name)).run()
-    return time.time() - t0
+        stage.pipeline = steps
+    return stages
+
+
+def direct_child(inp: Path, work: Path, workers: int, tasks: int) -> None:
+    """``--direct-child``: datatrove's local executor runs the stages, in this fresh interpreter."""
+    from aura.data.curate.pipeline import QuietLocalExecutor, quiet_logger
+
+    # datatrove's LocalPipelineExecutor; the subclass only sends the tasks' logs to their log files and
+    # not to the console, as in Aura's command, so that both sides write the same logs
+    quiet_logger()
+    for stage in direct_stages(inp, work, tasks):
+        QuietLocalExecutor(stage.pipeline, tasks=stage.tasks, workers=min(workers, stage.tasks),
+                           logging_dir=str(work / "logs" / stage.name)).run()
+
+
+def run_direct(inp: Path, work: Path, workers: int, tasks: int) -> dict:
+    """The same stages and step objects through datatrove's executor, in a fresh interpreter as Aura's
+    command is (both pay for starting Python and importing datatrove)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--direct-child", str(inp), str(work), str(workers),
+           str(tasks)]
+    return run_tree(cmd, work)
+
+
+def texts_of(folder: Path) -> list[str]:
+    texts = []
+    for shard in sorted(folder.glob("*.jsonl.gz")):
+        with gzip.open(shard, "rt", encoding="utf-8") as f:
+            texts += [json.loads(x)["text"] for x in f]
+    return sorted(texts)
+
+
+def per_document_overhead(inp: Path, work: Path, tasks: int, rounds: int, docs: int) -> dict:
+    """The first stage (read, every filter, shard and signature writing: all the per-document work) run
+    in this process, one task after another, three ways, alternated ``rounds`` times: datatrove's readers
+    without meters, datatrove's readers with Aura's meters, Aura's reader with meters (Aura's stage).
+    CPU seconds of this process and of the extraction helpers it waited for; the outputs must be equal."""
+    import resource
+
+    from aura.data.curate.pipeline import QuietLocalExecutor, quiet_logger
+
+    variants = {"datatrove": {}, "datatrove+meters": {"meters": True},
+                "aura_reader+meters": {"meters": True, "aura_reader": True}}
+    cpu: dict[str, list[float]] = {k: [] for k in variants}
+    outputs = {}
+    for r in range(rounds + 1):  # round 0 warms up (imports, models, caches) and is not counted
+        for name, kw in variants.items():
+            d = work / "overhead" / name
+            shutil.rmtree(d, ignore_errors=True)
+            stage = direct_stages(inp, d, tasks, **kw)[0]
+            before = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+            quiet_logger()
+            QuietLocalExecutor(stage.pipeline, tasks=stage.tasks, workers=1, logging_dir=str(d / "logs")).run()
+            after = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+            if r:
+                cpu[name].append(sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before)))
+            outputs[name] = texts_of(d / "filtered")
+    base = min(cpu["datatrove"])
+    return {"cpu_s": {k: [round(x, 2) for x in v] for k, v in cpu.items()},
+            "meters_us_per_doc": round((min(cpu["datatrove+meters"]) - base) / docs * 1e6, 1),
+            "meters_overhead": round(min(cpu["datatrove+meters"]) / base - 1, 4),
+            "aura_reader_and_meters_overhead": round(min(cpu["aura_reader+meters"]) / base - 1, 4),
+            "same_output": len({tuple(v) for v in outputs.values()}) == 1, "input_docs": docs,
+            "kept_docs": len(outputs["datatrove"])}
 
 
 def score(labels: dict, out: Path) -> dict:
@@ -305,8 +347,16 @@ def downstream(work: Path, curated: Path, tokens: int) -> dict:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--cluster-child"]:
+        cluster_child(int(sys.argv[2]), Path(sys.argv[3]))
+        return
+    if sys.argv[1:2] == ["--direct-child"]:
+        inp, work, workers, tasks = sys.argv[2:6]
+        direct_child(Path(inp), Path(work), int(workers), int(tasks))
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--spanish", required=True, help="Spanish paragraphs, one per line (build_bench_corpus.sh)")
+    ap.add_argument("--spanish", default="", help="Spanish paragraphs, one per line (build_bench_corpus.sh); "
+                    "needed by every mode but --cluster-pairs")
     ap.add_argument("--help-root", default="/usr/share/libreoffice/help")
     ap.add_argument("--docs", type=int, default=3000, help="Spanish documents (4 paragraphs each)")
     ap.add_argument("--foreign-per-lang", type=int, default=120)
@@ -318,39 +368,74 @@ def main() -> None:
                     help="also pretrain a tiny model on curated vs raw text with this many tokens each")
     ap.add_argument("--speed-rounds", type=int, default=1,
                     help="alternate datatrove-direct and Aura runs this many times (a loaded machine is noisy)")
+    ap.add_argument("--memory-sizes", default="",
+                    help="only the memory scaling: peak RSS of `aura data curate --workers N` on corpora of "
+                    "these sizes, e.g. 10000,30000,100000,300000 (short documents of Spanish sentences)")
+    ap.add_argument("--memory-docs-per-file", type=int, default=5000)
+    ap.add_argument("--memory-files", type=int, default=0,
+                    help="a fixed number of files (tasks) instead: the documents per task grow with the corpus")
+    ap.add_argument("--memory-curate-args", default="",
+                    help="extra options for the memory runs, e.g. '--no-langid --no-quality' (dedup stages only)")
+    ap.add_argument("--overhead-rounds", type=int, default=0,
+                    help="also time the first stage in-process with and without Aura's meters and reader")
+    ap.add_argument("--keep", action="store_true", help="keep the memory-scaling corpora and outputs")
+    ap.add_argument("--cluster-pairs", default="",
+                    help="only the memory of MinHash clustering fed these numbers of duplicate pairs, "
+                    "e.g. 250000,1000000")
     args = ap.parse_args()
     work = Path(args.work)
+    if args.cluster_pairs:
+        for n in args.cluster_pairs.split(","):
+            duplicate_pairs(int(n), work / "cluster")
+            subprocess.run([sys.executable, str(Path(__file__).resolve()), "--cluster-child", n,
+                            str(work / "cluster")], check=True, env={**_env(), "TQDM_DISABLE": "1"})
+            shutil.rmtree(work / "cluster", ignore_errors=True)
+        return
+    if not args.spanish:
+        ap.error("--spanish is required")
+    if args.memory_sizes:
+        work.mkdir(parents=True, exist_ok=True)
+        rows = memory_scaling(args, work)
+        (work / "memory.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
+        return
     shutil.rmtree(work, ignore_errors=True)
     labels = build(args, work)
     inp = work / "input"
     print(f"corpus: {labels['input_docs']} documents, {labels['input_bytes'] / 1e6:.1f} MB", flush=True)
     t_label, metrics = 0.0, {}
     if not args.skip_labelled:
-        t_label, _ = run_aura(inp, work / "labelled", args.workers, 100_000)
+        t_label = run_aura(inp, work / "labelled", args.workers, 100_000)["wall"]
         metrics = score(labels, work / "labelled")
         print(json.dumps(metrics, indent=2), flush=True)
     tasks = len(list(inp.iterdir()))
-    t_auras, t_directs, peak = [], [], 0
+    auras, directs = [], []
     for k in range(args.speed_rounds):
         if not args.skip_direct:
             shutil.rmtree(work / "direct", ignore_errors=True)
-            t_directs.append(run_direct(inp, work / "direct", args.workers, tasks))
+            directs.append(run_direct(inp, work / "direct", args.workers, tasks))
+            print(json.dumps({"datatrove_direct": directs[-1]}), flush=True)
         shutil.rmtree(work / "aura", ignore_errors=True)
-        t, p = run_aura(inp, work / "aura", args.workers, 0)
-        t_auras.append(t)
-        peak = max(peak, p)
-    t_aura = min(t_auras)
+        auras.append(run_aura(inp, work / "aura", args.workers, 0))
+        print(json.dumps({"aura": auras[-1]}), flush=True)
+    t_aura = min(r["wall"] for r in auras)
     result = {"docs": labels["input_docs"], "mb": round(labels["input_bytes"] / 1e6, 2), "workers": args.workers,
-              "aura_s": [round(t, 1) for t in t_auras],
+              "aura_s": [round(r["wall"], 1) for r in auras], "aura_cpu_s": [round(r["cpu"], 1) for r in auras],
               "aura_docs_s_core": round(labels["input_docs"] / t_aura / args.workers, 1),
               "aura_mb_s_core": round(labels["input_bytes"] / 1e6 / t_aura / args.workers, 3),
-              "peak_rss_mb": round(peak / 2**20), "labelled_run_s": round(t_label, 1)}
-    if t_directs:
-        result |= {"datatrove_direct_s": [round(t, 1) for t in t_directs],
-                   "aura_overhead_best_of": round(min(t_auras) / min(t_directs) - 1, 3)}
+              "peak_rss_mb": round(max(r["peak"] for r in auras) / 2**20), "labelled_run_s": round(t_label, 1)}
+    if directs:
+        result |= {"datatrove_direct_s": [round(r["wall"], 1) for r in directs],
+                   "datatrove_direct_cpu_s": [round(r["cpu"], 1) for r in directs],
+                   "aura_overhead_wall_best_of": round(t_aura / min(r["wall"] for r in directs) - 1, 3),
+                   "aura_overhead_cpu_best_of": round(min(r["cpu"] for r in auras)
+                                                      / min(r["cpu"] for r in directs) - 1, 3),
+                   "same_output_texts": texts_of(work / "aura") == texts_of(work / "direct" / "final")}
     report = json.loads((work / "aura" / ".curate" / "report.json").read_text(encoding="utf-8"))
     result["stage_seconds"] = {s["stage"]: s["seconds"] for s in report["stages"]}
     print(json.dumps(result, indent=2), flush=True)
+    if args.overhead_rounds:
+        result["per_document"] = per_document_overhead(inp, work, tasks, args.overhead_rounds, labels["input_docs"])
+        print(json.dumps(result["per_document"], indent=2), flush=True)
     down = downstream(work, work / "aura", args.downstream_tokens) if args.downstream_tokens else {}
     if down:
         print(json.dumps(down, indent=2), flush=True)

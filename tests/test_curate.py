@@ -216,6 +216,26 @@ def test_report_and_samples(curated):
     assert all(json.loads(x)["metadata"]["filter_reason"] == "lang_other" for x in samples["lang_other"])
 
 
+def test_report_plot_is_cheap_and_spanish(curated, tmp_path):
+    """report.png is drawn without importing matplotlib (its import alone cost more than half a CPU
+    second at the end of every run), in a font with the Spanish letters of the stage names."""
+    from PIL import Image
+
+    root, _ = curated
+    code = ("import json, sys; from pathlib import Path; from aura.data.curate import report as rep; "
+            f"rep.plot(json.loads(Path({str(root / 'out' / '.curate' / 'report.json')!r}).read_text()), "
+            f"Path({str(tmp_path / 'es.png')!r})); print('matplotlib' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       check=False, env=dict(os.environ, AURA_LANG="es"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+    with Image.open(tmp_path / "es.png") as img:
+        assert img.format == "PNG" and img.width >= 800 and img.height >= 13 * 20
+    from aura.data.curate.report import _font
+
+    assert Path(_font(13).path).name == "DejaVuSans.ttf"  # Pillow's own font has no á, í, ñ...
+
+
 def test_prepare_reads_the_shards(curated, tiny_zoo, tmp_path):
     from aura.text.sources import expand_inputs
 

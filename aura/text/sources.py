@@ -8,6 +8,7 @@ import glob
 import gzip
 import io
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,31 +138,40 @@ def _file_source(p: Path) -> Source:
     return Source("file", str(p), fc[0], fc[1], size)
 
 
-def expand_inputs(inputs: list[str]) -> list[Source]:
-    """Files, directories (searched recursively) and glob patterns -> sources, in a stable order."""
-    sources: list[Source] = []
+def walk_inputs(inputs: list[str], accepts: Callable[[Path], bool], exts: str, *,
+                whole_dir: Callable[[Path], bool] | None = None) -> Iterator[Path]:
+    """The one walk of input arguments: a file as given, a directory's files that ``accepts`` takes
+    (searched recursively, hidden entries skipped, sorted), a glob pattern's matches (sorted), in the
+    order given. A directory for which ``whole_dir`` is true is yielded itself (a saved dataset).
+    ``exts`` names the accepted formats in the message of a directory with none of them."""
     for item in inputs:
         p = Path(os.path.expanduser(item))
         if glob.has_magic(item) and not p.exists():
             matches = sorted(glob.glob(os.path.expanduser(item), recursive=True))
             if not matches:
                 raise AuraError(M("missing", path=item))
-            sources += expand_inputs(matches)
-        elif is_hf_disk_dir(p):
-            sources.append(Source("hf_disk", str(p), bytes=_tree_bytes(p)))
+            yield from walk_inputs(matches, accepts, exts, whole_dir=whole_dir)
+        elif whole_dir is not None and whole_dir(p):
+            yield p
         elif p.is_dir():
-            found = [f for f in sorted(p.rglob("*")) if f.is_file() and _format_of(f) is not None
+            found = [f for f in sorted(p.rglob("*")) if f.is_file() and accepts(f)
                      and not any(part.startswith(".") for part in f.relative_to(p).parts)]
             if not found:
-                raise AuraError(M("no_supported", path=p, exts=", ".join(SUPPORTED[:6]) + " (+ .gz, .zst)"))
-            sources += [_file_source(f) for f in found]
+                raise AuraError(M("no_supported", path=p, exts=exts))
+            yield from found
         elif p.is_file():
-            sources.append(_file_source(p))
+            yield p
         elif p.exists():
             raise AuraError(M("unreadable", path=p, err="not a regular file"))
         else:
             raise AuraError(M("missing", path=item))
-    return sources
+
+
+def expand_inputs(inputs: list[str]) -> list[Source]:
+    """Files, directories (searched recursively) and glob patterns -> sources, in a stable order."""
+    exts = ", ".join(SUPPORTED[:6]) + " (+ .gz, .zst)"
+    return [Source("hf_disk", str(p), bytes=_tree_bytes(p)) if p.is_dir() else _file_source(p)
+            for p in walk_inputs(inputs, lambda f: _format_of(f) is not None, exts, whole_dir=is_hf_disk_dir)]
 
 
 def _tree_bytes(path: Path) -> int:

@@ -86,7 +86,10 @@ class CurateConfig(ReaderArgs):
                           en="Output directory (NNNNN.jsonl.gz shards).")
     output_format: str = arg("jsonl", choices=("jsonl", "parquet"), es="Formato de los shards.",
                              en="Shard format.")
-    extract: bool = arg(True, es="Extrae el texto del HTML con trafilatura.", en="Extract text from HTML with trafilatura.")
+    extract: bool = arg(True, es="Extrae el texto del HTML con trafilatura (archivos HTML, respuestas WARC y registros "
+                        "cuyo texto es una página que empieza por <!doctype html o <html).",
+                        en="Extract text from HTML with trafilatura (HTML files, WARC responses and records whose "
+                        "text is a page starting with <!doctype html or <html).")
     extract_timeout: float = arg(10.0, es="Segundos máximos de extracción por documento.",
                                  en="Maximum extraction seconds per document.")
     ftfy: bool = arg(True, es="Repara el Unicode dañado (ftfy).", en="Repair broken Unicode (ftfy).")

@@ -4,7 +4,8 @@
 pipeline's first step, ``CurateReader``, reads its task's share (``files[rank::world_size]``) with
 warcio (through datatrove's WARC record parser), as raw HTML, or with Aura's own text readers
 (``aura.text.readers``: txt, jsonl, json, csv, tsv, parquet, plain or .gz/.zst). Documents that are
-HTML are marked ``metadata["format"] = "html"`` so that only they go through text extraction.
+HTML (WARC responses, HTML files, and text records that are a whole HTML page: ``is_html_document``)
+are marked ``metadata["format"] = "html"`` so that only they go through text extraction.
 
 A damaged file stops its task with ``CurateInputError``, which names the file, the record and the
 byte offset where reading failed.
@@ -12,7 +13,6 @@ byte offset where reading failed.
 
 from __future__ import annotations
 
-import glob
 import gzip
 import os
 import zlib
@@ -27,16 +27,11 @@ from datatrove.pipeline.readers.base import BaseReader
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.text.readers import ReaderOptions, iter_documents
-from aura.text.sources import Source
+from aura.text.sources import Source, walk_inputs
 
 M = Messages("curate_readers", {
-    "missing": ("No existe la entrada {path}. Revisa la ruta (se aceptan archivos, directorios y patrones).",
-                "The input {path} does not exist. Check the path (files, directories and patterns are "
-                "accepted)."),
     "unsupported": ("Formato no compatible: {path}. Formatos aceptados: {exts}.",
                     "Unsupported format: {path}. Accepted formats: {exts}."),
-    "no_supported": ("El directorio {path} no contiene archivos compatibles ({exts}).",
-                     "The directory {path} holds no supported files ({exts})."),
     "truncated": ("quedan {size:byte|bytes} sin leer al final: el archivo está cortado",
                   "{size:byte is|bytes are} left unread at the end: the file is cut short"),
     "cut_record": ("al registro le faltan {size:byte|bytes}: el archivo está cortado",
@@ -62,6 +57,19 @@ class InputFile:
     compression: str = ""
 
 
+def is_html_document(text: str) -> bool:
+    """True for a whole HTML page (crawls often ship pages in a JSONL/parquet text field): the text
+    starts, after white space and an optional BOM or XML declaration, with ``<!doctype html`` or
+    ``<html``. Only the first characters are looked at; a text that merely contains tags is text."""
+    head = text[:512].lstrip("\ufeff \t\r\n")
+    if head[:5].lower() == "<?xml":
+        head = head[head.find("?>") + 2:].lstrip() if "?>" in head else ""
+    head = head[:14].lower()
+    if head.startswith("<!doctype html"):
+        return True
+    return head.startswith("<html") and head[5:6] in (">", " ", "\t", "\n", "\r")
+
+
 class CurateInputError(Exception):
     """A damaged input; its message is the user-facing text (it crosses process boundaries as a string)."""
 
@@ -80,31 +88,18 @@ def _classify(p: Path) -> InputFile | None:
 
 
 def find_inputs(inputs: list[str]) -> list[InputFile]:
-    """Files, directories (searched recursively, hidden entries skipped) and patterns, sorted per input."""
+    """Files, directories and patterns, walked as ``aura data prepare`` walks them (``walk_inputs``),
+    classified as WARC/WET, HTML or text; a path given twice is read once."""
     found: list[InputFile] = []
-    for item in inputs:
-        p = Path(os.path.expanduser(item))
-        if glob.has_magic(item) and not p.exists():
-            matches = sorted(glob.glob(os.path.expanduser(item), recursive=True))
-            if not matches:
-                raise AuraError(M("missing", path=item))
-            found += find_inputs(matches)
-        elif p.is_dir():
-            files = [_classify(f) for f in sorted(p.rglob("*")) if f.is_file()
-                     and not any(part.startswith(".") for part in f.relative_to(p).parts)]
-            files = [f for f in files if f is not None]
-            if not files:
-                raise AuraError(M("no_supported", path=p, exts=ACCEPTED))
-            found += files
-        elif p.is_file():
-            f = _classify(p)
-            if f is None:
-                raise AuraError(M("unsupported", path=p, exts=ACCEPTED))
-            found.append(f)
-        else:
-            raise AuraError(M("missing", path=item))
     seen: set[str] = set()
-    return [f for f in found if not (f.path in seen or seen.add(f.path))]
+    for p in walk_inputs(inputs, lambda f: _classify(f) is not None, ACCEPTED):
+        f = _classify(p)
+        if f is None:
+            raise AuraError(M("unsupported", path=p, exts=ACCEPTED))
+        if f.path not in seen:
+            seen.add(f.path)
+            found.append(f)
+    return found
 
 
 def _read_warc(path: str) -> Iterator[dict]:
@@ -168,7 +163,7 @@ class CurateReader(BaseReader):
             source = Source("file", f.path, f.fmt, f.compression, os.path.getsize(f.path))
             try:
                 for text in iter_documents(source, self.options, Counter()):
-                    yield {"text": text, "format": "text"}
+                    yield {"text": text, "format": "html" if is_html_document(text) else "text"}
             except AuraError as e:
                 raise CurateInputError(str(e)) from None
 
