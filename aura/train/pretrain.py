@@ -102,14 +102,16 @@ class PretrainConfig(TrainArgs):
     optimizer: str | None = arg(None, choices=("adamw", "muon"),
                                 es="Optimizador: adamw, o muon (Muon para las matrices ocultas, AdamW para embeddings, "
                                    "cabeza y normas; la misma --learning-rate). Por defecto, el del preset: muon con "
-                                   "wsd en los qwen3-* (llegan a la pérdida final de AdamW con coseno con ~0.3 veces "
-                                   "los tokens en bench/bench_recipe.py), adamw con cosine en los demás (sin medir "
-                                   "aún en GPU). Ver docs/training.md.",
+                                   "wsd en los qwen3-* (llegan a la pérdida final de AdamW con coseno con 0,25-0,32 "
+                                   "veces los tokens en los dos tamaños de bench/bench_recipe.py), adamw con cosine "
+                                   "en los demás (con el bloque Llama Muon no llega a 0,7 veces en el tamaño mayor; "
+                                   "sin medir aún en GPU). Ver docs/training.md.",
                                 en="Optimizer: adamw, or muon (Muon for the hidden matrices, AdamW for embeddings, "
                                    "head and norms; the same --learning-rate). Default: the preset's: muon with wsd "
-                                   "for qwen3-* (they reach AdamW + cosine's final loss in ~0.3x the tokens in "
-                                   "bench/bench_recipe.py), adamw with cosine for the others (not yet measured on "
-                                   "a GPU). See docs/training.en.md.")
+                                   "for qwen3-* (they reach AdamW + cosine's final loss in 0.25-0.32x the tokens at "
+                                   "both sizes of bench/bench_recipe.py), adamw with cosine for the others (with the "
+                                   "Llama block Muon misses 0.7x at the larger size; not yet measured on a GPU). See "
+                                   "docs/training.en.md.")
     embed_size: int | None = arg(None, es="d_model.", en="d_model.")
     num_layers: int | None = arg(None, es="Capas.", en="Layers.")
     num_heads: int | None = arg(None, es="Cabezas de atención.", en="Attention heads.")

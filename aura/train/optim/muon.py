@@ -14,6 +14,12 @@ sets both through the shared ``lr`` of every param group, and a preset's AdamW r
 Keller Jordan's own scaling (sqrt(max(1, A/B)), lr ~0.02) would need a second learning rate and its
 own sweep per model.
 
+Newton-Schulz runs in bf16 inside ``torch.optim.Muon``, as in modded-nanogpt and Moonlight (on an
+avx512_bf16 CPU twice as fast as fp32). Orthogonalising the same-shape matrices as one batch (``bmm``)
+instead of torch's loop over matrices was measured on CPU for the bench's two sizes: bit-for-bit the same
+updates and the same time (0.99-1.03x), so torch's loop is kept. Muon's cost per token at the presets'
+batch is measured by ``bench/bench_recipe.py --time-per-token`` (docs/benchmarks.md).
+
 ``MuonAdamW`` holds a ``torch.optim.Muon`` and a ``torch.optim.AdamW`` whose param groups and state are
 its own (the same dict objects), so one ``step()``, ``zero_grad()``, ``state_dict()`` and
 ``load_state_dict()`` cover both: one ``optimizer.pt`` per checkpoint, exact resume, a GradScaler's
