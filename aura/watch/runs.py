@@ -35,6 +35,7 @@ from aura.core.i18n import Messages, num
 from aura.evaluation.results import suite_figure
 from aura.core.rundir import has_lock_file, latest_checkpoint, lock_holder, status_label
 from aura.core.atomic import TMP_PREFIX, dir_size, human_bytes
+from aura.distributed.launcher import strip_resume
 
 
 M = Messages("runs", {
@@ -328,15 +329,7 @@ def resume_args(info: dict) -> list[str] | None:
         argv = argv[argv.index("-m") + 2:]  # python -m aura ... / torchrun ... -m aura ...
     elif os.path.basename(argv[0]) == "aura" or argv[0].endswith(os.path.join("aura", "__main__.py")):
         argv = argv[1:]
-    out, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a == "--resume-from":
-            skip = True
-        elif a != "--overwrite" and not a.startswith("--resume-from="):  # resuming must not wipe it
-            out.append(a)
-    return [*out, "--resume-from", "latest"]
+    return [*strip_resume(argv), "--resume-from", "latest"]
 
 
 def layout_of(info: dict) -> dict | None:
