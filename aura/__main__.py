@@ -1,4 +1,4 @@
-from aura.cli import main
+from aura.cli import entry
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry())

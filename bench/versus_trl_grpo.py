@@ -56,16 +56,18 @@ def write_prompts(path: Path, n: int = 64) -> Path:
 
 
 def child_aura(a) -> dict:
-    from aura.train.finetune import finetune
-    from aura.train.finetune_config import FinetuneConfig
+    """``aura finetune --objective grpo ...`` through the program's own entry point (what the ``aura``
+    command runs, its quick exit included), in this process so that each step's CPU time can be read."""
+    from aura.cli import entry
     from aura.train.run.metrics import TrainMetrics
 
-    cfg = FinetuneConfig(output_dir=Path(a.out), base_model=a.model, data=a.data, objective="grpo", method="lora",
-                         max_steps=a.steps, num_generations=G, batch_size=G, gradient_accumulation_steps=1,
-                         max_completion_length=a.max_completion_length, reward=["format"], format_pattern=FORMAT,
-                         beta=0.04, lora_r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=0.0, precision="fp32",
-                         learning_rate=1e-5, warmup_steps=0, val_fraction=0.0, save_steps=0, log_interval=1,
-                         template="chatml", loss_type="dapo")
+    argv = ["finetune", "--objective", "grpo", "--method", "lora", "--base-model", a.model, "--data", a.data,
+            "--output-dir", a.out, "--max-steps", a.steps, "--num-generations", G, "--batch-size", G,
+            "--gradient-accumulation-steps", 1, "--max-completion-length", a.max_completion_length,
+            "--reward", "format", "--format-pattern", FORMAT, "--beta", 0.04, "--lora-r", LORA["r"],
+            "--lora-alpha", LORA["alpha"], "--lora-dropout", 0.0, "--precision", "fp32", "--lr", 1e-5,
+            "--warmup-steps", 0, "--val-fraction", 0.0, "--save-steps", 0, "--log-interval", 1,
+            "--template", "chatml", "--loss-type", "dapo"]
     cpu_ends: list[float] = []
     log_step = TrainMetrics.log_step
 
@@ -74,7 +76,7 @@ def child_aura(a) -> dict:
         return log_step(self, *args, **kwargs)
 
     TrainMetrics.log_step = timed_log_step
-    assert finetune(cfg) == 0
+    assert entry([str(x) for x in argv]) == 0
     with open(Path(a.out) / "training_log.csv") as f:
         rows = [r for r in csv.DictReader(f) if r["kind"] == "step"]
     return {"steps": len(rows), "step_ends": [float(r["seconds"]) for r in rows], "cpu_step_ends": cpu_ends,

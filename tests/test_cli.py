@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
+import subprocess
 import sys
 
 import pytest
@@ -194,8 +195,18 @@ def test_console_script_entry_point():
     from importlib.metadata import entry_points
 
     eps = [e for e in entry_points(group="console_scripts") if e.name == "aura"]
-    assert eps and eps[0].value == "aura.cli:main"
+    assert eps and eps[0].value == "aura.cli:entry"
     assert sys.modules["aura.cli"].main is main
+
+
+def test_the_program_exits_with_main_s_code_after_freezing_the_heap():
+    """``python -m aura`` (``aura.cli.entry``): main's exit code, and the heap frozen only at the end."""
+    code = ("import gc, sys; from aura.cli import entry; "
+            "code = entry(sys.argv[1:]); print(gc.get_freeze_count() > 0); raise SystemExit(code)")
+    ok = subprocess.run([sys.executable, "-c", code, "version"], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-c", code, "no-such-command"], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.splitlines() == [f"aura {aura.__version__}", "True"], ok
+    assert bad.returncode == 2 and bad.stdout.splitlines() == ["True"], bad
 
 
 def test_unknown_yaml_key_suggests_the_closest(tmp_path):

@@ -38,10 +38,16 @@ def _prompts(tok_dir) -> list[list[int]]:
     return [tok(t)["input_ids"] for t in texts]
 
 
+@pytest.mark.parametrize("pack", [True, False])  # False: merged weights in the base layers (no oneDNN)
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])  # GPT-2: Conv1D weights, stored transposed
-def test_merged_view_samples_the_unmerged_tokens_and_restores_every_weight(tiny_zoo, arch):
+def test_merged_view_samples_the_unmerged_tokens_and_restores_every_weight(tiny_zoo, arch, pack, monkeypatch):
     from aura.inference.sampling import SamplingParams, sample_batch
+    from aura.train import lora_views
     from aura.train.lora_views import base_view, merged_view
+
+    expect_packed = pack and lora_views.packable()
+    if not pack:
+        monkeypatch.setattr(lora_views, "packable", lambda: False)
 
     model = _peft(tiny_zoo[arch])
     cpu = torch.device("cpu")
@@ -54,7 +60,13 @@ def test_merged_view_samples_the_unmerged_tokens_and_restores_every_weight(tiny_
     view, wrapped = merged_view(model, precision="fp32", device=cpu), _first_lora(model)
     assert view is not None
     with view:
-        assert "lora" not in type(model.get_submodule(wrapped)).__module__  # the wrapper is out of the way
+        from peft.tuners.lora import LoraLayer
+
+        from aura.train.lora_views import PackedLinear
+
+        inside = model.get_submodule(wrapped)
+        assert not isinstance(inside, LoraLayer)  # the wrapper is out of the way
+        assert isinstance(inside, PackedLinear) == expect_packed  # oneDNN's packed weight where torch has it
         merged = sample_batch(model, prompts, sampling, pad_id=0, device=cpu, keys=keys)
     assert merged == unmerged
     ids = torch.tensor([prompts[2][:6], prompts[0][:6]])

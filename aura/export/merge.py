@@ -114,9 +114,13 @@ def _merge(cfg: MergeConfig, out: Path) -> int:
         console.info(M("resized", tokens=len(tok), rows=rows))
         model.resize_token_embeddings(len(tok))
     check_adapter_base(adapter_dir, model, allow_other_base=cfg.allow_other_base)
+    from aura.models.peft_import import import_peft, peft_quiet
+
+    import_peft()
     from peft import PeftModel
 
-    model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    with peft_quiet():
+        model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     model = model.to(torch_dtype(dtype)).eval()
 
     gen_file = base_dir / "generation_config.json"

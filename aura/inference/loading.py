@@ -276,6 +276,9 @@ def load_hf(source: ModelSource, *, dtype: str = "float32", device: str = "cpu",
     if getattr(model.config, "quantization_config", None) is not None:
         model = model.dequantize()
     if source.kind == "adapter":
+        from aura.models.peft_import import import_peft, peft_quiet
+
+        import_peft()
         from peft import PeftModel
 
         from aura.models.adapter_check import check_adapter_base
@@ -283,7 +286,8 @@ def load_hf(source: ModelSource, *, dtype: str = "float32", device: str = "cpu",
         if len(tok) > model.get_input_embeddings().weight.shape[0]:
             model.resize_token_embeddings(len(tok))  # as fine-tuning did before taking the fingerprint
         check_adapter_base(source.path, model, allow_other_base=source.allow_other_base)
-        model = PeftModel.from_pretrained(model, str(source.path))
+        with peft_quiet():
+            model = PeftModel.from_pretrained(model, str(source.path))
         if merge:
             model = model.merge_and_unload()
     model.to(device).eval()

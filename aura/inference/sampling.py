@@ -99,7 +99,7 @@ def _stop_cut(ids: list[int], tokenizer, stops: tuple[str, ...]) -> int | None:
     return len(ids)
 
 
-def _new_cache(model):
+def new_cache(model):
     """(an empty DynamicCache, the forward's name for it: ``cache`` from transformers 5.24, else
     ``past_key_values``), for a transformers model, possibly inside peft."""
     import inspect
@@ -132,7 +132,7 @@ def sample_batch(model, prompts: list[list[int]], params: SamplingParams, *, pad
         mask[i, width - len(p):] = 1
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (N, W)
-    cache, key = _new_cache(model)  # filled in place by every forward
+    cache, key = new_cache(model)  # filled in place by every forward
     place: dict[tuple[int, ...], int] = {}  # each distinct prompt -> its row in the prefill: repeats run once
     of_row = [place.setdefault(tuple(p), len(place)) for p in prompts]
     if len(place) < n:

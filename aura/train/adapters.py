@@ -13,13 +13,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import warnings
 from pathlib import Path
 
 from aura.core import console
 from aura.models.adapter_check import ADAPTER_META, base_fingerprint, check_adapter_base  # noqa: F401 - re-exported
+from aura.models.peft_import import import_peft, peft_quiet
 from aura.core.errors import AuraError
 from aura.core.files import check_model_files
 from aura.core.i18n import Messages
@@ -181,6 +180,7 @@ def setup_model(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, l
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return model
+    import_peft()
     from peft import LoraConfig, get_peft_model
 
     targets = resolve_target_modules(model, target_modules)
@@ -200,16 +200,6 @@ def setup_model(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, l
                         bias="none", task_type="CAUSAL_LM", fan_in_fan_out=conv1d)
     with peft_quiet():
         return get_peft_model(model, config)
-
-
-@contextlib.contextmanager
-def peft_quiet():
-    """peft's PeftModel reads ``model.is_gradient_checkpointing``, which transformers 5 deprecates with a
-    FutureWarning the user can do nothing about; only that warning is silenced."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated",
-                                category=FutureWarning)
-        yield
 
 
 def trainable_line(model) -> str:
@@ -264,6 +254,7 @@ def is_adapter_dir(path: str | os.PathLike) -> bool:
 
 def load_adapter(base_model, adapter_dir: str | os.PathLike, *, is_trainable: bool = True):
     """``PeftModel`` of ``adapter_dir`` on ``base_model`` (checked to be the base it was trained on)."""
+    import_peft()
     from peft import PeftModel
 
     adapter_dir = Path(adapter_dir)
@@ -277,6 +268,7 @@ def load_adapter(base_model, adapter_dir: str | os.PathLike, *, is_trainable: bo
 def load_adapter_weights(peft_model, adapter_dir: str | os.PathLike) -> None:
     """Resume: load a saved adapter's weights into a peft model set up with the same flags (same
     parameter order, so the optimizer state saved beside it loads as is)."""
+    import_peft()
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 

@@ -60,6 +60,7 @@ import torch
 from aura.core import console
 from aura.distributed import DistInfo, no_sync, sync_status
 from aura.core.errors import AbortReported, AuraError
+from aura.core.heap import frozen_heap
 from aura.core.i18n import Messages
 from aura.train.args import StepPlan, TrainArgs
 from aura.train.optim.engine import StepEngine, StepOutcome, autocast_context, global_sum
@@ -140,7 +141,7 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
     last_val, status = None, "failed"
     model.train()
     try:
-        with _Signals() as signals:
+        with _Signals() as signals, frozen_heap():
             while state.step < plan.total_steps:
                 window = _next_window(data, accum)
                 if not window:  # the epoch ended on a window boundary (resumed exactly there)

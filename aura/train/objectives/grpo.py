@@ -42,11 +42,15 @@ def rollout_stat_names(reward_names: list[str]) -> tuple[str, ...]:
 def completion_logps(model, batch: dict[str, torch.Tensor], *, temperature: float, entropy: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log-prob of each completion token under ``model`` (B, C) fp32, and its entropy (B, C), no
-    gradient, when asked). Logits exist only for the completion positions (``logits_to_keep``)."""
+    gradient, when asked). Logits exist only for the completion positions (``logits_to_keep``). When rows
+    share a prompt (``prompt_rows``: GRPO's G completions of one prompt), see ``_shared_prompt_logits``."""
     c = batch["completion_mask"].shape[1]
     ids = batch["input_ids"]  # (B, P + C)
-    logits = model(input_ids=ids, attention_mask=batch["attention_mask"], position_ids=batch["position_ids"],
-                   use_cache=False, logits_to_keep=c + 1).logits[:, :-1]  # (B, C, V): position t predicts t + 1
+    if _can_share_prompts(model, batch):
+        logits = _shared_prompt_logits(model, batch, c)
+    else:
+        logits = model(input_ids=ids, attention_mask=batch["attention_mask"], position_ids=batch["position_ids"],
+                       use_cache=False, logits_to_keep=c + 1).logits[:, :-1]  # (B, C, V): t predicts t + 1
     logits = logits.float() / temperature
     targets = ids[:, -c:].unsqueeze(-1)  # (B, C, 1)
     lse = logits.logsumexp(-1)  # (B, C)
@@ -56,6 +60,46 @@ def completion_logps(model, batch: dict[str, torch.Tensor], *, temperature: floa
         with torch.no_grad():
             ent = lse - (logits.softmax(-1) * logits).sum(-1)
     return logps, ent
+
+
+def _can_share_prompts(model, batch: dict[str, torch.Tensor]) -> bool:
+    """Rows repeat a prompt, and the model keeps a KV cache in this pass (activation checkpointing drops it
+    when gradients flow)."""
+    rows = batch.get("prompt_rows")
+    if rows is None or rows.numel() == batch["input_ids"].shape[0]:
+        return False
+    if torch.is_grad_enabled() and model.training:
+        return not any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+    return True
+
+
+def _shared_prompt_logits(model, batch: dict[str, torch.Tensor], c: int) -> torch.Tensor:
+    """The (B, C, V) logits of the completion positions, each distinct prompt run once.
+
+    ``prompt_rows`` (U,) is the first row of each distinct prompt, ``prompt_of_row`` (B,) each row's prompt.
+    The U prompts run first, keeping their keys and values; every row takes its prompt's cache (an index,
+    so gradients flow back into the one prompt pass) and the logits of its last prompt token, then the B
+    completions run on top. The same computation as the whole rows, up to float rounding, with the prompt
+    tokens computed U times instead of B (GRPO: once per group of G): ``tests/test_grpo.py`` checks log-probs
+    and gradients against the whole rows. Under DDP the prompt pass runs on the wrapped module (the gradient
+    all-reduce hooks sit on the parameters, which sum both passes' gradients before they fire)."""
+    from aura.distributed import unwrap
+    from aura.inference.sampling import new_cache
+
+    ids, mask, pos = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+    first, of_row = batch["prompt_rows"], batch["prompt_of_row"]
+    p = ids.shape[1] - c
+    cache, key = new_cache(model)
+    prompt_logits = unwrap(model)(input_ids=ids[first, :p], attention_mask=mask[first, :p],
+                                  position_ids=pos[first, :p], use_cache=True, logits_to_keep=1,
+                                  **{key: cache}).logits  # (U, 1, V): the last prompt token predicts the first
+    prompt_logits = prompt_logits[of_row]
+    if c == 1:
+        return prompt_logits
+    cache.batch_select_indices(of_row)
+    logits = model(input_ids=ids[:, p:p + c - 1], attention_mask=mask[:, :p + c - 1], position_ids=pos[:, p:p + c - 1],
+                   use_cache=True, **{key: cache}).logits  # (B, C - 1, V)
+    return torch.cat([prompt_logits, logits], dim=1)
 
 
 def group_advantages(rewards: torch.Tensor, *, num_generations: int, scale: str) -> tuple[torch.Tensor, torch.Tensor]:

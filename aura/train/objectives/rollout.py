@@ -203,23 +203,8 @@ class RolloutSource:
         return advantages[rank * n:(rank + 1) * n].tolist(), stats
 
     def _collate(self, rows: list[int], completions: list[list[int]], advantages: list[float]) -> dict:
-        """One micro-batch: left-padded prompts, right-padded completions (CPU tensors)."""
-        pad = self.tok.pad_token_id
-        prompts = [self.prompts[p].input_ids for p in rows]
-        width_p, width_c = max(map(len, prompts)), max(1, max(map(len, completions)))
-        n = len(rows)
-        ids = torch.full((n, width_p + width_c), pad, dtype=torch.long)
-        attention = torch.zeros((n, width_p + width_c), dtype=torch.long)
-        completion_mask = torch.zeros((n, width_c), dtype=torch.long)
-        for i, (p, c) in enumerate(zip(prompts, completions)):
-            ids[i, width_p - len(p):width_p] = torch.tensor(p, dtype=torch.long)
-            attention[i, width_p - len(p):width_p + len(c)] = 1
-            if c:
-                ids[i, width_p:width_p + len(c)] = torch.tensor(c, dtype=torch.long)
-            completion_mask[i, :len(c)] = 1
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        return {"input_ids": ids, "attention_mask": attention, "position_ids": positions,
-                "completion_mask": completion_mask, "advantages": torch.tensor(advantages, dtype=torch.float32)}
+        return collate([self.prompts[p].input_ids for p in rows], completions, advantages,
+                       pad_id=self.tok.pad_token_id)
 
     def _reference_logps(self, batch: dict) -> torch.Tensor:
         """The reference's completion log-probs (B, C) on the CPU: a frozen copy, or the base with the
@@ -233,3 +218,30 @@ class RolloutSource:
         with context:
             logps, _ = completion_logps(model, device_batch, temperature=self.temperature)
         return logps.float().cpu()
+
+
+def collate(prompts: list[list[int]], completions: list[list[int]], advantages: list[float], *, pad_id: int) -> dict:
+    """One micro-batch (CPU tensors): left-padded prompts then right-padded completions (``input_ids``,
+    ``attention_mask``, ``position_ids`` counted from each row's first token), ``completion_mask``,
+    ``advantages``, and for ``grpo.completion_logps`` the first row of each distinct prompt (``prompt_rows``)
+    and each row's prompt among them (``prompt_of_row``)."""
+    width_p, width_c = max(map(len, prompts)), max(1, max(map(len, completions)))
+    n = len(prompts)
+    ids = torch.full((n, width_p + width_c), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, width_p + width_c), dtype=torch.long)
+    completion_mask = torch.zeros((n, width_c), dtype=torch.long)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        ids[i, width_p - len(p):width_p] = torch.tensor(p, dtype=torch.long)
+        attention[i, width_p - len(p):width_p + len(c)] = 1
+        if c:
+            ids[i, width_p:width_p + len(c)] = torch.tensor(c, dtype=torch.long)
+        completion_mask[i, :len(c)] = 1
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    first: dict[tuple[int, ...], int] = {}  # each distinct prompt -> its first row
+    for i, p in enumerate(prompts):
+        first.setdefault(tuple(p), i)
+    order = {key: j for j, key in enumerate(first)}
+    return {"input_ids": ids, "attention_mask": attention, "position_ids": positions,
+            "completion_mask": completion_mask, "advantages": torch.tensor(advantages, dtype=torch.float32),
+            "prompt_rows": torch.tensor(list(first.values()), dtype=torch.long),
+            "prompt_of_row": torch.tensor([order[tuple(p)] for p in prompts], dtype=torch.long)}
