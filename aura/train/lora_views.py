@@ -79,25 +79,6 @@ def _with_weights(bases: list, weights: list) -> Iterator[None]:
             base._parameters["weight"] = original
 
 
-def packable() -> bool:
-    """Whether this torch has oneDNN's prepacked fp32 linear (the ops Inductor's CPU weight prepacking uses)."""
-    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
-
-
-class PackedLinear(torch.nn.Module):
-    """``x W^T + b`` with a fixed fp32 ``W`` reordered once into oneDNN's blocked layout. BLAS repacks the
-    weight at every call; at a decode step's few rows that repacking costs about as much as the product."""
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
-        super().__init__()
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), 8)  # 8: a row-count hint
-        self.bias = None if bias is None else bias.detach()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-
-
 def base_view(model) -> contextlib.AbstractContextManager | None:
     """The base model without the LoRA wrappers (exactly peft's ``disable_adapter()``), or None."""
     layers = _lora_layers(model)
@@ -142,15 +123,12 @@ def merged_weights(model) -> Iterator[tuple[str, torch.Tensor]] | None:
 
 def merged_view(model, *, precision: str, device: torch.device) -> contextlib.AbstractContextManager | None:
     """The policy with every adapter merged into new copies of its base weights (see the module
-    docstring for when it is offered), or None. Where oneDNN is available each merged weight is held
-    packed (``PackedLinear``): the same product up to float rounding, 1.3-1.6x faster at a few rows."""
+    docstring for when it is offered), or None."""
     if precision != "fp32" or device.type != "cpu":
         return None
     layers = _lora_layers(model)
     if layers is None:
         return None
-    from transformers.pytorch_utils import Conv1D
-
     bases, weights = [], []
     with torch.no_grad():
         for _, _, lora in layers:
@@ -164,9 +142,6 @@ def merged_view(model, *, precision: str, device: torch.device) -> contextlib.Ab
                 merged += lora.get_delta_weight(a)
             bases.append(base)
             weights.append(merged)
-        if packable() and all(type(b) in (torch.nn.Linear, Conv1D) for b in bases):
-            packed = [PackedLinear(w.t() if isinstance(b, Conv1D) else w, b.bias) for b, w in zip(bases, weights)]
-            return _swap(layers, packed)
     return _stack(_with_weights(bases, weights), _swap(layers, bases))
 
 

@@ -1,0 +1,77 @@
+"""fp32 linear layers with their weights packed once for oneDNN, for the length of a ``with`` block.
+
+At a decode step's few rows a CPU linear layer is bound by reading its weight, and BLAS repacks that
+weight into its blocked layout at every call. ``packed_view`` replaces every fp32 ``nn.Linear`` (and GPT-2's
+``Conv1D``) of a model on the CPU by a ``PackedLinear`` holding the weight reordered once into oneDNN's
+layout (``torch.ops.mkldnn``: the ops Inductor's CPU weight prepacking uses), and puts the layers back on
+exit; the model's own weights are read, never written. The products equal the unpacked ones up to float
+rounding (another summation order). On a 2-core EPYC, a tiny Llama's 29 decode-step matmuls took 1.3 ms
+instead of 2.2 ms, and GRPO's rollouts of 8 rows x 64 tokens ~8 % less CPU time.
+
+GRPO's rollouts use it (after ``aura.train.lora_views.merged_view`` has put plain layers holding the merged
+LoRA weights in place): the packing costs one reorder of the weights per rollout, which a whole batch of
+completions repays. It refuses (None) what it does not cover: another dtype or device, a torch without
+these ops, and a model that still holds peft's LoRA wrappers (they read their base layer's weight).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+
+import torch
+
+
+def packable() -> bool:
+    """Whether this torch has oneDNN's prepacked fp32 linear."""
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+class PackedLinear(torch.nn.Module):
+    """``x W^T + b`` for a fixed fp32 ``W`` (out, in), reordered once into oneDNN's blocked layout."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), 8)  # 8: a rows hint
+        self.bias = None if bias is None else bias.detach()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+def packed_view(model: torch.nn.Module, *, precision: str, device: torch.device
+                ) -> contextlib.AbstractContextManager | None:
+    """``model`` with every fp32 linear layer packed (see the module docstring), or None."""
+    if precision != "fp32" or device.type != "cpu" or not packable():
+        return None
+    from transformers.pytorch_utils import Conv1D
+
+    tuners = sys.modules.get("peft.tuners.tuners_utils")  # no peft imported: no peft layer exists
+    swaps = []
+    with torch.no_grad():
+        for parent in model.modules():
+            if tuners is not None and isinstance(parent, tuners.BaseTunerLayer):
+                return None  # a peft LoRA wrapper: it reads its base layer's weight
+            for name, child in parent.named_children():
+                if type(child) not in (torch.nn.Linear, Conv1D):
+                    continue
+                w = child.weight
+                if w.dtype != torch.float32 or w.device.type != "cpu":
+                    return None
+                swaps.append((parent, name, child, PackedLinear(w.t() if isinstance(child, Conv1D) else w,
+                                                                child.bias)))
+    return _swapped(swaps) if swaps else None
+
+
+@contextlib.contextmanager
+def _swapped(swaps: list) -> Iterator[None]:
+    try:
+        for parent, name, _, packed in swaps:
+            parent._modules[name] = packed
+        yield
+    finally:
+        for parent, name, original, _ in swaps:
+            parent._modules[name] = original
