@@ -1,6 +1,7 @@
 """`aura finetune --objective grpo` under DDP on 2 gloo ranks, a prompt's group spread over both ranks: the same
 completions (their keys do not depend on the rank), rewards, advantages, losses and statistics per step as
-one process with the same global batch (2 ranks x 1 completion x 2 micro-batches == 1 x 2 x 2)."""
+one process with the same global batch (2 ranks x 1 completion x 2 micro-batches == 1 x 2 x 2; and with 2
+completions per micro-batch, whose shared prompt runs once on each rank outside DDP's forward)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ KEYS = ("train_loss", "reward", "reward_std", "rewards/exact-answer/mean", "rewa
         "completion_length", "completions_truncated", "entropy", "kl", "clip_ratio")
 
 
-def test_grpo_under_ddp_equals_one_process(env, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("per_rank", [1, 2])  # 2: each micro-batch holds 2 rows of one prompt, run once (shared)
+def test_grpo_under_ddp_equals_one_process(env, tmp_path, per_rank):  # noqa: F811
     common = [str(a) for a in ("--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 3,
                                "--beta", "0.04", "--reward", "exact-answer", "--reward",
                                f"{env['rewards']}:digits:0.5", "--val-fraction", 0)]
     single = tmp_path / "single"
-    finetune(*common, "--batch-size", 2, "--output-dir", single)
+    finetune(*common, "--batch-size", 2 * per_rank, "--output-dir", single)
     ddp = tmp_path / "ddp"
-    r = torchrun("-m", "aura", "finetune", *common, "--batch-size", "1", "--backend", "gloo", "--output-dir", str(ddp),
-                 timeout=900)
+    r = torchrun("-m", "aura", "finetune", *common, "--batch-size", str(per_rank), "--backend", "gloo",
+                 "--output-dir", str(ddp), timeout=900)
     text = output(r)
     assert r.returncode == 0, text
     assert "Parallelism strategy: ddp" in text and "Sync=OK" in text
