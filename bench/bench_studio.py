@@ -36,7 +36,7 @@ from pathlib import Path
 from starlette.testclient import TestClient
 
 from aura.studio.app import create_app
-from aura.watch.runs import read_log
+from aura.watch.runlog import read_log
 
 HEADER = "epoch,step,tokens,train_loss,val_loss,lr,grad_norm,tokens_per_s,mfu,seconds,kind,time\n"
 TINY = ["--model-preset", "manual", "--embed-size", "64", "--num-layers", "2", "--num-heads", "4", "--seq-length",

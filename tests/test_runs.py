@@ -38,7 +38,8 @@ def make_run(run_dir: Path, *, status: str, steps: int, pid: int, checkpoints=()
         f.write(HEADER)
         for s in range(10, steps + 1, 10):
             lr = 1e-3 * min(1.0, s / 30)
-            f.write(f"{_now()},step,0,{s},{s * seq_tokens},{9 - math.log(s):.5f},,{lr:.6g},1.1,{speed},,0.2\n")
+            f.write(f"{_now()},step,0,{s},{s * seq_tokens},{9 - math.log(s):.5f},,{lr:.6g},1.1,{speed},,"
+                    f"{s * 0.5}\n")
             if s % 40 == 0:
                 val = 9.3 - math.log(s)
                 vals.append(round(val, 5))
@@ -103,12 +104,20 @@ def test_runs_json_reports_status_steps_best_val_and_checkpoints(runs_dir):
 
 def test_runs_table_plain_and_spanish(runs_dir):
     root, _ = runs_dir
+    live = root / "live" / "run.json"  # a 2-node run of 120 planned steps, at step 50, 0.5 s per step
+    info = json.loads(live.read_text(encoding="utf-8"))
+    info.update(total_steps=120, launch={"world_size": 4, "nnodes": 2, "nproc_per_node": 2, "launcher": "torchrun"})
+    live.write_text(json.dumps(info), encoding="utf-8")
     proc = run_aura("runs", cwd=root.parent)  # default DIR: ./runs
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     row = next(line for line in lines if line.startswith("group/cut") or line.startswith("group\\cut"))
     assert "interrupted" in row and "interrupt-step-130" in row and "130" in row
     assert any(line.startswith("crashed") and "stale" in line for line in lines)
+    header = next(line for line in lines if line.startswith("run "))
+    assert all(h in header for h in ("tokens/s", "time left", "nodes × processes"))
+    live_row = next(line for line in lines if line.startswith("live"))
+    assert "50/120" in live_row and "5,000" in live_row and "0:35" in live_row and "2 × 2" in live_row, live_row
     assert "To resume:" in proc.stdout and "--resume-from latest" in proc.stdout
     es = run_aura("runs", root, env={"AURA_LANG": "es"})
     assert "interrumpida" in es.stdout and "Para reanudar:" in es.stdout and "terminada" in es.stdout

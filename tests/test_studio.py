@@ -16,7 +16,7 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient  # noqa: E402
 
 from aura.studio.app import create_app  # noqa: E402
-from aura.watch.runs import read_log  # noqa: E402
+from aura.watch.runlog import read_log  # noqa: E402
 from tests.conftest import run_aura_here  # noqa: E402
 
 BASE = "http://127.0.0.1:7860"

@@ -184,10 +184,11 @@ def test_runs_list_follows_new_rows_and_costs_a_stat_when_unchanged(tmp_path, mo
     rec = c.get("/api/runs").json()[0]
     assert rec["last_step"] == 4 and rec["tokens_per_s"] == 1000 and rec["total_steps"] == 100
     assert rec["layout"] == {"world_size": 4, "nnodes": 2, "nproc_per_node": 2, "launcher": "torchrun"}
+    from aura.watch import runlog
     from aura.watch import runs as reader
 
     calls = []
-    real = reader.read_log_since
+    real = runlog.read_log_since
     monkeypatch.setattr("aura.studio.metrics.read_log_since", lambda *a, **k: calls.append(a) or real(*a, **k))
     monkeypatch.setattr(reader, "read_log", lambda *a: pytest.fail("the whole log is read again"))
     assert c.get("/api/runs").json()[0] == rec and calls == []  # unchanged: nothing read

@@ -1,7 +1,7 @@
 """What the page polls, kept cheap: run records and curves read incrementally, downsampled on the server.
 
 Each run's ``training_log.csv`` is followed from the byte where the last read stopped
-(``aura.watch.runs.read_log_since``): the new rows go into per-column float arrays (the curves) and into
+(``aura.watch.runlog.read_log_since``): the new rows go into per-column float arrays (the curves) and into
 the run's ``LogSummary`` (what ``aura runs`` shows). ``/api/runs`` re-describes a run only when one of
 its files changed (run.json, the log, the run folder's entries, best/, final/) or its live status did
 (a process that died leaves the files as they were): an unchanged run costs a few ``stat`` calls.
@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from aura.core.errors import AuraError
-from aura.watch.runs import LogSummary, describe_run, live_status, read_log_since
+from aura.watch.runlog import LogSummary, read_log_since
+from aura.watch.runs import describe_run, live_status
 
 X_COLUMNS = ("step", "tokens", "epoch", "seconds", "time", "kind")
 NAN = float("nan")

@@ -13,7 +13,35 @@ from aura.core import console
 from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.atomic import atomic_write_bytes
-from aura.watch.runs import M, REWARD_COLUMNS, RL_REWARD_COLUMNS, SOURCE_VAL_PREFIX, SUITE_PREFIX, read_log
+from aura.core.i18n import Messages
+from aura.watch.runlog import REWARD_COLUMNS, RL_REWARD_COLUMNS, SOURCE_VAL_PREFIX, SUITE_PREFIX, read_log
+
+
+M = Messages("plot", {
+    "no_dir": ("No existe el directorio de ejecución {path}.", "The run directory {path} does not exist."),
+    "no_run_dirs": ("Indica al menos un directorio de ejecución: aura plot RUN_DIR [RUN_DIR ...] --out "
+                    "loss.png",
+                    "Give at least one run directory: aura plot RUN_DIR [RUN_DIR ...] --out loss.png"),
+    "bad_size": ("--width y --height (píxeles) deben estar entre 100 y 20000, y --dpi entre 20 y 1000.",
+                 "--width and --height (pixels) must be between 100 and 20000, and --dpi between 20 and 1000."),
+    "bad_format": ("--out debe terminar en .png, .svg o .pdf; recibido {out}.",
+                   "--out must end in .png, .svg or .pdf; got {out}."),
+    "empty_log": ("{path} no tiene filas con pérdida: la ejecución aún no ha registrado ningún paso.",
+                  "{path} has no rows with a loss: the run has not logged a step yet."),
+    "loss_title": ("Pérdida", "Loss"),
+    "lr_title": ("Tasa de aprendizaje", "Learning rate"),
+    "rewards_title": ("Recompensas (DPO/ORPO)", "Rewards (DPO/ORPO)"),
+    "rl_rewards_title": ("Recompensa (GRPO)", "Reward (GRPO)"),
+    "speed_title": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
+    "x_tokens": ("tokens vistos", "tokens seen"),
+    "x_steps": ("paso", "step"),
+    "train": ("entrenamiento", "train"),
+    "val": ("validación", "validation"),
+    "suite_title": ("Precisión en aura-es", "aura-es accuracy"),
+    "wrote": ("Gráfica guardada en {path} ({runs:ejecución|ejecuciones}).", "Plot saved to {path} ({runs:run|runs})."),
+    "partial_columns": ("No todas las ejecuciones registran {cols}: se dibuja solo para {runs}.",
+                        "Not every run logs {cols}: drawn only for {runs}."),
+})
 
 
 @dataclass

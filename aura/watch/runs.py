@@ -1,6 +1,6 @@
-"""``aura runs`` (what is in a runs directory) and ``aura plot`` (loss, LR and tokens/s as a PNG).
+"""``aura runs``: what is in a runs directory (also the records ``aura studio`` shows).
 
-Both read run dirs as ``aura pretrain``/``aura finetune`` write them (docs/architecture.md):
+It reads run dirs as ``aura pretrain``/``aura finetune`` write them (docs/architecture.md):
 ``run.json`` for status, ``training_log.csv`` for the curves, ``checkpoint-step-N``,
 ``interrupt-step-N`` and ``checkpoint-epoch-N`` for resumable state (``.tmp-*`` dirs are unfinished
 writes and never count).
@@ -16,8 +16,6 @@ started no later than the run (so a reused PID does not count).
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import os
@@ -36,6 +34,7 @@ from aura.evaluation.results import suite_figure
 from aura.core.rundir import has_lock_file, latest_checkpoint, lock_holder, status_label
 from aura.core.atomic import TMP_PREFIX, dir_size, human_bytes
 from aura.distributed.launcher import strip_resume
+from aura.watch.runlog import LogSummary, read_log
 
 
 M = Messages("runs", {
@@ -49,6 +48,9 @@ M = Messages("runs", {
     "h_kind": ("tipo", "kind"),
     "h_status": ("estado", "status"),
     "h_step": ("paso", "step"),
+    "h_speed": ("tokens/s", "tokens/s"),
+    "h_eta": ("tiempo restante", "time left"),
+    "h_layout": ("nodos × procesos", "nodes × processes"),
     "h_best_val": ("mejor val", "best val"),
     "h_suite": ("aura-es (acierto)", "aura-es (acc)"),
     "h_checkpoint": ("último checkpoint", "latest checkpoint"),
@@ -64,168 +66,17 @@ M = Messages("runs", {
                     "{run}: it runs on host {host}; whether it is still alive cannot be checked from here."),
     "bad_run_json": ("{path} no es JSON válido ({err}); su estado se muestra como 'desconocido'.",
                      "{path} is not valid JSON ({err}); the run is shown as 'unknown'."),
-    "no_log": ("{run} no tiene training_log.csv: la ejecución aún no ha registrado ningún paso, o no "
-               "es un directorio de ejecución de Aura.",
-               "{run} has no training_log.csv: the run has not logged a step yet, or it is not an "
-               "Aura run directory."),
-    "empty_log": ("{path} no tiene filas con pérdida: la ejecución aún no ha registrado ningún paso.",
-                  "{path} has no rows with a loss: the run has not logged a step yet."),
-    "bad_log_text": ("{path}: no es texto UTF-8 (byte {offset}, línea {line}). Aura escribe training_log.csv en "
-                     "UTF-8: el archivo se dañó o se editó; restáuralo o borra las líneas dañadas.",
-                     "{path}: not UTF-8 text (byte {offset}, line {line}). Aura writes training_log.csv in UTF-8: "
-                     "the file was damaged or edited; restore it or delete the damaged lines."),
-    "bad_log_csv": ("{path}, línea {line}: no es CSV válido ({err}). Restaura el archivo o borra las líneas dañadas.",
-                    "{path}, line {line}: not valid CSV ({err}). Restore the file or delete the damaged lines."),
-    "not_finite": ("{path}, línea {line}: la columna '{column}' debería ser un número finito y es {value!r}. "
-                   "Corrige o borra esa línea.",
-                   "{path}, line {line}: column '{column}' should be a finite number and is {value!r}. Fix or "
-                   "delete that line."),
     "bad_run_field": ("{path}: el campo '{field}' no tiene el tipo esperado ({found}); se ignora.",
                       "{path}: the field '{field}' does not have the expected type ({found}); it is ignored."),
     "damaged": ("{n:ejecución tiene|ejecuciones tienen} archivos dañados (avisos arriba): la tabla muestra lo que "
                 "se pudo leer.",
                 "{n:run has|runs have} damaged files (warnings above): the table shows what could be read."),
-    "bad_cell": ("{path}, línea {line}: la columna '{column}' debería ser un número y es {value!r}.",
-                 "{path}, line {line}: column '{column}' should be a number and is {value!r}."),
-    "no_run_dirs": ("Indica al menos un directorio de ejecución: aura plot RUN_DIR [RUN_DIR ...] --out "
-                    "loss.png",
-                    "Give at least one run directory: aura plot RUN_DIR [RUN_DIR ...] --out loss.png"),
-    "bad_size": ("--width y --height (píxeles) deben estar entre 100 y 20000, y --dpi entre 20 y 1000.",
-                 "--width and --height (pixels) must be between 100 and 20000, and --dpi between 20 and 1000."),
-    "bad_format": ("--out debe terminar en .png, .svg o .pdf; recibido {out}.",
-                   "--out must end in .png, .svg or .pdf; got {out}."),
-    "loss_title": ("Pérdida", "Loss"),
-    "lr_title": ("Tasa de aprendizaje", "Learning rate"),
-    "rewards_title": ("Recompensas (DPO/ORPO)", "Rewards (DPO/ORPO)"),
-    "rl_rewards_title": ("Recompensa (GRPO)", "Reward (GRPO)"),
-    "speed_title": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
-    "x_tokens": ("tokens vistos", "tokens seen"),
-    "x_steps": ("paso", "step"),
-    "train": ("entrenamiento", "train"),
-    "val": ("validación", "validation"),
-    "suite_title": ("Precisión en aura-es", "aura-es accuracy"),
-    "wrote": ("Gráfica guardada en {path} ({runs:ejecución|ejecuciones}).", "Plot saved to {path} ({runs:run|runs})."),
-    "partial_columns": ("No todas las ejecuciones registran {cols}: se dibuja solo para {runs}.",
-                        "Not every run logs {cols}: drawn only for {runs}."),
 })
 
 
-NUMERIC_COLUMNS = ("epoch", "step", "tokens", "train_loss", "val_loss", "lr", "grad_norm",
-                   "tokens_per_s", "mfu", "seconds")
-
-
-REWARD_COLUMNS = ("rewards/margin", "rewards/accuracy")  # preference tuning (aura.train.objectives.preference)
-RL_REWARD_COLUMNS = ("reward", "val_reward")  # GRPO: mean reward per step, of greedy validation completions
-
-
-SUITE_PREFIX = "aura-es/"  # task accuracy during training (--eval-suite aura-es, aura.evaluation)
-SOURCE_VAL_PREFIX = "val_loss_"  # validation loss per source of a mixture (aura.train.continued)
-
-
-def read_log(run_dir: Path) -> list[dict]:
-    """Rows of ``training_log.csv`` with numbers as floats and empty cells as None."""
-    path = run_dir / "training_log.csv"
-    if not path.is_file():
-        raise AuraError(M("no_log", run=run_dir))
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise AuraError(M("bad_log_text", path=path, offset=e.start, line=data.count(b"\n", 0, e.start) + 1)) from None
-    return _parse_rows(text, path)[0]
-
-
-def _parse_rows(text: str, path: Path, fieldnames: list[str] | None = None,
-                first_line: int = 0) -> tuple[list[dict], list[str]]:
-    """The rows of CSV ``text`` (a whole log, or its continuation after ``fieldnames``' header)."""
-    rows: list[dict] = []
-    reader = csv.reader(io.StringIO(text, newline=""))  # by index: a DictReader per row costs twice the time
-    try:
-        names = list(fieldnames) if fieldnames is not None else next((r for r in reader if r), [])
-        idx = {c: i for i, c in enumerate(names)}  # a repeated name: the last one, as csv.DictReader
-        cols = [(c, idx.get(c), c in FINITE_COLUMNS) for c in NUMERIC_COLUMNS + tuple(
-            c for c in idx
-            if c in REWARD_COLUMNS + RL_REWARD_COLUMNS or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX)))]
-        kind_i, time_i = idx.get("kind"), idx.get("time")
-        for raw in reader:
-            if not raw:
-                continue
-            n = len(raw)
-            row: dict = {"kind": (raw[kind_i] if kind_i is not None and kind_i < n else "").strip() or "step",
-                         "time": raw[time_i] if time_i is not None and time_i < n else None}
-            for col, i, finite in cols:
-                cell = raw[i].strip() if i is not None and i < n else ""
-                try:
-                    row[col] = v = float(cell) if cell else None
-                except ValueError:
-                    raise AuraError(M("bad_cell", path=path, line=first_line + reader.line_num, column=col,
-                                      value=cell)) from None
-                # a diverged run logs inf/nan losses; counters and rates are always finite
-                if finite and v is not None and not math.isfinite(v):
-                    raise AuraError(M("not_finite", path=path, line=first_line + reader.line_num, column=col,
-                                      value=cell))
-            rows.append(row)
-    except csv.Error as e:
-        raise AuraError(M("bad_log_csv", path=path, line=first_line + reader.line_num, err=e)) from None
-    return rows, names
-
-
-def read_log_since(run_dir: Path, offset: int = 0, fieldnames: list[str] | None = None,
-                   lines: int = 0) -> tuple[list[dict], int, list[str], int]:
-    """The complete rows appended to ``training_log.csv`` after byte ``offset`` (0: the whole log), for
-    readers that follow a live log (``aura studio``): (rows, next offset, header, lines read so far). A
-    line still being written (no newline yet) is left for the next call; a log that shrank (a run
-    started over) is read again from the start."""
-    path = run_dir / "training_log.csv"
-    if not path.is_file():
-        raise AuraError(M("no_log", run=run_dir))
-    with open(path, "rb") as f:
-        if f.seek(0, os.SEEK_END) < offset:
-            offset, fieldnames, lines = 0, None, 0
-        f.seek(offset)
-        data = f.read()
-    data = data[:data.rfind(b"\n") + 1]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise AuraError(M("bad_log_text", path=path, offset=offset + e.start,
-                          line=lines + data.count(b"\n", 0, e.start) + 1)) from None
-    rows, header = _parse_rows(text, path, fieldnames or None, lines)
-    return rows, offset + len(data), header, lines + data.count(b"\n")
-
-
-FINITE_COLUMNS = ("epoch", "step", "tokens", "lr", "tokens_per_s", "mfu", "seconds")
 RUN_FIELDS = {"status": (str,), "host": (str,), "kind": (str,), "pid": (int,), "last_step": (int,),
               "started": (str, int, float), "updated": (str, int, float), "argv": (list,), "cwd": (str,),
               "launch": (dict,), "total_steps": (int,)}
-
-
-class LogSummary:
-    """What ``aura runs`` shows from a run's log, built row by row: ``describe_run`` adds the whole log, a
-    poller (``aura studio``) keeps one per run and adds only the rows appended since its last read."""
-
-    def __init__(self):
-        self.best_val = self.last_step = self.tokens = self.tokens_per_s = self.step_seconds = None
-        self._mark: tuple[float, float] | None = None  # (step, seconds) of the last step row
-
-    def add(self, rows: list[dict]) -> "LogSummary":
-        for r in rows:
-            v, s, t, sec = r.get("val_loss"), r.get("step"), r.get("tokens"), r.get("seconds")
-            if v is not None and math.isfinite(v) and (self.best_val is None or v < self.best_val):
-                self.best_val = v
-            if s is not None and (self.last_step is None or s > self.last_step):
-                self.last_step = s
-            if t is not None and (self.tokens is None or t > self.tokens):
-                self.tokens = t
-            if r.get("kind") != "step" or s is None:
-                continue
-            if r.get("tokens_per_s") is not None:
-                self.tokens_per_s = r["tokens_per_s"]
-            if sec is not None:  # seconds per step between the last two step rows (a resume restarts the clock)
-                if self._mark is not None and s > self._mark[0] and sec > self._mark[1]:
-                    self.step_seconds = (sec - self._mark[1]) / (s - self._mark[0])
-                self._mark = (s, sec)
-        return self
 
 
 def _typed(info: dict, path: Path) -> tuple[dict, str | None]:
@@ -431,14 +282,15 @@ def list_runs(cfg: RunsConfig) -> int:
     for r in runs:
         if r["warning"]:
             console.warn(r["warning"])
-    rows = [[os.path.relpath(r["path"], root), r["kind"] or "?", status_label(r["status"]),
-             "" if r["last_step"] is None else r["last_step"],
+    rows = [[os.path.relpath(r["path"], root), r["kind"] or "?", status_label(r["status"]), _step_cell(r),
+             "" if r["tokens_per_s"] is None else num(round(r["tokens_per_s"]), ","),
+             "" if r["eta_s"] is None else console.format_duration(r["eta_s"]), _layout_cell(r["layout"]),
              "" if r["best_val_loss"] is None else num(r['best_val_loss'], ".4f"),
              "" if r["aura_es_acc"] is None else num(r["aura_es_acc"], ".4f"),
              Path(r["latest_checkpoint"]).name if r["latest_checkpoint"] else "",
              human_bytes(r["size_bytes"]), (r["updated"] or "")[:19].replace("T", " ")] for r in runs]
-    headers = [M(k) for k in ("h_run", "h_kind", "h_status", "h_step", "h_best_val", "h_suite", "h_checkpoint",
-                              "h_size", "h_updated")]
+    headers = [M(k) for k in ("h_run", "h_kind", "h_status", "h_step", "h_speed", "h_eta", "h_layout",
+                              "h_best_val", "h_suite", "h_checkpoint", "h_size", "h_updated")]
     console.table(M("title", path=root.resolve()), headers, rows)
     if any(r["status"] == "stale" for r in runs):
         console.info(M("stale_note"))
@@ -454,3 +306,20 @@ def list_runs(cfg: RunsConfig) -> int:
         console.error(M("damaged", n=damaged))
         return 2
     return 0
+
+
+def _step_cell(run: dict) -> str:
+    """``120/500`` (step of the plan), or the step alone when the plan is not recorded."""
+    if run["last_step"] is None:
+        return ""
+    return f"{run['last_step']}/{run['total_steps']}" if run["total_steps"] else str(run["last_step"])
+
+
+def _layout_cell(layout: dict | None) -> str:
+    """``2 × 4`` (nodes × processes per node) for a distributed run, else empty."""
+    if layout is None:
+        return ""
+    nodes, per_node = layout.get("nnodes"), layout.get("nproc_per_node")
+    if type(nodes) is int and type(per_node) is int:
+        return f"{nodes} × {per_node}"
+    return f"{layout['world_size']}"
