@@ -79,6 +79,23 @@ def test_chat_streams_the_greedy_answer_of_the_runs_final_model(runs):
     assert c.get("/api/models").json()["loaded"] == [str((runs / "demo" / "final").resolve())]
 
 
+def test_a_context_cut_is_told_on_the_page_at_every_answer_not_on_the_terminal(runs, capsys):
+    """A message longer than the model's context: each answer carries the notice ``aura chat`` prints
+    (the engine is cached across answers, the notice is not said only once), and the studio's terminal
+    stays quiet."""
+    c, headers = client(runs)
+    long = " ".join(["palabra"] * 600)  # far beyond the tiny model's 256 positions
+    body = {"model": "demo/final", "messages": [{"role": "user", "content": long}], "temperature": 0,
+            "max_new_tokens": 8}
+    for _ in range(2):
+        with c.stream("POST", "/api/chat", json=body, headers=headers) as r:
+            events = sse(r)
+        notices = [d["text"] for e, d in events if e == "notice"]
+        assert len(notices) == 1 and "does not fit the model's context (256 tokens)" in notices[0], events
+        assert events[-1][0] == "done"
+    assert "does not fit" not in capsys.readouterr().err
+
+
 def test_two_models_side_by_side_and_a_bounded_cache(runs):
     from aura.studio.chat import Engines, chat_config
 

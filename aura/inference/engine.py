@@ -81,8 +81,9 @@ class HFEngine:
         self.said: set = set()  # context cuts already told to the user (aura.inference.engine.fit_context)
 
     def stream(self, *, prompt: str | None = None, messages: list[dict] | None = None,
-               sampling: Sampling, out: list) -> Iterator[str]:
-        """Yield text pieces; append a Result to ``out`` when done."""
+               sampling: Sampling, out: list, notify=None) -> Iterator[str]:
+        """Yield text pieces; append a Result to ``out`` when done. ``notify``: see ``fit_context`` (given,
+        each call says its own context cuts; else the engine says each once)."""
         import torch
         from transformers import TextIteratorStreamer, set_seed
 
@@ -90,7 +91,8 @@ class HFEngine:
 
         stops = PLAIN_STOPS if messages is not None and not self.has_template else None
         ids, max_new, _ = fit_context(lambda m: self._encode(prompt, m), messages, sampling.max_new_tokens,
-                                      context_length(self.model.config), said=self.said, asked=sampling.asked)
+                                      context_length(self.model.config), said=None if notify else self.said,
+                                      asked=sampling.asked, notify=notify)
         set_seed(sampling.seed)
         streamer = TextIteratorStreamer(self.tok, skip_prompt=True, skip_special_tokens=True)
         sample = sampling.temperature > 0
@@ -152,7 +154,7 @@ class HFEngine:
 
 
 def fit_context(encode, messages: list[dict] | None, max_new: int, ctx: int | None, *, said: set | None = None,
-                asked: bool = True):
+                asked: bool = True, notify=None):
     """(ids, max_new_tokens, the messages kept) that fit a model of ``ctx`` positions, so generation never
     runs past them (learned positions, GPT-2's, fail there; rotary ones degrade; llama.cpp fails).
     ``encode(messages)`` gives the (1, T) ids.
@@ -161,14 +163,16 @@ def fit_context(encode, messages: list[dict] | None, max_new: int, ctx: int | No
     (never the system one, never the last), then any prompt keeps its last tokens; ``max_new`` shrinks to
     what is left. A cut of the user's text (turns left out, a prompt's start dropped) is said once per
     call, or once per ``said`` set (an engine's); a shorter answer only when ``asked`` (the user chose
-    ``max_new``): a default length is an upper bound, fitted silently.
+    ``max_new``): a default length is an upper bound, fitted silently. ``notify(text)`` receives what is said
+    (default: a warning on the terminal; ``aura studio`` shows it on the page).
     """
     said = set() if said is None else said
+    notify = notify or console.warn
 
     def warn(key: str, **values) -> None:
         if key not in said:
             said.add(key)
-            console.warn(M(key, **values))
+            notify(M(key, **values))
 
     ids = encode(messages)
     if not ctx or ids.shape[1] + max_new <= ctx:
@@ -230,12 +234,13 @@ class LlamaCppEngine:
         return torch.tensor([ids])
 
     def stream(self, *, prompt: str | None = None, messages: list[dict] | None = None,
-               sampling: Sampling, out: list) -> Iterator[str]:
+               sampling: Sampling, out: list, notify=None) -> Iterator[str]:
         # llama.cpp may round the context up; llama-cpp-python's own buffers keep the size asked for; and the
         # last sampled token is decoded too, so one slot stays free
         ctx = min(self.llm.n_ctx(), self.llm.context_params.n_ctx or self.llm.n_ctx()) - 1
         ids, max_new, kept = fit_context(lambda m: self._encode(prompt, m), messages, sampling.max_new_tokens,
-                                         ctx, said=self.said, asked=sampling.asked)
+                                         ctx, said=None if notify else self.said, asked=sampling.asked,
+                                         notify=notify)
         cut = ids.shape[1] < self._encode(prompt, kept).shape[1]  # even the last message alone is too long
         common = dict(max_tokens=max_new, temperature=sampling.temperature,
                       top_k=sampling.top_k, top_p=sampling.top_p, repeat_penalty=sampling.repetition_penalty,

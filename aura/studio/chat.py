@@ -142,7 +142,8 @@ class Engines:
 
 
 def answer(engines: Engines, cfg, messages: list[dict], emit, stop: threading.Event) -> None:
-    """Generate one answer in this (worker) thread: ``emit(event, data)`` for loading, each piece, done/error."""
+    """Generate one answer in this (worker) thread: ``emit(event, data)`` for loading, a context cut
+    (``notice``: the message ``aura chat`` prints), each piece, done/error."""
     try:
         emit("loading", {"model": cfg.model})
         engine, lock = engines.get(cfg)
@@ -154,7 +155,8 @@ def answer(engines: Engines, cfg, messages: list[dict], emit, stop: threading.Ev
                            "template": engine.has_template})
             out: list = []
             t0 = time.perf_counter()
-            stream = engine.stream(messages=full, sampling=sampling, out=out)
+            stream = engine.stream(messages=full, sampling=sampling, out=out,  # context cuts: on the page
+                                   notify=lambda text: emit("notice", {"text": text}))
             for piece in stream:
                 if stop.is_set():  # the browser went away: stop generating too
                     stream.close()

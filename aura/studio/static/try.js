@@ -79,11 +79,13 @@ async function tryView(query) {
       const box = conv.lastElementChild;
       box.textContent = t("loading_model");
       let got = "";
+      const notes = [];  // context cuts the server reported for this answer (the messages aura chat prints)
       const body = { model: p.model, messages: p.history, system: $("#try-system").value,
         temperature: Number($("#try-temp").value.replace(",", ".")), max_new_tokens: parseInt($("#try-max").value, 10) };
       try {
         await streamChat(body, (ev, d) => {
           if (ev === "start") box.textContent = "";
+          else if (ev === "notice") { box.insertAdjacentHTML("beforebegin", `<div class="msg notice" data-notice>${esc(d.text)}</div>`); notes.push(box.previousElementSibling); }
           else if (ev === "piece") { got += d.text; box.textContent = got; box.dataset.pieces = (+(box.dataset.pieces || 0) + 1); conv.scrollTop = conv.scrollHeight; }
           else if (ev === "done") { got = d.text; box.textContent = got; $(`#stats-${i}`).textContent = t("try_stats", { tokens: fmt(d.tokens), tps: fmt(d.tokens_per_s, 1) }); }
           else if (ev === "error") throw new Error(d.error);
@@ -91,7 +93,7 @@ async function tryView(query) {
         p.history.push({ role: "assistant", content: got.trim() });
         box.classList.remove("streaming"); box.dataset.done = "1";
       } catch (err) {
-        p.history.pop(); box.remove(); conv.lastElementChild?.remove();
+        notes.forEach(n => n.remove()); p.history.pop(); box.remove(); conv.lastElementChild?.remove();
         $("#try-error").textContent = err.message;
       }
     };
