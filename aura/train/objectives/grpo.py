@@ -80,9 +80,10 @@ def _shared_prompt_logits(model, batch: dict[str, torch.Tensor], c: int) -> torc
     The U prompts run first, keeping their keys and values; every row takes its prompt's cache (an index,
     so gradients flow back into the one prompt pass) and the logits of its last prompt token, then the B
     completions run on top. The same computation as the whole rows, up to float rounding, with the prompt
-    tokens computed U times instead of B (GRPO: once per group of G): ``tests/test_grpo.py`` checks log-probs
-    and gradients against the whole rows. Under DDP the prompt pass runs on the wrapped module (the gradient
-    all-reduce hooks sit on the parameters, which sum both passes' gradients before they fire)."""
+    tokens computed U times instead of B (GRPO: once per group of G): ``tests/test_grpo_shared_prompt.py``
+    checks log-probs and gradients against the whole rows. Under DDP the prompt pass runs on the module inside
+    the wrapper, so DDP sees one forward per backward (its all-reduce hooks sit on the parameters, which sum
+    both passes' gradients before they fire: ``tests/test_grpo_dist.py``)."""
     from aura.distributed import unwrap
     from aura.inference.sampling import new_cache
 
