@@ -92,7 +92,7 @@ def test_one_walk_for_prepare_and_curate(tmp_path):
 
 def test_slurm_executor_gets_the_users_options(tmp_path, monkeypatch):
     """`--executor slurm` writes one sbatch array job per stage with the user's partition, time, CPUs,
-    memory and QOS, each stage depending on the one before, activating this environment, and a pickled
+    memory, QOS and tasks running at once, each stage depending on the one before, activating this environment, and a pickled
     executor that unpickles into Aura's pipeline (what `launch_pickled_pipeline` does on the cluster).
     Never run on a real Slurm cluster: only `sbatch` is replaced, by a recorder that returns job ids."""
     import dill
@@ -112,7 +112,7 @@ def test_slurm_executor_gets_the_users_options(tmp_path, monkeypatch):
     out = tmp_path / "out"
     r = run_aura_here(*curate_args(tmp_path / "in.jsonl", out, "--executor", "slurm", "--slurm-partition", "cpu-long",
                                    "--slurm-time", "02:30:00", "--slurm-cpus", "3", "--slurm-mem-gb", "5",
-                                   "--slurm-qos", "high", "--minhash-buckets", "4"))
+                                   "--slurm-qos", "high", "--slurm-max-running", "3", "--minhash-buckets", "4"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "submitted to Slurm" in r.stdout + r.stderr
     assert not list(out.glob("0*.jsonl.gz"))  # nothing is published before the jobs have run
@@ -126,7 +126,7 @@ def test_slurm_executor_gets_the_users_options(tmp_path, monkeypatch):
     for i, (name, job) in enumerate(zip(names, jobs)):
         script = job["script"]
         for directive in ("--partition=cpu-long", "--time=02:30:00", "--cpus-per-task=3", "--mem-per-cpu=5G",
-                          "--qos=high", f"--array=0-{arrays[name] - 1}"):
+                          "--qos=high", f"--array=0-{arrays[name] - 1}%3"):  # at most 3 tasks at once
             assert f"#SBATCH {directive}\n" in script, (name, directive)
         assert f"source {Path(sys.prefix) / 'bin' / 'activate'}" in script
         deps = [a for a in job["args"] if a.startswith("--dependency=")]

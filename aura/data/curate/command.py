@@ -125,6 +125,9 @@ class CurateConfig(ReaderArgs):
     slurm_cpus: int = arg(1, es="CPU por tarea de Slurm.", en="CPUs per Slurm task.")
     slurm_mem_gb: int = arg(2, es="GB de memoria por CPU en Slurm.", en="GB of memory per CPU on Slurm.")
     slurm_qos: str = arg("normal", es="QOS de Slurm.", en="Slurm QOS.")
+    slurm_max_running: int = arg(0, es="Tareas de cada etapa que Slurm ejecuta a la vez (el %N del array; "
+                                       "0 = sin límite).",
+                                 en="Tasks of each stage Slurm runs at once (the array's %N; 0 = no limit).")
     ray_address: str = arg("", es="Dirección del clúster Ray (vacío: uno local; 'auto': el ya iniciado).",
                            en="Ray cluster address (empty: a local one; 'auto': the running one).")
     ray_cpus: int = arg(1, es="CPU por tarea de Ray.", en="CPUs per Ray task.")
@@ -140,7 +143,8 @@ class CurateConfig(ReaderArgs):
                                        ("min-sentences", self.min_sentences, -1, 10**6),
                                        ("minhash-buckets", self.minhash_buckets, 1, 1000),
                                        ("minhash-hashes", self.minhash_hashes, 1, 100),
-                                       ("extract-timeout", self.extract_timeout, 0.1, 3600)):
+                                       ("extract-timeout", self.extract_timeout, 0.1, 3600),
+                                       ("slurm-max-running", self.slurm_max_running, 0, 100_000)):
             if not low <= value <= high:
                 raise AuraError(M("bad_range", name=name, low=low, high=high, value=value))
         if self.executor == "slurm" and not self.slurm_partition:
@@ -255,7 +259,8 @@ def curate(cfg: CurateConfig) -> dict:
                    pii=cfg.pii, output_format=cfg.output_format, sample=cfg.sample)
     runner = Runner(executor=cfg.executor, workers=workers, node_rank=node_rank, nnodes=max(nnodes, 1),
                     slurm={"partition": cfg.slurm_partition, "time": cfg.slurm_time, "cpus_per_task": cfg.slurm_cpus,
-                           "mem_per_cpu_gb": cfg.slurm_mem_gb, "qos": cfg.slurm_qos},
+                           "mem_per_cpu_gb": cfg.slurm_mem_gb, "qos": cfg.slurm_qos,
+                           "workers": cfg.slurm_max_running or -1},
                     ray={"address": cfg.ray_address, "cpus_per_task": cfg.ray_cpus})
     stages = build_stages(opts)
     if resumed:
