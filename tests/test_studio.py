@@ -195,10 +195,12 @@ def test_browser_launch_watch_stop_resume_in_spanish(served, tmp_path):
     """Chromium, AURA_LANG=es: the pretrain form starts a tiny run, its points grow on the run page, the runs
     page lists it (with tokens/s, ETA and the plan's length), Stop leaves it 'interrumpida' with its checkpoint,
     Resume takes it to 'terminada', then Try chats with its final model (the answer streamed piece by piece)
-    and, side by side, with an earlier checkpoint."""
+    and, side by side, with an earlier checkpoint, a too long message shows the context note; Delete (the
+    name typed in the browser's prompt) moves the run to the studio's trash."""
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     root, url = served
@@ -286,11 +288,32 @@ def test_browser_launch_watch_stop_resume_in_spanish(served, tmp_path):
                    and len(d.find_elements(By.CSS_SELECTOR, "#conv-1 [data-done]")) == 1)
         assert not text("#try-error")
         driver.save_screenshot(str(shots / "probar.png"))
+        # a message far beyond the model's 32 positions: the note `aura chat` prints comes with the answer
+        driver.find_element(By.ID, "try-prompt").send_keys(" ".join(["palabra"] * 60))
+        driver.find_element(By.ID, "try-send").click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conv-0 [data-done]")) == 3)
+        notes = driver.find_elements(By.CSS_SELECTOR, "#conv-0 [data-notice]")
+        assert notes and "contexto del modelo" in notes[-1].text and not text("#try-error")
+
+        info = json.loads((root / "demo" / "run.json").read_text())
+        assert info["status"] == "finished"
+        assert [h["resumed_from"] is not None for h in info["history"]] == [False, True]
+        assert (root / "demo" / "final").is_dir()
+        # Delete, confirmed by typing the run's name: it leaves the list for the studio's trash
+        driver.get(url + "#/run/demo")
+        wait.until(lambda d: d.find_elements(By.ID, "delete"))
+        driver.find_element(By.ID, "delete").click()
+        alert = wait.until(expected_conditions.alert_is_present())
+        assert "demo" in alert.text
+        alert.send_keys("demo")
+        alert.accept()
+        wait.until(lambda d: d.current_url.endswith("#/") and d.find_elements(By.ID, "toast"))
+        wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "tr[data-run='demo']"))
     finally:
         driver.quit()
-    info = json.loads((root / "demo" / "run.json").read_text())
-    assert info["status"] == "finished" and [h["resumed_from"] is not None for h in info["history"]] == [False, True]
-    assert (root / "demo" / "final").is_dir()
+    assert not (root / "demo").exists()
+    trashed = list((root / ".aura-studio" / "trash").iterdir())
+    assert len(trashed) == 1 and trashed[0].name.startswith("demo-") and (trashed[0] / "final").is_dir()
 
 
 def test_delete_moves_a_stopped_run_to_the_trash_and_refuses_a_running_one(tmp_path):
