@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 def entry(argv: list[str] | None = None) -> int:
     """The ``aura`` program (console script, ``python -m aura``, torchrun workers): ``main``, then the heap
     frozen so that the interpreter's finalisation does not walk every object of torch and transformers
-    (``aura.core.heap``: ~1.2 s at the end of every command). ``main`` itself stays callable in-process."""
+    (``aura.core.heap``: ~1.1 s at the end of every command that imported torch and transformers). ``main`` itself stays callable in-process."""
     from aura.core.heap import freeze_for_exit
 
     code = main(argv)

@@ -1,9 +1,9 @@
 """The garbage collector and the objects a command makes before its real work (``gc.freeze``).
 
-Importing torch, transformers and peft and building a model leave ~400,000 objects that the collector
-tracks and that live until the process ends. Every full collection walks all of them: in a 12-step LoRA
-GRPO run on a CPU, 7 full collections took 0.9 s, and the interpreter's finalisation at exit, which
-collects again, 1.2 s more (0.5 s after ``import torch`` alone). ``gc.freeze()`` moves every tracked object
+Importing torch, transformers and peft and building a model leave ~445,000 objects that the collector
+tracks and that live until the process ends. Every full collection walks all of them (272 ms each on a
+2-core EPYC), and so does the interpreter's finalisation at exit (1.32 s after the last line; 0.20 s with
+the heap frozen): ``bench/grpo_parts.py``, figures in docs/benchmarks.md. ``gc.freeze()`` moves every tracked object
 to a permanent generation that collections skip; they are still freed when their last reference goes. Two
 uses, as vLLM freezes its heap after start-up:
 

@@ -5,8 +5,8 @@ weight into its blocked layout at every call. ``packed_view`` replaces every fp3
 ``Conv1D``) of a model on the CPU by a ``PackedLinear`` holding the weight reordered once into oneDNN's
 layout (``torch.ops.mkldnn``: the ops Inductor's CPU weight prepacking uses), and puts the layers back on
 exit; the model's own weights are read, never written. The products equal the unpacked ones up to float
-rounding (another summation order). On a 2-core EPYC, a tiny Llama's 29 decode-step matmuls took 1.3 ms
-instead of 2.2 ms, and GRPO's rollouts of 8 rows x 64 tokens ~8 % less CPU time.
+rounding (another summation order). On a 2-core EPYC, GRPO's rollouts of 8 rows x 64 tokens of a tiny
+Llama took ~10 % less CPU time (``bench/grpo_parts.py``).
 
 GRPO's rollouts use it (after ``aura.train.lora_views.merged_view`` has put plain layers holding the merged
 LoRA weights in place): the packing costs one reorder of the weights per rollout, which a whole batch of
