@@ -108,6 +108,8 @@ if [ ! -f "$stamp" ] || [ "$(head -n1 "$stamp")" != "$hash" ] || [ -n "$missing"
     spec="$root"
     [ -n "$all" ] && spec="$root[$all]"
     echo "[aura] installing Aura and its dependencies ($spec)"
+    # an old pip (a venv made by hand: Python 3.11 ships pip 23) resolves extras differently
+    "$py" -m pip install -q --upgrade pip
     # llama-cpp-python compiles llama.cpp (~3-4 min on 2 cores); pip caches the built wheel.
     CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
         "$py" -m pip install -q -e "$spec"

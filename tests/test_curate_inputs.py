@@ -147,3 +147,13 @@ def test_language_codes_are_the_models_without_loading_it():
     from aura.data.curate.langid import LANGUAGES, identifier
 
     assert set(identifier().nb_classes) == LANGUAGES
+
+
+def test_a_missing_html_cleaner_is_named_before_anything_runs(tmp_path, monkeypatch):
+    """Without lxml_html_clean trafilatura cannot import (lxml >= 5.2 moved the cleaner out), and every HTML
+    page would fail to extract, one by one: the command stops first and says what to install."""
+    monkeypatch.setitem(sys.modules, "lxml_html_clean", None)  # what Python does when it is not installed
+    (tmp_path / "in.jsonl").write_text(json.dumps({"text": spanish_docs()[0]}) + "\n", encoding="utf-8")
+    r = run_aura_here(*curate_args(tmp_path / "in.jsonl", tmp_path / "out", *FAST))
+    assert r.returncode == 2 and "lxml_html_clean is missing" in r.stderr and "aura-llm[curate]" in r.stderr, r
+    assert not (tmp_path / "out").exists()

@@ -217,6 +217,7 @@ def _check_dependencies(executor: str) -> None:
     import importlib.util
 
     for module, name in (("datatrove", "datatrove"), ("py3langid", "py3langid"), ("trafilatura", "trafilatura"),
+                         ("lxml_html_clean", "lxml_html_clean"),  # trafilatura cannot import without it
                          ("warcio", "warcio"), ("ftfy", "ftfy"), ("magic", "python-magic")) + \
             ((("ray", "ray"),) if executor == "ray" else ()):
         if importlib.util.find_spec(module) is None:
