@@ -1,19 +1,30 @@
-"""Every CUDA path of Aura in one run, with MFU and memory figures: `bash bench/gpu_suite.sh`.
+"""Every CUDA path of Aura in one run of under 8 minutes, with MFU and memory figures: `bash bench/gpu_suite.sh`.
 
-Random-weight models built from configs, data from the embedded Spanish corpus, nothing downloaded. Writes a
-markdown table (device, driver, torch and CUDA versions; each check's figure, target and pass/fail) to
-``WORKDIR/gpu_suite.md`` and, on a GPU, appends it to docs/benchmarks.md. ``--cpu`` runs the same checks
-with tiny shapes on the CPU (the GPU-only ones are listed as skipped), which CI runs so the script never
-rots. Exit status: 0 when no check failed.
+Made for a lent GPU with a few minutes on it (no package registry, 12 kB of output returned, one output
+folder): one driver, one worker process that imports torch and Aura once and runs the checks of
+``bench/gpu_checks.py`` in order, the most telling first. The driver gives each check its own timeout: a check
+that outlives it is recorded as ``timeout`` and the worker is started again for the checks after it; a worker
+that dies (a CUDA fault, a segfault) is recorded the same way. ``--budget`` seconds bound the whole run: a
+check that could not finish inside what is left is recorded as ``skipped (budget)``, so a lease that runs out
+still returns every line. Optional packages that are not installed (bitsandbytes, DeepSpeed, vLLM, Liger,
+llama.cpp) make their checks ``skipped``, never ``pass``.
+
+Output: one JSON line per check (``gpu_suite.jsonl``) and the table (``gpu_suite.md``) in ``--out`` (default:
+``$OUT`` when set, else the work folder), the table on stdout. Each check's folder is deleted when it ends
+(its size is recorded), so the run leaves little on disk; the work folder is removed at the end unless given.
+
+    bash bench/gpu_suite.sh                       # on a GPU
+    bash bench/gpu_suite.sh --cpu                 # tiny shapes on the CPU: CI runs it so the script never rots
+    bash bench/gpu_suite.sh --only mfu_eager,fp16_lora_resume
+Exit status: 0 when no check failed or timed out.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
-import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,312 +32,234 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT / "aura" / "resources" / "corpus_es"
-ENV = {**os.environ, "AURA_LANG": "en", "AURA_PLAIN": "1", "PYTHONUNBUFFERED": "1",
-       "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-GiB = 1024 ** 3
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+from gpu_checks import CHECKS, SELFTEST, Check  # noqa: E402  (no torch at import: the driver stays light)
+
+RESULTS = "results.jsonl"
 
 
-class Suite:
-    def __init__(self, work: Path, *, cpu: bool):
-        self.work, self.cpu, self.rows = work, cpu, []
+# ---- the worker: torch and Aura imported once, checks run in order --------------------------------------
 
-    def aura(self, *args: str, env: dict | None = None, timeout: float = 1800, check: bool = True,
-             prefix: list[str] | None = None) -> subprocess.CompletedProcess:
-        cmd = [*(prefix or [sys.executable, "-m", "aura"]), *map(str, args)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**ENV, **(env or {})}, timeout=timeout,
-                              cwd=self.work)
-        if check and proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd[2:5])}... exit {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}")
-        return proc
+def worker(work: Path, names: list[str], *, cpu: bool, deadline: float) -> int:
+    os.environ.update(AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1",  # children import this tree's Aura
+                      PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    if cpu:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import gpu_checks
 
-    def check(self, name: str, fn, *, gpu_only: bool = False, target: str = "") -> None:
-        if gpu_only and self.cpu:
-            self.rows.append((name, "-", target, "skipped (GPU only)"))
-            return
-        start = time.time()
+    ctx = gpu_checks.Context(work, cpu=cpu)
+    by_name = {c.name: c for c in CHECKS}
+    for name in names:
+        c = by_name[name]
+        if time.time() + (c.cpu_expect if cpu else c.expect) > deadline:  # would end as a timeout: leave the time to others
+            _record(work, name, status="skipped (budget)", figure="not enough of the budget left", seconds=0)
+            continue
+        _record(work, name, event="start", started=time.time())
+        t0 = time.time()
         try:
-            figure, ok = fn()
-            status = "pass" if ok else "FAIL"
+            if c.gpu_only and cpu:
+                r = gpu_checks.Result("GPU only", None)
+            else:
+                r = c.fn(ctx)
+            status = "skipped" if r.ok is None else ("pass" if r.ok else "FAIL")
+            row = dict(status=status, figure=r.figure, target=r.target, metrics=r.metrics)
         except Exception as err:  # noqa: BLE001 - one failed check must not hide the others
-            figure, status = str(err).strip().splitlines()[-1][:160] if str(err).strip() else type(err).__name__, "FAIL"
-        self.rows.append((name, figure, target, f"{status} ({time.time() - start:.0f} s)"))
-        print(f"[{status}] {name}: {figure}", flush=True)
+            import traceback
+
+            text = str(err).strip() or type(err).__name__
+            row = dict(status="FAIL", figure=f"{type(err).__name__}: {text.splitlines()[-1][:300]}",
+                       traceback=traceback.format_exc()[-2500:])
+        size = _size(work / "checks" / name) if (work / "checks" / name).exists() else 0
+        if not c.keep:
+            shutil.rmtree(work / "checks" / name, ignore_errors=True)
+        gpu_checks.release()
+        _record(work, name, seconds=round(time.time() - t0, 1), disk_gb=round(size / 1e9, 2), **row)
+    return 0
 
 
-def _log_rows(run: Path) -> list[dict]:
-    with open(run / "training_log.csv", newline="") as f:
-        return [r for r in csv.DictReader(f) if r["kind"] == "step"]
+def _record(work: Path, name: str, **fields) -> None:
+    with open(work / RESULTS, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"check": name, **fields}, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
-def _mfu(run: Path) -> float | None:
-    rows = [float(r["mfu"]) for r in _log_rows(run) if r.get("mfu")]
-    return max(rows[-2:]) if rows else None  # the first interval includes compilation and warm-up
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _mem_gb(text: str) -> float | None:
-    found = re.findall(r"Mem ([0-9.]+) GB", text)
-    return float(found[-1]) if found else None
+# ---- the driver: timeouts, restarts, the budget ----------------------------------------------------------
 
-
-def environment() -> dict:
-    import torch
-
-    info = {"torch": torch.__version__, "cuda": torch.version.cuda or "-", "device": "CPU", "driver": "-"}
-    if torch.cuda.is_available():
-        info["device"] = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+def _read(work: Path) -> list[dict]:
+    path = work / RESULTS
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            info["driver"] = pynvml.nvmlSystemGetDriverVersion()
-        except Exception:  # noqa: BLE001
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a killed worker
             pass
-    else:
-        from aura.models.hardware import detect
-
-        info["device"] = f"CPU: {detect().name}"
-    return info
+    return rows
 
 
-def run_suite(work: Path, *, cpu: bool) -> Suite:
-    s = Suite(work, cpu=cpu)
-    files = sorted(str(p) for p in CORPUS.glob("*.txt"))
-    s.aura("tokenizer", "train", *files, "--vocab-size", 2000 if cpu else 8000, "--output-dir", "tok")
-    s.aura("data", "prepare", *files, "--tokenizer", "tok", "--output-dir", "data", "--val-fraction", "0.05")
-    tiny = ["--model-preset", "tiny", "--precision", "fp32", "--batch-size", "4", "--seq-length", "64",
-            "--max-steps", "8"]
-    common = ["--data", "data", "--tokenizer", "tok", "--sample-tokens", "0", "--save-steps", "0", "--log-interval"]
-
-    def doctor():
-        d = json.loads(s.aura("doctor", "--json", "--output-dir", ".", check=False).stdout)
-        mon = json.loads(s.aura("monitor", "--once", "--json").stdout.strip().splitlines()[-1])
-        gpu = d["auto"]["hardware"]["device_type"] == "cuda"
-        nvml = len(mon.get("gpus") or [])
-        return f"auto: {d['auto']['preset']}; GPUs read through NVML: {nvml}", cpu or (gpu and nvml > 0)
-    s.check("aura doctor / aura monitor --once (NVML)", doctor)
-
-    def pretrain_mfu(compile_: bool, batch: int):
-        def run():
-            out = work / f"pt-{'c' if compile_ else 'e'}{batch}"
-            args = tiny if cpu else \
-                ["--model-preset", "gpt2-small", "--precision", "bf16", "--batch-size", batch, "--max-steps", "60"]
-            s.aura("pretrain", *common, "1" if cpu else "20", *args, *(["--compile"] if compile_ else []),
-                   "--output-dir", out)
-            mfu = _mfu(out)
-            return ("-" if mfu is None else f"MFU {100 * mfu:.1f} %"), cpu or (mfu or 0) >= (0.45 if compile_ else 0)
-        return run
-    for compile_ in (False, True):
-        for batch in ((8,) if cpu else (8, 32)):
-            if cpu and compile_:
-                continue
-            s.check(f"{'tiny fp32' if cpu else 'gpt2-small bf16'} pretrain, batch {batch}, "
-                    f"{'--compile' if compile_ else 'eager'}",
-                    pretrain_mfu(compile_, batch), target="compiled MFU >= 45 %" if compile_ else "")
-
-    def resume_equal():
-        args = [*common, "1", *(tiny if cpu else ["--model-preset", "gpt2-small", "--precision", "fp16",
-                                                  "--batch-size", "8", "--max-steps", "12"])]
-        ref = work / "pt-e8"  # on the CPU the eager run above has these very flags
-        if not cpu:
-            ref = work / "fp16-ref"
-            s.aura("pretrain", *args, "--output-dir", ref)
-        out = work / "fp16-stop"
-        proc = subprocess.Popen([sys.executable, "-m", "aura", "pretrain", *map(str, args), "--output-dir", str(out)],
-                                env=ENV, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 600
-        while time.time() < deadline and proc.poll() is None:
-            if (out / "training_log.csv").exists() and len(_log_rows(out)) >= 3:
-                proc.send_signal(signal.SIGTERM)
+def drive(work: Path, checks: list[Check], *, cpu: bool, budget: float, log, out: Path) -> list[dict]:
+    """Run ``checks`` in workers until each has a final line; returns those lines in order. Every final
+    line is copied to ``out/gpu_suite.jsonl`` as it comes: a lease cut short still returns what ran."""
+    deadline = time.time() + budget
+    pending = [c.name for c in checks]
+    by_name = {c.name: c for c in checks}
+    while pending:
+        if time.time() + 5 > deadline:
+            for name in pending:
+                _record(work, name, status="skipped (budget)", figure="not enough of the budget left", seconds=0)
+            break
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--workdir", str(work),
+               "--checks", ",".join(pending), "--deadline", str(deadline), *(["--cpu"] if cpu else [])]
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work, start_new_session=True)
+        while proc.poll() is None:
+            time.sleep(0.5)
+            _copy_final(work, out)
+            final = {r["check"] for r in _read(work) if "status" in r}
+            started = [r for r in _read(work) if r.get("event") == "start" and r["check"] not in final]
+            now = time.time()
+            if started:
+                name, t0 = started[-1]["check"], started[-1]["started"]
+                c = by_name[name]
+                limit = c.cpu_timeout if cpu else c.timeout
+                if now - t0 > limit or now > deadline:
+                    _kill(proc)
+                    why = "timeout" if now - t0 > limit else "timeout (budget)"
+                    _record(work, name, status=why, figure=f"stopped after {now - t0:.0f} s (limit {limit:.0f} s)",
+                            seconds=round(now - t0, 1), disk_gb=round(_size(work / "checks" / name) / 1e9, 2)
+                            if (work / "checks" / name).exists() else 0)
+                    shutil.rmtree(work / "checks" / name, ignore_errors=True)
+                    break
+            elif now > deadline:
+                _kill(proc)
                 break
-            time.sleep(0.2)
-        code = proc.wait(timeout=600)
-        s.aura("pretrain", *args, "--output-dir", out, "--resume-from", "latest")
-        a = {r["step"]: float(r["train_loss"]) for r in _log_rows(ref)}
-        b = {r["step"]: float(r["train_loss"]) for r in _log_rows(out)}
-        worst = max(abs(a[k] - b[k]) for k in a)
-        return f"exit {code} on SIGTERM, resumed; largest loss difference {worst:.2e} over {len(a)} steps", \
-            code == 3 and a.keys() == b.keys() and worst <= (1e-6 if cpu else 5e-3)
-    s.check(f"{'fp32 (CPU)' if cpu else 'fp16 + GradScaler'}: SIGTERM, resume, same per-step losses", resume_equal,
-            target="exit 3, equal losses")
-
-    def big_preset(preset: str, ckpt: bool | None, batch: int = 2):
-        def run():
-            from aura.models.hardware import estimate_memory
-            from aura.models.presets import PRESETS
-
-            out = work / f"{preset}-{ckpt}"
-            flag = [] if ckpt is None else ["--gradient-checkpointing" if ckpt else "--no-gradient-checkpointing"]
-            proc = s.aura("pretrain", *common, "5", "--model-preset", preset, "--precision", "bf16", "--batch-size",
-                          batch, "--max-steps", "20", *flag, "--output-dir", out)
-            mfu, mem = _mfu(out), _mem_gb(proc.stdout)
-            used = json.loads((out / "run.json").read_text()).get("config", {}).get("gradient_checkpointing", ckpt)
-            est = estimate_memory(PRESETS[preset], vocab_size=8000, batch_size=batch, precision="bf16",
-                                  gradient_checkpointing=bool(used)).total / 1e9
-            text = f"MFU {100 * (mfu or 0):.1f} %, peak {mem} GB, memory model {est:.1f} GB (ckpt {used})"
-            ok = (mfu or 0) >= 0.40 if preset == "aura-72h-extended" else \
-                mem is not None and mem <= 60 and abs(mem - est) <= 0.1 * est
-            return text, ok
-        return run
-    s.check("aura-72h-extended (1.3B) with checkpointing", big_preset("aura-72h-extended", True), gpu_only=True,
-            target="MFU >= 40 %")
-    s.check("aura-72h-extended (1.3B) without checkpointing", big_preset("aura-72h-extended", False), gpu_only=True,
-            target="MFU >= 40 %")
-    s.check("aura-72h-max, batch 2 x 2048, checkpointing from the model", big_preset("aura-72h-max", None),
-            gpu_only=True, target="peak <= 60 GB, within 10 % of the model")
-
-    def muon_wsd(preset: str, batch: int, peer: str = ""):
-        """--optimizer muon --lr-schedule wsd (issue 26): tokens/s, MFU and peak memory, and the ratio of
-        tokens/s to the AdamW + cosine run of the same preset and batch (``peer``) when one ran above."""
-        def run():
-            out = work / f"muon-wsd-{preset}-{batch}"
-            args = tiny if cpu else ["--model-preset", preset, "--precision", "bf16", "--batch-size", batch,
-                                     "--max-steps", "30"]
-            proc = s.aura("pretrain", *common, "1" if cpu else "10", *args, "--optimizer", "muon",
-                          "--lr-schedule", "wsd", "--output-dir", out)
-            tps = [float(r["tokens_per_s"]) for r in _log_rows(out)][-2:]
-            mfu, mem = _mfu(out), _mem_gb(proc.stdout)
-            text = f"{max(tps, default=0):,.0f} tok/s, MFU {100 * (mfu or 0):.1f} %, peak {mem} GB"
-            if peer and (work / peer / "training_log.csv").is_file():
-                base = max(float(r["tokens_per_s"]) for r in _log_rows(work / peer)[-2:])
-                text += f", {max(tps, default=0) / base:.2f}x AdamW's tokens/s"
-            return text, bool(tps) and max(tps) > 0
-        return run
-    s.check(f"Muon + WSD, {'tiny fp32' if cpu else 'gpt2-small bf16'}, batch 8 (tokens/s, MFU, peak)",
-            muon_wsd("gpt2-small", 8, peer="pt-e8"), target="tokens/s within 10 % of AdamW's")
-    s.check("Muon + WSD, aura-72h-extended (1.3B), batch 2, checkpointing from the model",
-            muon_wsd("aura-72h-extended", 2), gpu_only=True, target="MFU >= 40 %")
-    s.check("Muon + WSD, qwen3-72h (Qwen3 block, 1.3B), batch 2, checkpointing from the model",
-            muon_wsd("qwen3-72h", 2), gpu_only=True, target="MFU >= 40 %")
-
-    def qlora_12gb():
-        base = _base_model(work / "llama1b", arch="llama", vocab=128256, hidden=2048, layers=16, inter=8192,
-                           heads=32, kv=8)
-        cap = ("import sys, torch; torch.cuda.set_per_process_memory_fraction(12e9 / "
-               "torch.cuda.get_device_properties(0).total_memory); from aura.cli import main; sys.exit(main())")
-        proc = s.aura("finetune", "--base-model", base, "--method", "qlora", "--packing", "--max-length", "2048",
-                      "--max-steps", "10", "--log-interval", "5", "--output-dir", work / "qlora",
-                      env={"AURA_ASSUME_HARDWARE": "RTX 3060 12GB"}, prefix=[sys.executable, "-c", cap, "aura"])
-        mem = _mem_gb(proc.stdout)
-        return f"peak {mem} GB under a 12 GB cap", mem is not None and mem <= 12
-    s.check("QLoRA Llama-3.2-1B shape, vocab 128k, 2048-token packed rows, 12 GB cap", qlora_12gb, gpu_only=True,
-            target="auto fits 12 GB")
-
-    def lora_zero2():
-        base = _base_model(work / "mistral8", arch="mistral", vocab=32768, hidden=4096, layers=8, inter=14336,
-                           heads=32, kv=8)
-        proc = s.aura("finetune", "--base-model", base, "--method", "lora", "--lora-r", "64", "--max-length", "1024",
-                      "--deepspeed", ROOT / "examples" / "ds_config_zero2.json", "--max-steps", "10",
-                      "--log-interval", "5", "--output-dir", work / "zero2")
-        return f"peak {_mem_gb(proc.stdout)} GB", "Traceback" not in proc.stdout + proc.stderr
-    s.check("LoRA r64, Mistral-7B width, 8 layers, DeepSpeed ZeRO-2, one GPU", lora_zero2, gpu_only=True)
-
-    def chunked_loss():
-        shape = ["--vocab", "32000", "--d-model", "128", "--tokens", "2048", "--steps", "1"] if cpu else \
-            ["--vocab", "128256", "--d-model", "2048", "--tokens", "8192", "--steps", "5", "--device", "cuda",
-             "--dtype", "bf16"]
-        r = json.loads(s.aura(*shape, "--json", prefix=[sys.executable, str(ROOT / "bench" / "bench_loss.py")])
-                       .stdout.strip().splitlines()[-1])
-        return f"peak memory x{r['memory']:.2f}, tokens/s x{r['speed']:.2f} (chunked / plain)", \
-            r["memory"] < 0.5 and r["loss_rel_diff"] < 1e-3
-    s.check(f"chunked / fused cross entropy vs plain, vocab {'32k (tiny)' if cpu else '128k'}", chunked_loss,
-            target="less than half the memory")
-
-    def grpo(engine: str):
-        def run():
-            if engine == "vllm":
-                import importlib.util
-
-                if importlib.util.find_spec("vllm") is None:
-                    return "vLLM not installed", True
-            base = _base_model(work / "qwen05", arch="llama", vocab=151936, hidden=896, layers=24, inter=4864,
-                               heads=14, kv=2)  # Qwen2.5-0.5B's shape
-            out = work / f"grpo-{engine}"
-            s.aura("finetune", "--objective", "grpo", "--base-model", base, "--rollout-engine", engine,
-                   "--num-generations", "8", "--batch-size", "8", "--gradient-accumulation-steps", "2",
-                   "--max-completion-length", "256", "--max-steps", "6", "--log-interval", "1", "--precision", "bf16",
-                   "--output-dir", out)
-            rows = _log_rows(out)[1:]  # the first step includes warm-up
-            tokens = sum(float(r["completion_length"]) * 16 for r in rows)
-            seconds = sum(float(r["time/rollout_s"]) for r in rows)
-            return f"{tokens / seconds:,.0f} completion tokens/s in rollouts", seconds > 0
-        return run
-    s.check("GRPO rollouts, 0.5B (Qwen2.5-0.5B shape), LoRA, G 8, 256 tokens, PyTorch engine", grpo("torch"),
-            gpu_only=True, target="rollout tokens/s")
-    s.check("GRPO rollouts, same model, vLLM colocate (when installed)", grpo("vllm"), gpu_only=True,
-            target="rollout tokens/s vs the PyTorch engine")
-
-    def check_dist():
-        import torch
-
-        n = max(torch.cuda.device_count(), 1)
-        proc = s.aura("launch", "--gpus-per-node", n, "check-dist", "--backend", "nccl")
-        return "Sync=OK" if "Sync=OK" in proc.stdout else proc.stdout[-200:], "Sync=OK" in proc.stdout
-    s.check("aura check-dist with NCCL", check_dist, gpu_only=True)
-
-    def gguf():
-        src = work / ("pt-e8" if cpu else "pt-c8") / "final"
-        proc = s.aura("export", "gguf", "--model", src, "--outfile", work / "model.gguf")
-        return "exported and verified in llama.cpp", proc.returncode == 0
-    s.check("GGUF export of a model trained here, verified in llama.cpp", gguf)
-    return s
+        code = proc.wait()
+        rows = _read(work)
+        final = {r["check"] for r in rows if "status" in r}
+        started = [r for r in rows if r.get("event") == "start" and r["check"] not in final]
+        if started:  # the worker died inside a check
+            name = started[-1]["check"]
+            _record(work, name, status="crashed", figure=f"the worker exited with {code} during the check "
+                                                         f"(see worker.log)", seconds=0)
+        pending = [n for n in pending if n not in _final(work)]
+    final = _final(work)
+    return [final[c.name] for c in checks if c.name in final]
 
 
-def _base_model(out: Path, *, arch: str, vocab: int, hidden: int, layers: int, inter: int, heads: int,
-                kv: int) -> Path:
-    """A random-weight base model dir of the given shape, with the suite's tokenizer."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
-
-    if out.exists():
-        return out
-    tok = AutoTokenizer.from_pretrained(out.parent / "tok")
-    cls, cfg_cls = (LlamaForCausalLM, LlamaConfig) if arch == "llama" else (MistralForCausalLM, MistralConfig)
-    cfg = cfg_cls(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                  num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=arch == "llama",
-                  bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, torch_dtype="bfloat16")
-    torch.manual_seed(0)
-    model = cls(cfg).to(torch.bfloat16)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+def _final(work: Path) -> dict[str, dict]:
+    final: dict[str, dict] = {}
+    for r in _read(work):
+        if "status" in r:
+            final.setdefault(r["check"], r)
+    return final
 
 
-def table(s: Suite, env: dict) -> str:
-    lines = [f"### GPU suite, {time.strftime('%Y-%m-%d')}{' (--cpu, tiny shapes)' if s.cpu else ''}", "",
-             f"Device: {env['device']}; driver {env['driver']}; torch {env['torch']}; CUDA {env['cuda']}. "
-             f"Command: `bash bench/gpu_suite.sh{' --cpu' if s.cpu else ''}`.", "",
+def _copy_final(work: Path, out: Path) -> None:
+    rows = list(_final(work).values())
+    path = out / "gpu_suite.jsonl"
+    if rows and (not path.is_file() or path.read_text(encoding="utf-8").count("\n") != len(rows)):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker and any child it started (torchrun, bench scripts)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def table(rows: list[dict], checks: list[Check], *, cpu: bool, env: dict, total_s: float) -> str:
+    titles = {c.name: c.title for c in checks}
+    lines = [f"### GPU suite, {time.strftime('%Y-%m-%d')}{' (--cpu, tiny shapes)' if cpu else ''}", "",
+             f"Device: {env.get('device', '?')}; driver {env.get('driver', '-')}; torch {env.get('torch', '?')}; "
+             f"CUDA {env.get('cuda', '-')}. Command: `bash bench/gpu_suite.sh{' --cpu' if cpu else ''}`; "
+             f"{total_s:.0f} s in all.", "",
              "| Check | Figure | Target | Result |", "|---|---|---|---|"]
     cell = lambda x: str(x).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    lines += [f"| {cell(a)} | {cell(b)} | {cell(c or '-')} | {cell(d)} |" for a, b, c, d in s.rows]
+    for r in rows:
+        lines.append(f"| {cell(titles.get(r['check'], r['check']))} | {cell(r.get('figure', ''))} | "
+                     f"{cell(r.get('target') or '-')} | {r['status']} ({r.get('seconds', 0):.0f} s) |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true", help="tiny shapes on the CPU (CI); GPU-only checks are skipped")
-    ap.add_argument("--workdir", help="where runs are written (default: a new temporary directory)")
-    ap.add_argument("--no-append", action="store_true", help="do not append the table to docs/benchmarks.md")
+    ap.add_argument("--workdir", help="where runs are written (default: a new temporary folder, removed at the end)")
+    ap.add_argument("--out", help="where gpu_suite.jsonl and gpu_suite.md go (default: $OUT, else the work folder)")
+    ap.add_argument("--budget", type=float, help="seconds for the whole run (default: 450 on a GPU, none on the CPU)")
+    ap.add_argument("--only", help="comma-separated check names, run in that order (environment and setup first)")
+    ap.add_argument("--list", action="store_true", help="list the checks and exit")
+    ap.add_argument("--selftest", action="store_true", help="add a check that outlives its timeout (tests)")
+    ap.add_argument("--append", action="store_true", help="append the table to docs/benchmarks.md")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--checks", help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.worker:
+        return worker(Path(a.workdir), a.checks.split(","), cpu=a.cpu, deadline=a.deadline)
+    if a.list:
+        for c in CHECKS:
+            print(f"{c.name:18} {c.timeout:4.0f} s  {c.title}")
+        return 0
+    checks = [c for c in CHECKS if c.name not in SELFTEST]
+    if a.selftest:
+        checks[2:2] = [c for c in CHECKS if c.name in SELFTEST]
+    if a.only:
+        wanted = set(a.only.split(",")) | {"environment", "setup", *(SELFTEST if a.selftest else ())}
+        unknown = wanted - {c.name for c in CHECKS}
+        if unknown:
+            print(f"Unknown checks: {', '.join(sorted(unknown))} (see --list)", file=sys.stderr)
+            return 2
+        given = a.only.split(",")  # in the order given, after environment and setup
+        checks = sorted((c for c in checks if c.name in wanted),
+                        key=lambda c: checks.index(c) if c.name in ("environment", "setup") or c.name not in given
+                        else given.index(c.name) + 4)
     if not a.cpu:
-        import torch
-
-        if not torch.cuda.is_available():
+        probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                               capture_output=True, text=True)
+        if probe.stdout.strip() != "True":
             print("No CUDA device: run `bash bench/gpu_suite.sh --cpu` for the CPU mode.", file=sys.stderr)
             return 2
+    own = a.workdir is None
     work = Path(a.workdir or tempfile.mkdtemp(prefix="aura-gpu-suite-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    if a.cpu:
-        ENV["CUDA_VISIBLE_DEVICES"] = ""
-    s = run_suite(work, cpu=a.cpu)
-    text = table(s, environment())
-    (work / "gpu_suite.md").write_text(text, encoding="utf-8")
+    (work / RESULTS).unlink(missing_ok=True)
+    out = Path(a.out or os.environ.get("OUT") or work).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    budget = a.budget if a.budget is not None else (float("inf") if a.cpu else 450.0)
+    t0 = time.time()
+    with open(work / "worker.log", "w", encoding="utf-8") as log:
+        rows = drive(work, checks, cpu=a.cpu, budget=min(budget, 1e9), log=log, out=out)
+    env = next((r.get("metrics", {}) for r in rows if r["check"] == "environment"), {})
+    text = table(rows, checks, cpu=a.cpu, env=env, total_s=time.time() - t0)
+    with open(out / "gpu_suite.jsonl", "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, default=str) + "\n")
+    (out / "gpu_suite.md").write_text(text, encoding="utf-8")
+    if out != work and (work / "worker.log").is_file():  # the tail of the worker's console, for failures
+        (out / "worker.log").write_text((work / "worker.log").read_text(encoding="utf-8", errors="replace")[-200_000:],
+                                        encoding="utf-8")
     print(text)
-    if not a.cpu and not a.no_append:
+    if a.append:
         with open(ROOT / "docs" / "benchmarks.md", "a", encoding="utf-8") as f:
             f.write("\n" + text)
-    return 1 if any(r[3].startswith("FAIL") for r in s.rows) else 0
+    if own:
+        shutil.rmtree(work, ignore_errors=True)
+    bad = [r for r in rows if r["status"] in ("FAIL", "crashed") or r["status"].startswith("timeout")]
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

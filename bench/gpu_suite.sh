@@ -4,6 +4,6 @@
 #   bash bench/gpu_suite.sh --cpu      # tiny shapes on the CPU (CI runs this so the script never rots)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-py="${PYTHON:-python}"
+py="${PYTHON:-$(command -v python || command -v python3)}"
 if [ -x "$here/../.venv/bin/python" ] && [ -z "${PYTHON:-}" ]; then py="$here/../.venv/bin/python"; fi
 exec "$py" "$here/gpu_suite.py" "$@"

@@ -235,20 +235,28 @@ def test_rng_states_of_more_gpus_than_visible_restore_the_visible_ones():
     assert len(cuda_states_to_restore(saved[:1], 4)) == 1
 
 
-def test_tf32_uses_the_current_api_without_deprecation_warnings():
+def test_tf32_is_set_so_that_both_the_legacy_and_the_new_getters_read_it():
+    """Inductor (torch 2.9-2.11) reads the legacy ``allow_tf32`` getter at the first compiled forward; it
+    raises there when the flags were set through the new ``fp32_precision`` API. Both views must agree."""
     import warnings
 
     from aura.train.optim.engine import allow_tf32
 
-    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
-    before = (matmul.fp32_precision, conv.fp32_precision)
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = (matmul.allow_tf32, cudnn.allow_tf32)
     try:
+        matmul.allow_tf32 = cudnn.allow_tf32 = False
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             allow_tf32(torch.device("cuda"))  # only sets flags: runs without a GPU
-        assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", "tf32")
+            assert matmul.allow_tf32 and cudnn.allow_tf32  # what inductor's select_algorithm reads
+        assert (matmul.fp32_precision, cudnn.conv.fp32_precision) == ("tf32", "tf32")
+        assert torch.get_float32_matmul_precision() == "high"
+        matmul.allow_tf32 = False
+        allow_tf32(torch.device("cpu"))  # CPU runs keep full fp32 matmuls
+        assert not matmul.allow_tf32
     finally:
-        matmul.fp32_precision, conv.fp32_precision = before
+        matmul.allow_tf32, cudnn.allow_tf32 = before
 
 
 def test_deepspeed_owns_precision_aura_adds_no_autocast():

@@ -70,15 +70,18 @@ class DistInfo:
             torch.distributed.barrier()
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        """In-place all_reduce (sum, max, min or avg) that is a no-op outside torchrun."""
+        """In-place all_reduce (sum, max, min or avg) that is a no-op outside torchrun. A tensor on another
+        device than the backend's (a CPU number under NCCL, which has no CPU transport) travels through
+        ``comm_device`` and comes back: 'No backend type associated with device type cpu' otherwise."""
         if self.is_distributed:
             ops = {"sum": torch.distributed.ReduceOp.SUM, "max": torch.distributed.ReduceOp.MAX,
                    "min": torch.distributed.ReduceOp.MIN}
+            moved = tensor.to(self.comm_device)
+            torch.distributed.all_reduce(moved, op=ops["sum" if op == "avg" else op])
             if op == "avg":
-                torch.distributed.all_reduce(tensor, op=ops["sum"])
-                tensor /= self.world_size
-            else:
-                torch.distributed.all_reduce(tensor, op=ops[op])
+                moved /= self.world_size
+            if moved is not tensor:
+                tensor.copy_(moved)
         return tensor
 
     def sum_float(self, value: float) -> float:

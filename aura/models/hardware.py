@@ -303,7 +303,8 @@ def estimate_memory(spec: ModelSpec, *, vocab_size: int, batch_size: int, precis
     else:
         activations = full_layer * spec.n_layers
     if chunked_loss:
-        logits = chunk_tokens(tokens, vocab_size, d) * vocab_size * (4 + 4 + act_b) + tokens * d * 4
+        logits = chunk_tokens(tokens, vocab_size, d, device_type=device_type) * vocab_size * (4 + 4 + act_b) + \
+            tokens * d * 4
     else:
         logits = tokens * vocab_size * (act_b + 4 + 4)
     base = 4 * n + 4 * n + 8 * n + activations + logits
@@ -313,12 +314,17 @@ def estimate_memory(spec: ModelSpec, *, vocab_size: int, batch_size: int, precis
 
 
 CHUNK_ELEMENTS = 1 << 24  # the chunked loss's logits: at most this many elements per chunk (64 MiB in fp32) ...
+# ... on a CPU. On CUDA 1 GiB of fp32 logits per chunk: with 64 MiB chunks, the H200 ran the loss at vocab 128k
+# 4x slower than the plain one (62 chunks of 131 tokens: narrow matmuls, and a pass over the fp32 head
+# gradient per chunk); 1 GiB keeps 4 passes there and most of the memory saving (docs/benchmarks.md).
+CUDA_CHUNK_ELEMENTS = 1 << 28
 
 
-def chunk_tokens(n_tokens: int, vocab: int, d_model: int) -> int:
+def chunk_tokens(n_tokens: int, vocab: int, d_model: int, *, device_type: str = "cpu") -> int:
     """Tokens per chunk of the chunked loss (``aura.train.objectives.chunked_loss``): a chunk's logits hold no more
-    elements than the hidden states, or than CHUNK_ELEMENTS."""
-    return max(1, min(n_tokens, max(n_tokens * d_model, CHUNK_ELEMENTS) // max(vocab, 1)))
+    elements than the hidden states, or than CHUNK_ELEMENTS (CUDA_CHUNK_ELEMENTS on a GPU)."""
+    most = CUDA_CHUNK_ELEMENTS if device_type == "cuda" else CHUNK_ELEMENTS
+    return max(1, min(n_tokens, max(n_tokens * d_model, most) // max(vocab, 1)))
 
 
 def fits(spec: ModelSpec, memory_bytes: int, **kwargs) -> tuple[bool, MemoryEstimate]:

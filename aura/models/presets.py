@@ -193,6 +193,9 @@ def hf_config(spec: ModelSpec, vocab_size: int, *, bos_token_id: int | None = No
         cfg = GPT2Config(vocab_size=vocab_size, n_positions=spec.seq_len, n_embd=spec.d_model,
                          n_layer=spec.n_layers, n_head=spec.n_heads, n_inner=spec.intermediate_size,
                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                         # torch's fused tanh GELU: GPT-2's formula (transformers' default "gelu_new" spells
+                         # it out in five element-wise kernels), equal within float rounding
+                         activation_function="gelu_pytorch_tanh",
                          bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
     elif spec.arch == "qwen3":
         from transformers import Qwen3Config
@@ -215,13 +218,17 @@ def hf_config(spec: ModelSpec, vocab_size: int, *, bos_token_id: int | None = No
 
 
 def build_model(spec: ModelSpec, vocab_size: int, *, bos_token_id: int | None = None,
-                eos_token_id: int | None = None, pad_token_id: int | None = None):
-    """A randomly initialised HF causal LM (fp32 master weights, SDPA attention) for ``spec``."""
+                eos_token_id: int | None = None, pad_token_id: int | None = None, device=None):
+    """A randomly initialised HF causal LM (fp32 master weights, SDPA attention) for ``spec``, built and
+    initialised on ``device`` (default: the CPU): on a GPU a 2.4B model is not first written to 10 GB of
+    host memory per rank by a serial CPU initialisation."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     cfg = hf_config(spec, vocab_size, bos_token_id=bos_token_id, eos_token_id=eos_token_id,
                     pad_token_id=pad_token_id)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    with torch.device(device or "cpu"):
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
     if spec.arch == "qwen3":
         zero_output_projections(model)
     return model

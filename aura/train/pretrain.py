@@ -371,7 +371,7 @@ def _build(cfg: PretrainConfig, spec, vocab: int, tok, run: Run) -> tuple[object
 
     torch.manual_seed(cfg.seed)
     ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    model = build_model(spec, vocab, **ids)
+    model = build_model(spec, vocab, **ids, device=run.dist.device)  # initialised where it trains
     model.generation_config = GenerationConfig(**ids)
     described = {"parameters": count_parameters(model), "flops_per_token": flops_per_token(model.config, spec.seq_len),
                  "hf_config": model.config.to_dict()}

@@ -159,7 +159,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
         fused = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, reduction="sum")
         with torch.autocast(h.device.type, enabled=False):
             return fused(weight.to(dtype), h.to(dtype), t, bias.to(dtype) if bias is not None else None).float()
-    chunk = chunk or chunk_tokens(h.shape[0], weight.shape[0], h.shape[1])
+    chunk = chunk or chunk_tokens(h.shape[0], weight.shape[0], h.shape[1], device_type=h.device.type)
     with torch.autocast(h.device.type, enabled=False):  # dtypes are explicit inside
         if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad
                                         or (bias is not None and bias.requires_grad)):

@@ -189,16 +189,17 @@ def autocast_context(precision: str, device: torch.device) -> ContextManager:
 
 
 def allow_tf32(device: torch.device) -> None:
-    """TF32 for fp32 matmuls and convolutions on CUDA (MFU counts fp32 runs against the TF32 peak)."""
+    """TF32 for fp32 matmuls and convolutions on CUDA (MFU counts fp32 runs against the TF32 peak).
+
+    Through the legacy flags on purpose: torch 2.9 added ``fp32_precision`` and deprecated them, but
+    inductor in torch 2.9-2.11 still reads ``torch.backends.cuda.matmul.allow_tf32``, and that getter raises
+    ("mix of legacy and new APIs") once the new setter was used, at the first compiled forward. The legacy
+    setters work and keep both views consistent on every torch from 2.6 to 2.13
+    (tests/test_gpu_readiness_compile.py reads both back)."""
     if device.type != "cuda":
         return
-    matmul = torch.backends.cuda.matmul
-    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9: the allow_tf32 flags are deprecated
-        matmul.fp32_precision = "tf32"
-        torch.backends.cudnn.conv.fp32_precision = "tf32"
-    else:
-        matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
 
 
 def make_scaler(precision: str, device: torch.device):

@@ -105,7 +105,7 @@ def finetune_estimate(config, *, method: str, lora_r: int, batch_size: int, max_
     if method == "qlora":
         activations += (4 * d * d + 3 * d * inter) * act_b  # one layer dequantised for its matmuls
     if chunked_loss:
-        chunk = chunk_tokens(tokens, vocab, d)
+        chunk = chunk_tokens(tokens, vocab, d, device_type=device_type)
         logits = chunk * vocab * (4 + 4 + act_b) + tokens * d * 4 + (head * 4 if method == "full" else 0)
     else:
         logits = tokens * vocab * (act_b + 4 + 4)

@@ -37,6 +37,7 @@ M = Messages("metrics", {
               "Epoch {epoch}/{epochs} | Train loss: {train} | Val loss: {val} | Epoch time: {seconds:.1f}s"),
     "eval": ("Validación en el paso {step}: pérdida {val:.4f} (perplejidad {ppl:.1f})",
              "Validation at step {step}: Loss {val:.4f} (perplexity {ppl:.1f})"),
+    "reserved": (" (reservada {gb} GB)", " (reserved {gb} GB)"),
     "mfu_peak": ("MFU calculado frente al pico de {peak}.", "MFU computed against the peak of {peak}."),
     "mfu_unknown": ("MFU no disponible: no se conoce el pico de FLOP/s de {device}.",
                     "MFU not available: the peak FLOP/s of {device} is not known."),
@@ -47,7 +48,7 @@ M = Messages("metrics", {
 })
 
 CSV_COLUMNS = ["time", "kind", "epoch", "step", "tokens", "train_loss", "val_loss", "lr", "grad_norm",
-               "tokens_per_s", "mfu", "seconds"]
+               "tokens_per_s", "mfu", "seconds", "mem_peak_gb", "mem_reserved_gb"]
 
 
 def _now() -> str:
@@ -65,13 +66,23 @@ def _shown(x: float | None, spec: str = ".4f") -> str:
 
 def memory_in_use(device) -> float:
     """Bytes of peak accelerator memory (CUDA) or resident memory of this process (CPU)."""
+    return memory_peaks(device, reset=False)[0]
+
+
+def memory_peaks(device, *, reset: bool = True) -> tuple[float, float | None]:
+    """(peak allocated, peak reserved) bytes on CUDA since the last reset, then reset, so that each logging
+    interval reports its own peaks: the caching allocator's reserved memory is what an out-of-memory error
+    is about, allocated alone can say a run fits when it does not. On the CPU: (resident memory, None)."""
     import torch
 
     if getattr(device, "type", "cpu") == "cuda":
-        return float(torch.cuda.max_memory_allocated(device))
+        peaks = float(torch.cuda.max_memory_allocated(device)), float(torch.cuda.max_memory_reserved(device))
+        if reset:
+            torch.cuda.reset_peak_memory_stats(device)
+        return peaks
     import psutil
 
-    return float(psutil.Process().memory_info().rss)
+    return float(psutil.Process().memory_info().rss), None
 
 
 class MetricsLogger:
@@ -135,16 +146,19 @@ class MetricsLogger:
         ``extras``: the objective's statistics for the interval (one more console line, CSV, TensorBoard)."""
         if not self.dist.is_main:
             return
-        mem = memory_in_use(self.dist.device)
+        mem, reserved = memory_peaks(self.dist.device)
         console.info(M("step", epoch=epoch + 1, step=step, total=self.total_steps, loss=_shown(loss), lr=lr,
                        grad=_shown(grad_norm, ".3f"), tps=tokens_per_s,
-                       mfu="-" if mfu is None else f"{num(100 * mfu, '.1f')}%", mem=f"{num(mem / 1e9, '.2f')} GB",
+                       mfu="-" if mfu is None else f"{num(100 * mfu, '.1f')}%", mem=f"{num(mem / 1e9, '.2f')} GB" + (
+                           "" if reserved is None else M("reserved", gb=num(reserved / 1e9, ".2f"))),
                        eta="-" if eta_s is None else format_duration(eta_s),
                        sync="" if sync is None else f" | Sync={sync}"))
         self._csv(kind="step", epoch=epoch + 1, step=step, tokens=tokens, train_loss=f"{loss:.6f}",
                   lr=f"{lr:.6e}", grad_norm=_fmt(grad_norm, ".6f") if grad_norm is not None else None,
                   tokens_per_s=f"{tokens_per_s:.1f}", mfu=None if mfu is None else f"{mfu:.4f}",
-                  seconds=f"{elapsed_s:.2f}", **self._extras(extras, step))
+                  seconds=f"{elapsed_s:.2f}", mem_peak_gb=f"{mem / 1e9:.3f}",
+                  mem_reserved_gb=None if reserved is None else f"{reserved / 1e9:.3f}",
+                  **self._extras(extras, step))
         self._scalar("Loss/train_step", loss, step)
         self._scalar("LR", lr, step)
         self._scalar("Train/grad_norm", grad_norm, step)
@@ -187,6 +201,7 @@ class MetricsLogger:
             import torch
 
             self._scalar("System/GPU_VRAM_MB", torch.cuda.memory_allocated(self.dist.device) / 2**20, step)
+            self._scalar("System/GPU_reserved_MB", torch.cuda.memory_reserved(self.dist.device) / 2**20, step)
         else:
             self._scalar("System/GPU_VRAM_MB", 0.0, step)
 

@@ -1,0 +1,673 @@
+"""The checks of the GPU suite (``bench/gpu_suite.py`` runs them; see its docstring).
+
+Each check is a function ``(ctx) -> Result`` registered with ``@check(name, timeout=..., ...)`` in the order
+the suite runs them: the most telling first, so that a device lease that runs out still returns them. A check
+runs in the suite's worker process (torch and Aura imported once) and returns its figure, its target and
+whether it met it; an exception is a failed check, never a failed suite. Shapes come from ``ctx.cpu``: the
+``--cpu`` mode (CI) runs the same code on tiny shapes so that none of it rots.
+
+The training-step checks drive Aura's own step (``aura.train.loop.optimizer_step`` over a model from
+``aura.models.presets.build_model``, wrapped by ``aura.distributed.parallelize``, with the ``TorchEngine``)
+on random tokens, timed with CUDA events after a warm-up: the path every ``aura pretrain`` step takes, with
+no data loading, logging or checkpoint writing in the figure. The CLI checks run ``aura`` commands in this
+process (``aura.cli.main``) or, where signals or several processes are the point, as child processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "aura" / "resources" / "corpus_es"
+GB = 1e9
+
+
+@dataclass
+class Result:
+    figure: str
+    ok: bool | None  # None: skipped (an optional package is missing, or the check is GPU-only in --cpu)
+    target: str = ""
+    metrics: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    title: str
+    fn: Callable
+    timeout: float  # seconds on a GPU; --cpu gives every check cpu_timeout
+    expect: float  # seconds it usually takes on an H100/H200: not started with less of the budget left
+    cpu_timeout: float = 240
+    cpu_expect: float = 1
+    gpu_only: bool = False
+    keep: bool = False  # its folder stays until the end (a later check reads it)
+
+
+CHECKS: list[Check] = []
+
+
+def check(name: str, title: str, *, timeout: float = 90, expect: float | None = None, cpu_timeout: float = 240,
+          cpu_expect: float = 1, gpu_only: bool = False, keep: bool = False):
+    def register(fn):
+        CHECKS.append(Check(name, title, fn, timeout, timeout / 2 if expect is None else expect, cpu_timeout,
+                            cpu_expect, gpu_only, keep))
+        return fn
+    return register
+
+
+class Context:
+    """What every check shares: the suite's folder, the device, the prepared data and tokenizer."""
+
+    def __init__(self, work: Path, *, cpu: bool):
+        import torch
+
+        self.work, self.cpu = work, cpu
+        self.device = torch.device("cpu" if cpu else "cuda")
+        self.precision = "fp32" if cpu else "bf16"
+        self.tok, self.data = work / "setup" / "tok", work / "setup" / "data"
+
+    def dir(self, name: str) -> Path:
+        path = self.work / "checks" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def aura(self, *args) -> int:
+        """``aura ARGS`` in this process; its console lines go to the worker's log."""
+        from aura.cli import main
+
+        return main([str(a) for a in args])
+
+    def aura_child(self, *args, timeout: float = 300, python: list[str] | None = None) -> subprocess.CompletedProcess:
+        cmd = [*(python or [sys.executable, "-m", "aura"]), *map(str, args)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=self.work, env=os.environ)
+
+
+def spec_of(ctx: Context, preset: str):
+    from aura.models.presets import PRESETS, ModelSpec
+
+    if ctx.cpu:  # the same family at a size a 2-core CI machine trains in seconds
+        return ModelSpec(f"{preset} (tiny)", PRESETS[preset].arch, 128, 2, 4, 2, 128, 384)
+    return PRESETS[preset]
+
+
+def log_rows(run: Path, kind: str = "step") -> list[dict]:
+    with open(run / "training_log.csv", newline="", encoding="utf-8") as f:
+        return [r for r in csv.DictReader(f) if r["kind"] == kind]
+
+
+def _gb(x: float | None) -> str:
+    return "-" if x is None else f"{x / GB:.1f} GB"
+
+
+# ---- Aura's training step on random tokens, timed ---------------------------------------------------------
+
+@dataclass
+class StepFigures:
+    seconds_per_step: float
+    tokens_per_s: float
+    mfu: float | None
+    peak_allocated: float | None
+    peak_reserved: float | None
+    profile: dict | None = None
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class _Timer:
+    """CUDA events on a GPU (the device's own clock, no host gaps counted twice), perf_counter on the CPU."""
+
+    def __init__(self, device):
+        import torch
+
+        self.device = device
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(2)] if device.type == "cuda" else None
+
+    def __enter__(self):
+        if self.events:
+            self.events[0].record()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.events:
+            self.events[1].record()
+            self.events[1].synchronize()
+            self.seconds = self.events[0].elapsed_time(self.events[1]) / 1000
+        else:
+            self.seconds = time.perf_counter() - self.t0
+
+
+def build_for_steps(ctx: Context, spec, *, vocab: int, ckpt: bool = False, compile_: bool = False):
+    """(model, its training FLOPs per token): Aura's model, built on the device and parallelised as
+    ``aura pretrain`` does (one process: no wrapper)."""
+    import torch
+
+    from aura.distributed import DistInfo, parallelize
+    from aura.models.presets import build_model, flops_per_token
+
+    torch.manual_seed(0)
+    model = build_model(spec, vocab, device=ctx.device)
+    fpt = flops_per_token(model.config, spec.seq_len)
+    model = parallelize(model, dist=DistInfo(device=ctx.device), strategy="auto", compile=compile_,
+                        gradient_checkpointing=ckpt, mixed_precision=None)
+    model.train()
+    return model, fpt
+
+
+def engine_for(ctx: Context, model, *, optimizer: str = "adamw", precision: str | None = None):
+    from aura.distributed import DistInfo
+    from aura.train.optim.engine import TorchEngine, build_optimizer
+
+    args = SimpleNamespace(learning_rate=3e-4, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, weight_decay=0.1,
+                           optimizer=optimizer)
+    return TorchEngine(build_optimizer(model, args, ctx.device), precision=precision or ctx.precision,
+                       dist=DistInfo(device=ctx.device), max_grad_norm=1.0)
+
+
+def time_steps(ctx: Context, model, engine, *, fpt: float, batch: int, seq: int, vocab: int, accum: int = 1,
+               warmup: int = 3, steps: int = 5, profile: bool = False) -> StepFigures:
+    """Seconds per optimizer step of Aura's step over ``accum`` micro-batches of ``batch`` x ``seq`` random
+    tokens, after ``warmup`` steps (compilation, cuBLAS heuristics, the allocator's first growth). Peaks are
+    read over the timed steps only."""
+    import torch
+
+    from aura.distributed import DistInfo
+    from aura.models.hardware import detect
+    from aura.train.loop import optimizer_step
+
+    dist = DistInfo(device=ctx.device)
+    gen = torch.Generator().manual_seed(0)
+
+    def window() -> list[dict]:
+        return [{"input_ids": torch.randint(vocab, (batch, seq), generator=gen),  # (B, T)
+                 "shift_labels": torch.randint(vocab, (batch, seq), generator=gen)} for _ in range(accum)]
+
+    for _ in range(warmup):
+        optimizer_step(model, engine, window(), lr=1e-4, dist=dist)
+    _sync(ctx.device)
+    if ctx.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    windows = [window() for _ in range(steps)]  # made before the clock starts
+    with _Timer(ctx.device) as t:
+        for w in windows:
+            optimizer_step(model, engine, w, lr=1e-4, dist=dist)
+    tokens = batch * seq * accum * steps
+    peak = detect().peak_flops(engine.precision)
+    fig = StepFigures(t.seconds / steps, tokens / t.seconds, fpt * tokens / t.seconds / peak if peak else None,
+                      *(_peaks(ctx.device)))
+    if profile:
+        try:
+            fig.profile = profile_steps(ctx, model, engine, window, dist)
+        except Exception as e:  # noqa: BLE001 - the profile is a side figure: it never hides the timing
+            fig.profile = {"error": f"{type(e).__name__}: {e}"[:300], "sdpa_ops": []}
+    return fig
+
+
+def _peaks(device) -> tuple[float | None, float | None]:
+    import torch
+
+    if device.type != "cuda":
+        return None, None
+    return float(torch.cuda.max_memory_allocated(device)), float(torch.cuda.max_memory_reserved(device))
+
+
+def profile_steps(ctx: Context, model, engine, window, dist, steps: int = 2) -> dict:
+    """torch.profiler over ``steps`` steps: the top kernels by device time, the share of the wall time the
+    GPU had no kernel running (an upper bound of host overhead: overlapping kernels are counted once each),
+    and which scaled-dot-product-attention implementation ran."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from aura.train.loop import optimizer_step
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
+    windows = [window() for _ in range(steps)]
+    _sync(ctx.device)
+    t0 = time.perf_counter()
+    with profile(activities=acts) as prof:
+        for w in windows:
+            optimizer_step(model, engine, w, lr=1e-4, dist=dist)
+        _sync(ctx.device)
+    wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    sdpa = sorted({e.key for e in events if e.key.startswith("aten::_scaled_dot_product")
+                   or e.key.startswith("aten::_flash_attention") or e.key.startswith("aten::_efficient_attention")
+                   or e.key.startswith("aten::_cudnn_attention")})
+    out = {"sdpa_ops": sdpa, "wall_s": wall}
+    if ctx.device.type == "cuda":
+        kernels = [e for e in events if e.device_type.name == "CUDA" and e.self_device_time_total > 0]
+        busy = sum(e.self_device_time_total for e in kernels) / 1e6
+        top = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:6]
+        out["gpu_idle_share"] = max(0.0, 1 - busy / wall)
+        out["top_kernels"] = [(e.key[:70], round(e.self_device_time_total / 1e6 / max(busy, 1e-9), 3)) for e in top]
+        out["attention_kernels"] = sorted({e.key[:70] for e in kernels if any(
+            k in e.key.lower() for k in ("flash", "fmha", "attention", "cudnn_sdpa", "sdpa"))})[:4]
+    return out
+
+
+def release() -> None:
+    """After each check (the worker calls it): the check's tensors freed, the allocator's cache returned,
+    compiled graphs dropped, so that the next check's memory figures are its own."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        torch._dynamo.reset()
+    except Exception:  # noqa: BLE001 - dynamo not loaded
+        pass
+
+
+# ---- the checks, in the order they run ---------------------------------------------------------------------
+
+@check("environment", "Device, driver, torch, CUDA; optional packages", expect=5, timeout=30, cpu_timeout=60)
+def environment(ctx: Context) -> Result:
+    import torch
+
+    info = {"torch": torch.__version__, "cuda": torch.version.cuda or "-"}
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info.update(device=f"{torch.cuda.device_count()} x {p.name}", memory_gib=round(p.total_memory / 2**30, 1),
+                    capability=f"{p.major}.{p.minor}", sms=p.multi_processor_count)
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            info["driver"] = pynvml.nvmlSystemGetDriverVersion()
+        except Exception as e:  # noqa: BLE001
+            info["driver"] = f"NVML failed: {e}"
+    else:
+        from aura.models.hardware import detect
+
+        info["device"] = f"CPU: {detect().name}"
+    info["optional"] = {name: importlib.util.find_spec(mod) is not None for name, mod in OPTIONAL.items()}
+    missing = [n for n, ok in info["optional"].items() if not ok]
+    figure = f"{info['device']}; torch {info['torch']}, CUDA {info['cuda']}, driver {info.get('driver', '-')}"
+    return Result(figure + (f"; not installed: {', '.join(missing)}" if missing else ""), True, metrics=info)
+
+
+OPTIONAL = {"bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "vllm": "vllm", "liger-kernel": "liger_kernel",
+            "flash-attn": "flash_attn", "gguf": "gguf", "llama-cpp-python": "llama_cpp", "datasets": "datasets"}
+
+
+@check("setup", "Tokenizer trained and the tiled corpus tokenised once", expect=30, timeout=120, cpu_timeout=240, keep=True)
+def setup(ctx: Context) -> Result:
+    """The embedded Spanish corpus in numbered copies, every paragraph marked with its copy's number (the
+    prepare step deduplicates paragraphs: unmarked copies would be dropped), so that no check's run reaches
+    the end of an epoch (which would validate and save inside the figure)."""
+    src = ctx.work / "setup" / "corpus"
+    src.mkdir(parents=True, exist_ok=True)
+    copies = 2 if ctx.cpu else 40
+    for path in sorted(CORPUS.glob("*.txt")):
+        text = path.read_text(encoding="utf-8")
+        paragraphs = [p for p in text.split("\n\n") if p.strip()]
+        (src / path.name).write_text("".join(f"({i}) {p}\n\n" for i in range(copies) for p in paragraphs),
+                                     encoding="utf-8")
+    files = sorted(src.glob("*.txt"))
+    assert ctx.aura("tokenizer", "train", *files, "--vocab-size", 2000 if ctx.cpu else 8000,
+                    "--output-dir", ctx.tok) == 0, "aura tokenizer train failed"
+    assert ctx.aura("data", "prepare", *files, "--tokenizer", ctx.tok, "--output-dir", ctx.data,
+                    "--val-fraction", "0.01") == 0, "aura data prepare failed"
+    shutil.rmtree(src)
+    from aura.data.pretrain_data import open_splits
+
+    tokens = len(open_splits(ctx.data)[0])
+    return Result(f"{tokens:,} tokens ({copies} copies of the corpus)", tokens > 0, metrics={"tokens": tokens})
+
+
+def _mfu_check(ctx: Context, *, ckpt: bool, compile_: bool, profile: bool = False) -> Result:
+    spec = spec_of(ctx, "aura-72h-extended")
+    vocab, batch = (2000, 2) if ctx.cpu else (32000, 4)
+    model, fpt = build_for_steps(ctx, spec, vocab=vocab, ckpt=ckpt, compile_=compile_)
+    engine = engine_for(ctx, model)
+    f = time_steps(ctx, model, engine, fpt=fpt, batch=batch, seq=spec.seq_len, vocab=vocab,
+                   warmup=2 if ctx.cpu else 3, steps=2 if ctx.cpu else 6, profile=profile)
+    metrics = {"seconds_per_step": f.seconds_per_step, "tokens_per_s": f.tokens_per_s, "mfu": f.mfu,
+               "peak_allocated": f.peak_allocated, "peak_reserved": f.peak_reserved, "batch": batch,
+               "seq": spec.seq_len, "vocab": vocab, "profile": f.profile}
+    target = 0.35 if ckpt else (0.45 if compile_ else None)  # eager: the reference the others are read against
+    text = (f"{f.tokens_per_s:,.0f} tok/s, MFU {'-' if f.mfu is None else f'{100 * f.mfu:.1f} %'}, "
+            f"peak {_gb(f.peak_allocated)} allocated / {_gb(f.peak_reserved)} reserved")
+    if f.profile:
+        p = f.profile
+        if "gpu_idle_share" in p:
+            text += f"; GPU idle {100 * p['gpu_idle_share']:.0f} %; top kernel {p['top_kernels'][0][0][:40]}"
+        text += f"; SDPA: {', '.join(p['sdpa_ops']) or '-'} {p.get('attention_kernels', [])[:1]}"
+    ok = True if ctx.cpu or target is None else (f.mfu or 0) >= target
+    return Result(text, ok, "-" if target is None else f"MFU >= {100 * target:.0f} %", metrics)
+
+
+@check("mfu_eager", "1.3B (aura-72h-extended) bf16 eager, batch 4 x 2048: MFU, memory, profile, SDPA kernel",
+       expect=30, timeout=100)
+def mfu_eager(ctx: Context) -> Result:
+    return _mfu_check(ctx, ckpt=False, compile_=False, profile=True)
+
+
+@check("mfu_compile", "Same, --compile (each block compiled)", expect=20, timeout=180, gpu_only=True)
+def mfu_compile(ctx: Context) -> Result:
+    return _mfu_check(ctx, ckpt=False, compile_=True)
+
+
+@check("mfu_ckpt", "Same, gradient checkpointing and --compile", expect=40, timeout=150, gpu_only=True)
+def mfu_ckpt(ctx: Context) -> Result:
+    """With --compile: recomputation costs a third more compute that MFU does not count, and eager HF
+    blocks leave the GPU idle between small kernels (the eager check's profile), so a checkpointed run is
+    meant to be compiled. 2026-11-28 on an H200, eager with checkpointing: MFU 24.3 % (docs/benchmarks.md)."""
+    return _mfu_check(ctx, ckpt=True, compile_=True)
+
+
+@check("auto_memory", "aura-72h-max (or what auto picks here) at auto's batch vs the memory model", expect=45, timeout=120,
+       gpu_only=True)
+def auto_memory(ctx: Context) -> Result:
+    """Like with like: the memory model's total less its CUDA context (1 GiB, outside the caching allocator)
+    against the allocator's reserved peak, at the preset, batch, precision and checkpointing auto chose, with
+    the vocabulary auto plans for."""
+    from aura.models.hardware import GIB, PLANNING_VOCAB, choose_auto, detect, estimate_memory
+    from aura.models.presets import PRESETS
+
+    choice = choose_auto(detect())
+    spec = PRESETS[choice.preset]
+    est = estimate_memory(spec, vocab_size=PLANNING_VOCAB, batch_size=choice.batch_size, precision=choice.precision,
+                          gradient_checkpointing=choice.gradient_checkpointing)
+    model, fpt = build_for_steps(ctx, spec, vocab=PLANNING_VOCAB, ckpt=choice.gradient_checkpointing)
+    engine = engine_for(ctx, model, precision=choice.precision)
+    f = time_steps(ctx, model, engine, fpt=fpt, batch=choice.batch_size, seq=spec.seq_len, vocab=PLANNING_VOCAB,
+                   warmup=2, steps=3)
+    model_bytes = est.total - GIB
+    err = (f.peak_reserved - model_bytes) / model_bytes
+    parts = {k: getattr(est, k) / GB for k in ("weights", "gradients", "optimizer", "activations", "logits", "overhead")}
+    return Result(f"{choice.preset}, batch {choice.batch_size}, ckpt {choice.gradient_checkpointing}: reserved peak "
+                  f"{_gb(f.peak_reserved)} (allocated {_gb(f.peak_allocated)}) vs model {_gb(model_bytes)} "
+                  f"({100 * err:+.0f} %); MFU {100 * (f.mfu or 0):.1f} %",
+                  abs(err) <= 0.15, "within 15 % of the memory model",
+                  {"preset": choice.preset, "batch": choice.batch_size, "ckpt": choice.gradient_checkpointing,
+                   "peak_reserved": f.peak_reserved, "peak_allocated": f.peak_allocated, "model_bytes": model_bytes,
+                   "estimate_parts_gb": parts, "mfu": f.mfu, "tokens_per_s": f.tokens_per_s})
+
+
+@check("fp16_lora_resume", "fp16 LoRA with dropout: 8 steps against 4 + resume 4 (CUDA RNG restored)", expect=40, timeout=120)
+def fp16_lora_resume(ctx: Context) -> Result:
+    """GradScaler state, LoRA dropout masks from the restored CUDA RNG and the data position: the resumed
+    steps' losses must equal the uninterrupted run's. On the CPU (no fp16 GradScaler): fp32."""
+    base = small_base(ctx)
+    data = sft_data(ctx)
+    precision = "fp32" if ctx.cpu else "fp16"
+    a, b = ctx.dir("lora_a"), ctx.dir("lora_b")
+    flags = ["--base-model", base, "--data", data, "--method", "lora", "--lora-dropout", "0.1", "--precision",
+             precision, "--batch-size", 4, "--gradient-accumulation-steps", 1, "--max-length", 512, "--max-steps", 8,
+             "--save-steps", 4, "--log-interval", 1, "--learning-rate", "2e-4"]
+    assert ctx.aura("finetune", *flags, "--output-dir", a, "--overwrite") == 0, "the 8-step run failed"
+    shutil.rmtree(b)
+    shutil.copytree(a, b, ignore=lambda d, names: [n for n in names if n in ("final", "best") or
+                                                   n.endswith("-8") or n.startswith("interrupt")])
+    ckpt = b / "checkpoint-step-4"
+    assert ckpt.is_dir(), f"no checkpoint-step-4 in {sorted(p.name for p in a.iterdir())}"
+    assert ctx.aura("finetune", *flags, "--output-dir", b, "--resume-from", ckpt) == 0, "the resumed run failed"
+    la = {r["step"]: float(r["train_loss"]) for r in log_rows(a)}
+    lb = {r["step"]: float(r["train_loss"]) for r in log_rows(b)}
+    later = [k for k in la if int(k) > 4]
+    worst = max(abs(la[k] - lb.get(k, math.inf)) for k in later)
+    return Result(f"{precision}: steps 5-8 after resume differ by at most {worst:.2e}", worst <= 1e-6 and
+                  la.keys() == lb.keys(), "equal losses", {"a": la, "b": lb})
+
+
+def small_base(ctx: Context) -> Path:
+    """A random Llama with the suite's tokenizer (fp32 safetensors): LoRA and GRPO checks start from it."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = ctx.work / "setup" / "base"
+    if out.is_dir():
+        return out
+    tok = AutoTokenizer.from_pretrained(ctx.tok)
+    d = 64 if ctx.cpu else 896  # the GPU's: Qwen2.5-0.5B's width and depth
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=d, intermediate_size=4 * d if ctx.cpu else 4864,
+                      num_hidden_layers=2 if ctx.cpu else 24, num_attention_heads=4 if ctx.cpu else 14,
+                      num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    with torch.device(ctx.device):
+        model = LlamaForCausalLM(cfg)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def sft_data(ctx: Context) -> Path:
+    """Instruction rows (messages) made from the corpus's paragraphs: a question and the paragraph."""
+    out = ctx.work / "setup" / "sft.jsonl"
+    if out.is_file():
+        return out
+    paragraphs = [p.strip() for f in sorted(CORPUS.glob("*.txt")) for p in f.read_text(encoding="utf-8").split("\n\n")
+                  if len(p.strip()) > 80]
+    with open(out, "w", encoding="utf-8") as f:
+        for i, p in enumerate(paragraphs[:400]):
+            f.write(json.dumps({"messages": [{"role": "user", "content": f"Resume el texto {i}: {p[:60]}"},
+                                             {"role": "assistant", "content": p[:300]}]}, ensure_ascii=False) + "\n")
+    return out
+
+
+@check("muon_vs_adamw", "Muon vs AdamW: optimizer step time at the preset's accumulation (qwen3-72h)", expect=45, timeout=120)
+def muon_vs_adamw(ctx: Context) -> Result:
+    from aura.models.hardware import TARGET_TOKENS_PER_STEP
+    from aura.models.presets import preset_training
+
+    spec = spec_of(ctx, "qwen3-72h")
+    batch = 2 if ctx.cpu else preset_training("qwen3-72h").batch_size
+    accum = 2 if ctx.cpu else max(1, TARGET_TOKENS_PER_STEP // (batch * spec.seq_len))
+    vocab = 2000 if ctx.cpu else 32000
+    model, fpt = build_for_steps(ctx, spec, vocab=vocab)
+    figures = {}
+    for name in ("adamw", "muon"):
+        engine = engine_for(ctx, model, optimizer=name)
+        figures[name] = time_steps(ctx, model, engine, fpt=fpt, batch=batch, seq=spec.seq_len, vocab=vocab,
+                                   accum=accum, warmup=1, steps=2 if ctx.cpu else 3)
+        figures[name + "_opt_s"] = _optimizer_only(ctx, model, engine.optimizer)
+        engine = None  # the next optimizer's state replaces this one's
+    ratio = figures["muon"].seconds_per_step / figures["adamw"].seconds_per_step
+    return Result(f"batch {batch} x accumulation {accum}: {ratio:.2f}x AdamW's step time "
+                  f"({figures['muon'].seconds_per_step:.2f} s vs {figures['adamw'].seconds_per_step:.2f} s; optimizer "
+                  f"alone {figures['muon_opt_s'] * 1e3:.0f} ms vs {figures['adamw_opt_s'] * 1e3:.0f} ms); Muon "
+                  f"{figures['muon'].tokens_per_s:,.0f} tok/s",
+                  True if ctx.cpu else ratio <= 1.15, "Muon <= 1.15x AdamW's step time",
+                  {"ratio": ratio, "accum": accum, "batch": batch,
+                   **{k: (v if isinstance(v, float) else v.seconds_per_step) for k, v in figures.items()}})
+
+
+def _optimizer_only(ctx: Context, model, opt, reps: int = 3) -> float:
+    """Seconds of one ``optimizer.step()`` with the gradients of the last step in place."""
+    import torch
+
+    for p in model.parameters():
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
+    opt.step()
+    with _Timer(ctx.device) as t:
+        for _ in range(reps):
+            opt.step()
+    opt.zero_grad(set_to_none=True)
+    return t.seconds / reps
+
+
+@check("chunked_loss", "Chunked / fused cross entropy vs plain, vocab 128k", expect=15, timeout=60)
+def chunked_loss(ctx: Context) -> Result:
+    shape = ["--vocab", "32000", "--d-model", "128", "--tokens", "2048", "--steps", "1"] if ctx.cpu else \
+        ["--vocab", "128256", "--d-model", "2048", "--tokens", "8192", "--steps", "5", "--device", "cuda",
+         "--dtype", "bf16"]
+    proc = ctx.aura_child(*shape, "--json", python=[sys.executable, str(ROOT / "bench" / "bench_loss.py")], timeout=55)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-600:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    return Result(f"peak memory x{r['memory']:.2f}, tokens/s x{r['speed']:.2f} (chunked / plain), loss difference "
+                  f"{r['loss_rel_diff']:.1e}", r["memory"] < 0.5 and r["loss_rel_diff"] < 1e-3,
+                  "less than half the memory, same loss", r)
+
+
+@check("doctor", "aura doctor / aura monitor --once (NVML)", expect=10, timeout=60, cpu_timeout=120)
+def doctor(ctx: Context) -> Result:
+    d = ctx.aura_child("doctor", "--json", "--output-dir", ctx.work, timeout=55)
+    m = ctx.aura_child("monitor", "--once", "--json", timeout=55)
+    doc = json.loads(d.stdout)
+    mon = json.loads(m.stdout.strip().splitlines()[-1])
+    gpus = len(mon.get("gpus") or [])
+    cuda = doc["auto"]["hardware"]["device_type"] == "cuda"
+    return Result(f"auto: {doc['auto']['preset']} (batch {doc['auto']['batch_size']}); GPUs read through NVML: {gpus}",
+                  ctx.cpu or (cuda and gpus > 0), "CUDA device seen, NVML reads it")
+
+
+@check("check_dist", "aura launch check-dist (NCCL on a GPU, gloo on the CPU)", expect=20, timeout=60, cpu_timeout=120)
+def check_dist(ctx: Context) -> Result:
+    import torch
+
+    n = max(torch.cuda.device_count(), 1) if not ctx.cpu else 2
+    backend = "gloo" if ctx.cpu else "nccl"
+    proc = ctx.aura_child("launch", "--gpus-per-node", n, "check-dist", "--backend", backend, timeout=55)
+    ok = "Sync=OK" in proc.stdout
+    return Result(f"{n} x {backend}: " + ("Sync=OK" if ok else (proc.stdout + proc.stderr)[-200:]), ok, "Sync=OK")
+
+
+@check("grpo_torch", "GRPO, PyTorch engine: 0.5B shape (CPU: tiny), LoRA, G 8, 128 tokens", expect=45, timeout=120)
+def grpo_torch(ctx: Context) -> Result:
+    base = small_base(ctx)
+    out = ctx.dir("grpo")
+    g, tokens = (4, 16) if ctx.cpu else (8, 128)
+    assert ctx.aura("finetune", "--objective", "grpo", "--base-model", base, "--rollout-engine", "torch",
+                    "--num-generations", g, "--batch-size", g, "--gradient-accumulation-steps", 1,
+                    "--max-completion-length", tokens, "--max-steps", 2 if ctx.cpu else 4, "--log-interval", 1,
+                    "--precision", ctx.precision, "--save-steps", 0, "--output-dir", out, "--overwrite") == 0, \
+        "aura finetune --objective grpo failed"
+    rows = log_rows(out)[1:] or log_rows(out)  # the first step includes the warm-up
+    gen = sum(float(r["completion_length"]) * g for r in rows)
+    seconds = sum(float(r["time/rollout_s"]) for r in rows)
+    return Result(f"{gen / seconds:,.0f} completion tokens/s in rollouts ({len(rows)} steps)", seconds > 0,
+                  "rollouts run", {"rollout_tokens_per_s": gen / seconds})
+
+
+@check("pretrain_cli", "aura pretrain gpt2-small bf16 --compile (CLI): MFU and memory columns, final/", expect=75, timeout=150,
+       keep=True)
+def pretrain_cli(ctx: Context) -> Result:
+    """The whole command on the GPU: TF32 flags and inductor (the first compiled forward), the fused GELU, the
+    memory columns of training_log.csv, and a final/ model."""
+    out = ctx.dir("pretrain")
+    args = ["--model-preset", "tiny", "--precision", "fp32", "--batch-size", 4, "--max-steps", 8,
+            "--log-interval", 2] if ctx.cpu else \
+        ["--model-preset", "gpt2-small", "--precision", "bf16", "--batch-size", 16, "--max-steps", 40,
+         "--log-interval", 10, "--compile"]
+    assert ctx.aura("pretrain", "--data", ctx.data, "--tokenizer", ctx.tok, "--sample-tokens", 0, "--save-steps", 0,
+                    *args, "--output-dir", out, "--overwrite") == 0, "aura pretrain failed"
+    rows = log_rows(out)
+    last = rows[-1]
+    mfu = float(last["mfu"]) if last.get("mfu") else None
+    reserved = float(last["mem_reserved_gb"]) if last.get("mem_reserved_gb") else None
+    ok = (out / "final" / "config.json").is_file() and bool(last.get("mem_peak_gb"))
+    if not ctx.cpu:
+        ok = ok and reserved is not None and mfu is not None
+    return Result(f"{float(last['tokens_per_s']):,.0f} tok/s, MFU {'-' if mfu is None else f'{100 * mfu:.1f} %'}, "
+                  f"peak {last.get('mem_peak_gb') or '-'} GB allocated / {reserved or '-'} GB reserved, final/ saved",
+                  ok, "runs; memory columns logged", {"rows": rows[-2:]})
+
+
+@check("gguf", "GGUF export of the model trained above, verified in llama.cpp", expect=20, timeout=90)
+def gguf(ctx: Context) -> Result:
+    if importlib.util.find_spec("gguf") is None or importlib.util.find_spec("llama_cpp") is None:
+        return Result("gguf / llama-cpp-python not installed here", None)
+    src = ctx.work / "checks" / "pretrain" / "final"
+    assert src.is_dir(), "pretrain_cli did not leave final/"
+    assert ctx.aura("export", "gguf", "--model", src, "--outfile", ctx.dir("gguf") / "model.gguf") == 0, \
+        "aura export gguf failed"
+    return Result("exported and verified in llama.cpp", True, "logits match")
+
+
+def _needs(module: str) -> Result | None:
+    if importlib.util.find_spec(module) is None:
+        return Result(f"{module} not installed here", None)
+    return None
+
+
+@check("qlora", "QLoRA (bitsandbytes 4-bit), 4 steps", expect=30, timeout=90, gpu_only=True)
+def qlora(ctx: Context) -> Result:
+    if (skip := _needs("bitsandbytes")) is not None:
+        return skip
+    out = ctx.dir("qlora")
+    assert ctx.aura("finetune", "--base-model", small_base(ctx), "--data", sft_data(ctx), "--method", "qlora",
+                    "--max-steps", 4, "--log-interval", 1, "--save-steps", 0, "--output-dir", out) == 0
+    return Result(f"loss {log_rows(out)[-1]['train_loss']}", True)
+
+
+@check("deepspeed", "LoRA under DeepSpeed ZeRO-2, one GPU, 4 steps", expect=40, timeout=90, gpu_only=True)
+def deepspeed(ctx: Context) -> Result:
+    if (skip := _needs("deepspeed")) is not None:
+        return skip
+    out = ctx.dir("zero2")
+    proc = ctx.aura_child("finetune", "--base-model", small_base(ctx), "--data", sft_data(ctx), "--method", "lora",
+                          "--deepspeed", ROOT / "examples" / "ds_config_zero2.json", "--max-steps", 4,
+                          "--log-interval", 1, "--save-steps", 0, "--output-dir", out, timeout=85)
+    return Result(f"exit {proc.returncode}", proc.returncode == 0)
+
+
+@check("grpo_vllm", "GRPO rollouts with vLLM colocate", expect=60, timeout=120, gpu_only=True)
+def grpo_vllm(ctx: Context) -> Result:
+    if (skip := _needs("vllm")) is not None:
+        return skip
+    out = ctx.dir("grpo_vllm")
+    assert ctx.aura("finetune", "--objective", "grpo", "--base-model", small_base(ctx), "--rollout-engine", "vllm",
+                    "--num-generations", 8, "--batch-size", 8, "--max-completion-length", 128, "--max-steps", 3,
+                    "--log-interval", 1, "--precision", "bf16", "--save-steps", 0, "--output-dir", out) == 0
+    rows = log_rows(out)[1:]
+    return Result(f"{sum(float(r['completion_length']) * 8 for r in rows) / sum(float(r['time/rollout_s']) for r in rows):,.0f}"
+                  " completion tokens/s in rollouts", True)
+
+
+@check("liger", "Liger fused linear + cross entropy (picked when installed)", expect=30, timeout=60, gpu_only=True)
+def liger(ctx: Context) -> Result:
+    if (skip := _needs("liger_kernel")) is not None:
+        return skip
+    out = ctx.dir("liger")
+    assert ctx.aura("pretrain", "--data", ctx.data, "--tokenizer", ctx.tok, "--model-preset", "gpt2-small",
+                    "--precision", "bf16", "--batch-size", 8, "--max-steps", 10, "--log-interval", 5,
+                    "--sample-tokens", 0, "--save-steps", 0, "--output-dir", out) == 0
+    return Result(f"loss {log_rows(out)[-1]['train_loss']}", True)
+
+
+# Run only with --selftest, right after setup (tests/test_gpu_suite.py): they prove the driver's timeouts, its
+# restart of the worker for the checks after a timeout, and the budget's skipping.
+SELFTEST = ("selftest_timeout", "selftest_budget")
+
+
+@check("selftest_timeout", "Self-test: a check that outlives its timeout", expect=1, timeout=2, cpu_timeout=2)
+def selftest_timeout(ctx: Context) -> Result:
+    (ctx.dir("selftest_timeout") / "partial.bin").write_bytes(b"0" * 1000)  # removed by the driver
+    time.sleep(60)
+    return Result("never reached", False)
+
+
+@check("selftest_budget", "Self-test: a check longer than the budget left", expect=1e6, cpu_expect=1e6)
+def selftest_budget(ctx: Context) -> Result:
+    return Result("never reached", False)
+
+
+# The order of a run: the most telling first, so that a lease that runs out still returns them.
+ORDER = ["environment", "setup", "mfu_eager", "mfu_compile", "pretrain_cli", "mfu_ckpt", "auto_memory",
+         "fp16_lora_resume", "muon_vs_adamw", "chunked_loss", "doctor", "check_dist", "grpo_torch", "gguf", "qlora",
+         "deepspeed", "grpo_vllm", "liger", *SELFTEST]
+CHECKS.sort(key=lambda c: ORDER.index(c.name))
