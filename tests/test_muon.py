@@ -144,6 +144,7 @@ def test_ranks_share_newton_schulz_under_ddp_and_fsdp_and_match_one_process(tmp_
         assert r["fsdp_max_diff"] < 4e-3 and r["fsdp_momentum"] == "DTensor"  # sharded state, saved by DCP
         # a fresh FSDP2 model and optimizer loaded from the DCP checkpoint continue exactly
         assert r["fsdp_resumed"] == r["fsdp_after"] and r["fsdp_resumed_bitwise"]
+        assert r["other_layout_bitwise"]  # columns sharded: the whole matrix on every rank, the same step
     assert ranks[0]["ddp"] == ranks[1]["ddp"] and ranks[0]["fsdp_after"] == ranks[1]["fsdp_after"]
 
 
@@ -188,8 +189,8 @@ def test_fsdp_muon_run_trains_and_resumes_exactly(prepared, tmp_path):  # noqa: 
 def test_ddp_two_ranks_equal_one_process_and_diloco_runs_muon(prepared, tmp_path_factory):  # noqa: F811
     """2 ranks x batch 4 (DDP) against 1 process x batch 8, both Muon: the ranks share the orthogonalisation
     of the same all-reduced gradient, so the losses agree step by step up to float rounding (bf16
-    Newton-Schulz on gradients whose last bits differ). Then --local-steps 3 runs Muon + AdamW as DiLoCo's inner optimizer
-    and keeps its replicas equal at every outer step."""
+    Newton-Schulz on gradients whose last bits differ). Then --local-steps 3 runs Muon + AdamW as DiLoCo's
+    inner optimizer and keeps its replicas equal at every outer step."""
     import re
 
     from tests.distutil import env, free_port, output

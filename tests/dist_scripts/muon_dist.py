@@ -8,7 +8,8 @@ Every rank also trains the single-process reference itself (no collectives), so 
   be bit-identical to the reference's (the sharing changes where Newton-Schulz runs, not its result);
 * FSDP2, half batches: the reference's losses; saved (DCP) after 2 steps, a fresh model and optimizer
   loaded from it give exactly the per-step losses of the uninterrupted run;
-and each rank ran Newton-Schulz on its share only, with the same weights on both ranks.
+and each rank ran Newton-Schulz on its share only, with the same weights on both ranks. A layout the
+all-to-all does not cover (columns sharded, Shard(1)) takes the whole-matrix path: the same step as one process.
 """
 
 from __future__ import annotations
@@ -67,6 +68,30 @@ def max_diff(a: dict, b: dict) -> float:
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
+def other_layout(dist) -> bool:
+    """Two matrices (one with an odd column count) sharded by columns: bit-identical to the local step."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from aura.train.optim.muon import MuonAdamW
+
+    mesh = init_device_mesh("cpu", (dist.world_size,))
+    g = torch.Generator().manual_seed(3)
+    full = [torch.randn(s, generator=g) for s in ((24, 40), (40, 37))]
+    grads = [torch.randn(t.shape, generator=g) for t in full]
+    results = []
+    for sharded in (False, True):
+        ps = [torch.nn.Parameter(distribute_tensor(t.clone(), mesh, [Shard(1)]) if sharded else t.clone())
+              for t in full]
+        opt = MuonAdamW(ps, [], [], lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8)
+        for _ in range(2):
+            for p, grad in zip(ps, grads):
+                p.grad = distribute_tensor(grad, mesh, [Shard(1)]) if sharded else grad.clone()
+            opt.step()
+        results.append([p.full_tensor() if sharded else p.detach() for p in ps])
+    return all(torch.equal(a, b) for a, b in zip(*results))
+
+
 def main(root: str, out: str) -> None:
     dist = D.init_distributed(backend="gloo")
     data = batches(STEPS)
@@ -105,6 +130,7 @@ def main(root: str, out: str) -> None:
     load_sharded(Path(root) / "ckpt", model=fresh, optimizer=fresh_opt, dist=dist)
     result["fsdp_resumed"] = steps(fresh, fresh_opt, dist, data[SAVE_AT:])
     result["fsdp_resumed_bitwise"] = all(torch.equal(a, b) for a, b in zip(weights(fresh).values(), w.values()))
+    result["other_layout_bitwise"] = other_layout(dist)
     write_json(f"{out}.{dist.rank}", result)
     D.teardown(dist)
 

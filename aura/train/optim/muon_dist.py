@@ -4,11 +4,12 @@
 Newton-Schulz, decoupled weight decay, Moonlight's learning-rate adjustment, all through torch's own
 functions) except where each matrix is orthogonalised: on one rank, then shared.
 
-Who does what: the matrices are grouped by shape, the most expensive shapes first, and dealt out in
-groups of ``world`` same-shape matrices, one per rank (one collective per group moves them all); a group
-short of ``world`` goes to the ranks with the least Newton-Schulz work so far. The plan depends only on the
-shapes in the parameters' order, the same on every rank, so every rank computes it without talking. The results travel in bf16: Newton-Schulz works in bf16 and returns bf16, so sending
-anything wider would add bytes and change nothing.
+Who does what: the matrices are grouped by shape, the most expensive shapes first, and dealt out in groups
+of ``world`` same-shape matrices, one per rank (one collective per group moves them all); a group short of
+``world`` goes to the ranks with the least Newton-Schulz work so far. The plan depends only on the shapes in
+the parameters' order, the same on every rank, so every rank computes it without talking. The results travel
+in bf16: Newton-Schulz works in bf16 and returns bf16, so sending anything wider would add bytes and change
+nothing.
 
 * Replicated parameters (DDP, ``process_group``): every rank has the same gradient and momentum; it
   orthogonalises its slot of each group and one ``all_gather_into_tensor`` per group brings the others.
