@@ -1,12 +1,15 @@
 """``--optimizer muon``: which tensors take Muon, the Newton-Schulz orthogonalisation and Moonlight's RMS
 scaling, one optimizer state in every checkpoint, loss falls, a killed run resumes with exactly the
 uninterrupted per-step losses, DDP on 2 ranks equals one process with the doubled batch, DiLoCo runs it as
-its inner optimizer, and FSDP2 is refused."""
+its inner optimizer, and under DDP and FSDP2 the ranks share the Newton-Schulz work (each its share of the
+matrices), train as one process does and, under FSDP2, resume exactly from the sharded checkpoint."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -117,20 +120,77 @@ def test_killed_muon_run_resumes_with_exactly_the_uninterrupted_losses(prepared_
     assert r.returncode == 2 and "--optimizer adamw does not match the checkpoint" in r.stderr, r.stderr
 
 
-def test_muon_under_fsdp_is_refused_with_the_way_out(prepared_corpus, tmp_path):
-    r = run_aura_here("pretrain", "--data", prepared_corpus, "--output-dir", tmp_path / "r", *TINY_FLAGS,
-                      "--optimizer", "muon", "--strategy", "fsdp", "--max-steps", "2")
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "--optimizer muon does not work with FSDP2" in r.stderr and "--strategy ddp" in r.stderr
-    assert not (tmp_path / "r").exists()
+@pytest.mark.dist
+def test_ranks_share_newton_schulz_under_ddp_and_fsdp_and_match_one_process(tmp_path):
+    """tests/dist_scripts/muon_dist.py on 2 ranks (tiny Llama: 14 Muon matrices, 4 steps)."""
+    from tests.distutil import SCRIPTS, output, torchrun
+
+    proc = torchrun(SCRIPTS / "muon_dist.py", tmp_path, tmp_path / "out.json")
+    assert proc.returncode == 0, output(proc)[-4000:]
+    ranks = [json.loads((tmp_path / f"out.json.{r}").read_text()) for r in (0, 1)]
+    n, steps, save_at = ranks[0]["muon_matrices"], ranks[0]["steps"], ranks[0]["save_at"]
+    assert n == 14 and not ranks[0]["ref_shared"]  # one process keeps torch.optim.Muon's own step
+    for r in ranks:
+        # each rank orthogonalised half the matrices per step (the 7 shapes come in pairs), not all of them
+        assert r["ddp_calls"] == r["ddp_whole_calls"] == n // 2 * steps and r["fsdp_calls"] == n // 2 * save_at
+        assert r["ddp_same_on_ranks"] and r["ddp_whole_same_on_ranks"] and r["fsdp_same_on_ranks"]
+        # the same gradient as one process (whole batch on both ranks): the same bytes as one process
+        assert r["ddp_whole_bitwise"] and r["ddp_whole"] == r["ref"]
+        # half batches: the losses up to the reductions' rounding (gradients whose last bits differ, through
+        # bf16 Newton-Schulz: weights within a tenth of one step's update, 0.2 * lr * sqrt(256) = 0.032)
+        assert r["ddp"] == pytest.approx(r["ref"], abs=2e-4) and r["ddp_max_diff"] < 4e-3
+        # FSDP2's sharded path computes what the replicated one does
+        assert r["fsdp_before"] + r["fsdp_after"] == pytest.approx(r["ddp"], abs=1e-6)
+        assert r["fsdp_max_diff"] < 4e-3 and r["fsdp_momentum"] == "DTensor"  # sharded state, saved by DCP
+        # a fresh FSDP2 model and optimizer loaded from the DCP checkpoint continue exactly
+        assert r["fsdp_resumed"] == r["fsdp_after"] and r["fsdp_resumed_bitwise"]
+        assert r["other_layout_bitwise"]  # columns sharded: the whole matrix on every rank, the same step
+    assert ranks[0]["ddp"] == ranks[1]["ddp"] and ranks[0]["fsdp_after"] == ranks[1]["fsdp_after"]
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_fsdp_muon_run_trains_and_resumes_exactly(prepared, tmp_path):  # noqa: F811
+    """``aura pretrain --strategy fsdp --optimizer muon`` on 2 ranks: no refusal any more; it learns, saves
+    Muon's sharded momentum in DCP and a run resumed from step 5 gives the uninterrupted losses exactly (on 2
+    ranks; on one process up to the reductions' rounding)."""
+    from tests.distutil import env, output, torchrun
+    from tests.test_dist_train import SAVE, _args
+
+    args = ["--batch-size", "4", "--strategy", "fsdp", "--optimizer", "muon"]
+    out = tmp_path / "full"
+    full = torchrun("-m", "aura", *_args(prepared, out, *args, steps=2 * SAVE), timeout=400)
+    text = output(full)
+    assert full.returncode == 0 and "Traceback" not in text, text[-5000:]
+    assert "Parallelism strategy: fsdp" in text and "| Sync=FSDP" in text
+    losses = read_log(out)
+    assert losses[2 * SAVE] < losses[1] - 0.3  # it learns
+    ckpt = out / f"checkpoint-step-{SAVE}"
+    assert sum(f.name.endswith(".distcp") for f in (ckpt / "dcp").iterdir()) == 2  # one shard per rank
+    run = tmp_path / "resumed"
+    shutil.copytree(ckpt, run / ckpt.name)
+    resumed = torchrun("-m", "aura", *_args(prepared, run, *args, "--resume-from", "latest", steps=2 * SAVE),
+                       timeout=400)
+    assert resumed.returncode == 0, output(resumed)[-5000:]
+    again = read_log(run)
+    assert min(again) == SAVE + 1
+    assert [again[s] for s in range(SAVE + 1, 2 * SAVE + 1)] == [losses[s] for s in range(SAVE + 1, 2 * SAVE + 1)]
+    # on one process (batch 8): DCP reshards the momentum into whole matrices, torch.optim.Muon's own step
+    one = tmp_path / "one"
+    shutil.copytree(ckpt, one / ckpt.name)
+    single = run_aura(*_args(prepared, one, "--batch-size", "8", "--optimizer", "muon", "--resume-from", "latest",
+                             "--load-sharded", steps=2 * SAVE), env=env())
+    assert single.returncode == 0, output(single)[-5000:]
+    alone = read_log(one)
+    assert max(abs(alone[s] - losses[s]) for s in range(SAVE + 1, 2 * SAVE + 1)) < 2e-3, (alone, losses)
 
 
 @pytest.mark.dist
 def test_ddp_two_ranks_equal_one_process_and_diloco_runs_muon(prepared, tmp_path_factory):  # noqa: F811
-    """2 ranks x batch 4 (DDP) against 1 process x batch 8, both Muon: every rank orthogonalises the same
-    all-reduced gradient, so the losses agree step by step up to float rounding (bf16 Newton-Schulz on
-    gradients whose last bits differ). Then --local-steps 3 runs Muon + AdamW as DiLoCo's inner optimizer
-    and keeps its replicas equal at every outer step."""
+    """2 ranks x batch 4 (DDP) against 1 process x batch 8, both Muon: the ranks share the orthogonalisation
+    of the same all-reduced gradient, so the losses agree step by step up to float rounding (bf16
+    Newton-Schulz on gradients whose last bits differ). Then --local-steps 3 runs Muon + AdamW as DiLoCo's
+    inner optimizer and keeps its replicas equal at every outer step."""
     import re
 
     from tests.distutil import env, free_port, output

@@ -146,10 +146,6 @@ class PretrainConfig(TrainArgs):
         super().__post_init__()
         if not 0 <= self.val_fraction < 0.5:
             raise AuraError(M("bad_split", value=self.val_fraction))
-        if self.optimizer == "muon" and self.strategy == "fsdp":
-            from aura.train.optim.muon import M as muon_messages
-
-            raise AuraError(muon_messages("fsdp"))
         if self.init_from is not None or self.train_new_tokens_only:
             from aura.train.init_from import check_flags
 

@@ -136,7 +136,9 @@ def global_sum(t: torch.Tensor, dist: DistInfo) -> torch.Tensor:
 def build_optimizer(model, args: TrainArgs, device: torch.device) -> torch.optim.Optimizer:
     """AdamW over trainable params (fused where supported), or with ``--optimizer muon`` Muon for the hidden
     matrices and AdamW for the rest (``aura.train.optim.muon``); decay only on matrices, never on norms,
-    biases or embeddings."""
+    biases or embeddings. Under DDP Muon's ranks share the Newton-Schulz work over the wrapper's group; FSDP2's
+    sharded matrices share it over their mesh; an unwrapped model (DiLoCo's replicas) keeps its own."""
+    from aura.distributed import strategy_of
     from aura.train.optim.muon import MuonAdamW, split_params
 
     hidden, decay, no_decay = split_params(model)
@@ -147,7 +149,9 @@ def build_optimizer(model, args: TrainArgs, device: torch.device) -> torch.optim
     fused = device.type in ("cuda", "cpu") and all(p.dtype in (torch.float32, torch.float16, torch.bfloat16)
                                                    for p in params)
     if getattr(args, "optimizer", None) == "muon":
-        return MuonAdamW(hidden, decay, no_decay, weight_decay=args.weight_decay, fused=fused, **kwargs)
+        group = model.process_group if strategy_of(model) == "ddp" else None
+        return MuonAdamW(hidden, decay, no_decay, weight_decay=args.weight_decay, fused=fused,
+                         process_group=group, **kwargs)
     index = {id(p): i for i, p in enumerate(model.parameters())}  # the model's order, as optimizer.pt has it
     decayed = sorted(hidden + decay, key=lambda p: index[id(p)])
     groups = [{"params": decayed, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

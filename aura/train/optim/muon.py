@@ -23,10 +23,20 @@ batch is measured by ``bench/bench_recipe.py --time-per-token`` (docs/benchmarks
 ``MuonAdamW`` holds a ``torch.optim.Muon`` and a ``torch.optim.AdamW`` whose param groups and state are
 its own (the same dict objects), so one ``step()``, ``zero_grad()``, ``state_dict()`` and
 ``load_state_dict()`` cover both: one ``optimizer.pt`` per checkpoint, exact resume, a GradScaler's
-``unscale_`` and a DiLoCo inner optimizer's state work unchanged. Under DDP every rank orthogonalises the
-same all-reduced gradient (the same result everywhere, ``Sync=OK``). Under FSDP2 a matrix is sharded
-across ranks and its orthogonalisation would need the whole matrix: it is refused (``--strategy fsdp`` when
-the flags are checked, FSDP2 chosen by ``auto`` when ``MuonAdamW`` meets a sharded parameter).
+``unscale_`` and a DiLoCo inner optimizer's state work unchanged.
+
+Several ranks share the orthogonalisation instead of repeating it (``aura.train.optim.muon_dist``), as
+modded-nanogpt and nanochat do: the matrices are dealt out by shape, each rank runs Newton-Schulz on its
+share, and the results travel in bf16 (what Newton-Schulz returns).
+
+* DDP (``process_group``, the wrapper's): every rank holds the same all-reduced gradient and updates every
+  momentum buffer (elementwise, cheap; rank 0's ``optimizer.pt`` holds them all), orthogonalises its share
+  and all-gathers the rest, so every rank applies the same bytes (``Sync=OK``) and the updates are exactly
+  those one process computes from the same gradient.
+* FSDP2 (DTensor parameters, ``fully_shard``): the momentum stays sharded (a DTensor: DCP saves and reshards
+  it); per group of same-shape matrices one all-to-all brings each matrix's shards to the rank that
+  orthogonalises it and a second sends every rank its rows of the results.
+* One process, DiLoCo's replicas (each rank its own gradient) and DeepSpeed: ``torch.optim.Muon``'s step.
 """
 
 from __future__ import annotations
@@ -35,14 +45,9 @@ import torch
 
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
+from aura.train.optim.muon_dist import is_sharded, muon_step
 
 M = Messages("muon", {
-    "fsdp": ("--optimizer muon no funciona con FSDP2: cada matriz está repartida entre procesos y Muon "
-             "necesita la matriz entera para ortogonalizarla. Usa --strategy ddp (el modelo cabe en cada GPU) "
-             "o --optimizer adamw.",
-             "--optimizer muon does not work with FSDP2: every matrix is sharded across ranks and Muon needs "
-             "the whole matrix to orthogonalise it. Use --strategy ddp (the model fits on each GPU) or "
-             "--optimizer adamw."),
     "no_matrices": ("--optimizer muon: el modelo no tiene matrices ocultas entrenables (proyecciones de atención "
                     "o MLP); usa --optimizer adamw.",
                     "--optimizer muon: the model has no trainable hidden matrices (attention or MLP "
@@ -75,23 +80,18 @@ def split_params(model) -> tuple[list, list, list]:
     return hidden, decay, no_decay
 
 
-def _sharded(p) -> bool:
-    """A parameter FSDP2 sharded (a DTensor)."""
-    from torch.distributed.tensor import DTensor
-
-    return isinstance(p, DTensor)
-
-
 class MuonAdamW(torch.optim.Optimizer):
     """``torch.optim.Muon`` over ``hidden``, ``torch.optim.AdamW`` over the rest: one optimizer.
 
     Param groups: [Muon's (``"optimizer": "muon"``), AdamW decayed, AdamW undecayed]; the inner
-    optimizers see the same group dicts and the same ``state``, re-linked after ``load_state_dict``."""
+    optimizers see the same group dicts and the same ``state``, re-linked after ``load_state_dict``.
+    ``process_group``: under DDP the wrapper's group, whose ranks hold the same gradients and share the
+    Newton-Schulz work; ``None`` where every rank's gradient is its own (one process, DiLoCo). FSDP2's
+    DTensor parameters share it over their own mesh without being told."""
 
     def __init__(self, hidden: list, decay: list, no_decay: list, *, lr: float, weight_decay: float,
-                 betas: tuple[float, float], eps: float, momentum: float = MUON_MOMENTUM, fused: bool = False):
-        if any(_sharded(p) for p in hidden + decay + no_decay):
-            raise AuraError(M("fsdp"))
+                 betas: tuple[float, float], eps: float, momentum: float = MUON_MOMENTUM, fused: bool = False,
+                 process_group: torch.distributed.ProcessGroup | None = None):
         if not hidden:
             raise AuraError(M("no_matrices"))
         self.muon = torch.optim.Muon([{"params": hidden, "weight_decay": weight_decay, "optimizer": "muon"}],
@@ -102,6 +102,9 @@ class MuonAdamW(torch.optim.Optimizer):
         self.adamw = torch.optim.AdamW(groups, fused=True, **kwargs) if fused else \
             torch.optim.AdamW(groups, foreach=True, **kwargs)
         super().__init__(self.muon.param_groups + self.adamw.param_groups, {})
+        self.process_group = process_group
+        # torch's own step where nothing is shared: the single-process path stays exactly torch.optim.Muon
+        self.shared = process_group is not None or any(is_sharded(p) for p in hidden)
         self._link()
 
     def _link(self) -> None:
@@ -121,6 +124,9 @@ class MuonAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self.muon.step()
+        if self.shared:
+            muon_step(self.muon, process_group=self.process_group)
+        else:
+            self.muon.step()
         self.adamw.step()
         return loss
