@@ -258,6 +258,7 @@ def test_a_reward_that_fails_names_the_prompt(env, tmp_path):
     (["--precompute-ref"], "--precompute-ref does not apply to --objective grpo"),
     (["--top-p", 0], "--top-p must be in (0, 1]"),
     (["--max-completion-length", 250], "does not fit the model's context (256 tokens)"),
+    (["--method", "qlora", "--rollout-engine", "vllm"], "does not take --method qlora"),
 ])
 def test_grpo_refusals(env, tmp_path, flags, words):
     out = finetune("--base-model", env["llama"], "--data", env["data"], *FAST, *flags, "--output-dir",
@@ -292,3 +293,24 @@ def test_math_task_of_aura_eval_scores_exact_answers(env):
     model = AutoModelForCausalLM.from_pretrained(env["llama"]).eval()
     row = math_row(model, AutoTokenizer.from_pretrained(env["llama"]), limit=4, batch_size=3, max_new_tokens=8)
     assert row["task"] == MATH_TASK and row["metric"] == "exact_match" and row["n"] == 4 and 0 <= row["value"] <= 1
+
+
+def test_vllm_engine_set_up_for_a_single_process_its_context_and_its_memory_share():
+    """What a single-GPU `aura finetune --objective grpo --rollout-engine vllm` hands vLLM (vLLM itself needs
+    CUDA and never ran here): the launch variables its external_launcher reads when torchrun set none, a
+    context of the longest prompt and completion, and the GPU share it takes out of the training plan."""
+    from types import SimpleNamespace
+
+    from aura.models.hardware import assumed_hardware
+    from aura.train.objectives.vllm_rollout import LAUNCH_VARS, model_len, single_process_env
+    from aura.train.run.memory import training_share
+
+    env = single_process_env({})
+    assert set(env) == set(LAUNCH_VARS) and env["WORLD_SIZE"] == "1" and 0 < int(env["MASTER_PORT"]) < 65536
+    torchrun = {k: "7" for k in LAUNCH_VARS}
+    assert single_process_env(torchrun) == {}  # under torchrun its own values stay
+    assert model_len(100, 256) == 368 and model_len(112, 256) == 368 and model_len(113, 256) == 384
+    gpu = assumed_hardware("RTX 4090 24GB")
+    grpo = SimpleNamespace(objective="grpo", rollout_engine="vllm", vllm_gpu_memory=0.3)
+    assert training_share(gpu, grpo).memory_bytes == int(gpu.memory_bytes * 0.7)
+    assert training_share(gpu, SimpleNamespace(objective="grpo", rollout_engine="torch")) is gpu

@@ -144,3 +144,108 @@ def test_grpo_matches_trl(trainer_tok, loss_type, scale):
         aura_grad = dict(model.named_parameters())[name].grad
         torch.testing.assert_close(aura_grad, grad, atol=1e-4, rtol=0, msg=lambda m: f"{name}: {m}")
     assert sum(g.abs().sum() for g in trl_grads.values()) > 0
+
+
+def test_sampler_importance_correction_matches_trl(trainer_tok):
+    """GRPO with completions sampled by another engine (vLLM): TRL's ``vllm_importance_sampling_correction``
+    in its default mode (``sequence_mask``, C_max 3) against Aura's ``sampler_logps``. The sampler's
+    log-probs are the trainer's, shifted per completion so that the completions' ratios straddle 1 and one
+    exceeds 3 (dropped): loss and LoRA gradients must agree."""
+    import torch
+
+    from aura.data.prompts import EncodedPrompt, PromptItem
+    from aura.data.rewards import Reward, RewardSet
+    from aura.distributed import DistInfo
+    from aura.inference.sampling import SamplingParams
+    from aura.train.objectives.grpo import GRPO, IS_MAX
+    from aura.train.objectives.rollout import RolloutSource, pad_rows
+
+    trainer, tok = trainer_tok
+    trainer.loss_type, trainer.scale_rewards = "dapo", "group"
+    model = trainer.model
+    model.train()
+    prompt_ids, completion_ids = _fixed(tok)
+    texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
+    trainer._generate = lambda prompts: (prompt_ids, completion_ids, None, texts, None, {}, None, None)
+    plain = trainer._generate_and_score_completions([{"prompt": PROMPTS[i // G]} for i in range(2 * G)])
+    c = plain["completion_ids"].shape[1]
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            model, torch.cat([plain["prompt_ids"], plain["completion_ids"]], 1),
+            torch.cat([plain["prompt_mask"], plain["completion_mask"]], 1), c)
+    shift = torch.tensor([-1.5, -0.6, -0.2, 0.0, 0.3, 0.7, -0.9, 1.2])  # summed over each row: ratio e^-shift
+    lengths = plain["completion_mask"].sum(1)
+    sampler = [(logps[i, :int(n)] + shift[i] / n).tolist() for i, n in enumerate(lengths)]
+    assert (torch.exp(-shift) > IS_MAX).sum() == 1  # one completion is dropped, the others weighted
+
+    trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True
+    trainer.vllm_importance_sampling_mode, trainer.vllm_importance_sampling_clip_max = "sequence_mask", IS_MAX
+    trainer.vllm_importance_sampling_clip_min = None
+    trainer._generate = lambda prompts: (prompt_ids, completion_ids, None, texts, sampler, {}, None, None)
+    try:
+        out = trainer._generate_and_score_completions([{"prompt": PROMPTS[i // G]} for i in range(2 * G)])
+        model.zero_grad()
+        trainer.current_gradient_accumulation_steps = 1
+        trl_loss = trainer._compute_loss(model, out)
+        trl_loss.backward()
+    finally:
+        trainer.use_vllm = False
+    trl_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    prompts = [EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
+               for i, p in enumerate(PROMPTS)]
+    rewards = RewardSet([Reward("digits", 1.0, digits), Reward("short", 0.5, short)])
+    source = RolloutSource(prompts, policy=model, rewards=rewards, tokenizer=tok,
+                           sampling=SamplingParams(max_new_tokens=C_MAX, temperature=0.7), num_generations=G,
+                           batch_size=2 * G, accumulation=1, scale_rewards="group", temperature=0.7, beta=0.04,
+                           dist=DistInfo(), precision="fp32")
+    rows = [i // G for i in range(2 * G)]
+    advantages, _ = source._advantages(source._score(rows, completion_ids), completion_ids)
+    batch = source._collate(rows, completion_ids, advantages)
+    batch["ref_logps"] = source._reference_logps(batch)
+    batch["sampler_logps"] = pad_rows(sampler, width=batch["completion_mask"].shape[1])
+    objective = GRPO(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.04, temperature=0.7,
+                     max_completion_length=C_MAX, reward_names=rewards.names)
+    model.zero_grad()
+    total, _ = objective.loss(model, batch)
+    loss = total / objective.count(batch)
+    loss.backward()
+    assert loss.item() == pytest.approx(trl_loss.item(), abs=1e-4)
+    without = objective.loss(model, {k: v for k, v in batch.items() if k != "sampler_logps"})[0] / objective.count(batch)
+    assert abs(without.item() - loss.item()) > 1e-3  # the correction changed the loss
+    for name, grad in trl_grads.items():
+        torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, atol=1e-4, rtol=0)
+
+
+def test_an_external_engine_samples_outside_autocast_and_its_log_probs_reach_the_batch(trainer_tok):
+    """vLLM keeps its own dtypes (the rollout source's bf16 autocast is for Aura's sampler only), and the
+    log-probs it returns travel with each micro-batch as ``sampler_logps``."""
+    import torch
+
+    from aura.data.prompts import EncodedPrompt, PromptItem
+    from aura.data.rewards import Reward, RewardSet
+    from aura.distributed import DistInfo
+    from aura.inference.sampling import SamplingParams
+    from aura.train.objectives.rollout import RolloutSource
+
+    trainer, tok = trainer_tok
+    _, completion_ids = _fixed(tok)
+    seen = []
+
+    def engine(prompts, keys):
+        seen.append(torch.is_autocast_enabled("cpu"))
+        ids = [completion_ids[i % len(completion_ids)] for i in range(len(prompts))]
+        return ids, [[-0.5 - j / 10 for j in range(len(c))] for c in ids]
+
+    prompts = [EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
+               for i, p in enumerate(PROMPTS)]
+    source = RolloutSource(prompts, policy=trainer.model, rewards=RewardSet([Reward("digits", 1.0, digits)]),
+                           tokenizer=tok, sampling=SamplingParams(max_new_tokens=C_MAX), num_generations=G,
+                           batch_size=G, accumulation=2, scale_rewards="group", temperature=1.0, beta=0.0,
+                           dist=DistInfo(), precision="bf16", generate=engine)
+    batches = source.window(0, 0)
+    assert seen == [False] and len(batches) == 2
+    for b in batches:
+        mask = b["completion_mask"].bool()
+        assert b["sampler_logps"].shape == mask.shape
+        assert torch.all(b["sampler_logps"][~mask] == 0) and torch.all(b["sampler_logps"][:, 0] == -0.5)

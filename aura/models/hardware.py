@@ -314,17 +314,22 @@ def estimate_memory(spec: ModelSpec, *, vocab_size: int, batch_size: int, precis
 
 
 CHUNK_ELEMENTS = 1 << 24  # the chunked loss's logits: at most this many elements per chunk (64 MiB in fp32) ...
-# ... on a CPU. On CUDA 1 GiB of fp32 logits per chunk: with 64 MiB chunks, the H200 ran the loss at vocab 128k
-# 4x slower than the plain one (62 chunks of 131 tokens: narrow matmuls, and a pass over the fp32 head
-# gradient per chunk); 1 GiB keeps 4 passes there and most of the memory saving (docs/benchmarks.md).
+# ... on a CPU. On CUDA chunks of at least 2,048 tokens (within 1 GiB of fp32 logits): with the CPU's rule the
+# H200 ran the loss at vocab 128k 4x slower than the plain one (64 chunks of 130 tokens: narrow matmuls, and a
+# pass over the fp32 head gradient per chunk); with 4 chunks, 0.73x the plain speed at 0.36x its memory
+# (docs/benchmarks.md). 2,048 tokens, not more, so that the 24 GB guides' fine-tuning still fits.
 CUDA_CHUNK_ELEMENTS = 1 << 28
+CUDA_CHUNK_TOKENS = 2048
 
 
 def chunk_tokens(n_tokens: int, vocab: int, d_model: int, *, device_type: str = "cpu") -> int:
     """Tokens per chunk of the chunked loss (``aura.train.objectives.chunked_loss``): a chunk's logits hold no more
-    elements than the hidden states, or than CHUNK_ELEMENTS (CUDA_CHUNK_ELEMENTS on a GPU)."""
-    most = CUDA_CHUNK_ELEMENTS if device_type == "cuda" else CHUNK_ELEMENTS
-    return max(1, min(n_tokens, max(n_tokens * d_model, most) // max(vocab, 1)))
+    elements than the hidden states, or than CHUNK_ELEMENTS; on CUDA at least CUDA_CHUNK_TOKENS tokens, within
+    CUDA_CHUNK_ELEMENTS."""
+    chunk = max(n_tokens * d_model, CHUNK_ELEMENTS) // max(vocab, 1)
+    if device_type == "cuda":
+        chunk = min(max(chunk, CUDA_CHUNK_TOKENS), CUDA_CHUNK_ELEMENTS // max(vocab, 1))
+    return max(1, min(n_tokens, chunk))
 
 
 def fits(spec: ModelSpec, memory_bytes: int, **kwargs) -> tuple[bool, MemoryEstimate]:

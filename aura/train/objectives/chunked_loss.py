@@ -139,7 +139,16 @@ class LinearCrossEntropy(torch.autograd.Function):
 
 
 def _liger_available(h: torch.Tensor) -> bool:
-    return h.is_cuda and importlib.util.find_spec("liger_kernel") is not None
+    """Liger's fused kernel on CUDA, when installed in a version that accumulates the head's gradient in
+    fp32 (``accum_dtype``): older ones sum it in bf16 over every chunk, which Aura's own path never does.
+    Never run on a GPU here: no lent device had liger-kernel installed (bench/gpu_suite.py's ``liger`` check)."""
+    if not h.is_cuda or importlib.util.find_spec("liger_kernel") is None:
+        return False
+    import inspect
+
+    from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+    return "accum_dtype" in inspect.signature(LigerFusedLinearCrossEntropyLoss.__init__).parameters
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -156,7 +165,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
     if chunk is None and _liger_available(h):
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
 
-        fused = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, reduction="sum")
+        fused = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, reduction="sum", accum_dtype=torch.float32)
         with torch.autocast(h.device.type, enabled=False):
             return fused(weight.to(dtype), h.to(dtype), t, bias.to(dtype) if bias is not None else None).float()
     chunk = chunk or chunk_tokens(h.shape[0], weight.shape[0], h.shape[1], device_type=h.device.type)

@@ -4,7 +4,15 @@ A micro-batch holds B completions (``aura.train.objectives.rollout`` samples the
 computes their advantages): ``input_ids`` = the left-padded prompt then the right-padded completion,
 ``attention_mask``, ``position_ids`` (counted from each row's first real token, as when sampling),
 ``completion_mask`` (B, C), ``advantages`` (B,), ``ref_logps`` (B, C) when ``--beta`` > 0, optionally
-``old_logps`` (B, C), and ``rollout_stats`` (the window's reward statistics, logged as they are).
+``old_logps`` (B, C), ``sampler_logps`` (B, C) when another engine sampled the completions (vLLM), and
+``rollout_stats`` (the window's reward statistics, logged as they are).
+
+A sampler that is not the trainer's forward (vLLM's kernels, its bf16 merged weights) draws from a slightly
+different distribution than the one the loss differentiates: each completion's loss is weighted by its
+importance ratio exp(sum of old - sampler log-probs over its tokens), and a completion whose ratio exceeds
+IS_MAX is dropped (weight 0): TRL's ``vllm_importance_sampling_correction`` in its default
+``sequence_mask`` mode, after Yao et al. 2025 ("Your efficient RL framework secretly brings you off-policy
+RL training"); tests/test_grpo_parity.py checks the loss and gradients against TRL's.
 
 Per completion token, with ``r = exp(log pi - log pi_old)`` (``pi_old`` = the policy that sampled:
 ``log pi`` detached, so ``r = 1`` and only its gradient acts, when every rollout is used for one step):
@@ -119,6 +127,9 @@ def group_advantages(rewards: torch.Tensor, *, num_generations: int, scale: str)
     return advantages, torch.isclose(std, torch.zeros_like(std))
 
 
+IS_MAX = 3.0  # a completion whose sampler/trainer importance ratio exceeds this is dropped (TRL's default)
+
+
 class GRPO:
     """The clipped, optionally KL-regularised policy-gradient loss of GRPO and its variants."""
 
@@ -154,6 +165,11 @@ class GRPO:
         clipped_ratio = torch.clamp(ratio, 1 - self.eps_low, 1 + self.eps_high)
         loss = -torch.min(ratio * advantages, clipped_ratio * advantages)
         clipped = ((ratio < 1 - self.eps_low) & (advantages < 0)) | ((ratio > 1 + self.eps_high) & (advantages > 0))
+        sampler = batch.get("sampler_logps")
+        if sampler is not None:  # another engine sampled: correct its distribution's mismatch (module docstring)
+            mask = batch["completion_mask"].to(logps.dtype)  # (B, C)
+            weight = torch.exp(((old - sampler.to(logps.dtype)) * mask).sum(1, keepdim=True))  # (B, 1)
+            loss = loss * weight.masked_fill(weight > IS_MAX, 0.0)
         kl = None
         if self.beta:
             ref = batch["ref_logps"].to(logps.dtype)

@@ -24,6 +24,10 @@ M = Messages("grpo_args", {
                  "completo. --strategy {strategy} y --deepspeed no se admiten todavía.",
                  "GRPO trains on one process or with DDP (--strategy ddp): every rank samples with the whole model. "
                  "--strategy {strategy} and --deepspeed are not supported yet."),
+    "qlora_vllm": ("--rollout-engine vllm no admite --method qlora: la base en 4 bits no se puede copiar a los "
+                   "pesos bf16 de vLLM. Usa --method lora (base en bf16) o --rollout-engine torch.",
+                   "--rollout-engine vllm does not take --method qlora: the 4-bit base cannot be copied into "
+                   "vLLM's bf16 weights. Use --method lora (a bf16 base) or --rollout-engine torch."),
     "no_vllm": ("--rollout-engine vllm necesita vLLM instalado y una GPU CUDA (pip install vllm); usa "
                 "--rollout-engine torch o auto.",
                 "--rollout-engine vllm needs vLLM installed and a CUDA GPU (pip install vllm); use "
@@ -78,9 +82,9 @@ class GRPOArgs:
            "then <b>...</b>); default: text ending in a 'Respuesta: N' line.")
     rollout_engine: Literal["auto", "torch", "vllm"] = arg(
         "auto", es="GRPO: motor de generación: torch (el de Aura, caché KV), vllm (en la misma GPU, pesos "
-                   "sincronizados en cada paso) o auto (vllm si está instalado con CUDA).",
+                   "sincronizados en cada paso; aún no probado en una GPU) o auto (torch).",
         en="GRPO: generation engine: torch (Aura's, KV cache), vllm (colocated on the GPU, weights synced every "
-           "step) or auto (vllm when installed with CUDA).")
+           "step; not yet run on a GPU) or auto (torch).")
     vllm_gpu_memory: float = arg(0.3, es="GRPO con vLLM: fracción de la memoria de la GPU para vLLM.",
                                  en="GRPO with vLLM: fraction of GPU memory for vLLM.")
 
@@ -121,6 +125,8 @@ class GRPOArgs:
 
         for spec in self.reward:  # syntax and files now, before anything is written (imported when training)
             check_spec(spec)
+        if self.rollout_engine == "vllm" and getattr(self, "method", None) == "qlora":
+            raise AuraError(M("qlora_vllm"))
         if self.rollout_engine == "vllm" and not vllm_usable():
             raise AuraError(M("no_vllm"))
 
@@ -130,7 +136,7 @@ class GRPOArgs:
 
 
 def vllm_usable() -> bool:
-    """vLLM is importable and a CUDA device is there (``--rollout-engine auto`` picks it then)."""
+    """vLLM is importable and a CUDA device is there (``--rollout-engine vllm`` needs both)."""
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:

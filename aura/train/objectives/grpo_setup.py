@@ -115,7 +115,6 @@ def build(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_n
     from aura.inference.loading import end_of_turn_ids
     from aura.inference.sampling import SamplingParams
     from aura.train.objectives.grpo import GRPO
-    from aura.train.objectives.grpo_args import vllm_usable
     from aura.train.objectives.rollout import RolloutSource
 
     from aura.core.errors import AuraError
@@ -138,11 +137,11 @@ def build(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_n
                               top_p=cfg.top_p, top_k=cfg.top_k, stop_ids=tuple(end_of_turn_ids(tok)),
                               stop_strings=tuple(cfg.stop))
     generate, engine = None, "engine_torch"
-    if cfg.rollout_engine == "vllm" or (cfg.rollout_engine == "auto" and run.dist.device.type == "cuda"
-                                        and vllm_usable()):
-        from aura.train.objectives.vllm_rollout import VLLMGenerator
+    if cfg.rollout_engine == "vllm":  # only when asked: `auto` never picks an engine that has not run here
+        from aura.train.objectives.vllm_rollout import VLLMGenerator, model_len
 
-        generate, engine = VLLMGenerator(model, base_name=base_name, sampling=sampling, cfg=cfg, dist=run.dist), \
+        generate, engine = VLLMGenerator(model, base_name=base_name, sampling=sampling, cfg=cfg, dist=run.dist,
+                                         max_model_len=model_len(len(longest.input_ids), cfg.max_completion_length)), \
             "engine_vllm"
     console.info(M("engine", engine=M(engine), reference=M(ref_how)))
     source = RolloutSource(train_ex, policy=model, rewards=rewards, tokenizer=tok, sampling=sampling,

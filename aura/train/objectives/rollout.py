@@ -150,14 +150,22 @@ class RolloutSource:
         keys = [row_key(self.seed, epoch, window, first + i) for i in range(len(rows))]
         was_training = self.policy.training
         self.policy.eval()
+        own = self.generate == self._sample  # an external engine (vLLM) keeps its own dtypes: no autocast
         try:
+            with autocast_context(self.precision, self.dist.device) if own else contextlib.nullcontext():
+                sampled = self.generate([self.prompts[p].input_ids for p in rows], keys)
+            # an external engine may also return its log-probs of the sampled tokens (GRPO's IS correction)
+            completions, sampler_logps = sampled if isinstance(sampled, tuple) else (sampled, None)
             with autocast_context(self.precision, self.dist.device):
-                completions = self.generate([self.prompts[p].input_ids for p in rows], keys)
                 scores = self._score(rows, completions)  # (R, n) this rank's raw rewards
                 advantages, stats = self._advantages(scores, completions)
                 batches = [self._collate(rows[i:i + self.batch_size], completions[i:i + self.batch_size],
                                          advantages[i:i + self.batch_size])
                            for i in range(0, len(rows), self.batch_size)]
+                if sampler_logps is not None:
+                    for i, b in enumerate(batches):
+                        b["sampler_logps"] = pad_rows(sampler_logps[i * self.batch_size:(i + 1) * self.batch_size],
+                                                      width=b["completion_mask"].shape[1])
                 if self.beta:
                     for b in batches:
                         b["ref_logps"] = self._reference_logps(b)
@@ -226,6 +234,14 @@ class RolloutSource:
         with context:
             logps, _ = completion_logps(model, device_batch, temperature=self.temperature)
         return logps.float().cpu()
+
+
+def pad_rows(rows: list[list[float]], *, width: int) -> torch.Tensor:
+    """Per-token values of each completion, right-padded with 0 to ``width`` (B, width) fp32."""
+    out = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.tensor(r[:width], dtype=torch.float32)
+    return out
 
 
 def collate(prompts: list[list[int]], completions: list[list[int]], advantages: list[float], *, pad_id: int) -> dict:

@@ -1,4 +1,4 @@
-"""GRPO rollouts with vLLM in colocate mode (``--rollout-engine vllm``, or ``auto`` on CUDA with vLLM installed).
+"""GRPO rollouts with vLLM in colocate mode (``--rollout-engine vllm``; ``auto`` keeps Aura's PyTorch engine).
 
 One vLLM engine per rank shares the GPU with training (``--vllm-gpu-memory`` of its memory). Before each
 window's sampling the policy's current weights are pushed into it when an optimizer step changed them:
@@ -10,25 +10,60 @@ their base and unmerged again by peft. Sampling uses the run's
 temperature, top-p, top-k, stop ids and strings, and each row's sampling key as its seed, so a resumed run
 asks vLLM for the same samples (vLLM's kernels may still differ from run to run in the last bits).
 
-Not tested in Aura's CI (vLLM needs CUDA); the PyTorch engine is the reference path.
+* vLLM's ``external_launcher`` backend reads RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT:
+  a single ``aura finetune`` (no torchrun) sets them for one process first (``single_process_env``), as
+  TRL's colocate mode does; under torchrun they are torchrun's.
+* The engine's context is the longest prompt plus ``--max-completion-length`` (``max_model_len``), not the
+  model's whole window, whose KV cache would not fit in its share of the memory.
+* It returns the log-probabilities of the tokens it sampled (``logprobs_mode="processed_logprobs"``: after
+  temperature and top-p/top-k, as the loss computes them), and the GRPO loss weights each token by the
+  truncated importance ratio (``aura.train.objectives.grpo``).
+* QLoRA is refused with vLLM (``grpo_args``): its 4-bit base cannot be pushed into vLLM's bf16 weights.
+
+Never run on a GPU yet (vLLM needs CUDA and no lent device had it installed); the PyTorch engine is the
+reference path.
 """
 
 from __future__ import annotations
+
+import os
+import socket
 
 import torch
 
 from aura.train.lora_views import merged_weights
 
+LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def single_process_env(environ: dict | None = None) -> dict[str, str]:
+    """The variables vLLM's ``external_launcher`` needs, for a process that torchrun did not start (empty
+    under torchrun: they are all set). A free local port for the group of one."""
+    environ = os.environ if environ is None else environ
+    if all(k in environ for k in LAUNCH_VARS):
+        return {}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    wanted = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    return {k: v for k, v in wanted.items() if k not in environ}
+
+
+def model_len(longest_prompt: int, max_completion: int) -> int:
+    """vLLM's ``max_model_len``: the longest prompt and completion, rounded up to a block of 16 tokens."""
+    return -(-(longest_prompt + max_completion) // 16) * 16
+
 
 class VLLMGenerator:
-    def __init__(self, model, *, base_name: str, sampling, cfg, dist):
+    def __init__(self, model, *, base_name: str, sampling, cfg, dist, max_model_len: int):
         from vllm import LLM
 
+        os.environ.update(single_process_env())
         self.model, self.sampling, self.dist = model, sampling, dist
-        self.llm = LLM(model=base_name, gpu_memory_utilization=cfg.vllm_gpu_memory,
-                       max_model_len=None, seed=dist.rank, distributed_executor_backend="external_launcher",
-                       enable_prefix_caching=True, trust_remote_code=cfg.trust_remote_code,
-                       max_num_batched_tokens=4096)
+        self.llm = LLM(model=base_name, gpu_memory_utilization=cfg.vllm_gpu_memory, max_model_len=max_model_len,
+                       seed=dist.rank, distributed_executor_backend="external_launcher", enable_prefix_caching=True,
+                       trust_remote_code=cfg.trust_remote_code, max_num_batched_tokens=max(4096, max_model_len),
+                       logprobs_mode="processed_logprobs")
         self._synced_version = None
 
     def _weights_version(self) -> int:
@@ -64,7 +99,8 @@ class VLLMGenerator:
         self.llm.reset_prefix_cache()
         self._synced_version = version
 
-    def __call__(self, prompt_ids: list[list[int]], keys: list[int]) -> list[list[int]]:
+    def __call__(self, prompt_ids: list[list[int]], keys: list[int]) -> tuple[list[list[int]], list[list[float]]]:
+        """(completion ids, the sampler's log-prob of each of their tokens) per prompt row."""
         from vllm import SamplingParams
 
         self.sync()
@@ -72,7 +108,10 @@ class VLLMGenerator:
         # one seed per row (its key): the G rows of a prompt must not draw the same completion
         params = [SamplingParams(n=1, max_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
                                  top_k=s.top_k if s.top_k else -1, stop_token_ids=list(s.stop_ids),
-                                 stop=list(s.stop_strings) or None, include_stop_str_in_output=True, seed=key % (2**31 - 1))
+                                 stop=list(s.stop_strings) or None, include_stop_str_in_output=True,
+                                 seed=key % (2**31 - 1), logprobs=0)  # 0: the sampled token's own log-prob
                   for key in keys]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompt_ids], params, use_tqdm=False)
-        return [list(o.outputs[0].token_ids) for o in outputs]
+        ids = [list(o.outputs[0].token_ids) for o in outputs]
+        logps = [[step[t].logprob for t, step in zip(row, o.outputs[0].logprobs)] for row, o in zip(ids, outputs)]
+        return ids, logps

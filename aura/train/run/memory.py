@@ -90,8 +90,8 @@ def finetune_estimate(config, *, method: str, lora_r: int, batch_size: int, max_
     if method == "qlora":
         base = int(block * NF4_BYTES) + (head + embed) * 4  # peft's k-bit recipe keeps them in fp32
         trainable = lora_parameters(config, lora_r)
-    elif method == "lora":
-        base = n * (2 if half and device_type == "cuda" else 4)
+    elif method == "lora":  # the frozen base in bf16 on a GPU; fp16 runs keep it in fp32 (aura.train.finetune)
+        base = n * (2 if precision == "bf16" and device_type == "cuda" else 4)
         trainable = lora_parameters(config, lora_r)
     else:  # full: fp32 master weights (+ 16-bit copies), and every weight trains
         base = n * (6 if half else 4)
@@ -144,6 +144,16 @@ def finetune_defaults(cfg, *, run, base_name: str):
                            lora_r=cfg.lora_settings()["lora_r"], max_length=cfg.max_length)
 
 
+def training_share(info: HardwareInfo, cfg) -> HardwareInfo:
+    """``info`` with the memory left to training: GRPO with ``--rollout-engine vllm`` gives vLLM
+    ``--vllm-gpu-memory`` of every GPU (its weights and KV cache) before training allocates anything."""
+    if getattr(cfg, "objective", None) == "grpo" and getattr(cfg, "rollout_engine", None) == "vllm":
+        from dataclasses import replace
+
+        return replace(info, memory_bytes=int(info.memory_bytes * (1 - cfg.vllm_gpu_memory)))
+    return info
+
+
 def _auto_applies(cfg, run) -> bool:
     """A CUDA run whose micro-batch or checkpointing the user left to `auto`."""
     want_batch = cfg.batch_size is None and cfg.gradient_accumulation_steps is None
@@ -159,7 +169,7 @@ def memory_defaults(cfg, *, run, model_config, method: str, lora_r: int, max_len
 
     if not _auto_applies(cfg, run):
         return cfg
-    info = run.info
+    info = training_share(run.info, cfg)
     want_batch = cfg.batch_size is None and cfg.gradient_accumulation_steps is None
     batch, ckpt, est, fits = plan_finetune(
         model_config, info=info, method=method, lora_r=lora_r, max_length=max_length, precision=run.precision,
