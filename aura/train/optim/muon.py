@@ -15,12 +15,14 @@ Keller Jordan's own scaling (sqrt(max(1, A/B)), lr ~0.02) would need a second le
 own sweep per model.
 
 Newton-Schulz runs in bf16 where bf16 is fast, as ``torch.optim.Muon``, modded-nanogpt and Moonlight do
-(CUDA; a CPU with avx512_bf16 or AMX, where it is twice as fast as fp32), and in fp32 on any other CPU, where
-a bf16 matmul is emulated and ~20x slower than fp32 (``ns_dtype``: the probe behind ``--precision auto``;
-the same choice on every rank). Same coefficients and steps either way (``muon_dist.newton_schulz``). Orthogonalising the same-shape matrices as one batch (``bmm``)
-instead of torch's loop over matrices was measured on CPU for the bench's two sizes: bit-for-bit the same
-updates and the same time (0.99-1.03x), so torch's loop is kept. Muon's cost per token at the presets'
-batch is measured by ``bench/bench_recipe.py --time-per-token`` (docs/benchmarks.md).
+(CUDA; a CPU with avx512_bf16 or AMX, where it is twice as fast as fp32), and in fp32 on any other CPU,
+where a bf16 matmul is emulated (the ``tiny`` preset's Muon step took 4x as long in bf16 as in fp32 on an
+AVX-512 Xeon without avx512_bf16: ``bench/bench_muon_cpu.py``). ``ns_dtype`` decides, from the probe behind
+``--precision auto``, the same on every rank; same coefficients and steps either way
+(``muon_dist.newton_schulz``). Orthogonalising the same-shape matrices as one batch (``bmm``) instead of
+torch's loop over matrices was measured on CPU for the bench's two sizes: bit-for-bit the same updates and
+the same time (0.99-1.03x), so torch's loop is kept. Muon's cost per token at the presets' batch is
+measured by ``bench/bench_recipe.py --time-per-token`` (docs/benchmarks.md).
 
 ``MuonAdamW`` holds a ``torch.optim.Muon`` and a ``torch.optim.AdamW`` whose param groups and state are
 its own (the same dict objects), so one ``step()``, ``zero_grad()``, ``state_dict()`` and
@@ -29,7 +31,7 @@ its own (the same dict objects), so one ``step()``, ``zero_grad()``, ``state_dic
 
 Several ranks share the orthogonalisation instead of repeating it (``aura.train.optim.muon_dist``), as
 modded-nanogpt and nanochat do: the matrices are dealt out by shape, each rank runs Newton-Schulz on its
-share, and the results travel in bf16 (what Newton-Schulz returns).
+share, and the results travel in the dtype Newton-Schulz returns (bf16 or fp32).
 
 * DDP (``process_group``, the wrapper's): every rank holds the same all-reduced gradient and updates every
   momentum buffer (elementwise, cheap; rank 0's ``optimizer.pt`` holds them all), orthogonalises its share

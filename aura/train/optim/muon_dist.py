@@ -43,7 +43,7 @@ def newton_schulz(grad: torch.Tensor, ns_coefficients: tuple[float, float, float
 
     bf16 is torch's own function (``_zeropower_via_newtonschulz``, which hard-codes it). Any other dtype runs
     the same lines (same coefficients, steps, normalisation and transposition) in that dtype: on a CPU
-    without avx512_bf16 or AMX a bf16 matmul is emulated and ~20x slower than an fp32 one, so there
+    without avx512_bf16 or AMX a bf16 matmul is emulated, several times slower than an fp32 one, so there
     Newton-Schulz runs in fp32 (``aura.train.optim.muon.ns_dtype`` decides). The bf16 result of these lines
     is torch's bit for bit (tests/test_muon.py), so a change in torch's algorithm fails that test."""
     if dtype == torch.bfloat16 or ns_steps >= 100 or grad.ndim != 2 or len(ns_coefficients) != 3:
