@@ -187,7 +187,7 @@ def test_ranks_share_newton_schulz_under_ddp_and_fsdp_and_match_one_process(tmp_
     assert proc.returncode == 0, output(proc)[-4000:]
     ranks = [json.loads((tmp_path / f"out.json.{r}").read_text()) for r in (0, 1)]
     n, steps, save_at = ranks[0]["muon_matrices"], ranks[0]["steps"], ranks[0]["save_at"]
-    assert n == 14 and not ranks[0]["ref_shared"]  # one process keeps torch.optim.Muon's own step
+    assert n == 14 and not ranks[0]["ref_shared"]  # one process shares nothing (torch's step, or muon_step in fp32)
     for r in ranks:
         # each rank orthogonalised half the matrices per step (the 7 shapes come in pairs), not all of them
         assert r["ddp_calls"] == r["ddp_whole_calls"] == n // 2 * steps and r["fsdp_calls"] == n // 2 * save_at
