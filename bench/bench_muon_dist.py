@@ -5,7 +5,8 @@
 ranks of one thread each (gloo), in the same run and on the same gradients:
 
 * ``old``: each rank runs ``torch.optim.Muon``'s step over every matrix (what ``--optimizer muon`` did under
-  DDP before ``aura.train.optim.muon_dist``);
+  DDP before ``aura.train.optim.muon_dist``; on a CPU without fast bf16 the same step with Newton-Schulz
+  in fp32, as every variant here: ``muon.ns_dtype``);
 * ``new``: the DDP path, each rank orthogonalises its share and all-gathers the rest (``process_group``);
 * ``fsdp``: the same matrices sharded with ``fully_shard`` (DTensors): all-to-all to the owner and back.
 

@@ -57,7 +57,8 @@ def test_newton_schulz_orthogonalises_and_the_update_has_adamw_rms():
     update RMS of 0.2 * lr, a typical AdamW update's (Moonlight), with decoupled weight decay."""
     from torch.optim._muon import DEFAULT_A, DEFAULT_B, DEFAULT_C, _zeropower_via_newtonschulz
 
-    from aura.train.optim.muon import MuonAdamW
+    from aura.train.optim.muon import MuonAdamW, ns_dtype
+    from aura.train.optim.muon_dist import newton_schulz
 
     torch.manual_seed(0)
     u, v = torch.linalg.qr(torch.randn(64, 64))[0], torch.linalg.qr(torch.randn(256, 64))[0]
@@ -75,7 +76,9 @@ def test_newton_schulz_orthogonalises_and_the_update_has_adamw_rms():
     opt.step()
     update = (w0 - w.detach()) / (1e-2 * 0.2 * math.sqrt(256))
     nesterov = g.lerp(g * (1 - 0.95), 0.95)  # the first step's Nesterov momentum, as torch.optim.Muon forms it
-    expected = _zeropower_via_newtonschulz(nesterov, (DEFAULT_A, DEFAULT_B, DEFAULT_C), 5, 1e-7).float()
+    # in the dtype this CPU computes it fastest in (bf16 with avx512_bf16 or AMX, else fp32): ns_dtype's
+    assert opt.dtype == ns_dtype("cpu")
+    expected = newton_schulz(nesterov, (DEFAULT_A, DEFAULT_B, DEFAULT_C), 5, 1e-7, dtype=opt.dtype).float()
     assert torch.allclose(update, expected, atol=1e-4)
     assert (update - o).norm() < 0.1 * o.norm()  # a multiple of the gradient: the same orthogonalisation, up to bf16
     assert (w0 - w.detach()).pow(2).mean().sqrt().item() == pytest.approx(0.2 * 1e-2, rel=0.1)
@@ -83,6 +86,61 @@ def test_newton_schulz_orthogonalises_and_the_update_has_adamw_rms():
     state = opt.state_dict()  # one state for both: Muon's momentum and AdamW's moments
     assert [g.get("optimizer") for g in state["param_groups"]] == ["muon", "adamw", "adamw"]
     assert set(state["state"][0]) == {"momentum_buffer"} and {"exp_avg", "exp_avg_sq"} <= set(state["state"][1])
+
+
+def test_newton_schulz_runs_torchs_algorithm_in_the_fast_dtype(monkeypatch):
+    """``newton_schulz`` in fp32 is torch's bf16 function with the dtype changed and nothing else: its lines
+    run in bf16 give torch's bytes (wide and tall matrices); in fp32 it orthogonalises as well, within bf16's
+    rounding of torch's result. ``ns_dtype``: bf16 on CUDA and on fast-bf16 CPUs (by the ranks' agreed
+    hardware when given), fp32 on other CPUs. The fp32 step of MuonAdamW is torch.optim.Muon's step with
+    that Newton-Schulz, and its bf16 one is torch's own."""
+    from torch.optim._muon import DEFAULT_A, DEFAULT_B, DEFAULT_C, _zeropower_via_newtonschulz
+
+    from aura.models import hardware
+    from aura.models.hardware import HardwareInfo
+    from aura.train.optim.muon import MuonAdamW, ns_dtype
+    from aura.train.optim.muon_dist import _newton_schulz_in, muon_step, newton_schulz
+
+    coef = (DEFAULT_A, DEFAULT_B, DEFAULT_C)
+    g = torch.Generator().manual_seed(1)
+    for shape in ((48, 96), (96, 48)):
+        x = torch.randn(shape, generator=g)
+        before = x.clone()
+        torchs = _zeropower_via_newtonschulz(x, coef, 5, 1e-7)
+        assert torch.equal(_newton_schulz_in(x, coef, 5, 1e-7, torch.bfloat16), torchs)
+        assert torch.equal(newton_schulz(x, coef, 5, 1e-7), torchs)  # bf16: torch's own
+        o = newton_schulz(x, coef, 5, 1e-7, dtype=torch.float32)
+        assert o.dtype == torch.float32 and o.shape == shape and torch.equal(x, before)  # input untouched
+        assert (o - torchs.float()).norm() < 0.05 * o.norm()
+        s = torch.linalg.svdvals(o)
+        assert s.min() > 0.5 and s.max() < 1.5
+    with pytest.raises(ValueError):
+        newton_schulz(torch.randn(2, 3, 4), coef, 5, 1e-7, dtype=torch.float32)
+
+    cpu = HardwareInfo("cpu", "x", 1, 1, bf16=False, fp16=False)
+    assert ns_dtype("cuda") == torch.bfloat16 and ns_dtype(torch.device("cuda", 0), cpu) == torch.bfloat16
+    assert ns_dtype("cpu", cpu) == torch.float32
+    assert ns_dtype("cpu", HardwareInfo("cpu", "x", 1, 1, bf16=True, fp16=False)) == torch.bfloat16
+    monkeypatch.setattr(hardware, "cpu_fast_bf16", lambda flags=None: True)
+    assert ns_dtype("cpu") == torch.bfloat16 and ns_dtype("cpu", cpu) == torch.float32  # the agreed view decides
+    monkeypatch.setattr(hardware, "cpu_fast_bf16", lambda flags=None: False)
+    assert ns_dtype("cpu") == torch.float32
+
+    def run(dtype, *, ours):
+        torch.manual_seed(2)
+        ps = [torch.nn.Parameter(torch.randn(32, 64)), torch.nn.Parameter(torch.randn(80, 32))]
+        opt = MuonAdamW(ps, [], [], lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8, dtype=dtype)
+        for _ in range(3):
+            for p in ps:
+                p.grad = torch.randn(p.shape)
+            muon_step(opt.muon, process_group=None, dtype=dtype) if ours else opt.step()
+        return [p.detach() for p in ps]
+
+    assert all(torch.equal(a, b) for a, b in zip(run(torch.bfloat16, ours=False), run(torch.bfloat16, ours=True)))
+    fp32 = run(torch.float32, ours=False)
+    assert all(torch.equal(a, b) for a, b in zip(fp32, run(torch.float32, ours=True)))
+    assert all(torch.allclose(a, b, atol=2e-3) for a, b in zip(fp32, run(torch.bfloat16, ours=False)))
+    assert not any(torch.equal(a, b) for a, b in zip(fp32, run(torch.bfloat16, ours=False)))
 
 
 def test_killed_muon_run_resumes_with_exactly_the_uninterrupted_losses(prepared_corpus, tmp_path):
@@ -129,7 +187,7 @@ def test_ranks_share_newton_schulz_under_ddp_and_fsdp_and_match_one_process(tmp_
     assert proc.returncode == 0, output(proc)[-4000:]
     ranks = [json.loads((tmp_path / f"out.json.{r}").read_text()) for r in (0, 1)]
     n, steps, save_at = ranks[0]["muon_matrices"], ranks[0]["steps"], ranks[0]["save_at"]
-    assert n == 14 and not ranks[0]["ref_shared"]  # one process keeps torch.optim.Muon's own step
+    assert n == 14 and not ranks[0]["ref_shared"]  # one process shares nothing (torch's step, or muon_step in fp32)
     for r in ranks:
         # each rank orthogonalised half the matrices per step (the 7 shapes come in pairs), not all of them
         assert r["ddp_calls"] == r["ddp_whole_calls"] == n // 2 * steps and r["fsdp_calls"] == n // 2 * save_at

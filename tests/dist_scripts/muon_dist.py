@@ -30,7 +30,7 @@ STEPS, SAVE_AT = 4, 2
 ARGS = SimpleNamespace(optimizer="muon", learning_rate=1e-2, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95,
                        adam_eps=1e-8)
 CALLS: list[tuple[int, int]] = []  # the shapes this rank orthogonalised
-_ns = muon_dist._zeropower_via_newtonschulz
+_ns = muon_dist.newton_schulz
 
 
 def counting_ns(grad, *args, **kwargs):
@@ -100,7 +100,7 @@ def main(root: str, out: str) -> None:
     result = {"steps": STEPS, "save_at": SAVE_AT, "ref": steps(ref, ref_opt, dist, data, split=False),
               "ref_shared": ref_opt.shared}
     ref_w = weights(ref)
-    muon_dist._zeropower_via_newtonschulz = counting_ns  # from here on: only the shared paths run it
+    muon_dist.newton_schulz = counting_ns  # from here on: only the shared paths run it
     for name, split in (("ddp", True), ("ddp_whole", False)):
         model = D.parallelize(tiny_llama(seed=0), dist=dist, strategy="ddp")
         opt = build_optimizer(model, ARGS, dist.device)

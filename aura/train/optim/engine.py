@@ -83,9 +83,10 @@ class TorchEngine:
         allow_tf32(dist.device)
 
     @classmethod
-    def build(cls, model, *, args: TrainArgs, dist: DistInfo, precision: str) -> "TorchEngine":
-        """AdamW over ``model``'s trainable parameters; build it after parallelising (FSDP2 shards them)."""
-        return cls(build_optimizer(model, args, dist.device), precision=precision, dist=dist,
+    def build(cls, model, *, args: TrainArgs, dist: DistInfo, precision: str, info=None) -> "TorchEngine":
+        """AdamW over ``model``'s trainable parameters; build it after parallelising (FSDP2 shards them).
+        ``info``: the hardware every rank agreed on (Muon's Newton-Schulz dtype)."""
+        return cls(build_optimizer(model, args, dist.device, info=info), precision=precision, dist=dist,
                    max_grad_norm=args.max_grad_norm)
 
     def describe(self) -> str:
@@ -133,12 +134,15 @@ def global_sum(t: torch.Tensor, dist: DistInfo) -> torch.Tensor:
     return dist.all_reduce(t.to(dist.comm_device), "sum") if dist.is_distributed else t
 
 
-def build_optimizer(model, args: TrainArgs, device: torch.device) -> torch.optim.Optimizer:
+def build_optimizer(model, args: TrainArgs, device: torch.device, *, info=None) -> torch.optim.Optimizer:
     """AdamW over trainable params (fused where supported), or with ``--optimizer muon`` Muon for the hidden
     matrices and AdamW for the rest (``aura.train.optim.muon``); decay only on matrices, never on norms,
     biases or embeddings. Under DDP Muon's ranks share the Newton-Schulz work over the wrapper's group; FSDP2's
-    sharded matrices share it over their mesh; an unwrapped model (DiLoCo's replicas) keeps its own."""
+    sharded matrices share it over their mesh; an unwrapped model (DiLoCo's replicas) keeps its own. Muon's
+    Newton-Schulz runs in bf16 where it is fast, else fp32 (``muon.ns_dtype``; ``info``: the hardware every
+    rank agreed on, so that every rank decides alike)."""
     from aura.distributed import strategy_of
+    from aura.train.optim import muon
     from aura.train.optim.muon import MuonAdamW, split_params
 
     hidden, decay, no_decay = split_params(model)
@@ -151,7 +155,7 @@ def build_optimizer(model, args: TrainArgs, device: torch.device) -> torch.optim
     if getattr(args, "optimizer", None) == "muon":
         group = model.process_group if strategy_of(model) == "ddp" else None
         return MuonAdamW(hidden, decay, no_decay, weight_decay=args.weight_decay, fused=fused,
-                         process_group=group, **kwargs)
+                         process_group=group, dtype=muon.ns_dtype(device, info), **kwargs)
     index = {id(p): i for i, p in enumerate(model.parameters())}  # the model's order, as optimizer.pt has it
     decayed = sorted(hidden + decay, key=lambda p: index[id(p)])
     groups = [{"params": decayed, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

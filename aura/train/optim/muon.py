@@ -14,11 +14,15 @@ sets both through the shared ``lr`` of every param group, and a preset's AdamW r
 Keller Jordan's own scaling (sqrt(max(1, A/B)), lr ~0.02) would need a second learning rate and its
 own sweep per model.
 
-Newton-Schulz runs in bf16 inside ``torch.optim.Muon``, as in modded-nanogpt and Moonlight (on an
-avx512_bf16 CPU twice as fast as fp32). Orthogonalising the same-shape matrices as one batch (``bmm``)
-instead of torch's loop over matrices was measured on CPU for the bench's two sizes: bit-for-bit the same
-updates and the same time (0.99-1.03x), so torch's loop is kept. Muon's cost per token at the presets'
-batch is measured by ``bench/bench_recipe.py --time-per-token`` (docs/benchmarks.md).
+Newton-Schulz runs in bf16 where bf16 is fast, as ``torch.optim.Muon``, modded-nanogpt and Moonlight do
+(CUDA; a CPU with avx512_bf16 or AMX, where it is twice as fast as fp32), and in fp32 on any other CPU,
+where a bf16 matmul is emulated (the ``tiny`` preset's Muon step took 4x as long in bf16 as in fp32 on an
+AVX-512 Xeon without avx512_bf16: ``bench/bench_muon_cpu.py``). ``ns_dtype`` decides, from the probe behind
+``--precision auto``, the same on every rank; same coefficients and steps either way
+(``muon_dist.newton_schulz``). Orthogonalising the same-shape matrices as one batch (``bmm``) instead of
+torch's loop over matrices was measured on CPU for the bench's two sizes: bit-for-bit the same updates and
+the same time (0.99-1.03x), so torch's loop is kept. Muon's cost per token at the presets' batch is
+measured by ``bench/bench_recipe.py --time-per-token`` (docs/benchmarks.md).
 
 ``MuonAdamW`` holds a ``torch.optim.Muon`` and a ``torch.optim.AdamW`` whose param groups and state are
 its own (the same dict objects), so one ``step()``, ``zero_grad()``, ``state_dict()`` and
@@ -27,7 +31,7 @@ its own (the same dict objects), so one ``step()``, ``zero_grad()``, ``state_dic
 
 Several ranks share the orthogonalisation instead of repeating it (``aura.train.optim.muon_dist``), as
 modded-nanogpt and nanochat do: the matrices are dealt out by shape, each rank runs Newton-Schulz on its
-share, and the results travel in bf16 (what Newton-Schulz returns).
+share, and the results travel in the dtype Newton-Schulz returns (bf16 or fp32).
 
 * DDP (``process_group``, the wrapper's): every rank holds the same all-reduced gradient and updates every
   momentum buffer (elementwise, cheap; rank 0's ``optimizer.pt`` holds them all), orthogonalises its share
@@ -36,7 +40,8 @@ share, and the results travel in bf16 (what Newton-Schulz returns).
 * FSDP2 (DTensor parameters, ``fully_shard``): the momentum stays sharded (a DTensor: DCP saves and reshards
   it); per group of same-shape matrices one all-to-all brings each matrix's shards to the rank that
   orthogonalises it and a second sends every rank its rows of the results.
-* One process, DiLoCo's replicas (each rank its own gradient) and DeepSpeed: ``torch.optim.Muon``'s step.
+* One process, DiLoCo's replicas (each rank its own gradient) and DeepSpeed: ``torch.optim.Muon``'s step
+  (bf16 Newton-Schulz), or the same step through ``muon_dist.muon_step`` where it runs in fp32.
 """
 
 from __future__ import annotations
@@ -55,6 +60,21 @@ M = Messages("muon", {
 })
 
 MUON_MOMENTUM = 0.95  # Nesterov, as torch.optim.Muon, modded-nanogpt, nanochat and Moonlight
+
+
+def ns_dtype(device: torch.device | str, info=None) -> torch.dtype:
+    """The dtype Newton-Schulz runs in on ``device``: bf16 on CUDA (torch's choice) and on a CPU with fast
+    bf16 (AMX or avx512_bf16: ``hardware.cpu_fast_bf16``, what ``--precision auto`` asks), else fp32.
+    ``info``: the ``HardwareInfo`` every rank agreed on (``agree_hardware``: fast bf16 only if every rank
+    has it), which decides for a CPU when given, so every rank makes the same choice."""
+    kind = torch.device(device).type
+    if kind != "cpu":
+        return torch.bfloat16
+    if info is not None and info.device_type == "cpu":
+        return torch.bfloat16 if info.bf16 else torch.float32
+    from aura.models.hardware import cpu_fast_bf16
+
+    return torch.bfloat16 if cpu_fast_bf16() else torch.float32
 
 
 def split_params(model) -> tuple[list, list, list]:
@@ -87,11 +107,12 @@ class MuonAdamW(torch.optim.Optimizer):
     optimizers see the same group dicts and the same ``state``, re-linked after ``load_state_dict``.
     ``process_group``: under DDP the wrapper's group, whose ranks hold the same gradients and share the
     Newton-Schulz work; ``None`` where every rank's gradient is its own (one process, DiLoCo). FSDP2's
-    DTensor parameters share it over their own mesh without being told."""
+    DTensor parameters share it over their own mesh without being told. ``dtype``: Newton-Schulz's
+    (``ns_dtype``; None: decided from the matrices' device)."""
 
     def __init__(self, hidden: list, decay: list, no_decay: list, *, lr: float, weight_decay: float,
                  betas: tuple[float, float], eps: float, momentum: float = MUON_MOMENTUM, fused: bool = False,
-                 process_group: torch.distributed.ProcessGroup | None = None):
+                 process_group: torch.distributed.ProcessGroup | None = None, dtype: torch.dtype | None = None):
         if not hidden:
             raise AuraError(M("no_matrices"))
         self.muon = torch.optim.Muon([{"params": hidden, "weight_decay": weight_decay, "optimizer": "muon"}],
@@ -103,7 +124,8 @@ class MuonAdamW(torch.optim.Optimizer):
             torch.optim.AdamW(groups, foreach=True, **kwargs)
         super().__init__(self.muon.param_groups + self.adamw.param_groups, {})
         self.process_group = process_group
-        # torch's own step where nothing is shared: the single-process path stays exactly torch.optim.Muon
+        self.dtype = ns_dtype(hidden[0].device) if dtype is None else dtype
+        # torch's own step where nothing is shared and Newton-Schulz is torch's bf16: exactly torch.optim.Muon
         self.shared = process_group is not None or any(is_sharded(p) for p in hidden)
         self._link()
 
@@ -124,8 +146,8 @@ class MuonAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if self.shared:
-            muon_step(self.muon, process_group=self.process_group)
+        if self.shared or self.dtype != torch.bfloat16:
+            muon_step(self.muon, process_group=self.process_group, dtype=self.dtype)
         else:
             self.muon.step()
         self.adamw.step()

@@ -202,7 +202,8 @@ def _train(run: Run, job: TrainingJob, kind: str):
                        on_epoch_end=job.on_epoch_end, io=job.io if job.io is not None else ckpt.io_for(job.model))
     if job.epoch_checkpoint_name is not None:
         hooks.epoch_checkpoint_name = job.epoch_checkpoint_name
-    engine = job.engine or TorchEngine.build(job.model, args=job.cfg, dist=run.dist, precision=run.precision)
+    engine = job.engine or TorchEngine.build(job.model, args=job.cfg, dist=run.dist, precision=run.precision,
+                                             info=run.info)
     if job.wrap_engine is not None:
         engine = job.wrap_engine(engine)
     from aura.distributed.engines import wrap_engine  # --ddp-comm timing/state, --local-steps (DiLoCo)
