@@ -164,9 +164,9 @@ def test_yaml_through_the_cli_flags_win(tmp_path):
 def test_lang_switches_messages(tmp_path):
     missing = tmp_path / "nope"
     en = run_aura_here("runs", missing)
-    assert en.returncode == 2 and "does not exist" in en.stderr and "run with --debug" in en.stderr
+    assert en.returncode == 2 and "does not exist" in en.stderr and "--debug" not in en.stderr  # no crash hint
     es = run_aura_here("--lang", "es", "runs", missing)
-    assert es.returncode == 2 and "No existe el directorio" in es.stderr and "ejecuta con --debug" in es.stderr
+    assert es.returncode == 2 and "No existe el directorio" in es.stderr
     env_es = run_aura_here("runs", missing, env={"AURA_LANG": "es"})
     assert "No existe el directorio" in env_es.stderr
     locale_es = run_aura_here("runs", missing, env={"AURA_LANG": "", "LC_ALL": "", "LC_MESSAGES": "",
@@ -182,7 +182,7 @@ def test_usage_errors_exit_2_with_a_hint_in_the_users_language():
     assert "Run 'aura runs --help' to see every option." in en.stderr
     es = run_aura_here("--lang", "es", "monitor", "--interval")
     assert es.returncode == 2
-    assert "uso: aura monitor" in es.stderr and "se esperaba un valor" in es.stderr
+    assert "uso: aura monitor" not in es.stderr and "se esperaba un valor" in es.stderr  # two lines, no usage
     assert "Ejecuta 'aura monitor --help'" in es.stderr
 
 

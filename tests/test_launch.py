@@ -72,7 +72,7 @@ def test_an_invalid_flag_of_the_inner_command_is_refused_before_any_worker_start
                     "--output-dir", tmp_path / "run", env=env(), timeout=120)
     assert proc.returncode == 2, output(proc)
     assert "aura pretrain: error: unrecognized arguments: --bogus" in proc.stderr
-    assert "usage: aura pretrain" in proc.stderr
+    assert "Run 'aura pretrain --help'" in proc.stderr
     text = output(proc)
     assert "Traceback" not in text and "NCCL" not in text and "torch.distributed.run" not in text, text
     assert not (tmp_path / "run").exists()

@@ -29,8 +29,9 @@ M = Messages("cli", {
     "commands": ("Comandos:", "Commands:"),
     "globals": ("Opciones globales: --lang es|en (idioma), --debug (muestra trazas), --version.",
                 "Global options: --lang es|en (language), --debug (show tracebacks), --version."),
-    "unknown": ("Comando desconocido: '{cmd}'. Ejecuta 'aura --help' para ver los comandos.",
-                "Unknown command: '{cmd}'. Run 'aura --help' to see the commands."),
+    "unknown": ("Comando desconocido: '{cmd}'.{close} Ejecuta 'aura --help' para ver los comandos.",
+                "Unknown command: '{cmd}'.{close} Run 'aura --help' to see the commands."),
+    "close": (" ¿Quisiste decir '{cmd}'?", " Did you mean '{cmd}'?"),
     "bad_lang": ("--lang debe ser 'es' o 'en'.", "--lang must be 'es' or 'en'."),
     "debug_hint": ("(ejecuta con --debug para ver la traza completa)",
                    "(run with --debug to see the full traceback)"),
@@ -135,6 +136,18 @@ def _report_comm_failure(exc: BaseException, debug: bool) -> bool:
     return True
 
 
+def _unknown_command(argv: list[str]) -> tuple[str, str | None]:
+    """(what the user typed as the command, the closest real command or None): 'pretrian --data x' ->
+    ('pretrian', 'pretrain'); 'data prepar' -> ('data prepar', 'data prepare')."""
+    import difflib
+
+    groups = {k[0] for k in COMMANDS if len(k) > 1}
+    typed = argv[:2] if argv[0] in groups and len(argv) > 1 and not argv[1].startswith("-") else argv[:1]
+    names = [" ".join(k) for k in COMMANDS if len(k) == len(typed)]
+    close = difflib.get_close_matches(" ".join(typed), names, n=1, cutoff=0.6)
+    return " ".join(typed), (close[0] if close else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, debug, lang = _split_globals(argv)
@@ -158,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             for k in group:
                 print(f"  aura {' '.join(k)}  {bi(COMMANDS[k].es, COMMANDS[k].en)}")
             return 0
-        print(M("unknown", cmd=" ".join(argv[:2])), file=sys.stderr)
+        typed, close = _unknown_command(argv)
+        print(M("unknown", cmd=typed, close=M("close", cmd=close) if close else ""), file=sys.stderr)
         return 2
     console.quiet_third_party(debug=debug)
     try:
@@ -171,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         console.error(str(e))
         if debug:
             traceback.print_exc()
-        else:
+        elif e.exit_code == 1:  # a failure of Aura's; a user's mistake (2) is said in full without a trace
             print(M("debug_hint"), file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt as e:

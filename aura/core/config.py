@@ -295,6 +295,7 @@ ARGPARSE_ES_PLURAL = {
 M_ARGPARSE = Messages("config.argparse", {
     "help_hint": ("Ejecuta '{prog} --help' para ver todas las opciones.",
                   "Run '{prog} --help' to see every option."),
+    "did_you_mean": (" ¿Quisiste decir {flag}?", " Did you mean {flag}?"),
 })
 
 
@@ -322,10 +323,32 @@ def install_argparse_translation() -> None:
 
 
 class AuraArgumentParser(argparse.ArgumentParser):
-    """argparse with usage errors in the user's language, a pointer to --help, and exit status 2."""
+    """argparse with usage errors in two lines in the user's language (no usage dump: the second line points
+    to --help), the closest real flag for a mistyped one, and exit status 2."""
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            message = _argparse_gettext("unrecognized arguments: %s") % " ".join(extras)
+            close = self.closest_flag(next((a for a in extras if a.startswith("-")), ""))
+            self.error(message + ("." + M_ARGPARSE("did_you_mean", flag=close) if close else ""))
+        return ns
+
+    def closest_flag(self, typed: str) -> str | None:
+        """The parser's own flag nearest to ``typed`` (``--modelpreset`` -> ``--model-preset``), or None."""
+        import difflib
+
+        if not typed.startswith("--"):
+            return None
+        flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        flat = {f.replace("-", ""): f for f in flags}  # a missing or extra hyphen is the commonest slip
+        name = typed.split("=", 1)[0]
+        if name.replace("-", "") in flat:
+            return flat[name.replace("-", "")]
+        close = difflib.get_close_matches(name, flags, n=1, cutoff=0.75)
+        return close[0] if close else None
 
     def error(self, message: str):  # type: ignore[override]
-        self.print_usage(sys.stderr)
         sys.stderr.write(_argparse_gettext("%(prog)s: error: %(message)s\n")
                          % {"prog": self.prog, "message": message})
         sys.stderr.write(M_ARGPARSE("help_hint", prog=self.prog) + "\n")
