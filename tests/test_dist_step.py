@@ -1,10 +1,12 @@
-"""fp16 under torchrun (issue 38, item 3), CPU and gloo: GradScaler decisions agreed over ranks under DDP and
-FSDP2."""
+"""One optimizer step under torchrun (issue 38, items 3 and 7), CPU and gloo: the loop's one small collective
+per step (counts and stop flag together), a signal on one rank stopping every rank at the same step, and
+fp16 GradScaler decisions agreed over ranks under DDP and FSDP2."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +23,48 @@ def _cpu_fp16() -> None:
             torch.nn.Linear(4, 4)(torch.randn(2, 4))
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"this PyTorch build has no CPU fp16 autocast/GradScaler: {e}")
+
+
+def _step_collectives(mode: str, data: Path, tmp_path: Path, *extra: str) -> list[dict]:
+    result = tmp_path / "r.json"
+    proc = torchrun(SCRIPTS / "step_collectives.py", mode, data, tmp_path / "run", result, *extra, timeout=400)
+    assert proc.returncode == 0, output(proc)[-5000:]
+    return [json.loads(Path(f"{result}.rank{r}").read_text()) for r in (0, 1)]
+
+
+def _by_caller(per_step: dict) -> dict[str, int]:
+    """Collectives of one step by who called them: the loop and engine (Aura) or DDP's comm hook (torch)."""
+    out: dict[str, int] = {}
+    for key, n in per_step.items():
+        who = "aura" if " from aura." in key else "ddp_hook" if "ddp_comm_hooks" in key else key
+        out[who] = out.get(who, 0) + n
+    return out
+
+
+@pytest.mark.parametrize("precision, aura_calls", [("fp32", 1), ("fp16", 2)])
+def test_one_small_collective_per_step(prepared_corpus, tmp_path, precision, aura_calls):
+    """fp32: the window's counts and the stop flag in one all-reduce (before: two, each draining the GPU under
+    NCCL); fp16 adds the engine's loss + found-inf one (before: three in all). DDP's gradient buckets (the
+    same number every step, through its comm hook) are the only other collectives."""
+    if precision == "fp16":
+        _cpu_fp16()
+    ranks = _step_collectives("count", prepared_corpus, tmp_path, "--precision", precision)
+    for r in ranks:
+        assert r["code"] == 0 and r["steps"] == 6
+        steps = [_by_caller(s) for s in r["per_step"]]
+        assert len(steps) == 5 and all(s == steps[0] for s in steps), steps
+        assert set(steps[0]) == {"aura", "ddp_hook"}, steps[0]
+        assert steps[0]["aura"] == aura_calls, steps[0]
+        assert all(key.startswith("all_reduce from ") for key in r["per_step"][0]), r["per_step"][0]
+
+
+def test_a_signal_on_one_rank_stops_every_rank_at_the_same_step(prepared_corpus, tmp_path):
+    """Rank 1 gets SIGTERM during step 2 (after the step's collective): every rank learns it from step 3's
+    collective and stops after step 3, saving one checkpoint for all."""
+    ranks = _step_collectives("signal", prepared_corpus, tmp_path)
+    assert [r["code"] for r in ranks] == [3, 3]  # EXIT_INTERRUPTED on both
+    assert [r["steps"] for r in ranks] == [3, 3]
+    assert [p.name for p in (tmp_path / "run").glob("*step-*")] == ["interrupt-step-3"]
 
 
 def test_fp16_grad_scaler_decisions_agree_over_ranks(tmp_path):
