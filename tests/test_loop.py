@@ -175,13 +175,17 @@ def test_loss_with_padded_labels_matches_transformers(prepared):
     assert ours.item() == pytest.approx(ref.item(), rel=1e-6)
 
 
-def test_fp16_with_grad_scaler(prepared, tmp_path):
+def cpu_fp16_or_skip() -> None:
     try:
         torch.amp.GradScaler("cpu")
         with torch.autocast("cpu", dtype=torch.float16):
             torch.nn.Linear(4, 4)(torch.randn(2, 4))
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"this PyTorch build has no CPU fp16 autocast/GradScaler: {e}")
+
+
+def test_fp16_with_grad_scaler(prepared, tmp_path):
+    cpu_fp16_or_skip()
     run = run_pretrain(tmp_path / "run", prepared, max_steps=6, precision="fp16", learning_rate=3e-3, save_steps=3)
     losses = read_log(run)
     assert len(losses) == 6 and all(v == v and v < 10 for v in losses.values())
@@ -242,6 +246,43 @@ def test_torch_engine_sets_the_lr_and_skips_a_non_finite_window_without_touching
     assert outcome.applied and outcome.grad_norm > 0
     assert not all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
     assert engine.state_dict() == {}  # fp32: no GradScaler, nothing for scaler.pt
+
+
+def test_fp16_engine_updates_bit_for_bit_like_the_grad_scaler_recipe():
+    """TorchEngine's fp16 finish (found-inf agreed over ranks, then the optimizer's own step) leaves the same
+    weights and scale as torch's recipe (unscale_, clip, GradScaler.step, update), overflows included."""
+    import copy
+
+    from aura.distributed import DistInfo
+    from aura.train.args import TrainArgs
+    from aura.train.optim.engine import TorchEngine, build_optimizer
+
+    cpu_fp16_or_skip()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    ref, args = copy.deepcopy(model), TrainArgs(learning_rate=1e-2, max_grad_norm=1.0)
+    engine = TorchEngine.build(model, args=args, dist=DistInfo(device=torch.device("cpu")), precision="fp16")
+    opt, scaler = build_optimizer(ref, args, torch.device("cpu")), torch.amp.GradScaler("cpu")
+    scales = []
+    for step in range(8):
+        x = torch.randn(3, 4) * (1e3 if step == 5 else 1.0)  # step 5 overflows whatever the scale
+        with engine.autocast():
+            loss = model(x).float().sum()
+        engine.backward(loss, last=True)
+        outcome = engine.finish(loss.detach().double())
+        with torch.autocast("cpu", dtype=torch.float16):
+            ref_loss = ref(x).float().sum()
+        scaler.scale(ref_loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], 1.0, foreach=True)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        assert outcome.applied and engine.scaler.get_scale() == scaler.get_scale(), step
+        assert all(torch.equal(a, b) for a, b in zip(model.parameters(), ref.parameters())), step
+        scales.append(scaler.get_scale())
+    assert scales[5] == scales[4] / 2 and scales[-1] == scales[5]  # skipped updates, then applied ones
+    assert engine.state_dict()["scale"] == scales[-1]
 
 
 def test_one_optimizer_step_fits_on_a_screen():

@@ -9,6 +9,8 @@
 * ``local_sgd``: ``--local-steps H``, DiLoCo-style local SGD (no DDP; an outer Nesterov step every H steps).
 * ``engines``: ``wrap_engine``, the step engine of a slow-link mode (``comm`` or ``local_sgd``).
 * ``sharded``: DCP checkpoints of sharded models.
+* ``totals``: ``StepTotals``, the host-known numbers of an optimizer step (the window's token counts, the
+  stop flag) summed over ranks in one collective that never makes the host wait for the device.
 * ``launcher``: the launch record (how this process was started and how to resume it the same way) and
   ``ParentWatch`` (a worker notices that its launcher died).
 

@@ -32,8 +32,16 @@ What the loop guarantees
 * LR is ``plan.lr(step)``, a pure function of the step (``aura.train.optim.schedule``; a WSD run's
   ``--time-budget`` fixes the cooldown's start, at a log step, into the plan; the plan is stored in every checkpoint,
   ``aura.train.run.plan``); AdamW skips decay on norms, biases, embeddings.
-* Host syncs: one per optimizer step (grad norm + loss finiteness, to skip NaN/inf steps; more than
-  ``--max-bad-steps`` in a row stop the run) and the log line.
+* Host syncs: one per optimizer step, in ``engine.finish`` (grad norm + loss finiteness, to skip NaN/inf
+  steps; more than ``--max-bad-steps`` in a row stop the run), plus the log line every ``--log-interval`` steps.
+  Under torchrun the loop adds one small collective per step and no sync of its own: at the step's start,
+  the window's units and input tokens and this rank's stop flag, all known on the host, are summed over
+  ranks together (``aura.distributed.totals.StepTotals``): on gloo a CPU all-reduce that leaves the device
+  alone; on NCCL queued on the device, the loss scale kept there and the totals read after finish's sync.
+  A signal thus stops every rank at the same step: the end of the first step that starts after it arrived
+  (one process: the end of the current step). Inside finish, before its sync, fp16 adds one all-reduce (the
+  loss and the GradScaler's found-inf, agreed over ranks) and FSDP2 the norm's reduction over the shards
+  (with fp16 also torch's found-inf reduction in ``unscale_``); DDP's gradient all-reduce runs in backward.
 * Under torchrun every log line carries ``Sync=`` (``aura.distributed.sync_status``): DDP replicas are
   compared bit for bit there, and a divergence stops every rank with an AuraError naming the ranks.
 * What is written and when is ``CheckpointPolicy``'s (``aura.train.run.policy``): checkpoints every
@@ -59,11 +67,12 @@ import torch
 
 from aura.core import console
 from aura.distributed import DistInfo, no_sync, sync_status
+from aura.distributed.totals import StepTotals
 from aura.core.errors import AbortReported, AuraError
 from aura.core.heap import frozen_heap
 from aura.core.i18n import Messages
 from aura.train.args import StepPlan, TrainArgs
-from aura.train.optim.engine import StepEngine, StepOutcome, autocast_context, global_sum
+from aura.train.optim.engine import StepEngine, StepOutcome, autocast_context
 from aura.train.optim.schedule import CooldownClock, schedule_for
 from aura.train.run.metrics import TrainMetrics
 from aura.train.objectives.objective import CausalLM, Evaluator, Objective, count_inputs
@@ -148,8 +157,8 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
                     data.start_epoch(state.epoch)
                     continue
                 lr = plan.lr(state.step)
-                outcome, window_loss, n_targets, n_inputs, stats = optimizer_step(model, engine, window, lr=lr,
-                                                                                  dist=dist, objective=objective)
+                outcome, window_loss, n_targets, n_inputs, stats = optimizer_step(
+                    model, engine, window, lr=lr, dist=dist, objective=objective, signals=signals)
                 state.count_step(outcome, tokens=n_inputs, max_bad_steps=args.max_bad_steps)
                 state.train_seconds = clock.elapsed()
                 if outcome.applied:
@@ -216,18 +225,20 @@ def _cooldown_in_time(clock: CooldownClock, plan: StepPlan, state: TrainState, d
 
 
 def optimizer_step(model, engine: StepEngine, window: list[dict[str, torch.Tensor]], *, lr: float,
-                   dist: DistInfo, objective: Objective | None = None
+                   dist: DistInfo, objective: Objective | None = None, signals: _Signals | None = None
                    ) -> tuple[StepOutcome, torch.Tensor, int, int, dict[str, torch.Tensor]]:
     """One optimizer step over a window of micro-batches (gradient accumulation).
 
     Returns (what the engine did, the window's summed loss on this rank (a device scalar), the objective's
     units and the input tokens of the window on all ranks, the objective's summed statistics on this rank).
+    With ``signals``, whether any rank had been asked to stop when the step began lands in ``signals.agreed``.
     """
     objective = objective or CausalLM()
-    counts = torch.tensor([sum(objective.count(b) for b in window), sum(count_inputs(b) for b in window)],
-                          dtype=torch.float64)
-    n_targets, n_inputs = (int(x) for x in global_sum(counts, dist).tolist())
-    scale = dist.world_size / max(n_targets, 1)  # DDP/FSDP average gradients over ranks: undo it
+    stop = signals is not None and signals.requested is not None
+    # the step's one small collective: counts and stop flag together, known on the host before the step
+    totals = StepTotals([sum(objective.count(b) for b in window), sum(count_inputs(b) for b in window),
+                         float(stop)], dist=dist)
+    scale = totals.scale(dist.world_size)  # DDP/FSDP average gradients over ranks: undo it
     engine.set_lr(lr)
     window_loss = torch.zeros((), dtype=torch.float64, device=dist.device)
     stats: dict[str, torch.Tensor] = {}
@@ -240,7 +251,11 @@ def optimizer_step(model, engine: StepEngine, window: list[dict[str, torch.Tenso
         window_loss += loss.detach()
         for k, v in batch_stats.items():
             stats[k] = stats.get(k, 0.0) + v.detach().double()
-    return engine.finish(window_loss), window_loss, n_targets, n_inputs, stats
+    outcome = engine.finish(window_loss)  # the step's one host sync: the totals are on the host by then
+    n_targets, n_inputs, stops = (int(x) for x in totals.values())
+    if signals is not None:
+        signals.agreed = stops > 0
+    return outcome, window_loss, n_targets, n_inputs, stats
 
 
 def _validate_now(args: TrainArgs, state: TrainState, plan: StepPlan) -> bool:
@@ -258,12 +273,10 @@ def _next_window(data: BatchSource, accum: int) -> list[dict[str, torch.Tensor]]
 
 
 def _stop_requested(signals: _Signals, dist: DistInfo) -> bool:
-    """A signal arrived on any rank (a collective under torchrun: every rank stops at the same step)."""
-    stop = signals.requested is not None
-    if dist.is_distributed:
-        flag = torch.tensor([1.0 if stop else 0.0], device=dist.comm_device)
-        stop = bool(dist.all_reduce(flag, "max").item())
-    return stop
+    """A signal arrived on any rank. Under torchrun every rank stops at the same step without a collective
+    of its own: the flags travelled in the step's one collective (``optimizer_step``, at the step's start),
+    so a signal that arrives during a step stops the run after the next one."""
+    return signals.agreed if dist.is_distributed else signals.requested is not None
 
 
 class _Signals:
@@ -275,6 +288,7 @@ class _Signals:
 
     def __init__(self):
         self.requested: str | None = None
+        self.agreed = False  # under torchrun: some rank had a signal when the last step began (optimizer_step)
         self._old: dict[int, Any] = {}
         self._watch = None
 

@@ -10,7 +10,9 @@ The loop (``aura.train.loop.optimizer_step``) drives every engine the same way, 
 
 What an engine owns: its precision (autocast, the fp16 GradScaler), the LR on its optimizer's param
 groups, clipping, the finiteness check (a window whose loss, or without a GradScaler whose grad norm, is
-NaN/inf is skipped: its gradients are dropped and nothing is applied) and its own resumable state
+NaN/inf is skipped: its gradients are dropped and nothing is applied; under torchrun every rank reaches the
+same decision, fp16's GradScaler found-inf included, which FSDP2 ranks compute on their own shards) and its
+own resumable state
 (``state_dict`` / ``load_state_dict``, stored as ``scaler.pt``: the GradScaler's state, the format of every
 earlier Aura checkpoint). The optimizer's state is written by the run's ``CheckpointIO``
 (``optimizer.pt``, FSDP2's ``dcp/``, DeepSpeed's own files), which receives ``engine.optimizer``.
@@ -106,20 +108,40 @@ class TorchEngine:
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm, foreach=True)
-        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
-        # fp16: the GradScaler skips inf gradients itself, so the loss decides, and every rank must agree
-        loss = global_sum(window_loss.clone(), self.dist) if self.scaler is not None else window_loss
-        device = self.dist.device
-        grad_norm, loss_value = torch.stack([norm.double().to(device), loss.to(device)]).tolist()  # host sync
+        # FSDP2: a DTensor that clip_grad_norm_ already reduced over the shards (Replicate): the global norm
+        norm = (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).double().to(self.dist.device)
+        if self.scaler is None:
+            grad_norm, loss_value = torch.stack([norm, window_loss.to(norm)]).tolist()  # the step's one host sync
+            found_inf = 0.0
+        else:
+            grad_norm, loss_value, found_inf = torch.cat([norm.view(1), self._agree(window_loss)]).tolist()  # idem
+        # fp16: the GradScaler's found-inf skips an overflowing update (the scale backs off; not a bad step),
+        # so only the loss makes a window bad; both were agreed over ranks
         applied = math.isfinite(loss_value) and (self.scaler is not None or math.isfinite(grad_norm))
-        if applied and self.scaler is not None:
-            self.scaler.step(self.optimizer)
-        elif applied:
+        if applied and not found_inf:
+            # after an explicit unscale_, GradScaler.step would do just this, plus a host read of found-inf
             self.optimizer.step()
         if self.scaler is not None:
-            self.scaler.update()
+            self.scaler.update()  # the same found-inf on every rank: the same scale
         self.optimizer.zero_grad(set_to_none=True)
         return StepOutcome(applied, grad_norm, loss_value)
+
+    def _agree(self, window_loss: torch.Tensor) -> torch.Tensor:
+        """fp16: (the window's loss, the GradScaler's found-inf) summed over ranks in one collective, and the
+        agreed found-inf written back into the scaler. Each rank's GradScaler checks only the gradients it
+        holds: the same on every DDP rank, but a shard under FSDP2, where one rank could step while another
+        skips and the scales drift apart. torch reduces found-inf for DTensor gradients inside DTensor's
+        dispatch (2.13: ``found_inf_reduce_handler``, a collective per dtype); here agreement does not rest
+        on that, and costs nothing: it rides the loss's all-reduce that fp16 needs anyway."""
+        found = self.scaler._found_inf_per_device(self.optimizer)  # filled by unscale_
+        device = self.dist.device
+        local = torch.zeros((), dtype=torch.float64, device=device)
+        for f in found.values():
+            local += f.to(local)
+        both = global_sum(torch.stack([window_loss.to(local), local]), self.dist).to(device)
+        for f in found.values():
+            f.copy_((both[1] > 0).to(f))  # queued on the device: no host sync
+        return both
 
     def state_dict(self) -> dict:
         return self.scaler.state_dict() if self.scaler is not None and self.scaler.is_enabled() else {}
