@@ -9,20 +9,11 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.distutil import SCRIPTS, output, torchrun
+from tests.test_loop import cpu_fp16_or_skip
 
 pytestmark = pytest.mark.dist
-
-
-def _cpu_fp16() -> None:
-    try:
-        torch.amp.GradScaler("cpu")
-        with torch.autocast("cpu", dtype=torch.float16):
-            torch.nn.Linear(4, 4)(torch.randn(2, 4))
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"this PyTorch build has no CPU fp16 autocast/GradScaler: {e}")
 
 
 def _step_collectives(mode: str, data: Path, tmp_path: Path, *extra: str) -> list[dict]:
@@ -47,7 +38,7 @@ def test_one_small_collective_per_step(prepared_corpus, tmp_path, precision, aur
     NCCL); fp16 adds the engine's loss + found-inf one (before: three in all). DDP's gradient buckets (the
     same number every step, through its comm hook) are the only other collectives."""
     if precision == "fp16":
-        _cpu_fp16()
+        cpu_fp16_or_skip()
     ranks = _step_collectives("count", prepared_corpus, tmp_path, "--precision", precision)
     for r in ranks:
         assert r["code"] == 0 and r["steps"] == 6
@@ -71,7 +62,7 @@ def test_fp16_grad_scaler_decisions_agree_over_ranks(tmp_path):
     """An inf in one rank's gradient only (DDP: planted after the all-reduce; FSDP2: in its shard): both ranks
     skip that update (FSDP2: the gathered weights do not move, so no shard did), back the scale off alike and
     keep identical weights; FSDP2's norm is global."""
-    _cpu_fp16()
+    cpu_fp16_or_skip()
     out = tmp_path / "r.json"
     proc = torchrun(SCRIPTS / "fp16_agree.py", out)
     assert proc.returncode == 0, output(proc)[-5000:]
