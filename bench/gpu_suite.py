@@ -150,7 +150,13 @@ def drive(work: Path, checks: list[Check], *, cpu: bool, budget: float, log, out
             name = started[-1]["check"]
             _record(work, name, status="crashed", figure=f"the worker exited with {code} during the check "
                                                          f"(see worker.log)", seconds=0)
-        pending = [n for n in pending if n not in _final(work)]
+        left = [n for n in pending if n not in _final(work)]
+        if left == pending:  # it died before any check (an import, the device): starting it again would too
+            for name in left:
+                _record(work, name, status="crashed", figure=f"the worker exited with {code} before its first "
+                                                             f"check (see worker.log)", seconds=0)
+            left = []
+        pending = left
     final = _final(work)
     return [final[c.name] for c in checks if c.name in final]
 

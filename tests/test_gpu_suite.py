@@ -68,3 +68,17 @@ def test_gpu_suite_driver_stops_a_check_at_its_timeout_and_skips_what_the_budget
     log = (work / "results.jsonl").read_text(encoding="utf-8")
     assert log.count('"event": "start"') == 4  # environment, setup, selftest_timeout; doctor in the new worker
     assert "timeout" in (out / "gpu_suite.md").read_text(encoding="utf-8")
+
+
+def test_a_worker_that_dies_before_its_first_check_is_not_started_again_forever(tmp_path):
+    """A worker that cannot run anything (here: asked for a check it does not know, as an import error or
+    a broken device would do) ends the run with every pending check recorded as crashed."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_suite
+    from gpu_checks import Check
+
+    ghost = Check("ghost", "not registered", lambda ctx: None, timeout=5, expect=1)
+    with open(tmp_path / "log", "w") as log:
+        rows = gpu_suite.drive(tmp_path, [ghost], cpu=True, budget=60, log=log, out=tmp_path)
+    assert [(r["check"], r["status"]) for r in rows] == [("ghost", "crashed")]
+    assert "before its first check" in rows[0]["figure"]
