@@ -1,0 +1,203 @@
+"""``aura pipeline``: validation before anything runs, skip/redo/resume by fingerprint, kill -9 then the same
+command (per-step losses equal to an uninterrupted run's), the report's numbers equal to the stages' files,
+and the shipped demo end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_aura, run_aura_here
+
+TINY = ROOT / "tests" / "pipelines" / "tiny.yaml"
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _step_losses(run_dir: Path) -> dict[int, float]:
+    """step -> train loss of every logged step (the last row of a step wins: a resumed run's)."""
+    with (run_dir / "training_log.csv").open(encoding="utf-8", newline="") as f:
+        return {int(float(r["step"])): float(r["train_loss"]) for r in csv.DictReader(f)
+                if r["kind"] == "step" and r["train_loss"]}
+
+
+def _state(out: Path) -> dict:
+    return json.loads((out / "pipeline.json").read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------- validation (fast, in process)
+
+def test_bad_key_in_last_stage_fails_at_once_and_creates_nothing(tmp_path):
+    bad = _write(tmp_path / "bad.yaml", TINY.read_text(encoding="utf-8").rstrip() + "\n      limt: 3\n")
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    proc = run_aura_here("pipeline", "run", bad, "--output-dir", out)
+    assert proc.returncode == 2, proc.stderr
+    assert "limt" in proc.stderr and "eval-sft" in proc.stderr and "Did you mean 'limit'" in proc.stderr
+    assert "line " in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists() and not list(tmp_path.glob(".out*"))
+    assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (("tokenizer: tokenizer", "tokenizer: pretrain"), "refers to stage 'pretrain', which runs later"),
+    (("command: export gguf", "command: export ggu"), "is not a command that can be a stage"),
+    (("vocab_size: 512", "vocab_size: many"), "many"),
+    (("      workers: 1\n", "      workers: 1\n      output_dir: x\n"), "is set by the pipeline"),
+    (("inputs: [aura:corpus_es]", "inputs: [aura:no_such]"), "ships no resource 'no_such'"),
+])
+def test_validation_messages_name_the_stage(tmp_path, edit, expected):
+    text = TINY.read_text(encoding="utf-8") + ("" if "export" not in edit[0] else
+                                               "  - name: gguf\n    command: export gguf\n    options:\n"
+                                               "      model: sft.final\n")
+    assert edit[0] in text
+    bad = _write(tmp_path / "bad.yaml", text.replace(edit[0], edit[1], 1))
+    proc = run_aura_here("pipeline", "run", bad, "-o", tmp_path / "out")
+    assert proc.returncode == 2 and expected in proc.stderr, proc.stderr
+    assert "stage '" in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_set_override_is_validated(tmp_path):
+    proc = run_aura_here("pipeline", "run", TINY, "-o", tmp_path / "out", "--set", "pretrain.max_step=3")
+    assert proc.returncode == 2 and "max_step" in proc.stderr and "pretrain" in proc.stderr
+    proc = run_aura_here("pipeline", "run", TINY, "-o", tmp_path / "out", "--set", "nostage.x=1")
+    assert proc.returncode == 2 and "no stage 'nostage'" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_list_show_and_plan_every_shipped_pipeline():
+    from aura.pipeline.spec import shipped
+
+    proc = run_aura_here("pipeline", "list")
+    assert proc.returncode == 0 and "demo-cpu" in proc.stdout
+    for name in shipped():
+        shown = run_aura_here("pipeline", "show", name)
+        assert shown.returncode == 0 and "stages:" in shown.stdout
+        plan = run_aura_here("pipeline", "plan", name, "--assume", "H100 80GB", "--price-per-hour", "2")
+        assert plan.returncode == 0, (name, plan.stderr)
+        assert "H100" in plan.stdout and "valid" in plan.stdout
+
+
+# ---------------------------------------------------------------- running (slow: real training stages)
+
+@pytest.mark.slow
+def test_run_skip_redo_downstream_and_report_numbers(tmp_path):
+    out = tmp_path / "p"
+    proc = run_aura("pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    state = _state(out)
+    assert [state["stages"][n]["status"] for n in state["order"]] == ["finished"] * 6
+    # the report's numbers are the stages' own
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    by_name = {s["name"]: s for s in report["stages"]}
+    for name in ("pretrain", "sft"):
+        with (out / name / "training_log.csv").open(encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+        t = by_name[name]["training"]
+        assert t["tokens"] == float(rows[-1]["tokens"])
+        assert t["final_loss"] == float([r for r in rows if r["kind"] == "step"][-1]["train_loss"])
+        assert t["mem_peak_gb"] == max(float(r["mem_peak_gb"]) for r in rows if r["mem_peak_gb"])
+        assert by_name[name]["seconds"] == state["stages"][name]["seconds"]
+        assert by_name[name]["cost"] == pytest.approx(state["stages"][name]["seconds"] / 3600 * 1.5)
+    models = {m["stage"]: m for m in report["models"]}
+    assert set(models) == {"pretrain", "sft"}
+    for model, ev in (("pretrain", "eval-base"), ("sft", "eval-sft")):
+        ppl = json.loads((out / ev / "eval.json").read_text(encoding="utf-8"))["results"][0]
+        assert models[model]["scores"]["val_bits_per_byte"] == ppl["bits_per_byte"]
+        suite = json.loads(next((out / ev).glob("eval-aura-es*.json")).read_text(encoding="utf-8"))["results"][0]
+        acc = {r["task"]: r["value"] for r in suite["rows"] if r["metric"] == "acc"}
+        for task, value in acc.items():
+            assert models[model]["scores"][f"{task}/acc"] == value
+    md = (out / "report.md").read_text(encoding="utf-8")
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "aura pretrain" in md and "<table>" in html and "http" not in html.replace(
+        "http-equiv", "").split("<pre>")[0]
+    # the same command again: everything skipped, one line each
+    again = run_aura("pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5")
+    assert again.returncode == 0 and again.stdout.count("finished and unchanged; skipped") == 6, again.stdout
+    # one option of SFT changed: SFT and what reads it run again, nothing before
+    mtimes = {n: (out / n).stat().st_mtime_ns for n in state["order"]}
+    changed = run_aura("pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5",
+                       "--set", "sft.learning_rate=0.0005")
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    assert "Changed since the last run: sft" in changed.stdout and "Redoing: sft, eval-sft" in changed.stdout
+    skipped = [n for n in state["order"] if f"{n}: finished and unchanged; skipped" in changed.stdout]
+    assert skipped == ["tokenizer", "prepare", "pretrain", "eval-base"]
+    assert all((out / n).stat().st_mtime_ns == mtimes[n] for n in skipped)
+    assert _state(out)["stages"]["sft"]["options"]["learning_rate"] == 0.0005
+
+
+@pytest.mark.slow
+def test_kill_9_in_pretraining_then_the_same_command_gives_the_same_losses(tmp_path):
+    ref_out, out = tmp_path / "ref", tmp_path / "run"
+    three = _write(tmp_path / "three.yaml", TINY.read_text(encoding="utf-8").split("  - name: eval-base")[0])
+    ref = run_aura("pipeline", "run", three, "--output-dir", ref_out)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "aura", "pipeline", "run", str(three), "--output-dir", str(out)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (out / "pretrain" / "checkpoint-step-8").is_dir():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (out / "pretrain" / "checkpoint-step-8").is_dir()
+    assert _state(out)["stages"]["pretrain"]["status"] == "running"  # never taken as finished
+    assert not (out / "pretrain" / "final").exists() or _state(out)["stages"]["pretrain"]["status"] != "finished"
+    again = run_aura("pipeline", "run", three, "--output-dir", out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "tokenizer: finished and unchanged; skipped" in again.stdout
+    assert "pretrain: it was interrupted; resuming from its latest checkpoint" in again.stdout
+    assert _step_losses(out / "pretrain") == _step_losses(ref_out / "pretrain")
+    assert _state(out)["stages"]["pretrain"]["status"] == "finished"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_stage_with_exit_3_and_the_same_command_as_hint(tmp_path):
+    out = tmp_path / "run"
+    three = _write(tmp_path / "three.yaml", TINY.read_text(encoding="utf-8").split("  - name: eval-base")[0]
+                   .replace("max_steps: 24", "max_steps: 100000"))
+    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "aura", "pipeline", "run", str(three), "-o", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (out / "pretrain" / "checkpoint-step-4").is_dir():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 3, stdout[-2000:] + stderr[-2000:]
+    assert "Pipeline stopped in stage 'pretrain'" in stderr
+    assert f"aura pipeline run {three} --output-dir {out}" in stderr
+    assert _state(out)["stages"]["pretrain"]["status"] == "interrupted"
+
+
+@pytest.mark.slow
+def test_demo_cpu_end_to_end(tmp_path):
+    """The shipped demo, as `bash scripts/demo.sh` runs it (its budgets shortened: the chain is the test)."""
+    out = tmp_path / "demo"
+    sets = ["--set", "pretrain.time_budget=0.003", "--set", "sft.time_budget=0.002",
+            "--set", "eval-base.limit=2", "--set", "eval-sft.limit=2"]
+    proc = run_aura("pipeline", "run", "demo-cpu", "--output-dir", out, *sets, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    state = _state(out)
+    assert all(state["stages"][n]["status"] in ("finished", "skipped") for n in state["order"])
+    assert state["stages"]["gguf"]["status"] == ("finished" if _has("llama_cpp") else "skipped")
+    assert (out / "report.md").is_file() and (out / "report.html").is_file()
+    assert (out / "sft" / "final").is_dir()
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
