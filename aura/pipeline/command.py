@@ -165,7 +165,7 @@ def pipeline_plan(cfg: PipelinePlanConfig) -> int:
     for s in pipeline.stages:
         c = s.cfg
         auto = "–"
-        if getattr(c, "model_preset", None) == "auto":
+        if getattr(c, "model_preset", None) == "auto" and not getattr(c, "init_from", None):
             choice = choose_auto(info)
             auto = f"{choice.preset} (batch {choice.batch_size} × {choice.gradient_accumulation_steps}, " \
                    f"{choice.precision})"

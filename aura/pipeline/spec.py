@@ -72,6 +72,7 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "pipelines"
 RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
 OUTPUT_FIELDS = ("output_dir", "output", "outfile")  # where a command writes: the runner decides
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+_MIXTURE = re.compile(r"^([\w-]+=[0-9.eE+-]+:)(.+)$")
 _STAGE_KEYS = {"name", "command", "options", "description", "requires"}
 _TOP_KEYS = {"stages", "description", "name"}
 _NOT_STAGES = {("pipeline", "run"), ("pipeline", "list"), ("pipeline", "show"), ("pipeline", "plan"),
@@ -227,6 +228,10 @@ def _resolve_value(value, *, stage: Stage, key: str, earlier: list[str], later: 
     """A reference -> the folder it names (and the stage it comes from), anything else as is."""
     if not isinstance(value, str):
         return value, None
+    mix = _MIXTURE.match(value)  # a weighted mixture entry, NAME=WEIGHT:DIR (pretrain --data)
+    if mix:
+        inner, ref = _resolve_value(mix.group(2), stage=stage, key=key, earlier=earlier, later=later, out=out)
+        return mix.group(1) + inner, ref
     if value.startswith("aura:"):
         name = value[5:]
         path = RESOURCES_DIR / name
