@@ -40,6 +40,14 @@ M = Messages("pipeline.report", {
     "s_interrupted": ("interrumpida", "interrupted"), "s_failed": ("fallida", "failed"),
     "s_skipped": ("saltada", "skipped"), "s_pending": ("pendiente", "pending"),
     "no_models": ("Aún no hay evaluaciones.", "No evaluations yet."),
+    "h_notes": ("notas", "notes"),
+    "n_fertility": ("vocabulario {vocab}, fertilidad {fert:.3f} tokens/palabra",
+                    "vocabulary {vocab}, fertility {fert:.3f} tokens/word"),
+    "n_data": ("documentos {read} → {kept}, tokens {train:,} + {val:,} (val.)",
+               "documents {read} → {kept}, tokens {train:,} + {val:,} (val)"),
+    "n_skipped": ("saltada: {reason}", "skipped: {reason}"),
+    "environment": ("Entorno: Aura {aura}, Python {python}, torch {torch}, {platform}.",
+                    "Environment: Aura {aura}, Python {python}, torch {torch}, {platform}."),
     "loss_curve": ("Pérdida de entrenamiento por paso: {stage}", "Training loss per step: {stage}"),
 })
 
@@ -105,6 +113,54 @@ def eval_results(stage_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+def stage_notes(stage_dir: Path) -> dict[str, Any]:
+    """What a tokenizer or data stage wrote about itself: fertility, the documents kept, the tokens."""
+    notes: dict[str, Any] = {}
+    for name in ("aura_tokenizer.json", "meta.json"):
+        try:
+            data = json.loads((stage_dir / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        fert = data.get("fertility")
+        if isinstance(fert, dict) and "tokens_per_word" in fert:
+            notes.update(vocab_size=data.get("vocab_size"), fertility=fert["tokens_per_word"])
+        splits, cleaning = data.get("splits"), data.get("cleaning")
+        if isinstance(splits, dict) and isinstance(cleaning, dict):
+            notes.update(documents_read=cleaning.get("documents_read"), documents_kept=cleaning.get("documents_kept"),
+                         train_tokens=(splits.get("train") or {}).get("tokens"),
+                         val_tokens=(splits.get("val") or {}).get("tokens"))
+    return notes
+
+
+def _notes_text(s: dict[str, Any]) -> str:
+    n = s.get("notes") or {}
+    parts = []
+    if n.get("fertility") is not None:
+        parts.append(M("n_fertility", vocab=n.get("vocab_size"), fert=n["fertility"]))
+    if n.get("train_tokens") is not None:
+        parts.append(M("n_data", read=n.get("documents_read"), kept=n.get("documents_kept"),
+                       train=n["train_tokens"], val=n.get("val_tokens") or 0))
+    if s["status"] == "skipped" and s.get("reason"):
+        parts.append(M("n_skipped", reason=s["reason"]))
+    return "; ".join(parts)
+
+
+def environment() -> dict[str, str]:
+    import platform
+    from importlib import metadata
+
+    from aura import __version__
+
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = "–"
+    return {"aura": __version__, "python": platform.python_version(), "torch": torch,
+            "platform": f"{platform.system()} {platform.machine()}"}
+
+
 def _model_stage(model: str, out: Path, names: list[str]) -> str:
     try:
         rel = Path(model).resolve().relative_to(out.resolve())
@@ -130,7 +186,8 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
                "command": rec.get("command"), "seconds": seconds, "device_hours": dev_h,
                "cost": dev_h * price if (dev_h is not None and price is not None) else None,
                "training": {k: v for k, v in (train or {}).items() if k != "curve"} if train else None,
-               "curve": (train or {}).get("curve", []),
+               "curve": (train or {}).get("curve", []), "reason": rec.get("reason"),
+               "notes": stage_notes(d) if d.is_dir() else {},
                "files": [{"name": p.name, "bytes": p.stat().st_size} for p in sorted(d.glob("*.gguf"))]
                if d.is_dir() else []}
         stages.append(row)
@@ -149,7 +206,7 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
     models = {k: v for k, v in models.items() if v["scores"]}
     return {"pipeline": state.data.get("pipeline"), "out": str(out), "aura_version": state.data.get("aura_version"),
             "updated": state.data.get("updated"), "price_per_hour": price, "stages": stages,
-            "models": list(models.values())}
+            "models": list(models.values()), "environment": environment()}
 
 
 def _n(v, spec: str = ",.2f") -> str:
@@ -170,14 +227,14 @@ def _tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]
                      format_duration(s["seconds"]) if s["seconds"] is not None else "–",
                      _n(s["device_hours"], ".4f"), _n(s["cost"], ".4f"), _n(t.get("tokens"), ","),
                      _n(t.get("tokens_per_s"), ",.0f"), _n(t.get("mem_peak_gb"), ".3f"),
-                     _n(t.get("final_loss"), ".4f")])
+                     _n(t.get("final_loss"), ".4f"), _notes_text(s)])
         tot_s += s["seconds"] or 0.0
         tot_h += s["device_hours"] or 0.0
         tot_c += s["cost"] or 0.0
     rows.append([M("total"), "", format_duration(tot_s), _n(tot_h, ".4f"),
-                 _n(tot_c, ".4f") if data["price_per_hour"] is not None else "–", "", "", "", ""])
+                 _n(tot_c, ".4f") if data["price_per_hour"] is not None else "–", "", "", "", "", ""])
     out = [(M("stages"), [M(k) for k in ("h_stage", "h_status", "h_time", "h_dev_h", "h_cost", "h_tokens",
-                                           "h_tok_s", "h_mem", "h_loss")], rows)]
+                                           "h_tok_s", "h_mem", "h_loss", "h_notes")], rows)]
     keys: list[str] = []
     for m in data["models"]:
         keys += [k for k in m["scores"] if k not in keys]
@@ -199,7 +256,8 @@ def _price(data) -> str:
 
 def render_md(data: dict[str, Any]) -> str:
     lines = [f"# {M('title', name=data['pipeline'])}", "",
-             M("intro", path=data["out"], version=data["aura_version"], updated=data["updated"], price=_price(data)), ""]
+             M("intro", path=data["out"], version=data["aura_version"], updated=data["updated"], price=_price(data)),
+             "", M("environment", **data["environment"]), ""]
     for title, heads, rows in _tables(data):
         lines += [f"## {title}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
@@ -238,7 +296,8 @@ def render_html(data: dict[str, Any]) -> str:
              "th:first-child{text-align:left}pre{background:#f4f4f4;padding:1em;overflow-x:auto}"
              "</style></head><body>",
              f"<h1>{e(M('title', name=data['pipeline']))}</h1>",
-             f"<p>{e(M('intro', path=data['out'], version=data['aura_version'], updated=data['updated'], price=_price(data)))}</p>"]
+             f"<p>{e(M('intro', path=data['out'], version=data['aura_version'], updated=data['updated'], price=_price(data)))}</p>",
+             f"<p>{e(M('environment', **data['environment']))}</p>"]
     for title, heads, rows in _tables(data):
         parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in heads) + "</tr>")
         parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows]
