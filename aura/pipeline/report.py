@@ -35,7 +35,7 @@ M = Messages("pipeline.report", {
     "h_loss": ("pérdida final", "final loss"), "h_val": ("pérdida val.", "val loss"),
     "h_model": ("modelo (etapa)", "model (stage)"), "h_bpb": ("bits/byte (val.)", "bits/byte (val)"),
     "h_file": ("archivo", "file"), "h_size": ("tamaño", "size"),
-    "total": ("total", "total"),
+    "total": ("en total", "total"),
     "s_finished": ("terminada", "finished"), "s_running": ("en curso o cortada", "running or cut off"),
     "s_interrupted": ("interrumpida", "interrupted"), "s_failed": ("fallida", "failed"),
     "s_skipped": ("saltada", "skipped"), "s_pending": ("pendiente", "pending"),

@@ -61,8 +61,8 @@ M = Messages("pipeline.runner", {
                "etapas terminadas se saltan:\n  {command}",
                "Stage '{stage}' failed (exit code {code}). Fix the cause and run the same command again; "
                "finished stages are skipped:\n  {command}"),
-    "all_done": ("Pipeline terminado: {n} etapas en {path}. Informe: {report}",
-                 "Pipeline finished: {n} stages in {path}. Report: {report}"),
+    "all_done": ("Pipeline terminado: {n:etapa|etapas} en {path}. Informe: {report}",
+                 "Pipeline finished: {n:stage|stages} in {path}. Report: {report}"),
 })
 
 
