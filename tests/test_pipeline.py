@@ -138,29 +138,39 @@ def test_run_skip_redo_downstream_and_report_numbers(tmp_path):
     assert _state(out)["stages"]["sft"]["options"]["learning_rate"] == 0.0005
 
 
-@pytest.mark.slow
-def test_kill_9_in_pretraining_then_the_same_command_gives_the_same_losses(tmp_path):
-    ref_out, out = tmp_path / "ref", tmp_path / "run"
-    three = _write(tmp_path / "three.yaml", TINY.read_text(encoding="utf-8").split("  - name: eval-base")[0])
-    ref = run_aura("pipeline", "run", three, "--output-dir", ref_out)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "aura", "pipeline", "run", str(three), "--output-dir", str(out)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _kill_when(cmd: list[str], marker: Path, env: dict) -> None:
+    """Start ``cmd``, kill -9 it as soon as ``marker`` exists."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (out / "pretrain" / "checkpoint-step-8").is_dir():
-        time.sleep(0.05)
+    while time.monotonic() < deadline and not marker.is_dir() and proc.poll() is None:
+        time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert (out / "pretrain" / "checkpoint-step-8").is_dir()
+    assert marker.is_dir()
+
+
+@pytest.mark.slow
+def test_kill_9_in_pretraining_and_in_sft_then_the_same_command_gives_the_same_losses(tmp_path):
+    ref_out, out = tmp_path / "ref", tmp_path / "run"
+    text = TINY.read_text(encoding="utf-8").split("  - name: eval-sft")[0]
+    start, end = text.index("  - name: eval-base"), text.index("  - name: sft")
+    four = _write(tmp_path / "four.yaml", (text[:start] + text[end:]).replace("max_steps: 4\n", "max_steps: 30\n"))
+    ref = run_aura("pipeline", "run", four, "--output-dir", ref_out)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "aura", "pipeline", "run", str(four), "--output-dir", str(out)]
+    _kill_when(cmd, out / "pretrain" / "checkpoint-step-8", env)
     assert _state(out)["stages"]["pretrain"]["status"] == "running"  # never taken as finished
-    assert not (out / "pretrain" / "final").exists() or _state(out)["stages"]["pretrain"]["status"] != "finished"
-    again = run_aura("pipeline", "run", three, "--output-dir", out)
+    _kill_when(cmd, out / "sft" / "checkpoint-step-2", env)  # resumes pretraining, then dies in SFT
+    state = _state(out)["stages"]
+    assert state["pretrain"]["status"] == "finished" and state["sft"]["status"] == "running"
+    again = run_aura("pipeline", "run", four, "--output-dir", out)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "tokenizer: finished and unchanged; skipped" in again.stdout
-    assert "pretrain: it was interrupted; resuming from its latest checkpoint" in again.stdout
-    assert _step_losses(out / "pretrain") == _step_losses(ref_out / "pretrain")
-    assert _state(out)["stages"]["pretrain"]["status"] == "finished"
+    assert "pretrain: finished and unchanged; skipped" in again.stdout
+    assert "sft: it was interrupted; resuming from its latest checkpoint" in again.stdout
+    for stage in ("pretrain", "sft"):
+        assert _step_losses(out / stage) == _step_losses(ref_out / stage), stage
+    assert _state(out)["stages"]["sft"]["status"] == "finished"
 
 
 @pytest.mark.slow
