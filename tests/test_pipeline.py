@@ -154,7 +154,7 @@ def test_kill_9_in_pretraining_and_in_sft_then_the_same_command_gives_the_same_l
     ref_out, out = tmp_path / "ref", tmp_path / "run"
     text = TINY.read_text(encoding="utf-8").split("  - name: eval-sft")[0]
     start, end = text.index("  - name: eval-base"), text.index("  - name: sft")
-    four = _write(tmp_path / "four.yaml", (text[:start] + text[end:]).replace("max_steps: 4\n", "max_steps: 30\n"))
+    four = _write(tmp_path / "four.yaml", (text[:start] + text[end:]).replace("max_steps: 4\n", "max_steps: 12\n"))
     ref = run_aura("pipeline", "run", four, "--output-dir", ref_out)
     assert ref.returncode == 0, ref.stderr[-3000:]
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
