@@ -96,16 +96,21 @@ def _raise_interrupt(signum, frame):  # SIGTERM outside training: stop like Ctrl
 
 
 def _decide(pipeline: Pipeline, out: Path, state: State) -> tuple[dict[str, str], dict[str, str]]:
-    """Fingerprint and action (skip, resume, redo, run) of every stage."""
+    """Fingerprint and action of every stage: skip (finished, unchanged), resume (interrupted, unchanged),
+    redo (its options or inputs changed), after (a stage it reads runs again), run (never ran)."""
     fps: dict[str, str] = {}
     actions: dict[str, str] = {}
     for stage in pipeline.stages:
+        upstream_runs = any(actions.get(r, "skip") != "skip" for r in stage.refs)
         fp = fingerprint(command=stage.command, options=config_fields(stage.cfg), out=out,
                          upstream={r: fps[r] for r in stage.refs}, resources=RESOURCES_DIR)
         fps[stage.name] = fp
         prev = state.get(stage.name)
         same = prev.get("fingerprint") == fp
-        if same and prev.get("status") in (FINISHED, SKIPPED) and (out / stage.name).exists():
+        installed = prev.get("status") == SKIPPED and _missing_module(stage) is None  # it can run now
+        if upstream_runs and prev.get("fingerprint") and same:
+            actions[stage.name] = "after"  # what it reads is made again: so is it, from the start
+        elif same and prev.get("status") in (FINISHED, SKIPPED) and (out / stage.name).exists() and not installed:
             actions[stage.name] = "skip"
         elif same and prev.get("status") in (RUNNING, INTERRUPTED, FAILED):
             actions[stage.name] = "resume"
