@@ -131,7 +131,7 @@ def test_run_skip_redo_downstream_and_report_numbers(tmp_path):
     changed = run_aura("pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5",
                        "--set", "sft.learning_rate=0.0005")
     assert changed.returncode == 0, changed.stderr[-3000:]
-    assert "Changed since the last run: sft" in changed.stdout and "Redoing: sft, eval-sft" in changed.stdout
+    assert "Changed since the last run: sft (" in changed.stdout and "Redoing: sft, eval-sft" in changed.stdout
     skipped = [n for n in state["order"] if f"{n}: finished and unchanged; skipped" in changed.stdout]
     assert skipped == ["tokenizer", "prepare", "pretrain", "eval-base"]
     assert all((out / n).stat().st_mtime_ns == mtimes[n] for n in skipped)

@@ -135,7 +135,8 @@ def run_pipeline(pipeline: Pipeline, out: Path, *, price: float | None, rerun: l
         if other and other != pipeline.path.stem:
             raise AuraError(M("other_pipeline", path=out, other=other))
         fps, actions = _decide(pipeline, out, state)
-        changed = [n for n, a in actions.items() if a == "redo"]
+        changed = [s.name for s in pipeline.stages if actions[s.name] == "redo"  # the cause, not its downstream
+                   and not any(actions[r] in ("redo", "after") for r in s.refs)]
         if changed:
             later = [s.name for s in pipeline.stages if actions[s.name] != "skip"]
             console.always(M("changed", stages=", ".join(changed), redo=", ".join(later)))
