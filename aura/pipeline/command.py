@@ -28,9 +28,12 @@ M = Messages("pipeline.command", {
     "plan_title": ("Plan de '{name}' en {hw} (nada se ejecuta):", "Plan of '{name}' on {hw} (nothing runs):"),
     "plan_valid": ("Las {n:etapa|etapas} son válidas.", "All {n:stage|stages} are valid."),
     "h_stage": ("etapa", "stage"), "h_command": ("comando", "command"), "h_auto": ("auto elige", "auto picks"),
-    "h_budget": ("duración pedida", "length asked"), "h_estimate": ("estimación", "estimate"),
-    "plan_total": ("Tiempo acotado por los presupuestos: {time}; coste: {cost}.",
-                   "Time bounded by the budgets: {time}; cost: {cost}."),
+    "h_budget": ("duración pedida", "length asked"), "h_tps": ("tokens/paso", "tokens/step"),
+    "h_steps": ("pasos", "steps"), "h_tokens": ("tokens previstos", "planned tokens"), "h_estimate": ("estimación", "estimate"),
+    "plan_total": ("Tiempo estimado de las etapas de entrenamiento: {time}; coste: {cost}. (Presupuesto de "
+                   "tiempo con WSD, o 6·N FLOPs por token al 40 % del pico del dispositivo.)",
+                   "Estimated time of the training stages: {time}; cost: {cost}. (The time budget with WSD, or "
+                   "6·N FLOPs per token at 40 % of the device's peak.)"),
     "no_cost": ("sin --price-per-hour", "no --price-per-hour"),
 })
 
@@ -143,18 +146,10 @@ def _budget(c) -> str:
     return ", ".join(parts) or "–"
 
 
-def _seconds(c) -> float | None:
-    """A training stage's length when its budget bounds it: ``--time-budget`` hours with the WSD schedule
-    (which ends the run when they run out); None otherwise (cosine only warns)."""
-    hours = getattr(c, "time_budget", None)
-    if not hours or getattr(c, "lr_schedule", None) != "wsd":
-        return None
-    return float(hours) * 3600
-
-
 def pipeline_plan(cfg: PipelinePlanConfig) -> int:
-    from aura.models.hardware import assumed_hardware, choose_auto, detect
+    from aura.models.hardware import assumed_hardware, detect
     from aura.pipeline import spec
+    from aura.pipeline.plan import plan_stage
     from aura.pipeline.runner import equivalent_command
 
     pipeline = spec.resolve(spec.load(cfg.pipeline, overrides=cfg.set), Path(cfg.output_dir).expanduser().absolute())
@@ -163,17 +158,14 @@ def pipeline_plan(cfg: PipelinePlanConfig) -> int:
     print(M("plan_title", name=pipeline.path.stem, hw=hw))
     rows, total = [], 0.0
     for s in pipeline.stages:
-        c = s.cfg
-        auto = "–"
-        if getattr(c, "model_preset", None) == "auto" and not getattr(c, "init_from", None):
-            choice = choose_auto(info)
-            auto = f"{choice.preset} (batch {choice.batch_size} × {choice.gradient_accumulation_steps}, " \
-                   f"{choice.precision})"
-        budget_s = _seconds(c)
-        total += budget_s or 0.0
-        rows.append([s.name, _budget(c), auto, console.format_duration(budget_s) if budget_s else "–"])
+        p = plan_stage(s.key, s.cfg, info)
+        total += p.seconds or 0.0
+        rows.append([s.name, _budget(s.cfg), p.auto or "–", num(p.tokens_per_step, ",") if p.tokens_per_step else "–",
+                     num(p.steps, ",") if p.steps else "–", num(p.tokens, ",") if p.tokens else "–",
+                     console.format_duration(p.seconds) if p.seconds else "–"])
         print(f"  {s.name}: {equivalent_command(s)}")
-    console.table("", [M("h_stage"), M("h_budget"), M("h_auto"), M("h_estimate")], rows)
+    console.table("", [M("h_stage"), M("h_budget"), M("h_auto"), M("h_tps"), M("h_steps"), M("h_tokens"),
+                       M("h_estimate")], rows)
     cost = (num(total / 3600 * info.count * cfg.price_per_hour, ".2f") + " €") if cfg.price_per_hour is not None \
         else M("no_cost")
     print(M("plan_total", time=console.format_duration(total), cost=cost))
