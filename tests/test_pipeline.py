@@ -76,6 +76,15 @@ def test_set_override_is_validated(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_folder_that_is_not_a_pipelines_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    proc = run_aura_here("pipeline", "run", TINY, "-o", out)
+    assert proc.returncode == 2 and "is not a pipeline's folder" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
 def test_list_show_and_plan_every_shipped_pipeline():
     from aura.pipeline.spec import shipped
 
