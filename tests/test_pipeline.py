@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,14 +101,20 @@ def test_list_show_and_plan_every_shipped_pipeline():
 
 # ---------------------------------------------------------------- running (slow: real training stages)
 
-@pytest.mark.slow
-def test_run_skip_redo_downstream_and_report_numbers(tmp_path):
-    out = tmp_path / "p"
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The tests' pipeline run once, uninterrupted: the reference the other runs are compared with."""
+    out = tmp_path_factory.mktemp("pipeline") / "ref"
     proc = run_aura("pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_report_numbers_are_the_stages_own(reference):
+    out = reference
     state = _state(out)
     assert [state["stages"][n]["status"] for n in state["order"]] == ["finished"] * 6
-    # the report's numbers are the stages' own
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     by_name = {s["name"]: s for s in report["stages"]}
     for name in ("pretrain", "sft"):
@@ -128,14 +135,22 @@ def test_run_skip_redo_downstream_and_report_numbers(tmp_path):
         acc = {r["task"]: r["value"] for r in suite["rows"] if r["metric"] == "acc"}
         for task, value in acc.items():
             assert models[model]["scores"][f"{task}/acc"] == value
+    tok = json.loads((out / "tokenizer" / "aura_tokenizer.json").read_text(encoding="utf-8"))
+    assert by_name["tokenizer"]["notes"]["fertility"] == tok["fertility"]["tokens_per_word"]
     md = (out / "report.md").read_text(encoding="utf-8")
     html = (out / "report.html").read_text(encoding="utf-8")
-    assert "aura pretrain" in md and "<table>" in html and "http" not in html.replace(
-        "http-equiv", "").split("<pre>")[0]
-    # the same command again: everything skipped, one line each
+    assert "aura pretrain" in md and "<table>" in html and "<svg" in html
+    assert "http://" not in html and "https://" not in html  # self-contained: nothing fetched
+    assert f"{models['sft']['scores']['val_bits_per_byte']:.4f}" in md
+
+
+@pytest.mark.slow
+def test_rerun_skips_and_a_changed_sft_reruns_only_what_follows(reference, tmp_path):
+    out = tmp_path / "p"
+    shutil.copytree(reference, out)  # fingerprints hold DIR-relative paths: a moved pipeline is the same one
+    state = _state(out)
     again = run_aura("pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5")
     assert again.returncode == 0 and again.stdout.count("finished and unchanged; skipped") == 6, again.stdout
-    # one option of SFT changed: SFT and what reads it run again, nothing before
     mtimes = {n: (out / n).stat().st_mtime_ns for n in state["order"]}
     changed = run_aura("pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5",
                        "--set", "sft.learning_rate=0.0005")
@@ -145,6 +160,7 @@ def test_run_skip_redo_downstream_and_report_numbers(tmp_path):
     assert skipped == ["tokenizer", "prepare", "pretrain", "eval-base"]
     assert all((out / n).stat().st_mtime_ns == mtimes[n] for n in skipped)
     assert _state(out)["stages"]["sft"]["options"]["learning_rate"] == 0.0005
+    assert _step_losses(out / "sft") != _step_losses(reference / "sft")
 
 
 def _kill_when(cmd: list[str], marker: Path, env: dict) -> None:
@@ -159,26 +175,22 @@ def _kill_when(cmd: list[str], marker: Path, env: dict) -> None:
 
 
 @pytest.mark.slow
-def test_kill_9_in_pretraining_and_in_sft_then_the_same_command_gives_the_same_losses(tmp_path):
-    ref_out, out = tmp_path / "ref", tmp_path / "run"
-    text = TINY.read_text(encoding="utf-8").split("  - name: eval-sft")[0]
-    start, end = text.index("  - name: eval-base"), text.index("  - name: sft")
-    four = _write(tmp_path / "four.yaml", (text[:start] + text[end:]).replace("max_steps: 4\n", "max_steps: 12\n"))
-    ref = run_aura("pipeline", "run", four, "--output-dir", ref_out)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+def test_kill_9_in_pretraining_and_in_sft_then_the_same_command_gives_the_same_losses(reference, tmp_path):
+    out = tmp_path / "run"
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "aura", "pipeline", "run", str(four), "--output-dir", str(out)]
+    cmd = [sys.executable, "-m", "aura", "pipeline", "run", str(TINY), "--output-dir", str(out),
+           "--price-per-hour", "1.5"]
     _kill_when(cmd, out / "pretrain" / "checkpoint-step-8", env)
     assert _state(out)["stages"]["pretrain"]["status"] == "running"  # never taken as finished
     _kill_when(cmd, out / "sft" / "checkpoint-step-2", env)  # resumes pretraining, then dies in SFT
     state = _state(out)["stages"]
     assert state["pretrain"]["status"] == "finished" and state["sft"]["status"] == "running"
-    again = run_aura("pipeline", "run", four, "--output-dir", out)
+    again = run_aura(*cmd[3:])
     assert again.returncode == 0, again.stderr[-3000:]
     assert "pretrain: finished and unchanged; skipped" in again.stdout
     assert "sft: it was interrupted; resuming from its latest checkpoint" in again.stdout
     for stage in ("pretrain", "sft"):
-        assert _step_losses(out / stage) == _step_losses(ref_out / stage), stage
+        assert _step_losses(out / stage) == _step_losses(reference / stage), stage
     assert _state(out)["stages"]["sft"]["status"] == "finished"
 
 
