@@ -90,6 +90,7 @@ class Stage:
     cfg: Any = None  # the command's typed config, output_dir set
     cfg_cls: Any = None
     requires: list[str] = field(default_factory=list)  # Python modules without which the stage is skipped
+    key_where: dict[str, str] = field(default_factory=dict)  # an option's own "file, line N, stage ..."
 
     @property
     def command(self) -> str:
@@ -179,7 +180,7 @@ def load(name_or_file: str, *, overrides: list[str] = ()) -> Pipeline:
     desc = desc if isinstance(desc, dict) else {"es": str(desc), "en": str(desc)}
     stages: list[Stage] = []
     for i, raw in enumerate(data["stages"]):
-        line, _ = lines[i] if i < len(lines) else (0, {})
+        line, key_lines = lines[i] if i < len(lines) else (0, {})
         where0 = f"{shown}, {line}"
         if not isinstance(raw, dict):
             raise AuraError(M("bad_stage", where=where0, key="name"))
@@ -204,7 +205,10 @@ def load(name_or_file: str, *, overrides: list[str] = ()) -> Pipeline:
             raise AuraError(M("options_mapping", where=where))
         requires = raw.get("requires") or []
         requires = [str(r) for r in (requires if isinstance(requires, list) else [requires])]
-        stages.append(Stage(name=name, key=key, options=dict(options), line=line, where=where, requires=requires))
+        key_where = {str(k): M("stage_where", path=shown, line=n, stage=name, command=command)
+                     for k, n in key_lines.items()}
+        stages.append(Stage(name=name, key=key, options=dict(options), line=line, where=where, requires=requires,
+                            key_where=key_where))
     names = [s.name for s in stages]
     for stage_name, key, value in _parse_set(list(overrides)):
         if stage_name not in names:
@@ -275,8 +279,11 @@ def resolve(pipeline: Pipeline, out: Path) -> Pipeline:
                         refs.append(ref)
                 value = done if (is_list or isinstance(value, list)) else done[0]
             resolved[key] = value
-        values = mapping_values(cls, resolved, where=stage.where, explicit=("overwrite", "force"),
-                                shown=lambda k, s=stage: f"'{k}' ({s.where})")
+        values: dict[str, Any] = {}
+        for key, value in resolved.items():  # one at a time: a message names the option's own line
+            where = stage.key_where.get(str(key), stage.where)
+            values.update(mapping_values(cls, {key: value}, where=where, explicit=("overwrite", "force"),
+                                         shown=lambda k, w=where: f"'{k}' ({w})"))
         if "output_dir" not in types:
             valid = ", ".join(" ".join(k) for k in COMMANDS if k not in _NOT_STAGES)
             raise AuraError(M("bad_command", where=stage.where, command=stage.command, valid=valid))
