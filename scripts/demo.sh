@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's first command: set up (idempotent) and run the whole of Aura on the embedded data, as the
-# shipped pipeline `demo-cpu`: tokenizer -> prepared data -> pretraining -> SFT -> DPO -> eval -> GGUF -> report card.
+# shipped pipeline `demo-cpu`: tokenizer -> prepared data -> pretraining -> SFT -> DPO -> GRPO -> eval -> GGUF -> report card.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 AURA_EXTRAS="${AURA_EXTRAS:-}" source "$root/scripts/setup_env.sh"

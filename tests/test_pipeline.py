@@ -218,17 +218,17 @@ def test_demo_cpu_end_to_end(tmp_path):
     """The shipped demo, as `bash scripts/demo.sh` runs it (its budgets shortened: the chain is the test)."""
     out = tmp_path / "demo"
     sets = ["--set", "pretrain.time_budget=0.003", "--set", "sft.time_budget=0.002",
-            "--set", "dpo.time_budget=0.001", "--set", "eval-base.limit=2", "--set", "eval-sft.limit=2",
-            "--set", "eval-dpo.limit=2"]
+            "--set", "dpo.time_budget=0.001", "--set", "grpo.time_budget=0.001", "--set", "eval-base.limit=2",
+            "--set", "eval-sft.limit=2", "--set", "eval-dpo.limit=2", "--set", "eval-grpo.limit=2"]
     proc = run_aura("pipeline", "run", "demo-cpu", "--output-dir", out, *sets, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     state = _state(out)
     assert all(state["stages"][n]["status"] in ("finished", "skipped") for n in state["order"])
     assert state["stages"]["gguf"]["status"] == ("finished" if _has("llama_cpp") else "skipped")
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
-    assert (out / "dpo" / "final").is_dir()
+    assert (out / "grpo" / "final").is_dir()
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
-    assert [m["stage"] for m in report["models"]] == ["pretrain", "sft", "dpo"]
+    assert [m["stage"] for m in report["models"]] == ["pretrain", "sft", "dpo", "grpo"]
 
 
 def _has(module: str) -> bool:
