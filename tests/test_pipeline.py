@@ -86,6 +86,18 @@ def test_a_folder_that_is_not_a_pipelines_is_refused(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
+def test_launch_block_is_checked_by_aura_launch_s_config(tmp_path):
+    text = TINY.read_text(encoding="utf-8")
+    on_eval = text.replace("  - name: eval-base\n    command: eval\n",
+                           "  - name: eval-base\n    command: eval\n    launch:\n      gpus_per_node: 2\n")
+    proc = run_aura_here("pipeline", "run", _write(tmp_path / "a.yaml", on_eval), "-o", tmp_path / "out")
+    assert proc.returncode == 2 and "only for training stages" in proc.stderr and "eval-base" in proc.stderr
+    typo = "launch:\n  gpus_per_nod: 2\n" + text
+    proc = run_aura_here("pipeline", "run", _write(tmp_path / "b.yaml", typo), "-o", tmp_path / "out")
+    assert proc.returncode == 2 and "gpus_per_nod" in proc.stderr and "Did you mean 'gpus_per_node'" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_list_show_and_plan_every_shipped_pipeline():
     from aura.pipeline.spec import shipped
 
@@ -211,6 +223,25 @@ def test_sigterm_stops_the_stage_with_exit_3_and_the_same_command_as_hint(tmp_pa
     assert "Pipeline stopped in stage 'pretrain'" in stderr
     assert f"aura pipeline run {three} --output-dir {out}" in stderr
     assert _state(out)["stages"]["pretrain"]["status"] == "interrupted"
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_a_launch_block_runs_the_training_stage_under_torchrun(tmp_path):
+    """`launch:` on a training stage: `aura launch`'s own function runs it on 2 processes (gloo, CPU)."""
+    text = TINY.read_text(encoding="utf-8").split("  - name: eval-base")[0].replace("max_steps: 24", "max_steps: 6")
+    text = text.replace("  - name: pretrain\n    command: pretrain\n",
+                        "  - name: pretrain\n    command: pretrain\n    launch:\n      gpus_per_node: 2\n")
+    out = tmp_path / "p"
+    proc = run_aura("pipeline", "run", _write(tmp_path / "l.yaml", text), "-o", out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = json.loads((out / "pretrain" / "run.json").read_text(encoding="utf-8"))
+    assert run["status"] == "finished" and run["launch"]["world_size"] == 2
+    stage = _state(out)["stages"]["pretrain"]
+    assert stage["status"] == "finished" and stage["command"].startswith("aura launch --gpus-per-node 2 pretrain")
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    pre = next(s for s in report["stages"] if s["name"] == "pretrain")
+    assert pre["device_hours"] == pytest.approx(stage["seconds"] * 2 / 3600)
 
 
 @pytest.mark.slow

@@ -163,7 +163,7 @@ def pipeline_plan(cfg: PipelinePlanConfig) -> int:
         rows.append([s.name, _budget(s.cfg), p.auto or "–", num(p.tokens_per_step, ",") if p.tokens_per_step else "–",
                      num(p.steps, ",") if p.steps else "–", num(p.tokens, ",") if p.tokens else "–",
                      console.format_duration(p.seconds) if p.seconds else "–"])
-        print(f"  {s.name}: {equivalent_command(s)}")
+        print(f"  {s.name}: {equivalent_command(s, launched=True)}")
     console.table("", [M("h_stage"), M("h_budget"), M("h_auto"), M("h_tps"), M("h_steps"), M("h_tokens"),
                        M("h_estimate")], rows)
     cost = (num(total / 3600 * info.count * cfg.price_per_hour, ".2f") + " €") if cfg.price_per_hour is not None \

@@ -66,10 +66,17 @@ M = Messages("pipeline.runner", {
 })
 
 
-def equivalent_command(stage: Stage, cfg=None) -> str:
-    """The ``aura ...`` line that runs the stage by hand: every option that differs from its default."""
+def equivalent_command(stage: Stage, cfg=None, *, launched: bool = False) -> str:
+    """The ``aura ...`` line that runs the stage by hand: every option that differs from its default
+    (``launched``: under ``aura launch`` with the stage's launch block)."""
     cfg = cfg if cfg is not None else stage.cfg
     argv = ["aura", *stage.key]
+    if launched and stage.launch is not None:
+        prefix = ["aura", "launch"]
+        for key, value in stage.launch.items():
+            if value is not None:
+                prefix += ["--" + key.replace("_", "-"), str(value)]
+        argv = prefix + list(stage.key)
     positional: list[str] = []
     for f, _tp in fields_of(type(cfg)):
         value = getattr(cfg, f.name)
@@ -196,13 +203,19 @@ def _run_stage(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str
             console.always(M("restart", i=i, n=n, stage=name))
     if cfg is stage.cfg and stage_dir.exists():  # the runner's own folder: a stage that starts, starts clean
         shutil.rmtree(stage_dir)
-    equivalent = equivalent_command(stage)
+    equivalent = equivalent_command(stage, launched=True)
     console.always(M("header", i=i, n=n, stage=name, command=equivalent))
     state.update(name, status=RUNNING, fingerprint=fp, command=equivalent, options=config_fields(stage.cfg),
                  started=prev.get("started") if spent else now(), finished=None, exit_code=None,
                  seconds=spent, reason=None)
     cmd = COMMANDS[stage.key]
     function = getattr(importlib.import_module(cmd.module), cmd.function)
+    if stage.launch is not None:  # under torchrun: `aura launch`'s own function and config, the stage inside
+        cmd = COMMANDS[("launch",)]
+        module = importlib.import_module(cmd.module)
+        inner = shlex.split(equivalent_command(stage, cfg))[1:]  # without "aura"
+        cfg = getattr(module, cmd.config)(command=inner, **stage.launch)
+        function = getattr(module, cmd.function)
     t0 = time.monotonic()
     code: Any = 1
     try:

@@ -62,6 +62,16 @@ M = Messages("pipeline.spec", {
     "invalid": ("{where}: {error}", "{where}: {error}"),
     "stage_where": ("{path}, línea {line}, etapa '{stage}' (aura {command})",
                     "{path}, line {line}, stage '{stage}' (aura {command})"),
+    "launch_mapping": ("{where}: 'launch' debe ser un diccionario con las opciones de aura launch "
+                       "(gpus_per_node, nnodes, node_rank, master_addr, master_port...).",
+                       "{where}: 'launch' must be a mapping of aura launch's options (gpus_per_node, nnodes, "
+                       "node_rank, master_addr, master_port...)."),
+    "launch_not_training": ("{where}: 'launch' solo sirve para etapas de entrenamiento (pretrain, finetune): "
+                            "las demás se ejecutan una vez.",
+                            "{where}: 'launch' is only for training stages (pretrain, finetune): the others run "
+                            "once."),
+    "launch_command": ("{where}: 'launch' no lleva 'command': el comando es el de la etapa.",
+                       "{where}: 'launch' takes no 'command': the command is the stage's."),
     "bad_set": ("--set '{item}': se esperaba ETAPA.CLAVE=VALOR (p. ej. --set pretrain.max_steps=100).",
                 "--set '{item}': expected STAGE.KEY=VALUE (e.g. --set pretrain.max_steps=100)."),
     "set_stage": ("--set '{item}': no hay ninguna etapa '{stage}'. Etapas: {valid}.",
@@ -73,8 +83,8 @@ RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
 OUTPUT_FIELDS = ("output_dir", "output", "outfile")  # where a command writes: the runner decides
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _MIXTURE = re.compile(r"^([\w-]+=[0-9.eE+-]+:)(.+)$")
-_STAGE_KEYS = {"name", "command", "options", "description", "requires"}
-_TOP_KEYS = {"stages", "description", "name"}
+_STAGE_KEYS = {"name", "command", "options", "description", "requires", "launch"}
+_TOP_KEYS = {"stages", "description", "name", "launch"}
 _NOT_STAGES = {("pipeline", "run"), ("pipeline", "list"), ("pipeline", "show"), ("pipeline", "plan"),
                ("studio",), ("monitor",), ("chat",), ("launch",), ("runs",)}
 
@@ -91,6 +101,7 @@ class Stage:
     cfg_cls: Any = None
     requires: list[str] = field(default_factory=list)  # Python modules without which the stage is skipped
     key_where: dict[str, str] = field(default_factory=dict)  # an option's own "file, line N, stage ..."
+    launch: dict[str, Any] | None = None  # `aura launch`'s options: the stage runs under torchrun
 
     @property
     def command(self) -> str:
@@ -203,12 +214,19 @@ def load(name_or_file: str, *, overrides: list[str] = ()) -> Pipeline:
         options = raw.get("options") or {}
         if not isinstance(options, dict):
             raise AuraError(M("options_mapping", where=where))
+        launch = raw.get("launch", data.get("launch"))
+        if launch is not None and not isinstance(launch, dict):
+            raise AuraError(M("launch_mapping", where=where))
+        if "launch" in raw and key not in (("pretrain",), ("finetune",)):
+            raise AuraError(M("launch_not_training", where=where))
+        if key not in (("pretrain",), ("finetune",)):
+            launch = None  # a pipeline-wide block launches its training stages only
         requires = raw.get("requires") or []
         requires = [str(r) for r in (requires if isinstance(requires, list) else [requires])]
         key_where = {str(k): M("stage_where", path=shown, line=n, stage=name, command=command)
                      for k, n in key_lines.items()}
         stages.append(Stage(name=name, key=key, options=dict(options), line=line, where=where, requires=requires,
-                            key_where=key_where))
+                            key_where=key_where, launch=dict(launch) if launch is not None else None))
     names = [s.name for s in stages]
     for stage_name, key, value in _parse_set(list(overrides)):
         if stage_name not in names:
@@ -293,7 +311,23 @@ def resolve(pipeline: Pipeline, out: Path) -> Pipeline:
         except AuraError as e:
             raise AuraError(M("invalid", where=stage.where, error=str(e)), exit_code=e.exit_code) from None
         stage.cfg_cls, stage.refs = cls, refs
+        if stage.launch is not None:
+            _check_launch(stage)
     return pipeline
+
+
+def _check_launch(stage: Stage) -> None:
+    """The stage's ``launch`` block through ``aura launch``'s own typed config (its environment defaults too)."""
+    cmd = COMMANDS[("launch",)]
+    cls = getattr(importlib.import_module(cmd.module), cmd.config)
+    if "command" in stage.launch:
+        raise AuraError(M("launch_command", where=stage.where))
+    values = mapping_values(cls, stage.launch, where=f"{stage.where}, launch")
+    try:
+        cls(command=list(stage.key), **values)
+    except AuraError as e:
+        raise AuraError(M("invalid", where=stage.where, error=str(e)), exit_code=e.exit_code) from None
+    stage.launch = values
 
 
 def config_fields(cfg) -> dict[str, Any]:
