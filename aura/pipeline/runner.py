@@ -15,6 +15,7 @@ import importlib.util
 import shlex
 import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,9 @@ def _run_stage(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str
         function = getattr(module, cmd.function)
     t0 = time.monotonic()
     code: Any = 1
+    saved_argv = sys.argv
+    # a run records sys.argv (run.json, `aura runs`' resume hint): the stage's own command, not the pipeline's
+    sys.argv = ["aura", *shlex.split(equivalent_command(stage, cfg))[1:]]
     try:
         code = function(cfg)
         code = int(code) if isinstance(code, int) else 0
@@ -227,6 +231,7 @@ def _run_stage(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str
         code = e.exit_code
         raise
     finally:
+        sys.argv = saved_argv
         seconds = spent + time.monotonic() - t0
         status = FINISHED if code == 0 else INTERRUPTED if code == 3 else FAILED
         state.update(name, status=status, exit_code=code, seconds=round(seconds, 3),
