@@ -98,6 +98,36 @@ def test_launch_block_is_checked_by_aura_launch_s_config(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_kill_after_a_redone_stage_never_leaves_its_readers_finished(tmp_path):
+    """The decisions alone (no stage runs): after a change to SFT, SFT and eval-sft stop being finished on
+    disk before anything runs; once SFT is redone, eval-sft runs even though its own options did not change."""
+    from aura.pipeline import spec
+    from aura.pipeline.runner import _decide, invalidate
+    from aura.pipeline.state import State
+
+    out = tmp_path / "p"
+    out.mkdir()
+    pipe = spec.resolve(spec.load(str(TINY)), out)
+    state = State(out)
+    fps, actions = _decide(pipe, out, state)
+    assert set(actions.values()) == {"run"}
+    for s in pipe.stages:  # as if the whole pipeline had finished
+        (out / s.name).mkdir()
+        state.update(s.name, status="finished", fingerprint=fps[s.name])
+    assert set(_decide(pipe, out, state)[1].values()) == {"skip"}
+    changed = spec.resolve(spec.load(str(TINY), overrides=["sft.learning_rate=0.0005"]), out)
+    fps2, actions = _decide(changed, out, state)
+    assert {n for n, a in actions.items() if a != "skip"} == {"sft", "eval-sft"}
+    invalidate(changed, actions, state)
+    on_disk = State(out)
+    assert on_disk.get("sft")["status"] == on_disk.get("eval-sft")["status"] == "pending"
+    assert on_disk.get("pretrain")["status"] == "finished"
+    on_disk.update("sft", status="finished", fingerprint=fps2["sft"])  # SFT redone, then killed
+    assert _decide(changed, out, on_disk)[1]["eval-sft"] == "redo"
+    on_disk.update("eval-sft", fingerprint=fps2["eval-sft"])  # even with today's fingerprint: pending runs
+    assert _decide(changed, out, on_disk)[1]["eval-sft"] == "run"
+
+
 def test_list_show_and_plan_every_shipped_pipeline():
     from aura.pipeline.spec import shipped
 

@@ -30,7 +30,7 @@ from aura.core.locks import output_lock
 from aura.core.rundir import latest_checkpoint
 from aura.pipeline import report
 from aura.pipeline.spec import RESOURCES_DIR, Pipeline, Stage, config_fields, resolve
-from aura.pipeline.state import (FAILED, FINISHED, INTERRUPTED, RUNNING, SKIPPED, STATE_FILE, State,
+from aura.pipeline.state import (FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED, STATE_FILE, State,
                                  fingerprint, now)
 
 M = Messages("pipeline.runner", {
@@ -129,6 +129,15 @@ def _decide(pipeline: Pipeline, out: Path, state: State) -> tuple[dict[str, str]
     return fps, actions
 
 
+def invalidate(pipeline: Pipeline, actions: dict[str, str], state: State) -> None:
+    """Every stage that will run again is no longer finished, on disk, before anything runs: a run killed
+    after redoing a stage never leaves a stage that reads it marked finished with the old result."""
+    for s in pipeline.stages:
+        if actions[s.name] in ("redo", "after", "run") and state.get(s.name).get("status") in (FINISHED, SKIPPED):
+            state.stages[s.name]["status"] = PENDING
+    state.save()
+
+
 def run_pipeline(pipeline: Pipeline, out: Path, *, price: float | None, rerun: list[str]) -> int:
     """Run (or resume) ``pipeline`` in ``out``; 0 when every stage finished, 3 when a signal stopped one."""
     out = Path(out).expanduser().absolute()
@@ -150,7 +159,7 @@ def run_pipeline(pipeline: Pipeline, out: Path, *, price: float | None, rerun: l
             console.always(M("changed", stages=", ".join(changed), redo=", ".join(later)))
         state.data.update(pipeline=pipeline.path.stem, source=pipeline.source, command=command,
                           aura_version=__version__, price_per_hour=price, order=[s.name for s in pipeline.stages])
-        state.save()
+        invalidate(pipeline, actions, state)
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
             n = len(pipeline.stages)
@@ -187,6 +196,8 @@ def _run_stage(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str
     missing = _missing_module(stage)
     if missing:
         console.warn(M("skip_missing", i=i, n=n, stage=name, module=missing))
+        if stage_dir.exists():
+            shutil.rmtree(stage_dir)
         state.update(name, status=SKIPPED, fingerprint=fp, reason=f"missing module {missing}",
                      command=equivalent_command(stage), started=None, finished=now(), seconds=0.0)
         stage_dir.mkdir(parents=True, exist_ok=True)
@@ -202,13 +213,13 @@ def _run_stage(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str
             spent = float(prev.get("seconds") or 0.0)
         else:
             console.always(M("restart", i=i, n=n, stage=name))
-    if cfg is stage.cfg and stage_dir.exists():  # the runner's own folder: a stage that starts, starts clean
-        shutil.rmtree(stage_dir)
     equivalent = equivalent_command(stage, launched=True)
     console.always(M("header", i=i, n=n, stage=name, command=equivalent))
     state.update(name, status=RUNNING, fingerprint=fp, command=equivalent, options=config_fields(stage.cfg),
                  started=prev.get("started") if spent else now(), finished=None, exit_code=None,
                  seconds=spent, reason=None)
+    if cfg is stage.cfg and stage_dir.exists():  # the runner's own folder: a stage that starts, starts clean
+        shutil.rmtree(stage_dir)
     cmd = COMMANDS[stage.key]
     function = getattr(importlib.import_module(cmd.module), cmd.function)
     if stage.launch is not None:  # under torchrun: `aura launch`'s own function and config, the stage inside
