@@ -224,29 +224,41 @@ def parse_config(cls, argv: list[str], *, prog: str, description: str):
     ns = vars(parser.parse_args(argv))
     values: dict[str, Any] = {}
     types_by_name = {f.name: tp for f, tp in fields_of(cls)}
-    alias_of = {a.lstrip("-").replace("-", "_"): f.name for f, _ in fields_of(cls)
-                for a in (f.metadata or {}).get("aliases", ())}
     config_path = ns.pop("config", None)
     if config_path:
-        for key, value in load_yaml(config_path).items():
-            name = str(key).replace("-", "_")
-            name = alias_of.get(name, name)
-            if name not in types_by_name:
-                import difflib
-
-                close = difflib.get_close_matches(name, list(types_by_name), n=1, cutoff=0.6)
-                raise AuraError(M("yaml_unknown", key=key, path=config_path,
-                                  close=M("yaml_close", name=close[0]) if close else "",
-                                  valid=", ".join(sorted(types_by_name))))
-            values[name] = coerce(name, types_by_name[name], value, shown=f"'{key}'")
-            if name in _RISKY and values[name] and name not in ns:  # a flag on the command line wins
-                from aura.core import console
-
-                shown = str(value).lower() if isinstance(value, bool) else value  # as YAML writes it
-                console.warn(M("yaml_risky", path=config_path, key=key, value=shown, what=M(_RISKY[name])))
+        values.update(mapping_values(cls, load_yaml(config_path), where=str(config_path), explicit=set(ns)))
     for name, value in ns.items():
         values[name] = coerce(name, types_by_name[name], value)
     return cls(**values)
+
+
+def mapping_values(cls, mapping: dict, *, where: str, explicit: typing.Collection[str] = (),
+                   shown: typing.Callable[[str], str] = lambda key: f"'{key}'") -> dict[str, Any]:
+    """A YAML mapping (a ``--config`` file, a pipeline stage's ``options``) -> field values of ``cls``:
+    keys as flags or field names (aliases too), each coerced to its field's type. An unknown key is an
+    AuraError naming ``where``, the closest key and every valid one; ``explicit`` names the fields a
+    command-line flag sets (a risky option from the file is then not warned about)."""
+    types_by_name = {f.name: tp for f, tp in fields_of(cls)}
+    alias_of = {a.lstrip("-").replace("-", "_"): f.name for f, _ in fields_of(cls)
+                for a in (f.metadata or {}).get("aliases", ())}
+    values: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = str(key).replace("-", "_")
+        name = alias_of.get(name, name)
+        if name not in types_by_name:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(types_by_name), n=1, cutoff=0.6)
+            raise AuraError(M("yaml_unknown", key=key, path=where,
+                              close=M("yaml_close", name=close[0]) if close else "",
+                              valid=", ".join(sorted(types_by_name))))
+        values[name] = coerce(name, types_by_name[name], value, shown=shown(str(key)))
+        if name in _RISKY and values[name] and name not in explicit:  # a flag on the command line wins
+            from aura.core import console
+
+            written = str(value).lower() if isinstance(value, bool) else value  # as YAML writes it
+            console.warn(M("yaml_risky", path=where, key=key, value=written, what=M(_RISKY[name])))
+    return values
 
 
 def to_dict(cfg) -> dict[str, Any]:

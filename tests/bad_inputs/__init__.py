@@ -9,7 +9,7 @@ writes when it succeeds, ``COMPLETE``, or the case's own ``outputs``; no staging
 
 The cases live by command in ``cases_data`` (data prepare, tokenizer), ``cases_training`` (pretrain,
 finetune), ``cases_models`` (generate, chat, eval, merge, export gguf), ``cases_tools`` (runs, plot,
-launch, check-dist, monitor, doctor) and ``cases_security`` (the security rules' hostile files);
+launch, check-dist, monitor, doctor), ``cases_pipeline`` (aura pipeline) and ``cases_security`` (the security rules' hostile files);
 ``hostile`` builds the files.
 """
 
@@ -60,6 +60,7 @@ COMPLETE = {
     "merge": ("out/config.json", "out/*.safetensors"),
     "export gguf": ("out/*.gguf", "out/Modelfile"),
     "plot": ("out/*.png",),
+    "pipeline run": ("out/pipeline.json", "out/report.md", "out/*/"),
 }
 
 
@@ -131,4 +132,5 @@ def build_fixtures(root: Path) -> Fixtures:
                     run=build_run(root / "run", data))
 
 
-from tests.bad_inputs import cases_data, cases_models, cases_security, cases_tools, cases_training  # noqa: E402,F401 (registers)
+from tests.bad_inputs import (cases_data, cases_models, cases_pipeline, cases_security, cases_tools,  # noqa: E402,F401 (registers)
+                              cases_training)

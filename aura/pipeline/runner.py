@@ -1,0 +1,269 @@
+"""``aura pipeline run``: the stages one after the other, each the real command's function with its config.
+
+Before the first stage: every stage validated (``spec.resolve``), then each one's fingerprint compared with
+``DIR/pipeline.json``: a finished, unchanged stage is skipped (one line); an interrupted training stage with
+the same fingerprint resumes from its latest checkpoint (the command's own ``--resume-from latest``);
+a stage whose options or inputs changed runs again, and so does every stage that reads it (its
+fingerprint holds theirs), after the runner has said which. The report card is rewritten after every stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import shlex
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aura import __version__
+from aura.core import console
+from aura.core.commands import COMMANDS
+from aura.core.config import fields_of
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
+from aura.core.locks import output_lock
+from aura.core.rundir import latest_checkpoint
+from aura.pipeline import report
+from aura.pipeline.spec import RESOURCES_DIR, Pipeline, Stage, config_fields, resolve
+from aura.pipeline.state import (FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED, STATE_FILE, State,
+                                 fingerprint, now)
+
+M = Messages("pipeline.runner", {
+    "not_pipeline_dir": ("{path} ya existe y no es la carpeta de un pipeline (no tiene pipeline.json). Elige "
+                         "una carpeta nueva o vacía para --output-dir.",
+                         "{path} already exists and is not a pipeline's folder (it has no pipeline.json). Choose "
+                         "a new or empty folder for --output-dir."),
+    "other_pipeline": ("{path} es la carpeta de otro pipeline ('{other}'). Elige otra --output-dir.",
+                       "{path} is the folder of another pipeline ('{other}'). Choose another --output-dir."),
+    "header": ("== [{i}/{n}] {stage}: {command}", "== [{i}/{n}] {stage}: {command}"),
+    "skip": ("[{i}/{n}] {stage}: terminada y sin cambios; se salta.",
+             "[{i}/{n}] {stage}: finished and unchanged; skipped."),
+    "skip_missing": ("[{i}/{n}] {stage}: se salta: falta el módulo de Python '{module}' (instálalo para "
+                     "ejecutar esta etapa).",
+                     "[{i}/{n}] {stage}: skipped: the Python module '{module}' is missing (install it to run "
+                     "this stage)."),
+    "resume": ("[{i}/{n}] {stage}: se interrumpió; se reanuda desde su último checkpoint ({ckpt}).",
+               "[{i}/{n}] {stage}: it was interrupted; resuming from its latest checkpoint ({ckpt})."),
+    "restart": ("[{i}/{n}] {stage}: no terminó y no tiene checkpoint; se empieza de nuevo.",
+                "[{i}/{n}] {stage}: it did not finish and has no checkpoint; starting it again."),
+    "changed": ("Cambió desde la última ejecución: {stages} (opciones o entradas). Se rehacen: {redo}.",
+                "Changed since the last run: {stages} (options or inputs). Redoing: {redo}."),
+    "stage_done": ("{stage}: terminada en {time}.", "{stage}: finished in {time}."),
+    "stopped": ("Pipeline detenido en la etapa '{stage}'. Se reanuda (las etapas terminadas se saltan) con el "
+                "mismo comando:\n  {command}",
+                "Pipeline stopped in stage '{stage}'. It resumes (finished stages are skipped) with the same "
+                "command:\n  {command}"),
+    "failed": ("La etapa '{stage}' falló (código {code}). Corrige la causa y repite el mismo comando; las "
+               "etapas terminadas se saltan:\n  {command}",
+               "Stage '{stage}' failed (exit code {code}). Fix the cause and run the same command again; "
+               "finished stages are skipped:\n  {command}"),
+    "all_done": ("Pipeline terminado: {n:etapa|etapas} en {path}. Informe: {report}",
+                 "Pipeline finished: {n:stage|stages} in {path}. Report: {report}"),
+})
+
+
+def equivalent_command(stage: Stage, cfg=None, *, launched: bool = False) -> str:
+    """The ``aura ...`` line that runs the stage by hand: every option that differs from its default
+    (``launched``: under ``aura launch`` with the stage's launch block)."""
+    cfg = cfg if cfg is not None else stage.cfg
+    argv = ["aura", *stage.key]
+    if launched and stage.launch is not None:
+        prefix = ["aura", "launch"]
+        for key, value in stage.launch.items():
+            if value is not None:
+                prefix += ["--" + key.replace("_", "-"), str(value)]
+        argv = prefix + list(stage.key)
+    positional: list[str] = []
+    for f, _tp in fields_of(type(cfg)):
+        value = getattr(cfg, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)  # type: ignore[misc]
+        meta = f.metadata or {}
+        if meta.get("positional"):
+            positional += [str(v) for v in (value if isinstance(value, list) else [value]) if v is not None]
+            continue
+        if value == default or (value is None and default is dataclasses.MISSING):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + f.name.replace("_", "-"))
+        elif isinstance(value, list):
+            argv += [flag, *map(str, value)]
+        elif value is not None:
+            argv += [flag, str(value)]
+    return shlex.join(argv + positional)
+
+
+def _raise_interrupt(signum, frame):  # SIGTERM outside training: stop like Ctrl+C (training has its own)
+    raise KeyboardInterrupt
+
+
+def _decide(pipeline: Pipeline, out: Path, state: State) -> tuple[dict[str, str], dict[str, str]]:
+    """Fingerprint and action of every stage: skip (finished, unchanged), resume (interrupted, unchanged),
+    redo (its options or inputs changed), after (a stage it reads runs again), run (never ran)."""
+    fps: dict[str, str] = {}
+    actions: dict[str, str] = {}
+    for stage in pipeline.stages:
+        upstream_runs = any(actions.get(r, "skip") != "skip" for r in stage.refs)
+        fp = fingerprint(command=stage.command, options=config_fields(stage.cfg), out=out,
+                         upstream={r: fps[r] for r in stage.refs}, resources=RESOURCES_DIR)
+        fps[stage.name] = fp
+        prev = state.get(stage.name)
+        same = prev.get("fingerprint") == fp
+        installed = prev.get("status") == SKIPPED and _missing_module(stage) is None  # it can run now
+        if upstream_runs and prev.get("fingerprint") and same:
+            actions[stage.name] = "after"  # what it reads is made again: so is it, from the start
+        elif same and prev.get("status") in (FINISHED, SKIPPED) and (out / stage.name).exists() and not installed:
+            actions[stage.name] = "skip"
+        elif same and prev.get("status") in (RUNNING, INTERRUPTED, FAILED):
+            actions[stage.name] = "resume"
+        elif prev.get("fingerprint") and not same:
+            actions[stage.name] = "redo"
+        else:
+            actions[stage.name] = "run"
+    return fps, actions
+
+
+def invalidate(pipeline: Pipeline, actions: dict[str, str], state: State) -> None:
+    """Every stage that will run again is no longer finished, on disk, before anything runs: a run killed
+    after redoing a stage never leaves a stage that reads it marked finished with the old result."""
+    for s in pipeline.stages:
+        if actions[s.name] in ("redo", "after", "run") and state.get(s.name).get("status") in (FINISHED, SKIPPED):
+            state.stages[s.name]["status"] = PENDING
+    state.save()
+
+
+def run_pipeline(pipeline: Pipeline, out: Path, *, price: float | None, rerun: list[str]) -> int:
+    """Run (or resume) ``pipeline`` in ``out``; 0 when every stage finished, 3 when a signal stopped one."""
+    out = Path(out).expanduser().absolute()
+    resolve(pipeline, out)  # every stage checked before anything is created
+    if out.exists() and not (out / STATE_FILE).is_file() and any(out.iterdir()):
+        raise AuraError(M("not_pipeline_dir", path=out))
+    command = shlex.join(rerun)
+    out.mkdir(parents=True, exist_ok=True)
+    with output_lock(out, command="pipeline run"):
+        state = State(out)
+        other = state.data.get("pipeline")
+        if other and other != pipeline.path.stem:
+            raise AuraError(M("other_pipeline", path=out, other=other))
+        fps, actions = _decide(pipeline, out, state)
+        changed = [s.name for s in pipeline.stages if actions[s.name] == "redo"  # the cause, not its downstream
+                   and not any(actions[r] in ("redo", "after") for r in s.refs)]
+        if changed:
+            later = [s.name for s in pipeline.stages if actions[s.name] != "skip"]
+            console.always(M("changed", stages=", ".join(changed), redo=", ".join(later)))
+        state.data.update(pipeline=pipeline.path.stem, source=pipeline.source, command=command,
+                          aura_version=__version__, price_per_hour=price, order=[s.name for s in pipeline.stages])
+        invalidate(pipeline, actions, state)
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            n = len(pipeline.stages)
+            for i, stage in enumerate(pipeline.stages, 1):
+                try:
+                    code = _run_stage(stage, i=i, n=n, out=out, state=state, fp=fps[stage.name],
+                                      action=actions[stage.name], command=command)
+                finally:  # a half-done pipeline already has its report card
+                    report.write(out, pipeline, state)
+                if code != 0:
+                    return code
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        console.success(M("all_done", n=n, path=out, report=out / report.MD))
+    return 0
+
+
+def _missing_module(stage: Stage) -> str | None:
+    for module in stage.requires:
+        try:
+            if importlib.util.find_spec(module) is None:
+                return module
+        except (ImportError, ValueError):
+            return module
+    return None
+
+
+def _run_stage(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, action: str,
+               command: str) -> int:
+    name, stage_dir = stage.name, out / stage.name
+    if action == "skip":
+        console.always(M("skip", i=i, n=n, stage=name))
+        return 0
+    missing = _missing_module(stage)
+    if missing:
+        console.warn(M("skip_missing", i=i, n=n, stage=name, module=missing))
+        if stage_dir.exists():
+            shutil.rmtree(stage_dir)
+        state.update(name, status=SKIPPED, fingerprint=fp, reason=f"missing module {missing}",
+                     command=equivalent_command(stage), started=None, finished=now(), seconds=0.0)
+        stage_dir.mkdir(parents=True, exist_ok=True)
+        return 0
+    cfg = stage.cfg
+    prev = state.get(name)
+    spent = 0.0
+    if action == "resume":
+        ckpt = latest_checkpoint(stage_dir) if hasattr(cfg, "resume_from") else None
+        if ckpt is not None:
+            console.always(M("resume", i=i, n=n, stage=name, ckpt=ckpt.name))
+            cfg = dataclasses.replace(cfg, resume_from="latest")
+            spent = float(prev.get("seconds") or 0.0)
+        else:
+            console.always(M("restart", i=i, n=n, stage=name))
+    equivalent = equivalent_command(stage, launched=True)
+    console.always(M("header", i=i, n=n, stage=name, command=equivalent))
+    state.update(name, status=RUNNING, fingerprint=fp, command=equivalent, options=config_fields(stage.cfg),
+                 started=prev.get("started") if spent else now(), finished=None, exit_code=None,
+                 seconds=spent, reason=None)
+    if cfg is stage.cfg and stage_dir.exists():  # the runner's own folder: a stage that starts, starts clean
+        shutil.rmtree(stage_dir)
+    cmd = COMMANDS[stage.key]
+    function = getattr(importlib.import_module(cmd.module), cmd.function)
+    if stage.launch is not None:  # under torchrun: `aura launch`'s own function and config, the stage inside
+        cmd = COMMANDS[("launch",)]
+        module = importlib.import_module(cmd.module)
+        inner = shlex.split(equivalent_command(stage, cfg))[1:]  # without "aura"
+        cfg = getattr(module, cmd.config)(command=inner, **stage.launch)
+        function = getattr(module, cmd.function)
+    t0 = time.monotonic()
+    code: Any = 1
+    saved_argv = sys.argv
+    # a run records sys.argv (run.json, `aura runs`' resume hint): the stage's own command, not the pipeline's
+    sys.argv = ["aura", *shlex.split(equivalent_command(stage, cfg))[1:]]
+    try:
+        code = function(cfg)
+        code = int(code) if isinstance(code, int) else 0
+    except KeyboardInterrupt:
+        code = 3
+    except AuraError as e:
+        code = e.exit_code
+        raise
+    finally:
+        sys.argv = saved_argv
+        seconds = spent + time.monotonic() - t0
+        status = FINISHED if code == 0 else INTERRUPTED if code == 3 else FAILED
+        state.update(name, status=status, exit_code=code, seconds=round(seconds, 3),
+                     finished=now() if code == 0 else None)
+        if code not in (0, 3):
+            console.error(M("failed", stage=name, code=code, command=command))
+    if code == 3:
+        console.error(M("stopped", stage=name, command=command))
+        return 3
+    if code == 0:
+        console.success(M("stage_done", stage=name, time=console.format_duration(seconds)))
+    return code
+
+
+def run_argv(source: str, out: str, sets: list[str], price: float | None) -> list[str]:
+    """The command that runs (and resumes) this pipeline: the hint after a stop."""
+    argv = ["aura", "pipeline", "run", source, "--output-dir", str(out)]
+    for item in sets:
+        argv += ["--set", item]
+    if price is not None:
+        argv += ["--price-per-hour", str(price)]
+    return argv
+
+

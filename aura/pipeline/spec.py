@@ -1,0 +1,340 @@
+"""A pipeline file read and checked: every stage's options through its command's typed config.
+
+A pipeline is a YAML mapping with ``stages``, an ordered list; each stage has ``name``, ``command`` (as
+typed after ``aura``: ``pretrain``, ``export gguf``) and ``options``, exactly the keys of that command's
+``--config`` file. A text option whose value is ``STAGE`` or ``STAGE.PATH`` (an earlier stage's name) is
+that stage's folder, ``DIR/STAGE/PATH``; ``aura:NAME`` is a resource shipped with Aura
+(``aura:corpus_es``). The runner sets every stage's ``output_dir`` to ``DIR/<stage>``.
+Everything here runs before the first stage starts and writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+from aura.core.commands import COMMANDS
+from aura.core.config import _unwrap_optional, coerce, fields_of, mapping_values
+from aura.core.errors import AuraError
+from aura.core.i18n import Messages
+
+M = Messages("pipeline.spec", {
+    "no_file": ("No existe el pipeline '{name}': ni es un archivo ni uno de los incluidos ({shipped}). "
+                "'aura pipeline list' los muestra.",
+                "There is no pipeline '{name}': neither a file nor a shipped one ({shipped}). "
+                "'aura pipeline list' shows them."),
+    "bad_yaml": ("{path} no es YAML válido: {err}", "{path} is not valid YAML: {err}"),
+    "no_stages": ("{path} debe ser un diccionario con una lista 'stages' (cada etapa con name, command y "
+                  "options).",
+                  "{path} must be a mapping with a 'stages' list (each stage with name, command and options)."),
+    "bad_top": ("{path}: clave '{key}' desconocida arriba del todo. Claves válidas: {valid}.",
+                "{path}: unknown top-level key '{key}'. Valid keys: {valid}."),
+    "bad_stage": ("{where}: cada etapa es un diccionario con 'name', 'command' y 'options' (y opcionalmente "
+                  "'description'); sobra o falta '{key}'.",
+                  "{where}: each stage is a mapping with 'name', 'command' and 'options' (and optionally "
+                  "'description'); '{key}' is missing or extra."),
+    "bad_name": ("{where}: el nombre '{name}' no sirve: usa minúsculas, cifras, '-' o '_' (es el nombre de "
+                 "su carpeta).",
+                 "{where}: the name '{name}' will not do: use lowercase letters, digits, '-' or '_' (it names "
+                 "its folder)."),
+    "dup_name": ("{where}: ya hay una etapa llamada '{name}'; cada etapa necesita su propio nombre.",
+                 "{where}: there is already a stage called '{name}'; each stage needs its own name."),
+    "bad_command": ("{where}: 'aura {command}' no es un comando que pueda ser una etapa. Comandos posibles: "
+                    "{valid}.",
+                    "{where}: 'aura {command}' is not a command that can be a stage. Possible commands: "
+                    "{valid}."),
+    "options_mapping": ("{where}: 'options' debe ser un diccionario clave: valor (las claves del --config "
+                        "del comando).",
+                        "{where}: 'options' must be a mapping of key: value (the keys of the command's "
+                        "--config)."),
+    "output_set": ("{where}: '{key}' lo pone el pipeline (la carpeta de la etapa, DIR/{stage}); quítalo.",
+                   "{where}: '{key}' is set by the pipeline (the stage's folder, DIR/{stage}); remove it."),
+    "later_ref": ("{where}, opción '{key}': '{value}' se refiere a la etapa '{ref}', que se ejecuta después "
+                  "(o es esta misma). Una etapa solo puede usar las salidas de las anteriores.",
+                  "{where}, option '{key}': '{value}' refers to stage '{ref}', which runs later (or is this "
+                  "one). A stage can only use the outputs of earlier ones."),
+    "no_resource": ("{where}, opción '{key}': Aura no incluye el recurso '{name}'. Recursos: {valid}.",
+                    "{where}, option '{key}': Aura ships no resource '{name}'. Resources: {valid}."),
+    "invalid": ("{where}: {error}", "{where}: {error}"),
+    "stage_where": ("{path}, línea {line}, etapa '{stage}' (aura {command})",
+                    "{path}, line {line}, stage '{stage}' (aura {command})"),
+    "launch_mapping": ("{where}: 'launch' debe ser un diccionario con las opciones de aura launch "
+                       "(gpus_per_node, nnodes, node_rank, master_addr, master_port...).",
+                       "{where}: 'launch' must be a mapping of aura launch's options (gpus_per_node, nnodes, "
+                       "node_rank, master_addr, master_port...)."),
+    "launch_not_training": ("{where}: 'launch' solo sirve para etapas de entrenamiento (pretrain, finetune): "
+                            "las demás se ejecutan una vez.",
+                            "{where}: 'launch' is only for training stages (pretrain, finetune): the others run "
+                            "once."),
+    "launch_command": ("{where}: 'launch' no lleva 'command': el comando es el de la etapa.",
+                       "{where}: 'launch' takes no 'command': the command is the stage's."),
+    "bad_set": ("--set '{item}': se esperaba ETAPA.CLAVE=VALOR (p. ej. --set pretrain.max_steps=100).",
+                "--set '{item}': expected STAGE.KEY=VALUE (e.g. --set pretrain.max_steps=100)."),
+    "set_stage": ("--set '{item}': no hay ninguna etapa '{stage}'. Etapas: {valid}.",
+                  "--set '{item}': there is no stage '{stage}'. Stages: {valid}."),
+})
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "pipelines"
+RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
+OUTPUT_FIELDS = ("output_dir", "output", "outfile")  # where a command writes: the runner decides
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+_MIXTURE = re.compile(r"^([\w-]+=[0-9.eE+-]+:)(.+)$")
+_STAGE_KEYS = {"name", "command", "options", "description", "requires", "launch"}
+_TOP_KEYS = {"stages", "description", "name", "launch"}
+_NOT_STAGES = {("pipeline", "run"), ("pipeline", "list"), ("pipeline", "show"), ("pipeline", "plan"),
+               ("studio",), ("monitor",), ("chat",), ("launch",), ("runs",)}
+
+
+@dataclass
+class Stage:
+    name: str
+    key: tuple[str, ...]  # the command as typed after `aura`
+    options: dict[str, Any]  # as written (after --set)
+    line: int
+    where: str  # "file, line N, stage 'x' (aura cmd)": every message about the stage starts with it
+    refs: list[str] = field(default_factory=list)  # earlier stages whose outputs it reads
+    cfg: Any = None  # the command's typed config, output_dir set
+    cfg_cls: Any = None
+    requires: list[str] = field(default_factory=list)  # Python modules without which the stage is skipped
+    key_where: dict[str, str] = field(default_factory=dict)  # an option's own "file, line N, stage ..."
+    launch: dict[str, Any] | None = None  # `aura launch`'s options: the stage runs under torchrun
+
+    @property
+    def command(self) -> str:
+        return " ".join(self.key)
+
+
+@dataclass
+class Pipeline:
+    source: str  # as the user named it: a shipped name or a file
+    path: Path
+    description: dict[str, str]
+    stages: list[Stage]
+
+    def stage(self, name: str) -> Stage:
+        return next(s for s in self.stages if s.name == name)
+
+
+def shipped() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(SHIPPED_DIR.glob("*.yaml"))}
+
+
+def find(name_or_file: str) -> Path:
+    p = Path(name_or_file).expanduser()
+    if p.is_file():
+        return p
+    ships = shipped()
+    if name_or_file in ships:
+        return ships[name_or_file]
+    raise AuraError(M("no_file", name=name_or_file, shipped=", ".join(ships)))
+
+
+def _stage_lines(text: str) -> list[tuple[int, dict[str, int]]]:
+    """(line of each stage, {option key: its line}), 1-based, from the YAML's node marks."""
+    import yaml
+
+    out: list[tuple[int, dict[str, int]]] = []
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if not isinstance(root, yaml.MappingNode):
+        return out
+    for k, v in root.value:
+        if k.value == "stages" and isinstance(v, yaml.SequenceNode):
+            for item in v.value:
+                keys: dict[str, int] = {}
+                if isinstance(item, yaml.MappingNode):
+                    for sk, sv in item.value:
+                        if sk.value == "options" and isinstance(sv, yaml.MappingNode):
+                            keys = {ok.value: ok.start_mark.line + 1 for ok, _ in sv.value}
+                out.append((item.start_mark.line + 1, keys))
+    return out
+
+
+def _parse_set(items: list[str]) -> list[tuple[str, str, Any]]:
+    import yaml
+
+    out = []
+    for item in items:
+        head, eq, raw = item.partition("=")
+        stage, dot, key = head.partition(".")
+        if not eq or not dot or not stage or not key:
+            raise AuraError(M("bad_set", item=item))
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        out.append((stage.strip(), key.strip(), value))
+    return out
+
+
+def load(name_or_file: str, *, overrides: list[str] = ()) -> Pipeline:
+    """Read a pipeline (a file or a shipped name) and apply ``--set STAGE.KEY=VALUE``; nothing resolved yet."""
+    import yaml
+
+    path = find(name_or_file)
+    text = path.read_text(encoding="utf-8")
+    shown = name_or_file if not Path(name_or_file).expanduser().is_file() else str(path)
+    try:
+        data = yaml.safe_load(text)
+        lines = _stage_lines(text)
+    except yaml.YAMLError as e:
+        raise AuraError(M("bad_yaml", path=shown, err=e)) from None
+    if not isinstance(data, dict) or not isinstance(data.get("stages"), list) or not data["stages"]:
+        raise AuraError(M("no_stages", path=shown))
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise AuraError(M("bad_top", path=shown, key=key, valid=", ".join(sorted(_TOP_KEYS))))
+    desc = data.get("description") or {}
+    desc = desc if isinstance(desc, dict) else {"es": str(desc), "en": str(desc)}
+    stages: list[Stage] = []
+    for i, raw in enumerate(data["stages"]):
+        line, key_lines = lines[i] if i < len(lines) else (0, {})
+        where0 = f"{shown}, {line}"
+        if not isinstance(raw, dict):
+            raise AuraError(M("bad_stage", where=where0, key="name"))
+        for key in ("name", "command"):
+            if key not in raw:
+                raise AuraError(M("bad_stage", where=where0, key=key))
+        for key in raw:
+            if key not in _STAGE_KEYS:
+                raise AuraError(M("bad_stage", where=where0, key=key))
+        name, command = str(raw["name"]), " ".join(str(raw["command"]).split())
+        where = M("stage_where", path=shown, line=line, stage=name, command=command)
+        if not _NAME.match(name):
+            raise AuraError(M("bad_name", where=where, name=name))
+        if any(s.name == name for s in stages):
+            raise AuraError(M("dup_name", where=where, name=name))
+        key = tuple(command.split())
+        if key not in COMMANDS or key in _NOT_STAGES:
+            valid = ", ".join(" ".join(k) for k in COMMANDS if k not in _NOT_STAGES)
+            raise AuraError(M("bad_command", where=where, command=command, valid=valid))
+        options = raw.get("options") or {}
+        if not isinstance(options, dict):
+            raise AuraError(M("options_mapping", where=where))
+        launch = raw.get("launch", data.get("launch"))
+        if launch is not None and not isinstance(launch, dict):
+            raise AuraError(M("launch_mapping", where=where))
+        if "launch" in raw and key not in (("pretrain",), ("finetune",)):
+            raise AuraError(M("launch_not_training", where=where))
+        if key not in (("pretrain",), ("finetune",)):
+            launch = None  # a pipeline-wide block launches its training stages only
+        requires = raw.get("requires") or []
+        requires = [str(r) for r in (requires if isinstance(requires, list) else [requires])]
+        key_where = {str(k): M("stage_where", path=shown, line=n, stage=name, command=command)
+                     for k, n in key_lines.items()}
+        stages.append(Stage(name=name, key=key, options=dict(options), line=line, where=where, requires=requires,
+                            key_where=key_where, launch=dict(launch) if launch is not None else None))
+    names = [s.name for s in stages]
+    for stage_name, key, value in _parse_set(list(overrides)):
+        if stage_name not in names:
+            raise AuraError(M("set_stage", item=f"{stage_name}.{key}", stage=stage_name, valid=", ".join(names)))
+        target = stages[names.index(stage_name)]
+        target.options[key] = value
+    return Pipeline(source=name_or_file, path=path, description={k: str(v) for k, v in desc.items()},
+                    stages=stages)
+
+
+def _is_text_field(tp) -> tuple[bool, bool]:
+    """(holds text or paths, is a list): only such fields can hold a reference (never a choice)."""
+    tp, _ = _unwrap_optional(tp)
+    if get_origin(tp) in (list, tuple):
+        inner, _ = _unwrap_optional(get_args(tp)[0])
+        return inner in (str, Path), True
+    return tp in (str, Path), False
+
+
+def _resolve_value(value, *, stage: Stage, key: str, earlier: list[str], later: list[str], out: Path):
+    """A reference -> the folder it names (and the stage it comes from), anything else as is."""
+    if not isinstance(value, str):
+        return value, None
+    mix = _MIXTURE.match(value)  # a weighted mixture entry, NAME=WEIGHT:DIR (pretrain --data)
+    if mix:
+        inner, ref = _resolve_value(mix.group(2), stage=stage, key=key, earlier=earlier, later=later, out=out)
+        return mix.group(1) + inner, ref
+    if value.startswith("aura:"):
+        name = value[5:]
+        path = RESOURCES_DIR / name
+        if not name or not path.exists() or ".." in Path(name).parts:
+            valid = ", ".join(sorted("aura:" + p.name for p in RESOURCES_DIR.iterdir() if not p.name.startswith(".")))
+            raise AuraError(M("no_resource", where=stage.where, key=key, name=name, valid=valid))
+        return str(path), None
+    head, _, rest = value.partition(".")
+    if head in earlier:
+        return str(out / head / rest) if rest else str(out / head), head
+    if head in later:
+        raise AuraError(M("later_ref", where=stage.where, key=key, value=value, ref=head))
+    return value, None
+
+
+def resolve(pipeline: Pipeline, out: Path) -> Pipeline:
+    """Every stage's options -> its command's typed config (``__post_init__``'s checks included), with
+    references resolved to ``out/<stage>`` and ``output_dir`` set. Raises the first problem, naming the
+    stage, its line and the key; writes nothing."""
+    out = Path(out)
+    names = [s.name for s in pipeline.stages]
+    for i, stage in enumerate(pipeline.stages):
+        cmd = COMMANDS[stage.key]
+        cls = getattr(importlib.import_module(cmd.module), cmd.config)
+        types = {f.name: tp for f, tp in fields_of(cls)}
+        for key in stage.options:
+            if str(key).replace("-", "_") in OUTPUT_FIELDS:
+                raise AuraError(M("output_set", where=stage.where, key=key, stage=stage.name))
+        resolved: dict[str, Any] = {}
+        refs: list[str] = []
+        for key, value in stage.options.items():
+            text, is_list = _is_text_field(types.get(str(key).replace("-", "_")))
+            if text:
+                items = value if isinstance(value, list) else [value]
+                done = []
+                for item in items:
+                    v, ref = _resolve_value(item, stage=stage, key=str(key), earlier=names[:i],
+                                            later=names[i:], out=out)
+                    done.append(v)
+                    if ref and ref not in refs:
+                        refs.append(ref)
+                value = done if (is_list or isinstance(value, list)) else done[0]
+            resolved[key] = value
+        values: dict[str, Any] = {}
+        for key, value in resolved.items():  # one at a time: a message names the option's own line
+            where = stage.key_where.get(str(key), stage.where)
+            values.update(mapping_values(cls, {key: value}, where=where, explicit=("overwrite", "force"),
+                                         shown=lambda k, w=where: f"'{k}' ({w})"))
+        if "output_dir" not in types:
+            valid = ", ".join(" ".join(k) for k in COMMANDS if k not in _NOT_STAGES)
+            raise AuraError(M("bad_command", where=stage.where, command=stage.command, valid=valid))
+        values["output_dir"] = coerce("output_dir", types["output_dir"], str(out / stage.name))
+        try:
+            stage.cfg = cls(**values)
+        except AuraError as e:
+            raise AuraError(M("invalid", where=stage.where, error=str(e)), exit_code=e.exit_code) from None
+        stage.cfg_cls, stage.refs = cls, refs
+        if stage.launch is not None:
+            _check_launch(stage)
+    return pipeline
+
+
+def _check_launch(stage: Stage) -> None:
+    """The stage's ``launch`` block through ``aura launch``'s own typed config (its environment defaults too)."""
+    cmd = COMMANDS[("launch",)]
+    cls = getattr(importlib.import_module(cmd.module), cmd.config)
+    if "command" in stage.launch:
+        raise AuraError(M("launch_command", where=stage.where))
+    values = mapping_values(cls, stage.launch, where=f"{stage.where}, launch")
+    try:
+        cls(command=list(stage.key), **values)
+    except AuraError as e:
+        raise AuraError(M("invalid", where=stage.where, error=str(e)), exit_code=e.exit_code) from None
+    stage.launch = values
+
+
+def config_fields(cfg) -> dict[str, Any]:
+    """The config's values, JSON-friendly (paths as text)."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        out[f.name] = [str(x) if isinstance(x, Path) else x for x in v] if isinstance(v, list) else (
+            str(v) if isinstance(v, Path) else v)
+    return out

@@ -1,0 +1,298 @@
+"""``aura pipeline``: validation before anything runs, skip/redo/resume by fingerprint, kill -9 then the same
+command (per-step losses equal to an uninterrupted run's), the report's numbers equal to the stages' files,
+and the shipped demo end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_aura, run_aura_here
+
+TINY = ROOT / "tests" / "pipelines" / "tiny.yaml"
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _step_losses(run_dir: Path) -> dict[int, float]:
+    """step -> train loss of every logged step (the last row of a step wins: a resumed run's)."""
+    with (run_dir / "training_log.csv").open(encoding="utf-8", newline="") as f:
+        return {int(float(r["step"])): float(r["train_loss"]) for r in csv.DictReader(f)
+                if r["kind"] == "step" and r["train_loss"]}
+
+
+def _state(out: Path) -> dict:
+    return json.loads((out / "pipeline.json").read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------- validation (fast, in process)
+
+def test_bad_key_in_last_stage_fails_at_once_and_creates_nothing(tmp_path):
+    bad = _write(tmp_path / "bad.yaml", TINY.read_text(encoding="utf-8").rstrip() + "\n      limt: 3\n")
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    proc = run_aura_here("pipeline", "run", bad, "--output-dir", out)
+    assert proc.returncode == 2, proc.stderr
+    assert "limt" in proc.stderr and "eval-sft" in proc.stderr and "Did you mean 'limit'" in proc.stderr
+    assert "line " in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists() and not list(tmp_path.glob(".out*"))
+    assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (("tokenizer: tokenizer", "tokenizer: pretrain"), "refers to stage 'pretrain', which runs later"),
+    (("command: export gguf", "command: export ggu"), "is not a command that can be a stage"),
+    (("vocab_size: 512", "vocab_size: many"), "many"),
+    (("      workers: 1\n", "      workers: 1\n      output_dir: x\n"), "is set by the pipeline"),
+    (("inputs: [aura:corpus_es]", "inputs: [aura:no_such]"), "ships no resource 'no_such'"),
+])
+def test_validation_messages_name_the_stage(tmp_path, edit, expected):
+    text = TINY.read_text(encoding="utf-8") + ("" if "export" not in edit[0] else
+                                               "  - name: gguf\n    command: export gguf\n    options:\n"
+                                               "      model: sft.final\n")
+    assert edit[0] in text
+    bad = _write(tmp_path / "bad.yaml", text.replace(edit[0], edit[1], 1))
+    proc = run_aura_here("pipeline", "run", bad, "-o", tmp_path / "out")
+    assert proc.returncode == 2 and expected in proc.stderr, proc.stderr
+    assert "stage '" in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_set_override_is_validated(tmp_path):
+    proc = run_aura_here("pipeline", "run", TINY, "-o", tmp_path / "out", "--set", "pretrain.max_step=3")
+    assert proc.returncode == 2 and "max_step" in proc.stderr and "pretrain" in proc.stderr
+    proc = run_aura_here("pipeline", "run", TINY, "-o", tmp_path / "out", "--set", "nostage.x=1")
+    assert proc.returncode == 2 and "no stage 'nostage'" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_that_is_not_a_pipelines_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    proc = run_aura_here("pipeline", "run", TINY, "-o", out)
+    assert proc.returncode == 2 and "is not a pipeline's folder" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_launch_block_is_checked_by_aura_launch_s_config(tmp_path):
+    text = TINY.read_text(encoding="utf-8")
+    on_eval = text.replace("  - name: eval-base\n    command: eval\n",
+                           "  - name: eval-base\n    command: eval\n    launch:\n      gpus_per_node: 2\n")
+    proc = run_aura_here("pipeline", "run", _write(tmp_path / "a.yaml", on_eval), "-o", tmp_path / "out")
+    assert proc.returncode == 2 and "only for training stages" in proc.stderr and "eval-base" in proc.stderr
+    typo = "launch:\n  gpus_per_nod: 2\n" + text
+    proc = run_aura_here("pipeline", "run", _write(tmp_path / "b.yaml", typo), "-o", tmp_path / "out")
+    assert proc.returncode == 2 and "gpus_per_nod" in proc.stderr and "Did you mean 'gpus_per_node'" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_kill_after_a_redone_stage_never_leaves_its_readers_finished(tmp_path):
+    """The decisions alone (no stage runs): after a change to SFT, SFT and eval-sft stop being finished on
+    disk before anything runs; once SFT is redone, eval-sft runs even though its own options did not change."""
+    from aura.pipeline import spec
+    from aura.pipeline.runner import _decide, invalidate
+    from aura.pipeline.state import State
+
+    out = tmp_path / "p"
+    out.mkdir()
+    pipe = spec.resolve(spec.load(str(TINY)), out)
+    state = State(out)
+    fps, actions = _decide(pipe, out, state)
+    assert set(actions.values()) == {"run"}
+    for s in pipe.stages:  # as if the whole pipeline had finished
+        (out / s.name).mkdir()
+        state.update(s.name, status="finished", fingerprint=fps[s.name])
+    assert set(_decide(pipe, out, state)[1].values()) == {"skip"}
+    changed = spec.resolve(spec.load(str(TINY), overrides=["sft.learning_rate=0.0005"]), out)
+    fps2, actions = _decide(changed, out, state)
+    assert {n for n, a in actions.items() if a != "skip"} == {"sft", "eval-sft"}
+    invalidate(changed, actions, state)
+    on_disk = State(out)
+    assert on_disk.get("sft")["status"] == on_disk.get("eval-sft")["status"] == "pending"
+    assert on_disk.get("pretrain")["status"] == "finished"
+    on_disk.update("sft", status="finished", fingerprint=fps2["sft"])  # SFT redone, then killed
+    assert _decide(changed, out, on_disk)[1]["eval-sft"] == "redo"
+    on_disk.update("eval-sft", fingerprint=fps2["eval-sft"])  # even with today's fingerprint: pending runs
+    assert _decide(changed, out, on_disk)[1]["eval-sft"] == "run"
+
+
+def test_list_show_and_plan_every_shipped_pipeline():
+    from aura.pipeline.spec import shipped
+
+    proc = run_aura_here("pipeline", "list")
+    assert proc.returncode == 0 and "demo-cpu" in proc.stdout
+    for name in shipped():
+        shown = run_aura_here("pipeline", "show", name)
+        assert shown.returncode == 0 and "stages:" in shown.stdout
+        plan = run_aura_here("pipeline", "plan", name, "--assume", "H100 80GB", "--price-per-hour", "2")
+        assert plan.returncode == 0, (name, plan.stderr)
+        assert "H100" in plan.stdout and "valid" in plan.stdout
+
+
+# ---------------------------------------------------------------- running (slow: real training stages)
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The tests' pipeline run once, uninterrupted: the reference the other runs are compared with."""
+    out = tmp_path_factory.mktemp("pipeline") / "ref"
+    proc = run_aura("pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_report_numbers_are_the_stages_own(reference):
+    out = reference
+    state = _state(out)
+    assert [state["stages"][n]["status"] for n in state["order"]] == ["finished"] * 6
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    by_name = {s["name"]: s for s in report["stages"]}
+    for name in ("pretrain", "sft"):
+        with (out / name / "training_log.csv").open(encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+        t = by_name[name]["training"]
+        assert t["tokens"] == float(rows[-1]["tokens"])
+        assert t["final_loss"] == float([r for r in rows if r["kind"] == "step"][-1]["train_loss"])
+        assert t["mem_peak_gb"] == max(float(r["mem_peak_gb"]) for r in rows if r["mem_peak_gb"])
+        assert by_name[name]["seconds"] == state["stages"][name]["seconds"]
+        assert by_name[name]["cost"] == pytest.approx(state["stages"][name]["seconds"] / 3600 * 1.5)
+    models = {m["stage"]: m for m in report["models"]}
+    assert set(models) == {"pretrain", "sft"}
+    for model, ev in (("pretrain", "eval-base"), ("sft", "eval-sft")):
+        ppl = json.loads((out / ev / "eval.json").read_text(encoding="utf-8"))["results"][0]
+        assert models[model]["scores"]["val_bits_per_byte"] == ppl["bits_per_byte"]
+        suite = json.loads(next((out / ev).glob("eval-aura-es*.json")).read_text(encoding="utf-8"))["results"][0]
+        acc = {r["task"]: r["value"] for r in suite["rows"] if r["metric"] == "acc"}
+        for task, value in acc.items():
+            assert models[model]["scores"][f"{task}/acc"] == value
+    tok = json.loads((out / "tokenizer" / "aura_tokenizer.json").read_text(encoding="utf-8"))
+    assert by_name["tokenizer"]["notes"]["fertility"] == tok["fertility"]["tokens_per_word"]
+    md = (out / "report.md").read_text(encoding="utf-8")
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "aura pretrain" in md and "<table>" in html and "<svg" in html
+    assert "http://" not in html and "https://" not in html  # self-contained: nothing fetched
+    assert f"{models['sft']['scores']['val_bits_per_byte']:.4f}" in md
+
+
+@pytest.mark.slow
+def test_rerun_skips_and_a_changed_sft_reruns_only_what_follows(reference, tmp_path):
+    out = tmp_path / "p"
+    shutil.copytree(reference, out)  # fingerprints hold DIR-relative paths: a moved pipeline is the same one
+    state = _state(out)
+    again = run_aura("pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5")
+    assert again.returncode == 0 and again.stdout.count("finished and unchanged; skipped") == 6, again.stdout
+    mtimes = {n: (out / n).stat().st_mtime_ns for n in state["order"]}
+    changed = run_aura("pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5",
+                       "--set", "sft.learning_rate=0.0005")
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    assert "Changed since the last run: sft (" in changed.stdout and "Redoing: sft, eval-sft" in changed.stdout
+    skipped = [n for n in state["order"] if f"{n}: finished and unchanged; skipped" in changed.stdout]
+    assert skipped == ["tokenizer", "prepare", "pretrain", "eval-base"]
+    assert all((out / n).stat().st_mtime_ns == mtimes[n] for n in skipped)
+    assert _state(out)["stages"]["sft"]["options"]["learning_rate"] == 0.0005
+    assert _step_losses(out / "sft") != _step_losses(reference / "sft")
+
+
+def _kill_when(cmd: list[str], marker: Path, env: dict) -> None:
+    """Start ``cmd``, kill -9 it as soon as ``marker`` exists."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not marker.is_dir() and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert marker.is_dir()
+
+
+@pytest.mark.slow
+def test_kill_9_in_pretraining_and_in_sft_then_the_same_command_gives_the_same_losses(reference, tmp_path):
+    out = tmp_path / "run"
+    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "aura", "pipeline", "run", str(TINY), "--output-dir", str(out),
+           "--price-per-hour", "1.5"]
+    _kill_when(cmd, out / "pretrain" / "checkpoint-step-8", env)
+    assert _state(out)["stages"]["pretrain"]["status"] == "running"  # never taken as finished
+    _kill_when(cmd, out / "sft" / "checkpoint-step-2", env)  # resumes pretraining, then dies in SFT
+    state = _state(out)["stages"]
+    assert state["pretrain"]["status"] == "finished" and state["sft"]["status"] == "running"
+    again = run_aura(*cmd[3:])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "pretrain: finished and unchanged; skipped" in again.stdout
+    assert "sft: it was interrupted; resuming from its latest checkpoint" in again.stdout
+    for stage in ("pretrain", "sft"):
+        assert _step_losses(out / stage) == _step_losses(reference / stage), stage
+    assert _state(out)["stages"]["sft"]["status"] == "finished"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_stage_with_exit_3_and_the_same_command_as_hint(tmp_path):
+    out = tmp_path / "run"
+    three = _write(tmp_path / "three.yaml", TINY.read_text(encoding="utf-8").split("  - name: eval-base")[0]
+                   .replace("max_steps: 24", "max_steps: 100000"))
+    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "aura", "pipeline", "run", str(three), "-o", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (out / "pretrain" / "checkpoint-step-4").is_dir():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 3, stdout[-2000:] + stderr[-2000:]
+    assert "Pipeline stopped in stage 'pretrain'" in stderr
+    assert f"aura pipeline run {three} --output-dir {out}" in stderr
+    assert _state(out)["stages"]["pretrain"]["status"] == "interrupted"
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_a_launch_block_runs_the_training_stage_under_torchrun(tmp_path):
+    """`launch:` on a training stage: `aura launch`'s own function runs it on 2 processes (gloo, CPU)."""
+    text = TINY.read_text(encoding="utf-8").split("  - name: eval-base")[0].replace("max_steps: 24", "max_steps: 6")
+    text = text.replace("  - name: pretrain\n    command: pretrain\n",
+                        "  - name: pretrain\n    command: pretrain\n    launch:\n      gpus_per_node: 2\n")
+    out = tmp_path / "p"
+    proc = run_aura("pipeline", "run", _write(tmp_path / "l.yaml", text), "-o", out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = json.loads((out / "pretrain" / "run.json").read_text(encoding="utf-8"))
+    assert run["status"] == "finished" and run["launch"]["world_size"] == 2
+    stage = _state(out)["stages"]["pretrain"]
+    assert stage["status"] == "finished" and stage["command"].startswith("aura launch --gpus-per-node 2 pretrain")
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    pre = next(s for s in report["stages"] if s["name"] == "pretrain")
+    assert pre["device_hours"] == pytest.approx(stage["seconds"] * 2 / 3600)
+
+
+@pytest.mark.slow
+def test_demo_cpu_end_to_end(tmp_path):
+    """The shipped demo, as `bash scripts/demo.sh` runs it (its budgets shortened: the chain is the test)."""
+    out = tmp_path / "demo"
+    sets = ["--set", "pretrain.time_budget=0.003", "--set", "sft.time_budget=0.002",
+            "--set", "dpo.time_budget=0.001", "--set", "grpo.time_budget=0.001", "--set", "eval-base.limit=2",
+            "--set", "eval-sft.limit=2", "--set", "eval-dpo.limit=2", "--set", "eval-grpo.limit=2"]
+    proc = run_aura("pipeline", "run", "demo-cpu", "--output-dir", out, *sets, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    state = _state(out)
+    assert all(state["stages"][n]["status"] in ("finished", "skipped") for n in state["order"])
+    assert state["stages"]["gguf"]["status"] == ("finished" if _has("llama_cpp") else "skipped")
+    assert (out / "report.md").is_file() and (out / "report.html").is_file()
+    assert (out / "grpo" / "final").is_dir()
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert [m["stage"] for m in report["models"]] == ["pretrain", "sft", "dpo", "grpo"]
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
