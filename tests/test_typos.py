@@ -24,6 +24,7 @@ def test_a_mistyped_command_is_named_alone_with_the_closest_command():
     assert es.stderr.strip() == ("Comando desconocido: 'pretrian'. ¿Quisiste decir 'pretrain'? Ejecuta 'aura --help' "
                                  "para ver los comandos.")
     assert "Did you mean 'data prepare'?" in run_aura_here("data", "prepar", "x").stderr
+    assert "Did you mean 'pipeline'?" in run_aura_here("pipelin", "list").stderr  # a group of commands
     assert "Did you mean" not in run_aura_here("zzzz").stderr
 
 

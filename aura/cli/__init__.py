@@ -143,7 +143,7 @@ def _unknown_command(argv: list[str]) -> tuple[str, str | None]:
 
     groups = {k[0] for k in COMMANDS if len(k) > 1}
     typed = argv[:2] if argv[0] in groups and len(argv) > 1 and not argv[1].startswith("-") else argv[:1]
-    names = [" ".join(k) for k in COMMANDS if len(k) == len(typed)]
+    names = [" ".join(k) for k in COMMANDS if len(k) == len(typed)] + (sorted(groups) if len(typed) == 1 else [])
     close = difflib.get_close_matches(" ".join(typed), names, n=1, cutoff=0.6)
     return " ".join(typed), (close[0] if close else None)
 
