@@ -29,6 +29,21 @@ def pytest_configure(config):
     # signal stays ignored in every child: the tests that press Ctrl+C in `aura chat`/`pretrain` would hang.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # AURA_REQUIRE (tests/evidence.py): a typo must stop the run, not silently require nothing.
+    from tests.evidence import required
+
+    try:
+        required()
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
+def pytest_report_header(config):
+    """The capabilities this run requires (a test that would skip for want of one fails instead)."""
+    from tests.evidence import required
+
+    need = sorted(required())
+    return f"AURA_REQUIRE: {', '.join(need) if need else '(none: tests skip where something is missing)'}"
 
 
 @pytest.hookimpl(trylast=True)
