@@ -58,6 +58,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank[item.path])  # stable: files and tests keep their order
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A skip raised by tests/evidence.py's helpers is reported at the test that skipped (the skip list at
+    the end of a run names each test, not evidence.py once for all of them)."""
+    outcome = yield
+    report = outcome.get_result()
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3 and str(longrepr[0]).endswith("evidence.py"):
+        path, line, _name = item.location
+        report.longrepr = (path, (line or 0) + 1, f"{longrepr[2]} ({item.nodeid})")
+
+
 @pytest.fixture(autouse=True)
 def _english_messages(monkeypatch):
     """Tests read English messages unless they set AURA_LANG themselves."""
