@@ -74,7 +74,8 @@ def check_every(entries: Iterable, check: Callable[..., object], name: Callable[
             check(*args)
         except (AssertionError, pytest.fail.Exception) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            failures.append(f"{name(*args)}: {first}")
+            label = name(*args)
+            failures.append(first if first.startswith(f"{label}:") else f"{label}: {first}")
     if failures:
         raise AssertionError(f"{len(failures)} of {n} entries fail:\n" + "\n".join(failures))
     return n

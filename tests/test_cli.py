@@ -117,7 +117,6 @@ def test_every_command_help_documents_every_flag_with_its_default(capsys):
     assert check_every(keys, lambda key: _check_command_help(key, capsys), name=lambda key: " ".join(key)) > 10
 
 
-
 def test_command_help_in_spanish(capsys):
     from aura.core.i18n import set_lang
 

@@ -96,6 +96,13 @@ def test_check_every_names_every_failing_entry():
     msg = str(e.value)
     assert msg.startswith("2 of 4 entries fail:")
     assert "b: b is -1" in msg and "d: d is 0" in msg and "a:" not in msg and "c:" not in msg
+    # a message that already names its entry is not prefixed twice
+    def named(name, value):
+        assert value > 0, f"{name}: {value} is not positive"
+
+    with pytest.raises(AssertionError) as e:
+        check_every([("x", 0)], named, name=lambda n, v: n)
+    assert str(e.value).splitlines()[1] == "x: 0 is not positive"
 
 
 def test_check_every_collects_pytest_fail_too():
