@@ -31,6 +31,8 @@ CAPABILITIES = {
     "trl": "trl (parity against TRL's trainers; a test extra)",
     "datatrove": "datatrove and py3langid (aura data curate; test extras)",
     "ray": "ray (curation on a local Ray cluster; a test extra)",
+    "torch-cpu-kernels": "a PyTorch build with CPU fp16 autocast/GradScaler and oneDNN's packed linear "
+                         "(x86 builds, such as the torch==2.13.0 .ci/run installs)",
 }
 
 

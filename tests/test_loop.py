@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.evidence import require_or_skip
 from tests.tiny_models import CORPUS_DIR, train_tokenizer
 
 TINY = dict(model_preset="manual", arch="llama", embed_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -181,7 +182,7 @@ def test_fp16_with_grad_scaler(prepared, tmp_path):
         with torch.autocast("cpu", dtype=torch.float16):
             torch.nn.Linear(4, 4)(torch.randn(2, 4))
     except Exception as e:  # noqa: BLE001
-        pytest.skip(f"this PyTorch build has no CPU fp16 autocast/GradScaler: {e}")
+        require_or_skip("torch-cpu-kernels", f"this PyTorch build has no CPU fp16 autocast/GradScaler: {e}")
     run = run_pretrain(tmp_path / "run", prepared, max_steps=6, precision="fp16", learning_rate=3e-3, save_steps=3,
                        keep_last=0)
     losses = read_log(run)
