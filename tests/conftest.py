@@ -62,12 +62,34 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_makereport(item, call):
     """A skip raised by tests/evidence.py's helpers is reported at the test that skipped (the skip list at
     the end of a run names each test, not evidence.py once for all of them)."""
+    from tests.evidence import required_import_skip
+
     outcome = yield
     report = outcome.get_result()
     longrepr = report.longrepr
-    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3 and str(longrepr[0]).endswith("evidence.py"):
-        path, line, _name = item.location
-        report.longrepr = (path, (line or 0) + 1, f"{longrepr[2]} ({item.nodeid})")
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
+        capability = required_import_skip(str(longrepr[2]))
+        if capability:  # a plain pytest.importorskip of a module CI provides
+            report.outcome = "failed"
+            report.longrepr = f"required capability {capability!r} (AURA_REQUIRE) is missing: {longrepr[2]}"
+        elif str(longrepr[0]).endswith("evidence.py"):
+            path, line, _name = item.location
+            report.longrepr = (path, (line or 0) + 1, f"{longrepr[2]} ({item.nodeid})")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A module skipped at import by a plain pytest.importorskip of a required capability fails to collect."""
+    from tests.evidence import required_import_skip
+
+    outcome = yield
+    report = outcome.get_result()
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
+        capability = required_import_skip(str(longrepr[2]))
+        if capability:
+            report.outcome = "failed"
+            report.longrepr = f"required capability {capability!r} (AURA_REQUIRE) is missing: {longrepr[2]}"
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ test, so CI cannot pass by skipping what it was meant to run.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable
 
 import pytest
@@ -34,6 +35,22 @@ CAPABILITIES = {
     "torch-cpu-kernels": "a PyTorch build with CPU fp16 autocast/GradScaler and oneDNN's packed linear "
                          "(x86 builds, such as the torch==2.13.0 .ci/run installs)",
 }
+
+# The capability behind an optional module: a plain ``pytest.importorskip`` of one of these (in a file not
+# yet using ``importorskip`` below) fails too when AURA_REQUIRE names it (tests/conftest.py's hooks).
+MODULE_CAPABILITIES = {
+    "bitsandbytes": "bitsandbytes", "llama_cpp": "llama-cpp", "trl": "trl", "datatrove": "datatrove",
+    "py3langid": "datatrove", "ray": "ray", "starlette": "studio", "uvicorn": "studio", "selenium": "browser",
+    "grimp": "import-linter", "importlinter": "import-linter",
+}
+_IMPORT_SKIP = re.compile(r"could not import '([\w.]+)'")
+
+
+def required_import_skip(reason: str) -> str | None:
+    """The required capability a plain importorskip's skip `reason` is about, if AURA_REQUIRE names it."""
+    m = _IMPORT_SKIP.search(reason)
+    capability = MODULE_CAPABILITIES.get(m.group(1).split(".")[0]) if m else None
+    return capability if capability in required() else None
 
 
 def required() -> set[str]:

@@ -75,6 +75,50 @@ def test_an_unknown_capability_stops_the_run_before_any_test(tmp_path):
     assert "passed" not in r.stdout
 
 
+PLAIN = '''
+import pytest
+
+pytest.importorskip("trl.aura_no_such_module_xyz")
+
+
+def test_never_runs():
+    pass
+'''
+
+PLAIN_IN_A_TEST = '''
+import pytest
+
+
+def test_plain_importorskip():
+    pytest.importorskip("ray.aura_no_such_module_xyz")
+'''
+
+
+def test_a_plain_importorskip_of_a_required_module_fails_too(tmp_path):
+    """Files not yet using tests/evidence.py's helpers: pytest.importorskip of a module whose capability
+    AURA_REQUIRE names (trl, ray...) fails, at collection or in the test, instead of skipping."""
+    (tmp_path / "test_plain_module.py").write_text(PLAIN)
+    (tmp_path / "test_plain_call.py").write_text(PLAIN_IN_A_TEST)
+
+    def run(require):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AURA_REQUIRE", "PYTEST_"))}
+        env.update(PYTHONPATH=str(ROOT), **({"AURA_REQUIRE": require} if require else {}))
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-rs",
+                               "--continue-on-collection-errors",  # (without it, the error stops the run)
+                               "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
+                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+
+    r = run(None)
+    assert r.returncode == 0 and "2 skipped" in r.stdout, r.stdout + r.stderr
+    r = run("trl,ray")
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "required capability 'trl' (AURA_REQUIRE) is missing" in r.stdout, r.stdout
+    assert "required capability 'ray' (AURA_REQUIRE) is missing" in r.stdout, r.stdout
+    assert "1 failed" in r.stdout and "1 error" in r.stdout, r.stdout
+    r = run("ray")  # only what is required fails
+    assert "1 failed" in r.stdout and "1 skipped" in r.stdout and "error" not in r.stdout.lower(), r.stdout
+
+
 def test_ci_requires_only_known_capabilities():
     """.ci/run's AURA_REQUIRE names capabilities this file knows (else every CI run would stop)."""
     text = (ROOT / ".ci" / "run").read_text()
