@@ -29,6 +29,21 @@ def pytest_configure(config):
     # signal stays ignored in every child: the tests that press Ctrl+C in `aura chat`/`pretrain` would hang.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # AURA_REQUIRE (tests/evidence.py): a typo must stop the run, not silently require nothing.
+    from tests.evidence import required
+
+    try:
+        required()
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
+def pytest_report_header(config):
+    """The capabilities this run requires (a test that would skip for want of one fails instead)."""
+    from tests.evidence import required
+
+    need = sorted(required())
+    return f"AURA_REQUIRE: {', '.join(need) if need else '(none: tests skip where something is missing)'}"
 
 
 @pytest.hookimpl(trylast=True)
@@ -41,6 +56,40 @@ def pytest_collection_modifyitems(config, items):
         here = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("dist") else 2
         rank[item.path] = min(rank.get(item.path, 2), here)
     items.sort(key=lambda item: rank[item.path])  # stable: files and tests keep their order
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A skip raised by tests/evidence.py's helpers is reported at the test that skipped (the skip list at
+    the end of a run names each test, not evidence.py once for all of them)."""
+    from tests.evidence import required_import_skip
+
+    outcome = yield
+    report = outcome.get_result()
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
+        capability = required_import_skip(str(longrepr[2]))
+        if capability:  # a plain pytest.importorskip of a module CI provides
+            report.outcome = "failed"
+            report.longrepr = f"required capability {capability!r} (AURA_REQUIRE) is missing: {longrepr[2]}"
+        elif str(longrepr[0]).endswith("evidence.py"):
+            path, line, _name = item.location
+            report.longrepr = (path, (line or 0) + 1, f"{longrepr[2]} ({item.nodeid})")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A module skipped at import by a plain pytest.importorskip of a required capability fails to collect."""
+    from tests.evidence import required_import_skip
+
+    outcome = yield
+    report = outcome.get_result()
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
+        capability = required_import_skip(str(longrepr[2]))
+        if capability:
+            report.outcome = "failed"
+            report.longrepr = f"required capability {capability!r} (AURA_REQUIRE) is missing: {longrepr[2]}"
 
 
 @pytest.fixture(autouse=True)

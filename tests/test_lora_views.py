@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.evidence import importorskip
+
 torch = pytest.importorskip("torch")
 
 
@@ -136,7 +138,7 @@ def test_repeated_prompts_are_prefilled_once_and_sample_as_alone(tiny_zoo):
 
 
 def test_qlora_keeps_the_unmerged_rollouts_and_an_exact_wrapper_free_reference(tiny_zoo):
-    pytest.importorskip("bitsandbytes")
+    importorskip("bitsandbytes", "bitsandbytes")
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 

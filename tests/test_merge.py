@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+
 import torch
 
 from tests.conftest import run_aura, run_aura_here
+from tests.evidence import importorskip
 from tests.tiny_models import build_llama, make_lora_adapter, stamp_adapter_base, train_tokenizer
 
 
@@ -62,7 +64,7 @@ def test_lora_merge_equals_base_plus_adapter(zoo, tmp_path):
 
 
 def test_qlora_adapter_merges_into_dequantised_base(zoo, tmp_path):
-    pytest.importorskip("bitsandbytes")
+    importorskip("bitsandbytes", "bitsandbytes")
     from transformers import AutoModelForCausalLM
 
     adapter = make_lora_adapter(zoo["llama"], tmp_path / "qlora", quantized=True, seed=3)

@@ -9,8 +9,10 @@ import torch
 
 from aura.inference.packed import PackedLinear, packable, packed_view
 from aura.inference.sampling import SamplingParams, sample_batch
+from tests.evidence import require_or_skip
 
-pytestmark = pytest.mark.skipif(not packable(), reason="this torch has no oneDNN packed linear")
+if not packable():
+    require_or_skip("torch-cpu-kernels", "this torch has no oneDNN packed linear")
 CPU = torch.device("cpu")
 
 

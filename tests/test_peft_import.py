@@ -11,9 +11,11 @@ import textwrap
 
 import pytest
 
+from tests.evidence import require_or_skip
 from tests.tiny_models import build_llama, train_tokenizer
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="needs bitsandbytes")
+if importlib.util.find_spec("bitsandbytes") is None:
+    require_or_skip("bitsandbytes", "needs bitsandbytes")
 
 SCRIPT = """
 import sys

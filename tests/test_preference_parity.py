@@ -15,6 +15,7 @@ import json
 import pytest
 
 from tests.conftest import run_aura
+from tests.evidence import importorskip
 from tests.tiny_models import build_llama, train_tokenizer
 
 PAIRS = [
@@ -121,7 +122,7 @@ def test_orpo_matches_trl_orpo_trainer(env, tmp_path):
     micro-batch (TRL averages the NLL over a batch's tokens, Aura per pair: the same for one pair)."""
     from datasets import Dataset
 
-    orpo = pytest.importorskip("trl.experimental.orpo")
+    orpo = importorskip("trl.experimental.orpo", "trl")
     pairs = PAIRS[:3]
     aura_rows = _aura_rows(env, "orpo", pairs, "--objective", "orpo", "--train-on-prompt", "--batch-size", 1,
                            "--gradient-accumulation-steps", 3)

@@ -10,9 +10,11 @@ import json
 import math
 
 import pytest
+
 import torch
 
 from tests.conftest import run_aura_here
+from tests.evidence import importorskip
 from tests.test_pretrain import TINY_FLAGS
 from tests.tiny_models import SPANISH_PROBES, _save_model, _scale_up, make_lora_adapter
 
@@ -120,7 +122,7 @@ def test_merge_generate_and_eval_match_transformers(qwen3_dir, tmp_path):
 
 @pytest.mark.parametrize("quant,tol", [("f16", 0.02), ("q8_0", 0.08)])
 def test_gguf_round_trip_in_llama_cpp(qwen3_dir, tmp_path, quant, tol):
-    pytest.importorskip("llama_cpp")
+    importorskip("llama_cpp", "llama-cpp")
     from tests.test_gguf import _roundtrip
 
     out = tmp_path / f"qwen3-{quant}.gguf"

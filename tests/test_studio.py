@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("starlette")
+from tests.evidence import importorskip, require_or_skip
+
+importorskip("starlette", "studio")
 from starlette.testclient import TestClient  # noqa: E402
 
 from aura.studio.app import create_app  # noqa: E402
@@ -162,6 +164,13 @@ TINY = {"model_preset": "manual", "embed_size": "64", "num_layers": "2", "num_he
 
 
 @pytest.fixture
+def chromium():
+    """Before the server starts: skipped without Debian's chromium and its driver, failed if CI requires them."""
+    if not (CHROMIUM and DRIVER):
+        require_or_skip("browser", "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+
+
+@pytest.fixture
 def served(tmp_path, monkeypatch):
     """The studio on a free loopback port in this process (uvicorn), over an empty runs folder."""
     import uvicorn
@@ -190,14 +199,13 @@ def served(tmp_path, monkeypatch):
 
 @pytest.mark.browser
 @pytest.mark.slow
-@pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian's chromium and chromium-driver")
-def test_browser_launch_watch_stop_resume_in_spanish(served, tmp_path):
+def test_browser_launch_watch_stop_resume_in_spanish(chromium, served, tmp_path):
     """Chromium, AURA_LANG=es: the pretrain form starts a tiny run, its points grow on the run page, the runs
     page lists it (with tokens/s, ETA and the plan's length), Stop leaves it 'interrumpida' with its checkpoint,
     Resume takes it to 'terminada', then Try chats with its final model (the answer streamed piece by piece)
     and, side by side, with an earlier checkpoint, a too long message shows the context note; Delete (the
     name typed in the browser's prompt) moves the run to the studio's trash."""
-    webdriver = pytest.importorskip("selenium.webdriver")
+    webdriver = importorskip("selenium.webdriver", "browser")
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions

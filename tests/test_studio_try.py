@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("starlette")
+from tests.evidence import importorskip
+
+importorskip("starlette", "studio")
 from starlette.testclient import TestClient  # noqa: E402
 
 from aura.studio.app import create_app  # noqa: E402
@@ -174,7 +176,7 @@ def test_forms_of_data_prepare_eval_and_gguf_export(runs, tmp_path):
 def test_gguf_export_launched_from_the_form_then_chat_with_it(runs):
     """The export form starts `aura export gguf` (a detached process); its GGUF appears among the models and
     answers through llama.cpp with the template embedded in it."""
-    pytest.importorskip("llama_cpp")
+    importorskip("llama_cpp", "llama-cpp")
     c, headers = client(runs)
     r = c.post("/api/launch", json={"command": "export gguf", "name": "demo-gguf",
                                     "values": {"model": "demo/final", "quant": "f16"}}, headers=headers)

@@ -5,8 +5,11 @@ other tools' flags listed below (torchrun, pip, lm-eval, llama.cpp...), each wit
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import re
+
+import pytest
 
 import aura
 from aura.cli.commands import COMMANDS
@@ -51,6 +54,7 @@ def unknown_flags(texts: list[tuple[str, str]], known: set[str]) -> list[tuple[s
     return sorted({(flag, where) for where, text in texts for flag in FLAG.findall(text) if flag not in known})
 
 
+@pytest.mark.catalogue
 def test_every_suggested_flag_exists():
     unknown = unknown_flags(_texts(), _aura_flags() | set(OTHER_TOOLS))
     assert not unknown, "flags that no aura command (nor OTHER_TOOLS) has:\n" + "\n".join(
@@ -60,7 +64,15 @@ def test_every_suggested_flag_exists():
 def test_doctor_suggests_only_existing_flags():
     known = _aura_flags() | set(OTHER_TOOLS)
     r = run_aura_here("doctor")
-    assert r.returncode in (0, 1, 2), r.stderr
+    # The reference: the same checks as JSON. doctor exits 1 exactly when they found an error, else 0 (never
+    # 2: a usage error), and the text report shows every issue the JSON lists.
+    report = json.loads(run_aura_here("doctor", "--json").stdout)
+    errors = [i for i in report["issues"] if i["level"] == "error"]
+    assert r.returncode == (1 if errors else 0), (r.returncode, errors, r.stdout + r.stderr)
+    assert report["ok"] is (not errors)
+    text = " ".join((r.stdout + r.stderr).split())
+    for issue in report["issues"]:
+        assert " ".join(issue["message"].split()) in text, (issue, r.stdout + r.stderr)
     unknown = sorted(set(FLAG.findall(r.stdout + r.stderr)) - known)
     assert not unknown, f"aura doctor suggests flags that do not exist: {unknown}\n{r.stdout}"
 

@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+
 import torch
 
 from tests.conftest import run_aura, run_aura_here
+from tests.evidence import importorskip
 from tests.tiny_models import CORPUS_DIR, SPANISH_PROBES, build_llama, train_tokenizer
 
 ADD = 150
@@ -112,7 +114,7 @@ def test_new_rows_only_phase_leaves_every_base_weight_unchanged(adapted):
 
 
 def test_final_model_and_gguf_tokenize_like_the_extended_tokenizer(adapted, tmp_path):
-    pytest.importorskip("llama_cpp")
+    importorskip("llama_cpp", "llama-cpp")
     from llama_cpp import Llama
     from transformers import AutoTokenizer
 

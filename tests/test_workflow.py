@@ -52,7 +52,8 @@ def test_laptop_workflow_end_to_end(work: Path):
     rows = [json.loads(json.dumps(r)) for r in
             __import__("csv").DictReader((run / "training_log.csv").open(encoding="utf-8"))]
     losses = [float(r["train_loss"]) for r in rows if r["kind"] == "step" and r["train_loss"]]
-    assert losses[-1] < losses[0]
+    # Learned: the loss falls by a real amount (measured 6.79 at step 5 -> 6.01 at step 30, 2026-11-28)...
+    assert losses[-1] < losses[0] - 0.4, losses
 
     gen = ok(run_aura("generate", "--model", final, "--prompt", "Había una vez", "--max-new-tokens", "12",
                       "--seed", "1"))
@@ -78,6 +79,15 @@ def test_laptop_workflow_end_to_end(work: Path):
     results = json.loads(res.read_text())
     text = json.dumps(results)
     assert "perplexity" in text and "bits_per_byte" in text
+    # ...and on held-out text the model beats the reference a model that learned nothing gets, ln(vocab)
+    # (a uniform prediction; a random initialisation sits there): measured 5.93 against ln(1000) = 6.91
+    import math
+
+    vocab = meta["tokenizer"]["vocab_size"]
+    by_model = {Path(r["model"]).resolve(): r for r in results["results"]}
+    held_out = by_model[final.resolve()]["loss"]
+    assert held_out < math.log(vocab) - 0.5, (held_out, vocab)
+    assert held_out == pytest.approx(math.log(by_model[final.resolve()]["perplexity"]), rel=1e-6)
 
     listing = ok(run_aura("runs", work / "runs"))
     assert "mi-modelo" in listing.stdout and "lora" in listing.stdout

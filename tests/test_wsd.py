@@ -130,3 +130,6 @@ def test_time_budget_ends_the_run_cooled_down_and_saved(prepared_corpus, tmp_pat
     rows = [row for row in csv.DictReader(open(run / "training_log.csv")) if row["kind"] == "step"]
     assert float(rows[-1]["lr"]) < 0.5 * 3e-3  # cooled down (the last logged rate, 1-sqrt near its end)
     assert float(rows[-1]["seconds"]) < 60 * 1.25 and took < 200  # on budget (plus set-up and saving)
+    # ...and not early: the cooldown is due at half the budget (30 s), so a run that ends before that has
+    # misread its budget (a unit, a clock), whatever its final rate
+    assert float(rows[-1]["seconds"]) >= 60 * 0.5, rows[-1]
