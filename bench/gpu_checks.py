@@ -8,280 +8,28 @@ whether it met it; an exception is a failed check, never a failed suite. Shapes 
 
 The training-step checks drive Aura's own step (``aura.train.loop.optimizer_step`` over a model from
 ``aura.models.presets.build_model``, wrapped by ``aura.distributed.parallelize``, with the ``TorchEngine``)
-on random tokens, timed with CUDA events after a warm-up: the path every ``aura pretrain`` step takes, with
-no data loading, logging or checkpoint writing in the figure. The CLI checks run ``aura`` commands in this
+on random tokens, timed with CUDA events after a warm-up (``bench/gpu_harness.py``): the path every ``aura
+pretrain`` step takes, with no data loading, logging or checkpoint writing in the figure. The CLI checks run ``aura`` commands in this
 process (``aura.cli.main``) or, where signals or several processes are the point, as child processes.
 """
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import json
 import math
-import os
 import shutil
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Callable
 
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT / "aura" / "resources" / "corpus_es"
-GB = 1e9
-
-
-@dataclass
-class Result:
-    figure: str
-    ok: bool | None  # None: skipped (an optional package is missing, or the check is GPU-only in --cpu)
-    target: str = ""
-    metrics: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    title: str
-    fn: Callable
-    timeout: float  # seconds on a GPU; --cpu gives every check cpu_timeout
-    expect: float  # seconds it usually takes on an H100/H200: not started with less of the budget left
-    cpu_timeout: float = 240
-    cpu_expect: float = 1
-    gpu_only: bool = False
-    keep: bool = False  # its folder stays until the end (a later check reads it)
-
-
-CHECKS: list[Check] = []
-
-
-def check(name: str, title: str, *, timeout: float = 90, expect: float | None = None, cpu_timeout: float = 240,
-          cpu_expect: float = 1, gpu_only: bool = False, keep: bool = False):
-    def register(fn):
-        CHECKS.append(Check(name, title, fn, timeout, timeout / 2 if expect is None else expect, cpu_timeout,
-                            cpu_expect, gpu_only, keep))
-        return fn
-    return register
-
-
-class Context:
-    """What every check shares: the suite's folder, the device, the prepared data and tokenizer."""
-
-    def __init__(self, work: Path, *, cpu: bool):
-        import torch
-
-        self.work, self.cpu = work, cpu
-        self.device = torch.device("cpu" if cpu else "cuda")
-        self.precision = "fp32" if cpu else "bf16"
-        self.tok, self.data = work / "setup" / "tok", work / "setup" / "data"
-
-    def dir(self, name: str) -> Path:
-        path = self.work / "checks" / name
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def aura(self, *args) -> int:
-        """``aura ARGS`` in this process; its console lines go to the worker's log."""
-        from aura.cli import main
-
-        return main([str(a) for a in args])
-
-    def aura_child(self, *args, timeout: float = 300, python: list[str] | None = None) -> subprocess.CompletedProcess:
-        cmd = [*(python or [sys.executable, "-m", "aura"]), *map(str, args)]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=self.work, env=os.environ)
-
-
-def spec_of(ctx: Context, preset: str):
-    from aura.models.presets import PRESETS, ModelSpec
-
-    if ctx.cpu:  # the same family at a size a 2-core CI machine trains in seconds
-        return ModelSpec(f"{preset} (tiny)", PRESETS[preset].arch, 128, 2, 4, 2, 128, 384)
-    return PRESETS[preset]
-
-
-def log_rows(run: Path, kind: str = "step") -> list[dict]:
-    with open(run / "training_log.csv", newline="", encoding="utf-8") as f:
-        return [r for r in csv.DictReader(f) if r["kind"] == kind]
-
-
-def _gb(x: float | None) -> str:
-    return "-" if x is None else f"{x / GB:.1f} GB"
-
-
-# ---- Aura's training step on random tokens, timed ---------------------------------------------------------
-
-@dataclass
-class StepFigures:
-    seconds_per_step: float
-    tokens_per_s: float
-    mfu: float | None
-    peak_allocated: float | None
-    peak_reserved: float | None
-    profile: dict | None = None
-
-
-def _sync(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class _Timer:
-    """CUDA events on a GPU (the device's own clock, no host gaps counted twice), perf_counter on the CPU."""
-
-    def __init__(self, device):
-        import torch
-
-        self.device = device
-        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(2)] if device.type == "cuda" else None
-
-    def __enter__(self):
-        if self.events:
-            self.events[0].record()
-        self.t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        if self.events:
-            self.events[1].record()
-            self.events[1].synchronize()
-            self.seconds = self.events[0].elapsed_time(self.events[1]) / 1000
-        else:
-            self.seconds = time.perf_counter() - self.t0
-
-
-def build_for_steps(ctx: Context, spec, *, vocab: int, ckpt: bool = False, compile_: bool = False):
-    """(model, its training FLOPs per token): Aura's model, built on the device and parallelised as
-    ``aura pretrain`` does (one process: no wrapper)."""
-    import torch
-
-    from aura.distributed import DistInfo, parallelize
-    from aura.models.presets import build_model, flops_per_token
-
-    torch.manual_seed(0)
-    model = build_model(spec, vocab, device=ctx.device)
-    fpt = flops_per_token(model.config, spec.seq_len)
-    model = parallelize(model, dist=DistInfo(device=ctx.device), strategy="auto", compile=compile_,
-                        gradient_checkpointing=ckpt, mixed_precision=None)
-    model.train()
-    return model, fpt
-
-
-def engine_for(ctx: Context, model, *, optimizer: str = "adamw", precision: str | None = None):
-    from aura.distributed import DistInfo
-    from aura.train.optim.engine import TorchEngine, build_optimizer
-
-    args = SimpleNamespace(learning_rate=3e-4, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, weight_decay=0.1,
-                           optimizer=optimizer)
-    return TorchEngine(build_optimizer(model, args, ctx.device), precision=precision or ctx.precision,
-                       dist=DistInfo(device=ctx.device), max_grad_norm=1.0)
-
-
-def time_steps(ctx: Context, model, engine, *, fpt: float, batch: int, seq: int, vocab: int, accum: int = 1,
-               warmup: int = 3, steps: int = 5, profile: bool = False) -> StepFigures:
-    """Seconds per optimizer step of Aura's step over ``accum`` micro-batches of ``batch`` x ``seq`` random
-    tokens, after ``warmup`` steps (compilation, cuBLAS heuristics, the allocator's first growth). Peaks are
-    read over the timed steps only."""
-    import torch
-
-    from aura.distributed import DistInfo
-    from aura.models.hardware import detect
-    from aura.train.loop import optimizer_step
-
-    dist = DistInfo(device=ctx.device)
-    gen = torch.Generator().manual_seed(0)
-
-    def window() -> list[dict]:
-        return [{"input_ids": torch.randint(vocab, (batch, seq), generator=gen),  # (B, T)
-                 "shift_labels": torch.randint(vocab, (batch, seq), generator=gen)} for _ in range(accum)]
-
-    for _ in range(warmup):
-        optimizer_step(model, engine, window(), lr=1e-4, dist=dist)
-    _sync(ctx.device)
-    if ctx.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(ctx.device)
-    windows = [window() for _ in range(steps)]  # made before the clock starts
-    with _Timer(ctx.device) as t:
-        for w in windows:
-            optimizer_step(model, engine, w, lr=1e-4, dist=dist)
-    tokens = batch * seq * accum * steps
-    peak = detect().peak_flops(engine.precision)
-    fig = StepFigures(t.seconds / steps, tokens / t.seconds, fpt * tokens / t.seconds / peak if peak else None,
-                      *(_peaks(ctx.device)))
-    if profile:
-        try:
-            fig.profile = profile_steps(ctx, model, engine, window, dist)
-        except Exception as e:  # noqa: BLE001 - the profile is a side figure: it never hides the timing
-            fig.profile = {"error": f"{type(e).__name__}: {e}"[:300], "sdpa_ops": []}
-    return fig
-
-
-def _peaks(device) -> tuple[float | None, float | None]:
-    import torch
-
-    if device.type != "cuda":
-        return None, None
-    return float(torch.cuda.max_memory_allocated(device)), float(torch.cuda.max_memory_reserved(device))
-
-
-def profile_steps(ctx: Context, model, engine, window, dist, steps: int = 2) -> dict:
-    """torch.profiler over ``steps`` steps: the top kernels by device time, the share of the wall time the
-    GPU had no kernel running (an upper bound of host overhead: overlapping kernels are counted once each),
-    and which scaled-dot-product-attention implementation ran."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    from aura.train.loop import optimizer_step
-
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
-    windows = [window() for _ in range(steps)]
-    _sync(ctx.device)
-    t0 = time.perf_counter()
-    with profile(activities=acts) as prof:
-        for w in windows:
-            optimizer_step(model, engine, w, lr=1e-4, dist=dist)
-        _sync(ctx.device)
-    wall = time.perf_counter() - t0
-    events = prof.key_averages()
-    sdpa = sorted({e.key for e in events if e.key.startswith("aten::_scaled_dot_product")
-                   or e.key.startswith("aten::_flash_attention") or e.key.startswith("aten::_efficient_attention")
-                   or e.key.startswith("aten::_cudnn_attention")})
-    out = {"sdpa_ops": sdpa, "wall_s": wall}
-    if ctx.device.type == "cuda":
-        kernels = [e for e in events if e.device_type.name == "CUDA" and e.self_device_time_total > 0]
-        busy = sum(e.self_device_time_total for e in kernels) / 1e6
-        top = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:6]
-        out["gpu_idle_share"] = max(0.0, 1 - busy / wall)
-        out["top_kernels"] = [(e.key[:70], round(e.self_device_time_total / 1e6 / max(busy, 1e-9), 3)) for e in top]
-        out["attention_kernels"] = sorted({e.key[:70] for e in kernels if any(
-            k in e.key.lower() for k in ("flash", "fmha", "attention", "cudnn_sdpa", "sdpa"))})[:4]
-    return out
-
-
-def release() -> None:
-    """After each check (the worker calls it): the check's tensors freed, the allocator's cache returned,
-    compiled graphs dropped, so that the next check's memory figures are its own."""
-    import gc
-
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    try:
-        torch._dynamo.reset()
-    except Exception:  # noqa: BLE001 - dynamo not loaded
-        pass
+from gpu_harness import (CHECKS, CORPUS, GB, ROOT, Check, Context, Result, build_for_steps, check,  # noqa: F401
+                         engine_for, log_rows, release, spec_of, time_steps, _gb, _Timer)
 
 
 # ---- the checks, in the order they run ---------------------------------------------------------------------
 
-@check("environment", "Device, driver, torch, CUDA; optional packages", expect=5, timeout=30, cpu_timeout=60)
+@check("environment", "Device, driver, torch, CUDA; optional packages", expect=10, timeout=30, cpu_timeout=60)
 def environment(ctx: Context) -> Result:
     import torch
 
@@ -311,7 +59,7 @@ OPTIONAL = {"bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "vllm": "v
             "flash-attn": "flash_attn", "gguf": "gguf", "llama-cpp-python": "llama_cpp", "datasets": "datasets"}
 
 
-@check("setup", "Tokenizer trained and the tiled corpus tokenised once", expect=30, timeout=120, cpu_timeout=240, keep=True)
+@check("setup", "Tokenizer trained and the tiled corpus tokenised once", expect=5, timeout=120, cpu_timeout=240, keep=True)
 def setup(ctx: Context) -> Result:
     """The embedded Spanish corpus in numbered copies, every paragraph marked with its copy's number (the
     prepare step deduplicates paragraphs: unmarked copies would be dropped), so that no check's run reaches
@@ -359,17 +107,17 @@ def _mfu_check(ctx: Context, *, ckpt: bool, compile_: bool, profile: bool = Fals
 
 
 @check("mfu_eager", "1.3B (aura-72h-extended) bf16 eager, batch 4 x 2048: MFU, memory, profile, SDPA kernel",
-       expect=30, timeout=100)
+       expect=15, timeout=100)
 def mfu_eager(ctx: Context) -> Result:
     return _mfu_check(ctx, ckpt=False, compile_=False, profile=True)
 
 
-@check("mfu_compile", "Same, --compile (each block compiled)", expect=20, timeout=180, gpu_only=True)
+@check("mfu_compile", "Same, --compile (each block compiled)", expect=15, timeout=180, gpu_only=True)
 def mfu_compile(ctx: Context) -> Result:
     return _mfu_check(ctx, ckpt=False, compile_=True)
 
 
-@check("mfu_ckpt", "Same, gradient checkpointing and --compile", expect=40, timeout=150, gpu_only=True)
+@check("mfu_ckpt", "Same, gradient checkpointing and --compile", expect=20, timeout=150, gpu_only=True)
 def mfu_ckpt(ctx: Context) -> Result:
     """With --compile: recomputation costs a third more compute that MFU does not count, and eager HF
     blocks leave the GPU idle between small kernels (the eager check's profile), so a checkpointed run is
@@ -377,7 +125,7 @@ def mfu_ckpt(ctx: Context) -> Result:
     return _mfu_check(ctx, ckpt=True, compile_=True)
 
 
-@check("auto_memory", "aura-72h-max (or what auto picks here) at auto's batch vs the memory model", expect=45, timeout=120,
+@check("auto_memory", "aura-72h-max (or what auto picks here) at auto's batch vs the memory model", expect=10, timeout=120,
        gpu_only=True)
 def auto_memory(ctx: Context) -> Result:
     """Like with like: the memory model's total less its CUDA context (1 GiB, outside the caching allocator)
@@ -406,7 +154,7 @@ def auto_memory(ctx: Context) -> Result:
                    "estimate_parts_gb": parts, "mfu": f.mfu, "tokens_per_s": f.tokens_per_s})
 
 
-@check("fp16_lora_resume", "fp16 LoRA with dropout: 8 steps against 4 + resume 4 (CUDA RNG restored)", expect=40, timeout=120)
+@check("fp16_lora_resume", "fp16 LoRA with dropout: 8 steps against 4 + resume 4 (CUDA RNG restored)", expect=20, timeout=120)
 def fp16_lora_resume(ctx: Context) -> Result:
     """GradScaler state, LoRA dropout masks from the restored CUDA RNG and the data position: the resumed
     steps' losses must equal the uninterrupted run's. On the CPU (no fp16 GradScaler): fp32."""
@@ -468,7 +216,7 @@ def sft_data(ctx: Context) -> Path:
     return out
 
 
-@check("muon_vs_adamw", "Muon vs AdamW: optimizer step time at the preset's accumulation (qwen3-72h)", expect=45, timeout=120)
+@check("muon_vs_adamw", "Muon vs AdamW: optimizer step time at the preset's accumulation (qwen3-72h)", expect=25, timeout=120)
 def muon_vs_adamw(ctx: Context) -> Result:
     from aura.models.hardware import TARGET_TOKENS_PER_STEP
     from aura.models.presets import preset_training
@@ -510,7 +258,7 @@ def _optimizer_only(ctx: Context, model, opt, reps: int = 3) -> float:
     return t.seconds / reps
 
 
-@check("chunked_loss", "Chunked / fused cross entropy vs plain, vocab 128k", expect=15, timeout=60)
+@check("chunked_loss", "Chunked / fused cross entropy vs plain, vocab 128k", expect=12, timeout=60)
 def chunked_loss(ctx: Context) -> Result:
     shape = ["--vocab", "32000", "--d-model", "128", "--tokens", "2048", "--steps", "1"] if ctx.cpu else \
         ["--vocab", "128256", "--d-model", "2048", "--tokens", "8192", "--steps", "5", "--device", "cuda",
@@ -523,7 +271,7 @@ def chunked_loss(ctx: Context) -> Result:
                   "less than half the memory, same loss", r)
 
 
-@check("doctor", "aura doctor / aura monitor --once (NVML)", expect=10, timeout=60, cpu_timeout=120)
+@check("doctor", "aura doctor / aura monitor --once (NVML)", expect=8, timeout=60, cpu_timeout=120)
 def doctor(ctx: Context) -> Result:
     d = ctx.aura_child("doctor", "--json", "--output-dir", ctx.work, timeout=55)
     m = ctx.aura_child("monitor", "--once", "--json", timeout=55)
@@ -535,7 +283,7 @@ def doctor(ctx: Context) -> Result:
                   ctx.cpu or (cuda and gpus > 0), "CUDA device seen, NVML reads it")
 
 
-@check("check_dist", "aura launch check-dist (NCCL on a GPU, gloo on the CPU)", expect=20, timeout=60, cpu_timeout=120)
+@check("check_dist", "aura launch check-dist (NCCL on a GPU, gloo on the CPU)", expect=13, timeout=60, cpu_timeout=120)
 def check_dist(ctx: Context) -> Result:
     import torch
 
@@ -546,7 +294,7 @@ def check_dist(ctx: Context) -> Result:
     return Result(f"{n} x {backend}: " + ("Sync=OK" if ok else (proc.stdout + proc.stderr)[-200:]), ok, "Sync=OK")
 
 
-@check("grpo_torch", "GRPO, PyTorch engine: 0.5B shape (CPU: tiny), LoRA, G 8, 128 tokens", expect=45, timeout=120)
+@check("grpo_torch", "GRPO, PyTorch engine: 0.5B shape (CPU: tiny), LoRA, G 8, 128 tokens", expect=115, timeout=180)
 def grpo_torch(ctx: Context) -> Result:
     base = small_base(ctx)
     out = ctx.dir("grpo")
@@ -563,7 +311,7 @@ def grpo_torch(ctx: Context) -> Result:
                   "rollouts run", {"rollout_tokens_per_s": gen / seconds})
 
 
-@check("pretrain_cli", "aura pretrain gpt2-small bf16 --compile (CLI): MFU and memory columns, final/", expect=75, timeout=150,
+@check("pretrain_cli", "aura pretrain gpt2-small bf16 --compile (CLI): MFU and memory columns, final/", expect=20, timeout=150,
        keep=True)
 def pretrain_cli(ctx: Context) -> Result:
     """The whole command on the GPU: TF32 flags and inductor (the first compiled forward), the fused GELU, the

@@ -72,7 +72,7 @@ if [ "${AURA_TORCH_DRY_RUN:-}" = 1 ]; then
     return 0 2>/dev/null || exit 0
 fi
 if [ ! -x "$venv/bin/python" ]; then
-    echo "[aura] creating virtual environment $venv"
+    aura_say "creando el entorno virtual $venv" "creating virtual environment $venv"
     python3 -m venv "$venv"
     "$venv/bin/python" -m pip install -q --upgrade pip
 fi
@@ -107,7 +107,7 @@ if [ ! -f "$stamp" ] || [ "$(head -n1 "$stamp")" != "$hash" ] || [ -n "$missing"
     all="$(echo "$have,$extras" | tr ',' '\n' | sed '/^$/d' | sort -u | paste -sd, -)"
     spec="$root"
     [ -n "$all" ] && spec="$root[$all]"
-    echo "[aura] installing Aura and its dependencies ($spec)"
+    aura_say "instalando Aura y sus dependencias ($spec)" "installing Aura and its dependencies ($spec)"
     # an old pip (a venv made by hand: Python 3.11 ships pip 23) resolves extras differently
     "$py" -m pip install -q --upgrade pip
     # llama-cpp-python compiles llama.cpp (~3-4 min on 2 cores); pip caches the built wheel.
