@@ -110,7 +110,8 @@ if [ ! -f "$stamp" ] || [ "$(head -n1 "$stamp")" != "$hash" ] || [ -n "$missing"
     aura_say "instalando Aura y sus dependencias ($spec)" "installing Aura and its dependencies ($spec)"
     # an old pip (a venv made by hand: Python 3.11 ships pip 23) resolves extras differently
     "$py" -m pip install -q --upgrade pip
-    # llama-cpp-python compiles llama.cpp (~3-4 min on 2 cores); pip caches the built wheel.
+    # llama-cpp-python compiles llama.cpp (measured 29 min on a busy 2-core machine, 16 CPU-minutes); pip
+    # caches the built wheel, so a second venv installs it in seconds.
     CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
         "$py" -m pip install -q -e "$spec"
     printf '%s\n%s\n' "$hash" "$all" > "$stamp"
