@@ -132,7 +132,7 @@ GIB = 1024 ** 3
 
 
 # Distribution name, import name, minimum version: kept equal to pyproject's dependencies (a test checks).
-REQUIRED = [("torch", "torch", "2.6"), ("transformers", "transformers", "5.0"),
+REQUIRED = [("torch", "torch", "2.11"), ("transformers", "transformers", "5.0"),
             ("tokenizers", "tokenizers", "0.21"), ("safetensors", "safetensors", "0.4"),
             ("peft", "peft", "0.17"), ("accelerate", "accelerate", "1.0"), ("datasets", "datasets", "3.0"),
             ("tensorboard", "tensorboard", "2.15"), ("gguf", "gguf", "0.17"), ("numpy", "numpy", "1.24"),
