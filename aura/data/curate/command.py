@@ -1,4 +1,6 @@
-"""``aura data curate``: raw crawl (WARC/WET, HTML, JSONL, parquet, txt) -> clean Spanish JSONL.gz shards.
+"""``aura data curate``: raw crawl (WARC/WET, HTML, JSONL, parquet, txt) or a Hugging Face dataset (FineWeb-2's
+``spa_Latn`` streamed from the hub) -> clean Spanish JSONL.gz shards, each document with its input's ``id`` and
+other fields (``url``...) under ``metadata``.
 
 Output directory layout::
 
@@ -28,8 +30,12 @@ from aura.core.i18n import Messages
 from aura.text.readers import ReaderArgs, ReaderOptions
 
 M = Messages("curate", {
-    "no_inputs": ("Indica al menos una entrada (WARC/WET, HTML, jsonl, parquet, txt...).",
-                  "Give at least one input (WARC/WET, HTML, jsonl, parquet, txt...)."),
+    "no_inputs": ("Indica al menos una entrada (WARC/WET, HTML, jsonl, parquet, txt...) o un dataset con "
+                  "--hf-dataset (p. ej. --hf-dataset HuggingFaceFW/fineweb-2 --hf-config spa_Latn).",
+                  "Give at least one input (WARC/WET, HTML, jsonl, parquet, txt...) or a dataset with --hf-dataset "
+                  "(e.g. --hf-dataset HuggingFaceFW/fineweb-2 --hf-config spa_Latn)."),
+    "limit": ("Se leen como mucho {n:documento|documentos} (--max-documents).",
+              "At most {n:document is|documents are} read (--max-documents)."),
     "missing": ("Falta {name}, que 'aura data curate' necesita. Instálalo con: pip install 'aura-llm[curate]' "
                 "(o 'aura-llm[curate-ray]' para --executor ray).",
                 "{name} is missing, and 'aura data curate' needs it. Install it with: pip install "
@@ -84,6 +90,17 @@ class CurateConfig(ReaderArgs):
                             "tsv, parquet; also .gz/.zst).")
     output_dir: str = arg("data/curated", es="Directorio de salida (shards NNNNN.jsonl.gz).",
                           en="Output directory (NNNNN.jsonl.gz shards).")
+    hf_dataset: str = arg("", es="Dataset de Hugging Face: un nombre del hub, leído en streaming (p. ej. "
+                          "HuggingFaceFW/fineweb-2 con --hf-config spa_Latn), o un directorio save_to_disk.",
+                          en="Hugging Face dataset: a hub name, streamed (e.g. HuggingFaceFW/fineweb-2 with --hf-config "
+                          "spa_Latn), or a save_to_disk directory.")
+    hf_config: str = arg("", es="Configuración del dataset (p. ej. spa_Latn, el español de FineWeb-2).",
+                         en="Dataset configuration (e.g. spa_Latn, FineWeb-2's Spanish).")
+    split: str = arg("train", es="Partición del dataset de Hugging Face.", en="Hugging Face dataset split.")
+    max_documents: int = arg(0, es="Documentos que se leen como mucho entre todas las entradas, repartidos entre "
+                             "las tareas (0 = todos): lo que un entrenamiento necesita de un dataset enorme.",
+                             en="Most documents read from all the inputs, split between the tasks (0 = all): what a "
+                             "training run needs from a huge dataset.")
     output_format: str = arg("jsonl", choices=("jsonl", "parquet"), es="Formato de los shards.",
                              en="Shard format.")
     extract: bool = arg(True, es="Extrae el texto del HTML con trafilatura (archivos HTML, respuestas WARC y registros "
@@ -135,11 +152,12 @@ class CurateConfig(ReaderArgs):
                       en="Delete a previous curation in --output-dir and start from scratch.")
 
     def __post_init__(self):
-        if not self.inputs:
+        if not self.inputs and not self.hf_dataset:
             raise AuraError(M("no_inputs"))
         for name, value, low, high in (("lang-threshold", self.lang_threshold, 0.0, 1.0),
                                        ("workers", self.workers, 0, 4096), ("tasks", self.tasks, 0, 100_000),
-                                       ("sample", self.sample, 0, 100_000), ("min-words", self.min_words, 0, 10**6),
+                                       ("sample", self.sample, 0, 100_000),
+                                       ("max-documents", self.max_documents, 0, 10**15), ("min-words", self.min_words, 0, 10**6),
                                        ("min-sentences", self.min_sentences, -1, 10**6),
                                        ("minhash-buckets", self.minhash_buckets, 1, 1000),
                                        ("minhash-hashes", self.minhash_hashes, 1, 100),
@@ -177,7 +195,13 @@ def _fingerprint(cfg: CurateConfig, files, tasks: int) -> dict:
         "inputs", "output_dir", "workers", "executor", "force", "slurm_partition", "slurm_time", "slurm_cpus",
         "slurm_mem_gb", "slurm_qos", "ray_address", "ray_cpus", "sample")}
     return {"options": keep, "tasks": tasks,
-            "inputs": [[f.path, os.path.getsize(f.path), int(os.path.getmtime(f.path))] for f in files]}
+            "inputs": [[f.path, cfg.hf_config, cfg.split] if f.kind == "hf_hub" else
+                       [f.path, _tree_bytes(f.path), int(os.path.getmtime(f.path))] for f in files]}
+
+
+def _tree_bytes(path: str) -> int:
+    p = Path(path)
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
 
 
 def _prepare_dir(out: Path, fingerprint: dict, force: bool) -> bool:
@@ -239,7 +263,12 @@ def curate(cfg: CurateConfig) -> dict:
     from aura.data.curate.readers import CurateInputError, find_inputs
 
     languages = cfg.language_list()
-    files = find_inputs(cfg.inputs)
+    files = find_inputs(cfg.inputs) if cfg.inputs else []
+    if cfg.hf_dataset:
+        from aura.data.curate.readers import InputFile
+        from aura.text.sources import hf_source
+
+        files.append(InputFile(hf_source(cfg.hf_dataset).path, hf_source(cfg.hf_dataset).kind))
     tasks = cfg.tasks or min(len(files), 256)
     out = Path(cfg.output_dir)
     resumed = _prepare_dir(out, _fingerprint(cfg, files, tasks), cfg.force)
@@ -249,10 +278,13 @@ def curate(cfg: CurateConfig) -> dict:
     nnodes, node_rank = _env_int("NNODES", 1), _env_int("NODE_RANK", 0)
     if node_rank >= max(nnodes, 1):
         raise AuraError(M("bad_env", name="NODE_RANK", value=node_rank, why=M("env_rank")))
-    root = os.path.commonpath([os.path.dirname(os.path.abspath(f.path)) for f in files])
+    local = [f for f in files if f.kind != "hf_hub"]
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(f.path)) for f in local]) if local else ""
     opts = Options(work=work.resolve(), files=files, root=root, tasks=tasks,
                    reader=ReaderOptions(text_field=cfg.text_field, doc_sep=cfg.doc_sep, encoding=cfg.encoding,
-                                        errors=cfg.errors, max_record_bytes=cfg.max_record_bytes),
+                                        errors=cfg.errors, max_record_bytes=cfg.max_record_bytes,
+                                        hf_config=cfg.hf_config or None, split=cfg.split),
+                   max_documents=cfg.max_documents,
                    extract=cfg.extract, extract_timeout=cfg.extract_timeout, ftfy=cfg.ftfy, langid=cfg.langid,
                    languages=languages, lang_threshold=cfg.lang_threshold, quality=cfg.quality,
                    min_words=cfg.min_words, min_sentences=cfg.min_sentences, exact_dedup=cfg.exact_dedup,
@@ -267,6 +299,8 @@ def curate(cfg: CurateConfig) -> dict:
     if resumed:
         console.info(M("resume", path=out))
     console.info(M("start", files=len(files), tasks=tasks, workers=workers, executor=cfg.executor))
+    if cfg.max_documents:
+        console.info(M("limit", n=cfg.max_documents))
     quiet_logger()
     current = {"stage": stages[0]}
 

@@ -132,6 +132,7 @@ class Options:
     pii: bool = True
     output_format: str = "jsonl"
     sample: int = 0
+    max_documents: int = 0  # documents read from all the inputs (0: all)
 
 
 @dataclass
@@ -188,7 +189,7 @@ def build_stages(o: Options) -> list[Stage]:
                                                   exclusion_writer=_sampler(o, "lang"))))
     if o.quality:
         steps += _quality_steps(o)
-    first: list = [CurateReader(o.files, root=o.root, options=o.reader), Meter("read")]
+    first: list = [CurateReader(o.files, root=o.root, options=o.reader, limit=o.max_documents or -1), Meter("read")]
     for name, step in steps:
         first += [step, Meter(name)]
     first.append(ShardWriter(str(work / "filtered")))
