@@ -74,6 +74,13 @@ M = Messages("pipeline.spec", {
                        "{where}: 'launch' takes no 'command': the command is the stage's."),
     "bad_set": ("--set '{item}': se esperaba ETAPA.CLAVE=VALOR (p. ej. --set pretrain.max_steps=100).",
                 "--set '{item}': expected STAGE.KEY=VALUE (e.g. --set pretrain.max_steps=100)."),
+    "bad_hours": ("{path}: 'hours' reparte las horas del pipeline entre sus etapas: un diccionario con 'total' y "
+                  "nombres de etapa, cada uno un número de horas de 0 o más; '{key}' no sirve ({why}).",
+                  "{path}: 'hours' splits the pipeline's hours between its stages: a mapping of 'total' and stage "
+                  "names, each a number of hours of 0 or more; '{key}' will not do ({why})."),
+    "hours_not_stage": ("no es una etapa; etapas: {valid}", "it is no stage; stages: {valid}"),
+    "hours_not_number": ("no es un número de horas de 0 o más", "it is not a number of hours of 0 or more"),
+    "hours_over": ("las etapas suman {sum} h, más que el total", "the stages add up to {sum} h, more than the total"),
     "set_stage": ("--set '{item}': no hay ninguna etapa '{stage}'. Etapas: {valid}.",
                   "--set '{item}': there is no stage '{stage}'. Stages: {valid}."),
 })
@@ -84,7 +91,7 @@ OUTPUT_FIELDS = ("output_dir", "output", "outfile")  # where a command writes: t
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _MIXTURE = re.compile(r"^([\w-]+=[0-9.eE+-]+:)(.+)$")
 _STAGE_KEYS = {"name", "command", "options", "description", "requires", "launch"}
-_TOP_KEYS = {"stages", "description", "name", "launch"}
+_TOP_KEYS = {"stages", "description", "name", "launch", "hours"}
 _NOT_STAGES = {("pipeline", "run"), ("pipeline", "list"), ("pipeline", "show"), ("pipeline", "plan"),
                ("studio",), ("monitor",), ("chat",), ("launch",), ("runs",)}
 
@@ -114,6 +121,7 @@ class Pipeline:
     path: Path
     description: dict[str, str]
     stages: list[Stage]
+    hours: dict[str, float] = field(default_factory=dict)  # how the pipeline's hours are split ("total" too)
 
     def stage(self, name: str) -> Stage:
         return next(s for s in self.stages if s.name == name)
@@ -234,7 +242,26 @@ def load(name_or_file: str, *, overrides: list[str] = ()) -> Pipeline:
         target = stages[names.index(stage_name)]
         target.options[key] = value
     return Pipeline(source=name_or_file, path=path, description={k: str(v) for k, v in desc.items()},
-                    stages=stages)
+                    stages=stages, hours=_hours(data.get("hours"), names, shown))
+
+
+def _hours(raw, names: list[str], shown: str) -> dict[str, float]:
+    """The ``hours`` mapping (``total`` and stage names -> hours), checked; {} when absent."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise AuraError(M("bad_hours", path=shown, key="hours", why=M("hours_not_number")))
+    out: dict[str, float] = {}
+    for key, value in raw.items():
+        if key != "total" and key not in names:
+            raise AuraError(M("bad_hours", path=shown, key=key, why=M("hours_not_stage", valid=", ".join(names))))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise AuraError(M("bad_hours", path=shown, key=key, why=M("hours_not_number")))
+        out[str(key)] = float(value)
+    stages_sum = sum(v for k, v in out.items() if k != "total")
+    if "total" in out and stages_sum > out["total"] + 1e-9:
+        raise AuraError(M("bad_hours", path=shown, key="total", why=M("hours_over", sum=round(stages_sum, 2))))
+    return out
 
 
 def _is_text_field(tp) -> tuple[bool, bool]:
