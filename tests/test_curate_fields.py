@@ -95,3 +95,26 @@ def test_a_dataset_that_cannot_be_loaded_is_named(tmp_path):
                       str(tmp_path / "out"), *FAST, env=OFFLINE)
     assert r.returncode == 2 and "no-such-dataset" in r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_parquet_output_keeps_the_fields_and_is_published(tmp_path):
+    """``--output-format parquet``: records with different fields (a JSONL's url and metadata, another's score,
+    a .txt without any) in one file, their metadata as JSON text (one schema for every row), and the shards
+    published where ``aura data prepare`` finds them (datatrove names them 000_00000.parquet)."""
+    import pyarrow.parquet as pq
+
+    es = spanish_docs()
+    crawl = tmp_path / "crawl"
+    crawl.mkdir()
+    rows = [{"id": "x1", "url": "https://ejemplo.es/1", "text": es[0], "metadata": {"dominio": "ejemplo.es"}},
+            {"id": "x2", "text": es[1], "puntos": 3}]
+    (crawl / "a.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    (crawl / "b.txt").write_text(es[2].replace("\n", " ") + "\n", encoding="utf-8")
+    r = run_aura_here(*curate_args(crawl, tmp_path / "out", "--output-format", "parquet", "--tasks", "1", *FAST))
+    assert r.returncode == 0, r.stdout + r.stderr
+    shards = sorted((tmp_path / "out").glob("*.parquet"))
+    assert [s.name for s in shards] == ["00000.parquet"]
+    got = {d["id"]: json.loads(d["metadata"]) for d in pq.read_table(shards[0]).to_pylist()}
+    assert set(got) == {"x1", "x2", "b.txt#0"}
+    assert got["x1"]["url"] == "https://ejemplo.es/1" and got["x1"]["dominio"] == "ejemplo.es"
+    assert got["x2"]["puntos"] == 3 and got["b.txt#0"]["source"] == "b.txt"

@@ -225,7 +225,6 @@ def _prepare_dir(out: Path, fingerprint: dict, force: bool) -> bool:
 
 def _publish(work: Path, out: Path) -> list[Path]:
     """Moves the finished shards into the output directory (empty ones are dropped)."""
-    shards = []
     for shard in sorted((work / "final").glob("[0-9][0-9][0-9][0-9][0-9].*")):
         if shard.name.endswith(".gz"):
             with gzip.open(shard, "rb") as fh:
@@ -233,8 +232,12 @@ def _publish(work: Path, out: Path) -> list[Path]:
                     shard.unlink()
                     continue
         os.replace(shard, out / shard.name)
-    shards = sorted(out.glob("[0-9][0-9][0-9][0-9][0-9].*"))
-    return shards
+    # datatrove's ParquetWriter names a task's files PART_RANK.parquet (a new part every 5 GB): RANK.parquet,
+    # then RANK.PART.parquet, the names the JSONL shards have
+    for shard in sorted((work / "final").glob("[0-9][0-9][0-9]_[0-9][0-9][0-9][0-9][0-9].parquet")):
+        part, rank = shard.stem.split("_")
+        os.replace(shard, out / (f"{rank}.parquet" if int(part) == 0 else f"{rank}.{part}.parquet"))
+    return sorted(out.glob("[0-9][0-9][0-9][0-9][0-9].*"))
 
 
 def _check_dependencies(executor: str) -> None:
