@@ -118,3 +118,18 @@ def test_parquet_output_keeps_the_fields_and_is_published(tmp_path):
     assert set(got) == {"x1", "x2", "b.txt#0"}
     assert got["x1"]["url"] == "https://ejemplo.es/1" and got["x1"]["dominio"] == "ejemplo.es"
     assert got["x2"]["puntos"] == 3 and got["b.txt#0"]["source"] == "b.txt"
+
+
+def test_a_saved_dataset_keeps_its_ids_over_two_tasks(tmp_path):
+    """A dataset saved with save_to_disk: each task reads its share, every record once, with its id and url."""
+    import datasets
+
+    es = spanish_docs()[:6]
+    rows = [{"text": t, "id": f"guardado-{i}", "url": f"https://ejemplo.es/g/{i}"} for i, t in enumerate(es)]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
+    r = run_aura_here("data", "curate", "--hf-dataset", str(tmp_path / "saved"), "--tasks", "2",
+                      "--output-dir", str(tmp_path / "out"), *FAST, env=OFFLINE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    docs = read_shards(tmp_path / "out")
+    assert sorted(d["id"] for d in docs) == sorted(r["id"] for r in rows)
+    assert all(d["metadata"]["url"] == f"https://ejemplo.es/g/{d['id'].split('-')[1]}" for d in docs)

@@ -236,7 +236,8 @@ def plan_finetune(cfg, info, *, earlier: dict[str, StagePlan], refs: list[str], 
 
 def plan_data(key: tuple[str, ...], cfg) -> StagePlan:
     """Curation, tokenizer training and data preparation: their input's bytes over a measured rate, when the
-    input exists now; a curation cut at ``max_documents`` has no known size before it runs."""
+    input exists now (for a curation cut at ``max_documents``, an upper bound); a dataset streamed from the
+    hub or a folder an earlier stage writes has no known size before it runs."""
     out = StagePlan()
     inputs = list(getattr(cfg, "inputs", None) or [])
     hf = getattr(cfg, "hf_dataset", "")
