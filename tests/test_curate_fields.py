@@ -81,6 +81,11 @@ def test_fineweb2_streamed_shared_between_tasks_and_limited(tmp_path):
             assert d["metadata"][key] == row[key], key
         assert d["metadata"]["language"] == "es"  # language and its score: this curation's own identification
 
+    three = ("--hf-dataset", str(mirror), "--hf-config", "spa_Latn", "--tasks", "3", *FAST)  # more tasks than files
+    r = run_aura_here("data", "curate", "--output-dir", str(tmp_path / "three"), *three, env=OFFLINE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(d["id"] for d in read_shards(tmp_path / "three")) == sorted(by_id)
+
     r = run_aura_here("data", "curate", "--output-dir", str(tmp_path / "five"), *args, "--max-documents", "5",
                       env=OFFLINE)
     assert r.returncode == 0, r.stdout + r.stderr

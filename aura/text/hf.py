@@ -3,8 +3,11 @@ streamed by name (``datasets.load_dataset(..., streaming=True)``: nothing is dow
 Spanish subset, ``HuggingFaceFW/fineweb-2`` config ``spa_Latn``, is read as far as a run needs).
 
 A reader that is one of several tasks (``ReaderOptions.task = (index, count)``, ``aura data curate``'s
-tasks) reads its share of the stream: datasets' ``split_dataset_by_node`` gives each task whole files
-when the files divide evenly between the tasks, else every ``count``-th record."""
+tasks) reads its share: of a stream with at least as many files as tasks, whole files (file i goes to task
+i mod count: a task never downloads another's files, and with a document limit the tasks together read the
+dataset's first files); of a stream with fewer files, every ``count``-th record (datasets'
+``split_dataset_by_node``: each task reads the whole stream, so use as many tasks as files at most); of a
+saved dataset, a contiguous block of rows."""
 
 from __future__ import annotations
 
@@ -48,6 +51,8 @@ def _share(ds, opts):
         return ds
     from datasets.distributed import split_dataset_by_node
 
+    if (getattr(ds, "num_shards", 0) or 0) >= count and not hasattr(ds, "num_rows"):  # a stream of files
+        return ds.shard(num_shards=count, index=index, contiguous=False)
     return split_dataset_by_node(ds, rank=index, world_size=count)
 
 
