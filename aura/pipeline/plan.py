@@ -24,7 +24,7 @@ from pathlib import Path
 
 ASSUMED_MFU = 0.4  # training, of the device's peak FLOP/s
 GENERATION_MFU = 0.05  # GRPO's sampling
-CHARS_PER_TOKEN = 4.0  # Spanish prose with a 32k-token BPE (aura tokenizer train reports ~4.3 on corpus_es)
+CHARS_PER_TOKEN = 4.0  # assumed for Spanish text and a BPE of tens of thousands of tokens (a stated assumption)
 # Data stages: bytes of input text per CPU-second of one worker process, measured by
 # `python bench/bench_data_rates.py` (Intel Xeon @ 2.50GHz, load 8.4; docs/pipelines.en.md).
 CURATE_BYTES_PER_S = 140_000  # aura data curate, default filters and dedup
