@@ -45,7 +45,8 @@ M = Messages("pipeline.command", {
                    "at {mfu} % of the device's peak, whichever ends first; {cpt:character|characters} per token in "
                    "fine-tuning data; curation, tokenizer and data: rates measured per process "
                    "(bench/bench_data_rates.py) when their input's size is known now."),
-    "hours_split": ("Reparto de {total} h: {parts}; margen {spare} h.", "Split of {total} h: {parts}; {spare} h spare."),
+    "hours_split": ("Reparto de {total} h: {parts}; margen {spare} h.",
+                    "Split of {total} h: {parts}; {spare} h spare."),
     "hours_over": ("La etapa {stage} tiene {hours} h asignadas, pero su estimación es {est}.",
                    "Stage {stage} is allotted {hours} h, but its estimate is {est}."),
     "no_cost": ("sin --price-per-hour", "no --price-per-hour"),

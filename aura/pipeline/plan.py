@@ -2,16 +2,16 @@
 ``--assume``'s): for a training stage the preset ``auto`` picks, tokens per step, planned steps and tokens and
 a time estimate; for a data stage a time estimate from measured rates where its input's size is known now.
 
-Training time: the time budget when the WSD schedule ends the run on it, or the planned tokens x the FLOPs
-per token over the device's peak at ``ASSUMED_MFU``, whichever ends the run first (both when given). FLOPs
-per token: pretraining and full SFT 6·N; LoRA/QLoRA 4·N (no weight gradients for the frozen base); DPO 8·N
-(the policy's 6·N plus the reference model's forward, 2·N; a pair's text counted once, as its characters
-are); ORPO 6·N; GRPO 8·N on prompt + completion tokens plus 2·N per sampled token at ``GENERATION_MFU`` (decoding one token at a time is bound by memory,
-not FLOPs). N: the preset's parameters, the earlier stage's model for a base it trains (``pretrain.final``),
-a local model's ``config.json``, or a hub name's size ("Mistral-7B" -> 7e9) when nothing else says it.
-A fine-tuning stage's tokens come from its data file (examples and characters, ``CHARS_PER_TOKEN``) and its
-epochs, or from ``max_steps``/``max_tokens`` x batch x length; no estimate where neither is known (a CPU
-without a known peak, data an earlier stage writes)."""
+Training time: the time budget when the WSD schedule ends the run on it, or the planned tokens x the FLOPs per
+token over the device's peak at ``ASSUMED_MFU``, whichever ends the run first (both when given). FLOPs per
+token: pretraining and full SFT 6·N; LoRA/QLoRA 4·N (no weight gradients for the frozen base); DPO 8·N (the
+policy's 6·N plus the reference model's forward, 2·N; a pair's text counted once, as its characters are); ORPO
+6·N; GRPO 8·N on prompt + completion tokens plus 2·N per sampled token at ``GENERATION_MFU`` (decoding one
+token at a time is bound by memory, not FLOPs). N: the preset's parameters, the earlier stage's model for a
+base it trains (``pretrain.final``), a local model's ``config.json``, or a hub name's size ("Mistral-7B" ->
+7e9) when nothing else says it. A fine-tuning stage's tokens come from its data file (examples and characters,
+``CHARS_PER_TOKEN``) and its epochs, or from ``max_steps``/``max_tokens`` x batch x length; no estimate where
+neither is known (a CPU without a known peak, data an earlier stage writes)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,6 @@ class StagePlan:
     seconds: float | None = None
     params: int | None = None  # the model's parameters (what a later stage fine-tunes)
     seq_len: int | None = None
-    basis: str = ""  # how ``seconds`` came about: budget | flops | rate | "" (no estimate)
 
 
 def budget_seconds(cfg) -> float | None:
@@ -73,8 +72,8 @@ def _workers(cfg) -> int:
     return max(int(getattr(cfg, "workers", 0) or 0) or cpu_count(), 1)
 
 
-def _finish(out: StagePlan, cfg, info, flops_per_token: float | None, *, devices: int, extra_flops_per_step: float = 0.0,
-            extra_mfu: float = GENERATION_MFU) -> StagePlan:
+def _finish(out: StagePlan, cfg, info, flops_per_token: float | None, *, devices: int,
+            extra_flops_per_step: float = 0.0, extra_mfu: float = GENERATION_MFU) -> StagePlan:
     """Seconds from the planned tokens and FLOPs (or tokens from the time budget), whichever ends first."""
     budget = budget_seconds(cfg)
     peak = info.peak_flops(_precision(cfg, info))
@@ -89,12 +88,12 @@ def _finish(out: StagePlan, cfg, info, flops_per_token: float | None, *, devices
         out.tokens = out.steps * out.tokens_per_step
     by_steps = out.steps * step_s if (out.steps is not None and step_s) else None
     if budget is not None and (by_steps is None or budget <= by_steps):
-        out.seconds, out.basis = budget, "budget"
+        out.seconds = budget
         if step_s:
             out.steps = int(budget / step_s)
             out.tokens = out.steps * out.tokens_per_step
     elif by_steps is not None:
-        out.seconds, out.basis = by_steps, "flops"
+        out.seconds = by_steps
     return out
 
 
@@ -111,7 +110,7 @@ def plan_pretrain(cfg, info, *, devices: int) -> StagePlan:
 
     out = StagePlan()
     if getattr(cfg, "init_from", None):
-        out.seconds, out.basis = budget_seconds(cfg), "budget" if budget_seconds(cfg) else ""
+        out.seconds = budget_seconds(cfg)
         return out
     preset = cfg.model_preset
     batch, accum = cfg.batch_size, cfg.gradient_accumulation_steps
@@ -126,7 +125,7 @@ def plan_pretrain(cfg, info, *, devices: int) -> StagePlan:
                             num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, seq_length=cfg.seq_length,
                             intermediate_size=cfg.intermediate_size)
     except Exception:  # an incomplete manual spec: the stage's own checks say what is missing when it runs
-        out.seconds, out.basis = budget_seconds(cfg), "budget" if budget_seconds(cfg) else ""
+        out.seconds = budget_seconds(cfg)
         return out
     batch = batch or preset_training(preset).batch_size
     out.tokens_per_step = batch * (accum or 1) * spec.seq_len * max(devices, 1)  # the global batch
@@ -208,9 +207,9 @@ def plan_finetune(cfg, info, *, earlier: dict[str, StagePlan], refs: list[str], 
     size = data_size(cfg.data)
     objective = cfg.objective
     per_step = batch * accum * max(devices, 1)  # examples (pairs; GRPO: completions) per step, all processes
-    chars = size[1] / max(size[0], 1) / CHARS_PER_TOKEN if size else None  # tokens of one example's text
+    example_tokens = size[1] / max(size[0], 1) / CHARS_PER_TOKEN if size else None  # one example's text
     if objective == "grpo":
-        prompt = min(cfg.max_prompt_length or cfg.max_length, math.ceil(chars)) if chars else (
+        prompt = min(cfg.max_prompt_length or cfg.max_length, math.ceil(example_tokens)) if example_tokens else (
             cfg.max_prompt_length or cfg.max_length)
         out.tokens_per_step = per_step * (prompt + cfg.max_completion_length)  # completions at full length
         train_fpt = 8.0 * n if n else None
@@ -218,7 +217,7 @@ def plan_finetune(cfg, info, *, earlier: dict[str, StagePlan], refs: list[str], 
         per_step = max(per_step // max(cfg.num_generations, 1), 1)  # prompts per step
     else:
         length = cfg.max_length
-        per_example = length if cfg.packing or not chars else min(length, math.ceil(chars))
+        per_example = length if cfg.packing or not example_tokens else min(length, math.ceil(example_tokens))
         out.tokens_per_step = per_step * per_example
         base = (4.0 if cfg.method in ("lora", "qlora") else 6.0) * n if n else None
         train_fpt = base + (2.0 * n if objective == "dpo" else 0.0) if base else None
@@ -252,7 +251,7 @@ def plan_data(key: tuple[str, ...], cfg) -> StagePlan:
         rate = TOKENIZER_BYTES_PER_S
     else:
         rate = PREPARE_BYTES_PER_S * _workers(cfg)
-    out.seconds, out.basis = size / rate, "rate"
+    out.seconds = size / rate
     return out
 
 
