@@ -62,6 +62,10 @@ M = Messages("runs", {
                    "interrumpida.",
                    "'stale': run.json says 'running' but the process is gone (it ended without "
                    "recording it: kill -9, a crash, a reboot); resume it like an interrupted run."),
+    "unsaved_note": ("'detenida sin checkpoint': se detuvo antes de guardar su primer checkpoint, así que no hay "
+                     "nada que reanudar; el mismo comando la empieza de cero en su directorio.",
+                     "'stopped, no checkpoint': it stopped before saving its first checkpoint, so there is "
+                     "nothing to resume; the same command starts it over in its directory."),
     "remote_note": ("{run}: se ejecuta en la máquina {host}; desde aquí no se puede comprobar si sigue vivo.",
                     "{run}: it runs on host {host}; whether it is still alive cannot be checked from here."),
     "bad_run_json": ("{path} no es JSON válido ({err}); su estado se muestra como 'desconocido'.",
@@ -234,6 +238,8 @@ def describe_run(run_dir: Path, log: LogSummary | None = None) -> dict:
             best = None
             warnings.append(M("bad_run_json", path=run_dir / "best" / "best.json", err=e))
     resumable = status in ("interrupted", "stale", "failed") and ckpt is not None
+    if status in ("interrupted", "stale") and ckpt is None and not final.is_dir():
+        status = "unsaved"  # stopped before its first checkpoint: nothing can resume it (guard.holds_nothing_to_keep)
     return {
         "path": str(run_dir), "name": run_dir.name, "kind": info.get("kind"), "status": status,
         "recorded_status": info.get("status"), "host": info.get("host"), "local": local,
@@ -294,6 +300,8 @@ def list_runs(cfg: RunsConfig) -> int:
     console.table(M("title", path=root.resolve()), headers, rows)
     if any(r["status"] == "stale" for r in runs):
         console.info(M("stale_note"))
+    if any(r["status"] == "unsaved" for r in runs):
+        console.info(M("unsaved_note"))
     for r in runs:
         if not r["local"]:
             console.info(M("remote_note", run=r["name"], host=r["host"]))
