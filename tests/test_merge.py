@@ -58,9 +58,9 @@ def test_lora_merge_equals_base_plus_adapter(zoo, tmp_path):
     gen = json.loads((out / "generation_config.json").read_text())
     assert set(gen["eos_token_id"]) == {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}
     assert not list(tmp_path.glob(".tmp-*"))
-    # refuses to overwrite without --force
+    # refuses to overwrite without --overwrite
     again = run_aura_here("merge", "--base-model", zoo["llama"], "--adapter", zoo["adapter"], "--output-dir", out)
-    assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
+    assert again.returncode == 2 and "--overwrite" in again.stderr and "Traceback" not in again.stderr
 
 
 def test_qlora_adapter_merges_into_dequantised_base(zoo, tmp_path):

@@ -82,15 +82,29 @@ RUN_FIELDS = {"status": (str,), "host": (str,), "kind": (str,), "pid": (int,), "
               "started": (str, int, float), "updated": (str, int, float), "argv": (list,), "cwd": (str,),
               "launch": (dict,), "total_steps": (int,)}
 
+LAUNCH_FIELDS = {"prefix": (list,), "argv": (list,), "env": (dict,), "cwd": (str,), "world_size": (int,),
+                 "nnodes": (int,), "nproc_per_node": (int,), "launcher": (str,)}
+
 
 def _typed(info: dict, path: Path) -> tuple[dict, str | None]:
-    """run.json without the fields whose type is not the one Aura writes (and a warning naming them)."""
+    """run.json without the fields whose type is not the one Aura writes (and a warning naming them). A time
+    ("started", "updated") is an ISO text or a Unix time that a date can be made of (a hand edit may write
+    either); anything else, like any other mistyped field, is dropped and shown as unknown."""
     bad = [k for k, types in RUN_FIELDS.items() if info.get(k) is not None
-           and (not isinstance(info[k], types) or isinstance(info[k], bool))]
+           and (not isinstance(info[k], types) or isinstance(info[k], bool)
+                or (k in ("started", "updated") and _when(info[k]) is None))]
+    found = {k: info[k] for k in bad}
+    info = {k: v for k, v in info.items() if k not in bad}
+    if isinstance(info.get("launch"), dict):  # the launcher's record: each of its fields too
+        launch = info["launch"]
+        wrong = [k for k, types in LAUNCH_FIELDS.items() if launch.get(k) is not None
+                 and (not isinstance(launch[k], types) or isinstance(launch[k], bool))]
+        found.update({f"launch.{k}": launch[k] for k in wrong})
+        info["launch"] = {k: v for k, v in launch.items() if k not in wrong}
+        bad += [f"launch.{k}" for k in wrong]
     if not bad:
         return info, None
-    return ({k: v for k, v in info.items() if k not in bad},
-            M("bad_run_field", path=path, field=bad[0], found=repr(info[bad[0]])[:40]))
+    return info, M("bad_run_field", path=path, field=bad[0], found=repr(found[bad[0]])[:40])
 
 
 def find_run_dirs(root: Path) -> list[Path]:
@@ -120,6 +134,18 @@ def _timestamp(value) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def _when(value) -> str | None:
+    """A recorded time as ``YYYY-MM-DD HH:MM:SS`` (local time for a Unix time), None when it is not one."""
+    if isinstance(value, str):
+        text = value[:19].replace("T", " ")
+        return text if _timestamp(value) is not None else None
+    stamp = _timestamp(value)
+    try:
+        return datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S") if stamp is not None else None
+    except (OverflowError, OSError, ValueError):  # nan, inf, a year past 9999
+        return None
 
 
 def live_status(info: dict, run_dir: Path | None = None) -> tuple[str, bool]:
@@ -294,7 +320,7 @@ def list_runs(cfg: RunsConfig) -> int:
              "" if r["best_val_loss"] is None else num(r['best_val_loss'], ".4f"),
              "" if r["aura_es_acc"] is None else num(r["aura_es_acc"], ".4f"),
              Path(r["latest_checkpoint"]).name if r["latest_checkpoint"] else "",
-             human_bytes(r["size_bytes"]), (r["updated"] or "")[:19].replace("T", " ")] for r in runs]
+             human_bytes(r["size_bytes"]), _when(r["updated"]) or ""] for r in runs]
     headers = [M(k) for k in ("h_run", "h_kind", "h_status", "h_step", "h_speed", "h_eta", "h_layout",
                               "h_best_val", "h_suite", "h_checkpoint", "h_size", "h_updated")]
     console.table(M("title", path=root.resolve()), headers, rows)
