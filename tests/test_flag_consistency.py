@@ -78,3 +78,19 @@ def test_eval_refuses_a_flag_the_others_make_pointless(tiny_zoo, tmp_path, flags
     assert "Traceback" not in r.stderr
     es = run_aura_here("eval", "--model", tiny_zoo["llama"], *args, env={"AURA_LANG": "es"})
     assert es.returncode == 2 and f"{flag} solo se aplica con" in es.stderr, es.stderr
+
+
+def test_the_rename_redoes_no_finished_pipeline_stage(tmp_path):
+    """A stage's fingerprint keeps the old key of a renamed field (the options it hashes are those it hashed
+    before --force became --overwrite), so a finished demo is skipped afterwards rather than made again from
+    its tokenizer on; pipeline.json shows today's name."""
+    from aura.pipeline.spec import config_fields, fingerprint_fields, load, resolve
+
+    pipeline = resolve(load("demo-cpu"), tmp_path / "demo")
+    for command in ("tokenizer train", "data prepare", "export gguf"):
+        stage = next(s for s in pipeline.stages if s.command == command)
+        shown, hashed = config_fields(stage.cfg), fingerprint_fields(stage.cfg)
+        assert "overwrite" in shown and "force" not in shown, command
+        assert hashed == {**{k: v for k, v in shown.items() if k != "overwrite"}, "force": shown["overwrite"]}
+    stage = next(s for s in pipeline.stages if s.command == "pretrain")  # never renamed: hashed as it is
+    assert fingerprint_fields(stage.cfg) == config_fields(stage.cfg)
