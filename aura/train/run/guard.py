@@ -30,11 +30,11 @@ M = Messages("rundir_guard", {
                           "to resume. Use --overwrite to start over in that directory (its final/ and logs "
                           "are removed), or another --output-dir."),
     "unsaved_restart": ("{path} tiene una ejecución que se detuvo en el paso {step} antes de guardar su primer "
-                        "checkpoint: no hay nada que reanudar, así que se empieza de cero (se reemplazan su "
-                        "run.json y su training_log.csv).",
+                        "checkpoint: no hay nada que reanudar, así que se empieza de cero (se reemplazan sus "
+                        "registros: run.json, training_log.csv, tb/).",
                         "{path} holds a run that stopped at step {step} before saving its first checkpoint: "
-                        "there is nothing to resume, so it starts over (its run.json and training_log.csv are "
-                        "replaced)."),
+                        "there is nothing to resume, so it starts over (its logs are replaced: run.json, "
+                        "training_log.csv, tb/)."),
     "restart": ("torchrun reinició el grupo de procesos (reinicio {n}): se reanuda desde el último "
                 "checkpoint: {path}",
                 "torchrun restarted the worker group (restart {n}): resuming from the latest checkpoint: "
