@@ -59,7 +59,7 @@ def test_export_gguf_without_llama_cpp_says_how_to_install_the_verifier(tiny_zoo
 
 @pytest.mark.parametrize("flags,flag,needs", [
     (["--suite", "aura-es", "--include-path", "{tasks}"], "--include-path", "--tasks"),
-    (["--tasks", "mi_tarea", "--trust-task-code"], "--trust-task-code", "--include-path"),
+    (["--suite", "aura-es", "--trust-task-code"], "--trust-task-code", "--tasks"),
     (["--data", "{text}", "--limit", "5"], "--limit", "--suite or --tasks"),
     (["--suite", "aura-es", "--seq-len", "64"], "--seq-len", "--data"),
     (["--suite", "aura-es", "--max-tokens", "100"], "--max-tokens", "--data"),

@@ -118,7 +118,7 @@ class EvalConfig:
             raise AuraError(M("bad_suite", suite=self.suite))
         for flag, given, applies, needs in (
                 ("--include-path", bool(self.include_path), bool(self.tasks), "--tasks"),
-                ("--trust-task-code", self.trust_task_code, bool(self.include_path), "--include-path"),
+                ("--trust-task-code", self.trust_task_code, bool(self.tasks), "--tasks"),
                 ("--limit", self.limit != 0, bool(self.suite or self.tasks), M("suite_or_tasks")),
                 ("--split", self.split != "val", bool(self.data), "--data"),
                 ("--seq-len", self.seq_len != 0, bool(self.data), "--data"),
