@@ -139,6 +139,9 @@ def test_the_same_base_named_two_ways_is_not_reported_as_another(zoo, tmp_path):
                       "--output-dir", "merged", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert said not in r.stdout + r.stderr, r.stdout + r.stderr
+    r = run_aura("chat", "--model", "runs/mi-modelo/final", "--adapter", "runs/sft/final", "--max-new-tokens", "2",
+                 "--temperature", "0", input="Hola\n", cwd=tmp_path)  # the command fine-tuning suggests, relative
+    assert r.returncode == 0 and said not in r.stdout + r.stderr, r.stdout + r.stderr
     copy = shutil.copytree(base, tmp_path / "copia")  # another folder, the same bytes
     r = run_aura_here("merge", "--base-model", "copia", "--adapter", "runs/sft/final", "--output-dir", "merged2",
                       cwd=tmp_path)
