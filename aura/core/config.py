@@ -383,7 +383,8 @@ class AuraArgumentParser(argparse.ArgumentParser):
 
         if not typed.startswith("--"):
             return None
-        flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        flags = [o for a in self._actions for o in a.option_strings
+                 if o.startswith("--") and not isinstance(a, _DeprecatedFlag)]  # never suggest an old name
         flat = {f.replace("-", ""): f for f in flags}  # a missing or extra hyphen is the commonest slip
         name = typed.split("=", 1)[0]
         if name.replace("-", "") in flat:
