@@ -216,7 +216,7 @@ def test_one_modelfile_per_gguf_with_the_runs_system_message_and_name(tmp_path):
         assert 'PARAMETER stop "<|im_end|>"' in text and "<|im_start|>{{ .Role }}" in text
         assert f"ollama create chat_es:{quant} -f model-{quant}.Modelfile" in text
     es = run_aura_here("export", "gguf", "--model", model, "--output-dir", out_dir, "--quant", "f16", "--no-verify",
-                       "--force", "--name", "Mi Modelo", env={"AURA_LANG": "es"})
+                       "--overwrite", "--name", "Mi Modelo", env={"AURA_LANG": "es"})
     assert es.returncode == 0 and "ollama create mi-modelo:f16 -f model-f16.Modelfile" in es.stdout, es.stdout
     # a template without a default system message gets no SYSTEM line
     plain = build_llama(tmp_path / "plain", train_tokenizer(tmp_path / "tok2", vocab_size=400), hidden=32, layers=1)

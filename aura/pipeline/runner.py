@@ -29,7 +29,7 @@ from aura.core.i18n import Messages
 from aura.core.locks import output_lock
 from aura.core.rundir import latest_checkpoint
 from aura.pipeline import report
-from aura.pipeline.spec import RESOURCES_DIR, Pipeline, Stage, config_fields, resolve
+from aura.pipeline.spec import RESOURCES_DIR, Pipeline, Stage, config_fields, fingerprint_fields, resolve
 from aura.pipeline.state import (FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED, STATE_FILE, State,
                                  fingerprint, now)
 
@@ -110,7 +110,7 @@ def _decide(pipeline: Pipeline, out: Path, state: State) -> tuple[dict[str, str]
     actions: dict[str, str] = {}
     for stage in pipeline.stages:
         upstream_runs = any(actions.get(r, "skip") != "skip" for r in stage.refs)
-        fp = fingerprint(command=stage.command, options=config_fields(stage.cfg), out=out,
+        fp = fingerprint(command=stage.command, options=fingerprint_fields(stage.cfg), out=out,
                          upstream={r: fps[r] for r in stage.refs}, resources=RESOURCES_DIR)
         fps[stage.name] = fp
         prev = state.get(stage.name)

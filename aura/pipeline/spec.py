@@ -357,6 +357,17 @@ def _check_launch(stage: Stage) -> None:
     stage.launch = values
 
 
+def fingerprint_fields(cfg) -> dict[str, Any]:
+    """``config_fields`` under the names a stage's fingerprint has always used: a renamed field keeps its old
+    key (``overwrite`` of data prepare, export gguf... was ``force``), so a rename alone redoes no stage."""
+    fields = config_fields(cfg)
+    for f in dataclasses.fields(cfg):
+        old = (f.metadata or {}).get("deprecated") or ()
+        if old and f.name in fields:
+            fields[old[0].lstrip("-").replace("-", "_")] = fields.pop(f.name)
+    return fields
+
+
 def config_fields(cfg) -> dict[str, Any]:
     """The config's values, JSON-friendly (paths as text)."""
     out = {}
