@@ -35,6 +35,12 @@ M = Messages("pipeline.command", {
                    "Estimated time of the training stages: {time}; cost: {cost}. (The time budget with WSD, or "
                    "6·N FLOPs per token at 40 % of the device's peak.)"),
     "no_cost": ("sin --price-per-hour", "no --price-per-hour"),
+    "plan_one_node": ("Con {n:nodo|nodos} (NNODES): en varios nodos, exporta en cada uno NNODES, NODE_RANK, "
+                      "MASTER_ADDR, MASTER_PORT y GPUS_PER_NODE (los de aura launch) y ejecuta el mismo aura "
+                      "pipeline run.",
+                      "On {n:node|nodes} (NNODES): on several nodes, export NNODES, NODE_RANK, MASTER_ADDR, "
+                      "MASTER_PORT and GPUS_PER_NODE (aura launch's) on each one and run the same aura pipeline "
+                      "run."),
 })
 
 
@@ -148,7 +154,7 @@ def _budget(c) -> str:
 
 def pipeline_plan(cfg: PipelinePlanConfig) -> int:
     from aura.models.hardware import assumed_hardware, detect
-    from aura.pipeline import spec
+    from aura.pipeline import comm, nodes, spec
     from aura.pipeline.plan import plan_stage
     from aura.pipeline.runner import equivalent_command
 
@@ -164,6 +170,13 @@ def pipeline_plan(cfg: PipelinePlanConfig) -> int:
                      num(p.steps, ",") if p.steps else "–", num(p.tokens, ",") if p.tokens else "–",
                      console.format_duration(p.seconds) if p.seconds else "–"])
         print(f"  {s.name}: {equivalent_command(s, launched=True)}")
+        if s.comm is not None:
+            print(comm.plan_line(s, info))
+    lay = nodes.layout(pipeline)
+    if lay.multi:
+        print(nodes.describe(lay))
+    elif any(s.launch is not None for s in pipeline.stages):
+        print(M("plan_one_node", n=lay.nnodes))
     console.table("", [M("h_stage"), M("h_budget"), M("h_auto"), M("h_tps"), M("h_steps"), M("h_tokens"),
                        M("h_estimate")], rows)
     cost = (num(total / 3600 * info.count * cfg.price_per_hour, ".2f") + " €") if cfg.price_per_hour is not None \
