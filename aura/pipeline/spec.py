@@ -84,10 +84,11 @@ M = Messages("pipeline.spec", {
                  "options (o quita 'comm').",
                  "{where}: with 'comm: auto' the measurement decides the communication mode; remove '{key}' "
                  "from options (or remove 'comm')."),
-    "nodes_differ": ("{where}: esta etapa se lanza en {n} nodos (nodo {rank}) y '{other}' en {n0} (nodo "
-                     "{rank0}): todas las etapas de varios nodos de un pipeline usan los mismos nodos.",
-                     "{where}: this stage is launched on {n} nodes (node {rank}) and '{other}' on {n0} (node "
-                     "{rank0}): every multi-node stage of a pipeline uses the same nodes."),
+    "nodes_differ": ("{where}: esta etapa se lanza en {n:nodo|nodos} (nodo {rank}) y '{other}' en "
+                     "{n0:nodo|nodos} (nodo {rank0}): todas las etapas de varios nodos de un pipeline usan los "
+                     "mismos nodos.",
+                     "{where}: this stage is launched on {n:node|nodes} (node {rank}) and '{other}' on "
+                     "{n0:node|nodes} (node {rank0}): every multi-node stage of a pipeline uses the same nodes."),
     "launch_command": ("{where}: 'launch' no lleva 'command': el comando es el de la etapa.",
                        "{where}: 'launch' takes no 'command': the command is the stage's."),
     "bad_set": ("--set '{item}': se esperaba ETAPA.CLAVE=VALOR (p. ej. --set pretrain.max_steps=100).",
