@@ -224,3 +224,41 @@ def test_two_nodes_without_a_shared_folder(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], again
     for text in again:
         assert re.search(r"\] pretrain: finished and unchanged; skipped", text) and "torch.distributed.run" not in text
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_two_nodes_stopped_mid_training_resume_together(tmp_path):
+    """SIGTERM to node 0's `aura pipeline run` mid-pretraining: every rank stops at the same step with a
+    checkpoint, both nodes exit 3 with their stage `interrupted`; the same command on both resumes the stage
+    (node 1's rank reads node 0's checkpoint in the shared folder, with the communication it started with)."""
+    import signal
+
+    pipeline = tmp_path / "lan.yaml"
+    pipeline.write_text(LAN.split("  - name: eval")[0].replace("max_steps: 4", "max_steps: 40"), encoding="utf-8")
+    out, port = tmp_path / "shared", free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "aura", "pipeline", "run", str(pipeline), "-o", str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                              env=env(NNODES="2", NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                                      MASTER_PORT=str(port), GPUS_PER_NODE="1"))
+             for rank in (0, 1)]
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and not (out / "pretrain" / "checkpoint-step-4").is_dir():
+        time.sleep(0.1)
+    procs[0].send_signal(signal.SIGTERM)
+    texts = [p.communicate(timeout=400)[0] for p in procs]
+    assert [p.returncode for p in procs] == [3, 3], texts[0][-3000:] + texts[1][-3000:]
+    assert "Pipeline stopped in stage 'pretrain'" in texts[0] and "Pipeline stopped in stage 'pretrain'" in texts[1]
+    states = [_json(out / "pipeline.json")["stages"], _json(out / "pipeline.node-1.json")["stages"]]
+    assert [s["pretrain"]["status"] for s in states] == ["interrupted", "interrupted"]
+
+    again = _nodes(pipeline, out, free_port())
+    for text in again:
+        assert re.search(r"\] tokenizer: finished and unchanged; skipped", text)
+        assert re.search(r"\] pretrain: it was interrupted; resuming from its latest checkpoint", text), text[-3000:]
+        assert "pretrain: resuming with the communication it started with" in text
+    run = _json(out / "pretrain" / "run.json")
+    assert run["status"] == "finished" and run["last_step"] == 40 and len(run["history"]) == 2
+    assert run["history"][1]["resumed_from"] and run["launch"]["world_size"] == 2
+    assert all(_json(out / f)["stages"]["pretrain"]["status"] == "finished"
+               for f in ("pipeline.json", "pipeline.node-1.json"))
