@@ -5,6 +5,9 @@ Before the first stage: every stage validated (``spec.resolve``), then each one'
 the same fingerprint resumes from its latest checkpoint (the command's own ``--resume-from latest``);
 a stage whose options or inputs changed runs again, and so does every stage that reads it (its
 fingerprint holds theirs), after the runner has said which. The report card is rewritten after every stage.
+On several nodes each node runs this same chain with its own state file; ``aura.pipeline.nodes`` says where
+each stage runs (every node through torchrun, each node, or node 0 alone) and ``aura.pipeline.comm`` measures
+the link before a ``comm: auto`` stage.
 """
 
 from __future__ import annotations
