@@ -112,9 +112,9 @@ def test_a_finished_run_s_card_holds_its_recipe_data_and_evaluations(pipe, tmp_p
     for s in meta["sources"]:
         assert f"`{Path(s['path']).name}`" in text
     kept = meta["cleaning"]["documents_kept"]
-    assert f"{meta['cleaning']['documents_read']} documents read → {kept} kept" in text
-    assert f"fertility {tok['fertility']['tokens_per_word']:.3f} tokens per word" in text
-    assert "fertilidad " + f"{tok['fertility']['tokens_per_word']:.3f}".replace(".", ",") in text
+    assert f"documents read {meta['cleaning']['documents_read']} → kept {kept}" in text
+    assert f"fertility (tokens per word): {tok['fertility']['tokens_per_word']:.3f}" in text
+    assert "fertilidad (tokens por palabra): " + f"{tok['fertility']['tokens_per_word']:.3f}".replace(".", ",") in text
     # Spanish first, then English; no folder of this machine in a public card
     assert text.index("## Receta") < text.index("## English") < text.index("### Recipe")
     assert str(tmp_path) not in str(card) and str(pipe) not in str(card) and str(ROOT) not in str(card)

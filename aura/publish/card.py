@@ -47,14 +47,14 @@ C = Messages("publish.card", {
     "hub_datasets": ("Conjuntos del hub: {list}.", "Hub datasets: {list}."),
     "instructions": ("Instrucciones: `{name}` ({train} de entrenamiento, {val} de validación).",
                      "Instructions: `{name}` ({train} for training, {val} for validation)."),
-    "prepared": ("Datos preparados `{name}`: {read} documentos leídos → {kept} conservados ({dup} duplicados, "
-                 "{short} demasiado cortos); {train:,} tokens de entrenamiento y {val:,} de validación.",
-                 "Prepared data `{name}`: {read} documents read → {kept} kept ({dup} duplicates, {short} too "
-                 "short); {train:,} training tokens and {val:,} validation tokens."),
+    "prepared": ("Datos preparados `{name}`: documentos leídos {read} → conservados {kept} (duplicados: {dup}, "
+                 "demasiado cortos: {short}); tokens: {train:,} de entrenamiento y {val:,} de validación.",
+                 "Prepared data `{name}`: documents read {read} → kept {kept} (duplicates: {dup}, too short: "
+                 "{short}); tokens: {train:,} for training and {val:,} for validation."),
     "curation": ("Depuración (`aura data curate`), documentos por paso: {steps}.",
                  "Curation (`aura data curate`), documents per step: {steps}."),
-    "tokenizer": ("Tokenizador `{name}`: vocabulario de {vocab}, fertilidad {fert:.3f} tokens por palabra.",
-                  "Tokenizer `{name}`: vocabulary of {vocab}, fertility {fert:.3f} tokens per word."),
+    "tokenizer": ("Tokenizador `{name}`: vocabulario de {vocab}, fertilidad (tokens por palabra): {fert:.3f}.",
+                  "Tokenizer `{name}`: vocabulary of {vocab}, fertility (tokens per word): {fert:.3f}."),
     "pipeline_note": ("Etapa `{stage}` del pipeline: {note}.", "Pipeline stage `{stage}`: {note}."),
     "note_fert": ("vocabulario {vocab}, fertilidad {fert:.3f} tokens/palabra",
                   "vocabulary {vocab}, fertility {fert:.3f} tokens/word"),
@@ -63,10 +63,10 @@ C = Messages("publish.card", {
     "no_data": ("Aura no guarda aquí una descripción de los datos.", "Aura holds no description of the data here."),
     "device": ("Dispositivo: {device} × {count} ({nodes:nodo|nodos}, {procs:proceso|procesos}).",
                "Device: {device} × {count} ({nodes:node|nodes}, {procs:process|processes})."),
-    "train_time": ("Entrenamiento: {seconds:,.0f} s, {hours:.4f} horas-dispositivo; memoria pico {mem:.3f} GB.",
+    "train_time": ("Entrenamiento: {seconds:,.0f} s, horas-dispositivo: {hours:.4f}; memoria pico {mem:.3f} GB.",
                    "Training: {seconds:,.0f} s, {hours:.4f} device-hours; peak memory {mem:.3f} GB."),
-    "pipeline_cost": ("Pipeline `{name}`: {hours:.4f} horas-dispositivo en total, coste {cost} (precio {price}); "
-                      "esta etapa (`{stage}`): {stage_hours:.4f} horas-dispositivo.",
+    "pipeline_cost": ("Pipeline `{name}`: horas-dispositivo en total: {hours:.4f}, coste {cost} (precio {price}); "
+                      "esta etapa (`{stage}`), horas-dispositivo: {stage_hours:.4f}.",
                       "Pipeline `{name}`: {hours:.4f} device-hours in total, cost {cost} (price {price}); this "
                       "stage (`{stage}`): {stage_hours:.4f} device-hours."),
     "no_price": ("sin precio", "no price"),
@@ -78,7 +78,7 @@ C = Messages("publish.card", {
                     "No run record: hardware and cost unknown."),
     "no_eval": ("Aún sin evaluar. Evalúalo con `aura eval --model CARPETA --suite aura-es` y vuelve a publicarlo.",
                 "Not evaluated yet. Evaluate it with `aura eval --model FOLDER --suite aura-es` and push it again."),
-    "limit": ("{n} ejemplos por tarea", "{n} examples per task"),
+    "limit": ("{n:ejemplo|ejemplos} por tarea", "{n:example|examples} per task"),
     "use_transformers": ("Con `transformers`:", "With `transformers`:"),
     "use_peft": ("Con `transformers` y `peft` (descarga también el modelo base):",
                  "With `transformers` and `peft` (the base model is downloaded too):"),

@@ -55,10 +55,10 @@ M = Messages("publish", {
                  "access), then run aura push again."),
     "uploading": ("Subiendo {n:archivo|archivos} ({size}) a {repo} en un solo commit…",
                   "Uploading {n:file|files} ({size}) to {repo} in one commit…"),
-    "hub_error": ("El hub rechazó la operación sobre {repo}: {err}. Revisa que el token tenga permiso de "
-                  "escritura sobre ese propietario.",
-                  "The hub refused the operation on {repo}: {err}. Check that the token can write to that "
-                  "owner."),
+    "hub_error": ("No se pudo subir a {repo}: {err}. Revisa la conexión y que el token tenga permiso de "
+                  "escritura sobre ese propietario; los archivos van en un solo commit: o están todos o ninguno.",
+                  "Could not upload to {repo}: {err}. Check the connection and that the token can write to that "
+                  "owner; the files go in one commit: all of them are there or none."),
     "done": ("Publicado: {url}", "Published: {url}"),
     "commit": ("Subido con aura push desde {source}", "Uploaded with aura push from {source}"),
 })
@@ -182,12 +182,19 @@ def _upload(cfg: PushConfig, p: Prepared) -> int:
     size = human_bytes(sum(e.bytes for e in p.plan.files))
     console.info(M("uploading", n=len(ops), size=size, repo=cfg.repo_id))
     api = HfApi(token=token)
+    failures: tuple[type[BaseException], ...] = (HfHubHTTPError, OSError)
+    try:
+        import httpx  # huggingface_hub's HTTP client: a network that fails is the user's to fix, not a bug
+
+        failures += (httpx.HTTPError,)
+    except ImportError:
+        pass
     try:
         url = api.create_repo(cfg.repo_id, private=cfg.private, repo_type="model", exist_ok=True)
         api.create_commit(cfg.repo_id, operations=ops, repo_type="model",
                           commit_message=M("commit", source=getattr(p.source.model_dir, "name", None) or
                                            p.source.gguf[0].name))
-    except HfHubHTTPError as e:
+    except failures as e:
         raise AuraError(M("hub_error", repo=cfg.repo_id, err=str(e).splitlines()[0])) from None
     console.success(M("done", url=str(url)))
     return 0
