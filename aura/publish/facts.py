@@ -1,5 +1,5 @@
 """What Aura knows about a model it publishes, read from the files its commands wrote: the run's
-``run.json``, ``model_config.json`` and ``training_log.csv`` (the recipe), the prepared data's
+``run.json`` (through ``aura.watch.runs``), ``model_config.json`` and ``training_log.csv`` (the recipe), the prepared data's
 ``meta.json``, the tokenizer's ``aura_tokenizer.json`` and a curation's ``.curate/report.json`` (the data),
 the eval JSONs of ``aura eval`` (the results) and a pipeline's ``report.json`` (device-hours and cost).
 
@@ -52,18 +52,17 @@ def short_name(name: str | None) -> str | None:
 def recipe(run_dir: Path) -> dict[str, Any] | None:
     """The recipe: preset/method, optimizer, schedule, batch and tokens, from model_config.json, run.json
     and training_log.csv."""
+    from aura.watch.runs import describe_run
+
     mc = read_object(run_dir / "model_config.json") or {}
-    run = read_object(run_dir / "run.json") or {}
-    if not mc and not run:
-        return None
+    run = describe_run(run_dir)  # run.json as `aura runs` reads it (types checked, live status)
     cfg = mc.get("config") if isinstance(mc.get("config"), dict) else {}
     plan = mc.get("plan") if isinstance(mc.get("plan"), dict) else {}
     sched = plan.get("schedule") if isinstance(plan.get("schedule"), dict) else {}
-    launch = run.get("launch") if isinstance(run.get("launch"), dict) else {}
+    layout = run.get("layout") or {}
     log = training_summary(run_dir) or {}
     out = {
         "command": run.get("kind") or mc.get("kind"), "status": run.get("status"),
-        "aura_version": run.get("aura_version"),
         "preset": mc.get("preset"), "arch": (mc.get("model_spec") or {}).get("arch") if isinstance(
             mc.get("model_spec"), dict) else None,
         "parameters": mc.get("parameters"), "trainable_parameters": mc.get("trainable_parameters"),
@@ -79,9 +78,9 @@ def recipe(run_dir: Path) -> dict[str, Any] | None:
         "max_grad_norm": cfg.get("max_grad_norm"), "precision": mc.get("precision"), "seed": cfg.get("seed"),
         "batch_size": cfg.get("batch_size"), "gradient_accumulation_steps": cfg.get("gradient_accumulation_steps"),
         "sequence_length": cfg.get("seq_length") or cfg.get("max_length"),
-        "tokens_per_step": plan.get("tokens_per_step"), "total_steps": run.get("total_steps", plan.get("total_steps")),
+        "tokens_per_step": plan.get("tokens_per_step"), "total_steps": run.get("total_steps") or plan.get("total_steps"),
         "last_step": run.get("last_step"), "epochs": plan.get("epochs"),
-        "world_size": launch.get("world_size", mc.get("world_size")), "nnodes": launch.get("nnodes"),
+        "world_size": layout.get("world_size", mc.get("world_size") or 1), "nnodes": layout.get("nnodes", 1),
         "strategy": mc.get("strategy"),
         "tokens": log.get("tokens"), "train_seconds": log.get("seconds"), "final_train_loss": log.get("final_loss"),
         "final_val_loss": log.get("val_loss"), "peak_memory_gb": log.get("mem_peak_gb"),
@@ -90,14 +89,15 @@ def recipe(run_dir: Path) -> dict[str, Any] | None:
 
 
 def hardware(run_dir: Path) -> dict[str, Any] | None:
+    from aura.watch.runs import describe_run
+
     mc = read_object(run_dir / "model_config.json") or {}
     hw = mc.get("hardware") if isinstance(mc.get("hardware"), dict) else None
     if not hw:
         return None
-    run = read_object(run_dir / "run.json") or {}
-    launch = run.get("launch") if isinstance(run.get("launch"), dict) else {}
+    layout = describe_run(run_dir).get("layout") or {}
     return {"device": hw.get("name"), "device_type": hw.get("device_type"), "per_node": hw.get("count"),
-            "processes": launch.get("world_size", mc.get("world_size", 1)), "nodes": launch.get("nnodes", 1)}
+            "processes": layout.get("world_size", mc.get("world_size") or 1), "nodes": layout.get("nnodes") or 1}
 
 
 def _tokenizer(path: str | None) -> dict[str, Any] | None:
