@@ -264,3 +264,16 @@ def test_what_must_not_be_uploaded_is_refused_naming_the_fix(pipe, tmp_path):
         assert "Traceback" not in proc.stderr and "Model card" not in proc.stdout
     es = run_aura_here("push", pipe / "pretrain", "tiny-es", "--dry-run", env={"AURA_LANG": "es"})
     assert es.returncode == 2 and "se esperaba PROPIETARIO/NOMBRE" in es.stderr
+
+
+def test_the_upload_needs_a_token_and_a_hub_that_answers(pipe, tmp_path):
+    """The real upload path (huggingface_hub's HfApi, no mock) up to the network: without a token it stops
+    before any request; with one and a hub address where nothing listens, the refused connection is a clear
+    error (exit 2), not a traceback. An upload to a real hub is not run here."""
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_TOKEN": ""}
+    proc = run_aura("push", pipe / "pretrain", "team/tiny-es", env=env)
+    assert proc.returncode == 2 and "No Hugging Face hub token: set HF_TOKEN" in proc.stderr, proc.stderr
+    env.update(HF_TOKEN="hf_not_a_real_token", HF_ENDPOINT="http://127.0.0.1:9")  # port 9: discard, closed here
+    proc = run_aura("push", pipe / "pretrain", "team/tiny-es", env=env)
+    assert proc.returncode == 2 and "Could not upload to team/tiny-es:" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "Uploading 7 files" in proc.stdout  # 6 of final/ and the card

@@ -10,6 +10,7 @@ the repository as it was. The token is huggingface_hub's (``HF_TOKEN``, or ``hf 
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from dataclasses import dataclass
@@ -179,16 +180,15 @@ def _upload(cfg: PushConfig, p: Prepared) -> int:
                                   path_or_fileobj=e.content if e.content is not None else str(e.local))
            for e in p.plan.files]
     ops.append(CommitOperationAdd(path_in_repo=CARD, path_or_fileobj=str(p.card).encode("utf-8")))
-    size = human_bytes(sum(e.bytes for e in p.plan.files))
+    size = human_bytes(sum(e.bytes for e in p.plan.files) + len(ops[-1].path_or_fileobj))
     console.info(M("uploading", n=len(ops), size=size, repo=cfg.repo_id))
     api = HfApi(token=token)
     failures: tuple[type[BaseException], ...] = (HfHubHTTPError, OSError)
-    try:
-        import httpx  # huggingface_hub's HTTP client: a network that fails is the user's to fix, not a bug
-
-        failures += (httpx.HTTPError,)
-    except ImportError:
-        pass
+    for client in ("httpx2", "httpx"):  # huggingface_hub's HTTP client (2.x: httpx2): a failing network is
+        try:                             # the user's to fix, not a bug in Aura
+            failures += (importlib.import_module(client).HTTPError,)
+        except (ImportError, AttributeError):
+            pass
     try:
         url = api.create_repo(cfg.repo_id, private=cfg.private, repo_type="model", exist_ok=True)
         api.create_commit(cfg.repo_id, operations=ops, repo_type="model",
