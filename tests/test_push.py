@@ -155,6 +155,8 @@ def test_an_adapter_names_its_hub_base_and_peft(pipe):
     assert cfg["base_model_name_or_path"] == "team/tiny-base"
     assert json.loads((pipe / "lora" / "final" / "adapter_config.json").read_text())["base_model_name_or_path"] \
         != "team/tiny-base"  # the local file is untouched
+    for e in p.plan.files:  # no uploaded file names a folder of this machine
+        assert str(pipe).encode() not in (e.content if e.content is not None else e.local.read_bytes())
     assert [e.path_in_repo for e in p.plan.files][-1] == "adapter_model.safetensors"
     assert ("README.md", "r_card") in p.plan.excluded  # peft's own README is replaced by the card
 
@@ -226,6 +228,19 @@ def test_the_plan_leaves_out_training_state_locks_and_pickles_and_adds_gguf_file
     assert p.card.data.license == "mit" and "gguf" in p.card.data.tags
     assert "llama-cli --hf-repo team/tiny --hf-file tiny-q8_0.gguf" in p.card.text
     assert "ollama run hf.co/team/tiny" in p.card.text
+
+    # a merged model (aura merge): its record of the base and the adapter is uploaded without local paths
+    merged = tmp_path / "merged"
+    proc = run_aura("merge", "--base-model", pipe / "pretrain" / "final", "--adapter", pipe / "lora" / "final",
+                    "--output-dir", merged)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = prepare(PushConfig(model=str(merged), repo_id="team/tiny-merged", base_model="team/tiny-base"))
+    record = json.loads(next(e for e in m.plan.files if e.path_in_repo == "aura_merge.json").content)
+    assert record["base_model"] == "team/tiny-base" and record["adapter"] == "lora/final"
+    assert record["adapter_config"]["base_model_name_or_path"] == "team/tiny-base"
+    for e in m.plan.files:
+        assert str(pipe).encode() not in (e.content if e.content is not None else e.local.read_bytes())
+    assert m.card.data.base_model == "team/tiny-base" and m.card.data.library_name == "transformers"
 
     # GGUF files alone
     only = run_aura_here("push", g, "team/tiny-gguf", "--dry-run")

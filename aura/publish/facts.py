@@ -233,6 +233,8 @@ def base_model(source: Source, override: str = "") -> tuple[str | None, str | No
     named = None
     if source.kind == "adapter" and source.model_dir is not None:
         named = (read_object(source.model_dir / "adapter_config.json") or {}).get("base_model_name_or_path")
+    if not named and source.model_dir is not None:  # a model aura merge wrote
+        named = (read_object(source.model_dir / "aura_merge.json") or {}).get("base_model")
     if not named and source.run_dir is not None:
         named = (read_object(source.run_dir / "model_config.json") or {}).get("base_model")
     return (override or hub_id(named)), short_name(named)

@@ -67,10 +67,10 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 TRAINING_STATE = {"optimizer.pt", "scaler.pt", "trainer_state.json", "rng", "scheduler.pt"}
 _CHECKPOINT = re.compile(r"(checkpoint|interrupt)-(step|epoch)-\d+")
 CARD = "README.md"
-# Fields of files Aura and peft write that name the base model by its local path: uploaded as written, they
-# would publish the trainer's folders, and peft would look for the base in a folder nobody else has.
-BASE_FIELDS = {"adapter_config.json": ("base_model_name_or_path",), "aura_adapter.json": ("base_model",),
-               "aura_merge.json": ("base_model", "adapter")}
+# Files Aura and peft write that name the base model (or the adapter) by its local path: uploaded as written,
+# they would publish the trainer's folders, and peft would look for the base in a folder nobody else has.
+BASE_FILES = ("adapter_config.json", "aura_adapter.json", "aura_merge.json")
+BASE_KEYS = ("base_model_name_or_path", "base_model")
 
 
 @dataclass
@@ -245,28 +245,33 @@ def upload_plan(source: Source) -> UploadPlan:
     return UploadPlan(sorted(files, key=_order), excluded)
 
 
+def _replace_paths(value, *, base: str, short, key: str = ""):
+    """``value`` with every string that names an existing local path replaced (recursively): the base
+    model's fields by ``base`` when there is one, any other by ``short(path)``."""
+    if isinstance(value, dict):
+        return {k: _replace_paths(v, base=base, short=short, key=k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_paths(v, base=base, short=short, key=key) for v in value]
+    if isinstance(value, str) and value and ("/" in value or "\\" in value) and Path(value).expanduser().exists():
+        return base if key in BASE_KEYS and base else short(value)
+    return value
+
+
 def without_local_paths(plan: UploadPlan, *, base: str, short) -> UploadPlan:
-    """The plan with ``BASE_FIELDS`` that hold a local path replaced: the base model's field by ``base`` (its hub
-    name) and any other by ``short(value)`` (a folder's last components)."""
+    """The plan with the files of ``BASE_FILES`` uploaded as copies whose local paths are replaced
+    (``_replace_paths``); the files on disk are not touched."""
     files = []
     for e in plan.files:
-        fields = BASE_FIELDS.get(e.path_in_repo)
         data = None
-        if fields:
+        if e.path_in_repo in BASE_FILES:
             try:
                 data = json.loads(e.local.read_text(encoding="utf-8"))
             except (OSError, ValueError, UnicodeDecodeError):
                 data = None
-        if isinstance(data, dict):
-            changed = False
-            for k in fields:
-                v = data.get(k)
-                if isinstance(v, str) and v and Path(v).expanduser().exists():
-                    new = base if k in ("base_model_name_or_path", "base_model") and base else short(v)
-                    changed |= new != v
-                    data[k] = new
-            if changed:
-                content = (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        if data is not None:
+            new = _replace_paths(data, base=base, short=short)
+            if new != data:
+                content = (json.dumps(new, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
                 e = Entry(e.local, e.path_in_repo, len(content), content)
         files.append(e)
     return UploadPlan(files, plan.excluded)
