@@ -64,6 +64,10 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         "aura.export.gguf", "GGUFConfig", "export_gguf",
         "Exporta a GGUF para llama.cpp y Ollama, verificado en llama.cpp.",
         "Export to GGUF for llama.cpp and Ollama, verified in llama.cpp."),
+    ("push",): Command(
+        "aura.publish.command", "PushConfig", "push",
+        "Publica un modelo, un adaptador o archivos GGUF en el hub de Hugging Face con su tarjeta.",
+        "Publish a model, an adapter or GGUF files on the Hugging Face Hub with their model card."),
     ("launch",): Command(
         "aura.cluster.launch", "LaunchConfig", "launch",
         "Lanza torchrun con NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT y GPUS_PER_NODE.",

@@ -334,3 +334,13 @@ def write(out: Path, pipeline, state) -> dict[str, Any]:
     atomic_write_text(Path(out) / MD, render_md(data))
     atomic_write_text(Path(out) / HTML, render_html(data))
     return data
+
+
+def read_report(out: Path) -> dict[str, Any] | None:
+    """``DIR/report.json`` as ``write`` left it, or None when the folder has none or it cannot be read
+    (a report is rewritten after every stage; readers such as ``aura push`` take what is there)."""
+    try:
+        data = json.loads((Path(out) / JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("stages"), list) else None
