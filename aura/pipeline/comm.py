@@ -24,6 +24,7 @@ from aura.core import console
 from aura.core.commands import COMMANDS
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
+from aura.pipeline.report import comm_flags_text as flags_text
 from aura.pipeline.spec import Stage
 
 M = Messages("pipeline.comm", {
@@ -40,7 +41,6 @@ M = Messages("pipeline.comm", {
              "[{i}/{n}] {stage}: resuming with the communication it started with: {flags}."),
     "one_process": ("[{i}/{n}] {stage}: comm: auto: un solo proceso, no hay comunicación que medir.",
                     "[{i}/{n}] {stage}: comm: auto: a single process, no communication to measure."),
-    "plain": ("DDP normal", "plain DDP"),
     "failed": ("{stage}: la medida del enlace (aura launch check-dist) terminó con el código {code}; revisa lo "
                "que dice arriba y repite el mismo comando en cada nodo.",
                "{stage}: the link measurement (aura launch check-dist) exited with code {code}; see what it says "
@@ -54,13 +54,6 @@ M = Messages("pipeline.comm", {
 })
 
 DEFAULT_STEP_S = 1.0  # check-dist's --step-seconds default
-
-
-def flags_text(flags: dict[str, Any]) -> str:
-    if flags.get("local_steps"):
-        return f"--local-steps {flags['local_steps']}"
-    mode = flags.get("ddp_comm") or "none"
-    return M("plain") if mode == "none" else f"--ddp-comm {mode}"
 
 
 def preset_and_step(stage: Stage, info=None) -> tuple[str, float, bool]:

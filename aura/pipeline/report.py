@@ -20,6 +20,7 @@ from aura.core.console import format_duration
 from aura.core.i18n import Messages, current_lang, num
 
 M = Messages("pipeline.report", {
+    "plain_ddp": ("DDP normal", "plain DDP"),
     "title": ("Informe del pipeline '{name}'", "Pipeline report '{name}'"),
     "intro": ("Carpeta: {path}. Aura {version}. Actualizado: {updated}. Precio: {price}.",
               "Folder: {path}. Aura {version}. Updated: {updated}. Price: {price}."),
@@ -57,6 +58,13 @@ M = Messages("pipeline.report", {
 
 MD, HTML, JSON = "report.md", "report.html", "report.json"
 
+
+def comm_flags_text(flags: dict[str, Any]) -> str:
+    """The communication flags `comm: auto` applied, as typed (`--local-steps 8`, `--ddp-comm powersgd`)."""
+    if flags.get("local_steps"):
+        return f"--local-steps {flags['local_steps']}"
+    mode = flags.get("ddp_comm") or "none"
+    return M("plain_ddp") if mode == "none" else f"--ddp-comm {mode}"
 
 def _float(cell: str | None) -> float | None:
     try:
@@ -150,10 +158,8 @@ def _notes_text(s: dict[str, Any]) -> str:
         parts.append(M("n_skipped", reason=s["reason"]))
     comm = s.get("comm")
     if comm:
-        from aura.pipeline.comm import flags_text
-
         parts.append(M("n_comm", lat=comm.get("latency_ms") or 0.0, gbit=comm.get("gbit") or 0.0,
-                       advice=comm.get("advice") or "", flags=flags_text(comm.get("flags") or {})))
+                       advice=comm.get("advice") or "", flags=comm_flags_text(comm.get("flags") or {})))
     if s.get("made_by") is not None:
         parts.append(M("n_made_by", node=s["made_by"]))
     return "; ".join(parts)
