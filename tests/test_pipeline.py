@@ -373,15 +373,22 @@ def test_a_launch_block_runs_the_training_stage_under_torchrun(tmp_path):
     assert pre["device_hours"] == pytest.approx(stage["seconds"] * 2 / 3600)
 
 
-@pytest.mark.slow
-def test_demo_cpu_end_to_end(tmp_path):
-    """The shipped demo, as `bash scripts/demo.sh` runs it (its budgets shortened: the chain is the test)."""
-    out = tmp_path / "demo"
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    """The shipped demo, as `bash scripts/demo.sh` runs it in Spanish (its budgets shortened: the chain is the
+    test), once for the tests that read it."""
+    out = tmp_path_factory.mktemp("demo") / "demo"
     sets = ["--set", "pretrain.time_budget=0.003", "--set", "sft.time_budget=0.002",
             "--set", "dpo.time_budget=0.001", "--set", "grpo.time_budget=0.001", "--set", "eval-base.limit=2",
             "--set", "eval-sft.limit=2", "--set", "eval-dpo.limit=2", "--set", "eval-grpo.limit=2"]
-    proc = run_aura("pipeline", "run", "demo-cpu", "--output-dir", out, *sets, timeout=900)
+    proc = run_aura("pipeline", "run", "demo-cpu", "--output-dir", out, *sets, timeout=900, env={"AURA_LANG": "es"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_demo_cpu_end_to_end(demo):
+    out = demo
     state = _state(out)
     assert all(state["stages"][n]["status"] in ("finished", "skipped") for n in state["order"])
     assert state["stages"]["gguf"]["status"] == ("finished" if _has("llama_cpp") else "skipped")
@@ -389,6 +396,69 @@ def test_demo_cpu_end_to_end(tmp_path):
     assert (out / "grpo" / "final").is_dir()
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert [m["stage"] for m in report["models"]] == ["pretrain", "sft", "dpo", "grpo"]
+    assert all(len(m["answers"]) == 4 for m in report["models"])  # the same prompts, every model stage
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "| pregunta | pretrain | sft | dpo | grpo |" in md  # written in Spanish
+    if _has("llama_cpp"):  # the GGUF with its size and llama.cpp's agreement, as the export measured them
+        gguf = next(s for s in report["stages"] if s["name"] == "gguf")["files"]
+        record = json.loads((out / "gguf" / "model-f16.verify.json").read_text(encoding="utf-8"))
+        assert [f["name"] for f in gguf] == ["model-f16.gguf"]
+        assert gguf[0]["bytes"] == (out / "gguf" / "model-f16.gguf").stat().st_size
+        assert gguf[0]["verify"]["top1"] == record["top1"] and gguf[0]["verify"]["agreeing"] == record["agreeing"]
+        assert "| gguf/model-f16.gguf |" in md and f"{record['agreeing']}/{record['generated']}" in md
+
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_report_html_renders_in_chromium_with_nothing_fetched(request, tmp_path):
+    """The demo's report.html from a file:// URL in the Chromium of the Studio tests: its tables and loss
+    curves render, every request it makes is the file itself (no network), and screenshots are written
+    (AURA_REPORT_SCREENSHOTS=docs/pipelines: the docs' images; AURA_DEMO_DIR=runs/demo-cpu: the folder of
+    a whole `bash scripts/demo.sh` run under AURA_LANG=es instead of the shortened one)."""
+    demo = Path(os.environ["AURA_DEMO_DIR"]) if os.environ.get("AURA_DEMO_DIR") else request.getfixturevalue("demo")
+    from tests.evidence import importorskip, require_or_skip
+
+    if not (CHROMIUM and DRIVER):
+        require_or_skip("browser", "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    webdriver = importorskip("selenium.webdriver", "browser")
+    from selenium.webdriver.common.by import By
+
+    shots = Path(os.environ.get("AURA_REPORT_SCREENSHOTS") or tmp_path / "shots")
+    shots.mkdir(parents=True, exist_ok=True)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900", "--lang=es-ES"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=DRIVER), options=opts)
+    url = (demo / "report.html").as_uri()
+    try:
+        driver.get(url)
+        assert driver.find_element(By.TAG_NAME, "h1").text == "Informe del pipeline 'demo-cpu'"
+        heads = [h.text for h in driver.find_elements(By.TAG_NAME, "h2")]
+        assert heads[:3] == ["Etapas", "Modelos lado a lado", heads[2]] and heads[2].startswith("Las mismas preguntas")
+        tables = driver.find_elements(By.TAG_NAME, "table")
+        assert len(tables) >= 3 and all(t.size["height"] > 40 and t.size["width"] > 200 for t in tables)
+        answers = tables[2]
+        assert [th.text for th in answers.find_elements(By.TAG_NAME, "th")] == ["pregunta", "pretrain", "sft", "dpo", "grpo"]
+        assert len(answers.find_elements(By.TAG_NAME, "tr")) == 1 + 4
+        curves = driver.find_elements(By.CSS_SELECTOR, "svg polyline")
+        assert len(curves) == 4  # pretrain, sft, dpo, grpo: each with its points, drawn with a size
+        assert all(len(c.get_attribute("points").split()) >= 2 and c.size["width"] > 50 for c in curves)
+        requests = [json.loads(e["message"])["message"] for e in driver.get_log("performance")]
+        urls = {m["params"]["request"]["url"] for m in requests if m["method"] == "Network.requestWillBeSent"}
+        assert urls == {url}, urls  # the page itself and nothing else: self-contained
+        driver.execute_script("document.body.style.zoom='0.8'")
+        driver.save_screenshot(str(shots / "report-etapas.png"))
+        answers.screenshot(str(shots / "report-respuestas.png"))
+        driver.execute_script("arguments[0].scrollIntoView()", driver.find_elements(By.TAG_NAME, "h3")[0])
+        driver.save_screenshot(str(shots / "report-curvas.png"))
+    finally:
+        driver.quit()
+    assert all((shots / f"report-{n}.png").stat().st_size > 5000 for n in ("etapas", "respuestas", "curvas"))
 
 
 def _has(module: str) -> bool:

@@ -41,7 +41,7 @@ M = Messages("evalreport", {
     "m_bits_per_byte": ("bits por byte", "bits_per_byte"),
     "answers": ("Respuestas voraces de {model} ({n:token|tokens} como mucho)",
                 "Greedy answers of {model} (at most {n:token|tokens})"),
-    "h_prompt": ("prompt", "prompt"),
+    "h_prompt": ("pregunta", "prompt"),
     "h_answer": ("respuesta", "answer"),
     "written": ("Resultados en {path}.", "Results written to {path}."),
     "not_written": ("No se pudo escribir {path} ({error}); usa --output para elegir otro archivo.",
@@ -171,8 +171,10 @@ def evaluate_tasks(cfg) -> list[dict]:
         if prompts:
             from aura.evaluation.answers import answer_prompts, shown
 
+            t_answers = time.perf_counter()
             report["answers"] = answer_prompts(model, tok, prompts, max_new_tokens=cfg.max_new_tokens)
-            report["prompts"] = {"file": cfg.prompts, "max_new_tokens": cfg.max_new_tokens, "decoding": "greedy"}
+            report["prompts"] = {"file": cfg.prompts, "max_new_tokens": cfg.max_new_tokens, "decoding": "greedy",
+                                 "seconds": time.perf_counter() - t_answers}
             console.table(M("answers", model=name, n=cfg.max_new_tokens), [M("h_prompt"), M("h_answer")],
                           [[shown(a["prompt"]), shown(a["answer"])] for a in report["answers"]])
         report["seconds"] = time.perf_counter() - t0

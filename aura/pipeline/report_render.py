@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 from aura.core.atomic import human_bytes
@@ -32,7 +33,7 @@ M = Messages("pipeline.report", {
     "not_verified": ("sin verificar", "not verified"),
     "answers": ("Las mismas preguntas a cada modelo (respuestas voraces, como mucho {n:token|tokens})",
                 "The same prompts to each model (greedy answers, at most {n:token|tokens})"),
-    "h_prompt": ("prompt", "prompt"),
+    "h_prompt": ("pregunta", "prompt"),
     "total": ("en total", "total"),
     "s_finished": ("terminada", "finished"), "s_running": ("en curso o cortada", "running or cut off"),
     "s_interrupted": ("interrumpida", "interrupted"), "s_failed": ("fallida", "failed"),
@@ -176,20 +177,24 @@ def _svg(curve: list[tuple[int, float]]) -> str:
             f'<text x="{pad}" y="{h - 8}" font-size="11">{html.escape(_n(y0, ".3f"))} · {x0}–{x1}</text></svg>')
 
 
+_NUMERIC = re.compile(r"[\d\s.,:%/()+\-–\u202fe]*")  # a figure (right-aligned); any other cell is text
+
+
 def render_html(data: dict[str, Any]) -> str:
     e = html.escape
     parts = [f"<!doctype html><html lang=\"{current_lang()}\"><head><meta charset=\"utf-8\">",
              f"<title>{e(M('title', name=data['pipeline']))}</title><style>"
              "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;"
              "margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}td:first-child,"
-             "th:first-child{text-align:left}pre{background:#f4f4f4;padding:1em;overflow-x:auto}"
+             "th:first-child{text-align:left}th{overflow-wrap:anywhere}td.t{text-align:left;max-width:24em}pre{background:#f4f4f4;padding:1em;overflow-x:auto}"
              "</style></head><body>",
              f"<h1>{e(M('title', name=data['pipeline']))}</h1>",
              f"<p>{e(M('intro', path=data['out'], version=data['aura_version'], updated=data['updated'], price=_price(data)))}</p>",
              f"<p>{e(M('environment', **data['environment']))}</p>"]
     for title, heads, rows in _tables(data):
         parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in heads) + "</tr>")
-        parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows]
+        parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" if _NUMERIC.fullmatch(c) else f'<td class="t">{e(c)}</td>'
+                          for c in r) + "</tr>" for r in rows]
         parts.append("</table>")
     if not data["models"]:
         parts.append(f"<p>{e(M('no_models'))}</p>")
