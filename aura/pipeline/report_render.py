@@ -28,7 +28,7 @@ M = Messages("pipeline.report", {
     "h_loss": ("pérdida final", "final loss"), "h_val": ("pérdida val.", "val loss"),
     "h_model": ("modelo (etapa)", "model (stage)"), "h_bpb": ("bits/byte (val.)", "bits/byte (val)"),
     "h_file": ("archivo", "file"), "h_size": ("tamaño", "size"),
-    "h_top1": ("top-1 igual a PyTorch", "top-1 equal to PyTorch"), "h_diff": ("max |dif. logits|", "max |logit diff|"),
+    "h_top1": ("top-1 igual a PyTorch", "top-1 equal to PyTorch"), "h_diff": ("máx. dif. de logits", "max logit diff"),
     "h_gen": ("generación voraz igual", "greedy generation equal"),
     "not_verified": ("sin verificar", "not verified"),
     "answers": ("Las mismas preguntas a cada modelo (respuestas voraces, como mucho {n:token|tokens})",
@@ -149,7 +149,8 @@ def render_md(data: dict[str, Any]) -> str:
              M("intro", path=data["out"], version=data["aura_version"], updated=data["updated"], price=_price(data)),
              "", M("environment", **data["environment"]), ""]
     for title, heads, rows in _tables(data):
-        lines += [f"## {title}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+        lines += [f"## {title}", "", "| " + " | ".join(h.replace("|", "\\|") for h in heads) + " |",
+                  "|" + "---|" * len(heads)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
         lines.append("")
     if not data["models"]:
@@ -177,7 +178,7 @@ def _svg(curve: list[tuple[int, float]]) -> str:
             f'<text x="{pad}" y="{h - 8}" font-size="11">{html.escape(_n(y0, ".3f"))} · {x0}–{x1}</text></svg>')
 
 
-_NUMERIC = re.compile(r"[\d\s.,:%/()+\-–\u202fe]*")  # a figure (right-aligned); any other cell is text
+_NUMERIC = re.compile(r"–|(?=.*\d)[\d\s.,:%/()+\-\u202fe]+")  # a figure (right-aligned); other cells are text
 
 
 def render_html(data: dict[str, Any]) -> str:
@@ -186,13 +187,15 @@ def render_html(data: dict[str, Any]) -> str:
              f"<title>{e(M('title', name=data['pipeline']))}</title><style>"
              "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;"
              "margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}td:first-child,"
-             "th:first-child{text-align:left}th{overflow-wrap:anywhere}td.t{text-align:left;max-width:24em}pre{background:#f4f4f4;padding:1em;overflow-x:auto}"
+             "th:first-child{text-align:left}td.t{text-align:left;max-width:24em}pre{background:#f4f4f4;padding:1em;overflow-x:auto}"
              "</style></head><body>",
              f"<h1>{e(M('title', name=data['pipeline']))}</h1>",
              f"<p>{e(M('intro', path=data['out'], version=data['aura_version'], updated=data['updated'], price=_price(data)))}</p>",
              f"<p>{e(M('environment', **data['environment']))}</p>"]
     for title, heads, rows in _tables(data):
-        parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in heads) + "</tr>")
+        # a long task name may break after its "/" (aura_es_lectura/<wbr>acc), nowhere else
+        parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(
+            f"<th>{e(h).replace('/', '/<wbr>') if len(h) > 12 else e(h)}</th>" for h in heads) + "</tr>")
         parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" if _NUMERIC.fullmatch(c) else f'<td class="t">{e(c)}</td>'
                           for c in r) + "</tr>" for r in rows]
         parts.append("</table>")
