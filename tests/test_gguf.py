@@ -216,7 +216,7 @@ def test_one_modelfile_per_gguf_with_the_runs_system_message_and_name(tmp_path):
         assert 'PARAMETER stop "<|im_end|>"' in text and "<|im_start|>{{ .Role }}" in text
         assert f"ollama create chat_es:{quant} -f model-{quant}.Modelfile" in text
     es = run_aura_here("export", "gguf", "--model", model, "--output-dir", out_dir, "--quant", "f16", "--no-verify",
-                       "--force", "--name", "Mi Modelo", env={"AURA_LANG": "es"})
+                       "--overwrite", "--name", "Mi Modelo", env={"AURA_LANG": "es"})
     assert es.returncode == 0 and "ollama create mi-modelo:f16 -f model-f16.Modelfile" in es.stdout, es.stdout
     # a template without a default system message gets no SYSTEM line
     plain = build_llama(tmp_path / "plain", train_tokenizer(tmp_path / "tok2", vocab_size=400), hidden=32, layers=1)
@@ -252,7 +252,7 @@ def test_verification_figures_are_written_beside_the_gguf_and_never_outlive_it(z
     assert record["generated"] == 12 and 0 <= record["agreeing"] <= 12
     assert record["tolerance"] == {"rel_diff": 0.02, "top1": 0.95}
 
-    r = run_aura("export", "gguf", "--model", zoo["llama"], "--outfile", out, "--no-verify", "--force")
+    r = run_aura("export", "gguf", "--model", zoo["llama"], "--outfile", out, "--no-verify", "--overwrite")
     assert r.returncode == 0, r.stderr
     assert not (tmp_path / "llama-f16.verify.json").exists()  # an unverified file shows no old figures
 
@@ -260,6 +260,6 @@ def test_verification_figures_are_written_beside_the_gguf_and_never_outlive_it(z
     theirs.mkdir()
     (theirs / "model-f16.verify.json").write_text('{"mine": 1}\n', encoding="utf-8")
     r = run_aura_here("export", "gguf", "--model", zoo["llama"], "--output-dir", theirs)
-    assert r.returncode == 2 and "model-f16.verify.json" in r.stderr and "--force" in r.stderr
+    assert r.returncode == 2 and "model-f16.verify.json" in r.stderr and "--overwrite" in r.stderr
     assert (theirs / "model-f16.verify.json").read_text(encoding="utf-8") == '{"mine": 1}\n'
     assert not list(theirs.glob("*.gguf"))

@@ -38,6 +38,11 @@ M = Messages("evaluate", {
     "adapter_one": ("--adapter se aplica a un solo --model (recibidos {n}).",
                     "--adapter applies to a single --model (got {n})."),
     "bad_value": ("{field} debe ser {expected} (recibido {value}).", "{field} must be {expected} (got {value})."),
+    "no_effect": ("{flag} solo se aplica con {needs}, que no se dio: no tendría ningún efecto. Quita {flag} o "
+                  "añade {needs}.",
+                  "{flag} only applies with {needs}, which was not given: it would have no effect. Drop {flag} "
+                  "or add {needs}."),
+    "suite_or_tasks": ("--suite o --tasks", "--suite or --tasks"),
     "no_data": ("No existe {path}.", "{path} does not exist."),
     "no_text": ("{path} no contiene archivos .txt.", "{path} contains no .txt files."),
     "not_utf8": ("{path} no está en UTF-8: el byte {offset} no es válido.",
@@ -120,6 +125,17 @@ class EvalConfig:
             raise AuraError(M("need_data"))
         if self.suite and self.suite != "aura-es":
             raise AuraError(M("bad_suite", suite=self.suite))
+        for flag, given, applies, needs in (
+                ("--include-path", bool(self.include_path), bool(self.tasks), "--tasks"),
+                ("--trust-task-code", self.trust_task_code, bool(self.tasks), "--tasks"),
+                ("--limit", self.limit != 0, bool(self.suite or self.tasks), M("suite_or_tasks")),
+                ("--split", self.split != "val", bool(self.data), "--data"),
+                ("--seq-len", self.seq_len != 0, bool(self.data), "--data"),
+                ("--stride", self.stride != 0, bool(self.data), "--data"),
+                ("--max-tokens", self.max_tokens != 0, bool(self.data), "--data"),
+                ("--max-new-tokens", self.max_new_tokens != 48, bool(self.prompts), "--prompts")):
+            if given and not applies:  # a flag the others make pointless is refused, never ignored silently
+                raise AuraError(M("no_effect", flag=flag, needs=needs))
         if self.adapter and len(self.models) != 1:
             raise AuraError(M("adapter_one", n=len(self.models)))
         for field, value, ok, expected in (("--seq-len", self.seq_len, self.seq_len >= 0, "≥ 0"),

@@ -30,11 +30,32 @@ M = Messages("pipeline.command", {
     "h_stage": ("etapa", "stage"), "h_command": ("comando", "command"), "h_auto": ("auto elige", "auto picks"),
     "h_budget": ("duración pedida", "length asked"), "h_tps": ("tokens/paso", "tokens/step"),
     "h_steps": ("pasos", "steps"), "h_tokens": ("tokens previstos", "planned tokens"), "h_estimate": ("estimación", "estimate"),
-    "plan_total": ("Tiempo estimado de las etapas de entrenamiento: {time}; coste: {cost}. (Presupuesto de "
-                   "tiempo con WSD, o 6·N FLOPs por token al 40 % del pico del dispositivo.)",
-                   "Estimated time of the training stages: {time}; cost: {cost}. (The time budget with WSD, or "
-                   "6·N FLOPs per token at 40 % of the device's peak.)"),
+    "h_hours": ("horas asignadas", "hours allotted"),
+    "no_estimate": ("sin estimación", "no estimate"),
+    "plan_total": ("Tiempo estimado de las etapas con estimación: {time}; coste: {cost}.",
+                   "Estimated time of the stages with an estimate: {time}; cost: {cost}."),
+    "plan_basis": ("Supuestos: el presupuesto de tiempo cuando WSD termina la etapa en él; si no, los tokens "
+                   "previstos por los FLOPs por token (6·N; LoRA 4·N; DPO 8·N; GRPO 8·N más 2·N por token "
+                   "muestreado al {gen} %) al {mfu} % del pico del dispositivo, lo que acabe antes; "
+                   "{cpt:carácter|caracteres} por token en los datos de ajuste fino; curación, tokenizador y datos: "
+                   "ritmos medidos por proceso (bench/bench_data_rates.py) cuando el tamaño de su entrada se "
+                   "conoce ya.",
+                   "Assumptions: the time budget when WSD ends the stage on it; else the planned tokens times "
+                   "the FLOPs per token (6·N; LoRA 4·N; DPO 8·N; GRPO 8·N plus 2·N per sampled token at {gen} %) "
+                   "at {mfu} % of the device's peak, whichever ends first; {cpt:character|characters} per token in "
+                   "fine-tuning data; curation, tokenizer and data: rates measured per process "
+                   "(bench/bench_data_rates.py) when their input's size is known now."),
+    "hours_split": ("Reparto de {total} h: {parts}; margen {spare} h.",
+                    "Split of {total} h: {parts}; {spare} h spare."),
+    "hours_over": ("La etapa {stage} tiene {hours} h asignadas, pero su estimación es {est}.",
+                   "Stage {stage} is allotted {hours} h, but its estimate is {est}."),
     "no_cost": ("sin --price-per-hour", "no --price-per-hour"),
+    "plan_one_node": ("Con {n:nodo|nodos} (NNODES): en varios nodos, exporta en cada uno NNODES, NODE_RANK, "
+                      "MASTER_ADDR, MASTER_PORT y GPUS_PER_NODE (los de aura launch) y ejecuta el mismo aura "
+                      "pipeline run.",
+                      "On {n:node|nodes} (NNODES): on several nodes, export NNODES, NODE_RANK, MASTER_ADDR, "
+                      "MASTER_PORT and GPUS_PER_NODE (aura launch's) on each one and run the same aura pipeline "
+                      "run."),
 })
 
 
@@ -146,29 +167,70 @@ def _budget(c) -> str:
     return ", ".join(parts) or "–"
 
 
+def plan_pipeline(pipeline, info) -> dict:
+    """Each stage's plan (``aura.pipeline.plan.StagePlan``) by name, in order."""
+    from aura.pipeline.plan import plan_stage
+
+    plans: dict = {}
+    for s in pipeline.stages:
+        plans[s.name] = plan_stage(s.key, s.cfg, info, earlier=dict(plans), refs=s.refs, launch=s.launch)
+    return plans
+
+
+def _duration(seconds: float) -> str:
+    return console.format_duration(seconds) if seconds >= 60 else f"{num(max(seconds, 1), '.0f')} s"
+
+
+def _hours(h: float) -> str:
+    return num(h, ".3g")
+
+
 def pipeline_plan(cfg: PipelinePlanConfig) -> int:
     from aura.models.hardware import assumed_hardware, detect
-    from aura.pipeline import spec
-    from aura.pipeline.plan import plan_stage
+    from aura.pipeline import comm, nodes, spec
+    from aura.pipeline.plan import ASSUMED_MFU, CHARS_PER_TOKEN, GENERATION_MFU
     from aura.pipeline.runner import equivalent_command
 
     pipeline = spec.resolve(spec.load(cfg.pipeline, overrides=cfg.set), Path(cfg.output_dir).expanduser().absolute())
     info = assumed_hardware(cfg.assume) if cfg.assume else detect()
     hw = f"{info.name} ({info.count} × {num(info.memory_bytes / 1024 ** 3, '.0f')} GiB)"
     print(M("plan_title", name=pipeline.path.stem, hw=hw))
+    plans = plan_pipeline(pipeline, info)
     rows, total = [], 0.0
     for s in pipeline.stages:
-        p = plan_stage(s.key, s.cfg, info)
+        p = plans[s.name]
         total += p.seconds or 0.0
+        allotted = pipeline.hours.get(s.name)
         rows.append([s.name, _budget(s.cfg), p.auto or "–", num(p.tokens_per_step, ",") if p.tokens_per_step else "–",
                      num(p.steps, ",") if p.steps else "–", num(p.tokens, ",") if p.tokens else "–",
-                     console.format_duration(p.seconds) if p.seconds else "–"])
+                     _duration(p.seconds) if p.seconds else M("no_estimate"),
+                     _hours(allotted) if allotted is not None else "–"])
         print(f"  {s.name}: {equivalent_command(s, launched=True)}")
-    console.table("", [M("h_stage"), M("h_budget"), M("h_auto"), M("h_tps"), M("h_steps"), M("h_tokens"),
-                       M("h_estimate")], rows)
+        if s.comm is not None:
+            print(comm.plan_line(s, info))
+    lay = nodes.layout(pipeline)
+    if lay.multi:
+        print(nodes.describe(lay))
+    elif any(s.launch is not None for s in pipeline.stages):
+        print(M("plan_one_node", n=lay.nnodes))
+    headers = [M("h_stage"), M("h_budget"), M("h_auto"), M("h_tps"), M("h_steps"), M("h_tokens"), M("h_estimate"),
+               M("h_hours")]
+    if not pipeline.hours:
+        headers, rows = headers[:-1], [r[:-1] for r in rows]
+    console.table("", headers, rows)
     cost = (num(total / 3600 * info.count * cfg.price_per_hour, ".2f") + " €") if cfg.price_per_hour is not None \
         else M("no_cost")
     print(M("plan_total", time=console.format_duration(total), cost=cost))
+    print(M("plan_basis", mfu=round(ASSUMED_MFU * 100), gen=round(GENERATION_MFU * 100), cpt=round(CHARS_PER_TOKEN)))
+    if pipeline.hours:
+        parts = [f"{name} {_hours(h)} h" for name, h in pipeline.hours.items() if name != "total"]
+        assigned = sum(h for name, h in pipeline.hours.items() if name != "total")
+        whole = pipeline.hours.get("total", assigned)
+        print(M("hours_split", total=_hours(whole), parts=", ".join(parts), spare=_hours(whole - assigned)))
+        for name, h in pipeline.hours.items():
+            est = plans[name].seconds if name in plans else None
+            if est is not None and est > h * 3600 * 1.001:
+                console.warn(M("hours_over", stage=name, hours=_hours(h), est=console.format_duration(est)))
     console.success(M("plan_valid", n=len(pipeline.stages)))
     return 0
 

@@ -169,6 +169,7 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
                "cost": dev_h * price if (dev_h is not None and price is not None) else None,
                "training": {k: v for k, v in (train or {}).items() if k != "curve"} if train else None,
                "curve": (train or {}).get("curve", []), "reason": rec.get("reason"),
+               "comm": rec.get("comm"), "made_by": rec.get("made_by"),
                "notes": stage_notes(d) if d.is_dir() else {},
                "files": gguf_files(d) if d.is_dir() else []}
         stages.append(row)

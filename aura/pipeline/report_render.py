@@ -38,6 +38,10 @@ M = Messages("pipeline.report", {
     "s_finished": ("terminada", "finished"), "s_running": ("en curso o cortada", "running or cut off"),
     "s_interrupted": ("interrumpida", "interrupted"), "s_failed": ("fallida", "failed"),
     "s_skipped": ("saltada", "skipped"), "s_pending": ("pendiente", "pending"),
+    "s_elsewhere": ("en el nodo 0", "on node 0"),
+    "n_comm": ("enlace medido: latencia {lat:.3f} ms, {gbit:.2f} Gbit/s; {advice} Aplicado: {flags}",
+               "link measured: latency {lat:.3f} ms, {gbit:.2f} Gbit/s; {advice} Applied: {flags}"),
+    "n_made_by": ("hecha por el nodo {node} en la carpeta compartida", "made by node {node} in the shared folder"),
     "no_models": ("Aún no hay evaluaciones.", "No evaluations yet."),
     "h_notes": ("notas", "notes"),
     "n_fertility": ("vocabulario {vocab}, fertilidad {fert:.3f} tokens/palabra",
@@ -60,6 +64,14 @@ def _notes_text(s: dict[str, Any]) -> str:
                        train=n["train_tokens"], val=n.get("val_tokens") or 0))
     if s["status"] == "skipped" and s.get("reason"):
         parts.append(M("n_skipped", reason=s["reason"]))
+    comm = s.get("comm")
+    if comm:
+        from aura.pipeline.comm import flags_text
+
+        parts.append(M("n_comm", lat=comm.get("latency_ms") or 0.0, gbit=comm.get("gbit") or 0.0,
+                       advice=comm.get("advice") or "", flags=flags_text(comm.get("flags") or {})))
+    if s.get("made_by") is not None:
+        parts.append(M("n_made_by", node=s["made_by"]))
     return "; ".join(parts)
 
 

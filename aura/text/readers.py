@@ -17,14 +17,12 @@ from typing import Iterator
 from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.files import loads_json
+from aura.text.fields import other_fields, record_text
+from aura.text.hf import hf_disk_records, hf_hub_records
 from aura.text.records import MAX_RECORD_BYTES, blocks as _blocks, json_array, size as _size
 from aura.text.sources import BLOCK_BYTES, M, Source, open_binary
 
-
-
-
-
-
+Record = tuple[str, "dict | None"]  # (raw text, the record's other fields when kept, else None)
 
 @dataclass(frozen=True)
 class ReaderOptions:
@@ -36,6 +34,8 @@ class ReaderOptions:
     hf_config: str | None = None
     split: str = "train"
     max_record_bytes: int = MAX_RECORD_BYTES
+    keep_fields: bool = False    # yield each record's other fields (id, url...) beside its text
+    task: tuple[int, int] = (0, 1)  # (index, count): this reader's share of a streamed dataset
 
     def __post_init__(self):
         if self.max_record_bytes < 1:
@@ -132,6 +132,7 @@ def read_whole(source: Source, opts: ReaderOptions, stats: Counter) -> str:
 
 
 def _txt(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+    """Documents of a text file (no fields: the hot path of ``aura data prepare`` yields bare strings)."""
     if opts.doc_sep == "file":
         yield read_whole(source, opts, stats)
     elif opts.doc_sep == "blankline":
@@ -149,41 +150,15 @@ def _txt(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
             yield from filter(str.strip, text.splitlines())  # a blank line separates, it is no document
 
 
-def _get_field(record, name: str):
-    """record['a.b'] also looks into nested objects (``--text-field meta.text``)."""
-    if isinstance(record, dict) and name in record:
-        return record[name]
-    cur = record
-    for part in name.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            raise KeyError(name)
-        cur = cur[part]
-    return cur
+def _txt_records(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[Record]:
+    return ((text, None) for text in _txt(source, opts, stats))
 
 
-def _record_text(record, *, source: Source, opts: ReaderOptions, stats: Counter, where: int) -> str | None:
-    try:
-        value = _get_field(record, opts.text_field)
-    except KeyError:
-        if opts.skip_bad_records:
-            stats["bad_records"] += 1
-            return None
-        found = ", ".join(map(str, record.keys())) if isinstance(record, dict) else type(record).__name__
-        raise AuraError(M("missing_field", path=source.path, line=where, field=opts.text_field,
-                          found=found or "-")) from None
-    if value is None:
-        stats["bad_records"] += 1
-        return None
-    if not isinstance(value, str):
-        if opts.skip_bad_records:
-            stats["bad_records"] += 1
-            return None
-        raise AuraError(M("not_text", path=source.path, line=where, field=opts.text_field,
-                          kind=type(value).__name__))
-    return value
+def _fields(record, opts: ReaderOptions) -> dict | None:
+    return other_fields(record, opts.text_field) if opts.keep_fields else None
 
 
-def _jsonl(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+def _jsonl(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[Record]:
     loads = loads_json  # nesting too deep is a ValueError too
     for n, ln in iter_lines(source, opts, stats):
         if not ln.strip():
@@ -195,12 +170,12 @@ def _jsonl(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]
                 stats["bad_records"] += 1
                 continue
             raise AuraError(M("bad_json", path=source.path, line=n, err=e)) from None
-        text = _record_text(record, source=source, opts=opts, stats=stats, where=n)
+        text = record_text(record, source=source, opts=opts, stats=stats, where=n)
         if text is not None:
-            yield text
+            yield text, _fields(record, opts)
 
 
-def _json(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+def _json(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[Record]:
     first = next((text.lstrip()[:1] for _, text in iter_text_blocks(source, opts, stats) if text.strip()), "")
     if first == "[":  # a list of records: streamed element by element
         records = json_array((text for _, text in iter_text_blocks(source, opts, stats)),
@@ -216,12 +191,12 @@ def _json(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
             raise AuraError(M("bad_json_file", path=source.path, err=e)) from None
         records = enumerate([data], 1)
     for i, record in records:
-        text = _record_text(record, source=source, opts=opts, stats=stats, where=i)
+        text = record_text(record, source=source, opts=opts, stats=stats, where=i)
         if text is not None:
-            yield text
+            yield text, _fields(record, opts)
 
 
-def _csv(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+def _csv(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[Record]:
     csv.field_size_limit(min(opts.max_record_bytes, sys.maxsize))
     lines = (ln for _, text in iter_text_blocks(source, opts, stats) for ln in text.splitlines(True))
     reader = csv.reader(lines, dialect="excel-tab" if source.fmt == "tsv" else "excel")
@@ -253,10 +228,10 @@ def _csv(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
             if row:
                 stats["bad_records"] += 1
             continue
-        yield row[col]
+        yield row[col], (_fields(dict(zip(header, row)), opts) if opts.keep_fields else None)
 
 
-def _parquet(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
+def _parquet(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[Record]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -272,75 +247,37 @@ def _parquet(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[st
     if opts.text_field not in names:
         raise AuraError(M("missing_column", path=source.path, field=opts.text_field, found=", ".join(names)))
     total = max(pf.metadata.num_rows, 1)
-    for batch in pf.iter_batches(columns=[opts.text_field], batch_size=4096):
-        for value in batch.column(0).to_pylist():
+    columns = None if opts.keep_fields else [opts.text_field]  # the other columns only when kept
+    for batch in pf.iter_batches(columns=columns, batch_size=4096):
+        texts = batch.column(names.index(opts.text_field) if opts.keep_fields else 0).to_pylist()
+        rows = batch.to_pylist() if opts.keep_fields else None
+        for i, value in enumerate(texts):
             if isinstance(value, str):
-                yield value
+                yield value, (_fields(rows[i], opts) if rows is not None else None)
             else:
                 stats["bad_records"] += 1
         source.position += int(source.bytes * batch.num_rows / total)
 
 
-def _hf_rows(ds, *, source: Source, opts: ReaderOptions, stats: Counter, name: str) -> Iterator[str]:
-    columns = list(ds.column_names or [])
-    if columns and opts.text_field not in columns:
-        raise AuraError(M("missing_column", path=name, field=opts.text_field, found=", ".join(columns)))
-    total = getattr(ds, "num_rows", None)
-    for i, batch in enumerate(ds.iter(batch_size=1000)):
-        for value in batch[opts.text_field]:
-            if isinstance(value, str):
-                yield value
-            else:
-                stats["bad_records"] += 1
-        if total:
-            source.position = min(source.bytes, int(source.bytes * (i + 1) * 1000 / total))
+_READERS = {"txt": _txt_records, "jsonl": _jsonl, "json": _json, "csv": _csv, "tsv": _csv, "parquet": _parquet}
 
 
-def _pick_split(ds, *, name: str, split: str):
-    if hasattr(ds, "keys") and not hasattr(ds, "column_names") or type(ds).__name__.endswith("DatasetDict"):
-        if split not in ds:
-            raise AuraError(M("hf_split", path=name, split=split, have=", ".join(ds.keys())))
-        return ds[split]
-    return ds
-
-
-def _hf_disk(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
-    import datasets
-
-    try:
-        ds = datasets.load_from_disk(source.path)
-    except Exception as e:  # damaged arrow files, version mismatch
-        raise AuraError(M("hf_failed", name=source.path, err=e)) from None
-    ds = _pick_split(ds, name=source.path, split=opts.split)
-    yield from _hf_rows(ds, source=source, opts=opts, stats=stats, name=source.path)
-
-
-def _hf_hub(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
-    import datasets
-
-    try:
-        ds = datasets.load_dataset(source.path, opts.hf_config, split=opts.split, streaming=True)
-        columns = ds.column_names
-    except Exception as e:  # no connection, unknown name/config/split
-        raise AuraError(M("hf_failed", name=source.path, err=e)) from None
-    if columns is not None and opts.text_field not in columns:
-        raise AuraError(M("missing_column", path=source.path, field=opts.text_field, found=", ".join(columns)))
-    for n, record in enumerate(ds, 1):
-        text = _record_text(record, source=source, opts=opts, stats=stats, where=n)
-        if text is not None:
-            yield text
-
-
-_READERS = {"txt": _txt, "jsonl": _jsonl, "json": _json, "csv": _csv, "tsv": _csv, "parquet": _parquet}
+def iter_records(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[Record]:
+    """(raw text, other fields) of every record of one source, not yet cleaned; the other fields (every
+    field or column but the text: ``id``, ``url``...) only with ``opts.keep_fields``, else None; a .txt
+    document has none. Counts bad records in ``stats``."""
+    if source.kind == "hf_disk":
+        return hf_disk_records(source, opts, stats)
+    if source.kind == "hf_hub":
+        return hf_hub_records(source, opts, stats)
+    return _READERS[source.fmt](source, opts, stats)
 
 
 def iter_documents(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[str]:
     """Raw documents of one source (not yet cleaned); counts bad records in ``stats``."""
-    if source.kind == "hf_disk":
-        return _hf_disk(source, opts, stats)
-    if source.kind == "hf_hub":
-        return _hf_hub(source, opts, stats)
-    return _READERS[source.fmt](source, opts, stats)
+    if source.kind == "file" and source.fmt == "txt":
+        return _txt(source, opts, stats)
+    return (text for text, _ in iter_records(source, opts, stats))
 
 
 # C0/C1 control characters except \t and \n (\r is turned into \n first); U+FEFF byte-order marks.

@@ -232,7 +232,8 @@ def _resolve(cfg: PretrainConfig, info, *, device_type: str | None = None) -> tu
         from aura.models.hardware import needs_checkpointing
 
         defaults["gradient_checkpointing"] = needs_checkpointing(spec, info, batch_size=cfg.batch_size
-                                                                 or defaults["batch_size"])
+                                                                 or defaults["batch_size"],
+                                                                 optimizer=cfg.optimizer or defaults["optimizer"])
     if demo and cfg.epochs is None and cfg.max_steps is None and cfg.max_tokens is None:
         defaults["epochs"] = DEMO_EPOCHS
         defaults["save_steps"] = 0  # per epoch only: the demo's epochs are seconds long
@@ -254,7 +255,8 @@ def _memory_check(cfg: PretrainConfig, spec, info, vocab: int) -> None:
 
     precision = resolve_precision(cfg.precision, torch.device("cuda"))
     est = estimate_memory(spec, vocab_size=vocab, batch_size=cfg.batch_size, precision=precision,
-                          gradient_checkpointing=bool(cfg.gradient_checkpointing), device_type="cuda")
+                          gradient_checkpointing=bool(cfg.gradient_checkpointing), device_type="cuda",
+                          optimizer=cfg.optimizer or "adamw")
     if est.total > info.memory_bytes:
         c = choose_auto(info, vocab_size=vocab)
         suggest = M("suggest", preset=c.preset, batch=c.batch_size,

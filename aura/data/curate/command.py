@@ -1,4 +1,6 @@
-"""``aura data curate``: raw crawl (WARC/WET, HTML, JSONL, parquet, txt) -> clean Spanish JSONL.gz shards.
+"""``aura data curate``: raw crawl (WARC/WET, HTML, JSONL, parquet, txt) or a Hugging Face dataset (FineWeb-2's
+``spa_Latn`` streamed from the hub) -> clean Spanish JSONL.gz shards, each document with its input's ``id`` and
+other fields (``url``...) under ``metadata``.
 
 Output directory layout::
 
@@ -28,8 +30,12 @@ from aura.core.i18n import Messages
 from aura.text.readers import ReaderArgs, ReaderOptions
 
 M = Messages("curate", {
-    "no_inputs": ("Indica al menos una entrada (WARC/WET, HTML, jsonl, parquet, txt...).",
-                  "Give at least one input (WARC/WET, HTML, jsonl, parquet, txt...)."),
+    "no_inputs": ("Indica al menos una entrada (WARC/WET, HTML, jsonl, parquet, txt...) o un dataset con "
+                  "--hf-dataset (p. ej. --hf-dataset HuggingFaceFW/fineweb-2 --hf-config spa_Latn).",
+                  "Give at least one input (WARC/WET, HTML, jsonl, parquet, txt...) or a dataset with --hf-dataset "
+                  "(e.g. --hf-dataset HuggingFaceFW/fineweb-2 --hf-config spa_Latn)."),
+    "limit": ("Se leen como mucho {n:documento|documentos} (--max-documents).",
+              "At most {n:document is|documents are} read (--max-documents)."),
     "missing": ("Falta {name}, que 'aura data curate' necesita. Instálalo con: pip install 'aura-llm[curate]' "
                 "(o 'aura-llm[curate-ray]' para --executor ray).",
                 "{name} is missing, and 'aura data curate' needs it. Install it with: pip install "
@@ -47,9 +53,9 @@ M = Messages("curate", {
                        "vacío o nuevo.",
                        "{path} already holds files that are not from 'aura data curate'. Choose an empty or "
                        "new --output-dir."),
-    "different": ("{path} tiene una depuración con otras entradas u opciones. Usa --force para empezar de "
+    "different": ("{path} tiene una depuración con otras entradas u opciones. Usa --overwrite para empezar de "
                   "cero o elige otro --output-dir.",
-                  "{path} holds a curation with other inputs or options. Use --force to start from scratch "
+                  "{path} holds a curation with other inputs or options. Use --overwrite to start from scratch "
                   "or choose another --output-dir."),
     "start": ("Depurando {files:archivo|archivos} en {tasks:tarea|tareas} con {workers:proceso|procesos} ({executor}).",
               "Curating {files:file|files} in {tasks:task|tasks} with {workers:worker|workers} ({executor})."),
@@ -84,6 +90,17 @@ class CurateConfig(ReaderArgs):
                             "tsv, parquet; also .gz/.zst).")
     output_dir: str = arg("data/curated", es="Directorio de salida (shards NNNNN.jsonl.gz).",
                           en="Output directory (NNNNN.jsonl.gz shards).")
+    hf_dataset: str = arg("", es="Dataset de Hugging Face: un nombre del hub, leído en streaming (p. ej. "
+                          "HuggingFaceFW/fineweb-2 con --hf-config spa_Latn), o un directorio save_to_disk.",
+                          en="Hugging Face dataset: a hub name, streamed (e.g. HuggingFaceFW/fineweb-2 with --hf-config "
+                          "spa_Latn), or a save_to_disk directory.")
+    hf_config: str = arg("", es="Configuración del dataset (p. ej. spa_Latn, el español de FineWeb-2).",
+                         en="Dataset configuration (e.g. spa_Latn, FineWeb-2's Spanish).")
+    split: str = arg("train", es="Partición del dataset de Hugging Face.", en="Hugging Face dataset split.")
+    max_documents: int = arg(0, es="Documentos que se leen como mucho entre todas las entradas, repartidos entre "
+                             "las tareas (0 = todos): lo que un entrenamiento necesita de un dataset enorme.",
+                             en="Most documents read from all the inputs, split between the tasks (0 = all): what a "
+                             "training run needs from a huge dataset.")
     output_format: str = arg("jsonl", choices=("jsonl", "parquet"), es="Formato de los shards.",
                              en="Shard format.")
     extract: bool = arg(True, es="Extrae el texto del HTML con trafilatura (archivos HTML, respuestas WARC y registros "
@@ -131,15 +148,17 @@ class CurateConfig(ReaderArgs):
     ray_address: str = arg("", es="Dirección del clúster Ray (vacío: uno local; 'auto': el ya iniciado).",
                            en="Ray cluster address (empty: a local one; 'auto': the running one).")
     ray_cpus: int = arg(1, es="CPU por tarea de Ray.", en="CPUs per Ray task.")
-    force: bool = arg(False, es="Borra una depuración anterior en --output-dir y empieza de cero.",
-                      en="Delete a previous curation in --output-dir and start from scratch.")
+    overwrite: bool = arg(False, es="Borra una depuración anterior en --output-dir y empieza de cero.",
+                          en="Delete a previous curation in --output-dir and start from scratch.",
+                          deprecated=["--force"])
 
     def __post_init__(self):
-        if not self.inputs:
+        if not self.inputs and not self.hf_dataset:
             raise AuraError(M("no_inputs"))
         for name, value, low, high in (("lang-threshold", self.lang_threshold, 0.0, 1.0),
                                        ("workers", self.workers, 0, 4096), ("tasks", self.tasks, 0, 100_000),
-                                       ("sample", self.sample, 0, 100_000), ("min-words", self.min_words, 0, 10**6),
+                                       ("sample", self.sample, 0, 100_000),
+                                       ("max-documents", self.max_documents, 0, 10**15), ("min-words", self.min_words, 0, 10**6),
                                        ("min-sentences", self.min_sentences, -1, 10**6),
                                        ("minhash-buckets", self.minhash_buckets, 1, 1000),
                                        ("minhash-hashes", self.minhash_hashes, 1, 100),
@@ -174,10 +193,16 @@ def _env_int(name: str, default: int) -> int:
 
 def _fingerprint(cfg: CurateConfig, files, tasks: int) -> dict:
     keep = {k: v for k, v in asdict(cfg).items() if k not in (
-        "inputs", "output_dir", "workers", "executor", "force", "slurm_partition", "slurm_time", "slurm_cpus",
+        "inputs", "output_dir", "workers", "executor", "overwrite", "slurm_partition", "slurm_time", "slurm_cpus",
         "slurm_mem_gb", "slurm_qos", "ray_address", "ray_cpus", "sample")}
     return {"options": keep, "tasks": tasks,
-            "inputs": [[f.path, os.path.getsize(f.path), int(os.path.getmtime(f.path))] for f in files]}
+            "inputs": [[f.path, cfg.hf_config, cfg.split] if f.kind == "hf_hub" else
+                       [f.path, _tree_bytes(f.path), int(os.path.getmtime(f.path))] for f in files]}
+
+
+def _tree_bytes(path: str) -> int:
+    p = Path(path)
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
 
 
 def _prepare_dir(out: Path, fingerprint: dict, force: bool) -> bool:
@@ -201,7 +226,6 @@ def _prepare_dir(out: Path, fingerprint: dict, force: bool) -> bool:
 
 def _publish(work: Path, out: Path) -> list[Path]:
     """Moves the finished shards into the output directory (empty ones are dropped)."""
-    shards = []
     for shard in sorted((work / "final").glob("[0-9][0-9][0-9][0-9][0-9].*")):
         if shard.name.endswith(".gz"):
             with gzip.open(shard, "rb") as fh:
@@ -209,8 +233,12 @@ def _publish(work: Path, out: Path) -> list[Path]:
                     shard.unlink()
                     continue
         os.replace(shard, out / shard.name)
-    shards = sorted(out.glob("[0-9][0-9][0-9][0-9][0-9].*"))
-    return shards
+    # datatrove's ParquetWriter names a task's files PART_RANK.parquet (a new part every 5 GB): RANK.parquet,
+    # then RANK.PART.parquet, the names the JSONL shards have
+    for shard in sorted((work / "final").glob("[0-9][0-9][0-9]_[0-9][0-9][0-9][0-9][0-9].parquet")):
+        part, rank = shard.stem.split("_")
+        os.replace(shard, out / (f"{rank}.parquet" if int(part) == 0 else f"{rank}.{part}.parquet"))
+    return sorted(out.glob("[0-9][0-9][0-9][0-9][0-9].*"))
 
 
 def _check_dependencies(executor: str) -> None:
@@ -239,20 +267,28 @@ def curate(cfg: CurateConfig) -> dict:
     from aura.data.curate.readers import CurateInputError, find_inputs
 
     languages = cfg.language_list()
-    files = find_inputs(cfg.inputs)
+    files = find_inputs(cfg.inputs) if cfg.inputs else []
+    if cfg.hf_dataset:
+        from aura.data.curate.readers import InputFile
+        from aura.text.sources import hf_source
+
+        files.append(InputFile(hf_source(cfg.hf_dataset).path, hf_source(cfg.hf_dataset).kind))
     tasks = cfg.tasks or min(len(files), 256)
     out = Path(cfg.output_dir)
-    resumed = _prepare_dir(out, _fingerprint(cfg, files, tasks), cfg.force)
+    resumed = _prepare_dir(out, _fingerprint(cfg, files, tasks), cfg.overwrite)
     state = out / STATE
     work = state / "work"
     workers = cfg.workers or os.cpu_count() or 1
     nnodes, node_rank = _env_int("NNODES", 1), _env_int("NODE_RANK", 0)
     if node_rank >= max(nnodes, 1):
         raise AuraError(M("bad_env", name="NODE_RANK", value=node_rank, why=M("env_rank")))
-    root = os.path.commonpath([os.path.dirname(os.path.abspath(f.path)) for f in files])
+    local = [f for f in files if f.kind != "hf_hub"]
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(f.path)) for f in local]) if local else ""
     opts = Options(work=work.resolve(), files=files, root=root, tasks=tasks,
                    reader=ReaderOptions(text_field=cfg.text_field, doc_sep=cfg.doc_sep, encoding=cfg.encoding,
-                                        errors=cfg.errors, max_record_bytes=cfg.max_record_bytes),
+                                        errors=cfg.errors, max_record_bytes=cfg.max_record_bytes,
+                                        hf_config=cfg.hf_config or None, split=cfg.split),
+                   max_documents=cfg.max_documents,
                    extract=cfg.extract, extract_timeout=cfg.extract_timeout, ftfy=cfg.ftfy, langid=cfg.langid,
                    languages=languages, lang_threshold=cfg.lang_threshold, quality=cfg.quality,
                    min_words=cfg.min_words, min_sentences=cfg.min_sentences, exact_dedup=cfg.exact_dedup,
@@ -267,6 +303,8 @@ def curate(cfg: CurateConfig) -> dict:
     if resumed:
         console.info(M("resume", path=out))
     console.info(M("start", files=len(files), tasks=tasks, workers=workers, executor=cfg.executor))
+    if cfg.max_documents:
+        console.info(M("limit", n=cfg.max_documents))
     quiet_logger()
     current = {"stage": stages[0]}
 

@@ -16,6 +16,7 @@ each stage counts documents and characters for the report.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -132,6 +133,7 @@ class Options:
     pii: bool = True
     output_format: str = "jsonl"
     sample: int = 0
+    max_documents: int = 0  # documents read from all the inputs (0: all)
 
 
 @dataclass
@@ -173,6 +175,14 @@ def _content(doc) -> bytes:
     return doc.text.encode("utf-8")
 
 
+def parquet_row(writer, document) -> dict:
+    """A document as a Parquet row of fixed columns: text, id and its metadata as JSON text. The records' own
+    fields differ between inputs (a JSONL's url, a CSV's columns, FineWeb's dump...), and a struct column
+    needs one schema for the whole file; datatrove's readers parse the JSON text back into metadata."""
+    return {"text": document.text, "id": document.id,
+            "metadata": json.dumps(document.metadata, ensure_ascii=False, sort_keys=True)}
+
+
 def build_stages(o: Options) -> list[Stage]:
     """The executors' pipelines for ``o``, in order; disabled steps are left out."""
     work = o.work
@@ -188,7 +198,7 @@ def build_stages(o: Options) -> list[Stage]:
                                                   exclusion_writer=_sampler(o, "lang"))))
     if o.quality:
         steps += _quality_steps(o)
-    first: list = [CurateReader(o.files, root=o.root, options=o.reader), Meter("read")]
+    first: list = [CurateReader(o.files, root=o.root, options=o.reader, limit=o.max_documents or -1), Meter("read")]
     for name, step in steps:
         first += [step, Meter(name)]
     first.append(ShardWriter(str(work / "filtered")))
@@ -224,7 +234,7 @@ def build_stages(o: Options) -> list[Stage]:
     if o.pii:
         final += [SpanishPIIFormatter(), Meter("pii")]
     if o.output_format == "parquet":
-        final.append(ParquetWriter(str(work / "final"), output_filename="${rank}.parquet"))
+        final.append(ParquetWriter(str(work / "final"), output_filename="${rank}.parquet", adapter=parquet_row))
     else:
         final.append(ShardWriter(str(work / "final")))
     stages.append(Stage("final", [ShardReader(str(final_in)), *final], o.tasks))

@@ -3,7 +3,12 @@
 ``find_inputs`` expands files, directories and patterns into a sorted list of ``InputFile``; the
 pipeline's first step, ``CurateReader``, reads its task's share (``files[rank::world_size]``) with
 warcio (through datatrove's WARC record parser), as raw HTML, or with Aura's own text readers
-(``aura.text.readers``: txt, jsonl, json, csv, tsv, parquet, plain or .gz/.zst). Documents that are
+(``aura.text.readers``: txt, jsonl, json, csv, tsv, parquet, plain or .gz/.zst), and a Hugging Face
+dataset (saved with save_to_disk, or streamed from the hub, e.g. FineWeb-2's ``spa_Latn``) shared between
+the tasks record by record (``aura.text.hf``). A record keeps its own ``id`` (the document's id) and its
+other fields (``url``, FineWeb's ``dump``, ``date``...) in ``metadata``, as datatrove's readers do; a record
+without an id gets ``FILE#N``. ``limit`` is the whole run's number of documents read, split between the
+tasks. Documents that are
 HTML (WARC responses, HTML files, and text records that are a whole HTML page: ``is_html_document``)
 are marked ``metadata["format"] = "html"`` so that only they go through text extraction.
 
@@ -14,11 +19,12 @@ byte offset where reading failed.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from datatrove.data import Document, DocumentsPipeline
@@ -26,7 +32,7 @@ from datatrove.pipeline.readers.base import BaseReader
 
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.text.readers import ReaderOptions, iter_documents
+from aura.text.readers import ReaderOptions, iter_records
 from aura.text.sources import Source, walk_inputs
 
 M = Messages("curate_readers", {
@@ -52,9 +58,13 @@ ACCEPTED = "WARC/WET (.warc, .warc.gz, .wet.gz), HTML (.html, .htm), txt, jsonl,
 @dataclass(frozen=True)
 class InputFile:
     path: str
-    kind: str          # warc | html | text
+    kind: str          # warc | html | text | hf_disk | hf_hub (a dataset: read by every task, its share)
     fmt: str = ""      # text formats: txt | jsonl | ...
     compression: str = ""
+
+    @property
+    def shared(self) -> bool:
+        return self.kind in ("hf_disk", "hf_hub")
 
 
 def is_html_document(text: str) -> bool:
@@ -154,36 +164,63 @@ class CurateReader(BaseReader):
         self.root = root
         self.options = options
 
-    def _records(self, f: InputFile) -> Iterator[dict]:
-        if f.kind == "warc":
-            yield from _read_warc(f.path)
+    def _records(self, f: InputFile, rank: int, world_size: int) -> Iterator[dict]:
+        if f.kind == "warc":  # id (WARC-Record-ID), url and date kept like a text record's fields
+            for data in _read_warc(f.path):
+                yield {"text": data.pop("text"), "format": data.pop("format"), "fields": data}
         elif f.kind == "html":
             yield from _read_html(f)
         else:
-            source = Source("file", f.path, f.fmt, f.compression, os.path.getsize(f.path))
+            if f.shared:
+                source = Source(f.kind, f.path)
+                opts = replace(self.options, keep_fields=True, task=(rank, world_size))
+            else:
+                source = Source("file", f.path, f.fmt, f.compression, os.path.getsize(f.path))
+                opts = replace(self.options, keep_fields=True)
             try:
-                for text in iter_documents(source, self.options, Counter()):
-                    yield {"text": text, "format": "html" if is_html_document(text) else "text"}
+                for text, fields in iter_records(source, opts, Counter()):
+                    yield {"text": text, "format": "html" if is_html_document(text) else "text", "fields": fields}
             except AuraError as e:
                 raise CurateInputError(str(e)) from None
+
+    def _task_limit(self, rank: int, world_size: int) -> int:
+        if self.limit == -1:
+            return -1
+        return self.limit // world_size + (1 if rank < self.limit % world_size else 0)
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         if data:
             yield from data
-        produced = 0
-        for f in self.files[rank::world_size]:
+        produced, limit = 0, self._task_limit(rank, world_size)
+        mine = [f for f in self.files if f.shared] + [f for f in self.files if not f.shared][rank::world_size]
+        for f in mine:
             self.stat_update("input_files")
-            rel = os.path.relpath(f.path, self.root) if self.root else f.path
-            for i, record in enumerate(self._records(f)):
+            rel = f.path if f.kind == "hf_hub" else (os.path.relpath(f.path, self.root) if self.root else f.path)
+            for i, record in enumerate(self._records(f, rank, world_size)):
                 if not record.get("text"):
                     continue
-                if self.limit != -1 and produced >= self.limit:
+                if limit != -1 and produced >= limit:
                     return
-                metadata = {"source": rel, "format": record["format"]}
-                if record.get("url"):
-                    metadata["url"] = record["url"]
-                doc = Document(text=record["text"], id=str(record.get("id") or f"{rel}#{i}"),
-                               metadata=metadata)
+                fields = dict(record.get("fields") or {})
+                own_id = fields.pop("id", None)
+                metadata = {"source": rel, **_metadata_of(fields), "format": record["format"]}
+                if own_id in (None, ""):
+                    own_id = f"{rel}#{i}" if not f.shared else f"{rel}#{rank}.{i}"
+                doc = Document(text=record["text"], id=str(own_id), metadata=metadata)
                 self.update_doc_stats(doc)
                 produced += 1
                 yield doc
+
+
+def _metadata_of(fields: dict) -> dict:
+    """A record's fields as datatrove's readers store them: its own ``metadata`` object merged with the
+    rest (a ``metadata`` that is JSON text is parsed; one that is not an object is kept under its name)."""
+    meta = fields.pop("metadata", {})
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            pass
+    if not isinstance(meta, dict):
+        meta = {"metadata": meta}
+    return {**meta, **fields}
