@@ -42,6 +42,10 @@ M = Messages("gguf", {
                          "{path} already exists and is not a Modelfile written by Aura (or it was edited): "
                          "it is not overwritten. Export into another --output-dir, or use --overwrite to "
                          "replace it."),
+    "verify_theirs": ("{path} ya existe y no lo escribió Aura: no se sobrescribe. Exporta en otro --output-dir, "
+                      "o usa --overwrite para reemplazarlo.",
+                      "{path} already exists and Aura did not write it: it is not overwritten. Export into "
+                      "another --output-dir, or use --overwrite to replace it."),
     "no_quantizer": ("La cuantización {quant} necesita el cuantizador de llama.cpp y no está disponible "
                      "(ni 'llama-quantize' en el PATH ni llama-cpp-python). Instala llama-cpp-python "
                      "(pip install llama-cpp-python) o usa --quant f16|bf16|q8_0|f32.",
@@ -140,6 +144,7 @@ def _llama_cpp_installed() -> bool:
 def export_gguf(cfg: GGUFConfig) -> int:
     from aura.core.atomic import check_writable
     from aura.core.ownership import check_location
+    from aura.export.gguf_verify import is_verify_file, verify_path
     from aura.export.modelfile import is_ours, modelfile_path
 
     # --- every refusal before anything is written ---
@@ -151,6 +156,9 @@ def export_gguf(cfg: GGUFConfig) -> int:
     modelfile = modelfile_path(out)  # one per GGUF: NAME.Modelfile beside NAME.gguf
     if (modelfile.exists() or modelfile.is_symlink()) and not cfg.overwrite and not is_ours(modelfile):
         raise AuraError(M("modelfile_theirs", path=modelfile))
+    verified = verify_path(out)
+    if (verified.exists() or verified.is_symlink()) and not cfg.overwrite and not is_verify_file(verified):
+        raise AuraError(M("verify_theirs", path=verified))
     from aura.core.locks import output_lock
 
     with output_lock(out, command="export gguf"):  # a second export to ``out`` is refused, naming the first
@@ -210,15 +218,26 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
             _quantize(quantizer, stage, tmp, LLAMA_CPP_QUANTS[cfg.quant])
             stage.unlink()
         seconds = time.perf_counter() - t0
+        report = None
         if verify:
             from aura.export.gguf_verify import verify_gguf
 
-            verify_gguf(tmp, model_dir=model_dir, quant=cfg.quant, shown=out)
+            report = verify_gguf(tmp, model_dir=model_dir, quant=cfg.quant, shown=out)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.chmod(tmp, user_mode(directory=False))  # mkstemp's 0600 would hide the model from other users
+        from aura.export.gguf_verify import verify_path, verify_record
+
+        verified = verify_path(out)
+        # the old file's figures go first: a GGUF is never shown with another file's verification
+        with contextlib.suppress(FileNotFoundError):
+            verified.unlink()
         os.replace(tmp, out)
         fsync_dir(out.parent)
+        if report is not None:
+            from aura.core.atomic import atomic_write_json
+
+            atomic_write_json(verified, verify_record(report, gguf=out, quant=cfg.quant))
     finally:
         for p in (tmp, stage):
             if p is not None:

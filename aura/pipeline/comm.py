@@ -24,7 +24,7 @@ from aura.core import console
 from aura.core.commands import COMMANDS
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
-from aura.pipeline.report import comm_flags_text as flags_text
+from aura.pipeline.report_render import comm_flags_text as flags_text
 from aura.pipeline.spec import Stage
 
 M = Messages("pipeline.comm", {
