@@ -245,7 +245,7 @@ def _write(path: Path, *, model_dir: Path, arch, vocab, tok, tok_dir: Path, quan
     writer.add_file_type(ftype)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     write_hparams(writer, arch)
-    write_vocab(writer, vocab, tok_dir, tok)
+    write_vocab(writer, vocab, tok_dir, tok, arch=arch.gguf_arch)
     fallback = 0
     for tname, arr in iter_tensors(model_dir, arch, files):
         t = qtype

@@ -51,11 +51,11 @@ M = Messages("gguf_arch", {
                "el GGUF calcularía otra cosa. Exporta un modelo con la configuración estándar de {arch}.",
                "Field '{field}' of {path}/config.json is {got}, but llama.cpp runs {arch} with {expected}: the "
                "GGUF would compute something else. Export a model with {arch}'s standard configuration."),
-    "phi3_swa": ("{path} usa ventana deslizante de {window} tokens, que llama.cpp no aplica a phi3: con textos de más "
-                 "de {window} tokens el GGUF atiende a todo el contexto y difiere del modelo (la verificación usa "
+    "phi3_swa": ("{path} usa ventana deslizante de {window:token|tokens}, que llama.cpp no aplica a phi3: con textos "
+                 "de más de {window:token|tokens} el GGUF atiende a todo el contexto y difiere del modelo (la verificación usa "
                  "textos cortos).",
-                 "{path} uses a sliding window of {window} tokens, which llama.cpp does not apply to phi3: past "
-                 "{window} tokens the GGUF attends to the whole context and differs from the model (the "
+                 "{path} uses a sliding window of {window:token|tokens}, which llama.cpp does not apply to phi3: past "
+                 "{window:token|tokens} the GGUF attends to the whole context and differs from the model (the "
                  "verification uses short texts)."),
 })
 

@@ -146,7 +146,7 @@ def _space_prefix(tj: dict) -> bool:
     return any(p.get("type") == "Prepend" for p in parts)
 
 
-def write_vocab(writer, plan: VocabPlan, tok_dir: Path, tok) -> None:
+def write_vocab(writer, plan: VocabPlan, tok_dir: Path, tok, *, arch: str = "") -> None:
     import gguf
 
     writer.add_tokenizer_model(plan.model)
@@ -168,6 +168,8 @@ def write_vocab(writer, plan: VocabPlan, tok_dir: Path, tok) -> None:
     special.add_special_token["bos"] = plan.add_bos
     special.add_special_token["eos"] = plan.add_eos
     if chat_template := getattr(tok, "chat_template", None):
+        if arch == "smollm3":  # as llama.cpp's converter: its C++ template engine has no `[:]` (a no-op copy)
+            chat_template = chat_template.replace("[:]", "")
         special.chat_template = chat_template
     special.add_to_gguf(writer, quiet=True)
     eot = [t for t in plan.end_of_turn if t != plan.eos_id]
