@@ -1,5 +1,5 @@
 """``aura export gguf`` for the architectures teams fine-tune beyond Llama/GPT-2 (issue 35, GGUF item):
-Qwen2/2.5, Gemma 2, Gemma 3 (text), Phi-3 and SmolLM3, each a tiny random model built with transformers' own
+Qwen2/2.5, Gemma 2, Gemma 3 (text), Phi-3, SmolLM3 and OLMo 2, each a tiny random model built with transformers' own
 config and model classes and a tokenizer of its family trained here, exported, loaded in llama.cpp and
 compared with transformers (tokenisation, logits, as tests/test_gguf.py does, same tolerances); a
 LoRA-merged Qwen2, an Aura-trained tokenizer on Qwen2, llama.cpp's k-quant on Gemma 3; and the refusals of
@@ -56,6 +56,7 @@ CASES = {
     "phi3": ("phi3", {"tied": True, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                                         "partial_rotary_factor": 0.5}}, "q8_0"),
     "smollm3": ("llama3", {"layers": 4}, "f16"),
+    "olmo2": ("llama3", {}, "f16"),
 }
 
 
@@ -78,10 +79,16 @@ def test_architecture_roundtrip(toks, tmp_path, arch):
     _roundtrip(model, out, rel_tol=TOL[quant])
     reader, tensors = _fields(out)
     assert _field(reader, "general.architecture") == arch
-    assert "output.weight" not in tensors  # every case ties its head to the embedding: llama.cpp reuses it
+    from transformers import AutoConfig
+
+    # a tied head is the embedding, which llama.cpp reuses; an untied one (OLMo 2's) is written
+    assert ("output.weight" in tensors) != AutoConfig.from_pretrained(model).tie_word_embeddings
     if arch == "qwen2":
         assert _field(reader, "tokenizer.ggml.pre") == "qwen2"
         assert {"blk.0.attn_q.bias", "blk.0.attn_k.bias", "blk.0.attn_v.bias"} <= tensors
+    elif arch == "olmo2":
+        assert {"blk.0.attn_q_norm.weight", "blk.0.post_attention_norm.weight", "blk.0.post_ffw_norm.weight"} <= tensors
+        assert "blk.0.attn_norm.weight" not in tensors
     elif arch == "smollm3":
         assert _field(reader, "tokenizer.ggml.pre") == "llama-bpe"
         assert "[:]" not in _field(reader, "tokenizer.chat_template")

@@ -5,7 +5,7 @@ library on the embedded Spanish corpus (the same shape as Aura's tokenizers: ``<
 EOS, ``<|pad|>``, ChatML chat tokens and template), and tiny ``LlamaForCausalLM`` /
 ``GPT2LMHeadModel`` / ``MistralForCausalLM`` dirs with random weights, saved as HF dirs
 (config.json, model.safetensors, generation_config.json, tokenizer files). ``build_arch`` builds the other
-architectures teams fine-tune (Qwen2, Gemma 2/3, Phi-3, SmolLM3) with transformers' own config and model
+architectures teams fine-tune (Qwen2, Gemma 2/3, Phi-3, SmolLM3, OLMo 2) with transformers' own config and model
 classes, and ``train_tokenizer(split=...)`` / ``train_spm_tokenizer(family=...)`` give them a tokenizer of
 their family (Qwen2's or Llama 3's pre-tokeniser regex; Gemma's or Phi-3's SentencePiece-style vocabulary).
 """
@@ -250,14 +250,14 @@ def train_spm_tokenizer(out_dir: str | Path, *, vocab_size: int = 600, family: s
 def build_arch(out_dir: str | Path, tok_dir: str | Path, arch: str, *, hidden: int = 64, layers: int = 2,
                heads: int = 4, kv_heads: int = 2, intermediate: int = 128, ctx: int = 256, seed: int = 0,
                tied: bool | None = None, **extra) -> Path:
-    """A random tiny ``arch`` (qwen2, gemma2, gemma3, phi3, smollm3) from transformers' own config and model
+    """A random tiny ``arch`` (qwen2, gemma2, gemma3, phi3, smollm3, olmo2) from transformers' own config and model
     classes, with the tokenizer of ``tok_dir``; ``extra`` goes to the config (e.g. ``sliding_window``)."""
     import torch
     import transformers
 
     classes = {"qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
                "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"), "phi3": ("Phi3Config", "Phi3ForCausalLM"),
-               "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM")}
+               "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"), "olmo2": ("Olmo2Config", "Olmo2ForCausalLM")}
     cfg_name, model_name = classes[arch]
     n, eos, pad = _vocab(Path(tok_dir))
     from transformers import AutoTokenizer

@@ -18,6 +18,8 @@ Supported (HF architecture -> GGUF arch), with what each needs that llama.cpp's 
   local layers' RoPE base) are written as hyperparameters; ``lm_head`` is the tied embedding.
 * ``Phi3ForCausalLM`` (Phi-3, Phi-3.5, Phi-4) -> ``phi3``: the fused ``qkv_proj`` and ``gate_up_proj``
   are kept fused, as llama.cpp splits them; partial rotary dimensions and the sliding window.
+* ``Olmo2ForCausalLM`` -> ``olmo2``: RoPE on halves (nothing permuted), q/k RMSNorm over the whole
+  projection, norms after attention and MLP instead of before.
 * ``GPT2LMHeadModel`` -> ``gpt2``: Conv1D weights transposed.
 
 Whatever llama.cpp would compute differently (a layer pattern it does not assume, RoPE scaling it does
@@ -62,7 +64,8 @@ M = Messages("gguf_arch", {
 # HF architecture -> GGUF architecture (a gguf.MODEL_ARCH name, lower case)
 SUPPORTED = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "SmolLM3ForCausalLM": "smollm3",
              "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Gemma2ForCausalLM": "gemma2",
-             "Gemma3ForCausalLM": "gemma3", "Phi3ForCausalLM": "phi3", "GPT2LMHeadModel": "gpt2"}
+             "Gemma3ForCausalLM": "gemma3", "Phi3ForCausalLM": "phi3", "Olmo2ForCausalLM": "olmo2",
+             "GPT2LMHeadModel": "gpt2"}
 PERMUTED = ("llama", "smollm3")  # llama.cpp rotates interleaved pairs: q/k rows reordered
 GEMMA = ("gemma2", "gemma3")
 # llama.cpp's fixed sliding-window layer period (a layer il is local unless (il + 1) % period == 0)
