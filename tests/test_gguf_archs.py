@@ -160,6 +160,23 @@ def test_phi3_sliding_window_llama_cpp_ignores_is_caught(toks, tmp_path):
     assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".tmp-*"))
 
 
+def test_gemma3_config_as_transformers_4_wrote_it():
+    """Gemma 3 checkpoints on the Hub predate transformers 5's per-layer-type ``rope_parameters``: ``rope_scaling``
+    (linear, factor 8) is the global layers', ``rope_local_base_freq`` the local layers' base."""
+    from pathlib import Path
+
+    from aura.export.gguf_arch import plan_arch
+
+    config = {"architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 12, "num_attention_heads": 8,
+              "num_key_value_heads": 4, "head_dim": 256, "hidden_size": 2560, "intermediate_size": 10240,
+              "max_position_embeddings": 131072, "query_pre_attn_scalar": 256, "rope_theta": 1000000.0,
+              "rope_local_base_freq": 10000.0, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+              "sliding_window": 1024, "sliding_window_pattern": 6, "vocab_size": 262208}
+    hp = plan_arch(Path("gemma-3-4b"), config).hparams
+    assert (hp["rope_freq_base"], hp["rope_scaling_linear"], hp["rope_freq_base_swa"]) == (1e6, 8.0, 1e4)
+    assert hp["sliding_window"] == 1024
+
+
 def test_refusals_name_the_field_and_the_supported_architectures(toks, tmp_path):
     """What llama.cpp would compute differently is refused before anything is written, in es and en."""
     import json

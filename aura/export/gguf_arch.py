@@ -92,9 +92,9 @@ def _rope_params(config: dict, layer_type: str = "full_attention") -> dict:
     Gemma 3; transformers 4 ``rope_scaling`` + ``rope_theta``)."""
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
     if isinstance(rope.get(layer_type), dict):
-        rope = rope[layer_type]
-    elif any(isinstance(v, dict) for v in rope.values()):
-        rope = {}
+        return rope[layer_type]
+    if any(isinstance(v, dict) for v in rope.values()) or layer_type != "full_attention":
+        return {}  # transformers 4's Gemma 3: rope_scaling is the global layers'; local ones have none
     return rope
 
 
