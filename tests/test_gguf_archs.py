@@ -108,6 +108,18 @@ def test_architecture_roundtrip(toks, tmp_path, arch):
         assert _field(reader, "general.name") == "final (phi-3)"
 
 
+def test_gemma3_image_text_checkpoint_exports_its_language_model(toks, tmp_path):
+    """Gemma 3 4B/12B/27B are Gemma3ForConditionalGeneration checkpoints: the GGUF is their language model
+    (llama.cpp's gemma3), without the vision tower, compared with the whole model's logits."""
+    model = build_arch(tmp_path / "g3v", toks["gemma"], "gemma3", vision=True, sliding_window=8)
+    r = _export(model, tmp_path / "g3v.gguf", "f16")
+    assert "Gemma3ForConditionalGeneration -> gemma3" in r.stdout
+    assert "identical tokens from the start: 12 of 12" in r.stdout, r.stdout
+    _roundtrip(model, tmp_path / "g3v.gguf", rel_tol=TOL["f16"])
+    _, tensors = _fields(tmp_path / "g3v.gguf")
+    assert "token_embd.weight" in tensors and not [t for t in tensors if "v." in t[:2] or "mm" in t]
+
+
 def test_gemma2_untied_head_is_not_written(toks, tmp_path):
     """Gemma's head is its embedding (llama.cpp reads token_embd); an lm_head in the files is skipped as
     llama.cpp's converter skips it, not written as a tensor llama.cpp would ignore."""

@@ -249,9 +249,10 @@ def train_spm_tokenizer(out_dir: str | Path, *, vocab_size: int = 600, family: s
 
 def build_arch(out_dir: str | Path, tok_dir: str | Path, arch: str, *, hidden: int = 64, layers: int = 2,
                heads: int = 4, kv_heads: int = 2, intermediate: int = 128, ctx: int = 256, seed: int = 0,
-               tied: bool | None = None, **extra) -> Path:
+               tied: bool | None = None, vision: bool = False, **extra) -> Path:
     """A random tiny ``arch`` (qwen2, gemma2, gemma3, phi3, smollm3, olmo2) from transformers' own config and model
-    classes, with the tokenizer of ``tok_dir``; ``extra`` goes to the config (e.g. ``sliding_window``)."""
+    classes, with the tokenizer of ``tok_dir``; ``extra`` goes to the config (e.g. ``sliding_window``);
+    ``vision`` wraps a gemma3 text model in Gemma 3's image-text checkpoint (Gemma3ForConditionalGeneration)."""
     import torch
     import transformers
 
@@ -271,6 +272,12 @@ def build_arch(out_dir: str | Path, tok_dir: str | Path, arch: str, *, hidden: i
     if tied is not None:
         kw["tie_word_embeddings"] = tied
     cfg = getattr(transformers, cfg_name)(**{**kw, **extra})
+    if vision:  # Gemma 3 4B/12B/27B: the text model inside an image-text checkpoint with a SigLIP tower
+        vision_cfg = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                     num_attention_heads=2, image_size=32, patch_size=8)
+        cfg = transformers.Gemma3Config(text_config=cfg.to_dict(), vision_config=vision_cfg.to_dict(),
+                                        mm_tokens_per_image=4, eos_token_id=eos, pad_token_id=pad)
+        model_name = "Gemma3ForConditionalGeneration"
     torch.manual_seed(seed)
     model = getattr(transformers, model_name)(cfg)
     _scale_up(model)

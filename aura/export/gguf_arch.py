@@ -11,7 +11,8 @@ Supported (HF architecture -> GGUF arch), with what each needs that llama.cpp's 
 * ``Qwen2ForCausalLM`` (Qwen2, Qwen2.5) -> ``qwen2``: RoPE on halves as transformers does (nothing
   permuted), q/k/v biases, tied embeddings (no ``output`` tensor: llama.cpp reuses ``token_embd``).
 * ``Qwen3ForCausalLM`` -> ``qwen3``: as Qwen2, plus the per-head q/k RMSNorm gains.
-* ``Gemma2ForCausalLM`` -> ``gemma2`` and ``Gemma3ForCausalLM`` (text) -> ``gemma3``: Gemma's RMSNorm
+* ``Gemma2ForCausalLM`` -> ``gemma2`` and ``Gemma3ForCausalLM`` -> ``gemma3`` (also the language model of
+  the image-text ``Gemma3ForConditionalGeneration``, Gemma 3 4B/12B/27B; its vision tower is left out): Gemma's RMSNorm
   multiplies by ``1 + weight``, llama.cpp by the stored weight, so every ``*norm.weight`` is written + 1;
   the embedding scaling by sqrt(hidden) is llama.cpp's own; attention/final logit soft-capping (Gemma 2),
   the sliding window and its layer pattern (every 2nd layer global in Gemma 2, every 6th in Gemma 3, the
@@ -64,7 +65,7 @@ M = Messages("gguf_arch", {
 # HF architecture -> GGUF architecture (a gguf.MODEL_ARCH name, lower case)
 SUPPORTED = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "SmolLM3ForCausalLM": "smollm3",
              "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Gemma2ForCausalLM": "gemma2",
-             "Gemma3ForCausalLM": "gemma3", "Phi3ForCausalLM": "phi3", "Olmo2ForCausalLM": "olmo2",
+             "Gemma3ForCausalLM": "gemma3", "Gemma3ForConditionalGeneration": "gemma3", "Phi3ForCausalLM": "phi3", "Olmo2ForCausalLM": "olmo2",
              "GPT2LMHeadModel": "gpt2"}
 PERMUTED = ("llama", "smollm3")  # llama.cpp rotates interleaved pairs: q/k rows reordered
 GEMMA = ("gemma2", "gemma3")
@@ -73,6 +74,9 @@ SWA_PERIOD = {"gemma2": 2, "gemma3": 6}
 # llama.cpp scales Gemma's queries by 1/sqrt(hidden/heads) only for its 27B models (this layer count)
 GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 NO_ROPE_INTERVAL = 4  # llama.cpp's smollm3: no RoPE in layers (il + 1) % 4 == 0
+# image-text checkpoints whose text half is exported (the vision tower goes to llama.cpp's mmproj, not here):
+# their language model's tensor prefixes, as transformers 4/5 save them
+MULTIMODAL = {"Gemma3ForConditionalGeneration": ("language_model.model.", "model.language_model.")}
 
 
 @dataclass
@@ -109,6 +113,8 @@ def plan_arch(model_dir: Path, config: dict) -> ArchPlan:
     if arch not in SUPPORTED:
         raise AuraError(M("unsupported", arch=arch, path=model_dir, supported=", ".join(SUPPORTED)))
     gg = SUPPORTED[arch]
+    if arch in MULTIMODAL:  # the language model of an image-text checkpoint (Gemma 3 4B/12B/27B)
+        config = {**config["text_config"], "architectures": [arch]}
     if gg == "gpt2":
         hp = {
             "context_length": config.get("n_positions") or config.get("n_ctx"),
@@ -279,9 +285,15 @@ def iter_tensors(model_dir: Path, plan: ArchPlan, files: list[Path]) -> Iterator
             for key in sf.keys():
                 if key.endswith((".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")):
                     continue  # GPT-2's causal-mask buffers and RoPE caches are not weights
-                if plan.gguf_arch in GEMMA and key == "lm_head.weight":
+                src = key
+                if plan.hf_arch in MULTIMODAL:
+                    prefix = next((p for p in MULTIMODAL[plan.hf_arch] if key.startswith(p)), None)
+                    if prefix is None:
+                        continue  # vision tower, projector, the head (tied)
+                    key = "model." + key[len(prefix):]
+                if plan.gguf_arch in GEMMA and key.endswith("lm_head.weight"):
                     continue  # Gemma ties its head to the embedding; llama.cpp reads token_embd
-                t = sf.get_tensor(key).to(torch.float32)
+                t = sf.get_tensor(src).to(torch.float32)
                 if plan.gguf_arch == "gpt2" and key.endswith(("c_attn.weight", "c_proj.weight",
                                                               "c_fc.weight")):
                     t = t.T.contiguous()  # Conv1D (in, out) -> (out, in)
