@@ -120,6 +120,16 @@ def test_gemma3_image_text_checkpoint_exports_its_language_model(toks, tmp_path)
     assert "token_embd.weight" in tensors and not [t for t in tensors if "v." in t[:2] or "mm" in t]
 
 
+def test_smollm2_tokenizer(tmp_path):
+    """SmolLM2 is a Llama with its own pre-tokeniser (single digits, then GPT-2's regex): llama.cpp's "smollm"."""
+    from tests.tiny_models import build_llama
+
+    model = build_llama(tmp_path / "smollm2", train_tokenizer(tmp_path / "tok", digits=True), hidden=32, layers=1)
+    _export(model, tmp_path / "s.gguf", "f16")
+    _roundtrip(model, tmp_path / "s.gguf", rel_tol=TOL["f16"])
+    assert _field(_fields(tmp_path / "s.gguf")[0], "tokenizer.ggml.pre") == "smollm"
+
+
 def test_gemma2_untied_head_is_not_written(toks, tmp_path):
     """Gemma's head is its embedding (llama.cpp reads token_embd); an lm_head in the files is skipped as
     llama.cpp's converter skips it, not written as a tensor llama.cpp would ignore."""

@@ -49,15 +49,19 @@ QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
 
 
 def train_tokenizer(out_dir: str | Path, *, vocab_size: int = 800, chat_template: bool = True,
-                    split: str | None = None) -> Path:
+                    split: str | None = None, digits: bool = False) -> Path:
     """Train a byte-level BPE on the embedded corpus and save it as a HF tokenizer dir; ``split`` (a regex)
-    pre-tokenises as Llama 3 / Qwen2 do (Split + ByteLevel without its own regex) instead of GPT-2's regex."""
+    pre-tokenises as Llama 3 / Qwen2 do (Split + ByteLevel without its own regex) instead of GPT-2's regex;
+    ``digits`` splits digits one by one before GPT-2's regex, as SmolLM/SmolLM2 do."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     out_dir = Path(out_dir)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if digits:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
     if split:
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),

@@ -3,7 +3,7 @@
 Byte-level BPE tokenizers (Aura's, GPT-2's, Llama 3's) become ``tokenizer.ggml.model = "gpt2"`` with
 tokens, merges and token types; the pre-tokeniser regex picks ``tokenizer.ggml.pre`` (``gpt-2`` for
 GPT-2's regex, ``llama-bpe`` for Llama 3's and SmolLM3's, ``qwen2`` for Qwen2/2.5's, also when Aura has
-extended it). SentencePiece-style BPE with byte fallback (Llama 2,
+extended it, ``smollm`` for SmolLM2's single digits before GPT-2's regex). SentencePiece-style BPE with byte fallback (Llama 2,
 Mistral 7B) becomes ``"llama"`` with scores. Anything else is refused before a byte is written: a
 GGUF that tokenises differently from the model's tokenizer is the silent failure we exist to avoid.
 """
@@ -29,10 +29,10 @@ M = Messages("gguf_tokenizer", {
                   "{first}… would have no embedding. Resize the model (model.resize_token_embeddings) "
                   "or use the tokenizer it was trained with."),
     "pre_unknown": ("El pre-tokenizador de {path} no es uno que llama.cpp reproduzca ({what}); la "
-                    "tokenización en GGUF sería distinta. Compatibles: ByteLevel de GPT-2, Llama 3, Qwen2, "
+                    "tokenización en GGUF sería distinta. Compatibles: ByteLevel de GPT-2, Llama 3, Qwen2, SmolLM2, "
                     "SentencePiece BPE.",
                     "The pre-tokenizer of {path} is not one llama.cpp reproduces ({what}); GGUF "
-                    "tokenisation would differ. Supported: GPT-2 ByteLevel, Llama 3, Qwen2, SentencePiece BPE."),
+                    "tokenisation would differ. Supported: GPT-2 ByteLevel, Llama 3, Qwen2, SmolLM2, SentencePiece BPE."),
     "model_unknown": ("El tokenizador de {path} es de tipo {kind}; la exportación GGUF admite BPE.",
                       "The tokenizer of {path} is of type {kind}; GGUF export supports BPE."),
     "no_eos": ("El tokenizador de {path} no define un token de fin (eos_token); sin él la generación "
@@ -70,6 +70,8 @@ def _pre_kind(tj: dict, path: Path) -> str:
     types = [p.get("type") for p in parts]
     if types == ["ByteLevel"] and parts[0].get("use_regex", True):
         return "gpt-2"
+    if types == ["Digits", "ByteLevel"] and parts[0].get("individual_digits") and parts[1].get("use_regex", True):
+        return "smollm"  # SmolLM/SmolLM2: single digits, then GPT-2's regex
     if types and types[-1] == "ByteLevel" and types[0] == "Split":
         regex = (parts[0].get("pattern") or {}).get("Regex", "")
         if regex == GPT2_REGEX:
