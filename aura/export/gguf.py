@@ -258,7 +258,7 @@ def _write(path: Path, *, model_dir: Path, arch, vocab, tok, tok_dir: Path, quan
     import gguf
     import numpy as np
 
-    from aura.export.gguf_arch import iter_tensors, write_hparams
+    from aura.export.gguf_arch import gguf_name, iter_tensors, write_hparams
     from aura.export.gguf_tokenizer import write_vocab
     from aura.inference.loading import weight_files
 
@@ -270,11 +270,11 @@ def _write(path: Path, *, model_dir: Path, arch, vocab, tok, tok_dir: Path, quan
     big = sum(f.stat().st_size for f in files) > (2 << 30)
     writer = gguf.GGUFWriter(str(path), arch.gguf_arch, use_temp_file=big)
     writer.add_type(gguf.GGUFType.MODEL)
-    writer.add_name(name)
+    writer.add_name(gguf_name(arch, name, rstrip_special=vocab.rstrip_special))
     writer.add_file_type(ftype)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     write_hparams(writer, arch)
-    write_vocab(writer, vocab, tok_dir, tok)
+    write_vocab(writer, vocab, tok_dir, tok, arch=arch.gguf_arch)
     fallback = 0
     for tname, arr in iter_tensors(model_dir, arch, files):
         t = qtype
