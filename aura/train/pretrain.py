@@ -20,8 +20,8 @@ from aura.train.args import TrainArgs
 from aura.train.run.session import Run, TrainingJob, best_line, load_hf_weights, run_training, save_hf
 
 M = Messages("pretrain", {
-    "demo": ("Sin --data: demo con el corpus español incluido (tokenizador + datos + modelo 'tiny').",
-             "No --data: demo on the embedded Spanish corpus (tokenizer + data + 'tiny' model)."),
+    "demo": ("Sin --data: demo con el corpus español incluido (tokenizador + datos + modelo pequeño).",
+             "No --data: demo on the embedded Spanish corpus (tokenizer + data + a small model)."),
     "auto": ("Preset automático: {reason}", "Automatic preset: {reason}"),
     "demo_plan": ("Demo: preset '{preset}', lote {batch}, tasa de aprendizaje {lr:g} (con un corpus tan pequeño "
                   "como el incluido, más pasos y más pequeños aprenden más).",
