@@ -93,7 +93,7 @@ _MIXTURE = re.compile(r"^([\w-]+=[0-9.eE+-]+:)(.+)$")
 _STAGE_KEYS = {"name", "command", "options", "description", "requires", "launch"}
 _TOP_KEYS = {"stages", "description", "name", "launch", "hours"}
 _NOT_STAGES = {("pipeline", "run"), ("pipeline", "list"), ("pipeline", "show"), ("pipeline", "plan"),
-               ("studio",), ("monitor",), ("chat",), ("launch",), ("runs",)}
+               ("studio",), ("serve",), ("monitor",), ("chat",), ("launch",), ("runs",)}
 
 
 @dataclass

@@ -153,6 +153,9 @@ def serve(cfg: ServeConfig) -> int:
         yes_no = {True: M("yes"), False: M("no")}
         raise AuraError(M(str(e), engine=cfg.engine, path=cfg.model, vllm=yes_no[vllm], gpu=yes_no[gpu])) from None
     check_port(cfg.host, cfg.port)
+    # SIGTERM (also the one uvicorn raises again after its graceful shutdown) exits through the ExitStack,
+    # so a merged copy is deleted, rather than by the default handler's instant death
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with contextlib.ExitStack() as stack:
         if engine == "vllm":
             return _serve_vllm(cfg, source, stack)
@@ -206,9 +209,6 @@ def _serve_here(cfg: ServeConfig, source, engine: str, stack: contextlib.ExitSta
         console.info(M("loading", model=name, engine=engine))
         app = engines.transformers_app(name, dtype=cfg.dtype)
     _announce(cfg, engine, name)
-    # uvicorn shuts down gracefully on SIGTERM, then raises it again: with Python's handler in place that
-    # is an exit through the ExitStack (the merged copy is deleted), not the default handler's instant death
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     uvicorn.run(TokenGuard(app, cfg.token), host=cfg.host, port=cfg.port, log_level="warning")
     return 0
 
