@@ -7,8 +7,9 @@ GGUF (``aura export gguf``). For each engine, two servers on free loopback ports
 - llama.cpp: ``aura serve FILE.gguf`` against ``python -m llama_cpp.server --model FILE.gguf``.
 
 The same client (the official ``openai`` package) sends the same streamed chat requests to both, greedy,
-``--max-tokens`` new tokens each (``repeat_penalty`` 1.0 sent explicitly to llama.cpp, so both do the same
-work: ``aura serve`` would add it, the hand-started server would not): ``--requests`` one after the other
+``--max-tokens`` new tokens each (``repeat_penalty`` 1.0 sent explicitly to llama.cpp, and the hand-started
+llama.cpp server given ``--interrupt_requests False``, so both do the same work: ``aura serve`` sets both,
+the hand-started server would not): ``--requests`` one after the other
 (the first-token latency: from sending to the first chunk with text; requests/s: requests over their wall
 time) and ``--requests`` from ``--concurrency`` threads at once (requests/s). Rounds alternate (aura, hand,
 aura, hand...) so a change in the machine's load hits both; medians over ``--rounds``.
@@ -74,13 +75,18 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def one_request(client, model: str, max_tokens: int, extra: dict) -> tuple[float, float]:
-    """(seconds to the first chunk with text, seconds in all) of one streamed greedy chat request."""
+    """(seconds to the first chunk with text, seconds in all) of one streamed greedy chat request, checked
+    to have run to its end (``finish_reason``: a server that cuts answers short would look fast)."""
     t0 = time.perf_counter()
-    first = None
+    first, finish = None, None
     for chunk in client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=max_tokens,
                                                 temperature=0, stream=True, extra_body=extra):
         if first is None and chunk.choices and chunk.choices[0].delta.content:
             first = time.perf_counter() - t0
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    if finish not in ("length", "stop"):
+        raise RuntimeError(f"an answer was cut short (finish_reason {finish!r})")
     return (first if first is not None else float("nan")), time.perf_counter() - t0
 
 
@@ -124,6 +130,7 @@ def main() -> None:
                           lambda port: [sys.executable, "-m", "aura", "serve", str(gguf), "--port", str(port)],
                           lambda port: [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
                                         "--model_alias", str(gguf), "--n_ctx", "0", "--verbose", "False",
+                                        "--interrupt_requests", "False",
                                         "--host", "127.0.0.1", "--port", str(port)]),
         }
         cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),

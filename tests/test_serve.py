@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,12 @@ def _generate(tmp_path: Path, *model_args, chat: bool) -> str:
     return json.loads(out.read_text(encoding="utf-8"))["output"]
 
 
+def _streamed_chat(client, model: str) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": CHAT}], max_tokens=NEW, temperature=0, stream=True)
+        if c.choices)
+
+
 def _check_answers(client, model: str, chat_ref: str, text_ref: str) -> None:
     messages = [{"role": "user", "content": CHAT}]
     common = dict(model=model, max_tokens=NEW, temperature=0)
@@ -125,6 +132,11 @@ def test_served_model_answers_as_aura_generate(models, kind, tmp_path):
         assert [m.id for m in client.models.list().data] == [str(model)]
         assert ("engine transformers" if kind == "hf" else "engine llama.cpp") in log.read_text()
         _check_answers(client, str(model), chat_ref, text_ref)
+        # two clients at once: each gets its whole answer (llama-cpp-python's server, by default, ends a
+        # streamed answer as soon as another request waits)
+        with ThreadPoolExecutor(2) as pool:
+            both = list(pool.map(lambda _: _streamed_chat(client, str(model)), range(2)))
+        assert both == [chat_ref, chat_ref]
 
 
 def test_adapter_merged_and_token_required_off_loopback(models, tiny_adapter, tmp_path):
