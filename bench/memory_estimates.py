@@ -24,7 +24,7 @@ def _configs():
 
 def main() -> None:
     from aura.models.hardware import GIB, assumed_hardware, choose_auto, estimate_memory
-    from aura.models.presets import PRESETS
+    from aura.models.presets import PRESETS, preset_training
     from aura.train.run.memory import finetune_estimate, plan_finetune
 
     llama_1b, mistral_7b = _configs()
@@ -55,7 +55,8 @@ def main() -> None:
         info = assumed_hardware(gpu)
         c = choose_auto(info)
         nock = estimate_memory(PRESETS[c.preset], vocab_size=32000, batch_size=c.batch_size, precision=c.precision,
-                               gradient_checkpointing=False).total
+                               gradient_checkpointing=False,
+                               optimizer=preset_training(c.preset).optimizer).total
         print(f"| {c.preset} | {gpu} | {c.batch_size}, {'yes' if c.gradient_checkpointing else 'no'} | "
               f"{c.estimated_bytes / GIB:.1f} | {nock / GIB:.1f} |")
 

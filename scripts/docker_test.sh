@@ -152,7 +152,7 @@ check "aura doctor in the container" doctor
 # 4. data, prepared in a container into the host folder -----------------------------------------------------
 prepare() {
   compose run --rm -v "$ROOT/aura/resources/corpus_es:/corpus:ro" --entrypoint bash trainer -c \
-    'aura tokenizer train /corpus/*.txt --vocab-size 400 --output-dir /data/tok --force \
+    'aura tokenizer train /corpus/*.txt --vocab-size 400 --output-dir /data/tok --overwrite \
      && aura data prepare /corpus/*.txt --tokenizer /data/tok --output-dir /data/prepared --val-fraction 0.05 \
         --workers 1' >"$OUT/logs/prepare.log" 2>&1 || { tail -20 "$OUT/logs/prepare.log"; return 1; }
 }

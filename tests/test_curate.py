@@ -309,7 +309,7 @@ def test_refusals(tmp_path):
     r = run_aura_here(*curate_args(tmp_path / "in.jsonl", tmp_path / "o", "--no-minhash", "--no-quality"))
     assert r.returncode == 0, r.stderr
     r = run_aura_here(*curate_args(tmp_path / "in.jsonl", tmp_path / "o", "--no-quality"))
-    assert r.returncode == 2 and "--force" in r.stderr
+    assert r.returncode == 2 and "--overwrite" in r.stderr
 
 
 @pytest.mark.slow

@@ -225,13 +225,13 @@ def test_rerun_is_noop_force_rebuilds_foreign_dir_refused(docs, tok_dir, tmp_pat
     assert r.returncode == 0 and "Nothing to do" in r.stdout
     assert (tmp_path / "out" / "meta.json").read_text() == first
     r = run_aura_here(*args, "--seed", "3")
-    assert r.returncode == 2 and "--force" in r.stderr
-    r = run_aura(*args, "--force")
+    assert r.returncode == 2 and "--overwrite" in r.stderr
+    r = run_aura(*args, "--overwrite")
     assert r.returncode == 0 and "Nothing to do" not in r.stdout
     assert json.loads((tmp_path / "out" / "meta.json").read_text())["created"]
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.md").write_text("no borrar")
-    r = run_aura_here("data", "prepare", src, "--tokenizer", tok_dir, "--output-dir", tmp_path / "mine", "--force",
+    r = run_aura_here("data", "prepare", src, "--tokenizer", tok_dir, "--output-dir", tmp_path / "mine", "--overwrite",
                       env={"AURA_LANG": "es"})
     assert r.returncode == 2 and "no lo creó Aura" in r.stderr
     assert (tmp_path / "mine" / "notes.md").read_text() == "no borrar"

@@ -1,7 +1,7 @@
 """Reliability bench: nothing of the user's is ever deleted, whatever the flags.
 
 Each case builds a directory of a user's unrelated files (random bytes, nested folders, a ``.git``),
-points a real ``aura`` command at it the way a hurried user might (as the output, with ``--force``,
+points a real ``aura`` command at it the way a hurried user might (as the output, with ``--overwrite``,
 beside a concurrent run) and checks that every byte survives. The rule behind it is in
 docs/architecture.md ("What Aura replaces, and when").
 """
@@ -84,7 +84,7 @@ def test_prepare_never_replaces_a_project_with_a_meta_json(zoo, tmp_path, force)
     proj = user_project(tmp_path / "proj")
     before = tree(proj)
     r = run_aura_here("data", "prepare", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", proj,
-                      "--workers", "1", *(["--force"] if force else []))
+                      "--workers", "1", *(["--overwrite"] if force else []))
     refused(r, "was not created by Aura")
     assert tree(proj) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]  # no staging dir was even started
@@ -94,7 +94,7 @@ def test_prepare_never_replaces_an_aura_looking_meta_beside_user_files(zoo, tmp_
     proj = user_project(tmp_path / "proj", meta={"format": "aura-tokens-v1", "aura_version": "0.1"})
     before = tree(proj)
     refused(run_aura_here("data", "prepare", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", proj,
-                          "--workers", "1", "--force"), "was not created by Aura")
+                          "--workers", "1", "--overwrite"), "was not created by Aura")
     assert tree(proj) == before
 
 
@@ -104,9 +104,9 @@ def test_unreadable_meta_in_an_aura_data_dir_is_not_taken_as_empty(zoo, tmp_path
     assert run_aura(*args).returncode == 0
     (out / "meta.json").write_text("{ truncated", encoding="utf-8")
     before = tree(out)
-    refused(run_aura_here(*args), "meta.json is not valid", "--force")
+    refused(run_aura_here(*args), "meta.json is not valid", "--overwrite")
     assert tree(out) == before
-    r = run_aura(*args, "--force")
+    r = run_aura(*args, "--overwrite")
     assert r.returncode == 0, r.stderr
     assert json.loads((out / "meta.json").read_text())["format"] == "aura-tokens-v1"
 
@@ -127,7 +127,7 @@ def test_prepare_into_cwd_home_or_root_is_a_clear_refusal(zoo, tmp_path, where):
     cwd = user_project(tmp_path / "home")
     before = tree(cwd)
     r = run_aura_here("data", "prepare", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", where,
-                      "--workers", "1", "--force", cwd=cwd, env={"HOME": str(cwd)})
+                      "--workers", "1", "--overwrite", cwd=cwd, env={"HOME": str(cwd)})
     refused(r, "cannot be an output")
     assert tree(cwd) == before
 
@@ -191,7 +191,7 @@ def test_yaml_config_that_forces_is_announced(zoo, tmp_path):
     assert "trust_remote_code" not in r.stderr  # false: nothing to announce
     cfg.write_text("trust_remote_code: true\n", encoding="utf-8")
     r = run_aura("data", "prepare", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", tmp_path / "o",
-                 "--config", cfg, "--force", env={"AURA_LANG": "es"})
+                 "--config", cfg, "--overwrite", env={"AURA_LANG": "es"})
     assert f"{cfg} activa 'trust_remote_code: true'" in r.stderr, r.stderr
 
 
@@ -202,13 +202,13 @@ def test_tokenizer_force_never_replaces_a_model_or_user_dir(zoo, tmp_path):
     proj = user_project(tmp_path / "proj")
     for target in (model, proj):
         before = tree(target)
-        r = run_aura_here("tokenizer", "train", zoo["corpus"], "--vocab-size", "300", "--output-dir", target, "--force")
+        r = run_aura_here("tokenizer", "train", zoo["corpus"], "--vocab-size", "300", "--output-dir", target, "--overwrite")
         refused(r, "was not created by Aura")
         assert tree(target) == before
     ours = tmp_path / "tok"
     assert run_aura("tokenizer", "train", zoo["corpus"], "--vocab-size", "300", "--output-dir", ours).returncode == 0
-    refused(run_aura_here("tokenizer", "train", zoo["corpus"], "--vocab-size", "300", "--output-dir", ours), "--force")
-    r = run_aura("tokenizer", "train", zoo["corpus"], "--vocab-size", "320", "--output-dir", ours, "--force")
+    refused(run_aura_here("tokenizer", "train", zoo["corpus"], "--vocab-size", "300", "--output-dir", ours), "--overwrite")
+    r = run_aura("tokenizer", "train", zoo["corpus"], "--vocab-size", "320", "--output-dir", ours, "--overwrite")
     assert r.returncode == 0, r.stderr
     assert ownership.read_marker(ours)["kind"] == "tokenizer"
 
@@ -222,7 +222,7 @@ def test_merge_force_never_writes_over_its_inputs_or_a_users_dir(zoo, tmp_path):
                         (zoo["run"], "contains the input"), (proj, "was not created by Aura")):
         before = tree(target)
         r = run_aura_here("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", target,
-                          "--force")
+                          "--overwrite")
         refused(r, why)
         assert tree(target) == before, target
     out = tmp_path / "merged"
@@ -230,8 +230,8 @@ def test_merge_force_never_writes_over_its_inputs_or_a_users_dir(zoo, tmp_path):
     assert r.returncode == 0, r.stderr
     assert ownership.read_marker(out)["kind"] == "model"
     refused(run_aura_here("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out),
-            "--force")
-    r = run_aura("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out, "--force")
+            "--overwrite")
+    r = run_aura("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out, "--overwrite")
     assert r.returncode == 0, r.stderr
 
 
@@ -256,7 +256,7 @@ def test_gguf_export_keeps_a_users_modelfile_and_its_input(zoo, tmp_path):
     (ours / "Modelfile").write_text("FROM ./otro.gguf\n", encoding="utf-8")  # a user's, of the old shared name
     for quant in ("f32", "f16", "f32"):
         r = aura_with_umask("export", "gguf", "--model", zoo["base"], "--output-dir", ours, "--quant", quant,
-                            "--no-verify", "--force", umask=0o002)
+                            "--no-verify", "--overwrite", umask=0o002)
         assert r.returncode == 0, r.stderr
         assert f"FROM ./model-{quant}.gguf" in (ours / f"model-{quant}.Modelfile").read_text()
     assert (ours / "Modelfile").read_text() == "FROM ./otro.gguf\n"

@@ -26,7 +26,7 @@ def test_doctor_cpu_machine_reports_no_gpu_and_passes():
         assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in out
     assert "none (training runs on CPU" in out
     assert "Everything required works." in out
-    assert re.search(r"auto\s+preset tiny, batch \d+ × accumulation \d+, precision (fp32|bf16)", out)
+    assert re.search(r"auto\s+preset qwen3-tiny, batch \d+ × accumulation \d+, precision (fp32|bf16)", out)
     assert "NCCL_SOCKET_IFNAME=" in out or "No active interface" in out
 
 

@@ -216,10 +216,50 @@ def test_one_modelfile_per_gguf_with_the_runs_system_message_and_name(tmp_path):
         assert 'PARAMETER stop "<|im_end|>"' in text and "<|im_start|>{{ .Role }}" in text
         assert f"ollama create chat_es:{quant} -f model-{quant}.Modelfile" in text
     es = run_aura_here("export", "gguf", "--model", model, "--output-dir", out_dir, "--quant", "f16", "--no-verify",
-                       "--force", "--name", "Mi Modelo", env={"AURA_LANG": "es"})
+                       "--overwrite", "--name", "Mi Modelo", env={"AURA_LANG": "es"})
     assert es.returncode == 0 and "ollama create mi-modelo:f16 -f model-f16.Modelfile" in es.stdout, es.stdout
     # a template without a default system message gets no SYSTEM line
     plain = build_llama(tmp_path / "plain", train_tokenizer(tmp_path / "tok2", vocab_size=400), hidden=32, layers=1)
     r = run_aura_here("export", "gguf", "--model", plain, "--outfile", tmp_path / "plain.gguf", "--no-verify")
     assert r.returncode == 0 and "SYSTEM" not in (tmp_path / "plain.Modelfile").read_text()
     assert "ollama create plain:f16 -f plain.Modelfile" in r.stdout
+
+
+def test_verification_figures_are_written_beside_the_gguf_and_never_outlive_it(zoo, tmp_path):
+    """NAME.verify.json holds what llama.cpp's verification measured (top-1 agreement and max |logit diff|
+    equal to an independent measurement on the same text), is replaced by the next export and removed by
+    an unverified one; a file of that name that Aura did not write is refused (exit 2, nothing written)."""
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aura.export.gguf_verify import VERIFY_TEXTS
+
+    out = tmp_path / "llama-f16.gguf"
+    _export(zoo["llama"], out, "f16")
+    record = json.loads((tmp_path / "llama-f16.verify.json").read_text(encoding="utf-8"))
+    assert record["gguf"] == out.name and record["bytes"] == out.stat().st_size and record["quant"] == "f16"
+    tok = AutoTokenizer.from_pretrained(str(zoo["llama"]))
+    ids = tok(VERIFY_TEXTS[0] + " " + VERIFY_TEXTS[3], add_special_tokens=True)["input_ids"]
+    llm = _llama(out, n_ctx=256, logits_all=True)
+    llm.eval(ids)
+    got = np.asarray(llm.scores[:len(ids)], dtype=np.float32)[:, :len(tok)]
+    with torch.no_grad():
+        ref = AutoModelForCausalLM.from_pretrained(str(zoo["llama"])).eval()(torch.tensor([ids])).logits[0].numpy()
+    ref = ref[:, :len(tok)]
+    assert record["top1"] == pytest.approx(float((got.argmax(-1) == ref.argmax(-1)).mean()))
+    assert record["max_abs_diff"] == pytest.approx(float(np.abs(got - ref).max()), rel=1e-4)
+    assert record["generated"] == 12 and 0 <= record["agreeing"] <= 12
+    assert record["tolerance"] == {"rel_diff": 0.02, "top1": 0.95}
+
+    r = run_aura("export", "gguf", "--model", zoo["llama"], "--outfile", out, "--no-verify", "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "llama-f16.verify.json").exists()  # an unverified file shows no old figures
+
+    theirs = tmp_path / "other"
+    theirs.mkdir()
+    (theirs / "model-f16.verify.json").write_text('{"mine": 1}\n', encoding="utf-8")
+    r = run_aura_here("export", "gguf", "--model", zoo["llama"], "--output-dir", theirs)
+    assert r.returncode == 2 and "model-f16.verify.json" in r.stderr and "--overwrite" in r.stderr
+    assert (theirs / "model-f16.verify.json").read_text(encoding="utf-8") == '{"mine": 1}\n'
+    assert not list(theirs.glob("*.gguf"))

@@ -56,18 +56,23 @@ def test_sft_batches_are_padded_to_bucket_lengths():
 
 
 @pytest.mark.slow
-def test_lora_finetune_compiled_runs_and_learns(tmp_path):
+def test_lora_finetune_compiled_matches_eager_step_by_step(tmp_path):
+    """LoRA with checkpointing, compiled (bucket-padded batches) against the same run eager: the per-step losses
+    agree to rounding, so compile changes nothing the run learns."""
     tok = train_tokenizer(tmp_path / "tok", vocab_size=500)
     base = build_llama(tmp_path / "llama", tok, hidden=64, layers=2)
-    out = tmp_path / "run"
-    text = _ok(run_aura("finetune", "--base-model", base, "--output-dir", out, "--compile", "--max-steps", "4",
-                        "--max-length", "96", "--truncation", "truncate", "--lora-r", "8", "--lora-dropout", "0",
-                        "--precision", "fp32", "--batch-size", "4", "--gradient-accumulation-steps", "1",
-                        "--learning-rate", "5e-3", "--save-steps", "0", "--log-interval", "1",
-                        "--gradient-checkpointing", timeout=900))
-    losses = read_log(out)
-    assert len(losses) == 4 and losses[4] < losses[1], text[-2000:]
-    assert (out / "final" / "adapter_model.safetensors").is_file()
+    flags = ["--base-model", base, "--max-steps", "4", "--max-length", "96", "--truncation", "truncate",
+             "--lora-r", "8", "--lora-dropout", "0", "--precision", "fp32", "--batch-size", "4",
+             "--gradient-accumulation-steps", "1", "--learning-rate", "5e-3", "--save-steps", "0",
+             "--log-interval", "1", "--gradient-checkpointing"]
+    _ok(run_aura("finetune", "--output-dir", tmp_path / "eager", *flags))
+    text = _ok(run_aura("finetune", "--output-dir", tmp_path / "compiled", "--compile", *flags, timeout=900))
+    eager, compiled = read_log(tmp_path / "eager"), read_log(tmp_path / "compiled")
+    assert eager.keys() == compiled.keys() == {1, 2, 3, 4}, text[-2000:]
+    for step, loss in eager.items():  # inductor reorders float ops: equal to rounding, not bit for bit
+        assert compiled[step] == pytest.approx(loss, rel=1e-4), step
+    assert eager[4] < eager[1] - 0.05  # and the run does learn
+    assert (tmp_path / "compiled" / "final" / "adapter_model.safetensors").is_file()
 
 
 @pytest.mark.dist

@@ -314,3 +314,17 @@ def test_vllm_engine_set_up_for_a_single_process_its_context_and_its_memory_shar
     grpo = SimpleNamespace(objective="grpo", rollout_engine="vllm", vllm_gpu_memory=0.3)
     assert training_share(gpu, grpo).memory_bytes == int(gpu.memory_bytes * 0.7)
     assert training_share(gpu, SimpleNamespace(objective="grpo", rollout_engine="torch")) is gpu
+
+
+def test_grpo_on_one_process_says_no_strategy_it_was_not_given_and_spanish_weights(env, tmp_path):
+    """Issue 36.7: without --strategy, one process said "ninguna (--strategy ddp necesita varios procesos ...)"
+    (auto had silently become ddp), and the default weights read "format x 0.2" in Spanish."""
+    from tests.conftest import run_aura
+
+    r = run_aura("finetune", "--base-model", env["llama"], "--data", env["data"], *map(str, FAST), "--max-steps", "1",
+                 "--val-fraction", "0", "--output-dir", tmp_path / "r", env={"AURA_LANG": "es"})
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "Recompensas: exact-answer x 1, format x 0,2." in out, out
+    assert "Estrategia de paralelismo: ninguna (un solo proceso)" in out, out
+    assert "--strategy ddp" not in out, out

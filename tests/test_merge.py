@@ -58,9 +58,9 @@ def test_lora_merge_equals_base_plus_adapter(zoo, tmp_path):
     gen = json.loads((out / "generation_config.json").read_text())
     assert set(gen["eos_token_id"]) == {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}
     assert not list(tmp_path.glob(".tmp-*"))
-    # refuses to overwrite without --force
+    # refuses to overwrite without --overwrite
     again = run_aura_here("merge", "--base-model", zoo["llama"], "--adapter", zoo["adapter"], "--output-dir", out)
-    assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
+    assert again.returncode == 2 and "--overwrite" in again.stderr and "Traceback" not in again.stderr
 
 
 def test_qlora_adapter_merges_into_dequantised_base(zoo, tmp_path):
@@ -121,3 +121,37 @@ def test_output_under_a_file_is_refused_before_loading(zoo, tmp_path):
     r = run_aura_here("merge", "--base-model", zoo["llama"], "--adapter", zoo["adapter"], "--output-dir", blocker / "m")
     assert r.returncode == 2 and "is a file, not a directory" in r.stderr and "--output-dir" in r.stderr
     assert "Loading" not in r.stdout and "Traceback" not in r.stderr
+
+
+def test_the_same_base_named_two_ways_is_not_reported_as_another(zoo, tmp_path):
+    """Issue 36.6: fine-tuning records the base's absolute path; `aura merge --base-model runs/mi-modelo/final`
+    (relative) said the adapter was trained on another base. One folder named two ways, or a byte-identical
+    copy, is the same base (silent); a folder with other weights still says which base it uses."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    base = shutil.copytree(zoo["llama"], tmp_path / "runs" / "mi-modelo" / "final")
+    adapter = shutil.copytree(zoo["adapter"], tmp_path / "runs" / "sft" / "final")
+    stamp_adapter_base(adapter, base.resolve())  # as aura finetune records it: absolute
+    said = "was trained on"
+    r = run_aura_here("merge", "--base-model", "runs/mi-modelo/final", "--adapter", "runs/sft/final",
+                      "--output-dir", "merged", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert said not in r.stdout + r.stderr, r.stdout + r.stderr
+    r = run_aura("chat", "--model", "runs/mi-modelo/final", "--adapter", "runs/sft/final", "--max-new-tokens", "2",
+                 "--temperature", "0", input="Hola\n", cwd=tmp_path)  # the command fine-tuning suggests, relative
+    assert r.returncode == 0 and said not in r.stdout + r.stderr, r.stdout + r.stderr
+    copy = shutil.copytree(base, tmp_path / "copia")  # another folder, the same bytes
+    r = run_aura_here("merge", "--base-model", "copia", "--adapter", "runs/sft/final", "--output-dir", "merged2",
+                      cwd=tmp_path)
+    assert r.returncode == 0 and said not in r.stdout + r.stderr, r.stdout + r.stderr
+    # other weights outside the embeddings (which the fingerprint samples): named, as before
+    weights = load_file(str(copy / "model.safetensors"))
+    name = next(k for k in weights if k.endswith("norm.weight"))
+    weights[name] = weights[name] * 1.5
+    save_file(weights, str(copy / "model.safetensors"), metadata={"format": "pt"})
+    r = run_aura_here("merge", "--base-model", "copia", "--adapter", "runs/sft/final", "--output-dir", "merged3",
+                      cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"{said} '{base.resolve()}'; using 'copia'" in r.stdout + r.stderr, r.stdout + r.stderr

@@ -50,6 +50,9 @@ def test_names_say_the_configuration():
     assert stem(tasks="spanish_bench, global_mmlu_es") == "eval-tasks-spanish_bench+global_mmlu_es"
     assert stem(suite="aura-es", adapter="runs/chat/final") == "eval-aura-es.adapter-chat-final"
     assert stem(suite="aura-es", adapter="adapters/mi lora") == "eval-aura-es.adapter-mi_lora"
+    # answers to --prompts ride in the suite's file (the full suite's name stays the one `aura runs` reads)
+    assert stem(suite="aura-es", prompts="p.txt") == "eval-aura-es"
+    assert stem(prompts="p.txt") == "eval-prompts" and stem(prompts="p.txt", limit=2) == "eval-prompts.limit2"
     many = stem(tasks=",".join(f"tarea_{i}" for i in range(30)))
     assert len(many) < 80 and many != stem(tasks=",".join(f"tarea_{i}" for i in range(31)))
 

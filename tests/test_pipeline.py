@@ -179,11 +179,110 @@ def test_report_numbers_are_the_stages_own(reference):
             assert models[model]["scores"][f"{task}/acc"] == value
     tok = json.loads((out / "tokenizer" / "aura_tokenizer.json").read_text(encoding="utf-8"))
     assert by_name["tokenizer"]["notes"]["fertility"] == tok["fertility"]["tokens_per_word"]
+    for name in ("pretrain", "sft"):  # a CPU run logs neither MFU (no known peak) nor GPU memory: "–", not RSS
+        with (out / name / "training_log.csv").open(encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert not any(r["mfu"] or r["mem_reserved_gb"] for r in rows)
+        t = by_name[name]["training"]
+        assert t["mfu"] is None and t["gpu_mem_peak_gb"] is None and t["gpu_mem_reserved_gb"] is None
+    prompts = (ROOT / "aura" / "resources" / "eval" / "prompts_es.txt").read_text(encoding="utf-8").splitlines()
+    for model, ev in (("pretrain", "eval-base"), ("sft", "eval-sft")):
+        suite = json.loads(next((out / ev).glob("eval-aura-es*.json")).read_text(encoding="utf-8"))["results"][0]
+        assert [a["prompt"] for a in models[model]["answers"]] == prompts
+        assert [a["answer"] for a in models[model]["answers"]] == [a["answer"] for a in suite["answers"]]
     md = (out / "report.md").read_text(encoding="utf-8")
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "aura pretrain" in md and "<table>" in html and "<svg" in html
     assert "http://" not in html and "https://" not in html  # self-contained: nothing fetched
     assert f"{models['sft']['scores']['val_bits_per_byte']:.4f}" in md
+    table = md.split("## The same prompts to each model")[1].split("\n## ")[0]
+    assert "| prompt | pretrain | sft |" in table  # one column per model stage, one row per prompt
+    assert all(f"| {p} | " in table for p in prompts)
+
+
+def _greedy_reference(model_dir: Path, prompt: str, max_new_tokens: int) -> str:
+    """transformers' own ``generate``, greedy, on the stage's model: the user turn in its chat template, or
+    Aura's documented plain format without one (``Usuario: ...\nAsistente:``, cut at the next ``\nUsuario:``)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    template = getattr(tok, "chat_template", None)
+    if template:
+        text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                       add_generation_prompt=True)
+        ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    else:
+        ids = tok(f"Usuario: {prompt}\nAsistente:", return_tensors="pt")["input_ids"]
+    stops = [tok.eos_token_id] + [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>",) if template and t in template]
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                             do_sample=False, eos_token_id=stops, pad_token_id=tok.eos_token_id)
+    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).split("\nUsuario:")[0].strip()
+
+
+@pytest.mark.slow
+def test_prompt_answers_are_each_stages_own_greedy_generation(reference):
+    """The report's prompt x stage table: each stage's answer to the first prompt is what transformers'
+    ``generate`` answers greedily with that stage's model (base without a chat template, SFT with one)."""
+    report = json.loads((reference / "report.json").read_text(encoding="utf-8"))
+    models = {m["stage"]: m for m in report["models"]}
+    for stage in ("pretrain", "sft"):
+        first = models[stage]["answers"][0]
+        assert models[stage]["max_new_tokens"] == 8
+        assert first["answer"] == _greedy_reference(reference / stage / "final", first["prompt"], 8), stage
+
+
+def test_eval_prompts_without_a_chat_template_and_a_bad_prompts_file(tiny_zoo, tmp_path):
+    """`aura eval --prompts` on a model without a chat template (Aura's plain format) answers as transformers'
+    greedy ``generate`` does; a missing prompts file is refused before any model loads, exit 2."""
+    model = tmp_path / "plain"
+    shutil.copytree(tiny_zoo["llama"], model)
+    (model / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((model / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config.pop("chat_template", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("¿Cuál es la capital de España?\n\nHola\n", encoding="utf-8")
+    proc = run_aura_here("eval", "--model", model, "--prompts", prompts, "--max-new-tokens", "12",
+                         "--output-dir", tmp_path / "ev")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "ev" / "eval-prompts.json").read_text(encoding="utf-8"))["results"][0]
+    assert [a["prompt"] for a in report["answers"]] == ["¿Cuál es la capital de España?", "Hola"]
+    assert not report["answers"][0]["chat_template"]
+    assert report["answers"][0]["answer"] == _greedy_reference(model, "¿Cuál es la capital de España?", 12)
+    proc = run_aura_here("eval", "--model", model, "--prompts", tmp_path / "nope.txt", "--output-dir", tmp_path / "e2")
+    assert proc.returncode == 2 and "nope.txt" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "e2").exists()
+
+
+def test_a_cuda_runs_mfu_and_gpu_memory_are_read_from_its_log(reference, tmp_path):
+    """The columns only a CUDA run fills (``mfu`` with a known peak, ``mem_reserved_gb``), written into the
+    reference's real pretraining log as the metrics logger writes them: the report's MFU is the median
+    logged interval's, its GPU memory the largest peak allocated and reserved of the log."""
+    from aura.pipeline.report import training_summary
+
+    src = reference / "pretrain" / "training_log.csv"
+    with src.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        header, rows = reader.fieldnames, list(reader)
+    for i, r in enumerate(rows):
+        if r["kind"] == "step":
+            r.update(mfu=f"{0.30 + 0.01 * (i % 7):.4f}", mem_peak_gb=f"{20 + i % 5:.3f}",
+                     mem_reserved_gb=f"{24 + i % 3:.3f}")
+    with (tmp_path / "training_log.csv").open("w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    steps = [r for r in rows if r["kind"] == "step"]
+    t = training_summary(tmp_path)
+    import statistics
+
+    assert t["mfu"] == statistics.median(float(r["mfu"]) for r in steps)
+    assert t["gpu_mem_peak_gb"] == max(float(r["mem_peak_gb"]) for r in steps) == 24.0
+    assert t["gpu_mem_reserved_gb"] == 26.0
+    assert training_summary(reference / "pretrain")["gpu_mem_peak_gb"] is None  # the CPU log itself: none
 
 
 @pytest.mark.slow
@@ -274,15 +373,22 @@ def test_a_launch_block_runs_the_training_stage_under_torchrun(tmp_path):
     assert pre["device_hours"] == pytest.approx(stage["seconds"] * 2 / 3600)
 
 
-@pytest.mark.slow
-def test_demo_cpu_end_to_end(tmp_path):
-    """The shipped demo, as `bash scripts/demo.sh` runs it (its budgets shortened: the chain is the test)."""
-    out = tmp_path / "demo"
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    """The shipped demo, as `bash scripts/demo.sh` runs it in Spanish (its budgets shortened: the chain is the
+    test), once for the tests that read it."""
+    out = tmp_path_factory.mktemp("demo") / "demo"
     sets = ["--set", "pretrain.time_budget=0.003", "--set", "sft.time_budget=0.002",
             "--set", "dpo.time_budget=0.001", "--set", "grpo.time_budget=0.001", "--set", "eval-base.limit=2",
             "--set", "eval-sft.limit=2", "--set", "eval-dpo.limit=2", "--set", "eval-grpo.limit=2"]
-    proc = run_aura("pipeline", "run", "demo-cpu", "--output-dir", out, *sets, timeout=900)
+    proc = run_aura("pipeline", "run", "demo-cpu", "--output-dir", out, *sets, timeout=900, env={"AURA_LANG": "es"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_demo_cpu_end_to_end(demo):
+    out = demo
     state = _state(out)
     assert all(state["stages"][n]["status"] in ("finished", "skipped") for n in state["order"])
     assert state["stages"]["gguf"]["status"] == ("finished" if _has("llama_cpp") else "skipped")
@@ -290,6 +396,69 @@ def test_demo_cpu_end_to_end(tmp_path):
     assert (out / "grpo" / "final").is_dir()
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert [m["stage"] for m in report["models"]] == ["pretrain", "sft", "dpo", "grpo"]
+    assert all(len(m["answers"]) == 4 for m in report["models"])  # the same prompts, every model stage
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "| pregunta | pretrain | sft | dpo | grpo |" in md  # written in Spanish
+    if _has("llama_cpp"):  # the GGUF with its size and llama.cpp's agreement, as the export measured them
+        gguf = next(s for s in report["stages"] if s["name"] == "gguf")["files"]
+        record = json.loads((out / "gguf" / "model-f16.verify.json").read_text(encoding="utf-8"))
+        assert [f["name"] for f in gguf] == ["model-f16.gguf"]
+        assert gguf[0]["bytes"] == (out / "gguf" / "model-f16.gguf").stat().st_size
+        assert gguf[0]["verify"]["top1"] == record["top1"] and gguf[0]["verify"]["agreeing"] == record["agreeing"]
+        assert "| gguf/model-f16.gguf |" in md and f"{record['agreeing']}/{record['generated']}" in md
+
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_report_html_renders_in_chromium_with_nothing_fetched(request, tmp_path):
+    """The demo's report.html from a file:// URL in the Chromium of the Studio tests: its tables and loss
+    curves render, every request it makes is the file itself (no network), and screenshots are written
+    (AURA_REPORT_SCREENSHOTS=docs/pipelines: the docs' images; AURA_DEMO_DIR=runs/demo-cpu: the folder of
+    a whole `bash scripts/demo.sh` run under AURA_LANG=es instead of the shortened one)."""
+    demo = Path(os.environ["AURA_DEMO_DIR"]) if os.environ.get("AURA_DEMO_DIR") else request.getfixturevalue("demo")
+    from tests.evidence import importorskip, require_or_skip
+
+    if not (CHROMIUM and DRIVER):
+        require_or_skip("browser", "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    webdriver = importorskip("selenium.webdriver", "browser")
+    from selenium.webdriver.common.by import By
+
+    shots = Path(os.environ.get("AURA_REPORT_SCREENSHOTS") or tmp_path / "shots")
+    shots.mkdir(parents=True, exist_ok=True)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900", "--lang=es-ES"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=DRIVER), options=opts)
+    url = (demo / "report.html").as_uri()
+    try:
+        driver.get(url)
+        assert driver.find_element(By.TAG_NAME, "h1").text == "Informe del pipeline 'demo-cpu'"
+        heads = [h.text for h in driver.find_elements(By.TAG_NAME, "h2")]
+        assert heads[:3] == ["Etapas", "Modelos lado a lado", heads[2]] and heads[2].startswith("Las mismas preguntas")
+        tables = driver.find_elements(By.TAG_NAME, "table")
+        assert len(tables) >= 3 and all(t.size["height"] > 40 and t.size["width"] > 200 for t in tables)
+        answers = tables[2]
+        assert [th.text for th in answers.find_elements(By.TAG_NAME, "th")] == ["pregunta", "pretrain", "sft", "dpo", "grpo"]
+        assert len(answers.find_elements(By.TAG_NAME, "tr")) == 1 + 4
+        curves = driver.find_elements(By.CSS_SELECTOR, "svg polyline")
+        assert len(curves) == 4  # pretrain, sft, dpo, grpo: each with its points, drawn with a size
+        assert all(len(c.get_attribute("points").split()) >= 2 and c.size["width"] > 50 for c in curves)
+        requests = [json.loads(e["message"])["message"] for e in driver.get_log("performance")]
+        urls = {m["params"]["request"]["url"] for m in requests if m["method"] == "Network.requestWillBeSent"}
+        assert urls == {url}, urls  # the page itself and nothing else: self-contained
+        driver.execute_script("document.body.style.zoom='0.8'")
+        driver.save_screenshot(str(shots / "report-etapas.png"))
+        answers.screenshot(str(shots / "report-respuestas.png"))
+        driver.execute_script("arguments[0].scrollIntoView()", driver.find_elements(By.TAG_NAME, "h3")[0])
+        driver.save_screenshot(str(shots / "report-curvas.png"))
+    finally:
+        driver.quit()
+    assert all((shots / f"report-{n}.png").stat().st_size > 5000 for n in ("etapas", "respuestas", "curvas"))
 
 
 def _has(module: str) -> bool:

@@ -297,3 +297,22 @@ def test_dpo_with_qlora_on_cpu_learns_and_its_adapter_merges(env, tmp_path):
         expected = PeftModel.from_pretrained(base, str(run / "final"))(input_ids=ids).logits
         got = AutoModelForCausalLM.from_pretrained(merged)(input_ids=ids).logits
     assert (got - expected).abs().max() < 1e-4 and (got - before).abs().max() > 1e-3
+
+
+def test_dpo_validation_says_reward_accuracy_and_margin_not_a_perplexity(env, tmp_path):
+    """Issue 36.7: "pérdida 0,6928 (perplejidad 2,0)": a preference loss has no perplexity worth saying. The
+    reference: with the adapter's B = 0 and a learning rate of 1e-30 (too small to move an fp32 logit) the
+    policy is the reference, so on the validation pairs every reward is 0: loss ln 2, no pair won, margin 0."""
+    r = run_aura("finetune", "--objective", "dpo", "--base-model", env["llama"], "--data", env["data"],
+                 "--output-dir", tmp_path / "run", *FAST, "--learning-rate", "1e-30", "--max-steps", "1",
+                 "--val-fraction", "0.3", env={"AURA_LANG": "es"})
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert ("Validación en el paso 1: pérdida 0,6931, acierto de preferencias 0,0 % (la respuesta elegida gana a "
+            "la rechazada), margen de recompensa 0,000") in out, out
+    assert "perplejidad" not in out, out
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "run" / "tb"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("Val/rewards/accuracy")] == [(1, 0.0)]

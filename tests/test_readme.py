@@ -198,4 +198,4 @@ def test_demo_announces_the_batch_it_trains(tmp_path):
     assert r.returncode == 0, out
     batches = set(re.findall(r"\bbatch (\d+)", out))
     assert batches == {"8"}, out
-    assert "Demo: preset 'tiny', batch 8, learning rate 0.002" in out, out
+    assert "Demo: preset 'qwen3-tiny', batch 8, learning rate 0.002" in out, out

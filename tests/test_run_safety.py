@@ -263,3 +263,54 @@ def test_dcp_only_checkpoint_resumes_on_one_process_with_load_sharded(prepared, 
     r = pretrain(prepared, run, "--max-steps", "3", "--resume-from", "latest", "--load-sharded")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Resumed from" in r.stdout and (run / "checkpoint-step-3" / "model.safetensors").is_file()
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_started_over_never_offered_for_resume(prepared_corpus,
+                                                                                              tmp_path):
+    """Issue 36.3: a double Ctrl+C before the first checkpoint (exit 130) left a run that the same command
+    called resumable (--resume-from latest) and --resume-from latest called empty: a loop."""
+    run = tmp_path / "run"
+    common = ["--data", prepared_corpus, *TINY_FLAGS, "--save-steps", "1000", "--gradient-accumulation-steps", "32"]
+    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *map(str, common),
+                             "--max-steps", "400"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("Epoch ") and "Step 1/" in line:
+            proc.send_signal(signal.SIGINT)
+        if "Signal SIGINT received" in line:  # the second Ctrl+C, inside the same step
+            proc.send_signal(signal.SIGINT)
+            break
+    out = "".join(lines) + proc.stdout.read()
+    assert proc.wait(timeout=300) == 130, out
+    assert "there was no checkpoint yet" in out and "the same command starts over" in out, out
+    from aura.core.rundir import latest_checkpoint
+
+    assert latest_checkpoint(run) is None and json.loads((run / "run.json").read_text())["status"] == "interrupted"
+    # aura runs: not "interrupted" (which reads as resumable), and no resume command
+    listing = run_aura_here("runs", tmp_path, "--json")
+    record = json.loads(listing.stdout)[0]
+    assert record["status"] == "unsaved" and record["resume_command"] is None, record
+    listing = run_aura_here("runs", tmp_path)
+    assert "stopped, no checkpoint" in listing.stdout and "To resume" not in listing.stdout, listing.stdout
+    assert "interrupted" not in listing.stdout, listing.stdout
+    es = run_aura_here("runs", tmp_path, env={"AURA_LANG": "es"})
+    assert "detenida sin checkpoint" in es.stdout and "interrumpida" not in es.stdout, es.stdout
+    # --resume-from latest: refused, and the message leads out (drop the flag), not back
+    r = pretrain(prepared_corpus, run, "--max-steps", "2", "--resume-from", "latest", here=True)
+    assert r.returncode == 2 and "Drop --resume-from: the same command starts over" in r.stderr, r.stderr
+    # the same command without it starts over cleanly (no --overwrite needed: nothing of value was there)
+    r = pretrain(prepared_corpus, run, "--max-steps", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "before saving its first checkpoint: there is nothing to resume, so it starts over" in r.stdout, r.stdout
+    assert json.loads((run / "run.json").read_text())["status"] == "finished" and (run / "final").is_dir()
+    # a run with something to keep (final/, no checkpoint) is still protected, and not offered for resume
+    for ck in run.glob("checkpoint-*"):
+        import shutil
+
+        shutil.rmtree(ck)
+    r = pretrain(prepared_corpus, run, "--max-steps", "2", here=True)
+    assert r.returncode == 2 and "with no checkpoint to resume. Use --overwrite" in r.stderr, r.stderr
+    assert "--resume-from" not in r.stderr

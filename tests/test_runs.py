@@ -274,3 +274,35 @@ def test_plot_runs_that_log_different_columns(tmp_path):
     assert img.shape[:2] == (300, 800) and _colour_present(img, "#1f77b4") and _colour_present(img, "#ff7f0e")
     es = run_aura_here("plot", pre, dpo, "--output-dir", tmp_path / "plots", env={"AURA_LANG": "es"})
     assert es.returncode == 0 and "No todas las ejecuciones registran rewards/accuracy" in es.stdout, es.stdout
+
+
+def test_every_field_read_back_from_run_json_is_type_checked(tmp_path):
+    """Issue 36.8: a hand-edited run.json whose "updated" is a number made `aura runs` crash (exit 1). A Unix
+    time is a time (shown as one); any field of another type, the launcher's record included, is named and
+    shown as unknown (exit 2, the table still shown); never a crash."""
+    from aura.watch.runs import LAUNCH_FIELDS, RUN_FIELDS
+
+    root = tmp_path / "runs"
+    make_run(root / "r", status="interrupted", steps=20, pid=_dead_pid(), checkpoints=["checkpoint-step-20"])
+    run_json = root / "r" / "run.json"
+    good = json.loads(run_json.read_text())
+    stamp = datetime(2026, 3, 1, 12, 30, 5).timestamp()  # local time, as the table shows it
+    run_json.write_text(json.dumps({**good, "updated": stamp, "started": int(stamp)}))
+    r = run_aura_here("runs", root)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2026-03-01 12:30:05" in r.stdout and "--resume-from latest" in r.stdout, r.stdout
+    launch = {"argv": ["pretrain"], "world_size": 2, "nnodes": 1, "nproc_per_node": 2, "launcher": "torchrun",
+              "prefix": ["torchrun"], "env": {}, "cwd": str(tmp_path)}
+    wrong = {str: 7, int: "7", list: "a b", dict: [1], (str, int, float): [2026]}
+    cases = [(k, {**good, k: wrong[types if len(types) > 1 else types[0]]}) for k, types in RUN_FIELDS.items()]
+    cases += [(f"launch.{k}", {**good, "launch": {**launch, k: wrong[types[0]]}}) for k, types in LAUNCH_FIELDS.items()]
+    cases += [("updated", {**good, "updated": "ayer"}), ("updated", {**good, "updated": float("nan")}),
+              ("updated", {**good, "updated": 1e300})]
+    for field, info in cases:
+        run_json.write_text(json.dumps(info))
+        for flags in ((), ("--json",)):
+            r = run_aura_here("runs", root, *flags)
+            assert r.returncode == 2, (field, r.stdout + r.stderr)
+            said = r.stderr if not flags else json.loads(r.stdout)[0]["warning"]  # --json: in the record
+            assert f"the field '{field}' does not have the expected type" in said, (field, r.stdout + r.stderr)
+            assert "Traceback" not in r.stderr and "our bug" not in r.stderr

@@ -111,7 +111,7 @@ def test_a_marker_symlinked_from_an_aura_dir_does_not_make_a_users_dir_replaceab
     (mine / "tesis.md").write_text("mi tesis\n", encoding="utf-8")
     (mine / ".aura-dir.json").symlink_to(aura_dir / ".aura-dir.json")
     r = run_aura_here("data", "prepare", src, "--tokenizer", tiny_zoo["tokenizer"], "--output-dir", mine,
-                      "--workers", "1", "--force")
+                      "--workers", "1", "--overwrite")
     assert r.returncode == 2 and "was not created by Aura" in r.stderr, r.stdout + r.stderr
     assert (mine / "tesis.md").read_text(encoding="utf-8") == "mi tesis\n"
 

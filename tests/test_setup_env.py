@@ -74,3 +74,32 @@ def test_aura_torch_and_aura_torch_build_override_the_choice(tmp_path):
     r = setup(tmp_path, AURA_TORCH_BUILD="rocm")
     assert r.returncode == 2 and "AURA_TORCH_BUILD=rocm is not valid: use auto, cpu or cuda" in r.stderr
 
+
+
+def test_the_demo_ends_saying_how_to_use_aura_in_the_users_terminal(tmp_path):
+    """Issue 36.2: the demo runs in its own shell, so the next `aura ...` typed after it was "command not found":
+    its last line says to `source` the environment (as seen from where it was started), also when it fails.
+    The environment is this test run's interpreter, set up already (its stamp), so nothing is installed."""
+    import hashlib
+    import sys
+
+    root = SCRIPT.parents[1]
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    for name, body in (("python", f'exec "{sys.executable}" "$@"'), ("aura", f'exec "{sys.executable}" -m aura "$@"')):
+        (venv / "bin" / name).write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
+        (venv / "bin" / name).chmod(0o755)
+    (venv / "bin" / "activate").write_text(f'export PATH="{venv}/bin:$PATH"\n', encoding="utf-8")
+    stamp = hashlib.sha256((root / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    (venv / ".aura-setup-stamp").write_text(f"{stamp}\n\n", encoding="utf-8")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AURA_VENV": str(venv), "AURA_PLAIN": "1",
+           "AURA_DEMO_DIR": str(tmp_path / "demo")}
+    for lang, extra, code, line in (  # the pipeline's help (instant), then a mistake (exit 2): the line either way
+            ("en", "--help", 0, "To use aura in this terminal, activate its environment first: source venv/bin/activate"),
+            ("es", "--no-such-flag", 2, "Para usar aura en esta terminal, activa antes su entorno: "
+                                        "source venv/bin/activate")):
+        r = subprocess.run(["bash", str(root / "scripts" / "demo.sh"), extra], capture_output=True, text=True,
+                           env={**env, "AURA_LANG": lang}, cwd=tmp_path, timeout=120)
+        assert r.returncode == code, r.stdout + r.stderr
+        assert r.stdout.strip().splitlines()[-1] == f"[aura] {line}", r.stdout + r.stderr
+        assert "installing" not in r.stdout and "instalando" not in r.stdout, r.stdout

@@ -217,7 +217,7 @@ def test_runs_list_follows_new_rows_and_costs_a_stat_when_unchanged(tmp_path, mo
     assert rec["last_step"] == 5 and rec["best_val_loss"] == 3.25 and rec["tokens_per_s"] == 2000
     assert len(calls) == 1 and calls[0][1] > len(HEADER)  # from where the last read stopped
     (d / "run.json").write_text(json.dumps({**info, "status": "interrupted"}))
-    assert c.get("/api/runs").json()[0]["status"] == "interrupted"
+    assert c.get("/api/runs").json()[0]["status"] == "unsaved"  # interrupted before any checkpoint (issue 36.3)
 
 
 def test_run_record_matches_aura_runs_json(tmp_path):

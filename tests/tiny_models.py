@@ -4,7 +4,10 @@ There is no model hub here, so tests make their own: a byte-level BPE trained wi
 library on the embedded Spanish corpus (the same shape as Aura's tokenizers: ``<|endoftext|>`` as
 EOS, ``<|pad|>``, ChatML chat tokens and template), and tiny ``LlamaForCausalLM`` /
 ``GPT2LMHeadModel`` / ``MistralForCausalLM`` dirs with random weights, saved as HF dirs
-(config.json, model.safetensors, generation_config.json, tokenizer files).
+(config.json, model.safetensors, generation_config.json, tokenizer files). ``build_arch`` builds the other
+architectures teams fine-tune (Qwen2, Gemma 2/3, Phi-3, SmolLM3, OLMo 2) with transformers' own config and model
+classes, and ``train_tokenizer(split=...)`` / ``train_spm_tokenizer(family=...)`` give them a tokenizer of
+their family (Qwen2's or Llama 3's pre-tokeniser regex; Gemma's or Phi-3's SentencePiece-style vocabulary).
 """
 
 from __future__ import annotations
@@ -38,14 +41,31 @@ SPANISH_PROBES = [
 ]
 
 
-def train_tokenizer(out_dir: str | Path, *, vocab_size: int = 800, chat_template: bool = True) -> Path:
-    """Train a byte-level BPE on the embedded corpus and save it as a HF tokenizer dir."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+# The pre-tokeniser regexes of Llama 3 (and SmolLM3) and of Qwen2/2.5, as in their tokenizer.json
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_tokenizer(out_dir: str | Path, *, vocab_size: int = 800, chat_template: bool = True,
+                    split: str | None = None, digits: bool = False) -> Path:
+    """Train a byte-level BPE on the embedded corpus and save it as a HF tokenizer dir; ``split`` (a regex)
+    pre-tokenises as Llama 3 / Qwen2 do (Split + ByteLevel without its own regex) instead of GPT-2's regex;
+    ``digits`` splits digits one by one before GPT-2's regex, as SmolLM/SmolLM2 do."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     out_dir = Path(out_dir)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if digits:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    if split:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -175,24 +195,98 @@ def stamp_adapter_base(adapter_dir: str | Path, base: str | Path) -> Path:
     return Path(adapter_dir)
 
 
-def train_spm_tokenizer(out_dir: str | Path, *, vocab_size: int = 600) -> Path:
-    """A SentencePiece-style BPE (Metaspace "▁", byte fallback, <s>/</s>/<unk>) like Llama 2 / Mistral 7B."""
+GEMMA_CHAT_TEMPLATE = (  # Gemma's: the system message opens the first user turn; "model" answers
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set sys = messages[0]['content'] + '\n\n' %}"
+    "{% set msgs = messages[1:] %}{% else %}{% set sys = '' %}{% set msgs = messages %}{% endif %}"
+    "{% for m in msgs %}{{ '<start_of_turn>' + ('model' if m['role'] == 'assistant' else 'user') + '\n' "
+    "+ (sys if loop.first else '') + m['content'] + '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}")
+PHI3_CHAT_TEMPLATE = (  # Phi-3's
+    "{% for m in messages %}{{ '<|' + m['role'] + '|>\n' + m['content'] + '<|end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}")
+
+
+def train_spm_tokenizer(out_dir: str | Path, *, vocab_size: int = 600, family: str = "llama") -> Path:
+    """A SentencePiece-style BPE with byte fallback: ``llama`` as Llama 2 / Mistral 7B (Metaspace "▁" before the
+    first word, <s>/</s>/<unk>, [INST] template); ``phi3`` the same pieces plus Phi-3's chat tokens
+    (<|endoftext|> EOS, <|user|>/<|assistant|>/<|system|>/<|end|>); ``gemma`` as Gemma 2/3 (no "▁" before the
+    first word, <pad>/<eos>/<bos>/<unk> first, <start_of_turn>/<end_of_turn>)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     out_dir = Path(out_dir)
     tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    gemma = family == "gemma"
+    tok.normalizer = (normalizers.Replace(" ", "▁") if gemma else
+                      normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]))
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Strip(" ", 1, 0)])
+                                     *([] if gemma else [decoders.Strip(" ", 1, 0)])])
     byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>", *byte_tokens],
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"] if gemma else \
+        ["<unk>", "<s>", "</s>"]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[*specials, *byte_tokens],
                                   show_progress=False)
     tok.train([str(p) for p in sorted(CORPUS_DIR.glob("*.txt"))], trainer)
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                 pad_token="</s>")
-    hf.chat_template = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] "
-                        "{{ m['content'] }} [/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}"
-                        "{% endfor %}")
+    if gemma:
+        hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>",
+                                     pad_token="<pad>", additional_special_tokens=["<start_of_turn>",
+                                                                                   "<end_of_turn>"])
+        hf.chat_template = GEMMA_CHAT_TEMPLATE
+    elif family == "phi3":
+        from tokenizers import AddedToken
+
+        # as in Phi-3's tokenizer.json, the chat tokens swallow the whitespace after them (rstrip)
+        chat = [AddedToken(t, rstrip=True, special=True, normalized=False)
+                for t in ("<|assistant|>", "<|end|>", "<|user|>", "<|system|>")]
+        hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="<|endoftext|>",
+                                     unk_token="<unk>", pad_token="<|endoftext|>", additional_special_tokens=chat)
+        hf.chat_template = PHI3_CHAT_TEMPLATE
+    else:
+        hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                     pad_token="</s>")
+        hf.chat_template = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] "
+                            "{{ m['content'] }} [/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}"
+                            "{% endfor %}")
     hf.save_pretrained(out_dir)
     return out_dir
+
+
+def build_arch(out_dir: str | Path, tok_dir: str | Path, arch: str, *, hidden: int = 64, layers: int = 2,
+               heads: int = 4, kv_heads: int = 2, intermediate: int = 128, ctx: int = 256, seed: int = 0,
+               tied: bool | None = None, vision: bool = False, **extra) -> Path:
+    """A random tiny ``arch`` (qwen2, gemma2, gemma3, phi3, smollm3, olmo2) from transformers' own config and model
+    classes, with the tokenizer of ``tok_dir``; ``extra`` goes to the config (e.g. ``sliding_window``);
+    ``vision`` wraps a gemma3 text model in Gemma 3's image-text checkpoint (Gemma3ForConditionalGeneration)."""
+    import torch
+    import transformers
+
+    classes = {"qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+               "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"), "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+               "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"), "olmo2": ("Olmo2Config", "Olmo2ForCausalLM")}
+    cfg_name, model_name = classes[arch]
+    n, eos, pad = _vocab(Path(tok_dir))
+    from transformers import AutoTokenizer
+
+    bos = AutoTokenizer.from_pretrained(tok_dir).bos_token_id
+    kw = dict(vocab_size=n, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+              num_key_value_heads=kv_heads, intermediate_size=intermediate, max_position_embeddings=ctx,
+              bos_token_id=bos, eos_token_id=eos, pad_token_id=pad)
+    if arch.startswith("gemma"):
+        kw.update(head_dim=hidden // heads, query_pre_attn_scalar=hidden // heads)
+    if tied is not None:
+        kw["tie_word_embeddings"] = tied
+    cfg = getattr(transformers, cfg_name)(**{**kw, **extra})
+    if vision:  # Gemma 3 4B/12B/27B: the text model inside an image-text checkpoint with a SigLIP tower
+        vision_cfg = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                     num_attention_heads=2, image_size=32, patch_size=8)
+        cfg = transformers.Gemma3Config(text_config=cfg.to_dict(), vision_config=vision_cfg.to_dict(),
+                                        mm_tokens_per_image=4, eos_token_id=eos, pad_token_id=pad)
+        model_name = "Gemma3ForConditionalGeneration"
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_name)(cfg)
+    _scale_up(model)
+    with torch.no_grad():  # norm gains and biases away from their init, so a wrong +1 or a lost bias shows
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.3)
+    return _save_model(model, Path(tok_dir), Path(out_dir))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from aura.core import console
@@ -109,6 +110,12 @@ class CheckDistConfig:
                                  "--model-preset's advice.")
     vocab_size: int = arg(32000, es="Vocabulario del modelo de --model-preset.",
                           en="Vocabulary of --model-preset's model.")
+    advice_out: str | None = arg(None, es="Escribe el enlace medido y el consejo de --model-preset en este "
+                                          "archivo JSON (lo escribe el primer proceso de cada nodo; lo aplica "
+                                          "'comm: auto' de aura pipeline).",
+                                 en="Write the measured link and --model-preset's advice to this JSON file "
+                                    "(the first process of every node writes it; aura pipeline's 'comm: auto' "
+                                    "applies it).")
 
     def __post_init__(self):
         from aura.models.presets import PRESETS
@@ -219,10 +226,20 @@ def _run(cfg: CheckDistConfig, info) -> None:
     if cfg.model_preset and world > 1:
         latency = _latency(info, cfg.iters)
         busbw = nbytes * factor / max(slowest - latency, 1e-9)
+        decided = None
         if info.is_main:
             console.info(M("link", lat=latency * 1e3, gbit=busbw * 8 / 1e9))
-            advise(cfg.model_preset, world=world, latency_s=latency, busbw=busbw, step_s=cfg.step_seconds,
-                   vocab_size=cfg.vocab_size)
+            line = advise(cfg.model_preset, world=world, latency_s=latency, busbw=busbw, step_s=cfg.step_seconds,
+                          vocab_size=cfg.vocab_size)
+            decided = dict(choose(cfg.model_preset, world=world, latency_s=latency, busbw=busbw,
+                                  step_s=cfg.step_seconds, vocab_size=cfg.vocab_size),
+                           advice=line, latency_ms=latency * 1e3, gbit=busbw * 8 / 1e9, world=world, nodes=nodes,
+                           preset=cfg.model_preset, step_seconds=cfg.step_seconds)
+        decided = info.broadcast_object(decided)  # one decision, made on rank 0, for every node
+        if cfg.advice_out and info.local_rank == 0:
+            from aura.core.atomic import atomic_write_json
+
+            atomic_write_json(Path(cfg.advice_out), decided)
 
 
 def _latency(info, iters: int) -> float:
@@ -272,6 +289,23 @@ def local_steps_for(plain_s: float, step_s: float, share: float = 0.25) -> int:
     while plain_s / h > share * step_s and h < 1024:
         h *= 2
     return h
+
+
+def choose(preset: str, *, world: int, latency_s: float, busbw: float, step_s: float,
+           vocab_size: int = 32000) -> dict:
+    """The mode ``advise`` recommends, as training flags: the first of plain DDP, bf16 and PowerSGD whose
+    communication takes at most 10 % of ``step_s``; when none does, PowerSGD while it stays within 25 % of the
+    step (the share ``--local-steps H`` is sized for), else ``--local-steps H`` (the slowest links).
+    ``{"mode": ..., "flags": {"ddp_comm": ...} or {"local_steps": H}, "comm_seconds": ...}``."""
+    _, times = comm_times(preset, world=world, latency_s=latency_s, busbw=busbw, vocab_size=vocab_size)
+    h = local_steps_for(times["none"], step_s)
+    fits = [m for m in ("none", "bf16", "powersgd") if times[m] <= 0.1 * step_s]
+    if fits:
+        mode = fits[0]
+    else:
+        mode = "powersgd" if times["powersgd"] <= 0.25 * step_s else "local-steps"
+    flags = {"local_steps": h} if mode == "local-steps" else {"ddp_comm": mode}
+    return {"mode": mode, "flags": flags, "comm_seconds": times["none"] / h if mode == "local-steps" else times[mode]}
 
 
 def advise(preset: str, *, world: int, latency_s: float, busbw: float, step_s: float,

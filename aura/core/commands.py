@@ -68,6 +68,10 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         "aura.serve.command", "ServeConfig", "serve",
         "Sirve un modelo con una API compatible con OpenAI (transformers, vLLM o llama.cpp).",
         "Serve a model through an OpenAI-compatible API (transformers, vLLM or llama.cpp)."),
+    ("push",): Command(
+        "aura.publish.command", "PushConfig", "push",
+        "Publica un modelo, un adaptador o archivos GGUF en el hub de Hugging Face con su tarjeta.",
+        "Publish a model, an adapter or GGUF files on the Hugging Face Hub with their model card."),
     ("launch",): Command(
         "aura.cluster.launch", "LaunchConfig", "launch",
         "Lanza torchrun con NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT y GPUS_PER_NODE.",

@@ -46,6 +46,9 @@ M = Messages("config", {
     "bad_value": ("Valor no válido para {field}: {value!r} (se esperaba {expected}).",
                   "Invalid value for {field}: {value!r} (expected {expected})."),
     "default": ("por defecto", "default"),
+    "old_flag": ("{old} es el nombre antiguo de {new} (el mismo en todos los comandos): sigue funcionando, "
+                 "pero usa {new}.",
+                 "{old} is the old name of {new} (the same in every command): it still works, but use {new}."),
     "config_help": ("Archivo YAML con valores para estas opciones (las opciones de la línea de "
                     "comandos tienen prioridad).",
                     "YAML file with values for these options (command-line flags win)."),
@@ -55,17 +58,19 @@ M = Messages("config", {
 def arg(default: Any = dataclasses.MISSING, *, es: str, en: str, positional: bool = False,
         choices: typing.Sequence[Any] | None = None, metavar: str | None = None,
         short: str | None = None, hidden: bool = False, remainder: bool = False,
-        aliases: typing.Sequence[str] = ()) -> Any:
+        aliases: typing.Sequence[str] = (), deprecated: typing.Sequence[str] = ()) -> Any:
     """A config field with bilingual help. Mutable defaults (lists, dicts) are copied per instance.
 
     ``remainder=True`` (a positional list) takes every argument from the first positional on,
     flags included, as ``torchrun`` does with its script's arguments (``aura launch``).
     ``aliases``: older spellings of the flag (``"--validation-split"``) that still parse, on the command
     line and as YAML keys, and are listed in ``--help`` after the flag's own name.
+    ``deprecated``: retired names of the flag (``"--force"`` for ``--overwrite``): they still parse, on
+    the command line and as YAML keys, with a warning naming the flag to use; ``--help`` does not list them.
     """
     meta = {"help": (es, en), "positional": positional or remainder, "choices": choices,
             "metavar": metavar, "short": short, "hidden": hidden, "remainder": remainder,
-            "aliases": tuple(aliases)}
+            "aliases": tuple(aliases), "deprecated": tuple(deprecated)}
     if isinstance(default, (list, dict, set)):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -192,7 +197,27 @@ def build_parser(cls, *, prog: str, description: str) -> argparse.ArgumentParser
         elif get_origin(base) in (list, tuple):  # `--reward a b` and `--reward a --reward b` both give [a, b]
             kwargs.update(nargs="+", action="extend")
         parser.add_argument(*names, dest=f.name, **kwargs)
+        for old in meta.get("deprecated", ()):  # a retired name: parses like the flag, says the new one
+            old_kwargs = {k: v for k, v in kwargs.items() if k not in ("help", "action")}
+            if base is bool:
+                old_kwargs["nargs"] = 0
+            parser.add_argument(old, dest=f.name, help=argparse.SUPPRESS, action=_DeprecatedFlag,
+                                new=flag_name(f.name), flag_is_bool=base is bool, **old_kwargs)
     return parser
+
+
+class _DeprecatedFlag(argparse.Action):
+    """A retired flag name: stores like the flag it became (True for a switch) and warns once per use."""
+
+    def __init__(self, option_strings, dest, *, new: str, flag_is_bool: bool, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new, self.flag_is_bool = new, flag_is_bool
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from aura.core import console
+
+        console.warn(M("old_flag", old=option_string, new=self.new))
+        setattr(namespace, self.dest, True if self.flag_is_bool else values)
 
 
 def load_yaml(path: str) -> dict[str, Any]:
@@ -241,10 +266,16 @@ def mapping_values(cls, mapping: dict, *, where: str, explicit: typing.Collectio
     types_by_name = {f.name: tp for f, tp in fields_of(cls)}
     alias_of = {a.lstrip("-").replace("-", "_"): f.name for f, _ in fields_of(cls)
                 for a in (f.metadata or {}).get("aliases", ())}
+    retired = {a.lstrip("-").replace("-", "_"): f.name for f, _ in fields_of(cls)
+               for a in (f.metadata or {}).get("deprecated", ())}
     values: dict[str, Any] = {}
     for key, value in mapping.items():
         name = str(key).replace("-", "_")
-        name = alias_of.get(name, name)
+        if name in retired:
+            from aura.core import console
+
+            console.warn(M("old_flag", old=f"'{key}' ({where})", new=f"'{retired[name]}'"))
+        name = alias_of.get(name, retired.get(name, name))
         if name not in types_by_name:
             import difflib
 
@@ -352,7 +383,8 @@ class AuraArgumentParser(argparse.ArgumentParser):
 
         if not typed.startswith("--"):
             return None
-        flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        flags = [o for a in self._actions for o in a.option_strings
+                 if o.startswith("--") and not isinstance(a, _DeprecatedFlag)]  # never suggest an old name
         flat = {f.replace("-", ""): f for f in flags}  # a missing or extra hyphen is the commonest slip
         name = typed.split("=", 1)[0]
         if name.replace("-", "") in flat:

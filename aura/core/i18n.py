@@ -160,6 +160,12 @@ class Messages:
     def pair(self, key: str) -> tuple[str, str]:
         return self.table[key]
 
+    def in_lang(self, lang: str, key: str, /, **kwargs) -> str:
+        """One message in the given language whatever the user's (a document written in both, such as
+        ``aura push``'s model card), numbers written that language's way."""
+        text = self.table[key][0 if lang == "es" else 1]
+        return _Formatter(lang).vformat(text, (), kwargs) if kwargs else text
+
 
 def bi(es: str, en: str) -> str:
     """Pick one of two inline texts (for help strings defined next to a flag)."""

@@ -5,7 +5,7 @@ small marker file, ``.aura-dir.json`` = ``{kind, aura_version, created}``, writt
 staged directory. The rule (docs/architecture.md, "What Aura replaces, and when"):
 
 * an output that does not exist, or is an empty directory, is written;
-* an existing output is replaced (``--force`` / ``--overwrite``) only when its marker names the same
+* an existing output is replaced (``--overwrite``) only when its marker names the same
   kind; a directory without Aura's marker is never replaced or cleared, whatever the flags;
 * an output is never ``/``, the home directory, the current directory (or one of its parents), and
   never is, contains or lies inside one of the command's inputs.
@@ -219,7 +219,7 @@ def check_output_file(target: str | os.PathLike, *, flag: str, overwrite: bool,
     return path
 
 
-def check_replaceable(target: str | os.PathLike, *, kind: str | tuple[str, ...], flag: str = "--force",
+def check_replaceable(target: str | os.PathLike, *, kind: str | tuple[str, ...], flag: str = "--overwrite",
                       inputs: Iterable[str | os.PathLike] = ()) -> str:
     """Where ``target`` stands before a write: "absent", "empty" or "owned" (same-kind Aura dir).
 

@@ -25,6 +25,7 @@ _STATUS = Messages("run_status", {
     "st_interrupted": ("interrumpida", "interrupted"),
     "st_failed": ("fallida", "failed"),
     "st_stale": ("cortada", "stale"),
+    "st_unsaved": ("detenida sin checkpoint", "stopped, no checkpoint"),
     "st_unknown": ("desconocido", "unknown"),
 })
 
@@ -170,6 +171,6 @@ def staging_prefixes() -> tuple[str, ...]:
 
 
 def status_label(status: str) -> str:
-    """A run status (running, finished, interrupted, failed, stale) in the user's language."""
+    """A run status (running, finished, interrupted, failed, stale, unsaved) in the user's language."""
     key = "st_" + status
     return _STATUS(key) if key in _STATUS.table else status

@@ -58,14 +58,14 @@ M = Messages("prepare", {
                "separar documentos.",
                "The tokenizer {name} has no end-of-text token (eos_token); Aura needs one to separate "
                "documents."),
-    "different": ("{path} ya contiene datos preparados con otras entradas u opciones. Usa --force para "
+    "different": ("{path} ya contiene datos preparados con otras entradas u opciones. Usa --overwrite para "
                   "reconstruirlos o elige otro --output-dir.",
-                  "{path} already holds data prepared from other inputs or options. Use --force to "
+                  "{path} already holds data prepared from other inputs or options. Use --overwrite to "
                   "rebuild it or choose another --output-dir."),
     "nothing_to_do": ("Nada que hacer: {path} ya está preparado con las mismas entradas, tokenizador y "
-                      "opciones ({tokens:token|tokens}). Usa --force para reconstruirlo.",
+                      "opciones ({tokens:token|tokens}). Usa --overwrite para reconstruirlo.",
                       "Nothing to do: {path} is already prepared from the same inputs, tokenizer and "
-                      "options ({tokens:token|tokens}). Use --force to rebuild it."),
+                      "options ({tokens:token|tokens}). Use --overwrite to rebuild it."),
     "too_small": ("El corpus es demasiado pequeño: tras la limpieza queda {docs:documento|documentos} y hacen "
                   "falta al menos 2 para tener entrenamiento y validación. Añade más texto o usa "
                   "--val-fraction 0.",
@@ -119,7 +119,8 @@ class PrepareConfig(ReaderArgs):
     shard_tokens: int = arg(100_000_000, es="Tokens por shard.", en="Tokens per shard.")
     workers: int = arg(0, es="Procesos de tokenización (0 = todos los núcleos; 1 = en este proceso).",
                        en="Tokenising processes (0 = all cores; 1 = in this process).")
-    force: bool = arg(False, es="Reconstruye aunque ya exista.", en="Rebuild even if it already exists.")
+    overwrite: bool = arg(False, es="Reconstruye aunque ya exista.", en="Rebuild even if it already exists.",
+                          deprecated=["--force"])
     trust_remote_code: bool = arg(False, es="Permite código remoto del tokenizador.",
                                   en="Allow the tokenizer's remote code.")
 
@@ -228,17 +229,17 @@ def _fingerprint(sources: list[Source], tok_hash: str, cfg: PrepareConfig) -> st
 
 def _check_output(cfg: PrepareConfig) -> dict | None:
     """Refuse an output that is not ours to write (before any work); the meta of the Aura data dir
-    already there, or None. An unreadable meta.json in it needs --force: it is never taken as empty."""
+    already there, or None. An unreadable meta.json in it needs --overwrite: it is never taken as empty."""
     from aura.core.ownership import check_replaceable
 
     out = Path(cfg.output_dir)
     inputs = [*cfg.inputs, *([cfg.hf_dataset] if cfg.hf_dataset else [])]
-    if check_replaceable(out, kind="data", flag="--force", inputs=inputs) != "owned":
+    if check_replaceable(out, kind="data", flag="--overwrite", inputs=inputs) != "owned":
         return None
     try:
         return load_meta(out)
     except AuraError:
-        if not cfg.force:
+        if not cfg.overwrite:
             raise
         return {}
 
@@ -284,7 +285,7 @@ def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
     vocab = backend.get_vocab_size(with_added_tokens=True)
     dtype = "uint16" if vocab <= 1 << 16 else "uint32"
     fingerprint = _fingerprint(sources, tok_hash, cfg)
-    if _up_to_date(out, existing, fingerprint, cfg.force):
+    if _up_to_date(out, existing, fingerprint, cfg.overwrite):
         console.info(M("nothing_to_do", path=out, tokens=sum(s['tokens'] for s in existing['splits'].values())))
         return out
     # The parent is the user's directory: only our own leftovers whose writer is gone (a concurrent

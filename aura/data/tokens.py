@@ -27,20 +27,20 @@ M = Messages("tokens", {
                 "se interrumpió). Vuelve a ejecutar 'aura data prepare ... --output-dir {path}'.",
                 "{path} has no meta.json: it is not a complete prepared dataset (perhaps it was "
                 "interrupted). Run 'aura data prepare ... --output-dir {path}' again."),
-    "bad_meta": ("{path}/meta.json no es válido ({err}). Vuelve a preparar los datos con --force.",
-                 "{path}/meta.json is not valid ({err}). Prepare the data again with --force."),
+    "bad_meta": ("{path}/meta.json no es válido ({err}). Vuelve a preparar los datos con --overwrite.",
+                 "{path}/meta.json is not valid ({err}). Prepare the data again with --overwrite."),
     "bad_format": ("{path} tiene formato '{found}', se esperaba '{expected}'. Vuelve a preparar los "
                    "datos con esta versión de Aura.",
                    "{path} has format '{found}', expected '{expected}'. Prepare the data again with "
                    "this version of Aura."),
     "bad_field": ("{path}: el campo '{field}' debe ser {expected} (es {found}). El archivo se editó o está dañado: "
-                  "vuelve a preparar los datos con --force.",
+                  "vuelve a preparar los datos con --overwrite.",
                   "{path}: the field '{field}' must be {expected} (it is {found}). The file was edited or is "
-                  "damaged: prepare the data again with --force."),
+                  "damaged: prepare the data again with --overwrite."),
     "no_field": ("A {path} le falta el campo '{field}' ({expected}). El archivo se editó o está dañado: vuelve a "
-                 "preparar los datos con --force.",
+                 "preparar los datos con --overwrite.",
                  "{path} lacks the field '{field}' ({expected}). The file was edited or is damaged: prepare the "
-                 "data again with --force."),
+                 "data again with --overwrite."),
     "e_object": ("un objeto", "an object"), "e_list": ("una lista de objetos", "a list of objects"),
     "e_count": ("un número entero >= 0", "a whole number >= 0"), "e_text": ("un texto", "a string"),
     "e_dtype": ("uint16 o uint32", "uint16 or uint32"),
@@ -48,14 +48,14 @@ M = Messages("tokens", {
                  "{path} has no '{split}' split (it has: {have})."),
     "bad_ids": ("El shard {file} contiene el id de token {found}, pero el vocabulario de meta.json tiene "
                 "{vocab:token|tokens} (ids 0 a {vocab} - 1): el directorio está dañado o no corresponde a este "
-                "tokenizador. Vuelve a preparar los datos con --force.",
+                "tokenizador. Vuelve a preparar los datos con --overwrite.",
                 "Shard {file} holds token id {found}, but meta.json's vocabulary has {vocab:token|tokens} "
                 "(ids 0 to {vocab} - 1): the directory is damaged or does not belong to this tokenizer. "
-                "Prepare the data again with --force."),
+                "Prepare the data again with --overwrite."),
     "shard_size": ("El shard {file} tiene {found:token|tokens} pero meta.json dice {expected}: el directorio "
-                   "está dañado. Vuelve a preparar los datos con --force.",
+                   "está dañado. Vuelve a preparar los datos con --overwrite.",
                    "Shard {file} holds {found:token|tokens} but meta.json says {expected}: the directory is "
-                   "damaged. Prepare the data again with --force."),
+                   "damaged. Prepare the data again with --overwrite."),
 })
 
 

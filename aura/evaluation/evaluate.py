@@ -29,14 +29,20 @@ from aura.evaluation.report import M as RM
 
 M = Messages("evaluate", {
     "need_model": ("Falta --model (uno o varios directorios).", "--model is missing (one or more dirs)."),
-    "need_data": ("Falta qué evaluar: --data (directorio preparado o archivos de texto), --suite aura-es "
-                  "o --tasks.",
-                  "Nothing to evaluate: give --data (prepared dir or text files), --suite aura-es or --tasks."),
+    "need_data": ("Falta qué evaluar: --data (directorio preparado o archivos de texto), --suite aura-es, "
+                  "--tasks o --prompts.",
+                  "Nothing to evaluate: give --data (prepared dir or text files), --suite aura-es, --tasks or "
+                  "--prompts."),
     "bad_suite": ("--suite {suite} no existe; la batería de Aura es aura-es.",
                   "--suite {suite} does not exist; Aura's suite is aura-es."),
     "adapter_one": ("--adapter se aplica a un solo --model (recibidos {n}).",
                     "--adapter applies to a single --model (got {n})."),
     "bad_value": ("{field} debe ser {expected} (recibido {value}).", "{field} must be {expected} (got {value})."),
+    "no_effect": ("{flag} solo se aplica con {needs}, que no se dio: no tendría ningún efecto. Quita {flag} o "
+                  "añade {needs}.",
+                  "{flag} only applies with {needs}, which was not given: it would have no effect. Drop {flag} "
+                  "or add {needs}."),
+    "suite_or_tasks": ("--suite o --tasks", "--suite or --tasks"),
     "no_data": ("No existe {path}.", "{path} does not exist."),
     "no_text": ("{path} no contiene archivos .txt.", "{path} contains no .txt files."),
     "not_utf8": ("{path} no está en UTF-8: el byte {offset} no es válido.",
@@ -72,6 +78,14 @@ class EvalConfig:
                      "global_mmlu_es; la mayoría descarga datos del hub de Hugging Face).",
                      en="Comma-separated lm-evaluation-harness tasks (e.g. spanish_bench,global_mmlu_es; most "
                      "download data from the Hugging Face hub).")
+    prompts: str = arg("", es="Archivo de prompts (uno por línea, o JSONL con \"prompt\") que cada modelo responde "
+                       "de forma voraz; las respuestas se guardan en el JSON de resultados. Aura incluye unos "
+                       "en español: aura/resources/eval/prompts_es.txt (en un pipeline, aura:eval/prompts_es.txt).",
+                       en="Prompts file (one per line, or JSONL with \"prompt\") that each model answers greedily; "
+                       "the answers are stored in the results JSON. Aura ships Spanish ones: "
+                       "aura/resources/eval/prompts_es.txt (in a pipeline, aura:eval/prompts_es.txt).")
+    max_new_tokens: int = arg(48, es="Máximo de tokens de cada respuesta a --prompts.",
+                              en="At most this many tokens per --prompts answer.")
     include_path: list[str] = arg([], es="Directorios con tareas YAML propias para --tasks.",
                                   en="Dirs of your own YAML tasks for --tasks.")
     trust_task_code: bool = arg(False, es="Permite que las tareas de --include-path ejecuten código (archivos .py, "
@@ -107,17 +121,29 @@ class EvalConfig:
         self.models = [*self.model, *self.compare]
         if not self.models:
             raise AuraError(M("need_model"))
-        if not (self.data or self.suite or self.tasks):
+        if not (self.data or self.suite or self.tasks or self.prompts):
             raise AuraError(M("need_data"))
         if self.suite and self.suite != "aura-es":
             raise AuraError(M("bad_suite", suite=self.suite))
+        for flag, given, applies, needs in (
+                ("--include-path", bool(self.include_path), bool(self.tasks), "--tasks"),
+                ("--trust-task-code", self.trust_task_code, bool(self.tasks), "--tasks"),
+                ("--limit", self.limit != 0, bool(self.suite or self.tasks), M("suite_or_tasks")),
+                ("--split", self.split != "val", bool(self.data), "--data"),
+                ("--seq-len", self.seq_len != 0, bool(self.data), "--data"),
+                ("--stride", self.stride != 0, bool(self.data), "--data"),
+                ("--max-tokens", self.max_tokens != 0, bool(self.data), "--data"),
+                ("--max-new-tokens", self.max_new_tokens != 48, bool(self.prompts), "--prompts")):
+            if given and not applies:  # a flag the others make pointless is refused, never ignored silently
+                raise AuraError(M("no_effect", flag=flag, needs=needs))
         if self.adapter and len(self.models) != 1:
             raise AuraError(M("adapter_one", n=len(self.models)))
         for field, value, ok, expected in (("--seq-len", self.seq_len, self.seq_len >= 0, "≥ 0"),
                                            ("--stride", self.stride, self.stride >= 0, "≥ 0"),
                                            ("--max-tokens", self.max_tokens, self.max_tokens >= 0, "≥ 0"),
                                            ("--limit", self.limit, self.limit >= 0, "≥ 0"),
-                                           ("--batch-size", self.batch_size, self.batch_size >= 1, "≥ 1")):
+                                           ("--batch-size", self.batch_size, self.batch_size >= 1, "≥ 1"),
+                                           ("--max-new-tokens", self.max_new_tokens, self.max_new_tokens >= 1, "≥ 1")):
             if not ok:
                 raise AuraError(M("bad_value", field=field, value=value, expected=expected))
         if self.seq_len and self.stride > self.seq_len:
@@ -248,7 +274,7 @@ def evaluate(cfg: EvalConfig) -> int:
 
     # every output, before any model is loaded: never an input, nor inside a model or data folder the command
     # reads; never a file Aura did not write (unless --overwrite; a task YAML of --include-path is not Aura's)
-    inputs = [*cfg.models, cfg.adapter, cfg.data]
+    inputs = [*cfg.models, cfg.adapter, cfg.data, cfg.prompts]
     outputs = task_outputs(cfg)
     if cfg.data and (cfg.output or cfg.output_dir):
         outputs.append((Path(cfg.output) if cfg.output else Path(cfg.output_dir) / "eval.json",
@@ -257,7 +283,7 @@ def evaluate(cfg: EvalConfig) -> int:
         if flag.startswith("--"):  # beside a model a write that fails is only a warning (aura.evaluation.report)
             check_writable(path, flag=flag)
         check_output_file(path, flag=flag, overwrite=cfg.overwrite, inputs=inputs)
-    if cfg.suite or cfg.tasks:
+    if cfg.suite or cfg.tasks or cfg.prompts:
         from aura.evaluation.report import evaluate_tasks
 
         evaluate_tasks(cfg)

@@ -39,6 +39,10 @@ M = Messages("evalreport", {
     "h_stderr": ("error estándar", "stderr"),
     "m_fertility": ("fertilidad (tokens/palabra)", "fertility"),
     "m_bits_per_byte": ("bits por byte", "bits_per_byte"),
+    "answers": ("Respuestas voraces de {model} ({n:token|tokens} como mucho)",
+                "Greedy answers of {model} (at most {n:token|tokens})"),
+    "h_prompt": ("pregunta", "prompt"),
+    "h_answer": ("respuesta", "answer"),
     "written": ("Resultados en {path}.", "Results written to {path}."),
     "not_written": ("No se pudo escribir {path} ({error}); usa --output para elegir otro archivo.",
                     "Could not write {path} ({error}); use --output to choose another file."),
@@ -127,7 +131,12 @@ def evaluate_tasks(cfg) -> list[dict]:
 
     from aura.evaluation.results import beside_model, stem_of
 
-    label = cfg.suite or "tasks"
+    label = cfg.suite or ("tasks" if cfg.tasks else "prompts")
+    prompts = []
+    if cfg.prompts:  # read (and refused) before any model is loaded
+        from aura.evaluation.answers import read_prompt_file
+
+        prompts = read_prompt_file(cfg.prompts)
     # one file for all models: --output (unless --data's perplexity table takes it), or in --output-dir;
     # else one beside each model. Every name says the configuration (aura.evaluation.results).
     output = (Path(cfg.output) if cfg.output and not cfg.data else
@@ -159,6 +168,15 @@ def evaluate_tasks(cfg) -> list[dict]:
             report["rows"] += out["rows"]
             report["harness"] = {"tasks": tasks, "version": out["harness_version"], "versions": out["versions"],
                                  "n_samples": out["n_samples"]}
+        if prompts:
+            from aura.evaluation.answers import answer_prompts, shown
+
+            t_answers = time.perf_counter()
+            report["answers"] = answer_prompts(model, tok, prompts, max_new_tokens=cfg.max_new_tokens)
+            report["prompts"] = {"file": cfg.prompts, "max_new_tokens": cfg.max_new_tokens, "decoding": "greedy",
+                                 "seconds": time.perf_counter() - t_answers}
+            console.table(M("answers", model=name, n=cfg.max_new_tokens), [M("h_prompt"), M("h_answer")],
+                          [[shown(a["prompt"]), shown(a["answer"])] for a in report["answers"]])
         report["seconds"] = time.perf_counter() - t0
         reports.append(report)
         del model
@@ -170,7 +188,8 @@ def evaluate_tasks(cfg) -> list[dict]:
             console.success(M("written", path=path))
         except OSError as e:
             console.warn(M("not_written", path=path, error=e.strerror or e))
-    _print_table(cfg, reports, label, tasks)
+    if cfg.suite or tasks:
+        _print_table(cfg, reports, label, tasks)
     if output is not None:
         atomic_write_json(output, {"aura_version": aura_version, "results": reports})
         console.success(M("written", path=output))

@@ -36,8 +36,10 @@ def adapter_label(adapter: str) -> str:
     return _safe(name)
 
 
-def result_stem(*, suite: str, tasks: str, limit: int, adapter: str) -> str:
-    """``eval-`` + the parts of the configuration: suite, tasks, limit, adapter (see the module doc)."""
+def result_stem(*, suite: str, tasks: str, limit: int, adapter: str, prompts: str = "") -> str:
+    """``eval-`` + the parts of the configuration: suite, tasks, limit, adapter (see the module doc). Answers to
+    ``--prompts`` ride along in the suite's or tasks' file (they add to it, they replace nothing); alone
+    they are ``eval-prompts``."""
     parts = [suite] if suite else []
     names = task_list(tasks)
     if names:
@@ -46,6 +48,8 @@ def result_stem(*, suite: str, tasks: str, limit: int, adapter: str) -> str:
             digest = hashlib.sha256(",".join(names).encode("utf-8")).hexdigest()[:8]
             joined = f"{joined[:40]}+{len(names)}-{digest}"
         parts.append(f"tasks-{joined}")
+    if prompts and not parts:
+        parts.append("prompts")
     if limit:
         parts.append(f"limit{limit}")
     if adapter:
@@ -54,7 +58,8 @@ def result_stem(*, suite: str, tasks: str, limit: int, adapter: str) -> str:
 
 
 def stem_of(cfg) -> str:
-    return result_stem(suite=cfg.suite, tasks=cfg.tasks, limit=cfg.limit, adapter=cfg.adapter)
+    return result_stem(suite=cfg.suite, tasks=cfg.tasks, limit=cfg.limit, adapter=cfg.adapter,
+                       prompts=getattr(cfg, "prompts", ""))
 
 
 def beside_model(model: str, stem: str) -> Path:
@@ -65,7 +70,7 @@ def beside_model(model: str, stem: str) -> Path:
 
 def task_outputs(cfg) -> list[tuple[Path, str]]:
     """Every file ``aura eval --suite/--tasks`` will write, with the flag that chose it."""
-    if not (cfg.suite or cfg.tasks):
+    if not (cfg.suite or cfg.tasks or getattr(cfg, "prompts", "")):
         return []
     stem = stem_of(cfg)
     if cfg.output and not cfg.data:  # one file for all models (with --data, --output is the perplexity table)

@@ -2,7 +2,8 @@
 
 Byte-level BPE tokenizers (Aura's, GPT-2's, Llama 3's) become ``tokenizer.ggml.model = "gpt2"`` with
 tokens, merges and token types; the pre-tokeniser regex picks ``tokenizer.ggml.pre`` (``gpt-2`` for
-GPT-2's regex, ``llama-bpe`` for Llama 3's). SentencePiece-style BPE with byte fallback (Llama 2,
+GPT-2's regex, ``llama-bpe`` for Llama 3's and SmolLM3's, ``qwen2`` for Qwen2/2.5's, also when Aura has
+extended it, ``smollm`` for SmolLM2's single digits before GPT-2's regex). SentencePiece-style BPE with byte fallback (Llama 2,
 Mistral 7B) becomes ``"llama"`` with scores. Anything else is refused before a byte is written: a
 GGUF that tokenises differently from the model's tokenizer is the silent failure we exist to avoid.
 """
@@ -28,10 +29,10 @@ M = Messages("gguf_tokenizer", {
                   "{first}… would have no embedding. Resize the model (model.resize_token_embeddings) "
                   "or use the tokenizer it was trained with."),
     "pre_unknown": ("El pre-tokenizador de {path} no es uno que llama.cpp reproduzca ({what}); la "
-                    "tokenización en GGUF sería distinta. Compatibles: ByteLevel de GPT-2, Llama 3, "
+                    "tokenización en GGUF sería distinta. Compatibles: ByteLevel de GPT-2, Llama 3, Qwen2, SmolLM2, "
                     "SentencePiece BPE.",
                     "The pre-tokenizer of {path} is not one llama.cpp reproduces ({what}); GGUF "
-                    "tokenisation would differ. Supported: GPT-2 ByteLevel, Llama 3, SentencePiece BPE."),
+                    "tokenisation would differ. Supported: GPT-2 ByteLevel, Llama 3, Qwen2, SmolLM2, SentencePiece BPE."),
     "model_unknown": ("El tokenizador de {path} es de tipo {kind}; la exportación GGUF admite BPE.",
                       "The tokenizer of {path} is of type {kind}; GGUF export supports BPE."),
     "no_eos": ("El tokenizador de {path} no define un token de fin (eos_token); sin él la generación "
@@ -42,6 +43,9 @@ M = Messages("gguf_tokenizer", {
 
 GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3_REGEX_START = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+# Qwen2/2.5's pre-tokeniser (llama.cpp's "qwen2"): Llama 3's, with single digits
+QWEN2_REGEX = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+               "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
 
 
 @dataclass
@@ -57,6 +61,7 @@ class VocabPlan:
     add_bos: bool = False
     add_eos: bool = False
     add_space_prefix: bool = False   # SentencePiece: "▁" before the first word
+    rstrip_special: bool = False     # special tokens swallow the whitespace after them (Phi-3's chat tokens)
 
 
 def _pre_kind(tj: dict, path: Path) -> str:
@@ -65,12 +70,16 @@ def _pre_kind(tj: dict, path: Path) -> str:
     types = [p.get("type") for p in parts]
     if types == ["ByteLevel"] and parts[0].get("use_regex", True):
         return "gpt-2"
+    if types == ["Digits", "ByteLevel"] and parts[0].get("individual_digits") and parts[1].get("use_regex", True):
+        return "smollm"  # SmolLM/SmolLM2: single digits, then GPT-2's regex
     if types and types[-1] == "ByteLevel" and types[0] == "Split":
         regex = (parts[0].get("pattern") or {}).get("Regex", "")
         if regex == GPT2_REGEX:
             return "gpt-2"
         if regex.startswith(LLAMA3_REGEX_START):
             return "llama-bpe"
+        if regex == QWEN2_REGEX:
+            return "qwen2"
     if types == ["Metaspace"] or (not pre and tj.get("normalizer")):
         return "spm"
     raise AuraError(M("pre_unknown", path=path, what=json.dumps(pre)[:200]))
@@ -85,7 +94,10 @@ def plan_vocab(tok_dir: Path, tok, n_rows: int) -> VocabPlan:
     tj_path = tok_dir / "tokenizer.json"
     if not tj_path.is_file():
         raise AuraError(M("no_json", path=tok_dir))
-    tj = json.loads(tj_path.read_text(encoding="utf-8"))
+    # The tokenizer as transformers runs it, not only as the file says: a tokenizer class may rebuild parts of
+    # it (transformers 5's Qwen2Tokenizer applies Qwen2's pre-tokeniser to any tokenizer.json beside a Qwen2).
+    backend = getattr(tok, "backend_tokenizer", None)
+    tj = json.loads(backend.to_str() if backend is not None else tj_path.read_text(encoding="utf-8"))
     if tj.get("model", {}).get("type") != "BPE":
         raise AuraError(M("model_unknown", path=tok_dir, kind=tj.get("model", {}).get("type")))
     if tok.eos_token_id is None:
@@ -122,7 +134,8 @@ def plan_vocab(tok_dir: Path, tok, n_rows: int) -> VocabPlan:
     return VocabPlan(add_space_prefix=spm and _space_prefix(tj), model="llama" if spm else "gpt2", pre=None if spm else pre, tokens=tokens,
                      types=[int(t) for t in types], scores=scores if spm else None,
                      n_padded=n_rows - n_tok, eos_id=tok.eos_token_id, end_of_turn=end_of_turn_ids(tok),
-                     add_bos=add_bos, add_eos=add_eos)
+                     add_bos=add_bos, add_eos=add_eos,
+                     rstrip_special=any(a.get("special") and a.get("rstrip") for a in added.values()))
 
 
 def _space_prefix(tj: dict) -> bool:
@@ -135,7 +148,7 @@ def _space_prefix(tj: dict) -> bool:
     return any(p.get("type") == "Prepend" for p in parts)
 
 
-def write_vocab(writer, plan: VocabPlan, tok_dir: Path, tok) -> None:
+def write_vocab(writer, plan: VocabPlan, tok_dir: Path, tok, *, arch: str = "") -> None:
     import gguf
 
     writer.add_tokenizer_model(plan.model)
@@ -157,6 +170,8 @@ def write_vocab(writer, plan: VocabPlan, tok_dir: Path, tok) -> None:
     special.add_special_token["bos"] = plan.add_bos
     special.add_special_token["eos"] = plan.add_eos
     if chat_template := getattr(tok, "chat_template", None):
+        if arch == "smollm3":  # as llama.cpp's converter: its C++ template engine has no `[:]` (a no-op copy)
+            chat_template = chat_template.replace("[:]", "")
         special.chat_template = chat_template
     special.add_to_gguf(writer, quiet=True)
     eot = [t for t in plan.end_of_turn if t != plan.eos_id]

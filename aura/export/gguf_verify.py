@@ -10,6 +10,9 @@ Checks, each against the Hugging Face model and tokenizer it came from:
    reported, not judged).
 4. A greedy generation of a fixed number of tokens (past any end-of-generation token, so that a model
    that ends at once still compares something) in llama.cpp and PyTorch: how many agree.
+
+The figures are written beside the file as ``NAME.verify.json`` (``verify_record``), which the pipeline's
+report card reads.
 """
 
 from __future__ import annotations
@@ -159,6 +162,43 @@ def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None
     llm.close()
     return VerifyReport(texts=len(texts), top1=agree, max_abs_diff=diff, rel_diff=rel,
                         generated=len(out), stop_reason="eos" if first_eog else "max_tokens", agreeing=same)
+
+
+VERIFY_SUFFIX = ".verify.json"
+
+
+def verify_path(gguf: Path) -> Path:
+    """``NAME.verify.json`` beside ``NAME.gguf``: what the last verification of that file measured."""
+    return gguf.with_name(f"{gguf.name.removesuffix('.gguf')}{VERIFY_SUFFIX}")
+
+
+def verify_record(report: VerifyReport, *, gguf: Path, quant: str) -> dict:
+    """The JSON of ``NAME.verify.json``: the file it is about (name and size), what was measured, the
+    tolerance it was judged by (None for the quantisations that are reported, not judged), the versions."""
+    from dataclasses import asdict
+    from importlib import metadata
+
+    from aura import __version__
+
+    try:
+        llama_version = metadata.version("llama_cpp_python")
+    except metadata.PackageNotFoundError:
+        llama_version = None
+    tol = TOLERANCE.get(quant)
+    return {"gguf": gguf.name, "bytes": gguf.stat().st_size, "quant": quant, **asdict(report),
+            "tolerance": {"rel_diff": tol[0], "top1": tol[1]} if tol else None,
+            "llama_cpp_python": llama_version, "aura_version": __version__}
+
+
+def is_verify_file(path: Path) -> bool:
+    """True for a file ``verify_record`` wrote (so an export may replace it)."""
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(data, dict) and "aura_version" in data and "gguf" in data and "top1" in data
 
 
 def _is_eog(llm, token_id: int) -> bool:

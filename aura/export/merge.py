@@ -24,7 +24,7 @@ M = Messages("merge", {
     "need": ("Faltan --base-model y/o --adapter.", "--base-model and/or --adapter are missing."),
     "need_out": ("Falta --output-dir (directorio del modelo fusionado).",
                  "--output-dir is missing (dir for the merged model)."),
-    "exists": ("{path} ya existe; usa --force para reemplazarlo.", "{path} already exists; use --force to "
+    "exists": ("{path} ya existe; usa --overwrite para reemplazarlo.", "{path} already exists; use --overwrite to "
                "replace it."),
     "loading": ("Cargando la base {base} sin cuantizar y el adaptador {adapter}…",
                 "Loading the unquantised base {base} and the adapter {adapter}…"),
@@ -48,7 +48,8 @@ class MergeConfig:
     dtype: str = arg("auto", es="Tipo de los pesos guardados (auto = el de la base).",
                      en="Dtype of the saved weights (auto = the base's).",
                      choices=("auto", "float32", "float16", "bfloat16"))
-    force: bool = arg(False, es="Reemplazar --output-dir si existe.", en="Replace --output-dir if it exists.")
+    overwrite: bool = arg(False, es="Reemplazar --output-dir si existe.", en="Replace --output-dir if it exists.",
+                          deprecated=["--force"])
     allow_other_base: bool = arg(False, es="Fusionar aunque el adaptador se entrenara sobre otro modelo base "
                                  "(distinto config.json o embeddings).",
                                  en="Merge even if the adapter was trained on another base model "
@@ -74,7 +75,7 @@ def merge(cfg: MergeConfig) -> int:
     # Never into the base, the adapter or a directory holding them; only an Aura model dir is replaced.
     # Checked before torch is even imported: a refusal is immediate.
     out = Path(cfg.output_dir)
-    if check_replaceable(out, kind="model", inputs=[cfg.base_model, cfg.adapter]) == "owned" and not cfg.force:
+    if check_replaceable(out, kind="model", inputs=[cfg.base_model, cfg.adapter]) == "owned" and not cfg.overwrite:
         raise AuraError(M("exists", path=out))
     from aura.core.atomic import check_writable
     from aura.core.locks import output_lock

@@ -6,7 +6,7 @@ the families Aura knows, else the template embedded in the GGUF), the end-of-tur
 SYSTEM line with the system message the model's chat template adds when a conversation brings none (Aura's
 own template, Qwen's...). Its last line, ``# aura-modelfile-sha256: HASH`` of the rest, lets a later export
 recognise an unedited Modelfile of its own (regenerated) from the user's or an edited one (kept unless
-``--force``). ``ollama_name`` derives the model name the printed hint suggests from the run.
+``--overwrite``). ``ollama_name`` derives the model name the printed hint suggests from the run.
 """
 
 from __future__ import annotations

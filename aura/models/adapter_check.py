@@ -11,6 +11,9 @@ before peft touches it:
   ``--allow-other-base`` turns that refusal into a warning, for users who know what they are doing;
 * without it (an adapter made elsewhere): only the recorded base name can be compared (a warning).
 
+Names are compared as models (``same_base``): one folder named once absolute and once relative, or a
+byte-identical copy, is the same base and nothing is said.
+
 Torch-free at import; used by ``aura.train``, ``aura.inference`` and ``aura.export`` alike.
 """
 
@@ -142,6 +145,34 @@ def _differences(saved: dict, now: dict) -> str:
     return ""
 
 
+def _model_files(directory: Path) -> dict[str, int]:
+    """A model dir's config and weight files -> their sizes."""
+    return {p.name: p.stat().st_size for p in sorted(directory.iterdir())
+            if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin"))}
+
+
+def same_base(saved: str, now: str) -> bool:
+    """Do two names of a base model mean the same model? Equal names; one local folder named two ways
+    (absolute and relative, through a link: the resolved paths agree); or two folders holding the same
+    config and weights byte for byte (a copy). Hub names compare as names."""
+    if saved == now:
+        return True
+    a, b = Path(os.path.expanduser(saved)), Path(os.path.expanduser(now))
+    if not (a.is_dir() and b.is_dir()):
+        return False
+    try:
+        if a.resolve() == b.resolve() or os.path.samefile(a, b):
+            return True
+        files = _model_files(a)
+        if "config.json" not in files or files != _model_files(b):
+            return False
+        import filecmp
+
+        return all(filecmp.cmp(a / name, b / name, shallow=False) for name in files)
+    except OSError:
+        return False
+
+
 def check_adapter_base(adapter_dir: str | os.PathLike, base_model, *, allow_other_base: bool = False,
                        flag: str | None = ALLOW_FLAG) -> None:
     """Raise a clear error when ``adapter_dir`` does not belong on the loaded ``base_model``.
@@ -157,7 +188,8 @@ def check_adapter_base(adapter_dir: str | os.PathLike, base_model, *, allow_othe
     meta_file = adapter_dir / ADAPTER_META
     if not meta_file.is_file():  # an adapter made elsewhere: only the name can be compared
         _check_shapes(adapter_dir, base, base_name=now["base_model"], trained_on=trained_on)
-        if trained_on not in ("?", now["base_model"]) and Path(trained_on).name != Path(now["base_model"]).name:
+        if (trained_on != "?" and not same_base(trained_on, now["base_model"])
+                and Path(trained_on).name != Path(now["base_model"]).name):
             console.warn(M("unverified_base", path=adapter_dir, saved=trained_on, now=now["base_model"]))
         return
     saved = read_json(meta_file)
@@ -172,5 +204,5 @@ def check_adapter_base(adapter_dir: str | os.PathLike, base_model, *, allow_othe
         raise AuraError(M("wrong_base", path=adapter_dir, saved=saved_name, now=now["base_model"], what=what,
                           hint=M("hint", flag=flag) if flag else ""))
     _check_shapes(adapter_dir, base, base_name=now["base_model"], trained_on=saved_name)
-    if saved.get("base_model") and saved["base_model"] != now["base_model"]:
+    if saved.get("base_model") and not same_base(saved["base_model"], now["base_model"]):
         console.info(M("moved_base", saved=saved["base_model"], now=now["base_model"]))

@@ -16,22 +16,22 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 
 from aura.core.i18n import Messages
-from aura.models.presets import PRESET_TRAINING, PRESETS, ModelSpec, spec_parameters
+from aura.models.presets import PRESET_TRAINING, PRESETS, ModelSpec, hidden_matrix_parameters, spec_parameters
 
 GIB = 1024 ** 3
 PLANNING_VOCAB = 32000  # `auto` runs before the tokenizer is known; typical Spanish BPE size
 TARGET_TOKENS_PER_STEP = 65536  # the 72-hour guide: batch 2 x accumulation 16 x context 2048
 
 M = Messages("hardware", {
-    "reason_cpu": ("CPU ({name}): se usa 'tiny' (pocos millones de parámetros), lote {batch}.",
-                   "CPU ({name}): using 'tiny' (a few million parameters), batch {batch}."),
+    "reason_cpu": ("CPU ({name}): se usa '{preset}' (pocos millones de parámetros; Muon + WSD), lote {batch}.",
+                   "CPU ({name}): using '{preset}' (a few million parameters; Muon + WSD), batch {batch}."),
     "reason_fit": ("{device} con {mem:.0f} GiB: '{preset}' con lote {batch}{ckpt} ocupa ~{need:.1f} GiB "
-                   "según el modelo de memoria; es el preset más grande que cabe.",
+                   "según el modelo de memoria; es el preset más grande que cabe (receta: Muon + WSD).",
                    "{device} with {mem:.0f} GiB: '{preset}' with batch {batch}{ckpt} needs ~{need:.1f} GiB "
-                   "by the memory model; it is the largest preset that fits."),
+                   "by the memory model; it is the largest preset that fits (recipe: Muon + WSD)."),
     "ckpt": (" y gradient checkpointing", " and gradient checkpointing"),
-    "reason_small": ("{device} con {mem:.1f} GiB: ningún preset de GPU cabe; se usa 'tiny'.",
-                     "{device} with {mem:.1f} GiB: no GPU preset fits; using 'tiny'."),
+    "reason_small": ("{device} con {mem:.1f} GiB: ningún preset de GPU cabe; se usa '{preset}'.",
+                     "{device} with {mem:.1f} GiB: no GPU preset fits; using '{preset}'."),
 })
 
 # Dense (no sparsity) peaks in TFLOP/s from NVIDIA's data sheets and architecture whitepapers:
@@ -276,11 +276,13 @@ class MemoryEstimate:
 
 
 def estimate_memory(spec: ModelSpec, *, vocab_size: int, batch_size: int, precision: str,
-                    gradient_checkpointing: bool, device_type: str = "cuda", chunked_loss: bool = True) -> MemoryEstimate:
-    """Peak training memory of ``spec`` under AdamW with fp32 master weights.
+                    gradient_checkpointing: bool, device_type: str = "cuda", chunked_loss: bool = True,
+                    optimizer: str = "adamw") -> MemoryEstimate:
+    """Peak training memory of ``spec`` under AdamW (or Muon) with fp32 master weights.
 
     * weights: 4 B/param fp32, plus 2 B/param for the 16-bit copies autocast keeps for backward;
-    * gradients 4 B/param; AdamW exp_avg + exp_avg_sq 8 B/param;
+    * gradients 4 B/param; AdamW exp_avg + exp_avg_sq 8 B/param; with ``optimizer="muon"`` the hidden
+      matrices keep one fp32 momentum (4 B/param) and the rest (embeddings, head, norms) AdamW's 8 B;
     * activations per token per layer (elements): Llama ~ 6d + 2 kv_dim + 4 i (norm in/out, q, k, v,
       attention out, gate, up, act, product), GPT-2 ~ 8d + 2 i; SDPA never materialises T x T.
       Checkpointing keeps only each layer's fp32 input plus one layer being recomputed;
@@ -307,9 +309,10 @@ def estimate_memory(spec: ModelSpec, *, vocab_size: int, batch_size: int, precis
             tokens * d * 4
     else:
         logits = tokens * vocab_size * (act_b + 4 + 4)
-    base = 4 * n + 4 * n + 8 * n + activations + logits
+    opt = 8 * n - (4 * hidden_matrix_parameters(spec) if optimizer == "muon" else 0)
+    base = 4 * n + 4 * n + opt + activations + logits
     overhead = int(GIB + 0.10 * base) if device_type == "cuda" else GIB // 2
-    return MemoryEstimate(weights=weights, gradients=4 * n, optimizer=8 * n, activations=activations,
+    return MemoryEstimate(weights=weights, gradients=4 * n, optimizer=opt, activations=activations,
                           logits=logits, overhead=overhead)
 
 
@@ -338,12 +341,13 @@ def fits(spec: ModelSpec, memory_bytes: int, **kwargs) -> tuple[bool, MemoryEsti
 
 
 def needs_checkpointing(spec: ModelSpec, info: HardwareInfo, *, batch_size: int, precision: str | None = None,
-                        vocab_size: int = PLANNING_VOCAB, usable_fraction: float = 0.9) -> bool:
+                        vocab_size: int = PLANNING_VOCAB, usable_fraction: float = 0.9,
+                        optimizer: str = "adamw") -> bool:
     """Whether ``spec`` at ``batch_size`` needs gradient checkpointing to fit ``info``'s memory (a preset
     whose default is "from the model": the 72-hour ones)."""
     ok, _ = fits(spec, int(info.memory_bytes * usable_fraction), vocab_size=vocab_size, batch_size=batch_size,
                  precision=precision or default_precision(info), gradient_checkpointing=False,
-                 device_type=info.device_type)
+                 device_type=info.device_type, optimizer=optimizer)
     return not ok
 
 
@@ -366,19 +370,22 @@ class AutoChoice:
 
 
 # (preset, batch, checkpointing) from most to least preferred: bigger models first; per model, no
-# recomputation (25-30 % faster) before checkpointing, larger batches first. aura-72h-max with batch 2 is
-# the 72-hour guide's configuration for an 80 GB A100; it fits there without checkpointing.
+# recomputation (25-30 % faster) before checkpointing, larger batches first. The modern recipe at every tier:
+# the Qwen3 block with Muon + WSD reached the old default's loss in 0.25x and 0.32x the tokens at two sizes
+# (bench/bench_recipe.py, docs/training.md). qwen3-72h (1.26 B) is the largest: a 72-hour run on one 80 GB
+# A100 is ~3e19 FLOPs, already past the compute-optimal size for it (~0.5 B); aura-72h-max (2.43 B, the
+# 72-hour guide's original model) and the Llama/GPT-2 presets stay available by name.
 _CANDIDATES: list[tuple[str, int, bool]] = [
-    ("aura-72h-max", 2, False), ("aura-72h-max", 2, True),
-    ("aura-72h-extended", 4, False), ("aura-72h-extended", 2, False),
-    ("aura-72h-extended", 4, True), ("aura-72h-extended", 2, True),
-    ("gpt2-medium", 8, False), ("gpt2-medium", 4, False), ("gpt2-medium", 8, True),
-    ("gpt2-medium", 4, True), ("gpt2-medium", 2, True),
-    ("gpt2-small", 16, False), ("gpt2-small", 8, False), ("gpt2-small", 4, False),
-    ("gpt2-small", 8, True), ("gpt2-small", 4, True), ("gpt2-small", 2, True),
+    ("qwen3-72h", 8, False), ("qwen3-72h", 4, False), ("qwen3-72h", 2, False), ("qwen3-72h", 4, True),
+    ("qwen3-72h", 2, True),
+    ("qwen3-medium", 8, False), ("qwen3-medium", 4, False), ("qwen3-medium", 8, True),
+    ("qwen3-medium", 4, True), ("qwen3-medium", 2, True),
+    ("qwen3-small", 16, False), ("qwen3-small", 8, False), ("qwen3-small", 4, False),
+    ("qwen3-small", 8, True), ("qwen3-small", 4, True), ("qwen3-small", 2, True),
 ]
-CPU_BATCH = PRESET_TRAINING["tiny"].batch_size
-_TINY = PRESET_TRAINING["tiny"]
+CPU_PRESET = "qwen3-tiny"
+CPU_BATCH = PRESET_TRAINING[CPU_PRESET].batch_size
+_TINY = PRESET_TRAINING[CPU_PRESET]
 
 
 def choose_auto(info: HardwareInfo | None = None, *, vocab_size: int = PLANNING_VOCAB,
@@ -387,17 +394,18 @@ def choose_auto(info: HardwareInfo | None = None, *, vocab_size: int = PLANNING_
     info = detect() if info is None else info
     precision = default_precision(info)
     if info.device_type == "cpu":
-        spec = PRESETS["tiny"]
+        spec = PRESETS[CPU_PRESET]
         est = estimate_memory(spec, vocab_size=vocab_size, batch_size=CPU_BATCH, precision=precision,
-                              gradient_checkpointing=False, device_type="cpu")
-        return AutoChoice("tiny", CPU_BATCH, 1, precision, False, _TINY.learning_rate, _TINY.save_steps, est.total,
-                          M("reason_cpu", name=info.name, batch=CPU_BATCH))
+                              gradient_checkpointing=False, device_type="cpu", optimizer=_TINY.optimizer)
+        return AutoChoice(CPU_PRESET, CPU_BATCH, 1, precision, False, _TINY.learning_rate, _TINY.save_steps, est.total,
+                          M("reason_cpu", name=info.name, preset=CPU_PRESET, batch=CPU_BATCH))
     budget = int(info.memory_bytes * usable_fraction)
     mem_gib = info.memory_bytes / GIB
     for preset, batch, ckpt in _CANDIDATES:
         spec = PRESETS[preset]
         ok, est = fits(spec, budget, vocab_size=vocab_size, batch_size=batch, precision=precision,
-                       gradient_checkpointing=ckpt, device_type=info.device_type)
+                       gradient_checkpointing=ckpt, device_type=info.device_type,
+                       optimizer=PRESET_TRAINING[preset].optimizer)
         if ok:
             accum = max(1, TARGET_TOKENS_PER_STEP // (batch * spec.seq_len))
             reason = M("reason_fit", device=info.name, mem=mem_gib, preset=preset, batch=batch,
@@ -405,10 +413,10 @@ def choose_auto(info: HardwareInfo | None = None, *, vocab_size: int = PLANNING_
             trained = PRESET_TRAINING[preset]
             return AutoChoice(preset, batch, accum, precision, ckpt, trained.learning_rate, trained.save_steps,
                               est.total, reason)
-    est = estimate_memory(PRESETS["tiny"], vocab_size=vocab_size, batch_size=CPU_BATCH, precision=precision,
-                          gradient_checkpointing=False, device_type=info.device_type)
-    return AutoChoice("tiny", CPU_BATCH, 1, precision, False, _TINY.learning_rate, _TINY.save_steps, est.total,
-                      M("reason_small", device=info.name, mem=mem_gib))
+    est = estimate_memory(PRESETS[CPU_PRESET], vocab_size=vocab_size, batch_size=CPU_BATCH, precision=precision,
+                          gradient_checkpointing=False, device_type=info.device_type, optimizer=_TINY.optimizer)
+    return AutoChoice(CPU_PRESET, CPU_BATCH, 1, precision, False, _TINY.learning_rate, _TINY.save_steps, est.total,
+                      M("reason_small", device=info.name, mem=mem_gib, preset=CPU_PRESET))
 
 
 FINETUNE_BATCHES = (8, 4, 2, 1)  # tried largest first; accumulation keeps 8 rows per optimizer step

@@ -17,6 +17,7 @@ aura-72h-extended   llama  2048    24      16    8         5632   2048
 aura-72h-max        llama  2560    32      20    4         7168   2048
 qwen3-tiny          qwen3  256     4       4     2         768    256
 qwen3-small         qwen3  768     12      12    4         2048   1024
+qwen3-medium        qwen3  1024    24      16    8         2816   1024
 qwen3-72h           qwen3  2048    24      16    8         5632   2048
 ==================  =====  ======  ======  ====  ========  =====  =========
 
@@ -91,6 +92,7 @@ PRESETS: dict[str, ModelSpec] = {
     "aura-72h-max": ModelSpec("aura-72h-max", "llama", 2560, 32, 20, 4, 2048, 7168),
     "qwen3-tiny": ModelSpec("qwen3-tiny", "qwen3", 256, 4, 4, 2, 256, 768),
     "qwen3-small": ModelSpec("qwen3-small", "qwen3", 768, 12, 12, 4, 1024, 2048),
+    "qwen3-medium": ModelSpec("qwen3-medium", "qwen3", 1024, 24, 16, 8, 1024, 2816),
     "qwen3-72h": ModelSpec("qwen3-72h", "qwen3", 2048, 24, 16, 8, 2048, 5632),
 }
 ARCHS = ("llama", "gpt2", "qwen3")
@@ -122,6 +124,7 @@ PRESET_TRAINING: dict[str, PresetTraining] = {
     # the modern recipe where bench/bench_recipe.py measured it (docs/training.md): Muon + WSD
     "qwen3-tiny": PresetTraining(16, 1e-3, 100, optimizer="muon", lr_schedule="wsd"),
     "qwen3-small": PresetTraining(8, 6e-4, 500, optimizer="muon", lr_schedule="wsd"),
+    "qwen3-medium": PresetTraining(8, 3e-4, 500, optimizer="muon", lr_schedule="wsd"),
     "qwen3-72h": PresetTraining(2, 3e-4, 500, gradient_checkpointing=None, optimizer="muon", lr_schedule="wsd"),
 }
 MANUAL_TRAINING = PresetTraining(8, 3e-4, 500)  # --model-preset manual
@@ -313,6 +316,15 @@ def context_length(config) -> int | None:
         if value:
             return int(value)
     return None
+
+
+def hidden_matrix_parameters(spec: ModelSpec) -> int:
+    """Parameters of the blocks' 2-D weights (attention and MLP projections): what Muon orthogonalises."""
+    d, L, i = spec.d_model, spec.n_layers, spec.intermediate_size
+    if spec.arch == "gpt2":
+        return L * (3 * d * d + d * d + 2 * d * i)
+    kvd = spec.n_kv_heads * spec.head_dim
+    return L * (2 * d * d + 2 * d * kvd + 3 * d * i)
 
 
 def spec_parameters(spec: ModelSpec, vocab_size: int) -> int:

@@ -50,6 +50,12 @@ M = Messages("pipeline.command", {
     "hours_over": ("La etapa {stage} tiene {hours} h asignadas, pero su estimación es {est}.",
                    "Stage {stage} is allotted {hours} h, but its estimate is {est}."),
     "no_cost": ("sin --price-per-hour", "no --price-per-hour"),
+    "plan_one_node": ("Con {n:nodo|nodos} (NNODES): en varios nodos, exporta en cada uno NNODES, NODE_RANK, "
+                      "MASTER_ADDR, MASTER_PORT y GPUS_PER_NODE (los de aura launch) y ejecuta el mismo aura "
+                      "pipeline run.",
+                      "On {n:node|nodes} (NNODES): on several nodes, export NNODES, NODE_RANK, MASTER_ADDR, "
+                      "MASTER_PORT and GPUS_PER_NODE (aura launch's) on each one and run the same aura pipeline "
+                      "run."),
 })
 
 
@@ -181,7 +187,7 @@ def _hours(h: float) -> str:
 
 def pipeline_plan(cfg: PipelinePlanConfig) -> int:
     from aura.models.hardware import assumed_hardware, detect
-    from aura.pipeline import spec
+    from aura.pipeline import comm, nodes, spec
     from aura.pipeline.plan import ASSUMED_MFU, CHARS_PER_TOKEN, GENERATION_MFU
     from aura.pipeline.runner import equivalent_command
 
@@ -200,6 +206,13 @@ def pipeline_plan(cfg: PipelinePlanConfig) -> int:
                      _duration(p.seconds) if p.seconds else M("no_estimate"),
                      _hours(allotted) if allotted is not None else "–"])
         print(f"  {s.name}: {equivalent_command(s, launched=True)}")
+        if s.comm is not None:
+            print(comm.plan_line(s, info))
+    lay = nodes.layout(pipeline)
+    if lay.multi:
+        print(nodes.describe(lay))
+    elif any(s.launch is not None for s in pipeline.stages):
+        print(M("plan_one_node", n=lay.nnodes))
     headers = [M("h_stage"), M("h_budget"), M("h_auto"), M("h_tps"), M("h_steps"), M("h_tokens"), M("h_estimate"),
                M("h_hours")]
     if not pipeline.hours:

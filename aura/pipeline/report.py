@@ -1,65 +1,26 @@
 """The report card: ``DIR/report.md``, a self-contained ``DIR/report.html`` and ``DIR/report.json``.
 
 A reader of what the stages wrote, like ``aura.watch``: ``pipeline.json`` (times, status, commands),
-each training stage's ``training_log.csv`` and ``run.json``, each eval stage's result JSONs, the files an
-export wrote. It imports nothing of training. Every number shown is one of those files' numbers
+each training stage's ``training_log.csv`` (tokens, losses, MFU, and GPU memory where the log has CUDA's
+reserved memory: on a CPU the columns say "–") and ``run.json``, each eval stage's result JSONs (scores,
+and the answers to ``--prompts``: one table, prompt × model stage), the GGUF files an export wrote with
+their ``NAME.verify.json`` (llama.cpp's agreement). It imports nothing of training. Every number shown is one of those files' numbers
 (``report.json`` holds them unformatted); rewritten after every stage, so a half-done pipeline has one.
+``report_render`` formats them (Markdown, HTML) in the reader's language.
 """
 
 from __future__ import annotations
 
 import csv
-import html
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
-from aura.core.atomic import atomic_write_json, atomic_write_text, human_bytes
-from aura.core.console import format_duration
-from aura.core.i18n import Messages, current_lang, num
-
-M = Messages("pipeline.report", {
-    "title": ("Informe del pipeline '{name}'", "Pipeline report '{name}'"),
-    "intro": ("Carpeta: {path}. Aura {version}. Actualizado: {updated}. Precio: {price}.",
-              "Folder: {path}. Aura {version}. Updated: {updated}. Price: {price}."),
-    "no_price": ("sin precio (--price-per-hour)", "no price (--price-per-hour)"),
-    "price": ("{price} €/hora de dispositivo", "€{price} per device-hour"),
-    "stages": ("Etapas", "Stages"),
-    "models": ("Modelos lado a lado", "Models side by side"),
-    "commands": ("Comandos equivalentes", "Equivalent commands"),
-    "outputs": ("Archivos exportados", "Exported files"),
-    "h_stage": ("etapa", "stage"), "h_status": ("estado", "status"), "h_time": ("tiempo", "wall time"),
-    "h_dev_h": ("horas-dispositivo", "device-hours"), "h_cost": ("coste €", "cost €"),
-    "h_tokens": ("tokens", "tokens"), "h_tok_s": ("tokens/s", "tokens/s"), "h_mem": ("memoria pico GB", "peak memory GB"),
-    "h_loss": ("pérdida final", "final loss"), "h_val": ("pérdida val.", "val loss"),
-    "h_model": ("modelo (etapa)", "model (stage)"), "h_bpb": ("bits/byte (val.)", "bits/byte (val)"),
-    "h_file": ("archivo", "file"), "h_size": ("tamaño", "size"),
-    "total": ("en total", "total"),
-    "s_finished": ("terminada", "finished"), "s_running": ("en curso o cortada", "running or cut off"),
-    "s_interrupted": ("interrumpida", "interrupted"), "s_failed": ("fallida", "failed"),
-    "s_skipped": ("saltada", "skipped"), "s_pending": ("pendiente", "pending"),
-    "no_models": ("Aún no hay evaluaciones.", "No evaluations yet."),
-    "h_notes": ("notas", "notes"),
-    "n_fertility": ("vocabulario {vocab}, fertilidad {fert:.3f} tokens/palabra",
-                    "vocabulary {vocab}, fertility {fert:.3f} tokens/word"),
-    "n_data": ("documentos {read} → {kept}, tokens {train:,} + {val:,} (val.)",
-               "documents {read} → {kept}, tokens {train:,} + {val:,} (val)"),
-    "n_skipped": ("saltada: {reason}", "skipped: {reason}"),
-    "environment": ("Entorno: Aura {aura}, Python {python}, torch {torch}, {platform}.",
-                    "Environment: Aura {aura}, Python {python}, torch {torch}, {platform}."),
-    "loss_curve": ("Pérdida de entrenamiento por paso: {stage}", "Training loss per step: {stage}"),
-})
+from aura.core.atomic import atomic_write_json, atomic_write_text
 
 MD, HTML, JSON = "report.md", "report.html", "report.json"
-
-
-def _float(cell: str | None) -> float | None:
-    try:
-        v = float(cell) if cell not in (None, "") else None
-    except ValueError:
-        return None
-    return v if v is None or math.isfinite(v) else None
 
 
 def training_summary(stage_dir: Path) -> dict[str, Any] | None:
@@ -74,6 +35,7 @@ def training_summary(stage_dir: Path) -> dict[str, Any] | None:
         return None
     steps = [r for r in rows if (r.get("kind") or "step") == "step"]
     out: dict[str, Any] = {"tokens": None, "seconds": None, "tokens_per_s": None, "mem_peak_gb": None,
+                           "gpu_mem_peak_gb": None, "gpu_mem_reserved_gb": None, "mfu": None,
                            "final_loss": None, "val_loss": None, "curve": []}
     if rows:
         last = rows[-1]
@@ -82,7 +44,14 @@ def training_summary(stage_dir: Path) -> dict[str, Any] | None:
         if out["tokens"] and out["seconds"]:
             out["tokens_per_s"] = out["tokens"] / out["seconds"]
     mems = [m for m in (_float(r.get("mem_peak_gb")) for r in rows) if m is not None]
-    out["mem_peak_gb"] = max(mems) if mems else None
+    out["mem_peak_gb"] = max(mems) if mems else None  # CUDA's allocated bytes, or the process's RSS on a CPU
+    # GPU memory only where the log says it is (CUDA's reserved memory is logged on CUDA alone): never RSS
+    gpu = [r for r in rows if _float(r.get("mem_reserved_gb")) is not None]
+    out["gpu_mem_peak_gb"] = max((_float(r.get("mem_peak_gb")) or 0.0) for r in gpu) if gpu else None
+    out["gpu_mem_reserved_gb"] = max(_float(r.get("mem_reserved_gb")) for r in gpu) if gpu else None
+    # the median logged interval: neither the first (compilation, warm-up) nor an evaluation's pause weighs
+    mfus = [m for m in (_float(r.get("mfu")) for r in steps) if m is not None]
+    out["mfu"] = statistics.median(mfus) if mfus else None
     if steps:
         out["final_loss"] = _float(steps[-1].get("train_loss"))
     vals = [v for v in (_float(r.get("val_loss")) for r in rows) if v is not None]
@@ -134,19 +103,6 @@ def stage_notes(stage_dir: Path) -> dict[str, Any]:
     return notes
 
 
-def _notes_text(s: dict[str, Any]) -> str:
-    n = s.get("notes") or {}
-    parts = []
-    if n.get("fertility") is not None:
-        parts.append(M("n_fertility", vocab=n.get("vocab_size"), fert=n["fertility"]))
-    if n.get("train_tokens") is not None:
-        parts.append(M("n_data", read=n.get("documents_read"), kept=n.get("documents_kept"),
-                       train=n["train_tokens"], val=n.get("val_tokens") or 0))
-    if s["status"] == "skipped" and s.get("reason"):
-        parts.append(M("n_skipped", reason=s["reason"]))
-    return "; ".join(parts)
-
-
 def environment() -> dict[str, str]:
     import platform
     from importlib import metadata
@@ -159,6 +115,24 @@ def environment() -> dict[str, str]:
         torch = "–"
     return {"aura": __version__, "python": platform.python_version(), "torch": torch,
             "platform": f"{platform.system()} {platform.machine()}"}
+
+
+def gguf_files(stage_dir: Path) -> list[dict[str, Any]]:
+    """Every GGUF of a stage folder: name, bytes and, when its ``NAME.verify.json`` is about this very file
+    (same name and size), what llama.cpp's verification measured."""
+    out = []
+    for path in sorted(stage_dir.glob("*.gguf")):
+        size = path.stat().st_size
+        verify = None
+        try:
+            data = json.loads(path.with_name(path.name.removesuffix(".gguf") + ".verify.json").read_text(encoding="utf-8"))
+            if isinstance(data, dict) and data.get("gguf") == path.name and data.get("bytes") == size:
+                verify = {k: data.get(k) for k in ("quant", "top1", "max_abs_diff", "rel_diff", "generated",
+                                                   "agreeing", "tolerance", "llama_cpp_python")}
+        except (OSError, ValueError, UnicodeDecodeError):
+            pass
+        out.append({"name": path.name, "bytes": size, "verify": verify})
+    return out
 
 
 def _model_stage(model: str, out: Path, names: list[str]) -> str:
@@ -187,9 +161,9 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
                "cost": dev_h * price if (dev_h is not None and price is not None) else None,
                "training": {k: v for k, v in (train or {}).items() if k != "curve"} if train else None,
                "curve": (train or {}).get("curve", []), "reason": rec.get("reason"),
+               "comm": rec.get("comm"), "made_by": rec.get("made_by"),
                "notes": stage_notes(d) if d.is_dir() else {},
-               "files": [{"name": p.name, "bytes": p.stat().st_size} for p in sorted(d.glob("*.gguf"))]
-               if d.is_dir() else []}
+               "files": gguf_files(d) if d.is_dir() else []}
         stages.append(row)
         if train is not None:
             models.setdefault(stage.name, {"stage": stage.name, "final_loss": train["final_loss"],
@@ -203,121 +177,32 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
             for row_ in r.get("rows") or []:
                 if row_.get("metric") in ("acc", "exact_match", "bits_per_byte"):
                     m["scores"][f"{row_['task']}/{row_['metric']}"] = row_.get("value")
-    models = {k: v for k, v in models.items() if v["scores"]}
+            if isinstance(r.get("answers"), list):
+                m["answers"] = [{"prompt": a.get("prompt"), "answer": a.get("answer")} for a in r["answers"]
+                                if isinstance(a, dict)]
+                m["max_new_tokens"] = (r.get("prompts") or {}).get("max_new_tokens")
+    models = {k: v for k, v in models.items() if v["scores"] or v.get("answers")}
     return {"pipeline": state.data.get("pipeline"), "out": str(out), "aura_version": state.data.get("aura_version"),
             "updated": state.data.get("updated"), "price_per_hour": price, "stages": stages,
             "models": list(models.values()), "environment": environment()}
 
 
-def _n(v, spec: str = ",.2f") -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float) and v.is_integer() and spec.startswith(",") and "e" not in spec:
-        return num(int(v), ",")
-    return num(v, spec)
-
-
-def _tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, headers, rows) of the report's tables, numbers formatted in the reader's language."""
-    rows = []
-    tot_s = tot_h = tot_c = 0.0
-    for s in data["stages"]:
-        t = s["training"] or {}
-        rows.append([s["name"], M("s_" + s["status"]) if ("s_" + s["status"]) in M.table else s["status"],
-                     format_duration(s["seconds"]) if s["seconds"] is not None else "–",
-                     _n(s["device_hours"], ".4f"), _n(s["cost"], ".4f"), _n(t.get("tokens"), ","),
-                     _n(t.get("tokens_per_s"), ",.0f"), _n(t.get("mem_peak_gb"), ".3f"),
-                     _n(t.get("final_loss"), ".4f"), _notes_text(s)])
-        tot_s += s["seconds"] or 0.0
-        tot_h += s["device_hours"] or 0.0
-        tot_c += s["cost"] or 0.0
-    rows.append([M("total"), "", format_duration(tot_s), _n(tot_h, ".4f"),
-                 _n(tot_c, ".4f") if data["price_per_hour"] is not None else "–", "", "", "", "", ""])
-    out = [(M("stages"), [M(k) for k in ("h_stage", "h_status", "h_time", "h_dev_h", "h_cost", "h_tokens",
-                                           "h_tok_s", "h_mem", "h_loss", "h_notes")], rows)]
-    keys: list[str] = []
-    for m in data["models"]:
-        keys += [k for k in m["scores"] if k not in keys]
-    if data["models"]:
-        heads = [M("h_model"), M("h_loss"), *[M("h_bpb") if k == "val_bits_per_byte" else k for k in keys]]
-        mrows = [[m["stage"], _n(m["final_loss"], ".4f"), *[_n(m["scores"].get(k), ".4f") for k in keys]]
-                 for m in data["models"]]
-        out.append((M("models"), heads, mrows))
-    files = [[f"{s['name']}/{f['name']}", human_bytes(f["bytes"])] for s in data["stages"] for f in s["files"]]
-    if files:
-        out.append((M("outputs"), [M("h_file"), M("h_size")], files))
-    return out
-
-
-def _price(data) -> str:
-    p = data["price_per_hour"]
-    return M("no_price") if p is None else M("price", price=p)
-
-
-def render_md(data: dict[str, Any]) -> str:
-    lines = [f"# {M('title', name=data['pipeline'])}", "",
-             M("intro", path=data["out"], version=data["aura_version"], updated=data["updated"], price=_price(data)),
-             "", M("environment", **data["environment"]), ""]
-    for title, heads, rows in _tables(data):
-        lines += [f"## {title}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-        lines.append("")
-    if not data["models"]:
-        lines += [M("no_models"), ""]
-    lines += [f"## {M('commands')}", "", "```bash"]
-    lines += [f"# {s['name']}\n{s['command']}" for s in data["stages"] if s["command"]]
-    lines += ["```", ""]
-    return "\n".join(lines)
-
-
-def _svg(curve: list[tuple[int, float]]) -> str:
-    """A loss curve as an inline SVG polyline (no script, nothing fetched)."""
-    if len(curve) < 2:
-        return ""
-    w, h, pad = 480, 160, 30
-    xs, ys = [c[0] for c in curve], [c[1] for c in curve]
-    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    sx = (w - 2 * pad) / ((x1 - x0) or 1)
-    sy = (h - 2 * pad) / ((y1 - y0) or 1)
-    pts = " ".join(f"{pad + (x - x0) * sx:.1f},{h - pad - (y - y0) * sy:.1f}" for x, y in curve)
-    return (f'<svg width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img">'
-            f'<rect x="0" y="0" width="{w}" height="{h}" fill="#fafafa" stroke="#ddd"/>'
-            f'<polyline fill="none" stroke="#3366cc" stroke-width="1.5" points="{pts}"/>'
-            f'<text x="{pad}" y="{pad - 8}" font-size="11">{html.escape(_n(y1, ".3f"))}</text>'
-            f'<text x="{pad}" y="{h - 8}" font-size="11">{html.escape(_n(y0, ".3f"))} · {x0}–{x1}</text></svg>')
-
-
-def render_html(data: dict[str, Any]) -> str:
-    e = html.escape
-    parts = [f"<!doctype html><html lang=\"{current_lang()}\"><head><meta charset=\"utf-8\">",
-             f"<title>{e(M('title', name=data['pipeline']))}</title><style>"
-             "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;"
-             "margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}td:first-child,"
-             "th:first-child{text-align:left}pre{background:#f4f4f4;padding:1em;overflow-x:auto}"
-             "</style></head><body>",
-             f"<h1>{e(M('title', name=data['pipeline']))}</h1>",
-             f"<p>{e(M('intro', path=data['out'], version=data['aura_version'], updated=data['updated'], price=_price(data)))}</p>",
-             f"<p>{e(M('environment', **data['environment']))}</p>"]
-    for title, heads, rows in _tables(data):
-        parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in heads) + "</tr>")
-        parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows]
-        parts.append("</table>")
-    if not data["models"]:
-        parts.append(f"<p>{e(M('no_models'))}</p>")
-    for s in data["stages"]:
-        svg = _svg(s["curve"])
-        if svg:
-            parts.append(f"<h3>{e(M('loss_curve', stage=s['name']))}</h3>{svg}")
-    parts.append(f"<h2>{e(M('commands'))}</h2><pre>")
-    parts += [e(f"# {s['name']}\n{s['command']}\n") for s in data["stages"] if s["command"]]
-    parts.append("</pre></body></html>")
-    return "".join(parts)
-
-
 def write(out: Path, pipeline, state) -> dict[str, Any]:
     """Rewrite the three report files (atomically) from what is on disk now."""
+    from aura.pipeline.report_render import render_html, render_md
+
     data = collect(out, pipeline, state)
     atomic_write_json(Path(out) / JSON, {k: v for k, v in data.items()})
     atomic_write_text(Path(out) / MD, render_md(data))
     atomic_write_text(Path(out) / HTML, render_html(data))
     return data
+
+
+def read_report(out: Path) -> dict[str, Any] | None:
+    """``DIR/report.json`` as ``write`` left it, or None when the folder has none or it cannot be read
+    (a report is rewritten after every stage; readers such as ``aura push`` take what is there)."""
+    try:
+        data = json.loads((Path(out) / JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("stages"), list) else None

@@ -5,6 +5,9 @@ Before the first stage: every stage validated (``spec.resolve``), then each one'
 the same fingerprint resumes from its latest checkpoint (the command's own ``--resume-from latest``);
 a stage whose options or inputs changed runs again, and so does every stage that reads it (its
 fingerprint holds theirs), after the runner has said which. The report card is rewritten after every stage.
+On several nodes each node runs this same chain with its own state file; ``aura.pipeline.nodes`` says where
+each stage runs (every node through torchrun, each node, or node 0 alone) and ``aura.pipeline.comm`` measures
+the link before a ``comm: auto`` stage.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.locks import output_lock
 from aura.core.rundir import latest_checkpoint
-from aura.pipeline import report
-from aura.pipeline.spec import RESOURCES_DIR, Pipeline, Stage, config_fields, resolve
-from aura.pipeline.state import (FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED, STATE_FILE, State,
+from aura.pipeline import comm as link, nodes, report
+from aura.pipeline.spec import RESOURCES_DIR, Pipeline, Stage, config_fields, fingerprint_fields, resolve
+from aura.pipeline.state import (ELSEWHERE, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED, State,
                                  fingerprint, now)
 
 M = Messages("pipeline.runner", {
@@ -103,22 +106,31 @@ def _raise_interrupt(signum, frame):  # SIGTERM outside training: stop like Ctrl
     raise KeyboardInterrupt
 
 
-def _decide(pipeline: Pipeline, out: Path, state: State) -> tuple[dict[str, str], dict[str, str]]:
+def _decide(pipeline: Pipeline, out: Path, state: State,
+            lay: nodes.Layout | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """Fingerprint and action of every stage: skip (finished, unchanged), resume (interrupted, unchanged),
-    redo (its options or inputs changed), after (a stage it reads runs again), run (never ran)."""
+    redo (its options or inputs changed), after (a stage it reads runs again), run (never ran), elsewhere
+    (node 0's alone, on another node)."""
+    lay = lay or nodes.Layout()
     fps: dict[str, str] = {}
     actions: dict[str, str] = {}
     for stage in pipeline.stages:
-        upstream_runs = any(actions.get(r, "skip") != "skip" for r in stage.refs)
-        fp = fingerprint(command=stage.command, options=config_fields(stage.cfg), out=out,
+        where = lay.where.get(stage.name, nodes.LOCAL)
+        upstream_runs = any(actions.get(r, "skip") not in ("skip", "elsewhere") for r in stage.refs)
+        fp = fingerprint(command=stage.command, options=fingerprint_fields(stage.cfg), out=out,
                          upstream={r: fps[r] for r in stage.refs}, resources=RESOURCES_DIR)
         fps[stage.name] = fp
+        if where == nodes.MAIN and lay.node_rank != 0:
+            actions[stage.name] = "elsewhere"
+            continue
         prev = state.get(stage.name)
+        # another node's rank 0 writes a multi-node stage: on this node its folder may hold nothing
+        here = (out / stage.name).exists() or (where == nodes.ALL and lay.node_rank != 0)
         same = prev.get("fingerprint") == fp
         installed = prev.get("status") == SKIPPED and _missing_module(stage) is None  # it can run now
         if upstream_runs and prev.get("fingerprint") and same:
             actions[stage.name] = "after"  # what it reads is made again: so is it, from the start
-        elif same and prev.get("status") in (FINISHED, SKIPPED) and (out / stage.name).exists() and not installed:
+        elif same and prev.get("status") in (FINISHED, SKIPPED) and here and not installed:
             actions[stage.name] = "skip"
         elif same and prev.get("status") in (RUNNING, INTERRUPTED, FAILED):
             actions[stage.name] = "resume"
@@ -139,41 +151,54 @@ def invalidate(pipeline: Pipeline, actions: dict[str, str], state: State) -> Non
 
 
 def run_pipeline(pipeline: Pipeline, out: Path, *, price: float | None, rerun: list[str]) -> int:
-    """Run (or resume) ``pipeline`` in ``out``; 0 when every stage finished, 3 when a signal stopped one."""
+    """Run (or resume) ``pipeline`` in ``out``; 0 when every stage finished, 3 when a signal stopped one.
+    On several nodes this node walks the same chain (``aura.pipeline.nodes``) with its own state file."""
     out = Path(out).expanduser().absolute()
     resolve(pipeline, out)  # every stage checked before anything is created
-    if out.exists() and not (out / STATE_FILE).is_file() and any(out.iterdir()):
+    lay = nodes.layout(pipeline)
+    if out.exists() and not nodes.is_pipeline_dir(out) and any(not nodes.is_lock(p) for p in out.iterdir()):
         raise AuraError(M("not_pipeline_dir", path=out))
     command = shlex.join(rerun)
     out.mkdir(parents=True, exist_ok=True)
-    with output_lock(out, command="pipeline run"):
-        state = State(out)
+    # one `pipeline run` per node and folder: node 0 locks DIR itself, node K its own lock inside it
+    target = out / f"node-{lay.node_rank}" if lay.node_rank else out
+    with output_lock(target, command="pipeline run"):
+        state = State(out, name=lay.state_file)
         other = state.data.get("pipeline")
         if other and other != pipeline.path.stem:
             raise AuraError(M("other_pipeline", path=out, other=other))
-        fps, actions = _decide(pipeline, out, state)
+        if lay.multi:
+            console.always(nodes.describe(lay))
+        fps, actions = _decide(pipeline, out, state, lay)
         changed = [s.name for s in pipeline.stages if actions[s.name] == "redo"  # the cause, not its downstream
                    and not any(actions[r] in ("redo", "after") for r in s.refs)]
         if changed:
-            later = [s.name for s in pipeline.stages if actions[s.name] != "skip"]
+            later = [s.name for s in pipeline.stages if actions[s.name] not in ("skip", "elsewhere")]
             console.always(M("changed", stages=", ".join(changed), redo=", ".join(later)))
         state.data.update(pipeline=pipeline.path.stem, source=pipeline.source, command=command,
-                          aura_version=__version__, price_per_hour=price, order=[s.name for s in pipeline.stages])
+                          aura_version=__version__, price_per_hour=price, order=[s.name for s in pipeline.stages],
+                          nodes={"nnodes": lay.nnodes, "node_rank": lay.node_rank, "where": lay.where}
+                          if lay.multi else None)
         invalidate(pipeline, actions, state)
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        started = nodes.now_epoch()
         try:
             n = len(pipeline.stages)
             for i, stage in enumerate(pipeline.stages, 1):
                 try:
                     code = _run_stage(stage, i=i, n=n, out=out, state=state, fp=fps[stage.name],
-                                      action=actions[stage.name], command=command)
-                finally:  # a half-done pipeline already has its report card
-                    report.write(out, pipeline, state)
+                                      action=actions[stage.name], command=command, lay=lay, started=started)
+                finally:  # a half-done pipeline already has its report card (node 0's)
+                    if lay.node_rank == 0:
+                        report.write(out, pipeline, state)
                 if code != 0:
                     return code
         finally:
             signal.signal(signal.SIGTERM, previous)
-        console.success(M("all_done", n=n, path=out, report=out / report.MD))
+        if lay.node_rank:
+            console.success(nodes.M("node_done", rank=lay.node_rank, path=out))
+        else:
+            console.success(M("all_done", n=n, path=out, report=out / report.MD))
     return 0
 
 
@@ -188,18 +213,46 @@ def _missing_module(stage: Stage) -> str | None:
 
 
 def _run_stage(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, action: str,
-               command: str) -> int:
-    name, stage_dir = stage.name, out / stage.name
+               command: str, lay: nodes.Layout | None = None, started: float = 0.0) -> int:
+    lay = lay or nodes.Layout()
+    name, where = stage.name, lay.where.get(stage.name, nodes.LOCAL)
+    if action == "elsewhere":  # node 0's alone: said in one line, recorded, nothing written
+        console.always(nodes.M("elsewhere", i=i, n=n, stage=name, rank=lay.node_rank))
+        state.update(name, status=ELSEWHERE, fingerprint=fp, command=equivalent_command(stage), started=None,
+                     finished=None, seconds=0.0, exit_code=None, reason=None)
+        return 0
     if action == "skip":
         console.always(M("skip", i=i, n=n, stage=name))
         return 0
+    if where != nodes.EVERY or not lay.multi:
+        return _execute(stage, i=i, n=n, out=out, state=state, fp=fp, action=action, command=command, lay=lay)
+    lock = nodes.stage_lock(out, name, i=i, n=n)  # a shared folder: one node writes it, the others take it
+    try:
+        made = nodes.made_elsewhere(out, lay, name, fp, started=started)
+        if made is not None:
+            node, rec = made
+            console.always(nodes.M("adopted", i=i, n=n, stage=name, node=node))
+            state.update(name, status=FINISHED, fingerprint=fp, made_by=node, command=rec.get("command"),
+                         options=rec.get("options"), started=rec.get("started"), finished=rec.get("finished"),
+                         finished_epoch=rec.get("finished_epoch"), seconds=0.0, exit_code=0, reason=None)
+            return 0
+        return _execute(stage, i=i, n=n, out=out, state=state, fp=fp, action=action, command=command, lay=lay)
+    finally:
+        lock.release()
+
+
+def _execute(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, action: str, command: str,
+             lay: nodes.Layout) -> int:
+    name, stage_dir = stage.name, out / stage.name
+    # a multi-node stage's folder is node 0's to clear: another node (a shared folder) never touches it
+    follower = lay.where.get(name) == nodes.ALL and lay.node_rank != 0
     missing = _missing_module(stage)
     if missing:
         console.warn(M("skip_missing", i=i, n=n, stage=name, module=missing))
         if stage_dir.exists():
             shutil.rmtree(stage_dir)
         state.update(name, status=SKIPPED, fingerprint=fp, reason=f"missing module {missing}",
-                     command=equivalent_command(stage), started=None, finished=now(), seconds=0.0)
+                     command=equivalent_command(stage), started=None, finished=now(), seconds=0.0, made_by=None)
         stage_dir.mkdir(parents=True, exist_ok=True)
         return 0
     cfg = stage.cfg
@@ -207,18 +260,24 @@ def _run_stage(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str
     spent = 0.0
     if action == "resume":
         ckpt = latest_checkpoint(stage_dir) if hasattr(cfg, "resume_from") else None
-        if ckpt is not None:
-            console.always(M("resume", i=i, n=n, stage=name, ckpt=ckpt.name))
+        if ckpt is not None or (follower and hasattr(cfg, "resume_from")):  # node 0's rank 0 finds it
+            console.always(M("resume", i=i, n=n, stage=name, ckpt=ckpt.name if ckpt is not None else "latest"))
             cfg = dataclasses.replace(cfg, resume_from="latest")
             spent = float(prev.get("seconds") or 0.0)
         else:
             console.always(M("restart", i=i, n=n, stage=name))
-    equivalent = equivalent_command(stage, launched=True)
+    resumed = cfg is not stage.cfg
+    base, comm = stage.cfg, None
+    if stage.comm is not None:  # the link measured now (or the flags the stage started with), then used
+        base, comm = link.apply(stage, stage.cfg, i=i, n=n, out=out, prev=prev, resume=resumed,
+                                node_rank=lay.node_rank)
+        cfg = dataclasses.replace(base, resume_from="latest") if resumed else base
+    equivalent = equivalent_command(stage, base, launched=True)
     console.always(M("header", i=i, n=n, stage=name, command=equivalent))
     state.update(name, status=RUNNING, fingerprint=fp, command=equivalent, options=config_fields(stage.cfg),
                  started=prev.get("started") if spent else now(), finished=None, exit_code=None,
-                 seconds=spent, reason=None)
-    if cfg is stage.cfg and stage_dir.exists():  # the runner's own folder: a stage that starts, starts clean
+                 seconds=spent, reason=None, made_by=None, comm=comm)
+    if not resumed and stage_dir.exists() and not follower:  # the runner's own folder: a stage starts clean
         shutil.rmtree(stage_dir)
     cmd = COMMANDS[stage.key]
     function = getattr(importlib.import_module(cmd.module), cmd.function)
@@ -246,7 +305,7 @@ def _run_stage(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str
         seconds = spent + time.monotonic() - t0
         status = FINISHED if code == 0 else INTERRUPTED if code == 3 else FAILED
         state.update(name, status=status, exit_code=code, seconds=round(seconds, 3),
-                     finished=now() if code == 0 else None)
+                     finished=now() if code == 0 else None, finished_epoch=time.time() if code == 0 else None)
         if code not in (0, 3):
             console.error(M("failed", stage=name, code=code, command=command))
     if code == 3:

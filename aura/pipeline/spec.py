@@ -70,6 +70,25 @@ M = Messages("pipeline.spec", {
                             "las demás se ejecutan una vez.",
                             "{where}: 'launch' is only for training stages (pretrain, finetune): the others run "
                             "once."),
+    "bad_comm": ("{where}: 'comm' es 'auto' o un diccionario con opciones de aura check-dist ({valid}); "
+                 "sobra '{key}'.",
+                 "{where}: 'comm' is 'auto' or a mapping of aura check-dist options ({valid}); '{key}' is "
+                 "extra."),
+    "comm_needs": ("{where}: 'comm: auto' mide el enlace con 'aura launch check-dist --model-preset' y aplica "
+                   "su consejo a un preentrenamiento lanzado: la etapa necesita 'command: pretrain', un "
+                   "bloque 'launch' y model_preset con nombre (no manual).",
+                   "{where}: 'comm: auto' measures the link with 'aura launch check-dist --model-preset' and "
+                   "applies its advice to a launched pretraining: the stage needs 'command: pretrain', a "
+                   "'launch' block and a named model_preset (not manual)."),
+    "comm_set": ("{where}: con 'comm: auto' el modo de comunicación lo decide la medida; quita '{key}' de "
+                 "options (o quita 'comm').",
+                 "{where}: with 'comm: auto' the measurement decides the communication mode; remove '{key}' "
+                 "from options (or remove 'comm')."),
+    "nodes_differ": ("{where}: esta etapa se lanza en {n:nodo|nodos} (nodo {rank}) y '{other}' en "
+                     "{n0:nodo|nodos} (nodo {rank0}): todas las etapas de varios nodos de un pipeline usan los "
+                     "mismos nodos.",
+                     "{where}: this stage is launched on {n:node|nodes} (node {rank}) and '{other}' on "
+                     "{n0:node|nodes} (node {rank0}): every multi-node stage of a pipeline uses the same nodes."),
     "launch_command": ("{where}: 'launch' no lleva 'command': el comando es el de la etapa.",
                        "{where}: 'launch' takes no 'command': the command is the stage's."),
     "bad_set": ("--set '{item}': se esperaba ETAPA.CLAVE=VALOR (p. ej. --set pretrain.max_steps=100).",
@@ -90,8 +109,9 @@ RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
 OUTPUT_FIELDS = ("output_dir", "output", "outfile")  # where a command writes: the runner decides
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _MIXTURE = re.compile(r"^([\w-]+=[0-9.eE+-]+:)(.+)$")
-_STAGE_KEYS = {"name", "command", "options", "description", "requires", "launch"}
+_STAGE_KEYS = {"name", "command", "options", "description", "requires", "launch", "comm"}
 _TOP_KEYS = {"stages", "description", "name", "launch", "hours"}
+COMM_KEYS = {"step_seconds", "size_mb", "iters", "timeout", "backend"}  # aura check-dist's, for `comm: auto`
 _NOT_STAGES = {("pipeline", "run"), ("pipeline", "list"), ("pipeline", "show"), ("pipeline", "plan"),
                ("studio",), ("serve",), ("monitor",), ("chat",), ("launch",), ("runs",)}
 
@@ -109,6 +129,9 @@ class Stage:
     requires: list[str] = field(default_factory=list)  # Python modules without which the stage is skipped
     key_where: dict[str, str] = field(default_factory=dict)  # an option's own "file, line N, stage ..."
     launch: dict[str, Any] | None = None  # `aura launch`'s options: the stage runs under torchrun
+    nnodes: int = 1  # the launch block's nodes (its value, else $NNODES): > 1 runs the stage on every node
+    node_rank: int = 0  # this node's rank (the block's value, else $NODE_RANK)
+    comm: dict[str, Any] | None = None  # `comm: auto`: check-dist's options; the link measured, its advice applied
 
     @property
     def command(self) -> str:
@@ -229,12 +252,21 @@ def load(name_or_file: str, *, overrides: list[str] = ()) -> Pipeline:
             raise AuraError(M("launch_not_training", where=where))
         if key not in (("pretrain",), ("finetune",)):
             launch = None  # a pipeline-wide block launches its training stages only
+        comm = raw.get("comm")
+        if comm is not None:
+            comm = {} if comm == "auto" else comm
+            if not isinstance(comm, dict):
+                raise AuraError(M("bad_comm", where=where, key=comm, valid=", ".join(sorted(COMM_KEYS))))
+            for k in comm:
+                if k not in COMM_KEYS:
+                    raise AuraError(M("bad_comm", where=where, key=k, valid=", ".join(sorted(COMM_KEYS))))
         requires = raw.get("requires") or []
         requires = [str(r) for r in (requires if isinstance(requires, list) else [requires])]
         key_where = {str(k): M("stage_where", path=shown, line=n, stage=name, command=command)
                      for k, n in key_lines.items()}
         stages.append(Stage(name=name, key=key, options=dict(options), line=line, where=where, requires=requires,
-                            key_where=key_where, launch=dict(launch) if launch is not None else None))
+                            key_where=key_where, launch=dict(launch) if launch is not None else None,
+                            comm=dict(comm) if comm is not None else None))
     names = [s.name for s in stages]
     for stage_name, key, value in _parse_set(list(overrides)):
         if stage_name not in names:
@@ -340,7 +372,36 @@ def resolve(pipeline: Pipeline, out: Path) -> Pipeline:
         stage.cfg_cls, stage.refs = cls, refs
         if stage.launch is not None:
             _check_launch(stage)
+        if stage.comm is not None:
+            _check_comm(stage)
+    multi = [s for s in pipeline.stages if s.nnodes > 1]
+    for s in multi[1:]:
+        if (s.nnodes, s.node_rank) != (multi[0].nnodes, multi[0].node_rank):
+            raise AuraError(M("nodes_differ", where=s.where, n=s.nnodes, rank=s.node_rank, other=multi[0].name,
+                              n0=multi[0].nnodes, rank0=multi[0].node_rank))
     return pipeline
+
+
+def _check_comm(stage: Stage) -> None:
+    """``comm: auto``: a launched pretraining of a named preset, its communication left to the measurement,
+    and check-dist's options through its own typed config."""
+    from aura.models.presets import PRESETS
+
+    cfg = stage.cfg
+    if stage.key != ("pretrain",) or stage.launch is None or \
+            (cfg.model_preset != "auto" and cfg.model_preset not in PRESETS):
+        raise AuraError(M("comm_needs", where=stage.where))
+    for key in ("ddp_comm", "local_steps"):
+        if key in stage.options or key.replace("_", "-") in stage.options:
+            raise AuraError(M("comm_set", where=stage.key_where.get(key, stage.where), key=key))
+    cmd = COMMANDS[("check-dist",)]
+    cls = getattr(importlib.import_module(cmd.module), cmd.config)
+    values = mapping_values(cls, stage.comm, where=f"{stage.where}, comm")
+    try:
+        cls(**values)
+    except AuraError as e:
+        raise AuraError(M("invalid", where=stage.where, error=str(e)), exit_code=e.exit_code) from None
+    stage.comm = values
 
 
 def _check_launch(stage: Stage) -> None:
@@ -351,10 +412,21 @@ def _check_launch(stage: Stage) -> None:
         raise AuraError(M("launch_command", where=stage.where))
     values = mapping_values(cls, stage.launch, where=f"{stage.where}, launch")
     try:
-        cls(command=list(stage.key), **values)
+        job = cls(command=list(stage.key), **values)
     except AuraError as e:
         raise AuraError(M("invalid", where=stage.where, error=str(e)), exit_code=e.exit_code) from None
-    stage.launch = values
+    stage.launch, stage.nnodes, stage.node_rank = values, job.nnodes, job.node_rank
+
+
+def fingerprint_fields(cfg) -> dict[str, Any]:
+    """``config_fields`` under the names a stage's fingerprint has always used: a renamed field keeps its old
+    key (``overwrite`` of data prepare, export gguf... was ``force``), so a rename alone redoes no stage."""
+    fields = config_fields(cfg)
+    for f in dataclasses.fields(cfg):
+        old = (f.metadata or {}).get("deprecated") or ()
+        if old and f.name in fields:
+            fields[old[0].lstrip("-").replace("-", "_")] = fields.pop(f.name)
+    return fields
 
 
 def config_fields(cfg) -> dict[str, Any]:

@@ -29,8 +29,8 @@ M = Messages("pipeline.state", {
 })
 
 STATE_FILE = "pipeline.json"
-FINISHED, RUNNING, INTERRUPTED, FAILED, PENDING, SKIPPED = (
-    "finished", "running", "interrupted", "failed", "pending", "skipped")
+FINISHED, RUNNING, INTERRUPTED, FAILED, PENDING, SKIPPED, ELSEWHERE = (
+    "finished", "running", "interrupted", "failed", "pending", "skipped", "elsewhere")  # elsewhere: node 0's
 _MAX_FILES = 20_000  # a folder's identity lists at most this many files (a corpus of shards)
 
 
@@ -85,10 +85,11 @@ def now() -> str:
 
 
 class State:
-    """The state file of one output folder, rewritten atomically on every change."""
+    """The state file of one output folder (``name``: one node's, on several nodes), rewritten atomically on
+    every change."""
 
-    def __init__(self, out: Path):
-        self.path = Path(out) / STATE_FILE
+    def __init__(self, out: Path, *, name: str = STATE_FILE):
+        self.path = Path(out) / name
         self.data: dict[str, Any] = {"stages": {}}
         if self.path.is_file():
             try:

@@ -60,8 +60,8 @@ M = Messages("tokenizer_extend", {
                    "no se mide. Sube --heldout-fraction o da más documentos.",
                    "No document fell in the held-out fraction (--heldout-fraction {fraction}): fertility is not "
                    "measured. Raise --heldout-fraction or give more documents."),
-    "exists": ("{path} ya existe. Usa --force para reemplazarlo o elige otro --output-dir.",
-               "{path} already exists. Use --force to replace it or choose another --output-dir."),
+    "exists": ("{path} ya existe. Usa --overwrite para reemplazarlo o elige otro --output-dir.",
+               "{path} already exists. Use --overwrite to replace it or choose another --output-dir."),
     "done": ("Tokenizador ampliado guardado en {path}: {base_n} + {added:token nuevo|tokens nuevos} = {total}, "
              "{secs:.1f} s.",
              "Extended tokenizer saved to {path}: {base_n} + {added:new token|new tokens} = {total}, {secs:.1f} s."),
@@ -101,8 +101,9 @@ class TokenizerExtendConfig(ReaderArgs):
     heldout_fraction: float = arg(0.05, es="Fracción de documentos reservada para medir la fertilidad.",
                                   en="Fraction of documents held out to measure fertility.")
     seed: int = arg(0, es="Semilla de la selección de documentos reservados.", en="Seed of the held-out selection.")
-    force: bool = arg(False, es="Reemplaza un tokenizador de Aura en --output-dir.",
-                      en="Replace an Aura tokenizer in --output-dir.")
+    overwrite: bool = arg(False, es="Reemplaza un tokenizador de Aura en --output-dir.",
+                          en="Replace an Aura tokenizer in --output-dir.",
+                          deprecated=["--force"])
 
     def __post_init__(self):
         if not self.base:
@@ -126,7 +127,7 @@ def extend_tokenizer(cfg: TokenizerExtendConfig) -> Path:
     out = Path(cfg.output_dir)
     check_writable(out, flag="--output-dir")
     inputs = [*cfg.inputs, cfg.base] if Path(cfg.base).exists() else list(cfg.inputs)
-    if check_replaceable(out, kind="tokenizer", flag="--force", inputs=inputs) == "owned" and not cfg.force:
+    if check_replaceable(out, kind="tokenizer", flag="--overwrite", inputs=inputs) == "owned" and not cfg.overwrite:
         raise AuraError(M("exists", path=out))
     base = load_tokenizer(cfg.base, flag="BASE", training=False)
     base_json = json.loads(base.backend_tokenizer.to_str())

@@ -52,8 +52,8 @@ M = Messages("tokenizer", {
                   "(--min-frequency): no se puede aprender ninguna fusión. Da más texto.",
                   "With this little text ({docs:document|documents}) no pair of symbols occurs {min_freq:time|times} "
                   "(--min-frequency): not a single merge can be learnt. Give more text."),
-    "exists": ("{path} ya existe. Usa --force para reemplazarlo o elige otro --output-dir.",
-               "{path} already exists. Use --force to replace it or choose another --output-dir."),
+    "exists": ("{path} ya existe. Usa --overwrite para reemplazarlo o elige otro --output-dir.",
+               "{path} already exists. Use --overwrite to replace it or choose another --output-dir."),
     "bad_min_freq": ("--min-frequency debe ser al menos 1.", "--min-frequency must be at least 1."),
     "bad_heldout": ("--heldout-fraction debe estar entre 0 y 0.5.", "--heldout-fraction must be between 0 and 0.5."),
     "training": ("Entrenando BPE a nivel de bytes (vocabulario {vocab}) con {files:fuente|fuentes}...",

@@ -105,8 +105,8 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
         raise AuraError(M("no_inputs"))
     out = Path(output_dir)
     check_writable(out, flag="--output-dir")
-    # Only an Aura tokenizer directory is ever replaced (and only with --force); inputs are never outputs.
-    if check_replaceable(out, kind="tokenizer", flag="--force", inputs=inputs) == "owned" and not force:
+    # Only an Aura tokenizer directory is ever replaced (and only with --overwrite); inputs are never outputs.
+    if check_replaceable(out, kind="tokenizer", flag="--overwrite", inputs=inputs) == "owned" and not force:
         raise AuraError(M("exists", path=out))
     opts = ReaderOptions(text_field=text_field, doc_sep=doc_sep, encoding=encoding, errors=errors,
                          max_record_bytes=max_record_bytes)
@@ -176,8 +176,9 @@ class TokenizerTrainConfig(ReaderArgs):
                                 en="Maximum context length recorded in the tokenizer.")
     seed: int = arg(0, es="Semilla de la selección de documentos reservados.",
                     en="Seed of the held-out document selection.")
-    force: bool = arg(False, es="Reemplaza un tokenizador existente en --output-dir.",
-                      en="Replace an existing tokenizer in --output-dir.")
+    overwrite: bool = arg(False, es="Reemplaza un tokenizador existente en --output-dir.",
+                          en="Replace an existing tokenizer in --output-dir.",
+                          deprecated=["--force"])
 
     def __post_init__(self):
         if not self.inputs:
@@ -197,4 +198,4 @@ def train_tokenizer(cfg: TokenizerTrainConfig) -> Path:
                      min_frequency=cfg.min_frequency, text_field=cfg.text_field, doc_sep=cfg.doc_sep,
                      encoding=cfg.encoding, errors=cfg.errors, max_record_bytes=cfg.max_record_bytes,
                      heldout_fraction=cfg.heldout_fraction,
-                     seed=cfg.seed, model_max_length=cfg.model_max_length, force=cfg.force)
+                     seed=cfg.seed, model_max_length=cfg.model_max_length, force=cfg.overwrite)

@@ -170,15 +170,18 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
                                                  metrics=metrics)
 
                 if data.position >= data.batches_per_epoch:  # epoch end: validate, log, save
-                    last_val = evaluate(model, val_data, dist=dist, precision=engine.precision, objective=objective)
-                    train_loss, seconds = metrics.epoch(state, epochs=plan.epochs, val_loss=last_val)
+                    last_val, val_stats = validate(model, val_data, dist=dist, precision=engine.precision,
+                                                   objective=objective)
+                    train_loss, seconds = metrics.epoch(state, epochs=plan.epochs, val_loss=last_val,
+                                                        val_stats=val_stats)
                     state.epoch += 1
                     data.start_epoch(state.epoch)
                     policy.epoch_end(EpochEnd(state.epoch, state.step, train_loss, last_val, lr, None, seconds))
                     metrics.new_epoch(state)
                 elif val_data is not None and _validate_now(args, state, plan):
-                    last_val = evaluate(model, val_data, dist=dist, precision=engine.precision, objective=objective)
-                    metrics.eval(state, last_val)
+                    last_val, val_stats = validate(model, val_data, dist=dist, precision=engine.precision,
+                                                   objective=objective)
+                    metrics.eval(state, last_val, val_stats)
                     policy.keep_best(last_val)
                 run_evaluators(model, evaluators, state=state, dist=dist, precision=engine.precision, metrics=metrics,
                                final=state.step == plan.total_steps)
@@ -337,22 +340,38 @@ def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
 def evaluate(model, batches: Iterable[dict[str, torch.Tensor]] | None, *, dist: DistInfo,
              precision: str, objective: Objective | None = None) -> float | None:
     """Unit-mean (token-mean for language modelling) validation loss over all ranks (None without data)."""
+    return validate(model, batches, dist=dist, precision=precision, objective=objective)[0]
+
+
+@torch.no_grad()
+def validate(model, batches: Iterable[dict[str, torch.Tensor]] | None, *, dist: DistInfo,
+             precision: str, objective: Objective | None = None) -> tuple[float | None, dict[str, float]]:
+    """(unit-mean validation loss, the objective's statistics averaged per unit: e.g. DPO's reward accuracy
+    and margin on the validation pairs), over all ranks; (None, {}) without data."""
     if batches is None:
-        return None
+        return None, {}
     objective = objective or CausalLM()
+    names = tuple(objective.metric_names)
     was_training = model.training
     model.eval()
-    total = torch.zeros(2, dtype=torch.float64, device=dist.device)  # (loss sum, units)
+    total = torch.zeros(2 + len(names), dtype=torch.float64, device=dist.device)  # (loss sum, units, stats...)
     with autocast_context(precision, dist.device):
         for batch in batches:
             n = objective.count(batch)
-            total[0] += objective.loss(model, _to_device(batch, dist.device))[0].double()
+            loss, stats = objective.loss(model, _to_device(batch, dist.device))
+            total[0] += loss.double()
             total[1] += n
+            for i, name in enumerate(names):
+                if name in stats:
+                    total[2 + i] += stats[name].double()
     if was_training:
         model.train()
     total = total.to(dist.comm_device)
     dist.all_reduce(total, "sum")
-    return float(total[0] / total[1]) if total[1] > 0 else None
+    if total[1] <= 0:
+        return None, {}
+    units = float(total[1])
+    return float(total[0]) / units, {name: float(total[2 + i]) / units for i, name in enumerate(names)}
 
 
 @torch.no_grad()

@@ -20,8 +20,8 @@ from aura.train.args import TrainArgs
 from aura.train.run.session import Run, TrainingJob, best_line, load_hf_weights, run_training, save_hf
 
 M = Messages("pretrain", {
-    "demo": ("Sin --data: demo con el corpus español incluido (tokenizador + datos + modelo 'tiny').",
-             "No --data: demo on the embedded Spanish corpus (tokenizer + data + 'tiny' model)."),
+    "demo": ("Sin --data: demo con el corpus español incluido (tokenizador + datos + modelo pequeño).",
+             "No --data: demo on the embedded Spanish corpus (tokenizer + data + a small model)."),
     "auto": ("Preset automático: {reason}", "Automatic preset: {reason}"),
     "demo_plan": ("Demo: preset '{preset}', lote {batch}, tasa de aprendizaje {lr:g} (con un corpus tan pequeño "
                   "como el incluido, más pasos y más pequeños aprenden más).",
@@ -232,7 +232,8 @@ def _resolve(cfg: PretrainConfig, info, *, device_type: str | None = None) -> tu
         from aura.models.hardware import needs_checkpointing
 
         defaults["gradient_checkpointing"] = needs_checkpointing(spec, info, batch_size=cfg.batch_size
-                                                                 or defaults["batch_size"])
+                                                                 or defaults["batch_size"],
+                                                                 optimizer=cfg.optimizer or defaults["optimizer"])
     if demo and cfg.epochs is None and cfg.max_steps is None and cfg.max_tokens is None:
         defaults["epochs"] = DEMO_EPOCHS
         defaults["save_steps"] = 0  # per epoch only: the demo's epochs are seconds long
@@ -254,7 +255,8 @@ def _memory_check(cfg: PretrainConfig, spec, info, vocab: int) -> None:
 
     precision = resolve_precision(cfg.precision, torch.device("cuda"))
     est = estimate_memory(spec, vocab_size=vocab, batch_size=cfg.batch_size, precision=precision,
-                          gradient_checkpointing=bool(cfg.gradient_checkpointing), device_type="cuda")
+                          gradient_checkpointing=bool(cfg.gradient_checkpointing), device_type="cuda",
+                          optimizer=cfg.optimizer or "adamw")
     if est.total > info.memory_bytes:
         c = choose_auto(info, vocab_size=vocab)
         suggest = M("suggest", preset=c.preset, batch=c.batch_size,

@@ -62,6 +62,10 @@ M = Messages("runs", {
                    "interrumpida.",
                    "'stale': run.json says 'running' but the process is gone (it ended without "
                    "recording it: kill -9, a crash, a reboot); resume it like an interrupted run."),
+    "unsaved_note": ("'detenida sin checkpoint': se detuvo antes de guardar su primer checkpoint, así que no hay "
+                     "nada que reanudar; el mismo comando la empieza de cero en su directorio.",
+                     "'stopped, no checkpoint': it stopped before saving its first checkpoint, so there is "
+                     "nothing to resume; the same command starts it over in its directory."),
     "remote_note": ("{run}: se ejecuta en la máquina {host}; desde aquí no se puede comprobar si sigue vivo.",
                     "{run}: it runs on host {host}; whether it is still alive cannot be checked from here."),
     "bad_run_json": ("{path} no es JSON válido ({err}); su estado se muestra como 'desconocido'.",
@@ -78,15 +82,29 @@ RUN_FIELDS = {"status": (str,), "host": (str,), "kind": (str,), "pid": (int,), "
               "started": (str, int, float), "updated": (str, int, float), "argv": (list,), "cwd": (str,),
               "launch": (dict,), "total_steps": (int,)}
 
+LAUNCH_FIELDS = {"prefix": (list,), "argv": (list,), "env": (dict,), "cwd": (str,), "world_size": (int,),
+                 "nnodes": (int,), "nproc_per_node": (int,), "launcher": (str,)}
+
 
 def _typed(info: dict, path: Path) -> tuple[dict, str | None]:
-    """run.json without the fields whose type is not the one Aura writes (and a warning naming them)."""
+    """run.json without the fields whose type is not the one Aura writes (and a warning naming them). A time
+    ("started", "updated") is an ISO text or a Unix time that a date can be made of (a hand edit may write
+    either); anything else, like any other mistyped field, is dropped and shown as unknown."""
     bad = [k for k, types in RUN_FIELDS.items() if info.get(k) is not None
-           and (not isinstance(info[k], types) or isinstance(info[k], bool))]
+           and (not isinstance(info[k], types) or isinstance(info[k], bool)
+                or (k in ("started", "updated") and _when(info[k]) is None))]
+    found = {k: info[k] for k in bad}
+    info = {k: v for k, v in info.items() if k not in bad}
+    if isinstance(info.get("launch"), dict):  # the launcher's record: each of its fields too
+        launch = info["launch"]
+        wrong = [k for k, types in LAUNCH_FIELDS.items() if launch.get(k) is not None
+                 and (not isinstance(launch[k], types) or isinstance(launch[k], bool))]
+        found.update({f"launch.{k}": launch[k] for k in wrong})
+        info["launch"] = {k: v for k, v in launch.items() if k not in wrong}
+        bad += [f"launch.{k}" for k in wrong]
     if not bad:
         return info, None
-    return ({k: v for k, v in info.items() if k not in bad},
-            M("bad_run_field", path=path, field=bad[0], found=repr(info[bad[0]])[:40]))
+    return info, M("bad_run_field", path=path, field=bad[0], found=repr(found[bad[0]])[:40])
 
 
 def find_run_dirs(root: Path) -> list[Path]:
@@ -116,6 +134,18 @@ def _timestamp(value) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def _when(value) -> str | None:
+    """A recorded time as ``YYYY-MM-DD HH:MM:SS`` (local time for a Unix time), None when it is not one."""
+    if isinstance(value, str):
+        text = value[:19].replace("T", " ")
+        return text if _timestamp(value) is not None else None
+    stamp = _timestamp(value)
+    try:
+        return datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M:%S") if stamp is not None else None
+    except (OverflowError, OSError, ValueError):  # nan, inf, a year past 9999
+        return None
 
 
 def live_status(info: dict, run_dir: Path | None = None) -> tuple[str, bool]:
@@ -234,6 +264,8 @@ def describe_run(run_dir: Path, log: LogSummary | None = None) -> dict:
             best = None
             warnings.append(M("bad_run_json", path=run_dir / "best" / "best.json", err=e))
     resumable = status in ("interrupted", "stale", "failed") and ckpt is not None
+    if status in ("interrupted", "stale") and ckpt is None and not final.is_dir():
+        status = "unsaved"  # stopped before its first checkpoint: nothing can resume it (guard.holds_nothing_to_keep)
     return {
         "path": str(run_dir), "name": run_dir.name, "kind": info.get("kind"), "status": status,
         "recorded_status": info.get("status"), "host": info.get("host"), "local": local,
@@ -288,12 +320,14 @@ def list_runs(cfg: RunsConfig) -> int:
              "" if r["best_val_loss"] is None else num(r['best_val_loss'], ".4f"),
              "" if r["aura_es_acc"] is None else num(r["aura_es_acc"], ".4f"),
              Path(r["latest_checkpoint"]).name if r["latest_checkpoint"] else "",
-             human_bytes(r["size_bytes"]), (r["updated"] or "")[:19].replace("T", " ")] for r in runs]
+             human_bytes(r["size_bytes"]), _when(r["updated"]) or ""] for r in runs]
     headers = [M(k) for k in ("h_run", "h_kind", "h_status", "h_step", "h_speed", "h_eta", "h_layout",
                               "h_best_val", "h_suite", "h_checkpoint", "h_size", "h_updated")]
     console.table(M("title", path=root.resolve()), headers, rows)
     if any(r["status"] == "stale" for r in runs):
         console.info(M("stale_note"))
+    if any(r["status"] == "unsaved" for r in runs):
+        console.info(M("unsaved_note"))
     for r in runs:
         if not r["local"]:
             console.info(M("remote_note", run=r["name"], host=r["host"]))

@@ -53,9 +53,9 @@ M = Messages("curate", {
                        "vacío o nuevo.",
                        "{path} already holds files that are not from 'aura data curate'. Choose an empty or "
                        "new --output-dir."),
-    "different": ("{path} tiene una depuración con otras entradas u opciones. Usa --force para empezar de "
+    "different": ("{path} tiene una depuración con otras entradas u opciones. Usa --overwrite para empezar de "
                   "cero o elige otro --output-dir.",
-                  "{path} holds a curation with other inputs or options. Use --force to start from scratch "
+                  "{path} holds a curation with other inputs or options. Use --overwrite to start from scratch "
                   "or choose another --output-dir."),
     "start": ("Depurando {files:archivo|archivos} en {tasks:tarea|tareas} con {workers:proceso|procesos} ({executor}).",
               "Curating {files:file|files} in {tasks:task|tasks} with {workers:worker|workers} ({executor})."),
@@ -148,8 +148,9 @@ class CurateConfig(ReaderArgs):
     ray_address: str = arg("", es="Dirección del clúster Ray (vacío: uno local; 'auto': el ya iniciado).",
                            en="Ray cluster address (empty: a local one; 'auto': the running one).")
     ray_cpus: int = arg(1, es="CPU por tarea de Ray.", en="CPUs per Ray task.")
-    force: bool = arg(False, es="Borra una depuración anterior en --output-dir y empieza de cero.",
-                      en="Delete a previous curation in --output-dir and start from scratch.")
+    overwrite: bool = arg(False, es="Borra una depuración anterior en --output-dir y empieza de cero.",
+                          en="Delete a previous curation in --output-dir and start from scratch.",
+                          deprecated=["--force"])
 
     def __post_init__(self):
         if not self.inputs and not self.hf_dataset:
@@ -192,7 +193,7 @@ def _env_int(name: str, default: int) -> int:
 
 def _fingerprint(cfg: CurateConfig, files, tasks: int) -> dict:
     keep = {k: v for k, v in asdict(cfg).items() if k not in (
-        "inputs", "output_dir", "workers", "executor", "force", "slurm_partition", "slurm_time", "slurm_cpus",
+        "inputs", "output_dir", "workers", "executor", "overwrite", "slurm_partition", "slurm_time", "slurm_cpus",
         "slurm_mem_gb", "slurm_qos", "ray_address", "ray_cpus", "sample")}
     return {"options": keep, "tasks": tasks,
             "inputs": [[f.path, cfg.hf_config, cfg.split] if f.kind == "hf_hub" else
@@ -274,7 +275,7 @@ def curate(cfg: CurateConfig) -> dict:
         files.append(InputFile(hf_source(cfg.hf_dataset).path, hf_source(cfg.hf_dataset).kind))
     tasks = cfg.tasks or min(len(files), 256)
     out = Path(cfg.output_dir)
-    resumed = _prepare_dir(out, _fingerprint(cfg, files, tasks), cfg.force)
+    resumed = _prepare_dir(out, _fingerprint(cfg, files, tasks), cfg.overwrite)
     state = out / STATE
     work = state / "work"
     workers = cfg.workers or os.cpu_count() or 1

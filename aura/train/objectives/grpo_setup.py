@@ -14,7 +14,7 @@ import dataclasses
 import torch
 
 from aura.core import console
-from aura.core.i18n import Messages
+from aura.core.i18n import Messages, num
 
 M = Messages("grpo_setup", {
     "demo_data": ("Sin --data: se usan los problemas de matemáticas en español incluidos ({path}).",
@@ -58,7 +58,7 @@ def load(cfg) -> tuple[list, object]:
     for reward, spec in zip(rewards.rewards, cfg.rewards_or_default):
         if reward.user:
             console.warn(M("user_code", name=reward.name, spec=spec))
-    console.info(M("rewards", rewards=", ".join(f"{r.name} x {r.weight:g}" for r in rewards.rewards)))
+    console.info(M("rewards", rewards=", ".join(f"{r.name} x {num(r.weight, 'g')}" for r in rewards.rewards)))
     if not cfg.data:
         console.info(M("demo_data", path=DEFAULT_PROMPTS))
     items = load_prompts(cfg.data, split=cfg.split, need_answer=any(r.needs_answer for r in rewards.rewards))
@@ -91,8 +91,8 @@ def optimisation_defaults(cfg) -> dict:
 
 
 def resolve(cfg, dist):
-    """``cfg`` with GRPO's defaults where the user gave nothing, and DDP for --strategy auto; checks that a
-    step holds whole groups."""
+    """``cfg`` with GRPO's defaults where the user gave nothing, and DDP for --strategy auto on several ranks;
+    checks that a step holds whole groups."""
     from aura.core.errors import AuraError
     from aura.train.args import with_defaults
 
@@ -100,7 +100,7 @@ def resolve(cfg, dist):
     if cfg.epochs is not None or cfg.max_steps is not None or cfg.max_tokens is not None:
         defaults.pop("epochs")
     cfg = with_defaults(cfg, **defaults)
-    if cfg.strategy == "auto":
+    if cfg.strategy == "auto" and dist.world_size > 1:  # one process: auto stays auto (said as "a single process")
         cfg = dataclasses.replace(cfg, strategy="ddp")
     total = cfg.batch_size * cfg.gradient_accumulation_steps * dist.world_size
     if total % cfg.num_generations:

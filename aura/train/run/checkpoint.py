@@ -41,10 +41,11 @@ M = Messages("checkpoint", {
                     "Another rank failed to write its part of checkpoint {path}."),
     "not_checkpoint": ("{path} no es un checkpoint de Aura completo (falta trainer_state.json).",
                        "{path} is not a complete Aura checkpoint (trainer_state.json is missing)."),
-    "no_latest": ("No hay ningún checkpoint completo en {path} para reanudar. Quita --resume-from para "
-                  "empezar de cero.",
-                  "There is no complete checkpoint in {path} to resume from. Drop --resume-from to start "
-                  "from scratch."),
+    "no_latest": ("No hay ningún checkpoint completo en {path} para reanudar (una ejecución detenida antes de "
+                  "su primer checkpoint no deja nada que reanudar). Quita --resume-from: el mismo comando "
+                  "empieza de cero.",
+                  "There is no complete checkpoint in {path} to resume from (a run stopped before its first "
+                  "checkpoint leaves nothing to resume). Drop --resume-from: the same command starts over."),
     "saved": ("Checkpoint guardado: {path} ({size})", "Checkpoint saved: {path} ({size})"),
     "full_into_fsdp": ("El checkpoint {path} se guardó sin FSDP (model.safetensors completo, de un solo "
                        "proceso o de DDP) y esta ejecución reparte el modelo con FSDP2. Reanúdalo con "

@@ -23,6 +23,18 @@ M = Messages("rundir_guard", {
                   "para continuarla, --overwrite para empezar de cero en ese directorio, u otro --output-dir.",
                   "{path} already holds another run (status: {status}, step {step}). Use --resume-from latest "
                   "to continue it, --overwrite to start over in that directory, or another --output-dir."),
+    "other_run_no_ckpt": ("{path} ya contiene otra ejecución (estado: {status}, paso {step}) sin ningún checkpoint "
+                          "que reanudar. Usa --overwrite para empezar de cero en ese directorio (se borran "
+                          "final/ y sus registros), u otro --output-dir.",
+                          "{path} already holds another run (status: {status}, step {step}) with no checkpoint "
+                          "to resume. Use --overwrite to start over in that directory (its final/ and logs "
+                          "are removed), or another --output-dir."),
+    "unsaved_restart": ("{path} tiene una ejecución que se detuvo en el paso {step} antes de guardar su primer "
+                        "checkpoint: no hay nada que reanudar, así que se empieza de cero (se reemplazan sus "
+                        "registros: run.json, training_log.csv, tb/).",
+                        "{path} holds a run that stopped at step {step} before saving its first checkpoint: "
+                        "there is nothing to resume, so it starts over (its logs are replaced: run.json, "
+                        "training_log.csv, tb/)."),
     "restart": ("torchrun reinició el grupo de procesos (reinicio {n}): se reanuda desde el último "
                 "checkpoint: {path}",
                 "torchrun restarted the worker group (restart {n}): resuming from the latest checkpoint: "
@@ -82,6 +94,15 @@ def existing_run(out: Path) -> dict | None:
     if refs or (out / "final").is_dir():
         return {"status": "?", "last_step": refs[-1].step if refs else "?"}
     return None
+
+
+def holds_nothing_to_keep(out: Path) -> bool:
+    """A run dir whose run stopped before its first checkpoint (a double Ctrl+C, a crash, a kill): no
+    checkpoint (complete or not), no final/, no best/. Nothing in it can be resumed or used, so the same
+    command may start over in it without --overwrite (only its logs and run.json are replaced)."""
+    from aura.core.rundir import BEST, CHECKPOINT_RE, FINAL
+
+    return not any(CHECKPOINT_RE.match(p.name) or p.name in (FINAL, BEST) for p in out.iterdir())
 
 
 def clear_run(out: Path) -> None:
@@ -327,9 +348,13 @@ def _prepare_main(out: Path, *, resume_from, overwrite, fork, inputs, agents) ->
         console.warn(M("restart_other", n=restart, path=out))
     existing = existing_run(out) if standing in ("run", "legacy") else None
     if existing and not resume_from:
+        step = existing.get("last_step")
+        if not overwrite and holds_nothing_to_keep(out):  # a run stopped before its first save: start over
+            console.info(M("unsaved_restart", path=out, step=step if isinstance(step, int) else "?"))
+            overwrite = True
         if not overwrite:
-            raise AuraError(M("other_run", path=out, status=status_label(str(existing.get("status"))),
-                              step=existing.get("last_step")))
+            key = "other_run" if ckpt.latest_checkpoint(out) is not None else "other_run_no_ckpt"
+            raise AuraError(M(key, path=out, status=status_label(str(existing.get("status"))), step=step))
         clear_run(out)
     if standing in ("absent", "empty"):
         ownership.write_marker(out, "run")

@@ -37,6 +37,13 @@ M = Messages("metrics", {
               "Epoch {epoch}/{epochs} | Train loss: {train} | Val loss: {val} | Epoch time: {seconds:.1f}s"),
     "eval": ("Validación en el paso {step}: pérdida {val:.4f} (perplejidad {ppl:.1f})",
              "Validation at step {step}: Loss {val:.4f} (perplexity {ppl:.1f})"),
+    "eval_pref": ("Validación en el paso {step}: pérdida {val:.4f}, acierto de preferencias {acc:.1f} % (la "
+                  "respuesta elegida gana a la rechazada), margen de recompensa {margin:.3f}",
+                  "Validation at step {step}: Loss {val:.4f}, reward accuracy {acc:.1f}% (the chosen answer "
+                  "beats the rejected one), reward margin {margin:.3f}"),
+    "epoch_pref": ("Validación de la época {epoch}: acierto de preferencias {acc:.1f} %, margen de recompensa "
+                   "{margin:.3f}",
+                   "Epoch {epoch} validation: reward accuracy {acc:.1f}%, reward margin {margin:.3f}"),
     "reserved": (" (reservada {gb} GB)", " (reserved {gb} GB)"),
     "mfu_peak": ("MFU calculado frente al pico de {peak}.", "MFU computed against the peak of {peak}."),
     "mfu_unknown": ("MFU no disponible: no se conoce el pico de FLOP/s de {device}.",
@@ -57,6 +64,13 @@ def _now() -> str:
 
 def _fmt(x: float | None, spec: str = ".4f") -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _preference(stats: dict[str, float] | None) -> dict[str, float] | None:
+    """A preference objective's validation figures to say (accuracy in %, margin), or None for a token loss."""
+    if not stats or "rewards/accuracy" not in stats or "rewards/margin" not in stats:
+        return None
+    return {"acc": 100.0 * stats["rewards/accuracy"], "margin": stats["rewards/margin"]}
 
 
 def _shown(x: float | None, spec: str = ".4f") -> str:
@@ -205,20 +219,37 @@ class MetricsLogger:
         else:
             self._scalar("System/GPU_VRAM_MB", 0.0, step)
 
-    def eval(self, *, step: int, epoch: int, tokens: int, val_loss: float, elapsed_s: float) -> None:
+    def eval(self, *, step: int, epoch: int, tokens: int, val_loss: float, elapsed_s: float,
+             stats: dict[str, float] | None = None) -> None:
+        """A validation at ``step``. A token loss is also said as a perplexity; a preference loss (DPO, ORPO:
+        ``stats`` has the rewards) has none worth saying: its reward accuracy and margin instead."""
         if not self.dist.is_main:
             return
-        console.info(M("eval", step=step, val=val_loss, ppl=math.exp(min(val_loss, 50.0))))
+        pref = _preference(stats)
+        if pref is not None:
+            console.info(M("eval_pref", step=step, val=val_loss, **pref))
+        else:
+            console.info(M("eval", step=step, val=val_loss, ppl=math.exp(min(val_loss, 50.0))))
         self._csv(kind="eval", epoch=epoch + 1, step=step, tokens=tokens, val_loss=f"{val_loss:.6f}",
                   seconds=f"{elapsed_s:.2f}")
         self._scalar("Loss/val_step", val_loss, step)
+        self._val_stats(stats, step)
+
+    def _val_stats(self, stats: dict[str, float] | None, step: int) -> None:
+        for name, value in (stats or {}).items():
+            self._scalar(f"Val/{name}", value, step)
 
     def epoch(self, *, step: int, epoch: int, epochs: int, tokens: int, train_loss: float | None,
-              val_loss: float | None, epoch_seconds: float, elapsed_s: float) -> None:
+              val_loss: float | None, epoch_seconds: float, elapsed_s: float,
+              val_stats: dict[str, float] | None = None) -> None:
         if not self.dist.is_main:
             return
         console.info(M("epoch", epoch=epoch + 1, epochs=epochs, train=_shown(train_loss), val=_shown(val_loss),
                        seconds=epoch_seconds))
+        pref = _preference(val_stats) if val_loss is not None else None
+        if pref is not None:
+            console.info(M("epoch_pref", epoch=epoch + 1, **pref))
+        self._val_stats(val_stats, step)
         self._csv(kind="epoch", epoch=epoch + 1, step=step, tokens=tokens,
                   train_loss=None if train_loss is None else f"{train_loss:.6f}",
                   val_loss=None if val_loss is None else f"{val_loss:.6f}", seconds=f"{elapsed_s:.2f}")
@@ -400,10 +431,10 @@ class TrainMetrics:
                              sync=verdict, extras=extras)
         self._interval, self._interval_n, self._stats = self._zero(), 0, {}
 
-    def eval(self, state, val_loss: float | None) -> None:
+    def eval(self, state, val_loss: float | None, stats: dict[str, float] | None = None) -> None:
         if val_loss is not None:
             self.logger.eval(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, val_loss=val_loss,
-                             elapsed_s=self.meter.elapsed)
+                             elapsed_s=self.meter.elapsed, stats=stats)
         self.restart_clock(state)
 
     def values(self, state, values: dict[str, float]) -> None:
@@ -412,12 +443,14 @@ class TrainMetrics:
                            elapsed_s=self.meter.elapsed)
         self.restart_clock(state)
 
-    def epoch(self, state, *, epochs: int, val_loss: float | None) -> tuple[float | None, float]:
+    def epoch(self, state, *, epochs: int, val_loss: float | None,
+              val_stats: dict[str, float] | None = None) -> tuple[float | None, float]:
         """The epoch line for ``state.epoch``, just finished; (its token-mean train loss, its seconds)."""
         train = self._global(self._epoch) / self._epoch_n if self._epoch_n else None
         seconds = time.perf_counter() - self._epoch_start
         self.logger.epoch(step=state.step, epoch=state.epoch, epochs=epochs, tokens=state.tokens_seen,
-                          train_loss=train, val_loss=val_loss, epoch_seconds=seconds, elapsed_s=self.meter.elapsed)
+                          train_loss=train, val_loss=val_loss, epoch_seconds=seconds, elapsed_s=self.meter.elapsed,
+                          val_stats=val_stats)
         self._epoch, self._epoch_n = self._zero(), 0
         return train, seconds
 

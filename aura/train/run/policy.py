@@ -44,8 +44,10 @@ M = Messages("policy", {
                     "Training interrupted at step {step}. Checkpoint: {path}\nTo resume:\n  {cmd}"),
     "aborted": ("Abortado sin guardar en el paso {step}. Último checkpoint bueno: {path}\nPara reanudar:\n  {cmd}",
                 "Aborted without saving at step {step}. Last good checkpoint: {path}\nTo resume:\n  {cmd}"),
-    "aborted_none": ("Abortado sin guardar en el paso {step}; aún no había ningún checkpoint.",
-                     "Aborted without saving at step {step}; there was no checkpoint yet."),
+    "aborted_none": ("Abortado sin guardar en el paso {step}; aún no había ningún checkpoint, así que no hay "
+                     "nada que reanudar: la misma orden empieza de cero.",
+                     "Aborted without saving at step {step}; there was no checkpoint yet, so there is nothing "
+                     "to resume: the same command starts over."),
     "final_saved": ("Modelo final guardado en {path}", "Final model saved to {path}"),
 })
 
