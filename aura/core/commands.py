@@ -64,6 +64,10 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         "aura.export.gguf", "GGUFConfig", "export_gguf",
         "Exporta a GGUF para llama.cpp y Ollama, verificado en llama.cpp.",
         "Export to GGUF for llama.cpp and Ollama, verified in llama.cpp."),
+    ("serve",): Command(
+        "aura.serve.command", "ServeConfig", "serve",
+        "Sirve un modelo con una API compatible con OpenAI (transformers, vLLM o llama.cpp).",
+        "Serve a model through an OpenAI-compatible API (transformers, vLLM or llama.cpp)."),
     ("push",): Command(
         "aura.publish.command", "PushConfig", "push",
         "Publica un modelo, un adaptador o archivos GGUF en el hub de Hugging Face con su tarjeta.",

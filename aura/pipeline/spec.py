@@ -113,7 +113,7 @@ _STAGE_KEYS = {"name", "command", "options", "description", "requires", "launch"
 _TOP_KEYS = {"stages", "description", "name", "launch", "hours"}
 COMM_KEYS = {"step_seconds", "size_mb", "iters", "timeout", "backend"}  # aura check-dist's, for `comm: auto`
 _NOT_STAGES = {("pipeline", "run"), ("pipeline", "list"), ("pipeline", "show"), ("pipeline", "plan"),
-               ("studio",), ("monitor",), ("chat",), ("launch",), ("runs",)}
+               ("studio",), ("serve",), ("monitor",), ("chat",), ("launch",), ("runs",)}
 
 
 @dataclass

@@ -29,6 +29,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from aura.core.access import TOKEN_COOKIE, given_token, token_matches
 from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.i18n import current_lang
@@ -38,7 +39,7 @@ from aura.studio.metrics import LogCache
 from aura.watch.runs import find_run_dirs
 
 STATIC = Path(__file__).parent / "static"
-SESSION_COOKIE, TOKEN_COOKIE, CSRF_HEADER = "aura_session", "aura_token", "x-aura-csrf"
+SESSION_COOKIE, CSRF_HEADER = "aura_session", "x-aura-csrf"
 MAX_POINTS = 2000
 
 
@@ -205,13 +206,11 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
         return handler
 
     async def guard(request: Request, call_next):
-        if token is not None:
-            given = request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
-            auth = request.headers.get("authorization", "")
-            if auth.lower().startswith("bearer "):
-                given = auth[7:].strip()
-            if not hmac.compare_digest(given.encode(), token.encode()):
-                return JSONResponse({"error": "token required"}, status_code=401)
+        given = given_token(query_token=request.query_params.get("token"),
+                            cookie_token=request.cookies.get(TOKEN_COOKIE),
+                            authorization=request.headers.get("authorization"))
+        if not token_matches(given, token):  # the rule aura serve applies too (aura.core.access)
+            return JSONResponse({"error": "token required"}, status_code=401)
         session_id = request.cookies.get(SESSION_COOKIE) or ""
         new_session = len(session_id) != 43
         if new_session:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import ipaddress
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from aura.core import console
+from aura.core.access import token_for
 from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
@@ -28,15 +27,6 @@ M = Messages("studio", {
 })
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 @dataclass
 class StudioConfig:
     dir: str = arg("", es="Directorio de ejecuciones (por defecto ./runs si existe, si no el directorio actual).",
@@ -55,8 +45,7 @@ class StudioConfig:
             raise AuraError(M("no_dir", path=self.dir))
         if not 0 < self.port < 65536:
             raise AuraError(M("bad_port", port=self.port))
-        if self.token is None and not is_loopback(self.host):
-            self.token = secrets.token_urlsafe(24)
+        self.token = token_for(self.host, self.token)  # the one rule, shared with aura serve
 
 
 def studio(cfg: StudioConfig) -> int:
