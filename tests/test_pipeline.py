@@ -158,6 +158,15 @@ def test_report_numbers_are_the_stages_own(reference):
     state = _state(out)
     assert [state["stages"][n]["status"] for n in state["order"]] == ["finished"] * 6
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    env = report["environment"]  # where it ran: this checkout's commit, the torch that trained, no GPU here
+    head = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "rev-parse", "--short=12", "HEAD"],
+                          capture_output=True, text=True)
+    if head.returncode == 0:
+        assert env["commit"].rstrip("+") == head.stdout.strip()
+    import torch
+
+    assert env["torch"] == torch.__version__ and env["cuda"] == (torch.version.cuda or "–")
+    assert env["devices"] == "CPU" and f"commit {env['commit']}" in (out / "report.md").read_text(encoding="utf-8")
     by_name = {s["name"]: s for s in report["stages"]}
     for name in ("pretrain", "sft"):
         with (out / name / "training_log.csv").open(encoding="utf-8", newline="") as f:

@@ -23,6 +23,14 @@ from aura.core.atomic import atomic_write_json, atomic_write_text
 MD, HTML, JSON = "report.md", "report.html", "report.json"
 
 
+def _float(cell: str | None) -> float | None:
+    try:
+        v = float(cell) if cell not in (None, "") else None
+    except ValueError:
+        return None
+    return v if v is None or math.isfinite(v) else None
+
+
 def training_summary(stage_dir: Path) -> dict[str, Any] | None:
     """tokens, seconds, tokens/s, peak memory, final loss and the loss curve of a training log."""
     path = stage_dir / "training_log.csv"
@@ -104,17 +112,39 @@ def stage_notes(stage_dir: Path) -> dict[str, Any]:
 
 
 def environment() -> dict[str, str]:
+    """Where the report was written: Aura's version and commit (when Aura runs from a git checkout), Python,
+    torch, CUDA, the devices and the platform."""
     import platform
+    import subprocess
+    import sys
     from importlib import metadata
 
     from aura import __version__
 
     try:
-        torch = metadata.version("torch")
+        torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
-        torch = "–"
-    return {"aura": __version__, "python": platform.python_version(), "torch": torch,
-            "platform": f"{platform.system()} {platform.machine()}"}
+        torch_version = "–"
+    commit = "–"
+    try:
+        repo = Path(__file__).resolve().parents[2]
+        r = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                           text=True, timeout=5)
+        if r.returncode == 0 and r.stdout.strip():
+            dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=5).stdout.strip()
+            commit = r.stdout.strip() + ("+" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    cuda, devices = "–", "CPU"
+    torch = sys.modules.get("torch")  # imported by this process's stages: the report itself never imports it
+    if torch is not None:
+        cuda = torch.version.cuda or "–"
+        if torch.cuda.is_available():
+            names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            devices = ", ".join(f"{names.count(n)} × {n}" for n in dict.fromkeys(names))
+    return {"aura": __version__, "commit": commit, "python": platform.python_version(), "torch": torch_version,
+            "cuda": cuda, "devices": devices, "platform": f"{platform.system()} {platform.machine()}"}
 
 
 def gguf_files(stage_dir: Path) -> list[dict[str, Any]]:

@@ -50,11 +50,19 @@ M = Messages("pipeline.report", {
     "n_data": ("documentos {read} → {kept}, tokens {train:,} + {val:,} (val.)",
                "documents {read} → {kept}, tokens {train:,} + {val:,} (val)"),
     "n_skipped": ("saltada: {reason}", "skipped: {reason}"),
-    "environment": ("Entorno: Aura {aura}, Python {python}, torch {torch}, {platform}.",
-                    "Environment: Aura {aura}, Python {python}, torch {torch}, {platform}."),
+    "environment": ("Entorno: Aura {aura} (commit {commit}), Python {python}, torch {torch}, CUDA {cuda}, "
+                    "dispositivos: {devices}; {platform}.",
+                    "Environment: Aura {aura} (commit {commit}), Python {python}, torch {torch}, CUDA {cuda}, "
+                    "devices: {devices}; {platform}."),
     "loss_curve": ("Pérdida de entrenamiento por paso: {stage}", "Training loss per step: {stage}"),
 })
 
+
+
+def environment_text(env: dict[str, Any]) -> str:
+    """The environment line; a report written before commit, CUDA and devices were recorded shows "–"."""
+    return M("environment", **{k: env.get(k, "–") for k in ("aura", "commit", "python", "torch", "cuda", "devices",
+                                                           "platform")})
 
 def comm_flags_text(flags: dict[str, Any]) -> str:
     """The communication flags `comm: auto` applied, as typed (`--local-steps 8`, `--ddp-comm powersgd`)."""
@@ -166,7 +174,7 @@ def _price(data) -> str:
 def render_md(data: dict[str, Any]) -> str:
     lines = [f"# {M('title', name=data['pipeline'])}", "",
              M("intro", path=data["out"], version=data["aura_version"], updated=data["updated"], price=_price(data)),
-             "", M("environment", **data["environment"]), ""]
+             "", environment_text(data["environment"]), ""]
     for title, heads, rows in _tables(data):
         lines += [f"## {title}", "", "| " + " | ".join(h.replace("|", "\\|") for h in heads) + " |",
                   "|" + "---|" * len(heads)]
@@ -210,7 +218,7 @@ def render_html(data: dict[str, Any]) -> str:
              "</style></head><body>",
              f"<h1>{e(M('title', name=data['pipeline']))}</h1>",
              f"<p>{e(M('intro', path=data['out'], version=data['aura_version'], updated=data['updated'], price=_price(data)))}</p>",
-             f"<p>{e(M('environment', **data['environment']))}</p>"]
+             f"<p>{e(environment_text(data['environment']))}</p>"]
     for title, heads, rows in _tables(data):
         # a long task name may break after its "/" (aura_es_lectura/<wbr>acc), nowhere else
         parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(
