@@ -306,3 +306,33 @@ def test_every_field_read_back_from_run_json_is_type_checked(tmp_path):
             said = r.stderr if not flags else json.loads(r.stdout)[0]["warning"]  # --json: in the record
             assert f"the field '{field}' does not have the expected type" in said, (field, r.stdout + r.stderr)
             assert "Traceback" not in r.stderr and "our bug" not in r.stderr
+
+
+def test_plot_draws_one_point_and_epoch_averages_as_their_own_series(tmp_path, monkeypatch):
+    """Issue 36, items 12 and 14: a run with a single logged step is drawn (a line through one point drew
+    nothing); the per-epoch average rows are their own series (joined to the per-step values, the curve
+    jumped at every epoch's end), named from the columns' label catalogue, in the user's language."""
+    from matplotlib.figure import Figure
+
+    saved, save = [], Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (saved.append(self), save(self, *a, **k))[1])
+    one, ft = tmp_path / "one", tmp_path / "ft"
+    one.mkdir()
+    (one / "run.json").write_text(json.dumps({"kind": "pretrain", "status": "finished"}), encoding="utf-8")
+    (one / "training_log.csv").write_text(HEADER + f"{_now()},step,1,1,128,5.5,,0.001,1.0,900,,0.5\n",
+                                          encoding="utf-8")
+    r = run_aura_here("plot", one, "--output-dir", tmp_path, "--out", "one.png")
+    assert r.returncode == 0, r.stdout + r.stderr
+    drawn = [line for ax in saved[-1].axes for line in ax.get_lines()]
+    assert len(drawn) == 3 and all(len(line.get_xdata()) == 1 for line in drawn)  # loss, lr, speed
+    assert all(line.get_marker() not in (None, "", "None", " ") for line in drawn)  # each visible
+
+    make_run(ft, status="finished", steps=80, pid=_dead_pid())
+    with open(ft / "training_log.csv", "a", encoding="utf-8") as f:
+        f.write(f"{_now()},epoch,1,80,{80 * 1024},9.5,,,,,,40\n")
+    r = run_aura_here("plot", ft, "--output-dir", tmp_path, "--out", "ft.png", env={"AURA_LANG": "es"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    loss = {line.get_label(): line for line in saved[-1].axes[0].get_lines()}
+    per_step, per_epoch = loss["ft (Pérdida de entrenamiento)"], loss["ft (Pérdida de entrenamiento (media de la época))"]
+    assert 9.5 not in list(per_step.get_ydata()) and list(per_epoch.get_ydata()) == [9.5]
+    assert per_epoch.get_linestyle() == "None" and per_epoch.get_marker() == "D"  # markers, no line

@@ -14,7 +14,8 @@ from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.atomic import atomic_write_bytes
 from aura.core.i18n import Messages
-from aura.watch.runlog import REWARD_COLUMNS, RL_REWARD_COLUMNS, SOURCE_VAL_PREFIX, SUITE_PREFIX, read_log
+from aura.watch.runlog import (REWARD_COLUMNS, RL_REWARD_COLUMNS, SOURCE_VAL_PREFIX, SUITE_PREFIX, column_label,
+                               read_log)
 
 
 M = Messages("plot", {
@@ -35,8 +36,6 @@ M = Messages("plot", {
     "speed_title": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
     "x_tokens": ("tokens vistos", "tokens seen"),
     "x_steps": ("paso", "step"),
-    "train": ("entrenamiento", "train"),
-    "val": ("validación", "validation"),
     "suite_title": ("Precisión en aura-es", "aura-es accuracy"),
     "wrote": ("Gráfica guardada en {path} ({runs:ejecución|ejecuciones}).", "Plot saved to {path} ({runs:run|runs})."),
     "partial_columns": ("No todas las ejecuciones registran {cols}: se dibuja solo para {runs}.",
@@ -143,6 +142,13 @@ def _note_partial_columns(labels: list[str], logs: list[list[dict]]) -> None:
         console.info(M("partial_columns", cols=", ".join(cols), runs=", ".join(runs)))
 
 
+def _draw(ax, xs: list, ys: list, **style) -> None:
+    """``ax.plot``, where a series of one point gets a marker (a line through one point draws nothing)."""
+    if len(xs) == 1 and style.get("marker") is None:
+        style["marker"] = "o"
+    ax.plot(xs, ys, **style)
+
+
 def plot(cfg: PlotConfig) -> int:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -185,33 +191,41 @@ def plot(cfg: PlotConfig) -> int:
             return [p[0] for p in pts], [p[1] for p in pts]
 
         xs, ys = series("train_loss", ("step",))
-        if not xs:  # logs with only epoch rows (short fine-tunes)
-            xs, ys = series("train_loss", ("epoch",))
-        ax_loss.plot(xs, ys, color=colour, lw=1.2, label=f"{label} ({M('train')})")
+        if xs:
+            _draw(ax_loss, xs, ys, color=colour, lw=1.2, label=f"{label} ({column_label('train_loss')})")
+        # the per-epoch averages: their own series of markers (joined to the per-interval values, the curve
+        # would jump at every epoch's end); a line too when they are all the log has (short fine-tunes)
+        ex, ey = series("train_loss", ("epoch",))
+        if ex:
+            ax_loss.plot(ex, ey, color=colour, lw=1.2, ls="-" if not xs else "none", marker="D", ms=5,
+                         label=f"{label} ({column_label('train_loss', epoch_avg=True)})")
         xs, ys = series("val_loss", ("eval", "epoch", "step"))
         if xs:
             ax_loss.plot(xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3,
-                         label=f"{label} ({M('val')})")
+                         label=f"{label} ({column_label('val_loss')})")
         for col, marker in zip(source_cols, "xs^vdP*"):  # per-source validation of a mixture
             xs, ys = series(col, ("eval", "epoch", "step"))
             if xs:
                 ax_loss.plot(xs, ys, color=colour, lw=1.0, ls=":", marker=marker, ms=4,
-                             label=f"{label} ({M('val')} {col.removeprefix(SOURCE_VAL_PREFIX)})")
-        ax_lr.plot(*series("lr", ("step",)), color=colour, lw=1.2, label=label)
-        ax_speed.plot(*series("tokens_per_s", ("step",)), color=colour, lw=1.2, label=label)
+                             label=f"{label} ({column_label(col)})")
+        _draw(ax_lr, *series("lr", ("step",)), color=colour, lw=1.2, label=label)
+        _draw(ax_speed, *series("tokens_per_s", ("step",)), color=colour, lw=1.2, label=label)
         if rewards and any(r.get("rewards/margin") is not None for r in rows):
             for col, style in zip(REWARD_COLUMNS, ("-", ":")):
-                axes[3].plot(*series(col, ("step",)), color=colour, lw=1.2, ls=style, label=f"{label} ({col})")
+                _draw(axes[3], *series(col, ("step",)), color=colour, lw=1.2, ls=style,
+                      label=f"{label} ({column_label(col)})")
         if rewards and any(r.get("reward") is not None for r in rows):  # GRPO: the rollouts' mean reward
-            axes[3].plot(*series("reward", ("step",)), color=colour, lw=1.2, label=f"{label} (reward)")
+            _draw(axes[3], *series("reward", ("step",)), color=colour, lw=1.2,
+                  label=f"{label} ({column_label('reward')})")
             xs, ys = series("val_reward", ("eval", "step"))
             if xs:  # the greedy completions of the validation prompts
-                axes[3].plot(xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3, label=f"{label} (val_reward)")
+                axes[3].plot(xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3,
+                             label=f"{label} ({column_label('val_reward')})")
         for col, style in zip(suite_cols, ("-", "--", ":", "-.", (0, (1, 3)), (0, (5, 1)))):
             xs, ys = series(col, ("eval",))
             if xs:
                 ax_suite.plot(xs, ys, color=colour, lw=1.2, ls=style, marker="o", ms=3,
-                              label=f"{label} ({col.removeprefix(SUITE_PREFIX)})")
+                              label=f"{label} ({column_label(col)})")
     titled = [(ax_loss, "loss_title"), (ax_lr, "lr_title"), (ax_speed, "speed_title")]
     titled += [(axes[3], "rewards_title" if preference else "rl_rewards_title")] if rewards else []
     for ax, title in titled + ([(ax_suite, "suite_title")] if suite_cols else []):

@@ -48,6 +48,51 @@ RL_REWARD_COLUMNS = ("reward", "val_reward")  # GRPO: mean reward per step, of g
 SUITE_PREFIX = "aura-es/"  # task accuracy during training (--eval-suite aura-es, aura.evaluation)
 SOURCE_VAL_PREFIX = "val_loss_"  # validation loss per source of a mixture (aura.train.continued)
 
+# The one catalogue of the log's column names as a person reads them: the Studio's panels and legends (served
+# with the page's session, both languages) and `aura plot`'s legends.
+COLUMN_LABELS = Messages("columns", {
+    "step": ("Paso", "Step"),
+    "tokens": ("Tokens vistos", "Tokens seen"),
+    "epoch": ("Época", "Epoch"),
+    "train_loss": ("Pérdida de entrenamiento", "Training loss"),
+    "val_loss": ("Pérdida de validación", "Validation loss"),
+    "lr": ("Tasa de aprendizaje", "Learning rate"),
+    "grad_norm": ("Norma del gradiente", "Gradient norm"),
+    "tokens_per_s": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
+    "mfu": ("Uso del cómputo (MFU)", "Compute use (MFU)"),
+    "seconds": ("Segundos", "Seconds"),
+    "rewards/margin": ("Margen de recompensa", "Reward margin"),
+    "rewards/accuracy": ("Acierto de preferencia", "Preference accuracy"),
+    "reward": ("Recompensa media", "Mean reward"),
+    "val_reward": ("Recompensa en validación", "Validation reward"),
+    "_source": ("Validación: {source}", "Validation: {source}"),
+    "_suite": ("Acierto en aura-es: {task}", "aura-es accuracy: {task}"),
+    "_epoch_avg": ("{label} (media de la época)", "{label} (epoch average)"),
+})
+
+
+def column_label(column: str, *, lang: str | None = None, epoch_avg: bool = False) -> str:
+    """A log column as a person reads it, in ``lang`` (the current language when None): ``train_loss`` ->
+    ``Pérdida de entrenamiento``; a column the catalogue does not know keeps its name."""
+    from aura.core.i18n import current_lang
+
+    pick = 0 if (lang or current_lang()) == "es" else 1
+    table = COLUMN_LABELS.table
+    if column in table and not column.startswith("_"):
+        text = table[column][pick]
+    elif column.startswith(SOURCE_VAL_PREFIX):
+        text = table["_source"][pick].format(source=column.removeprefix(SOURCE_VAL_PREFIX))
+    elif column.startswith(SUITE_PREFIX):
+        text = table["_suite"][pick].format(task=column.removeprefix(SUITE_PREFIX))
+    else:
+        text = column
+    return table["_epoch_avg"][pick].format(label=text) if epoch_avg else text
+
+
+def column_labels() -> dict[str, dict[str, str]]:
+    """The catalogue for the page: {lang: {column or template key: text}} (templates keep their {fields})."""
+    return {lang: {k: pair[i] for k, pair in COLUMN_LABELS.table.items()} for i, lang in enumerate(("es", "en"))}
+
 
 def read_log(run_dir: Path) -> list[dict]:
     """Rows of ``training_log.csv`` with numbers as floats and empty cells as None."""

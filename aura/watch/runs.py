@@ -244,9 +244,9 @@ def describe_run(run_dir: Path, log: LogSummary | None = None) -> dict:
         except AuraError as e:
             if (run_dir / "training_log.csv").is_file():  # a run that has not logged yet is no damage
                 warnings.append(str(e))
-    last_step = info.get("last_step")
-    if last_step is None and log.last_step is not None:
-        last_step = int(log.last_step)
+    last_step = info.get("last_step")  # run.json's: the last checkpoint's step while the run trains
+    if log.last_step is not None and (last_step is None or log.last_step > last_step):
+        last_step = int(log.last_step)  # the log's last step is where the run is now
     total = info.get("total_steps")
     logged = int(log.last_step) if log.last_step is not None else last_step
     eta = (log.step_seconds * max(total - logged, 0) if status == "running" and total and logged is not None
