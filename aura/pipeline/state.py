@@ -20,6 +20,7 @@ from typing import Any
 from aura.core.atomic import atomic_write_json
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
+from aura.core.locks import lock_holder, lock_path
 
 M = Messages("pipeline.state", {
     "bad_state": ("{path} está dañado ({err}). Bórralo para empezar el pipeline de nuevo (las carpetas de las "
@@ -115,3 +116,43 @@ class State:
         self.data["updated"] = now()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.path, self.data)
+
+
+def describe(out: Path) -> dict[str, Any]:
+    """What a reader (``aura studio``) shows of the pipeline folder ``out``: its name, when it was last
+    updated, whether its runner is alive, and each stage in the pipeline's order with its status, its
+    folder and whether that folder is a run (a training stage: ``run.json``). A stage recorded as
+    ``running`` whose runner no longer holds the folder's lock (killed) reads ``interrupted``, as the next
+    ``aura pipeline run`` will take it. Raises ``AuraError`` for a damaged state file."""
+    out = Path(out)
+    data = State(out).data
+    live = lock_holder(lock_path(out.absolute())) is not None
+    stages = data["stages"]
+    order = data.get("order")
+    names = [n for n in order if isinstance(n, str)] if isinstance(order, list) else []
+    names += [n for n in stages if n not in names]
+    listed = []
+    for name in names:
+        rec = stages.get(name)
+        rec = rec if isinstance(rec, dict) else {}
+        status = rec.get("status") if isinstance(rec.get("status"), str) else PENDING
+        if status == RUNNING and not live:
+            status = INTERRUPTED
+        seconds = rec.get("seconds")
+        listed.append({"name": name, "status": status, "dir": str(out / name),
+                       "run": (out / name / "run.json").is_file(),
+                       "command": rec.get("command") if isinstance(rec.get("command"), str) else None,
+                       "seconds": seconds if isinstance(seconds, (int, float)) else None})
+    text = lambda key: data.get(key) if isinstance(data.get(key), str) else None  # noqa: E731
+    return {"path": str(out), "name": out.name, "pipeline": text("pipeline"), "updated": text("updated"),
+            "command": text("command"), "running": live, "stages": listed,
+            "report": (out / "report.html").is_file()}
+
+
+def find_pipeline_dirs(root: Path) -> list[Path]:
+    """The pipeline folders (``pipeline.json``) directly inside ``root``, by name."""
+    try:
+        return sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith(".")
+                      and (p / STATE_FILE).is_file())
+    except OSError:
+        return []
