@@ -27,6 +27,7 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.rundir import lock_holder
 from aura.distributed.launcher import strip_resume
+from aura.pipeline.state import describe
 from aura.watch.runs import live_status, resume_args
 
 M = Messages("studio_actions", {
@@ -54,6 +55,10 @@ M = Messages("studio_actions", {
     "busy": ("{run} se está ejecutando (estado: {status}): detenla antes de borrarla.",
              "{run} is running (status: {status}): stop it before deleting it."),
     "no_job": ("{name} no es un comando lanzado desde la página.", "{name} is not a command launched from the page."),
+    "stage": ("{run} es la etapa '{stage}' del pipeline {pipeline}: el pipeline la reanuda (las etapas terminadas "
+              "se saltan) con su mismo comando: {command}",
+              "{run} is stage '{stage}' of pipeline {pipeline}: the pipeline resumes it (finished stages are "
+              "skipped) with its same command: {command}"),
 })
 
 # command -> (module, config class, the field that names the output folder: a new folder directly under the
@@ -65,6 +70,17 @@ FORMS = {
     "eval": ("aura.evaluation.evaluate", "EvalConfig", "output_dir", ("output",)),
     "export gguf": ("aura.export.gguf", "GGUFConfig", "output_dir", ("outfile",)),
 }
+# the options a person sets first, in this order; the rest of the form sits under "Avanzado"
+ESSENTIAL = {
+    "pretrain": ("data", "tokenizer", "model_preset", "max_steps", "time_budget", "batch_size", "learning_rate",
+                 "device"),
+    "finetune": ("base_model", "data", "method", "objective", "epochs", "max_steps", "learning_rate", "device"),
+    "data prepare": ("inputs", "tokenizer", "hf_dataset", "val_fraction"),
+    "eval": ("model", "data", "suite", "tasks", "limit"),
+    "export gguf": ("model", "quant"),
+}
+DEFAULT_NAMES = {"pretrain": "demo", "finetune": "sft", "data prepare": "datos", "eval": "eval",
+                 "export gguf": "gguf"}
 RUNS = ("pretrain", "finetune")  # commands whose folder is a run (run.json): the page opens it
 # fields naming a model the command reads: it must be inside the runs folder (relative paths are from it)
 INSIDE = {"eval": ("model", "compare", "adapter"), "export gguf": ("model",)}
@@ -84,10 +100,13 @@ def config_class(command: str):
 
 
 def form(command: str) -> list[dict]:
-    """The fields of ``aura COMMAND`` as the page draws them: flag, type, default, choices, help es/en."""
+    """The fields of ``aura COMMAND`` as the page draws them: flag, type, default, choices, help es/en and
+    whether the field is essential (``ESSENTIAL``, first, in that order) or advanced."""
     out, cls = [], config_class(command)
     own = set(getattr(cls, "__annotations__", {}))  # the command's own flags first, then the shared ones
-    for f, tp in sorted(fields_of(cls), key=lambda ft: ft[0].name not in own):
+    essential = ESSENTIAL.get(command, ())
+    rank = lambda name: essential.index(name) if name in essential else len(essential) + (name not in own)  # noqa: E731
+    for f, tp in sorted(fields_of(cls), key=lambda ft: rank(ft[0].name)):
         meta = f.metadata or {}
         if not meta or meta.get("hidden") or f.name == FORMS[command][2] or f.name in FORMS[command][3]:
             continue
@@ -100,8 +119,40 @@ def form(command: str) -> list[dict]:
                     "default": None if default is dataclasses.MISSING else
                     str(default) if isinstance(default, Path) else default,
                     "choices": list(choices) if choices else None, "help": {"es": meta["help"][0], "en": meta["help"][1]},
-                    "positional": bool(meta.get("positional"))})
+                    "positional": bool(meta.get("positional")), "essential": f.name in essential})
     return out
+
+
+def free_name(root: Path, command: str) -> str:
+    """The command's usual folder name (``demo`` for pretrain) if nothing in the runs folder has it, else
+    the first free ``NAME-2``, ``NAME-3``..."""
+    base = DEFAULT_NAMES.get(command, "run")
+    name, n = base, 1
+    while (root / name).exists() or (root / name).is_symlink():
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def clash(name: str, root: Path) -> str | None:
+    """The refusal ``launch`` would give for this name (a bad name, a folder that exists), or None."""
+    try:
+        run_dir = root / check_name(name)
+    except AuraError as e:
+        return str(e)
+    return M("exists", path=run_dir) if run_dir.exists() or run_dir.is_symlink() else None
+
+
+def stage_refusal(run_dir: Path, root: Path) -> None:
+    """A pipeline's stage (``PIPELINE/STAGE``) is resumed by its pipeline and not deleted alone."""
+    if run_dir.parent.resolve() == root.resolve():
+        return
+    try:
+        command = describe(run_dir.parent).get("command") or "aura pipeline run ..."
+    except AuraError:
+        command = "aura pipeline run ..."
+    raise AuraError(M("stage", run=f"{run_dir.parent.name}/{run_dir.name}", stage=run_dir.name,
+                      pipeline=run_dir.parent.name, command=command))
 
 
 def check_name(name: str) -> str:

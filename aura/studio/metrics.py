@@ -22,6 +22,9 @@ from aura.watch.runlog import LogSummary, read_log_since
 from aura.watch.runs import describe_run, live_status
 
 X_COLUMNS = ("step", "tokens", "epoch", "seconds", "time", "kind")
+# Columns that an "epoch" row holds as the epoch's average: drawn as their own series, not joined to the
+# per-interval values (the curve would jump at every epoch's end).
+EPOCH_AVERAGED = ("train_loss",)
 NAN = float("nan")
 
 
@@ -31,6 +34,7 @@ class _Log:
     def __init__(self):
         self.offset, self.header, self.lines, self.n = 0, None, 0, 0
         self.columns: dict[str, array] = {}
+        self.epoch_rows = array("b")  # 1 for a row of kind "epoch"
         self.summary = LogSummary()
         self.signature: tuple | None = None
         self.error: str | None = None
@@ -45,6 +49,7 @@ class _Log:
                 col = self.columns[c] = array("d", [NAN]) * self.n
             col.extend([NAN if v is None else v for v in [r.get(c) for r in rows]])
         self.n += len(rows)
+        self.epoch_rows.extend(1 if r.get("kind") == "epoch" else 0 for r in rows)
         for col in self.columns.values():  # a column these rows lack
             if len(col) < self.n:
                 col.extend([NAN] * (self.n - len(col)))
@@ -135,19 +140,28 @@ def downsample(xs: np.ndarray, ys: np.ndarray, max_points: int) -> tuple[np.ndar
 
 
 def series(log: _Log, max_points: int) -> dict:
-    """{"columns": [...], "series": {column: {"x": steps, "y": values}}, "rows": n} for the page's charts.
+    """{"columns": [...], "series": {column: {"x": steps, "y": values}}, "epoch_series": {column: {"x", "y"}},
+    "rows": n} for the page's charts; ``epoch_series``: the per-epoch averages (``EPOCH_AVERAGED``) of the
+    rows of kind "epoch", apart from the per-interval values.
 
     Non-finite values (a diverged loss) are left out of a curve; rows without a step are not plotted."""
-    out = {}
+    out, per_epoch = {}, {}
     if log.n and "step" in log.columns:
         steps = np.frombuffer(log.columns["step"], dtype=np.float64, count=log.n)
         has_step = np.isfinite(steps)
+        epoch = np.frombuffer(log.epoch_rows, dtype=np.int8, count=log.n).astype(bool)
         for col, values in log.columns.items():
             if col in X_COLUMNS:
                 continue
             ys = np.frombuffer(values, dtype=np.float64, count=log.n)
             mask = has_step & np.isfinite(ys)
+            if col in EPOCH_AVERAGED:
+                if (mask & epoch).any():
+                    x, y = downsample(steps[mask & epoch], ys[mask & epoch], max_points)
+                    per_epoch[col] = {"x": x.tolist(), "y": y.tolist()}
+                mask &= ~epoch
             if mask.any():
                 x, y = downsample(steps[mask], ys[mask], max_points)
                 out[col] = {"x": x.tolist(), "y": y.tolist()}
-    return {"columns": list(out), "series": out, "rows": log.n}
+    columns = list(out) + [c for c in per_epoch if c not in out]
+    return {"columns": columns, "series": out, "epoch_series": per_epoch, "rows": log.n}

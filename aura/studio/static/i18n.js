@@ -32,6 +32,10 @@ window.AURA_TEXTS = {
     try_two: "Comparar con un segundo modelo", temperature: "Temperatura", max_tokens: "Máx. tokens",
     system: "Mensaje de sistema", send: "Enviar", reset: "Borrar la conversación", loading_model: "Cargando el modelo…",
     try_stats: "{tokens} tokens · {tps} tokens/s",
+    pipelines: "Pipelines", h_pipeline: "pipeline", h_stages: "etapas", h_report: "informe",
+    open_report: "Abrir el informe", no_report: "sin informe todavía", st_pending: "pendiente", st_skipped: "saltada",
+    stage_of: "Etapa «{stage}» del pipeline {pipeline}: se reanuda con el pipeline.",
+    advanced: "Avanzado ({n} opciones más)",
   },
   en: {
     nav_runs: "Runs", nav_compare: "Compare", nav_launch: "Launch",
@@ -65,5 +69,9 @@ window.AURA_TEXTS = {
     try_two: "Compare with a second model", temperature: "Temperature", max_tokens: "Max tokens",
     system: "System message", send: "Send", reset: "Clear the conversation", loading_model: "Loading the model…",
     try_stats: "{tokens} tokens · {tps} tokens/s",
+    pipelines: "Pipelines", h_pipeline: "pipeline", h_stages: "stages", h_report: "report",
+    open_report: "Open the report", no_report: "no report yet", st_pending: "pending", st_skipped: "skipped",
+    stage_of: "Stage \u201c{stage}\u201d of pipeline {pipeline}: the pipeline resumes it.",
+    advanced: "Advanced ({n} more options)",
   },
 };
