@@ -219,10 +219,10 @@ def test_doctor_assume_shows_what_auto_would_do(tmp_path):
 
     auto = json.loads(proc.stdout)["auto"]
     assert auto["hardware"]["name"] == "NVIDIA H100" and auto["hardware"]["capability"] == [9, 0]
-    assert auto["preset"] == "aura-72h-max" and auto["precision"] == "bf16"
+    assert auto["preset"] == "qwen3-72h" and auto["precision"] == "bf16"
     small = json.loads(run_aura("doctor", "--assume", "RTX 3060 12GB", "--json",
                                 "--output-dir", str(tmp_path)).stdout)["auto"]
-    assert small["preset"] != "aura-72h-max" and small["hardware"]["peak_flops_16bit"] == 25.6e12
+    assert small["preset"] != "qwen3-72h" and small["hardware"]["peak_flops_16bit"] == 25.6e12
     bad = run_aura_here("doctor", "--assume", "a big one", env={"AURA_LANG": "es"})
     assert bad.returncode != 0 and "--assume no describe un dispositivo" in bad.stdout + bad.stderr
 

@@ -193,7 +193,7 @@ def test_grpo_with_user_reward_resumes_exactly(env, tmp_path):
     r = run_aura_here("plot", straight, "--output-dir", tmp_path, "--out", "grpo.svg")  # the reward curve
     assert r.returncode == 0, r.stdout + r.stderr
     svg = (tmp_path / "grpo.svg").read_text()
-    assert "Reward (GRPO)" in svg and "straight (reward)" in svg
+    assert "Reward (GRPO)" in svg and "straight (Mean reward)" in svg
 
 
 @pytest.mark.slow
@@ -211,7 +211,7 @@ def test_grpo_full_finetuning_with_a_frozen_reference_then_chat(env, tmp_path):
     from tests.conftest import run_aura_here
 
     r = run_aura_here("plot", run, "--output-dir", tmp_path, "--out", "full.svg")
-    assert r.returncode == 0 and "full (val_reward)" in (tmp_path / "full.svg").read_text(), r.stdout + r.stderr
+    assert r.returncode == 0 and "full (Validation reward)" in (tmp_path / "full.svg").read_text(), r.stdout + r.stderr
     from tests.conftest import run_aura
 
     r = run_aura("chat", "--model", run / "final", "--max-new-tokens", 4, "--temperature", 0, input="Hola\n")

@@ -81,7 +81,7 @@ def test_dpo_on_the_embedded_sample_logs_rewards_plots_merges_and_chats(env, tmp
     r = run_aura("plot", run, "--output-dir", tmp_path, "--out", "dpo.svg")
     assert r.returncode == 0, r.stdout + r.stderr
     svg = (tmp_path / "dpo.svg").read_text()
-    assert "rewards/margin" in svg and "rewards/accuracy" in svg  # the rewards panel's legend
+    assert "(Reward margin)" in svg and "(Preference accuracy)" in svg  # the rewards panel's legend
 
     merged = tmp_path / "merged"
     r = run_aura("merge", "--base-model", env["llama"], "--adapter", run / "final", "--output-dir", merged)

@@ -126,11 +126,9 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
           plan: StepPlan, dist: DistInfo, hooks: TrainHooks, metrics: TrainMetrics,
           resume_from: Path | None = None, objective: Objective | None = None,
           evaluators: Iterable[Evaluator] = ()) -> TrainResult:
-    """Train ``model`` for ``plan.total_steps`` optimizer steps; see the module docstring for the contract.
-
-    ``args`` must be resolved (learning_rate, batch and accumulation set). Returns when finished or after
-    an interrupt checkpoint; raises AuraError on OOM, too many NaN steps or a failed save.
-    """
+    """Train ``model`` for ``plan.total_steps`` optimizer steps (the contract: the module docstring); ``args``
+    resolved (learning rate, batch, accumulation). Returns when finished or after an interrupt checkpoint;
+    raises AuraError on OOM, too many NaN steps or a failed save."""
     if plan.schedule is None:
         plan = dataclasses.replace(plan, schedule=schedule_for(args, plan.total_steps))
     state, accum = TrainState(), args.gradient_accumulation_steps or 1

@@ -125,3 +125,28 @@ def _(fx, tmp):
 @case("studio_bad_port", "studio", "--port", outputs=())
 def _(fx, tmp):
     return ["studio", str(tmp), "--port", "70000"]
+
+
+@case("push_repo_id_without_owner", "push", "tiny-es", outputs=())
+def _(fx, tmp):
+    return ["push", str(fx.run), "tiny-es", "--dry-run"]
+
+
+@case("push_pickle_weights_only", "push", "pytorch_model.bin", outputs=())
+def _(fx, tmp):
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "config.json").write_text('{"model_type": "llama"}', encoding="utf-8")
+    (tmp / "pytorch_model.bin").write_bytes(random_bytes(64))
+    return ["push", str(tmp), "team/tiny-es", "--dry-run"]
+
+
+@case("serve_missing_model", "serve", "no-such-model", outputs=())
+def _(fx, tmp):
+    return ["serve", str(tmp / "no-such-model")]
+
+
+@case("serve_gguf_with_adapter", "serve", "--adapter", outputs=())
+def _(fx, tmp):
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "m.gguf").write_bytes(b"GGUF" + random_bytes(60))
+    return ["serve", str(tmp / "m.gguf"), "--adapter", str(fx.adapter)]
