@@ -232,7 +232,8 @@ def test_run_record_matches_aura_runs_json(tmp_path):
 
 def test_eta_of_a_running_run_and_its_end_seen_without_a_file_change(tmp_path):
     """A run whose lock is held is running: ETA from the log's seconds per step and run.json's plan length.
-    When its process ends without a word (kill -9), the page sees 'stale' although no file changed."""
+    When its process ends without a word (kill -9), the page sees it at once although no file changed: 'unsaved',
+    since it died before its first checkpoint (nothing to resume)."""
     from aura.core.rundir import RunLock
 
     d = make_run(tmp_path, "live", rows=10, status="running")  # one logged second per step
@@ -246,4 +247,4 @@ def test_eta_of_a_running_run_and_its_end_seen_without_a_file_change(tmp_path):
     finally:
         lock.release()
     rec = c.get("/api/runs").json()[0]
-    assert rec["status"] == "stale" and rec["eta_s"] is None
+    assert rec["status"] == "unsaved" and rec["eta_s"] is None and rec["resume_command"] is None
