@@ -138,7 +138,7 @@ REQUIRED = [("torch", "torch", "2.11"), ("transformers", "transformers", "5.0"),
             ("tensorboard", "tensorboard", "2.15"), ("gguf", "gguf", "0.17"), ("numpy", "numpy", "1.24"),
             ("pyarrow", "pyarrow", "14.0.1"), ("pyyaml", "yaml", "6"), ("zstandard", "zstandard", "0.22"),
             ("psutil", "psutil", "5.9"), ("nvidia-ml-py", "pynvml", "12"), ("rich", "rich", "13"),
-            ("matplotlib", "matplotlib", "3.7")]
+            ("matplotlib", "matplotlib", "3.7"), ("huggingface_hub", "huggingface_hub", "1.0")]
 
 
 # Optional extras and what each one enables.
