@@ -229,7 +229,7 @@ def test_two_nodes_without_a_shared_folder(tmp_path):
 @pytest.mark.slow
 @pytest.mark.dist
 @pytest.mark.xfail(strict=False, reason=(
-    "known race, open: once in two clean-clone CI runs, SIGTERM on node 0 under comm: auto (PowerSGD) ended "
+    "known race, open: in the second of two clean-clone CI runs and again alone, SIGTERM on node 0 under comm: auto (PowerSGD) ended "
     "in a gloo collective size mismatch (3072 vs 2048 bytes) right after the interrupt checkpoint"))
 def test_two_nodes_stopped_mid_training_resume_together(tmp_path):
     """SIGTERM to node 0's `aura pipeline run` mid-pretraining: every rank stops at the same step with a
