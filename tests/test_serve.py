@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_aura, run_aura_here
-from tests.evidence import importorskip
+from tests.evidence import importorskip, require_or_skip
 
 openai = importorskip("openai", "serve")
 importorskip("fastapi", "serve")
@@ -142,7 +142,7 @@ def test_served_model_answers_as_aura_generate(models, kind, tmp_path):
 def test_adapter_merged_and_token_required_off_loopback(models, tiny_adapter, tmp_path):
     host = _local_address()
     if host is None:
-        pytest.skip("this machine has no IPv4 address besides loopback")
+        require_or_skip("ipv4", "this machine has no IPv4 address besides loopback")
     chat_ref = _generate(tmp_path, "--model", models["hf"], "--adapter", tiny_adapter, chat=True)
     with _server(tmp_path, models["hf"], "--adapter", tiny_adapter, "--token", "s3cret", host=host) as (url, log):
         with pytest.raises(urllib.error.HTTPError) as refused:
