@@ -109,6 +109,23 @@ def test_resumed_runs_log_the_same_losses(lan):
     assert state["inner"] == SAVE % H and state["ranks"][1]["params"] is not None
 
 
+@pytest.mark.dist
+def test_powersgd_buckets_reach_gloo_in_the_same_order_on_every_rank(tmp_path):
+    """PowerSGD's P and Q all-reduces are issued from gloo's callback threads: with several buckets, one
+    rank's next bucket could start before the previous chain ended and gloo would pair collectives of
+    different sizes (it aborted or hung the two-node pipeline test). 100 steps, 2 ranks, many buckets,
+    random pauses: both ranks finish with the same parameters (on the unordered hook: a hang or abort)."""
+    import json
+
+    from tests.distutil import torchrun
+
+    result = tmp_path / "r.json"
+    proc = torchrun(SCRIPTS / "powersgd_order.py", "100", result, timeout=240)
+    assert proc.returncode == 0, output(proc)[-4000:]
+    ranks = [json.loads(Path(f"{result}.rank{r}").read_text()) for r in (0, 1)]
+    assert ranks[0] == ranks[1] and ranks[0]["steps"] == 100
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--local-steps", "0"], "--local-steps must be at least 1 (got: 0)"),
     (["--strategy", "fsdp", "--ddp-comm", "powersgd"],
