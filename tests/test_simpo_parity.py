@@ -7,9 +7,19 @@ the comparison) is tests/test_preference_parity.py's."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.evidence import importorskip
 from tests.test_preference_parity import DPO_KEYS, PAIRS, _aura_rows, _compare, _peft_model, _tokenizer, _trl_args
-from tests.test_preference_parity import env  # noqa: F401  (the module's tiny Llama and tokenizer)
+from tests.tiny_models import build_llama, train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """The tiny Llama and tokenizer of tests/test_preference_parity.py's harness."""
+    root = tmp_path_factory.mktemp("simpo_parity")
+    tok = train_tokenizer(root / "tok", vocab_size=500)
+    return {"root": root, "tok": tok, "llama": build_llama(root / "llama", tok, hidden=64, layers=2)}
 
 
 def _text_rows(tok, pairs) -> list[dict]:
@@ -23,7 +33,7 @@ def _text_rows(tok, pairs) -> list[dict]:
     return rows
 
 
-def _trl_run(env, tmp_path, pairs, *, batch: int, accum: int, **cpo) -> list[dict]:  # noqa: F811
+def _trl_run(env, tmp_path, pairs, *, batch: int, accum: int, **cpo) -> list[dict]:
     from datasets import Dataset
 
     cpo_module = importorskip("trl.experimental.cpo", "trl")
@@ -37,7 +47,7 @@ def _trl_run(env, tmp_path, pairs, *, batch: int, accum: int, **cpo) -> list[dic
     return trainer.state.log_history
 
 
-def test_simpo_matches_trl_cpo_trainer_simpo_loss(env, tmp_path):  # noqa: F811
+def test_simpo_matches_trl_cpo_trainer_simpo_loss(env, tmp_path):
     """SimPO: length-normalised log-probs, target margin gamma 0.3, no NLL term; 2 pairs x 2 accumulation."""
     aura_rows = _aura_rows(env, "simpo", PAIRS, "--objective", "simpo", "--gamma", 0.3, "--batch-size", 2,
                            "--gradient-accumulation-steps", 2)
@@ -46,7 +56,7 @@ def test_simpo_matches_trl_cpo_trainer_simpo_loss(env, tmp_path):  # noqa: F811
     _compare(aura_rows, trl_logs, DPO_KEYS)
 
 
-def test_cpo_matches_trl_cpo_trainer_with_its_nll_term(env, tmp_path):  # noqa: F811
+def test_cpo_matches_trl_cpo_trainer_with_its_nll_term(env, tmp_path):
     """CPO: summed log-probs and TRL's default NLL weight (cpo_alpha 1); one pair per micro-batch (TRL averages
     the NLL over a batch's tokens, Aura per pair: the same for one pair)."""
     pairs = PAIRS[:3]
