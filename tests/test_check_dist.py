@@ -18,22 +18,45 @@ def _rank_lines(text: str) -> list[str]:
                       r"Rank=\1 \| Host=\S+ \| Device=cpu \| all_reduce=3 \(expected 3\) OK", text)
 
 
-def test_check_dist_under_torchrun_through_aura_launch():
+def test_check_dist_under_torchrun_through_aura_launch(tmp_path):
     """`aura launch` runs `python -m torch.distributed.run ... -m aura check-dist` (the README's torchrun
-    command): one start-up checks both the launcher's command and check-dist under torchrun."""
+    command): one start-up checks both the launcher's command and check-dist under torchrun, and the advice
+    for `--model-preset` follows `--step-seconds`: with 0.1 ms of compute per step no all-reduce fits, and
+    the advice is the local-steps H that keeps the measured link's all-reduce every H steps under 25 % of
+    the step (not the H or the mode of the default 1 s)."""
+    import json
+
+    from aura.cluster.check import comm_times
+
     port = free_port()
+    advice = tmp_path / "advice.json"
     proc = run_aura("launch", "--gpus-per-node", "2", "--master-port", port, "check-dist",
-                    "--size-mb", "1", "--iters", "3", env=env(), timeout=300)
+                    "--size-mb", "1", "--iters", "3", "--model-preset", "tiny", "--step-seconds", "0.0001",
+                    "--advice-out", advice, env=env(), timeout=300)
     text = output(proc)
     assert proc.returncode == 0, text[-3000:]
     cmd = re.search(r"Command: (.*)", text).group(1)
     assert "-m torch.distributed.run --nnodes=1 --nproc_per_node=2 --node_rank=0" in cmd
     assert f"--master_addr=127.0.0.1 --master_port={port}" in cmd
-    assert cmd.endswith("-m aura check-dist --size-mb 1 --iters 3")
+    assert cmd.endswith(f"-m aura check-dist --size-mb 1 --iters 3 --model-preset tiny --step-seconds 0.0001 "
+                        f"--advice-out {advice}")
     assert sorted(_rank_lines(text)) == ["0", "1"]  # every rank reports, with the rank prefix
     assert re.search(r"all_reduce of 1 MB: [\d.]+ ms/iter \| algbw [\d.]+ [MG]B/s \| busbw [\d.]+ [MG]B/s",
                      text)
     assert "Communication OK between 2 ranks on 1 node (Sync=OK)" in text
+    decided = json.loads(advice.read_text())
+    assert decided["step_seconds"] == 0.0001 and decided["world"] == 2
+    _, times = comm_times("tiny", world=2, latency_s=decided["latency_ms"] / 1e3, busbw=decided["gbit"] * 1e9 / 8)
+    plain = times["none"]
+
+    def steps_for(step_s: float) -> int:  # the rule, written out
+        h = 4
+        while plain / h > 0.25 * step_s and h < 1024:
+            h *= 2
+        return h
+
+    assert decided["mode"] == "local-steps" and decided["flags"] == {"local_steps": steps_for(0.0001)}, decided
+    assert steps_for(0.0001) != steps_for(1.0), plain  # the default step would not have given this advice
 
 
 def test_check_dist_without_torchrun_checks_one_rank():

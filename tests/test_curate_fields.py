@@ -8,6 +8,8 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
+
 from tests.conftest import run_aura_here
 from tests.evidence import importorskip
 from tests.fineweb2 import write_fineweb2
@@ -138,3 +140,75 @@ def test_a_saved_dataset_keeps_its_ids_over_two_tasks(tmp_path):
     docs = read_shards(tmp_path / "out")
     assert sorted(d["id"] for d in docs) == sorted(r["id"] for r in rows)
     assert all(d["metadata"]["url"] == f"https://ejemplo.es/g/{d['id'].split('-')[1]}" for d in docs)
+
+
+def _curate_ids(tmp_path, name: str, docs: dict[str, str], *extra: str) -> dict[str, dict]:
+    """``aura data curate`` over one JSONL of ``docs`` (id -> text): the kept documents by id."""
+    crawl = tmp_path / f"{name}-in"
+    crawl.mkdir()
+    (crawl / "docs.jsonl").write_text("".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n"
+                                              for i, t in docs.items()), encoding="utf-8")
+    out = tmp_path / f"{name}-out"
+    r = run_aura_here(*curate_args(crawl, out, *FAST, *extra))
+    assert r.returncode == 0, r.stdout + r.stderr
+    if "parquet" in extra:
+        import pyarrow.parquet as pq
+
+        rows = [row for s in sorted(out.glob("*.parquet")) for row in pq.read_table(s).to_pylist()]
+        return {row["id"]: {**row, "metadata": json.loads(row["metadata"])} for row in rows}
+    return {d["id"]: d for d in read_shards(out)}
+
+
+def test_lang_threshold_keeps_what_py3langid_scores_above_it_written_as_parquet(tmp_path):
+    """`--lang-threshold T`: exactly the documents py3langid itself (its own model, normalised probabilities)
+    labels Spanish with probability >= T are kept, T chosen between the scores of these documents (two
+    Spanish sentences followed by 0-3 sentences of Portuguese, Catalan, Italian or English); the output in
+    `--output-format parquet` holds their texts unchanged and the score each was given."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    from tests.test_curate import OTHER
+
+    es = spanish_docs()
+    docs = {}
+    for n, (lang, other) in enumerate(sorted(OTHER.items())):
+        for k in range(4):
+            docs[f"{lang}{k}"] = ". ".join(es[n * 4 + k].split(". ")[:2] + other.split(". ")[:k])
+    ident = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    scores = {i: ident.classify(t.replace("\n", " ")) for i, t in docs.items()}
+    spanish = sorted(p for lang, p in scores.values() if lang == "es")
+    assert len(spanish) >= 4 and len(spanish) < len(docs)  # some Spanish, some not
+    mid = len(spanish) // 2
+    threshold = round((spanish[mid - 1] + spanish[mid]) / 2, 6)
+    assert spanish[mid - 1] < threshold < spanish[mid]
+    kept = _curate_ids(tmp_path, "lang", docs, "--no-quality", "--lang-threshold", str(threshold),
+                       "--output-format", "parquet")
+    expected = {i for i, (lang, p) in scores.items() if lang == "es" and p >= threshold}
+    assert set(kept) == expected and 0 < len(expected) < len(spanish)
+    for i, row in kept.items():
+        assert row["text"] == docs[i]
+        assert row["metadata"]["language"] == "es"
+        assert row["metadata"]["language_score"] == pytest.approx(scores[i][1], abs=1e-4)
+
+
+def test_min_words_drops_exactly_the_documents_below_it(tmp_path):
+    """`--min-words`: raising it from 40 to 80 removes exactly the documents kept at 40 that have fewer than 80
+    words (counted here without datatrove: whitespace pieces holding a letter or digit), every other filter
+    unchanged; documents of 25 to 130 words of real Spanish prose, none within 3 words of either limit."""
+    import re
+
+    sentences = [s.strip() + "." for p in spanish_docs()[:30] for s in p.replace("\n", " ").split(". ") if s.strip()]
+    words = lambda t: sum(bool(re.search(r"\w", w)) for w in t.split())  # noqa: E731
+    docs, i = {}, 0
+    for target in (25, 35, 50, 60, 70, 90, 100, 130, 30, 55, 75, 110):
+        text = ""
+        while words(text) < target:
+            text = f"{text} {sentences[i % len(sentences)]}".strip()
+            i += 1
+        if all(abs(words(text) - limit) > 3 for limit in (40, 80)):
+            docs[f"d{len(docs)}"] = text
+    assert len(docs) >= 8
+    low = _curate_ids(tmp_path, "w40", docs, "--min-words", "40", "--min-sentences", "1")
+    high = _curate_ids(tmp_path, "w80", docs, "--min-words", "80", "--min-sentences", "1")
+    assert all(words(docs[d]) >= 40 for d in low)
+    assert set(high) == {d for d in low if words(docs[d]) >= 80}
+    assert len(high) >= 2 and len(set(low) - set(high)) >= 2  # the limit decided something both ways

@@ -38,9 +38,17 @@ def test_bad_zero_stage_is_a_clear_error():
 
 @pytest.mark.slow
 @pytest.mark.dist
-def test_zero2_lora_on_two_cpu_ranks_saves_an_adapter_peft_loads(tmp_path):
+def test_zero2_lora_on_two_cpu_ranks_equals_one_process_resumes_exactly_and_saves_an_adapter(tmp_path):
+    """ZeRO-2 LoRA SFT on 2 gloo ranks logs, step by step, the losses of one process with the same global
+    batch (2 ranks x 2 rows == 1 x 4 rows, accumulation 2); resumed from its step-3 (epoch) checkpoint it logs
+    exactly the uninterrupted run's steps 4-6; its adapter loads in peft."""
+    import shutil
+
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
+
+    from tests.test_finetune import finetune
+    from tests.test_preference import step_rows
 
     tok = train_tokenizer(tmp_path / "tok", vocab_size=500)
     base = build_llama(tmp_path / "llama", tok)
@@ -49,29 +57,41 @@ def test_zero2_lora_on_two_cpu_ranks_saves_an_adapter_peft_loads(tmp_path):
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"gradient_accumulation_steps": 8, "train_micro_batch_size_per_gpu": "auto",
                               "zero_optimization": {"stage": 2}}))
+    common = ["--base-model", str(base), "--data", str(data), *FAST, "--val-fraction", "0",
+              "--gradient-accumulation-steps", "2", "--max-steps", "6"]
     run = tmp_path / "run"
-    r = torchrun("-m", "aura", "finetune", "--base-model", str(base), "--data", str(data), "--output-dir", str(run),
-                 *FAST, "--batch-size", "2", "--gradient-accumulation-steps", "2", "--max-steps", "6",
+    r = torchrun("-m", "aura", "finetune", *common, "--batch-size", "2", "--output-dir", str(run),
                  "--save-steps", "3", "--deepspeed", str(ds), "--backend", "gloo", timeout=600)
     text = output(r)
     assert r.returncode == 0, text
     assert "DeepSpeed ZeRO-2: micro-batch 2, accumulation 2" in text
     assert "Sync=n/a" in text  # the engine is recognised as DeepSpeed (its partitions are not compared)
-    # 23 training rows / (2 ranks x 2) / accumulation 2 = 3 steps per epoch: epoch checkpoints at 3 and 6
+    # 24 training rows / (2 ranks x 2) / accumulation 2 = 3 steps per epoch: epoch checkpoints at 3 and 6
     assert (run / "checkpoint-epoch-1" / "deepspeed" / "state").is_dir()
     assert (run / "checkpoint-epoch-1" / "adapter_model.safetensors").is_file()
+    single = tmp_path / "single"
+    finetune(*common, "--batch-size", "4", "--output-dir", single)
+    rows, ref = step_rows(run), step_rows(single)
+    assert set(rows) == set(ref) == set(range(1, 7))
+    for step in rows:
+        assert float(rows[step]["train_loss"]) == pytest.approx(float(ref[step]["train_loss"]), rel=1e-5), step
+    assert float(rows[6]["train_loss"]) < float(rows[1]["train_loss"])  # it learnt: not two flat lines
     final = run / "final"
     assert (final / "adapter_model.safetensors").is_file() and (final / "chat_template.jinja").is_file()
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(final))
     lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
     assert lora_b and all(torch.count_nonzero(p) > 0 for p in lora_b)  # trained (B starts at zero)
-    # and it resumes from DeepSpeed's checkpoint
-    r = torchrun("-m", "aura", "finetune", "--base-model", str(base), "--data", str(data), "--output-dir", str(run),
-                 *FAST, "--batch-size", "2", "--gradient-accumulation-steps", "2", "--max-steps", "8",
-                 "--deepspeed", str(ds), "--backend", "gloo", "--resume-from", "latest",
-                 timeout=600)
+    # resumed from DeepSpeed's step-3 checkpoint: the same steps 4-6, to the logged digit
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(run / "checkpoint-epoch-1", resumed / "checkpoint-epoch-1")
+    r = torchrun("-m", "aura", "finetune", *common, "--batch-size", "2", "--output-dir", str(resumed),
+                 "--deepspeed", str(ds), "--backend", "gloo", "--resume-from", "latest", timeout=600)
     assert r.returncode == 0, output(r)
     assert "Resumed from" in output(r)
+    again = step_rows(resumed)
+    assert set(again) == {4, 5, 6}
+    assert [again[s]["train_loss"] for s in (4, 5, 6)] == [rows[s]["train_loss"] for s in (4, 5, 6)]
 
 
 def test_shipped_zero2_example_takes_aura_batch_and_accumulation():

@@ -31,6 +31,9 @@ def broken(completions, **kwargs):
 
 def not_numbers(completions, **kwargs):
     return ["alto" for _ in completions]
+
+def vowel_first(completions, **kwargs):
+    return [1.0 if c.lstrip()[:1] and c.lstrip()[0] in "aeiouAEIOU" else 0.0 for c in completions]
 '''
 
 
@@ -194,6 +197,23 @@ def test_grpo_with_user_reward_resumes_exactly(env, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     svg = (tmp_path / "grpo.svg").read_text()
     assert "Reward (GRPO)" in svg and "straight (Mean reward)" in svg
+
+
+def test_format_pattern_scores_every_completion_as_a_plain_python_check_does(env, tmp_path):
+    """`--format-pattern` reaches the format reward of a real run: on every step its mean and spread equal
+    those of a user reward that checks the same property without a regex (the completion's first non-blank
+    character is a vowel), and it is not the default pattern's score."""
+    run = tmp_path / "fmt"
+    finetune("--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 2, "--val-fraction", 0,
+             "--format-pattern", r"(?s)\s*[aeiouAEIOU].*", "--reward", "format:1",
+             "--reward", f"{env['rewards']}:vowel_first", "--output-dir", run)
+    rows = step_rows(run)
+    assert set(rows) == {1, 2}
+    for row in rows.values():
+        for stat in ("mean", "std"):
+            assert row[f"rewards/format/{stat}"] == row[f"rewards/my_rewards.vowel_first/{stat}"], row
+    # some completions start with a vowel (the default pattern, text ending in 'Respuesta: N', scores 0 here)
+    assert max(float(r["rewards/format/mean"]) for r in rows.values()) > 0
 
 
 @pytest.mark.slow

@@ -674,3 +674,74 @@ def test_delete_moves_a_stopped_run_to_the_trash_and_refuses_a_running_one(tmp_p
     time.sleep(0.05)
     assert [x["name"] for x in c.get("/api/runs").json()] == ["viva"]  # the trash is not listed
     assert c.get("/api/runs/vieja").status_code == 404
+
+
+@pytest.mark.slow
+def test_api_stop_and_resume_give_the_losses_of_an_uninterrupted_run(tmp_path, prepared_corpus):
+    """Without a browser, through the page's own JSON API: a tiny pretrain launched (/api/launch), stopped
+    (/api/runs/NAME/stop: SIGTERM, the loop saves a checkpoint where it stands and the run reads
+    'interrupted'), resumed (/api/runs/NAME/resume) to its end: every step's loss is the one an
+    uninterrupted `aura pretrain` with the same arguments logs (exactly: the same logged strings)."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    c, headers = client(root)
+    steps = 60
+    values = {**TINY, "data": str(prepared_corpus), "max_steps": str(steps), "save_steps": "0",
+              "eval_interval": "0", "precision": "fp32", "seed": "3", "warmup_steps": "5"}
+    preview = c.post("/api/preview", json={"command": "pretrain", "name": "api", "values": values}, headers=headers)
+    assert preview.status_code == 200, preview.text
+    argv = preview.json()["argv"]
+    # the uninterrupted reference, the same arguments in another folder, started beside the studio's run
+    ref_dir = tmp_path / "reference"
+    ref_argv = [*argv[:argv.index("--output-dir")], "--output-dir", str(ref_dir)]
+    ref = subprocess.Popen([sys.executable, "-m", "aura", *ref_argv], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, env={**os.environ, "AURA_PLAIN": "1"})
+
+    def detail() -> dict:
+        r = c.get("/api/runs/api")
+        return r.json() if r.status_code == 200 else {}
+
+    def wait_for(cond, what: str, timeout: float = 600) -> dict:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            d = detail()
+            if cond(d):
+                return d
+            job = c.get("/api/jobs/api").json()
+            assert job.get("running", True) or cond(detail()), (what, job.get("log"))
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}: {detail().get('status')}")
+
+    try:
+        r = c.post("/api/launch", json={"command": "pretrain", "name": "api", "values": values}, headers=headers)
+        assert r.status_code == 200, r.text
+        logged = lambda: [ln for ln in (root / "api" / "training_log.csv").read_text().splitlines()[1:]  # noqa: E731
+                          if ",step," in ln] if (root / "api" / "training_log.csv").is_file() else []
+        end = time.monotonic() + 600
+        while len(logged()) < 3 and time.monotonic() < end:
+            time.sleep(0.05)
+        r = c.post("/api/runs/api/stop", headers=headers)
+        assert r.status_code == 200, r.text
+        stopped = wait_for(lambda d: d.get("status") == "interrupted", "the stop")
+        at = max(ck["step"] for ck in stopped["checkpoints"])
+        assert 3 <= at < steps, at  # stopped mid-run, with the checkpoint of the step it reached
+        r = c.post("/api/runs/api/resume", headers=headers)
+        assert r.status_code == 200, r.text
+        assert r.json()["argv"][-2:] == ["--resume-from", "latest"]
+        done = wait_for(lambda d: d.get("status") == "finished", "the resumed run's end")
+    finally:
+        out, _ = ref.communicate(timeout=900)
+    assert ref.returncode == 0, out
+    assert [h["resumed_from"] is not None for h in done["history"]] == [False, True]
+    with open(root / "api" / "training_log.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["kind"] == "step"]
+    with open(ref_dir / "training_log.csv", newline="") as f:
+        ref_rows = {int(r["step"]): r for r in csv.DictReader(f) if r["kind"] == "step"}
+    got = {int(r["step"]): r for r in rows}  # a step logged twice would show as fewer keys than rows
+    assert len(rows) == len(got) == steps and sorted(got) == sorted(ref_rows) == list(range(1, steps + 1))
+    for step in got:
+        assert (got[step]["train_loss"], got[step]["lr"], got[step]["tokens"]) == \
+            (ref_rows[step]["train_loss"], ref_rows[step]["lr"], ref_rows[step]["tokens"]), step

@@ -113,6 +113,31 @@ def test_new_rows_only_phase_leaves_every_base_weight_unchanged(adapted):
     assert not torch.equal(final["model.embed_tokens.weight"][n:], torch.zeros_like(final["model.embed_tokens.weight"][n:]))
 
 
+def test_embeddings_scope_trains_whole_embedding_matrices_and_nothing_else(adapted, tmp_path):
+    """`--new-tokens-scope embeddings`: during --train-new-tokens-only the whole input embedding and output head
+    learn (old rows too, unlike new-rows), every other weight stays bit-identical to the base."""
+    from safetensors.torch import load_file
+
+    run = tmp_path / "emb"
+    t = run_aura("pretrain", "--init-from", adapted["base"], "--tokenizer", adapted["ext"], "--data",
+                 adapted["run"].parent / "data", "-o", run, "--batch-size", "2", "--seq-length", "64", "--precision",
+                 "fp32", "--max-steps", "2", "--train-new-tokens-only", "2", "--new-tokens-scope", "embeddings",
+                 "--learning-rate", "1e-2", "--sample-tokens", "0")
+    assert t.returncode == 0, t.stderr + t.stdout
+    base = load_file(str(adapted["base"] / "model.safetensors"))
+    final = load_file(str(run / "final" / "model.safetensors"))
+    n = base["model.embed_tokens.weight"].shape[0]
+    for name, w in base.items():
+        if name in ("model.embed_tokens.weight", "lm_head.weight"):
+            moved = (final[name][:n] != w).any(dim=1)  # (n,) old rows that learnt
+            assert int(moved.sum()) >= 10, (name, int(moved.sum()))
+        else:
+            assert torch.equal(final[name], w), name
+    # the new-rows scope of the fixture's run, from the same start, left every old row as it was
+    rows_only = load_file(str(adapted["run"] / "final" / "model.safetensors"))
+    assert torch.equal(rows_only["lm_head.weight"][:n], base["lm_head.weight"])
+
+
 def test_final_model_and_gguf_tokenize_like_the_extended_tokenizer(adapted, tmp_path):
     importorskip("llama_cpp", "llama-cpp")
     from llama_cpp import Llama
@@ -144,3 +169,62 @@ def test_extend_refusals(adapted, tmp_path):
     r = run_aura_here("tokenizer", "extend", adapted["base"], CORPUS_DIR, "--add-tokens", "0", "--output-dir", out)
     assert r.returncode == 2 and "--add-tokens must be greater than 0" in r.stderr, r.stderr
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_sentencepiece_base_extension_is_never_longer_round_trips_and_llama_cpp_agrees(tmp_path):
+    """A Llama 2 / Mistral 7B layout (SentencePiece BPE: "▁" for spaces, byte fallback, no pre-tokeniser)
+    extended from three of the corpus files: its new pieces are words or word starts ("▁" only first), on the
+    fourth file (held out) no line takes more tokens than with the base, most take fewer, every line decodes back to itself, and after a GGUF export llama.cpp (its
+    SentencePiece tokenizer, merging by score) cuts every held-out line as the extended tokenizer does."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aura.train.init_from import mean_of_pieces, new_token_ids
+    from tests.tiny_models import train_spm_tokenizer
+
+    held_out = "narrativa.txt"
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    for f in sorted(CORPUS_DIR.glob("*.txt")):
+        if f.name != held_out:
+            (texts / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
+    base_dir = build_llama(tmp_path / "base", train_spm_tokenizer(tmp_path / "spm", vocab_size=600), arch="mistral")
+    ext_dir = tmp_path / "ext"
+    r = run_aura_here("tokenizer", "extend", base_dir, texts, "--add-tokens", ADD, "--output-dir", ext_dir)
+    assert r.returncode == 0, r.stderr + r.stdout
+    base, ext = AutoTokenizer.from_pretrained(base_dir), AutoTokenizer.from_pretrained(ext_dir)
+    assert len(ext) == len(base) + ADD and ext.backend_tokenizer.pre_tokenizer is None  # the SentencePiece layout
+    assert all(ext.get_vocab()[t] == i for t, i in base.get_vocab().items())
+    added = [t for t, i in ext.get_vocab().items() if i >= len(base)]
+    # pieces as SentencePiece makes them: "▁" only at a piece's start (58 of 150 new tokens had it inside or at
+    # the end, "que▁se▁", before continue_bpe cut the base's whole normalised text into words)
+    assert len(added) == ADD and not [t for t in added if "▁" in t[1:]], [t for t in added if "▁" in t[1:]]
+    lines = [ln for ln in (CORPUS_DIR / held_out).read_text(encoding="utf-8").splitlines() if ln.strip()]
+    assert len(lines) > 50
+    fewer = total_base = total_ext = 0
+    for text in [*SPANISH_PROBES, *lines]:
+        ids = ext(text, add_special_tokens=False).input_ids
+        assert ext.decode(ids) == text, text  # accents, ñ, ¿¡, emoji (byte fallback), spaces
+        n_base = len(base(text, add_special_tokens=False).input_ids)
+        assert len(ids) <= n_base, text
+        fewer += len(ids) < n_base
+        total_base, total_ext = total_base + n_base, total_ext + len(ids)
+    assert fewer > len(lines) // 2 and total_ext < 0.99 * total_base
+
+    # the base model grown to the extension (mean of pieces, as `aura pretrain --init-from` does), in llama.cpp
+    model = AutoModelForCausalLM.from_pretrained(base_dir)
+    mean_of_pieces(model, base, ext, new_token_ids(base, ext, base_name="base", ext_name="ext"))
+    grown = tmp_path / "grown"
+    model.save_pretrained(grown)
+    ext.save_pretrained(grown)
+    importorskip("llama_cpp", "llama-cpp")
+    from llama_cpp import Llama
+
+    gguf = tmp_path / "grown.gguf"
+    r = run_aura("export", "gguf", "--model", grown, "--outfile", gguf, "--quant", "f32")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "Tokenisation identical" in r.stdout
+    llm = Llama(str(gguf), vocab_only=True, verbose=False)
+    for text in [*SPANISH_PROBES, *lines]:
+        assert llm.tokenize(text.encode("utf-8"), add_bos=False, special=False) == \
+            ext(text, add_special_tokens=False).input_ids, text

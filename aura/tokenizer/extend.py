@@ -18,6 +18,7 @@ texts are reported before and after.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -178,6 +179,9 @@ def extend_tokenizer(cfg: TokenizerExtendConfig) -> Path:
     return out
 
 
+_SPM_WORD = re.compile("(?=\u2581)")  # before every "▁"
+
+
 def continue_bpe(backend, docs, *, n: int, min_frequency: int, max_words: int = 200_000) -> list[tuple[str, str]]:
     """BPE training continued from the base's own segmentation: the words of ``docs`` (the base's
     normaliser and pre-tokeniser) are cut as the base cuts them, and the most frequent adjacent pair is
@@ -189,8 +193,11 @@ def continue_bpe(backend, docs, *, n: int, min_frequency: int, max_words: int = 
     words: Counter = Counter()
     for doc in docs:
         text = backend.normalizer.normalize_str(doc) if backend.normalizer is not None else doc
-        pieces = backend.pre_tokenizer.pre_tokenize_str(text) if backend.pre_tokenizer is not None else [(text, None)]
-        words.update(p for p, _ in pieces)
+        if backend.pre_tokenizer is not None:
+            words.update(p for p, _ in backend.pre_tokenizer.pre_tokenize_str(text))
+        else:  # SentencePiece layout (Llama 2, Mistral 7B): words start at "▁", as its pieces do; no new
+            # token may join a word's end to the next word ("que▁se▁"), which the base's pieces never do
+            words.update(w for w in _SPM_WORD.split(text) if w)
     segs, freqs = [], []
     for word, f in words.most_common(max_words):
         toks = [t.value for t in backend.model.tokenize(word)]
