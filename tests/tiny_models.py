@@ -87,10 +87,11 @@ def _save_model(model, tok_dir: Path, out_dir: Path) -> Path:
                                                bos_token_id=tok.bos_token_id)
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
-    if (tok_dir / "tokenizer.model").is_file():  # a SentencePiece model (transformers 5 does not save it)
-        import shutil
+    if (tok_dir / "tokenizer.model").is_file():  # a SentencePiece model: transformers 5 saves neither it nor
+        import shutil                                # its tokenizer_config's "legacy"
 
-        shutil.copy(tok_dir / "tokenizer.model", out_dir / "tokenizer.model")
+        for name in ("tokenizer.model", "tokenizer_config.json"):
+            shutil.copy(tok_dir / name, out_dir / name)
     return out_dir
 
 
@@ -273,14 +274,15 @@ def train_sentencepiece(out_dir: str | Path, *, vocab_size: int = 600) -> Path:
                                    model_prefix=str(raw / "tokenizer"), vocab_size=vocab_size, model_type="bpe",
                                    byte_fallback=True, character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2,
                                    pad_id=-1, num_threads=1, minloglevel=2)
-    tok = LlamaTokenizer.from_pretrained(str(raw), legacy=True, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                         pad_token="</s>")
+    tok = LlamaTokenizer.from_pretrained(str(raw), legacy=True, add_bos_token=True, bos_token="<s>",
+                                         eos_token="</s>", unk_token="<unk>", pad_token="</s>")
     tok.chat_template = LLAMA2_CHAT_TEMPLATE
     tok.save_pretrained(out_dir)
     import json
 
     config = json.loads((out_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
-    config["legacy"] = True  # transformers 5 saves it without: reloaded, the "▁" after special tokens is lost
+    # as Llama 2's: transformers 5 saves neither (reloaded, the "▁" after special tokens and <s> would be lost)
+    config.update(legacy=True, add_bos_token=True, add_eos_token=False)
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     (raw / "tokenizer.model").replace(out_dir / "tokenizer.model")
     for leftover in raw.iterdir():

@@ -208,9 +208,7 @@ def _tokenizer_why(tok_dir: Path, converter: Path) -> str:
     import json
 
     if (tok_dir / "tokenizer.model").is_file():
-        from importlib.util import find_spec
-
-        return "" if find_spec("sentencepiece") else M("why_sentencepiece")
+        return ""
     path = tok_dir / "tokenizer.json"
     if not path.is_file():
         return M("why_tokenizer", kind="no tokenizer.json")
@@ -230,9 +228,15 @@ def choose(mode: str, *, model_dir: Path, tok_dir: Path, config: dict, llama_cpp
     converter = locate(llama_cpp_dir, fetch=mode == "llama.cpp")
     if converter is None:
         return Choice(None, M("why_absent"))
+    from importlib.util import find_spec
+
     arch = (config.get("architectures") or ["?"])[0]
-    why = M("why_arch", arch=arch) if arch not in known_architectures(converter) else \
-        _tokenizer_why(tok_dir, converter)
+    if find_spec("sentencepiece") is None:  # the converter imports it for every tokenizer, even a BPE
+        why = M("why_sentencepiece")
+    elif arch not in known_architectures(converter):
+        why = M("why_arch", arch=arch)
+    else:
+        why = _tokenizer_why(tok_dir, converter)
     if why and mode == "llama.cpp":
         raise AuraError(M("refused", path=model_dir, why=why))
     return Choice(None, why) if why else Choice(converter)
