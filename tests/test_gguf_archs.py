@@ -93,6 +93,7 @@ def test_architecture_roundtrip(toks, tmp_path, arch):
         assert _field(reader, "tokenizer.ggml.pre") == "llama-bpe"
         assert "[:]" not in _field(reader, "tokenizer.chat_template")
     elif arch.startswith("gemma"):
+        assert "# Chat format: gemma" in (tmp_path / f"{arch}.Modelfile").read_text()  # tests/test_modelfile.py
         assert _field(reader, "tokenizer.ggml.model") == "llama"
         assert _field(reader, f"{arch}.attention.sliding_window") == 8
         assert {"blk.0.post_attention_norm.weight", "blk.0.post_ffw_norm.weight"} <= tensors
@@ -103,6 +104,7 @@ def test_architecture_roundtrip(toks, tmp_path, arch):
             assert _field(reader, "gemma3.rope.scaling.factor") == pytest.approx(4.0)
             assert {"blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"} <= tensors
     elif arch == "phi3":
+        assert "# Chat format: phi3" in (tmp_path / f"{arch}.Modelfile").read_text()
         assert {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight"} <= tensors and "blk.0.ffn_gate.weight" not in tensors
         assert _field(reader, "phi3.rope.dimension_count") == 8  # half of head_dim 16
         assert _field(reader, "general.name") == "final (phi-3)"
