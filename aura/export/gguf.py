@@ -154,10 +154,10 @@ def find_quantizer() -> tuple[str, object] | None:
 
 def _llama_cpp_installed() -> bool:
     try:
-        import llama_cpp  # noqa: F401
+        import llama_cpp
     except ImportError:
         return False
-    return True
+    return llama_cpp is not None
 
 
 def export_gguf(cfg: GGUFConfig) -> int:

@@ -53,7 +53,7 @@ def ollama_template(chat_template: str | None) -> tuple[str | None, str]:
         return _OLLAMA_LLAMA3, "llama3"
     if "<start_of_turn>" in chat_template and "<end_of_turn>" in chat_template:
         return _OLLAMA_GEMMA, "gemma"
-    if "<|user|>" in chat_template and "<|end|>" in chat_template:
+    if "<|end|>" in chat_template and ("<|user|>" in chat_template or "<|assistant|>" in chat_template):
         return _OLLAMA_PHI3, "phi3"
     if "[INST]" in chat_template:
         return _OLLAMA_MISTRAL, "mistral"
