@@ -250,27 +250,31 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
         first = "f32" if quantizer else cfg.quant
         stage = out.parent / tmp_name(f"{out.name}.f32") if quantizer else tmp
         name = cfg.name or model_dir.resolve().name
-        writer = "aura"
-        if choice.converter is not None:
+        # auto: llama.cpp's converter first, Aura's writer if the converter fails or its file fails verification
+        writers = ["aura"] if choice.converter is None else \
+            ["llama.cpp"] if cfg.converter == "llama.cpp" or refusal is not None else ["llama.cpp", "aura"]
+        for writer in writers:
             try:
-                _convert(choice.converter, stage, model_dir=model_dir, tok_dir=tok_dir, quant=first, name=name)
-                writer = "llama.cpp"
-            except ConverterFailed as e:
-                if cfg.converter == "llama.cpp" or refusal is not None:
-                    raise
-                console.warn(e.fallback_message())
-        if writer == "aura":
-            _write(stage, model_dir=model_dir, arch=arch, vocab=vocab, tok=tok, tok_dir=tok_dir, quant=first,
-                   name=name)
-        if quantizer:
-            _quantize(quantizer, stage, tmp, LLAMA_CPP_QUANTS[cfg.quant])
-            stage.unlink()
-        seconds = time.perf_counter() - t0
-        report = None
-        if verify:
-            from aura.export.gguf_verify import verify_gguf
+                if writer == "llama.cpp":
+                    _convert(choice.converter, stage, model_dir=model_dir, tok_dir=tok_dir, quant=first, name=name)
+                else:
+                    _write(stage, model_dir=model_dir, arch=arch, vocab=vocab, tok=tok, tok_dir=tok_dir,
+                           quant=first, name=name)
+                if quantizer:
+                    _quantize(quantizer, stage, tmp, LLAMA_CPP_QUANTS[cfg.quant])
+                    stage.unlink()
+                seconds = time.perf_counter() - t0
+                report = None
+                if verify:
+                    from aura.export.gguf_verify import verify_gguf
 
-            report = verify_gguf(tmp, model_dir=model_dir, quant=cfg.quant, shown=out)
+                    report = verify_gguf(tmp, model_dir=model_dir, quant=cfg.quant, shown=out)
+                break
+            except AuraError as e:
+                if writer == writers[-1]:
+                    raise
+                console.warn(e.fallback_message() if isinstance(e, ConverterFailed) else
+                             M_CONVERT("unverified_fallback", why=str(e).splitlines()[0][:300]))
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.chmod(tmp, user_mode(directory=False))  # mkstemp's 0600 would hide the model from other users

@@ -79,6 +79,10 @@ M = Messages("gguf_convert", {
                         "Última línea: {last}",
                         "llama.cpp's converter failed (code {code}); Aura's writer writes the GGUF. Last line: "
                         "{last}"),
+    "unverified_fallback": ("El GGUF del conversor de llama.cpp no pasa la verificación ({why}); escribe el GGUF "
+                            "el escritor de Aura.",
+                            "llama.cpp's converter's GGUF fails the verification ({why}); Aura's writer writes "
+                            "the GGUF."),
 })
 
 ENV_DIR = "AURA_LLAMA_CPP_DIR"
