@@ -154,8 +154,8 @@ def plan_arch(model_dir: Path, config: dict) -> ArchPlan:
         "layer_norm_rms_eps": float(config.get("rms_norm_eps", 1e-6)),
     }
     kind = rope.get("rope_type", rope.get("type", "default"))
-    allowed = {"llama": ("default", "linear", "llama3"), "gemma3": ("default", "linear"), "phi3": ("default", "longrope"),
-               "qwen2": ("default", "yarn")}.get(gg, ("default",))
+    allowed = {"llama": ("default", "linear", "llama3"), "gemma3": ("default", "linear"),
+               "phi3": ("default", "longrope"), "qwen2": ("default", "yarn")}.get(gg, ("default",))
     if kind not in allowed:
         raise AuraError(M("rope", kind=kind, path=model_dir, arch=arch, supported=", ".join(allowed)))
     if kind == "linear":

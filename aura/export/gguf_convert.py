@@ -162,10 +162,12 @@ def _fetch(version: str, dest: Path) -> Path:
             members = []
             for m in tar.getmembers():
                 rel = m.name[len(prefix):] if m.name.startswith(prefix) else ""
-                if rel and rel.split("/")[0] in PARTS and (m.isfile() or m.isdir()):
+                if rel and rel.split("/")[0] in PARTS and ".." not in rel.split("/") and (m.isfile() or m.isdir()):
                     m.name = rel
                     members.append(m)
-            tar.extractall(staged, members=members, filter="data")
+            # Python's "data" filter where it exists (3.10.12+, 3.11.4+); the members are plain files anyway
+            tar.extractall(staged, members=members,
+                           **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         if _missing(staged):
             raise AuraError(M("fetch_failed", version=version, why=f"{_missing(staged)} not in {sdists[0].name}"))
         with contextlib.suppress(OSError):  # another export may have put it there meanwhile: theirs is as good
