@@ -39,6 +39,7 @@ def llama2(tmp_path_factory):
     return build_llama(root / "llama2", train_sentencepiece(root / "spm"))
 
 
+@pytest.mark.slow  # two verified exports, one through the converter's subprocess (and its first fetch)
 def test_llama_through_llama_cpp_converter_equals_aura_writer(converter, llama2, tmp_path):
     conv, ours = tmp_path / "conv.gguf", tmp_path / "aura.gguf"
     r = _export(llama2, conv, "f16", "--converter", "llama.cpp")  # verified in llama.cpp by the command
