@@ -32,6 +32,9 @@ CAPABILITIES = {
              "test extras)",
     "bitsandbytes": "bitsandbytes (QLoRA; a test extra)",
     "llama-cpp": "llama-cpp-python (GGUF files read by llama.cpp; a test extra)",
+    "llama-cpp-converter": "llama.cpp's own converter: the installed llama-cpp-python's sdist, fetched once from "
+                           "PyPI into ~/.cache/aura/llama.cpp (or AURA_LLAMA_CPP_DIR), and sentencepiece (a test "
+                           "extra)",
     "trl": "trl (parity against TRL's trainers; a test extra)",
     "datatrove": "datatrove and py3langid (aura data curate; test extras)",
     "ray": "ray (curation on a local Ray cluster; a test extra)",

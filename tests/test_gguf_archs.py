@@ -8,6 +8,7 @@ what llama.cpp would compute differently.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.conftest import run_aura, run_aura_here
@@ -93,6 +94,7 @@ def test_architecture_roundtrip(toks, tmp_path, arch):
         assert _field(reader, "tokenizer.ggml.pre") == "llama-bpe"
         assert "[:]" not in _field(reader, "tokenizer.chat_template")
     elif arch.startswith("gemma"):
+        assert "# Chat format: gemma" in (tmp_path / f"{arch}.Modelfile").read_text()  # tests/test_modelfile.py
         assert _field(reader, "tokenizer.ggml.model") == "llama"
         assert _field(reader, f"{arch}.attention.sliding_window") == 8
         assert {"blk.0.post_attention_norm.weight", "blk.0.post_ffw_norm.weight"} <= tensors
@@ -103,6 +105,7 @@ def test_architecture_roundtrip(toks, tmp_path, arch):
             assert _field(reader, "gemma3.rope.scaling.factor") == pytest.approx(4.0)
             assert {"blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"} <= tensors
     elif arch == "phi3":
+        assert "# Chat format: phi3" in (tmp_path / f"{arch}.Modelfile").read_text()
         assert {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight"} <= tensors and "blk.0.ffn_gate.weight" not in tensors
         assert _field(reader, "phi3.rope.dimension_count") == 8  # half of head_dim 16
         assert _field(reader, "general.name") == "final (phi-3)"
@@ -207,8 +210,8 @@ def test_refusals_name_the_field_and_the_supported_architectures(toks, tmp_path)
     cases = [("gemma2", toks["gemma"], {"layer_types": ["full_attention", "full_attention"]}, "layer_types"),
              ("smollm3", toks["llama3"], {"layers": 4, "no_rope_layers": [1, 1, 1, 1]}, "no_rope_layers"),
              ("gemma3", toks["gemma"], {"query_pre_attn_scalar": 64}, "query_pre_attn_scalar"),
-             ("qwen2", toks["qwen2"], {"rope_parameters": {"rope_type": "yarn", "factor": 4.0,
-                                                            "rope_theta": 10000.0}}, "yarn")]
+             ("qwen2", toks["qwen2"], {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 16.0,
+                                                            "rope_theta": 10000.0}}, "beta_fast")]
     for arch, tok, options, what in cases:
         model = build_arch(tmp_path / arch, tok, arch, layers=options.pop("layers", 2), **options)
         r = run_aura_here("export", "gguf", "--model", model, "--outfile", tmp_path / f"{arch}.gguf")
@@ -230,3 +233,46 @@ def test_refusals_name_the_field_and_the_supported_architectures(toks, tmp_path)
         for name in ("Qwen2ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM",
                      "SmolLM3ForCausalLM"):
             assert name in r.stderr
+
+
+# RoPE scaling llama.cpp applies as transformers does: Phi-3's LongRoPE (Phi-3-128k, Phi-3.5, Phi-4-mini: long and
+# short per-dimension factors; the short ones apply below the original context, which llama.cpp decides from its
+# loaded context rounded up to 256, so the original context here is 512) and Qwen2.5's YaRN (factor 4).
+SCALED = {
+    "phi3-longrope": ("phi3", "phi3", {"tied": True, "ctx": 2048, "original_max_position_embeddings": 512,
+                                       "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0,
+                                                           "original_max_position_embeddings": 512,
+                                                           "long_factor": [1.0 + 0.7 * i for i in range(8)],
+                                                           "short_factor": [1.0 + 0.2 * i for i in range(8)]}}),
+    "qwen2-yarn": ("qwen2", "qwen2", {"tied": True, "ctx": 256, "rope_parameters": {
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64}}),
+}
+
+
+@pytest.mark.parametrize("case", list(SCALED))
+def test_rope_scaling_exports_as_llama_cpp_applies_it(toks, tmp_path, case):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    arch, family, options = SCALED[case]
+    model = build_arch(tmp_path / "final", toks[family], arch, **options)
+    out = tmp_path / f"{case}.gguf"
+    r = _export(model, out, "f16", "--converter", "aura")
+    assert "identical tokens from the start: 12 of 12" in r.stdout, r.stdout
+    _roundtrip(model, out, rel_tol=TOL["f16"])
+    reader, tensors = _fields(out)
+    if arch == "phi3":
+        assert "LongRoPE" in r.stdout + r.stderr  # the warning about llama.cpp's choice of factors
+        assert {"rope_factors_long.weight", "rope_factors_short.weight"} <= tensors
+        assert _field(reader, "phi3.rope.scaling.attn_factor") == pytest.approx((1 + np.log(4) / np.log(512)) ** 0.5)
+    else:
+        assert _field(reader, "qwen2.rope.scaling.type") == "yarn"
+        assert _field(reader, "qwen2.rope.scaling.factor") == pytest.approx(4.0)
+        assert _field(reader, "qwen2.rope.scaling.original_context_length") == 64
+    # the scaling matters: the same weights with plain RoPE compute other logits
+    ids = torch.arange(3, 60).unsqueeze(0)
+    scaled = AutoModelForCausalLM.from_pretrained(model).eval()
+    plain = AutoModelForCausalLM.from_pretrained(model, rope_parameters={"rope_type": "default",
+                                                                         "rope_theta": 10000.0}).eval()
+    with torch.no_grad():
+        assert (scaled(ids).logits - plain(ids).logits).abs().max() > 0.05

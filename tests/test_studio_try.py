@@ -144,6 +144,7 @@ def test_forms_of_data_prepare_eval_and_gguf_export(runs, tmp_path):
 
     fields = {f["name"]: f for f in c.get("/api/forms/export gguf").json()["fields"]}
     assert "f16" in fields["quant"]["choices"] and "outfile" not in fields and "output_dir" not in fields
+    assert fields["converter"]["choices"] == ["auto", "aura", "llama.cpp"] and "llama_cpp_dir" not in fields
     assert "output" not in {f["name"] for f in c.get("/api/forms/eval").json()["fields"]}
     assert c.get("/api/forms/data prepare").json()["fields"][0]["positional"]
     r = preview("export gguf", {"model": "demo/final", "quant": "q8_0"}, "demo-gguf").json()
@@ -161,7 +162,7 @@ def test_forms_of_data_prepare_eval_and_gguf_export(runs, tmp_path):
         assert r.status_code == 400 and "outside the runs folder" in r.json()["error"], values
     for name in ("../x", "a/b", ".."):
         assert preview("export gguf", {"model": "demo/final"}, name).status_code == 400
-    for path, field in (("export gguf", "outfile"), ("eval", "output")):
+    for path, field in (("export gguf", "outfile"), ("export gguf", "llama_cpp_dir"), ("eval", "output")):
         r = preview(path, {field: "/tmp/x", "model": "demo/final"})
         assert r.status_code == 400 and field in r.json()["error"]
     r = preview("eval", {"model": "demo/final"})  # the CLI's own validation: data, suite or tasks needed

@@ -87,6 +87,11 @@ def _save_model(model, tok_dir: Path, out_dir: Path) -> Path:
                                                bos_token_id=tok.bos_token_id)
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
+    if (tok_dir / "tokenizer.model").is_file():  # a SentencePiece model: transformers 5 saves neither it nor
+        import shutil                                # its tokenizer_config's "legacy"
+
+        for name in ("tokenizer.model", "tokenizer_config.json"):
+            shutil.copy(tok_dir / name, out_dir / name)
     return out_dir
 
 
@@ -248,6 +253,41 @@ def train_spm_tokenizer(out_dir: str | Path, *, vocab_size: int = 600, family: s
                             "{{ m['content'] }} [/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}"
                             "{% endfor %}")
     hf.save_pretrained(out_dir)
+    return out_dir
+
+
+LLAMA2_CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] "
+                        "{{ m['content'] }} [/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
+
+
+def train_sentencepiece(out_dir: str | Path, *, vocab_size: int = 600) -> Path:
+    """A real SentencePiece model (``tokenizer.model``, BPE with byte fallback, trained with the
+    ``sentencepiece`` library on the embedded corpus) with Llama 2's HF tokenizer around it (legacy spaces:
+    "▁" after every special token, as Llama 2's and as llama.cpp's), as Llama 2 / Mistral 7B ship it."""
+    import sentencepiece as spm
+    from transformers import LlamaTokenizer
+
+    out_dir = Path(out_dir)
+    raw = out_dir / "spm"
+    raw.mkdir(parents=True, exist_ok=True)
+    spm.SentencePieceTrainer.train(input=",".join(str(p) for p in sorted(CORPUS_DIR.glob("*.txt"))),
+                                   model_prefix=str(raw / "tokenizer"), vocab_size=vocab_size, model_type="bpe",
+                                   byte_fallback=True, character_coverage=1.0, unk_id=0, bos_id=1, eos_id=2,
+                                   pad_id=-1, num_threads=1, minloglevel=2)
+    tok = LlamaTokenizer.from_pretrained(str(raw), legacy=True, add_bos_token=True, bos_token="<s>",
+                                         eos_token="</s>", unk_token="<unk>", pad_token="</s>")
+    tok.chat_template = LLAMA2_CHAT_TEMPLATE
+    tok.save_pretrained(out_dir)
+    import json
+
+    config = json.loads((out_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    # as Llama 2's: transformers 5 saves neither (reloaded, the "▁" after special tokens and <s> would be lost)
+    config.update(legacy=True, add_bos_token=True, add_eos_token=False)
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    (raw / "tokenizer.model").replace(out_dir / "tokenizer.model")
+    for leftover in raw.iterdir():
+        leftover.unlink()
+    raw.rmdir()
     return out_dir
 
 

@@ -4,8 +4,10 @@ Everything that can refuse (architecture, tokenizer, vocabulary size, quantiser,
 verification) is checked before a byte is written. The file is built under a temporary name, verified
 there (see ``gguf_verify``) and only then renamed into place, with an Ollama ``NAME.Modelfile`` beside it
 (``aura.export.modelfile``).
-f32/f16/bf16/q8_0 are written directly with the ``gguf`` package (as llama.cpp's converter does);
-k-quants and the other llama.cpp types go through llama.cpp's own quantiser from an f32 file.
+Two writers: llama.cpp's own converter (``gguf_convert``: ``--converter auto`` picks it when it is on this
+machine and knows the architecture and the tokenizer) and Aura's, which writes f32/f16/bf16/q8_0 directly with
+the ``gguf`` package (as llama.cpp's converter does). k-quants and the other llama.cpp types go through
+llama.cpp's own quantiser from an f32 file, whichever writer wrote it.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from aura.core import console
 from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
+from aura.export.gguf_convert import ConverterFailed
 
 M = Messages("gguf", {
     "bad_quant": ("--quant '{quant}' no es válido. Opciones: {choices}.",
                   "--quant '{quant}' is not valid. Choices: {choices}."),
+    "bad_converter": ("--converter '{converter}' no es válido. Opciones: {choices}.",
+                      "--converter '{converter}' is not valid. Choices: {choices}."),
     "no_model": ("Falta --model (directorio del modelo Hugging Face).",
                  "--model is missing (Hugging Face model dir)."),
     "adapter": ("{path} es un adaptador LoRA; fusiónalo primero: aura merge --base-model BASE --adapter "
@@ -85,6 +90,7 @@ NATIVE = ("f32", "f16", "bf16", "q8_0")
 LLAMA_CPP_QUANTS = {"q4_0": 2, "q4_1": 3, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k_s": 11, "q3_k_m": 12,
                     "q3_k_l": 13, "q4_k_s": 14, "q4_k_m": 15, "q5_k_s": 16, "q5_k_m": 17, "q6_k": 18}
 QUANTS = (*NATIVE, *LLAMA_CPP_QUANTS)
+CONVERTERS = ("auto", "aura", "llama.cpp")
 
 
 @dataclass
@@ -105,11 +111,24 @@ class GGUFConfig:
                     en="Model name inside the GGUF (default: the dir's name).")
     overwrite: bool = arg(False, es="Sobrescribir el archivo si existe.", en="Overwrite the file if it exists.",
                           deprecated=["--force"])
+    converter: str = arg("auto", es="Quién escribe el GGUF: auto (el conversor de llama.cpp si está en esta máquina "
+                                    "y conoce la arquitectura y el tokenizador; si no, el de Aura), aura, o "
+                                    "llama.cpp (lo descarga una vez del sdist de llama-cpp-python si falta).",
+                         en="Who writes the GGUF: auto (llama.cpp's converter when it is on this machine and knows "
+                            "the architecture and the tokenizer; else Aura's), aura, or llama.cpp (downloaded "
+                            "once from llama-cpp-python's sdist when missing).",
+                         choices=CONVERTERS)
+    llama_cpp_dir: str = arg("", es="Clon de llama.cpp cuyo convert_hf_to_gguf.py usar (o la variable "
+                                    "AURA_LLAMA_CPP_DIR); por defecto, el del sdist de la llama-cpp-python instalada.",
+                             en="llama.cpp clone whose convert_hf_to_gguf.py to use (or the AURA_LLAMA_CPP_DIR "
+                                "variable); default: the installed llama-cpp-python's sdist's.")
 
     def __post_init__(self):
         self.quant = self.quant.lower()
         if self.quant not in QUANTS:
             raise AuraError(M("bad_quant", quant=self.quant, choices=", ".join(QUANTS)))
+        if self.converter not in CONVERTERS:
+            raise AuraError(M("bad_converter", converter=self.converter, choices=", ".join(CONVERTERS)))
         if not self.model:
             raise AuraError(M("no_model"))
 
@@ -135,10 +154,10 @@ def find_quantizer() -> tuple[str, object] | None:
 
 def _llama_cpp_installed() -> bool:
     try:
-        import llama_cpp  # noqa: F401
+        import llama_cpp
     except ImportError:
         return False
-    return True
+    return llama_cpp is not None
 
 
 def export_gguf(cfg: GGUFConfig) -> int:
@@ -167,9 +186,12 @@ def export_gguf(cfg: GGUFConfig) -> int:
 
 def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
     from aura.export.gguf_arch import plan_arch
+    from aura.export.gguf_convert import M as M_CONVERT
+    from aura.export.gguf_convert import choose
     from aura.export.gguf_tokenizer import plan_vocab
     from aura.export.modelfile import default_system, modelfile_text, ollama_name, signed
-    from aura.inference.loading import find_tokenizer_dir, load_model_tokenizer, read_json_file, resolve_model
+    from aura.inference.loading import (end_of_turn_ids, find_tokenizer_dir, load_model_tokenizer, read_json_file,
+                                        resolve_model)
     from aura.core.atomic import (TMP_PREFIX, atomic_write_text, fsync_dir, human_bytes, owner_suffix, tmp_name,
                                   user_mode)
     from aura.core.ownership import check_location
@@ -181,10 +203,23 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
         raise AuraError(M("already_gguf", path=source.path))
     model_dir = source.path
     config = read_json_file(model_dir / "config.json")
-    arch = plan_arch(model_dir, config)
     tok = load_model_tokenizer(model_dir)
     tok_dir = find_tokenizer_dir(model_dir)
-    vocab = plan_vocab(tok_dir, tok, arch.n_vocab)
+    choice = choose(cfg.converter, model_dir=model_dir, tok_dir=tok_dir, config=config,
+                    llama_cpp_dir=cfg.llama_cpp_dir)
+    arch = vocab = refusal = None
+    try:  # Aura's writer's plan: what it writes, or the fallback should llama.cpp's converter fail
+        arch = plan_arch(model_dir, config)
+        vocab = plan_vocab(tok_dir, tok, arch.n_vocab)
+    except AuraError as e:
+        refusal = e
+    if choice.converter is None:
+        if choice.why:
+            console.info(M_CONVERT("fallback", why=choice.why))
+        if refusal is not None:
+            raise refusal
+    else:
+        console.info(M_CONVERT("using", path=choice.converter))
     quantizer = None
     if cfg.quant not in NATIVE:
         quantizer = find_quantizer()
@@ -198,13 +233,15 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
     elif verify and not _llama_cpp_installed():
         raise AuraError(M("verify_needs", install=M("install_verifier")))
     check_location(out, inputs=[model_dir])  # as resolved
-    if vocab.n_padded:
+    if choice.converter is None and vocab.n_padded:
         console.warn(M("padded", tokens=arch.n_vocab - vocab.n_padded, rows=arch.n_vocab, pad=vocab.n_padded))
 
     # --- write under a temporary name, verify, then rename ---
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    console.info(M("writing", path=out, quant=cfg.quant, arch=f"{arch.hf_arch} -> {arch.gguf_arch}"))
+    hf_arch = (config.get("architectures") or ["?"])[0]
+    console.info(M("writing", path=out, quant=cfg.quant,
+                   arch=f"{hf_arch} -> {arch.gguf_arch if choice.converter is None else 'llama.cpp'}"))
     fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{out.name}.", suffix=owner_suffix(), dir=out.parent)
     os.close(fd)
     tmp = Path(name)
@@ -212,17 +249,32 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
     try:
         first = "f32" if quantizer else cfg.quant
         stage = out.parent / tmp_name(f"{out.name}.f32") if quantizer else tmp
-        _write(stage, model_dir=model_dir, arch=arch, vocab=vocab, tok=tok, tok_dir=tok_dir, quant=first,
-               name=cfg.name or model_dir.resolve().name)
-        if quantizer:
-            _quantize(quantizer, stage, tmp, LLAMA_CPP_QUANTS[cfg.quant])
-            stage.unlink()
-        seconds = time.perf_counter() - t0
-        report = None
-        if verify:
-            from aura.export.gguf_verify import verify_gguf
+        name = cfg.name or model_dir.resolve().name
+        # auto: llama.cpp's converter first, Aura's writer if the converter fails or its file fails verification
+        writers = ["aura"] if choice.converter is None else \
+            ["llama.cpp"] if cfg.converter == "llama.cpp" or refusal is not None else ["llama.cpp", "aura"]
+        for writer in writers:
+            try:
+                if writer == "llama.cpp":
+                    _convert(choice.converter, stage, model_dir=model_dir, tok_dir=tok_dir, quant=first, name=name)
+                else:
+                    _write(stage, model_dir=model_dir, arch=arch, vocab=vocab, tok=tok, tok_dir=tok_dir,
+                           quant=first, name=name)
+                if quantizer:
+                    _quantize(quantizer, stage, tmp, LLAMA_CPP_QUANTS[cfg.quant])
+                    stage.unlink()
+                seconds = time.perf_counter() - t0
+                report = None
+                if verify:
+                    from aura.export.gguf_verify import verify_gguf
 
-            report = verify_gguf(tmp, model_dir=model_dir, quant=cfg.quant, shown=out)
+                    report = verify_gguf(tmp, model_dir=model_dir, quant=cfg.quant, shown=out)
+                break
+            except AuraError as e:
+                if writer == writers[-1]:
+                    raise
+                console.warn(e.fallback_message() if isinstance(e, ConverterFailed) else
+                             M_CONVERT("unverified_fallback", why=str(e).splitlines()[0][:300]))
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.chmod(tmp, user_mode(directory=False))  # mkstemp's 0600 would hide the model from other users
@@ -237,13 +289,13 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
         if report is not None:
             from aura.core.atomic import atomic_write_json
 
-            atomic_write_json(verified, verify_record(report, gguf=out, quant=cfg.quant))
+            atomic_write_json(verified, verify_record(report, gguf=out, quant=cfg.quant, writer=writer))
     finally:
         for p in (tmp, stage):
             if p is not None:
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
-    stops = [tok.convert_ids_to_tokens(t) for t in vocab.end_of_turn]
+    stops = [tok.convert_ids_to_tokens(t) for t in end_of_turn_ids(tok)]
     name = ollama_name(model_dir.resolve(), quant=cfg.quant, name=cfg.name)
     atomic_write_text(modelfile, signed(modelfile_text(gguf_name=out.name, chat_template=tok.chat_template,
                                                        stops=stops, system=default_system(tok), model_name=name,
@@ -252,6 +304,17 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
                       modelfile=modelfile))
     console.info(M("ollama", dir=out.parent, name=name, modelfile=modelfile.name))
     return 0
+
+
+def _convert(converter: Path, path: Path, *, model_dir: Path, tok_dir: Path, quant: str, name: str) -> None:
+    """llama.cpp's converter writes ``path``; a checkpoint's tokenizer (in its run folder) is put beside the
+    weights in a temporary folder first, as the converter reads both from one folder."""
+    from aura.core.atomic import TMP_PREFIX
+    from aura.export.gguf_convert import convert, copied_model_dir
+
+    with tempfile.TemporaryDirectory(prefix=f"{TMP_PREFIX}convert-", dir=path.parent) as tmp:
+        src = copied_model_dir(model_dir, tok_dir, Path(tmp) / model_dir.resolve().name)
+        convert(converter, model_dir=src, out=path, outtype=quant, name=name)
 
 
 def _write(path: Path, *, model_dir: Path, arch, vocab, tok, tok_dir: Path, quant: str, name: str) -> None:

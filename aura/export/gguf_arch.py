@@ -9,7 +9,8 @@ Supported (HF architecture -> GGUF arch), with what each needs that llama.cpp's 
 * ``SmolLM3ForCausalLM`` -> ``smollm3``: as Llama (q/k permuted); llama.cpp leaves RoPE out of every 4th
   layer, so the model's ``no_rope_layers`` must be that pattern.
 * ``Qwen2ForCausalLM`` (Qwen2, Qwen2.5) -> ``qwen2``: RoPE on halves as transformers does (nothing
-  permuted), q/k/v biases, tied embeddings (no ``output`` tensor: llama.cpp reuses ``token_embd``).
+  permuted), q/k/v biases, YaRN scaling (Qwen2.5's long-context setting) with llama.cpp's fixed betas,
+  tied embeddings (no ``output`` tensor: llama.cpp reuses ``token_embd``).
 * ``Qwen3ForCausalLM`` -> ``qwen3``: as Qwen2, plus the per-head q/k RMSNorm gains.
 * ``Gemma2ForCausalLM`` -> ``gemma2`` and ``Gemma3ForCausalLM`` -> ``gemma3`` (also the language model of
   the image-text ``Gemma3ForConditionalGeneration``, Gemma 3 4B/12B/27B; its vision tower is left out): Gemma's RMSNorm
@@ -18,7 +19,9 @@ Supported (HF architecture -> GGUF arch), with what each needs that llama.cpp's 
   the sliding window and its layer pattern (every 2nd layer global in Gemma 2, every 6th in Gemma 3, the
   local layers' RoPE base) are written as hyperparameters; ``lm_head`` is the tied embedding.
 * ``Phi3ForCausalLM`` (Phi-3, Phi-3.5, Phi-4) -> ``phi3``: the fused ``qkv_proj`` and ``gate_up_proj``
-  are kept fused, as llama.cpp splits them; partial rotary dimensions and the sliding window.
+  are kept fused, as llama.cpp splits them; partial rotary dimensions and the sliding window; LongRoPE
+  (Phi-3-128k, Phi-3.5, Phi-4-mini) as ``rope_factors_long/short`` tensors and its attention factor (llama.cpp
+  chooses long or short by the loaded context, transformers by the text's length: a warning says so).
 * ``Olmo2ForCausalLM`` -> ``olmo2``: RoPE on halves (nothing permuted), q/k RMSNorm over the whole
   projection, norms after attention and MLP instead of before.
 * ``GPT2LMHeadModel`` -> ``gpt2``: Conv1D weights transposed.
@@ -60,6 +63,13 @@ M = Messages("gguf_arch", {
                  "{path} uses a sliding window of {window:token|tokens}, which llama.cpp does not apply to phi3: past "
                  "{window:token|tokens} the GGUF attends to the whole context and differs from the model (the "
                  "verification uses short texts)."),
+    "longrope": ("{path} usa LongRoPE: transformers elige los factores largos según la longitud del texto (más de "
+                 "{orig:token|tokens}) y llama.cpp según el contexto con que se carga (--n-ctx, redondeado a un "
+                 "múltiplo de 256, mayor que {orig}), también para textos cortos. Con --n-ctx {orig} o menos, "
+                 "ambos coinciden.",
+                 "{path} uses LongRoPE: transformers picks the long factors by the text's length (over "
+                 "{orig:token|tokens}) and llama.cpp by the context it is loaded with (--n-ctx, rounded up to a "
+                 "multiple of 256, over {orig}), for short texts too. With --n-ctx {orig} or less, both agree."),
 })
 
 # HF architecture -> GGUF architecture (a gguf.MODEL_ARCH name, lower case)
@@ -144,11 +154,14 @@ def plan_arch(model_dir: Path, config: dict) -> ArchPlan:
         "layer_norm_rms_eps": float(config.get("rms_norm_eps", 1e-6)),
     }
     kind = rope.get("rope_type", rope.get("type", "default"))
-    allowed = {"llama": ("default", "linear", "llama3"), "gemma3": ("default", "linear")}.get(gg, ("default",))
+    allowed = {"llama": ("default", "linear", "llama3"), "gemma3": ("default", "linear"),
+               "phi3": ("default", "longrope"), "qwen2": ("default", "yarn")}.get(gg, ("default",))
     if kind not in allowed:
         raise AuraError(M("rope", kind=kind, path=model_dir, arch=arch, supported=", ".join(allowed)))
     if kind == "linear":
         hp["rope_scaling_linear"] = float(rope["factor"])
+    elif kind in ("longrope", "yarn"):
+        _scaled_rope(model_dir, config, rope, kind, hp)
     layer_types = config.get("layer_types")
     if gg in GEMMA:
         period = SWA_PERIOD[gg]
@@ -180,8 +193,8 @@ def plan_arch(model_dir: Path, config: dict) -> ArchPlan:
             from aura.core import console
 
             console.warn(M("phi3_swa", path=model_dir, window=hp["sliding_window"]))
-        hp["rope_scaling_orig_ctx_len"] = int(config.get("original_max_position_embeddings")
-                                              or config["max_position_embeddings"])
+        hp.setdefault("rope_scaling_orig_ctx_len", int(config.get("original_max_position_embeddings")
+                                                       or config["max_position_embeddings"]))
     elif layer_types is not None:  # Llama, Qwen2/3, SmolLM3: every layer global in llama.cpp
         _check(model_dir, arch, "layer_types", layer_types, ["full_attention"] * n_layers,
                "full_attention in every layer")
@@ -192,6 +205,32 @@ def plan_arch(model_dir: Path, config: dict) -> ArchPlan:
         _check(model_dir, arch, "no_rope_layers", config.get("no_rope_layers", expected), expected,
                f"no RoPE every {NO_ROPE_INTERVAL} layers")
     return ArchPlan(arch, gg, config, config["vocab_size"], n_layers, hp)
+
+
+def _scaled_rope(model_dir: Path, config: dict, rope: dict, kind: str, hp: dict) -> None:
+    """Phi-3's LongRoPE (per-dimension long/short factors, written as the ``rope_factors_long/short`` tensors) and
+    Qwen2.5's YaRN, with the attention factor transformers computes, as llama.cpp's converter writes them."""
+    orig = int(rope.get("original_max_position_embeddings") or config.get("original_max_position_embeddings")
+               or config["max_position_embeddings"])
+    hp["rope_scaling_orig_ctx_len"] = orig
+    if kind == "yarn":
+        factor = float(rope["factor"])
+        hp["rope_scaling_yarn"] = factor
+        # transformers: attention_factor, else 0.1 ln(factor) + 1 (llama.cpp's own YaRN magnitude scaling)
+        if rope.get("attention_factor") not in (None, 0.1 * math.log(factor) + 1.0):
+            _check(model_dir, "qwen2", "rope_parameters.attention_factor", rope["attention_factor"], None,
+                   "0.1 ln(factor) + 1 (llama.cpp's)")
+        for name, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):  # llama.cpp's fixed values
+            _check(model_dir, "qwen2", f"rope_parameters.{name}", float(rope.get(name, default)), default)
+        return
+    scale = config["max_position_embeddings"] / orig
+    hp["rope_scaling_attn_factor"] = float(rope.get("attention_factor") or (
+        math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0))
+    hp["rope_factors"] = (np.asarray(rope["long_factor"], dtype=np.float32),
+                          np.asarray(rope["short_factor"], dtype=np.float32))
+    from aura.core import console
+
+    console.warn(M("longrope", path=model_dir, orig=orig))
 
 
 def gguf_name(plan: ArchPlan, name: str, *, rstrip_special: bool) -> str:
@@ -238,6 +277,11 @@ def write_hparams(writer, plan: ArchPlan) -> None:
         writer.add_final_logit_softcapping(hp["final_logit_softcapping"])
     if "rope_scaling_orig_ctx_len" in hp:
         writer.add_rope_scaling_orig_ctx_len(hp["rope_scaling_orig_ctx_len"])
+    if "rope_scaling_attn_factor" in hp:
+        writer.add_rope_scaling_attn_factors(hp["rope_scaling_attn_factor"])
+    if "rope_scaling_yarn" in hp:
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(hp["rope_scaling_yarn"])
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -280,6 +324,10 @@ def iter_tensors(model_dir: Path, plan: ArchPlan, files: list[Path]) -> Iterator
     rope = _rope_params(plan.config)
     if plan.gguf_arch == "llama" and rope.get("rope_type") == "llama3":
         yield gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", _llama3_rope_factors(plan.config)
+    if "rope_factors" in plan.hparams:  # Phi-3's LongRoPE
+        long, short = plan.hparams["rope_factors"]
+        yield gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FACTORS_LONG] + ".weight", long
+        yield gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT] + ".weight", short
     for f in files:
         with safe_open(str(f), framework="pt") as sf:
             for key in sf.keys():

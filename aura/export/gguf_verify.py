@@ -172,9 +172,10 @@ def verify_path(gguf: Path) -> Path:
     return gguf.with_name(f"{gguf.name.removesuffix('.gguf')}{VERIFY_SUFFIX}")
 
 
-def verify_record(report: VerifyReport, *, gguf: Path, quant: str) -> dict:
-    """The JSON of ``NAME.verify.json``: the file it is about (name and size), what was measured, the
-    tolerance it was judged by (None for the quantisations that are reported, not judged), the versions."""
+def verify_record(report: VerifyReport, *, gguf: Path, quant: str, writer: str = "aura") -> dict:
+    """The JSON of ``NAME.verify.json``: the file it is about (name and size), which writer wrote it (``aura``
+    or ``llama.cpp``'s converter), what was measured, the tolerance it was judged by (None for the
+    quantisations that are reported, not judged), the versions."""
     from dataclasses import asdict
     from importlib import metadata
 
@@ -185,7 +186,7 @@ def verify_record(report: VerifyReport, *, gguf: Path, quant: str) -> dict:
     except metadata.PackageNotFoundError:
         llama_version = None
     tol = TOLERANCE.get(quant)
-    return {"gguf": gguf.name, "bytes": gguf.stat().st_size, "quant": quant, **asdict(report),
+    return {"gguf": gguf.name, "bytes": gguf.stat().st_size, "quant": quant, "writer": writer, **asdict(report),
             "tolerance": {"rel_diff": tol[0], "top1": tol[1]} if tol else None,
             "llama_cpp_python": llama_version, "aura_version": __version__}
 

@@ -2,7 +2,9 @@
 
 One Modelfile per GGUF (exports of several quantisations into one folder no longer overwrite each other's),
 holding what Ollama needs to chat with the model as it was trained: the chat format (an Ollama TEMPLATE for
-the families Aura knows, else the template embedded in the GGUF), the end-of-turn tokens as stops, and a
+the families Aura knows: ChatML (Qwen2/2.5, Aura's, SmolLM2), Llama 3, Gemma 2/3, Phi-3, Mistral; each renders
+a conversation exactly as the model's Jinja template does, tests/test_modelfile.py; else the template
+embedded in the GGUF), the end-of-turn tokens as stops, and a
 SYSTEM line with the system message the model's chat template adds when a conversation brings none (Aura's
 own template, Qwen's...). Its last line, ``# aura-modelfile-sha256: HASH`` of the rest, lets a later export
 recognise an unedited Modelfile of its own (regenerated) from the user's or an edited one (kept unless
@@ -26,6 +28,13 @@ _OLLAMA_MISTRAL = (
     "{{- range $i, $m := .Messages }}{{- if eq $m.Role \"user\" }}[INST] "
     "{{ if and $.System (eq $i 0) }}{{ $.System }}\n\n{{ end }}{{ $m.Content }} [/INST]"
     "{{- else if eq $m.Role \"assistant\" }} {{ $m.Content }}</s>{{- end }}{{- end }}")
+_OLLAMA_GEMMA = (  # Gemma 2/3: no system turn; the system message opens the first user turn; "model" answers
+    "{{- $first := true }}{{- range .Messages }}{{- if ne .Role \"system\" }}<start_of_turn>"
+    "{{ if eq .Role \"assistant\" }}model{{ else }}{{ .Role }}{{ end }}\n"
+    "{{ if and $first $.System }}{{ $.System }}\n\n{{ end }}{{ .Content }}<end_of_turn>\n{{ $first = false }}"
+    "{{- end }}{{- end }}<start_of_turn>model\n")
+_OLLAMA_PHI3 = (
+    "{{- range .Messages }}<|{{ .Role }}|>\n{{ .Content }}<|end|>\n{{ end }}<|assistant|>\n")
 
 # Where each family's rendered chat keeps the system message.
 _SYSTEM_BLOCK = {"chatml": r"<\|im_start\|>system\n(.*?)<\|im_end\|>",
@@ -42,6 +51,10 @@ def ollama_template(chat_template: str | None) -> tuple[str | None, str]:
         return _OLLAMA_CHATML, "chatml"
     if "<|start_header_id|>" in chat_template:
         return _OLLAMA_LLAMA3, "llama3"
+    if "<start_of_turn>" in chat_template and "<end_of_turn>" in chat_template:
+        return _OLLAMA_GEMMA, "gemma"
+    if "<|end|>" in chat_template and ("<|user|>" in chat_template or "<|assistant|>" in chat_template):
+        return _OLLAMA_PHI3, "phi3"
     if "[INST]" in chat_template:
         return _OLLAMA_MISTRAL, "mistral"
     return None, "embedded"

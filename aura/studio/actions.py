@@ -62,13 +62,13 @@ M = Messages("studio_actions", {
 })
 
 # command -> (module, config class, the field that names the output folder: a new folder directly under the
-# runs folder, the fields left out of the page's form: they would write outside it)
+# runs folder, the fields left out of the page's form: they would write outside it, or run code from outside it)
 FORMS = {
     "pretrain": ("aura.train.pretrain", "PretrainConfig", "output_dir", ()),
     "finetune": ("aura.train.finetune", "FinetuneConfig", "output_dir", ()),
     "data prepare": ("aura.data.prepare", "PrepareConfig", "output_dir", ()),
     "eval": ("aura.evaluation.evaluate", "EvalConfig", "output_dir", ("output",)),
-    "export gguf": ("aura.export.gguf", "GGUFConfig", "output_dir", ("outfile",)),
+    "export gguf": ("aura.export.gguf", "GGUFConfig", "output_dir", ("outfile", "llama_cpp_dir")),
 }
 # the options a person sets first, in this order; the rest of the form sits under "Avanzado"
 ESSENTIAL = {
