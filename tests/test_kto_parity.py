@@ -14,7 +14,10 @@ import json
 
 from tests.conftest import run_aura
 from tests.test_preference import step_rows
-from tests.test_preference_parity import LR, SEED, STEPS, _peft_model, _tokenizer, _trl_args, env  # noqa: F401
+from tests import test_preference_parity as parity
+from tests.test_preference_parity import LR, SEED, STEPS, _peft_model, _tokenizer, _trl_args
+
+env = parity.env  # the same tiny Llama fixture (built once for this module)
 
 EXAMPLES = [
     ("¿Cuál es la capital de Francia?", "La capital de Francia es París.", True),

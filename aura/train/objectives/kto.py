@@ -39,11 +39,11 @@ M = Messages("kto_train", {
                  "Examples: {train} for training ({good} good, {bad} bad), {val} for validation; {tokens:,} answer "
                  "tokens per epoch."),
     "imbalance": ("Hay {good} respuestas buenas y {bad} malas, y los pesos no compensan la diferencia. Según tus "
-                  "datos conviene O BIEN --desirable-weight en [{d_low}, {d_high}] O BIEN --undesirable-weight en "
-                  "[{u_low}, {u_high}] (no ambos; ecuación 8 del artículo de KTO).",
+                  "datos conviene O BIEN --desirable-weight en [{d_low!s}, {d_high!s}] O BIEN --undesirable-weight en "
+                  "[{u_low!s}, {u_high!s}] (no ambos; ecuación 8 del artículo de KTO).",
                   "There are {good} good answers and {bad} bad ones, and the weights do not make up for the "
-                  "difference. Based on your data, use EITHER --desirable-weight in [{d_low}, {d_high}] OR "
-                  "--undesirable-weight in [{u_low}, {u_high}] (not both; Eq. 8 of the KTO paper)."),
+                  "difference. Based on your data, use EITHER --desirable-weight in [{d_low!s}, {d_high!s}] OR "
+                  "--undesirable-weight in [{u_low!s}, {u_high!s}] (not both; Eq. 8 of the KTO paper)."),
     "batch": ("KTO necesita al menos 2 ejemplos por micro-lote entre todos los procesos (--batch-size {batch} x "
               "{world}): el KL se estima con respuestas de otros ejemplos del lote. Usa --batch-size 2 o más.",
               "KTO needs at least 2 examples per micro-batch over all processes (--batch-size {batch} x {world}): "
