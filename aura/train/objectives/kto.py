@@ -45,9 +45,11 @@ M = Messages("kto_train", {
                   "difference. Based on your data, use EITHER --desirable-weight in [{d_low!s}, {d_high!s}] OR "
                   "--undesirable-weight in [{u_low!s}, {u_high!s}] (not both; Eq. 8 of the KTO paper)."),
     "batch": ("KTO necesita al menos 2 ejemplos por micro-lote entre todos los procesos (--batch-size {batch} x "
-              "{world}): el KL se estima con respuestas de otros ejemplos del lote. Usa --batch-size 2 o más.",
+              "{world}): el punto de referencia (KL) es una media sobre el micro-lote y con uno solo sería una "
+              "única muestra (TRL también lo exige). Usa --batch-size 2 o más.",
               "KTO needs at least 2 examples per micro-batch over all processes (--batch-size {batch} x {world}): "
-              "the KL is estimated from other examples' answers in the batch. Use --batch-size 2 or more."),
+              "the reference point (KL) is a mean over the micro-batch, and with one example it would be a single "
+              "sample (TRL requires it too). Use --batch-size 2 or more."),
     "no_val": ("Sin ejemplos de validación (--val-fraction {fraction}): no habrá pérdida de validación ni best/.",
                "No validation examples (--val-fraction {fraction}): there will be no validation loss and no best/."),
 })
