@@ -156,7 +156,8 @@ def main() -> None:
     for side, r in best.items():
         print(f"{side:5s} {a.steps} steps x {per_step} examples  whole command {r['seconds']:6.1f} s = "
               f"{examples / r['seconds']:.2f} examples/s  steady state {per_step / r['step_s']:.2f} examples/s  "
-              f"CPU: whole {r['cpu_seconds']:.1f} s, per step {r['cpu_step_s']:.3f} s  peak RSS {r['peak_rss_mb']:5.0f} MB")
+              f"CPU: whole {r['cpu_seconds']:.1f} s, per step {r['cpu_step_s']:.3f} s  "
+              f"peak RSS {r['peak_rss_mb']:5.0f} MB")
     au, tr = best["aura"], best["trl"]
     print(f"aura/trl: whole-command examples/s x{tr['seconds'] / au['seconds']:.2f}  steady-state examples/s "
           f"x{tr['step_s'] / au['step_s']:.2f}  CPU time: whole x{tr['cpu_seconds'] / au['cpu_seconds']:.2f}, "

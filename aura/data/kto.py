@@ -61,16 +61,16 @@ M = Messages("kto_data", {
               "o quita esa línea.",
               "{where}, field 'completion': the answer is empty; KTO learns from written answers. Write it or "
               "remove that line."),
-    "one_label": ("{path}: las {count} valoraciones del campo '{field}' son todas {value}; KTO aprende del "
-                  "contraste entre respuestas buenas y malas. Añade ejemplos {other} o usa otro objetivo (sft si "
-                  "solo tienes respuestas buenas).",
-                  "{path}: all {count} verdicts of field '{field}' are {value}; KTO learns from the contrast "
-                  "between good and bad answers. Add {other} examples or use another objective (sft when you "
+    "one_label": ("{path}: todas las valoraciones del campo '{field}' ({count}) son {value}; KTO aprende del "
+                  "contraste entre respuestas buenas y malas. Añade ejemplos con valoración {other} o usa otro "
+                  "objetivo (sft si solo tienes respuestas buenas).",
+                  "{path}: all the verdicts of field '{field}' ({count}) are {value}; KTO learns from the contrast "
+                  "between good and bad answers. Add examples rated {other} or use another objective (sft when you "
                   "only have good answers)."),
     "true": ("verdaderas (buenas)", "true (good)"),
     "false": ("falsas (malas)", "false (bad)"),
-    "loaded": ("Cargando respuestas valoradas: {path} -> {good} buenas, {bad} malas.",
-               "Loading rated answers: {path} -> {good} good, {bad} bad."),
+    "loaded": ("Cargando respuestas valoradas: {path} -> {good:buena|buenas}, {bad:mala|malas}.",
+               "Loading rated answers: {path} -> {good:good one|good ones}, {bad:bad one|bad ones}."),
     "dropped": ("Ejemplos descartados porque el prompt no deja sitio a la respuesta en --max-length "
                 "{max_length:token|tokens}: {count} (p. ej. {examples}). Sube --max-length o usa --max-prompt-length.",
                 "Dropped {count:example|examples} whose prompt leaves no room for the answer under --max-length "

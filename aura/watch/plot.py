@@ -14,8 +14,8 @@ from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.atomic import atomic_write_bytes
 from aura.core.i18n import Messages
-from aura.watch.runlog import (KTO_COLUMNS, REWARD_COLUMNS, RL_REWARD_COLUMNS, SOURCE_VAL_PREFIX, SUITE_PREFIX, column_label,
-                               read_log)
+from aura.watch.runlog import (KTO_COLUMNS, REWARD_COLUMNS, RL_REWARD_COLUMNS, SOURCE_VAL_PREFIX, SUITE_PREFIX,
+                               column_label, read_log)
 
 
 M = Messages("plot", {

@@ -120,8 +120,8 @@ def _parse_rows(text: str, path: Path, fieldnames: list[str] | None = None,
         names = list(fieldnames) if fieldnames is not None else next((r for r in reader if r), [])
         idx = {c: i for i, c in enumerate(names)}  # a repeated name: the last one, as csv.DictReader
         cols = [(c, idx.get(c), c in FINITE_COLUMNS) for c in NUMERIC_COLUMNS + tuple(
-            c for c in idx
-            if c in REWARD_COLUMNS + KTO_COLUMNS + RL_REWARD_COLUMNS or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX)))]
+            c for c in idx if c in REWARD_COLUMNS + KTO_COLUMNS + RL_REWARD_COLUMNS
+            or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX)))]
         kind_i, time_i = idx.get("kind"), idx.get("time")
         for raw in reader:
             if not raw:

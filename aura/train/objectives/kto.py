@@ -34,16 +34,16 @@ from aura.train.objectives.preference import _peft_model, frozen_copy, sequence_
 M = Messages("kto_train", {
     "demo_data": ("Sin --data: se usan las respuestas valoradas en español incluidas ({path}).",
                   "No --data: using the embedded Spanish rated answers ({path})."),
-    "examples": ("Ejemplos: {train} de entrenamiento ({good} buenos, {bad} malos), {val} de validación; "
-                 "{tokens:token|tokens} de respuesta por época.",
-                 "Examples: {train} for training ({good} good, {bad} bad), {val} for validation; {tokens:,} answer "
-                 "tokens per epoch."),
-    "imbalance": ("Hay {good} respuestas buenas y {bad} malas, y los pesos no compensan la diferencia. Según tus "
-                  "datos conviene O BIEN --desirable-weight en [{d_low!s}, {d_high!s}] O BIEN --undesirable-weight en "
-                  "[{u_low!s}, {u_high!s}] (no ambos; ecuación 8 del artículo de KTO).",
-                  "There are {good} good answers and {bad} bad ones, and the weights do not make up for the "
-                  "difference. Based on your data, use EITHER --desirable-weight in [{d_low!s}, {d_high!s}] OR "
-                  "--undesirable-weight in [{u_low!s}, {u_high!s}] (not both; Eq. 8 of the KTO paper)."),
+    "examples": ("Ejemplos: {train} de entrenamiento ({good:bueno|buenos}, {bad:malo|malos}), {val} de "
+                 "validación; {tokens:token|tokens} de respuesta por época.",
+                 "Examples: {train} for training ({good:good one|good ones}, {bad:bad one|bad ones}), {val} for "
+                 "validation; {tokens:,} answer tokens per epoch."),
+    "imbalance": ("Hay {good:respuesta buena|respuestas buenas} y {bad:mala|malas}, y los pesos no compensan la "
+                  "diferencia. Según tus datos conviene O BIEN --desirable-weight en [{d_low!s}, {d_high!s}] O BIEN "
+                  "--undesirable-weight en [{u_low!s}, {u_high!s}] (no ambos; ecuación 8 del artículo de KTO).",
+                  "There are {good:good answer|good answers} and {bad:bad one|bad ones}, and the weights do not make "
+                  "up for the difference. Based on your data, use EITHER --desirable-weight in [{d_low!s}, "
+                  "{d_high!s}] OR --undesirable-weight in [{u_low!s}, {u_high!s}] (not both; Eq. 8 of the KTO paper)."),
     "batch": ("KTO necesita al menos 2 ejemplos por micro-lote entre todos los procesos (--batch-size {batch} x "
               "{world}): el punto de referencia (KL) es una media sobre el micro-lote y con uno solo sería una "
               "única muestra (TRL también lo exige). Usa --batch-size 2 o más.",
