@@ -1,6 +1,7 @@
-"""The harness shared by the benchmarks that race Aura against TRL (bench_finetune.py, bench_dpo.py): one
-tiny Llama built here, each side in its own subprocess (``--child aura|trl``), tokens/s and the child's
-peak resident set size, printed side by side with the Aura/TRL ratios."""
+"""The harness shared by the benchmarks that race Aura against TRL (bench_finetune.py, bench_dpo.py,
+bench_simpo.py): one tiny Llama built here, each side in its own subprocess (``--child aura|trl``), tokens/s
+and the child's peak resident set size, printed side by side with the Aura/TRL ratios (``main``), or steady
+state and whole command over alternated repeats (``alternate``)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,75 @@ def main(script: str, children: dict[str, Callable[[argparse.Namespace], dict]],
     a_, t_ = results["aura"], results["trl"]
     print(f"speed ratio aura/trl: {a_['tokens_per_s'] / t_['tokens_per_s']:.2f}x  "
           f"memory ratio aura/trl: {a_['peak_rss_mb'] / t_['peak_rss_mb']:.2f}")
+
+
+def alternate(script: str, children: dict[str, Callable[[argparse.Namespace], list]], *, steps: int,
+              per_step: int, unit: str = "examples") -> None:
+    """Steady state and whole command, fastest of several alternated runs (as bench/versus_trl_grpo.py).
+
+    ``children[side](args)`` trains one side and returns each optimizer step's end as (wall clock, CPU
+    clock); run as ``--child SIDE`` (one thread) it prints them with the peak RSS and CPU seconds, run plainly
+    it builds the model, starts the sides ``--repeats`` times, alternating which goes first, and prints every
+    run and each side's fastest figures (largest peak). Whole command = the child's wall time measured here
+    (interpreter, imports, data, model, every step, the save); steady state = from the end of step 1 to the end
+    of the last step, over the steps in between. ``per_step``: ``unit``s trained per optimizer step (the same
+    on both sides)."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--max-length", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--child", choices=list(children))
+    p.add_argument("--model")
+    p.add_argument("--out")
+    a = p.parse_args()
+    if a.child:
+        import torch
+
+        torch.set_num_threads(1)
+        ends = children[a.child](a)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        print("RESULT " + json.dumps({"ends": ends, "peak_rss_mb": usage.ru_maxrss / 1024,
+                                      "cpu_seconds": usage.ru_utime + usage.ru_stime}), flush=True)
+        return
+    import time
+
+    runs: dict[str, list[dict]] = {side: [] for side in children}
+    print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = build_model(Path(tmp))
+        for repeat in range(a.repeats):
+            for side in list(children) if repeat % 2 == 0 else list(children)[::-1]:
+                env = dict(os.environ, AURA_PLAIN="1", AURA_LANG="en", TOKENIZERS_PARALLELISM="false",
+                           OMP_NUM_THREADS="1")
+                t = time.perf_counter()
+                r = subprocess.run([sys.executable, script, "--child", side, "--model", str(model), "--out",
+                                    str(Path(tmp) / f"{side}-{repeat}"), "--steps", str(a.steps), "--max-length",
+                                    str(a.max_length)], capture_output=True, text=True, env=env)
+                wall = time.perf_counter() - t
+                line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+                if r.returncode != 0 or not line:
+                    sys.exit(f"{side} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+                run = json.loads(line[-1][7:])
+                ends = run["ends"]
+                if len(ends) != a.steps:
+                    sys.exit(f"{side} clocked {len(ends)} steps, not {a.steps}")
+                gaps = max(len(ends) - 1, 1)
+                run.update(seconds=wall, step_s=(ends[-1][0] - ends[0][0]) / gaps,
+                           cpu_step_s=(ends[-1][1] - ends[0][1]) / gaps)
+                runs[side].append(run)
+                print(f"run {repeat + 1} {side:5s} whole command {wall:6.1f} s ({run['cpu_seconds']:5.1f} CPU s)  "
+                      f"steady state {run['step_s']:.3f} s/step ({run['cpu_step_s']:.3f} CPU s)  "
+                      f"peak RSS {run['peak_rss_mb']:5.0f} MB  load {os.getloadavg()[0]:.2f}", flush=True)
+    keys = ("seconds", "step_s", "cpu_seconds", "cpu_step_s")
+    best = {side: {**{k: min(r[k] for r in rs) for k in keys}, "peak_rss_mb": max(r["peak_rss_mb"] for r in rs)}
+            for side, rs in runs.items()}
+    total = a.steps * per_step
+    for side, r in best.items():
+        print(f"{side:5s} {a.steps} steps x {per_step} {unit}  whole command {r['seconds']:6.1f} s = "
+              f"{total / r['seconds']:.2f} {unit}/s  steady state {per_step / r['step_s']:.2f} {unit}/s  "
+              f"CPU: whole {r['cpu_seconds']:.1f} s, per step {r['cpu_step_s']:.3f} s  peak RSS {r['peak_rss_mb']:5.0f} MB")
+    au, tr = best["aura"], best["trl"]
+    print(f"aura/trl: whole-command {unit}/s x{tr['seconds'] / au['seconds']:.2f}  steady-state {unit}/s "
+          f"x{tr['step_s'] / au['step_s']:.2f}  CPU time: whole x{tr['cpu_seconds'] / au['cpu_seconds']:.2f}, "
+          f"per step x{tr['cpu_step_s'] / au['cpu_step_s']:.2f}  peak RSS x{au['peak_rss_mb'] / tr['peak_rss_mb']:.2f}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")

@@ -25,6 +25,11 @@ def pytest_configure(config):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS"):
             os.environ.setdefault(var, "1")
+    # pytest-xdist >= 3.7 hands out `--dist loadfile`'s files by their number of tests, most first, unless
+    # told not to: that put the many quick parametrised files first and the long single-test files last,
+    # where one of them could run alone at the end. Keep the order pytest_collection_modifyitems sets.
+    if getattr(config.option, "loadscopereorder", None) is not None:
+        config.option.loadscopereorder = False
     # A shell ignores SIGINT in the background jobs it starts (`bash scripts/test.sh &`), and an ignored
     # signal stays ignored in every child: the tests that press Ctrl+C in `aura chat`/`pretrain` would hang.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

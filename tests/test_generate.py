@@ -84,18 +84,21 @@ def test_bad_inputs_are_clear(zoo, tmp_path):
 def test_adapter_on_a_base_with_another_vocabulary_is_refused(zoo, tmp_path):
     other = build_llama(tmp_path / "other", train_tokenizer(tmp_path / "tok600", vocab_size=600))
     adapter = stamp_adapter_base(make_lora_adapter(zoo["llama"], tmp_path / "adapter"), zoo["llama"])
+    # generate in this process (the CLI's entry point: same exit code and messages, no interpreter start-up);
+    # chat in its own, as a user types into it (stdin)
     for command, extra, stdin in (("generate", ("--prompt", "hola", "--max-new-tokens", "2"), None),
                                   ("chat", (), "hola\n")):
-        r = run_aura(command, "--model", other, "--adapter", adapter, *extra, input=stdin)
+        args = (command, "--model", other, "--adapter", adapter, *extra)
+        r = run_aura(*args, input=stdin) if stdin else run_aura_here(*args)
         assert r.returncode == 2, (command, r.stdout, r.stderr)
         assert "was trained on" in r.stderr and "vocab_size" in r.stderr and "--allow-other-base" in r.stderr
         assert "Traceback" not in r.stderr
-    forced = run_aura("generate", "--model", other, "--adapter", adapter, "--prompt", "hola",
-                      "--max-new-tokens", "2", "--allow-other-base")
+    forced = run_aura_here("generate", "--model", other, "--adapter", adapter, "--prompt", "hola",
+                           "--max-new-tokens", "2", "--allow-other-base")
     assert forced.returncode == 0, forced.stderr
     # the adapter on its own base passes the check silently
-    ok = run_aura("generate", "--model", zoo["llama"], "--adapter", adapter, "--prompt", "hola",
-                  "--max-new-tokens", "2")
+    ok = run_aura_here("generate", "--model", zoo["llama"], "--adapter", adapter, "--prompt", "hola",
+                       "--max-new-tokens", "2")
     assert ok.returncode == 0 and "trained on" not in ok.stderr, ok.stderr
 
 

@@ -1,6 +1,7 @@
 """Parity with TRL: for the same prompts, fixed completions, rewards and reference, Aura's GRPO objective
-gives TRL GRPOTrainer's advantages, per-token log-probabilities, reference log-probabilities, loss and
-LoRA gradients, for every loss type (CPU, fp32, tiny Llama, no dropout).
+gives TRL GRPOTrainer's advantages, per-token log-probabilities, reference log-probabilities, loss, LoRA
+gradients and clipped share, for every loss type (CISPO included) and both importance-sampling levels (token;
+sequence = GSPO) (CPU, fp32, tiny Llama, no dropout).
 
 TRL's own code path runs: ``_generate_and_score_completions`` (rewards, group-normalised advantages, the
 reference pass with the adapter disabled) with its sampling replaced by the fixed completions, then
@@ -78,9 +79,11 @@ def _fixed(tok):
     return prompt_ids, completion_ids
 
 
-@pytest.mark.parametrize("loss_type,scale", [("grpo", "group"), ("bnpo", "batch"), ("dr_grpo", "none"),
-                                             ("dapo", "group")])
-def test_grpo_matches_trl(trainer_tok, loss_type, scale):
+@pytest.mark.parametrize("loss_type,scale,level", [
+    ("grpo", "group", "token"), ("bnpo", "batch", "token"), ("dr_grpo", "none", "token"), ("dapo", "group", "token"),
+    ("grpo", "group", "sequence"),  # GSPO as its paper sets it up
+    ("dapo", "batch", "sequence"), ("cispo", "group", "token"), ("cispo", "group", "sequence")])
+def test_grpo_matches_trl(trainer_tok, loss_type, scale, level):
     import torch
 
     from aura.data.prompts import EncodedPrompt, PromptItem
@@ -91,7 +94,10 @@ def test_grpo_matches_trl(trainer_tok, loss_type, scale):
     from aura.train.objectives.rollout import RolloutSource
 
     trainer, tok = trainer_tok
-    trainer.loss_type, trainer.scale_rewards = loss_type, scale
+    trainer.loss_type, trainer.scale_rewards, trainer.importance_sampling_level = loss_type, scale, level
+    # CISPO's epsilon_high bounds the ratio itself: 1.2 clips the ratios raised by the perturbation below
+    eps_high = 1.2 if loss_type == "cispo" else 0.28
+    trainer.epsilon_high = eps_high
     model = trainer.model
     model.train()
     prompt_ids, completion_ids = _fixed(tok)
@@ -100,15 +106,20 @@ def test_grpo_matches_trl(trainer_tok, loss_type, scale):
     out = trainer._generate_and_score_completions([{"prompt": PROMPTS[i // G]} for i in range(2 * G)])
     c = out["completion_ids"].shape[1]
     b, t = out["completion_mask"].shape
-    # old log-probs 0.35 off in alternating directions: every row has tokens clipped below and above
-    old = 0.35 * ((torch.arange(b)[:, None] + torch.arange(t)[None]) % 2 * 2 - 1)
+    # old log-probs 0.35 off in alternating directions: every row has tokens clipped below and above; plus
+    # -0.3, 0 or 0.3 per row, so that whole completions' (sequence-level) ratios are clipped too
+    old = 0.35 * ((torch.arange(b)[:, None] + torch.arange(t)[None]) % 2 * 2 - 1) + 0.3 * (torch.arange(b)[:, None] % 3 - 1)
     trl_logps, _, _ = trainer._get_per_token_logps_and_entropies(
         model, torch.cat([out["prompt_ids"], out["completion_ids"]], 1),
         torch.cat([out["prompt_mask"], out["completion_mask"]], 1), c)
     out["old_per_token_logps"] = (trl_logps.detach() + old) * out["completion_mask"]
     model.zero_grad()
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer's training loop, which does not run here
-    trl_loss = trainer._compute_loss(model, out)
+    trainer._metrics["train"].clear()
+    try:
+        trl_loss = trainer._compute_loss(model, out)
+    finally:
+        trainer.importance_sampling_level, trainer.epsilon_high = "token", 0.28
     trl_loss.backward()
     trl_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
 
@@ -132,14 +143,16 @@ def test_grpo_matches_trl(trainer_tok, loss_type, scale):
     torch.testing.assert_close(aura_logps * batch["completion_mask"], trl_logps * out["completion_mask"],
                                atol=1e-5, rtol=0)
     batch["old_logps"] = out["old_per_token_logps"]
-    objective = GRPO(loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, beta=0.04, temperature=0.7,
-                     max_completion_length=C_MAX, reward_names=rewards.names)
+    objective = GRPO(loss_type=loss_type, epsilon=0.2, epsilon_high=eps_high, beta=0.04, temperature=0.7,
+                     max_completion_length=C_MAX, reward_names=rewards.names, importance_sampling_level=level)
     model.zero_grad()
     total, stats = objective.loss(model, batch)
     loss = total / objective.count(batch)  # what the loop does with one micro-batch on one rank
     loss.backward()
     assert loss.item() == pytest.approx(trl_loss.item(), abs=1e-4)
-    assert stats["clip_ratio"].item() > 0  # the perturbed ratio is clipped somewhere
+    clip_share = stats["clip_ratio"].item() / objective.count(batch)  # the loop's per-unit average
+    trl_clip = trainer._metrics["train"]["cispo_clip_ratio" if loss_type == "cispo" else "clip_ratio/region_mean"]
+    assert clip_share == pytest.approx(trl_clip[-1], abs=1e-6) and clip_share > 0  # clipped somewhere
     for name, grad in trl_grads.items():
         aura_grad = dict(model.named_parameters())[name].grad
         torch.testing.assert_close(aura_grad, grad, atol=1e-4, rtol=0, msg=lambda m: f"{name}: {m}")

@@ -127,10 +127,11 @@ def test_a100_chain_first_stages_on_a_fineweb2_copy(tmp_path):
     small = tmp_path / "a100-small.yaml"
     small.write_text(yaml.safe_dump(spec, allow_unicode=True, sort_keys=False), encoding="utf-8")
     out = tmp_path / "run"
-    proc = run_aura_here("pipeline", "run", str(small), "--output-dir", str(out),
-                         "--set", f"curate.hf_dataset={mirror}", "--set", "curate.max_documents=12",
-                         "--set", "curate.tasks=2", "--set", "curate.workers=1", "--set", "tokenizer.vocab_size=600",
-                         "--set", "prepare.val_fraction=0.2", "--set", "prepare.workers=1", env=OFFLINE)
+    args = ("pipeline", "run", str(small), "--output-dir", str(out),
+            "--set", f"curate.hf_dataset={mirror}", "--set", "curate.max_documents=12", "--set", "curate.tasks=2",
+            "--set", "curate.workers=1", "--set", "tokenizer.vocab_size=600", "--set", "prepare.val_fraction=0.2",
+            "--set", "prepare.workers=1")
+    proc = run_aura_here(*args, env=OFFLINE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     state = json.loads((out / "pipeline.json").read_text(encoding="utf-8"))
     assert [state["stages"][n]["status"] for n in state["order"]] == ["finished"] * 3
@@ -146,6 +147,17 @@ def test_a100_chain_first_stages_on_a_fineweb2_copy(tmp_path):
     assert all(Path(s["path"]).parent == out / "curate" for s in meta["sources"])
     tok = json.loads((out / "tokenizer" / "aura_tokenizer.json").read_text(encoding="utf-8"))
     assert meta["tokenizer"]["hash"] == tok["hash"]
+
+    # curate interrupted (the state a stop leaves): the same command resumes it in its folder, where
+    # `aura data curate` runs only the unfinished tasks (here none), instead of starting it from scratch
+    shards = {f: f.stat().st_mtime_ns for f in (out / "curate").glob("*.jsonl.gz")}
+    state["stages"]["curate"]["status"] = "interrupted"
+    (out / "pipeline.json").write_text(json.dumps(state), encoding="utf-8")
+    again = run_aura_here(*args, env=OFFLINE)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "curate: it was interrupted; resuming in its folder (only the unfinished tasks)" in again.stdout
+    assert "Resuming the previous curation" in again.stdout + again.stderr
+    assert {f: f.stat().st_mtime_ns for f in (out / "curate").glob("*.jsonl.gz")} == shards
 
 
 def test_data_stage_estimates_are_bytes_over_the_measured_rates(tmp_path):

@@ -267,13 +267,12 @@ def comm_times(preset: str, *, world: int, latency_s: float, busbw: float, vocab
     a ring all-reduce of B bytes takes latency + B * 2(W-1)/W / busbw, once per DDP bucket."""
     import math
 
-    import torch
-
     from aura.distributed.comm import powersgd_ratio
     from aura.models.presets import PRESETS, build_model
 
-    with torch.device("meta"):  # shapes only: nothing is allocated
-        model = build_model(PRESETS[preset], vocab_size)
+    # shapes only: nothing is allocated nor initialised (build_model's own device wins over a `with
+    # torch.device` around it: on the CPU default, gpt2-medium took ~20 s of random init per call)
+    model = build_model(PRESETS[preset], vocab_size, device="meta")
     nbytes = sum(p.numel() for p in model.parameters() if p.requires_grad) * 4
     buckets = max(1, math.ceil(nbytes / _BUCKET))
     wire = 2 * (world - 1) / world / busbw

@@ -19,6 +19,15 @@ That state belongs to each rank: the engine gathers every rank's part on rank 0,
 the rest of the engine state, and every rank takes its own part back on resume. It is stored per
 parameter name, not per DDP bucket, because DDP rebuilds its buckets after the first step of every
 process, so a resumed run's buckets differ from the saved ones until then (``_PowerSGDMemory``).
+PowerSGD under gloo runs its buckets one after another (``HookState.ordered``): the hook chains three
+all-reduces per bucket (uncompressed tensors, then P, then Q), the later two issued from the callback of
+the previous one, which gloo runs on its own worker thread. With two or more buckets, bucket 1's first
+all-reduce (issued by backward on the main thread) and bucket 0's P all-reduce (issued by that thread) then
+reach gloo in an order that differs between ranks, and gloo pairs collectives by their order: a size
+mismatch aborts the run ("op.preamble.length <= op.nbytes ... collective mismatch"), measured here with
+torch's own hook and no Aura code. So a bucket's chain must end before the next bucket's starts; it still
+overlaps the backward computation that makes the next bucket ready. NCCL runs the callbacks when the
+collectives are queued, on the calling thread, in one order: nothing to do there.
 ``--local-steps`` (DiLoCo) lives in ``aura.distributed.local_sgd``.
 """
 
@@ -108,17 +117,26 @@ class CommTimer:
 
 
 class HookState:
-    """What the timed hook carries: the inner hook's state, the timer, PowerSGD's resumable memory."""
+    """What the timed hook carries: the inner hook's state, the timer, PowerSGD's resumable memory, and
+    whether buckets run one after another (``ordered``: PowerSGD under gloo, see the module docstring)."""
 
-    def __init__(self, mode: str, inner_state: Any, hook, timer: CommTimer | None, memory: "_PowerSGDMemory | None"):
+    def __init__(self, mode: str, inner_state: Any, hook, timer: CommTimer | None, memory: "_PowerSGDMemory | None",
+                 ordered: bool = False):
         self.mode, self.inner_state, self.hook, self.timer, self.memory = mode, inner_state, hook, timer, memory
+        self.ordered = ordered
+        self.pending = None  # ordered: the previous bucket's future, waited for before the next one starts
 
 
 def _timed_hook(state: HookState, bucket):
+    if state.pending is not None:  # ordered: the previous bucket's chain of collectives has ended everywhere
+        state.pending.wait()
+        state.pending = None
     start = time.perf_counter()
     if state.memory is not None:
         state.memory.before(bucket)
     fut = state.hook(state.inner_state, bucket)
+    if state.ordered:
+        state.pending = fut
     if state.timer is None:
         return fut
 
@@ -173,7 +191,8 @@ def register_comm_hook(ddp: torch.nn.Module, *, mode: str, rank: int, warmup: in
         inner, hook, detail = None, default_hooks.bf16_compress_hook, M("detail_bf16")
     else:
         inner, hook, detail = None, default_hooks.allreduce_hook, M("detail_none")
-    state = HookState(mode, inner, hook, CommTimer() if timed else None, memory)
+    # timed means gloo, whose callbacks (PowerSGD's P and Q all-reduces) run on its worker threads
+    state = HookState(mode, inner, hook, CommTimer() if timed else None, memory, ordered=timed and mode == "powersgd")
     ddp.register_comm_hook(state, _timed_hook)
     ddp._aura_comm = state
     console.info(M("hook", mode=mode, detail=detail))

@@ -173,7 +173,8 @@ def plan_pipeline(pipeline, info) -> dict:
 
     plans: dict = {}
     for s in pipeline.stages:
-        plans[s.name] = plan_stage(s.key, s.cfg, info, earlier=dict(plans), refs=s.refs, launch=s.launch)
+        plans[s.name] = plan_stage(s.key, s.cfg, info, earlier=dict(plans), refs=s.refs, launch=s.launch,
+                                   nnodes=s.nnodes)
     return plans
 
 

@@ -256,13 +256,13 @@ def plan_data(key: tuple[str, ...], cfg) -> StagePlan:
 
 
 def plan_stage(key: tuple[str, ...], cfg, info, *, earlier: dict[str, StagePlan] | None = None,
-               refs: list[str] = (), launch: dict | None = None) -> StagePlan:
+               refs: list[str] = (), launch: dict | None = None, nnodes: int = 1) -> StagePlan:
     """One stage's plan; ``earlier`` holds the plans of the stages before it (by name), ``refs`` the
-    earlier stages it reads, ``launch`` its ``launch:`` block (processes per node x nodes devices; else the
-    hardware's own count)."""
+    earlier stages it reads, ``launch`` its ``launch:`` block and ``nnodes`` its nodes (the block's value,
+    else $NNODES): processes per node (the block's, else the hardware's count) x nodes devices."""
     devices = info.count
-    if launch:
-        devices = int(launch.get("gpus_per_node") or info.count) * int(launch.get("nnodes") or 1)
+    if launch is not None:
+        devices = int(launch.get("gpus_per_node") or info.count) * max(int(launch.get("nnodes") or 1), nnodes)
     if key == ("pretrain",):
         return plan_pretrain(cfg, info, devices=devices)
     if key == ("finetune",):

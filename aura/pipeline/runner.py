@@ -52,6 +52,8 @@ M = Messages("pipeline.runner", {
                      "this stage)."),
     "resume": ("[{i}/{n}] {stage}: se interrumpió; se reanuda desde su último checkpoint ({ckpt}).",
                "[{i}/{n}] {stage}: it was interrupted; resuming from its latest checkpoint ({ckpt})."),
+    "resume_tasks": ("[{i}/{n}] {stage}: se interrumpió; se reanuda en su carpeta (solo las tareas sin terminar).",
+                     "[{i}/{n}] {stage}: it was interrupted; resuming in its folder (only the unfinished tasks)."),
     "restart": ("[{i}/{n}] {stage}: no terminó y no tiene checkpoint; se empieza de nuevo.",
                 "[{i}/{n}] {stage}: it did not finish and has no checkpoint; starting it again."),
     "changed": ("Cambió desde la última ejecución: {stages} (opciones o entradas). Se rehacen: {redo}.",
@@ -100,6 +102,12 @@ def equivalent_command(stage: Stage, cfg=None, *, launched: bool = False) -> str
         elif value is not None:
             argv += [flag, str(value)]
     return shlex.join(argv + positional)
+
+
+# Commands that resume in their own folder when run again with the same options: `aura data curate` keeps
+# each finished task (datatrove's completions/) and runs only the others. An interrupted stage of theirs
+# keeps its folder; every other command without checkpoints starts again in a clean one.
+RESUMES_IN_PLACE = {("data", "curate")}
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM outside training: stop like Ctrl+C (training has its own)
@@ -258,7 +266,11 @@ def _execute(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, 
     cfg = stage.cfg
     prev = state.get(name)
     spent = 0.0
-    if action == "resume":
+    keep = False  # the folder stays: the command resumes in it on its own
+    if action == "resume" and stage.key in RESUMES_IN_PLACE and stage_dir.is_dir():
+        console.always(M("resume_tasks", i=i, n=n, stage=name))
+        keep, spent = True, float(prev.get("seconds") or 0.0)
+    elif action == "resume":
         ckpt = latest_checkpoint(stage_dir) if hasattr(cfg, "resume_from") else None
         if ckpt is not None or (follower and hasattr(cfg, "resume_from")):  # node 0's rank 0 finds it
             console.always(M("resume", i=i, n=n, stage=name, ckpt=ckpt.name if ckpt is not None else "latest"))
@@ -277,7 +289,7 @@ def _execute(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, 
     state.update(name, status=RUNNING, fingerprint=fp, command=equivalent, options=config_fields(stage.cfg),
                  started=prev.get("started") if spent else now(), finished=None, exit_code=None,
                  seconds=spent, reason=None, made_by=None, comm=comm)
-    if not resumed and stage_dir.exists() and not follower:  # the runner's own folder: a stage starts clean
+    if not resumed and not keep and stage_dir.exists() and not follower:  # the runner's own folder: starts clean
         shutil.rmtree(stage_dir)
     cmd = COMMANDS[stage.key]
     function = getattr(importlib.import_module(cmd.module), cmd.function)

@@ -26,6 +26,15 @@ objective's units on all ranks:
 * ``dr_grpo``: the token sum over completions x ``--max-completion-length`` (unit: that many tokens);
 * ``dapo``: the token sum over the tokens of the whole window, all ranks (unit: a completion token).
 
+* ``cispo`` (MiniMax-M1's CISPO): the per-token loss is ``-sg(min(r, eps_high)) A log pi`` (the ratio, clipped
+  from above only and detached, weights the log-probability's gradient: no token's gradient is dropped),
+  aggregated as ``dapo``; ``eps_high`` is then an upper bound on the ratio itself (``--epsilon-high``, 5 by
+  default, the value TRL's documentation recommends).
+
+``--importance-sampling-level sequence`` (GSPO, Zheng et al. 2025) replaces every token's ratio by its
+completion's, ``exp`` of the mean of ``log pi - log pi_old`` over the completion's tokens; ``token`` (the
+default) keeps one ratio per token. The clipped-share statistic then counts completions, not tokens.
+
 These are TRL GRPOTrainer's definitions (``tests/test_grpo_parity.py`` checks loss and gradients against
 it). Logged besides the loss (per step, averaged over a log interval like every objective's statistics):
 the rollout's reward statistics, the policy's entropy, the share of clipped tokens and, with ``--beta``,
@@ -36,7 +45,9 @@ from __future__ import annotations
 
 import torch
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
+IS_LEVELS = ("token", "sequence")
+CISPO_EPSILON_HIGH = 5.0  # TRL's documentation: the ScaleRL paper's epsilon_max
 ROLLOUT_STATS = ("reward", "reward_std", "frac_reward_zero_std", "completion_length", "completions_truncated",
                  "time/rollout_s", "time/update_s")
 
@@ -137,11 +148,13 @@ class GRPO:
 
     def __init__(self, *, loss_type: str = "dapo", epsilon: float = 0.2, epsilon_high: float | None = None,
                  beta: float = 0.0, temperature: float = 1.0, max_completion_length: int = 256,
-                 reward_names: list[str] | tuple[str, ...] = ()):
-        if loss_type not in LOSS_TYPES:
-            raise ValueError(f"loss_type must be one of {LOSS_TYPES}")
+                 reward_names: list[str] | tuple[str, ...] = (), importance_sampling_level: str = "token"):
+        if loss_type not in LOSS_TYPES or importance_sampling_level not in IS_LEVELS:
+            raise ValueError(f"loss_type must be one of {LOSS_TYPES}, importance_sampling_level one of {IS_LEVELS}")
         self.loss_type, self.beta, self.temperature = loss_type, beta, temperature
-        self.eps_low, self.eps_high = epsilon, epsilon if epsilon_high is None else epsilon_high
+        self.level = importance_sampling_level
+        default_high = CISPO_EPSILON_HIGH if loss_type == "cispo" else epsilon
+        self.eps_low, self.eps_high = epsilon, default_high if epsilon_high is None else epsilon_high
         self.max_completion_length = max_completion_length
         self.stat_names = rollout_stat_names(list(reward_names))
         self.metric_names = self.stat_names + ("entropy", "clip_ratio") + (("kl",) if beta else ())
@@ -149,7 +162,7 @@ class GRPO:
     def count(self, batch: dict[str, torch.Tensor]) -> int:
         """Units of a CPU micro-batch (see the module docstring)."""
         n = int(batch["completion_mask"].shape[0])
-        if self.loss_type == "dapo":
+        if self.loss_type in ("dapo", "cispo"):
             return int(batch["completion_mask"].sum())
         if self.loss_type == "dr_grpo":
             return n * self.max_completion_length
@@ -157,14 +170,23 @@ class GRPO:
 
     def per_token_loss(self, logps: torch.Tensor, batch: dict[str, torch.Tensor]
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """(per-token loss (B, C), clipped-token indicator (B, C), per-token KL (B, C) or None)."""
+        """(per-token loss (B, C), clipped indicator (B, C), or (B, 1) per completion at sequence level,
+        per-token KL (B, C) or None)."""
         old = batch.get("old_logps")
         old = logps.detach() if old is None else old
         advantages = batch["advantages"].to(logps.dtype).unsqueeze(1)  # (B, 1)
-        ratio = torch.exp(logps - old)
-        clipped_ratio = torch.clamp(ratio, 1 - self.eps_low, 1 + self.eps_high)
-        loss = -torch.min(ratio * advantages, clipped_ratio * advantages)
-        clipped = ((ratio < 1 - self.eps_low) & (advantages < 0)) | ((ratio > 1 + self.eps_high) & (advantages > 0))
+        log_ratio = logps - old  # (B, C)
+        if self.level == "sequence":  # GSPO: one ratio per completion, its tokens' mean log ratio
+            mask = batch["completion_mask"].to(logps.dtype)
+            log_ratio = ((log_ratio * mask).sum(1) / mask.sum(1).clamp(min=1)).unsqueeze(1)  # (B, 1)
+        ratio = torch.exp(log_ratio)
+        if self.loss_type == "cispo":  # the clipped ratio weights log pi's gradient; nothing is dropped
+            loss = -torch.clamp(ratio, max=self.eps_high).detach() * advantages * logps
+            clipped = (ratio > self.eps_high) & (advantages > 0)
+        else:
+            clipped_ratio = torch.clamp(ratio, 1 - self.eps_low, 1 + self.eps_high)
+            loss = -torch.min(ratio * advantages, clipped_ratio * advantages)
+            clipped = ((ratio < 1 - self.eps_low) & (advantages < 0)) | ((ratio > 1 + self.eps_high) & (advantages > 0))
         sampler = batch.get("sampler_logps")
         if sampler is not None:  # another engine sampled: correct its distribution's mismatch (module docstring)
             mask = batch["completion_mask"].to(logps.dtype)  # (B, C)
@@ -183,7 +205,7 @@ class GRPO:
             return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).sum()
         if self.loss_type == "bnpo":
             return (per_token * mask).sum() / mask.sum().clamp(min=1) * mask.shape[0]
-        return (per_token * mask).sum()  # dr_grpo, dapo
+        return (per_token * mask).sum()  # dr_grpo, dapo, cispo
 
     def loss(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logps, entropy = completion_logps(model, batch, temperature=self.temperature, entropy=True)
@@ -192,10 +214,12 @@ class GRPO:
         total = self.aggregate(per_token, mask)
         tokens = mask.sum().clamp(min=1)
         # statistics are summed per unit (the loop divides them by the units); no host sync here
-        units = tokens if self.loss_type == "dapo" else mask.shape[0] * (
+        units = tokens if self.loss_type in ("dapo", "cispo") else mask.shape[0] * (
             self.max_completion_length if self.loss_type == "dr_grpo" else 1)
-        stats = {"entropy": (entropy * mask).sum() / tokens * units,
-                 "clip_ratio": (clipped.to(mask.dtype) * mask).sum() / tokens * units}
+        # the clipped share: of the tokens, or of the completions when a ratio is a completion's (as TRL)
+        clip_share = (clipped.to(mask.dtype) * mask).sum() / tokens if self.level == "token" else \
+            clipped.to(mask.dtype).mean()
+        stats = {"entropy": (entropy * mask).sum() / tokens * units, "clip_ratio": clip_share * units}
         if kl is not None:
             stats["kl"] = (kl.detach() * mask).sum() / tokens * units
         if "rollout_stats" in batch:

@@ -28,6 +28,16 @@ M = Messages("grpo_args", {
                    "pesos bf16 de vLLM. Usa --method lora (base en bf16) o --rollout-engine torch.",
                    "--rollout-engine vllm does not take --method qlora: the 4-bit base cannot be copied into "
                    "vLLM's bf16 weights. Use --method lora (a bf16 base) or --rollout-engine torch."),
+    "cispo_epsilon": ("--epsilon no se aplica a --loss-type cispo: CISPO solo acota la razón por arriba, con "
+                      "--epsilon-high (por defecto 5).",
+                      "--epsilon does not apply to --loss-type cispo: CISPO bounds the ratio from above only, with "
+                      "--epsilon-high (default 5)."),
+    "cispo_high": ("Con --loss-type cispo, --epsilon-high es el tope de la razón de importancia (recomendado 5, "
+                   "el de TRL y ScaleRL) y debe ser mayor que 1: con {value} cada token, ya con razón 1, quedaría "
+                   "recortado.",
+                   "With --loss-type cispo, --epsilon-high is the importance ratio's upper bound (5 recommended, "
+                   "as TRL and ScaleRL) and must be greater than 1: with {value} every token, already at ratio 1, "
+                   "would be clipped."),
     "no_vllm": ("--rollout-engine vllm necesita vLLM instalado y una GPU CUDA (pip install vllm); usa "
                 "--rollout-engine torch o auto.",
                 "--rollout-engine vllm needs vLLM installed and a CUDA GPU (pip install vllm); use "
@@ -68,13 +78,23 @@ class GRPOArgs:
     epsilon: float = arg(0.2, es="GRPO: recorte inferior de la razón de probabilidades (1 - epsilon).",
                          en="GRPO: lower clip of the probability ratio (1 - epsilon).")
     epsilon_high: float | None = arg(None, es="GRPO: recorte superior (1 + epsilon-high; por defecto epsilon; DAPO "
-                                              "usa 0.28).",
-                                     en="GRPO: upper clip (1 + epsilon-high; default epsilon; DAPO uses 0.28).")
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = arg(
+                                              "usa 0.28). Con --loss-type cispo es el tope de la razón misma (por "
+                                              "defecto 5).",
+                                     en="GRPO: upper clip (1 + epsilon-high; default epsilon; DAPO uses 0.28). With "
+                                        "--loss-type cispo it bounds the ratio itself (default 5).")
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo"] = arg(
         "dapo", es="GRPO: cómo se agrega la pérdida por token: grpo (media por respuesta), bnpo (media por micro-lote), "
-                   "dr_grpo (suma / longitud máxima), dapo (media sobre los tokens de todo el paso).",
+                   "dr_grpo (suma / longitud máxima), dapo (media sobre los tokens de todo el paso) o cispo (la razón "
+                   "recortada solo por arriba, en --epsilon-high, pondera el gradiente de cada token; agregada como "
+                   "dapo).",
         en="GRPO: how the per-token loss is aggregated: grpo (mean per completion), bnpo (mean per micro-batch), "
-           "dr_grpo (sum / maximum length), dapo (mean over the tokens of the whole step).")
+           "dr_grpo (sum / maximum length), dapo (mean over the tokens of the whole step) or cispo (the ratio, "
+           "clipped from above only at --epsilon-high, weights every token's gradient; aggregated as dapo).")
+    importance_sampling_level: Literal["token", "sequence"] = arg(
+        "token", es="GRPO: razón de importancia por token o por respuesta (sequence = GSPO: la media de las razones "
+                    "logarítmicas de sus tokens; el artículo de GSPO usa --loss-type grpo).",
+        en="GRPO: importance ratio per token or per completion (sequence = GSPO: the mean of its tokens' log "
+           "ratios; the GSPO paper uses --loss-type grpo).")
     format_pattern: str | None = arg(
         None, es="GRPO: expresión regular que toda la respuesta debe cumplir para la recompensa format, o tags:a,b "
                  "(<a>...</a> y luego <b>...</b>); por defecto, texto que acaba en una línea 'Respuesta: N'.",
@@ -114,6 +134,11 @@ class GRPOArgs:
                             ("vllm-gpu-memory", self.vllm_gpu_memory), ("max-prompt-length", self.max_prompt_length)):
             if value is not None and value <= 0:
                 raise AuraError(M("positive", flag=flag, value=value))
+        if self.loss_type == "cispo":
+            if self.epsilon != GRPOArgs.epsilon:
+                raise AuraError(M("cispo_epsilon"))
+            if self.epsilon_high is not None and self.epsilon_high <= 1:
+                raise AuraError(M("cispo_high", value=self.epsilon_high))
         if not 0 < self.top_p <= 1:
             raise AuraError(M("top_p", value=self.top_p))
         for flag, value in (("top-k", self.top_k), ("beta", self.beta)):

@@ -37,6 +37,12 @@ M = Messages("grpo_setup", {
                  "The longest prompt ({where}: {prompt:token|tokens}) plus --max-completion-length ({completion}) "
                  "does not fit the model's context ({ctx:token|tokens}). Lower --max-completion-length or set "
                  "--max-prompt-length."),
+    "gspo_sum": ("--importance-sampling-level sequence con --loss-type {loss}: la pérdida suma las contribuciones de "
+                 "cada token, así que cada respuesta pesa según su longitud en lugar de optimizar el objetivo por "
+                 "respuesta de GSPO. Para el planteamiento del artículo usa --loss-type grpo.",
+                 "--importance-sampling-level sequence with --loss-type {loss}: the loss sums per-token "
+                 "contributions, so each completion weighs by its length instead of optimising GSPO's per-completion "
+                 "objective. For the paper's setup use --loss-type grpo."),
     "engine_torch": ("motor PyTorch de Aura (caché KV, lotes)", "Aura's PyTorch engine (KV cache, batched)"),
     "engine_vllm": ("vLLM en la misma GPU (pesos sincronizados en cada paso)",
                     "vLLM on the same GPU (weights synced every step)"),
@@ -151,9 +157,11 @@ def build(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_n
                            seed=cfg.seed, reference=reference, generate=generate)
     console.info(M("prompts", train=len(train_ex), val=len(val_ex), g=cfg.num_generations,
                    per_step=source.prompts_per_window))
+    if cfg.importance_sampling_level == "sequence" and cfg.loss_type != "grpo":  # TRL warns the same
+        console.warn(M("gspo_sum", loss=cfg.loss_type))
     objective = GRPO(loss_type=cfg.loss_type, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
                      temperature=cfg.temperature, max_completion_length=cfg.max_completion_length,
-                     reward_names=rewards.names)
+                     reward_names=rewards.names, importance_sampling_level=cfg.importance_sampling_level)
     return source, objective
 
 
