@@ -95,6 +95,11 @@ class FinetuneCommand:
 
             pairs, rewards = grpo.load(cfg)
             convs = grpo.template_conversations(pairs)
+        elif cfg.objective == "kto":  # rated single answers (aura.train.objectives.kto): DPO's steps, KTO's parts
+            from aura.train.objectives import kto as pref
+
+            pairs = pref.load(cfg)
+            convs = pref.template_conversations(pairs)
         elif cfg.objective != "sft":  # preference pairs (aura.train.objectives.preference)
             from aura.train.objectives import preference as pref
 

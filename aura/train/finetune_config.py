@@ -15,6 +15,7 @@ from aura.core.i18n import Messages
 from aura.train.adapters import LORA_PRESETS
 from aura.train.args import TrainArgs
 from aura.train.objectives.grpo_args import GRPOArgs
+from aura.train.objectives.kto_args import KTOArgs
 from aura.train.objectives.simpo_args import SimPOArgs
 
 LR_LORA, LR_FULL = 2e-4, 2e-5
@@ -131,9 +132,9 @@ def auto_epochs(n_examples: int) -> tuple[int, str]:
 
 
 @dataclass
-class FinetuneConfig(SimPOArgs, GRPOArgs, TrainArgs):
+class FinetuneConfig(KTOArgs, SimPOArgs, GRPOArgs, TrainArgs):
     """Flags of ``aura finetune``: TrainArgs plus the model, data, adapter and objective choices (GRPO's
-    in ``GRPOArgs``, SimPO's and CPO's in ``SimPOArgs``)."""
+    in ``GRPOArgs``, SimPO's and CPO's in ``SimPOArgs``, KTO's in ``KTOArgs``)."""
 
     base_model: str | None = arg(None, es="Modelo base: directorio Hugging Face (p. ej. runs/aura/final) o "
                                           "nombre del hub.",
@@ -191,19 +192,21 @@ class FinetuneConfig(SimPOArgs, GRPOArgs, TrainArgs):
     weight_decay: float = arg(0.0, es="Weight decay de AdamW.", en="AdamW weight decay.")
     adam_beta2: float = arg(0.999, es="beta2 de AdamW.", en="AdamW beta2.")
     min_lr: float | None = arg(0.0, es="Tasa final del coseno.", en="Final learning rate of the cosine.")
-    objective: Literal["sft", "dpo", "orpo", "grpo", "simpo", "cpo"] = arg(
+    objective: Literal["sft", "dpo", "orpo", "grpo", "simpo", "cpo", "kto"] = arg(
         "sft", es="Qué se optimiza: sft (instrucciones), dpo, orpo, simpo o cpo (pares de preferencia "
-                  "prompt/chosen/rejected; orpo, simpo y cpo sin modelo de referencia) o grpo (aprendizaje por refuerzo "
-                  "con recompensas verificables sobre prompts; ver docs/finetuning.md).",
+                  "prompt/chosen/rejected; orpo, simpo y cpo sin modelo de referencia), grpo (aprendizaje por refuerzo "
+                  "con recompensas verificables sobre prompts) o kto (respuestas sueltas valoradas buena/mala: "
+                  "prompt/completion/label); ver docs/finetuning.md.",
         en="What is optimised: sft (instructions), dpo, orpo, simpo or cpo (preference pairs prompt/chosen/rejected; "
-           "orpo, simpo and cpo without a reference model) or grpo (reinforcement learning with verifiable rewards "
-           "on prompts; see docs/finetuning.en.md).")
+           "orpo, simpo and cpo without a reference model), grpo (reinforcement learning with verifiable rewards "
+           "on prompts) or kto (single answers rated good/bad: prompt/completion/label); see docs/finetuning.en.md.")
     beta: float | None = arg(None, es="beta de DPO (fuerza de la referencia; por defecto 0.1), de ORPO (peso del "
-                                      "término de odds ratio; 0.1), de SimPO/CPO (escala de la recompensa; 0.1) o de "
-                                      "GRPO (peso del KL a la referencia; por defecto 0: sin pasada de referencia).",
+                                      "término de odds ratio; 0.1), de SimPO/CPO (escala de la recompensa; 0.1), de "
+                                      "KTO (0.1) o de GRPO (peso del KL a la referencia; por defecto 0: sin pasada de "
+                                      "referencia).",
                              en="DPO beta (strength of the reference; default 0.1), ORPO beta (weight of the "
-                                "odds-ratio term; 0.1), SimPO/CPO beta (scale of the reward; 0.1) or GRPO beta (weight "
-                                "of the KL to the reference; default 0: no reference pass).")
+                                "odds-ratio term; 0.1), SimPO/CPO beta (scale of the reward; 0.1), KTO beta (0.1) or "
+                                "GRPO beta (weight of the KL to the reference; default 0: no reference pass).")
     dpo_loss: Literal["sigmoid", "ipo", "hinge"] = arg(
         "sigmoid", es="Pérdida de DPO: sigmoid (la del artículo), ipo o hinge.",
         en="DPO loss: sigmoid (the paper's), ipo or hinge.")
@@ -214,9 +217,9 @@ class FinetuneConfig(SimPOArgs, GRPOArgs, TrainArgs):
                                                  "defecto sin límite propio, solo --max-length).",
                                         en="Maximum prompt tokens of a pair (the last ones are kept; default no "
                                            "limit of its own, only --max-length).")
-    precompute_ref: bool = arg(False, es="DPO: calcula las log-probabilidades de la referencia una vez antes de "
+    precompute_ref: bool = arg(False, es="DPO/KTO: calcula las log-probabilidades de la referencia una vez antes de "
                                          "entrenar (ahorra memoria y un forward por paso).",
-                               en="DPO: compute the reference log-probabilities once before training (saves memory "
+                               en="DPO/KTO: compute the reference log-probabilities once before training (saves memory "
                                   "and a forward pass per step).")
     epochs: int | None = arg(None, es="Épocas sobre los datos (por defecto: auto, según el número de ejemplos; "
                                       "ver la tabla del README).",
@@ -243,6 +246,7 @@ class FinetuneConfig(SimPOArgs, GRPOArgs, TrainArgs):
     def _check_objective(self) -> None:
         """The preference flags belong to --objective dpo/orpo, GRPO's to grpo, and some SFT flags do not."""
         self.check_grpo()
+        self.check_kto()
         self.check_reference_free()
         if self.objective == "grpo":
             if self.beta is None:

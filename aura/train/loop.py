@@ -75,7 +75,7 @@ from aura.train.args import StepPlan, TrainArgs
 from aura.train.optim.engine import StepEngine, StepOutcome, autocast_context
 from aura.train.optim.schedule import CooldownClock, schedule_for
 from aura.train.run.metrics import TrainMetrics
-from aura.train.objectives.objective import CausalLM, Evaluator, Objective, count_inputs
+from aura.train.objectives.objective import COUNT, CausalLM, Evaluator, Objective, count_inputs, unit_means
 from aura.train.run.plan import limits_notice
 from aura.train.run.policy import CheckpointPolicy, EpochEnd, TrainHooks, start_state
 from aura.train.state import BatchSource, TrainState
@@ -350,6 +350,7 @@ def validate(model, batches: Iterable[dict[str, torch.Tensor]] | None, *, dist: 
         return None, {}
     objective = objective or CausalLM()
     names = tuple(objective.metric_names)
+    names += tuple(n + COUNT for n in getattr(objective, "counted_metrics", ()))  # their own denominators
     was_training = model.training
     model.eval()
     total = torch.zeros(2 + len(names), dtype=torch.float64, device=dist.device)  # (loss sum, units, stats...)
@@ -369,7 +370,7 @@ def validate(model, batches: Iterable[dict[str, torch.Tensor]] | None, *, dist: 
     if total[1] <= 0:
         return None, {}
     units = float(total[1])
-    return float(total[0]) / units, {name: float(total[2 + i]) / units for i, name in enumerate(names)}
+    return float(total[0]) / units, unit_means({name: float(total[2 + i]) for i, name in enumerate(names)}, units)
 
 
 @torch.no_grad()

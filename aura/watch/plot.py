@@ -14,8 +14,8 @@ from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.atomic import atomic_write_bytes
 from aura.core.i18n import Messages
-from aura.watch.runlog import (REWARD_COLUMNS, RL_REWARD_COLUMNS, SOURCE_VAL_PREFIX, SUITE_PREFIX, column_label,
-                               read_log)
+from aura.watch.runlog import (KTO_COLUMNS, REWARD_COLUMNS, RL_REWARD_COLUMNS, SOURCE_VAL_PREFIX, SUITE_PREFIX,
+                               column_label, read_log)
 
 
 M = Messages("plot", {
@@ -31,7 +31,7 @@ M = Messages("plot", {
                   "{path} has no rows with a loss: the run has not logged a step yet."),
     "loss_title": ("Pérdida", "Loss"),
     "lr_title": ("Tasa de aprendizaje", "Learning rate"),
-    "rewards_title": ("Recompensas (DPO/ORPO)", "Rewards (DPO/ORPO)"),
+    "rewards_title": ("Recompensas (DPO/ORPO/KTO)", "Rewards (DPO/ORPO/KTO)"),
     "rl_rewards_title": ("Recompensa (GRPO)", "Reward (GRPO)"),
     "speed_title": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
     "x_tokens": ("tokens vistos", "tokens seen"),
@@ -132,7 +132,7 @@ def _note_partial_columns(labels: list[str], logs: list[list[dict]]) -> None:
     if len(logs) < 2:
         return
     logged = [{c for r in rows for c, v in r.items() if v is not None} for rows in logs]
-    drawn = {"train_loss", "val_loss", "lr", "tokens_per_s", *REWARD_COLUMNS, *RL_REWARD_COLUMNS}
+    drawn = {"train_loss", "val_loss", "lr", "tokens_per_s", *REWARD_COLUMNS, *KTO_COLUMNS, *RL_REWARD_COLUMNS}
     extra = sorted(c for c in set().union(*logged) - set.intersection(*logged)
                    if c in drawn or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX)))
     groups: dict[tuple[str, ...], list[str]] = {}
@@ -173,7 +173,7 @@ def plot(cfg: PlotConfig) -> int:
 
     fig = Figure(figsize=(cfg.width / cfg.dpi, cfg.height / cfg.dpi), dpi=cfg.dpi, layout="constrained")
     FigureCanvasAgg(fig)
-    preference = any(r.get(c) is not None for rows in logs for r in rows for c in REWARD_COLUMNS)
+    preference = any(r.get(c) is not None for rows in logs for r in rows for c in REWARD_COLUMNS + ("kl",))
     rl = any(r.get(c) is not None for rows in logs for r in rows for c in RL_REWARD_COLUMNS)  # GRPO
     rewards = preference or rl
     suite_cols = sorted({c for rows in logs for r in rows for c in r if c.startswith(SUITE_PREFIX)})
@@ -212,6 +212,10 @@ def plot(cfg: PlotConfig) -> int:
         _draw(ax_speed, *series("tokens_per_s", ("step",)), color=colour, lw=1.2, label=label)
         if rewards and any(r.get("rewards/margin") is not None for r in rows):
             for col, style in zip(REWARD_COLUMNS, ("-", ":")):
+                _draw(axes[3], *series(col, ("step",)), color=colour, lw=1.2, ls=style,
+                      label=f"{label} ({column_label(col)})")
+        if rewards and any(r.get("kl") is not None for r in rows):  # KTO: each kind's reward and the KL estimate
+            for col, style in zip(KTO_COLUMNS, ("-", "--", ":")):
                 _draw(axes[3], *series(col, ("step",)), color=colour, lw=1.2, ls=style,
                       label=f"{label} ({column_label(col)})")
         if rewards and any(r.get("reward") is not None for r in rows):  # GRPO: the rollouts' mean reward

@@ -42,6 +42,7 @@ NUMERIC_COLUMNS = ("epoch", "step", "tokens", "train_loss", "val_loss", "lr", "g
 
 
 REWARD_COLUMNS = ("rewards/margin", "rewards/accuracy")  # preference tuning (aura.train.objectives.preference)
+KTO_COLUMNS = ("rewards/chosen", "rewards/rejected", "kl")  # KTO (aura.train.objectives.kto): per kind, the KL
 RL_REWARD_COLUMNS = ("reward", "val_reward")  # GRPO: mean reward per step, of greedy validation completions
 
 
@@ -63,6 +64,9 @@ COLUMN_LABELS = Messages("columns", {
     "seconds": ("Segundos", "Seconds"),
     "rewards/margin": ("Margen de recompensa", "Reward margin"),
     "rewards/accuracy": ("Acierto de preferencia", "Preference accuracy"),
+    "rewards/chosen": ("Recompensa de las respuestas buenas", "Reward of good answers"),
+    "rewards/rejected": ("Recompensa de las respuestas malas", "Reward of bad answers"),
+    "kl": ("Estimación del KL", "KL estimate"),
     "reward": ("Recompensa media", "Mean reward"),
     "val_reward": ("Recompensa en validación", "Validation reward"),
     "_source": ("Validación: {source}", "Validation: {source}"),
@@ -116,8 +120,8 @@ def _parse_rows(text: str, path: Path, fieldnames: list[str] | None = None,
         names = list(fieldnames) if fieldnames is not None else next((r for r in reader if r), [])
         idx = {c: i for i, c in enumerate(names)}  # a repeated name: the last one, as csv.DictReader
         cols = [(c, idx.get(c), c in FINITE_COLUMNS) for c in NUMERIC_COLUMNS + tuple(
-            c for c in idx
-            if c in REWARD_COLUMNS + RL_REWARD_COLUMNS or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX)))]
+            c for c in idx if c in REWARD_COLUMNS + KTO_COLUMNS + RL_REWARD_COLUMNS
+            or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX)))]
         kind_i, time_i = idx.get("kind"), idx.get("time")
         for raw in reader:
             if not raw:

@@ -253,3 +253,31 @@ def _(fx, tmp):
 @case("dpo_missing_fields", "finetune", "rejected")
 def _(fx, tmp):
     return dpo_args(fx, tmp, write(tmp / "p.jsonl", pair_line(prompt="a", chosen="b")))
+
+
+def kto_args(fx, tmp, text: str, *args, name: str = "k.jsonl") -> list[str]:
+    return finetune_args(fx, tmp, "--objective", "kto", "--data", write(tmp / name, text), *args)
+
+
+@case("kto_label_not_boolean", "finetune", "k.jsonl, line 2, field 'label'")
+def _(fx, tmp):
+    return kto_args(fx, tmp, pair_line(prompt="¿Hola?", completion="Hola.", label=True)
+                    + pair_line(prompt="¿Adiós?", completion="Adiós.", label="quizá"))
+
+
+@case("kto_labels_all_one_value", "finetune", "k.jsonl")
+def _(fx, tmp):
+    return kto_args(fx, tmp, pair_line(prompt="¿Hola?", completion="Hola.", label=True)
+                    + pair_line(prompt="¿Adiós?", completion="Adiós.", label="sí"))
+
+
+@case("kto_empty_completion", "finetune", "k.jsonl, line 1, field 'completion'")
+def _(fx, tmp):
+    return kto_args(fx, tmp, pair_line(prompt="¿Hola?", completion=" ", label=True)
+                    + pair_line(prompt="¿Adiós?", completion="Adiós.", label=False))
+
+
+@case("kto_csv_label_column_missing", "finetune", "me_gusta")
+def _(fx, tmp):
+    return kto_args(fx, tmp, "prompt,completion,label\n¿Hola?,Hola.,1\n¿Adiós?,Adiós.,0\n", "--label-column",
+                    "me_gusta", name="k.csv")

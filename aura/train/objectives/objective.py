@@ -5,7 +5,8 @@ The loop (``aura.train.loop``) normalises the summed loss of a whole accumulatio
 language modelling a unit is a target token (``CausalLM``); a preference objective counts pairs. An
 objective may also return summed statistics (``metrics``: e.g. DPO's rewards); they are averaged per unit
 over each log interval and logged beside the loss (console, ``training_log.csv`` columns, TensorBoard),
-under the names in ``metric_names``.
+under the names in ``metric_names``. A statistic ``x`` may bring its own denominator as ``x#n`` (``COUNT``, a
+summed count that is not logged): KTO averages the rewards of its desirable answers over those answers only.
 
 Periodic evaluators (``Evaluator``) are the other extension point: every ``interval`` optimizer steps the
 loop calls them on every rank (in eval mode, without gradients) and logs the values they return.
@@ -17,6 +18,20 @@ from typing import Protocol
 
 import torch
 import torch.nn.functional as F
+
+
+COUNT = "#n"  # suffix of a statistic's own denominator (see the module docstring)
+
+
+def unit_means(sums: dict[str, float], units: float) -> dict[str, float | None]:
+    """Summed statistics -> their means: per unit, or per their own ``COUNT`` (None when it is 0)."""
+    out: dict[str, float | None] = {}
+    for name, value in sums.items():
+        if name.endswith(COUNT):
+            continue
+        n = sums.get(name + COUNT, units)
+        out[name] = value / n if n else None
+    return out
 
 
 class Objective(Protocol):

@@ -44,6 +44,10 @@ M = Messages("metrics", {
     "epoch_pref": ("Validación de la época {epoch}: acierto de preferencias {acc:.1f} %, margen de recompensa "
                    "{margin:.3f}",
                    "Epoch {epoch} validation: reward accuracy {acc:.1f}%, reward margin {margin:.3f}"),
+    "eval_kto": ("Validación en el paso {step}: pérdida {val:.4f}, recompensa de las respuestas buenas {chosen}, de "
+                 "las malas {rejected} (KL {kl})",
+                 "Validation at step {step}: Loss {val:.4f}, reward of the good answers {chosen}, of the bad ones "
+                 "{rejected} (KL {kl})"),
     "reserved": (" (reservada {gb} GB)", " (reserved {gb} GB)"),
     "mfu_peak": ("MFU calculado frente al pico de {peak}.", "MFU computed against the peak of {peak}."),
     "mfu_unknown": ("MFU no disponible: no se conoce el pico de FLOP/s de {device}.",
@@ -228,6 +232,9 @@ class MetricsLogger:
         pref = _preference(stats)
         if pref is not None:
             console.info(M("eval_pref", step=step, val=val_loss, **pref))
+        elif stats and "kl" in stats:  # KTO: no pairs to rank, the rewards of each kind and the reference point
+            console.info(M("eval_kto", step=step, val=val_loss, chosen=_shown(stats.get("rewards/chosen"), ".3f"),
+                           rejected=_shown(stats.get("rewards/rejected"), ".3f"), kl=_shown(stats["kl"], ".3f")))
         else:
             console.info(M("eval", step=step, val=val_loss, ppl=math.exp(min(val_loss, 50.0))))
         self._csv(kind="eval", epoch=epoch + 1, step=step, tokens=tokens, val_loss=f"{val_loss:.6f}",
@@ -419,11 +426,13 @@ class TrainMetrics:
             if self._stats:  # one collective for all of them
                 import torch
 
+                from aura.train.objectives.objective import unit_means
+
                 names = sorted(self._stats)
                 sums = self.dist.all_reduce(torch.stack([torch.as_tensor(self._stats[k], dtype=torch.float64,
                                                                          device=self.dist.device) for k in names])
                                             .to(self.dist.comm_device), "sum")
-                extras = {k: float(v) / self._interval_n for k, v in zip(names, sums.tolist())}
+                extras = unit_means(dict(zip(names, sums.tolist())), self._interval_n)
             self.history.append((state.step, loss))
             self.logger.step(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, loss=loss, lr=lr,
                              grad_norm=grad_norm if math.isfinite(grad_norm) else None, tokens_per_s=tps, mfu=mfu,

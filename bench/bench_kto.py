@@ -1,0 +1,169 @@
+"""KTO, Aura vs TRL KTOTrainer on this CPU: the same tiny Llama (bench/versus_trl.py's: 4 layers, hidden 256,
+vocab 2000), the embedded Spanish rated answers (``aura/resources/kto_es.jsonl``; TRL gets them in its
+conversational form), the ChatML template on both sides, LoRA r 16 / alpha 32 / no dropout on every projection,
+beta 0.1, reference = the base with the adapter disabled, batch 4 x accumulation 2, lr 5e-5, fp32, max length
+256, the same number of optimizer steps; each side in its own subprocess with one thread.
+
+Both sides are timed the same way (as ``bench/versus_trl_grpo.py``):
+
+* whole command: the child process's wall time, measured by this parent from its start to its exit
+  (interpreter, imports, data, model, LoRA set-up, every step, the final save): what a user waits for;
+* steady state: the seconds between the end of the first step and the end of the last, over the steps in
+  between (the first step, which pays one-time warm-ups, is left out on both sides). Aura: a hook on its
+  step log; TRL: a callback's clock at each ``on_step_end``;
+* the same two in CPU seconds of the child: on a shared machine a process waits for a core for a share of
+  its wall time that moves with the others' load, and its CPU time much less.
+
+Examples/s = optimizer steps x 8 examples / seconds (both sides train the same number of examples per step);
+memory is the child's peak RSS.
+
+    python bench/bench_kto.py                 # 12 steps, one run a side
+    python bench/bench_kto.py --repeats 3     # 3 runs a side, alternating which side goes first
+
+``--repeats`` alternates the order of the two sides from one repeat to the next and keeps each side's fastest
+figures and largest peak; every run's figures and the load average are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import versus_trl  # noqa: E402  (bench/: the shared Aura-vs-TRL harness)
+
+BATCH, ACCUM, LR, BETA, LORA = 4, 2, 5e-5, 0.1, dict(r=16, alpha=32)
+PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def child_aura(a) -> list[tuple[float, float]]:
+    """``aura finetune --objective kto ...`` through the program's own entry point (what the ``aura`` command
+    runs), in this process so that each step's end can be clocked."""
+    from aura.cli import entry
+    from aura.train.run.metrics import TrainMetrics
+
+    argv = ["finetune", "--objective", "kto", "--method", "lora", "--base-model", a.model, "--output-dir", a.out,
+            "--max-steps", a.steps, "--batch-size", BATCH, "--gradient-accumulation-steps", ACCUM,
+            "--max-length", a.max_length, "--beta", BETA, "--lora-r", LORA["r"], "--lora-alpha", LORA["alpha"],
+            "--lora-dropout", 0.0, "--precision", "fp32", "--lr", LR, "--warmup-steps", 0, "--val-fraction", 0.0,
+            "--save-steps", 0, "--log-interval", 1, "--template", "chatml"]
+    ends: list[tuple[float, float]] = []
+    log_step = TrainMetrics.log_step
+
+    def timed_log_step(self, *args, **kwargs):  # called once per step (log_interval 1), after the update
+        ends.append((time.perf_counter(), time.process_time()))
+        return log_step(self, *args, **kwargs)
+
+    TrainMetrics.log_step = timed_log_step
+    assert entry([str(x) for x in argv]) == 0
+    return ends
+
+
+def child_trl(a) -> list[tuple[float, float]]:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import KTOConfig, KTOTrainer
+
+    from aura.data.kto import DEFAULT_FEEDBACK
+    from aura.text.templates import CHATML  # the same template Aura applies
+
+    tok = AutoTokenizer.from_pretrained(a.model)
+    tok.chat_template = CHATML
+    records = [json.loads(ln) for ln in DEFAULT_FEEDBACK.read_text(encoding="utf-8").splitlines()]
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}],
+                               "completion": [{"role": "assistant", "content": r["completion"]}],
+                               "label": r["label"]} for r in records])
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
+    args = KTOConfig(output_dir=a.out, max_steps=a.steps, per_device_train_batch_size=BATCH,
+                     gradient_accumulation_steps=ACCUM, max_length=a.max_length, beta=BETA, learning_rate=LR,
+                     warmup_steps=0, lr_scheduler_type="cosine", weight_decay=0.0, use_cpu=True, bf16=False,
+                     report_to=[], logging_steps=1, save_strategy="no", gradient_checkpointing=False,
+                     dataloader_num_workers=0, seed=0)
+    peft = LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=0.0, task_type="CAUSAL_LM",
+                      target_modules=PROJECTIONS)
+    ends: list[tuple[float, float]] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            ends.append((time.perf_counter(), time.process_time()))
+
+    trainer = KTOTrainer(model=model, args=args, train_dataset=data, processing_class=tok, peft_config=peft,
+                         callbacks=[StepClock()])
+    trainer.train()
+    trainer.save_model(a.out + "/final")
+    return ends
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--max-length", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--child", choices=("aura", "trl"))
+    p.add_argument("--model")
+    p.add_argument("--out")
+    a = p.parse_args()
+    if a.child:
+        import torch
+
+        torch.set_num_threads(1)
+        ends = {"aura": child_aura, "trl": child_trl}[a.child](a)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        print("RESULT " + json.dumps({"ends": ends, "peak_rss_mb": usage.ru_maxrss / 1024,
+                                      "cpu_seconds": usage.ru_utime + usage.ru_stime}), flush=True)
+        return
+    runs: dict[str, list[dict]] = {"aura": [], "trl": []}
+    per_step = BATCH * ACCUM
+    print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = versus_trl.build_model(Path(tmp))
+        for repeat in range(a.repeats):
+            for side in ("aura", "trl") if repeat % 2 == 0 else ("trl", "aura"):
+                env = dict(os.environ, AURA_PLAIN="1", AURA_LANG="en", TOKENIZERS_PARALLELISM="false",
+                           OMP_NUM_THREADS="1")
+                t = time.perf_counter()
+                r = subprocess.run([sys.executable, __file__, "--child", side, "--model", str(model), "--out",
+                                    str(Path(tmp) / f"{side}-{repeat}"), "--steps", str(a.steps), "--max-length",
+                                    str(a.max_length)], capture_output=True, text=True, env=env)
+                wall = time.perf_counter() - t
+                line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+                if r.returncode != 0 or not line:
+                    sys.exit(f"{side} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+                run = json.loads(line[-1][7:])
+                ends = run["ends"]
+                if len(ends) != a.steps:
+                    sys.exit(f"{side} clocked {len(ends)} steps, not {a.steps}")
+                gaps = max(len(ends) - 1, 1)
+                run.update(seconds=wall, step_s=(ends[-1][0] - ends[0][0]) / gaps,
+                           cpu_step_s=(ends[-1][1] - ends[0][1]) / gaps)
+                runs[side].append(run)
+                print(f"run {repeat + 1} {side:5s} whole command {wall:6.1f} s ({run['cpu_seconds']:5.1f} CPU s)  "
+                      f"steady state {run['step_s']:.3f} s/step ({run['cpu_step_s']:.3f} CPU s)  "
+                      f"peak RSS {run['peak_rss_mb']:5.0f} MB  load {os.getloadavg()[0]:.2f}", flush=True)
+    keys = ("seconds", "step_s", "cpu_seconds", "cpu_step_s")
+    best = {side: {**{k: min(r[k] for r in rs) for k in keys}, "peak_rss_mb": max(r["peak_rss_mb"] for r in rs)}
+            for side, rs in runs.items()}
+    examples = a.steps * per_step
+    for side, r in best.items():
+        print(f"{side:5s} {a.steps} steps x {per_step} examples  whole command {r['seconds']:6.1f} s = "
+              f"{examples / r['seconds']:.2f} examples/s  steady state {per_step / r['step_s']:.2f} examples/s  "
+              f"CPU: whole {r['cpu_seconds']:.1f} s, per step {r['cpu_step_s']:.3f} s  "
+              f"peak RSS {r['peak_rss_mb']:5.0f} MB")
+    au, tr = best["aura"], best["trl"]
+    print(f"aura/trl: whole-command examples/s x{tr['seconds'] / au['seconds']:.2f}  steady-state examples/s "
+          f"x{tr['step_s'] / au['step_s']:.2f}  CPU time: whole x{tr['cpu_seconds'] / au['cpu_seconds']:.2f}, "
+          f"per step x{tr['cpu_step_s'] / au['cpu_step_s']:.2f}  peak RSS x{au['peak_rss_mb'] / tr['peak_rss_mb']:.2f}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
