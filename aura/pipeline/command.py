@@ -35,13 +35,13 @@ M = Messages("pipeline.command", {
     "plan_total": ("Tiempo estimado de las etapas con estimación: {time}; coste: {cost}.",
                    "Estimated time of the stages with an estimate: {time}; cost: {cost}."),
     "plan_basis": ("Supuestos: el presupuesto de tiempo cuando WSD termina la etapa en él; si no, los tokens "
-                   "previstos por los FLOPs por token (6·N; LoRA 4·N; DPO 8·N; GRPO 8·N más 2·N por token "
+                   "previstos por los FLOPs por token (6·N; LoRA 4·N; DPO 8·N; KTO 12·N; GRPO 8·N más 2·N por token "
                    "muestreado al {gen} %) al {mfu} % del pico del dispositivo, lo que acabe antes; "
                    "{cpt:carácter|caracteres} por token en los datos de ajuste fino; curación, tokenizador y datos: "
                    "ritmos medidos por proceso (bench/bench_data_rates.py) cuando el tamaño de su entrada se "
                    "conoce ya.",
                    "Assumptions: the time budget when WSD ends the stage on it; else the planned tokens times "
-                   "the FLOPs per token (6·N; LoRA 4·N; DPO 8·N; GRPO 8·N plus 2·N per sampled token at {gen} %) "
+                   "the FLOPs per token (6·N; LoRA 4·N; DPO 8·N; KTO 12·N; GRPO 8·N plus 2·N per sampled token at {gen} %) "
                    "at {mfu} % of the device's peak, whichever ends first; {cpt:character|characters} per token in "
                    "fine-tuning data; curation, tokenizer and data: rates measured per process "
                    "(bench/bench_data_rates.py) when their input's size is known now."),

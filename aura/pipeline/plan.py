@@ -5,8 +5,8 @@ a time estimate; for a data stage a time estimate from measured rates where its 
 Training time: the time budget when the WSD schedule ends the run on it, or the planned tokens x the FLOPs per
 token over the device's peak at ``ASSUMED_MFU``, whichever ends the run first (both when given). FLOPs per
 token: pretraining and full SFT 6·N; LoRA/QLoRA 4·N (no weight gradients for the frozen base); DPO 8·N (the
-policy's 6·N plus the reference model's forward, 2·N; a pair's text counted once, as its characters are); ORPO
-6·N; GRPO 8·N on prompt + completion tokens plus 2·N per sampled token at ``GENERATION_MFU`` (decoding one
+policy's 6·N plus the reference model's forward, 2·N; a pair's text counted once, as its characters are); KTO
+12·N (also the policy's and the reference's forwards on the mismatched KL pairs); ORPO, SimPO, CPO 6·N; GRPO 8·N on prompt + completion tokens plus 2·N per sampled token at ``GENERATION_MFU`` (decoding one
 token at a time is bound by memory, not FLOPs). N: the preset's parameters, the earlier stage's model for a
 base it trains (``pretrain.final``), a local model's ``config.json``, or a hub name's size ("Mistral-7B" ->
 7e9) when nothing else says it. A fine-tuning stage's tokens come from its data file (examples and characters,
@@ -220,7 +220,8 @@ def plan_finetune(cfg, info, *, earlier: dict[str, StagePlan], refs: list[str], 
         per_example = length if cfg.packing or not example_tokens else min(length, math.ceil(example_tokens))
         out.tokens_per_step = per_step * per_example
         base = (4.0 if cfg.method in ("lora", "qlora") else 6.0) * n if n else None
-        train_fpt = base + (2.0 * n if objective == "dpo" else 0.0) if base else None
+        # the reference model's forward (DPO); KTO also runs both models on its mismatched KL pairs
+        train_fpt = base + {"dpo": 2.0, "kto": 6.0}.get(objective, 0.0) * n if base else None
         sample_flops = 0.0
     if cfg.max_steps:
         out.steps = int(cfg.max_steps)
