@@ -164,7 +164,7 @@ def main() -> None:
 
 # reproduce: --steps 40 --corpus /tmp/bench_es.txt
 # reproduce-needs: file:/tmp/bench_es.txt
-# reproduce-quick: --steps 5
+# reproduce-quick: --steps 10
 
 if __name__ == "__main__":
     main()
