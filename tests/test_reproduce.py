@@ -25,6 +25,7 @@ def _run(*args: str, bench: Path | None = None) -> subprocess.CompletedProcess:
                           text=True, cwd=ROOT, env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"}, timeout=120)
 
 
+@pytest.mark.catalogue
 def test_every_published_figure_names_a_script_that_prints_it():
     """Each row of docs/benchmarks.md's inventory: its command runs a bench script that declares that command
     (a ``# reproduce:`` line) and prints the key with ``figure(...)``."""
@@ -50,6 +51,7 @@ def test_every_published_figure_names_a_script_that_prints_it():
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.catalogue
 def test_every_cpu_bench_script_has_a_quick_setting():
     missing = [s.name for s in reproduce.discover() if not s.excluded and s.quick is None]
     assert not missing, f"bench scripts without a '# reproduce-quick:' line: {missing}"
@@ -95,9 +97,8 @@ def test_the_full_run_writes_the_table_and_lists_what_it_could_not_run(tmp_path)
     assert "bench_gpu.py: not run (GPU only)" in table
 
 
-@pytest.mark.parametrize("argv", [["--list"]])
-def test_list_names_every_script_of_the_repository(argv):
-    r = _run(*argv)
+def test_list_names_the_scripts_of_the_repository():
+    r = _run("--list")
     assert r.returncode == 0, r.stderr
     for name in ("bench_finetune.py: full", "versus_trl_grpo.py: quick", "gpu_suite.py: excluded"):
         assert name in r.stdout
