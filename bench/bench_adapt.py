@@ -123,7 +123,7 @@ def main() -> None:
     ext = work / "tok_ext"
     if not (ext / "tokenizer.json").is_file():
         extend_tokenizer(TokenizerExtendConfig(base=str(tok), inputs=[str(es_train)], add_tokens=args.add_tokens,
-                                               output_dir=str(ext), force=True))
+                                               output_dir=str(ext), overwrite=True))
     fert = {name: {lang: measure(Tokenizer.from_file(str(t / "tokenizer.json")), held)
                    for lang, held in (("es", es_held), ("en", en_held))} for name, t in (("base", tok), ("ext", ext))}
     en_base = prepared(en_train, tok, work / "data_en_base")
@@ -152,7 +152,16 @@ def main() -> None:
         print(f"| {name} | {r['es_bpb']:.4f} | {r['en_bpb']:.4f} |")
     a, b = rows["(a) base tokenizer"]["es_bpb"], rows["(b) extended + mean init"]["es_bpb"]
     print(f"\nSpanish bpb (a)/(b): {a / b:.3f}x; seconds: {json.dumps({k: round(v) for k, v in times.items()})}")
+    from figures import figure
 
+    figure("adapt.spanish_bpb.a_over_b", f"{a / b:.2f}×")
+    for name, r in rows.items():
+        figure(f"adapt.bpb.{name.split(' ')[0]}", f"es {r['es_bpb']:.3f}, en {r['en_bpb']:.3f}")
+
+
+# reproduce: --es /tmp/bench_es.txt --en /tmp/bench_en.txt --work /tmp/bench_adapt_run --vocab 2048 --dim 64 --layers 2 --seq 64 --base-steps 150 --adapt-tokens 60000 --add-tokens 500 --eval-kb 20
+# reproduce-needs: file:/tmp/bench_es.txt file:/tmp/bench_en.txt
+# reproduce-quick: --es aura/resources/corpus_es/enciclopedia.txt --en README.en.md --work {tmp}/w --vocab 400 --dim 32 --layers 1 --seq 32 --base-steps 2 --adapt-tokens 1500 --add-tokens 20 --eval-kb 2
 
 if __name__ == "__main__":
     main()

@@ -305,7 +305,7 @@ def score(labels: dict, out: Path) -> dict:
     per_lang = Counter(lang for lang, m in foreign if m in lang_removed)
     n_lang = Counter(lang for lang, _ in foreign)
     return {
-        "lang_recall": sum(m in lang_removed for _, m in foreign) / len(foreign),
+        "lang_recall": sum(m in lang_removed for _, m in foreign) / max(1, len(foreign)),
         "lang_recall_by_language": {k: round(per_lang[k] / n_lang[k], 3) for k in n_lang},
         "spanish_kept_by_langid": 1 - sum(m in lang_removed for m in es) / len(es),
         "spanish_kept_overall": sum(heads[m] > 0 for m in es) / len(es),
@@ -407,6 +407,10 @@ def main() -> None:
         t_label = run_aura(inp, work / "labelled", args.workers, 100_000)["wall"]
         metrics = score(labels, work / "labelled")
         print(json.dumps(metrics, indent=2), flush=True)
+        from figures import figure
+
+        for key in ("lang_recall", "spanish_kept_by_langid", "near_recall", "near_false_removals", "pii_masked"):
+            figure(f"curate.labelled.{key}", f"{metrics[key]:.4f}")
     tasks = len(list(inp.iterdir()))
     auras, directs = [], []
     for k in range(args.speed_rounds):
@@ -433,6 +437,17 @@ def main() -> None:
     report = json.loads((work / "aura" / ".curate" / "report.json").read_text(encoding="utf-8"))
     result["stage_seconds"] = {s["stage"]: s["seconds"] for s in report["stages"]}
     print(json.dumps(result, indent=2), flush=True)
+    if directs:
+        from figures import figure
+
+        # the script's own figures, never a hand-made sum: each side's fastest of the rounds (CPU seconds of
+        # the whole process tree; wall seconds), Aura over datatrove, and every round as it ran
+        figure("curate_vs_datatrove.overhead_cpu.fastest", f"{100 * result['aura_overhead_cpu_best_of']:+.1f} %")
+        figure("curate_vs_datatrove.overhead_wall.fastest", f"{100 * result['aura_overhead_wall_best_of']:+.1f} %")
+        figure("curate_vs_datatrove.cpu_s.every_round",
+               "datatrove " + " / ".join(f"{r['cpu']:.1f}" for r in directs) + " s; aura "
+               + " / ".join(f"{r['cpu']:.1f}" for r in auras) + " s")
+        figure("curate_vs_datatrove.same_output", "yes" if result["same_output_texts"] else "no")
     if args.overhead_rounds:
         result["per_document"] = per_document_overhead(inp, work, tasks, args.overhead_rounds, labels["input_docs"])
         print(json.dumps(result["per_document"], indent=2), flush=True)
@@ -442,6 +457,12 @@ def main() -> None:
     (work / "result.json").write_text(json.dumps({"metrics": metrics, "speed": result, "downstream": down},
                                                  indent=2), encoding="utf-8")
 
+
+# reproduce: --spanish /tmp/bench_es.txt --docs 3000 --workers 2 --speed-rounds 2
+# reproduce: --spanish /tmp/bench_es.txt --docs 3000 --workers 2 --speed-rounds 2 --overhead-rounds 2 --skip-labelled
+# reproduce-needs: file:/tmp/bench_es.txt file:/usr/share/libreoffice/help module:datatrove
+# reproduce-quick: --spanish aura/resources/corpus_es/enciclopedia.txt --help-root {tmp}/no-help --docs 12 --foreign-per-lang 0 --workers 1 --speed-rounds 1 --work {tmp}/w
+# reproduce-quick-needs: module:datatrove
 
 if __name__ == "__main__":
     main()

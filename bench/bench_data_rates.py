@@ -107,7 +107,15 @@ def main() -> None:
         rate = (b1 - b0) / max(c1 - c0, 1e-9)
         print(f"{stage:10s} small {c0:6.1f} CPU-s ({w0:5.1f} s wall), large {c1:6.1f} CPU-s ({w1:5.1f} s wall): "
               f"{rate:,.0f} bytes per CPU-second")
+        from figures import figure
 
+        figure(f"data_rates.{stage}.bytes_per_cpu_s", f"{rate:,.0f}")
+
+
+# reproduce:
+# reproduce-needs: module:datatrove
+# reproduce-quick: --docs 60 --small 20
+# reproduce-quick-needs: module:datatrove
 
 if __name__ == "__main__":
     main()

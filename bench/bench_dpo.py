@@ -9,7 +9,9 @@ own subprocess; tokens/s = tokens of the (padded, chosen + rejected) batches it 
 of the whole command (loading, tokenising, training, saving the adapter); peak memory = the child's peak
 resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``).
 
-    .venv/bin/python bench/bench_dpo.py [--steps 20] [--max-length 256]
+Tokens are counted the same way on both sides (bench/versus_trl.py); ``--repeats`` alternates the sides.
+
+    .venv/bin/python bench/bench_dpo.py [--steps 20] [--max-length 256] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ import json
 import time
 
 import versus_trl  # bench/: the shared Aura-vs-TRL harness
+
+# reproduce: --steps 6 --repeats 3
+# reproduce-quick: --steps 1 --max-length 64
+# reproduce-needs: module:trl
+# reproduce-quick-needs: module:trl
 
 LR, BATCH, ACCUM = 5e-5, 2, 4
 
@@ -66,4 +73,4 @@ def child_trl(a) -> dict:
 
 
 if __name__ == "__main__":
-    versus_trl.main(__file__, {"aura": child_aura, "trl": child_trl}, steps=20)
+    versus_trl.main(__file__, {"aura": child_aura, "trl": child_trl}, steps=20, name="dpo_vs_trl")

@@ -93,10 +93,20 @@ def main() -> int:
             for task in aura_acc:
                 print(f"  {task}: acc {aura_acc[task][0]:.4f} / {lm_acc[task][0]:.4f}, "
                       f"acc_norm {aura_acc[task][1]:.4f} / {lm_acc[task][1]:.4f}")
+            from figures import figure
+
+            tag = "tiny" if name.startswith("tiny") else "125m"
+            figure(f"eval_vs_lm_eval.{tag}.speed_up", f"×{lm_s / aura_s:.2f}")
+            figure(f"eval_vs_lm_eval.{tag}.same_accuracies", "yes" if same else "no")
             if not same:
                 return 1
     return 0
 
+
+# reproduce:
+# reproduce-needs: module:lm_eval
+# reproduce-quick: --only tiny --limit 2
+# reproduce-quick-needs: module:lm_eval
 
 if __name__ == "__main__":
     raise SystemExit(main())

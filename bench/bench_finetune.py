@@ -7,7 +7,11 @@ side runs in its own subprocess; tokens/s = tokens of the (padded) batches it tr
 seconds of the whole command (loading, tokenising, training, saving the adapter); peak memory = the
 child's peak resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``).
 
-    .venv/bin/python bench/bench_finetune.py [--steps 30] [--max-length 256]
+Tokens are counted the same way on both sides (bench/versus_trl.py: every id entering the input embedding
+in training mode); the sides alternate for ``--repeats`` runs and each side's fastest is compared, every
+run printed.
+
+    .venv/bin/python bench/bench_finetune.py [--steps 30] [--max-length 256] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ from __future__ import annotations
 import time
 
 import versus_trl  # bench/: the shared Aura-vs-TRL harness
+
+# reproduce: --steps 30 --repeats 3
+# reproduce-quick: --steps 1 --max-length 64
+# reproduce-needs: module:trl
+# reproduce-quick-needs: module:trl
 
 
 
@@ -66,4 +75,4 @@ def child_trl(a) -> dict:
 
 
 if __name__ == "__main__":
-    versus_trl.main(__file__, {"aura": child_aura, "trl": child_trl}, steps=30)
+    versus_trl.main(__file__, {"aura": child_aura, "trl": child_trl}, steps=30, name="sft_vs_trl")

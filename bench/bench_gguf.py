@@ -117,7 +117,16 @@ def main() -> None:
         print(f"{q:8} {secs:9.2f} {size / 2**20:9.2f} {speeds[q]:16.1f} {speeds[q] / torch_tps:10.2f}x")
     print(f"{'PyTorch fp32 generate':38} {torch_tps:16.1f} {1.0:10.2f}x")
     print(f"(os.cpu_count()={os.cpu_count()})")
+    from figures import figure, ratio
 
+    for q, _, _ in rows:
+        figure(f"gguf.{q}.tokens_per_s_vs_pytorch", ratio(speeds[q] / torch_tps))
+
+
+# reproduce: --new-tokens 128 --threads 2 --repeats 3
+# reproduce-needs: module:llama_cpp
+# reproduce-quick: --new-tokens 8 --repeats 1 --out {tmp}
+# reproduce-quick-needs: module:llama_cpp
 
 ARCHS = ("llama", "mistral", "qwen2", "gemma2", "gemma3", "phi3", "smollm3", "olmo2")
 

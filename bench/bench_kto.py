@@ -21,18 +21,18 @@ memory is the child's peak RSS.
     python bench/bench_kto.py --repeats 3     # 3 runs a side, alternating which side goes first
 
 ``--repeats`` alternates the order of the two sides from one repeat to the next and keeps each side's fastest
-figures and largest peak; every run's figures and the load average are printed.
+figures and largest peak; every run's figures and the load average are printed (``versus_trl.alternate``).
 """
+
+# reproduce: --repeats 3 --steps 12
+# reproduce-needs: module:trl
+# reproduce-quick: --steps 2 --max-length 64
+# reproduce-quick-needs: module:trl
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import resource
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -103,67 +103,5 @@ def child_trl(a) -> list[tuple[float, float]]:
     return ends
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--max-length", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--child", choices=("aura", "trl"))
-    p.add_argument("--model")
-    p.add_argument("--out")
-    a = p.parse_args()
-    if a.child:
-        import torch
-
-        torch.set_num_threads(1)
-        ends = {"aura": child_aura, "trl": child_trl}[a.child](a)
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        print("RESULT " + json.dumps({"ends": ends, "peak_rss_mb": usage.ru_maxrss / 1024,
-                                      "cpu_seconds": usage.ru_utime + usage.ru_stime}), flush=True)
-        return
-    runs: dict[str, list[dict]] = {"aura": [], "trl": []}
-    per_step = BATCH * ACCUM
-    print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        model = versus_trl.build_model(Path(tmp))
-        for repeat in range(a.repeats):
-            for side in ("aura", "trl") if repeat % 2 == 0 else ("trl", "aura"):
-                env = dict(os.environ, AURA_PLAIN="1", AURA_LANG="en", TOKENIZERS_PARALLELISM="false",
-                           OMP_NUM_THREADS="1")
-                t = time.perf_counter()
-                r = subprocess.run([sys.executable, __file__, "--child", side, "--model", str(model), "--out",
-                                    str(Path(tmp) / f"{side}-{repeat}"), "--steps", str(a.steps), "--max-length",
-                                    str(a.max_length)], capture_output=True, text=True, env=env)
-                wall = time.perf_counter() - t
-                line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-                if r.returncode != 0 or not line:
-                    sys.exit(f"{side} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-                run = json.loads(line[-1][7:])
-                ends = run["ends"]
-                if len(ends) != a.steps:
-                    sys.exit(f"{side} clocked {len(ends)} steps, not {a.steps}")
-                gaps = max(len(ends) - 1, 1)
-                run.update(seconds=wall, step_s=(ends[-1][0] - ends[0][0]) / gaps,
-                           cpu_step_s=(ends[-1][1] - ends[0][1]) / gaps)
-                runs[side].append(run)
-                print(f"run {repeat + 1} {side:5s} whole command {wall:6.1f} s ({run['cpu_seconds']:5.1f} CPU s)  "
-                      f"steady state {run['step_s']:.3f} s/step ({run['cpu_step_s']:.3f} CPU s)  "
-                      f"peak RSS {run['peak_rss_mb']:5.0f} MB  load {os.getloadavg()[0]:.2f}", flush=True)
-    keys = ("seconds", "step_s", "cpu_seconds", "cpu_step_s")
-    best = {side: {**{k: min(r[k] for r in rs) for k in keys}, "peak_rss_mb": max(r["peak_rss_mb"] for r in rs)}
-            for side, rs in runs.items()}
-    examples = a.steps * per_step
-    for side, r in best.items():
-        print(f"{side:5s} {a.steps} steps x {per_step} examples  whole command {r['seconds']:6.1f} s = "
-              f"{examples / r['seconds']:.2f} examples/s  steady state {per_step / r['step_s']:.2f} examples/s  "
-              f"CPU: whole {r['cpu_seconds']:.1f} s, per step {r['cpu_step_s']:.3f} s  "
-              f"peak RSS {r['peak_rss_mb']:5.0f} MB")
-    au, tr = best["aura"], best["trl"]
-    print(f"aura/trl: whole-command examples/s x{tr['seconds'] / au['seconds']:.2f}  steady-state examples/s "
-          f"x{tr['step_s'] / au['step_s']:.2f}  CPU time: whole x{tr['cpu_seconds'] / au['cpu_seconds']:.2f}, "
-          f"per step x{tr['cpu_step_s'] / au['cpu_step_s']:.2f}  peak RSS x{au['peak_rss_mb'] / tr['peak_rss_mb']:.2f}")
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
-
-
 if __name__ == "__main__":
-    main()
+    versus_trl.alternate(__file__, {"aura": child_aura, "trl": child_trl}, steps=12, per_step=BATCH * ACCUM)

@@ -142,6 +142,9 @@ def extrapolate(*, gbit: float, latency_ms: float, world: int, tokens_per_step: 
     plain = times["none"] + compute
     for mode, t in times.items():
         print(f"{mode:<22} {t:>11.2f} {t + compute:>7.2f} {100 * t / (t + compute):>6.1f}% {plain / (t + compute):>6.2f}")
+        from figures import figure, ratio
+
+        figure(f"lan.computed.{mode.replace(' ', '_')}.x_ddp", ratio(plain / (t + compute)))
 
 
 def main() -> None:
@@ -209,7 +212,20 @@ def main() -> None:
         ratio = r["tok_s"] / base["tok_s"] if base else float("nan")
         dval = (r["val"] / base["val"] - 1) * 100 if base else float("nan")
         print(f"{label:<26} {r['tok_s']:>9.0f} {ratio:>6.2f} {r['comm'] * 100:>6.1f}% {r['val']:>9.4f} {dval:>+6.1f}%")
+        from figures import figure
 
+        tag = mode if mode != "local" else f"local_{args.local_steps}"
+        if base and mode != "ddp":
+            figure(f"lan.measured.{tag}.x_ddp", f"{ratio:.2f}×")
+            figure(f"lan.measured.{tag}.val_loss_vs_ddp", f"{dval:+.1f} %")
+
+
+# reproduce:
+# reproduce: --modes ddp,local --local-steps 32
+# reproduce: --extrapolate
+# reproduce: --extrapolate --local-steps 64
+# reproduce-needs: root cmd:ip cmd:tc
+# reproduce-quick: --extrapolate
 
 if __name__ == "__main__":
     main()

@@ -109,7 +109,14 @@ def main() -> None:
     print(f"vocab {a.vocab}, d {a.d_model}, {a.tokens} tokens, {a.dtype} on {a.device}, {a.threads} threads")
     print(f"chunked / plain: peak memory x{ratios['memory']:.3f}, tokens/s x{ratios['speed']:.2f}, "
           f"loss difference {ratios['loss_rel_diff']:.1e} (relative)")
+    from figures import figure
 
+    figure("chunked_loss.peak_memory", f"×{ratios['memory']:.3f}")
+    figure("chunked_loss.tokens_per_s", f"×{ratios['speed']:.2f}")
+
+
+# reproduce: --tokens 1024 --d-model 1024 --steps 1 --threads 1
+# reproduce-quick: --tokens 64 --d-model 64 --vocab 4096 --steps 1 --threads 1
 
 if __name__ == "__main__":
     main()

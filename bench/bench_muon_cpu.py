@@ -143,6 +143,10 @@ def main() -> None:
     print(f"  muon-bf16 / muon-fp32: {step['muon-bf16'] / step['muon-fp32']:.1f}x   "
           f"muon-fp32 / adamw: {step['muon-fp32'] / step['adamw']:.1f}x   "
           f"muon-bf16 / adamw: {step['muon-bf16'] / step['adamw']:.1f}x", flush=True)
+    from figures import figure, ratio
+
+    figure(f"muon_cpu.{a.threads}_threads.step.bf16_over_fp32", ratio(step["muon-bf16"] / step["muon-fp32"], 1))
+    figure(f"muon_cpu.{a.threads}_threads.step.muon_fp32_over_adamw", ratio(step["muon-fp32"] / step["adamw"], 1))
     if a.skip_pretrain:
         return
     with tempfile.TemporaryDirectory(prefix="bench-muon-cpu-") as tmp:
@@ -160,7 +164,14 @@ def main() -> None:
     print(f"  muon-fp32 / muon-bf16: {tps['muon-fp32'] / tps['muon-bf16']:.1f}x   "
           f"muon-fp32 / adamw: {tps['muon-fp32'] / tps['adamw']:.2f}x   "
           f"muon-bf16 / adamw: {tps['muon-bf16'] / tps['adamw']:.2f}x")
+    figure(f"muon_cpu.{a.threads}_threads.pretrain.fp32_over_bf16", ratio(tps["muon-fp32"] / tps["muon-bf16"]))
+    figure(f"muon_cpu.{a.threads}_threads.pretrain.muon_fp32_over_adamw", ratio(tps["muon-fp32"] / tps["adamw"]))
     print(time.strftime("%H:%M UTC", time.gmtime()), "load average %.1f %.1f %.1f" % os.getloadavg())
+
+
+# reproduce:
+# reproduce: --threads 2
+# reproduce-quick: --steps 4 --rounds 1 --repeats 1
 
 
 if __name__ == "__main__":

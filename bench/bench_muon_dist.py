@@ -137,7 +137,16 @@ def main() -> None:
     print(f"new (DDP, shared):             {med['new'] * 1e3:.1f} ms/step   new/old = {med['new'] / med['old']:.2f}")
     print(f"fsdp (sharded, shared):        {med['fsdp'] * 1e3:.1f} ms/step   fsdp/old = {med['fsdp'] / med['old']:.2f}")
     print(f"old and new weights bit-identical: {r['old_equals_new']}; fsdp max |diff| vs new: {r['fsdp_max_diff']:.1e}")
+    from figures import figure, ratio
 
+    shape = f"{args.layers}x{args.width}"
+    figure(f"muon_dist.{shape}.new_over_old", ratio(med["new"] / med["old"]))
+    figure(f"muon_dist.{shape}.fsdp_over_old", ratio(med["fsdp"] / med["old"]))
+
+
+# reproduce:
+# reproduce: --layers 4 --width 512 --rounds 4 --warmup 1
+# reproduce-quick: --layers 1 --width 64 --rounds 2 --warmup 1
 
 if __name__ == "__main__":
     main()

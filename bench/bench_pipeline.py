@@ -60,9 +60,16 @@ def main() -> None:
           f"({(runner_wall - inner) / runner_wall:.1%} of the wall time)")
     print(f"by hand: {hand_total:.2f} s ({len(rows)} interpreter start-ups); runner / by hand = "
           f"{runner_wall / hand_total:.3f}")
+    from figures import figure, ratio
+
+    figure("pipeline.runner_over_by_hand", ratio(runner_wall / hand_total))
+    figure("pipeline.runner_own_seconds", f"{runner_wall - inner:.1f} s")
     if not args.keep:
         shutil.rmtree(base, ignore_errors=True)
 
+
+# reproduce:
+# reproduce-quick:
 
 if __name__ == "__main__":
     main()

@@ -46,7 +46,7 @@ def run_prepare(corpus: Path, tok: Path, out: Path, workers: int) -> tuple[float
     env = dict(os.environ, AURA_PLAIN="1", AURA_LANG="en")
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "aura", "data", "prepare", str(corpus), "--tokenizer", str(tok),
-                           "--output-dir", str(out), "--doc-sep", "line", "--workers", str(workers), "--force"],
+                           "--output-dir", str(out), "--doc-sep", "line", "--workers", str(workers), "--overwrite"],
                           env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t
     if proc.returncode:
@@ -103,9 +103,16 @@ def main() -> None:
         print(f"aura  data prepare --workers {w}: {tokens:,} tokens in {aura_s[w]:.2f} s wall = {rate:,.0f} tokens/s"
               f"  ratio {rate / peer_rate:.2f}x (docs {meta['cleaning']['documents_kept']:,}, "
               f"dups {meta['cleaning']['duplicates']})")
+        from figures import figure, ratio
+
+        figure(f"prepare_vs_tokenizers.workers_{w}.tokens_per_s", ratio(rate / peer_rate))
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}")
 
+
+# reproduce: /tmp/bench_es.txt
+# reproduce-needs: file:/tmp/bench_es.txt
+# reproduce-quick: aura/resources/corpus_es/enciclopedia.txt --min-mb 0.1 --vocab-size 1000 --repeats 1 --workdir {tmp}/w
 
 if __name__ == "__main__":
     main()

@@ -155,7 +155,16 @@ def main() -> None:
     print(f"{'bare PyTorch loop':<22}{bare_tps:>12,.0f}{'-':>12}")
     print(f"ratio Aura / HF: {aura_tps / hf_tps:.2f}x; final loss difference {100 * (aura_loss - hf_loss) / hf_loss:+.2f} %")
     print(f"ratio Aura / bare loop (overhead check): {aura_tps / bare_tps:.2f}x")
+    from figures import figure, ratio
 
+    figure("pretrain_vs_hf.tokens_per_s", ratio(aura_tps / hf_tps))
+    figure("pretrain_vs_hf.final_loss_diff", f"{100 * (aura_loss - hf_loss) / hf_loss:+.2f} %")
+    figure("pretrain_vs_bare_loop.tokens_per_s", ratio(aura_tps / bare_tps))
+
+
+# reproduce: --steps 40 --corpus /tmp/bench_es.txt
+# reproduce-needs: file:/tmp/bench_es.txt
+# reproduce-quick: --steps 10
 
 if __name__ == "__main__":
     main()

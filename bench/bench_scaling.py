@@ -98,7 +98,14 @@ def main() -> None:
     print(f"scaling efficiency, 2 ranks vs 2 x (1 rank, 1 thread): {two_1 / (2 * one_1):.2f} "
           f"(speed-up {two_1 / one_1:.2f}x)")
     print(f"ratio 2 ranks x 1 thread / 1 rank x 2 threads: {two_1 / one_2:.2f}x")
+    from figures import figure, ratio
 
+    figure("scaling.efficiency_2_ranks", f"{two_1 / (2 * one_1):.2f}")
+    figure("scaling.ddp_vs_2_threads", ratio(two_1 / one_2))
+
+
+# reproduce: --steps 20
+# reproduce-quick: --steps 5 --batch-size 2
 
 if __name__ == "__main__":
     main()

@@ -153,10 +153,20 @@ def main() -> None:
                 med = {k: statistics.median(x[k] for x in rs) for k in rs[0]}
                 print(f"| {engine} | {who} | {med['rps']:.2f} | {med['rps_conc']:.2f} | "
                       f"{med['ttft'] * 1000:.0f} ms |")
+            from figures import figure
+
+            for who, rs in results.items():
+                med = {k: statistics.median(x[k] for x in rs) for k in rs[0]}
+                figure(f"serve.{engine}.{who.replace(' ', '_')}.requests_per_s", f"{med['rps']:.2f}")
         print(f"load at end: {os.getloadavg()}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
+
+# reproduce: --rounds 3 --requests 10 --concurrency 4 --max-tokens 16
+# reproduce-needs: module:llama_cpp
+# reproduce-quick: --rounds 1 --requests 1 --concurrency 1 --max-tokens 2
+# reproduce-quick-needs: module:llama_cpp
 
 if __name__ == "__main__":
     main()

@@ -21,6 +21,11 @@ child's peak RSS.
     python bench/bench_simpo.py --repeats 3     # 3 runs a side, alternating which side goes first
 """
 
+# reproduce: --repeats 3
+# reproduce-needs: module:trl
+# reproduce-quick: --steps 2 --max-length 64
+# reproduce-quick-needs: module:trl
+
 from __future__ import annotations
 
 import json

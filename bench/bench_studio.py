@@ -118,6 +118,10 @@ def training_with_the_page_open(pairs: int, steps: int) -> None:
               f"open and polled ({requests} requests) {statistics.median(on):,.0f}; open / closed = {ratio:.3f}, "
               f"median of the pairs' ratios {pair:.3f}; the studio and its client used "
               f"{statistics.median(shares) * 100:.2f} % of one core")
+        from figures import figure
+
+        figure("studio.open_over_closed.tokens_per_s", f"{ratio:.3f}")
+        figure("studio.cpu_of_one_core", f"{statistics.median(shares) * 100:.2f} %")
 
 
 def big_folder(root: Path) -> None:
@@ -148,6 +152,9 @@ def api_times(root: Path) -> None:
           f"points sent); poll after 100 new rows {t_poll:.4f} s")
     print(f"read_log of the whole log (a non-incremental poll): {t_full:.3f} s; poll / full read = "
           f"{t_poll / t_full:.3f}")
+    from figures import figure
+
+    figure("studio.api_runs.unchanged_poll", f"{t_runs2:.3f} s")
 
 
 def browser_render(root: Path) -> None:
@@ -208,6 +215,9 @@ def main() -> None:
             big_folder(Path(tmp))
             browser_render(Path(tmp))
 
+
+# reproduce: --pairs 8 --steps 200 --skip-browser
+# reproduce-quick: --pairs 1 --steps 12 --skip-browser
 
 if __name__ == "__main__":
     main()

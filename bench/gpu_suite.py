@@ -268,5 +268,7 @@ def main() -> int:
     return 1 if bad else 0
 
 
+# reproduce-excluded: GPU only (bash bench/gpu_suite.sh on a lent GPU; its --cpu mode runs in tests/test_gpu_suite.py)
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -75,7 +75,18 @@ def main() -> None:
     last = sum(float(r["reward"]) for r in rows[-5:]) / 5
     print(f"{len(rows)} steps in {seconds:.0f} s; reward mean, first 5 steps {first:.3f}, last 5 steps {last:.3f}; "
           f"plot: {a.out}")
+    from figures import figure
 
+    figure("grpo_learning.reward_mean.first_5_steps", f"{first:.3f}")
+    figure("grpo_learning.reward_mean.last_5_steps", f"{last:.3f}")
+    for start in range(0, len(rows), 20):
+        block = rows[start:start + 20]
+        figure(f"grpo_learning.reward_mean.steps_{start + 1}-{start + len(block)}",
+               f"{sum(float(r['reward']) for r in block) / len(block):.3f}")
+
+
+# reproduce: --out {tmp}/grpo_learning.svg
+# reproduce-quick: --steps 5 --out {tmp}/g.svg
 
 if __name__ == "__main__":
     main()

@@ -83,6 +83,10 @@ def imports_and_exit(repeats: int) -> None:
     for name, xs in exits.items():
         print(f"exit after the last line, {name:12s}: {min(xs):5.2f} s (min of {repeats})")
     print(f"exit: frozen / plain x{min(exits['gc.freeze()']) / min(exits['plain']):.2f}")
+    from figures import figure
+
+    figure("grpo_parts.imports.hidden_over_plain", f"×{min(r['seconds'] for r in b) / min(r['seconds'] for r in a):.2f}")
+    figure("grpo_parts.exit.frozen_over_plain", f"×{min(exits['gc.freeze()']) / min(exits['plain']):.2f}")
 
 
 def step_parts(repeats: int) -> None:
@@ -171,6 +175,9 @@ def step_parts(repeats: int) -> None:
                 times[key].append(time.process_time() - c)
         b, a = statistics.median(times["before"]), statistics.median(times["after"])
         print(f"  {name:30s} {b:.3f} s -> {a:.3f} s with {what} (x{b / a:.2f} faster)")
+        from figures import figure
+
+        figure(f"grpo_parts.{name.split(' ')[0]}.speed_up", f"×{b / a:.2f}")
 
 
 def main() -> None:
@@ -183,6 +190,9 @@ def main() -> None:
     step_parts(a.step_repeats)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
+
+# reproduce:
+# reproduce-quick: --repeats 1 --step-repeats 1
 
 if __name__ == "__main__":
     main()

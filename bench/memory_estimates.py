@@ -26,6 +26,7 @@ def main() -> None:
     from aura.models.hardware import GIB, assumed_hardware, choose_auto, estimate_memory
     from aura.models.presets import PRESETS, preset_training
     from aura.train.run.memory import finetune_estimate, plan_finetune
+    from figures import figure
 
     llama_1b, mistral_7b = _configs()
     cases = [  # (guide, config, method, LoRA rank, device, batch fixed or None)
@@ -59,7 +60,11 @@ def main() -> None:
                                optimizer=preset_training(c.preset).optimizer).total
         print(f"| {c.preset} | {gpu} | {c.batch_size}, {'yes' if c.gradient_checkpointing else 'no'} | "
               f"{c.estimated_bytes / GIB:.1f} | {nock / GIB:.1f} |")
+        figure(f"memory_model.{c.preset}.{gpu.replace(' ', '_')}", f"{c.estimated_bytes / GIB:.1f} GiB")
 
+
+# reproduce:
+# reproduce-quick:
 
 if __name__ == "__main__":
     main()

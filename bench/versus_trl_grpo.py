@@ -194,6 +194,18 @@ def main() -> None:
           f"x{tr['cpu_seconds'] / au['cpu_seconds']:.2f}, per step x{tr['cpu_step_s'] / au['cpu_step_s']:.2f}  "
           f"peak RSS x{au['peak_rss_mb'] / tr['peak_rss_mb']:.2f}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+    from figures import figure, ratio
+
+    figure("grpo_vs_trl.steps_per_s.whole_process", ratio((au["steps"] / au["seconds"]) / (tr["steps"] / tr["seconds"])))
+    figure("grpo_vs_trl.steps_per_s.steady", ratio(tr["step_s"] / au["step_s"]))
+    figure("grpo_vs_trl.completion_tokens_per_s.whole_process", ratio(tok_ratio))
+    figure("grpo_vs_trl.peak_rss", ratio(au["peak_rss_mb"] / tr["peak_rss_mb"]))
+
+
+# reproduce: --repeats 3
+# reproduce-quick: --steps 2 --max-completion-length 8
+# reproduce-needs: module:trl
+# reproduce-quick-needs: module:trl
 
 if __name__ == "__main__":
     main()
