@@ -60,6 +60,8 @@ def mlflow_server(tmp_path_factory):
     """`mlflow server` with a SQLite backend on a free loopback port, for this module; stopped after."""
     importorskip("mlflow", "mlflow")
     importorskip("sqlalchemy", "mlflow")
+    importorskip("flask_cors", "mlflow")
+    importorskip("alembic", "mlflow")
     root = tmp_path_factory.mktemp("mlflow")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
