@@ -234,3 +234,18 @@ def test_bad_report_to_exits_2_with_a_hint(tmp_path):
     cfg.write_text("report_to: mlflow,trakio\n", encoding="utf-8")
     r = run_aura_here("pretrain", "--output-dir", tmp_path / "run", "--config", cfg)
     assert r.returncode == 2 and "did you mean 'trackio'" in r.stderr
+
+
+def test_pipeline_stage_report_to_is_checked_by_the_command(tmp_path):
+    """A pipeline stage's report_to goes through the command's own config: a bad name is refused before anything
+    runs, naming the stage."""
+    tiny = Path(__file__).parent / "pipelines" / "tiny.yaml"
+    text = tiny.read_text(encoding="utf-8").replace("    command: pretrain\n    options:\n",
+                                                    "    command: pretrain\n    options:\n      report_to: mlfow\n", 1)
+    assert "report_to: mlfow" in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text, encoding="utf-8")
+    r = run_aura_here("pipeline", "run", bad, "--output-dir", tmp_path / "out")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "did you mean 'mlflow'" in r.stderr and "pretrain" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists()
