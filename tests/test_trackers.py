@@ -249,3 +249,23 @@ def test_pipeline_stage_report_to_is_checked_by_the_command(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "did you mean 'mlflow'" in r.stderr and "pretrain" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_run_json_trackers_are_type_checked_when_read_back(tmp_path):
+    """run.json's trackers keep a resumed run's tracker ids only when their shape is Aura's; a hand edit that
+    breaks it starts new tracker runs (and `aura runs` drops the field with a warning, like any other)."""
+    import torch
+
+    from aura.distributed import DistInfo
+    from aura.train.run.metrics import RunStatus
+    from aura.watch.runs import _typed
+
+    dist = DistInfo(device=torch.device("cpu"))
+    good = {"mlflow": {"run_id": "abc", "last_step": 12}}
+    for trackers, kept in ((good, good), ({"mlflow": {"run_id": 5, "last_step": 12}}, None),
+                           ({"mlflow": {"run_id": "abc", "last_step": "12"}}, None),
+                           ({"neptune": {"run_id": "abc", "last_step": 1}}, None), ([1, 2], None)):
+        (tmp_path / "run.json").write_text(json.dumps({"kind": "pretrain", "trackers": trackers}))
+        assert RunStatus(tmp_path, kind="pretrain", dist=dist).data.get("trackers") == kept
+    info, warning = _typed({"kind": "pretrain", "trackers": "abc"}, tmp_path / "run.json")
+    assert "trackers" not in info and "trackers" in warning

@@ -227,7 +227,8 @@ class MlflowSink:
 
 class TrackioSink:
     """``trackio``'s local store (TRACKIO_DIR, else HF_HOME/trackio), project TRACKIO_PROJECT (default
-    ``aura``), the run named after the run directory; a resumed run continues it (``resume="must"``)."""
+    ``aura``), the run named after the run directory and its start time; a resumed run continues it
+    (``resume="must"``)."""
 
     name = "trackio"
 
@@ -237,8 +238,10 @@ class TrackioSink:
     def start(self, info: RunInfo, resume_id: str | None) -> None:
         import trackio
 
-        self.run = trackio.init(project=os.environ.get("TRACKIO_PROJECT") or "aura", name=resume_id or info.name,
-                                config=_flat(info.params()), resume="must" if resume_id else "allow", embed=False,
+        # a run is found by its name in a project: a new one gets the start time too, never another run's name
+        name = resume_id or f"{info.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        self.run = trackio.init(project=os.environ.get("TRACKIO_PROJECT") or "aura", name=name,
+                                config=_flat(info.params()), resume="must" if resume_id else "never", embed=False,
                                 auto_log_gpu=False, auto_log_cpu=False)
         self.run_id = self.run.name
 
