@@ -206,14 +206,12 @@ def test_trackio_local_store_equals_csv(prepared_corpus, tmp_path):
 def test_unreachable_mlflow_only_warns_and_none_writes_no_tensorboard(prepared_corpus, tmp_path):
     importorskip("mlflow", "mlflow")
     run = tmp_path / "run"
-    start = time.monotonic()
     r = run_aura("pretrain", "--data", prepared_corpus, "--output-dir", run, *TINY, "--max-steps", "6",
                  "--report-to", "mlflow", env={"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{free_port()}"})
     assert r.returncode == 0, r.stdout + r.stderr
     both = r.stdout + r.stderr
     assert both.count("Tracking to mlflow is disabled") == 1, both
     assert "MLFLOW_TRACKING_URI" in both
-    assert time.monotonic() - start < 120
     assert [s for s, _ in csv_metrics(run)["train_loss"]] == [2, 4, 6]
     assert "trackers" not in json.loads((run / "run.json").read_text())
     quiet = tmp_path / "quiet"
