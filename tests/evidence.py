@@ -31,6 +31,10 @@ CAPABILITIES = {
     "serve": "fastapi, sse-starlette, starlette-context, pydantic-settings and openai (the serve extra, in the "
              "test extras)",
     "bitsandbytes": "bitsandbytes (QLoRA; a test extra)",
+    "wandb": "wandb (--report-to wandb, offline; a test extra)",
+    "mlflow": "mlflow-skinny with flask, flask-cors, sqlalchemy and alembic: a local MLflow tracking server "
+              "(--report-to mlflow; test extras)",
+    "trackio": "trackio (--report-to trackio, its local store; a test extra)",
     "llama-cpp": "llama-cpp-python (GGUF files read by llama.cpp; a test extra)",
     "llama-cpp-converter": "llama.cpp's own converter: the installed llama-cpp-python's sdist, fetched once from "
                            "PyPI into ~/.cache/aura/llama.cpp (or AURA_LLAMA_CPP_DIR), and sentencepiece (a test "
@@ -48,7 +52,7 @@ MODULE_CAPABILITIES = {
     "bitsandbytes": "bitsandbytes", "llama_cpp": "llama-cpp", "trl": "trl", "datatrove": "datatrove",
     "py3langid": "datatrove", "ray": "ray", "starlette": "studio", "uvicorn": "studio", "selenium": "browser",
     "fastapi": "serve", "sse_starlette": "serve", "starlette_context": "serve", "pydantic_settings": "serve",
-    "openai": "serve",
+    "openai": "serve", "wandb": "wandb", "mlflow": "mlflow", "sqlalchemy": "mlflow", "flask_cors": "mlflow", "alembic": "mlflow", "trackio": "trackio",
     "grimp": "import-linter", "importlinter": "import-linter",
 }
 _IMPORT_SKIP = re.compile(r"could not import '([\w.]+)'")

@@ -121,6 +121,13 @@ class TrainArgs:
                                 en="Stop after this many optimizer steps.")
     max_tokens: int | None = arg(None, es="Detener tras ver este número de tokens de entrenamiento.",
                                  en="Stop after this many training tokens.")
+    report_to: str = arg("tensorboard", metavar="tensorboard,wandb,mlflow,trackio",
+                         es="Dónde se registran las métricas además de training_log.csv: tensorboard, wandb, mlflow, "
+                            "trackio (varios separados por comas) o none. Un tracker caído o mal configurado solo "
+                            "avisa (docs/training.md, Seguimiento de experimentos).",
+                         en="Where metrics are reported besides training_log.csv: tensorboard, wandb, mlflow, trackio "
+                            "(several separated by commas) or none. A tracker that is down or misconfigured only "
+                            "warns (docs/training.en.md, Experiment trackers).")
     seed: int = arg(42, es="Semilla (pesos iniciales, orden de los datos).", en="Seed (initial weights, data order).")
     log_interval: int = arg(10, es="Pasos entre líneas de registro.", en="Steps between log lines.")
     eval_interval: int = arg(0, es="Pasos entre validaciones (0 = solo al final de cada época).",
@@ -225,7 +232,17 @@ class TrainArgs:
             raise AuraError(M("bad_suite", suite=self.eval_suite))
         if self.eval_suite and not self.eval_suite_interval:
             raise AuraError(M("suite_interval", suite=self.eval_suite))
+        from aura.train.run.trackers import parse_report_to
+
+        self.report_to = ",".join(parse_report_to(self.report_to)) or "none"  # exit 2 with a hint when unknown
         self._check_comm()
+
+    @property
+    def report_destinations(self) -> tuple[str, ...]:
+        """--report-to as a tuple (``()`` for none)."""
+        from aura.train.run.trackers import parse_report_to
+
+        return parse_report_to(self.report_to)
 
     def _check_comm(self) -> None:
         """--ddp-comm / --local-steps: values and the combinations that cannot work (aura.distributed.comm)."""

@@ -156,7 +156,8 @@ class FinetuneCommand:
             return [M("out_final", kind=M("kind_full" if method == "full" else "kind_adapter"), path=result.final_dir),
                     best_line(out),
                     M("out_epochs", path=out / EPOCH_INFO) if (out / EPOCH_INFO).is_file() else None,  # not mid-epoch
-                    M("out_logs", csv=out / "training_log.csv", tb=out / "tb"), M("out_next", cmd=cmd)]
+                    M("out_logs", csv=out / "training_log.csv", tb=out / "tb") if (out / "tb").is_dir() else
+                    M("out_log", csv=out / "training_log.csv"), M("out_next", cmd=cmd)]
 
         return TrainingJob(
             cfg=cfg, model=model, data=data, val_data=val, plan=plan, engine=engine, io=io,

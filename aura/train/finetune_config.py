@@ -71,6 +71,7 @@ M = Messages("finetune", {
     "out_final": ("  resultado ({kind}): {path}", "  result ({kind}): {path}"),
     "out_epochs": ("  épocas: {path}", "  epochs: {path}"),
     "out_logs": ("  registros: {csv} , tensorboard --logdir {tb}", "  logs: {csv} , tensorboard --logdir {tb}"),
+    "out_log": ("  registro: {csv}", "  log: {csv}"),
     "out_next": ("  pruébalo: aura chat {cmd}", "  try it: aura chat {cmd}"),
     "no_val": ("Sin ejemplos de validación (--val-fraction {fraction} apartó {n} de {total}; los que superan "
                "--max-length {length} se descartan): no habrá pérdida de validación (\"Pérdida de validación: -\") ni best/. "

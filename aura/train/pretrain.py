@@ -344,7 +344,7 @@ class PretrainCommand:
 
         def summary(result) -> list:
             return [M("out_final", path=result.final_dir), M("out_ckpt", path=result.checkpoint), best_line(out),
-                    M("out_csv", path=out / "training_log.csv"), M("out_tb", path=out / "tb"),
+                    M("out_csv", path=out / "training_log.csv"), M("out_tb", path=out / "tb") if (out / "tb").is_dir() else None,
                     M("out_cfg", path=out / "model_config.json"), M("out_data", data=data_dir, tok=tok_name)]
 
         return TrainingJob(

@@ -115,6 +115,11 @@ M = Messages("doctor", {
                 "fused output layer + cross entropy on CUDA (less memory with large vocabularies)"),
     "x_flash": ("FlashAttention-2 con attn_implementation=flash_attention_2",
                 "FlashAttention-2 with attn_implementation=flash_attention_2"),
+    "x_wandb": ("--report-to wandb (Weights & Biases; sin red con WANDB_MODE=offline)",
+                "--report-to wandb (Weights & Biases; without a network with WANDB_MODE=offline)"),
+    "x_mlflow": ("--report-to mlflow (servidor en MLFLOW_TRACKING_URI)",
+                 "--report-to mlflow (server at MLFLOW_TRACKING_URI)"),
+    "x_trackio": ("--report-to trackio (almacén local, trackio show)", "--report-to trackio (local store, trackio show)"),
     "down": ("inactiva", "down"),
     "strategy": ("estrategia", "strategy"),
     "bad_min_free": ("--min-free-gb debe ser 0 o positivo; recibido {value}.",
@@ -145,7 +150,8 @@ REQUIRED = [("torch", "torch", "2.11"), ("transformers", "transformers", "5.0"),
 EXTRAS = [("bitsandbytes", "bitsandbytes", "x_bnb"), ("deepspeed", "deepspeed", "x_deepspeed"),
           ("llama-cpp-python", "llama_cpp", "x_llamacpp"),
           ("liger-kernel", "liger_kernel", "x_liger"),
-          ("flash-attn", "flash_attn", "x_flash")]
+          ("flash-attn", "flash_attn", "x_flash"), ("wandb", "wandb", "x_wandb"),
+          ("mlflow-skinny", "mlflow", "x_mlflow"), ("trackio", "trackio", "x_trackio")]
 
 
 SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")

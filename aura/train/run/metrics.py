@@ -108,14 +108,16 @@ class MetricsLogger:
 
     def __init__(self, run_dir: Path, *, dist: DistInfo, total_steps: int, resume_step: int | None = None,
                  time_budget_h: float = 0.0, peak_name: str | None = None, device_name: str = "",
-                 tensorboard: bool = True, extra_columns: tuple[str, ...] = ()):
+                 tensorboard: bool = True, extra_columns: tuple[str, ...] = (), trackers=None):
         """``extra_columns``: the objective's statistics and the evaluators' values (CSV columns after the
-        standard ones; TensorBoard tags as named, e.g. ``rewards/accuracy``)."""
+        standard ones; TensorBoard tags as named, e.g. ``rewards/accuracy``); ``trackers``
+        (``aura.train.run.trackers.Trackers``) receives every CSV row as it is written."""
         self.run_dir, self.dist, self.total_steps = Path(run_dir), dist, total_steps
         self.columns = CSV_COLUMNS + [c for c in extra_columns if c not in CSV_COLUMNS]
         self.time_budget_h = time_budget_h
         self.csv_path = self.run_dir / "training_log.csv"
         self.writer = None
+        self.trackers = trackers
         self._warned_budget = False
         if not dist.is_main:
             return
@@ -152,6 +154,8 @@ class MetricsLogger:
         with open(self.csv_path, "a", newline="", encoding="utf-8") as f:
             csv.DictWriter(f, fieldnames=self.columns, lineterminator="\n").writerow(row)
             f.flush()
+        if self.trackers is not None:
+            self.trackers.row(row)
 
     def _scalar(self, tag: str, value: float | None, step: int) -> None:
         if self.writer is not None and value is not None and math.isfinite(value):
@@ -290,6 +294,12 @@ class RunStatus:
                      "latest_checkpoint": previous.get("latest_checkpoint"), "aura_version": __version__}
         if previous.get("kind") == kind and isinstance(previous.get("history"), list):
             self.data["history"] = previous["history"]  # every start and resume of the run (session)
+        if previous.get("kind") == kind and previous.get("trackers") is not None:
+            from aura.train.run.trackers import checked_record
+
+            trackers = checked_record(previous["trackers"])  # a resumed run continues these tracker runs
+            if trackers is not None:
+                self.data["trackers"] = trackers
         self._write()
 
     def _write(self) -> None:
@@ -349,8 +359,11 @@ class TrainMetrics:
 
     def __init__(self, run_dir: Path, *, dist: DistInfo, flops_per_token: float | None = None,
                  peak_flops: float | None = None, peak_name: str | None = None, device_name: str = "",
-                 time_budget_h: float = 0.0, status: RunStatus | None = None, extra_columns: tuple[str, ...] = ()):
+                 time_budget_h: float = 0.0, status: RunStatus | None = None, extra_columns: tuple[str, ...] = (),
+                 report_to: tuple[str, ...] = ("tensorboard",), tracker_info=None):
         self.run_dir, self.dist, self.status = Path(run_dir), dist, status
+        self.report_to, self.tracker_info = tuple(report_to), tracker_info  # --report-to; trackers.RunInfo
+        self.trackers = None  # from open(), rank 0
         self.extra_columns = tuple(extra_columns)
         self.flops_per_token, self.peak_flops, self.peak_name = flops_per_token, peak_flops, peak_name
         self.device_name, self.time_budget_h = device_name, time_budget_h
@@ -360,22 +373,33 @@ class TrainMetrics:
     @classmethod
     def for_run(cls, run_dir: Path, *, kind: str, dist: DistInfo, hardware, precision: str,
                 flops_per_token: float | None, time_budget_h: float,
-                extra_columns: tuple[str, ...] = ()) -> "TrainMetrics":
+                extra_columns: tuple[str, ...] = (), report_to: tuple[str, ...] = ("tensorboard",),
+                tracker_info=None) -> "TrainMetrics":
         """A training run's metrics: ``hardware`` is ``aura.models.hardware.HardwareInfo``; writes run.json (running).
-        ``extra_columns``: the objective's statistics and the evaluators' values (``aura.train.objectives.objective``)."""
+        ``extra_columns``: the objective's statistics and the evaluators' values (``aura.train.objectives.objective``);
+        ``report_to``: the --report-to destinations; ``tracker_info``: what the trackers are told at the start
+        (``aura.train.run.trackers.RunInfo``, its ``previous`` filled here from run.json)."""
+        status = RunStatus(run_dir, kind=kind, dist=dist)
+        if tracker_info is not None:
+            tracker_info.previous = dict(status.data.get("trackers") or {})
         return cls(run_dir, dist=dist, flops_per_token=flops_per_token, peak_flops=hardware.peak_flops(precision),
                    peak_name=hardware.peak_source, device_name=hardware.name, time_budget_h=time_budget_h,
-                   status=RunStatus(run_dir, kind=kind, dist=dist), extra_columns=extra_columns)
+                   status=status, extra_columns=extra_columns, report_to=report_to, tracker_info=tracker_info)
 
     def open(self, *, total_steps: int, state, resumed: bool) -> None:
         """Start logging at ``state`` (``aura.train.loop.TrainState``), continuing a resumed run's logs."""
         self.total_steps = total_steps
         if self.status is not None:  # the plan's length: aura runs / aura studio show step of plan and ETA
             self.status.update(total_steps=total_steps)
+        if self.dist.is_main and self.tracker_info is not None and set(self.report_to) - {"tensorboard"}:
+            from aura.train.run.trackers import Trackers
+
+            self.trackers = Trackers(self.report_to, self.tracker_info, resumed=resumed)
         self.logger = MetricsLogger(self.run_dir, dist=self.dist, total_steps=total_steps,
                                     resume_step=state.step if resumed else None, time_budget_h=self.time_budget_h,
                                     peak_name=self.peak_name, device_name=self.device_name,
-                                    extra_columns=self.extra_columns)
+                                    extra_columns=self.extra_columns, tensorboard="tensorboard" in self.report_to,
+                                    trackers=self.trackers)
         self.meter = Throughput(flops_per_token=self.flops_per_token, peak_flops=self.peak_flops,
                                 world_size=self.dist.world_size)
         self.meter.reset(tokens=state.tokens_seen, step=state.step)
@@ -477,7 +501,7 @@ class TrainMetrics:
 
     def saved(self, state, path: Path) -> None:
         if self.status is not None:
-            self.status.update(last_step=state.step, latest_checkpoint=path)
+            self.status.update(last_step=state.step, latest_checkpoint=path, **self._tracker_record())
         self.restart_clock(state)
 
     def restart_clock(self, state) -> None:
@@ -487,5 +511,16 @@ class TrainMetrics:
         """The run ended (finished | interrupted | failed): flush the logs, say so in run.json."""
         if self.logger is not None:
             self.logger.close()
+        if self.trackers is not None:  # the last rows, then where the model is
+            from aura.core.rundir import BEST, FINAL
+
+            outputs = {name: str(self.run_dir / d) for name, d in (("final", FINAL), ("best", BEST))
+                       if (self.run_dir / d).is_dir()}
+            self.trackers.close(status=status, outputs=outputs)
         if self.status is not None:
-            self.status.update(status=status, last_step=step)
+            self.status.update(status=status, last_step=step, **self._tracker_record())
+
+    def _tracker_record(self) -> dict:
+        """run.json's ``trackers`` (run ids, last step received), once a tracker has started."""
+        record = self.trackers.record() if self.trackers is not None else {}
+        return {"trackers": record} if record else {}

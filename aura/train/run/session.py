@@ -214,10 +214,15 @@ def _train(run: Run, job: TrainingJob, kind: str):
     suite = build_suite_evaluator(job.cfg, job)
     if suite is not None:
         job.evaluators = [*job.evaluators, suite]
+    from aura.train.run.trackers import RunInfo
+
+    tracker_info = RunInfo(name=run.out.resolve().name, run_dir=run.out.resolve(), kind=kind, config=to_dict(job.cfg),
+                           plan=job.plan.to_dict(), hardware=run.info.to_dict(), world_size=run.dist.world_size)
     metrics = TrainMetrics.for_run(run.out, kind=kind, dist=run.dist, hardware=run.info, precision=run.precision,
                                    flops_per_token=job.flops_per_token,
                                    time_budget_h=0.0 if getattr(job.plan.schedule, "kind", "") == "wsd" else job.cfg.time_budget,
-                                   extra_columns=metric_columns(job))
+                                   extra_columns=metric_columns(job), report_to=job.cfg.report_destinations,
+                                   tracker_info=tracker_info)
     hooks.resume_command = _record_launch(run, job, metrics)
     from aura.train.run.plan import interval_notices
 
