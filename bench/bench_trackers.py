@@ -13,6 +13,11 @@
     python bench/bench_trackers.py [--rounds 3] [--steps 300] [--trackers wandb,mlflow,trackio]
 """
 
+# reproduce: --rounds 2 --steps 20
+# reproduce-needs: module:wandb module:mlflow module:trackio
+# reproduce-quick: --rounds 1 --steps 4
+# reproduce-quick-needs: module:wandb module:mlflow module:trackio
+
 from __future__ import annotations
 
 import argparse
@@ -137,6 +142,12 @@ def main() -> None:
                   f"{min(wall[s]) / base_wall:.3f} |")
         print(f"\nTrackers.row on the training thread ({'+'.join(trackers)} live): {cost:.1f} µs per row = "
               f"{100 * cost / 1e6 / base_step:.3f} % of a {base_step * 1000:.2f} ms step")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from figures import figure, ratio
+
+        figure("trackers.row_cost", f"{cost:.1f} µs")
+        for s in trackers:
+            figure(f"trackers.{s}.step_over_none", ratio(min(step[s]) / base_step, 3))
     finally:
         if server is not None:
             os.killpg(server.pid, signal.SIGTERM)
