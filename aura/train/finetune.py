@@ -123,7 +123,13 @@ class FinetuneCommand:
         evaluators = []
         if pref:
             data, val = pref.sources(cfg, tok, train_ex, val_ex, dist=dist, limited=_Limited)
-            objective = pref.build_objective(cfg, model, pairs=train_ex + val_ex, pad_id=tok.pad_token_id, run=run)
+            if cfg.objective in ("simpo", "cpo"):  # paired data as DPO's, no reference model
+                from aura.train.objectives.simpo import build as build_reference_free
+
+                objective = build_reference_free(cfg)
+            else:
+                objective = pref.build_objective(cfg, model, pairs=train_ex + val_ex, pad_id=tok.pad_token_id,
+                                                 run=run)
         elif grpo:
             data, objective = grpo.build(cfg, tok, model, train_ex, val_ex, rewards, run=run, base_name=base_name)
             val = None

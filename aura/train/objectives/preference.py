@@ -265,10 +265,6 @@ def sources(cfg, tok, train_ex: list, val_ex: list, *, dist, limited):
 def build_objective(cfg, model, *, pairs: list, pad_id: int, run):
     """The DPO/ORPO objective for ``model`` (not yet parallelised); with --precompute-ref the reference
     log-probs are computed here, into ``pairs``."""
-    if cfg.objective in ("simpo", "cpo"):  # reference-free: aura.train.objectives.simpo
-        from aura.train.objectives.simpo import build
-
-        return build(cfg)
     if cfg.objective == "orpo":
         return ORPO(beta=cfg.beta, train_on_prompt=cfg.train_on_prompt)
     adapter = cfg.method != "full"
