@@ -46,24 +46,12 @@ PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 def child_aura(a) -> list[tuple[float, float]]:
     """``aura finetune --objective kto ...`` through the program's own entry point (what the ``aura`` command
     runs), in this process so that each step's end can be clocked."""
-    from aura.cli import entry
-    from aura.train.run.metrics import TrainMetrics
-
     argv = ["finetune", "--objective", "kto", "--method", "lora", "--base-model", a.model, "--output-dir", a.out,
             "--max-steps", a.steps, "--batch-size", BATCH, "--gradient-accumulation-steps", ACCUM,
             "--max-length", a.max_length, "--beta", BETA, "--lora-r", LORA["r"], "--lora-alpha", LORA["alpha"],
             "--lora-dropout", 0.0, "--precision", "fp32", "--lr", LR, "--warmup-steps", 0, "--val-fraction", 0.0,
             "--save-steps", 0, "--log-interval", 1, "--template", "chatml"]
-    ends: list[tuple[float, float]] = []
-    log_step = TrainMetrics.log_step
-
-    def timed_log_step(self, *args, **kwargs):  # called once per step (log_interval 1), after the update
-        ends.append((time.perf_counter(), time.process_time()))
-        return log_step(self, *args, **kwargs)
-
-    TrainMetrics.log_step = timed_log_step
-    assert entry([str(x) for x in argv]) == 0
-    return ends
+    return versus_trl.clocked_aura(argv)
 
 
 def child_trl(a) -> list[tuple[float, float]]:

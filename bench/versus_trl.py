@@ -123,6 +123,26 @@ def main(script: str, children: dict[str, Callable[[argparse.Namespace], dict]],
     figure(f"{prefix}.peak_rss", ratio(memory))
 
 
+def clocked_aura(argv: list) -> list[tuple[float, float]]:
+    """Run ``aura ARGV`` through the program's own entry point in this process, with ``--log-interval 1``
+    in ARGV, and return each optimizer step's end as (wall clock, CPU clock): the Aura side of ``alternate``."""
+    import time
+
+    from aura.cli import entry
+    from aura.train.run.metrics import TrainMetrics
+
+    ends: list[tuple[float, float]] = []
+    log_step = TrainMetrics.log_step
+
+    def timed_log_step(self, *args, **kwargs):  # called once per step (log_interval 1), after the update
+        ends.append((time.perf_counter(), time.process_time()))
+        return log_step(self, *args, **kwargs)
+
+    TrainMetrics.log_step = timed_log_step
+    assert entry([str(x) for x in argv]) == 0
+    return ends
+
+
 def alternate(script: str, children: dict[str, Callable[[argparse.Namespace], list]], *, steps: int,
               per_step: int, unit: str = "examples", name: str = "") -> None:
     """Steady state and whole command, fastest of several alternated runs (as bench/versus_trl_grpo.py).
