@@ -16,7 +16,6 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import sys
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -153,6 +152,19 @@ def _init_worker(tok_json: str, eos_id: int, dtype: str, min_chars: int, seed: i
 
     _W.update(tok=Tokenizer.from_str(tok_json), eos=[eos_id], dtype=np.dtype(dtype), min_chars=min_chars,
               seed=seed.to_bytes(8, "little", signed=True))
+
+
+def _worker_context():
+    """Workers forked from a fresh single-threaded server, never from this process: a fork inherits the
+    locks other threads hold at that instant and this process's Python signal handlers, so a worker could
+    hang on a lock and then outlive ``Pool.terminate()``'s SIGTERM, and a refused input hung forever (it
+    happened inside a process with threads and a SIGTERM handler: a pytest worker; the same holds for any
+    program that calls ``prepare``)."""
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])
+        return ctx
+    return mp.get_context("spawn")
 
 
 def _process(batch: tuple[bool, list[str]]) -> dict:
@@ -301,8 +313,7 @@ def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
         val = ShardWriter(tmp, "val", shard_tokens=cfg.shard_tokens, dtype=dtype)
         pool = None
         if workers > 1:
-            ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-            pool = ctx.Pool(workers, initializer=_init_worker, initargs=initargs)
+            pool = _worker_context().Pool(workers, initializer=_init_worker, initargs=initargs)
         else:
             _init_worker(*initargs)
         try:
