@@ -202,6 +202,42 @@ def test_bad_input_clear_error_nothing_left(case, tok_dir, tmp_path):
     assert not out.exists() and not list(tmp_path.glob(".tmp-*"))
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc/PID/status (Linux)")
+def test_workers_do_not_inherit_the_callers_signal_handlers(docs, tok_dir, tmp_path):
+    """Called inside a process with threads and a Python SIGTERM handler (a pytest worker, a program that
+    imports aura), the pool's workers must not be forks of it: a fork inherits the handler and any lock
+    another thread holds at that instant, and a worker stuck on such a lock then survives the SIGTERM of
+    ``Pool.terminate()``: a refused input hung CI for 15 minutes a test. Every descendant process seen while
+    ``prepare`` runs must leave SIGTERM to the default action (SigCgt of /proc/PID/status)."""
+    import threading
+
+    import psutil
+
+    src = tmp_path / "c.txt"
+    src.write_text("\n".join(f"({k}) {d}" for k in range(400) for d in docs) + "\n", encoding="utf-8")
+    previous = signal.signal(signal.SIGTERM, lambda *a: None)
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(_prepare([src], tok_dir, tmp_path / "o", workers=2)))
+    seen: dict[int, bool] = {}
+    try:
+        worker.start()
+        while worker.is_alive():
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    with open(f"/proc/{child.pid}/status") as f:
+                        caught = int(next(ln for ln in f if ln.startswith("SigCgt:")).split()[1], 16)
+                except (OSError, StopIteration):
+                    continue
+                seen[child.pid] = seen.get(child.pid, False) or bool(caught >> (signal.SIGTERM - 1) & 1)
+            time.sleep(0.005)
+        worker.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result and load_meta(result[0])["cleaning"]["documents_kept"] == 400 * len(docs)
+    assert len(seen) >= 2, seen  # the two workers were seen
+    assert not any(seen.values()), f"processes with this process's SIGTERM handler: {seen}"
+
+
 def test_bad_records_and_replace_continue_counted(tok_dir, tmp_path):
     _bad_json(tmp_path / "x.jsonl")
     (tmp_path / "y.txt").write_bytes(b"buenos d\xedas\nadi\xf3s amigo\nhola mundo\n")

@@ -155,11 +155,14 @@ def serve(cfg: ServeConfig) -> int:
     check_port(cfg.host, cfg.port)
     # SIGTERM (also the one uvicorn raises again after its graceful shutdown) exits through the ExitStack,
     # so a merged copy is deleted, rather than by the default handler's instant death
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    with contextlib.ExitStack() as stack:
-        if engine == "vllm":
-            return _serve_vllm(cfg, source, stack)
-        return _serve_here(cfg, source, engine, stack)
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        with contextlib.ExitStack() as stack:
+            if engine == "vllm":
+                return _serve_vllm(cfg, source, stack)
+            return _serve_here(cfg, source, engine, stack)
+    finally:  # a caller that runs serve() in its own process gets its handler back
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _merged_copy(cfg: ServeConfig, source, stack: contextlib.ExitStack) -> Path:
