@@ -121,6 +121,32 @@ def run_aura(*args: str, env: dict | None = None, cwd: str | os.PathLike | None 
                           text=True, env=full_env, cwd=cwd, timeout=timeout, input=input)
 
 
+def run_aura_killed(*args: str, marker: Path, timeout: float = 300) -> str:
+    """Start ``python -m aura ARGS`` and kill -9 its whole process group as soon as the directory ``marker``
+    exists: no handler runs, as after a power cut or the OOM killer. Fails if the command ended before
+    (the kill came too late to prove anything); returns what it printed."""
+    import tempfile
+    import time
+
+    env = dict(os.environ, AURA_PLAIN="1", PYTHONUNBUFFERED="1")
+    env.setdefault("AURA_LANG", "en")
+    with tempfile.TemporaryFile() as log:  # a file, not a pipe: a full pipe would stall the command
+        proc = subprocess.Popen([sys.executable, "-m", "aura", *map(str, args)], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while not marker.is_dir() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it had already ended
+            pass
+        proc.wait()
+        log.seek(0)
+        out = log.read().decode("utf-8", "replace")
+    assert proc.returncode == -signal.SIGKILL and marker.is_dir(), out
+    return out
+
+
 def run_aura_here(*args: str, env: dict | None = None,
                   cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
     """``aura ARGS`` through the same entry point (``aura.cli.main``) in this process, for calls that stop

@@ -1,12 +1,14 @@
 """`aura finetune --objective kto` through the real CLI: the embedded Spanish rated answers, the logged rewards,
-KL and log-probs (CSV, TensorBoard, `aura plot`), exact resume after SIGTERM, the reference choices agreeing,
-TRL's imbalance warning in Spanish, every data form (CSV with a `--label-column` of sí/no, conversational
-JSONL) giving the same examples and TRL's mismatched KL sequences, the Studio form, and 2 gloo ranks equal to
-one process. Parity with TRL's KTOTrainer is in tests/test_kto_parity.py; bad data in tests/bad_inputs."""
+KL and log-probs (CSV, TensorBoard, `aura plot`), exact resume after SIGTERM and then after kill -9, the
+reference choices agreeing, TRL's imbalance warning in Spanish, every data form (CSV with a `--label-column` of
+sí/no, conversational JSONL) giving the same examples and TRL's mismatched KL sequences, the Studio form, and 2
+gloo ranks under DDP and FSDP2 equal to one process. Parity with TRL's KTOTrainer is in
+tests/test_kto_parity.py; bad data in tests/bad_inputs."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_killed
 from tests.test_finetune import finetune
 from tests.test_preference import FAST, step_rows, write_jsonl
 from tests.tiny_models import build_llama, train_tokenizer
@@ -49,24 +51,24 @@ def test_embedded_sample_is_distinct_balanced_and_loads():
     assert [e.label for e in examples] == [r["label"] for r in records]
 
 
-def test_kto_on_the_embedded_sample_logs_plots_and_resumes_exactly_after_sigterm(env, tmp_path):
+def test_kto_on_the_embedded_sample_logs_plots_and_resumes_exactly_after_sigterm_and_kill_9(env, tmp_path):
     common = ["--objective", "kto", "--base-model", env["llama"], *FAST, "--gradient-accumulation-steps", 2,
-              "--max-steps", 6]
+              "--max-steps", 8]
     straight = tmp_path / "straight"
     out = finetune(*common, "--output-dir", straight)
     assert "No --data: using the embedded Spanish rated answers" in out
     assert "KTO reference: the base model with the adapter disabled" in out
     rows = step_rows(straight)
-    assert set(rows) == set(range(1, 7))
+    assert set(rows) == set(range(1, 9))
     # LoRA B = 0: policy == reference, every log ratio and the KL estimate are 0, each loss 1 - s(0)
     assert float(rows[1]["train_loss"]) == pytest.approx(0.5, abs=1e-6) and float(rows[1]["kl"]) == 0
     assert all(rows[s]["kl"] != "" and rows[s]["logps/chosen"] + rows[s]["logps/rejected"] != "" for s in rows)
-    assert float(rows[6]["kl"]) > 0  # the policy moved away from its reference
+    assert float(rows[8]["kl"]) > 0  # the policy moved away from its reference
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(straight / "tb"))
     acc.Reload()
-    assert [e.step for e in acc.Scalars("kl")] == list(range(1, 7))
+    assert [e.step for e in acc.Scalars("kl")] == list(range(1, 9))
     r = run_aura("plot", straight, "--output-dir", tmp_path, "--out", "kto.svg")
     assert r.returncode == 0, r.stdout + r.stderr
     svg = (tmp_path / "kto.svg").read_text()
@@ -79,16 +81,22 @@ def test_kto_on_the_embedded_sample_logs_plots_and_resumes_exactly_after_sigterm
     lines = []
     for line in proc.stdout:
         lines.append(line)
-        if "Step 3/6" in line:
+        if "Step 3/8" in line:
             proc.send_signal(signal.SIGTERM)
             break
     text = "".join(lines) + proc.stdout.read()
     assert proc.wait(timeout=300) == 3, text
-    assert next(run.glob("interrupt-step-*"))
+    stopped = int(next(run.glob("interrupt-step-*")).name.rsplit("-", 1)[1])
+    # resumed, saving every step, then killed -9 once the first step after the interruption is saved: the
+    # next command resumes from that periodic checkpoint, dropping the log rows written after it
+    out = run_aura_killed("finetune", "--output-dir", run, *common, "--save-steps", 1, "--resume-from", "latest",
+                          marker=run / f"checkpoint-step-{stopped + 1}")
+    assert "Resumed from" in out and not (run / "final").exists()
     out = finetune(*common, "--output-dir", run, "--resume-from", "latest")
-    assert "Resumed from" in out
+    resumed_at = re.search(r"Resumed from \S+: step (\d+),", out)
+    assert resumed_at and int(resumed_at[1]) > stopped, out  # the periodic checkpoint saved after the interruption
     again = step_rows(run)
-    assert set(again) == set(range(1, 7))
+    assert set(again) == set(range(1, 9))
     for step in again:  # exactly: the logged strings
         assert [again[step][k] for k in COLUMNS] == [rows[step][k] for k in COLUMNS], step
 
@@ -179,22 +187,36 @@ def test_studio_form_offers_kto_and_its_options(tmp_path):
     assert given["--label-column"] == "me_gusta", argv
 
 
+DIST = ["--max-steps", 3, "--val-fraction", "0"]
+
+
+@pytest.fixture(scope="module")
+def single(env) -> dict[int, dict]:
+    """One process, 4 examples per step: the reference of every 2-rank run below."""
+    run = env["root"] / "single"
+    finetune("--objective", "kto", "--base-model", env["llama"], "--data", env["data"], *FAST, *DIST,
+             "--batch-size", 4, "--output-dir", run)
+    return step_rows(run)
+
+
 @pytest.mark.dist
 @pytest.mark.slow
-def test_two_gloo_ranks_equal_one_process_with_the_same_global_batch(env, tmp_path):
-    """DDP: 2 ranks x 2 examples == 1 process x 4 examples. The KL partners are fixed per example and the KL
-    estimate is averaged over the ranks, the loss normalised by the examples of all ranks."""
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_gloo_ranks_equal_one_process_with_the_same_global_batch(env, single, tmp_path, strategy):
+    """DDP and FSDP2: 2 ranks x 2 examples == 1 process x 4 examples. The KL partners are fixed per example
+    and the KL estimate is averaged over the ranks, the loss normalised by the examples of all ranks; the
+    reference is the adapter disabled inside the sharded model. (DeepSpeed ZeRO-2 runs the same objective
+    code: tests/test_simpo.py runs SimPO under it.)"""
     from tests.distutil import output, torchrun
 
-    common = ["--objective", "kto", "--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 3,
-              "--val-fraction", "0"]
-    single = tmp_path / "single"
-    finetune(*common, "--batch-size", 4, "--output-dir", single)
     dist_run = tmp_path / "dist"
-    r = torchrun("-m", "aura", "finetune", *map(str, common), "--batch-size", "2", "--output-dir", str(dist_run),
+    r = torchrun("-m", "aura", "finetune", "--objective", "kto", "--base-model", env["llama"], "--data", env["data"],
+                 *FAST, *DIST, "--strategy", strategy, "--batch-size", "2", "--output-dir", dist_run,
                  "--backend", "gloo")
     assert r.returncode == 0, output(r)
-    a, b = step_rows(single), step_rows(dist_run)
+    assert f"Parallelism strategy: {strategy} (chosen with --strategy)" in output(r)
+    assert "adapter disabled" in output(r)
+    a, b = single, step_rows(dist_run)
     assert set(a) == set(b) == {1, 2, 3}
     for step in a:
         for key in COLUMNS:

@@ -1,20 +1,22 @@
 """`aura finetune --objective simpo|cpo` and GRPO's GSPO/CISPO options through the real CLI: the embedded
 Spanish pairs without --data, no reference model of any kind, the logged rewards and `aura plot`'s rewards
-panel, exact resume after SIGTERM, two DDP ranks equal to one process with the same global batch, the
-Studio's form, and bad combinations refused in Spanish and English. Parity with TRL is in
-tests/test_simpo_parity.py (CPOTrainer) and tests/test_grpo_parity.py (GRPOTrainer: GSPO, CISPO)."""
+panel, exact resume after SIGTERM and then after kill -9, two ranks under DDP and DeepSpeed ZeRO-2 equal to
+one process with the same global batch, the Studio's form, and bad combinations refused in Spanish and
+English. Parity with TRL is in tests/test_simpo_parity.py (CPOTrainer) and tests/test_grpo_parity.py
+(GRPOTrainer: GSPO, CISPO)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import run_aura, run_aura_here
+from tests.conftest import run_aura_here, run_aura_killed
 from tests.test_finetune import finetune
 from tests.test_preference import FAST, REWARDS, embedded_records, step_rows, write_jsonl
 from tests.tiny_models import build_llama, train_tokenizer
@@ -62,7 +64,7 @@ def test_simpo_and_cpo_on_the_embedded_pairs_need_no_reference_and_plot_their_re
         assert f"{run} (Reward margin)" in svg and f"{run} (Preference accuracy)" in svg
 
 
-def test_simpo_stopped_by_sigterm_resumes_with_the_uninterrupted_losses(env, tmp_path):
+def test_simpo_stopped_by_sigterm_then_killed_9_resumes_with_the_uninterrupted_losses(env, tmp_path):
     common = ["--objective", "simpo", "--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 8,
               "--batch-size", 1, "--gradient-accumulation-steps", 2, "--gamma", 0.3, "--label-smoothing", 0.1]
     finetune(*common, "--output-dir", tmp_path / "ref")
@@ -79,29 +81,49 @@ def test_simpo_stopped_by_sigterm_resumes_with_the_uninterrupted_losses(env, tmp
     out = "".join(lines) + proc.stdout.read()
     assert proc.wait(timeout=300) == 3, out  # stopped by a signal, checkpoint saved
     interrupts = sorted(run.glob("interrupt-step-*"))
-    assert len(interrupts) == 1 and 3 <= int(interrupts[0].name.rsplit("-", 1)[1]) < 8, out
+    stopped = int(interrupts[0].name.rsplit("-", 1)[1])
+    assert len(interrupts) == 1 and 3 <= stopped < 8, out
+    # resumed, saving every step, then killed -9 once the first step after the interruption is saved: the
+    # next command resumes from that periodic checkpoint, dropping the log rows written after it
+    out = run_aura_killed("finetune", "--output-dir", run, *common, "--save-steps", 1, "--resume-from", "latest",
+                          marker=run / f"checkpoint-step-{stopped + 1}")
+    assert "Resumed from" in out and not (run / "final").exists()
     out = finetune(*common, "--output-dir", run, "--resume-from", "latest")
-    assert "Resumed from" in out
+    resumed_at = re.search(r"Resumed from \S+: step (\d+),", out)
+    assert resumed_at and int(resumed_at[1]) > stopped, out  # the periodic checkpoint saved after the interruption
     a, b = step_rows(tmp_path / "ref"), step_rows(run)
     assert set(a) == set(b) == set(range(1, 9))
     for step in a:  # exactly: the logged strings
         assert [a[step][k] for k in ("train_loss", *REWARDS)] == [b[step][k] for k in ("train_loss", *REWARDS)], step
 
 
+DIST = ["--objective", "simpo", "--cpo-alpha", "0.5"]  # CPO's NLL term included
+
+
+@pytest.fixture(scope="module")
+def single(env) -> dict[int, dict]:
+    """One process, 2 pairs per step: the reference of every 2-rank run below."""
+    run = env["root"] / "single"
+    finetune(*DIST, "--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 3, "--output-dir", run)
+    return step_rows(run)
+
+
 @pytest.mark.dist
-def test_simpo_on_two_gloo_ranks_equals_one_process_with_the_same_global_batch(env, tmp_path):
-    """DDP: the pair count is global, so 2 ranks x 1 pair == 1 process x 2 pairs (CPO's NLL term included)."""
+@pytest.mark.parametrize("strategy", ["ddp", pytest.param("zero2", marks=pytest.mark.slow)])
+def test_simpo_on_two_gloo_ranks_equals_one_process_with_the_same_global_batch(env, single, tmp_path, strategy):
+    """DDP and DeepSpeed ZeRO-2: the pair count is global, so 2 ranks x 1 pair == 1 process x 2 pairs.
+    (FSDP2 runs the same objective code: tests/test_kto.py runs KTO under it.)"""
     from tests.distutil import output, torchrun
 
-    common = ["--objective", "simpo", "--cpo-alpha", "0.5", "--base-model", env["llama"], "--data", env["data"],
-              *FAST, "--max-steps", 3]
-    single = tmp_path / "single"
-    finetune(*common, "--output-dir", single)  # batch 2
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}')
+    engine = ["--deepspeed", tmp_path / "ds.json"] if strategy == "zero2" else []
     dist_run = tmp_path / "dist"
-    r = torchrun("-m", "aura", "finetune", *map(str, common), "--batch-size", "1", "--output-dir", str(dist_run),
-                 "--backend", "gloo")
+    r = torchrun("-m", "aura", "finetune", *DIST, "--base-model", env["llama"], "--data", env["data"], *FAST,
+                 "--max-steps", 3, *engine, "--batch-size", "1", "--output-dir", dist_run, "--backend", "gloo")
     assert r.returncode == 0, output(r)
-    a, b = step_rows(single), step_rows(dist_run)
+    assert ("DeepSpeed ZeRO-2: micro-batch 1, accumulation 1, global batch 2" if engine
+            else "Parallelism strategy: ddp") in output(r)
+    a, b = single, step_rows(dist_run)
     assert set(a) == set(b) == {1, 2, 3}
     for step in a:
         for key in ("train_loss", "nll_loss", *REWARDS):
