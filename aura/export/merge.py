@@ -116,7 +116,7 @@ def _merge(cfg: MergeConfig, out: Path) -> int:
         model.resize_token_embeddings(len(tok))
     check_adapter_base(adapter_dir, model, allow_other_base=cfg.allow_other_base)
     from aura.models.peft_import import import_peft, peft_quiet
-    from aura.models.save import save_pretrained
+    from aura.models.deepspeed_import import save_pretrained
 
     import_peft()
     from peft import PeftModel

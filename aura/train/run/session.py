@@ -295,7 +295,7 @@ def best_line(out: Path) -> str | None:
 
 def save_hf(model, directory: Path, state_dict: dict | None) -> None:
     """config.json + model.safetensors + generation_config.json (loadable by from_pretrained)."""
-    from aura.models.save import save_pretrained
+    from aura.models.deepspeed_import import save_pretrained
 
     save_pretrained(model, directory, state_dict=state_dict, safe_serialization=True)
 
