@@ -23,13 +23,22 @@ def _ok(proc) -> str:
     return text
 
 
+@pytest.fixture(scope="module")
+def eager(prepared, tmp_path_factory) -> dict[int, float]:  # noqa: F811
+    """The per-step losses of TINY eager in one process (batch 4, checkpointing: the recomputed forward is
+    the same one), the reference of every compiled run of this file (DDP and FSDP2 on 2 ranks x batch 2
+    log the single process's losses: tests/test_dist_train.py, tests/test_distributed.py)."""
+    out = tmp_path_factory.mktemp("eager") / "run"
+    _ok(run_aura("pretrain", "--data", prepared, "--output-dir", out, *TINY, "--gradient-checkpointing"))
+    return read_log(out)
+
+
 @pytest.mark.slow
-def test_pretrain_compiled_with_checkpointing_matches_eager(prepared, tmp_path):  # noqa: F811
-    eager, compiled = tmp_path / "eager", tmp_path / "compiled"
-    _ok(run_aura("pretrain", "--data", prepared, "--output-dir", eager, *TINY, "--gradient-checkpointing"))
+def test_pretrain_compiled_with_checkpointing_matches_eager(prepared, eager, tmp_path):  # noqa: F811
+    compiled = tmp_path / "compiled"
     _ok(run_aura("pretrain", "--data", prepared, "--output-dir", compiled, *TINY, "--gradient-checkpointing",
                  "--compile", timeout=900))
-    a, b = read_log(eager), read_log(compiled)
+    a, b = eager, read_log(compiled)
     assert a.keys() == b.keys() == {1, 2, 3}
     for step in a:  # inductor reorders float ops: equal to rounding, not bit for bit
         assert b[step] == pytest.approx(a[step], rel=1e-4), step
@@ -78,20 +87,18 @@ def test_lora_finetune_compiled_matches_eager_step_by_step(tmp_path):
 @pytest.mark.dist
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_compiled_blocks_under_two_gloo_ranks_match_eager(prepared, tmp_path, strategy):  # noqa: F811
+def test_compiled_blocks_under_two_gloo_ranks_match_eager(prepared, eager, tmp_path, strategy):  # noqa: F811
     """`--compile` under torchrun: each block compiled, then wrapped by DDP or sharded by FSDP2 (torchtitan's
-    order); 2 ranks x batch 2 give the losses of the eager run of the same strategy."""
+    order); 2 ranks x batch 2 give the losses of the eager run in one process with batch 4."""
     from tests.distutil import torchrun
 
     two_ranks = [a if a != "4" or TINY[i - 1] != "--batch-size" else "2" for i, a in enumerate(TINY)]
-    runs = {}
-    for name, extra in (("eager", []), ("compiled", ["--compile"])):
-        out = tmp_path / name
-        text = _ok(torchrun("-m", "aura", "pretrain", "--data", prepared, "--output-dir", out, *two_ranks,
-                            "--backend", "gloo", "--strategy", strategy, *extra, timeout=900))
-        assert f"Parallelism strategy: {strategy}" in text
-        assert ("| Sync=OK" if strategy == "ddp" else "| Sync=FSDP") in text  # replicas checked every step
-        runs[name] = read_log(out)
-    assert runs["eager"].keys() == runs["compiled"].keys() == {1, 2, 3}
-    for step, loss in runs["eager"].items():  # inductor reorders float ops: equal to rounding
-        assert runs["compiled"][step] == pytest.approx(loss, rel=1e-4), step
+    out = tmp_path / "compiled"
+    text = _ok(torchrun("-m", "aura", "pretrain", "--data", prepared, "--output-dir", out, *two_ranks,
+                        "--backend", "gloo", "--strategy", strategy, "--compile", timeout=900))
+    assert f"Parallelism strategy: {strategy}" in text
+    assert ("| Sync=OK" if strategy == "ddp" else "| Sync=FSDP") in text  # replicas checked every step
+    compiled = read_log(out)
+    assert eager.keys() == compiled.keys() == {1, 2, 3}
+    for step, loss in eager.items():  # inductor reorders float ops: equal to rounding
+        assert compiled[step] == pytest.approx(loss, rel=1e-4), step

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -142,6 +143,10 @@ def test_demo_without_data_prints_sample_and_outputs(tmp_path):
     elapsed = time.perf_counter() - start
     assert r.returncode == 0, r.stderr + r.stdout
     assert "Sample generation" in r.stdout and "final model" in r.stdout and "tensorboard --logdir" in r.stdout
+    # it says the batch it trains, not `auto`'s "batch 16" (moved from tests/test_readme.py: the same run)
+    out = r.stdout + r.stderr
+    assert set(re.findall(r"\bbatch (\d+)", out)) == {"8"}, out
+    assert "Demo: preset 'qwen3-tiny', batch 8, learning rate 0.002" in out, out
     assert (tmp_path / "demo" / "tokenizer" / "tokenizer.json").is_file()
     assert (tmp_path / "demo" / "final" / "model.safetensors").is_file()
     losses = read_log(tmp_path / "demo")

@@ -186,16 +186,3 @@ def test_readme_example_values_are_those_the_script_measured():
     # the vocabulary asked for is the one the corpus gives (no "6298 tokens and not the 8000 requested")
     asked = re.search(r"--vocab-size (\d+)", " ".join(results["commands"])).group(1)
     assert int(asked) == results["vocab_size"], results
-
-
-def test_demo_announces_the_batch_it_trains(tmp_path):
-    """`aura pretrain` without --data (scripts/demo.sh) printed `auto`'s "batch 16" and trained batch 8."""
-    from tests.conftest import run_aura
-
-    r = run_aura("pretrain", "--output-dir", tmp_path / "demo", "--max-steps", "1", "--sample-tokens", "0",
-                 "--precision", "fp32")
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out
-    batches = set(re.findall(r"\bbatch (\d+)", out))
-    assert batches == {"8"}, out
-    assert "Demo: preset 'qwen3-tiny', batch 8, learning rate 0.002" in out, out

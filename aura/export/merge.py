@@ -116,6 +116,7 @@ def _merge(cfg: MergeConfig, out: Path) -> int:
         model.resize_token_embeddings(len(tok))
     check_adapter_base(adapter_dir, model, allow_other_base=cfg.allow_other_base)
     from aura.models.peft_import import import_peft, peft_quiet
+    from aura.models.deepspeed_import import save_pretrained
 
     import_peft()
     from peft import PeftModel
@@ -137,7 +138,7 @@ def _merge(cfg: MergeConfig, out: Path) -> int:
     model.config.pad_token_id = tok.pad_token_id
 
     with staged_dir(out, replace=True, kind="model") as tmp:
-        model.save_pretrained(str(tmp))
+        save_pretrained(model, tmp)
         tok.save_pretrained(str(tmp))
         atomic_write_json(tmp / "aura_merge.json", {
             "base_model": str(base_dir), "adapter": str(adapter_dir),

@@ -238,8 +238,10 @@ def check_version(have: str) -> None:
 
 def setup_deepspeed(model, *, args, dist, config_path: str, precision: str):
     """(the DeepSpeed engine, which the loop trains as the model; its ``StepEngine``; its ``CheckpointIO``)."""
+    from aura.models.deepspeed_import import import_deepspeed
+
     try:
-        import deepspeed
+        deepspeed = import_deepspeed()
     except ImportError:
         raise AuraError(M("missing")) from None
     check_version(deepspeed.__version__)

@@ -295,7 +295,9 @@ def best_line(out: Path) -> str | None:
 
 def save_hf(model, directory: Path, state_dict: dict | None) -> None:
     """config.json + model.safetensors + generation_config.json (loadable by from_pretrained)."""
-    model.save_pretrained(str(directory), state_dict=state_dict, safe_serialization=True)
+    from aura.models.deepspeed_import import save_pretrained
+
+    save_pretrained(model, directory, state_dict=state_dict, safe_serialization=True)
 
 
 def load_hf_weights(model, directory: Path) -> None:
