@@ -347,5 +347,9 @@ def test_a_pair_in_one_row_gives_the_log_probs_of_its_two_rows(env, arch, attn):
             torch.testing.assert_close(shared[0], two[0], atol=1e-4, rtol=1e-5)
             assert shared[1].tolist() == two[1].tolist()
     assert shares_prompt(model)
+    model.config.sliding_window = 16  # a window the 4D mask would override: two rows per pair
+    model.config.layer_types = None
+    assert not shares_prompt(model)
+    model.config.sliding_window = None
     model.config._attn_implementation = "flash_attention_2"  # no arbitrary masks: two rows per pair
     assert not shares_prompt(model)

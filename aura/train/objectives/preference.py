@@ -51,10 +51,10 @@ M = Messages("preference_train", {
                     "sin ver la otra.",
                     "Each pair goes through the model as one row: the prompt once, and each answer sees it "
                     "without seeing the other."),
-    "prompt_twice": ("La atención {attn} no admite la máscara de un par en una fila: el prompt pasa por el "
-                     "modelo con cada respuesta (dos filas por par).",
-                     "{attn} attention does not take the mask of a pair in one row: the prompt goes through "
-                     "the model with each answer (two rows per pair)."),
+    "prompt_twice": ("Este modelo (atención {attn}) no admite la máscara de un par en una fila: el prompt pasa "
+                     "por el modelo con cada respuesta (dos filas por par).",
+                     "This model ({attn} attention) does not take the mask of a pair in one row: the prompt "
+                     "goes through the model with each answer (two rows per pair)."),
 })
 DPO_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/accuracy", "rewards/margin", "logps/chosen",
                "logps/rejected")
@@ -160,7 +160,11 @@ def shares_prompt(model) -> bool:
 
     inner = _peft_model(model)
     attn = getattr(inner.config, "_attn_implementation", None)
-    if attn not in TREE_MASK_ATTENTION:
+    # a custom 4D mask replaces the sliding-window masks too (Mistral, Gemma 2/3): beyond the window the
+    # answers would see more than alone, which a check on a few tokens cannot reveal
+    layers = set(getattr(inner.config, "layer_types", None) or ())
+    sliding = layers - {"full_attention"} if layers else getattr(inner.config, "sliding_window", None)
+    if attn not in TREE_MASK_ATTENTION or sliding:
         console.info(M("prompt_twice", attn=attn))
         return False
     device = next(model.parameters()).device
