@@ -60,10 +60,12 @@ def test_kto_on_the_embedded_sample_logs_plots_and_resumes_exactly_after_sigterm
     assert "KTO reference: the base model with the adapter disabled" in out
     rows = step_rows(straight)
     assert set(rows) == set(range(1, 9))
-    # LoRA B = 0: policy == reference, every log ratio and the KL estimate are 0, each loss 1 - s(0)
-    assert float(rows[1]["train_loss"]) == pytest.approx(0.5, abs=1e-6) and float(rows[1]["kl"]) == 0
+    # LoRA B = 0: policy == reference, every log ratio and the KL estimate are 0, each loss 1 - s(0); 0 up to
+    # float rounding: the reference runs each mismatched answer in one row with the real one (the prompt
+    # once), the policy alone
+    assert float(rows[1]["train_loss"]) == pytest.approx(0.5, abs=1e-6) and abs(float(rows[1]["kl"])) < 1e-4
     assert all(rows[s]["kl"] != "" and rows[s]["logps/chosen"] + rows[s]["logps/rejected"] != "" for s in rows)
-    assert float(rows[8]["kl"]) > 0  # the policy moved away from its reference
+    assert float(rows[8]["kl"]) > 1e-2  # the policy moved away from its reference
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(straight / "tb"))

@@ -316,3 +316,40 @@ def test_dpo_validation_says_reward_accuracy_and_margin_not_a_perplexity(env, tm
     acc = EventAccumulator(str(tmp_path / "run" / "tb"))
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("Val/rewards/accuracy")] == [(1, 0.0)]
+
+
+@pytest.mark.parametrize("arch, attn", [("llama", "sdpa"), ("llama", "eager"), ("gpt2", "sdpa"), ("qwen2", "eager")])
+def test_a_pair_in_one_row_gives_the_log_probs_of_its_two_rows(env, arch, attn):
+    """`[prompt | chosen | rejected]` in one row (the 4D mask, positions restarting at the prompt's end) gives
+    every pair's answer log-probs and token counts of the two separate rows (each answer alone, as TRL runs
+    it); an attention implementation that cannot take the mask keeps the two rows."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aura.data.preference import collate_pairs, encode_pairs, load_pairs
+    from aura.train.objectives.preference import sequence_logps, shares_prompt
+    from tests.tiny_models import build_arch, build_gpt2
+
+    model_dir = env["root"] / arch
+    if not model_dir.exists():
+        {"llama": lambda d, t: build_llama(d, t, hidden=64, layers=2), "gpt2": build_gpt2,
+         "qwen2": lambda d, t: build_arch(d, t, "qwen2")}[arch](model_dir, env["tok"])
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=attn).eval()
+    tok = AutoTokenizer.from_pretrained(env["tok"])
+    pairs = encode_pairs(load_pairs(env["data"]), tok, max_length=128)[:6]
+    one = collate_pairs(pairs[:3], pad_id=tok.pad_token_id, shared=True)
+    assert one["input_ids"].shape[0] == 3 and one["input_ids"].shape[1] < max(
+        len(p.chosen.input_ids) + len(p.rejected.input_ids) for p in pairs[:3])  # each prompt once
+    with torch.no_grad():
+        for chunk in (pairs[:3], pairs[3:]):
+            two = sequence_logps(model, collate_pairs(chunk, pad_id=tok.pad_token_id))
+            shared = sequence_logps(model, collate_pairs(chunk, pad_id=tok.pad_token_id, shared=True))
+            torch.testing.assert_close(shared[0], two[0], atol=1e-4, rtol=1e-5)
+            assert shared[1].tolist() == two[1].tolist()
+    assert shares_prompt(model)
+    model.config.sliding_window = 16  # a window the 4D mask would override: two rows per pair
+    model.config.layer_types = None
+    assert not shares_prompt(model)
+    model.config.sliding_window = None
+    model.config._attn_implementation = "flash_attention_2"  # no arbitrary masks: two rows per pair
+    assert not shares_prompt(model)

@@ -26,7 +26,9 @@ can store the reference's log-probabilities of both sequences.
 ``UnpairedSource`` is the loop's resumable, rank-aware ``BatchSource`` (``SFTDataSource``'s order, sharding
 and state): a batch of B examples is ``input_ids``/``labels``/``attention_mask`` (B, T), the mismatched
 ``kl_input_ids``/``kl_labels``/``kl_attention_mask`` (B, T'), ``label`` (B,) and, when precomputed,
-``ref_logps``/``ref_kl_logps`` (B,).
+``ref_logps``/``ref_kl_logps`` (B,). With ``shared`` (and no precomputed reference) it also holds both
+sequences of each example in one row, the prompt once, for the reference's forward pass: the ``ref_pair_``
+keys, ``aura.data.preference.collate_pairs(shared=True)`` of (sequence, KL sequence).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pathlib import Path
 from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.data.preference import _answer_message, _encode_side, _messages
+from aura.data.preference import EncodedPair, _answer_message, _encode_side, _messages, collate_pairs
 from aura.data.sft import _check_messages, iter_records
 from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate
 
@@ -199,8 +201,8 @@ def encode_unpaired(examples: list[UnpairedExample], tokenizer, *, max_length: i
 
 
 def collate_unpaired(examples: list[EncodedUnpaired], *, pad_id: int, pad_to_multiple_of: int = 1,
-                     buckets: tuple[int, ...] = ()) -> dict:
-    """B examples -> the batch of the module docstring."""
+                     buckets: tuple[int, ...] = (), shared: bool = False) -> dict:
+    """B examples -> the batch of the module docstring (``shared``: with the ``ref_pair_`` rows)."""
     import torch
 
     batch = collate([[e.seq] for e in examples], pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of,
@@ -211,20 +213,26 @@ def collate_unpaired(examples: list[EncodedUnpaired], *, pad_id: int, pad_to_mul
     if examples and all(e.ref_logps is not None for e in examples):
         batch["ref_logps"] = torch.tensor([e.ref_logps[0] for e in examples], dtype=torch.float64)  # (B,)
         batch["ref_kl_logps"] = torch.tensor([e.ref_logps[1] for e in examples], dtype=torch.float64)  # (B,)
+    elif shared:  # the reference runs both sequences without gradients: one row each, the prompt once
+        pairs = collate_pairs([EncodedPair(e.seq, e.kl) for e in examples], pad_id=pad_id,
+                              pad_to_multiple_of=pad_to_multiple_of, buckets=buckets, shared=True)
+        batch.update({f"ref_pair_{k}": v for k, v in pairs.items()})
     return batch
 
 
 class UnpairedSource(SFTDataSource):
     """``SFTDataSource`` over rated answers (no packing): the same order, sharding and resumable state."""
 
-    def __init__(self, examples: list[EncodedUnpaired], **kwargs):
+    def __init__(self, examples: list[EncodedUnpaired], *, shared: bool = False, **kwargs):
         kwargs.pop("packing", None)
         super().__init__(examples, packing=False, **kwargs)
+        self.shared = shared
 
     def batch(self, epoch: int, index: int) -> dict:
         mine = self._rank_rows(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
         return collate_unpaired([self.examples[self.rows[r][0]] for r in mine], pad_id=self.pad_id,
-                                pad_to_multiple_of=self.pad_to_multiple_of, buckets=self.buckets)
+                                pad_to_multiple_of=self.pad_to_multiple_of, buckets=self.buckets,
+                                shared=self.shared)
 
     @property
     def num_label_tokens(self) -> int:

@@ -30,7 +30,8 @@ refused when they are more than ``IDENTICAL_LIMIT`` of the data (usually swapped
 ``PairSource`` is the loop's resumable, rank-aware ``BatchSource`` (``SFTDataSource``'s order, sharding
 and state): a batch of B pairs is ``input_ids``/``labels``/``attention_mask`` of shape (2B, T), the B
 chosen sequences then the B rejected ones, plus ``ref_logps`` (2B,) when reference log-probabilities were
-precomputed.
+precomputed. With ``shared`` a pair is one row, ``[prompt | chosen | rejected]``, so its prompt runs once
+(``collate_pairs``; the objective decides whether the model allows it).
 """
 
 from __future__ import annotations
@@ -293,14 +294,62 @@ def encode_pairs(pairs: list[PreferencePair], tokenizer, *, max_length: int,
 # Batches
 
 
-def collate_pairs(pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of: int = 1,
-                  buckets: tuple[int, ...] = ()) -> dict:
-    """B pairs -> input_ids, labels, attention_mask (2B, T): the chosen sequences, then the rejected ones;
-    ``ref_logps`` (2B,) in the same order when every pair has precomputed reference log-probs."""
+# Segments of a shared-prompt row (``collate_pairs(shared=True)``)
+SHARED, CHOSEN, REJECTED, PADDING = 0, 1, 2, 3
+
+
+def shared_length(pair: EncodedPair) -> int:
+    """How many leading tokens the two sequences of ``pair`` can share in one row: their common prefix,
+    but at most up to the token before the first answer label of either (the last shared position's
+    logits can predict only one next token, and it must be an unlabelled one)."""
+    c, r = pair.chosen, pair.rejected
+    first = min(next((i for i, t in enumerate(seq.labels) if t != IGNORE_INDEX), len(seq.labels)) for seq in (c, r))
+    limit, n = min(len(c.input_ids), len(r.input_ids), first - 1), 0
+    while n < limit and c.input_ids[n] == r.input_ids[n]:
+        n += 1
+    return n
+
+
+def _collate_shared(pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of: int,
+                    buckets: tuple[int, ...]) -> dict:
+    """B pairs -> one row each, ``[prompt | chosen answer | rejected answer]`` (B, T): the packed rows of
+    ``collate`` (padding, buckets), with position_ids that restart at the prompt's length for the
+    rejected part and ``segments`` (B, T) telling the parts apart (SHARED, CHOSEN, REJECTED, PADDING),
+    from which the objective builds the attention mask (``aura.train.objectives.preference``)."""
     import torch
 
-    rows = [[p.chosen] for p in pairs] + [[p.rejected] for p in pairs]
-    batch = collate(rows, pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
+    rows = []
+    for p in pairs:
+        s = shared_length(p)
+        rows.append([Encoded(p.chosen.input_ids[:s], p.chosen.labels[:s]),
+                     Encoded(p.chosen.input_ids[s:], p.chosen.labels[s:]),
+                     Encoded(p.rejected.input_ids[s:], p.rejected.labels[s:])])
+    batch = collate(rows, pad_id=pad_id, packing=True, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
+    segments = torch.full(batch["input_ids"].shape, PADDING, dtype=torch.long)  # (B, T)
+    attention = torch.zeros_like(segments)  # (B, T): 1 on real tokens (what throughput counts)
+    for b, (shared, chosen, rejected) in enumerate(rows):
+        s, c, r = len(shared.input_ids), len(chosen.input_ids), len(rejected.input_ids)
+        segments[b, :s], segments[b, s:s + c], segments[b, s + c:s + c + r] = SHARED, CHOSEN, REJECTED
+        batch["position_ids"][b, s:s + c + r] += s  # each answer goes on from the prompt's end
+        attention[b, :s + c + r] = 1
+    batch["segments"], batch["attention_mask"] = segments, attention
+    return batch
+
+
+def collate_pairs(pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of: int = 1,
+                  buckets: tuple[int, ...] = (), shared: bool = False) -> dict:
+    """B pairs -> input_ids, labels, attention_mask (2B, T): the chosen sequences, then the rejected ones;
+    ``ref_logps`` (2B,) in the same order when every pair has precomputed reference log-probs.
+
+    ``shared``: one row per pair instead, the prompt once (``_collate_shared``): input_ids, labels,
+    position_ids, segments, attention_mask (B, T) and ``ref_logps`` (2B,) as above."""
+    import torch
+
+    if shared:
+        batch = _collate_shared(pairs, pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
+    else:
+        rows = [[p.chosen] for p in pairs] + [[p.rejected] for p in pairs]
+        batch = collate(rows, pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
     if pairs and all(p.ref_logps is not None for p in pairs):
         batch["ref_logps"] = torch.tensor([p.ref_logps[0] for p in pairs] + [p.ref_logps[1] for p in pairs],
                                           dtype=torch.float64)  # (2B,)
@@ -309,16 +358,17 @@ def collate_pairs(pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of: 
 
 class PairSource(SFTDataSource):
     """``SFTDataSource`` over pairs (no packing): the same order, sharding and resumable state; a batch
-    holds ``batch_size`` pairs (2 x batch_size sequences)."""
+    holds ``batch_size`` pairs (2 x batch_size sequences, or one row per pair with ``shared``)."""
 
-    def __init__(self, pairs: list[EncodedPair], **kwargs):
+    def __init__(self, pairs: list[EncodedPair], *, shared: bool = False, **kwargs):
         kwargs.pop("packing", None)
         super().__init__(pairs, packing=False, **kwargs)
+        self.shared = shared
 
     def batch(self, epoch: int, index: int) -> dict:
         mine = self._rank_rows(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
         return collate_pairs([self.examples[self.rows[r][0]] for r in mine], pad_id=self.pad_id,
-                             pad_to_multiple_of=self.pad_to_multiple_of, buckets=self.buckets)
+                             pad_to_multiple_of=self.pad_to_multiple_of, buckets=self.buckets, shared=self.shared)
 
     @property
     def num_label_tokens(self) -> int:

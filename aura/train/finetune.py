@@ -122,14 +122,19 @@ class FinetuneCommand:
         cfg = _with_defaults(cfg, model, n_train=len(train_ex), run=run)
         evaluators = []
         if pref:
-            data, val = pref.sources(cfg, tok, train_ex, val_ex, dist=dist, limited=_Limited)
+            from aura.train.objectives.preference import shares_prompt
+
+            # a pair (KTO: an answer and its mismatched KL answer, for the reference) in one row, the prompt
+            # once, where the model takes the mask; ORPO's NLL over the prompt (--train-on-prompt) needs two rows
+            shared = {"shared": not (cfg.objective == "orpo" and cfg.train_on_prompt) and shares_prompt(model)}
+            data, val = pref.sources(cfg, tok, train_ex, val_ex, dist=dist, limited=_Limited, **shared)
             if cfg.objective in ("simpo", "cpo"):  # paired data as DPO's, no reference model
                 from aura.train.objectives.simpo import build as build_reference_free
 
                 objective = build_reference_free(cfg)
             else:
                 objective = pref.build_objective(cfg, model, pairs=train_ex + val_ex, pad_id=tok.pad_token_id,
-                                                 run=run)
+                                                 run=run, **shared)
         elif grpo:
             data, objective = grpo.build(cfg, tok, model, train_ex, val_ex, rewards, run=run, base_name=base_name)
             val = None

@@ -11,7 +11,11 @@ detached. The unit is an example: the loop divides the summed loss of a window b
 
 The reference is the base with the adapter disabled (LoRA/QLoRA), a frozen copy (full) or log-probabilities
 computed once before training (``--precompute-ref``), as for DPO. Per step the policy runs the mismatched
-sequences without gradients and the real ones with; the reference runs both in one forward pass.
+sequences without gradients and the real ones with; the reference runs both in one forward pass, and where
+the model takes the mask (``preference.shares_prompt``) as one row per example, the prompt once (the
+``ref_pair_`` rows of ``aura.data.kto``). The policy's two passes stay apart: in one row with the real
+sequence, the mismatched answer would join the backward pass (about twice its forward) to save one forward
+of the prompt, which costs more than it saves when prompts and answers have similar lengths.
 
 Logged (TRL's names): ``rewards/chosen`` and ``logps/chosen`` averaged over the desirable answers,
 ``rewards/rejected`` and ``logps/rejected`` over the undesirable ones (their own denominators, ``#n``), and
@@ -61,6 +65,13 @@ def _kl_view(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: batch["kl_" + k] for k in ("input_ids", "labels", "attention_mask")}
 
 
+def _reference_view(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Both sequences for the reference: the shared-prompt rows when the batch has them, else the two stacked."""
+    if "ref_pair_segments" in batch:
+        return {k[len("ref_pair_"):]: v for k, v in batch.items() if k.startswith("ref_pair_")}
+    return _stacked(batch, _kl_view(batch))
+
+
 def _stacked(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Two right-padded batches as one (rows of ``a`` then ``b``), padded to the wider one."""
     width = max(a["input_ids"].shape[1], b["input_ids"].shape[1])
@@ -91,7 +102,7 @@ class KTO:
         """The reference's log-probs of the answers (B,) and of the mismatched answers (B,)."""
         if "ref_logps" in batch:
             return batch["ref_logps"], batch["ref_kl_logps"]
-        both = _stacked(batch, _kl_view(batch))  # (2B, T): one forward pass for both
+        both = _reference_view(batch)  # one forward pass for both
         if self.ref_model is not None:
             return sequence_logps(self.ref_model, both)[0].chunk(2)
         with _peft_model(model).disable_adapter():
@@ -128,7 +139,7 @@ class KTO:
 
 @torch.no_grad()
 def precompute_reference(model, examples: list, *, batch_size: int, pad_id: int, device, precision: str,
-                         adapter: bool) -> None:
+                         adapter: bool, shared: bool = False) -> None:
     """Store the reference's log-probs of both sequences in every example (``EncodedUnpaired.ref_logps``): the
     starting model (the base with the adapter disabled for LoRA/QLoRA), run once before training, in eval mode."""
     from aura.data.kto import collate_unpaired
@@ -141,8 +152,8 @@ def precompute_reference(model, examples: list, *, batch_size: int, pad_id: int,
     with context, autocast_context(precision, device):
         for start in range(0, len(examples), batch_size):
             chunk = examples[start:start + batch_size]
-            batch = {k: v.to(device) for k, v in collate_unpaired(chunk, pad_id=pad_id).items()}
-            seq, kl = sequence_logps(model, _stacked(batch, _kl_view(batch)))[0].double().cpu().chunk(2)
+            batch = {k: v.to(device) for k, v in collate_unpaired(chunk, pad_id=pad_id, shared=shared).items()}
+            seq, kl = sequence_logps(model, _reference_view(batch))[0].double().cpu().chunk(2)
             for ex, a, b in zip(chunk, seq.tolist(), kl.tolist()):
                 ex.ref_logps = (a, b)
     if was_training:
@@ -197,15 +208,16 @@ def encode(cfg, tok, examples: list) -> tuple[list, list]:
     return train_ex, val_ex
 
 
-def sources(cfg, tok, train_ex: list, val_ex: list, *, dist, limited):
-    """(training batches, validation batches or None): ``UnpairedSource``s, every rank reading its part."""
+def sources(cfg, tok, train_ex: list, val_ex: list, *, dist, limited, shared: bool = False):
+    """(training batches, validation batches or None): ``UnpairedSource``s, every rank reading its part;
+    ``shared``: the reference's rows with the prompt once (``preference.shares_prompt``)."""
     from aura.data.kto import UnpairedSource
     from aura.data.sft_batches import length_buckets
 
     if cfg.batch_size * dist.world_size < 2:
         raise AuraError(M("batch", batch=cfg.batch_size, world=dist.world_size))
     common = dict(batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed, rank=dist.rank,
-                  world_size=dist.world_size, max_length=cfg.max_length,
+                  world_size=dist.world_size, max_length=cfg.max_length, shared=shared,
                   buckets=length_buckets(cfg.max_length) if cfg.compile else ())  # few shapes to compile
     data = UnpairedSource(train_ex, **common)
     val = limited(UnpairedSource(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None
@@ -218,7 +230,7 @@ def sources(cfg, tok, train_ex: list, val_ex: list, *, dist, limited):
     return data, val
 
 
-def build_objective(cfg, model, *, pairs: list, pad_id: int, run) -> KTO:
+def build_objective(cfg, model, *, pairs: list, pad_id: int, run, shared: bool = False) -> KTO:
     """The KTO objective for ``model`` (not yet parallelised); with --precompute-ref the reference log-probs
     are computed here, into the encoded examples ``pairs`` (the keyword of DPO's ``build_objective``)."""
     from aura.train.objectives.preference import M as PM
@@ -227,7 +239,7 @@ def build_objective(cfg, model, *, pairs: list, pad_id: int, run) -> KTO:
     ref_model, how = None, "ref_adapter" if adapter else "ref_copy"
     if cfg.precompute_ref:
         precompute_reference(model, pairs, batch_size=cfg.batch_size, pad_id=pad_id, device=run.dist.device,
-                             precision=run.precision, adapter=adapter)
+                             precision=run.precision, adapter=adapter, shared=shared)
         how = "ref_pre"
     elif not adapter:
         ref_model = frozen_copy(model).to(run.dist.device)

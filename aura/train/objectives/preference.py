@@ -47,14 +47,70 @@ M = Messages("preference_train", {
                 "log-probabilities computed once before training (--precompute-ref)"),
     "no_val": ("Sin pares de validación (--val-fraction {fraction}): no habrá pérdida de validación ni best/.",
                "No validation pairs (--val-fraction {fraction}): there will be no validation loss and no best/."),
+    "prompt_once": ("Cada par pasa por el modelo en una sola fila: el prompt una vez, y cada respuesta lo ve "
+                    "sin ver la otra.",
+                    "Each pair goes through the model as one row: the prompt once, and each answer sees it "
+                    "without seeing the other."),
+    "prompt_twice": ("Este modelo (atención {attn}) no admite la máscara de un par en una fila: el prompt pasa "
+                     "por el modelo con cada respuesta (dos filas por par).",
+                     "This model ({attn} attention) does not take the mask of a pair in one row: the prompt "
+                     "goes through the model with each answer (two rows per pair)."),
 })
 DPO_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/accuracy", "rewards/margin", "logps/chosen",
                "logps/rejected")
 ORPO_METRICS = DPO_METRICS + ("nll_loss", "log_odds_ratio", "log_odds_chosen")
 
 
+# Attention implementations that take a custom 4D mask as given (transformers' masking_utils returns a 4D
+# mask unchanged): sdpa as a boolean mask, eager as an additive one. flash_attention_2 (no arbitrary masks,
+# only varlen blocks, which cannot express "the rejected answer sees the prompt but not the chosen one"),
+# flex_attention (BlockMask only) and others keep the two-row batches.
+TREE_MASK_ATTENTION = ("sdpa", "eager")
+
+
 def count_pairs(batch: dict[str, torch.Tensor]) -> int:
-    return int(batch["input_ids"].shape[0]) // 2
+    rows = int(batch["input_ids"].shape[0])
+    return rows if "segments" in batch else rows // 2
+
+
+def pair_attention_mask(segments: torch.Tensor, *, implementation: str, dtype: torch.dtype) -> torch.Tensor:
+    """The 4D mask (B, 1, T, T) of shared-prompt rows (``aura.data.preference.collate_pairs(shared=True)``):
+    causal, and a token sees the prompt and its own part only, so each answer sees what it would see alone
+    (padding sees the prompt and the padding, never an answer). Boolean for sdpa, additive for eager."""
+    from aura.data.preference import SHARED
+
+    T = segments.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=segments.device).tril()  # (T, T)
+    keys, queries = segments[:, None, :], segments[:, :, None]  # (B, 1, T), (B, T, 1)
+    allowed = (causal & ((keys == SHARED) | (keys == queries)))[:, None]  # (B, 1, T, T)
+    if implementation == "sdpa":
+        return allowed
+    return torch.zeros(allowed.shape, dtype=dtype, device=segments.device).masked_fill(~allowed,
+                                                                                      torch.finfo(dtype).min)
+
+
+def _shared_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sequence_logps`` of shared-prompt rows (B, T): (chosen then rejected log-prob sums (2B,), answer
+    tokens (2B,)), from one forward of ``[prompt | chosen | rejected]`` per pair."""
+    from aura.data.preference import CHOSEN, REJECTED
+
+    input_ids, labels, segments = batch["input_ids"], batch["labels"], batch["segments"]  # (B, T)
+    inner = _peft_model(model)
+    mask = pair_attention_mask(segments, implementation=inner.config._attn_implementation,
+                               dtype=inner.get_input_embeddings().weight.dtype)  # (B, 1, T, T)
+    T = input_ids.shape[1]
+    targets, target_parts = labels[:, 1:], segments[:, 1:]  # (B, T-1): the target of each position, its part
+    first = int((targets != -100).any(0).to(torch.int8).argmax())  # one host sync per micro-batch
+    keep = T - first
+    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=batch["position_ids"], use_cache=False,
+                   logits_to_keep=keep).logits[:, :-1]  # (B, keep-1, V)
+    tgt, parts = targets[:, first:], target_parts[:, first:]  # (B, keep-1)
+    token_logps = -F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), tgt.reshape(-1),
+                                   ignore_index=-100, reduction="none").view(tgt.shape)  # 0 off-mask
+    answer = tgt != -100
+    chosen, rejected = answer & (parts == CHOSEN), answer & (parts == REJECTED)  # (B, keep-1)
+    return (torch.cat([(token_logps * chosen).sum(1), (token_logps * rejected).sum(1)]),
+            torch.cat([chosen.sum(1), rejected.sum(1)]))
 
 
 def sequence_logps(model, batch: dict[str, torch.Tensor], *, whole: bool = False
@@ -63,7 +119,13 @@ def sequence_logps(model, batch: dict[str, torch.Tensor], *, whole: bool = False
     non-padding target token).
 
     Only the positions from the first answer token of the batch on get logits (``logits_to_keep``).
+    Shared-prompt batches (``segments``, one row per pair) give the same values from one forward per pair;
+    ``whole`` needs the two-row batches (the shared prompt's log-probs belong to both sequences).
     """
+    if "segments" in batch:
+        if whole:
+            raise ValueError("whole=True needs two-row batches (collate_pairs(shared=False))")
+        return (*_shared_logps(model, batch), None, None)
     input_ids, labels = batch["input_ids"], batch["labels"]  # (2B, T)
     T = input_ids.shape[1]
     targets = labels[:, 1:]  # (2B, T-1): the target of each position
@@ -86,6 +148,43 @@ def sequence_logps(model, batch: dict[str, torch.Tensor], *, whole: bool = False
                                    ignore_index=-100, reduction="none").view(tgt.shape)  # (2B, keep-1), 0 off-mask
     answer_mask = tgt != -100
     return token_logps.sum(1), answer_mask.sum(1), None, None
+
+
+def shares_prompt(model) -> bool:
+    """Whether ``model`` takes a pair as one shared-prompt row (``collate_pairs(shared=True)``) with the same
+    answer log-probs as the two rows: the attention implementation must take a custom 4D mask
+    (``TREE_MASK_ATTENTION``), and a random pair is run both ways to check it (a few tokens of compute).
+    False (said once) keeps today's two rows per pair."""
+    from aura.data.preference import EncodedPair, collate_pairs
+    from aura.data.sft_batches import Encoded
+
+    inner = _peft_model(model)
+    attn = getattr(inner.config, "_attn_implementation", None)
+    # a custom 4D mask replaces the sliding-window masks too (Mistral, Gemma 2/3): beyond the window the
+    # answers would see more than alone, which a check on a few tokens cannot reveal
+    layers = set(getattr(inner.config, "layer_types", None) or ())
+    sliding = layers - {"full_attention"} if layers else getattr(inner.config, "sliding_window", None)
+    if attn not in TREE_MASK_ATTENTION or sliding:
+        console.info(M("prompt_twice", attn=attn))
+        return False
+    device = next(model.parameters()).device
+    vocab = inner.get_input_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    prompt, a, b = (torch.randint(0, vocab, (n,), generator=g).tolist() for n in (6, 4, 3))
+    pairs = [EncodedPair(Encoded(prompt + a, [-100] * 6 + a), Encoded(prompt + b, [-100] * 6 + b)),
+             EncodedPair(Encoded(prompt[:4] + b, [-100] * 4 + b), Encoded(prompt[:4] + a, [-100] * 4 + a))]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            two, one = ({k: v.to(device) for k, v in collate_pairs(pairs, pad_id=0, shared=shared).items()}
+                        for shared in (False, True))
+            ok = torch.allclose(sequence_logps(model, one)[0].float(), sequence_logps(model, two)[0].float(),
+                                atol=1e-2, rtol=1e-3)
+    finally:
+        model.train(was_training)
+    console.info(M("prompt_once") if ok else M("prompt_twice", attn=attn))
+    return ok
 
 
 def _peft_model(model):
@@ -183,7 +282,7 @@ class ORPO:
 
 @torch.no_grad()
 def precompute_reference(model, pairs: list, *, batch_size: int, pad_id: int, device, precision: str,
-                         adapter: bool) -> None:
+                         adapter: bool, shared: bool = False) -> None:
     """Store the reference's log-probs in every pair (``EncodedPair.ref_logps``): the starting model (the
     base with the adapter disabled for LoRA/QLoRA), run once before training, in eval mode."""
     from aura.data.preference import collate_pairs
@@ -196,7 +295,7 @@ def precompute_reference(model, pairs: list, *, batch_size: int, pad_id: int, de
     with context, autocast_context(precision, device):
         for start in range(0, len(pairs), batch_size):
             chunk = pairs[start:start + batch_size]
-            batch = {k: v.to(device) for k, v in collate_pairs(chunk, pad_id=pad_id).items()}
+            batch = {k: v.to(device) for k, v in collate_pairs(chunk, pad_id=pad_id, shared=shared).items()}
             c, r = sequence_logps(model, batch)[0].double().cpu().chunk(2)
             for pair, lc, lr in zip(chunk, c.tolist(), r.tolist()):
                 pair.ref_logps = (lc, lr)
@@ -247,14 +346,15 @@ def encode(cfg, tok, pairs: list) -> tuple[list, list]:
     return train_ex, val_ex
 
 
-def sources(cfg, tok, train_ex: list, val_ex: list, *, dist, limited):
-    """(training batches, validation batches or None): ``PairSource``s, every rank reading its part."""
+def sources(cfg, tok, train_ex: list, val_ex: list, *, dist, limited, shared: bool = False):
+    """(training batches, validation batches or None): ``PairSource``s, every rank reading its part;
+    ``shared``: one row per pair, its prompt once (``shares_prompt``)."""
     from aura.data.preference import PairSource
 
     from aura.data.sft_batches import length_buckets
 
     common = dict(batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed, rank=dist.rank,
-                  world_size=dist.world_size, max_length=cfg.max_length,
+                  world_size=dist.world_size, max_length=cfg.max_length, shared=shared,
                   buckets=length_buckets(cfg.max_length) if cfg.compile else ())  # few shapes to compile
     data = PairSource(train_ex, **common)
     val = limited(PairSource(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None
@@ -262,16 +362,16 @@ def sources(cfg, tok, train_ex: list, val_ex: list, *, dist, limited):
     return data, val
 
 
-def build_objective(cfg, model, *, pairs: list, pad_id: int, run):
+def build_objective(cfg, model, *, pairs: list, pad_id: int, run, shared: bool = False):
     """The DPO/ORPO objective for ``model`` (not yet parallelised); with --precompute-ref the reference
-    log-probs are computed here, into ``pairs``."""
+    log-probs are computed here, into ``pairs`` (one row per pair with ``shared``)."""
     if cfg.objective == "orpo":
         return ORPO(beta=cfg.beta, train_on_prompt=cfg.train_on_prompt)
     adapter = cfg.method != "full"
     ref_model, how = None, "ref_adapter" if adapter else "ref_copy"
     if cfg.precompute_ref:
         precompute_reference(model, pairs, batch_size=cfg.batch_size, pad_id=pad_id, device=run.dist.device,
-                             precision=run.precision, adapter=adapter)
+                             precision=run.precision, adapter=adapter, shared=shared)
         how = "ref_pre"
     elif not adapter:
         ref_model = frozen_copy(model).to(run.dist.device)
