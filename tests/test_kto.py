@@ -58,6 +58,7 @@ def test_kto_on_the_embedded_sample_logs_plots_and_resumes_exactly_after_sigterm
     out = finetune(*common, "--output-dir", straight)
     assert "No --data: using the embedded Spanish rated answers" in out
     assert "KTO reference: the base model with the adapter disabled" in out
+    assert "KTO's reference runs each answer and its mismatched (KL) answer as one row" in out
     rows = step_rows(straight)
     assert set(rows) == set(range(1, 9))
     # LoRA B = 0: policy == reference, every log ratio and the KL estimate are 0, each loss 1 - s(0); 0 up to

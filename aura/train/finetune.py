@@ -126,7 +126,8 @@ class FinetuneCommand:
 
             # a pair (KTO: an answer and its mismatched KL answer, for the reference) in one row, the prompt
             # once, where the model takes the mask; ORPO's NLL over the prompt (--train-on-prompt) needs two rows
-            shared = {"shared": not (cfg.objective == "orpo" and cfg.train_on_prompt) and shares_prompt(model)}
+            two_rows = cfg.objective == "orpo" and cfg.train_on_prompt
+            shared = {"shared": not two_rows and shares_prompt(model, kto=cfg.objective == "kto")}
             data, val = pref.sources(cfg, tok, train_ex, val_ex, dist=dist, limited=_Limited, **shared)
             if cfg.objective in ("simpo", "cpo"):  # paired data as DPO's, no reference model
                 from aura.train.objectives.simpo import build as build_reference_free

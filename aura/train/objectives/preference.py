@@ -51,6 +51,10 @@ M = Messages("preference_train", {
                     "sin ver la otra.",
                     "Each pair goes through the model as one row: the prompt once, and each answer sees it "
                     "without seeing the other."),
+    "prompt_once_kto": ("La referencia de KTO pasa cada respuesta y su respuesta desemparejada (la del KL) en una "
+                        "sola fila: el prompt una vez, y cada respuesta lo ve sin ver la otra.",
+                        "KTO's reference runs each answer and its mismatched (KL) answer as one row: the prompt "
+                        "once, and each answer sees it without seeing the other."),
     "prompt_twice": ("Este modelo (atención {attn}) no admite la máscara de un par en una fila: el prompt pasa "
                      "por el modelo con cada respuesta (dos filas por par).",
                      "This model ({attn} attention) does not take the mask of a pair in one row: the prompt "
@@ -150,11 +154,11 @@ def sequence_logps(model, batch: dict[str, torch.Tensor], *, whole: bool = False
     return token_logps.sum(1), answer_mask.sum(1), None, None
 
 
-def shares_prompt(model) -> bool:
+def shares_prompt(model, *, kto: bool = False) -> bool:
     """Whether ``model`` takes a pair as one shared-prompt row (``collate_pairs(shared=True)``) with the same
     answer log-probs as the two rows: the attention implementation must take a custom 4D mask
     (``TREE_MASK_ATTENTION``), and a random pair is run both ways to check it (a few tokens of compute).
-    False (said once) keeps today's two rows per pair."""
+    False (said once) keeps today's two rows per pair. ``kto``: said of KTO's reference pass."""
     from aura.data.preference import EncodedPair, collate_pairs
     from aura.data.sft_batches import Encoded
 
@@ -183,7 +187,7 @@ def shares_prompt(model) -> bool:
                                 atol=1e-2, rtol=1e-3)
     finally:
         model.train(was_training)
-    console.info(M("prompt_once") if ok else M("prompt_twice", attn=attn))
+    console.info(M("prompt_once_kto" if kto else "prompt_once") if ok else M("prompt_twice", attn=attn))
     return ok
 
 
