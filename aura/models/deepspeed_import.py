@@ -9,8 +9,8 @@
   it on exit; ``save_pretrained()`` saves inside it.
 * DeepSpeed's own import loads its autotuner, which imports mlflow whenever that is installed (the
   ``mlflow`` extra), for autotuning runs of DeepSpeed's launcher that Aura never starts: importing DeepSpeed
-  took 2.2 s of CPU instead of 0.5 s on a 2-core Xeon (process time around ``import deepspeed`` after
-  torch and transformers, three runs each at load 7-8), on every rank. ``import_deepspeed()`` imports it with
+  took 2.2 s of CPU instead of 0.5 s on a 2-core Xeon (a hand timing, not a bench figure: process time
+  around ``import deepspeed`` after torch and transformers, three runs each at load 7-8), on every rank. ``import_deepspeed()`` imports it with
   mlflow hidden the same way (unless mlflow is already imported); ``--report-to mlflow`` imports mlflow
   afterwards as usual.
 
