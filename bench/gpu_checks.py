@@ -216,6 +216,169 @@ def sft_data(ctx: Context) -> Path:
     return out
 
 
+@check("pairs_one_row", "Preference pairs in one row (4D mask) vs two rows: log-probs, step time, memory; "
+       "aura finetune --objective dpo", expect=90, timeout=180)
+def pairs_one_row(ctx: Context) -> Result:
+    """The shared-prompt rows of DPO/ORPO/SimPO/CPO/KTO (``collate_pairs(shared=True)``, a boolean 4D mask, so
+    sdpa cannot take its flash kernel) against the two rows per pair they replace, on the 0.5B shape with
+    prompts longer than their answers: the per-answer log-probs must agree (in bf16, no further apart than
+    bf16's own distance from fp32 on the two rows), and a forward + backward is timed both ways. Then
+    ``aura finetune --objective dpo`` (LoRA, bf16) must say that it uses one row and train."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from aura.data.preference import EncodedPair, collate_pairs
+    from aura.data.sft_batches import Encoded
+    from aura.train.objectives.preference import sequence_logps, shares_prompt
+
+    base = small_base(ctx)
+    model = AutoModelForCausalLM.from_pretrained(base, attn_implementation="sdpa", dtype=torch.float32).to(ctx.device)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    n, prompt_len, answer_len = (4, 24, 12) if ctx.cpu else (8, 384, 160)
+
+    def part(k: int) -> list[int]:
+        return torch.randint(0, vocab, (k,), generator=g).tolist()
+
+    pairs = []
+    for i in range(n):  # lengths differ from pair to pair: padding inside and at the end of the rows
+        prompt, a, b = part(prompt_len - 2 * i), part(answer_len - i), part(answer_len // 2 + 3 * i)
+        pairs.append(EncodedPair(Encoded(prompt + a, [-100] * len(prompt) + a),
+                                 Encoded(prompt + b, [-100] * len(prompt) + b)))
+    batch = {s: {k: v.to(ctx.device) for k, v in collate_pairs(pairs, pad_id=0, shared=s).items()}
+             for s in (False, True)}
+    amp = torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=not ctx.cpu)
+    model.eval()
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # the fp32 reference is fp32
+    with torch.no_grad():
+        ref = sequence_logps(model, batch[False])[0].float()  # fp32, two rows
+        one32 = sequence_logps(model, batch[True])[0].float()
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+        with amp:
+            two16 = sequence_logps(model, batch[False])[0].float()
+            one16 = sequence_logps(model, batch[True])[0].float()
+    scale = ref.abs().max().item()
+    err32 = (one32 - ref).abs().max().item() / scale
+    err16 = (one16 - two16).abs().max().item() / scale
+    floor16 = (two16 - ref).abs().max().item() / scale  # bf16's own distance on the two rows
+    model.train()
+    timing, profiles = {}, {}
+    import aura.train.objectives.preference as preference
+
+    bool_mask = preference.pair_attention_mask
+
+    def additive_mask(segments, *, implementation, dtype):  # the variant: sdpa given an additive bf16 mask
+        return bool_mask(segments, implementation="eager", dtype=torch.bfloat16 if not ctx.cpu else dtype)
+
+    for name, shared, mask_fn in (("two rows", False, bool_mask), ("one row", True, bool_mask),
+                                  ("one row, additive mask", True, additive_mask)):
+        def step():
+            with amp:
+                logps = sequence_logps(model, batch[shared])[0]
+            logps.sum().backward()
+            model.zero_grad(set_to_none=True)
+        preference.pair_attention_mask = mask_fn
+        try:
+            step()
+            release()
+            if not ctx.cpu:
+                torch.cuda.reset_peak_memory_stats()
+            with _Timer(ctx.device) as t:
+                for _ in range(2 if ctx.cpu else 5):
+                    step()
+            timing[name] = (t.seconds / (2 if ctx.cpu else 5),
+                            torch.cuda.max_memory_allocated() if not ctx.cpu else None)
+            profiles[name] = _profile(ctx, step)
+        finally:
+            preference.pair_attention_mask = bool_mask
+    timing[False], timing[True] = timing["two rows"], timing["one row"]
+    model = None  # its memory back before the CLI runs
+    release()
+    speed = timing[False][0] / timing[True][0]
+    speed_additive = timing[False][0] / timing["one row, additive mask"][0]
+    memory = (timing[True][1] / timing[False][1]) if not ctx.cpu else None
+
+    # the CLI, LoRA in bf16, pairs with long prompts: one row (said in the log), then two rows (the check
+    # patched off) on the same data; seconds per step after the first 4 steps
+    data = pref_data(ctx)
+    flags = ["finetune", "--objective", "dpo", "--base-model", base, "--data", data, "--method", "lora", "--precision",
+             ctx.precision, "--batch-size", 8, "--max-length", 1024, "--max-steps", 4 if ctx.cpu else 16,
+             "--log-interval", 1, "--save-steps", 0]
+    out = ctx.dir("dpo")
+    proc = ctx.aura_child(*flags, "--output-dir", out, timeout=120)
+    said = "Each pair goes through the model as one row" in proc.stdout + proc.stderr
+    rows = log_rows(out) if proc.returncode == 0 else []
+    losses = [float(r["train_loss"]) for r in rows]
+    trained = len(losses) == (4 if ctx.cpu else 16) and all(math.isfinite(x) for x in losses)
+    two_out = ctx.dir("dpo_two_rows")
+    preference.shares_prompt = lambda model, kto=False: False
+    try:
+        two_rc = ctx.aura(*flags, "--output-dir", two_out)
+    finally:
+        preference.shares_prompt = shares_prompt
+    two_rows = log_rows(two_out) if two_rc == 0 else []
+
+    def per_step(rs: list[dict]) -> float:
+        return (float(rs[-1]["seconds"]) - float(rs[1]["seconds"])) / (len(rs) - 2) if len(rs) > 2 else math.nan
+
+    cli_speed = per_step(two_rows) / per_step(rows)
+    cli_worst = max((abs(float(a["train_loss"]) - float(b["train_loss"])) for a, b in zip(rows, two_rows)),
+                    default=math.nan)
+    ok = err32 <= 1e-4 and err16 <= max(2 * floor16, 1e-3) and said and trained and two_rc == 0
+    mem = f", memory x {memory:.2f}" if memory else ""
+    if not ctx.cpu:  # the profiler's kernel time: what one row saves the GPU, whatever bounds the step
+        mem += f", GPU time x {profiles['one row']['gpu_busy_ms'] / profiles['two rows']['gpu_busy_ms']:.2f}"
+    return Result(f"{n} pairs, prompt {prompt_len} + answers <= {answer_len}: one row {speed:.2f}x "
+                  f"({speed_additive:.2f}x with an additive mask) the two rows' forward+backward speed{mem}; "
+                  f"log-probs apart by {err32:.1e} (fp32) and {err16:.1e} (bf16; bf16 vs fp32 on two rows "
+                  f"{floor16:.1e}); aura finetune --objective dpo: {'one row' if said else 'NOT one row'}, exit "
+                  f"{proc.returncode}, {cli_speed:.2f}x the steps/s of two rows (LoRA, long prompts), losses apart "
+                  f"by at most {cli_worst:.1e}",
+                  ok, "same log-probs; the CLI uses one row",
+                  {"speed": speed, "memory": memory, "err32": err32, "err16": err16, "floor16": floor16,
+                   "seconds": {str(k): v[0] for k, v in timing.items()}, "profiles": profiles, "losses": losses,
+                   "cli_seconds_per_step": {"one": per_step(rows), "two": per_step(two_rows)}, "cli_speed": cli_speed,
+                   "tail": (proc.stdout + proc.stderr)[-1500:] if not (said and trained) else ""})
+
+
+def pref_data(ctx: Context) -> Path:
+    """Preference pairs with long prompts (a corpus paragraph to summarise) and shorter answers (other
+    paragraphs' openings): where one row per pair saves the most."""
+    out = ctx.work / "setup" / "pref_long.jsonl"
+    if out.is_file():
+        return out
+    paragraphs = [p.strip() for f in sorted(CORPUS.glob("*.txt")) for p in f.read_text(encoding="utf-8").split("\n\n")
+                  if len(p.strip()) > 300]
+    with open(out, "w", encoding="utf-8") as f:
+        for i, p in enumerate(paragraphs[:200]):
+            f.write(json.dumps({"prompt": f"Resume este texto: {p[:1500]}", "chosen": paragraphs[i - 1][:400],
+                                "rejected": paragraphs[i - 2][:250]}, ensure_ascii=False) + "\n")
+    return out
+
+
+def _profile(ctx: Context, step) -> dict:
+    """One ``step()`` under torch.profiler: the SDPA operators that ran and the top kernels by device time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if not ctx.cpu else [])
+    t0 = time.perf_counter()
+    with profile(activities=acts) as prof:
+        step()
+        release() if ctx.cpu else __import__("torch").cuda.synchronize()
+    wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    out = {"sdpa_ops": sorted({e.key for e in events if "attention" in e.key and e.key.startswith("aten::")}),
+           "wall_ms": round(wall * 1e3, 1)}
+    if not ctx.cpu:
+        kernels = [e for e in events if e.device_type.name == "CUDA" and e.self_device_time_total > 0]
+        busy = sum(e.self_device_time_total for e in kernels)
+        out["gpu_busy_ms"] = round(busy / 1e3, 1)
+        out["top_kernels"] = [(e.key[:60], round(e.self_device_time_total / max(busy, 1), 3)) for e in
+                              sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:8]]
+    return out
+
+
 @check("muon_vs_adamw", "Muon vs AdamW: optimizer step time at the preset's accumulation (qwen3-72h)", expect=25, timeout=120)
 def muon_vs_adamw(ctx: Context) -> Result:
     from aura.models.hardware import TARGET_TOKENS_PER_STEP
@@ -352,7 +515,7 @@ def _needs(module: str) -> Result | None:
     return None
 
 
-@check("qlora", "QLoRA (bitsandbytes 4-bit), 4 steps", expect=30, timeout=90, gpu_only=True)
+@check("qlora", "QLoRA (bitsandbytes 4-bit), 4 steps", expect=10, timeout=90, gpu_only=True)
 def qlora(ctx: Context) -> Result:
     if (skip := _needs("bitsandbytes")) is not None:
         return skip
@@ -386,15 +549,53 @@ def grpo_vllm(ctx: Context) -> Result:
                   " completion tokens/s in rollouts", True)
 
 
-@check("liger", "Liger fused linear + cross entropy (picked when installed)", expect=30, timeout=60, gpu_only=True)
+@check("liger", "Liger fused linear + cross entropy (picked when installed) vs Aura's chunks and the plain loss",
+       expect=12, timeout=90, gpu_only=True)
 def liger(ctx: Context) -> Result:
+    """``linear_cross_entropy`` as training calls it (Liger's kernel when installed, on CUDA), against Aura's own
+    chunks and the plain logits, at vocab 128k: the loss and the three gradients, time and peak memory."""
     if (skip := _needs("liger_kernel")) is not None:
         return skip
-    out = ctx.dir("liger")
-    assert ctx.aura("pretrain", "--data", ctx.data, "--tokenizer", ctx.tok, "--model-preset", "gpt2-small",
-                    "--precision", "bf16", "--batch-size", 8, "--max-steps", 10, "--log-interval", 5,
-                    "--sample-tokens", 0, "--save-steps", 0, "--output-dir", out) == 0
-    return Result(f"loss {log_rows(out)[-1]['train_loss']}", True)
+    import torch
+    import torch.nn.functional as F
+
+    from aura.train.objectives.chunked_loss import _liger_available, linear_cross_entropy
+
+    n, d, vocab = 8192, 2048, 128256
+    g = torch.Generator(device="cuda").manual_seed(0)
+    h0 = torch.randn(n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    w0 = (torch.randn(vocab, d, device="cuda", generator=g) * d ** -0.5)
+    t = torch.randint(0, vocab, (n,), device="cuda", generator=g)
+    t[::7] = -100
+    ways = {"liger": lambda h, w: linear_cross_entropy(h, w, None, t),
+            "chunks": lambda h, w: linear_cross_entropy(h, w, None, t, chunk=2048),
+            "plain": lambda h, w: F.cross_entropy(F.linear(h, w.to(h.dtype)).float(), t, reduction="sum")}
+    figures = {}
+    for name, fn in ways.items():
+        for rep in range(3):  # the first is the warm-up
+            h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
+            release()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            with _Timer(ctx.device) as timer:
+                loss = fn(h, w)
+                loss.backward()
+            figures[name] = dict(seconds=timer.seconds, peak=torch.cuda.max_memory_allocated() - base,
+                                 loss=loss.item(), gh=h.grad.float(), gw=w.grad.float())
+    ref = figures["plain"]
+
+    def apart(a: dict) -> float:
+        return max(abs(a["loss"] - ref["loss"]) / abs(ref["loss"]),
+                   *((a[k] - ref[k]).norm().item() / ref[k].norm().item() for k in ("gh", "gw")))
+
+    picked = _liger_available(h0)
+    gap = {k: apart(v) for k, v in figures.items() if k != "plain"}
+    text = "; ".join(f"{k}: time x{v['seconds'] / ref['seconds']:.2f}, memory x{v['peak'] / ref['peak']:.2f}, "
+                     f"apart {gap[k]:.1e}" for k, v in figures.items() if k != "plain")
+    return Result(f"Liger {'picked' if picked else 'NOT picked'} (vocab {vocab:,}, {n:,} tokens, d {d}; against the "
+                  f"plain loss) {text}", picked and gap["liger"] < 1e-2, "picked; loss and gradients within 1 %",
+                  {"picked": picked, "gap": gap, **{k: {"seconds": v["seconds"], "peak": v["peak"], "loss": v["loss"]}
+                                                    for k, v in figures.items()}})
 
 
 # Run only with --selftest, right after setup (tests/test_gpu_suite.py): they prove the driver's timeouts, its
@@ -416,6 +617,6 @@ def selftest_budget(ctx: Context) -> Result:
 
 # The order of a run: the most telling first, so that a lease that runs out still returns them.
 ORDER = ["environment", "setup", "mfu_eager", "mfu_compile", "pretrain_cli", "mfu_ckpt", "auto_memory",
-         "fp16_lora_resume", "muon_vs_adamw", "chunked_loss", "doctor", "check_dist", "grpo_torch", "gguf", "qlora",
-         "deepspeed", "grpo_vllm", "liger", *SELFTEST]
+         "fp16_lora_resume", "pairs_one_row", "qlora", "liger", "muon_vs_adamw", "chunked_loss", "doctor",
+         "check_dist", "grpo_torch", "gguf", "deepspeed", "grpo_vllm", *SELFTEST]
 CHECKS.sort(key=lambda c: ORDER.index(c.name))
