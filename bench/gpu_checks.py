@@ -15,7 +15,9 @@ process (``aura.cli.main``) or, where signals or several processes are the point
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import math
 import shutil
@@ -305,10 +307,11 @@ def pairs_one_row(ctx: Context) -> Result:
     flags = ["finetune", "--objective", "dpo", "--base-model", base, "--data", data, "--method", "lora", "--precision",
              ctx.precision, "--batch-size", 8, "--max-length", 1024, "--max-steps", 4 if ctx.cpu else 16,
              "--log-interval", 1, "--save-steps", 0]
-    out = ctx.dir("dpo")
-    proc = ctx.aura_child(*flags, "--output-dir", out, timeout=120)
-    said = "Each pair goes through the model as one row" in proc.stdout + proc.stderr
-    rows = log_rows(out) if proc.returncode == 0 else []
+    out, printed = ctx.dir("dpo"), io.StringIO()
+    with contextlib.redirect_stdout(printed):  # the console writes to sys.stdout when it is not a terminal
+        rc = ctx.aura(*flags, "--output-dir", out)
+    said = "Each pair goes through the model as one row" in printed.getvalue()
+    rows = log_rows(out) if rc == 0 else []
     losses = [float(r["train_loss"]) for r in rows]
     trained = len(losses) == (4 if ctx.cpu else 16) and all(math.isfinite(x) for x in losses)
     two_out = ctx.dir("dpo_two_rows")
@@ -333,13 +336,13 @@ def pairs_one_row(ctx: Context) -> Result:
                   f"({speed_additive:.2f}x with an additive mask) the two rows' forward+backward speed{mem}; "
                   f"log-probs apart by {err32:.1e} (fp32) and {err16:.1e} (bf16; bf16 vs fp32 on two rows "
                   f"{floor16:.1e}); aura finetune --objective dpo: {'one row' if said else 'NOT one row'}, exit "
-                  f"{proc.returncode}, {cli_speed:.2f}x the steps/s of two rows (LoRA, long prompts), losses apart "
+                  f"{rc}, {cli_speed:.2f}x the steps/s of two rows (LoRA, long prompts), losses apart "
                   f"by at most {cli_worst:.1e}",
                   ok, "same log-probs; the CLI uses one row",
                   {"speed": speed, "memory": memory, "err32": err32, "err16": err16, "floor16": floor16,
                    "seconds": {str(k): v[0] for k, v in timing.items()}, "profiles": profiles, "losses": losses,
                    "cli_seconds_per_step": {"one": per_step(rows), "two": per_step(two_rows)}, "cli_speed": cli_speed,
-                   "tail": (proc.stdout + proc.stderr)[-1500:] if not (said and trained) else ""})
+                   "tail": printed.getvalue()[-1500:] if not (said and trained) else ""})
 
 
 def pref_data(ctx: Context) -> Path:
