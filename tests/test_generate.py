@@ -53,11 +53,16 @@ def test_batch_jsonl_matches_transformers_greedy(zoo, tmp_path):
 
 
 def test_single_prompt_streams_greedy_text(zoo):
+    """... importing neither peft nor bitsandbytes for a plain model (``transformers.set_seed`` imported
+    both, through ``transformers.trainer_utils``: 1.4 s of every generate and chat)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     r = run_aura("generate", "--model", zoo["gpt2"], "--prompt", "Buenos días", "--temperature", "0",
-                 "--max-new-tokens", "6")
+                 "--max-new-tokens", "6", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert r.returncode == 0, r.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" in imported and not imported & {"peft", "bitsandbytes", "transformers.trainer_utils"}, \
+        sorted(imported & {"peft", "bitsandbytes", "transformers.trainer_utils"})
     tok = AutoTokenizer.from_pretrained(str(zoo["gpt2"]))
     expected = _greedy(AutoModelForCausalLM.from_pretrained(str(zoo["gpt2"])).eval(), tok, "Buenos días", 6)
     assert r.stdout.startswith("Buenos días" + expected)
