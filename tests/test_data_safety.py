@@ -226,12 +226,13 @@ def test_merge_force_never_writes_over_its_inputs_or_a_users_dir(zoo, tmp_path):
         refused(r, why)
         assert tree(target) == before, target
     out = tmp_path / "merged"
-    r = run_aura("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out)
+    r = run_aura_here("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out)
     assert r.returncode == 0, r.stderr
     assert ownership.read_marker(out)["kind"] == "model"
     refused(run_aura_here("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out),
             "--overwrite")
-    r = run_aura("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out, "--overwrite")
+    r = run_aura_here("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out,
+                      "--overwrite")
     assert r.returncode == 0, r.stderr
 
 

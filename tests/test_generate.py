@@ -37,8 +37,8 @@ def test_batch_jsonl_matches_transformers_greedy(zoo, tmp_path):
     pfile = tmp_path / "prompts.txt"
     pfile.write_text("\n".join(prompts) + "\n\n", encoding="utf-8")
     out = tmp_path / "res.jsonl"
-    r = run_aura("generate", "--model", zoo["llama"], "--adapter", zoo["adapter"], "--prompts-file", pfile,
-                 "--output", out, "--temperature", "0", "--max-new-tokens", "8", "--chat")
+    r = run_aura_here("generate", "--model", zoo["llama"], "--adapter", zoo["adapter"], "--prompts-file", pfile,
+                      "--output", out, "--temperature", "0", "--max-new-tokens", "8", "--chat")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [row["prompt"] for row in rows] == prompts
