@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura, run_aura_here
+from tests.conftest import run_aura_here
 from tests.evidence import importorskip
 from tests.tiny_models import build_gpt2, train_tokenizer
 
@@ -25,7 +25,7 @@ LONG = "Había una vez un rey que vivía en un castillo muy grande, junto al rí
 
 
 def test_generate_past_the_context_keeps_the_prompts_end_and_caps_the_answer(short_gpt2):
-    r = run_aura("generate", "--model", short_gpt2, "--prompt", LONG, "--max-new-tokens", "100")
+    r = run_aura_here("generate", "--model", short_gpt2, "--prompt", LONG, "--max-new-tokens", "100")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert f"does not fit the model's context ({CTX} tokens): its last {CTX // 2} tokens are used" in r.stderr
     assert f"leaves room for {CTX // 2} new tokens (100 were asked for)" in r.stderr

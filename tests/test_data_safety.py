@@ -77,6 +77,16 @@ def aura_with_umask(*args, umask: int, cwd=None) -> subprocess.CompletedProcess:
                           env=env, cwd=cwd, preexec_fn=lambda: os.umask(umask), timeout=600)
 
 
+def here_with_umask(*args, umask: int) -> subprocess.CompletedProcess:
+    """``run_aura_here`` under ``umask`` (the process's, restored after): for commands that only read a
+    model, where a new interpreter would add its ~5 s of imports and prove nothing more."""
+    old = os.umask(umask)
+    try:
+        return run_aura_here(*args)
+    finally:
+        os.umask(old)
+
+
 # ---- aura data prepare ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("force", [False, True])
@@ -226,12 +236,13 @@ def test_merge_force_never_writes_over_its_inputs_or_a_users_dir(zoo, tmp_path):
         refused(r, why)
         assert tree(target) == before, target
     out = tmp_path / "merged"
-    r = run_aura("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out)
+    r = run_aura_here("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out)
     assert r.returncode == 0, r.stderr
     assert ownership.read_marker(out)["kind"] == "model"
     refused(run_aura_here("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out),
             "--overwrite")
-    r = run_aura("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out, "--overwrite")
+    r = run_aura_here("merge", "--base-model", zoo["base"], "--adapter", zoo["adapter"], "--output-dir", out,
+                      "--overwrite")
     assert r.returncode == 0, r.stderr
 
 
@@ -255,7 +266,7 @@ def test_gguf_export_keeps_a_users_modelfile_and_its_input(zoo, tmp_path):
     ours.mkdir()
     (ours / "Modelfile").write_text("FROM ./otro.gguf\n", encoding="utf-8")  # a user's, of the old shared name
     for quant in ("f32", "f16", "f32"):
-        r = aura_with_umask("export", "gguf", "--model", zoo["base"], "--output-dir", ours, "--quant", quant,
+        r = here_with_umask("export", "gguf", "--model", zoo["base"], "--output-dir", ours, "--quant", quant,
                             "--no-verify", "--overwrite", umask=0o002)
         assert r.returncode == 0, r.stderr
         assert f"FROM ./model-{quant}.gguf" in (ours / f"model-{quant}.Modelfile").read_text()
@@ -263,7 +274,7 @@ def test_gguf_export_keeps_a_users_modelfile_and_its_input(zoo, tmp_path):
     for name in ("model-f32.gguf", "model-f32.Modelfile", "model-f16.Modelfile"):
         assert (ours / name).stat().st_mode & 0o777 == 0o664, name
     edited = ours / "model-bf16.Modelfile"
-    r = aura_with_umask("export", "gguf", "--model", zoo["base"], "--output-dir", ours, "--quant", "bf16",
+    r = here_with_umask("export", "gguf", "--model", zoo["base"], "--output-dir", ours, "--quant", "bf16",
                         "--no-verify", umask=0o002)
     assert r.returncode == 0, r.stderr
     edited.write_text(edited.read_text() + "PARAMETER num_ctx 4096\n")

@@ -12,7 +12,6 @@ from aura.core.errors import AuraError
 from aura.train.optim.deepspeed import ds_config
 from tests.distutil import output, torchrun
 from tests.test_finetune import FAST, short_records
-from tests.tiny_models import build_llama, train_tokenizer
 
 
 def test_aura_flags_are_written_into_the_config(capsys):
@@ -38,7 +37,7 @@ def test_bad_zero_stage_is_a_clear_error():
 
 @pytest.mark.slow
 @pytest.mark.dist
-def test_zero2_lora_on_two_cpu_ranks_equals_one_process_resumes_exactly_and_saves_an_adapter(tmp_path):
+def test_zero2_lora_on_two_cpu_ranks_equals_one_process_resumes_exactly_and_saves_an_adapter(tiny_zoo, tmp_path):
     """ZeRO-2 LoRA SFT on 2 gloo ranks logs, step by step, the losses of one process with the same global
     batch (2 ranks x 2 rows == 1 x 4 rows, accumulation 2); resumed from its step-3 (epoch) checkpoint it logs
     exactly the uninterrupted run's steps 4-6; its adapter loads in peft."""
@@ -50,8 +49,7 @@ def test_zero2_lora_on_two_cpu_ranks_equals_one_process_resumes_exactly_and_save
     from tests.test_finetune import finetune
     from tests.test_preference import step_rows
 
-    tok = train_tokenizer(tmp_path / "tok", vocab_size=500)
-    base = build_llama(tmp_path / "llama", tok)
+    base = tiny_zoo["llama"]  # the session's tiny Llama (read-only: every run writes under tmp_path)
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in short_records()), encoding="utf-8")
     ds = tmp_path / "ds.json"

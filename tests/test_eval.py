@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import run_aura, run_aura_here
+from tests.conftest import run_aura_here
 from tests.tiny_models import build_llama, make_lora_adapter, stamp_adapter_base, train_tokenizer
 
 TEXT = ("¿Dónde está el niño? ¡Allí, junto a la cigüeña! El año 2024 tuvo 366 días. "
@@ -48,8 +48,8 @@ def test_perplexity_and_bits_per_byte_match_reference(zoo, tmp_path):
     from transformers import AutoTokenizer
 
     out = tmp_path / "eval.json"
-    r = run_aura("eval", "--model", zoo["llama"], "--compare", zoo["gpt2"], "--data", zoo["text"],
-                 "--seq-len", "32", "--output", out)
+    r = run_aura_here("eval", "--model", zoo["llama"], "--compare", zoo["gpt2"], "--data", zoo["text"],
+                      "--seq-len", "32", "--output", out)
     assert r.returncode == 0, r.stderr
     assert "bits/byte" in r.stdout and str(zoo["gpt2"]) in r.stdout
     results = {row["model"]: row for row in json.loads(out.read_text())["results"]}
@@ -67,8 +67,8 @@ def test_perplexity_and_bits_per_byte_match_reference(zoo, tmp_path):
 
 def test_sliding_window_scores_every_token_once(zoo, tmp_path):
     out = tmp_path / "eval.json"
-    r = run_aura("eval", "--model", zoo["llama"], "--data", zoo["text"], "--seq-len", "32", "--stride", "8",
-                 "--batch-size", "3", "--output", out)
+    r = run_aura_here("eval", "--model", zoo["llama"], "--data", zoo["text"], "--seq-len", "32", "--stride", "8",
+                      "--batch-size", "3", "--output", out)
     assert r.returncode == 0, r.stderr
     row = json.loads(out.read_text())["results"][0]
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -122,7 +122,7 @@ def test_prepared_dir_checkpoint_and_other_tokenizer(zoo, tmp_path):
         shutil.copy(zoo["llama"] / f, ckpt / f)
     shutil.copytree(zoo["tokenizer"], run / "final")
     out = tmp_path / "eval.json"
-    r = run_aura("eval", "--model", ckpt, zoo["llama500"], "--data", data, "--seq-len", "64", "--output", out)
+    r = run_aura_here("eval", "--model", ckpt, zoo["llama500"], "--data", data, "--seq-len", "64", "--output", out)
     assert r.returncode == 0, r.stderr
     rows = json.loads(out.read_text())["results"]
     same, other = rows
@@ -159,5 +159,5 @@ def test_adapter_whose_named_base_is_another_model_is_refused(zoo, tmp_path):
     r = run_aura_here("eval", "--model", adapter, "--data", zoo["text"])
     assert r.returncode == 2 and "was trained on" in r.stderr and "vocab_size" in r.stderr, r.stderr
     assert "--allow-other-base" in r.stderr and "Traceback" not in r.stderr
-    forced = run_aura("eval", "--model", adapter, "--data", zoo["text"], "--allow-other-base")
+    forced = run_aura_here("eval", "--model", adapter, "--data", zoo["text"], "--allow-other-base")
     assert forced.returncode == 0, forced.stderr

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import run_aura, run_aura_here
+from tests.conftest import run_aura_here
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -89,8 +89,8 @@ def test_suite_accuracy_equals_independent_loglikelihood(tiny_zoo, tmp_path):
     from transformers import AutoTokenizer
 
     out = tmp_path / "suite.json"
-    r = run_aura("eval", "--model", tiny_zoo["llama"], "--compare", tiny_zoo["gpt2"], "--suite", "aura-es",
-                 "--limit", "7", "--batch-size", "3", "--output", out)
+    r = run_aura_here("eval", "--model", tiny_zoo["llama"], "--compare", tiny_zoo["gpt2"], "--suite", "aura-es",
+                      "--limit", "7", "--batch-size", "3", "--output", out)
     assert r.returncode == 0, r.stderr
     assert "aura_es_lectura" in r.stdout and "bits_per_byte" in r.stdout and "fertility" in r.stdout
     reports = {rep["model"]: rep for rep in json.loads(out.read_text())["results"]}
@@ -117,7 +117,7 @@ def test_suite_accuracy_equals_independent_loglikelihood(tiny_zoo, tmp_path):
 
 def test_suite_results_are_written_next_to_the_model_and_in_spanish(tiny_zoo, tmp_path):
     model = shutil.copytree(tiny_zoo["llama"], tmp_path / "mi-modelo")
-    r = run_aura("eval", "--model", model, "--suite", "aura-es", "--limit", "3", env={"AURA_LANG": "es"})
+    r = run_aura_here("eval", "--model", model, "--suite", "aura-es", "--limit", "3", env={"AURA_LANG": "es"})
     assert r.returncode == 0, r.stderr
     assert "tarea" in r.stdout and "error estándar" in r.stdout and "preguntas" in r.stdout
     saved = json.loads((tmp_path / "mi-modelo.eval-aura-es.limit3.json").read_text())  # a partial run, so named

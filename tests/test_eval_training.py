@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura_here
 from tests.test_loop import TINY, read_log, run_pretrain
 
 SUITE = dict(eval_suite="aura-es", eval_suite_interval=3, eval_suite_limit=4)
@@ -44,8 +44,8 @@ def test_suite_during_training_is_logged_without_changing_training_and_resumes_e
     import json
 
     out = tmp_path / "eval.json"
-    r = run_aura("eval", "--model", straight / "checkpoint-step-6", "--suite", "aura-es", "--limit", "4",
-                 "--output", out)
+    r = run_aura_here("eval", "--model", straight / "checkpoint-step-6", "--suite", "aura-es", "--limit", "4",
+                      "--output", out)
     assert r.returncode == 0, r.stderr
     rows = {row["task"]: row["value"] for row in json.loads(out.read_text())["results"][0]["rows"]
             if row["metric"] == "acc"}
@@ -57,7 +57,7 @@ def test_suite_during_training_is_logged_without_changing_training_and_resumes_e
     acc = EventAccumulator(str(straight / "tb"))
     acc.Reload()
     assert [e.step for e in acc.Scalars("aura-es/gramatica")] == [3, 6]
-    r = run_aura("plot", straight, "--out", "curves.png", "--output-dir", tmp_path)
+    r = run_aura_here("plot", straight, "--out", "curves.png", "--output-dir", tmp_path)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "curves.png").stat().st_size > 0
 

@@ -37,8 +37,8 @@ def test_batch_jsonl_matches_transformers_greedy(zoo, tmp_path):
     pfile = tmp_path / "prompts.txt"
     pfile.write_text("\n".join(prompts) + "\n\n", encoding="utf-8")
     out = tmp_path / "res.jsonl"
-    r = run_aura("generate", "--model", zoo["llama"], "--adapter", zoo["adapter"], "--prompts-file", pfile,
-                 "--output", out, "--temperature", "0", "--max-new-tokens", "8", "--chat")
+    r = run_aura_here("generate", "--model", zoo["llama"], "--adapter", zoo["adapter"], "--prompts-file", pfile,
+                      "--output", out, "--temperature", "0", "--max-new-tokens", "8", "--chat")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [row["prompt"] for row in rows] == prompts
@@ -53,11 +53,16 @@ def test_batch_jsonl_matches_transformers_greedy(zoo, tmp_path):
 
 
 def test_single_prompt_streams_greedy_text(zoo):
+    """... importing neither peft nor bitsandbytes for a plain model (``transformers.set_seed`` imported
+    both, through ``transformers.trainer_utils``: 1.4 s of every generate and chat)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     r = run_aura("generate", "--model", zoo["gpt2"], "--prompt", "Buenos días", "--temperature", "0",
-                 "--max-new-tokens", "6")
+                 "--max-new-tokens", "6", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert r.returncode == 0, r.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" in imported and not imported & {"peft", "bitsandbytes", "transformers.trainer_utils"}, \
+        sorted(imported & {"peft", "bitsandbytes", "transformers.trainer_utils"})
     tok = AutoTokenizer.from_pretrained(str(zoo["gpt2"]))
     expected = _greedy(AutoModelForCausalLM.from_pretrained(str(zoo["gpt2"])).eval(), tok, "Buenos días", 6)
     assert r.stdout.startswith("Buenos días" + expected)

@@ -56,7 +56,7 @@ def _roundtrip(model_dir, gguf_path, *, rel_tol: float):
 
 
 def _export(model, out, quant, *extra):
-    r = run_aura("export", "gguf", "--model", model, "--outfile", out, "--quant", quant, *extra)
+    r = run_aura_here("export", "gguf", "--model", model, "--outfile", out, "--quant", quant, *extra)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Tokenisation identical" in r.stdout and "End of generation recognised" in r.stdout
     return r
@@ -171,9 +171,9 @@ def test_refusals_and_damaged_gguf(zoo, tmp_path):
 
     good = tmp_path / "good.gguf"
     _export(zoo["llama"], good, "q8_0")
-    r = run_aura("generate", "--model", good, "--prompt", "Hola", "--max-new-tokens", "5", "--temperature", "0")
+    r = run_aura_here("generate", "--model", good, "--prompt", "Hola", "--max-new-tokens", "5", "--temperature", "0")
     assert r.returncode == 0, r.stderr
-    r = run_aura("generate", "--model", good, "--prompt", "Hola", "--max-new-tokens", "5", "--chat")
+    r = run_aura_here("generate", "--model", good, "--prompt", "Hola", "--max-new-tokens", "5", "--chat")
     assert r.returncode == 0, r.stderr
     bad = tmp_path / "cut.gguf"
     bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
@@ -285,7 +285,7 @@ def test_verification_figures_are_written_beside_the_gguf_and_never_outlive_it(z
     assert record["generated"] == 12 and 0 <= record["agreeing"] <= 12
     assert record["tolerance"] == {"rel_diff": 0.02, "top1": 0.95}
 
-    r = run_aura("export", "gguf", "--model", zoo["llama"], "--outfile", out, "--no-verify", "--overwrite")
+    r = run_aura_here("export", "gguf", "--model", zoo["llama"], "--outfile", out, "--no-verify", "--overwrite")
     assert r.returncode == 0, r.stderr
     assert not (tmp_path / "llama-f16.verify.json").exists()  # an unverified file shows no old figures
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import run_aura, run_aura_here
+from tests.conftest import run_aura_here
 from tests.evidence import importorskip, require_or_skip
 from tests.test_gguf import _export, _roundtrip
 from tests.tiny_models import LLAMA3_SPLIT, QWEN2_SPLIT, build_arch, train_spm_tokenizer, train_tokenizer
@@ -168,7 +168,7 @@ def test_gemma3_llama_cpp_kquant(toks, tmp_path):
     if find_quantizer() is None:
         require_or_skip("llama-cpp", "llama.cpp's quantiser is not available")
     model = build_arch(tmp_path / "g3", toks["gemma"], "gemma3")
-    r = run_aura("export", "gguf", "--model", model, "--outfile", tmp_path / "g3.gguf", "--quant", "q4_k_m")
+    r = run_aura_here("export", "gguf", "--model", model, "--outfile", tmp_path / "g3.gguf", "--quant", "q4_k_m")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Tokenisation identical" in r.stdout and "Logits (q4_k_m)" in r.stdout
     assert _field(_fields(tmp_path / "g3.gguf")[0], "general.file_type") == 15  # MOSTLY_Q4_K_M
@@ -178,7 +178,7 @@ def test_phi3_sliding_window_llama_cpp_ignores_is_caught(toks, tmp_path):
     """llama.cpp runs phi3 without its sliding window: the export warns, and where the verification's texts
     are longer than the window the logits differ and nothing is left behind."""
     model = build_arch(tmp_path / "p", toks["phi3"], "phi3", sliding_window=8, layers=1)
-    r = run_aura("export", "gguf", "--model", model, "--outfile", tmp_path / "p.gguf", "--quant", "f32")
+    r = run_aura_here("export", "gguf", "--model", model, "--outfile", tmp_path / "p.gguf", "--quant", "f32")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
     assert "sliding window of 8 tokens, which llama.cpp does not apply to phi3" in r.stderr
     assert "logits differ too much" in r.stderr

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import run_aura, run_aura_here
+from tests.conftest import run_aura_here
 from tests.evidence import importorskip, require_or_skip
 from tests.test_gguf import _export, _llama, _roundtrip
 from tests.tiny_models import SPANISH_PROBES, build_llama, train_sentencepiece
@@ -70,8 +70,8 @@ def test_llama_through_llama_cpp_converter_equals_aura_writer(converter, llama2,
 
 def test_auto_keeps_aura_writer_for_an_aura_trained_tokenizer_and_says_why(converter, tiny_zoo, tmp_path):
     out = tmp_path / "q.gguf"
-    r = run_aura("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--quant", "f16",
-                 "--no-verify", env={"AURA_LLAMA_CPP_DIR": str(converter)})
+    r = run_aura_here("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--quant", "f16",
+                      "--no-verify", env={"AURA_LLAMA_CPP_DIR": str(converter)})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Aura's writer writes the GGUF: llama.cpp's converter does not recognise this BPE tokenizer's " \
            "pre-tokeniser (hash" in r.stdout, r.stdout

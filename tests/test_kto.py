@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura, run_aura_killed
+from tests.conftest import run_aura, run_aura_here, run_aura_killed
 from tests.test_finetune import finetune
 from tests.test_preference import FAST, step_rows, write_jsonl
 from tests.tiny_models import build_llama, train_tokenizer
@@ -72,7 +72,7 @@ def test_kto_on_the_embedded_sample_logs_plots_and_resumes_exactly_after_sigterm
     acc = EventAccumulator(str(straight / "tb"))
     acc.Reload()
     assert [e.step for e in acc.Scalars("kl")] == list(range(1, 9))
-    r = run_aura("plot", straight, "--output-dir", tmp_path, "--out", "kto.svg")
+    r = run_aura_here("plot", straight, "--output-dir", tmp_path, "--out", "kto.svg")
     assert r.returncode == 0, r.stdout + r.stderr
     svg = (tmp_path / "kto.svg").read_text()
     assert "(Reward of good answers)" in svg and "(KL estimate)" in svg  # the rewards panel's legend

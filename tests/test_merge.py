@@ -42,7 +42,7 @@ def test_lora_merge_equals_base_plus_adapter(zoo, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = tmp_path / "merged"
-    r = run_aura("merge", "--base-model", zoo["llama"], "--adapter", zoo["adapter"], "--output-dir", out)
+    r = run_aura_here("merge", "--base-model", zoo["llama"], "--adapter", zoo["adapter"], "--output-dir", out)
     assert r.returncode == 0, r.stderr
     merged = AutoModelForCausalLM.from_pretrained(str(out)).eval()
     ids, _ = _ids(zoo["llama"])
@@ -109,8 +109,8 @@ def test_adapter_trained_on_a_base_with_another_vocabulary(zoo, tmp_path):
     es = run_aura_here("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m",
                        env={"AURA_LANG": "es"})
     assert es.returncode == 2 and "se entrenó sobre" in es.stderr and "--allow-other-base" in es.stderr
-    forced = run_aura("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m",
-                      "--allow-other-base")
+    forced = run_aura_here("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m",
+                           "--allow-other-base")
     assert forced.returncode == 0, forced.stderr
     assert "--allow-other-base" in forced.stdout + forced.stderr and (tmp_path / "m" / "config.json").is_file()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura, run_aura_here
+from tests.conftest import run_aura_here
 
 
 def digest(path: Path) -> str:
@@ -96,7 +96,7 @@ def test_eval_output_is_never_an_input_nor_inside_one_nor_a_users_file(run_final
     data = tmp_path / "texto.txt"
     data.write_text("Había una vez un rey.\n", encoding="utf-8")
     refused(run_aura_here("eval", "--model", model, "--data", data, "--output", data), "is the input")
-    r = run_aura("eval", "--model", model, *suite, "--output-dir", mine, "--overwrite")
+    r = run_aura_here("eval", "--model", model, *suite, "--output-dir", mine, "--overwrite")
     assert r.returncode == 0, r.stderr
     assert json.loads((mine / "eval-aura-es.limit2.json").read_text())["results"][0]["limit"] == 2
 

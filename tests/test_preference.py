@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura
+from tests.conftest import run_aura, run_aura_here
 from tests.test_finetune import finetune
 from tests.tiny_models import build_llama, train_tokenizer
 
@@ -78,13 +78,13 @@ def test_dpo_on_the_embedded_sample_logs_rewards_plots_merges_and_chats(env, tmp
     acc.Reload()
     assert [e.step for e in acc.Scalars("rewards/accuracy")] == [1, 2, 3, 4]
 
-    r = run_aura("plot", run, "--output-dir", tmp_path, "--out", "dpo.svg")
+    r = run_aura_here("plot", run, "--output-dir", tmp_path, "--out", "dpo.svg")
     assert r.returncode == 0, r.stdout + r.stderr
     svg = (tmp_path / "dpo.svg").read_text()
     assert "(Reward margin)" in svg and "(Preference accuracy)" in svg  # the rewards panel's legend
 
     merged = tmp_path / "merged"
-    r = run_aura("merge", "--base-model", env["llama"], "--adapter", run / "final", "--output-dir", merged)
+    r = run_aura_here("merge", "--base-model", env["llama"], "--adapter", run / "final", "--output-dir", merged)
     assert r.returncode == 0, r.stdout + r.stderr
     import torch
     from peft import PeftModel

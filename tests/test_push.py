@@ -77,7 +77,7 @@ def _plan_lines(stdout: str) -> list[str]:
 def test_a_finished_run_s_card_holds_its_recipe_data_and_evaluations(pipe, tmp_path):
     run = tmp_path / "runs" / "tiny"  # the pretraining run alone, outside its pipeline
     shutil.copytree(pipe / "pretrain", run)
-    ev = run_aura("eval", "--model", run / "final", "--suite", "aura-es", "--limit", "2", "--device", "cpu")
+    ev = run_aura_here("eval", "--model", run / "final", "--suite", "aura-es", "--limit", "2", "--device", "cpu")
     assert ev.returncode == 0, ev.stderr[-2000:]
     proc = run_aura_here("push", run, "team/tiny-es", "--dry-run")
     assert proc.returncode == 0, proc.stderr
@@ -231,8 +231,8 @@ def test_the_plan_leaves_out_training_state_locks_and_pickles_and_adds_gguf_file
 
     # a merged model (aura merge): its record of the base and the adapter is uploaded without local paths
     merged = tmp_path / "merged"
-    proc = run_aura("merge", "--base-model", pipe / "pretrain" / "final", "--adapter", pipe / "lora" / "final",
-                    "--output-dir", merged)
+    proc = run_aura_here("merge", "--base-model", pipe / "pretrain" / "final", "--adapter", pipe / "lora" / "final",
+                         "--output-dir", merged)
     assert proc.returncode == 0, proc.stderr[-2000:]
     m = prepare(PushConfig(model=str(merged), repo_id="team/tiny-merged", base_model="team/tiny-base"))
     record = json.loads(next(e for e in m.plan.files if e.path_in_repo == "aura_merge.json").content)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura, run_aura_here
+from tests.conftest import run_aura_here
 from tests.evidence import importorskip, require_or_skip
 
 openai = importorskip("openai", "serve")
@@ -39,7 +39,7 @@ NEW = 16  # enough for llama-cpp-python's default repeat penalty (1.1) to change
 @pytest.fixture(scope="module")
 def models(tiny_zoo, tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("serve") / "llama-f16.gguf"
-    r = run_aura("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--quant", "f16", "--no-verify")
+    r = run_aura_here("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--quant", "f16", "--no-verify")
     assert r.returncode == 0, r.stdout + r.stderr
     return {"hf": tiny_zoo["llama"], "gguf": out}
 

@@ -148,7 +148,7 @@ def test_final_model_and_gguf_tokenize_like_the_extended_tokenizer(adapted, tmp_
     final = adapted["run"] / "final"
     assert tokenizer_hash(AutoTokenizer.from_pretrained(final)) == tokenizer_hash(adapted["ext"])
     gguf = tmp_path / "m.gguf"
-    r = run_aura("export", "gguf", "--model", final, "--outfile", gguf, "--quant", "f32")
+    r = run_aura_here("export", "gguf", "--model", final, "--outfile", gguf, "--quant", "f32")
     assert r.returncode == 0, r.stderr + r.stdout
     ext = AutoTokenizer.from_pretrained(adapted["ext"])
     llm = Llama(str(gguf), vocab_only=True, verbose=False)
@@ -221,7 +221,7 @@ def test_sentencepiece_base_extension_is_never_longer_round_trips_and_llama_cpp_
     from llama_cpp import Llama
 
     gguf = tmp_path / "grown.gguf"
-    r = run_aura("export", "gguf", "--model", grown, "--outfile", gguf, "--quant", "f32")
+    r = run_aura_here("export", "gguf", "--model", grown, "--outfile", gguf, "--quant", "f32")
     assert r.returncode == 0, r.stderr + r.stdout
     assert "Tokenisation identical" in r.stdout
     llm = Llama(str(gguf), vocab_only=True, verbose=False)
