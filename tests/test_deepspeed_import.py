@@ -1,11 +1,12 @@
 """``aura.models.deepspeed_import``: saving a full model (``save_hf``, what pretrain and full fine-tuning
 write) does not import DeepSpeed in a process that never used it, writes the same weights, and hides nothing
 once DeepSpeed is imported; DeepSpeed's import for the DeepSpeed strategy skips mlflow, which still imports
-afterwards. One fresh interpreter: what is imported first is the point."""
+afterwards, and builds no shared-memory all-reduce extension on the CPU. One fresh interpreter: what is imported first is the point."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -41,17 +42,24 @@ import mlflow  # noqa: E402,F401  (--report-to mlflow, after the DeepSpeed set-u
 print("mlflow importable after:", "mlflow" in sys.modules)
 with deepspeed_hidden():  # once imported, a model may be a DeepSpeedEngine: accelerate must see it
     print("available inside once imported:", is_deepspeed_available())
+import os  # noqa: E402
+comm = importlib.import_module("deepspeed.comm.torch")  # (deepspeed.comm.torch the attribute is torch itself)
+print("shm op built:", comm.build_shm_op() is not None)  # what TorchBackend calls when its comm starts on a CPU
+print("extensions compiled:", sorted(os.listdir(os.environ["TORCH_EXTENSIONS_DIR"])))
 """
 
 
 def test_saving_a_model_imports_deepspeed_only_once_it_is_in_use_and_deepspeed_skips_mlflow(tmp_path):
     if importlib.util.find_spec("mlflow") is None:
         require_or_skip("mlflow", "needs mlflow (DeepSpeed imports it when installed)")
+    (tmp_path / "ext").mkdir()
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))  # empty: a build would land here
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT), str(tmp_path)], capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     lines = [line for line in r.stdout.splitlines() if ": " in line]
     assert lines == ["aura save imported deepspeed: False", "deepspeed findable after: True", "same weights: True",
                      "accelerate would import it: True", "mlflow imported with it: False",
                      "engine class: DeepSpeedEngine", "mlflow importable after: True",
-                     "available inside once imported: True"], r.stdout
+                     "available inside once imported: True", "shm op built: False",
+                     "extensions compiled: []"], r.stdout

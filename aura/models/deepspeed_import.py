@@ -14,7 +14,10 @@
   mlflow hidden the same way (unless mlflow is already imported); ``--report-to mlflow`` imports mlflow
   afterwards as usual.
 
-``tests/test_deepspeed_import.py`` checks both in a fresh interpreter.
+* On the CPU, DeepSpeed would also compile its shared-memory all-reduce for inference on first use; Aura does
+  not need it and does not build it (``_no_inference_shm_op``).
+
+``tests/test_deepspeed_import.py`` checks all three in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -51,7 +54,23 @@ def save_pretrained(model, directory: str | Path, **kwargs) -> None:
 
 
 def import_deepspeed():
-    """The ``deepspeed`` module (ImportError when it is not installed); its first import skips mlflow."""
+    """The ``deepspeed`` module (ImportError when it is not installed); its first import skips mlflow, and its
+    CPU shared-memory all-reduce is not built (``_no_inference_shm_op``)."""
     with hidden("mlflow"):  # (nothing to hide, and nothing imported, when deepspeed is already imported)
         import deepspeed
+    _no_inference_shm_op()
     return deepspeed
+
+
+def _no_inference_shm_op() -> None:
+    """DeepSpeed's communication backend, when its accelerator is the CPU, compiles a C++ extension on first use
+    (``deepspeed_shm_comm``, into ``~/.cache/torch_extensions``, once per Python environment: over a minute of
+    both cores here, and a compiler the user may not have) for ``inference_all_reduce`` alone, the collective
+    of DeepSpeed's tensor-parallel inference. Aura never runs that: its training collectives go to
+    ``torch.distributed``, and without the extension ``inference_all_reduce`` itself falls back to it. So the
+    builder returns None (releases without it are left as they are)."""
+    import importlib
+
+    comm = importlib.import_module("deepspeed.comm.torch")
+    if hasattr(comm, "build_shm_op"):
+        comm.build_shm_op = lambda: None
