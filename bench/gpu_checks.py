@@ -204,26 +204,35 @@ def small_base(ctx: Context) -> Path:
     return out
 
 
+def _paragraphs(*, longer_than: int) -> list[str]:
+    """The embedded corpus's paragraphs longer than ``longer_than`` characters, in file order."""
+    return [p.strip() for f in sorted(CORPUS.glob("*.txt")) for p in f.read_text(encoding="utf-8").split("\n\n")
+            if len(p.strip()) > longer_than]
+
+
+def _setup_jsonl(ctx: Context, name: str, rows) -> Path:
+    """``setup/NAME``, written once from ``rows`` (an iterable of dicts, consumed only when the file is made)."""
+    out = ctx.work / "setup" / name
+    if not out.is_file():
+        with open(out, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    return out
+
+
 def sft_data(ctx: Context) -> Path:
     """Instruction rows (messages) made from the corpus's paragraphs: a question and the paragraph."""
-    out = ctx.work / "setup" / "sft.jsonl"
-    if out.is_file():
-        return out
-    paragraphs = [p.strip() for f in sorted(CORPUS.glob("*.txt")) for p in f.read_text(encoding="utf-8").split("\n\n")
-                  if len(p.strip()) > 80]
-    with open(out, "w", encoding="utf-8") as f:
-        for i, p in enumerate(paragraphs[:400]):
-            f.write(json.dumps({"messages": [{"role": "user", "content": f"Resume el texto {i}: {p[:60]}"},
-                                             {"role": "assistant", "content": p[:300]}]}, ensure_ascii=False) + "\n")
-    return out
+    return _setup_jsonl(ctx, "sft.jsonl", (
+        {"messages": [{"role": "user", "content": f"Resume el texto {i}: {p[:60]}"},
+                      {"role": "assistant", "content": p[:300]}]}
+        for i, p in enumerate(_paragraphs(longer_than=80)[:400])))
 
 
 @check("pairs_one_row", "Preference pairs in one row (4D mask) vs two rows: log-probs, step time, memory; "
        "aura finetune --objective dpo", expect=90, timeout=180)
 def pairs_one_row(ctx: Context) -> Result:
-    """The shared-prompt rows of DPO/ORPO/SimPO/CPO/KTO (``collate_pairs(shared=True)``, a boolean 4D mask, so
-    sdpa cannot take its flash kernel) against the two rows per pair they replace, on the 0.5B shape with
-    prompts longer than their answers: the per-answer log-probs must agree (in bf16, no further apart than
+    """The shared-prompt rows of DPO/ORPO/SimPO/CPO/KTO (``collate_pairs(shared=True)``, a boolean 4D mask: on
+    an H200 sdpa ran cuDNN's attention with it, as with the two rows' padding) against the two rows per pair,
+    on the 0.5B shape with prompts longer than their answers: the per-answer log-probs must agree (in bf16, no further apart than
     bf16's own distance from fp32 on the two rows), and a forward + backward is timed both ways. Then
     ``aura finetune --objective dpo`` (LoRA, bf16) must say that it uses one row and train."""
     import torch
@@ -348,16 +357,10 @@ def pairs_one_row(ctx: Context) -> Result:
 def pref_data(ctx: Context) -> Path:
     """Preference pairs with long prompts (a corpus paragraph to summarise) and shorter answers (other
     paragraphs' openings): where one row per pair saves the most."""
-    out = ctx.work / "setup" / "pref_long.jsonl"
-    if out.is_file():
-        return out
-    paragraphs = [p.strip() for f in sorted(CORPUS.glob("*.txt")) for p in f.read_text(encoding="utf-8").split("\n\n")
-                  if len(p.strip()) > 300]
-    with open(out, "w", encoding="utf-8") as f:
-        for i, p in enumerate(paragraphs[:200]):
-            f.write(json.dumps({"prompt": f"Resume este texto: {p[:1500]}", "chosen": paragraphs[i - 1][:400],
-                                "rejected": paragraphs[i - 2][:250]}, ensure_ascii=False) + "\n")
-    return out
+    paragraphs = _paragraphs(longer_than=300)
+    return _setup_jsonl(ctx, "pref_long.jsonl", (
+        {"prompt": f"Resume este texto: {p[:1500]}", "chosen": paragraphs[i - 1][:400],
+         "rejected": paragraphs[i - 2][:250]} for i, p in enumerate(paragraphs[:200])))
 
 
 def _profile(ctx: Context, step) -> dict:
