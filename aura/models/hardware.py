@@ -371,7 +371,7 @@ class AutoChoice:
 
 # (preset, batch, checkpointing) from most to least preferred: bigger models first; per model, no
 # recomputation (25-30 % faster) before checkpointing, larger batches first. The modern recipe at every tier:
-# the Qwen3 block with Muon + WSD reached the old default's loss in 0.28x and 0.32x the tokens at two sizes
+# the Qwen3 block with Muon + WSD reached the old default's loss in 0.28x and 0.29x the tokens at two sizes
 # (bench/bench_recipe.py, docs/training.md). qwen3-72h (1.26 B) is the largest: a 72-hour run on one 80 GB
 # A100 is ~3e19 FLOPs, already past the compute-optimal size for it (~0.5 B); aura-72h-max (2.43 B, the
 # 72-hour guide's original model) and the Llama/GPT-2 presets stay available by name.
