@@ -70,7 +70,7 @@ PLAIN_STOPS = [f"\n{USER}:"]
 def seed_everything(seed: int) -> None:
     """What ``transformers.set_seed`` does (Python's, NumPy's and torch's generators on every device),
     without importing ``transformers.trainer_utils``: that module imports peft, and peft bitsandbytes with
-    TorchDynamo and Inductor, about 1.4 s of every ``aura generate`` and ``chat`` for a plain model."""
+    TorchDynamo and Inductor: about a second of every ``aura generate`` and ``chat`` for a plain model."""
     import random
 
     import numpy as np
