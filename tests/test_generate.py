@@ -54,7 +54,7 @@ def test_batch_jsonl_matches_transformers_greedy(zoo, tmp_path):
 
 def test_single_prompt_streams_greedy_text(zoo):
     """... importing neither peft nor bitsandbytes for a plain model (``transformers.set_seed`` imported
-    both, through ``transformers.trainer_utils``: 1.4 s of every generate and chat)."""
+    both, through ``transformers.trainer_utils``: about a second of every generate and chat)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     r = run_aura("generate", "--model", zoo["gpt2"], "--prompt", "Buenos días", "--temperature", "0",

@@ -64,8 +64,8 @@ def import_deepspeed():
 
 def _no_inference_shm_op() -> None:
     """DeepSpeed's communication backend, when its accelerator is the CPU, compiles a C++ extension on first use
-    (``deepspeed_shm_comm``, into ``~/.cache/torch_extensions``, once per Python environment: over a minute of
-    both cores here, and a compiler the user may not have) for ``inference_all_reduce`` alone, the collective
+    (``deepspeed_shm_comm``, into ``~/.cache/torch_extensions``, once per Python environment: 30 s to
+    minutes of both cores on a 2-core machine, and a compiler the user may not have) for ``inference_all_reduce`` alone, the collective
     of DeepSpeed's tensor-parallel inference. Aura never runs that: its training collectives go to
     ``torch.distributed``, and without the extension ``inference_all_reduce`` itself falls back to it. So the
     builder returns None (releases without it are left as they are)."""
