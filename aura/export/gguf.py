@@ -70,6 +70,16 @@ M = Messages("gguf", {
                          "To verify it, install Aura's extra: pip install -e \".[llamacpp]\" in its folder (or "
                          "pip install \"llama-cpp-python>=0.3.16\"); it compiles llama.cpp from source: measured "
                          "29 minutes on a busy 2-core machine, 16 CPU-minutes."),
+    "verify_later": ("El GGUF no está verificado en llama.cpp ({why}). Para verificarlo después: {command}",
+                     "The GGUF is not verified in llama.cpp ({why}). To verify it later: {command}"),
+    "why_no_llama_cpp": ("falta llama-cpp-python", "llama-cpp-python is missing"),
+    "why_no_verify": ("--no-verify", "--no-verify"),
+    "verify_only_missing": ("--verify-only {path}: el archivo no existe.", "--verify-only {path}: the file does not exist."),
+    "verify_only_model": ("--verify-only {path}: falta --model (el directorio Hugging Face del que se exportó) y "
+                          "no hay un {record} de Aura que lo diga.",
+                          "--verify-only {path}: --model is missing (the Hugging Face dir it was exported from) and "
+                          "there is no Aura {record} that names it."),
+    "verified": ("Verificado: {path}; cifras en {record}.", "Verified: {path}; figures in {record}."),
     "padded": ("El tokenizador tiene {tokens:token|tokens} y el modelo {rows:fila|filas} de embeddings: se añaden "
                "{pad:token reservado|tokens reservados} sin uso.",
                "The tokenizer has {tokens:token|tokens} and the model {rows} embedding rows: {pad} unused "
@@ -123,13 +133,20 @@ class GGUFConfig:
                              en="llama.cpp clone whose convert_hf_to_gguf.py to use (or the AURA_LLAMA_CPP_DIR "
                                 "variable); default: the installed llama-cpp-python's sdist's.")
 
+    verify_only: str = arg("", es="Solo verificar en llama.cpp este GGUF ya exportado (p. ej. uno que se exportó sin "
+                                  "verificar) y reescribir su NAME.verify.json; el modelo, el de --model o el que "
+                                  "anotó la exportación.",
+                           en="Only verify this already exported GGUF in llama.cpp (e.g. one exported without "
+                              "verification) and rewrite its NAME.verify.json; the model is --model's or the one the "
+                              "export recorded.", metavar="FILE")
+
     def __post_init__(self):
         self.quant = self.quant.lower()
         if self.quant not in QUANTS:
             raise AuraError(M("bad_quant", quant=self.quant, choices=", ".join(QUANTS)))
         if self.converter not in CONVERTERS:
             raise AuraError(M("bad_converter", converter=self.converter, choices=", ".join(CONVERTERS)))
-        if not self.model:
+        if not self.model and not self.verify_only:
             raise AuraError(M("no_model"))
 
     def target(self) -> Path:
@@ -160,8 +177,18 @@ def _llama_cpp_installed() -> bool:
     return llama_cpp is not None
 
 
+def verify_command(gguf: Path) -> str:
+    """The command that verifies ``gguf`` later (its model is the one its NAME.verify.json records)."""
+    import shlex
+
+    return f"aura export gguf --verify-only {shlex.quote(str(gguf))}"
+
+
 def export_gguf(cfg: GGUFConfig) -> int:
     from aura.core.atomic import check_writable
+
+    if cfg.verify_only:
+        return _verify_only(cfg)
     from aura.core.ownership import check_location
     from aura.export.gguf_verify import is_verify_file, verify_path
     from aura.export.modelfile import is_ours, modelfile_path
@@ -233,13 +260,18 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
     elif verify and not _llama_cpp_installed():
         raise AuraError(M("verify_needs", install=M("install_verifier")))
     check_location(out, inputs=[model_dir])  # as resolved
+    from aura.export.gguf_tokenizer import general_name, rstrip_special
+
+    hf_arch = (config.get("architectures") or ["?"])[0]
+    written_name = general_name(cfg.name or model_dir.resolve().name, phi3=hf_arch == "Phi3ForCausalLM",
+                                vocab=tok.get_vocab(), path=tok_dir,
+                                rstrip_special=vocab.rstrip_special if vocab is not None else rstrip_special(tok_dir))
     if choice.converter is None and vocab.n_padded:
         console.warn(M("padded", tokens=arch.n_vocab - vocab.n_padded, rows=arch.n_vocab, pad=vocab.n_padded))
 
     # --- write under a temporary name, verify, then rename ---
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    hf_arch = (config.get("architectures") or ["?"])[0]
     console.info(M("writing", path=out, quant=cfg.quant,
                    arch=f"{hf_arch} -> {arch.gguf_arch if choice.converter is None else 'llama.cpp'}"))
     fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{out.name}.", suffix=owner_suffix(), dir=out.parent)
@@ -249,7 +281,7 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
     try:
         first = "f32" if quantizer else cfg.quant
         stage = out.parent / tmp_name(f"{out.name}.f32") if quantizer else tmp
-        name = cfg.name or model_dir.resolve().name
+        name = written_name
         # auto: llama.cpp's converter first, Aura's writer if the converter fails or its file fails verification
         writers = ["aura"] if choice.converter is None else \
             ["llama.cpp"] if cfg.converter == "llama.cpp" or refusal is not None else ["llama.cpp", "aura"]
@@ -286,10 +318,15 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
             verified.unlink()
         os.replace(tmp, out)
         fsync_dir(out.parent)
-        if report is not None:
-            from aura.core.atomic import atomic_write_json
+        from aura.core.atomic import atomic_write_json
+        from aura.export.gguf_verify import unverified_record
 
-            atomic_write_json(verified, verify_record(report, gguf=out, quant=cfg.quant, writer=writer))
+        # unverified: said in the record (why, and the command that verifies it later), never old figures
+        atomic_write_json(verified, verify_record(report, gguf=out, quant=cfg.quant, writer=writer, model=model_dir)
+                          if report is not None else
+                          unverified_record(gguf=out, quant=cfg.quant, writer=writer, model=model_dir,
+                                            reason="no_verify" if cfg.verify is False else "no_llama_cpp",
+                                            command=verify_command(out)))
     finally:
         for p in (tmp, stage):
             if p is not None:
@@ -303,7 +340,59 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
     console.success(M("done", path=out, size=human_bytes(out.stat().st_size), seconds=seconds,
                       modelfile=modelfile))
     console.info(M("ollama", dir=out.parent, name=name, modelfile=modelfile.name))
+    if not verify:
+        why = M("why_no_verify") if cfg.verify is False else M("why_no_llama_cpp")
+        (console.info if cfg.verify is False else console.warn)(M("verify_later", why=why,
+                                                                  command=verify_command(out)))
     return 0
+
+
+def _verify_only(cfg: GGUFConfig) -> int:
+    """``--verify-only FILE``: the checks of an export on a GGUF already written, and its NAME.verify.json
+    rewritten with what they measured (the model: ``--model``, else the one the export recorded)."""
+    import json
+
+    from aura.core.atomic import atomic_write_json
+    from aura.export.gguf_verify import is_verify_file, verify_gguf, verify_path, verify_record
+    from aura.inference.loading import resolve_model
+
+    path = Path(cfg.verify_only)
+    if not path.is_file():
+        raise AuraError(M("verify_only_missing", path=path))
+    record_path = verify_path(path)
+    record = {}
+    if is_verify_file(record_path):
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    elif record_path.exists() or record_path.is_symlink():
+        raise AuraError(M("verify_theirs", path=record_path))
+    model = cfg.model or record.get("model")
+    if not model:
+        raise AuraError(M("verify_only_model", path=path, record=record_path.name))
+    if not _llama_cpp_installed():
+        raise AuraError(M("verify_needs", install=M("install_verifier")))
+    source = resolve_model(model)
+    if source.kind != "hf":
+        raise AuraError(M("adapter" if source.kind == "adapter" else "already_gguf", path=source.path))
+    quant = record.get("quant") or _file_quant(path) or cfg.quant
+    report = verify_gguf(path, model_dir=source.path, quant=quant)
+    atomic_write_json(record_path, verify_record(report, gguf=path, quant=quant, writer=record.get("writer") or "?",
+                                                 model=source.path))
+    console.success(M("verified", path=path, record=record_path))
+    return 0
+
+
+def _file_quant(path: Path) -> str | None:
+    """The quantisation a GGUF's ``general.file_type`` says, when it is one Aura names."""
+    import gguf
+
+    field = gguf.GGUFReader(str(path)).get_field("general.file_type")
+    if field is None:
+        return None
+    ftype = int(field.contents())
+    names = {int(gguf.LlamaFileType.ALL_F32): "f32", int(gguf.LlamaFileType.MOSTLY_F16): "f16",
+             int(gguf.LlamaFileType.MOSTLY_BF16): "bf16", int(gguf.LlamaFileType.MOSTLY_Q8_0): "q8_0",
+             **{v: k for k, v in LLAMA_CPP_QUANTS.items()}}
+    return names.get(ftype)
 
 
 def _convert(converter: Path, path: Path, *, model_dir: Path, tok_dir: Path, quant: str, name: str) -> None:
@@ -321,7 +410,7 @@ def _write(path: Path, *, model_dir: Path, arch, vocab, tok, tok_dir: Path, quan
     import gguf
     import numpy as np
 
-    from aura.export.gguf_arch import gguf_name, iter_tensors, write_hparams
+    from aura.export.gguf_arch import iter_tensors, write_hparams
     from aura.export.gguf_tokenizer import write_vocab
     from aura.inference.loading import weight_files
 
@@ -333,7 +422,7 @@ def _write(path: Path, *, model_dir: Path, arch, vocab, tok, tok_dir: Path, quan
     big = sum(f.stat().st_size for f in files) > (2 << 30)
     writer = gguf.GGUFWriter(str(path), arch.gguf_arch, use_temp_file=big)
     writer.add_type(gguf.GGUFType.MODEL)
-    writer.add_name(gguf_name(arch, name, rstrip_special=vocab.rstrip_special))
+    writer.add_name(name)  # already llama.cpp's right name (gguf_tokenizer.general_name)
     writer.add_file_type(ftype)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     write_hparams(writer, arch)

@@ -233,16 +233,6 @@ def _scaled_rope(model_dir: Path, config: dict, rope: dict, kind: str, hp: dict)
     console.warn(M("longrope", path=model_dir, orig=orig))
 
 
-def gguf_name(plan: ArchPlan, name: str, *, rstrip_special: bool) -> str:
-    """The ``general.name`` to write. llama.cpp gives Phi-3's special tokens the "swallow the whitespace after
-    me" behaviour of Phi-3's tokenizer only when the model's name says phi-3 (a fine-tune's folder is often
-    just ``final``): for such a tokenizer the name gets that mark, or llama.cpp would tokenise chats
-    differently."""
-    if plan.gguf_arch == "phi3" and rstrip_special and not any(k in name.lower() for k in ("phi-3", "phi3")):
-        return f"{name} (phi-3)"
-    return name
-
-
 def write_hparams(writer, plan: ArchPlan) -> None:
     import gguf
 

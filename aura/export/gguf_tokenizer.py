@@ -35,6 +35,26 @@ M = Messages("gguf_tokenizer", {
                     "tokenisation would differ. Supported: GPT-2 ByteLevel, Llama 3, Qwen2, SmolLM2, SentencePiece BPE."),
     "model_unknown": ("El tokenizador de {path} es de tipo {kind}; la exportación GGUF admite BPE.",
                       "The tokenizer of {path} is of type {kind}; GGUF export supports BPE."),
+    "phi3_tokens": ("{path}: sus tokens especiales se tragan el espacio que les sigue (rstrip, como los de chat de "
+                    "Phi-3), y llama.cpp solo les da ese comportamiento con su regla para Phi-3 (cuando el nombre "
+                    "del modelo dice phi-3), que busca los tokens <s>, </s>, <unk> y <|endoftext|> por su texto: "
+                    "a este vocabulario le {n:falta|faltan} {missing}, y llama.cpp no cargaría el archivo (\"error "
+                    "loading model vocabulary: unordered_map::at\"). No se escribe nada. Lo que funciona: añade esos "
+                    "tokens al tokenizador (y redimensiona los embeddings) antes de entrenar, o usa tokens "
+                    "especiales sin rstrip (como los de aura tokenizer train).",
+                    "{path}: its special tokens swallow the whitespace after them (rstrip, as Phi-3's chat tokens "
+                    "do), and llama.cpp gives them that behaviour only through its Phi-3 rule (when the model's "
+                    "name says phi-3), which looks up the tokens <s>, </s>, <unk> and <|endoftext|> by their text: "
+                    "this vocabulary lacks {missing}, and llama.cpp would not load the file (\"error loading model "
+                    "vocabulary: unordered_map::at\"). Nothing is written. What works: add those tokens to the "
+                    "tokenizer (and resize the embeddings) before training, or use special tokens without rstrip "
+                    "(as aura tokenizer train makes)."),
+    "phi3_renamed": ("El nombre '{name}' activaría en llama.cpp la regla de Phi-3 (los tokens especiales se "
+                     "tragarían el espacio que les sigue, y un vocabulario sin <s>, </s>, <unk> o <|endoftext|> "
+                     "no cargaría), que este tokenizador no pide: el GGUF se llama '{written}'.",
+                     "The name '{name}' would trigger llama.cpp's Phi-3 rule (special tokens would swallow the "
+                     "whitespace after them, and a vocabulary without <s>, </s>, <unk> or <|endoftext|> would not "
+                     "load), which this tokenizer does not ask for: the GGUF is named '{written}'."),
     "no_eos": ("El tokenizador de {path} no define un token de fin (eos_token); sin él la generación "
                "no se detiene. Defínelo en tokenizer_config.json.",
                "The tokenizer of {path} defines no end token (eos_token); without it generation never "
@@ -136,6 +156,42 @@ def plan_vocab(tok_dir: Path, tok, n_rows: int) -> VocabPlan:
                      n_padded=n_rows - n_tok, eos_id=tok.eos_token_id, end_of_turn=end_of_turn_ids(tok),
                      add_bos=add_bos, add_eos=add_eos,
                      rstrip_special=any(a.get("special") and a.get("rstrip") for a in added.values()))
+
+
+# llama.cpp (llama-vocab.cpp, "set attributes by model/tokenizer/architecture name") gives every special token
+# Phi-3's rstrip when general.name contains one of these, for any architecture, and looks these tokens up by
+# their text to set or clear it: one missing and the file does not load ("unordered_map::at").
+PHI3_NAME_MARKS = ("phi-3", "phi3")
+PHI3_RULE_TOKENS = ("<s>", "</s>", "<unk>", "<|endoftext|>")
+
+
+def general_name(name: str, *, phi3: bool, vocab: set[str] | dict, rstrip_special: bool, path: Path) -> str:
+    """The ``general.name`` llama.cpp will read right. A phi3 model whose special tokens rstrip needs the name
+    to say phi-3 (a fine-tune's folder is often just ``final``) and the four tokens the rule looks up, else it is
+    refused here; any other model must not say it (its folder may well be ``phi3-es``), or llama.cpp would
+    tokenise its chats differently or, without those tokens, not load it."""
+    from aura.core import console
+
+    marked = any(k in name.lower() for k in PHI3_NAME_MARKS)
+    if phi3 and rstrip_special:
+        missing = [t for t in PHI3_RULE_TOKENS if t not in vocab]
+        if missing:
+            raise AuraError(M("phi3_tokens", path=path, n=len(missing), missing=", ".join(missing)))
+        return name if marked else f"{name} (phi-3)"
+    if marked:
+        written = re.sub(r"(?i)(phi)-?3", r"\1 3", name)
+        console.warn(M("phi3_renamed", name=name, written=written))
+        return written
+    return name
+
+
+def rstrip_special(tok_dir: Path) -> bool:
+    """Whether a special token of ``tok_dir``'s tokenizer.json swallows the whitespace after it."""
+    try:
+        tj = json.loads((tok_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return any(a.get("special") and a.get("rstrip") for a in tj.get("added_tokens", []))
 
 
 def _space_prefix(tj: dict) -> bool:

@@ -172,10 +172,11 @@ def verify_path(gguf: Path) -> Path:
     return gguf.with_name(f"{gguf.name.removesuffix('.gguf')}{VERIFY_SUFFIX}")
 
 
-def verify_record(report: VerifyReport, *, gguf: Path, quant: str, writer: str = "aura") -> dict:
+def verify_record(report: VerifyReport, *, gguf: Path, quant: str, writer: str = "aura",
+                  model: Path | None = None) -> dict:
     """The JSON of ``NAME.verify.json``: the file it is about (name and size), which writer wrote it (``aura``
-    or ``llama.cpp``'s converter), what was measured, the tolerance it was judged by (None for the
-    quantisations that are reported, not judged), the versions."""
+    or ``llama.cpp``'s converter), the model it came from, what was measured, the tolerance it was judged by
+    (None for the quantisations that are reported, not judged), the versions."""
     from dataclasses import asdict
     from importlib import metadata
 
@@ -186,9 +187,24 @@ def verify_record(report: VerifyReport, *, gguf: Path, quant: str, writer: str =
     except metadata.PackageNotFoundError:
         llama_version = None
     tol = TOLERANCE.get(quant)
-    return {"gguf": gguf.name, "bytes": gguf.stat().st_size, "quant": quant, "writer": writer, **asdict(report),
+    return {"gguf": gguf.name, "bytes": gguf.stat().st_size, "quant": quant, "writer": writer, "verified": True,
+            "model": str(model.resolve()) if model is not None else None, **asdict(report),
             "tolerance": {"rel_diff": tol[0], "top1": tol[1]} if tol else None,
             "llama_cpp_python": llama_version, "aura_version": __version__}
+
+
+# why a GGUF was written without verification (a key: the report says it in its reader's language)
+UNVERIFIED_REASONS = ("no_llama_cpp", "no_verify")
+
+
+def unverified_record(*, gguf: Path, quant: str, writer: str, model: Path, reason: str, command: str) -> dict:
+    """``NAME.verify.json`` for a GGUF written without verification: which file, why (``reason``: one of
+    ``UNVERIFIED_REASONS``), the model it came from and the command that verifies it later (which reads that
+    model from here); no figures."""
+    from aura import __version__
+
+    return {"gguf": gguf.name, "bytes": gguf.stat().st_size, "quant": quant, "writer": writer, "verified": False,
+            "reason": reason, "model": str(model.resolve()), "verify_command": command, "aura_version": __version__}
 
 
 def is_verify_file(path: Path) -> bool:
@@ -199,7 +215,8 @@ def is_verify_file(path: Path) -> bool:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
         return False
-    return isinstance(data, dict) and "aura_version" in data and "gguf" in data and "top1" in data
+    return isinstance(data, dict) and "aura_version" in data and "gguf" in data and ("top1" in data or
+                                                                                 data.get("verified") is False)
 
 
 def _is_eog(llm, token_id: int) -> bool:

@@ -60,10 +60,19 @@ M = Messages("loading", {
                  "'aura export gguf'."),
     "no_llama_cpp": ("Para usar archivos GGUF hace falta llama-cpp-python: pip install llama-cpp-python",
                      "GGUF files need llama-cpp-python: pip install llama-cpp-python"),
-    "llama_load": ("llama.cpp no pudo cargar {path} ({err}). Vuelve a ejecutar con --debug y revisa "
-                   "que la versión de llama-cpp-python admita esta arquitectura.",
-                   "llama.cpp could not load {path} ({err}). Run again with --debug and check that your "
-                   "llama-cpp-python version supports this architecture."),
+    "llama_load": ("llama.cpp no pudo cargar {path}: {why}{hint}",
+                   "llama.cpp could not load {path}: {why}{hint}"),
+    "llama_load_hint": (" Si lo escribió Aura, vuelve a exportarlo con esta versión (aura export gguf lo verifica en "
+                        "llama.cpp); un archivo de otra procedencia puede necesitar otra llama-cpp-python (aquí "
+                        "{version}).",
+                        " If Aura wrote it, export it again with this version (aura export gguf verifies it in "
+                        "llama.cpp); a file from elsewhere may need another llama-cpp-python (here {version})."),
+    "llama_load_phi3": (" Su nombre ('{name}') activa la regla de Phi-3 de llama.cpp, que busca <s>, </s>, <unk> y "
+                        "<|endoftext|> en el vocabulario: vuelve a exportarlo con esta versión de Aura, que no "
+                        "escribe ese nombre para un vocabulario sin ellos.",
+                        " Its name ('{name}') triggers llama.cpp's Phi-3 rule, which looks up <s>, </s>, <unk> and "
+                        "<|endoftext|> in the vocabulary: export it again with this version of Aura, which does "
+                        "not write that name for a vocabulary without them."),
     "gguf_adapter": ("--adapter no se puede usar con un archivo GGUF: fusiona primero (aura merge) y "
                      "exporta el modelo fusionado.",
                      "--adapter cannot be used with a GGUF file: merge first (aura merge) and export "
@@ -326,20 +335,54 @@ def _has_magic(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _quiet_fd2(active: bool):
-    """Silence llama.cpp's C-level stderr (a vocab-only load warns about a context it never uses)."""
-    if not active:
-        yield
-        return
+def _llama_log(quiet: bool):
+    """llama.cpp's C-level stderr (and llama-cpp-python's log lines, printed there) kept in a file: a failed
+    load says llama.cpp's own error lines; a vocab-only load's warnings (about a context it never uses) are
+    dropped, any other load's log is passed on."""
+    import io
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
     saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    with tempfile.TemporaryFile() as log:
+        said = io.StringIO()  # what llama-cpp-python prints to sys.stderr, where that is not fd 2
+        os.dup2(log.fileno(), 2)
+        try:
+            with contextlib.redirect_stderr(said):
+                yield lambda: (log.seek(0) or log.read().decode("utf-8", errors="replace")) + said.getvalue()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not quiet:
+                log.seek(0)
+                sys.stderr.write(log.read().decode("utf-8", errors="replace") + said.getvalue())
+
+
+def _load_failure(path: Path, err: Exception, log) -> str:
+    """The message of a failed load: llama.cpp's own error lines, and what to do."""
+    from importlib import metadata
+
+    lines = [ln.strip() for ln in log().splitlines()]
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    why = "; ".join(dict.fromkeys(errors[-3:])) or str(err)
     try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
+        version = metadata.version("llama_cpp_python")
+    except metadata.PackageNotFoundError:
+        version = "?"
+    hint = M("llama_load_hint", version=version)
+    if "unordered_map::at" in why:
+        try:
+            import gguf
+
+            field = gguf.GGUFReader(str(path)).get_field("general.name")
+            name = field.contents() if field is not None else ""
+        except Exception:  # noqa: BLE001 - the hint is a bonus; the load error is the message
+            name = ""
+        if any(k in str(name).lower() for k in ("phi-3", "phi3")):
+            hint = M("llama_load_phi3", name=name)
+    return M("llama_load", path=path, why=why, hint=hint)
 
 
 def require_llama_cpp():
@@ -357,9 +400,10 @@ def load_llama(path: Path, *, n_ctx: int = 0, logits_all: bool = False, vocab_on
     validate_gguf(path)
     if vocab_only and not n_ctx:
         n_ctx = 64  # a vocab-only load has no trained context length, and 0 would mean "use it"
-    try:
-        with _quiet_fd2(vocab_only):
+    with _llama_log(vocab_only) as log:
+        try:
             return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, logits_all=logits_all, vocab_only=vocab_only,
                                    seed=seed, n_threads=n_threads, verbose=verbose, use_extra_bufts=False)
-    except ValueError as e:  # llama-cpp-python reports load failures as ValueError
-        raise AuraError(M("llama_load", path=path, err=e)) from None
+        except ValueError as e:  # llama-cpp-python reports load failures as ValueError
+            message = _load_failure(path, e, log)
+    raise AuraError(message)

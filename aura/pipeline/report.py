@@ -149,7 +149,8 @@ def environment() -> dict[str, str]:
 
 def gguf_files(stage_dir: Path) -> list[dict[str, Any]]:
     """Every GGUF of a stage folder: name, bytes and, when its ``NAME.verify.json`` is about this very file
-    (same name and size), what llama.cpp's verification measured."""
+    (same name and size), what llama.cpp's verification measured, or (``verified`` false) why it was not
+    verified and the command that verifies it later."""
     out = []
     for path in sorted(stage_dir.glob("*.gguf")):
         size = path.stat().st_size
@@ -157,8 +158,11 @@ def gguf_files(stage_dir: Path) -> list[dict[str, Any]]:
         try:
             data = json.loads(path.with_name(path.name.removesuffix(".gguf") + ".verify.json").read_text(encoding="utf-8"))
             if isinstance(data, dict) and data.get("gguf") == path.name and data.get("bytes") == size:
-                verify = {k: data.get(k) for k in ("quant", "top1", "max_abs_diff", "rel_diff", "generated",
-                                                   "agreeing", "tolerance", "llama_cpp_python")}
+                if data.get("verified") is False:  # written without llama.cpp: why, and the command for later
+                    verify = {k: data.get(k) for k in ("quant", "verified", "reason", "verify_command")}
+                else:
+                    verify = {k: data.get(k) for k in ("quant", "top1", "max_abs_diff", "rel_diff", "generated",
+                                                       "agreeing", "tolerance", "llama_cpp_python")}
         except (OSError, ValueError, UnicodeDecodeError):
             pass
         out.append({"name": path.name, "bytes": size, "verify": verify})

@@ -32,6 +32,15 @@ M = Messages("pipeline.report", {
     "h_top1": ("top-1 igual a PyTorch", "top-1 equal to PyTorch"), "h_diff": ("máx. dif. de logits", "max logit diff"),
     "h_gen": ("generación voraz igual", "greedy generation equal"),
     "not_verified": ("sin verificar", "not verified"),
+    "unverified_note": ("sin verificar en llama.cpp ({why}). Para verificarlo: {command} (el verificador: "
+                        "pip install -e \".[llamacpp]\" en la carpeta de Aura, que compila llama.cpp: unos 30 minutos "
+                        "en 2 núcleos)",
+                        "not verified in llama.cpp ({why}). To verify it: {command} (the verifier: "
+                        "pip install -e \".[llamacpp]\" in Aura's folder, which compiles llama.cpp: about 30 minutes "
+                        "on 2 cores)"),
+    "why_no_llama_cpp": ("llama-cpp-python no está instalado", "llama-cpp-python is not installed"),
+    "why_no_verify": ("exportado con --no-verify", "exported with --no-verify"),
+    "n_missing_module": ("falta el módulo {module}", "missing module {module}"),
     "answers": ("Las mismas preguntas a cada modelo (respuestas voraces, como mucho {n:token|tokens})",
                 "The same prompts to each model (greedy answers, at most {n:token|tokens})"),
     "h_prompt": ("pregunta", "prompt"),
@@ -80,7 +89,9 @@ def _notes_text(s: dict[str, Any]) -> str:
         parts.append(M("n_data", read=n.get("documents_read"), kept=n.get("documents_kept"),
                        train=n["train_tokens"], val=n.get("val_tokens") or 0))
     if s["status"] == "skipped" and s.get("reason"):
-        parts.append(M("n_skipped", reason=s["reason"]))
+        # the runner records "missing module X": said in the report's language
+        missing = re.fullmatch(r"missing module (\S+)", s["reason"])
+        parts.append(M("n_skipped", reason=M("n_missing_module", module=missing[1]) if missing else s["reason"]))
     comm = s.get("comm")
     if comm:
         parts.append(M("n_comm", lat=comm.get("latency_ms") or 0.0, gbit=comm.get("gbit") or 0.0,
@@ -135,13 +146,23 @@ def _answer_table(data: dict[str, Any]) -> tuple[str, list[str], list[list[str]]
 
 
 def _file_rows(data: dict[str, Any]) -> list[list[str]]:
+    import shlex
+
     rows = []
     for s in data["stages"]:
         for f in s["files"]:
             v = f.get("verify")
-            check = ["–", "–", M("not_verified")] if v is None else [
-                f"{_n(100 * v['top1'], '.1f')} %", _n(v["max_abs_diff"], ".3g"), f"{v['agreeing']}/{v['generated']}"]
-            rows.append([f"{s['name']}/{f['name']}", human_bytes(f["bytes"]), *check])
+            note = ""
+            if v is None or v.get("verified") is False:
+                check = ["–", "–", M("not_verified")]
+                if v is not None:  # the export said why; the command names the file where the report finds it
+                    why = M(f"why_{v.get('reason')}") if f"why_{v.get('reason')}" in M.table else str(v.get("reason"))
+                    gguf = f"{data['out']}/{s['name']}/{f['name']}"
+                    note = M("unverified_note", why=why, command=f"aura export gguf --verify-only {shlex.quote(gguf)}")
+            else:
+                check = [f"{_n(100 * v['top1'], '.1f')} %", _n(v["max_abs_diff"], ".3g"),
+                         f"{v['agreeing']}/{v['generated']}"]
+            rows.append([f"{s['name']}/{f['name']}", human_bytes(f["bytes"]), *check, note])
     return rows
 
 
@@ -162,7 +183,8 @@ def _tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]
         out.append(answers)
     files = _file_rows(data)
     if files:
-        out.append((M("outputs"), [M("h_file"), M("h_size"), M("h_top1"), M("h_diff"), M("h_gen")], files))
+        out.append((M("outputs"), [M("h_file"), M("h_size"), M("h_top1"), M("h_diff"), M("h_gen"), M("h_notes")],
+                    files))
     return out
 
 

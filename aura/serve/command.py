@@ -211,9 +211,27 @@ def _serve_here(cfg: ServeConfig, source, engine: str, stack: contextlib.ExitSta
         name = str(model_dir)  # transformers serve, pinned to one model, answers to its path
         console.info(M("loading", model=name, engine=engine))
         app = engines.transformers_app(name, dtype=cfg.dtype)
+    if not _has_chat_template(source.path if engine == "llama.cpp" else Path(name), gguf=engine == "llama.cpp"):
+        from aura.inference.chat import M as M_CHAT
+        from aura.serve.plain_chat import PlainChat
+
+        warning = M_CHAT("no_template")
+        console.warn(warning)  # the server log; each chat answer carries it too (header, and field unstreamed)
+        app = PlainChat(app, warning=warning)
     _announce(cfg, engine, name)
     uvicorn.run(TokenGuard(app, cfg.token), host=cfg.host, port=cfg.port, log_level="warning")
     return 0
+
+
+def _has_chat_template(path: Path, *, gguf: bool) -> bool:
+    """Whether the model (a GGUF's ``tokenizer.chat_template``, or a Hugging Face folder's tokenizer) has one."""
+    if gguf:
+        import gguf as gguf_py
+
+        return gguf_py.GGUFReader(str(path)).get_field("tokenizer.chat_template") is not None
+    from aura.inference.loading import load_model_tokenizer
+
+    return bool(getattr(load_model_tokenizer(path), "chat_template", None))
 
 
 def _exit_on_sigterm(signum, frame):

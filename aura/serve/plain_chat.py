@@ -1,0 +1,186 @@
+"""A model without a chat template, served: ``/v1/chat/completions`` answered as ``aura chat`` answers it.
+
+``aura chat`` writes such a chat as plain text (``aura.inference.engine.plain_chat_prompt``: a system line, then
+``Usuario:``/``Asistente:`` turns) and cuts the answer at the next user turn (``PLAIN_STOPS``), with a warning.
+The engines would answer a 500 (transformers serve cannot apply a template that is not there). ``PlainChat``
+sits in front of the engine: a chat request becomes that prompt on the engine's own ``/v1/completions``, and
+its answer (whole or streamed) comes back in the chat format, cut at the same stop, with the warning in the
+``X-Aura-Warning`` header and, not streamed, in an ``aura_warning`` field of the body.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+CHAT_PATH, COMPLETIONS_PATH = "/v1/chat/completions", "/v1/completions"
+WARNING_HEADER = b"x-aura-warning"
+# fields of a chat request that a completion request has no place for
+_CHAT_ONLY = ("messages", "stop", "stream_options", "tools", "tool_choice", "response_format", "n", "logprobs",
+              "top_logprobs", "parallel_tool_calls", "functions", "function_call")
+
+
+def _text(content) -> str:
+    """A message's text: a string, or the text parts of an OpenAI content list."""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return "" if content is None else str(content)
+
+
+def _cut(text: str, stops: list[str]) -> tuple[str, bool]:
+    """``text`` up to the first stop string, and whether one was found."""
+    at = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    return (text, False) if at < 0 else (text[:at], True)
+
+
+class PlainChat:
+    """ASGI middleware: chat requests to ``app`` as plain-text completions (see the module's docstring)."""
+
+    def __init__(self, app, *, warning: str):
+        from aura.inference.engine import PLAIN_STOPS, plain_chat_prompt
+
+        self.app, self.warning = app, warning
+        self.prompt, self.stops = plain_chat_prompt, list(PLAIN_STOPS)
+        # a header is Latin-1: Spanish letters pass, anything else is percent-encoded
+        self.header = warning.encode("latin-1", errors="ignore") if all(ord(c) < 256 for c in warning) else \
+            quote(warning, safe=" :;,.()/¿?¡!").encode("latin-1", errors="ignore")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != CHAT_PATH:
+            return await self.app(scope, receive, send)
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            return await self._forward(scope, receive, send, body, CHAT_PATH, None)  # the engine's own answer
+        messages = [{"role": str(m.get("role") or "user"), "content": _text(m.get("content"))}
+                    for m in data["messages"] if isinstance(m, dict)]
+        asked = data.get("stop") or []
+        stops = [*self.stops, *([asked] if isinstance(asked, str) else [str(s) for s in asked])]
+        request = {k: v for k, v in data.items() if k not in _CHAT_ONLY}
+        request.update(prompt=self.prompt(messages), stop=stops)
+        convert = _StreamedChat(send, stops, self.header) if data.get("stream") else _WholeChat(send, stops,
+                                                                                                 self.header,
+                                                                                                 self.warning)
+        await self._forward(scope, receive, convert.send, json.dumps(request).encode(), COMPLETIONS_PATH, convert)
+
+    async def _forward(self, scope, receive, send, body: bytes, path: str, convert) -> None:
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()  # after the body: wait for the disconnect, as the engine expects
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app({**scope, "path": path, "raw_path": path.encode(), "headers": headers}, replay, send)
+
+
+class _WholeChat:
+    """A completion answered whole -> a ``chat.completion`` (with the warning); an error passes as it is."""
+
+    def __init__(self, send, stops: list[str], header: bytes, warning: str):
+        self.out, self.stops, self.header, self.warning = send, stops, header, warning
+        self.start: dict | None = None
+        self.body: list[bytes] = []
+
+    async def send(self, message) -> None:
+        if message["type"] == "http.response.start":
+            self.start = message
+            return
+        if message["type"] != "http.response.body":
+            return await self.out(message)
+        self.body.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        body = b"".join(self.body)
+        if self.start["status"] == 200:
+            body = json.dumps(self._chat(json.loads(body))).encode()
+        headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"]
+        headers += [(b"content-length", str(len(body)).encode()), (WARNING_HEADER, self.header)]
+        await self.out({**self.start, "headers": headers})
+        await self.out({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _chat(self, c: dict) -> dict:
+        choices = []
+        for ch in c.get("choices") or []:
+            text, stopped = _cut(ch.get("text") or "", self.stops)
+            choices.append({"index": ch.get("index", 0), "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop" if stopped else ch.get("finish_reason"), "logprobs": None})
+        return {"id": c.get("id"), "object": "chat.completion", "created": c.get("created"), "model": c.get("model"),
+                "choices": choices, "usage": c.get("usage"), "aura_warning": self.warning}
+
+
+class _StreamedChat:
+    """A streamed completion -> ``chat.completion.chunk`` events, cut at the first stop string (text that could be
+    the start of one is held back until it is not)."""
+
+    def __init__(self, send, stops: list[str], header: bytes):
+        self.out, self.stops, self.header = send, stops, header
+        self.hold = max(len(s) for s in stops) - 1
+        self.buffer, self.text, self.sent = b"", "", 0  # raw SSE bytes not yet parsed; the answer; chars sent
+        self.ok, self.done, self.first = True, False, True
+        self.last: dict = {}
+
+    async def send(self, message) -> None:
+        if message["type"] == "http.response.start":
+            self.ok = message["status"] == 200
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"content-length"]
+            return await self.out({**message, "headers": [*headers, (WARNING_HEADER, self.header)]})
+        if message["type"] != "http.response.body" or not self.ok:
+            return await self.out(message)
+        self.buffer += message.get("body", b"")
+        events = self.buffer.split(b"\n\n")
+        self.buffer = events.pop()
+        out = b"".join(await self._event(e) for e in events)
+        if not message.get("more_body"):
+            if not self.done:  # the engine ended without [DONE]: what is held back, then the end
+                out += self._chunk(self.text[self.sent:]) + b"data: [DONE]\n\n"
+                self.done = True
+        if out or not message.get("more_body"):
+            await self.out({"type": "http.response.body", "body": out, "more_body": bool(message.get("more_body"))})
+
+    async def _event(self, event: bytes) -> bytes:
+        data = b"\n".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
+        if self.done or not data:
+            return b""
+        if data == b"[DONE]":
+            self.done = True
+            return self._chunk(self.text[self.sent:], finish=self.last.get("finish_reason")) + \
+                b"data: [DONE]\n\n"
+        c = json.loads(data)
+        self.last = {"id": c.get("id"), "created": c.get("created"), "model": c.get("model"), "finish_reason": None}
+        choice = (c.get("choices") or [{}])[0]
+        self.text += choice.get("text") or ""
+        self.last["finish_reason"] = choice.get("finish_reason")
+        cut, stopped = _cut(self.text, self.stops)
+        if stopped:
+            self.text, self.done = cut, True
+            return self._chunk(cut[self.sent:], finish="stop") + b"data: [DONE]\n\n"
+        safe = len(self.text) - self.hold if not choice.get("finish_reason") else len(self.text)
+        piece = self.text[self.sent:max(self.sent, safe)]
+        return self._chunk(piece) if piece else b""
+
+    def _chunk(self, piece: str, *, finish: str | None = None) -> bytes:
+        delta = {"content": piece} if piece else {}
+        if self.first:
+            delta, self.first = {"role": "assistant", **delta}, False
+        self.sent += len(piece)
+        if not delta and finish is None:
+            return b""
+        chunk = {"id": self.last.get("id"), "object": "chat.completion.chunk", "created": self.last.get("created"),
+                 "model": self.last.get("model"),
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
