@@ -7,6 +7,8 @@ loads the GGUF in llama.cpp itself and compares with transformers.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -287,7 +289,9 @@ def test_verification_figures_are_written_beside_the_gguf_and_never_outlive_it(z
 
     r = run_aura_here("export", "gguf", "--model", zoo["llama"], "--outfile", out, "--no-verify", "--overwrite")
     assert r.returncode == 0, r.stderr
-    assert not (tmp_path / "llama-f16.verify.json").exists()  # an unverified file shows no old figures
+    record = json.loads((tmp_path / "llama-f16.verify.json").read_text(encoding="utf-8"))
+    assert record["verified"] is False and record["reason"] == "no_verify"  # an unverified file shows no old figures
+    assert "top1" not in record and record["bytes"] == out.stat().st_size
 
     theirs = tmp_path / "other"
     theirs.mkdir()
@@ -296,3 +300,39 @@ def test_verification_figures_are_written_beside_the_gguf_and_never_outlive_it(z
     assert r.returncode == 2 and "model-f16.verify.json" in r.stderr and "--overwrite" in r.stderr
     assert (theirs / "model-f16.verify.json").read_text(encoding="utf-8") == '{"mine": 1}\n'
     assert not list(theirs.glob("*.gguf"))
+
+
+def test_without_the_verifier_the_gguf_is_written_marked_not_verified_and_verify_only_verifies_it(zoo, tmp_path,
+                                                                                                monkeypatch):
+    """Issue 51: without llama-cpp-python the export still writes the GGUF (it needs no llama.cpp), and its
+    NAME.verify.json says not verified, why, and the one command that verifies it later; that command, with
+    llama.cpp here, runs the export's checks on the file and rewrites the record with their figures."""
+    import json
+
+    out = tmp_path / "sin verificar" / "m-f16.gguf"
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` fails as when it is not installed
+        r = run_aura_here("export", "gguf", "--model", zoo["llama"], "--outfile", out, "--quant", "f16",
+                          env={"AURA_LANG": "es"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    record = json.loads(out.with_name("m-f16.verify.json").read_text(encoding="utf-8"))
+    command = f"aura export gguf --verify-only '{out}'"
+    assert record["verified"] is False and record["reason"] == "no_llama_cpp" and "top1" not in record
+    assert record["bytes"] == out.stat().st_size and record["model"] == str(zoo["llama"].resolve())
+    assert record["verify_command"] == command
+    assert "El GGUF no está verificado en llama.cpp (falta llama-cpp-python)" in r.stderr and command in r.stderr
+
+    r = run_aura_here("export", "gguf", "--verify-only", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Tokenisation identical" in r.stdout and "Verified: " in r.stdout
+    record = json.loads(out.with_name("m-f16.verify.json").read_text(encoding="utf-8"))
+    assert record["verified"] is True and record["quant"] == "f16" and record["bytes"] == out.stat().st_size
+    assert record["top1"] >= 0.95 and record["tolerance"] == {"rel_diff": 0.02, "top1": 0.95}
+    _roundtrip(zoo["llama"], out, rel_tol=0.02)
+
+    alone = tmp_path / "alone.gguf"  # no record beside it: --model names the model
+    out.replace(alone)
+    r = run_aura_here("export", "gguf", "--verify-only", alone)
+    assert r.returncode == 2 and "--model is missing" in r.stderr, r.stderr
+    r = run_aura_here("export", "gguf", "--verify-only", alone, "--model", zoo["llama"])
+    assert r.returncode == 0 and json.loads((tmp_path / "alone.verify.json").read_text())["quant"] == "f16"

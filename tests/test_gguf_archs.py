@@ -276,3 +276,66 @@ def test_rope_scaling_exports_as_llama_cpp_applies_it(toks, tmp_path, case):
                                                                          "rope_theta": 10000.0}).eval()
     with torch.no_grad():
         assert (scaled(ids).logits - plain(ids).logits).abs().max() > 0.05
+
+
+# llama.cpp's Phi-3 rule (llama-vocab.cpp) is keyed on the GGUF's general.name, not on its architecture: every
+# architecture Aura exports, with Aura's byte-level BPE (it has <|endoftext|>, not <s>, </s>, <unk>), in a folder
+# named after Phi-3
+@pytest.mark.parametrize("arch", ["phi3", "llama", "gpt2", "qwen2", "gemma2", "gemma3", "smollm3", "olmo2"])
+def test_a_phi3_name_with_an_aura_tokenizer_loads_in_llama_cpp(tiny_zoo, tmp_path, arch):
+    """Issue 51: llama.cpp gives every special token Phi-3's rstrip when the name says phi-3 or phi3, and looks
+    up <s>, </s>, <unk> and <|endoftext|> by their text: without them the file did not load ("error loading model
+    vocabulary: unordered_map::at"). A tokenizer that does not ask for that behaviour gets a name without the
+    mark (said in a warning): the GGUF loads, tokenises and computes as transformers."""
+    import shutil
+
+    folder = tmp_path / "phi3-es"
+    if arch in ("llama", "gpt2"):
+        shutil.copytree(tiny_zoo[arch], folder)
+    else:
+        build_arch(folder, tiny_zoo["tokenizer"], arch, layers=1)
+    out = tmp_path / "m.gguf"
+    r = _export(folder, out, "f16")
+    assert "would trigger llama.cpp's Phi-3 rule" in r.stderr, r.stderr
+    assert _field(_fields(out)[0], "general.name") == "phi 3-es"
+    if arch == "phi3":
+        _roundtrip(folder, out, rel_tol=TOL["f16"])
+
+
+def test_phi3_chat_tokens_that_rstrip_without_the_rules_tokens_are_refused_before_writing(tiny_zoo, tmp_path):
+    """An Aura tokenizer given Phi-3's <|end|> (rstrip, as Phi-3's) on a Phi-3: the whitespace-swallowing it asks
+    for exists in llama.cpp only through the Phi-3 rule, which cannot load without <s>, </s>, <unk>: refused before
+    a byte is written, with that reason and what works, in es and en."""
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_zoo["tokenizer"])
+    tok.add_special_tokens({"additional_special_tokens": [AddedToken("<|end|>", rstrip=True, special=True,
+                                                                     normalized=False)]})
+    tok.save_pretrained(tmp_path / "tok")
+    model = build_arch(tmp_path / "final", tmp_path / "tok", "phi3", layers=1)
+    for lang, phrases in (("en", ("lacks <s>, </s>, <unk>", "unordered_map::at", "Nothing is written")),
+                          ("es", ("le faltan <s>, </s>, <unk>", "unordered_map::at", "No se escribe nada"))):
+        r = run_aura_here("export", "gguf", "--model", model, "--outfile", tmp_path / "p.gguf", env={"AURA_LANG": lang})
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
+        assert all(p in r.stderr for p in phrases), r.stderr
+        assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".tmp-*"))
+
+
+def test_a_file_llama_cpp_cannot_load_says_llama_cpps_reason(tiny_zoo, tmp_path):
+    """A GGUF named phi3 whose vocabulary lacks the rule's tokens (as Aura wrote them before issue 51): the load
+    error quotes llama.cpp's own line and the name rule, not a guess about llama-cpp-python's version."""
+    from aura.core.errors import AuraError
+    from aura.inference.loading import load_llama
+
+    out = tmp_path / "old.gguf"
+    r = run_aura_here("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--name", "xphi 3",
+                      "--no-verify")
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = out.read_bytes()
+    assert data.count(b"xphi 3") == 1
+    out.write_bytes(data.replace(b"xphi 3", b"x-phi3"))  # the name an older Aura wrote, same length
+    with pytest.raises(AuraError) as e:
+        load_llama(out, vocab_only=True)
+    assert "unordered_map::at" in str(e.value) and "Phi-3 rule" in str(e.value), str(e.value)
+    assert "version supports" not in str(e.value)

@@ -139,6 +139,45 @@ def test_served_model_answers_as_aura_generate(models, kind, tmp_path):
         assert both == [chat_ref, chat_ref]
 
 
+def _without_template(model: Path, out: Path) -> Path:
+    """A copy of the tiny model whose tokenizer has no chat template (as a base model from pretraining)."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    shutil.copytree(model, out)
+    tok = AutoTokenizer.from_pretrained(out)
+    tok.chat_template = None
+    for name in ("chat_template.jinja", "chat_template.json", "tokenizer_config.json"):
+        (out / name).unlink(missing_ok=True)
+    tok.save_pretrained(out)
+    assert not AutoTokenizer.from_pretrained(out).chat_template
+    return out
+
+
+def test_a_model_without_chat_template_gets_aura_chats_plain_format_not_a_500(models, tmp_path):
+    """Issue 51: transformers serve answered a bare HTTP 500 to a chat for a model without a chat template.
+    Now the chat is the plain format of `aura chat` (Usuario:/Asistente:, cut at the next user turn): the
+    answer, whole and streamed, equals `aura generate --chat`'s, with the same warning in the server's log and
+    in each answer (an X-Aura-Warning header, and an aura_warning field when not streamed)."""
+    from aura.inference.chat import M as M_CHAT
+
+    plain = _without_template(models["hf"], tmp_path / "base-model")
+    chat_ref = _generate(tmp_path, "--model", plain, chat=True)
+    with _server(tmp_path, plain) as (url, log):
+        client = openai.OpenAI(base_url=url, api_key="unused-on-loopback")
+        messages = [{"role": "user", "content": CHAT}]
+        raw = client.chat.completions.with_raw_response.create(model=str(plain), messages=messages,
+                                                               max_tokens=NEW, temperature=0)
+        answer = raw.parse()
+        assert answer.choices[0].message.content == chat_ref
+        warning = "The model has no chat template: using a plain text format (Usuario:/Asistente:)."
+        assert M_CHAT.table["no_template"][1] == warning  # the very warning of `aura chat`
+        assert raw.headers["x-aura-warning"] == warning and answer.model_extra["aura_warning"] == warning
+        assert _streamed_chat(client, str(plain)) == chat_ref
+        assert warning in log.read_text()
+
+
 def test_adapter_merged_and_token_required_off_loopback(models, tiny_adapter, tmp_path):
     host = _local_address()
     if host is None:
