@@ -15,9 +15,10 @@ from urllib.parse import quote
 
 CHAT_PATH, COMPLETIONS_PATH = "/v1/chat/completions", "/v1/completions"
 WARNING_HEADER = b"x-aura-warning"
-# fields of a chat request that a completion request has no place for
-_CHAT_ONLY = ("messages", "stop", "stream_options", "tools", "tool_choice", "response_format", "n", "logprobs",
-              "top_logprobs", "parallel_tool_calls", "functions", "function_call")
+# the fields of a chat request a completion request also has (an engine may refuse any other: transformers
+# serve answers 422); max_completion_tokens is the chat API's newer name of max_tokens
+_SHARED = ("model", "max_tokens", "temperature", "top_p", "seed", "frequency_penalty", "presence_penalty",
+           "logit_bias", "user", "stream", "generation_config")
 
 
 def _text(content) -> str:
@@ -66,7 +67,9 @@ class PlainChat:
                     for m in data["messages"] if isinstance(m, dict)]
         asked = data.get("stop") or []
         stops = [*self.stops, *([asked] if isinstance(asked, str) else [str(s) for s in asked])]
-        request = {k: v for k, v in data.items() if k not in _CHAT_ONLY}
+        request = {k: v for k, v in data.items() if k in _SHARED}
+        if data.get("max_completion_tokens") is not None and data.get("max_tokens") is None:
+            request["max_tokens"] = data["max_completion_tokens"]
         request.update(prompt=self.prompt(messages), stop=stops)
         convert = _StreamedChat(send, stops, self.header) if data.get("stream") else _WholeChat(send, stops,
                                                                                                  self.header,
@@ -125,14 +128,14 @@ class _WholeChat:
 
 class _StreamedChat:
     """A streamed completion -> ``chat.completion.chunk`` events, cut at the first stop string (text that could be
-    the start of one is held back until it is not)."""
+    the start of one is held back until it is not), ended by a chunk with the finish reason and ``[DONE]``."""
 
     def __init__(self, send, stops: list[str], header: bytes):
         self.out, self.stops, self.header = send, stops, header
         self.hold = max(len(s) for s in stops) - 1
         self.buffer, self.text, self.sent = b"", "", 0  # raw SSE bytes not yet parsed; the answer; chars sent
         self.ok, self.done, self.first = True, False, True
-        self.last: dict = {}
+        self.meta: dict = {}
 
     async def send(self, message) -> None:
         if message["type"] == "http.response.start":
@@ -141,46 +144,51 @@ class _StreamedChat:
             return await self.out({**message, "headers": [*headers, (WARNING_HEADER, self.header)]})
         if message["type"] != "http.response.body" or not self.ok:
             return await self.out(message)
-        self.buffer += message.get("body", b"")
+        more = bool(message.get("more_body"))
+        self.buffer = (self.buffer + message.get("body", b"")).replace(b"\r\n", b"\n")  # sse-starlette: CRLF
         events = self.buffer.split(b"\n\n")
         self.buffer = events.pop()
-        out = b"".join(await self._event(e) for e in events)
-        if not message.get("more_body"):
-            if not self.done:  # the engine ended without [DONE]: what is held back, then the end
-                out += self._chunk(self.text[self.sent:]) + b"data: [DONE]\n\n"
-                self.done = True
-        if out or not message.get("more_body"):
-            await self.out({"type": "http.response.body", "body": out, "more_body": bool(message.get("more_body"))})
+        out = b"".join(self._event(e) for e in events)
+        if not more and not self.done:  # the engine ended without a finish reason: what is held back, the end
+            out += self._end("stop")
+        if out or not more:
+            await self.out({"type": "http.response.body", "body": out, "more_body": more})
 
-    async def _event(self, event: bytes) -> bytes:
+    def _event(self, event: bytes) -> bytes:
         data = b"\n".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
         if self.done or not data:
             return b""
         if data == b"[DONE]":
-            self.done = True
-            return self._chunk(self.text[self.sent:], finish=self.last.get("finish_reason")) + \
-                b"data: [DONE]\n\n"
+            return self._end("stop")
         c = json.loads(data)
-        self.last = {"id": c.get("id"), "created": c.get("created"), "model": c.get("model"), "finish_reason": None}
+        if not isinstance(c, dict) or "error" in c:  # the engine's error, passed on as it came
+            self.done = True
+            return event + b"\n\n"
+        self.meta = {"id": c.get("id"), "created": c.get("created"), "model": c.get("model")}
         choice = (c.get("choices") or [{}])[0]
         self.text += choice.get("text") or ""
-        self.last["finish_reason"] = choice.get("finish_reason")
         cut, stopped = _cut(self.text, self.stops)
         if stopped:
-            self.text, self.done = cut, True
-            return self._chunk(cut[self.sent:], finish="stop") + b"data: [DONE]\n\n"
-        safe = len(self.text) - self.hold if not choice.get("finish_reason") else len(self.text)
-        piece = self.text[self.sent:max(self.sent, safe)]
-        return self._chunk(piece) if piece else b""
+            self.text = cut
+            return self._end("stop")
+        if choice.get("finish_reason"):
+            return self._end(choice["finish_reason"])
+        return self._chunk(self.text[self.sent:max(self.sent, len(self.text) - self.hold)])
+
+    def _end(self, finish: str) -> bytes:
+        """The rest of the answer (cut at a stop string), a chunk with the finish reason, ``[DONE]``."""
+        self.text, stopped = _cut(self.text, self.stops)
+        self.done = True
+        return (self._chunk(self.text[self.sent:]) + self._chunk("", finish="stop" if stopped else finish) +
+                b"data: [DONE]\n\n")
 
     def _chunk(self, piece: str, *, finish: str | None = None) -> bytes:
         delta = {"content": piece} if piece else {}
-        if self.first:
+        if self.first and (piece or finish):
             delta, self.first = {"role": "assistant", **delta}, False
         self.sent += len(piece)
-        if not delta and finish is None:
+        if not piece and finish is None:
             return b""
-        chunk = {"id": self.last.get("id"), "object": "chat.completion.chunk", "created": self.last.get("created"),
-                 "model": self.last.get("model"),
+        chunk = {**self.meta, "object": "chat.completion.chunk",
                  "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
         return b"data: " + json.dumps(chunk).encode() + b"\n\n"
