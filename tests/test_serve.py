@@ -155,15 +155,23 @@ def _without_template(model: Path, out: Path) -> Path:
     return out
 
 
-def test_a_model_without_chat_template_gets_aura_chats_plain_format_not_a_500(models, tmp_path):
-    """Issue 51: transformers serve answered a bare HTTP 500 to a chat for a model without a chat template.
-    Now the chat is the plain format of `aura chat` (Usuario:/Asistente:, cut at the next user turn): the
-    answer, whole and streamed, equals `aura generate --chat`'s, with the same warning in the server's log and
-    in each answer (an X-Aura-Warning header, and an aura_warning field when not streamed)."""
+@pytest.mark.parametrize("kind", ["hf", "gguf"])
+def test_a_model_without_chat_template_gets_aura_chats_plain_format_not_a_500(models, tmp_path, kind):
+    """Issue 51: transformers serve answered a bare HTTP 500 to a chat for a model without a chat template (and
+    llama-cpp-python's server, for such a GGUF, a Llama 2 format of its own). Now the chat is the plain format of
+    `aura chat` (Usuario:/Asistente:, cut at the next user turn): the answer, whole and streamed, equals
+    `aura generate --chat`'s, with the same warning in the server's log and in each answer (an X-Aura-Warning
+    header, and an aura_warning field when not streamed)."""
     from aura.inference.chat import M as M_CHAT
 
     plain = _without_template(models["hf"], tmp_path / "base-model")
+    if kind == "gguf":
+        r = run_aura_here("export", "gguf", "--model", plain, "--outfile", tmp_path / "base.gguf", "--quant", "f16",
+                          "--no-verify")
+        assert r.returncode == 0, r.stdout + r.stderr
+        plain = tmp_path / "base.gguf"
     chat_ref = _generate(tmp_path, "--model", plain, chat=True)
+    assert chat_ref  # something to compare
     with _server(tmp_path, plain) as (url, log):
         client = openai.OpenAI(base_url=url, api_key="unused-on-loopback")
         messages = [{"role": "user", "content": CHAT}]
