@@ -315,7 +315,7 @@ def test_phi3_chat_tokens_that_rstrip_without_the_rules_tokens_are_refused_befor
     tok.save_pretrained(tmp_path / "tok")
     model = build_arch(tmp_path / "final", tmp_path / "tok", "phi3", layers=1)
     for lang, phrases in (("en", ("lacks <s>, </s>, <unk>", "unordered_map::at", "Nothing is written")),
-                          ("es", ("le faltan <s>, </s>, <unk>", "unordered_map::at", "No se escribe nada"))):
+                          ("es", ("le falta: <s>, </s>, <unk>", "unordered_map::at", "No se escribe nada"))):
         r = run_aura_here("export", "gguf", "--model", model, "--outfile", tmp_path / "p.gguf", env={"AURA_LANG": lang})
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
         assert all(p in r.stderr for p in phrases), r.stderr

@@ -38,7 +38,7 @@ M = Messages("gguf_tokenizer", {
     "phi3_tokens": ("{path}: sus tokens especiales se tragan el espacio que les sigue (rstrip, como los de chat de "
                     "Phi-3), y llama.cpp solo les da ese comportamiento con su regla para Phi-3 (cuando el nombre "
                     "del modelo dice phi-3), que busca los tokens <s>, </s>, <unk> y <|endoftext|> por su texto: "
-                    "a este vocabulario le {n:falta|faltan} {missing}, y llama.cpp no cargaría el archivo (\"error "
+                    "a este vocabulario le falta: {missing}; llama.cpp no cargaría el archivo (\"error "
                     "loading model vocabulary: unordered_map::at\"). No se escribe nada. Lo que funciona: añade esos "
                     "tokens al tokenizador (y redimensiona los embeddings) antes de entrenar, o usa tokens "
                     "especiales sin rstrip (como los de aura tokenizer train).",
@@ -176,7 +176,7 @@ def general_name(name: str, *, phi3: bool, vocab: set[str] | dict, rstrip_specia
     if phi3 and rstrip_special:
         missing = [t for t in PHI3_RULE_TOKENS if t not in vocab]
         if missing:
-            raise AuraError(M("phi3_tokens", path=path, n=len(missing), missing=", ".join(missing)))
+            raise AuraError(M("phi3_tokens", path=path, missing=", ".join(missing)))
         return name if marked else f"{name} (phi-3)"
     if marked:
         written = re.sub(r"(?i)(phi)-?3", r"\1 3", name)

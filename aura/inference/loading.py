@@ -336,9 +336,12 @@ def _has_magic(path: Path) -> bool:
 
 @contextlib.contextmanager
 def _llama_log(quiet: bool):
-    """llama.cpp's C-level stderr (and llama-cpp-python's log lines, printed there) kept in a file: a failed
-    load says llama.cpp's own error lines; a vocab-only load's warnings (about a context it never uses) are
-    dropped, any other load's log is passed on."""
+    """llama.cpp's C-level stderr, and llama-cpp-python's log lines (printed to sys.stderr), kept in a file while
+    ``quiet`` (a vocab-only load warns about a context it never uses; a failed load's log is read back), else
+    passed through."""
+    if not quiet:
+        yield lambda: ""
+        return
     import io
     import sys
     import tempfile
@@ -355,16 +358,27 @@ def _llama_log(quiet: bool):
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
-            if not quiet:
-                log.seek(0)
-                sys.stderr.write(log.read().decode("utf-8", errors="replace") + said.getvalue())
 
 
-def _load_failure(path: Path, err: Exception, log) -> str:
-    """The message of a failed load: llama.cpp's own error lines, and what to do."""
+def _load_failure(path: Path, err: Exception, **kwargs) -> str:
+    """The message of a failed load: llama.cpp's own error lines (the load tried once more with its log on,
+    kept here: llama-cpp-python silences it unless verbose), and what to do."""
     from importlib import metadata
 
-    lines = [ln.strip() for ln in log().splitlines()]
+    import llama_cpp
+
+    with _llama_log(True) as log:
+        try:
+            llama_cpp.Llama(model_path=str(path), **{**kwargs, "verbose": True}).close()
+        except ValueError:
+            pass
+        finally:
+            with contextlib.suppress(ImportError, AttributeError):
+                from llama_cpp._logger import set_verbose
+
+                set_verbose(False)  # verbose=True left llama.cpp's logger at DEBUG for the whole process
+        text = log()
+    lines = [ln.strip() for ln in text.splitlines()]
     errors = [ln for ln in lines if "error" in ln.lower()]
     why = "; ".join(dict.fromkeys(errors[-3:])) or str(err)
     try:
@@ -400,10 +414,10 @@ def load_llama(path: Path, *, n_ctx: int = 0, logits_all: bool = False, vocab_on
     validate_gguf(path)
     if vocab_only and not n_ctx:
         n_ctx = 64  # a vocab-only load has no trained context length, and 0 would mean "use it"
-    with _llama_log(vocab_only) as log:
-        try:
-            return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, logits_all=logits_all, vocab_only=vocab_only,
-                                   seed=seed, n_threads=n_threads, verbose=verbose, use_extra_bufts=False)
-        except ValueError as e:  # llama-cpp-python reports load failures as ValueError
-            message = _load_failure(path, e, log)
-    raise AuraError(message)
+    kwargs = dict(n_ctx=n_ctx, logits_all=logits_all, vocab_only=vocab_only, seed=seed, n_threads=n_threads,
+                  use_extra_bufts=False)
+    try:
+        with _llama_log(vocab_only):
+            return llama_cpp.Llama(model_path=str(path), verbose=verbose, **kwargs)
+    except ValueError as e:  # llama-cpp-python reports load failures as ValueError
+        raise AuraError(_load_failure(path, e, **kwargs)) from None
