@@ -60,8 +60,8 @@ M = Messages("loading", {
                  "'aura export gguf'."),
     "no_llama_cpp": ("Para usar archivos GGUF hace falta llama-cpp-python: pip install llama-cpp-python",
                      "GGUF files need llama-cpp-python: pip install llama-cpp-python"),
-    "llama_load": ("llama.cpp no pudo cargar {path}: {why}{hint}",
-                   "llama.cpp could not load {path}: {why}{hint}"),
+    "llama_load": ("llama.cpp no pudo cargar {path} ({why}).{hint}",
+                   "llama.cpp could not load {path} ({why}).{hint}"),
     "llama_load_hint": (" Si lo escribió Aura, vuelve a exportarlo con esta versión (aura export gguf lo verifica en "
                         "llama.cpp); un archivo de otra procedencia puede necesitar otra llama-cpp-python (aquí "
                         "{version}).",
