@@ -68,7 +68,7 @@ FORMS = {
     "finetune": ("aura.train.finetune", "FinetuneConfig", "output_dir", ()),
     "data prepare": ("aura.data.prepare", "PrepareConfig", "output_dir", ()),
     "eval": ("aura.evaluation.evaluate", "EvalConfig", "output_dir", ("output",)),
-    "export gguf": ("aura.export.gguf", "GGUFConfig", "output_dir", ("outfile", "llama_cpp_dir")),
+    "export gguf": ("aura.export.gguf", "GGUFConfig", "output_dir", ("outfile", "llama_cpp_dir", "verify_only")),
 }
 # the options a person sets first, in this order; the rest of the form sits under "Avanzado"
 ESSENTIAL = {
