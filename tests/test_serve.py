@@ -184,6 +184,14 @@ def test_a_model_without_chat_template_gets_aura_chats_plain_format_not_a_500(mo
         assert raw.headers["x-aura-warning"] == warning and answer.model_extra["aura_warning"] == warning
         assert _streamed_chat(client, str(plain)) == chat_ref
         assert warning in log.read_text()
+        # the answer is cut at a stop string (the next user turn's, or the request's), whole and streamed
+        stop = chat_ref[4:7]
+        cut = chat_ref[:chat_ref.find(stop)]
+        common = dict(model=str(plain), messages=messages, max_tokens=NEW, temperature=0, stop=[stop])
+        whole = client.chat.completions.create(**common).choices[0]
+        assert whole.message.content == cut and whole.finish_reason == "stop"
+        assert "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **common)
+                       if c.choices) == cut
 
 
 def test_adapter_merged_and_token_required_off_loopback(models, tiny_adapter, tmp_path):
