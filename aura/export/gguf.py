@@ -134,7 +134,7 @@ class GGUFConfig:
                                 "variable); default: the installed llama-cpp-python's sdist's.")
 
     verify_only: str = arg("", es="Solo verificar en llama.cpp este GGUF ya exportado (p. ej. uno que se exportó sin "
-                                  "verificar) y reescribir su NAME.verify.json; el modelo, el de --model o el que "
+                                  "verificar) y reescribir su NOMBRE.verify.json; el modelo, el de --model o el que "
                                   "anotó la exportación.",
                            en="Only verify this already exported GGUF in llama.cpp (e.g. one exported without "
                               "verification) and rewrite its NAME.verify.json; the model is --model's or the one the "
