@@ -79,6 +79,8 @@ M = Messages("gguf", {
                           "no hay un {record} de Aura que lo diga.",
                           "--verify-only {path}: --model is missing (the Hugging Face dir it was exported from) and "
                           "there is no Aura {record} that names it."),
+    "verify_only_needs": ("--verify-only necesita llama-cpp-python. {install}",
+                          "--verify-only needs llama-cpp-python. {install}"),
     "verified": ("Verificado: {path}; cifras en {record}.", "Verified: {path}; figures in {record}."),
     "padded": ("El tokenizador tiene {tokens:token|tokens} y el modelo {rows:fila|filas} de embeddings: se añaden "
                "{pad:token reservado|tokens reservados} sin uso.",
@@ -369,7 +371,7 @@ def _verify_only(cfg: GGUFConfig) -> int:
     if not model:
         raise AuraError(M("verify_only_model", path=path, record=record_path.name))
     if not _llama_cpp_installed():
-        raise AuraError(M("verify_needs", install=M("install_verifier")))
+        raise AuraError(M("verify_only_needs", install=M("install_verifier")))
     source = resolve_model(model)
     if source.kind != "hf":
         raise AuraError(M("adapter" if source.kind == "adapter" else "already_gguf", path=source.path))
