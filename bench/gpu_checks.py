@@ -613,9 +613,11 @@ def grpo_vllm(ctx: Context) -> Result:
     if (skip := _needs("vllm")) is not None:
         return skip
     out = ctx.dir("grpo_vllm")
-    assert ctx.aura("finetune", "--objective", "grpo", "--base-model", small_base(ctx), "--rollout-engine", "vllm",
-                    "--num-generations", 8, "--batch-size", 8, "--max-completion-length", 128, "--max-steps", 3,
-                    "--log-interval", 1, "--precision", "bf16", "--save-steps", 0, "--output-dir", out) == 0
+    # a child process: vLLM's engine (its process group, its share of the GPU) must not outlive the check
+    p = ctx.aura_child("finetune", "--objective", "grpo", "--base-model", small_base(ctx), "--rollout-engine", "vllm",
+                       "--num-generations", 8, "--batch-size", 8, "--max-completion-length", 128, "--max-steps", 3,
+                       "--log-interval", 1, "--precision", "bf16", "--save-steps", 0, "--output-dir", out, timeout=110)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-800:]
     rows = log_rows(out)[1:]
     return Result(f"{sum(float(r['completion_length']) * 8 for r in rows) / sum(float(r['time/rollout_s']) for r in rows):,.0f}"
                   " completion tokens/s in rollouts", True)

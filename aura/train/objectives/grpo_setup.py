@@ -138,7 +138,7 @@ def build(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_n
         if not adapter:
             from aura.train.objectives.preference import frozen_copy
 
-            reference = frozen_copy(model).to(run.dist.device)
+            reference = frozen_copy(model, run=run, cfg=cfg)
     sampling = SamplingParams(max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
                               top_p=cfg.top_p, top_k=cfg.top_k, stop_ids=tuple(end_of_turn_ids(tok)),
                               stop_strings=tuple(cfg.stop))

@@ -11,8 +11,8 @@ temperature, top-p, top-k, stop ids and strings, and each row's sampling key as 
 asks vLLM for the same samples (vLLM's kernels may still differ from run to run in the last bits).
 
 * vLLM's ``external_launcher`` backend reads RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT:
-  a single ``aura finetune`` (no torchrun) sets them for one process first (``single_process_env``), as
-  TRL's colocate mode does; under torchrun they are torchrun's.
+  a single ``aura finetune`` (no torchrun) sets them for one process while the engine starts
+  (``launch_env``), as TRL's colocate mode does, and takes them out again; under torchrun they are torchrun's.
 * The engine's context is the longest prompt plus ``--max-completion-length`` (``max_model_len``), not the
   model's whole window, whose KV cache would not fit in its share of the memory.
 * It returns the log-probabilities of the tokens it sampled (``logprobs_mode="processed_logprobs"``: after
@@ -26,8 +26,10 @@ reference path.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 
 import torch
 
@@ -49,6 +51,20 @@ def single_process_env(environ: dict | None = None) -> dict[str, str]:
     return {k: v for k, v in wanted.items() if k not in environ}
 
 
+@contextlib.contextmanager
+def launch_env() -> Iterator[None]:
+    """``single_process_env`` set for the engine's start only, and taken out again: left in the environment
+    they would make everything after it in this process (the next pipeline stage, a check of the GPU suite)
+    believe it runs under torchrun."""
+    added = single_process_env()
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
 def model_len(longest_prompt: int, max_completion: int) -> int:
     """vLLM's ``max_model_len``: the longest prompt and completion, rounded up to a block of 16 tokens."""
     return -(-(longest_prompt + max_completion) // 16) * 16
@@ -58,12 +74,12 @@ class VLLMGenerator:
     def __init__(self, model, *, base_name: str, sampling, cfg, dist, max_model_len: int):
         from vllm import LLM
 
-        os.environ.update(single_process_env())
         self.model, self.sampling, self.dist = model, sampling, dist
-        self.llm = LLM(model=base_name, gpu_memory_utilization=cfg.vllm_gpu_memory, max_model_len=max_model_len,
-                       seed=dist.rank, distributed_executor_backend="external_launcher", enable_prefix_caching=True,
-                       trust_remote_code=cfg.trust_remote_code, max_num_batched_tokens=max(4096, max_model_len),
-                       logprobs_mode="processed_logprobs")
+        with launch_env():
+            self.llm = LLM(model=base_name, gpu_memory_utilization=cfg.vllm_gpu_memory, max_model_len=max_model_len,
+                           seed=dist.rank, distributed_executor_backend="external_launcher",
+                           enable_prefix_caching=True, trust_remote_code=cfg.trust_remote_code,
+                           max_num_batched_tokens=max(4096, max_model_len), logprobs_mode="processed_logprobs")
         self._synced_version = None
 
     def _weights_version(self) -> int:
