@@ -35,6 +35,7 @@ import torch
 
 from aura.train.lora_views import merged_weights
 
+VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # Aura's --precision -> vLLM's dtype
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -71,31 +72,45 @@ def model_len(longest_prompt: int, max_completion: int) -> int:
 
 
 class VLLMGenerator:
-    def __init__(self, model, *, base_name: str, sampling, cfg, dist, max_model_len: int):
+    def __init__(self, model, *, base_name: str, sampling, cfg, dist, max_model_len: int, precision: str = "bf16"):
         from vllm import LLM
 
         self.model, self.sampling, self.dist = model, sampling, dist
         with launch_env():
+            # the run's compute dtype (vLLM's default would be the config's, fp32 for a model saved in fp32), and
+            # as many sequences at once as this rank samples in a window (TRL's max_num_seqs)
             self.llm = LLM(model=base_name, gpu_memory_utilization=cfg.vllm_gpu_memory, max_model_len=max_model_len,
                            seed=dist.rank, distributed_executor_backend="external_launcher",
                            enable_prefix_caching=True, trust_remote_code=cfg.trust_remote_code,
-                           max_num_batched_tokens=max(4096, max_model_len), logprobs_mode="processed_logprobs")
+                           max_num_batched_tokens=max(4096, max_model_len), logprobs_mode="processed_logprobs",
+                           dtype=VLLM_DTYPES.get(precision, "auto"),
+                           max_num_seqs=max(cfg.batch_size * cfg.gradient_accumulation_steps, 1))
         self._synced_version = None
 
     def _weights_version(self) -> int:
         """Changes whenever an optimizer step updated a trainable parameter (their ``_version`` counters)."""
         return sum(p._version for p in self.model.parameters() if p.requires_grad)
 
+    def _load(self, weights) -> None:
+        """Every (name, tensor) of ``weights`` into vLLM's copy of the model: its in-place reload (vLLM >= 0.2x:
+        the layers are re-processed after loading, as the CPU backend's repacked weights require), else the
+        model's own ``load_weights`` (older vLLM; what TRL's colocate mode calls)."""
+        executor = self.llm.llm_engine.model_executor
+        worker = getattr(executor.driver_worker, "worker", executor.driver_worker)
+        if hasattr(worker, "reload_weights"):
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                                "is_checkpoint_format": True})
+        else:
+            worker.model_runner.model.load_weights(weights)
+
     @torch.no_grad()
     def sync(self) -> None:
         version = self._weights_version()
         if version == self._synced_version:
             return
-        worker_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
         merged = merged_weights(self.model)
         if merged is not None:
-            for name, tensor in merged:
-                worker_model.load_weights([(name, tensor)])
+            self._load(merged)
             self.llm.reset_prefix_cache()
             self._synced_version = version
             return
@@ -103,12 +118,14 @@ class VLLMGenerator:
         if peft:
             self.model.merge_adapter()
         try:
+            weights = []
             for name, param in self.model.named_parameters():
                 if peft:
                     if "lora_" in name or "modules_to_save" in name:
                         continue
                     name = name.removeprefix("base_model.model.").replace(".base_layer", "")
-                worker_model.load_weights([(name, param.data)])
+                weights.append((name, param.data))
+            self._load(weights)
         finally:
             if peft:
                 self.model.unmerge_adapter()
