@@ -464,6 +464,71 @@ def check_dist(ctx: Context) -> Result:
     return Result(f"{n} x {backend}: " + ("Sync=OK" if ok else (proc.stdout + proc.stderr)[-200:]), ok, "Sync=OK")
 
 
+def _losses(run: Path) -> dict[int, float]:
+    return {int(r["step"]): float(r["loss"]) for r in log_rows(run)}
+
+
+@check("two_ranks_one_gpu", "Two ranks on one GPU over gloo (aura launch --share-gpu): refused without the switch, "
+       "check-dist, DDP / FSDP2 bf16 / FSDP2 fp16 / Muon losses vs one rank, FSDP2 exact resume", expect=150,
+       timeout=360, cpu_timeout=240)
+def two_ranks_one_gpu(ctx: Context) -> Result:
+    """NCCL refuses two ranks on one GPU; ``--share-gpu`` runs them over gloo so multi-rank code (DDP, FSDP2, DCP
+    save and resume) runs on the one GPU a lease gives. Constant LR so runs of different lengths compare step by
+    step; one rank at batch 8 is the reference of two ranks at batch 4. The CPU form (CI) runs check-dist and
+    the DDP pair over gloo on CPU ranks (the switch changes nothing there; tests/test_dist_train.py covers the
+    rest on the CPU)."""
+    import shutil
+
+    import torch
+
+    figures: dict = {}
+    child = dict(timeout=240)
+    if not ctx.cpu:  # more ranks than GPUs without the switch: refused before any process group starts
+        n = torch.cuda.device_count()
+        refused = ctx.aura_child("launch", "--gpus-per-node", n + 1, "check-dist", **child)
+        figures["refused_without_switch"] = refused.returncode != 0 and "--share-gpu" in refused.stdout + refused.stderr
+    proc = ctx.aura_child("launch", "--share-gpu", "--gpus-per-node", 2, "check-dist", **child)
+    figures["check_dist"] = "Sync=OK" in proc.stdout
+    steps, save = (4, 2) if ctx.cpu else (8, 4)
+    common = ["pretrain", "--data", ctx.data, "--tokenizer", ctx.tok, "--model-preset", "tiny", "--sample-tokens", 0,
+              "--log-interval", 1, "--save-steps", save, "--keep-last", 0, "--warmup-steps", 0,
+              "--learning-rate", "1e-3", "--min-lr", "1e-3", "--max-steps", steps]
+    # (name, strategy, extra flags, tolerance against one rank): bf16/fp16 sum in another order on two ranks
+    variants = [("ddp", "ddp", ["--precision", ctx.precision], 2e-5 if ctx.cpu else 2e-2)]
+    if not ctx.cpu:  # the CPU form keeps CI short: tests/test_dist_train.py covers gloo DDP/FSDP2/resume there
+        variants += [("fsdp_bf16", "fsdp", ["--precision", "bf16"], 2e-2),
+                     ("fsdp_fp16", "fsdp", ["--precision", "fp16"], 2e-2),  # the scaler's skip agreed by ranks
+                     ("ddp_muon", "ddp", ["--precision", "bf16", "--optimizer", "muon"], 2e-2)]
+    gaps = {}
+    for name, strategy, extra, tol in variants:
+        one, two = ctx.dir(f"one_{name}"), ctx.dir(f"two_{name}")
+        assert ctx.aura(*common, *extra, "--batch-size", 8, "--output-dir", one, "--overwrite") == 0, \
+            f"one rank, {name}: failed"
+        p = ctx.aura_child("launch", "--share-gpu", "--gpus-per-node", 2, *common, *extra, "--batch-size", 4,
+                           "--strategy", strategy, "--output-dir", two, "--overwrite", **child)
+        assert p.returncode == 0, f"two ranks, {name}: {(p.stdout + p.stderr)[-600:]}"
+        reference, losses = _losses(one), _losses(two)
+        gaps[name] = (max(abs(losses[k] - reference[k]) for k in reference), tol)
+        if name == "fsdp_bf16":  # the DCP checkpoint of step `save`, resumed on two ranks: the same later losses
+            resumed = ctx.dir("two_fsdp_resumed")
+            shutil.rmtree(resumed)
+            shutil.copytree(two / f"checkpoint-step-{save}", resumed / f"checkpoint-step-{save}")
+            p = ctx.aura_child("launch", "--share-gpu", "--gpus-per-node", 2, *common, *extra, "--batch-size", 4,
+                               "--strategy", "fsdp", "--output-dir", resumed, "--resume-from", "latest", **child)
+            assert p.returncode == 0, f"FSDP2 resume: {(p.stdout + p.stderr)[-600:]}"
+            after = _losses(resumed)
+            figures["fsdp_resume_gap"] = max(abs(after[k] - losses[k]) for k in range(save + 1, steps + 1))
+    figures["loss_gap"] = {k: g for k, (g, _) in gaps.items()}
+    ok = (figures["check_dist"] and figures.get("refused_without_switch", True)
+          and all(g < tol for g, tol in gaps.values()) and figures.get("fsdp_resume_gap", 0.0) < 1e-6)
+    text = ", ".join(f"{k} {g:.1e}" for k, (g, _) in gaps.items())
+    if "fsdp_resume_gap" in figures:
+        text += f"; FSDP2 resume {figures['fsdp_resume_gap']:.1e}"
+    if not ctx.cpu:
+        text += f"; refused without --share-gpu: {figures['refused_without_switch']}"
+    return Result(f"check-dist {'Sync=OK' if figures['check_dist'] else 'FAILED'}; losses vs one rank: {text}", ok,
+                  "Sync=OK, losses within tolerance of one rank (2e-5 fp32, 2e-2 bf16/fp16), resume exact", figures)
+
 @check("grpo_torch", "GRPO, PyTorch engine: 0.5B shape (CPU: tiny), LoRA, G 8, 128 tokens", expect=115, timeout=180)
 def grpo_torch(ctx: Context) -> Result:
     base = small_base(ctx)
@@ -548,9 +613,11 @@ def grpo_vllm(ctx: Context) -> Result:
     if (skip := _needs("vllm")) is not None:
         return skip
     out = ctx.dir("grpo_vllm")
-    assert ctx.aura("finetune", "--objective", "grpo", "--base-model", small_base(ctx), "--rollout-engine", "vllm",
-                    "--num-generations", 8, "--batch-size", 8, "--max-completion-length", 128, "--max-steps", 3,
-                    "--log-interval", 1, "--precision", "bf16", "--save-steps", 0, "--output-dir", out) == 0
+    # a child process: vLLM's engine (its process group, its share of the GPU) must not outlive the check
+    p = ctx.aura_child("finetune", "--objective", "grpo", "--base-model", small_base(ctx), "--rollout-engine", "vllm",
+                       "--num-generations", 8, "--batch-size", 8, "--max-completion-length", 128, "--max-steps", 3,
+                       "--log-interval", 1, "--precision", "bf16", "--save-steps", 0, "--output-dir", out, timeout=110)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-800:]
     rows = log_rows(out)[1:]
     return Result(f"{sum(float(r['completion_length']) * 8 for r in rows) / sum(float(r['time/rollout_s']) for r in rows):,.0f}"
                   " completion tokens/s in rollouts", True)
@@ -625,5 +692,5 @@ def selftest_budget(ctx: Context) -> Result:
 # The order of a run: the most telling first, so that a lease that runs out still returns them.
 ORDER = ["environment", "setup", "mfu_eager", "mfu_compile", "pretrain_cli", "mfu_ckpt", "auto_memory",
          "fp16_lora_resume", "pairs_one_row", "qlora", "liger", "muon_vs_adamw", "chunked_loss", "doctor",
-         "check_dist", "grpo_torch", "gguf", "deepspeed", "grpo_vllm", *SELFTEST]
+         "check_dist", "two_ranks_one_gpu", "grpo_torch", "gguf", "deepspeed", "grpo_vllm", *SELFTEST]
 CHECKS.sort(key=lambda c: ORDER.index(c.name))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -329,6 +330,12 @@ def test_vllm_engine_set_up_for_a_single_process_its_context_and_its_memory_shar
     assert set(env) == set(LAUNCH_VARS) and env["WORLD_SIZE"] == "1" and 0 < int(env["MASTER_PORT"]) < 65536
     torchrun = {k: "7" for k in LAUNCH_VARS}
     assert single_process_env(torchrun) == {}  # under torchrun its own values stay
+    from aura.train.objectives.vllm_rollout import launch_env
+
+    before = dict(os.environ)
+    with launch_env():  # set while the engine starts, then out again: nothing after it thinks it is under torchrun
+        assert all(k in os.environ for k in LAUNCH_VARS)
+    assert dict(os.environ) == before
     assert model_len(100, 256) == 368 and model_len(112, 256) == 368 and model_len(113, 256) == 384
     gpu = assumed_hardware("RTX 4090 24GB")
     grpo = SimpleNamespace(objective="grpo", rollout_engine="vllm", vllm_gpu_memory=0.3)

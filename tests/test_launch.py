@@ -38,6 +38,25 @@ def test_environment_sets_the_job_and_flags_override_it():
     assert cmd.endswith("-m aura check-dist --backend gloo")
 
 
+
+def test_ranks_share_a_gpu_only_when_asked():
+    """NCCL refuses two ranks on one GPU: `--share-gpu` (never automatic) runs them over gloo, for tests; without
+    it, more ranks than GPUs is refused before any process group starts, naming both fixes."""
+    from aura.core.errors import AuraError
+    from aura.distributed.process import gpu_sharing_backend
+
+    assert gpu_sharing_backend("auto", share=True, local_world=2, devices=1) == "gloo"
+    assert gpu_sharing_backend("gloo", share=True, local_world=2, devices=1) == "gloo"
+    with pytest.raises(AuraError, match="--share-gpu.*--backend gloo"):
+        gpu_sharing_backend("nccl", share=True, local_world=2, devices=1)
+    with pytest.raises(AuraError, match=r"2 ranks per node but only 1 visible GPU.*--gpus-per-node 1.*--share-gpu"):
+        gpu_sharing_backend("auto", share=False, local_world=2, devices=1)
+    assert gpu_sharing_backend("auto", share=False, local_world=2, devices=2) == "auto"
+    assert gpu_sharing_backend("nccl", share=False, local_world=4, devices=1, explicit_device=True) == "nccl"
+    proc = run_aura("launch", "--dry-run", "--share-gpu", "--gpus-per-node", "2", "check-dist", env=env())
+    assert proc.returncode == 0, output(proc)
+    assert "--nproc_per_node=2" in _command(proc.stdout) and "AURA_SHARE_GPU=1" in proc.stdout
+
 def test_defaults_and_elastic_rendezvous():
     proc = run_aura("launch", "--dry-run", "--gpus-per-node", "1", "check-dist", env=env())
     cmd = _command(proc.stdout)

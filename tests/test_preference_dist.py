@@ -102,3 +102,21 @@ def test_orpo_under_fsdp2_equals_one_process(env, tmp_path):
     finetune(*common(env, "orpo"), "--output-dir", single)
     two_ranks(*common(env, "orpo"), "--output-dir", str(run), "--strategy", "fsdp")
     assert_same(step_rows(single), step_rows(run), ("train_loss", *REWARDS, *ORPO_COLUMNS))
+
+
+def test_full_dpo_under_fsdp2_shards_its_reference_and_equals_one_process(env, tmp_path):
+    """Full fine-tuning's reference is a frozen copy of the model: under FSDP2 it is sharded like the model
+    (``aura.distributed.place_frozen``), not copied whole onto every rank; the losses and rewards stay those of
+    one process."""
+    single, run = tmp_path / "single", tmp_path / "fsdp"
+    fast = common(env)
+    for flag in ("--lora-r", "--lora-dropout"):  # LoRA's flags (and their values) out
+        i = fast.index(flag)
+        del fast[i:i + 2]
+    args = [*fast, "--method", "full", "--learning-rate", "1e-3", "--max-steps", "2"]
+    finetune(*args, "--output-dir", single)
+    text = two_ranks(*args, "--output-dir", str(run), "--strategy", "fsdp")
+    assert "Parallelism strategy: fsdp" in text and "a frozen copy" in text
+    assert "The frozen copy of the model (the reference) is sharded with FSDP2 over 2 ranks" in text, text[-3000:]
+    assert_same(step_rows(single), step_rows(run), ("train_loss", *REWARDS), steps=range(1, 3),
+                skip={(1, "rewards/accuracy")})

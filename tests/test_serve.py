@@ -246,7 +246,13 @@ def test_engine_choice_vllm_command_and_the_studios_token_rule(tiny_adapter):
     assert choose_engine("adapter", "auto", vllm_installed=True, gpu=False) == "transformers"
     assert choose_engine("hf", "auto", vllm_installed=False, gpu=True) == "transformers"
     assert choose_engine("gguf", "auto", vllm_installed=True, gpu=True) == "llama.cpp"
-    # vLLM itself cannot run here (no GPU): its command line, with the adapter as a LoRA module
+    # vLLM's CPU build: only when asked for by name (bench/vllm_cpu.py serves through it for real)
+    assert choose_engine("hf", "vllm", vllm_installed=True, gpu=False, vllm_cpu=True) == "vllm"
+    assert choose_engine("hf", "auto", vllm_installed=True, gpu=False, vllm_cpu=True) == "transformers"
+    with pytest.raises(ValueError, match="vllm_unavailable"):
+        choose_engine("hf", "vllm", vllm_installed=True, gpu=False)
+    # vLLM is not in this environment (bench/vllm_cpu.sh gives it one): its command line, with the adapter
+    # as a LoRA module
     argv = vllm_command(Path("base"), name="base", host="0.0.0.0", port=8000, dtype="auto",
                         adapter=tiny_adapter, adapter_name="mine")
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]

@@ -41,7 +41,7 @@ from aura.core.config import arg
 from aura.cluster.diagnose import diagnose
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.distributed.launcher import CHECK_ENV, JOB_ENV_VARS, LAUNCH_ENV
+from aura.distributed.launcher import CHECK_ENV, JOB_ENV_VARS, LAUNCH_ENV, SHARE_GPU_ENV
 
 M = Messages("dist_launch", {
     "no_command": ("Falta el comando que lanzar, p. ej. 'aura launch pretrain --data DIR --output-dir "
@@ -85,6 +85,8 @@ M = Messages("dist_launch", {
             "Node {node_rank} of {nnodes} | {gpus:process|processes} per node | master {addr}:{port} | "
             "rendezvous {rdzv}"),
     "command": ("Comando: {cmd}", "Command: {cmd}"),
+    "share_gpu": ("--share-gpu: los procesos de este nodo comparten sus GPU por gloo ({var}=1 en su entorno).",
+                  "--share-gpu: this node's ranks share its GPUs over gloo ({var}=1 in their environment)."),
     "default_gpus": ("las GPU CUDA visibles, o 1", "the visible CUDA GPUs, or 1"),
     "exit": ("torchrun terminó con el código {code}.", "torchrun exited with status {code}."),
     "hint": ("Qué revisar:", "What to check:"),
@@ -153,6 +155,10 @@ class LaunchConfig:
                                    en="Seconds to wait for every node to join.")
     local_addr: str | None = arg(None, es="IP propia de este nodo (con varias interfaces de red).",
                                  en="This node's own IP (with several network interfaces).")
+    share_gpu: bool = arg(False, es="Varios procesos en una misma GPU, por gloo (NCCL no lo admite): para "
+                          "probar el código de varios procesos con una sola GPU, no para ir rápido.",
+                          en="Several ranks on one GPU, over gloo (NCCL does not allow it): to test multi-rank "
+                          "code with a single GPU, not for speed.")
     dry_run: bool = arg(False, es="Solo imprime el comando torchrun.", en="Only print the torchrun command.")
 
     def __post_init__(self):
@@ -335,6 +341,8 @@ def launch(cfg: LaunchConfig) -> int:
                    addr=cfg.master_addr, port=cfg.master_port, rdzv=rdzv))
     cmd = torchrun_command(cfg)
     console.info(M("command", cmd=shlex.join(cmd)))
+    if cfg.share_gpu:
+        console.info(M("share_gpu", var=SHARE_GPU_ENV))
     if cfg.dry_run:
         return 0
     with tempfile.TemporaryDirectory(prefix="aura-launch-") as tmp:
@@ -349,6 +357,8 @@ def _run(cfg: LaunchConfig, cmd: list[str], tmp: str) -> int:
     os.mkdir(results)
     job_env = {k: os.environ[k] for k in JOB_ENV_VARS if os.environ.get(k, "").strip()}
     env = {**os.environ, LAUNCH_ENV: json.dumps({"argv": _launch_argv(cfg), "env": job_env, "results": results})}
+    if cfg.share_gpu:
+        env[SHARE_GPU_ENV] = "1"
     env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(SHUTDOWN_TIMEOUT_S))  # time to write a checkpoint
     log = os.path.join(tmp, "stderr")
     writer = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -2,7 +2,7 @@
 
 * ``process``: torchrun environment -> ``DistInfo``; process-group set-up and tear-down.
 * ``parallel``: strategy choice and ``parallelize`` (activation checkpointing -> compile -> FSDP2/DDP),
-  ``strategy_of``, ``unwrap``, ``no_sync``.
+  ``place_frozen`` (a frozen reference copy, sharded where the model is), ``strategy_of``, ``unwrap``, ``no_sync``.
 * ``sync``: the cross-rank weight check (``Sync=`` in the log).
 * ``comm``: DDP communication hooks for slow links (``--ddp-comm none|bf16|powersgd``), their timing
   (the communication share in the log) and PowerSGD's checkpointed per-rank state.
@@ -34,7 +34,7 @@ _EXPORTS = {
     "agree_hardware": "process",
     "STRATEGIES": "parallel", "choose_strategy": "parallel", "find_blocks": "parallel",
     "is_deepspeed_engine": "parallel", "is_quantized": "parallel", "no_sync": "parallel",
-    "parallelize": "parallel", "strategy_of": "parallel", "training_state_bytes": "parallel",
+    "parallelize": "parallel", "place_frozen": "parallel", "strategy_of": "parallel", "training_state_bytes": "parallel",
     "unwrap": "parallel",
     "sync_check": "sync", "sync_status": "sync",
 }
@@ -43,7 +43,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from aura.distributed.parallel import (STRATEGIES, choose_strategy, find_blocks, is_deepspeed_engine,
-                                           is_quantized, no_sync, parallelize, strategy_of,
+                                           is_quantized, no_sync, parallelize, place_frozen, strategy_of,
                                            training_state_bytes, unwrap)
     from aura.distributed.process import (DistInfo, agree_hardware, init_distributed, main_process_first,
                                           pick_device, teardown, under_torchrun)

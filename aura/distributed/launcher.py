@@ -30,6 +30,7 @@ from pathlib import Path
 
 LAUNCH_ENV = "AURA_LAUNCH"  # set by `aura launch` for its workers: {"argv": [...], "env": {...}, "results": DIR}
 CHECK_ENV = "AURA_CHECK_FLAGS"  # "1": `aura CMD ...` parses and checks its flags, then exits (aura launch)
+SHARE_GPU_ENV = "AURA_SHARE_GPU"  # "1": `aura launch --share-gpu`: several ranks on one GPU over gloo (tests only)
 JOB_ENV_VARS = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "GPUS_PER_NODE")  # aura launch's contract
 _TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 

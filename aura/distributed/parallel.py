@@ -62,6 +62,13 @@ M = Messages("dist_parallel", {
                        "quita --ddp-comm o usa --strategy ddp.",
                        "With --ddp-comm {mode}, DDP's all-reduce is compressed, and this run uses {strategy}: drop "
                        "--ddp-comm or use --strategy ddp."),
+    "frozen_sharded": ("La copia congelada del modelo (la referencia) se reparte con FSDP2 entre "
+                       "{world:proceso|procesos}: {shard} por proceso en vez de {whole} ({why}).",
+                       "The frozen copy of the model (the reference) is sharded with FSDP2 over "
+                       "{world:rank|ranks}: {shard} per rank instead of {whole} ({why})."),
+    "frozen_why_fsdp": ("el modelo que se entrena también se reparte", "the model being trained is sharded too"),
+    "frozen_why_room": ("entera no cabría junto al estado de entrenamiento, {need} de {have}",
+                        "whole it would not fit beside the training state, {need} of {have}"),
     "single_ignored": ("Un solo proceso: {flag} no se aplica (no hay comunicación entre procesos).",
                        "A single process: {flag} does not apply (there is no communication between ranks)."),
 })
@@ -110,7 +117,7 @@ def is_quantized(model: torch.nn.Module) -> bool:
 
 
 def choose_strategy(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto",
-                    device_memory: int | None = None) -> tuple[str, str]:
+                    device_memory: int | None = None, quiet: bool = False) -> tuple[str, str]:
     """``(strategy, reason)``: none for one rank; DDP when the full training state fits a device, else FSDP."""
     from aura.core.atomic import human_bytes
 
@@ -131,12 +138,44 @@ def choose_strategy(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "
     if need <= budget:
         return "ddp", M("why_fits", need=human_bytes(need), have=human_bytes(have))
     shard = need // dist.world_size
-    if shard > budget:
+    if shard > budget and not quiet:
         console.warn(M("still_too_big", world=dist.world_size, shard=human_bytes(shard),
                        have=human_bytes(have)))
     return "fsdp", M("why_too_big", need=human_bytes(need), have=human_bytes(have),
                      world=dist.world_size, shard=human_bytes(shard))
 
+
+def place_frozen(module: torch.nn.Module, *, like: torch.nn.Module, dist: DistInfo, strategy: str = "auto",
+                 device_memory: int | None = None) -> torch.nn.Module:
+    """A frozen module that runs beside the model being trained (full fine-tuning's reference, a copy of
+    ``like`` before training), on ``dist.device``: sharded with FSDP2 block by block (its forward gathers one
+    block at a time: 1/world of its weights stay on each rank) when ``parallelize`` will shard ``like``, or
+    when a whole copy would not fit beside ``like``'s training state under DDP; else whole. Never wrapped in
+    DDP: it has no gradients. A copy of the whole model on every rank is what FSDP exists to avoid."""
+    from aura.core.atomic import human_bytes
+
+    module.requires_grad_(False)
+    if dist.world_size == 1 or is_quantized(module):
+        return module.to(dist.device)
+    chosen, _ = choose_strategy(like, dist=dist, strategy=strategy, device_memory=device_memory, quiet=True)
+    whole = sum(p.numel() * p.element_size() for p in module.parameters())
+    have = device_memory if device_memory is not None else device_memory_bytes(dist)
+    need = training_state_bytes(like) + whole
+    why = M("frozen_why_fsdp")
+    if chosen == "ddp" and strategy == "auto" and need > int(have * _STATE_SHARE):
+        chosen, why = "fsdp", M("frozen_why_room", need=human_bytes(need), have=human_bytes(have))
+    if chosen != "fsdp":
+        return module.to(dist.device)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    _, _, fully_shard = _fsdp_api()
+    mesh = init_device_mesh(dist.device.type, (dist.world_size,))
+    for block in find_blocks(module):
+        fully_shard(block, mesh=mesh)
+    fully_shard(module, mesh=mesh)
+    console.info(M("frozen_sharded", world=dist.world_size, shard=human_bytes(whole // dist.world_size),
+                   whole=human_bytes(whole), why=why))
+    return module
 
 def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The repeated transformer blocks of any HF model (plain or peft-wrapped), in order.

@@ -1,8 +1,10 @@
 """torchrun environment -> ``DistInfo``; process-group set-up and tear-down.
 
 Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK in the environment) ``init_distributed`` joins the
-process group with NCCL when CUDA is there, gloo otherwise, and falls back from NCCL to gloo with a
-warning if NCCL fails to initialise (WSL2 without NCCL, a driver too old). Without torchrun it
+process group with NCCL when CUDA is there, gloo otherwise. If NCCL cannot start (WSL2 without NCCL, a
+driver too old) ``auto`` falls back to gloo with a warning only where every node runs one GPU (a LAN of
+PCs: the network bounds the speed either way); a node with several GPUs is refused (gloo would route their
+traffic through the CPU, ~10x slower) unless ``--backend gloo`` asks for it. Without torchrun it
 returns a single-process ``DistInfo`` and every collective is a no-op, so the training loop has one
 code path. Model code knows nothing of this; parallelism is applied from outside (``parallel``).
 """
@@ -21,10 +23,13 @@ import torch
 from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
+from aura.distributed.launcher import SHARE_GPU_ENV
 
 M = Messages("distributed", {
-    "nccl_fallback": ("NCCL no pudo inicializarse ({err}); se usa gloo en su lugar.",
-                      "NCCL failed to initialise ({err}); falling back to gloo."),
+    "nccl_fallback": ("NCCL no pudo inicializarse ({err}); se usa gloo (cada nodo tiene una GPU: la red marca "
+                      "la velocidad en ambos casos).",
+                      "NCCL failed to initialise ({err}); using gloo (every node has one GPU: the network "
+                      "bounds the speed either way)."),
     "nccl_unavailable": ("Se pidió --backend nccl pero esta instalación de PyTorch no tiene NCCL o no hay "
                          "GPU CUDA. Usa --backend gloo o auto.",
                          "--backend nccl was requested but this PyTorch has no NCCL or there is no CUDA "
@@ -36,6 +41,29 @@ M = Messages("distributed", {
                "por proceso, capacidad {cap}; todas las decisiones de `auto` parten de él.",
                "The {world:rank|ranks} plan with the smallest device: {name}, {mem:.1f} GiB per rank, "
                "capability {cap}; every `auto` decision starts from it."),
+    "share_nccl": ("--share-gpu pone varios procesos en una GPU y NCCL no lo admite: usa --backend gloo o "
+                   "auto.",
+                   "--share-gpu puts several ranks on one GPU and NCCL does not allow it: use --backend gloo or "
+                   "auto."),
+    "shared": ("Modo de prueba (--share-gpu): {local:proceso comparte|procesos comparten} {devices:GPU|GPUs} "
+               "por gloo. Sirve para probar el código de varios procesos, no para ir rápido.",
+               "Test mode (--share-gpu): {local:rank shares|ranks share} {devices:GPU|GPUs} over gloo. It "
+               "tests multi-rank code; it is not fast."),
+    "oversubscribed": ("{local:proceso|procesos} por nodo pero solo {devices:GPU visible|GPUs visibles}: NCCL no "
+                       "admite dos procesos en una GPU. Usa --gpus-per-node {devices}, o, para probar el código "
+                       "de varios procesos en una sola GPU, 'aura launch --share-gpu' (gloo, lento).",
+                       "{local:rank|ranks} per node but only {devices:visible GPU|visible GPUs}: NCCL does not "
+                       "allow two ranks on one GPU. Use --gpus-per-node {devices}, or, to test multi-rank code "
+                       "on one GPU, 'aura launch --share-gpu' (gloo, slow)."),
+    "gloo_refused": ("NCCL no está disponible en todos los procesos ({why}) y un nodo tiene varias GPU: con gloo "
+                     "las GPU de un mismo nodo se comunican pasando por la CPU, unas 10 veces más lento. "
+                     "Arregla NCCL (NCCL_DEBUG=INFO dice por qué falla; 'aura doctor' lo comprueba) o, si "
+                     "aceptas la lentitud, pide gloo explícitamente con --backend gloo.",
+                     "NCCL is not available on every rank ({why}) and a node has several GPUs: with gloo the "
+                     "GPUs of one node talk through the CPU, about 10x slower. Fix NCCL (NCCL_DEBUG=INFO says "
+                     "why it fails; 'aura doctor' checks it) or, if you accept the slowdown, ask for gloo "
+                     "explicitly with --backend gloo."),
+    "no_nccl_here": ("esta instalación de PyTorch no tiene NCCL", "this PyTorch has no NCCL"),
     "bad_backend": ("Backend desconocido '{backend}': usa auto, nccl o gloo.",
                     "Unknown backend '{backend}': use auto, nccl or gloo."),
 })
@@ -137,6 +165,23 @@ def _all_ranks_agree(store, key: str, ok: bool, *, rank: int, world: int) -> boo
     return all(store.get(k) == b"1" for k in keys)
 
 
+def gpu_sharing_backend(backend: str, *, share: bool, local_world: int, devices: int,
+                        explicit_device: bool = False) -> str:
+    """The backend a CUDA rank may use given how many ranks its node runs on how many GPUs.
+
+    NCCL refuses two ranks on one GPU, gloo does not: ``aura launch --share-gpu`` (``AURA_SHARE_GPU``) runs
+    several ranks on one GPU over gloo, to test multi-rank code on a single card; never chosen by itself.
+    Without it, more ranks than GPUs on a node (an explicit ``--device`` aside) is refused before any
+    process group starts, naming the two fixes."""
+    if share:
+        if backend == "nccl":
+            raise AuraError(M("share_nccl"))
+        return "gloo"
+    if local_world > devices and not explicit_device:
+        raise AuraError(M("oversubscribed", local=local_world, devices=devices))
+    return backend
+
+
 def init_distributed(*, backend: str = "auto", device: str = "auto",
                      timeout_s: float = 1800.0) -> DistInfo:
     """Join the torchrun process group (or return a single-process DistInfo)."""
@@ -153,9 +198,14 @@ def init_distributed(*, backend: str = "auto", device: str = "auto",
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     dev = pick_device(local_rank, device)
+    share = False
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
+        share = os.environ.get(SHARE_GPU_ENV) == "1"
+        backend = gpu_sharing_backend(backend, share=share, local_world=local_world,
+                                      devices=torch.cuda.device_count(), explicit_device=device != "auto")
     if backend == "nccl" and not _local_nccl_ok(dev):
         raise AuraError(M("nccl_unavailable"))
     timeout = datetime.timedelta(seconds=timeout_s)
@@ -166,9 +216,14 @@ def init_distributed(*, backend: str = "auto", device: str = "auto",
         # torchrun's static rendezvous keeps one store across --max-restarts: without a per-attempt
         # prefix the restarted group reads the dead group's gloo addresses and hangs in init.
         store = PrefixStore(f"aura/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+        # gloo for a node's several GPUs goes through the CPU (~10x slower than NCCL): only when asked for
+        several_gpus = dev.type == "cuda" and local_world > 1
+        why = None
         if backend == "auto":
-            chosen = "nccl" if _all_ranks_agree(store, "nccl", _local_nccl_ok(dev),
-                                                rank=rank, world=world) else "gloo"
+            here = _local_nccl_ok(dev)
+            chosen = "nccl" if _all_ranks_agree(store, "nccl", here, rank=rank, world=world) else "gloo"
+            if chosen == "gloo":
+                why = M("no_nccl_here") if not here else M("peer_failed")
         error = None
         if chosen == "nccl":
             try:
@@ -183,15 +238,21 @@ def init_distributed(*, backend: str = "auto", device: str = "auto",
                 error = err
             if backend == "auto" and not _all_ranks_agree(store, "nccl_probe", error is None,
                                                            rank=rank, world=world):
-                msg = str(error).splitlines()[0][:200] if error else M("peer_failed")
-                console.warn(M("nccl_fallback", err=msg))
+                why = str(error).splitlines()[0][:200] if error else M("peer_failed")
                 if torch.distributed.is_initialized():
                     torch.distributed.destroy_process_group()
                 chosen = "gloo"
+        if why is not None:  # auto ends on gloo: refused on every rank when a node has several GPUs
+            if not _all_ranks_agree(store, "gloo_ok", not several_gpus, rank=rank, world=world):
+                raise AuraError(M("gloo_refused", why=why))
+            if error is not None or (chosen == "gloo" and dev.type == "cuda"):
+                console.warn(M("nccl_fallback", err=why))
         if chosen == "gloo":
             torch.distributed.init_process_group(
                 backend="gloo", store=PrefixStore("aura_gloo", store), rank=rank,
                 world_size=world, timeout=timeout)
+    if share:
+        console.warn(M("shared", local=local_world, devices=torch.cuda.device_count()))
     else:
         chosen = torch.distributed.get_backend()
     info = DistInfo(rank=rank, world_size=world, local_rank=local_rank, device=dev, backend=chosen)

@@ -127,6 +127,20 @@ def _vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+VLLM_CPU_MEMORY = 0.3  # share of RAM vLLM's CPU build takes for its KV cache under `aura serve --engine vllm`
+
+
+def vllm_cpu_build() -> bool:
+    """vLLM's CPU build (the ``vllm-cpu`` package) is installed."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def _gpu() -> bool:
     import torch
 
@@ -148,7 +162,8 @@ def serve(cfg: ServeConfig) -> int:
     source = resolve_model(cfg.model, cfg.adapter or None, allow_other_base=cfg.allow_other_base)
     vllm, gpu = (_vllm_installed(), _gpu()) if source.kind != "gguf" else (False, False)
     try:
-        engine = choose_engine(source.kind, cfg.engine, vllm_installed=vllm, gpu=gpu)
+        engine = choose_engine(source.kind, cfg.engine, vllm_installed=vllm, gpu=gpu,
+                               vllm_cpu=vllm and vllm_cpu_build())
     except ValueError as e:
         yes_no = {True: M("yes"), False: M("no")}
         raise AuraError(M(str(e), engine=cfg.engine, path=cfg.model, vllm=yes_no[vllm], gpu=yes_no[gpu])) from None
@@ -239,7 +254,8 @@ def _exit_on_sigterm(signum, frame):
 
 
 def _serve_vllm(cfg: ServeConfig, source, stack: contextlib.ExitStack) -> int:
-    """vLLM's own server in its own process (not runnable here: no GPU); Ctrl+C reaches both."""
+    """vLLM's own server in its own process (on a GPU, or vLLM's CPU build: bench/vllm_cpu.py runs it);
+    Ctrl+C reaches both."""
     from aura.serve.engines import vllm_command
 
     adapter, base = (source.path, source.base) if source.kind == "adapter" else (None, source.path)
@@ -248,6 +264,8 @@ def _serve_vllm(cfg: ServeConfig, source, stack: contextlib.ExitStack) -> int:
     name = str(adapter if adapter is not None else base)  # with a LoRA, the base answers to its own path
     argv = vllm_command(base, name=str(base), host=cfg.host, port=cfg.port, dtype=cfg.dtype, adapter=adapter,
                         adapter_name=name)
+    if not _gpu():  # vLLM's CPU build reserves this share of RAM for its KV cache (its 0.92 default would fail)
+        argv += ["--gpu-memory-utilization", str(VLLM_CPU_MEMORY)]
     env = dict(os.environ)
     if cfg.token:
         env["VLLM_API_KEY"] = cfg.token  # vLLM checks it on every /v1 request: the same rule, its own check

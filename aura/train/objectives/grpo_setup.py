@@ -44,8 +44,8 @@ M = Messages("grpo_setup", {
                  "contributions, so each completion weighs by its length instead of optimising GSPO's per-completion "
                  "objective. For the paper's setup use --loss-type grpo."),
     "engine_torch": ("motor PyTorch de Aura (caché KV, lotes)", "Aura's PyTorch engine (KV cache, batched)"),
-    "engine_vllm": ("vLLM en la misma GPU (pesos sincronizados en cada paso)",
-                    "vLLM on the same GPU (weights synced every step)"),
+    "engine_vllm": ("vLLM en el mismo dispositivo (pesos sincronizados en cada paso)",
+                    "vLLM on the same device (weights synced every step)"),
     "ref_none": ("ninguna (--beta 0)", "none (--beta 0)"),
     "ref_adapter": ("el modelo base con el adaptador desactivado", "the base model with the adapter disabled"),
     "ref_copy": ("una copia congelada del modelo inicial", "a frozen copy of the starting model"),
@@ -138,7 +138,7 @@ def build(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_n
         if not adapter:
             from aura.train.objectives.preference import frozen_copy
 
-            reference = frozen_copy(model).to(run.dist.device)
+            reference = frozen_copy(model, run=run, cfg=cfg)
     sampling = SamplingParams(max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
                               top_p=cfg.top_p, top_k=cfg.top_k, stop_ids=tuple(end_of_turn_ids(tok)),
                               stop_strings=tuple(cfg.stop))
@@ -147,7 +147,8 @@ def build(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_n
         from aura.train.objectives.vllm_rollout import VLLMGenerator, model_len
 
         generate, engine = VLLMGenerator(model, base_name=base_name, sampling=sampling, cfg=cfg, dist=run.dist,
-                                         max_model_len=model_len(len(longest.input_ids), cfg.max_completion_length)), \
+                                         max_model_len=model_len(len(longest.input_ids), cfg.max_completion_length),
+                                         precision=run.precision), \
             "engine_vllm"
     console.info(M("engine", engine=M(engine), reference=M(ref_how)))
     source = RolloutSource(train_ex, policy=model, rewards=rewards, tokenizer=tok, sampling=sampling,

@@ -242,7 +242,7 @@ def build_objective(cfg, model, *, pairs: list, pad_id: int, run, shared: bool =
                              precision=run.precision, adapter=adapter, shared=shared)
         how = "ref_pre"
     elif not adapter:
-        ref_model = frozen_copy(model).to(run.dist.device)
+        ref_model = frozen_copy(model, run=run, cfg=cfg)
     console.info(PM("reference", objective="KTO", how=PM(how)))
     return KTO(beta=cfg.beta, desirable_weight=cfg.desirable_weight, undesirable_weight=cfg.undesirable_weight,
                ref_model=ref_model, dist=run.dist)

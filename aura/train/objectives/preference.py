@@ -307,12 +307,17 @@ def precompute_reference(model, pairs: list, *, batch_size: int, pad_id: int, de
         model.train()
 
 
-def frozen_copy(model):
-    """The reference for full fine-tuning: a frozen, eval-mode copy of the starting model."""
+def frozen_copy(model, *, run, cfg):
+    """The reference for full fine-tuning: a frozen, eval-mode copy of the starting model, on the run's device,
+    sharded like the model under FSDP2 (``aura.distributed.place_frozen``), never whole on every rank there.
+    Under --deepspeed (ZeRO owns the model's memory) the copy stays whole, as before."""
     import copy
 
-    ref = copy.deepcopy(model)
-    ref.requires_grad_(False)
+    from aura.distributed import place_frozen
+
+    strategy = "none" if getattr(cfg, "deepspeed", None) else cfg.strategy
+    ref = place_frozen(copy.deepcopy(model), like=model, dist=run.dist, strategy=strategy,
+                       device_memory=run.device_memory)
     return ref.eval()
 
 
@@ -378,6 +383,6 @@ def build_objective(cfg, model, *, pairs: list, pad_id: int, run, shared: bool =
                              precision=run.precision, adapter=adapter, shared=shared)
         how = "ref_pre"
     elif not adapter:
-        ref_model = frozen_copy(model).to(run.dist.device)
+        ref_model = frozen_copy(model, run=run, cfg=cfg)
     console.info(M("reference", objective="DPO", how=M(how)))
     return DPO(beta=cfg.beta, loss_type=cfg.dpo_loss, label_smoothing=cfg.label_smoothing, ref_model=ref_model)

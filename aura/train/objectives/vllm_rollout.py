@@ -11,8 +11,8 @@ temperature, top-p, top-k, stop ids and strings, and each row's sampling key as 
 asks vLLM for the same samples (vLLM's kernels may still differ from run to run in the last bits).
 
 * vLLM's ``external_launcher`` backend reads RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT:
-  a single ``aura finetune`` (no torchrun) sets them for one process first (``single_process_env``), as
-  TRL's colocate mode does; under torchrun they are torchrun's.
+  a single ``aura finetune`` (no torchrun) sets them for one process while the engine starts
+  (``launch_env``), as TRL's colocate mode does, and takes them out again; under torchrun they are torchrun's.
 * The engine's context is the longest prompt plus ``--max-completion-length`` (``max_model_len``), not the
   model's whole window, whose KV cache would not fit in its share of the memory.
 * It returns the log-probabilities of the tokens it sampled (``logprobs_mode="processed_logprobs"``: after
@@ -26,13 +26,16 @@ reference path.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 
 import torch
 
 from aura.train.lora_views import merged_weights
 
+VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # Aura's --precision -> vLLM's dtype
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -49,37 +52,65 @@ def single_process_env(environ: dict | None = None) -> dict[str, str]:
     return {k: v for k, v in wanted.items() if k not in environ}
 
 
+@contextlib.contextmanager
+def launch_env() -> Iterator[None]:
+    """``single_process_env`` set for the engine's start only, and taken out again: left in the environment
+    they would make everything after it in this process (the next pipeline stage, a check of the GPU suite)
+    believe it runs under torchrun."""
+    added = single_process_env()
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
 def model_len(longest_prompt: int, max_completion: int) -> int:
     """vLLM's ``max_model_len``: the longest prompt and completion, rounded up to a block of 16 tokens."""
     return -(-(longest_prompt + max_completion) // 16) * 16
 
 
 class VLLMGenerator:
-    def __init__(self, model, *, base_name: str, sampling, cfg, dist, max_model_len: int):
+    def __init__(self, model, *, base_name: str, sampling, cfg, dist, max_model_len: int, precision: str = "bf16"):
         from vllm import LLM
 
-        os.environ.update(single_process_env())
         self.model, self.sampling, self.dist = model, sampling, dist
-        self.llm = LLM(model=base_name, gpu_memory_utilization=cfg.vllm_gpu_memory, max_model_len=max_model_len,
-                       seed=dist.rank, distributed_executor_backend="external_launcher", enable_prefix_caching=True,
-                       trust_remote_code=cfg.trust_remote_code, max_num_batched_tokens=max(4096, max_model_len),
-                       logprobs_mode="processed_logprobs")
+        with launch_env():
+            # the run's compute dtype (vLLM's default would be the config's, fp32 for a model saved in fp32), and
+            # as many sequences at once as this rank samples in a window (TRL's max_num_seqs)
+            self.llm = LLM(model=base_name, gpu_memory_utilization=cfg.vllm_gpu_memory, max_model_len=max_model_len,
+                           seed=dist.rank, distributed_executor_backend="external_launcher",
+                           enable_prefix_caching=True, trust_remote_code=cfg.trust_remote_code,
+                           max_num_batched_tokens=max(4096, max_model_len), logprobs_mode="processed_logprobs",
+                           dtype=VLLM_DTYPES.get(precision, "auto"),
+                           max_num_seqs=max(cfg.batch_size * cfg.gradient_accumulation_steps, 1))
         self._synced_version = None
 
     def _weights_version(self) -> int:
         """Changes whenever an optimizer step updated a trainable parameter (their ``_version`` counters)."""
         return sum(p._version for p in self.model.parameters() if p.requires_grad)
 
+    def _load(self, weights) -> None:
+        """Every (name, tensor) of ``weights`` into vLLM's copy of the model: its in-place reload (vLLM >= 0.2x:
+        the layers are re-processed after loading, as the CPU backend's repacked weights require), else the
+        model's own ``load_weights`` (older vLLM; what TRL's colocate mode calls)."""
+        executor = self.llm.llm_engine.model_executor
+        worker = getattr(executor.driver_worker, "worker", executor.driver_worker)
+        if hasattr(worker, "reload_weights"):
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                                "is_checkpoint_format": True})
+        else:
+            worker.model_runner.model.load_weights(weights)
+
     @torch.no_grad()
     def sync(self) -> None:
         version = self._weights_version()
         if version == self._synced_version:
             return
-        worker_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
         merged = merged_weights(self.model)
         if merged is not None:
-            for name, tensor in merged:
-                worker_model.load_weights([(name, tensor)])
+            self._load(merged)
             self.llm.reset_prefix_cache()
             self._synced_version = version
             return
@@ -87,12 +118,14 @@ class VLLMGenerator:
         if peft:
             self.model.merge_adapter()
         try:
+            weights = []
             for name, param in self.model.named_parameters():
                 if peft:
                     if "lora_" in name or "modules_to_save" in name:
                         continue
                     name = name.removeprefix("base_model.model.").replace(".base_layer", "")
-                worker_model.load_weights([(name, param.data)])
+                weights.append((name, param.data))
+            self._load(weights)
         finally:
             if peft:
                 self.model.unmerge_adapter()
