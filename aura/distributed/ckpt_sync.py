@@ -45,9 +45,9 @@ M = Messages("ckpt_sync", {
                 "the network:\n{files}\nCopy them from wherever they are (node 0 keeps whole checkpoints) or "
                 "resume from another checkpoint (--resume-from PATH/checkpoint-step-N)."),
     "line": ("  - {file} (falta en: {where})", "  - {file} (missing on: {where})"),
-    "fetched": ("Checkpoint {path}: {count} ficheros ({size}) recibidos del rango {src} por la red (este nodo "
-                "no los tenía).",
-                "Checkpoint {path}: {count} files ({size}) received from rank {src} over the network (this node "
+    "fetched": ("Checkpoint {path}: {count:fichero recibido|ficheros recibidos} ({size}) del rango {src} por "
+                "la red (este nodo no los tenía).",
+                "Checkpoint {path}: {count:file|files} ({size}) received from rank {src} over the network (this node "
                 "lacked them)."),
 })
 
@@ -155,7 +155,7 @@ def fetch_checkpoint(local: Path, *, dist: DistInfo) -> None:
     holders = {rel: [r for r in range(dist.world_size) if r not in ranks] for rel, ranks in lacking.items()}
     lost = sorted(rel for rel, h in holders.items() if not h)
     if lost:
-        where = {rel: ", ".join(f"{seen[r][0]}:{seen[r][1]}" for r in lacking[rel]) for rel in lost}
+        where = {rel: ", ".join(dict.fromkeys(f"{seen[r][0]}:{seen[r][1]}" for r in lacking[rel])) for rel in lost}
         raise AuraError(M("missing", path=local, count=len(lost),
                           files="\n".join(M("line", file=rel, where=where[rel]) for rel in lost)))
     # one writer per copy (host, path): the lowest rank of it; the state file last (it marks the copy whole)
@@ -166,16 +166,15 @@ def fetch_checkpoint(local: Path, *, dist: DistInfo) -> None:
     if write_here and digest is not None and digest != state_digest:
         (local / STATE).unlink()  # the copy is incomplete from here until its new state file lands
     order = sorted(lacking, key=lambda rel: (rel == STATE, rel))
-    received = 0
+    got: list[str] = []
     for rel in order:
-        src = holders[rel][0]
         dest = local if (write_here and dist.rank in lacking[rel]) else None
-        _send(rel, wanted[rel], src=src, source=local, dest=dest, dist=dist)
-        received += wanted[rel] if dest is not None else 0
-    if received:
-        srcs = sorted({holders[rel][0] for rel in order})
-        console.info(M("fetched", path=local, count=sum(1 for rel in order if dist.rank in lacking[rel]),
-                       size=human_bytes(received), src=", ".join(map(str, srcs))))
+        _send(rel, wanted[rel], src=holders[rel][0], source=local, dest=dest, dist=dist)
+        if dest is not None:
+            got.append(rel)
+    if got:
+        console.always(M("fetched", path=local, count=len(got), size=human_bytes(sum(wanted[r] for r in got)),
+                         src=", ".join(map(str, sorted({holders[r][0] for r in got})))))
     dist.barrier()
 
 
