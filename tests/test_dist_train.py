@@ -309,23 +309,27 @@ def test_a_dead_node_is_diagnosed_not_reported_as_our_bug(prepared, tmp_path):
 
 @pytest.mark.slow
 def test_two_nodes_without_a_shared_disk_resume_from_node_0s_copy(prepared, reference, tmp_path):
-    """A LAN of PCs each with its own disk (guide 2): node 0 and node 1 name different output folders.
-    Only node 0's holds the checkpoint; the resume sends node 1 what it lacks over the process group and
-    continues the curve exactly. A part that no node holds refuses both nodes with the list of it."""
-    import shutil
-
+    """A LAN of PCs each with its own disk (guide 2): the two nodes name different output folders. Only the
+    folder of the node that saved (rank 0's) holds the checkpoint. A part no node holds refuses both nodes
+    with the list of it; otherwise the resume sends what a node lacks over the process group, also when rank
+    0 is now the node without it (with c10d ranks go by arrival), and the curve continues exactly."""
     first, steps = SAVE, SAVE + 3
     outs = [tmp_path / "node0" / "run", tmp_path / "node1" / "run"]
 
-    def both(n_steps: int, *extra: str) -> list[subprocess.Popen]:
-        port = free_port()
-        return [_node(rank, port, _args(prepared, outs[rank], "--batch-size", "4", *extra, steps=n_steps))
-                for rank in (0, 1)]
+    def both(n_steps: int, *extra: str, swap: bool = False) -> list[subprocess.Popen]:
+        port = free_port()  # static rendezvous: the node rank fixes which folder rank 0 writes
+        return [subprocess.Popen(
+            [sys.executable, "-m", "aura", "launch", "--nnodes", "2", "--gpus-per-node", "1", "--node-rank",
+             str(1 - i if swap else i), "--master-addr", "127.0.0.1", "--master-port", str(port),
+             "--rdzv-timeout", "60",
+             *_args(prepared, outs[i], "--batch-size", "4", *extra, steps=n_steps)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT) for i in (0, 1)]
 
     _wait_both(both(first))
     ckpt = f"checkpoint-step-{SAVE}"
     assert (outs[0] / ckpt / "trainer_state.json").is_file() and (outs[0] / ckpt / "files.json").is_file()
     assert not (outs[1] / ckpt).exists()  # node 1 holds nothing: only the node that saved has it
+    before = read_log(outs[0])
 
     # a part lost on node 0 and absent from node 1 cannot be fetched: both ranks are refused with the list
     lost = outs[0] / ckpt / "model.safetensors"
@@ -335,18 +339,20 @@ def test_two_nodes_without_a_shared_disk_resume_from_node_0s_copy(prepared, refe
     assert all(n.returncode != 0 for n in nodes), texts[0][-3000:]
     for text in texts:
         assert "Traceback" not in text, text[-4000:]
-        assert f"no node holds 1 of its parts, so they cannot be sent over the network:\n  - model.safetensors " \
+        assert "no node holds 1 of its parts, so they cannot be sent over the network:\n  - model.safetensors " \
                f"(missing on: " in text, text[-4000:]
     assert not (outs[1] / ckpt / "trainer_state.json").exists()  # nothing half-fetched passes for whole
     (tmp_path / "aside.safetensors").rename(lost)
 
-    text = _wait_both(both(steps, "--resume-from", "latest"))
-    assert re.search(rf"received from rank 0 over the network", text), text[-4000:]
-    resumed = read_log(outs[0])
-    _close(resumed, reference, range(1, steps + 1))  # steps after the checkpoint equal an uninterrupted run
-    assert max(resumed) == steps
-    fetched = outs[1] / ckpt
-    assert sorted(p.name for p in fetched.iterdir()) == sorted(p.name for p in (outs[0] / ckpt).iterdir())
-    assert (fetched / "model.safetensors").read_bytes() == (outs[0] / ckpt / "model.safetensors").read_bytes()
-    assert not list(outs[1].glob("**/.tmp-*"))
-    shutil.rmtree(tmp_path / "node1")
+    # rank 0 now on the node without the checkpoint: it is sent there before the resume is chosen
+    text = _wait_both(both(steps, "--resume-from", "latest", swap=True))
+    assert re.search(r"Checkpoint \S+node1/run/checkpoint-step-5: 1[0-9] files \([\d.]+ [kM]i?B\) received from "
+                     r"rank 1 over the network", text), text[-4000:]
+    resumed = read_log(outs[1])  # rank 0's folder now: the steps after the checkpoint
+    assert sorted(resumed) == list(range(SAVE + 1, steps + 1))
+    _close({**before, **resumed}, reference, range(1, steps + 1))  # as one uninterrupted run
+    fetched, whole = outs[1] / ckpt, outs[0] / ckpt
+    assert sorted(p.name for p in fetched.iterdir()) == sorted(p.name for p in whole.iterdir())
+    for name in ("model.safetensors", "optimizer.pt", "trainer_state.json"):
+        assert (fetched / name).read_bytes() == (whole / name).read_bytes(), name
+    assert not list(tmp_path.glob("node*/run/**/.tmp-*"))

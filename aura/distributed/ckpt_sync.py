@@ -128,9 +128,39 @@ def collect_to_main(local: Path, *, dist: DistInfo) -> None:
     dist.barrier()
 
 
-def fetch_checkpoint(local: Path, *, dist: DistInfo) -> None:
+def share_resume(out: Path, resume_from: str | None, *, dist: DistInfo) -> None:
+    """Before rank 0 picks the checkpoint to resume (collective): when another node holds it and rank 0's
+    does not (with c10d, ranks are numbered by arrival: the node that saved may not be rank 0's now), it is
+    sent to every node that lacks it first. ``resume_from``: ``latest`` (the newest complete checkpoint of
+    any node's ``out``, by step) or a path; None (a torchrun restart) is ``latest``."""
+    from aura.core.rundir import latest_checkpoint, read_state
+
+    if not dist.is_distributed:
+        return
+    latest = not resume_from or resume_from == "latest"
+    mine = None
+    if latest:
+        path = latest_checkpoint(out)
+        state = read_state(path) if path is not None else None
+        if state is not None:
+            mine = (int(state.get("step", -1)), float(state.get("saved_at") or 0), path.name)
+    elif (Path(resume_from) / STATE).is_file():
+        mine = (0, 0.0, _digest(Path(resume_from) / STATE))
+    views = [None] * dist.world_size
+    torch.distributed.all_gather_object(views, mine)
+    # latest: the newest by (step, save time); a path: rank 0's copy when it has one, else the first holder's
+    best = max((v for v in views if v is not None), default=None) if latest else \
+        next((v for v in views if v is not None), None)
+    if best is None or views[0] == best:
+        return
+    holder = views.index(best)
+    fetch_checkpoint(Path(out) / best[2] if latest else Path(resume_from), dist=dist, authority=holder)
+
+
+def fetch_checkpoint(local: Path, *, dist: DistInfo, authority: int = 0) -> None:
     """At resume (collective): give every node the checkpoint's files it lacks, or refuse every rank with
-    the list of parts no rank holds (see the module docstring). ``local`` is this rank's path to it."""
+    the list of parts no rank holds (see the module docstring). ``local`` is this rank's path to it;
+    ``authority`` the rank whose copy is whole (its ``files.json`` and state file say what the others need)."""
     from aura.core.atomic import human_bytes
     from aura.core import console
 
@@ -138,10 +168,9 @@ def fetch_checkpoint(local: Path, *, dist: DistInfo) -> None:
         return
     local = Path(local)
     mine, digest = listing(local), _digest(local / STATE)
-    wanted = None
-    if dist.is_main:
-        wanted = (_wanted(local, mine), digest)
-    wanted, state_digest = dist.broadcast_object(wanted)
+    box = [(_wanted(local, mine), digest) if dist.rank == authority else None]
+    torch.distributed.broadcast_object_list(box, src=authority)
+    wanted, state_digest = box[0]
     seen = [None] * dist.world_size
     torch.distributed.all_gather_object(seen, (dist.node, str(local.resolve()), mine, digest))
     lacking: dict[str, list[int]] = {}  # file -> ranks without it (a wrong size counts as without)
@@ -152,7 +181,8 @@ def fetch_checkpoint(local: Path, *, dist: DistInfo) -> None:
                 lacking.setdefault(rel, []).append(rank)
     if not lacking:
         return
-    holders = {rel: [r for r in range(dist.world_size) if r not in ranks] for rel, ranks in lacking.items()}
+    ranks_first = [authority] + [r for r in range(dist.world_size) if r != authority]
+    holders = {rel: [r for r in ranks_first if r not in ranks] for rel, ranks in lacking.items()}
     lost = sorted(rel for rel, h in holders.items() if not h)
     if lost:
         where = {rel: ", ".join(dict.fromkeys(f"{seen[r][0]}:{seen[r][1]}" for r in lacking[rel])) for rel in lost}
@@ -189,14 +219,11 @@ def _digest(file: Path) -> str | None:
 
 
 def _wanted(local: Path, mine: dict[str, int]) -> dict[str, int]:
-    """What a whole copy holds: ``files.json``'s parts and sizes (a checkpoint of an older Aura: rank 0's
-    own files), plus the two files every checkpoint has besides them."""
+    """What a whole copy holds: every file of the whole copy (``mine``, the authority's) and every part its
+    ``files.json`` names, even one the authority has lost (then no rank may hold it: a refusal)."""
     try:
         listed = json.loads((local / MANIFEST).read_text(encoding="utf-8"))["files"]
-        wanted = {str(k): int(v) for k, v in listed.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return dict(mine)
-    for extra in (MANIFEST, STATE):
-        if extra in mine:
-            wanted[extra] = mine[extra]
-    return wanted
+        named = {str(k): int(v) for k, v in listed.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # an older Aura's checkpoint
+        named = {}
+    return {**named, **mine}

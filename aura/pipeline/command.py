@@ -59,13 +59,13 @@ M = Messages("pipeline.command", {
                   "{stage}: the data is {examples:training example|training examples} (~{tokens} tokens); "
                   "{epochs:epoch|epochs} fill {pct} % of the {budget} h budget and the stage ends there."),
     "data_fills": ("{stage}: los datos son {examples:ejemplo|ejemplos} de entrenamiento (~{tokens} tokens); el "
-                   "presupuesto de {budget} h lee ~{read}: {epochs} épocas{repeat}.",
+                   "presupuesto de {budget} h lee ~{read} ejemplos: {epochs} épocas{repeat}.",
                    "{stage}: the data is {examples:training example|training examples} (~{tokens} tokens); the "
-                   "{budget} h budget reads ~{read}: {epochs} epochs{repeat}."),
+                   "{budget} h budget reads ~{read} examples: {epochs} epochs{repeat}."),
     "data_steps": ("{stage}: los datos son {examples:ejemplo|ejemplos} de entrenamiento (~{tokens} tokens); los "
-                   "pasos previstos leen ~{read}: {epochs} épocas.",
+                   "pasos previstos leen ~{read} ejemplos: {epochs} épocas.",
                    "{stage}: the data is {examples:training example|training examples} (~{tokens} tokens); the "
-                   "planned steps read ~{read}: {epochs} epochs."),
+                   "planned steps read ~{read} examples: {epochs} epochs."),
     "repeats": (" (los datos se repiten)", " (the data repeats)"),
     "no_fallback": ("sin alternativa: la etapa falla", "no fallback: the stage fails"),
     "plan_one_node": ("Con {n:nodo|nodos} (NNODES): en varios nodos, exporta en cada uno NNODES, NODE_RANK, "

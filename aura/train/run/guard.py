@@ -291,6 +291,10 @@ def prepare_run_dir(out: Path, *, dist, resume_from: str | None, overwrite: bool
     """
     out = Path(out)
     agents = _agents(dist)
+    if resume_from or elastic_restart() > 0:  # the checkpoint may be on another node's disk only
+        from aura.distributed.ckpt_sync import share_resume
+
+        share_resume(out, resume_from, dist=dist)
     verdict: dict | None = None
     if dist.is_main:
         try:
