@@ -81,13 +81,13 @@ def test_a100_plan_prints_the_split_of_72_hours_and_its_stages():
                          rf"\S+aura/resources/\S+\)\.$", out, flags=re.M)
         assert line, out
     # OpenHermes' ~1M conversations outlast the 6 h: the budget reads part of one epoch
-    fills = re.search(r"^    sft: the data is 950,000 training examples \(~[\d.]+ M tokens\); the 6 h budget reads "
-                      r"~([\d,]+) examples: ([\d.]+) epochs\.$", out, flags=re.M)
+    fills = re.search(r"^    sft: the data is 950,000 training examples \(tokens: ~[\d.]+ M\); the 6 h budget reads "
+                      r"~([\d,]+) examples \(epochs: ([\d.]+)\)\.$", out, flags=re.M)
     assert fills and 0.1 < float(fills[2]) < 1, out
     assert _count(fills[1]) / 950_000 == pytest.approx(float(fills[2]), abs=0.006)
     assert _count(rows["sft"]["steps"]) > 0 and _seconds(rows["sft"]["estimate"]) == 6 * 3600
     # 7,190 pairs x 4 automatic epochs end before DPO's 4 h: the plan says how much of the budget they fill
-    ends = re.search(r"^    dpo: the data is 6,830 training examples \(~[\d.]+ M tokens\); 4 epochs fill (\d+) % of "
+    ends = re.search(r"^    dpo: the data is 6,830 training examples \(tokens: ~[\d.]+ M\); 4 epochs fill (\d+) % of "
                      r"the 4 h budget and the stage ends there\.$", out, flags=re.M)
     assert ends and 0 < int(ends[1]) < 100, out
     assert _seconds(rows["dpo"]["estimate"]) == pytest.approx(int(ends[1]) / 100 * 4 * 3600, rel=0.02)

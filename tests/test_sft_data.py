@@ -374,7 +374,7 @@ def _hub_layout(root, rows: list[dict]):
     return root
 
 
-def test_the_72h_pipelines_hub_datasets_stream_in_their_own_columns(tmp_path):
+def test_the_72h_pipelines_hub_datasets_stream_in_their_own_columns(tmp_path, monkeypatch):
     """The SFT and DPO datasets a100-72h names, as their cards give their columns (OpenHermes-2.5-Spanish:
     ShareGPT ``conversations`` with from system/human/gpt plus its other fields; orpo-es: prompt, chosen,
     rejected), read through the hub's streaming code (``datasets.load_dataset(..., streaming=True)``) from a
@@ -393,8 +393,12 @@ def test_the_72h_pipelines_hub_datasets_stream_in_their_own_columns(tmp_path):
                "category": None, "source": "glaive-code-assist", "id": "x1"}]
     orpo = [{"prompt": "¿Qué es la fotosíntesis?", "chosen": "Es el proceso por el que las plantas fabrican "
              "su alimento con la luz.", "rejected": "No lo sé."}]
+    import datasets
+
     from aura.data import sft
 
+    cache = tmp_path / "hf-cache"  # streamed: no arrow copy of the dataset is written anywhere
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
     local = _hub_layout(tmp_path / "Iker" / "OpenHermes-2.5-Spanish", hermes)
     convs = [record_to_conversation(rec, where) for where, rec in
              sft._hf_records(Source("hf_hub", str(local)), "train")]
@@ -408,4 +412,5 @@ def test_the_72h_pipelines_hub_datasets_stream_in_their_own_columns(tmp_path):
     assert (pairs[0].chosen["role"], pairs[0].rejected["content"]) == ("assistant", "No lo sé.")
     # the same folders read as local files give the same records (the offline copy a user may keep)
     assert [r for _, r in iter_records(str(local))] == orpo
+    assert not list(cache.rglob("*.arrow")), list(cache.rglob("*"))
     assert {d.kind for d in CATALOGUE.values()} == {"sft", "preference"}

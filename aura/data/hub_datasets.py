@@ -34,11 +34,17 @@ class HubDataset:
     kind: str  # "sft" (conversations) or "preference" (prompt/chosen/rejected)
     licence: str  # the card's licence field
     examples: int  # rows of the split a stage reads (the card's)
-    size: str  # the card's size in words (files, bytes)
+    size: tuple[str, str]  # the card's size in words (files, bytes): (Spanish, English)
     columns: str  # the columns Aura reads, as they are named there
     chars_per_example: int  # characters of text per row (see ``basis``)
     basis: str  # how chars_per_example was found
     provenance: str  # where the text comes from (translation, synthetic, ...)
+
+    @property
+    def size_text(self) -> str:
+        from aura.core.i18n import bi
+
+        return bi(*self.size)
 
     @property
     def source(self) -> str:
@@ -48,7 +54,8 @@ class HubDataset:
 CATALOGUE: dict[str, HubDataset] = {d.name: d for d in (
     HubDataset(
         name="Iker/OpenHermes-2.5-Spanish", kind="sft", licence="apache-2.0", examples=1_000_000,
-        size="~1M conversations (the viewer's count), 4 parquet files, 905 MB",
+        size=("~1 millón de conversaciones (según el visor del hub), 4 ficheros parquet, 905 MB",
+              "~1M conversations (the hub viewer's count), 4 parquet files, 905 MB"),
         columns="conversations: [{from: system|human|gpt, value}] (ShareGPT)",
         chars_per_example=1_900,
         basis="the English original (teknium/OpenHermes-2.5: 1,683,920,876 bytes over 1,001,551 rows, ~1,680 "
@@ -57,7 +64,8 @@ CATALOGUE: dict[str, HubDataset] = {d.name: d for d in (
                    "Iker/TowerInstruct-13B-v0.1-EN2ES"),
     HubDataset(
         name="SiguienteGlobal/orpo-es-v0.0.2", kind="preference", licence="mit", examples=7_190,
-        size="7,190 train + 147 test pairs, 87 MB of text (train), 45 MB download",
+        size=("7190 pares de entrenamiento + 147 de prueba, 87 MB de texto (entrenamiento), 45 MB de descarga",
+              "7,190 train + 147 test pairs, 87 MB of text (train), 45 MB download"),
         columns="prompt, chosen, rejected (text)",
         chars_per_example=12_000,
         basis="the card's 87,151,300 bytes of the train split over its 7,190 rows (bytes ~ characters in "
@@ -83,7 +91,8 @@ def choose_data(data: str | None, fallback: str | None, *, flag: str = "--data")
     if hub_reachable():
         known = card(data)
         if known is not None:
-            console.info(M("card", name=known.name, licence=known.licence, size=known.size, source=known.source))
+            console.info(M("card", name=known.name, licence=known.licence, size=known.size_text,
+                           source=known.source))
         return data
     console.warn(M("fallback", name=data, host=hub_host(), fallback=fallback))
     return fallback

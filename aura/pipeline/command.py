@@ -54,18 +54,18 @@ M = Messages("pipeline.command", {
                   "sin red: {fallback}).",
                   "{stage}: data {name} (licence {licence}; {size}; {source}; streamed from the hub; offline: "
                   "{fallback})."),
-    "data_ends": ("{stage}: los datos son {examples:ejemplo|ejemplos} de entrenamiento (~{tokens} tokens); "
+    "data_ends": ("{stage}: los datos son {examples:ejemplo|ejemplos} de entrenamiento (tokens: ~{tokens}); "
                   "{epochs:época|épocas} llenan el {pct} % del presupuesto de {budget} h y la etapa acaba ahí.",
-                  "{stage}: the data is {examples:training example|training examples} (~{tokens} tokens); "
+                  "{stage}: the data is {examples:training example|training examples} (tokens: ~{tokens}); "
                   "{epochs:epoch|epochs} fill {pct} % of the {budget} h budget and the stage ends there."),
-    "data_fills": ("{stage}: los datos son {examples:ejemplo|ejemplos} de entrenamiento (~{tokens} tokens); el "
-                   "presupuesto de {budget} h lee ~{read} ejemplos: {epochs} épocas{repeat}.",
-                   "{stage}: the data is {examples:training example|training examples} (~{tokens} tokens); the "
-                   "{budget} h budget reads ~{read} examples: {epochs} epochs{repeat}."),
-    "data_steps": ("{stage}: los datos son {examples:ejemplo|ejemplos} de entrenamiento (~{tokens} tokens); los "
-                   "pasos previstos leen ~{read} ejemplos: {epochs} épocas.",
-                   "{stage}: the data is {examples:training example|training examples} (~{tokens} tokens); the "
-                   "planned steps read ~{read} examples: {epochs} epochs."),
+    "data_fills": ("{stage}: los datos son {examples:ejemplo|ejemplos} de entrenamiento (tokens: ~{tokens}); el "
+                   "presupuesto de {budget} h lee ~{read:ejemplo|ejemplos} (épocas: {epochs}){repeat}.",
+                   "{stage}: the data is {examples:training example|training examples} (tokens: ~{tokens}); the "
+                   "{budget} h budget reads ~{read:example|examples} (epochs: {epochs}){repeat}."),
+    "data_steps": ("{stage}: los datos son {examples:ejemplo|ejemplos} de entrenamiento (tokens: ~{tokens}); los "
+                   "pasos previstos leen ~{read:ejemplo|ejemplos} (épocas: {epochs}).",
+                   "{stage}: the data is {examples:training example|training examples} (tokens: ~{tokens}); the "
+                   "planned steps read ~{read:example|examples} (epochs: {epochs})."),
     "repeats": (" (los datos se repiten)", " (the data repeats)"),
     "no_fallback": ("sin alternativa: la etapa falla", "no fallback: the stage fails"),
     "plan_one_node": ("Con {n:nodo|nodos} (NNODES): en varios nodos, exporta en cada uno NNODES, NODE_RANK, "
@@ -217,7 +217,7 @@ def _data_lines(stage, p) -> list[str]:
     if known is not None:
         fallback = cfg.data_fallback or M("no_fallback")
         lines.append("    " + M("data_card", stage=stage.name, name=known.name, licence=known.licence,
-                                size=known.size, source=known.source, fallback=fallback))
+                                size=known.size_text, source=known.source, fallback=fallback))
     size = data_size(cfg.data) or hub_data_size(cfg.data)
     tok = size[1] * p.examples / max(size[0], 1) / CHARS_PER_TOKEN
     tokens = f"{num(tok / 1e6, '.3g')} M" if tok >= 1e6 else num(int(tok), ",")
@@ -229,11 +229,11 @@ def _data_lines(stage, p) -> list[str]:
                                 budget=_hours(budget / 3600)))
     elif budget:
         lines.append("    " + M("data_fills", stage=stage.name, examples=p.examples, tokens=tokens,
-                                budget=_hours(budget / 3600), read=num(p.read, ","), epochs=num(epochs, ".2g"),
+                                budget=_hours(budget / 3600), read=p.read, epochs=num(epochs, ".2g"),
                                 repeat=M("repeats") if epochs > 1 else ""))
     else:
         lines.append("    " + M("data_steps", stage=stage.name, examples=p.examples, tokens=tokens,
-                                read=num(p.read, ","), epochs=num(epochs, ".2g")))
+                                read=p.read, epochs=num(epochs, ".2g")))
     return lines
 
 
