@@ -305,3 +305,78 @@ def test_a_dead_node_is_diagnosed_not_reported_as_our_bug(prepared, tmp_path):
     assert "this is our bug" not in text, text[-5000:]
     assert "Another rank exited or disconnected mid-communication" in text, text[-5000:]
     assert "--resume-from latest" in text, text[-5000:]
+
+
+def _lan_nodes(prepared: Path, outs: list[Path], n_steps: int, *extra: str,
+               swap: bool = False) -> list[subprocess.Popen]:
+    """Two `aura launch` nodes on loopback, each with its own output folder; a static rendezvous, so the node
+    rank fixes which folder rank 0 writes (``swap``: node 1's)."""
+    port = free_port()
+    return [subprocess.Popen(
+        [sys.executable, "-m", "aura", "launch", "--nnodes", "2", "--gpus-per-node", "1", "--node-rank",
+         str(1 - i if swap else i), "--master-addr", "127.0.0.1", "--master-port", str(port), "--rdzv-timeout", "60",
+         *_args(prepared, outs[i], "--batch-size", "4", *extra, steps=n_steps)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT) for i in (0, 1)]
+
+
+@pytest.mark.slow
+def test_two_nodes_without_a_shared_disk_resume_from_node_0s_copy(prepared, reference, tmp_path):
+    """A LAN of PCs each with its own disk (guide 2): the two nodes name different output folders. Only the
+    folder of the node that saved (rank 0's) holds the checkpoint. A part no node holds refuses both nodes
+    with the list of it; otherwise the resume sends what a node lacks over the process group, also when rank
+    0 is now the node without it (with c10d ranks go by arrival), and the curve continues exactly."""
+    first, steps = SAVE, SAVE + 3
+    outs = [tmp_path / "node0" / "run", tmp_path / "node1" / "run"]
+
+    def both(n_steps: int, *extra: str, swap: bool = False) -> list[subprocess.Popen]:
+        return _lan_nodes(prepared, outs, n_steps, *extra, swap=swap)
+
+    _wait_both(both(first))
+    ckpt = f"checkpoint-step-{SAVE}"
+    assert (outs[0] / ckpt / "trainer_state.json").is_file() and (outs[0] / ckpt / "files.json").is_file()
+    assert not (outs[1] / ckpt).exists()  # node 1 holds nothing: only the node that saved has it
+    before = read_log(outs[0])
+
+    # a part lost on node 0 and absent from node 1 cannot be fetched: both ranks are refused with the list
+    lost = outs[0] / ckpt / "model.safetensors"
+    lost.rename(tmp_path / "aside.safetensors")
+    nodes = both(steps, "--resume-from", "latest")
+    texts = [n.communicate(timeout=300)[0] for n in nodes]
+    assert all(n.returncode != 0 for n in nodes), texts[0][-3000:]
+    for text in texts:
+        assert "Traceback" not in text, text[-4000:]
+        assert "no node holds 1 of its parts, so they cannot be sent over the network:\n  - model.safetensors " \
+               f"(missing on: " in text, text[-4000:]
+    assert not (outs[1] / ckpt / "trainer_state.json").exists()  # nothing half-fetched passes for whole
+    (tmp_path / "aside.safetensors").rename(lost)
+
+    # rank 0 now on the node without the checkpoint: it is sent there before the resume is chosen
+    text = _wait_both(both(steps, "--resume-from", "latest", swap=True))
+    assert re.search(r"Checkpoint \S+node1/run/checkpoint-step-5: 1[0-9] files \([\d.]+ [kM]i?B\) received from "
+                     r"rank 1 over the network", text), text[-4000:]
+    resumed = read_log(outs[1])  # rank 0's folder now: the steps after the checkpoint
+    assert sorted(resumed) == list(range(SAVE + 1, steps + 1))
+    _close({**before, **resumed}, reference, range(1, steps + 1))  # as one uninterrupted run
+    fetched, whole = outs[1] / ckpt, outs[0] / ckpt
+    assert sorted(p.name for p in fetched.iterdir()) == sorted(p.name for p in whole.iterdir())
+    for name in ("model.safetensors", "optimizer.pt", "trainer_state.json"):
+        assert (fetched / name).read_bytes() == (whole / name).read_bytes(), name
+    assert not list(tmp_path.glob("node*/run/**/.tmp-*"))
+
+
+@pytest.mark.slow
+def test_fsdp_on_two_nodes_without_a_shared_disk_gathers_shards_on_node_0(prepared, reference, tmp_path):
+    """FSDP2 on two nodes with their own folders: node 1's DCP shard is sent to node 0 at save (node 0 holds
+    the whole checkpoint, node 1 nothing), and a resume with rank 0 on node 1 gets it back over the network."""
+    outs = [tmp_path / "node0" / "run", tmp_path / "node1" / "run"]
+    _wait_both(_lan_nodes(prepared, outs, SAVE, "--strategy", "fsdp"))
+    ckpt = outs[0] / f"checkpoint-step-{SAVE}"
+    assert sorted(p.name for p in (ckpt / "dcp").iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert not outs[1].exists() or not any(outs[1].iterdir())  # its shard went to node 0, its staging is gone
+    before = read_log(outs[0])
+    text = _wait_both(_lan_nodes(prepared, outs, SAVE + 3, "--strategy", "fsdp", "--resume-from", "latest",
+                                 swap=True))
+    assert "received from rank 1 over the network" in text, text[-4000:]
+    resumed = read_log(outs[1])
+    assert sorted(resumed) == list(range(SAVE + 1, SAVE + 4))
+    _close({**before, **resumed}, reference, range(1, SAVE + 4), tol=1e-4)

@@ -362,3 +362,23 @@ def test_keep_last_help_says_epoch_checkpoints_and_best_are_kept():
         r = run_aura_here("finetune", "--help", env={"AURA_LANG": lang})
         text = " ".join(r.stdout.split()).split("--keep-last KEEP_LAST ")[-1]  # the option's help, unwrapped
         assert all(w in text[:250] for w in words), text[:250]
+
+
+def test_a_hub_dataset_without_a_network_falls_back_to_data_fallback_and_says_so(env, tmp_path):
+    """The 72-hour pipeline's SFT names a hub dataset with the bundled sample as its fallback: with the hub
+    unreachable (HF_HUB_OFFLINE=1) the stage trains on the fallback and the log says which and why; without
+    a fallback the same command is refused, naming the dataset."""
+    from tests.conftest import run_aura
+
+    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    args = ["finetune", "--base-model", env["llama"], "--data", "Iker/OpenHermes-2.5-Spanish", *FAST,
+            "--max-steps", "1"]
+    r = run_aura(*args, "--output-dir", tmp_path / "fb", "--data-fallback", env["data"], env=offline)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert ("--data Iker/OpenHermes-2.5-Spanish is a hub dataset and the hub (https://huggingface.co) cannot be "
+            f"reached (no network, or HF_HUB_OFFLINE=1): using --data-fallback {env['data']} instead.") in out, out
+    assert (tmp_path / "fb" / "final").is_dir()
+    r = run_aura(*args, "--output-dir", tmp_path / "none", env=offline)
+    assert r.returncode != 0 and "Iker/OpenHermes-2.5-Spanish" in r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr

@@ -70,8 +70,27 @@ def test_a100_plan_prints_the_split_of_72_hours_and_its_stages():
     assert "Split of 72 h: curate 1.5 h" in out and "0.5 h spare" in out
     assert rows["pretrain"]["hours allotted"] == "58" and _seconds(rows["pretrain"]["estimate"]) == 58 * 3600
     assert rows["curate"]["estimate"] == "no estimate"  # a hub stream's size is unknown before it runs
-    # SFT on the bundled instructions: steps from its examples and auto epochs, seconds from FLOPs
-    assert _count(rows["sft"]["steps"]) > 0 and 0 < _seconds(rows["sft"]["estimate"]) < 6 * 3600
+    # SFT and DPO on public Spanish hub datasets (streamed; the bundled samples only offline): the plan names
+    # each one's licence, size and source, and how much of the stage's budget the data fills
+    assert spec["stages"][4]["options"]["data"] == "Iker/OpenHermes-2.5-Spanish"
+    assert spec["stages"][5]["options"]["data"] == "SiguienteGlobal/orpo-es-v0.0.2"
+    for stage, name, licence in (("sft", "Iker/OpenHermes-2.5-Spanish", "apache-2.0"),
+                                 ("dpo", "SiguienteGlobal/orpo-es-v0.0.2", "mit")):
+        line = re.search(rf"^    {stage}: data {re.escape(name)} \(licence {licence}; (.+?); "
+                         rf"https://huggingface.co/datasets/{re.escape(name)}; streamed from the hub; offline: "
+                         rf"\S+aura/resources/\S+\)\.$", out, flags=re.M)
+        assert line, out
+    # OpenHermes' ~1M conversations outlast the 6 h: the budget reads part of one epoch
+    fills = re.search(r"^    sft: the data is 950,000 training examples \(tokens: ~[\d.]+ M\); the 6 h budget reads "
+                      r"~([\d,]+) examples \(epochs: ([\d.]+)\)\.$", out, flags=re.M)
+    assert fills and 0.1 < float(fills[2]) < 1, out
+    assert _count(fills[1]) / 950_000 == pytest.approx(float(fills[2]), abs=0.006)
+    assert _count(rows["sft"]["steps"]) > 0 and _seconds(rows["sft"]["estimate"]) == 6 * 3600
+    # 7,190 pairs x 4 automatic epochs end before DPO's 4 h: the plan says how much of the budget they fill
+    ends = re.search(r"^    dpo: the data is 6,830 training examples \(tokens: ~[\d.]+ M\); 4 epochs fill (\d+) % of "
+                     r"the 4 h budget and the stage ends there\.$", out, flags=re.M)
+    assert ends and 0 < int(ends[1]) < 100, out
+    assert _seconds(rows["dpo"]["estimate"]) == pytest.approx(int(ends[1]) / 100 * 4 * 3600, rel=0.02)
 
 
 def test_plan_estimates_follow_their_inputs(tmp_path):

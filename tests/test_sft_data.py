@@ -362,3 +362,55 @@ def test_packed_rows_give_the_logits_of_each_example_alone(tok_dir, tmp_path_fac
 def test_record_to_conversation_rejects_non_objects():
     with pytest.raises(AuraError, match="r1"):
         record_to_conversation(["a"], "r1")
+
+
+def _hub_layout(root, rows: list[dict]):
+    """A local folder laid out as the hub serves a parquet dataset (``data/train-00000-of-00001.parquet``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (root / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), root / "data" / "train-00000-of-00001.parquet")
+    return root
+
+
+def test_the_72h_pipelines_hub_datasets_stream_in_their_own_columns(tmp_path, monkeypatch):
+    """The SFT and DPO datasets a100-72h names, as their cards give their columns (OpenHermes-2.5-Spanish:
+    ShareGPT ``conversations`` with from system/human/gpt plus its other fields; orpo-es: prompt, chosen,
+    rejected), read through the hub's streaming code (``datasets.load_dataset(..., streaming=True)``) from a
+    local copy: every row becomes a conversation or a pair as it is, no column mapping needed."""
+    from aura.data.hub_datasets import CATALOGUE
+    from aura.data.preference import record_to_pair
+    from aura.data.sft import iter_records
+    from aura.text.sources import Source
+
+    hermes = [{"conversations": [{"from": "system", "value": "Eres un asistente útil.", "weight": None},
+                                 {"from": "human", "value": "¿Cuál es la capital de Perú?", "weight": None},
+                                 {"from": "gpt", "value": "Lima.", "weight": 1.0}],
+               "category": "geografía", "source": "airoboros2.2", "id": None},
+              {"conversations": [{"from": "human", "value": "Di hola.", "weight": None},
+                                 {"from": "gpt", "value": "Hola.", "weight": None}],
+               "category": None, "source": "glaive-code-assist", "id": "x1"}]
+    orpo = [{"prompt": "¿Qué es la fotosíntesis?", "chosen": "Es el proceso por el que las plantas fabrican "
+             "su alimento con la luz.", "rejected": "No lo sé."}]
+    import datasets
+
+    from aura.data import sft
+
+    cache = tmp_path / "hf-cache"  # streamed: no arrow copy of the dataset is written anywhere
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    local = _hub_layout(tmp_path / "Iker" / "OpenHermes-2.5-Spanish", hermes)
+    convs = [record_to_conversation(rec, where) for where, rec in
+             sft._hf_records(Source("hf_hub", str(local)), "train")]
+    assert [c.messages for c in convs] == [
+        [{"role": "system", "content": "Eres un asistente útil."},
+         {"role": "user", "content": "¿Cuál es la capital de Perú?"}, {"role": "assistant", "content": "Lima."}],
+        [{"role": "user", "content": "Di hola."}, {"role": "assistant", "content": "Hola."}]]
+    local = _hub_layout(tmp_path / "SiguienteGlobal" / "orpo-es-v0.0.2", orpo)
+    pairs = [record_to_pair(rec, where) for where, rec in sft._hf_records(Source("hf_hub", str(local)), "train")]
+    assert pairs[0].prompt == [{"role": "user", "content": "¿Qué es la fotosíntesis?"}]
+    assert (pairs[0].chosen["role"], pairs[0].rejected["content"]) == ("assistant", "No lo sé.")
+    # the same folders read as local files give the same records (the offline copy a user may keep)
+    assert [r for _, r in iter_records(str(local))] == orpo
+    assert not list(cache.rglob("*.arrow")), list(cache.rglob("*"))
+    assert {d.kind for d in CATALOGUE.values()} == {"sft", "preference"}

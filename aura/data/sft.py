@@ -238,13 +238,30 @@ def _hf_records(source: Source, split: str) -> Iterator[tuple[str, dict]]:
                 if split not in ds:
                     raise AuraError(RM("hf_split", path=source.path, split=split, have=", ".join(ds)))
                 ds = ds[split]
-        else:  # a hub dataset (needs the network; cached by datasets afterwards)
-            ds = datasets.load_dataset(source.path, split=split)
+        else:  # a hub dataset, streamed: rows arrive as training reads them, nothing is downloaded whole
+            return _streamed(datasets.load_dataset(source.path, split=split, streaming=True), source.path)
     except AuraError:
         raise
     except Exception as e:  # no connection, unknown name, damaged arrow files
         raise AuraError(RM("hf_failed", name=source.path, err=e)) from None
     return _table_records(ds, source.path)
+
+
+def _streamed(ds, name: str) -> Iterator[tuple[str, dict]]:
+    """A streamed dataset's rows; a connection lost halfway is named like one refused at the start."""
+    from aura.text.readers import M as RM
+
+    rows = iter(ds)
+    n = 0
+    while True:
+        try:
+            rec = next(rows)
+        except StopIteration:
+            return
+        except Exception as e:  # noqa: BLE001 - the network, the hub, a damaged parquet file
+            raise AuraError(RM("hf_failed", name=name, err=e)) from None
+        n += 1
+        yield _rec_where(name, n), rec
 
 
 def iter_records(data: str | os.PathLike | None, *, split: str = "train", encoding: str = "utf-8",

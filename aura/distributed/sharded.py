@@ -3,7 +3,8 @@
 ``save_sharded`` writes every rank's shard of the model and optimizer in parallel into one directory;
 ``load_sharded`` reads it back into a model parallelised the same way or differently: DCP stores
 global tensor shapes, so a run saved on 4 ranks resumes on 2 or on 1 (tested on 2 -> 1). On several
-nodes the directory must be on a filesystem all of them see (NFS, a shared volume).
+nodes without a shared disk, ``aura.distributed.ckpt_sync`` gathers the shards on node 0 at save and
+sends each node what it lacks at resume.
 ``full_state_dict`` gathers the whole model on rank 0 for exporting ``final/`` as safetensors.
 """
 
@@ -50,7 +51,7 @@ def save_sharded(path: str | os.PathLike, *, model: torch.nn.Module,
 
     path = Path(path)
     tmp = path.parent / tmp_name(path.name)
-    tmp = Path(dist.broadcast_object(str(tmp)))  # one name for all ranks (rank 0's pid and host)
+    tmp = path.parent / Path(dist.broadcast_object(str(tmp))).name  # one name for all ranks (rank 0's pid, host)
     tmp.mkdir(parents=True, exist_ok=True)
     if optimizer is None:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict

@@ -50,6 +50,24 @@ M = Messages("pipeline.command", {
     "hours_over": ("La etapa {stage} tiene {hours} h asignadas, pero su estimación es {est}.",
                    "Stage {stage} is allotted {hours} h, but its estimate is {est}."),
     "no_cost": ("sin --price-per-hour", "no --price-per-hour"),
+    "data_card": ("{stage}: datos {name} (licencia {licence}; {size}; {source}; leídos en streaming del hub; "
+                  "sin red: {fallback}).",
+                  "{stage}: data {name} (licence {licence}; {size}; {source}; streamed from the hub; offline: "
+                  "{fallback})."),
+    "data_ends": ("{stage}: los datos son {examples:ejemplo|ejemplos} de entrenamiento (tokens: ~{tokens}); "
+                  "{epochs:época|épocas} llenan el {pct} % del presupuesto de {budget} h y la etapa acaba ahí.",
+                  "{stage}: the data is {examples:training example|training examples} (tokens: ~{tokens}); "
+                  "{epochs:epoch|epochs} fill {pct} % of the {budget} h budget and the stage ends there."),
+    "data_fills": ("{stage}: los datos son {examples:ejemplo|ejemplos} de entrenamiento (tokens: ~{tokens}); el "
+                   "presupuesto de {budget} h lee ~{read:ejemplo|ejemplos} (épocas: {epochs}){repeat}.",
+                   "{stage}: the data is {examples:training example|training examples} (tokens: ~{tokens}); the "
+                   "{budget} h budget reads ~{read:example|examples} (epochs: {epochs}){repeat}."),
+    "data_steps": ("{stage}: los datos son {examples:ejemplo|ejemplos} de entrenamiento (tokens: ~{tokens}); los "
+                   "pasos previstos leen ~{read:ejemplo|ejemplos} (épocas: {epochs}).",
+                   "{stage}: the data is {examples:training example|training examples} (tokens: ~{tokens}); the "
+                   "planned steps read ~{read:example|examples} (epochs: {epochs})."),
+    "repeats": (" (los datos se repiten)", " (the data repeats)"),
+    "no_fallback": ("sin alternativa: la etapa falla", "no fallback: the stage fails"),
     "plan_one_node": ("Con {n:nodo|nodos} (NNODES): en varios nodos, exporta en cada uno NNODES, NODE_RANK, "
                       "MASTER_ADDR, MASTER_PORT y GPUS_PER_NODE (los de aura launch) y ejecuta el mismo aura "
                       "pipeline run.",
@@ -186,6 +204,39 @@ def _hours(h: float) -> str:
     return num(h, ".3g")
 
 
+def _data_lines(stage, p) -> list[str]:
+    """A fine-tuning stage's data: the hub dataset's card (licence, size, source, offline fallback) and how
+    much of the stage's budget (or planned steps) the data fills."""
+    from aura.data.hub_datasets import card
+    from aura.pipeline.plan import CHARS_PER_TOKEN, budget_seconds, data_size, hub_data_size
+
+    if stage.key != ("finetune",) or not p.examples or not p.read:
+        return []
+    cfg, lines = stage.cfg, []
+    known = card(cfg.data)
+    if known is not None:
+        fallback = cfg.data_fallback or M("no_fallback")
+        lines.append("    " + M("data_card", stage=stage.name, name=known.name, licence=known.licence,
+                                size=known.size_text, source=known.source, fallback=fallback))
+    size = data_size(cfg.data) or hub_data_size(cfg.data)
+    tok = size[1] * p.examples / max(size[0], 1) / CHARS_PER_TOKEN
+    tokens = f"{num(tok / 1e6, '.3g')} M" if tok >= 1e6 else num(int(tok), ",")
+    epochs = p.read / p.examples
+    budget = budget_seconds(cfg)
+    if budget and p.seconds and p.seconds < budget * 0.999:
+        lines.append("    " + M("data_ends", stage=stage.name, examples=p.examples, tokens=tokens,
+                                epochs=round(epochs), pct=num(100 * p.seconds / budget, ".2g"),
+                                budget=_hours(budget / 3600)))
+    elif budget:
+        lines.append("    " + M("data_fills", stage=stage.name, examples=p.examples, tokens=tokens,
+                                budget=_hours(budget / 3600), read=p.read, epochs=num(epochs, ".2g"),
+                                repeat=M("repeats") if epochs > 1 else ""))
+    else:
+        lines.append("    " + M("data_steps", stage=stage.name, examples=p.examples, tokens=tokens,
+                                read=p.read, epochs=num(epochs, ".2g")))
+    return lines
+
+
 def pipeline_plan(cfg: PipelinePlanConfig) -> int:
     from aura.models.hardware import assumed_hardware, detect
     from aura.pipeline import comm, nodes, spec
@@ -207,6 +258,8 @@ def pipeline_plan(cfg: PipelinePlanConfig) -> int:
                      _duration(p.seconds) if p.seconds else M("no_estimate"),
                      _hours(allotted) if allotted is not None else "–"])
         print(f"  {s.name}: {equivalent_command(s, launched=True)}")
+        for line in _data_lines(s, p):
+            print(line)
         if s.comm is not None:
             print(comm.plan_line(s, info))
     lay = nodes.layout(pipeline)

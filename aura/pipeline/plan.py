@@ -42,6 +42,8 @@ class StagePlan:
     seconds: float | None = None
     params: int | None = None  # the model's parameters (what a later stage fine-tunes)
     seq_len: int | None = None
+    examples: int | None = None  # a fine-tuning stage's training examples (pairs), when its data's size is known
+    read: int | None = None  # the examples its planned steps read (more than ``examples``: it repeats them)
 
 
 def budget_seconds(cfg) -> float | None:
@@ -204,7 +206,7 @@ def plan_finetune(cfg, info, *, earlier: dict[str, StagePlan], refs: list[str], 
     accum = cfg.gradient_accumulation_steps or (defaults["gradient_accumulation_steps"] if not cfg.batch_size else 1)
     n = _params_of_model(str(cfg.base_model or ""), earlier, refs)
     out.params = n
-    size = data_size(cfg.data)
+    size = data_size(cfg.data) or hub_data_size(cfg.data)
     objective = cfg.objective
     per_step = batch * accum * max(devices, 1)  # examples (pairs; GRPO: completions) per step, all processes
     example_tokens = size[1] / max(size[0], 1) / CHARS_PER_TOKEN if size else None  # one example's text
@@ -231,7 +233,19 @@ def plan_finetune(cfg, info, *, earlier: dict[str, StagePlan], refs: list[str], 
         train_examples = max(1, int(size[0] * (1 - (cfg.val_fraction or 0))))
         epochs = cfg.epochs or auto_epochs(train_examples)[0]
         out.steps = epochs * -(-train_examples // per_step)
-    return _finish(out, cfg, info, train_fpt, devices=devices, extra_flops_per_step=sample_flops)
+    out = _finish(out, cfg, info, train_fpt, devices=devices, extra_flops_per_step=sample_flops)
+    if size and out.steps:
+        out.examples = max(1, int(size[0] * (1 - (cfg.val_fraction or 0))))
+        out.read = out.steps * per_step
+    return out
+
+
+def hub_data_size(name) -> tuple[int, int] | None:
+    """(examples, characters) of a hub dataset Aura's catalogue knows (``aura.data.hub_datasets``)."""
+    from aura.data.hub_datasets import card
+
+    known = card(name)
+    return (known.examples, known.examples * known.chars_per_example) if known else None
 
 
 def plan_data(key: tuple[str, ...], cfg) -> StagePlan:

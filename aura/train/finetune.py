@@ -200,7 +200,10 @@ def _conversations(cfg: FinetuneConfig) -> list:
         from aura.data import EMBEDDED_INSTRUCTIONS
 
         console.info(M("demo_data", path=EMBEDDED_INSTRUCTIONS))
-    return load_conversations(cfg.data, empty_responses=cfg.empty_responses, split=cfg.split)
+    from aura.data.hub_datasets import choose_data
+
+    return load_conversations(choose_data(cfg.data, cfg.data_fallback), empty_responses=cfg.empty_responses,
+                              split=cfg.split)
 
 
 def _template(cfg: FinetuneConfig, tok, convs: list) -> str | None:

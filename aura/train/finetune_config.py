@@ -147,6 +147,10 @@ class FinetuneConfig(KTOArgs, SimPOArgs, GRPOArgs, TrainArgs):
                            en="Instruction data: CSV/TSV, JSONL/JSON, Parquet, a save_to_disk directory or a "
                               "hub dataset name (default: the embedded Spanish sample).")
     split: str = arg("train", es="Partición de un dataset de Hugging Face.", en="Split of a Hugging Face dataset.")
+    data_fallback: str | None = arg(None, es="Datos que se usan si --data es un dataset del hub y el hub no se puede "
+                                             "alcanzar (sin red o HF_HUB_OFFLINE=1); se dice en el registro.",
+                                    en="Data used when --data is a hub dataset and the hub cannot be reached (no "
+                                       "network, or HF_HUB_OFFLINE=1); said in the log.")
     method: Literal["lora", "qlora", "full"] = arg(
         "lora", es="lora (adaptador), qlora (base en 4 bits NF4 + adaptador) o full (todos los pesos).",
         en="lora (adapter), qlora (4-bit NF4 base + adapter) or full (all weights).")

@@ -183,7 +183,9 @@ def load(cfg) -> list:
 
     if not cfg.data:
         console.info(M("demo_data", path=DEFAULT_FEEDBACK))
-    return load_unpaired(cfg.data, label_column=cfg.label_column, split=cfg.split)
+    from aura.data.hub_datasets import choose_data
+
+    return load_unpaired(choose_data(cfg.data, cfg.data_fallback), label_column=cfg.label_column, split=cfg.split)
 
 
 def template_conversations(examples: list) -> list:

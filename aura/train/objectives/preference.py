@@ -329,9 +329,12 @@ def load(cfg) -> list:
     """The preference pairs of --data (or the embedded sample, said so)."""
     from aura.data.preference import DEFAULT_PAIRS, load_pairs
 
+    from aura.data.hub_datasets import choose_data
+
     if not cfg.data:
         console.info(M("demo_data", path=DEFAULT_PAIRS))
-    return load_pairs(cfg.data, empty_responses=cfg.empty_responses, split=cfg.split)
+    return load_pairs(choose_data(cfg.data, cfg.data_fallback), empty_responses=cfg.empty_responses,
+                      split=cfg.split)
 
 
 def template_conversations(pairs: list) -> list:

@@ -28,6 +28,7 @@ from aura.core.i18n import Messages
 from aura.core.rundir import STATE_FILE, CheckpointRef, latest_checkpoint, list_checkpoints  # noqa: F401 (re-exported)
 from aura.core.atomic import atomic_write_json, human_bytes, tmp_name
 from aura.core.staging import staged_dir
+from aura.distributed.ckpt_sync import collect_to_main, write_manifest
 from aura.train.run.ckpt_check import check_checkpoint, check_latest, check_state, load_pt
 
 M = Messages("checkpoint", {
@@ -295,6 +296,7 @@ def save_checkpoint(path: Path, *, model, optimizer, engine_state: dict | None, 
                 dist.broadcast_object(str(tmp))
                 _write_parts(tmp, model=model, optimizer=optimizer, dist=dist, io=io, write_model=write_model,
                              path=path)
+                collect_to_main(tmp, dist=dist)  # another node's DCP shards, when it has its own disk
                 for r, state in enumerate(all_rng):
                     (tmp / "rng").mkdir(exist_ok=True)
                     save_pt(state, tmp / "rng" / f"rank-{r}.pt")
@@ -306,11 +308,15 @@ def save_checkpoint(path: Path, *, model, optimizer, engine_state: dict | None, 
                     write_extras(tmp)
                 state = dict(trainer_state, world_size=dist.world_size, versions=library_versions(),
                              saved_at=next_saved_at(path.parent))
+                write_manifest(tmp)  # every part and its size: what a node without it fetches at resume
                 atomic_write_json(tmp / STATE_FILE, state)  # last: marks the content complete
         else:
-            tmp = Path(dist.broadcast_object(None))
+            # rank 0's staging name under this node's own run dir: the same dir on a shared disk, this
+            # node's own folder (another path, another disk) on a LAN without one
+            tmp = path.parent / Path(dist.broadcast_object(None)).name
             _write_parts(tmp, model=model, optimizer=optimizer, dist=dist, io=io, write_model=write_model,
                          path=path)
+            collect_to_main(tmp, dist=dist)
     except (OSError, RuntimeError) as e:
         _raise_write_error(e, path, previous)
     dist.barrier()

@@ -291,6 +291,10 @@ def prepare_run_dir(out: Path, *, dist, resume_from: str | None, overwrite: bool
     """
     out = Path(out)
     agents = _agents(dist)
+    if resume_from or elastic_restart() > 0:  # the checkpoint may be on another node's disk only
+        from aura.distributed.ckpt_sync import share_resume
+
+        share_resume(out, resume_from, dist=dist)
     verdict: dict | None = None
     if dist.is_main:
         try:
@@ -301,7 +305,23 @@ def prepare_run_dir(out: Path, *, dist, resume_from: str | None, overwrite: bool
     verdict = dist.broadcast_object(verdict)
     if "error" in verdict:
         raise AuraError(verdict["error"])
-    return Path(verdict["resume"]) if verdict["resume"] else None
+    if not verdict["resume"]:
+        return None
+    return _local_copy(Path(verdict["resume"]), out, dist=dist)
+
+
+def _local_copy(resume: Path, out: Path, *, dist) -> Path:
+    """This rank's path to rank 0's checkpoint ``resume``, made whole (collective).
+
+    A checkpoint in rank 0's run dir is looked for in this node's own ``out`` (on a LAN without a shared
+    disk each node may name another folder); any other path as it is. What this node lacks is sent over
+    the process group (``aura.distributed.ckpt_sync``); a part no node holds refuses every rank."""
+    from aura.distributed.ckpt_sync import fetch_checkpoint
+
+    rel = dist.broadcast_object(resume.name if resume.parent.resolve() == out.resolve() else None)
+    local = out / rel if rel is not None else resume
+    fetch_checkpoint(local, dist=dist)
+    return local
 
 
 def _prepare_main(out: Path, *, resume_from, overwrite, fork, inputs, agents) -> str | None:
