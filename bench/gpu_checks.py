@@ -227,6 +227,101 @@ def sft_data(ctx: Context) -> Path:
         for i, p in enumerate(_paragraphs(longer_than=80)[:400])))
 
 
+def _qwen2_lora(ctx: Context, *, dtype):
+    """A random Qwen2 of Qwen2.5-1.5B's shape (CPU: tiny) with LoRA r 16 on every projection, as
+    ``aura finetune --method lora`` builds it (frozen base in the compute dtype on the GPU)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from aura.train import adapters
+
+    cfg = Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                      num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=4096,
+                      tie_word_embeddings=True) if not ctx.cpu else \
+        Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    with torch.device(ctx.device):
+        model = Qwen2ForCausalLM(cfg).to(dtype)
+    model.config.use_cache = False
+    model = adapters.setup_model(model, method="lora", lora_r=16, lora_alpha=32, lora_dropout=0.05)
+    return model.train(), cfg
+
+
+def _hf_trainer_steps(ctx: Context, model, *, batch: int, seq: int, vocab: int, warmup: int, steps: int) -> dict:
+    """HF ``Trainer`` + peft on the same random tokens: seconds per step after ``warmup`` steps (timed
+    between two step ends, the device synchronised there only), and its peak memory."""
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    gen = torch.Generator().manual_seed(0)
+    rows = [{"input_ids": ids, "labels": ids.clone()} for ids in
+            torch.randint(vocab, ((warmup + steps) * batch, seq), generator=gen)]
+    marks: dict[int, float] = {}
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step in (warmup, warmup + steps):
+                if ctx.device.type == "cuda":
+                    torch.cuda.synchronize()
+                    if state.global_step == warmup:
+                        torch.cuda.reset_peak_memory_stats()
+                marks[state.global_step] = time.perf_counter()
+
+    args = TrainingArguments(output_dir=str(ctx.dir("hf_trainer")), per_device_train_batch_size=batch,
+                             max_steps=warmup + steps, learning_rate=1e-4, bf16=not ctx.cpu, logging_strategy="no",
+                             save_strategy="no", report_to=[], dataloader_num_workers=0, use_cpu=ctx.cpu,
+                             optim="adamw_torch_fused" if not ctx.cpu else "adamw_torch", seed=0)
+    Trainer(model=model, args=args, train_dataset=rows, callbacks=[Clock()]).train()
+    seconds = (marks[warmup + steps] - marks[warmup]) / steps
+    peak = float(torch.cuda.max_memory_allocated()) if ctx.device.type == "cuda" else None
+    return {"seconds_per_step": seconds, "tokens_per_s": batch * seq / seconds, "peak": peak}
+
+
+@check("lora_sft_peer", "LoRA SFT step, Qwen2.5-1.5B shape x 2048 tokens bf16: Aura vs HF Trainer + peft "
+       "(tokens/s, MFU, memory), and Aura without its autocast-input fix", expect=150, timeout=300)
+def lora_sft_peer(ctx: Context) -> Result:
+    """Issue 46's goal for LoRA SFT on a GPU: >= 1.5x HF Trainer + peft on the same GPU and MFU >= 30 %. Aura's
+    step (``optimizer_step`` with the ``TorchEngine``, as ``aura finetune`` runs it) against ``Trainer``'s on the
+    same model and random tokens; a third run is Aura's step with peft's own input casts
+    (``aura.train.adapters.keep_autocast_inputs`` not applied), which measures that change alone."""
+    import torch
+
+    from aura.models.presets import flops_per_token
+    from aura.train import adapters
+
+    batch, seq = (2, 64) if ctx.cpu else (4, 2048)
+    dtype = torch.float32 if ctx.cpu else torch.bfloat16
+    warmup, steps = (1, 2) if ctx.cpu else (3, 8)
+    figures: dict = {}
+    for name in ("aura_peft_casts", "aura"):
+        model, cfg = _qwen2_lora(ctx, dtype=dtype)
+        if name == "aura" and ctx.precision != "fp32":
+            adapters.keep_autocast_inputs(model)
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        fpt = flops_per_token(cfg, seq, trainable_parameters=trainable)
+        fig = time_steps(ctx, model, engine_for(ctx, model), fpt=fpt, batch=batch, seq=seq, vocab=cfg.vocab_size,
+                         warmup=warmup, steps=steps, profile=name == "aura" and not ctx.cpu)
+        figures[name] = {"tokens_per_s": fig.tokens_per_s, "mfu": fig.mfu, "peak": fig.peak_allocated,
+                         "gpu_idle_share": (fig.profile or {}).get("gpu_idle_share")}
+        del model
+        release()
+    model, cfg = _qwen2_lora(ctx, dtype=dtype)
+    figures["hf_trainer"] = _hf_trainer_steps(ctx, model, batch=batch, seq=seq, vocab=cfg.vocab_size,
+                                              warmup=warmup, steps=steps)
+    del model
+    release()
+    aura, hf = figures["aura"], figures["hf_trainer"]
+    speed = aura["tokens_per_s"] / hf["tokens_per_s"]
+    fix = aura["tokens_per_s"] / figures["aura_peft_casts"]["tokens_per_s"]
+    mem = aura["peak"] / hf["peak"] if aura["peak"] and hf["peak"] else None
+    mfu = aura["mfu"]
+    text = (f"Aura {aura['tokens_per_s']:,.0f} tok/s vs HF Trainer + peft {hf['tokens_per_s']:,.0f} ({speed:.2f}x), "
+            f"MFU {'-' if mfu is None else f'{100 * mfu:.1f} %'}, memory x{'-' if mem is None else f'{mem:.2f}'}; "
+            f"without the autocast-input fix x{1 / fix:.2f} of that")
+    ok = True if ctx.cpu else (speed >= 1.5 and (mfu or 0) >= 0.30)
+    return Result(text, ok, ">= 1.5x HF Trainer + peft, MFU >= 30 %", figures)
+
 @check("pairs_one_row", "Preference pairs in one row (4D mask) vs two rows: log-probs, step time, memory; "
        "aura finetune --objective dpo", expect=90, timeout=180)
 def pairs_one_row(ctx: Context) -> Result:
@@ -465,7 +560,7 @@ def check_dist(ctx: Context) -> Result:
 
 
 def _losses(run: Path) -> dict[int, float]:
-    return {int(r["step"]): float(r["loss"]) for r in log_rows(run)}
+    return {int(r["step"]): float(r["train_loss"]) for r in log_rows(run)}
 
 
 @check("two_ranks_one_gpu", "Two ranks on one GPU over gloo (aura launch --share-gpu): refused without the switch, "
@@ -481,13 +576,21 @@ def two_ranks_one_gpu(ctx: Context) -> Result:
 
     import torch
 
+    import socket
+
+    def port() -> int:  # a free one per launch: the default 29500 may be another job's
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
     figures: dict = {}
     child = dict(timeout=240)
     if not ctx.cpu:  # more ranks than GPUs without the switch: refused before any process group starts
         n = torch.cuda.device_count()
-        refused = ctx.aura_child("launch", "--gpus-per-node", n + 1, "check-dist", **child)
+        refused = ctx.aura_child("launch", "--gpus-per-node", n + 1, "--master-port", port(), "check-dist",
+                                 **child)
         figures["refused_without_switch"] = refused.returncode != 0 and "--share-gpu" in refused.stdout + refused.stderr
-    proc = ctx.aura_child("launch", "--share-gpu", "--gpus-per-node", 2, "check-dist", **child)
+    proc = ctx.aura_child("launch", "--share-gpu", "--gpus-per-node", 2, "--master-port", port(), "check-dist", **child)
     figures["check_dist"] = "Sync=OK" in proc.stdout
     steps, save = (4, 2) if ctx.cpu else (8, 4)
     common = ["pretrain", "--data", ctx.data, "--tokenizer", ctx.tok, "--model-preset", "tiny", "--sample-tokens", 0,
@@ -504,7 +607,7 @@ def two_ranks_one_gpu(ctx: Context) -> Result:
         one, two = ctx.dir(f"one_{name}"), ctx.dir(f"two_{name}")
         assert ctx.aura(*common, *extra, "--batch-size", 8, "--output-dir", one, "--overwrite") == 0, \
             f"one rank, {name}: failed"
-        p = ctx.aura_child("launch", "--share-gpu", "--gpus-per-node", 2, *common, *extra, "--batch-size", 4,
+        p = ctx.aura_child("launch", "--share-gpu", "--gpus-per-node", 2, "--master-port", port(), *common, *extra, "--batch-size", 4,
                            "--strategy", strategy, "--output-dir", two, "--overwrite", **child)
         assert p.returncode == 0, f"two ranks, {name}: {(p.stdout + p.stderr)[-600:]}"
         reference, losses = _losses(one), _losses(two)
@@ -513,7 +616,7 @@ def two_ranks_one_gpu(ctx: Context) -> Result:
             resumed = ctx.dir("two_fsdp_resumed")
             shutil.rmtree(resumed)
             shutil.copytree(two / f"checkpoint-step-{save}", resumed / f"checkpoint-step-{save}")
-            p = ctx.aura_child("launch", "--share-gpu", "--gpus-per-node", 2, *common, *extra, "--batch-size", 4,
+            p = ctx.aura_child("launch", "--share-gpu", "--gpus-per-node", 2, "--master-port", port(), *common, *extra, "--batch-size", 4,
                                "--strategy", "fsdp", "--output-dir", resumed, "--resume-from", "latest", **child)
             assert p.returncode == 0, f"FSDP2 resume: {(p.stdout + p.stderr)[-600:]}"
             after = _losses(resumed)
@@ -691,6 +794,6 @@ def selftest_budget(ctx: Context) -> Result:
 
 # The order of a run: the most telling first, so that a lease that runs out still returns them.
 ORDER = ["environment", "setup", "mfu_eager", "mfu_compile", "pretrain_cli", "mfu_ckpt", "auto_memory",
-         "fp16_lora_resume", "pairs_one_row", "qlora", "liger", "muon_vs_adamw", "chunked_loss", "doctor",
+         "fp16_lora_resume", "lora_sft_peer", "pairs_one_row", "qlora", "liger", "muon_vs_adamw", "chunked_loss", "doctor",
          "check_dist", "two_ranks_one_gpu", "grpo_torch", "gguf", "deepspeed", "grpo_vllm", *SELFTEST]
 CHECKS.sort(key=lambda c: ORDER.index(c.name))

@@ -218,3 +218,40 @@ def test_base_model_that_is_not_a_model_or_unreachable_fails_at_once(tmp_path):
         assert "Retrying" not in r.stderr and "Traceback" not in r.stderr and time.perf_counter() - t0 < 40
     r = run_aura("finetune", "--base-model", run, "--data", csv, "--output-dir", tmp_path / "ft")
     assert f"use {run / 'final'}" in r.stderr  # a run dir: points at its final/
+
+
+@pytest.mark.parametrize("base_dtype", [torch.float32, torch.bfloat16])
+def test_lora_under_autocast_skips_the_fp32_round_trip_of_its_inputs_and_computes_the_same(dirs, base_dtype):
+    """peft casts each adapted projection's input to the adapter's fp32 and bf16 autocast casts it straight
+    back: ``keep_autocast_inputs`` skips that exact round trip. The same loss and gradients to the bit, fewer
+    copies per step; without autocast peft's own cast still runs (a bf16 base answers as before)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Copies(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += func is torch.ops.aten._to_copy.default
+            return func(*args, **(kwargs or {}))
+
+    def step(model) -> tuple[torch.Tensor, list[torch.Tensor], int]:
+        model.zero_grad()
+        with Copies() as copies, torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=IDS, labels=IDS, use_cache=False).loss
+            loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.requires_grad], copies.n
+
+    model = adapters.setup_model(adapters.load_base_model(str(dirs["llama"]), dtype=base_dtype), method="lora",
+                                 lora_r=4, lora_alpha=8, lora_dropout=0.0)
+    _randomise_lora(model)
+    model.train()
+    before = step(model)
+    plain = _logits(model)  # no autocast: peft's cast
+    assert adapters.keep_autocast_inputs(model) == 14  # 2 layers x 7 projections
+    after = step(model)
+    assert torch.equal(before[0], after[0])
+    assert all(torch.equal(a, b) for a, b in zip(before[1], after[1]))
+    assert after[2] < before[2], (before[2], after[2])
+    assert torch.equal(_logits(model), plain)

@@ -264,6 +264,8 @@ def _load_model(cfg: FinetuneConfig, base_name: str, tok, run: Run):
     model = adapters.setup_model(model, method=cfg.method, **cfg.lora_settings(),
                                  target_modules=cfg.target_modules or None,
                                  gradient_checkpointing=bool(cfg.gradient_checkpointing))
+    if cfg.method != "full" and run.precision in ("bf16", "fp16"):
+        adapters.keep_autocast_inputs(model)  # no fp32 round trip of each projection's input (docstring)
     console.info(adapters.trainable_line(model))
     return model, fingerprint, base_config
 
