@@ -127,7 +127,16 @@ def _vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-VLLM_CPU_MEMORY = 0.3  # share of RAM vLLM's CPU build takes for its KV cache under `aura serve --engine vllm`
+VLLM_CPU_MEMORY = 0.3  # at most this share of RAM for the KV cache of vLLM's CPU build (`aura serve --engine vllm`)
+
+
+def vllm_cpu_memory_share() -> float:
+    """The RAM share vLLM's CPU build is given: 30 %, or half of what is free when less is (vLLM refuses to start
+    when the share is more than the memory available)."""
+    import psutil
+
+    mem = psutil.virtual_memory()
+    return max(0.01, min(VLLM_CPU_MEMORY, 0.5 * mem.available / mem.total))
 
 
 def vllm_cpu_build() -> bool:
@@ -265,7 +274,7 @@ def _serve_vllm(cfg: ServeConfig, source, stack: contextlib.ExitStack) -> int:
     argv = vllm_command(base, name=str(base), host=cfg.host, port=cfg.port, dtype=cfg.dtype, adapter=adapter,
                         adapter_name=name)
     if not _gpu():  # vLLM's CPU build reserves this share of RAM for its KV cache (its 0.92 default would fail)
-        argv += ["--gpu-memory-utilization", str(VLLM_CPU_MEMORY)]
+        argv += ["--gpu-memory-utilization", f"{vllm_cpu_memory_share():.2f}"]
     env = dict(os.environ)
     if cfg.token:
         env["VLLM_API_KEY"] = cfg.token  # vLLM checks it on every /v1 request: the same rule, its own check
