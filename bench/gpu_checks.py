@@ -511,7 +511,7 @@ def rollout_engine(ctx: Context) -> Result:
 
     def new():
         with compute_view(model, dtype=dtype), torch.autocast(ctx.device.type, enabled=False):
-            return decode_batch(model, [prompt] * g, params, logps=dtype != torch.float32, **common)
+            return decode_batch(model, [prompt] * g, params, logps=dtype != torch.float32, graphs=True, **common)
 
     figures = {}
     for name, fn in (("previous", old), ("new", new)):

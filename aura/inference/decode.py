@@ -14,8 +14,11 @@ step can be replayed as a CUDA graph and costs the same host work at every step:
   them every ``check_every`` tokens (to stop early, and to look for stop *strings*, which need the text:
   a row that completed one is cut at the token that completed it, exactly as ``sample_batch_reference``
   cuts it, and the tokens it drew past it are dropped);
-* on CUDA the one-token step runs through ``torch.compile(mode="reduce-overhead")`` (a CUDA graph, warmed
-  at the first steps of each shape); if compiling or capturing fails, the step runs eagerly and says so once.
+* on CUDA, asked with ``graphs`` (GRPO's rollouts), the one-token step runs through
+  ``torch.compile(mode="reduce-overhead")`` (a CUDA graph, warmed at the first steps of each shape); the
+  prompt width is rounded up to a multiple of 64 and the cache is kept from one rollout to the next, so a
+  run of rollouts meets few shapes and the graph's addresses stay put; if compiling or capturing fails,
+  the step runs eagerly and says so once.
 
 With ``logps=True`` it also returns, per completion token, the log-probability the sampler gave it
 (``log_softmax(logits / temperature)``, the loss's own definition): GRPO weighs its loss by the truncated
@@ -38,7 +41,9 @@ M = Messages("decode", {
 
 CHECK_EVERY = 8  # tokens between two looks of the host at the device's "finished" flags
 _SAID: set[str] = set()
-_COMPILED: dict[int, object] = {}  # id(forward's owner) -> its compiled forward (one warm-up per shape)
+_COMPILED: dict[int, object] = {}  # id(model) -> its compiled forward (one warm-up per shape)
+_CACHES: dict[tuple, object] = {}  # (id(model), rows, columns) -> its StaticCache, kept for the next rollout
+BUCKET = 64  # with CUDA graphs, the prompt width is rounded up to a multiple of this: few shapes, few captures
 
 
 def _inner(model):
@@ -56,11 +61,20 @@ def _layer_kv(cache, i: int) -> tuple[torch.Tensor, torch.Tensor]:
     return layer.keys, layer.values
 
 
-def _static_cache(model, *, prefill, expand: torch.Tensor, width: int, total: int):
-    """A StaticCache of ``total`` columns per row holding each row's prompt (prefilled rows ``expand``)."""
+def _static_cache(model, *, prefill, expand: torch.Tensor, width: int, total: int, keep: bool):
+    """A StaticCache of ``total`` columns per row holding each row's prompt (prefilled rows ``expand``);
+    with ``keep`` the same one (same tensors, so the same addresses for a CUDA graph) from rollout to rollout."""
     from transformers import StaticCache
 
-    cache = StaticCache(config=_inner(model).config, max_cache_len=total)
+    slot = (id(model), int(expand.numel()), total)
+    cache = _CACHES.get(slot) if keep else None
+    if cache is None:
+        cache = StaticCache(config=_inner(model).config, max_cache_len=total)
+        if keep:
+            _CACHES.clear()  # one rollout shape at a time holds its memory
+            _CACHES[slot] = cache
+    else:
+        cache.reset()
     columns = torch.arange(width, device=expand.device)
     for i in range(len(prefill.layers)):
         k, v = _layer_kv(prefill, i)  # (U, heads, W, head_dim)
@@ -120,14 +134,19 @@ def _cut_strings(seq: list[int], *, start: int, end: int, stop_ids: set[int], to
 @torch.no_grad()
 def decode_batch(model, prompts: list[list[int]], params, *, pad_id: int, device, tokenizer=None,
                  generator: torch.Generator | None = None, keys: list[int] | None = None, logps: bool = False,
-                 check_every: int = CHECK_EVERY, graphs: bool = True):
+                 check_every: int = CHECK_EVERY, graphs: bool = False):
     """The completion ids of every prompt (and, with ``logps``, the sampler's log-prob of each token).
 
-    Same contract as ``aura.inference.sampling.sample_batch``; see the module docstring for how it runs."""
+    Same contract as ``aura.inference.sampling.sample_batch``; see the module docstring for how it runs.
+    ``graphs``: on CUDA, the one-token step as a CUDA graph (worth it for a loop of rollouts, not for one
+    command's few batches: the first capture of each shape costs seconds)."""
     from aura.inference.sampling import next_tokens
 
     device = torch.device(device)
+    graphs = graphs and device.type == "cuda"
     n, width = len(prompts), max(len(p) for p in prompts)
+    if graphs:
+        width = -(-width // BUCKET) * BUCKET
     total = width + params.max_new_tokens
     ids = torch.full((n, width), pad_id, dtype=torch.long)
     attn = torch.zeros((n, total), dtype=torch.long)  # (N, W + max_new): preallocated, written column by column
@@ -148,7 +167,7 @@ def decode_batch(model, prompts: list[list[int]], params, *, pad_id: int, device
     pos_p = (mask_p.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=ids[first], attention_mask=mask_p, position_ids=pos_p, use_cache=True,
                    logits_to_keep=1, **{key: prefill}).logits[:, -1][expand]  # (N, V)
-    cache = _static_cache(model, prefill=prefill, expand=expand, width=width, total=total)
+    cache = _static_cache(model, prefill=prefill, expand=expand, width=width, total=total, keep=graphs)
     del prefill
     step_fn = _Step(model, device, graphs)
 

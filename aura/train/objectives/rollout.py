@@ -134,7 +134,7 @@ class RolloutSource:
         from aura.inference.packed import packed_view
 
         device = self.dist.device
-        common = dict(pad_id=self.tok.pad_token_id, device=device, tokenizer=self.tok, keys=keys)
+        common = dict(pad_id=self.tok.pad_token_id, device=device, tokenizer=self.tok, keys=keys, graphs=True)
         with contextlib.ExitStack() as views:
             merged = merged_view(self.policy, precision=self.precision, device=device)
             if merged is None:
