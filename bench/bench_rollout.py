@@ -7,6 +7,7 @@ tokens each (no stop id: every row runs to the end), keyed draws, temperature 1,
 
 * ``reference, peft wrappers``: the previous engine (``sample_batch_reference``: DynamicCache grown by ``cat``,
   one host sync per token, finished rows compacted) on the peft model, what a CUDA or bf16 run sampled from;
+* ``reference, merged``: the previous engine on the merged weights (``compute_view``, fp32), not packed;
 * ``reference, merged + packed``: the previous engine with today's fp32 CPU views (``merged_view`` +
   ``packed_view``), what a CPU fp32 run sampled from;
 * ``decode, merged + packed``: the new engine (``aura.inference.decode``) with the same views, what
@@ -15,6 +16,9 @@ tokens each (no stop id: every row runs to the end), keyed draws, temperature 1,
   it runs off fp32/CPU;
 * ``transformers generate, merged``: ``generate(do_sample=True)`` on the same policy merged
   (``merge_and_unload`` of a copy), the same rows and length.
+
+Tokens/s are completion tokens per second of this process's CPU time (one thread): the machine these figures
+come from is shared, and wall time there is mostly waiting for a core.
 
 Ops per decode step: aten ops seen by a ``TorchDispatchMode`` over a rollout of ``--new`` tokens minus one of
 ``--new // 2`` tokens, divided by the difference (the prefill cancels out).
@@ -128,39 +132,43 @@ def main() -> None:
         return out[:, width:].tolist()
 
     runs = {"reference, peft wrappers": engine(sample_batch_reference, "peft"),
+            "reference, merged": engine(sample_batch_reference, "compute"),
             "reference, merged + packed": engine(sample_batch_reference, "packed"),
             "decode, merged + packed": engine(decode_batch, "packed"),
             "decode, compute view": engine(decode_batch, "compute"),
             "transformers generate, merged": hf}
     want = runs["reference, merged + packed"]()
     assert runs["decode, merged + packed"]() == want, "the new engine sampled other tokens than the previous one"
-    assert runs["reference, peft wrappers"]() == runs["decode, compute view"]() == want
+    assert runs["reference, peft wrappers"]() == runs["decode, compute view"]() == runs["reference, merged"]() == want
     tokens = len(rows) * a.new
     seconds: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(a.repeats):
         for name, fn in runs.items():
-            t = time.perf_counter()
+            t = time.process_time()  # this process's CPU time: on a loaded machine wall time is mostly waiting
             fn()
-            seconds[name].append(time.perf_counter() - t)
+            seconds[name].append(time.process_time() - t)
     ops = {name: (count_ops(fn) - count_ops(lambda: fn(a.new // 2))) / (a.new - a.new // 2) for name, fn in runs.items()}
     tps = {name: tokens / statistics.median(s) for name, s in seconds.items()}
     print(f"{a.layers}-layer Llama (hidden 128) + LoRA r 16, {a.prompts} prompts x G {a.g} = {len(rows)} rows, "
-          f"{a.new} new tokens; median of {a.repeats} alternations, 1 thread")
+          f"{a.new} new tokens; median CPU seconds of {a.repeats} alternations, 1 thread")
     for name in runs:
-        print(f"  {name:32s} {tps[name]:8.0f} completion tokens/s  {ops[name]:7.0f} aten ops per decode step")
+        print(f"  {name:32s} {tps[name]:8.0f} completion tokens per CPU second  {ops[name]:7.0f} aten ops per decode step")
     new, today, wrappers = tps["decode, merged + packed"], tps["reference, merged + packed"], tps["reference, peft wrappers"]
-    print(f"new engine vs the previous one (same CPU views): x{new / today:.2f} tokens/s, "
+    plain = tps["decode, compute view"]
+    print(f"engine alone (the same merged fp32 weights): x{plain / tps['reference, merged']:.2f} tokens/s, "
+          f"x{ops['decode, compute view'] / ops['reference, merged']:.2f} ops per step")
+    print(f"as GRPO samples on a CPU in fp32 (merged + packed), new vs previous engine: x{new / today:.2f} tokens/s, "
           f"x{ops['decode, merged + packed'] / ops['reference, merged + packed']:.2f} ops per step")
-    print(f"new engine vs the previous one on peft's wrappers: x{new / wrappers:.2f} tokens/s, "
-          f"x{ops['decode, merged + packed'] / ops['reference, peft wrappers']:.2f} ops per step")
-    print(f"new engine vs transformers generate (merged): x{new / tps['transformers generate, merged']:.2f}")
-    figure("rollout.decode_vs_reference.tokens_per_s", ratio(new / today))
-    figure("rollout.decode_vs_peft_wrappers.tokens_per_s", ratio(new / wrappers))
-    figure("rollout.decode_vs_peft_wrappers.ops_per_step",
-           ratio(ops["decode, merged + packed"] / ops["reference, peft wrappers"]))
-    figure("rollout.decode_vs_reference.ops_per_step",
-           ratio(ops["decode, merged + packed"] / ops["reference, merged + packed"]))
-    figure("rollout.decode_vs_hf_generate.tokens_per_s", ratio(new / tps["transformers generate, merged"]))
+    print(f"new engine on the merged copy vs the previous one on peft's wrappers (what bf16 and CUDA sampled): "
+          f"x{plain / wrappers:.2f} tokens/s, x{ops['decode, compute view'] / ops['reference, peft wrappers']:.2f} "
+          f"ops per step")
+    print(f"new engine on the merged copy vs transformers generate (merged): x{plain / tps['transformers generate, merged']:.2f}")
+    figure("rollout.engine_alone.tokens_per_s", ratio(plain / tps["reference, merged"]))
+    figure("rollout.cpu_fp32_path.tokens_per_s", ratio(new / today))
+    figure("rollout.merged_copy_vs_peft_wrappers.tokens_per_s", ratio(plain / wrappers))
+    figure("rollout.merged_copy_vs_peft_wrappers.ops_per_step",
+           ratio(ops["decode, compute view"] / ops["reference, peft wrappers"]))
+    figure("rollout.decode_vs_hf_generate.tokens_per_s", ratio(plain / tps["transformers generate, merged"]))
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
