@@ -147,22 +147,26 @@ def main() -> None:
             t = time.process_time()  # this process's CPU time: on a loaded machine wall time is mostly waiting
             fn()
             seconds[name].append(time.process_time() - t)
-    ops = {name: (count_ops(fn) - count_ops(lambda: fn(a.new // 2))) / (a.new - a.new // 2) for name, fn in runs.items()}
+    ops = {name: (count_ops(fn) - count_ops(lambda: fn(a.new // 2))) / (a.new - a.new // 2)
+           for name, fn in runs.items()}
     tps = {name: tokens / statistics.median(s) for name, s in seconds.items()}
     print(f"{a.layers}-layer Llama (hidden 128) + LoRA r 16, {a.prompts} prompts x G {a.g} = {len(rows)} rows, "
           f"{a.new} new tokens; median CPU seconds of {a.repeats} alternations, 1 thread")
     for name in runs:
-        print(f"  {name:32s} {tps[name]:8.0f} completion tokens per CPU second  {ops[name]:7.0f} aten ops per decode step")
-    new, today, wrappers = tps["decode, merged + packed"], tps["reference, merged + packed"], tps["reference, peft wrappers"]
+        print(f"  {name:32s} {tps[name]:8.0f} completion tokens per CPU second  "
+              f"{ops[name]:7.0f} aten ops per decode step")
+    new, today = tps["decode, merged + packed"], tps["reference, merged + packed"]
+    wrappers = tps["reference, peft wrappers"]
     plain = tps["decode, compute view"]
     print(f"engine alone (the same merged fp32 weights): x{plain / tps['reference, merged']:.2f} tokens/s, "
           f"x{ops['decode, compute view'] / ops['reference, merged']:.2f} ops per step")
-    print(f"as GRPO samples on a CPU in fp32 (merged + packed), new vs previous engine: x{new / today:.2f} tokens/s, "
-          f"x{ops['decode, merged + packed'] / ops['reference, merged + packed']:.2f} ops per step")
+    print(f"as GRPO samples on a CPU in fp32 (merged + packed), new vs previous engine: x{new / today:.2f} "
+          f"tokens/s, x{ops['decode, merged + packed'] / ops['reference, merged + packed']:.2f} ops per step")
     print(f"new engine on the merged copy vs the previous one on peft's wrappers (what bf16 and CUDA sampled): "
           f"x{plain / wrappers:.2f} tokens/s, x{ops['decode, compute view'] / ops['reference, peft wrappers']:.2f} "
           f"ops per step")
-    print(f"new engine on the merged copy vs transformers generate (merged): x{plain / tps['transformers generate, merged']:.2f}")
+    print(f"new engine on the merged copy vs transformers generate (merged): "
+          f"x{plain / tps['transformers generate, merged']:.2f}")
     figure("rollout.engine_alone.tokens_per_s", ratio(plain / tps["reference, merged"]))
     figure("rollout.cpu_fp32_path.tokens_per_s", ratio(new / today))
     figure("rollout.merged_copy_vs_peft_wrappers.tokens_per_s", ratio(plain / wrappers))

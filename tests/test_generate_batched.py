@@ -8,7 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-PROMPTS = ["Hola, ¿qué tal?", "El pingüino 🐧 de Logroño", "Érase una vez", "Dos", "¿Qué hora es en Madrid ahora?"]
+PROMPTS = ["Hola, ¿qué tal?", "El pingüino 🐧 de Logroño", "Érase una vez", "Dos",
+           "¿Qué hora es en Madrid ahora?"]
 
 
 @pytest.mark.parametrize("chat", [True, False], ids=["chat", "text"])

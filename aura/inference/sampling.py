@@ -1,11 +1,11 @@
 """Batched sampling with a KV cache: many prompts, many completions each, in one loop (GRPO rollouts, evals).
 
 ``sample_batch`` runs ``aura.inference.decode.decode_batch`` (fixed batch shape, preallocated KV cache,
-no host sync per token; see that module). ``sample_batch_reference``, the engine before it, left-pads the prompts, runs each distinct prompt once through the model (prefill, only the
-last position's logits; GRPO's G rows of a prompt then share its cache, copied G times), then one token per
-step for every unfinished row, reusing the cache. Positions are
-counted from each row's first real token (``position_ids`` from the attention mask), so a left-padded row
-sees the same positions as it would alone, for learned position embeddings (GPT-2) as for RoPE. Rows stop
+no host sync per token; see that module). ``sample_batch_reference``, the engine before it, left-pads the
+prompts, runs each distinct prompt once through the model (prefill, only the last position's logits; GRPO's
+G rows of a prompt then share its cache, copied G times), then one token per step for every unfinished row,
+reusing the cache. Positions are counted from each row's first real token (``position_ids`` from the
+attention mask), so a left-padded row sees the same positions as it would alone, for learned position embeddings (GPT-2) as for RoPE. Rows stop
 at an end-of-turn id (kept as the completion's last token, as TRL keeps the EOS) or once a stop string
 appears in their text (the completion keeps the token that completes it); finished rows leave the batch
 when a quarter of it is done (``Cache.batch_select_indices``), so long stragglers do not pay for the rest.

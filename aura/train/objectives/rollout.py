@@ -9,9 +9,9 @@ training loop with its checkpoints, signals and resume. The work is organised as
   a prompt's group may be spread over ranks. An epoch goes once over the prompts in an order fixed by
   the seed and the epoch (its last window filled from the start, as ``DistributedSampler`` does).
 * On the first micro-batch of a window, this rank samples its completions in one batch
-  (``aura.inference.decode``, Aura's fixed-shape engine, or vLLM, model in eval mode), scores them with every reward, shares
-  (reward, length) rows with all ranks (one all-reduce) and computes the group-normalised advantages of
-  the whole window (``aura.train.objectives.grpo.group_advantages``); with ``--beta`` > 0 it also computes
+  (``aura.inference.decode``, Aura's fixed-shape engine, or vLLM, model in eval mode), scores them with
+  every reward, shares (reward, length) rows with all ranks (one all-reduce) and computes the
+  group-normalised advantages of the whole window (``aura.train.objectives.grpo.group_advantages``); with ``--beta`` > 0 it also computes
   the reference's log-probabilities (the base with the adapter disabled, or a frozen copy).
 * Every completion has a key, a hash of (seed, epoch, window, its index in the window), and its tokens
   are drawn from that key alone (``aura.inference.sampling``, keyed draws): a resumed run samples the
