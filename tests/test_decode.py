@@ -165,3 +165,30 @@ def test_compute_view_merges_in_the_compute_dtype_and_restores_the_policy(tok):
     after = model.state_dict()
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     assert any(isinstance(m, LoraLayer) for m in model.modules())
+
+
+def test_sample_batch_keeps_one_batch_shape_and_a_preallocated_cache(tok):
+    """Rows that finish early keep their slot: every one-token step sees the same (N, 1) ids, the same
+    (N, W + max_new) mask and the same StaticCache (the previous engine grew the mask and the cache by
+    concatenation and dropped finished rows)."""
+    from transformers import StaticCache
+
+    from aura.inference.sampling import SamplingParams, sample_batch
+
+    model = _model("llama", len(tok), pad=tok.pad_token_id, eos=tok.eos_token_id)
+    prompts = [p for p in _prompts(tok)[:3] for _ in range(4)]
+    keys = list(range(len(prompts)))
+    free = SamplingParams(max_new_tokens=16, temperature=1.0)
+    first = [c[2] for c in sample_batch(model, prompts, free, pad_id=tok.pad_token_id, device=CPU, keys=keys)]
+    params = SamplingParams(max_new_tokens=16, temperature=1.0, stop_ids=(max(set(first), key=first.count),))
+    seen = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, args, kwargs: seen.append((tuple(kwargs["input_ids"].shape), tuple(kwargs["attention_mask"].shape),
+                                              kwargs.get("cache", kwargs.get("past_key_values")))), with_kwargs=True)
+    out = sample_batch(model, prompts, params, pad_id=tok.pad_token_id, device=CPU, keys=keys)
+    hook.remove()
+    assert min(map(len, out)) == 3 and max(map(len, out)) > 3  # some rows stopped at step 3, others went on
+    steps = seen[1:]  # after the prefill
+    assert len({(ids, mask) for ids, mask, _ in steps}) == 1
+    assert steps[0][0] == (len(prompts), 1) and steps[0][1][1] == max(map(len, prompts)) + 16
+    assert len({id(c) for _, _, c in steps}) == 1 and isinstance(steps[0][2], StaticCache)
