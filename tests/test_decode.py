@@ -27,7 +27,7 @@ def _model(arch: str, vocab: int, *, pad: int, eos: int, layers: int = 2):
         kw = dict(hidden_size=64, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                   intermediate_size=128, max_position_embeddings=128, **common)
         if arch == "gemma2":  # a window shorter than prompt + completion: the static cache's sliding layers work
-            kw.update(head_dim=16, query_pre_attn_scalar=16, sliding_window=12)
+            kw.update(head_dim=16, query_pre_attn_scalar=16, sliding_window=8)
         cfg = getattr(transformers, f"{names[arch]}Config")(**kw)
         cls = getattr(transformers, f"{names[arch]}ForCausalLM")
     torch.manual_seed(0)
@@ -72,13 +72,16 @@ def test_greedy_tokens_equal_transformers_generate_with_ragged_prompts(tok, arch
     if lora:
         model = _lora(model)
     prompts = _prompts(tok)
-    params = SamplingParams(max_new_tokens=14, temperature=0)
+    params = SamplingParams(max_new_tokens=12, temperature=0)
     got = decode_batch(model, prompts, params, pad_id=tok.pad_token_id, device=CPU, check_every=4)
+    refs: dict[tuple[int, ...], list[int]] = {}
     for p, g in zip(prompts, got):  # each prompt alone, no padding: transformers' own loop and cache
-        ref = model.generate(input_ids=torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                             max_new_tokens=14, do_sample=False, pad_token_id=tok.pad_token_id,
-                             eos_token_id=None)[0, len(p):].tolist()
-        assert g == ref
+        if tuple(p) not in refs:
+            ids = torch.tensor([p])
+            refs[tuple(p)] = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
+                                            do_sample=False, pad_token_id=tok.pad_token_id,
+                                            eos_token_id=None)[0, len(p):].tolist()
+        assert g == refs[tuple(p)]
     assert len({tuple(g) for g in got}) > 1  # not a degenerate model that says the same thing to everyone
 
 
@@ -88,7 +91,7 @@ def test_keyed_samples_and_stops_equal_the_previous_engine(tok, arch):
     from aura.inference.sampling import SamplingParams, sample_batch_reference
 
     model = _model(arch, len(tok), pad=tok.pad_token_id, eos=tok.eos_token_id)
-    prompts = [p for p in _prompts(tok)[:3] for _ in range(3)]  # G = 3 rows per prompt, prefilled once
+    prompts = [p for p in _prompts(tok)[:3] for _ in range(2)]  # G = 2 rows per prompt, prefilled once
     keys = [1000 + 17 * i for i in range(len(prompts))]
     free = SamplingParams(max_new_tokens=20, temperature=1.0, top_k=40, top_p=0.9)
     drawn = sample_batch_reference(model, prompts, free, pad_id=tok.pad_token_id, device=CPU, keys=keys)
@@ -100,14 +103,16 @@ def test_keyed_samples_and_stops_equal_the_previous_engine(tok, arch):
     frequent = sorted(counts, key=counts.get, reverse=True)
     text = tok.decode([frequent[1]]).strip() or "a"
     cases = [free, SamplingParams(max_new_tokens=20, temperature=0.8, stop_ids=(frequent[0], tok.eos_token_id)),
-             SamplingParams(max_new_tokens=24, temperature=1.0, stop_strings=(text[-1], "la"))]
+             SamplingParams(max_new_tokens=16, temperature=1.0, stop_strings=(text[-1], "la"))]
+    refs = []
     for params in cases:
-        ref = sample_batch_reference(model, prompts, params, pad_id=tok.pad_token_id, device=CPU, tokenizer=tok,
-                                     keys=keys)
-        for every in (1, 5, 8):
+        ref = drawn if params is free else sample_batch_reference(model, prompts, params, pad_id=tok.pad_token_id,
+                                                                  device=CPU, tokenizer=tok, keys=keys)
+        for every in ((1, 5) if params.stop_ids or params.stop_strings else (8,)):
             got = decode_batch(model, prompts, params, pad_id=tok.pad_token_id, device=CPU, tokenizer=tok,
                                keys=keys, check_every=every)
             assert got == ref, (params, every)
+        refs.append(ref)
         if params.stop_ids or params.stop_strings:  # rows ended at different steps; the others went on
             assert len({len(c) for c in ref}) > 1
         if params.stop_ids:
@@ -117,7 +122,7 @@ def test_keyed_samples_and_stops_equal_the_previous_engine(tok, arch):
                 assert not any(s in tok.decode(c[:-1]) for s in params.stop_strings)
     # a row alone gives what it gave in the batch
     alone = decode_batch(model, prompts[4:5], cases[1], pad_id=tok.pad_token_id, device=CPU, keys=keys[4:5])
-    assert alone[0] == decode_batch(model, prompts, cases[1], pad_id=tok.pad_token_id, device=CPU, keys=keys)[4]
+    assert alone[0] == refs[1][4]
 
 
 def test_sampler_logps_are_the_models_own(tok):
