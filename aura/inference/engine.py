@@ -157,6 +157,50 @@ class HFEngine:
                 text = text.split(s)[0]
         out.append(Result(text=text, tokens=int(new.numel())))
 
+    def batch(self, prompts: list[str], *, chats: list[list[dict]] | None, sampling: Sampling,
+              batch_size: int = 16) -> Iterator[tuple[list[int], list[Result], float]]:
+        """Yield (indices, their Results, the batch's seconds) for batches of ``prompts`` run together through
+        Aura's engine (``aura.inference.decode``), prompts of close lengths together. Greedy: each answer is
+        the one the prompt gets alone (up to float rounding). Sampled: each prompt draws from its own key
+        (``sampling.seed`` and its index), so its answer does not depend on the batch it ran in (another
+        stream than ``stream``'s). No repetition penalty (``stream`` applies it)."""
+        import hashlib
+        import time
+
+        from aura.inference.sampling import SamplingParams, sample_batch
+        from aura.models.presets import context_length
+
+        stops = tuple(PLAIN_STOPS) if chats is not None and not self.has_template else ()
+        fitted = []
+        for i, prompt in enumerate(prompts):
+            ids, max_new, _ = fit_context(lambda m, p=prompt: self._encode(p, m), None if chats is None else chats[i],
+                                          sampling.max_new_tokens, context_length(self.model.config),
+                                          said=self.said, asked=sampling.asked)
+            fitted.append((ids[0].tolist(), max(1, max_new)))
+        keys = [int.from_bytes(hashlib.sha256(f"aura-generate:{sampling.seed}:{i}".encode()).digest()[:8], "little")
+                & ((1 << 63) - 1) for i in range(len(prompts))]
+        order = sorted(range(len(prompts)), key=lambda i: (fitted[i][1], len(fitted[i][0])))
+        device = next(self.model.parameters()).device
+        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
+        start = 0
+        while start < len(order):
+            room = fitted[order[start]][1]
+            chunk = [i for i in order[start:start + batch_size] if fitted[i][1] == room]
+            start += len(chunk)
+            params = SamplingParams(max_new_tokens=room, temperature=sampling.temperature, top_k=sampling.top_k,
+                                    top_p=sampling.top_p, stop_ids=tuple(self.stop_ids), stop_strings=stops)
+            t0 = time.perf_counter()
+            new = sample_batch(self.model, [fitted[i][0] for i in chunk], params, pad_id=pad, device=device,
+                               tokenizer=self.tok, keys=[keys[i] for i in chunk])
+            seconds = time.perf_counter() - t0
+            results = []
+            for ids in new:
+                text = self.tok.decode(ids, skip_special_tokens=True)
+                for s in stops:
+                    text = text.split(s)[0]
+                results.append(Result(text=text, tokens=len(ids)))
+            yield chunk, results, seconds
+
     def _encode(self, prompt: str | None, messages: list[dict] | None):
         """(1, T) token ids of a prompt, or of a chat in the model's template (plain format without one)."""
         if messages is not None and self.has_template:

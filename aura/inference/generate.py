@@ -1,8 +1,11 @@
 """``aura generate``: text from a model (HF dir, checkpoint, base + adapter, or GGUF via llama.cpp).
 
 One prompt (``--prompt``) streams to the terminal; a prompts file (``--prompts-file``, one prompt per
-line, or JSONL with a "prompt" field) runs as a batch into ``--output`` JSONL: one object per prompt
-with prompt, output, tokens, seconds, tokens_per_s and model. ``--chat`` wraps each prompt in the
+line, or JSONL with a "prompt" field) runs into ``--output`` JSONL: one object per prompt
+with prompt, output, tokens, seconds, tokens_per_s and model. With a transformers model and no
+``--repetition-penalty`` its prompts run in batches through Aura's engine (``HFEngine.batch``: greedy, the
+answers each prompt gets alone; sampled, each prompt drawn from a key of ``--seed`` and its place in the
+file); a GGUF model, or a repetition penalty, answers them one after another. ``--chat`` wraps each prompt in the
 model's chat template (a plain "Usuario:/Asistente:" format when it has none).
 """
 
@@ -172,6 +175,23 @@ def is_generations_file(path: Path, *, max_bytes: int = 256 << 20) -> bool:
         return False
 
 
+def run_batched(engine, prompts: list[str], *, cfg: GenerateConfig, sampling) -> list[dict]:
+    """The rows of a prompts file answered in batches (``HFEngine.batch``), in the file's order. A row's
+    ``seconds`` is its batch's, and ``tokens_per_s`` the batch's tokens over them."""
+    chats = None
+    if cfg.chat:
+        chats = [([{"role": "system", "content": cfg.system}] if cfg.system else []) + [{"role": "user", "content": p}]
+                 for p in prompts]
+    rows: dict[int, dict] = {}
+    for chunk, results, seconds in engine.batch(prompts, chats=chats, sampling=sampling):
+        tps = sum(r.tokens for r in results) / seconds if seconds > 0 else 0.0
+        for i, res in zip(chunk, results):
+            rows[i] = {"prompt": prompts[i], "output": res.text, "tokens": res.tokens, "seconds": round(seconds, 4),
+                       "tokens_per_s": round(tps, 2), "model": engine.name}
+            console.info(M("progress", i=len(rows), n=len(prompts), tokens=res.tokens, seconds=seconds, tps=tps))
+    return [rows[i] for i in range(len(prompts))]
+
+
 def generate(cfg: GenerateConfig) -> int:
     from aura.inference.engine import open_engine
     from aura.core.atomic import atomic_write_text, check_writable
@@ -194,8 +214,9 @@ def generate(cfg: GenerateConfig) -> int:
         console.warn(M("no_template"))
     sampling = sampling_of(cfg)
     single = not cfg.prompts_file
-    rows = []
-    for i, prompt in enumerate(prompts, 1):
+    batched = not single and getattr(engine, "batch", None) is not None and cfg.repetition_penalty == 1
+    rows = run_batched(engine, prompts, cfg=cfg, sampling=sampling) if batched else []
+    for i, prompt in enumerate([] if batched else prompts, 1):
         if single:
             print(prompt if not cfg.chat else "", end="", flush=True)
         row = run_one(engine, prompt, chat=cfg.chat, system=cfg.system, sampling=sampling, echo=single)

@@ -1,10 +1,11 @@
 """Batched sampling with a KV cache: many prompts, many completions each, in one loop (GRPO rollouts, evals).
 
-``sample_batch`` left-pads the prompts, runs each distinct prompt once through the model (prefill, only the
-last position's logits; GRPO's G rows of a prompt then share its cache, copied G times), then one token per
-step for every unfinished row, reusing the cache. Positions are
-counted from each row's first real token (``position_ids`` from the attention mask), so a left-padded row
-sees the same positions as it would alone, for learned position embeddings (GPT-2) as for RoPE. Rows stop
+``sample_batch`` runs ``aura.inference.decode.decode_batch`` (fixed batch shape, preallocated KV cache,
+no host sync per token; see that module). ``sample_batch_reference``, the engine before it, left-pads the
+prompts, runs each distinct prompt once through the model (prefill, only the last position's logits; GRPO's
+G rows of a prompt then share its cache, copied G times), then one token per step for every unfinished row,
+reusing the cache. Positions are counted from each row's first real token (``position_ids`` from the
+attention mask), so a left-padded row sees the same positions as it would alone, for learned position embeddings (GPT-2) as for RoPE. Rows stop
 at an end-of-turn id (kept as the completion's last token, as TRL keeps the EOS) or once a stop string
 appears in their text (the completion keeps the token that completes it); finished rows leave the batch
 when a quarter of it is done (``Cache.batch_select_indices``), so long stragglers do not pay for the rest.
@@ -113,11 +114,30 @@ def new_cache(model):
     return DynamicCache(config=inner.config), key
 
 
-@torch.no_grad()
 def sample_batch(model, prompts: list[list[int]], params: SamplingParams, *, pad_id: int, device,
                  tokenizer=None, generator: torch.Generator | None = None,
                  keys: list[int] | None = None) -> list[list[int]]:
-    """The completion token ids of every prompt (``model`` in eval mode, no gradients).
+    """The completion token ids of every prompt (``model`` in eval mode, no gradients), through the
+    fixed-shape engine ``aura.inference.decode.decode_batch``.
+
+    ``prompts`` may repeat (GRPO's G completions of a prompt are G rows). A completion ends with its stop
+    id, or with the token that completes a stop string, or after ``max_new_tokens`` (truncated).
+    ``keys``: one int64 per prompt row for keyed draws (see the module docstring): the same completions as
+    ``sample_batch_reference`` for the same keys. Without keys, draws from ``generator`` are taken for every
+    row at every step (finished rows keep their slot), so they follow another stream than the reference's.
+    """
+    from aura.inference.decode import decode_batch
+
+    return decode_batch(model, prompts, params, pad_id=pad_id, device=device, tokenizer=tokenizer,
+                        generator=generator, keys=keys)
+
+
+@torch.no_grad()
+def sample_batch_reference(model, prompts: list[list[int]], params: SamplingParams, *, pad_id: int, device,
+                           tokenizer=None, generator: torch.Generator | None = None,
+                           keys: list[int] | None = None) -> list[list[int]]:
+    """The previous engine (a growing DynamicCache, finished rows compacted, one host sync per token), kept
+    as the reference of ``sample_batch``'s tests and benchmark.
 
     ``prompts`` may repeat (GRPO's G completions of a prompt are G rows). A completion ends with its stop
     id, or with the token that completes a stop string, or after ``max_new_tokens`` (truncated).

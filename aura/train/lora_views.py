@@ -19,6 +19,14 @@ take the wrappers out for the length of a ``with`` block and put them back exact
   unmerged path keeps), a plain LoRA (no DoRA or other variant, no LoRA bias), and on the CPU (it holds a
   second copy of the adapted weights while it is open, which the CPU's memory affords and a GPU's may not).
 
+``compute_view`` is the merge for the other precisions and devices (bf16/fp16 training, CUDA): every LoRA layer
+replaced by its base layer holding ``W + scaling B A`` summed in fp32 and rounded once to the compute dtype,
+and every other floating weight of the model cast to that dtype (new tensors again, the originals restored
+on exit), so that the decode step runs plain layers without autocast. Built at each rollout from the current
+adapter (so refreshed after every optimizer step). Its rounding is the compute dtype's, not fp32's: the
+sampler keeps its own log-probs and GRPO's truncated importance-sampling correction accounts for the
+difference, as for vLLM.
+
 ``merged_weights`` gives the same merged tensors by name, for an inference engine that holds its own copy
 (vLLM), again without writing into the model.
 
@@ -143,6 +151,46 @@ def merged_view(model, *, precision: str, device: torch.device) -> contextlib.Ab
             bases.append(base)
             weights.append(merged)
     return _stack(_with_weights(bases, weights), _swap(layers, bases))
+
+
+def compute_view(model, *, dtype: torch.dtype) -> contextlib.AbstractContextManager | None:
+    """The policy as plain layers in ``dtype``, each adapter merged (see the module docstring), or None."""
+    layers = _lora_layers(model)
+    if layers is None:
+        return None
+    bases, weights = [], []
+    with torch.no_grad():
+        for _, _, lora in layers:
+            base, adapters = lora.get_base_layer(), _plain(lora)
+            if adapters is None or getattr(base, "weight", None) is None or not base.weight.is_floating_point():
+                return None
+            merged = base.weight.detach().float().clone()
+            for a in adapters:
+                merged += lora.get_delta_weight(a).float()
+            bases.append(base)
+            weights.append(merged.to(dtype))
+    return _stack(_with_weights(bases, weights), _swap(layers, bases), _cast(model, dtype))
+
+
+@contextlib.contextmanager
+def _cast(model, dtype: torch.dtype) -> Iterator[None]:
+    """Every floating parameter of ``model`` not yet in ``dtype`` replaced by a cast copy (a tensor shared by
+    two modules, as tied embeddings, stays shared); the originals put back on exit."""
+    saved, copies = [], {}
+    try:
+        with torch.no_grad():
+            for module in model.modules():
+                for name, param in list(module._parameters.items()):
+                    if param is None or not param.is_floating_point() or param.dtype == dtype:
+                        continue
+                    if id(param) not in copies:
+                        copies[id(param)] = torch.nn.Parameter(param.detach().to(dtype), requires_grad=False)
+                    saved.append((module, name, param))
+                    module._parameters[name] = copies[id(param)]
+        yield
+    finally:
+        for module, name, param in reversed(saved):
+            module._parameters[name] = param
 
 
 @contextlib.contextmanager

@@ -9,9 +9,9 @@ training loop with its checkpoints, signals and resume. The work is organised as
   a prompt's group may be spread over ranks. An epoch goes once over the prompts in an order fixed by
   the seed and the epoch (its last window filled from the start, as ``DistributedSampler`` does).
 * On the first micro-batch of a window, this rank samples its completions in one batch
-  (``aura.inference.sampling`` or vLLM, model in eval mode), scores them with every reward, shares
-  (reward, length) rows with all ranks (one all-reduce) and computes the group-normalised advantages of
-  the whole window (``aura.train.objectives.grpo.group_advantages``); with ``--beta`` > 0 it also computes
+  (``aura.inference.decode``, Aura's fixed-shape engine, or vLLM, model in eval mode), scores them with
+  every reward, shares (reward, length) rows with all ranks (one all-reduce) and computes the
+  group-normalised advantages of the whole window (``aura.train.objectives.grpo.group_advantages``); with ``--beta`` > 0 it also computes
   the reference's log-probabilities (the base with the adapter disabled, or a frozen copy).
 * Every completion has a key, a hash of (seed, epoch, window, its index in the window), and its tokens
   are drawn from that key alone (``aura.inference.sampling``, keyed draws): a resumed run samples the
@@ -32,7 +32,7 @@ import torch
 
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.train.lora_views import base_view, merged_view
+from aura.train.lora_views import base_view, compute_view, merged_view
 from aura.train.objectives.grpo import completion_logps, group_advantages
 
 M = Messages("rollout", {
@@ -41,6 +41,9 @@ M = Messages("rollout", {
                         "The checkpoint was made with other GRPO data ({field}: {saved}; now: {now}). Resume with "
                         "the same --data, --num-generations and --seed."),
 })
+
+
+COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def row_key(seed: int, epoch: int, window: int, row: int) -> int:
@@ -120,23 +123,34 @@ class RolloutSource:
         r = self.dist.rank
         return rows[r * self.per_rank:(r + 1) * self.per_rank]
 
-    def _sample(self, prompt_ids: list[list[int]], keys: list[int]) -> list[list[int]]:
-        """Aura's sampler on the policy; in fp32 on the CPU a LoRA policy samples from its merged weights
-        (``aura.train.lora_views.merged_view``) and every linear layer holds its weight packed for oneDNN
-        (``aura.inference.packed``): the same tokens up to float rounding, sooner."""
+    def _sample(self, prompt_ids: list[list[int]], keys: list[int]):
+        """Aura's engine (``aura.inference.decode``) on the policy. In fp32 on the CPU a LoRA policy samples
+        from its merged weights (``aura.train.lora_views.merged_view``) with every linear layer packed for
+        oneDNN (``aura.inference.packed``): the same tokens up to fp32 rounding, sooner. Elsewhere (bf16/fp16,
+        CUDA) it samples from a merged copy in the compute dtype, without peft's wrappers or autocast
+        (``compute_view``), and returns the sampler's log-probs with the completions when that copy is not
+        fp32, for the loss's truncated importance-sampling correction."""
+        from aura.inference.decode import decode_batch
         from aura.inference.packed import packed_view
-        from aura.inference.sampling import sample_batch
 
         device = self.dist.device
+        common = dict(pad_id=self.tok.pad_token_id, device=device, tokenizer=self.tok, keys=keys, graphs=True)
         with contextlib.ExitStack() as views:
             merged = merged_view(self.policy, precision=self.precision, device=device)
-            if merged is not None:
+            if merged is None:
+                dtype = COMPUTE_DTYPES.get(self.precision, torch.float32)
+                view = compute_view(self.policy, dtype=dtype)
+                if view is not None:
+                    views.enter_context(view)
+                    views.enter_context(torch.autocast(device_type=device.type, enabled=False))
+                    return decode_batch(self.policy, prompt_ids, self.sampling, logps=dtype != torch.float32,
+                                        **common)
+            else:
                 views.enter_context(merged)
             packed = packed_view(self.policy, precision=self.precision, device=device)
             if packed is not None:
                 views.enter_context(packed)
-            return sample_batch(self.policy, prompt_ids, self.sampling, pad_id=self.tok.pad_token_id,
-                                device=device, tokenizer=self.tok, keys=keys)
+            return decode_batch(self.policy, prompt_ids, self.sampling, **common)
 
     @torch.no_grad()
     def window(self, epoch: int, window: int) -> list[dict]:
