@@ -119,13 +119,13 @@ def _cut_strings(seq: list[int], *, start: int, end: int, stop_ids: set[int], to
                  stops: tuple[str, ...], window: int) -> int | None:
     """The length of ``seq`` kept when a stop string completes at a token of ``seq[start:end]`` (None if none),
     each token checked as ``sample_batch_reference`` checks it (the last ``window`` tokens decoded)."""
-    from aura.inference.sampling import _stop_cut
+    from aura.inference.draws import stop_cut
 
     for j in range(start, end):
         if seq[j] in stop_ids:
             return None
         tail = seq[max(0, j + 1 - window):j + 1]
-        cut = _stop_cut(tail, tokenizer, stops)
+        cut = stop_cut(tail, tokenizer, stops)
         if cut is not None:
             return j + 1 - len(tail) + cut
     return None
@@ -140,7 +140,7 @@ def decode_batch(model, prompts: list[list[int]], params, *, pad_id: int, device
     Same contract as ``aura.inference.sampling.sample_batch``; see the module docstring for how it runs.
     ``graphs``: on CUDA, the one-token step as a CUDA graph (worth it for a loop of rollouts, not for one
     command's few batches: the first capture of each shape costs seconds)."""
-    from aura.inference.sampling import next_tokens
+    from aura.inference.draws import next_tokens
 
     device = torch.device(device)
     graphs = graphs and device.type == "cuda"
