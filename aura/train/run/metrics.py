@@ -378,6 +378,7 @@ class TrainMetrics:
         self.run_dir, self.dist, self.status = Path(run_dir), dist, status
         self.report_to, self.tracker_info = tuple(report_to), tracker_info  # --report-to; trackers.RunInfo
         self.trackers = None  # from open(), rank 0
+        self._ids_recorded = False  # run.json names the trackers' runs (once started: a kill -9 keeps them)
         self.extra_columns = tuple(extra_columns)
         self.flops_per_token, self.peak_flops, self.peak_name = flops_per_token, peak_flops, peak_name
         self.device_name, self.time_budget_h = device_name, time_budget_h
@@ -474,6 +475,10 @@ class TrainMetrics:
                                             .to(self.dist.comm_device), "sum")
                 extras = unit_means(dict(zip(names, sums.tolist())), self._interval_n)
             self.history.append((state.step, loss))
+            if self.trackers is not None and not self._ids_recorded and self.trackers.started.is_set():
+                self._ids_recorded = True  # before any checkpoint: a run killed then still links its tracker runs
+                if self.status is not None:
+                    self.status.update(**self._tracker_record())
             self.logger.step(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, loss=loss, lr=lr,
                              grad_norm=grad_norm if math.isfinite(grad_norm) else None, tokens_per_s=tps, mfu=mfu,
                              seconds=self.meter.step_seconds or 0.0, eta_s=eta, elapsed_s=self.meter.elapsed,

@@ -297,6 +297,7 @@ class Trackers:
         self._previous = previous
         self.last_step: dict[str, int] = dict(self._skip)
         self._warned_full = False
+        self.started = threading.Event()  # every tracker started (or failed): their run ids are known
         self._q: queue.Queue = queue.Queue(maxsize=QUEUE_ROWS)
         self._thread = None
         if self.sinks:
@@ -347,6 +348,7 @@ class Trackers:
                 live.append(sink)
             except BaseException as e:  # noqa: BLE001 - a tracker never stops training
                 self._fail(sink, e)
+        self.started.set()
         while True:
             op, payload = self._q.get()
             if op == "finish":
