@@ -358,7 +358,7 @@ def test_a_pair_in_one_row_gives_the_log_probs_of_its_two_rows(env, arch, attn):
 def test_report_card_headline_is_the_validation_reward_accuracy_and_margin(env, tmp_path):
     """Issue 51: a DPO stage's line in the report card is its validation reward accuracy and margin (its loss
     reaches 0 when it overfits), the very values the run logged to TensorBoard (read back), now also in the CSV's
-    eval rows; its loss stays in the curve."""
+    eval and epoch rows; its loss stays in the curve."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from aura.core.i18n import set_lang
@@ -373,8 +373,8 @@ def test_report_card_headline_is_the_validation_reward_accuracy_and_margin(env, 
     tb = {name: acc.Scalars(f"Val/{name}")[-1] for name in ("rewards/accuracy", "rewards/margin")}
     assert all(e.step == 4 for e in tb.values())
     with open(run / "training_log.csv", newline="") as f:
-        evals = [r for r in csv.DictReader(f) if r["kind"] == "eval"]
-    assert [int(r["step"]) for r in evals] == [2, 4]
+        evals = [r for r in csv.DictReader(f) if r["kind"] in ("eval", "epoch") and r["val_loss"]]
+    assert [(r["kind"], int(r["step"])) for r in evals] == [("eval", 2), ("epoch", 4)]  # 4 steps: one epoch
     t = training_summary(run)
     heads = {h["metric"]: h for h in t["headline"]}
     assert set(heads) == {"rewards/accuracy", "rewards/margin"} and all(h["val"] for h in heads.values())
