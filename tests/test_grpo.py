@@ -358,9 +358,6 @@ def test_a_stage_without_reward_signal_says_the_model_did_not_change_and_spanish
     headline is the mean reward and its change, not the loss."""
     from safetensors.torch import load_file
 
-    from aura.pipeline.report import stage_notes, training_summary
-    from aura.pipeline.report_render import headline_text
-
     dead, live = tmp_path / "dead", tmp_path / "live"
     common = ["--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 2, "--val-fraction", 0]
     out = finetune(*common, "--reward", "format", "--output-dir", dead)
@@ -370,6 +367,9 @@ def test_a_stage_without_reward_signal_says_the_model_did_not_change_and_spanish
     assert [float(r["groups_with_signal"]) for r in step_rows(dead).values()] == [0.0, 0.0]
     weights = load_file(dead / "final" / "adapter_model.safetensors")
     assert all(not t.any() for k, t in weights.items() if "lora_B" in k)  # the adapted model is the base
+    from aura.pipeline.report import stage_notes, training_summary
+    from aura.pipeline.report_render import headline_text
+
     assert stage_notes(dead) == {"groups": 4, "groups_with_signal": 0}
 
     out = finetune(*common, "--reward", "spanish", "--output-dir", live)

@@ -361,10 +361,6 @@ def test_report_card_headline_is_the_validation_reward_accuracy_and_margin(env, 
     eval and epoch rows; its loss stays in the curve."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from aura.core.i18n import set_lang
-    from aura.pipeline.report import training_summary
-    from aura.pipeline.report_render import headline_text
-
     run = tmp_path / "dpo"
     finetune("--base-model", env["llama"], "--data", env["data"], "--objective", "dpo", *FAST, "--max-steps", "4",
              "--val-fraction", "0.34", "--eval-interval", "2", "--output-dir", run)
@@ -375,6 +371,10 @@ def test_report_card_headline_is_the_validation_reward_accuracy_and_margin(env, 
     with open(run / "training_log.csv", newline="") as f:
         evals = [r for r in csv.DictReader(f) if r["kind"] in ("eval", "epoch") and r["val_loss"]]
     assert [(r["kind"], int(r["step"])) for r in evals] == [("eval", 2), ("epoch", 4)]  # 4 steps: one epoch
+    from aura.core.i18n import set_lang
+    from aura.pipeline.report import training_summary
+    from aura.pipeline.report_render import headline_text
+
     t = training_summary(run)
     heads = {h["metric"]: h for h in t["headline"]}
     assert set(heads) == {"rewards/accuracy", "rewards/margin"} and all(h["val"] for h in heads.values())
