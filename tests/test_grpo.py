@@ -355,3 +355,47 @@ def test_grpo_on_one_process_says_no_strategy_it_was_not_given_and_spanish_weigh
     assert "Recompensas: exact-answer x 1, format x 0,2." in out, out
     assert "Estrategia de paralelismo: ninguna (un solo proceso)" in out, out
     assert "--strategy ddp" not in out, out
+
+
+def test_a_stage_without_reward_signal_says_the_model_did_not_change_and_spanish_moves_it(env, tmp_path):
+    """Issue 51: a reward the model never earns (the default format: text ending in 'Respuesta: N') gives every
+    group equal rewards, so every advantage is 0: the run says "0 of N groups had a reward signal: the model did
+    not change", writes it for the report card, and its adapter is the untouched one (LoRA's B matrices are still
+    0). The built-in `spanish` reward is earned in part: groups differ, the adapter moves, and the report card's
+    headline is the mean reward and its change, not the loss."""
+    from safetensors.torch import load_file
+
+    dead, live = tmp_path / "dead", tmp_path / "live"
+    common = ["--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 2, "--val-fraction", 0]
+    out = finetune(*common, "--reward", "format", "--output-dir", dead)
+    assert "0 of 4 groups had a reward signal: the model did not change" in out
+    assert json.loads((dead / "reward_signal.json").read_text()) == {"groups": 4, "groups_with_signal": 0,
+                                                                     "num_generations": 4}
+    assert [float(r["groups_with_signal"]) for r in step_rows(dead).values()] == [0.0, 0.0]
+    weights = load_file(dead / "final" / "adapter_model.safetensors")
+    assert all(not t.any() for k, t in weights.items() if "lora_B" in k)  # the adapted model is the base
+    from aura.pipeline.report import stage_notes, training_summary
+    from aura.pipeline.report_render import headline_text
+
+    assert stage_notes(dead) == {"groups": 4, "groups_with_signal": 0}
+
+    out = finetune(*common, "--reward", "spanish", "--output-dir", live)
+    rows = step_rows(live)
+    signal = json.loads((live / "reward_signal.json").read_text())
+    assert signal["groups"] == 4 and signal["groups_with_signal"] == sum(float(r["groups_with_signal"])
+                                                                          for r in rows.values()) > 0
+    assert f"{signal['groups_with_signal']} of 4 groups had a reward signal" in out
+    weights = load_file(live / "final" / "adapter_model.safetensors")
+    assert any(t.any() for k, t in weights.items() if "lora_B" in k)
+    t = training_summary(live)
+    assert [(h["metric"], h["change"]) for h in t["headline"]] == [("reward", False), ("reward", True)]
+    assert t["headline"][0]["value"] == float(rows[2]["reward"])
+    assert t["headline"][1]["value"] == float(rows[2]["reward"]) - float(rows[1]["reward"])
+    from aura.core.i18n import set_lang
+
+    try:
+        set_lang("en")
+        text = headline_text(t)
+    finally:
+        set_lang(None)
+    assert text.startswith("mean reward ") and "reward change " in text and "loss" not in text

@@ -452,6 +452,14 @@ def test_demo_cpu_end_to_end(demo):
     assert all(len(m["answers"]) == 4 for m in report["models"])  # the same prompts, every model stage
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "| pregunta | pretrain | sft | dpo | grpo |" in md  # written in Spanish
+    # issue 51: the GRPO stage's reward (`spanish`) has a signal, so it moves the model: its evaluation is not
+    # the DPO model's; each objective's headline stands in the stage table instead of a meaningless loss
+    stages = {s["name"]: s for s in report["stages"]}
+    assert stages["grpo"]["notes"]["groups_with_signal"] > 0
+    models = {m["stage"]: m for m in report["models"]}
+    assert models["grpo"]["scores"]["val_bits_per_byte"] != models["dpo"]["scores"]["val_bits_per_byte"]
+    assert "precisión de recompensa (val.)" in md and "recompensa media" in md and "cambio de la recompensa" in md
+    assert "grupos con señal de recompensa" in md
     if _has("llama_cpp"):  # the GGUF with its size and llama.cpp's agreement, as the export measured them
         gguf = next(s for s in report["stages"] if s["name"] == "gguf")["files"]
         record = json.loads((out / "gguf" / "model-f16.verify.json").read_text(encoding="utf-8"))

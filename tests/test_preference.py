@@ -353,3 +353,38 @@ def test_a_pair_in_one_row_gives_the_log_probs_of_its_two_rows(env, arch, attn):
     model.config.sliding_window = None
     model.config._attn_implementation = "flash_attention_2"  # no arbitrary masks: two rows per pair
     assert not shares_prompt(model)
+
+
+def test_report_card_headline_is_the_validation_reward_accuracy_and_margin(env, tmp_path):
+    """Issue 51: a DPO stage's line in the report card is its validation reward accuracy and margin (its loss
+    reaches 0 when it overfits), the very values the run logged to TensorBoard (read back), now also in the CSV's
+    eval and epoch rows; its loss stays in the curve."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "dpo"
+    finetune("--base-model", env["llama"], "--data", env["data"], "--objective", "dpo", *FAST, "--max-steps", "4",
+             "--val-fraction", "0.34", "--eval-interval", "2", "--output-dir", run)
+    acc = EventAccumulator(str(run / "tb"))
+    acc.Reload()
+    tb = {name: acc.Scalars(f"Val/{name}")[-1] for name in ("rewards/accuracy", "rewards/margin")}
+    assert all(e.step == 4 for e in tb.values())
+    with open(run / "training_log.csv", newline="") as f:
+        evals = [r for r in csv.DictReader(f) if r["kind"] in ("eval", "epoch") and r["val_loss"]]
+    assert [(r["kind"], int(r["step"])) for r in evals] == [("eval", 2), ("epoch", 4)]  # 4 steps: one epoch
+    from aura.core.i18n import set_lang
+    from aura.pipeline.report import training_summary
+    from aura.pipeline.report_render import headline_text
+
+    t = training_summary(run)
+    heads = {h["metric"]: h for h in t["headline"]}
+    assert set(heads) == {"rewards/accuracy", "rewards/margin"} and all(h["val"] for h in heads.values())
+    for name, event in tb.items():
+        assert heads[name]["value"] == float(evals[-1][name]) == pytest.approx(event.value, rel=1e-6, abs=1e-6)
+    assert len(t["curve"]) == 4  # the loss, per step, stays in the curve
+    try:
+        set_lang("es")
+        text = headline_text(t)
+    finally:
+        set_lang(None)
+    assert text.startswith("precisión de recompensa (val.) ") and "margen de recompensa (val.) " in text
+    assert "pérdida" not in text and "," in text  # Spanish decimal comma

@@ -130,12 +130,14 @@ def test_mlflow_server_equals_csv_across_sigterm_and_resume(prepared_corpus, mlf
     assert MlflowClient(tracking_uri=mlflow_server).get_experiment(got.info.experiment_id).name == "run"
 
 
-def wandb_history(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+def wandb_history(run_dir: Path, path: Path | None = None) -> dict[str, list[tuple[int, float]]]:
     """The offline run's history records, read from its .wandb file (LevelDB log blocks of W&B's own protobuf
-    `Record`s; wandb 0.31 reads them in its Go core and ships no Python reader of its own)."""
+    `Record`s; wandb 0.31 reads them in its Go core and ships no Python reader of its own); ``path``: that
+    file, when the folder holds several runs."""
     from wandb.proto import wandb_internal_pb2 as pb
 
-    (path,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    if path is None:
+        (path,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
     data = path.read_bytes()
     block, pos, records, pending = 32768, 7, [], b""  # W&B's header: "WANDB" magic + version
     while pos + 7 <= len(data):
@@ -201,6 +203,99 @@ def test_trackio_local_store_equals_csv(prepared_corpus, tmp_path):
             if key not in ("step", "timestamp") and isinstance(value, (int, float)) and not key.startswith("_"):
                 history.setdefault(key, []).append((int(log["step"]), float(value)))
     close(history, csv_metrics(run))
+
+
+def once_each(history: dict[str, list[tuple[int, float]]]) -> None:
+    for key, points in history.items():
+        steps = [s for s, _ in points]
+        assert len(steps) == len(set(steps)), (key, steps)
+
+
+def after(history: dict[str, list[tuple[int, float]]], step: int, *, upto: bool = False) -> dict:
+    out = {k: [(s, v) for s, v in pts if (s <= step if upto else s > step)] for k, pts in history.items()}
+    return {k: v for k, v in out.items() if v}
+
+
+def test_kill9_then_resume_from_an_older_checkpoint_shows_no_step_twice(prepared_corpus, mlflow_server, tmp_path):
+    """A run killed with kill -9 (run.json still says running, the trackers hold steps past the checkpoint) and
+    resumed from an older checkpoint: TensorBoard's readers drop the steps the first writer logged after it
+    (EventAccumulator), and MLflow, W&B (offline) and Trackio, which cannot rewind, get a new run linked to the
+    first that holds the steps after the checkpoint once each (their own stores read back); the log says so."""
+    importorskip("wandb", "wandb")
+    importorskip("trackio", "trackio")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run, store = tmp_path / "run", tmp_path / "trackio"
+    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1", MLFLOW_TRACKING_URI=mlflow_server,
+               WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=str(run), TRACKIO_DIR=str(store),
+               TRACKIO_PROJECT="aura-kill")
+    common = ["--data", str(prepared_corpus), *TINY, "--max-steps", "100", "--save-steps", "4", "--keep-last", "0",
+              "--report-to", "tensorboard,mlflow,wandb,trackio"]
+    proc = subprocess.Popen([sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *common],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines, ready = [], False
+    for line in proc.stdout:
+        lines.append(line)
+        step = int(line.split("Step ")[1].split("/")[0]) if "Step " in line and "/100" in line else 0
+        if ready and step % 4 == 2:  # between two saves (checkpoint, best/): a kill -9 mid-training
+            proc.kill()  # SIGKILL: no checkpoint, no run.json update
+            break
+        # every tracker has started (run.json names its run) and MLflow's server holds steps past checkpoint 8
+        trackers = json.loads((run / "run.json").read_text()).get("trackers", {}) if step >= 12 else {}
+        ready = ready or (len(trackers) == 3 and max((s for s, _ in mlflow_metrics(
+            mlflow_server, trackers["mlflow"]["run_id"]).get("train_loss", [])), default=0) >= 12)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "".join(lines)
+    first = json.loads((run / "run.json").read_text())
+    assert first["status"] == "running"
+    resumed = run_aura("pretrain", "--output-dir", run, *common, "--resume-from", run / "checkpoint-step-8", "--fork",
+                       env=env)  # an older checkpoint: the later ones are moved aside
+    log = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, log
+    assert "disabled" not in log
+    for name in ("mlflow", "wandb", "trackio"):
+        assert f"{name}: resuming at step 8, but run {first['trackers'][name]['run_id']} may hold later steps" in log
+    record = json.loads((run / "run.json").read_text())["trackers"]
+    expected = csv_metrics(run)
+    assert [s for s, _ in expected["train_loss"]] == list(range(2, 101, 2))
+    # TensorBoard: one value per step, the resumed run's
+    acc = EventAccumulator(str(run / "tb"))
+    acc.Reload()
+    tb = [(e.step, e.value) for e in acc.Scalars("Loss/train_step")]
+    close({"train_loss": tb}, {"train_loss": expected["train_loss"]})
+    for name in ("mlflow", "wandb", "trackio"):
+        assert record[name]["run_id"] != first["trackers"][name]["run_id"] and record[name]["last_step"] == 100
+    # MLflow: the first run holds steps past 8 (the case at hand), the new one exactly the steps after 8
+    old = mlflow_metrics(mlflow_server, first["trackers"]["mlflow"]["run_id"])
+    assert max(s for s, _ in old["train_loss"]) > 8
+    once_each(old)
+    close(after(old, 8, upto=True), after(expected, 8, upto=True))
+    close(mlflow_metrics(mlflow_server, record["mlflow"]["run_id"]), after(expected, 8))
+    from mlflow.tracking import MlflowClient
+
+    tags = MlflowClient(tracking_uri=mlflow_server).get_run(record["mlflow"]["run_id"]).data.tags
+    assert tags["aura.parent_run"] == first["trackers"]["mlflow"]["run_id"] and tags["aura.parent_step"] == "8"
+    # W&B offline: a second run (another id) with the steps after 8; the first keeps what its core had written
+    files = {p.parent.name.rsplit("-", 1)[-1]: p for p in run.glob("wandb/offline-run-*/run-*.wandb")}
+    assert set(files) == {first["trackers"]["wandb"]["run_id"], record["wandb"]["run_id"]}
+    once_each(wandb_history(run, files[first["trackers"]["wandb"]["run_id"]]))  # what its core wrote before the kill
+    close(wandb_history(run, files[record["wandb"]["run_id"]]), after(expected, 8))
+    # Trackio's local store: likewise
+    code = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage; "
+            "print(json.dumps([SQLiteStorage.get_logs('aura-kill', n) for n in sys.argv[1:]], default=str))")
+    got = subprocess.run([sys.executable, "-c", code, first["trackers"]["trackio"]["run_id"],
+                          record["trackio"]["run_id"]], capture_output=True, text=True, env=env, timeout=120)
+    assert got.returncode == 0, got.stderr
+    histories = []
+    for logs in json.loads(got.stdout):
+        history: dict[str, list[tuple[int, float]]] = {}
+        for entry in logs:
+            for key, value in entry.items():
+                if key not in ("step", "timestamp") and isinstance(value, (int, float)) and not key.startswith("_"):
+                    history.setdefault(key, []).append((int(entry["step"]), float(value)))
+        histories.append(history)
+    once_each(histories[0])  # what Trackio had stored before the kill
+    close(histories[1], after(expected, 8))
 
 
 def test_unreachable_mlflow_only_warns_and_none_writes_no_tensorboard(prepared_corpus, tmp_path):

@@ -34,6 +34,7 @@ STATE_FILE = "trainer_state.json"
 TRAINING_LOG = "training_log.csv"
 MODEL_CONFIG = "model_config.json"
 EPOCH_INFO = "epoch_info.json"
+REWARD_SIGNAL = "reward_signal.json"  # GRPO: the run's groups and those with a reward signal (the report reads it)
 FINAL = "final"
 BEST = "best"
 TB = "tb"
@@ -42,7 +43,7 @@ CHECKPOINT_KINDS = ("checkpoint-step", "interrupt-step", "checkpoint-epoch")
 CHECKPOINT_RE = re.compile(r"^(checkpoint-step|interrupt-step|checkpoint-epoch)-(\d+)$")
 # What a run writes besides checkpoints (``--overwrite`` removes exactly these, and only in a run dir
 # that carries Aura's marker).
-RUN_ENTRIES = (FINAL, BEST, TB, RUN_JSON, TRAINING_LOG, MODEL_CONFIG, EPOCH_INFO)
+RUN_ENTRIES = (FINAL, BEST, TB, RUN_JSON, TRAINING_LOG, MODEL_CONFIG, EPOCH_INFO, REWARD_SIGNAL)
 
 
 @dataclass(frozen=True)

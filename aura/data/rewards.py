@@ -11,6 +11,9 @@ A reward scores the G completions of one prompt; the objective adds the rewards 
 * ``format``: 1.0 when the whole completion matches ``--format-pattern`` (a regular expression, or
   ``tags:a,b`` for ``<a>...</a>`` then ``<b>...</b>``; default: text ending in a ``Respuesta: N`` line).
 * ``length``: minus the completion's share of ``--max-completion-length`` (from 0 to -1): shorter is better.
+* ``spanish``: the share of the completion's words that are among Spanish's most common words (from 0 to 1):
+  a dense reward that even a tiny model earns in part, so a group's completions rarely score alike (the CPU
+  demo's GRPO stage uses it; exact answers to math problems are out of a tiny model's reach).
 * ``FILE.py:FUNCTION``: the user's function, called as TRL calls one (``prompts``, ``completions``,
   ``completion_ids`` and every other field of the dataset, as lists, one entry per completion); it must
   return one number per completion. It is the user's code and runs with the user's rights.
@@ -33,9 +36,9 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
 M = Messages("rewards", {
-    "bad_spec": ("--reward {spec}: se esperaba NOMBRE[:PESO] (exact-answer, format, length) o ARCHIVO.py:FUNCIÓN[:PESO], "
+    "bad_spec": ("--reward {spec}: se esperaba NOMBRE[:PESO] (exact-answer, format, length, spanish) o ARCHIVO.py:FUNCIÓN[:PESO], "
                  "p. ej. --reward exact-answer:1.0 --reward format:0.2.",
-                 "--reward {spec}: expected NAME[:WEIGHT] (exact-answer, format, length) or FILE.py:FUNCTION[:WEIGHT], "
+                 "--reward {spec}: expected NAME[:WEIGHT] (exact-answer, format, length, spanish) or FILE.py:FUNCTION[:WEIGHT], "
                  "e.g. --reward exact-answer:1.0 --reward format:0.2."),
     "no_file": ("--reward {spec}: no existe el archivo {path}.", "--reward {spec}: the file {path} does not exist."),
     "load_failed": ("--reward {spec}: no se pudo cargar {path} ({error}).",
@@ -60,7 +63,36 @@ M = Messages("rewards", {
                   "must be a finite number."),
 })
 
-BUILTINS = ("exact-answer", "format", "length")
+BUILTINS = ("exact-answer", "format", "length", "spanish")
+# Spanish's most common words (function words first, then frequent verbs, nouns and adverbs): ``spanish``
+SPANISH_WORDS = frozenset("""
+de la que el en y a los se del las un por con no una su para es al lo como más o pero sus le ha me si sin sobre
+este ya entre cuando todo esta ser son dos también fue había era muy años hasta desde está mi porque qué sólo solo
+han yo hay vez puede todos así nos ni parte tiene él uno donde bien tiempo mismo ese ahora cada e vida otro después
+te otros aunque esa eso hace otra gobierno tan durante siempre día tanto ella tres sí dijo sido gran país según
+menos mundo año antes estado contra sino forma caso nada hacer general estaba poco estos presidente mayor ante unos
+les algo hacia casa ellos ayer hecho primera mucho mientras además quien momento millones esto españa hombre están
+pues hoy lugar madrid nacional trabajo otras mejor nuevo decir algunos entonces todas días debe política cómo casi
+toda tal luego pasado medio estas sea tenía nunca poder aquí ver veces embargo partido personas grupo cuenta pueden
+tienen misma nueva cual fueron mujer frente josé tras cosas fin ciudad he social manera tener sistema será historia
+muchos juan tipo cuatro dentro nuestro punto dice ello cualquier noche aún agua parece haber situación fuera bajo
+grandes nuestra ejemplo acuerdo habían usted estados hizo nadie países horas posible tarde ley importante guerra
+desarrollo proceso realidad sentido lado mí tu cambio allí mano eran estar san número sociedad unas centro padre
+gente final relación cuerpo obra incluso través último madre mis modo problema cinco carlos hombres información ojos
+muerte nombre algunas público mujeres siglo todavía meses mañana esos nosotros hora muchas pueblo alguna dar
+problemas don da tú derecho verdad maría unidos podría sería junto cabeza aquel luis cuanto tierra equipo segundo
+director dicho cierto casos manos nivel podía familia largo partir falta llegar propio ministro cosa primero seguridad
+hemos mal trata algún tuvo respecto semana varios real sé voz paso señor mil quienes proyecto mercado mayoría luz
+claro iba éste pesetas orden español buena quiere aquella programa palabras internacional van esas segunda empresa
+puesto ahí propia libro igual político persona últimos ellas total creo tengo dios española condiciones méxico
+fuerza solo único acción amor policía puerta pesar zona sabe calle interior tampoco música ningún vista campo buen
+hubiera saber obras razón ex niños presencia tema dinero comisión antonio servicio hijo última ciento estoy hablar
+dio minutos producción camino seis quién fondo dirección papel demás barcelona idea especial diferentes dado base
+capital ambos europa libertad relaciones espacio medios ir actual población empresas estudio salud servicios haya
+principio siendo cultura anterior alto media mediante primeros arte paz sector imagen medida deben datos consejo
+personal interés julio grupos miembro nueve cuyo ministerio responder respuesta número resultado
+""".split())
+
 DEFAULT_FORMAT = r"(?s)\s*\S.*?\n\s*Respuesta:\s*-?\d[\d.,]*\s*"
 _SPACES = "[ \u00a0\u202f]"  # thousands grouped by (no-break) spaces: "12 345"
 _NUMBER = re.compile(rf"-?\d{{1,3}}(?:{_SPACES}\d{{3}})+(?:[.,]\d+)?(?!\d)|-?\d[\d.,]*\d|-?\d")
@@ -178,6 +210,11 @@ def length_reward(max_tokens: int) -> Callable:
     return length
 
 
+def spanish_reward(*, completions: list[str], **_) -> list[float]:
+    words = [re.findall(r"[^\W\d_]+", c.lower()) for c in completions]
+    return [sum(w in SPANISH_WORDS for w in ws) / len(ws) if ws else 0.0 for ws in words]
+
+
 def _split_weight(spec: str) -> tuple[str, float]:
     head, sep, tail = spec.rpartition(":")
     if sep:
@@ -212,6 +249,8 @@ def parse_reward(spec: str, *, format_pattern: str = DEFAULT_FORMAT, max_complet
         return Reward(body, weight, format_reward(format_pattern))
     if body == "length":
         return Reward(body, weight, length_reward(max_completion_length))
+    if body == "spanish":
+        return Reward(body, weight, spanish_reward)
     path, _, name = body.rpartition(":")
     return Reward(f"{Path(path).stem}.{name}", weight, load_user_function(spec, Path(path), name), user=True)
 

@@ -31,8 +31,42 @@ def _float(cell: str | None) -> float | None:
     return v if v is None or math.isfinite(v) else None
 
 
+def _run_json(stage_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((stage_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def headline(rows: list[dict[str, str]], declared: Any) -> list[dict[str, Any]] | None:
+    """The objective's headline (run.json's ``headline``, written from the objective's declaration) read from
+    the training log: each metric's last validation value (an eval or epoch row that has it), else its last
+    logged interval; or, for a ``change``, its last logged interval minus its first. None without one (the
+    loss is the number)."""
+    if not isinstance(declared, list) or not declared:
+        return None
+    steps = [r for r in rows if (r.get("kind") or "step") == "step"]
+    out = []
+    for h in declared:
+        if not isinstance(h, dict) or not isinstance(h.get("metric"), str):
+            return None
+        name = h["metric"]
+        trained = [v for v in (_float(r.get(name)) for r in steps) if v is not None]
+        validated = [v for v in (_float(r.get(name)) for r in rows if r.get("kind") in ("eval", "epoch"))
+                     if v is not None]
+        if h.get("change"):
+            value, val = (trained[-1] - trained[0] if trained else None), False
+        else:
+            value, val = (validated[-1], True) if validated else (trained[-1] if trained else None, False)
+        out.append({"metric": name, "es": str(h.get("es") or name), "en": str(h.get("en") or name),
+                    "change": bool(h.get("change")), "value": value, "val": val})
+    return out
+
+
 def training_summary(stage_dir: Path) -> dict[str, Any] | None:
-    """tokens, seconds, tokens/s, peak memory, final loss and the loss curve of a training log."""
+    """tokens, seconds, tokens/s, peak memory, final loss, the objective's headline (``headline``) and the loss
+    curve of a training log."""
     path = stage_dir / "training_log.csv"
     if not path.is_file():
         return None
@@ -44,7 +78,7 @@ def training_summary(stage_dir: Path) -> dict[str, Any] | None:
     steps = [r for r in rows if (r.get("kind") or "step") == "step"]
     out: dict[str, Any] = {"tokens": None, "seconds": None, "tokens_per_s": None, "mem_peak_gb": None,
                            "gpu_mem_peak_gb": None, "gpu_mem_reserved_gb": None, "mfu": None,
-                           "final_loss": None, "val_loss": None, "curve": []}
+                           "final_loss": None, "val_loss": None, "headline": None, "curve": []}
     if rows:
         last = rows[-1]
         out["tokens"] = _float(last.get("tokens"))
@@ -64,6 +98,7 @@ def training_summary(stage_dir: Path) -> dict[str, Any] | None:
         out["final_loss"] = _float(steps[-1].get("train_loss"))
     vals = [v for v in (_float(r.get("val_loss")) for r in rows) if v is not None]
     out["val_loss"] = vals[-1] if vals else None
+    out["headline"] = headline(rows, _run_json(stage_dir).get("headline"))
     out["curve"] = [(int(float(r["step"])), _float(r.get("train_loss"))) for r in steps
                     if r.get("step") and _float(r.get("train_loss")) is not None]
     return out
@@ -91,8 +126,17 @@ def eval_results(stage_dir: Path) -> list[dict[str, Any]]:
 
 
 def stage_notes(stage_dir: Path) -> dict[str, Any]:
-    """What a tokenizer or data stage wrote about itself: fertility, the documents kept, the tokens."""
+    """What a stage wrote about itself: a tokenizer's fertility, a data stage's documents kept and tokens, a GRPO
+    stage's groups with a reward signal."""
+    from aura.core.rundir import REWARD_SIGNAL
+
     notes: dict[str, Any] = {}
+    try:  # a GRPO stage: how many of its groups had a reward signal (none: the model did not change)
+        signal = json.loads((stage_dir / REWARD_SIGNAL).read_text(encoding="utf-8"))
+        if isinstance(signal.get("groups"), int) and isinstance(signal.get("groups_with_signal"), int):
+            notes.update(groups=signal["groups"], groups_with_signal=signal["groups_with_signal"])
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        pass
     for name in ("aura_tokenizer.json", "meta.json"):
         try:
             data = json.loads((stage_dir / name).read_text(encoding="utf-8"))
@@ -201,7 +245,8 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
         stages.append(row)
         if train is not None:
             models.setdefault(stage.name, {"stage": stage.name, "final_loss": train["final_loss"],
-                                           "val_loss": train["val_loss"], "scores": {}})
+                                           "headline": train["headline"], "val_loss": train["val_loss"],
+                                           "scores": {}})
         for r in eval_results(d) if d.is_dir() else []:
             m = models.setdefault(_model_stage(r["model"], out, names),
                                   {"stage": _model_stage(r["model"], out, names), "final_loss": None,

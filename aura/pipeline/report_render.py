@@ -26,7 +26,8 @@ M = Messages("pipeline.report", {
     "h_dev_h": ("horas-dispositivo", "device-hours"), "h_cost": ("coste €", "cost €"),
     "h_tokens": ("tokens", "tokens"), "h_tok_s": ("tokens/s", "tokens/s"), "h_mfu": ("MFU", "MFU"),
     "h_mem": ("memoria GPU pico GB (reservada)", "peak GPU memory GB (reserved)"),
-    "h_loss": ("pérdida final", "final loss"), "h_val": ("pérdida val.", "val loss"),
+    "h_loss": ("resultado final", "final result"),
+    "loss": ("pérdida {v}", "loss {v}"), "val": (" (val.)", " (val)"), "h_val": ("pérdida val.", "val loss"),
     "h_model": ("modelo (etapa)", "model (stage)"), "h_bpb": ("bits/byte (val.)", "bits/byte (val)"),
     "h_file": ("archivo", "file"), "h_size": ("tamaño", "size"),
     "h_top1": ("top-1 igual a PyTorch", "top-1 equal to PyTorch"), "h_diff": ("máx. dif. de logits", "max logit diff"),
@@ -58,6 +59,9 @@ M = Messages("pipeline.report", {
                     "vocabulary {vocab}, fertility {fert:.3f} tokens/word"),
     "n_data": ("documentos {read} → {kept}, tokens {train:,} + {val:,} (val.)",
                "documents {read} → {kept}, tokens {train:,} + {val:,} (val)"),
+    "n_no_signal": ("0 de {n:grupo|grupos} tuvieron señal de recompensa: el modelo no cambió",
+                    "0 of {n:group|groups} had a reward signal: the model did not change"),
+    "n_signal": ("{k} de {n:grupo|grupos} con señal de recompensa", "{k} of {n:group|groups} with a reward signal"),
     "n_skipped": ("saltada: {reason}", "skipped: {reason}"),
     "environment": ("Entorno: Aura {aura} (commit {commit}), Python {python}, torch {torch}, CUDA {cuda}, "
                     "dispositivos: {devices}; {platform}.",
@@ -88,6 +92,9 @@ def _notes_text(s: dict[str, Any]) -> str:
     if n.get("train_tokens") is not None:
         parts.append(M("n_data", read=n.get("documents_read"), kept=n.get("documents_kept"),
                        train=n["train_tokens"], val=n.get("val_tokens") or 0))
+    if n.get("groups"):
+        parts.append(M("n_no_signal", n=n["groups"]) if not n.get("groups_with_signal") else
+                     M("n_signal", k=n["groups_with_signal"], n=n["groups"]))
     if s["status"] == "skipped" and s.get("reason"):
         # the runner records "missing module X": said in the report's language
         missing = re.fullmatch(r"missing module (\S+)", s["reason"])
@@ -109,6 +116,21 @@ def _n(v, spec: str = ",.2f") -> str:
     return num(v, spec)
 
 
+def headline_text(t: dict[str, Any]) -> str:
+    """A training stage's headline: its objective's own numbers (DPO's validation reward accuracy and margin,
+    GRPO's mean reward and its change), or its final loss where the objective declares none."""
+    heads = t.get("headline")
+    if not heads:
+        return "–" if t.get("final_loss") is None else M("loss", v=_n(t["final_loss"], ".4f"))
+    parts = []
+    for h in heads:
+        v = h.get("value")
+        shown = "–" if v is None else (("+" if v >= 0 else "") + _n(v, ".4f")) if h.get("change") else _n(v, ".4f")
+        name = h.get("es" if current_lang() == "es" else "en") or h.get("metric")
+        parts.append(f"{name}{M('val') if h.get('val') else ''} {shown}")
+    return "; ".join(parts)
+
+
 def _stage_rows(data: dict[str, Any]) -> list[list[str]]:
     rows = []
     tot_s = tot_h = tot_c = 0.0
@@ -120,7 +142,7 @@ def _stage_rows(data: dict[str, Any]) -> list[list[str]]:
                      format_duration(s["seconds"]) if s["seconds"] is not None else "–",
                      _n(s["device_hours"], ".4f"), _n(s["cost"], ".4f"), _n(t.get("tokens"), ","),
                      _n(t.get("tokens_per_s"), ",.0f"), "–" if t.get("mfu") is None else f"{_n(100 * t['mfu'], '.1f')} %",
-                     mem, _n(t.get("final_loss"), ".4f"), _notes_text(s)])
+                     mem, headline_text(t) if s["training"] else "–", _notes_text(s)])
         tot_s += s["seconds"] or 0.0
         tot_h += s["device_hours"] or 0.0
         tot_c += s["cost"] or 0.0
@@ -175,7 +197,7 @@ def _tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]
         keys += [k for k in m["scores"] if k not in keys]
     if data["models"]:
         heads = [M("h_model"), M("h_loss"), *[M("h_bpb") if k == "val_bits_per_byte" else k for k in keys]]
-        mrows = [[m["stage"], _n(m["final_loss"], ".4f"), *[_n(m["scores"].get(k), ".4f") for k in keys]]
+        mrows = [[m["stage"], headline_text(m) if m.get("final_loss") is not None or m.get("headline") else "–", *[_n(m["scores"].get(k), ".4f") for k in keys]]
                  for m in data["models"]]
         out.append((M("models"), heads, mrows))
     answers = _answer_table(data)

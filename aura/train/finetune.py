@@ -190,7 +190,8 @@ class FinetuneCommand:
             flops_per_token=flops_per_token(base_config, int(tokens_per_row) or None, trainable_parameters=None
                                             if cfg.method == "full" or cfg.deepspeed
                                             else count_parameters(model, trainable_only=True)), summary=summary,
-            objective=objective, evaluators=evaluators)
+            objective=objective, evaluators=evaluators,
+            finish=grpo.signal_summary(data, out) if grpo else None)
 
 
 def _conversations(cfg: FinetuneConfig) -> list:

@@ -80,7 +80,8 @@ M = Messages("runs", {
 
 RUN_FIELDS = {"status": (str,), "host": (str,), "kind": (str,), "pid": (int,), "last_step": (int,),
               "started": (str, int, float), "updated": (str, int, float), "argv": (list,), "cwd": (str,),
-              "launch": (dict,), "total_steps": (int,), "trackers": (dict,)}
+              "launch": (dict,), "total_steps": (int,), "trackers": (dict,),
+              "headline": (list,)}
 
 LAUNCH_FIELDS = {"prefix": (list,), "argv": (list,), "env": (dict,), "cwd": (str,), "world_size": (int,),
                  "nnodes": (int,), "nproc_per_node": (int,), "launcher": (str,)}

@@ -45,11 +45,13 @@ from __future__ import annotations
 
 import torch
 
+from aura.train.objectives.objective import Headline
+
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
 IS_LEVELS = ("token", "sequence")
 CISPO_EPSILON_HIGH = 5.0  # TRL's documentation: the ScaleRL paper's epsilon_max
-ROLLOUT_STATS = ("reward", "reward_std", "frac_reward_zero_std", "completion_length", "completions_truncated",
-                 "time/rollout_s", "time/update_s")
+ROLLOUT_STATS = ("reward", "reward_std", "frac_reward_zero_std", "groups_with_signal", "completion_length",
+                 "completions_truncated", "time/rollout_s", "time/update_s")
 
 
 def rollout_stat_names(reward_names: list[str]) -> tuple[str, ...]:
@@ -145,6 +147,9 @@ class GRPO:
     """The clipped, optionally KL-regularised policy-gradient loss of GRPO and its variants."""
 
     name = "grpo"
+    # its loss is about 0 by construction (advantages are centred per group): the reward is the number
+    headline = (Headline("reward", "recompensa media", "mean reward"),
+                Headline("reward", "cambio de la recompensa", "reward change", change=True))
 
     def __init__(self, *, loss_type: str = "dapo", epsilon: float = 0.2, epsilon_high: float | None = None,
                  beta: float = 0.0, temperature: float = 1.0, max_completion_length: int = 256,

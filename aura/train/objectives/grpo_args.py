@@ -53,11 +53,11 @@ class GRPOArgs:
     reward: list[str] = arg([], metavar="SPEC",
                             es="GRPO: recompensa NOMBRE[:PESO] o ARCHIVO.py:FUNCIÓN[:PESO], repetible. Incluidas: "
                                "exact-answer (respuesta final = campo 'answer'), format (--format-pattern), length "
-                               "(penaliza la longitud). Una función tuya ejecuta TU código con tus permisos: usa solo "
+                               "(penaliza la longitud), spanish (proporción de palabras españolas comunes). Una función tuya ejecuta TU código con tus permisos: usa solo "
                                "archivos en los que confíes (por defecto: exact-answer:1.0 format:0.2).",
                             en="GRPO: reward NAME[:WEIGHT] or FILE.py:FUNCTION[:WEIGHT], repeatable. Built in: "
                                "exact-answer (final answer = the 'answer' field), format (--format-pattern), length "
-                               "(penalises length). A function of yours runs YOUR code with your rights: use only "
+                               "(penalises length), spanish (share of common Spanish words). A function of yours runs YOUR code with your rights: use only "
                                "files you trust (default: exact-answer:1.0 format:0.2).")
     num_generations: int = arg(8, es="GRPO: respuestas generadas por prompt (G).",
                                en="GRPO: completions sampled per prompt (G).")

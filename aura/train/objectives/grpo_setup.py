@@ -48,6 +48,15 @@ M = Messages("grpo_setup", {
                     "vLLM on the same device (weights synced every step)"),
     "ref_none": ("ninguna (--beta 0)", "none (--beta 0)"),
     "ref_adapter": ("el modelo base con el adaptador desactivado", "the base model with the adapter disabled"),
+    "no_signal": ("0 de {n:grupo|grupos} tuvieron señal de recompensa: el modelo no cambió. Las {g} respuestas de "
+                  "cada prompt recibieron siempre la misma recompensa, así que todas las ventajas fueron 0. Usa una "
+                  "recompensa que el modelo pueda ganar (--reward format, length, spanish) o prompts más fáciles.",
+                  "0 of {n:group|groups} had a reward signal: the model did not change. The {g} completions of each "
+                  "prompt always got the same reward, so every advantage was 0. Use a reward the model can earn "
+                  "(--reward format, length, spanish) or easier prompts."),
+    "signal": ("{k} de {n:grupo|grupos} tuvieron señal de recompensa (recompensas distintas entre sus {g} "
+               "respuestas).",
+               "{k} of {n:group|groups} had a reward signal (different rewards among their {g} completions)."),
     "ref_copy": ("una copia congelada del modelo inicial", "a frozen copy of the starting model"),
 })
 GRPO_LR_LORA, GRPO_LR_FULL = 1e-5, 1e-6  # TRL GRPOConfig's default is 1e-6 for full weights
@@ -164,6 +173,24 @@ def build(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_n
                      temperature=cfg.temperature, max_completion_length=cfg.max_completion_length,
                      reward_names=rewards.names, importance_sampling_level=cfg.importance_sampling_level)
     return source, objective
+
+
+def signal_summary(source, out):
+    """The job's ``finish`` (rank 0, a finished run): how many of the run's groups had a reward signal, said in
+    the log (a warning when none did: the model did not change) and written to ``OUT/reward_signal.json``."""
+    from pathlib import Path
+
+    from aura.core.atomic import atomic_write_json
+    from aura.core.rundir import REWARD_SIGNAL
+
+    def finish(_result) -> None:
+        n, k = source.groups, source.groups_with_signal
+        if n:
+            (console.warn if k == 0 else console.info)(M("no_signal" if k == 0 else "signal", n=n, k=k, g=source.G))
+        atomic_write_json(Path(out) / REWARD_SIGNAL, {"groups": n, "groups_with_signal": k,
+                                                    "num_generations": source.G})
+
+    return finish
 
 
 class RewardEvaluator:

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.train.objectives.objective import COUNT
+from aura.train.objectives.objective import COUNT, Headline
 from aura.train.objectives.preference import _peft_model, frozen_copy, sequence_logps
 
 M = Messages("kto_train", {
@@ -85,6 +85,9 @@ class KTO:
 
     name = "kto"
     metric_names = KTO_METRICS
+    headline = (Headline("kl", "KL", "KL"),  # the reference point of its value function, and the rewards
+                Headline("rewards/chosen", "recompensa (deseables)", "reward (desirable)"),
+                Headline("rewards/rejected", "recompensa (no deseables)", "reward (undesirable)"))
     counted_metrics = ("rewards/chosen", "rewards/rejected", "logps/chosen", "logps/rejected")
 
     def __init__(self, *, beta: float = 0.1, desirable_weight: float = 1.0, undesirable_weight: float = 1.0,

@@ -8,12 +8,18 @@ over each log interval and logged beside the loss (console, ``training_log.csv``
 under the names in ``metric_names``. A statistic ``x`` may bring its own denominator as ``x#n`` (``COUNT``, a
 summed count that is not logged): KTO averages the rewards of its desirable answers over those answers only.
 
+An objective also declares its ``headline``: the statistics a reader should compare between stages instead of
+the loss (DPO's loss reaches 0 when it overfits, GRPO's is about 0 by construction). The run writes them to
+``run.json`` and the pipeline's report card shows them (the last validation value, else the last logged
+interval; or the change from the first logged interval to the last); an empty headline means the loss.
+
 Periodic evaluators (``Evaluator``) are the other extension point: every ``interval`` optimizer steps the
 loop calls them on every rank (in eval mode, without gradients) and logs the values they return.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Protocol
 
 import torch
@@ -34,9 +40,27 @@ def unit_means(sums: dict[str, float], units: float) -> dict[str, float | None]:
     return out
 
 
+@dataclass(frozen=True)
+class Headline:
+    """One number a report shows for a stage trained with an objective (see the module docstring)."""
+
+    metric: str  # one of the objective's ``metric_names`` (a training_log.csv column)
+    es: str  # its name for a reader, in Spanish
+    en: str  # and in English
+    change: bool = False  # its change from the first logged interval to the last, not its last value
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PREFERENCE_HEADLINE = (Headline("rewards/accuracy", "precisión de recompensa", "reward accuracy"),
+                       Headline("rewards/margin", "margen de recompensa", "reward margin"))
+
+
 class Objective(Protocol):
     name: str
     metric_names: tuple[str, ...]  # the keys ``loss`` returns besides the loss (may be empty)
+    headline: tuple[Headline, ...]  # what a report compares instead of the loss (empty: the loss)
 
     def count(self, batch: dict[str, torch.Tensor]) -> int:
         """Units of a CPU batch the loss is normalised by (no device sync)."""
@@ -62,6 +86,7 @@ class CausalLM:
 
     name = "causal_lm"
     metric_names: tuple[str, ...] = ()
+    headline: tuple[Headline, ...] = ()  # the token loss is the number to compare
 
     def count(self, batch: dict[str, torch.Tensor]) -> int:
         return count_targets(batch)

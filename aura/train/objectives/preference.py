@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from aura.core import console
 from aura.core.i18n import Messages
+from aura.train.objectives.objective import PREFERENCE_HEADLINE
 
 M = Messages("preference_train", {
     "demo_data": ("Sin --data: se usan los pares de preferencia en español incluidos ({path}).",
@@ -203,6 +204,7 @@ class DPO:
 
     name = "dpo"
     metric_names = DPO_METRICS
+    headline = PREFERENCE_HEADLINE  # its loss reaches 0 when it overfits: the rewards' ranking is the number
 
     def __init__(self, *, beta: float = 0.1, loss_type: str = "sigmoid", label_smoothing: float = 0.0,
                  ref_model=None):
@@ -257,6 +259,7 @@ class ORPO:
 
     name = "orpo"
     metric_names = ORPO_METRICS
+    headline = PREFERENCE_HEADLINE
 
     def __init__(self, *, beta: float = 0.1, train_on_prompt: bool = False):
         self.beta, self.train_on_prompt = beta, train_on_prompt

@@ -17,8 +17,10 @@ training loop with its checkpoints, signals and resume. The work is organised as
   are drawn from that key alone (``aura.inference.sampling``, keyed draws): a resumed run samples the
   very same completions, and 1 or N ranks sample the same ones for the same window.
 
-Statistics of the window (reward mean and std, per reward, completion length, truncated share, rollout
-seconds and the previous step's update seconds) travel with every micro-batch (``rollout_stats``).
+Statistics of the window (reward mean and std, per reward, the groups with a reward signal, completion length,
+truncated share, rollout seconds and the previous step's update seconds) travel with every micro-batch
+(``rollout_stats``). A group whose G rewards are all equal has zero advantages: it teaches nothing. The run's
+totals (``groups``, ``groups_with_signal``) are checkpointed with the source, so a resumed run counts on.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class RolloutSource:
         self.epoch, self.position = 0, 0
         self._buffer: list[dict] = []
         self._ready_at: float | None = None  # when the last window's rollout finished (update time)
+        self.groups, self.groups_with_signal = 0, 0  # the run's totals (module docstring)
 
     # -- BatchSource ---------------------------------------------------------------------------------
 
@@ -93,13 +96,15 @@ class RolloutSource:
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "prompts": len(self.prompts),
-                "num_generations": self.G, "batch_size": self.batch_size, "world_size": self.dist.world_size}
+                "num_generations": self.G, "batch_size": self.batch_size, "world_size": self.dist.world_size,
+                "groups": self.groups, "groups_with_signal": self.groups_with_signal}
 
     def load_state_dict(self, state: dict) -> None:
         for key, now in (("seed", self.seed), ("prompts", len(self.prompts)), ("num_generations", self.G)):
             if state.get(key, now) != now:
                 raise AuraError(M("resume_mismatch", field=key, saved=state.get(key), now=now))
         self.epoch = int(state["epoch"])
+        self.groups, self.groups_with_signal = int(state.get("groups", 0)), int(state.get("groups_with_signal", 0))
         position = int(state["position"])
         if state.get("world_size") != self.dist.world_size or state.get("batch_size") != self.batch_size:
             # another layout: resume at the same number of windows done
@@ -229,7 +234,10 @@ class RolloutSource:
         stats = [total.mean().item(), total.std().item() if total.numel() > 1 else 0.0]
         for row in raw:
             stats += [row.mean().item(), row.std().item() if row.numel() > 1 else 0.0]
-        stats += [zero_std.double().mean().item(), lengths.mean().item(), truncated.mean().item()]
+        grouped = total.view(-1, self.G)  # (groups, G): a group with a signal has two different rewards
+        signal = int((grouped.amax(1) != grouped.amin(1)).sum())
+        self.groups, self.groups_with_signal = self.groups + grouped.shape[0], self.groups_with_signal + signal
+        stats += [zero_std.double().mean().item(), float(signal), lengths.mean().item(), truncated.mean().item()]
         return advantages[rank * n:(rank + 1) * n].tolist(), stats
 
     def _collate(self, rows: list[int], completions: list[list[int]], advantages: list[float]) -> dict:

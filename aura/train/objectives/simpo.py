@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from aura.core import console
 from aura.core.i18n import Messages
+from aura.train.objectives.objective import PREFERENCE_HEADLINE
 from aura.train.objectives.preference import DPO_METRICS, count_pairs, sequence_logps
 
 M = Messages("simpo_train", {
@@ -46,6 +47,7 @@ class SimPO:
         self.name, self.beta, self.gamma, self.cpo_alpha = name, beta, gamma, cpo_alpha
         self.label_smoothing = label_smoothing
         self.metric_names = DPO_METRICS + (("nll_loss",) if cpo_alpha else ())
+        self.headline = PREFERENCE_HEADLINE
 
     def count(self, batch):
         return count_pairs(batch)

@@ -126,7 +126,10 @@ class MetricsLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step)
+            # a resumed writer makes TensorBoard's readers drop what an earlier writer logged after the
+            # checkpoint (steps >= purge_step; the checkpoint's own step stays): no step shows twice
+            self.writer = SummaryWriter(str(self.run_dir / "tb"),
+                                        purge_step=None if resume_step is None else resume_step + 1)
         if peak_name:
             console.info(M("mfu_peak", peak=peak_name))
         else:
@@ -241,10 +244,17 @@ class MetricsLogger:
                            rejected=_shown(stats.get("rewards/rejected"), ".3f"), kl=_shown(stats["kl"], ".3f")))
         else:
             console.info(M("eval", step=step, val=val_loss, ppl=math.exp(min(val_loss, 50.0))))
+        # the validation's statistics in the objective's own columns of this eval row (the report's headline)
+        own = self._own_columns(stats)
         self._csv(kind="eval", epoch=epoch + 1, step=step, tokens=tokens, val_loss=f"{val_loss:.6f}",
-                  seconds=f"{elapsed_s:.2f}")
+                  seconds=f"{elapsed_s:.2f}", **own)
         self._scalar("Loss/val_step", val_loss, step)
         self._val_stats(stats, step)
+
+    def _own_columns(self, stats: dict[str, float] | None) -> dict[str, str]:
+        """A validation's statistics as the CSV cells of the objective's own columns (DPO's rewards/accuracy)."""
+        return {k: f"{v:.6f}" for k, v in (stats or {}).items()
+                if k in self.columns and k not in CSV_COLUMNS and v is not None and math.isfinite(v)}
 
     def _val_stats(self, stats: dict[str, float] | None, step: int) -> None:
         for name, value in (stats or {}).items():
@@ -263,7 +273,8 @@ class MetricsLogger:
         self._val_stats(val_stats, step)
         self._csv(kind="epoch", epoch=epoch + 1, step=step, tokens=tokens,
                   train_loss=None if train_loss is None else f"{train_loss:.6f}",
-                  val_loss=None if val_loss is None else f"{val_loss:.6f}", seconds=f"{elapsed_s:.2f}")
+                  val_loss=None if val_loss is None else f"{val_loss:.6f}", seconds=f"{elapsed_s:.2f}",
+                  **(self._own_columns(val_stats) if val_loss is not None else {}))
         self._scalar("Loss/train_epoch", train_loss, epoch + 1)
         self._scalar("Loss/val_epoch", val_loss, epoch + 1)
         self._scalar("Time/epoch_seconds", epoch_seconds, epoch + 1)
@@ -284,9 +295,12 @@ class RunStatus:
         self.path = Path(run_dir) / "run.json"
         self.enabled = dist.is_main
         self.data: dict = {}
+        self.previous_status: str | None = None  # the status run.json had: "running" after a kill -9
         if not self.enabled:
             return
         previous = read_json(self.path) if self.path.is_file() else {}
+        if previous.get("kind") == kind and isinstance(previous.get("status"), str):
+            self.previous_status = previous["status"]
         self.data = {"kind": kind, "status": "running", "argv": list(sys.argv if argv is None else argv),
                      "pid": os.getpid(), "host": socket.gethostname(),
                      "started": previous.get("started", _now()) if previous.get("kind") == kind else _now(),
@@ -364,6 +378,7 @@ class TrainMetrics:
         self.run_dir, self.dist, self.status = Path(run_dir), dist, status
         self.report_to, self.tracker_info = tuple(report_to), tracker_info  # --report-to; trackers.RunInfo
         self.trackers = None  # from open(), rank 0
+        self._ids_recorded = False  # run.json names the trackers' runs (once started: a kill -9 keeps them)
         self.extra_columns = tuple(extra_columns)
         self.flops_per_token, self.peak_flops, self.peak_name = flops_per_token, peak_flops, peak_name
         self.device_name, self.time_budget_h = device_name, time_budget_h
@@ -382,6 +397,7 @@ class TrainMetrics:
         status = RunStatus(run_dir, kind=kind, dist=dist)
         if tracker_info is not None:
             tracker_info.previous = dict(status.data.get("trackers") or {})
+            tracker_info.previous_status = status.previous_status
         return cls(run_dir, dist=dist, flops_per_token=flops_per_token, peak_flops=hardware.peak_flops(precision),
                    peak_name=hardware.peak_source, device_name=hardware.name, time_budget_h=time_budget_h,
                    status=status, extra_columns=extra_columns, report_to=report_to, tracker_info=tracker_info)
@@ -394,7 +410,8 @@ class TrainMetrics:
         if self.dist.is_main and self.tracker_info is not None and set(self.report_to) - {"tensorboard"}:
             from aura.train.run.trackers import Trackers
 
-            self.trackers = Trackers(self.report_to, self.tracker_info, resumed=resumed)
+            self.trackers = Trackers(self.report_to, self.tracker_info, resumed=resumed,
+                                     resume_step=state.step if resumed else None)
         self.logger = MetricsLogger(self.run_dir, dist=self.dist, total_steps=total_steps,
                                     resume_step=state.step if resumed else None, time_budget_h=self.time_budget_h,
                                     peak_name=self.peak_name, device_name=self.device_name,
@@ -458,6 +475,10 @@ class TrainMetrics:
                                             .to(self.dist.comm_device), "sum")
                 extras = unit_means(dict(zip(names, sums.tolist())), self._interval_n)
             self.history.append((state.step, loss))
+            if self.trackers is not None and not self._ids_recorded and self.trackers.started.is_set():
+                self._ids_recorded = True  # before any checkpoint: a run killed then still links its tracker runs
+                if self.status is not None:
+                    self.status.update(**self._tracker_record())
             self.logger.step(step=state.step, epoch=state.epoch, tokens=state.tokens_seen, loss=loss, lr=lr,
                              grad_norm=grad_norm if math.isfinite(grad_norm) else None, tokens_per_s=tps, mfu=mfu,
                              seconds=self.meter.step_seconds or 0.0, eta_s=eta, elapsed_s=self.meter.elapsed,

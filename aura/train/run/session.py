@@ -250,7 +250,10 @@ def _record_launch(run: Run, job: TrainingJob, metrics) -> Callable[[Path], str]
                  "resumed_from": str(run.resume) if run.resume is not None else None}
         if run.adopted is not None and run.adopted.forced:
             entry["plan_changes"] = run.adopted.forced
-        status.update(launch=record, history=[*status.data.get("history", []), entry], **job.record)
+        # the objective's headline (aura.train.objectives.objective.Headline): what a report shows, not the loss
+        headline = [h.to_dict() for h in getattr(job.objective, "headline", ())]
+        status.update(launch=record, history=[*status.data.get("history", []), entry], **job.record,
+                      **({"headline": headline} if headline else {}))
     return lambda checkpoint: resume_command(record, checkpoint)
 
 

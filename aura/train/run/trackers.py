@@ -9,12 +9,19 @@ credentials) is reported once and left out for the rest of the run while the CSV
 What a tracker receives: at the start the run's resolved configuration, step plan and hardware; each CSV row
 as metrics at its step (a ``step`` row's columns under their own names, an ``eval`` or ``epoch`` row's value
 columns as ``eval/NAME`` and ``epoch/NAME``); at the end where ``final/`` and ``best/`` are. A resumed run
-continues the same tracker run: its id and the last step it received are kept in ``run.json``
-(``trackers``), and rows up to that step are not sent again (the tracker already holds them).
+continues the same tracker run when that run holds exactly the steps up to the checkpoint: its id and the last
+step it received are kept in ``run.json`` (``trackers``), and rows up to that step are not sent again. When it
+may hold more (the run was killed with ``kill -9`` after its last checkpoint, so run.json still says
+``running``, or an older checkpoint is resumed), a tracker that cannot rewind a run (W&B's rewind is a server
+preview, MLflow and Trackio have none) gets a new run linked to the first (``aura.parent_run``,
+``aura.parent_step``; MLflow also ``mlflow.parentRunId``) that receives the steps after the checkpoint, and the
+log says so: no run holds a step twice. TensorBoard rewinds itself (``aura.train.run.metrics``: the resumed
+writer's ``purge_step``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import queue
@@ -51,6 +58,12 @@ M = Messages("trackers", {
                 "filas para {trackers}; training_log.csv las tiene todas.",
                 "The trackers' queue is full (a tracker is slower than training): rows are dropped for "
                 "{trackers}; training_log.csv has them all."),
+    "new_run": ("{tracker}: se reanuda en el paso {step}, pero la ejecución {old} puede tener pasos posteriores "
+                "(se cortó sin guardar, o se reanuda un checkpoint anterior) y {tracker} no rebobina: lo reanudado "
+                "va a una ejecución nueva, {new}, enlazada a la primera (aura.parent_run={old}).",
+                "{tracker}: resuming at step {step}, but run {old} may hold later steps (it was cut off without "
+                "saving, or an older checkpoint is resumed) and {tracker} cannot rewind: the resumed part goes to a "
+                "new run, {new}, linked to the first (aura.parent_run={old})."),
     "late": ("{trackers} no terminó en {seconds:.0f} s; su registro puede quedar incompleto (training_log.csv "
              "está completo).",
              "{trackers} did not finish within {seconds:.0f} s; its record may be incomplete (training_log.csv is "
@@ -120,10 +133,15 @@ class RunInfo:
     hardware: dict  # HardwareInfo.to_dict()
     world_size: int = 1
     previous: dict = field(default_factory=dict)  # run.json's trackers of the run being resumed
+    previous_status: str | None = None  # run.json's status then: "running" after a kill -9 (not closed)
+    parent: dict = field(default_factory=dict)  # a linked new run's parent: {"run": id, "step": step}
 
     def params(self) -> dict[str, Any]:
-        return {"kind": self.kind, "run_dir": str(self.run_dir), "world_size": self.world_size,
-                "config": self.config, "plan": self.plan, "hardware": self.hardware}
+        out = {"kind": self.kind, "run_dir": str(self.run_dir), "world_size": self.world_size,
+               "config": self.config, "plan": self.plan, "hardware": self.hardware}
+        if self.parent:
+            out["aura"] = {"parent_run": self.parent["run"], "parent_step": self.parent["step"]}
+        return out
 
 
 class Sink(Protocol):
@@ -204,7 +222,11 @@ class MlflowSink:
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or info.name
         experiment = self.client.get_experiment_by_name(name)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
-        run = self.client.create_run(experiment_id, run_name=info.name, tags={"aura.kind": info.kind})
+        tags = {"aura.kind": info.kind}
+        if info.parent:  # a resumed part that cannot go into the first run (module docstring)
+            tags.update({"aura.parent_run": info.parent["run"], "aura.parent_step": str(info.parent["step"]),
+                         "mlflow.parentRunId": info.parent["run"]})
+        run = self.client.create_run(experiment_id, run_name=info.name, tags=tags)
         self.run_id = run.info.run_id
         from mlflow.entities import Param
 
@@ -260,14 +282,22 @@ SINKS = {"wandb": (WandbSink, "wandb"), "mlflow": (MlflowSink, "mlflow"), "track
 class Trackers:
     """The trackers of one run (rank 0) behind one bounded queue and one daemon thread: ``row`` never waits."""
 
-    def __init__(self, names: tuple[str, ...], info: RunInfo, *, resumed: bool):
+    def __init__(self, names: tuple[str, ...], info: RunInfo, *, resumed: bool, resume_step: int | None = None):
+        """``resume_step``: the checkpoint's step when ``resumed`` (rows after it are sent again)."""
         self.sinks = [SINKS[n][0]() for n in names if n in SINKS]
         self.failed: set[str] = set()
-        self._skip = {n: e["last_step"] for n, e in info.previous.items()} if resumed else {}
-        self._ids = {n: e["run_id"] for n, e in info.previous.items()} if resumed else {}
-        self._previous = dict(info.previous) if resumed else {}
+        previous = dict(info.previous) if resumed else {}
+        step = int(resume_step or 0)
+        # the first run holds exactly the steps up to the checkpoint only when the run was closed (its thread
+        # drained, run.json written) at or before the checkpoint; else a new run, linked (module docstring)
+        closed = info.previous_status is not None and info.previous_status != "running"
+        self._forks = {n: e for n, e in previous.items() if not (closed and e["last_step"] <= step)}
+        self._skip = {n: (step if n in self._forks else e["last_step"]) for n, e in previous.items()}
+        self._ids = {n: e["run_id"] for n, e in previous.items() if n not in self._forks}
+        self._previous = previous
         self.last_step: dict[str, int] = dict(self._skip)
         self._warned_full = False
+        self.started = threading.Event()  # every tracker started (or failed): their run ids are known
         self._q: queue.Queue = queue.Queue(maxsize=QUEUE_ROWS)
         self._thread = None
         if self.sinks:
@@ -309,10 +339,16 @@ class Trackers:
         live = []
         for sink in self.sinks:
             try:
-                sink.start(info, self._ids.get(sink.name))
+                parent = self._forks.get(sink.name)
+                sink.start(dataclasses.replace(info, parent={"run": parent["run_id"], "step": self._skip[sink.name]})
+                           if parent else info, self._ids.get(sink.name))
+                if parent:
+                    console.warn(M("new_run", tracker=sink.name, step=self._skip[sink.name], old=parent["run_id"],
+                                   new=sink.run_id))
                 live.append(sink)
             except BaseException as e:  # noqa: BLE001 - a tracker never stops training
                 self._fail(sink, e)
+        self.started.set()
         while True:
             op, payload = self._q.get()
             if op == "finish":
