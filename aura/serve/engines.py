@@ -70,6 +70,19 @@ def llama_cpp_app(path: Path, *, alias: str, n_ctx: int):
 LLAMA_CPP_DEFAULTS = {"repeat_penalty": 1.0}
 
 
+
+async def read_body(receive) -> bytes | None:
+    """An ASGI request's whole body, or None when the client went away before sending it."""
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
 class RequestDefaults:
     """ASGI middleware: fields a JSON request to ``paths`` did not set are filled from ``defaults``."""
 
@@ -79,14 +92,9 @@ class RequestDefaults:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self.paths:
             return await self.app(scope, receive, send)
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body = await read_body(receive)
+        if body is None:  # the client went away
+            return
         try:
             data = json.loads(body)
         except ValueError:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
+from aura.serve.engines import read_body
+
 CHAT_PATH, COMPLETIONS_PATH = "/v1/chat/completions", "/v1/completions"
 WARNING_HEADER = b"x-aura-warning"
 # the fields of a chat request a completion request also has (an engine may refuse any other: transformers
@@ -49,14 +51,9 @@ class PlainChat:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != CHAT_PATH:
             return await self.app(scope, receive, send)
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body = await read_body(receive)
+        if body is None:  # the client went away
+            return
         try:
             data = json.loads(body)
         except ValueError:
