@@ -156,15 +156,22 @@ def serve_check(model_dir: Path) -> dict:
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=120) as r:
             text = json.loads(r.read())["choices"][0]["text"]
-    finally:
+    finally:  # aura serve must take vLLM's server, engine and workers down with it (they hold GBs of RAM)
+        import psutil
+
+        family = psutil.Process(proc.pid).children(recursive=True)
         proc.terminate()
-        proc.wait(timeout=60)
+        proc.wait(timeout=90)
+        _, alive = psutil.wait_procs(family, timeout=60)
+        for child in alive:
+            child.kill()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(model_dir)
     ids = torch.tensor([PROMPTS[0]])  # an explicit mask: the prompt holds the pad id, which generate would mask
     ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False,
                          eos_token_id=None, pad_token_id=tok.pad_token_id)[0, len(PROMPTS[0]):].tolist()
-    return {"startup_s": startup, "same": text == tok.decode(ref), "text": text, "reference": tok.decode(ref)}
+    return {"startup_s": startup, "same": text == tok.decode(ref), "text": text, "reference": tok.decode(ref),
+            "left_running": len(alive)}
 
 
 def main() -> int:
@@ -196,7 +203,8 @@ def main() -> int:
             print(f"3. aura serve --engine vllm: up in {served['startup_s']:.0f} s; greedy text equal to "
                   f"transformers: {served['same']} ({served['text']!r} / {served['reference']!r})")
             figure("vllm_cpu.serve_same_as_transformers", str(served["same"]))
-            ok = ok and served["same"]
+            print(f"   vLLM processes left running 60 s after aura serve's SIGTERM: {served['left_running']}")
+            ok = ok and served["same"] and served["left_running"] == 0
         if "1" in checks:
             sync = sync_check(model_dir)
             print(f"1. sync: gaps {[f'{g:.1e}' for g in sync['gaps']]} (what the changes moved: "

@@ -64,7 +64,8 @@ def test_kto_on_the_embedded_sample_logs_plots_and_resumes_exactly_after_sigterm
     # LoRA B = 0: policy == reference, every log ratio and the KL estimate are 0, each loss 1 - s(0); 0 up to
     # float rounding: the reference runs each mismatched answer in one row with the real one (the prompt
     # once), the policy alone
-    assert float(rows[1]["train_loss"]) == pytest.approx(0.5, abs=1e-6) and abs(float(rows[1]["kl"])) < 1e-4
+    # (the log prints 6 decimals: a znver3 EPYC logs 0.500001)
+    assert float(rows[1]["train_loss"]) == pytest.approx(0.5, abs=5e-6) and abs(float(rows[1]["kl"])) < 1e-4
     assert all(rows[s]["kl"] != "" and rows[s]["logps/chosen"] + rows[s]["logps/rejected"] != "" for s in rows)
     assert float(rows[8]["kl"]) > 1e-2  # the policy moved away from its reference
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

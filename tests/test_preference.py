@@ -136,8 +136,9 @@ def test_precomputed_reference_equals_the_live_reference(env, tmp_path, method):
             if step == 1 and key == "rewards/accuracy":
                 continue  # policy == reference: every reward is 0 up to rounding, chosen > rejected is a coin toss
             # a full copy and the precomputed pass score the pairs in other batch shapes: on CPUs whose kernels
-            # block by shape (avx512 EPYC) the log-probs differ in the 6th digit
-            assert float(a[step][key]) == pytest.approx(float(b[step][key]), rel=2e-4, abs=5e-5), (step, key)
+            # block by shape (avx512 EPYC) the log-probs differ in the 6th digit, and 3 steps at lr 5e-3 of full
+            # fine-tuning carry that to the 4th (measured on a znver3 EPYC: 0.2032 against 0.203145)
+            assert float(a[step][key]) == pytest.approx(float(b[step][key]), rel=1e-3, abs=1e-4), (step, key)
     assert abs(float(a[3]["rewards/margin"])) > 1e-3  # the policy moved away from its reference
 
 

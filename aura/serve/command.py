@@ -262,9 +262,22 @@ def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def stop_child(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Ends a child server: SIGTERM (its graceful shutdown), then SIGKILL after ``timeout`` seconds. Left
+    running, vLLM's server keeps its engine and workers, and the memory they hold, after ``aura serve`` ended."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _serve_vllm(cfg: ServeConfig, source, stack: contextlib.ExitStack) -> int:
     """vLLM's own server in its own process (on a GPU, or vLLM's CPU build: bench/vllm_cpu.py runs it);
-    Ctrl+C reaches both."""
+    Ctrl+C reaches both, and a SIGTERM to Aura ends vLLM's server too."""
     from aura.serve.engines import vllm_command
 
     adapter, base = (source.path, source.base) if source.kind == "adapter" else (None, source.path)
@@ -279,6 +292,10 @@ def _serve_vllm(cfg: ServeConfig, source, stack: contextlib.ExitStack) -> int:
     if cfg.token:
         env["VLLM_API_KEY"] = cfg.token  # vLLM checks it on every /v1 request: the same rule, its own check
     _announce(cfg, "vllm", name)
-    with contextlib.suppress(KeyboardInterrupt):
-        return subprocess.run(argv, env=env).returncode
-    return 0
+    proc = subprocess.Popen(argv, env=env)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            return proc.wait()
+        return 0
+    finally:  # a SIGTERM (or Ctrl+C) ends Aura's process: vLLM's server, its engine and workers end with it
+        stop_child(proc)
