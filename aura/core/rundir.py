@@ -31,6 +31,7 @@ _STATUS = Messages("run_status", {
 
 RUN_JSON = "run.json"
 STATE_FILE = "trainer_state.json"
+MANIFEST_FILE = "files.json"  # a checkpoint's list of its files and sizes (aura.distributed.ckpt_sync)
 TRAINING_LOG = "training_log.csv"
 MODEL_CONFIG = "model_config.json"
 EPOCH_INFO = "epoch_info.json"

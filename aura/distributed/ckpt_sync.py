@@ -31,10 +31,10 @@ import torch
 from aura.core.atomic import tmp_name
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
+from aura.core.rundir import MANIFEST_FILE as MANIFEST
 from aura.core.rundir import STATE_FILE as STATE  # written last: it marks a checkpoint whole
 from aura.distributed.process import DistInfo
 
-MANIFEST = "files.json"
 CHUNK = 16 << 20  # bytes per broadcast: bounded memory whatever the checkpoint's size
 
 M = Messages("ckpt_sync", {

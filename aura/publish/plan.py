@@ -17,7 +17,7 @@ from aura.core.atomic import TMP_PREFIX
 from aura.core.errors import AuraError
 from aura.core.files import check_safetensors
 from aura.core.i18n import Messages
-from aura.core.rundir import LOCK_FILE, latest_checkpoint
+from aura.core.rundir import LOCK_FILE, MANIFEST_FILE, latest_checkpoint
 
 M = Messages("publish.plan", {
     "missing": ("{path}: no existe. Pasa la carpeta de una ejecución (con final/), de un modelo, de un "
@@ -64,7 +64,7 @@ M = Messages("publish.plan", {
 })
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
-TRAINING_STATE = {"optimizer.pt", "scaler.pt", "trainer_state.json", "rng", "scheduler.pt"}
+TRAINING_STATE = {"optimizer.pt", "scaler.pt", "trainer_state.json", "rng", "scheduler.pt", MANIFEST_FILE}
 _CHECKPOINT = re.compile(r"(checkpoint|interrupt)-(step|epoch)-\d+")
 CARD = "README.md"
 # Files Aura and peft write that name the base model (or the adapter) by its local path: uploaded as written,
