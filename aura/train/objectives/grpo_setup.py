@@ -48,15 +48,15 @@ M = Messages("grpo_setup", {
                     "vLLM on the same device (weights synced every step)"),
     "ref_none": ("ninguna (--beta 0)", "none (--beta 0)"),
     "ref_adapter": ("el modelo base con el adaptador desactivado", "the base model with the adapter disabled"),
-    "no_signal": ("0 de {n:grupo|grupos} tuvieron señal de recompensa: el modelo no cambió. Las {g} respuestas de "
+    "no_signal": ("0 de {n:grupo|grupos} tuvieron señal de recompensa: el modelo no cambió. Las {g:respuesta|respuestas} de "
                   "cada prompt recibieron siempre la misma recompensa, así que todas las ventajas fueron 0. Usa una "
                   "recompensa que el modelo pueda ganar (--reward format, length, spanish) o prompts más fáciles.",
-                  "0 of {n:group|groups} had a reward signal: the model did not change. The {g} completions of each "
+                  "0 of {n:group|groups} had a reward signal: the model did not change. The {g:completion|completions} of each "
                   "prompt always got the same reward, so every advantage was 0. Use a reward the model can earn "
                   "(--reward format, length, spanish) or easier prompts."),
-    "signal": ("{k} de {n:grupo|grupos} tuvieron señal de recompensa (recompensas distintas entre sus {g} "
-               "respuestas).",
-               "{k} of {n:group|groups} had a reward signal (different rewards among their {g} completions)."),
+    "signal": ("{k} de {n:grupo|grupos} tuvieron señal de recompensa (recompensas distintas entre sus "
+               "{g:respuesta|respuestas}).",
+               "{k} of {n:group|groups} had a reward signal (different rewards among their {g:completion|completions})."),
     "ref_copy": ("una copia congelada del modelo inicial", "a frozen copy of the starting model"),
 })
 GRPO_LR_LORA, GRPO_LR_FULL = 1e-5, 1e-6  # TRL GRPOConfig's default is 1e-6 for full weights
