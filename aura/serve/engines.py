@@ -71,6 +71,23 @@ LLAMA_CPP_DEFAULTS = {"repeat_penalty": 1.0}
 
 
 
+async def forward_body(app, scope, receive, send, body: bytes, path: str | None = None) -> None:
+    """``app`` called with ``body`` as the request's whole body (its Content-Length set), at ``path`` if given."""
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
+    headers.append((b"content-length", str(len(body)).encode()))
+    replayed = False
+
+    async def replay():
+        nonlocal replayed
+        if replayed:
+            return await receive()  # after the body: wait for the disconnect, as the engine expects
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    moved = {"path": path, "raw_path": path.encode()} if path is not None else {}
+    await app({**scope, **moved, "headers": headers}, replay, send)
+
+
 async def read_body(receive) -> bytes | None:
     """An ASGI request's whole body, or None when the client went away before sending it."""
     chunks, more = [], True
@@ -101,18 +118,7 @@ class RequestDefaults:
             data = None  # the engine answers a malformed body itself
         if isinstance(data, dict):
             body = json.dumps({**self.defaults, **data}).encode()
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
-        headers.append((b"content-length", str(len(body)).encode()))
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if replayed:
-                return await receive()  # after the body: wait for the disconnect, as the engine expects
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app({**scope, "headers": headers}, replay, send)
+        await forward_body(self.app, scope, receive, send, body)
 
 
 def vllm_lora_rank(adapter_dir: Path) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-from aura.serve.engines import read_body
+from aura.serve.engines import forward_body, read_body
 
 CHAT_PATH, COMPLETIONS_PATH = "/v1/chat/completions", "/v1/completions"
 WARNING_HEADER = b"x-aura-warning"
@@ -59,7 +59,7 @@ class PlainChat:
         except ValueError:
             data = None
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
-            return await self._forward(scope, receive, send, body, CHAT_PATH, None)  # the engine's own answer
+            return await forward_body(self.app, scope, receive, send, body, CHAT_PATH)  # the engine's own answer
         messages = [{"role": str(m.get("role") or "user"), "content": _text(m.get("content"))}
                     for m in data["messages"] if isinstance(m, dict)]
         asked = data.get("stop") or []
@@ -71,21 +71,7 @@ class PlainChat:
         convert = _StreamedChat(send, stops, self.header) if data.get("stream") else _WholeChat(send, stops,
                                                                                                  self.header,
                                                                                                  self.warning)
-        await self._forward(scope, receive, convert.send, json.dumps(request).encode(), COMPLETIONS_PATH, convert)
-
-    async def _forward(self, scope, receive, send, body: bytes, path: str, convert) -> None:
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
-        headers.append((b"content-length", str(len(body)).encode()))
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if replayed:
-                return await receive()  # after the body: wait for the disconnect, as the engine expects
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app({**scope, "path": path, "raw_path": path.encode(), "headers": headers}, replay, send)
+        await forward_body(self.app, scope, receive, convert.send, json.dumps(request).encode(), COMPLETIONS_PATH)
 
 
 class _WholeChat:

@@ -129,6 +129,15 @@ def merged_weights(model) -> Iterator[tuple[str, torch.Tensor]] | None:
     return pairs()
 
 
+def _merged_fp32(lora, adapters: list[str]) -> torch.Tensor:
+    """A new fp32 tensor ``W + scaling B A`` for every adapter of ``lora``, in the base weight's own layout
+    (GPT-2's Conv1D is transposed: peft's ``get_delta_weight`` handles it); W itself is never written."""
+    merged = lora.get_base_layer().weight.detach().float().clone()
+    for a in adapters:
+        merged += lora.get_delta_weight(a).float()
+    return merged
+
+
 def merged_view(model, *, precision: str, device: torch.device) -> contextlib.AbstractContextManager | None:
     """The policy with every adapter merged into new copies of its base weights (see the module
     docstring for when it is offered), or None."""
@@ -145,11 +154,8 @@ def merged_view(model, *, precision: str, device: torch.device) -> contextlib.Ab
                     or base.weight.dtype != torch.float32 or base.weight.device.type != "cpu"
                     or any(lora.lora_A[a].weight.dtype != torch.float32 for a in adapters)):
                 return None
-            merged = base.weight.detach().clone()
-            for a in adapters:  # in the base weight's own layout (GPT-2's Conv1D is transposed: peft handles it)
-                merged += lora.get_delta_weight(a)
             bases.append(base)
-            weights.append(merged)
+            weights.append(_merged_fp32(lora, adapters))
     return _stack(_with_weights(bases, weights), _swap(layers, bases))
 
 
@@ -164,11 +170,8 @@ def compute_view(model, *, dtype: torch.dtype) -> contextlib.AbstractContextMana
             base, adapters = lora.get_base_layer(), _plain(lora)
             if adapters is None or getattr(base, "weight", None) is None or not base.weight.is_floating_point():
                 return None
-            merged = base.weight.detach().float().clone()
-            for a in adapters:
-                merged += lora.get_delta_weight(a).float()
             bases.append(base)
-            weights.append(merged.to(dtype))
+            weights.append(_merged_fp32(lora, adapters).to(dtype))
     return _stack(_with_weights(bases, weights), _swap(layers, bases), _cast(model, dtype))
 
 
