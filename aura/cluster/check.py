@@ -180,15 +180,26 @@ def _failure(err: BaseException) -> AuraError:
 
 
 def _run(cfg: CheckDistConfig, info) -> None:
+    """Every rank: who is where, the sum check, the bandwidth, then (``--model-preset``) the link's advice."""
     import torch
 
-    world, dev = info.world_size, info.comm_device
-    peers: list = [None] * world
+    peers: list = [None] * info.world_size
     torch.distributed.all_gather_object(
         peers, (info.rank, info.node, str(info.device), info.local_rank))
     if info.is_main:
         console.table(M("table"), [M("h_rank"), M("h_host"), M("h_device"), M("h_local_rank")], peers)
+    _check_sum(info)
+    nodes = len({p[1] for p in peers})
+    nbytes, slowest = _bandwidth(cfg, info, nodes=nodes)
+    if cfg.model_preset and info.world_size > 1:
+        _advice(cfg, info, nbytes=nbytes, slowest=slowest, nodes=nodes)
 
+
+def _check_sum(info) -> None:
+    """all_reduce of each rank's number: every rank must get 1 + 2 + ... + world, else the command fails."""
+    import torch
+
+    world, dev = info.world_size, info.comm_device
     expected = world * (world + 1) / 2
     t = torch.full((1,), float(info.rank + 1), dtype=torch.float32, device=dev)
     torch.distributed.all_reduce(t)
@@ -202,6 +213,12 @@ def _run(cfg: CheckDistConfig, info) -> None:
         bad = ", ".join(str(r) for r, ok in enumerate(oks) if not ok)
         raise AuraError(M("wrong_sum", got=got, expected=expected, ranks=bad), exit_code=1)
 
+
+def _bandwidth(cfg: CheckDistConfig, info, *, nodes: int) -> tuple[int, float]:
+    """(bytes per all_reduce, the slowest rank's seconds per all_reduce) of ``--size-mb``, printed."""
+    import torch
+
+    world, dev = info.world_size, info.comm_device
     nbytes = int(cfg.size_mb * 1e6) // 4 * 4
     buf = torch.ones(nbytes // 4, dtype=torch.float32, device=dev)  # (N,)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -219,27 +236,32 @@ def _run(cfg: CheckDistConfig, info) -> None:
     alg = _rate(nbytes / per_iter)
     bus = _rate(nbytes / per_iter * factor) if world > 1 else "n/a"
     console.always(M("bandwidth", size=f"{nbytes / 1e6:g} MB", ms=per_iter * 1e3, alg=alg, bus=bus))
-    nodes = len({p[1] for p in peers})
     if info.is_main:
         console.success(M("passed", world=world, nodes=nodes, alg=_rate(nbytes / slowest),
                           bus=_rate(nbytes / slowest * factor) if world > 1 else "n/a"))
-    if cfg.model_preset and world > 1:
-        latency = _latency(info, cfg.iters)
-        busbw = nbytes * factor / max(slowest - latency, 1e-9)
-        decided = None
-        if info.is_main:
-            console.info(M("link", lat=latency * 1e3, gbit=busbw * 8 / 1e9))
-            line = advise(cfg.model_preset, world=world, latency_s=latency, busbw=busbw, step_s=cfg.step_seconds,
-                          vocab_size=cfg.vocab_size)
-            decided = dict(choose(cfg.model_preset, world=world, latency_s=latency, busbw=busbw,
-                                  step_s=cfg.step_seconds, vocab_size=cfg.vocab_size),
-                           advice=line, latency_ms=latency * 1e3, gbit=busbw * 8 / 1e9, world=world, nodes=nodes,
-                           preset=cfg.model_preset, step_seconds=cfg.step_seconds)
-        decided = info.broadcast_object(decided)  # one decision, made on rank 0, for every node
-        if cfg.advice_out and info.local_rank == 0:
-            from aura.core.atomic import atomic_write_json
+    return nbytes, slowest
 
-            atomic_write_json(Path(cfg.advice_out), decided)
+
+def _advice(cfg: CheckDistConfig, info, *, nbytes: int, slowest: float, nodes: int) -> None:
+    """The link's latency and bus bandwidth -> the slow-link settings for ``--model-preset``, decided on rank 0
+    for every node and written to ``--advice-out``."""
+    world = info.world_size
+    latency = _latency(info, cfg.iters)
+    busbw = nbytes * 2 * (world - 1) / world / max(slowest - latency, 1e-9)
+    decided = None
+    if info.is_main:
+        console.info(M("link", lat=latency * 1e3, gbit=busbw * 8 / 1e9))
+        line = advise(cfg.model_preset, world=world, latency_s=latency, busbw=busbw, step_s=cfg.step_seconds,
+                      vocab_size=cfg.vocab_size)
+        decided = dict(choose(cfg.model_preset, world=world, latency_s=latency, busbw=busbw,
+                              step_s=cfg.step_seconds, vocab_size=cfg.vocab_size),
+                       advice=line, latency_ms=latency * 1e3, gbit=busbw * 8 / 1e9, world=world, nodes=nodes,
+                       preset=cfg.model_preset, step_seconds=cfg.step_seconds)
+    decided = info.broadcast_object(decided)  # one decision, made on rank 0, for every node
+    if cfg.advice_out and info.local_rank == 0:
+        from aura.core.atomic import atomic_write_json
+
+        atomic_write_json(Path(cfg.advice_out), decided)
 
 
 def _latency(info, iters: int) -> float:
