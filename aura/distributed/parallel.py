@@ -233,7 +233,25 @@ def parallelize(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto
     ``comm`` (the training flags): ``ddp_comm`` picks DDP's communication hook (``aura.distributed.comm``;
     FSDP2 refuses one); ``local_steps`` leaves the model unwrapped for DiLoCo (``aura.distributed.local_sgd``).
     """
-    dtype = _precision_dtype(mixed_precision)
+    chosen, hook = _choose(model, dist=dist, strategy=strategy, comm=comm, device_memory=device_memory)
+    blocks = find_blocks(model)
+    if gradient_checkpointing:
+        _apply_checkpointing(model, blocks)
+    if compile:
+        for block in blocks or [model]:
+            block.compile()  # in place: parameter names and state_dict keys do not change
+    if chosen == "fsdp":
+        return _shard(model, blocks, dist=dist, dtype=_precision_dtype(mixed_precision),
+                      reshard_after_forward=reshard_after_forward)
+    model.to(dist.device)
+    if chosen == "ddp":
+        return _replicate(model, dist=dist, hook=hook, comm=comm, find_unused_parameters=find_unused_parameters)
+    return model
+
+
+def _choose(model, *, dist: DistInfo, strategy: str, comm, device_memory: int | None) -> tuple[str, str]:
+    """(strategy: fsdp/ddp/none, DDP communication hook) from the flags, printed with the reason; the
+    combinations that cannot work (a hook without DDP, --local-steps with FSDP2) refused."""
     hook, local = getattr(comm, "ddp_comm", "none") or "none", getattr(comm, "local_steps", None)
     if hook == "powersgd":  # on one process too: the same flags then fail at once, not on the cluster
         from aura.distributed.comm import check_powersgd_rank
@@ -256,46 +274,45 @@ def parallelize(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto
     elif hook != "none" and chosen != "ddp":
         raise AuraError(M("hook_needs_ddp", mode=hook, strategy=M("strategy_none") if chosen == "none" else chosen))
     console.info(M("strategy", strategy=M("strategy_none") if chosen == "none" else chosen, reason=reason))
-    blocks = find_blocks(model)
-    if gradient_checkpointing:
-        _apply_checkpointing(model, blocks)
-    if compile:
-        for block in blocks or [model]:
-            block.compile()  # in place: parameter names and state_dict keys do not change
-    if chosen == "fsdp":
-        from torch.distributed.device_mesh import init_device_mesh
+    return chosen, hook
 
-        _, MixedPrecisionPolicy, fully_shard = _fsdp_api()
-        mesh = init_device_mesh(dist.device.type, (dist.world_size,))
-        mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else \
-            MixedPrecisionPolicy()
-        for i, block in enumerate(blocks):
-            # the last block's parameters are needed again at once by backward: keep them gathered
-            fully_shard(block, mesh=mesh, mp_policy=mp,
-                        reshard_after_forward=reshard_after_forward and i < len(blocks) - 1)
-        fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
-        return model
-    model.to(dist.device)
-    if chosen == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
 
-        from aura.distributed.comm import register_comm_hook
+def _shard(model, blocks: list, *, dist: DistInfo, dtype, reshard_after_forward: bool):
+    """FSDP2: each block sharded, then the root; ``dtype`` (bf16/fp16) the parameters' compute dtype with fp32
+    gradient reduction."""
+    from torch.distributed.device_mesh import init_device_mesh
 
-        ids = [dist.device.index] if dist.device.type == "cuda" else None
-        # gradients live in the buckets: no copy. No static_graph: measured on torch 2.13 (gloo, 2 ranks), it
-        # fails with no_sync accumulation ("expect_autograd_hooks_ INTERNAL ASSERT", pytorch/pytorch#187732) and
-        # desynchronises the replicas under the chunked loss (the head runs outside DDP's forward); with
-        # find_unused_parameters off it would save no work either.
-        ddp = DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters,
-                                      gradient_as_bucket_view=True)
-        # gloo: always through a timed hook (the communication share in the log); NCCL completes the hooks'
-        # futures before the GPU has finished, so there only --ddp-comm bf16/powersgd install one, untimed
-        timed = dist.backend == "gloo"
-        if hook != "none" or timed:
-            register_comm_hook(ddp, mode=hook, rank=getattr(comm, "powersgd_rank", 1),
-                               warmup=getattr(comm, "powersgd_warmup", 2), timed=timed)
-        return ddp
+    _, MixedPrecisionPolicy, fully_shard = _fsdp_api()
+    mesh = init_device_mesh(dist.device.type, (dist.world_size,))
+    mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else MixedPrecisionPolicy()
+    for i, block in enumerate(blocks):
+        # the last block's parameters are needed again at once by backward: keep them gathered
+        fully_shard(block, mesh=mesh, mp_policy=mp,
+                    reshard_after_forward=reshard_after_forward and i < len(blocks) - 1)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     return model
+
+
+def _replicate(model, *, dist: DistInfo, hook: str, comm, find_unused_parameters: bool):
+    """DDP around ``model`` (already on its device), with the communication hook of ``--ddp-comm``."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from aura.distributed.comm import register_comm_hook
+
+    ids = [dist.device.index] if dist.device.type == "cuda" else None
+    # gradients live in the buckets: no copy. No static_graph: measured on torch 2.13 (gloo, 2 ranks), it
+    # fails with no_sync accumulation ("expect_autograd_hooks_ INTERNAL ASSERT", pytorch/pytorch#187732) and
+    # desynchronises the replicas under the chunked loss (the head runs outside DDP's forward); with
+    # find_unused_parameters off it would save no work either.
+    ddp = DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters,
+                                  gradient_as_bucket_view=True)
+    # gloo: always through a timed hook (the communication share in the log); NCCL completes the hooks'
+    # futures before the GPU has finished, so there only --ddp-comm bf16/powersgd install one, untimed
+    timed = dist.backend == "gloo"
+    if hook != "none" or timed:
+        register_comm_hook(ddp, mode=hook, rank=getattr(comm, "powersgd_rank", 1),
+                           warmup=getattr(comm, "powersgd_warmup", 2), timed=timed)
+    return ddp
 
 
 def is_deepspeed_engine(model) -> bool:

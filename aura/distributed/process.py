@@ -192,9 +192,6 @@ def init_distributed(*, backend: str = "auto", device: str = "auto",
         if dev.type == "cuda":  # --device cuda:N: kernels, NCCL and memory stats all follow the current device
             torch.cuda.set_device(dev)
         return DistInfo(device=dev)
-    from torch.distributed import PrefixStore
-    from torch.distributed.rendezvous import rendezvous
-
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -208,49 +205,10 @@ def init_distributed(*, backend: str = "auto", device: str = "auto",
                                       devices=torch.cuda.device_count(), explicit_device=device != "auto")
     if backend == "nccl" and not _local_nccl_ok(dev):
         raise AuraError(M("nccl_unavailable"))
-    timeout = datetime.timedelta(seconds=timeout_s)
     chosen = backend
     if not torch.distributed.is_initialized():
-        store, rank, world = next(rendezvous("env://", rank=rank, world_size=world, timeout=timeout))
-        store.set_timeout(timeout)
-        # torchrun's static rendezvous keeps one store across --max-restarts: without a per-attempt
-        # prefix the restarted group reads the dead group's gloo addresses and hangs in init.
-        store = PrefixStore(f"aura/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
-        # gloo for a node's several GPUs goes through the CPU (~10x slower than NCCL): only when asked for
-        several_gpus = dev.type == "cuda" and local_world > 1
-        why = None
-        if backend == "auto":
-            here = _local_nccl_ok(dev)
-            chosen = "nccl" if _all_ranks_agree(store, "nccl", here, rank=rank, world=world) else "gloo"
-            if chosen == "gloo":
-                why = M("no_nccl_here") if not here else M("peer_failed")
-        error = None
-        if chosen == "nccl":
-            try:
-                torch.distributed.init_process_group(
-                    backend="nccl", store=PrefixStore("default_pg", store), rank=rank,
-                    world_size=world, timeout=timeout, device_id=dev)
-                probe = torch.ones(1, device=dev)  # NCCL initialises lazily: force it now
-                torch.distributed.all_reduce(probe)
-            except Exception as err:  # noqa: BLE001 - any NCCL failure means: try gloo
-                if backend == "nccl":
-                    raise
-                error = err
-            if backend == "auto" and not _all_ranks_agree(store, "nccl_probe", error is None,
-                                                           rank=rank, world=world):
-                why = str(error).splitlines()[0][:200] if error else M("peer_failed")
-                if torch.distributed.is_initialized():
-                    torch.distributed.destroy_process_group()
-                chosen = "gloo"
-        if why is not None:  # auto ends on gloo: refused on every rank when a node has several GPUs
-            if not _all_ranks_agree(store, "gloo_ok", not several_gpus, rank=rank, world=world):
-                raise AuraError(M("gloo_refused", why=why))
-            if error is not None or (chosen == "gloo" and dev.type == "cuda"):
-                console.warn(M("nccl_fallback", err=why))
-        if chosen == "gloo":
-            torch.distributed.init_process_group(
-                backend="gloo", store=PrefixStore("aura_gloo", store), rank=rank,
-                world_size=world, timeout=timeout)
+        chosen, rank, world = _join(backend, dev=dev, rank=rank, world=world, local_world=local_world,
+                                    timeout=datetime.timedelta(seconds=timeout_s))
     if share:
         console.warn(M("shared", local=local_world, devices=torch.cuda.device_count()))
     else:
@@ -259,6 +217,56 @@ def init_distributed(*, backend: str = "auto", device: str = "auto",
     console.set_prefix(info.prefix)
     console.info(M("mode", backend=chosen, world=world))
     return info
+
+
+def _join(backend: str, *, dev, rank: int, world: int, local_world: int, timeout) -> tuple[str, int, int]:
+    """(backend, rank, world) after joining torchrun's group: NCCL or gloo as asked; ``auto`` takes NCCL when every
+    rank has it and its probe works on every rank, else gloo (refused on a node with several GPUs)."""
+    from torch.distributed import PrefixStore
+    from torch.distributed.rendezvous import rendezvous
+
+    chosen = backend
+    store, rank, world = next(rendezvous("env://", rank=rank, world_size=world, timeout=timeout))
+    store.set_timeout(timeout)
+    # torchrun's static rendezvous keeps one store across --max-restarts: without a per-attempt
+    # prefix the restarted group reads the dead group's gloo addresses and hangs in init.
+    store = PrefixStore(f"aura/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+    # gloo for a node's several GPUs goes through the CPU (~10x slower than NCCL): only when asked for
+    several_gpus = dev.type == "cuda" and local_world > 1
+    why = None
+    if backend == "auto":
+        here = _local_nccl_ok(dev)
+        chosen = "nccl" if _all_ranks_agree(store, "nccl", here, rank=rank, world=world) else "gloo"
+        if chosen == "gloo":
+            why = M("no_nccl_here") if not here else M("peer_failed")
+    error = None
+    if chosen == "nccl":
+        try:
+            torch.distributed.init_process_group(
+                backend="nccl", store=PrefixStore("default_pg", store), rank=rank,
+                world_size=world, timeout=timeout, device_id=dev)
+            probe = torch.ones(1, device=dev)  # NCCL initialises lazily: force it now
+            torch.distributed.all_reduce(probe)
+        except Exception as err:  # noqa: BLE001 - any NCCL failure means: try gloo
+            if backend == "nccl":
+                raise
+            error = err
+        if backend == "auto" and not _all_ranks_agree(store, "nccl_probe", error is None,
+                                                       rank=rank, world=world):
+            why = str(error).splitlines()[0][:200] if error else M("peer_failed")
+            if torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
+            chosen = "gloo"
+    if why is not None:  # auto ends on gloo: refused on every rank when a node has several GPUs
+        if not _all_ranks_agree(store, "gloo_ok", not several_gpus, rank=rank, world=world):
+            raise AuraError(M("gloo_refused", why=why))
+        if error is not None or (chosen == "gloo" and dev.type == "cuda"):
+            console.warn(M("nccl_fallback", err=why))
+    if chosen == "gloo":
+        torch.distributed.init_process_group(
+            backend="gloo", store=PrefixStore("aura_gloo", store), rank=rank,
+            world_size=world, timeout=timeout)
+    return chosen, rank, world
 
 
 def teardown(info: DistInfo) -> None:

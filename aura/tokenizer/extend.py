@@ -119,8 +119,8 @@ class TokenizerExtendConfig(ReaderArgs):
 
 def extend_tokenizer(cfg: TokenizerExtendConfig) -> Path:
     from aura.text.readers import ReaderOptions
-    from aura.tokenizer.train import _iter_training_docs, _training_sources
-    from aura.tokenizer.loading import load_tokenizer, tokenizer_hash
+    from aura.tokenizer.loading import tokenizer_hash
+    from aura.tokenizer.train import iter_training_docs, training_sources
     from aura.core.atomic import atomic_write_json, check_writable
     from aura.core.staging import staged_dir
     from aura.core.ownership import check_replaceable
@@ -130,21 +130,13 @@ def extend_tokenizer(cfg: TokenizerExtendConfig) -> Path:
     inputs = [*cfg.inputs, cfg.base] if Path(cfg.base).exists() else list(cfg.inputs)
     if check_replaceable(out, kind="tokenizer", flag="--overwrite", inputs=inputs) == "owned" and not cfg.overwrite:
         raise AuraError(M("exists", path=out))
-    base = load_tokenizer(cfg.base, flag="BASE", training=False)
-    base_json = json.loads(base.backend_tokenizer.to_str())
-    model = base_json.get("model") or {}
-    if model.get("type") != "BPE":
-        raise AuraError(M("not_bpe", base=cfg.base, model=model.get("type")))
-    top = max([*model["vocab"].values(), *(t["id"] for t in base_json.get("added_tokens") or [])]) + 1
-    limit = min(cfg.max_vocab or UINT32_IDS, UINT32_IDS)
-    if top + cfg.add_tokens > limit:
-        raise AuraError(M("too_many", n=cfg.add_tokens, total=top + cfg.add_tokens, limit=limit))
-    sources = _training_sources(cfg.inputs)
+    base, base_json, top = _load_base(cfg)
+    sources = training_sources(cfg.inputs)
     start = time.perf_counter()
     opts = ReaderOptions(text_field=cfg.text_field, doc_sep=cfg.doc_sep, encoding=cfg.encoding, errors=cfg.errors,
                          max_record_bytes=cfg.max_record_bytes)
     heldout: list[str] = []
-    docs = _iter_training_docs(cfg.inputs, opts=opts, heldout=heldout, heldout_fraction=cfg.heldout_fraction,
+    docs = iter_training_docs(cfg.inputs, opts=opts, heldout=heldout, heldout_fraction=cfg.heldout_fraction,
                                seed=cfg.seed, stats=Counter())
     console.info(M("training", files=len(sources), base=cfg.base))
     candidates = continue_bpe(base.backend_tokenizer, docs, n=cfg.add_tokens, min_frequency=cfg.min_frequency)
@@ -169,14 +161,36 @@ def extend_tokenizer(cfg: TokenizerExtendConfig) -> Path:
         console.warn(M("short", got=len(added), asked=cfg.add_tokens))
     console.success(M("done", path=out, base_n=len(base), added=len(added), total=len(base) + len(added),
                       secs=time.perf_counter() - start))
-    if heldout:
-        console.table(M("h_title"), [M("h_measure", docs=len(heldout)), M("h_base"), M("h_ext")],
-                      [[M("r_fert"), num(before['tokens_per_word'], ".3f"), num(after['tokens_per_word'], ".3f")],
-                       [M("r_bpt"), num(before['bytes_per_token'], ".3f"), num(after['bytes_per_token'], ".3f")]])
-    else:
-        console.warn(M("no_heldout", fraction=cfg.heldout_fraction))
+    _print_fertility(heldout, before, after, fraction=cfg.heldout_fraction)
     console.info(M("next", path=out))
     return out
+
+
+def _load_base(cfg: TokenizerExtendConfig):
+    """(the base tokenizer, its tokenizer.json as a dict, the first free id), or a clear error when the base is
+    not BPE or the new tokens would not fit ``--max-vocab`` (or 32-bit ids)."""
+    from aura.tokenizer.loading import load_tokenizer
+
+    base = load_tokenizer(cfg.base, flag="BASE", training=False)
+    base_json = json.loads(base.backend_tokenizer.to_str())
+    model = base_json.get("model") or {}
+    if model.get("type") != "BPE":
+        raise AuraError(M("not_bpe", base=cfg.base, model=model.get("type")))
+    top = max([*model["vocab"].values(), *(t["id"] for t in base_json.get("added_tokens") or [])]) + 1
+    limit = min(cfg.max_vocab or UINT32_IDS, UINT32_IDS)
+    if top + cfg.add_tokens > limit:
+        raise AuraError(M("too_many", n=cfg.add_tokens, total=top + cfg.add_tokens, limit=limit))
+    return base, base_json, top
+
+
+def _print_fertility(heldout: list, before: dict, after: dict, *, fraction: float) -> None:
+    """The held-out documents' tokens per word and bytes per token, base against extended."""
+    if not heldout:
+        console.warn(M("no_heldout", fraction=fraction))
+        return
+    console.table(M("h_title"), [M("h_measure", docs=len(heldout)), M("h_base"), M("h_ext")],
+                  [[M("r_fert"), num(before['tokens_per_word'], ".3f"), num(after['tokens_per_word'], ".3f")],
+                   [M("r_bpt"), num(before['bytes_per_token'], ".3f"), num(after['bytes_per_token'], ".3f")]])
 
 
 _SPM_WORD = re.compile("(?=\u2581)")  # before every "▁"

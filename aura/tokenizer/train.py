@@ -41,12 +41,12 @@ def _score(seed: int, text: str) -> float:
     return int.from_bytes(h, "little") / 2.0 ** 64
 
 
-def _iter_training_docs(inputs: list[str], *, opts, heldout: list[str], heldout_fraction: float,
+def iter_training_docs(inputs: list[str], *, opts, heldout: list[str], heldout_fraction: float,
                         seed: int, stats: Counter, max_heldout_chars: int = 5_000_000) -> Iterator[str]:
     from aura.text.readers import clean_text, iter_documents
 
     held_chars = 0
-    for source in _training_sources(inputs):
+    for source in training_sources(inputs):
         keep_layout = source.kind == "file" and source.fmt == "txt" and opts.doc_sep == "file"
         for raw in iter_documents(source, opts, stats):
             doc = clean_text(raw, keep_layout=keep_layout)
@@ -60,7 +60,7 @@ def _iter_training_docs(inputs: list[str], *, opts, heldout: list[str], heldout_
             yield doc
 
 
-def _training_sources(inputs: list[str]):
+def training_sources(inputs: list[str]):
     """Sources of the inputs; a prepared data dir stands for the sources it was built from."""
     from aura.text.sources import expand_inputs
 
@@ -94,8 +94,7 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
               model_max_length: int = 2048, force: bool = False) -> Path:
     """Train a byte-level BPE on ``inputs`` and save a transformers-loadable directory; returns it."""
     from aura.text.readers import ReaderOptions
-    from aura.core.atomic import atomic_write_json, check_writable
-    from aura.core.staging import staged_dir
+    from aura.core.atomic import check_writable
     from aura.core.ownership import check_replaceable
 
     need = BYTE_ALPHABET + len(SPECIAL_TOKENS)
@@ -110,13 +109,13 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
         raise AuraError(M("exists", path=out))
     opts = ReaderOptions(text_field=text_field, doc_sep=doc_sep, encoding=encoding, errors=errors,
                          max_record_bytes=max_record_bytes)
-    sources = _training_sources(inputs)  # validates every input before the (long) training starts
+    sources = training_sources(inputs)  # validates every input before the (long) training starts
     console.info(M("training", vocab=vocab_size, files=len(sources)))
     start = time.perf_counter()
     tok, trainer = build_bpe_trainer_pair(vocab_size, min_frequency)
     heldout: list[str] = []
     stats: Counter = Counter()
-    tok.train_from_iterator(_iter_training_docs(inputs, opts=opts, heldout=heldout, seed=seed,
+    tok.train_from_iterator(iter_training_docs(inputs, opts=opts, heldout=heldout, seed=seed,
                                                 heldout_fraction=heldout_fraction, stats=stats),
                             trainer=trainer)
     if stats["documents"] == 0:
@@ -124,7 +123,32 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
     if tok.get_vocab_size() <= need:
         raise AuraError(M("no_merges", docs=stats["documents"], min_freq=min_frequency))
     fert, fert_docs = fertility(tok, heldout)
+    _save(out, tok, model_max_length=model_max_length, meta={
+        "fertility": {"tokens_per_word": fert, "heldout_documents": fert_docs, "heldout_fraction": heldout_fraction},
+        "trained_on": {"sources": [s.path for s in sources], "documents": stats["documents"],
+                       "bad_records": stats["bad_records"]},
+        "sources": [s.path for s in sources],
+        "min_frequency": min_frequency, "seed": seed})
+    got = tok.get_vocab_size()
+    if got < vocab_size:
+        console.warn(M("vocab_short", got=got, asked=vocab_size, docs=stats["documents"], min_freq=min_frequency))
+    if fert is None:
+        console.success(M("done_nofert", path=out, vocab=got, secs=time.perf_counter() - start))
+        console.warn(M("no_heldout_zero") if heldout_fraction == 0 else
+                     M("no_heldout_few", docs=stats["documents"], fraction=heldout_fraction))
+    else:
+        console.success(M("done", path=out, vocab=got, fertility=num(fert, ".3f"), docs=fert_docs,
+                          secs=time.perf_counter() - start))
+    return out
+
+
+def _save(out: Path, tok, *, model_max_length: int, meta: dict) -> None:
+    """``tok`` as a transformers tokenizer (Aura's special tokens and chat template) with its ``META_FILE``
+    (hash, vocabulary, special tokens, then ``meta``), replacing ``out`` in one rename."""
     from transformers import PreTrainedTokenizerFast
+
+    from aura.core.atomic import atomic_write_json
+    from aura.core.staging import staged_dir
 
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, pad_token=PAD,
                                    additional_special_tokens=CHAT_TOKENS,
@@ -137,25 +161,9 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
             "vocab_size": tok.get_vocab_size(),
             "special_tokens": {t: tok.token_to_id(t) for t in SPECIAL_TOKENS},
             "eos_token": EOS, "pad_token": PAD, "bos_token": EOS,
-            "fertility": {"tokens_per_word": fert, "heldout_documents": fert_docs,
-                          "heldout_fraction": heldout_fraction},
-            "trained_on": {"sources": [s.path for s in sources], "documents": stats["documents"],
-                           "bad_records": stats["bad_records"]},
-            "sources": [s.path for s in sources],
-            "min_frequency": min_frequency, "seed": seed,
+            **meta,
             "aura_version": __version__,
         })
-    got = tok.get_vocab_size()
-    if got < vocab_size:
-        console.warn(M("vocab_short", got=got, asked=vocab_size, docs=stats["documents"], min_freq=min_frequency))
-    if fert is None:
-        console.success(M("done_nofert", path=out, vocab=got, secs=time.perf_counter() - start))
-        console.warn(M("no_heldout_zero") if heldout_fraction == 0 else
-                     M("no_heldout_few", docs=stats["documents"], fraction=heldout_fraction))
-    else:
-        console.success(M("done", path=out, vocab=got, fertility=num(fert, ".3f"), docs=fert_docs,
-                          secs=time.perf_counter() - start))
-    return out
 
 
 @dataclass
