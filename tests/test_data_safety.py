@@ -157,7 +157,7 @@ def test_prepare_cleanup_spares_a_concurrent_siblings_staging_dir(zoo, tmp_path)
         staging = Path(sibling.stdout.readline().strip())
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
         dead.wait()
-        stale = tmp_path / f".tmp-prepared-zzzz9999~{dead.pid}@{fsutil._host()}"
+        stale = tmp_path / f".tmp-prepared-zzzz9999~{dead.pid}@{fsutil.host_name()}"
         stale.mkdir()
         r = run_aura("data", "prepare", zoo["corpus"], "--tokenizer", zoo["tok"], "--output-dir", out,
                      "--workers", "1")

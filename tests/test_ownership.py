@@ -124,7 +124,7 @@ def test_legacy_layouts_are_recognised_only_when_exact(tmp_path):
 def test_staging_names_carry_the_writer(tmp_path):
     with staging.staged_dir(tmp_path / "out", kind="data") as tmp:
         assert tmp.name.startswith(".tmp-out-")
-        assert staging.tmp_owner(tmp.name) == (os.getpid(), fsutil._host())
+        assert staging.tmp_owner(tmp.name) == (os.getpid(), fsutil.host_name())
         assert not staging.is_stale_tmp(tmp)  # its writer is alive: this process
         assert staging.remove_stale_tmp(tmp_path) == [] and tmp.is_dir()
 
@@ -136,7 +136,7 @@ def _dead_pid() -> int:
 
 
 def test_remove_stale_tmp_spares_live_writers_and_recent_unknown_entries(tmp_path):
-    host = fsutil._host()
+    host = fsutil.host_name()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         dead = _dead_pid()
@@ -174,7 +174,7 @@ def test_remove_stale_tmp_spares_live_writers_and_recent_unknown_entries(tmp_pat
 def test_writer_killed_between_the_two_renames_gets_its_directory_back(tmp_path):
     """``.tmp-old~NAME~PID@HOST`` left by a writer killed mid-swap is the previous complete NAME."""
     dead = _dead_pid()
-    moved_aside = tmp_path / f".tmp-old~final~{dead}@{fsutil._host()}"
+    moved_aside = tmp_path / f".tmp-old~final~{dead}@{fsutil.host_name()}"
     moved_aside.mkdir()
     (moved_aside / "model.safetensors").write_bytes(b"weights")
     staging.remove_stale_tmp(tmp_path)

@@ -26,13 +26,13 @@ from aura.core.i18n import Messages, num
 TMP_PREFIX = ".tmp-"
 
 
-def _host() -> str:
+def host_name() -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())[:64] or "host"
 
 
 def owner_suffix() -> str:
     """``~PID@HOST`` of this process, the ending of every staging name it creates."""
-    return f"~{os.getpid()}@{_host()}"
+    return f"~{os.getpid()}@{host_name()}"
 
 
 def tmp_name(base: str) -> str:

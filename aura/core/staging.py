@@ -17,7 +17,7 @@ from typing import Iterator
 
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.core.atomic import TMP_PREFIX, _host, fsync_dir, fsync_tree, owner_suffix, tmp_name, user_mode
+from aura.core.atomic import TMP_PREFIX, host_name, fsync_dir, fsync_tree, owner_suffix, tmp_name, user_mode
 
 _M = Messages("staging", {
     "busy": ("No se puede reemplazar {path}: es un punto de montaje o el sistema lo tiene en uso. Indica un "
@@ -138,7 +138,7 @@ def is_stale_tmp(path: str | os.PathLike, *, max_age_s: float | None = STALE_UNK
     changed for ``max_age_s`` seconds (None: such an entry is never taken for a leftover)."""
     path = Path(path)
     owner = tmp_owner(path.name)
-    if owner is not None and owner[1] == _host():
+    if owner is not None and owner[1] == host_name():
         return owner[0] != os.getpid() and not _pid_alive(owner[0])
     if max_age_s is None:
         return False
