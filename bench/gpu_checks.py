@@ -839,8 +839,10 @@ def selftest_budget(ctx: Context) -> Result:
     return Result("never reached", False)
 
 
+from gpu_pipelines import PIPELINES  # noqa: E402  (registers the pipeline checks: `gpu_suite.sh --pipelines`)
+
 # The order of a run: the most telling first, so that a lease that runs out still returns them.
-ORDER = ["environment", "setup",
+ORDER = ["environment", "setup", *PIPELINES,
          # never measured yet (issues 46 and 50) first, then what earlier leases measured
          "rollout_engine", "lora_sft_peer", "two_ranks_one_gpu", "grpo_torch", "pairs_one_row", "fp16_lora_resume",
          "mfu_eager", "mfu_compile", "pretrain_cli", "mfu_ckpt", "auto_memory", "qlora", "liger", "muon_vs_adamw",

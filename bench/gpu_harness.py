@@ -75,9 +75,11 @@ class Context:
 
         return main([str(a) for a in args])
 
-    def aura_child(self, *args, timeout: float = 300, python: list[str] | None = None) -> subprocess.CompletedProcess:
+    def aura_child(self, *args, timeout: float = 300, python: list[str] | None = None,
+                   env: dict | None = None) -> subprocess.CompletedProcess:
         cmd = [*(python or [sys.executable, "-m", "aura"]), *map(str, args)]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=self.work, env=os.environ)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=self.work,
+                              env={**os.environ, **(env or {})})
 
 
 def spec_of(ctx: Context, preset: str):

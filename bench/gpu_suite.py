@@ -37,7 +37,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from gpu_checks import CHECKS, SELFTEST, Check  # noqa: E402  (no torch at import: the driver stays light)
+from gpu_checks import CHECKS, PIPELINES, SELFTEST, Check  # noqa: E402  (no torch at import: the driver stays light)
 
 RESULTS = "results.jsonl"
 
@@ -207,6 +207,8 @@ def main() -> int:
     ap.add_argument("--out", help="where gpu_suite.jsonl and gpu_suite.md go (default: $OUT, else the work folder)")
     ap.add_argument("--budget", type=float, help="seconds for the whole run (default: 450 on a GPU, none on the CPU)")
     ap.add_argument("--only", help="comma-separated check names, run in that order (environment and setup first)")
+    ap.add_argument("--pipelines", action="store_true",
+                    help="the shipped GPU pipelines scaled to minutes (bench/gpu_pipelines.py) instead of the checks")
     ap.add_argument("--list", action="store_true", help="list the checks and exit")
     ap.add_argument("--selftest", action="store_true", help="add a check that outlives its timeout (tests)")
     ap.add_argument("--append", action="store_true", help="append the table to docs/benchmarks.md")
@@ -220,7 +222,10 @@ def main() -> int:
         for c in CHECKS:
             print(f"{c.name:18} {c.timeout:4.0f} s  {c.title}")
         return 0
-    checks = [c for c in CHECKS if c.name not in SELFTEST]
+    # the checks, or (--pipelines) the pipelines; --only picks from both
+    group = set(PIPELINES) if a.pipelines else {c.name for c in CHECKS} - set(PIPELINES)
+    checks = [c for c in CHECKS if c.name not in SELFTEST and (a.only or c.name in group
+                                                               or c.name in ("environment", "setup"))]
     if a.selftest:
         checks[2:2] = [c for c in CHECKS if c.name in SELFTEST]
     if a.only:

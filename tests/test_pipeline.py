@@ -77,6 +77,35 @@ def test_set_override_is_validated(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_scale_multiplies_the_yaml_s_budgets_and_set_stays_exact(tmp_path):
+    """--scale F: the shipped a100-72h's hours, documents and intervals times F (counts rounded up, never 0; a
+    budget of 0 left alone), --set applied after it as written, a launch key set with STAGE.launch.KEY; the plan
+    takes the same switch, and a scale outside (0, 1] is refused before anything runs."""
+    from aura.pipeline.spec import load
+
+    full, small = load("a100-72h"), load("a100-72h", scale=0.001, overrides=["sft.time_budget=0.5"])
+    f, s = {x.name: x.options for x in full.stages}, {x.name: x.options for x in small.stages}
+    assert s["pretrain"]["time_budget"] == pytest.approx(f["pretrain"]["time_budget"] * 0.001)
+    assert s["curate"]["max_documents"] == f["curate"]["max_documents"] // 1000
+    assert s["pretrain"]["eval_suite_interval"] == 2 and f["pretrain"]["eval_suite_interval"] == 2000
+    assert s["sft"]["time_budget"] == 0.5  # --set: exact
+    assert small.hours["total"] == pytest.approx(0.072) and small.scale == 0.001
+    assert s["tokenizer"] == f["tokenizer"]  # nothing to scale there
+    lora = {x.name: x.options for x in load("lora-12gb", scale=0.01).stages}
+    assert lora["sft"]["time_budget"] == 0 and lora["sft"]["epochs"] == 3  # no budget stays none
+    frida = load("frida-8xh100", overrides=["sft.launch.gpus_per_node=1"])
+    assert frida.stage("sft").launch["gpus_per_node"] == 1
+    proc = run_aura_here("pipeline", "run", TINY, "-o", tmp_path / "out", "--set", "pretrain.launch.nnodes=2")
+    assert proc.returncode == 2 and "no 'launch' block" in proc.stderr
+    proc = run_aura_here("pipeline", "plan", "a100-72h", "--scale", "0.001", "--assume", "A100 80GB")
+    assert proc.returncode == 0, proc.stderr
+    assert "time_budget (h)=0.058" in proc.stdout
+    for bad in ("0", "1.5", "-1"):
+        proc = run_aura_here("pipeline", "run", TINY, "-o", tmp_path / "out", "--scale", bad)
+        assert proc.returncode == 2 and "--scale" in proc.stderr and "at most 1" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_folder_that_is_not_a_pipelines_is_refused(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -85,6 +85,10 @@ class PipelineRunConfig:
     output_dir: str = arg("", es="Carpeta del pipeline: una subcarpeta por etapa, pipeline.json e informe.",
                           en="The pipeline's folder: one subfolder per stage, pipeline.json and the report.",
                           short="-o")
+    scale: float = arg(1.0, es="Escala los presupuestos del pipeline (horas, pasos, tokens, documentos, intervalos) "
+                               "por este factor, p. ej. 0.001 para probarlo en minutos; --set sigue exacto.",
+                       en="Scale the pipeline's budgets (hours, steps, tokens, documents, intervals) by this factor, "
+                          "e.g. 0.001 to try it in minutes; --set stays exact.")
     set: list[str] = arg([], es="Cambia una opción de una etapa: ETAPA.CLAVE=VALOR (se puede repetir).",
                          en="Change one option of a stage: STAGE.KEY=VALUE (can be repeated).",
                          metavar="STAGE.KEY=VALUE")
@@ -124,6 +128,8 @@ class PipelinePlanConfig:
                           en="Folder the pipeline would use (only for the commands shown).", short="-o")
     set: list[str] = arg([], es="Cambia una opción de una etapa: ETAPA.CLAVE=VALOR.",
                          en="Change one option of a stage: STAGE.KEY=VALUE.", metavar="STAGE.KEY=VALUE")
+    scale: float = arg(1.0, es="Escala los presupuestos del pipeline por este factor (como en aura pipeline run).",
+                       en="Scale the pipeline's budgets by this factor (as in aura pipeline run).")
     assume: str = arg("", es="Planifica para otro hardware, como aura doctor --assume: \"H100 80GB\", \"24GB\", "
                              "\"cpu\".",
                       en="Plan for other hardware, as aura doctor --assume: \"H100 80GB\", \"24GB\", \"cpu\".")
@@ -148,9 +154,9 @@ def pipeline_run(cfg: PipelineRunConfig) -> int:
     from aura.pipeline import spec
     from aura.pipeline.runner import run_argv, run_pipeline
 
-    pipeline = spec.load(cfg.pipeline, overrides=cfg.set)
+    pipeline = spec.load(cfg.pipeline, overrides=cfg.set, scale=cfg.scale)
     return run_pipeline(pipeline, Path(cfg.output_dir), price=cfg.price_per_hour,
-                        rerun=run_argv(cfg.pipeline, cfg.output_dir, cfg.set, cfg.price_per_hour))
+                        rerun=run_argv(cfg.pipeline, cfg.output_dir, cfg.set, cfg.price_per_hour, scale=cfg.scale))
 
 
 def pipeline_list(cfg: PipelineListConfig) -> int:
@@ -243,7 +249,7 @@ def pipeline_plan(cfg: PipelinePlanConfig) -> int:
     from aura.pipeline.plan import ASSUMED_MFU, CHARS_PER_TOKEN, GENERATION_MFU
     from aura.pipeline.runner import equivalent_command
 
-    pipeline = spec.resolve(spec.load(cfg.pipeline, overrides=cfg.set), Path(cfg.output_dir).expanduser().absolute())
+    pipeline = spec.resolve(spec.load(cfg.pipeline, overrides=cfg.set, scale=cfg.scale), Path(cfg.output_dir).expanduser().absolute())
     info = assumed_hardware(cfg.assume) if cfg.assume else detect()
     hw = f"{info.name} ({info.count} × {num(info.memory_bytes / 1024 ** 3, '.0f')} GiB)"
     print(M("plan_title", name=pipeline.path.stem, hw=hw))

@@ -263,6 +263,7 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
     models = {k: v for k, v in models.items() if v["scores"] or v.get("answers")}
     return {"pipeline": state.data.get("pipeline"), "out": str(out), "aura_version": state.data.get("aura_version"),
             "updated": state.data.get("updated"), "price_per_hour": price, "stages": stages,
+            "scale": getattr(pipeline, "scale", 1.0),
             "models": list(models.values()), "environment": environment()}
 
 

@@ -17,6 +17,10 @@ M = Messages("pipeline.report", {
     "intro": ("Carpeta: {path}. Aura {version}. Actualizado: {updated}. Precio: {price}.",
               "Folder: {path}. Aura {version}. Updated: {updated}. Price: {price}."),
     "no_price": ("sin precio (--price-per-hour)", "no price (--price-per-hour)"),
+    "scaled": ("Ejecutado con --scale {scale}: sus presupuestos (horas, pasos, tokens, documentos) multiplicados por "
+               "{scale}; las cifras son de una prueba, no del pipeline completo.",
+               "Run with --scale {scale}: its budgets (hours, steps, tokens, documents) multiplied by {scale}; the "
+               "figures are a trial's, not the full pipeline's."),
     "price": ("{price} €/hora de dispositivo", "€{price} per device-hour"),
     "stages": ("Etapas", "Stages"),
     "models": ("Modelos lado a lado", "Models side by side"),
@@ -215,10 +219,17 @@ def _price(data) -> str:
     return M("no_price") if p is None else M("price", price=p)
 
 
+def _scaled(data: dict[str, Any]) -> str:
+    """The line that says a report's pipeline ran with its budgets scaled (``--scale``)."""
+    return M("scaled", scale=f"{data['scale']:g}")
+
+
 def render_md(data: dict[str, Any]) -> str:
     lines = [f"# {M('title', name=data['pipeline'])}", "",
              M("intro", path=data["out"], version=data["aura_version"], updated=data["updated"], price=_price(data)),
              "", environment_text(data["environment"]), ""]
+    if data.get("scale", 1) != 1:
+        lines[-1:-1] = ["", _scaled(data)]
     for title, heads, rows in _tables(data):
         lines += [f"## {title}", "", "| " + " | ".join(h.replace("|", "\\|") for h in heads) + " |",
                   "|" + "---|" * len(heads)]
@@ -263,6 +274,8 @@ def render_html(data: dict[str, Any]) -> str:
              f"<h1>{e(M('title', name=data['pipeline']))}</h1>",
              f"<p>{e(M('intro', path=data['out'], version=data['aura_version'], updated=data['updated'], price=_price(data)))}</p>",
              f"<p>{e(environment_text(data['environment']))}</p>"]
+    if data.get("scale", 1) != 1:
+        parts.append(f"<p><strong>{e(_scaled(data))}</strong></p>")
     for title, heads, rows in _tables(data):
         # a long task name may break after its "/" (aura_es_lectura/<wbr>acc), nowhere else
         parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(

@@ -328,9 +328,11 @@ def _execute(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, 
     return code
 
 
-def run_argv(source: str, out: str, sets: list[str], price: float | None) -> list[str]:
+def run_argv(source: str, out: str, sets: list[str], price: float | None, *, scale: float = 1.0) -> list[str]:
     """The command that runs (and resumes) this pipeline: the hint after a stop."""
     argv = ["aura", "pipeline", "run", source, "--output-dir", str(out)]
+    if scale != 1:
+        argv += ["--scale", f"{scale:g}"]
     for item in sets:
         argv += ["--set", item]
     if price is not None:

@@ -102,6 +102,14 @@ M = Messages("pipeline.spec", {
     "hours_over": ("las etapas suman {sum} h, más que el total", "the stages add up to {sum} h, more than the total"),
     "set_stage": ("--set '{item}': no hay ninguna etapa '{stage}'. Etapas: {valid}.",
                   "--set '{item}': there is no stage '{stage}'. Stages: {valid}."),
+    "set_launch": ("--set '{item}': la etapa '{stage}' no tiene bloque 'launch'; --set ETAPA.launch.CLAVE=VALOR "
+                   "solo cambia uno que exista.",
+                   "--set '{item}': stage '{stage}' has no 'launch' block; --set STAGE.launch.KEY=VALUE only "
+                   "changes one that exists."),
+    "bad_scale": ("--scale {scale}: se esperaba un número mayor que 0 y como mucho 1 (0.001 = una milésima de los "
+                  "presupuestos del pipeline).",
+                  "--scale {scale}: expected a number above 0 and at most 1 (0.001 = a thousandth of the "
+                  "pipeline's budgets)."),
 })
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "pipelines"
@@ -112,6 +120,11 @@ _MIXTURE = re.compile(r"^([\w-]+=[0-9.eE+-]+:)(.+)$")
 _STAGE_KEYS = {"name", "command", "options", "description", "requires", "launch", "comm"}
 _TOP_KEYS = {"stages", "description", "name", "launch", "hours"}
 COMM_KEYS = {"step_seconds", "size_mb", "iters", "timeout", "backend"}  # aura check-dist's, for `comm: auto`
+# What ``--scale F`` multiplies in every stage's options (as the YAML writes them; --set values stay exact): the
+# budgets (hours of training, steps, tokens, documents) and the step intervals that must still fire within them.
+# A budget of 0 (none) stays 0; a count never falls below 1.
+SCALED_BUDGETS = ("time_budget", "max_steps", "max_tokens", "max_documents")
+SCALED_INTERVALS = ("eval_interval", "eval_suite_interval", "save_steps", "warmup_steps")
 _NOT_STAGES = {("pipeline", "run"), ("pipeline", "list"), ("pipeline", "show"), ("pipeline", "plan"),
                ("studio",), ("serve",), ("monitor",), ("chat",), ("launch",), ("runs",)}
 
@@ -145,6 +158,7 @@ class Pipeline:
     description: dict[str, str]
     stages: list[Stage]
     hours: dict[str, float] = field(default_factory=dict)  # how the pipeline's hours are split ("total" too)
+    scale: float = 1.0  # --scale: the factor its budgets were multiplied by (1: as written)
 
     def stage(self, name: str) -> Stage:
         return next(s for s in self.stages if s.name == name)
@@ -201,8 +215,12 @@ def _parse_set(items: list[str]) -> list[tuple[str, str, Any]]:
     return out
 
 
-def load(name_or_file: str, *, overrides: list[str] = ()) -> Pipeline:
-    """Read a pipeline (a file or a shipped name) and apply ``--set STAGE.KEY=VALUE``; nothing resolved yet."""
+def load(name_or_file: str, *, overrides: list[str] = (), scale: float = 1.0) -> Pipeline:
+    """Read a pipeline (a file or a shipped name), scale its budgets by ``scale`` (``--scale``:
+    ``SCALED_BUDGETS``, ``SCALED_INTERVALS`` and the ``hours`` split) and apply ``--set STAGE.KEY=VALUE``
+    (``STAGE.launch.KEY=VALUE`` for the stage's launch block); nothing resolved yet."""
+    if not 0 < scale <= 1:
+        raise AuraError(M("bad_scale", scale=scale))
     import yaml
 
     path = find(name_or_file)
@@ -268,13 +286,38 @@ def load(name_or_file: str, *, overrides: list[str] = ()) -> Pipeline:
                             key_where=key_where, launch=dict(launch) if launch is not None else None,
                             comm=dict(comm) if comm is not None else None))
     names = [s.name for s in stages]
+    hours = _hours(data.get("hours"), names, shown)
+    if scale != 1:
+        for stage in stages:
+            stage.options = scaled_options(stage.options, scale)
+        hours = {k: v * scale for k, v in hours.items()}
     for stage_name, key, value in _parse_set(list(overrides)):
         if stage_name not in names:
             raise AuraError(M("set_stage", item=f"{stage_name}.{key}", stage=stage_name, valid=", ".join(names)))
         target = stages[names.index(stage_name)]
-        target.options[key] = value
+        if key.startswith("launch."):
+            if target.launch is None:
+                raise AuraError(M("set_launch", item=f"{stage_name}.{key}", stage=stage_name))
+            target.launch[key.removeprefix("launch.")] = value
+        else:
+            target.options[key] = value
     return Pipeline(source=name_or_file, path=path, description={k: str(v) for k, v in desc.items()},
-                    stages=stages, hours=_hours(data.get("hours"), names, shown))
+                    stages=stages, hours=hours, scale=scale)
+
+
+def scaled_options(options: dict[str, Any], scale: float) -> dict[str, Any]:
+    """A stage's options with its budgets and intervals times ``scale`` (see ``SCALED_BUDGETS``): hours as a
+    number, counts rounded up to at least 1, 0 (no budget) and what is not a number left as they are."""
+    import math
+
+    out = dict(options)
+    for key, value in options.items():
+        name = str(key).replace("-", "_")
+        if name not in SCALED_BUDGETS + SCALED_INTERVALS or isinstance(value, bool) or \
+                not isinstance(value, (int, float)) or value <= 0:
+            continue
+        out[key] = value * scale if name == "time_budget" else max(1, math.ceil(value * scale))
+    return out
 
 
 def _hours(raw, names: list[str], shown: str) -> dict[str, float]:
