@@ -275,8 +275,8 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
 
 
 def _plan(cfg: GGUFConfig, out: Path) -> _ExportPlan:
-    """Resolve the model and decide the writers, the quantiser and the verification; every refusal of the
-    export is raised here, before anything is written."""
+    """Resolve the model and decide the writers, the quantiser and the verification; the refusals that need
+    the model (``export_gguf`` made those about the output) are raised here, before anything is written."""
     from aura.core.ownership import check_location
     from aura.export.gguf_arch import plan_arch
     from aura.export.gguf_convert import M as M_CONVERT
