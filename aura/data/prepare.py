@@ -273,7 +273,7 @@ def prepare(cfg: PrepareConfig) -> Path:
 
 
 def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
-    from aura.tokenizer.loading import backend_of, load_tokenizer, local_backend, tokenizer_hash
+    from aura.tokenizer.loading import tokenizer_hash
 
     out = Path(cfg.output_dir)
     if Path(cfg.tokenizer).is_dir():
@@ -284,15 +284,7 @@ def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
                          max_record_bytes=cfg.max_record_bytes)
     sources = expand_inputs(cfg.inputs) + ([hf_source(cfg.hf_dataset)] if cfg.hf_dataset else [])
     check_location(out, inputs=[s.path for s in sources if s.kind != "hf_hub"])  # what patterns expanded to
-    fast = None if cfg.trust_remote_code else local_backend(cfg.tokenizer)
-    tok = None
-    if fast is not None:  # a local tokenizer.json: no transformers import, files copied as they are
-        backend, eos_id = fast
-    else:
-        tok = load_tokenizer(cfg.tokenizer, trust_remote_code=cfg.trust_remote_code)
-        if tok.eos_token_id is None:
-            raise AuraError(M("no_eos", name=cfg.tokenizer))
-        backend, eos_id = backend_of(tok, cfg.tokenizer), int(tok.eos_token_id)
+    tok, backend, eos_id = _load_tokenizer(cfg)
     tok_hash = tokenizer_hash(backend)
     vocab = backend.get_vocab_size(with_added_tokens=True)
     dtype = "uint16" if vocab <= 1 << 16 else "uint32"
@@ -309,37 +301,15 @@ def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
     stats: Counter = Counter()
     initargs = (backend.to_str(), eos_id, dtype, cfg.min_chars, cfg.seed, workers > 1)
     with staged_dir(out, replace=True, kind="data") as tmp:
-        train = ShardWriter(tmp, "train", shard_tokens=cfg.shard_tokens, dtype=dtype)
-        val = ShardWriter(tmp, "val", shard_tokens=cfg.shard_tokens, dtype=dtype)
-        pool = None
-        if workers > 1:
-            pool = _worker_context().Pool(workers, initializer=_init_worker, initargs=initargs)
-        else:
-            _init_worker(*initargs)
-        try:
-            best = _run(cfg, sources, opts, stats, pool, workers, train, val)
-        finally:
-            if pool is not None:
-                pool.terminate()
-                pool.join()
-        train.close()
-        val.close()
-        kept = train.documents + val.documents
-        if kept == 0:
-            raise AuraError(M("no_docs"))
-        if cfg.val_fraction > 0 and val.documents == 0:
-            if kept < 2:
-                raise AuraError(M("too_small", docs=kept))
-            move_to_val(train, val, tmp, best[1], best[2])
-            train.documents, val.documents = train.documents - 1, 1
-            val.close()
+        train, val = _write_splits(cfg, tmp, sources=sources, opts=opts, stats=stats, workers=workers,
+                                   initargs=initargs, dtype=dtype)
         if tok is not None:
             tok.save_pretrained(str(tmp / "tokenizer"))
         else:
             copy_tree(cfg.tokenizer, tmp / "tokenizer", ignore=shutil.ignore_patterns(TMP_PREFIX + "*", MARKER))
         elapsed = time.perf_counter() - t0
-        cleaning = {"documents_read": stats["read"], "documents_kept": kept, "duplicates": stats["dups"],
-                    "too_short": stats["short"], "bad_records": stats["bad_records"],
+        cleaning = {"documents_read": stats["read"], "documents_kept": train.documents + val.documents,
+                    "duplicates": stats["dups"], "too_short": stats["short"], "bad_records": stats["bad_records"],
                     "bad_encoding": stats["bad_encoding"], "min_chars": cfg.min_chars,
                     "stopped_at_max_tokens": bool(stats["stopped"])}
         meta = {
@@ -360,6 +330,58 @@ def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         atomic_write_json(tmp / "meta.json", meta)
+    _print_summary(stats, train=train, val=val, elapsed=elapsed)
+    console.success(M("done", path=out))
+    return out
+
+
+def _load_tokenizer(cfg: PrepareConfig):
+    """(transformers tokenizer or None, its ``tokenizers`` backend, its EOS id): a local tokenizer.json is
+    read without importing transformers (and its files are copied as they are); else transformers loads it."""
+    from aura.tokenizer.loading import backend_of, load_tokenizer, local_backend
+
+    fast = None if cfg.trust_remote_code else local_backend(cfg.tokenizer)
+    if fast is not None:
+        return None, *fast
+    tok = load_tokenizer(cfg.tokenizer, trust_remote_code=cfg.trust_remote_code)
+    if tok.eos_token_id is None:
+        raise AuraError(M("no_eos", name=cfg.tokenizer))
+    return tok, backend_of(tok, cfg.tokenizer), int(tok.eos_token_id)
+
+
+def _write_splits(cfg: PrepareConfig, tmp: Path, *, sources: list[Source], opts: ReaderOptions, stats: Counter,
+                  workers: int, initargs: tuple, dtype: str) -> tuple[ShardWriter, ShardWriter]:
+    """Tokenise the sources into the train and validation shards under ``tmp`` (with ``workers`` processes);
+    a validation split that got no document borrows the train document scored closest to it."""
+    train = ShardWriter(tmp, "train", shard_tokens=cfg.shard_tokens, dtype=dtype)
+    val = ShardWriter(tmp, "val", shard_tokens=cfg.shard_tokens, dtype=dtype)
+    pool = None
+    if workers > 1:
+        pool = _worker_context().Pool(workers, initializer=_init_worker, initargs=initargs)
+    else:
+        _init_worker(*initargs)
+    try:
+        best = _run(cfg, sources, opts, stats, pool, workers, train, val)
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    train.close()
+    val.close()
+    kept = train.documents + val.documents
+    if kept == 0:
+        raise AuraError(M("no_docs"))
+    if cfg.val_fraction > 0 and val.documents == 0:
+        if kept < 2:
+            raise AuraError(M("too_small", docs=kept))
+        move_to_val(train, val, tmp, best[1], best[2])
+        train.documents, val.documents = train.documents - 1, 1
+        val.close()
+    return train, val
+
+
+def _print_summary(stats: Counter, *, train: ShardWriter, val: ShardWriter, elapsed: float) -> None:
+    kept = train.documents + val.documents
     console.table(M("summary"), [M("col_item"), M("col_value")], [
         (M("row_read"), num(stats['read'])), (M("row_kept"), num(kept)),
         (M("row_dups"), num(stats['dups'])), (M("row_short"), num(stats['short'])),
@@ -368,8 +390,6 @@ def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
         (M("row_shards"), f"{len(train.shards)} + {len(val.shards)}"),
         (M("row_time"), console.format_duration(elapsed) + " (" + num((train.tokens + val.tokens) / max(elapsed, 1e-9), ",.0f") + " tokens/s)"),
     ])
-    console.success(M("done", path=out))
-    return out
 
 
 def _run(cfg: PrepareConfig, sources, opts, stats, pool, workers, train: ShardWriter, val: ShardWriter):

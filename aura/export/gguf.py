@@ -213,17 +213,76 @@ def export_gguf(cfg: GGUFConfig) -> int:
         return _export(cfg, out, modelfile)
 
 
+@dataclass
+class _ExportPlan:
+    """What ``_plan`` decided before a byte is written: the model, who writes its GGUF, and how."""
+
+    model_dir: Path
+    hf_arch: str  # config.json's architecture, for the messages
+    tok: object  # the model's tokenizer (transformers)
+    tok_dir: Path
+    choice: object  # gguf_convert.choose's answer: llama.cpp's converter, or None and why not
+    arch: object  # Aura's writer's ArchPlan (None when Aura's writer refused: ``refusal``)
+    vocab: object  # Aura's writer's VocabPlan (idem)
+    refusal: AuraError | None  # why Aura's writer cannot write this model (llama.cpp's converter may)
+    quantizer: tuple[str, object] | None  # llama.cpp's quantiser, for the types only it writes
+    verify: bool  # verify the file in llama.cpp before it is renamed into place
+    written_name: str  # general.name inside the GGUF
+
+    def writers(self, converter: str) -> list[str]:
+        """The writers to try in turn. auto: llama.cpp's converter first, Aura's writer if the converter
+        fails or its file fails verification."""
+        if self.choice.converter is None:
+            return ["aura"]
+        if converter == "llama.cpp" or self.refusal is not None:
+            return ["llama.cpp"]
+        return ["llama.cpp", "aura"]
+
+
 def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
+    """Plan (every refusal), write under a temporary name and verify it there (with the writer fallback),
+    publish it (atomic rename and NAME.verify.json), then the Ollama Modelfile beside it."""
+    from aura.core.atomic import TMP_PREFIX, human_bytes, owner_suffix, tmp_name
+
+    plan = _plan(cfg, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    console.info(M("writing", path=out, quant=cfg.quant,
+                   arch=f"{plan.hf_arch} -> {plan.arch.gguf_arch if plan.choice.converter is None else 'llama.cpp'}"))
+    fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{out.name}.", suffix=owner_suffix(), dir=out.parent)
+    os.close(fd)
+    tmp = Path(name)
+    stage = None
+    try:
+        # a quantised type is written as f32 beside the temporary file first, then quantised into it
+        stage = out.parent / tmp_name(f"{out.name}.f32") if plan.quantizer else tmp
+        writer, report, seconds = _write_verified(cfg, plan, tmp=tmp, stage=stage, shown=out, t0=t0)
+        _publish(cfg, plan, tmp=tmp, out=out, writer=writer, report=report)
+    finally:
+        for p in (tmp, stage):
+            if p is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+    name = _write_modelfile(cfg, plan, modelfile=modelfile, gguf_name=out.name)
+    console.success(M("done", path=out, size=human_bytes(out.stat().st_size), seconds=seconds,
+                      modelfile=modelfile))
+    console.info(M("ollama", dir=out.parent, name=name, modelfile=modelfile.name))
+    if not plan.verify:
+        why = M("why_no_verify") if cfg.verify is False else M("why_no_llama_cpp")
+        (console.info if cfg.verify is False else console.warn)(M("verify_later", why=why,
+                                                                  command=verify_command(out)))
+    return 0
+
+
+def _plan(cfg: GGUFConfig, out: Path) -> _ExportPlan:
+    """Resolve the model and decide the writers, the quantiser and the verification; the refusals that need
+    the model (``export_gguf`` made those about the output) are raised here, before anything is written."""
+    from aura.core.ownership import check_location
     from aura.export.gguf_arch import plan_arch
     from aura.export.gguf_convert import M as M_CONVERT
     from aura.export.gguf_convert import choose
-    from aura.export.gguf_tokenizer import plan_vocab
-    from aura.export.modelfile import default_system, modelfile_text, ollama_name, signed
-    from aura.inference.loading import (end_of_turn_ids, find_tokenizer_dir, load_model_tokenizer, read_json_file,
-                                        resolve_model)
-    from aura.core.atomic import (TMP_PREFIX, atomic_write_text, fsync_dir, human_bytes, owner_suffix, tmp_name,
-                                  user_mode)
-    from aura.core.ownership import check_location
+    from aura.export.gguf_tokenizer import general_name, plan_vocab, rstrip_special
+    from aura.inference.loading import find_tokenizer_dir, load_model_tokenizer, read_json_file, resolve_model
 
     source = resolve_model(cfg.model)
     if source.kind == "adapter":
@@ -262,91 +321,91 @@ def _export(cfg: GGUFConfig, out: Path, modelfile: Path) -> int:
     elif verify and not _llama_cpp_installed():
         raise AuraError(M("verify_needs", install=M("install_verifier")))
     check_location(out, inputs=[model_dir])  # as resolved
-    from aura.export.gguf_tokenizer import general_name, rstrip_special
-
     hf_arch = (config.get("architectures") or ["?"])[0]
     written_name = general_name(cfg.name or model_dir.resolve().name, phi3=hf_arch == "Phi3ForCausalLM",
                                 vocab=tok.get_vocab(), path=tok_dir,
                                 rstrip_special=vocab.rstrip_special if vocab is not None else rstrip_special(tok_dir))
     if choice.converter is None and vocab.n_padded:
         console.warn(M("padded", tokens=arch.n_vocab - vocab.n_padded, rows=arch.n_vocab, pad=vocab.n_padded))
+    return _ExportPlan(model_dir=model_dir, hf_arch=hf_arch, tok=tok, tok_dir=tok_dir, choice=choice, arch=arch,
+                       vocab=vocab, refusal=refusal, quantizer=quantizer, verify=verify, written_name=written_name)
 
-    # --- write under a temporary name, verify, then rename ---
-    out.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    console.info(M("writing", path=out, quant=cfg.quant,
-                   arch=f"{hf_arch} -> {arch.gguf_arch if choice.converter is None else 'llama.cpp'}"))
-    fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{out.name}.", suffix=owner_suffix(), dir=out.parent)
-    os.close(fd)
-    tmp = Path(name)
-    stage = None
-    try:
-        first = "f32" if quantizer else cfg.quant
-        stage = out.parent / tmp_name(f"{out.name}.f32") if quantizer else tmp
-        name = written_name
-        # auto: llama.cpp's converter first, Aura's writer if the converter fails or its file fails verification
-        writers = ["aura"] if choice.converter is None else \
-            ["llama.cpp"] if cfg.converter == "llama.cpp" or refusal is not None else ["llama.cpp", "aura"]
-        for writer in writers:
-            try:
-                if writer == "llama.cpp":
-                    _convert(choice.converter, stage, model_dir=model_dir, tok_dir=tok_dir, quant=first, name=name)
-                else:
-                    _write(stage, model_dir=model_dir, arch=arch, vocab=vocab, tok=tok, tok_dir=tok_dir,
-                           quant=first, name=name)
-                if quantizer:
-                    _quantize(quantizer, stage, tmp, LLAMA_CPP_QUANTS[cfg.quant])
-                    stage.unlink()
-                seconds = time.perf_counter() - t0
-                report = None
-                if verify:
-                    from aura.export.gguf_verify import verify_gguf
 
-                    report = verify_gguf(tmp, model_dir=model_dir, quant=cfg.quant, shown=out)
-                break
-            except AuraError as e:
-                if writer == writers[-1]:
-                    raise
-                console.warn(e.fallback_message() if isinstance(e, ConverterFailed) else
-                             M_CONVERT("unverified_fallback", why=str(e).splitlines()[0][:300]))
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, user_mode(directory=False))  # mkstemp's 0600 would hide the model from other users
-        from aura.export.gguf_verify import verify_path, verify_record
+def _write_verified(cfg: GGUFConfig, plan: _ExportPlan, *, tmp: Path, stage: Path, shown: Path,
+                    t0: float) -> tuple[str, object, float]:
+    """The writer fallback: each of the plan's writers in turn until one's file is written and passes the
+    verification; an earlier writer's failure is said and the next one tried, the last one's is raised.
+    Returns that writer, the verification's report (None when not verifying) and the writing's seconds."""
+    from aura.export.gguf_convert import M as M_CONVERT
 
-        verified = verify_path(out)
-        # the old file's figures go first: a GGUF is never shown with another file's verification
-        with contextlib.suppress(FileNotFoundError):
-            verified.unlink()
-        os.replace(tmp, out)
-        fsync_dir(out.parent)
-        from aura.core.atomic import atomic_write_json
-        from aura.export.gguf_verify import unverified_record
+    *earlier, last = plan.writers(cfg.converter)
+    for writer in earlier:
+        try:
+            return (writer, *_write_one(cfg, plan, writer, tmp=tmp, stage=stage, shown=shown, t0=t0))
+        except AuraError as e:
+            console.warn(e.fallback_message() if isinstance(e, ConverterFailed) else
+                         M_CONVERT("unverified_fallback", why=str(e).splitlines()[0][:300]))
+    return (last, *_write_one(cfg, plan, last, tmp=tmp, stage=stage, shown=shown, t0=t0))
 
-        # unverified: said in the record (why, and the command that verifies it later), never old figures
-        atomic_write_json(verified, verify_record(report, gguf=out, quant=cfg.quant, writer=writer, model=model_dir)
-                          if report is not None else
-                          unverified_record(gguf=out, quant=cfg.quant, writer=writer, model=model_dir,
-                                            reason="no_verify" if cfg.verify is False else "no_llama_cpp",
-                                            command=verify_command(out)))
-    finally:
-        for p in (tmp, stage):
-            if p is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    p.unlink()
+
+def _write_one(cfg: GGUFConfig, plan: _ExportPlan, writer: str, *, tmp: Path, stage: Path, shown: Path,
+               t0: float) -> tuple[object, float]:
+    """``writer`` writes the GGUF at ``tmp`` (through ``stage`` and llama.cpp's quantiser for the types only it
+    writes), then the file is verified there when the plan says so; returns (report or None, seconds written)."""
+    first = "f32" if plan.quantizer else cfg.quant
+    if writer == "llama.cpp":
+        _convert(plan.choice.converter, stage, model_dir=plan.model_dir, tok_dir=plan.tok_dir, quant=first,
+                 name=plan.written_name)
+    else:
+        _write(stage, model_dir=plan.model_dir, arch=plan.arch, vocab=plan.vocab, tok=plan.tok,
+               tok_dir=plan.tok_dir, quant=first, name=plan.written_name)
+    if plan.quantizer:
+        _quantize(plan.quantizer, stage, tmp, LLAMA_CPP_QUANTS[cfg.quant])
+        stage.unlink()
+    seconds = time.perf_counter() - t0
+    if not plan.verify:
+        return None, seconds
+    from aura.export.gguf_verify import verify_gguf
+
+    return verify_gguf(tmp, model_dir=plan.model_dir, quant=cfg.quant, shown=shown), seconds
+
+
+def _publish(cfg: GGUFConfig, plan: _ExportPlan, *, tmp: Path, out: Path, writer: str, report) -> None:
+    """Rename the written file into place (synced, readable as the user's files are) and write its
+    NAME.verify.json: the verification's figures, or why it is not verified and the command that verifies it."""
+    from aura.core.atomic import atomic_write_json, fsync_dir, user_mode
+    from aura.export.gguf_verify import unverified_record, verify_path, verify_record
+
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.chmod(tmp, user_mode(directory=False))  # mkstemp's 0600 would hide the model from other users
+    verified = verify_path(out)
+    # the old file's figures go first: a GGUF is never shown with another file's verification
+    with contextlib.suppress(FileNotFoundError):
+        verified.unlink()
+    os.replace(tmp, out)
+    fsync_dir(out.parent)
+    # unverified: said in the record (why, and the command that verifies it later), never old figures
+    atomic_write_json(verified, verify_record(report, gguf=out, quant=cfg.quant, writer=writer, model=plan.model_dir)
+                      if report is not None else
+                      unverified_record(gguf=out, quant=cfg.quant, writer=writer, model=plan.model_dir,
+                                        reason="no_verify" if cfg.verify is False else "no_llama_cpp",
+                                        command=verify_command(out)))
+
+
+def _write_modelfile(cfg: GGUFConfig, plan: _ExportPlan, *, modelfile: Path, gguf_name: str) -> str:
+    """Ollama's Modelfile for the GGUF ``gguf_name`` beside it (signed as Aura's); returns the model's Ollama name."""
+    from aura.core.atomic import atomic_write_text
+    from aura.export.modelfile import default_system, modelfile_text, ollama_name, signed
+    from aura.inference.loading import end_of_turn_ids
+
+    tok = plan.tok
     stops = [tok.convert_ids_to_tokens(t) for t in end_of_turn_ids(tok)]
-    name = ollama_name(model_dir.resolve(), quant=cfg.quant, name=cfg.name)
-    atomic_write_text(modelfile, signed(modelfile_text(gguf_name=out.name, chat_template=tok.chat_template,
+    name = ollama_name(plan.model_dir.resolve(), quant=cfg.quant, name=cfg.name)
+    atomic_write_text(modelfile, signed(modelfile_text(gguf_name=gguf_name, chat_template=tok.chat_template,
                                                        stops=stops, system=default_system(tok), model_name=name,
                                                        modelfile_name=modelfile.name)))
-    console.success(M("done", path=out, size=human_bytes(out.stat().st_size), seconds=seconds,
-                      modelfile=modelfile))
-    console.info(M("ollama", dir=out.parent, name=name, modelfile=modelfile.name))
-    if not verify:
-        why = M("why_no_verify") if cfg.verify is False else M("why_no_llama_cpp")
-        (console.info if cfg.verify is False else console.warn)(M("verify_later", why=why,
-                                                                  command=verify_command(out)))
-    return 0
+    return name
 
 
 def _verify_only(cfg: GGUFConfig) -> int:

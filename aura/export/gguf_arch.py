@@ -162,31 +162,18 @@ def plan_arch(model_dir: Path, config: dict) -> ArchPlan:
         hp["rope_scaling_linear"] = float(rope["factor"])
     elif kind in ("longrope", "yarn"):
         _scaled_rope(model_dir, config, rope, kind, hp)
+    _plan_layers(model_dir, arch, gg, config, hp, n_layers=n_layers, heads=heads, head_dim=head_dim)
+    return ArchPlan(arch, gg, config, config["vocab_size"], n_layers, hp)
+
+
+def _plan_layers(model_dir: Path, arch: str, gg: str, config: dict, hp: dict, *, n_layers: int, heads: int,
+                 head_dim: int) -> None:
+    """The layers' attention pattern: checked to be the one llama.cpp's architecture assumes (Gemma's sliding
+    and global layers, Phi-3's window, every layer global elsewhere, SmolLM3's layers without RoPE), and its
+    hyperparameters added to ``hp``."""
     layer_types = config.get("layer_types")
     if gg in GEMMA:
-        period = SWA_PERIOD[gg]
-        expected = ["full_attention" if (i + 1) % period == 0 else "sliding_attention" for i in range(n_layers)]
-        if layer_types is not None:
-            _check(model_dir, arch, "layer_types", layer_types, expected,
-                   f"a global layer every {period} (the rest sliding_attention)")
-        elif config.get("sliding_window_pattern") is not None:  # transformers 4's Gemma 3 configs
-            _check(model_dir, arch, "sliding_window_pattern", config["sliding_window_pattern"], period)
-        scalar = config.get("query_pre_attn_scalar", head_dim)
-        scale_dim = config["hidden_size"] // heads if n_layers == GEMMA_27B_LAYERS[gg] else head_dim
-        _check(model_dir, arch, "query_pre_attn_scalar", scalar, scale_dim)
-        if config.get("sliding_window"):
-            hp["sliding_window"] = int(config["sliding_window"])
-        if gg == "gemma2":
-            hp["attn_logit_softcapping"] = float(config.get("attn_logit_softcapping") or 0.0)
-            hp["final_logit_softcapping"] = float(config.get("final_logit_softcapping") or 0.0)
-        else:
-            _check(model_dir, arch, "attn_logit_softcapping", config.get("attn_logit_softcapping"), None)
-            if config.get("final_logit_softcapping"):
-                hp["final_logit_softcapping"] = float(config["final_logit_softcapping"])
-            local = _rope_params(config, "sliding_attention")
-            _check(model_dir, arch, "rope_parameters.sliding_attention.rope_type",
-                   local.get("rope_type", "default"), "default")
-            hp["rope_freq_base_swa"] = float(local.get("rope_theta", config.get("rope_local_base_freq", 10000.0)))
+        _plan_gemma_layers(model_dir, arch, gg, config, hp, n_layers=n_layers, heads=heads, head_dim=head_dim)
     elif gg == "phi3":
         hp["sliding_window"] = int(config.get("sliding_window") or 0)  # 0: none (Phi-4)
         if 0 < hp["sliding_window"] < hp["context_length"]:  # Phi-3-mini-4k: 2047 of 4096
@@ -204,7 +191,36 @@ def plan_arch(model_dir: Path, config: dict) -> ArchPlan:
         expected = [int((i + 1) % NO_ROPE_INTERVAL != 0) for i in range(n_layers)]
         _check(model_dir, arch, "no_rope_layers", config.get("no_rope_layers", expected), expected,
                f"no RoPE every {NO_ROPE_INTERVAL} layers")
-    return ArchPlan(arch, gg, config, config["vocab_size"], n_layers, hp)
+
+
+def _plan_gemma_layers(model_dir: Path, arch: str, gg: str, config: dict, hp: dict, *, n_layers: int, heads: int,
+                       head_dim: int) -> None:
+    """Gemma 2/3: a global layer every SWA_PERIOD (the rest sliding), the attention scale, the logit
+    soft-capping and (Gemma 3) the sliding layers' own RoPE base."""
+    layer_types = config.get("layer_types")
+    period = SWA_PERIOD[gg]
+    expected = ["full_attention" if (i + 1) % period == 0 else "sliding_attention" for i in range(n_layers)]
+    if layer_types is not None:
+        _check(model_dir, arch, "layer_types", layer_types, expected,
+               f"a global layer every {period} (the rest sliding_attention)")
+    elif config.get("sliding_window_pattern") is not None:  # transformers 4's Gemma 3 configs
+        _check(model_dir, arch, "sliding_window_pattern", config["sliding_window_pattern"], period)
+    scalar = config.get("query_pre_attn_scalar", head_dim)
+    scale_dim = config["hidden_size"] // heads if n_layers == GEMMA_27B_LAYERS[gg] else head_dim
+    _check(model_dir, arch, "query_pre_attn_scalar", scalar, scale_dim)
+    if config.get("sliding_window"):
+        hp["sliding_window"] = int(config["sliding_window"])
+    if gg == "gemma2":
+        hp["attn_logit_softcapping"] = float(config.get("attn_logit_softcapping") or 0.0)
+        hp["final_logit_softcapping"] = float(config.get("final_logit_softcapping") or 0.0)
+    else:
+        _check(model_dir, arch, "attn_logit_softcapping", config.get("attn_logit_softcapping"), None)
+        if config.get("final_logit_softcapping"):
+            hp["final_logit_softcapping"] = float(config["final_logit_softcapping"])
+        local = _rope_params(config, "sliding_attention")
+        _check(model_dir, arch, "rope_parameters.sliding_attention.rope_type",
+               local.get("rope_type", "default"), "default")
+        hp["rope_freq_base_swa"] = float(local.get("rope_theta", config.get("rope_local_base_freq", 10000.0)))
 
 
 def _scaled_rope(model_dir: Path, config: dict, rope: dict, kind: str, hp: dict) -> None:

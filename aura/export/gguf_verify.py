@@ -83,17 +83,36 @@ class VerifyReport:
 def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None,
                 shown: Path | None = None) -> VerifyReport:
     """Run the checks; raise AuraError with the first failure."""
-    import numpy as np
-    import torch
-
-    from aura.inference.loading import end_of_turn_ids, load_hf, load_llama, resolve_model
+    from aura.inference.loading import load_hf, load_llama, resolve_model
+    from aura.models.presets import context_length
 
     console.info(M("start", path=shown or path))  # the name the user asked for, not the staging file
     if model is None or tok is None:
         model, tok = load_hf(resolve_model(model_dir))
     model = model.float().eval()
+    texts = _check_tokenizer(path, tok)  # 1-2. tokenizer only
 
-    # 1-2. tokenizer only
+    # 3. logits (within the model's context: past it a GPT-2 fails in both, llama.cpp by aborting)
+    ctx = context_length(model.config) or 2048
+    ids = tok(VERIFY_TEXTS[0] + " " + VERIFY_TEXTS[3], add_special_tokens=True)["input_ids"][:ctx]
+    llm = load_llama(path, n_ctx=max(64, len(ids) + 32), logits_all=True)
+    agree, diff, rel = _check_logits(llm, model, tok, ids=ids, quant=quant)
+
+    # 4. greedy generation of GEN_TOKENS tokens in both, end-of-generation tokens included: a model that
+    # answers EOS at once must still compare something, not pass on zero tokens
+    prompt = tok(VERIFY_TEXTS[1], add_special_tokens=True)["input_ids"][:max(1, ctx // 2)]
+    out, first_eog, same = _compare_greedy(llm, model, prompt=prompt, gen_tokens=min(GEN_TOKENS, ctx - len(prompt)))
+    console.info(M("gen", n=len(out), same=same, eos=M("gen_eos", k=first_eog) if first_eog else ""))
+    llm.close()
+    return VerifyReport(texts=texts, top1=agree, max_abs_diff=diff, rel_diff=rel,
+                        generated=len(out), stop_reason="eos" if first_eog else "max_tokens", agreeing=same)
+
+
+def _check_tokenizer(path: Path, tok) -> int:
+    """The GGUF's vocabulary alone tokenises the verification texts (and a chat turn) as ``tok`` does and
+    names the same end-of-sequence and end-of-turn tokens; returns how many texts were compared."""
+    from aura.inference.loading import end_of_turn_ids, load_llama
+
     llm = load_llama(path, vocab_only=True)
     texts = list(VERIFY_TEXTS)
     if getattr(tok, "chat_template", None):
@@ -114,13 +133,15 @@ def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None
             raise AuraError(M("eog_bad", token=tok.convert_ids_to_tokens(tid), id=tid))
     console.info(M("eog_ok", tokens=", ".join(tok.convert_ids_to_tokens(t) for t in eog)))
     llm.close()
+    return len(texts)
 
-    # 3. logits (within the model's context: past it a GPT-2 fails in both, llama.cpp by aborting)
-    from aura.models.presets import context_length
 
-    ctx = context_length(model.config) or 2048
-    ids = tok(VERIFY_TEXTS[0] + " " + VERIFY_TEXTS[3], add_special_tokens=True)["input_ids"][:ctx]
-    llm = load_llama(path, n_ctx=max(64, len(ids) + 32), logits_all=True)
+def _check_logits(llm, model, tok, *, ids: list[int], quant: str) -> tuple[float, float, float]:
+    """llama.cpp's logits of ``ids`` against PyTorch's, within the quantisation's tolerance when it has one;
+    returns (top-1 agreement, max absolute difference, that difference relative to PyTorch's logit range)."""
+    import numpy as np
+    import torch
+
     llm.eval(ids)
     ll_logits = np.asarray(llm.scores[: len(ids)], dtype=np.float32)  # (T, vocab)
     with torch.no_grad():
@@ -137,11 +158,15 @@ def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None
             raise AuraError(M("logits_bad", quant=quant, agree=agree, rel=rel, tol=tol))
     else:
         console.info(M("logits_info", quant=quant, agree=agree, n=len(ids), diff=diff, rel=rel))
+    return agree, diff, rel
 
-    # 4. greedy generation of GEN_TOKENS tokens in both, end-of-generation tokens included: a model that
-    # answers EOS at once must still compare something, not pass on zero tokens
-    prompt = tok(VERIFY_TEXTS[1], add_special_tokens=True)["input_ids"][:max(1, ctx // 2)]
-    gen_tokens = min(GEN_TOKENS, ctx - len(prompt))
+
+def _compare_greedy(llm, model, *, prompt: list[int], gen_tokens: int) -> tuple[list[int], int | None, int]:
+    """``gen_tokens`` greedy tokens from llama.cpp and as many from PyTorch after ``prompt``; returns
+    llama.cpp's tokens, the position of its first end-of-generation token (None if none) and how many tokens,
+    from the first, both agree on."""
+    import torch
+
     llm.reset()
     out: list[int] = []
     first_eog = None
@@ -158,10 +183,7 @@ def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None
             ref = torch.cat([ref, nxt.view(1, 1)], dim=1)
     ref_ids = ref[0, len(prompt):].tolist()
     same = next((i for i, (a, b) in enumerate(zip(out, ref_ids)) if a != b), len(out))
-    console.info(M("gen", n=len(out), same=same, eos=M("gen_eos", k=first_eog) if first_eog else ""))
-    llm.close()
-    return VerifyReport(texts=len(texts), top1=agree, max_abs_diff=diff, rel_diff=rel,
-                        generated=len(out), stop_reason="eos" if first_eog else "max_tokens", agreeing=same)
+    return out, first_eog, same
 
 
 VERIFY_SUFFIX = ".verify.json"

@@ -148,27 +148,9 @@ def decode_batch(model, prompts: list[list[int]], params, *, pad_id: int, device
     if graphs:
         width = -(-width // BUCKET) * BUCKET
     total = width + params.max_new_tokens
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attn = torch.zeros((n, total), dtype=torch.long)  # (N, W + max_new): preallocated, written column by column
-    for i, p in enumerate(prompts):  # left padding: every row's last prompt token is at column W - 1
-        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        attn[i, width - len(p):width] = 1
-    ids, attn = ids.to(device), attn.to(device)
-    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)  # (N,)
-    place: dict[tuple[int, ...], int] = {}  # each distinct prompt -> its row in the prefill: repeats run once
-    of_row = [place.setdefault(tuple(p), len(place)) for p in prompts]
-    first = torch.tensor([of_row.index(u) for u in range(len(place))], device=device)  # (U,)
-    expand = torch.tensor(of_row, device=device)  # (N,)
-    from transformers import DynamicCache
-
     key = cache_key(model)
-    prefill = DynamicCache()  # every layer whole (a sliding layer's window is applied by the static cache)
-    mask_p = attn[first, :width]
-    pos_p = (mask_p.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids[first], attention_mask=mask_p, position_ids=pos_p, use_cache=True,
-                   logits_to_keep=1, **{key: prefill}).logits[:, -1][expand]  # (N, V)
-    cache = _static_cache(model, prefill=prefill, expand=expand, width=width, total=total, keep=graphs)
-    del prefill
+    attn, lengths, logits, cache = _prefill(model, prompts, key=key, pad_id=pad_id, device=device, width=width,
+                                            total=total, graphs=graphs)
     step_fn = _Step(model, device, graphs)
 
     out = torch.full((n, params.max_new_tokens), pad_id, dtype=torch.long, device=device)  # (N, max_new)
@@ -177,11 +159,7 @@ def decode_batch(model, prompts: list[list[int]], params, *, pad_id: int, device
     finished = torch.zeros(n, dtype=torch.bool, device=device)
     stop_ids = torch.tensor(params.stop_ids or [-1], device=device)
     row_keys = torch.tensor(keys, dtype=torch.long, device=device) if keys is not None else None
-    check_strings = bool(params.stop_strings) and tokenizer is not None
-    window = 8 + max(map(len, params.stop_strings), default=0)
-    cut: dict[int, int] = {}  # row -> its length, cut at a stop string (host side)
-    seqs: list[list[int]] = [[] for _ in range(n)]
-    checked = 0  # tokens already looked at by the host
+    strings = _StopStrings(n, params, tokenizer) if params.stop_strings and tokenizer is not None else None
     one = torch.ones((n,), dtype=attn.dtype, device=device)
     for step in range(params.max_new_tokens):
         tok = next_tokens(logits, params, generator, row_keys, step)  # (N,)
@@ -193,23 +171,8 @@ def decode_batch(model, prompts: list[list[int]], params, *, pad_id: int, device
         finished |= torch.isin(tok, stop_ids)
         last = step == params.max_new_tokens - 1
         if last or (step + 1) % check_every == 0:
-            if check_strings:  # the host decodes the new tokens of the live rows
-                fresh = out[:, checked:step + 1].tolist()
-                lens = done_len.tolist()
-                newly = []
-                for r in range(n):
-                    if r in cut:
-                        continue
-                    seqs[r].extend(fresh[r])
-                    c = _cut_strings(seqs[r], start=checked, end=min(step + 1, lens[r]),
-                                     stop_ids=set(params.stop_ids), tokenizer=tokenizer,
-                                     stops=params.stop_strings, window=window)
-                    if c is not None:
-                        cut[r] = c
-                        newly.append(r)
-                if newly:
-                    finished[torch.tensor(newly, device=device)] = True
-            checked = step + 1
+            if strings is not None:  # the host decodes the new tokens of the live rows
+                strings.look(out, done_len, finished, end=step + 1)
             if last or bool(finished.all()):
                 break
         column = width + step  # the column the token just drawn goes to
@@ -219,8 +182,69 @@ def decode_batch(model, prompts: list[list[int]], params, *, pad_id: int, device
                          **{key: cache}).logits[:, -1]  # (N, V)
     lens = done_len.tolist()
     rows = out.tolist()
+    cut = strings.cut if strings is not None else {}
     completions = [row[:cut.get(r, lens[r])] for r, row in enumerate(rows)]
     if out_logps is None:
         return completions
     lp = out_logps.tolist()
     return completions, [row[:len(c)] for row, c in zip(lp, completions)]
+
+
+def _prefill(model, prompts: list[list[int]], *, key: str, pad_id: int, device: torch.device, width: int,
+             total: int, graphs: bool):
+    """The prompts left-padded to ``width`` and each distinct one prefilled once; returns the attention mask
+    preallocated at ``total`` columns (N, total), the prompts' lengths (N,), the last prompt token's logits
+    (N, V) and the StaticCache holding every row's prompt."""
+    from transformers import DynamicCache
+
+    n = len(prompts)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, total), dtype=torch.long)  # (N, W + max_new): preallocated, written column by column
+    for i, p in enumerate(prompts):  # left padding: every row's last prompt token is at column W - 1
+        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        attn[i, width - len(p):width] = 1
+    ids, attn = ids.to(device), attn.to(device)
+    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)  # (N,)
+    place: dict[tuple[int, ...], int] = {}  # each distinct prompt -> its row in the prefill: repeats run once
+    of_row = [place.setdefault(tuple(p), len(place)) for p in prompts]
+    first = torch.tensor([of_row.index(u) for u in range(len(place))], device=device)  # (U,)
+    expand = torch.tensor(of_row, device=device)  # (N,)
+    prefill = DynamicCache()  # every layer whole (a sliding layer's window is applied by the static cache)
+    mask_p = attn[first, :width]
+    pos_p = (mask_p.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids[first], attention_mask=mask_p, position_ids=pos_p, use_cache=True,
+                   logits_to_keep=1, **{key: prefill}).logits[:, -1][expand]  # (N, V)
+    cache = _static_cache(model, prefill=prefill, expand=expand, width=width, total=total, keep=graphs)
+    return attn, lengths, logits, cache
+
+
+class _StopStrings:
+    """The host's look for stop strings: the new tokens of the rows not cut yet are decoded, and a row whose
+    stop string completed is cut (``cut``: row -> its length) and marked finished on the device."""
+
+    def __init__(self, n: int, params, tokenizer):
+        self.params = params
+        self.tokenizer = tokenizer
+        self.window = 8 + max(map(len, params.stop_strings), default=0)
+        self.cut: dict[int, int] = {}  # row -> its length, cut at a stop string
+        self.seqs: list[list[int]] = [[] for _ in range(n)]
+        self.checked = 0  # tokens already looked at
+
+    def look(self, out: torch.Tensor, done_len: torch.Tensor, finished: torch.Tensor, *, end: int) -> None:
+        """Look at the tokens drawn since the last look, up to column ``end`` of ``out`` (N, max_new)."""
+        fresh = out[:, self.checked:end].tolist()
+        lens = done_len.tolist()
+        newly = []
+        for r in range(len(self.seqs)):
+            if r in self.cut:
+                continue
+            self.seqs[r].extend(fresh[r])
+            c = _cut_strings(self.seqs[r], start=self.checked, end=min(end, lens[r]),
+                             stop_ids=set(self.params.stop_ids), tokenizer=self.tokenizer,
+                             stops=self.params.stop_strings, window=self.window)
+            if c is not None:
+                self.cut[r] = c
+                newly.append(r)
+        if newly:
+            finished[torch.tensor(newly, device=finished.device)] = True
+        self.checked = end

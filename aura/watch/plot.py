@@ -152,7 +152,6 @@ def _draw(ax, xs: list, ys: list, **style) -> None:
 def plot(cfg: PlotConfig) -> int:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import EngFormatter
 
     from aura.core.atomic import check_writable
     from aura.core.ownership import check_output_file
@@ -161,87 +160,19 @@ def plot(cfg: PlotConfig) -> int:
     check_output_file(Path(cfg.output_dir) / cfg.out, flag="--out", overwrite=cfg.overwrite, ours=is_aura_plot,
                       inputs=cfg.run_dirs)  # never inside a run it reads, never over someone else's image
     dirs = [Path(d) for d in cfg.run_dirs]
-    logs = []
-    for d in dirs:
-        rows = read_log(d)
-        if not any(r["train_loss"] is not None or r["val_loss"] is not None for r in rows):
-            raise AuraError(M("empty_log", path=d / "training_log.csv"))
-        logs.append(rows)
+    logs = _read_logs(dirs)
     # Tokens are the fair x axis across runs of different batch sizes; steps when a log lacks them.
     use_tokens = all(any(r["tokens"] is not None for r in rows) for rows in logs)
-    xcol = "tokens" if use_tokens else "step"
 
     fig = Figure(figsize=(cfg.width / cfg.dpi, cfg.height / cfg.dpi), dpi=cfg.dpi, layout="constrained")
     FigureCanvasAgg(fig)
-    preference = any(r.get(c) is not None for rows in logs for r in rows for c in REWARD_COLUMNS + ("kl",))
-    rl = any(r.get(c) is not None for rows in logs for r in rows for c in RL_REWARD_COLUMNS)  # GRPO
-    rewards = preference or rl
-    suite_cols = sorted({c for rows in logs for r in rows for c in r if c.startswith(SUITE_PREFIX)})
-    source_cols = sorted({c for rows in logs for r in rows for c in r if c.startswith(SOURCE_VAL_PREFIX)})
+    panels = _Panels.of(logs)
     _note_partial_columns(_labels(dirs), logs)
-    axes = list(fig.subplots(1, 3 + rewards + bool(suite_cols)))
-    ax_loss, ax_lr, ax_speed = axes[:3]
-    ax_suite = axes[-1] if suite_cols else None
+    axes = list(fig.subplots(1, 3 + panels.rewards + bool(panels.suite_cols)))
     colours = [f"C{i % 10}" for i in range(len(dirs))]
     for label, rows, colour in zip(_labels(dirs), logs, colours):
-        def series(col, kinds):  # a column this run does not log is an empty series
-            pts = [(r[xcol], r.get(col)) for r in rows  # a diverged loss (inf, nan) is not drawn
-                   if r["kind"] in kinds and r[xcol] is not None and r.get(col) is not None
-                   and math.isfinite(r[col])]
-            return [p[0] for p in pts], [p[1] for p in pts]
-
-        xs, ys = series("train_loss", ("step",))
-        if xs:
-            _draw(ax_loss, xs, ys, color=colour, lw=1.2, label=f"{label} ({column_label('train_loss')})")
-        # the per-epoch averages: their own series of markers (joined to the per-interval values, the curve
-        # would jump at every epoch's end); a line too when they are all the log has (short fine-tunes)
-        ex, ey = series("train_loss", ("epoch",))
-        if ex:
-            ax_loss.plot(ex, ey, color=colour, lw=1.2, ls="-" if not xs else "none", marker="D", ms=5,
-                         label=f"{label} ({column_label('train_loss', epoch_avg=True)})")
-        xs, ys = series("val_loss", ("eval", "epoch", "step"))
-        if xs:
-            ax_loss.plot(xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3,
-                         label=f"{label} ({column_label('val_loss')})")
-        for col, marker in zip(source_cols, "xs^vdP*"):  # per-source validation of a mixture
-            xs, ys = series(col, ("eval", "epoch", "step"))
-            if xs:
-                ax_loss.plot(xs, ys, color=colour, lw=1.0, ls=":", marker=marker, ms=4,
-                             label=f"{label} ({column_label(col)})")
-        _draw(ax_lr, *series("lr", ("step",)), color=colour, lw=1.2, label=label)
-        _draw(ax_speed, *series("tokens_per_s", ("step",)), color=colour, lw=1.2, label=label)
-        if rewards and any(r.get("rewards/margin") is not None for r in rows):
-            for col, style in zip(REWARD_COLUMNS, ("-", ":")):
-                _draw(axes[3], *series(col, ("step",)), color=colour, lw=1.2, ls=style,
-                      label=f"{label} ({column_label(col)})")
-        if rewards and any(r.get("kl") is not None for r in rows):  # KTO: each kind's reward and the KL estimate
-            for col, style in zip(KTO_COLUMNS, ("-", "--", ":")):
-                _draw(axes[3], *series(col, ("step",)), color=colour, lw=1.2, ls=style,
-                      label=f"{label} ({column_label(col)})")
-        if rewards and any(r.get("reward") is not None for r in rows):  # GRPO: the rollouts' mean reward
-            _draw(axes[3], *series("reward", ("step",)), color=colour, lw=1.2,
-                  label=f"{label} ({column_label('reward')})")
-            xs, ys = series("val_reward", ("eval", "step"))
-            if xs:  # the greedy completions of the validation prompts
-                axes[3].plot(xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3,
-                             label=f"{label} ({column_label('val_reward')})")
-        for col, style in zip(suite_cols, ("-", "--", ":", "-.", (0, (1, 3)), (0, (5, 1)))):
-            xs, ys = series(col, ("eval",))
-            if xs:
-                ax_suite.plot(xs, ys, color=colour, lw=1.2, ls=style, marker="o", ms=3,
-                              label=f"{label} ({column_label(col)})")
-    titled = [(ax_loss, "loss_title"), (ax_lr, "lr_title"), (ax_speed, "speed_title")]
-    titled += [(axes[3], "rewards_title" if preference else "rl_rewards_title")] if rewards else []
-    for ax, title in titled + ([(ax_suite, "suite_title")] if suite_cols else []):
-        ax.set_title(M(title) + (f" · {M('rl_rewards_title')}" if title == "rewards_title" and rl else ""))
-        ax.set_xlabel(M("x_tokens") if use_tokens else M("x_steps"))
-        ax.grid(alpha=0.3)
-        if use_tokens:
-            ax.xaxis.set_major_formatter(EngFormatter())
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
-    ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
-    ax_speed.yaxis.set_major_formatter(EngFormatter())
+        _draw_run(axes, panels, label=label, rows=rows, colour=colour, xcol="tokens" if use_tokens else "step")
+    _finish_axes(axes, panels, use_tokens=use_tokens)
     _localize_ticks(fig)
 
     out = Path(cfg.output_dir) / cfg.out
@@ -251,3 +182,108 @@ def plot(cfg: PlotConfig) -> int:
     atomic_write_bytes(out, buf.getvalue())
     console.success(M("wrote", path=out, runs=len(dirs)))
     return 0
+
+
+def _read_logs(dirs: list[Path]) -> list[list[dict]]:
+    """Each run's training log; a run that has not logged a loss yet is refused."""
+    logs = []
+    for d in dirs:
+        rows = read_log(d)
+        if not any(r["train_loss"] is not None or r["val_loss"] is not None for r in rows):
+            raise AuraError(M("empty_log", path=d / "training_log.csv"))
+        logs.append(rows)
+    return logs
+
+
+@dataclass
+class _Panels:
+    """Which panels the figure has beyond loss, LR and speed (``axes[3]``: rewards; the last: the suite)."""
+
+    preference: bool  # DPO/ORPO/KTO rewards
+    rl: bool  # GRPO's reward
+    suite_cols: list[str]  # the aura-es suite's accuracies
+    source_cols: list[str]  # a mixture's per-source validation losses
+
+    @property
+    def rewards(self) -> bool:
+        return self.preference or self.rl
+
+    @classmethod
+    def of(cls, logs: list[list[dict]]) -> _Panels:
+        return cls(
+            preference=any(r.get(c) is not None for rows in logs for r in rows for c in REWARD_COLUMNS + ("kl",)),
+            rl=any(r.get(c) is not None for rows in logs for r in rows for c in RL_REWARD_COLUMNS),  # GRPO
+            suite_cols=sorted({c for rows in logs for r in rows for c in r if c.startswith(SUITE_PREFIX)}),
+            source_cols=sorted({c for rows in logs for r in rows for c in r if c.startswith(SOURCE_VAL_PREFIX)}))
+
+
+def _draw_run(axes: list, panels: _Panels, *, label: str, rows: list[dict], colour: str, xcol: str) -> None:
+    """One run's curves on every panel, in its colour."""
+    ax_loss, ax_lr, ax_speed = axes[:3]
+    rewards = panels.rewards
+
+    def series(col, kinds):  # a column this run does not log is an empty series
+        pts = [(r[xcol], r.get(col)) for r in rows  # a diverged loss (inf, nan) is not drawn
+               if r["kind"] in kinds and r[xcol] is not None and r.get(col) is not None
+               and math.isfinite(r[col])]
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    xs, ys = series("train_loss", ("step",))
+    if xs:
+        _draw(ax_loss, xs, ys, color=colour, lw=1.2, label=f"{label} ({column_label('train_loss')})")
+    # the per-epoch averages: their own series of markers (joined to the per-interval values, the curve
+    # would jump at every epoch's end); a line too when they are all the log has (short fine-tunes)
+    ex, ey = series("train_loss", ("epoch",))
+    if ex:
+        ax_loss.plot(ex, ey, color=colour, lw=1.2, ls="-" if not xs else "none", marker="D", ms=5,
+                     label=f"{label} ({column_label('train_loss', epoch_avg=True)})")
+    xs, ys = series("val_loss", ("eval", "epoch", "step"))
+    if xs:
+        ax_loss.plot(xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3,
+                     label=f"{label} ({column_label('val_loss')})")
+    for col, marker in zip(panels.source_cols, "xs^vdP*"):  # per-source validation of a mixture
+        xs, ys = series(col, ("eval", "epoch", "step"))
+        if xs:
+            ax_loss.plot(xs, ys, color=colour, lw=1.0, ls=":", marker=marker, ms=4,
+                         label=f"{label} ({column_label(col)})")
+    _draw(ax_lr, *series("lr", ("step",)), color=colour, lw=1.2, label=label)
+    _draw(ax_speed, *series("tokens_per_s", ("step",)), color=colour, lw=1.2, label=label)
+    if rewards and any(r.get("rewards/margin") is not None for r in rows):
+        for col, style in zip(REWARD_COLUMNS, ("-", ":")):
+            _draw(axes[3], *series(col, ("step",)), color=colour, lw=1.2, ls=style,
+                  label=f"{label} ({column_label(col)})")
+    if rewards and any(r.get("kl") is not None for r in rows):  # KTO: each kind's reward and the KL estimate
+        for col, style in zip(KTO_COLUMNS, ("-", "--", ":")):
+            _draw(axes[3], *series(col, ("step",)), color=colour, lw=1.2, ls=style,
+                  label=f"{label} ({column_label(col)})")
+    if rewards and any(r.get("reward") is not None for r in rows):  # GRPO: the rollouts' mean reward
+        _draw(axes[3], *series("reward", ("step",)), color=colour, lw=1.2,
+              label=f"{label} ({column_label('reward')})")
+        xs, ys = series("val_reward", ("eval", "step"))
+        if xs:  # the greedy completions of the validation prompts
+            axes[3].plot(xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3,
+                         label=f"{label} ({column_label('val_reward')})")
+    for col, style in zip(panels.suite_cols, ("-", "--", ":", "-.", (0, (1, 3)), (0, (5, 1)))):
+        xs, ys = series(col, ("eval",))
+        if xs:
+            axes[-1].plot(xs, ys, color=colour, lw=1.2, ls=style, marker="o", ms=3,
+                          label=f"{label} ({column_label(col)})")
+
+
+def _finish_axes(axes: list, panels: _Panels, *, use_tokens: bool) -> None:
+    """Titles, x labels, grids, legends and number formats of the panels."""
+    from matplotlib.ticker import EngFormatter
+
+    ax_loss, ax_lr, ax_speed = axes[:3]
+    titled = [(ax_loss, "loss_title"), (ax_lr, "lr_title"), (ax_speed, "speed_title")]
+    titled += [(axes[3], "rewards_title" if panels.preference else "rl_rewards_title")] if panels.rewards else []
+    for ax, title in titled + ([(axes[-1], "suite_title")] if panels.suite_cols else []):
+        ax.set_title(M(title) + (f" · {M('rl_rewards_title')}" if title == "rewards_title" and panels.rl else ""))
+        ax.set_xlabel(M("x_tokens") if use_tokens else M("x_steps"))
+        ax.grid(alpha=0.3)
+        if use_tokens:
+            ax.xaxis.set_major_formatter(EngFormatter())
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    ax_speed.yaxis.set_major_formatter(EngFormatter())

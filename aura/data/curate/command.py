@@ -256,15 +256,8 @@ def curate(cfg: CurateConfig) -> dict:
     t0 = time.time()
     _check_dependencies(cfg.executor)
     # Imported here, after the check: the extra is optional and `aura --help` must work without it.
-    from aura.data.curate import report as rep
-    from aura.data.curate.pipeline import (
-        Options,
-        Runner,
-        build_stages,
-        quiet_logger,
-        run_stages,
-    )
-    from aura.data.curate.readers import CurateInputError, find_inputs
+    from aura.data.curate.pipeline import build_stages, quiet_logger
+    from aura.data.curate.readers import find_inputs
 
     languages = cfg.language_list()
     files = find_inputs(cfg.inputs) if cfg.inputs else []
@@ -282,9 +275,30 @@ def curate(cfg: CurateConfig) -> dict:
     nnodes, node_rank = _env_int("NNODES", 1), _env_int("NODE_RANK", 0)
     if node_rank >= max(nnodes, 1):
         raise AuraError(M("bad_env", name="NODE_RANK", value=node_rank, why=M("env_rank")))
+    stages = build_stages(_options(cfg, files=files, tasks=tasks, work=work, languages=languages))
+    if resumed:
+        console.info(M("resume", path=out))
+    console.info(M("start", files=len(files), tasks=tasks, workers=workers, executor=cfg.executor))
+    if cfg.max_documents:
+        console.info(M("limit", n=cfg.max_documents))
+    quiet_logger()
+    _run_stages(stages, work, _runner(cfg, workers=workers, node_rank=node_rank, nnodes=nnodes))
+    if cfg.executor == "slurm":
+        console.always(M("slurm_submitted"))
+        return {}
+    if node_rank != 0:
+        console.always(M("node_done", rank=node_rank, nnodes=nnodes))
+        return {}
+    return _finish(cfg, out, stages=stages, options=_fingerprint(cfg, files, tasks)["options"], t0=t0)
+
+
+def _options(cfg: CurateConfig, *, files: list, tasks: int, work: Path, languages: list[str]):
+    """The pipeline's options from the command's: inputs, reading, filters, deduplication, output."""
+    from aura.data.curate.pipeline import Options
+
     local = [f for f in files if f.kind != "hf_hub"]
     root = os.path.commonpath([os.path.dirname(os.path.abspath(f.path)) for f in local]) if local else ""
-    opts = Options(work=work.resolve(), files=files, root=root, tasks=tasks,
+    return Options(work=work.resolve(), files=files, root=root, tasks=tasks,
                    reader=ReaderOptions(text_field=cfg.text_field, doc_sep=cfg.doc_sep, encoding=cfg.encoding,
                                         errors=cfg.errors, max_record_bytes=cfg.max_record_bytes,
                                         hf_config=cfg.hf_config or None, split=cfg.split),
@@ -294,18 +308,25 @@ def curate(cfg: CurateConfig) -> dict:
                    min_words=cfg.min_words, min_sentences=cfg.min_sentences, exact_dedup=cfg.exact_dedup,
                    minhash=cfg.minhash, buckets=cfg.minhash_buckets, hashes_per_bucket=cfg.minhash_hashes,
                    pii=cfg.pii, output_format=cfg.output_format, sample=cfg.sample)
-    runner = Runner(executor=cfg.executor, workers=workers, node_rank=node_rank, nnodes=max(nnodes, 1),
-                    slurm={"partition": cfg.slurm_partition, "time": cfg.slurm_time, "cpus_per_task": cfg.slurm_cpus,
-                           "mem_per_cpu_gb": cfg.slurm_mem_gb, "qos": cfg.slurm_qos,
-                           "workers": cfg.slurm_max_running or -1},
-                    ray={"address": cfg.ray_address, "cpus_per_task": cfg.ray_cpus})
-    stages = build_stages(opts)
-    if resumed:
-        console.info(M("resume", path=out))
-    console.info(M("start", files=len(files), tasks=tasks, workers=workers, executor=cfg.executor))
-    if cfg.max_documents:
-        console.info(M("limit", n=cfg.max_documents))
-    quiet_logger()
+
+
+def _runner(cfg: CurateConfig, *, workers: int, node_rank: int, nnodes: int):
+    """Where the stages' tasks run: local processes, Slurm jobs or a Ray cluster."""
+    from aura.data.curate.pipeline import Runner
+
+    return Runner(executor=cfg.executor, workers=workers, node_rank=node_rank, nnodes=max(nnodes, 1),
+                  slurm={"partition": cfg.slurm_partition, "time": cfg.slurm_time, "cpus_per_task": cfg.slurm_cpus,
+                         "mem_per_cpu_gb": cfg.slurm_mem_gb, "qos": cfg.slurm_qos,
+                         "workers": cfg.slurm_max_running or -1},
+                  ray={"address": cfg.ray_address, "cpus_per_task": cfg.ray_cpus})
+
+
+def _run_stages(stages: list, work: Path, runner) -> None:
+    """Run the stages, each said as it starts; a bad input is the user's error, a failed task names its
+    stage and the folder of its logs."""
+    from aura.data.curate.pipeline import run_stages
+    from aura.data.curate.readers import CurateInputError
+
     current = {"stage": stages[0]}
 
     def on_stage(stage, todo):
@@ -321,16 +342,18 @@ def curate(cfg: CurateConfig) -> dict:
             raise
         raise AuraError(M("failed", stage=current["stage"].name, err=str(e).strip().splitlines()[0] if str(e).strip()
                           else type(e).__name__, logs=work / "logs" / current["stage"].name / "logs")) from None
-    if cfg.executor == "slurm":
-        console.always(M("slurm_submitted"))
-        return {}
-    if node_rank != 0:
-        console.always(M("node_done", rank=node_rank, nnodes=nnodes))
-        return {}
+
+
+def _finish(cfg: CurateConfig, out: Path, *, stages: list, options: dict, t0: float) -> dict:
+    """Publish the shards into ``out`` and write, plot and print the report (and the removed samples)."""
+    from aura.data.curate import report as rep
+
+    state = out / STATE
+    work = state / "work"
     shards = _publish(work, out)
     report = rep.collect(work, [s.name for s in stages])
     report["shards"] = [s.name for s in shards]
-    report["options"] = _fingerprint(cfg, files, tasks)["options"]
+    report["options"] = options
     rep.write_report(report, state / "report.json")
     rep.plot(report, state / "report.png")
     rep.print_table(report)
