@@ -1,8 +1,7 @@
 """The shipped GPU pipelines, each scaled to minutes, as checks of the GPU suite: `bash bench/gpu_suite.sh --pipelines`.
 
 Each check runs ``aura pipeline run NAME --scale F`` on the pipeline as shipped: the same YAML, its budgets
-multiplied by one factor (``--scale``: training hours, steps, tokens, documents and the step intervals inside
-them; docs/pipelines.md). The factor is chosen so that the pipeline's longest training stage gets
+multiplied by one factor (``--scale``: training hours, steps, tokens and documents; docs/pipelines.md). The factor is chosen so that the pipeline's longest training stage gets
 ``STAGE_SECONDS`` seconds (a minute on a GPU, a few seconds in the ``--cpu`` mode CI runs). Only what cannot be
 reached from a machine without a hub is replaced, each with ``--set``:
 
@@ -17,7 +16,7 @@ reached from a machine without a hub is replaced, each with ``--set``:
 ``lora-12gb`` runs with the process's CUDA memory capped to 12 GB (``torch.cuda.set_per_process_memory_fraction``).
 A check passes when every stage finished; a stage that stopped for an optional package the machine lacks
 (bitsandbytes, gguf, llama.cpp) makes it ``skipped`` with the stage named, never ``pass``. Its figure: each stage's
-seconds, the pretraining MFU where the report has one, and where the report card is (``$OUT`` keeps it).
+seconds, the pretraining MFU where the report has one; the report card is kept in the suite's ``--out``.
 """
 
 from __future__ import annotations
@@ -125,7 +124,8 @@ def run_pipeline(ctx: Context, check_name: str, pipeline: str, sets: list[str], 
                           env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "AURA_LANG": "en"})
     report = json.loads((out / "report.json").read_text(encoding="utf-8")) if (out / "report.json").is_file() else {}
     stages = report.get("stages") or []
-    keep = Path(os.environ["OUT"]) / f"{check_name}-report.md" if os.environ.get("OUT") else None
+    suite_out = os.environ.get("AURA_SUITE_OUT")  # the suite's --out: the report card is kept there
+    keep = Path(suite_out) / f"{check_name}-report.md" if suite_out else None
     if keep is not None and (out / "report.md").is_file():
         shutil.copyfile(out / "report.md", keep)
     parts = [f"{s['name']} {s['status']}" + (f" {s['seconds']:.0f} s" if isinstance(s.get("seconds"), (int, float))
@@ -155,16 +155,26 @@ def _tiny_pretraining(ctx: Context, *stages: str) -> list[str]:
     return [f"{s}.model_preset=tiny" for s in stages] if ctx.cpu else []
 
 
+def _budget_checked_every_step(ctx: Context, *stages: str) -> list[str]:
+    """On the CPU, a scaled time budget of a second or two is checked at every step (at every logged one)."""
+    return [f"{s}.log_interval=1" for s in stages] if ctx.cpu else []
+
+
 def _few_steps(ctx: Context, *stages: str) -> list[str]:
     """On the CPU, the fine-tuning stages that run whole epochs (no time budget to scale) stop after 4 steps."""
     return [f"{s}.max_steps=4" for s in stages] if ctx.cpu else []
+
+
+def _few_items(ctx: Context, stage: str = "eval") -> list[str]:
+    """On the CPU, the eval stage scores 4 items per task of its suite (all of them on a GPU)."""
+    return [f"{stage}.limit=4"] if ctx.cpu else []
 
 
 @check("pipeline_a100", "a100-72h scaled: curate -> tokenizer -> prepare -> pretrain auto -> SFT -> DPO -> eval -> GGUF",
        expect=200, timeout=420, cpu_timeout=900, cpu_expect=150)
 def pipeline_a100(ctx: Context) -> Result:
     sets = ["curate.hf_dataset=", f"curate.inputs=[{corpus(ctx)}]", "curate.workers=2", "curate.tasks=2",
-            *_tiny_pretraining(ctx, "pretrain")]
+            *_tiny_pretraining(ctx, "pretrain"), *_budget_checked_every_step(ctx, "sft", "dpo"), *_few_items(ctx)]
     if ctx.cpu:
         sets.append("tokenizer.vocab_size=2000")
     return run_pipeline(ctx, "pipeline_a100", "a100-72h", sets, timeout=400 if not ctx.cpu else 880)
@@ -188,7 +198,7 @@ def pipeline_lora12(ctx: Context) -> Result:
 def pipeline_frida(ctx: Context) -> Result:
     model = stand_in(ctx, "mistral-7b-4-layers")
     sets = [f"sft.base_model={model}", f"merge.base_model={model}", "sft.launch.gpus_per_node=1",
-            *_few_steps(ctx, "sft")]
+            *_few_steps(ctx, "sft"), *_few_items(ctx)]
     return run_pipeline(ctx, "pipeline_frida", "frida-8xh100", sets, notes=["1 GPU instead of 8"],
                         timeout=340 if not ctx.cpu else 580)
 
@@ -198,7 +208,7 @@ def pipeline_frida(ctx: Context) -> Result:
 def pipeline_adapt(ctx: Context) -> Result:
     model = stand_in(ctx, "qwen2.5-0.5b")
     sets = [f"tokenizer.base={model}", f"pretrain.init_from={model}", f"eval.model=[{model}]",
-            *_few_steps(ctx, "sft")]
+            *_few_steps(ctx, "sft"), *_few_items(ctx)]
     if ctx.cpu:
         sets.append("tokenizer.add_tokens=200")
     return run_pipeline(ctx, "pipeline_adapt", "adapt-open-model", sets, timeout=340 if not ctx.cpu else 580)
@@ -207,7 +217,7 @@ def pipeline_adapt(ctx: Context) -> Result:
 @check("pipeline_lan", "lan-5-nodes on 1 node: tokenizer -> prepare -> check-dist + launched DDP pretraining -> SFT -> DPO",
        expect=200, timeout=420, cpu_timeout=900, cpu_expect=150)
 def pipeline_lan(ctx: Context) -> Result:
-    sets = [*_tiny_pretraining(ctx, "pretrain")]
+    sets = [*_tiny_pretraining(ctx, "pretrain"), *_budget_checked_every_step(ctx, "sft", "dpo"), *_few_items(ctx)]
     if ctx.cpu:
         sets.append("tokenizer.vocab_size=2000")
     return run_pipeline(ctx, "pipeline_lan", "lan-5-nodes", sets, notes=["1 node"], timeout=400 if not ctx.cpu else 880)

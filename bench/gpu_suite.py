@@ -120,7 +120,8 @@ def drive(work: Path, checks: list[Check], *, cpu: bool, budget: float, log, out
             break
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--workdir", str(work),
                "--checks", ",".join(pending), "--deadline", str(deadline), *(["--cpu"] if cpu else [])]
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work, start_new_session=True,
+                                env={**os.environ, "AURA_SUITE_OUT": str(out)})  # where checks leave files to keep
         while proc.poll() is None:
             time.sleep(0.5)
             _copy_final(work, out)

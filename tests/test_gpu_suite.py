@@ -31,11 +31,12 @@ def test_gpu_suite_cpu_mode_runs_every_check(tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     rows = _lines(out)
     sys.path.insert(0, str(ROOT / "bench"))
-    from gpu_checks import CHECKS, SELFTEST
+    from gpu_checks import CHECKS, PIPELINES, SELFTEST
 
-    assert list(rows) == [c.name for c in CHECKS if c.name not in SELFTEST]  # one line per check, in ORDER
+    # one line per check, in ORDER (the pipelines are the --pipelines mode's)
+    assert list(rows) == [c.name for c in CHECKS if c.name not in SELFTEST and c.name not in PIPELINES]
     for c in CHECKS:
-        if c.name in SELFTEST:
+        if c.name in SELFTEST or c.name in PIPELINES:
             continue
         expected = "skipped" if c.gpu_only else "pass"
         if c.name == "gguf" and "not installed" in rows[c.name]["figure"]:
@@ -49,6 +50,32 @@ def test_gpu_suite_cpu_mode_runs_every_check(tmp_path):
     table = (out / "gpu_suite.md").read_text(encoding="utf-8")
     assert "| Check | Figure | Target | Result |" in table and table in proc.stdout
     assert not list((tmp_path / "work" / "checks").glob("mfu_*"))  # each check's folder removed when it ends
+
+
+@pytest.mark.slow
+def test_pipelines_mode_runs_every_shipped_gpu_pipeline_scaled_end_to_end(tmp_path):
+    """--pipelines --cpu: a100-72h, lora-12gb, frida-8xh100, adapt-open-model and lan-5-nodes, each the shipped
+    YAML under --scale with tiny stand-ins for its hub models, every stage finished and a report card that says
+    it was scaled."""
+    out = tmp_path / "out"
+    proc = _suite("--cpu", "--pipelines", "--workdir", str(tmp_path / "work"), "--out", str(out), timeout=3000)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    rows = _lines(out)
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gpu_pipelines import PIPELINES
+
+    assert list(rows) == ["environment", "setup", *PIPELINES]
+    for name in PIPELINES:
+        row = rows[name]
+        assert row["status"] == "pass", row
+        stages = row["metrics"]["stages"]
+        assert stages and all(s["status"] == "finished" for s in stages), stages
+        scale = row["metrics"]["scale"]
+        report = (out / f"{name}-report.md").read_text(encoding="utf-8")
+        if name in ("pipeline_lora12", "pipeline_frida"):  # whole epochs of a small CSV: no budget to scale
+            assert scale == 1 and "--scale" not in report
+        else:
+            assert 0 < scale < 1 and f"Run with --scale {scale:g}" in report
 
 
 @pytest.mark.slow

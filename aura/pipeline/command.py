@@ -85,10 +85,10 @@ class PipelineRunConfig:
     output_dir: str = arg("", es="Carpeta del pipeline: una subcarpeta por etapa, pipeline.json e informe.",
                           en="The pipeline's folder: one subfolder per stage, pipeline.json and the report.",
                           short="-o")
-    scale: float = arg(1.0, es="Escala los presupuestos del pipeline (horas, pasos, tokens, documentos, intervalos) "
-                               "por este factor, p. ej. 0.001 para probarlo en minutos; --set sigue exacto.",
-                       en="Scale the pipeline's budgets (hours, steps, tokens, documents, intervals) by this factor, "
-                          "e.g. 0.001 to try it in minutes; --set stays exact.")
+    scale: float = arg(1.0, es="Escala los presupuestos del pipeline (horas, pasos, tokens, documentos) por este "
+                               "factor, p. ej. 0.001 para probarlo en minutos; --set sigue exacto.",
+                       en="Scale the pipeline's budgets (hours, steps, tokens, documents) by this factor, e.g. 0.001 "
+                          "to try it in minutes; --set stays exact.")
     set: list[str] = arg([], es="Cambia una opción de una etapa: ETAPA.CLAVE=VALOR (se puede repetir).",
                          en="Change one option of a stage: STAGE.KEY=VALUE (can be repeated).",
                          metavar="STAGE.KEY=VALUE")

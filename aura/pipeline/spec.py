@@ -121,10 +121,11 @@ _STAGE_KEYS = {"name", "command", "options", "description", "requires", "launch"
 _TOP_KEYS = {"stages", "description", "name", "launch", "hours"}
 COMM_KEYS = {"step_seconds", "size_mb", "iters", "timeout", "backend"}  # aura check-dist's, for `comm: auto`
 # What ``--scale F`` multiplies in every stage's options (as the YAML writes them; --set values stay exact): the
-# budgets (hours of training, steps, tokens, documents) and the step intervals that must still fire within them.
-# A budget of 0 (none) stays 0; a count never falls below 1.
+# budgets (hours of training, steps, tokens, documents). A budget of 0 (none) stays 0; a count never falls below
+# 1. Step intervals (evaluation, checkpoints) are not scaled: a scaled stage takes far fewer steps than its
+# budget's share suggests (the first steps, compilation and loading cost the same), and an evaluation every step
+# would take most of its time; the evaluation at the end still runs.
 SCALED_BUDGETS = ("time_budget", "max_steps", "max_tokens", "max_documents")
-SCALED_INTERVALS = ("eval_interval", "eval_suite_interval", "save_steps", "warmup_steps")
 _NOT_STAGES = {("pipeline", "run"), ("pipeline", "list"), ("pipeline", "show"), ("pipeline", "plan"),
                ("studio",), ("serve",), ("monitor",), ("chat",), ("launch",), ("runs",)}
 
@@ -217,7 +218,7 @@ def _parse_set(items: list[str]) -> list[tuple[str, str, Any]]:
 
 def load(name_or_file: str, *, overrides: list[str] = (), scale: float = 1.0) -> Pipeline:
     """Read a pipeline (a file or a shipped name), scale its budgets by ``scale`` (``--scale``:
-    ``SCALED_BUDGETS``, ``SCALED_INTERVALS`` and the ``hours`` split) and apply ``--set STAGE.KEY=VALUE``
+    ``SCALED_BUDGETS`` and the ``hours`` split) and apply ``--set STAGE.KEY=VALUE``
     (``STAGE.launch.KEY=VALUE`` for the stage's launch block); nothing resolved yet."""
     if not 0 < scale <= 1:
         raise AuraError(M("bad_scale", scale=scale))
@@ -306,14 +307,14 @@ def load(name_or_file: str, *, overrides: list[str] = (), scale: float = 1.0) ->
 
 
 def scaled_options(options: dict[str, Any], scale: float) -> dict[str, Any]:
-    """A stage's options with its budgets and intervals times ``scale`` (see ``SCALED_BUDGETS``): hours as a
-    number, counts rounded up to at least 1, 0 (no budget) and what is not a number left as they are."""
+    """A stage's options with its budgets times ``scale`` (see ``SCALED_BUDGETS``): hours as a number, counts
+    rounded up to at least 1, 0 (no budget) and what is not a number left as they are."""
     import math
 
     out = dict(options)
     for key, value in options.items():
         name = str(key).replace("-", "_")
-        if name not in SCALED_BUDGETS + SCALED_INTERVALS or isinstance(value, bool) or \
+        if name not in SCALED_BUDGETS or isinstance(value, bool) or \
                 not isinstance(value, (int, float)) or value <= 0:
             continue
         out[key] = value * scale if name == "time_budget" else max(1, math.ceil(value * scale))
