@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 
 import numpy as np
 import pytest
@@ -59,29 +58,30 @@ def test_unpaired_rows_without_items_use_both_standard_errors():
     assert compare_reports({"rows": [a]}, {"rows": [dict(b, stderr=None)]}) == []  # nothing to judge it by
 
 
-def test_eval_compare_says_noise_for_the_same_model_and_matches_numpy_for_another(tiny_zoo, tmp_path):
-    same = shutil.copytree(tiny_zoo["llama"], tmp_path / "copia")
+@pytest.mark.slow  # two models answer the suite's math task (256 greedy tokens): ~100 s on a loaded 2-core machine
+def test_eval_compare_matches_numpy_on_two_real_models_and_a_model_against_itself_is_noise(tiny_zoo, tmp_path):
     out = tmp_path / "cmp.json"
-    r = run_aura_here("eval", "--model", tiny_zoo["llama"], "--compare", same, "--compare", tiny_zoo["gpt2"],
-                      "--suite", "aura-es", "--limit", "6", "--output", out, "--device", "cpu")
+    r = run_aura_here("eval", "--model", tiny_zoo["llama"], "--compare", tiny_zoo["gpt2"], "--suite", "aura-es",
+                      "--limit", "6", "--output", out, "--device", "cpu")
     assert r.returncode == 0, r.stderr
-    assert "Difference or noise?" in r.stdout and "noise (|diff| ≤ 1 standard error); paired, 6 items" in r.stdout
+    assert "Difference or noise?" in r.stdout and "paired, 6 items" in r.stdout
     data = json.loads(out.read_text())
-    base, copy, other = data["results"]
-    by = {c["b"]: c for c in data["comparisons"]}
-    for c in by[str(same)]["rows"]:  # the same weights: every item agrees, the difference is exactly 0
+    base, other = data["results"]
+    for c in compare_reports(base, base):  # the same model's own items: the difference is exactly 0, noise
         assert c["diff"] == 0 and c["paired"] and c["verdict"] == "noise"
     rows = {(r["task"], r["metric"]): r for r in base["rows"]}
+    (cmp,) = data["comparisons"]
+    assert cmp["a"] == str(tiny_zoo["llama"]) and cmp["b"] == str(tiny_zoo["gpt2"])
     checked = 0
-    for c in by[str(tiny_zoo["gpt2"])]["rows"]:
+    for c in cmp["rows"]:
         a = rows[(c["task"], c["metric"])]
         b = next(x for x in other["rows"] if (x["task"], x["metric"]) == (c["task"], c["metric"]))
         d = np.asarray(b["items"]["scores"], float) - np.asarray(a["items"]["scores"], float)
         assert a["items"]["ids"] == b["items"]["ids"] and c["paired"] and c["n"] == len(d) == 6
-        assert c["diff"] == pytest.approx(d.mean()) == pytest.approx(b["value"] - a["value"])
+        assert c["diff"] == pytest.approx(d.mean()) and c["diff"] == pytest.approx(b["value"] - a["value"])
+        assert a["stderr"] == pytest.approx(stats.sem(a["items"]["scores"]), nan_ok=True)
         if d.std() > 0:
             assert c["stderr"] == pytest.approx(d.std(ddof=1) / math.sqrt(len(d)))
             assert c["z"] == pytest.approx(stats.ttest_rel(b["items"]["scores"], a["items"]["scores"]).statistic)
             checked += 1
-        assert a["stderr"] == pytest.approx(stats.sem(a["items"]["scores"]), nan_ok=True)
-    assert checked >= 1
+    assert checked >= 1  # the two models disagree on some items of some task

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aura.core.atomic import atomic_write_json
+from aura.pipeline.state import FINISHED
 
 FILE = "contamination.json"
 TRAINING = ("pretrain", "finetune")
@@ -95,7 +96,7 @@ def check_stage(out: Path, pipeline, stage) -> dict[str, Any] | None:
 def refresh(out: Path, pipeline, state) -> None:
     """``check_stage`` for every finished eval stage (the report card calls it before reading)."""
     for stage in pipeline.stages:
-        if stage.cfg is not None and state.get(stage.name).get("status") == "done" and (Path(out) / stage.name).is_dir():
+        if stage.cfg is not None and state.get(stage.name).get("status") == FINISHED and (Path(out) / stage.name).is_dir():
             check_stage(out, pipeline, stage)
 
 

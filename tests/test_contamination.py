@@ -1,0 +1,131 @@
+"""Contamination: eval items planted in training text are found (as written, and after case, punctuation
+and layout change; accents kept), Spanish text that holds none of them gives no false positive, the
+pipeline's check follows the stages that made a model, and the report card says it before the scores."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from aura.data.contamination import EvalIndex, eval_items, scan, words
+from aura.data.training_text import training_texts
+from tests.conftest import ROOT
+
+RES = ROOT / "aura" / "resources"
+MC_TASKS = ("aura_es_lectura", "aura_es_causa_efecto", "aura_es_conocimiento", "aura_es_gramatica")
+
+
+def test_normalisation_is_datatroves_with_spanish_marks_and_accents_kept():
+    from datatrove.utils.text import PUNCTUATION_SET, TextNormConfig, simplify_text
+
+    keep_accents = TextNormConfig(norm_unicode_diacritics=False, norm_numbers=False)
+    texts = [line for p in sorted((RES / "corpus_es").glob("*.txt")) for line in p.read_text().splitlines() if line]
+    for text in texts:
+        theirs = simplify_text(text, keep_accents)
+        # what datatrove's list misses: ¿ ¡ ° €, emoji, zero-width joiners
+        missed = {c: " " for c in theirs if c not in PUNCTUATION_SET and unicodedata.category(c)[0] in "PSC"}
+        assert words(text) == theirs.translate(str.maketrans(missed)).split(), text
+    assert words("¿Él está AQUÍ?") == ["él", "está", "aquí"] and words("el esta aqui") != words("él está aquí")
+
+
+def _doc_with(text: str) -> str:
+    filler = "Ayer llovió en el valle y los caminos quedaron cubiertos de barro hasta la tarde."
+    return f"{filler} {text} {filler}"
+
+
+def test_planted_items_are_found_and_disjoint_spanish_text_gives_none(tmp_path):
+    items = eval_items("aura-es")
+    index = EvalIndex(items)
+    by_task = {t: [i for i in items if i.task == t and len(words(i.text)) >= 13] for t in MC_TASKS[:3]}
+    exact, shouted, accented = by_task["aura_es_lectura"][0], by_task["aura_es_conocimiento"][0], \
+        by_task["aura_es_causa_efecto"][0]
+    assert any(unicodedata.normalize("NFD", c) != c for c in accented.text + shouted.text)  # accents to keep
+    # as written; in capitals with its punctuation changed and its layout broken; decomposed accents (NFD)
+    changed = shouted.text.upper().replace(",", " ;").replace(".", "!!").replace(" ", "\n  ", 3)
+    planted = tmp_path / "train.jsonl"
+    planted.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": c}]}, ensure_ascii=False)
+                                 for c in ("Hola, ¿qué tal?", _doc_with(exact.text), _doc_with(changed),
+                                           _doc_with(unicodedata.normalize("NFD", accented.text)))) + "\n")
+    found = scan(index, training_texts(planted))
+    seen = {t: v["seen_ids"] for t, v in found["tasks"].items() if v["seen"]}
+    def grams(t):
+        w = words(t)
+        return {tuple(w[j:j + 13]) for j in range(len(w) - 12)}
+
+    # a reading passage is shared by its questions: every item with one of its 13-grams was seen
+    same_passage = sorted(i.id for i in items if i.task == "aura_es_lectura" and grams(i.text) & grams(exact.text))
+    assert len(same_passage) > 1
+    assert seen == {"aura_es_lectura": same_passage, "aura_es_conocimiento": [shouted.id],
+                    "aura_es_causa_efecto": [accented.id]}
+    assert found["tasks"]["aura_es_lectura"]["examples"][0]["where"] == f"{planted}:2"
+    # Spanish text that is not the suite's: the shipped corpus, instructions and preference pairs
+    clean = scan(index, (t for p in ("corpus_es", "instrucciones_es.csv", "preference_es.jsonl")
+                         for t in training_texts(RES / p)))
+    assert clean["documents"] > 400 and clean["seen"] == 0
+    # half an item (fewer words than an n-gram) is not an overlap
+    half = " ".join(exact.text.split()[:12])
+    assert index.first_hit(_doc_with(half)) is None
+
+
+def test_a_prepared_dir_is_read_back_from_its_shards(prepared_corpus):
+    docs = list(training_texts(prepared_corpus))
+    corpus = "".join(p.read_text() for p in sorted((RES / "corpus_es").glob("*.txt")))
+    assert len(docs) > 10 and all(" ".join(words(t)) in " ".join(words(corpus)) for _, t in docs[:20])
+
+
+def test_the_pipeline_checks_the_stages_that_made_the_model_and_the_card_says_so(tmp_path, prepared_corpus):
+    from aura.pipeline import report, spec
+    from aura.pipeline.state import FINISHED, State
+
+    item = next(i for i in eval_items("aura-es", limit=8) if i.task == "aura_es_lectura")
+    sft_data = tmp_path / "sft.jsonl"
+    sft_data.write_text(json.dumps({"prompt": "Lee:", "completion": _doc_with(item.text)}, ensure_ascii=False) + "\n")
+    other = tmp_path / "not-trained-on.txt"  # what the eval measures perplexity on: not training data
+    other.write_text(_doc_with(item.text))
+    yaml = tmp_path / "p.yaml"
+    yaml.write_text(f"""stages:
+  - name: pretrain
+    command: pretrain
+    options: {{data: ["{prepared_corpus}"], model_preset: manual, arch: llama, embed_size: 32, num_layers: 1,
+               num_heads: 2, seq_length: 32, max_steps: 1, device: cpu}}
+  - name: eval-base
+    command: eval
+    options: {{model: [pretrain.final], suite: aura-es, limit: 8, data: "{other}"}}
+  - name: sft
+    command: finetune
+    options: {{base_model: pretrain.final, data: "{sft_data}", device: cpu}}
+  - name: eval-sft
+    command: eval
+    options: {{model: [sft.final], suite: aura-es, limit: 8}}
+""")
+    out = tmp_path / "out"
+    pipeline = spec.resolve(spec.load(str(yaml)), out)
+    state = State(out)
+    for stage in pipeline.stages:
+        state.update(stage.name, status=FINISHED)
+        (out / stage.name).mkdir(parents=True, exist_ok=True)
+    for name, model in (("eval-base", "pretrain"), ("eval-sft", "sft")):
+        row = {"task": "aura_es_lectura", "metric": "acc", "value": 0.5, "stderr": 0.19, "n": 8}
+        (out / name / "final.eval-aura-es.limit8.json").write_text(json.dumps(
+            {"results": [{"model": str(out / model / "final"), "rows": [row]}]}))
+    data = report.write(out, pipeline, state)
+    base = json.loads((out / "eval-base" / "contamination.json").read_text())
+    sft = json.loads((out / "eval-sft" / "contamination.json").read_text())
+    assert base["stages"] == ["pretrain"] and base["seen"] == 0 and base["items"] == 40
+    seen = sft["tasks"]["aura_es_lectura"]["seen"]  # the item and the questions on the same passage
+    assert sft["stages"] == ["sft", "pretrain"] and sft["seen"] == seen >= 1
+    assert item.id in sft["tasks"]["aura_es_lectura"]["seen_ids"]
+    assert [s["path"] for s in sft["sources"]] == [str(sft_data), str(prepared_corpus)]
+    md = (out / "report.md").read_text()
+    assert md.index("Contamination: eval items seen in training") < md.index("Models side by side")
+    assert "| pretrain | 0 of 40 |" in md and f"| sft | {seen} of 40 |" in md and item.id in md
+    # the same difference twice: the card marks it as noise
+    assert "Difference or noise?" in md and "≤ 1 standard error); unpaired" in md
+    assert "0.5000 ≈" in md
+    assert {m["stage"]: m["contamination"]["seen"] for m in data["models"]} == {"pretrain": 0, "sft": seen}
+    mtime = (out / "eval-sft" / "contamination.json").stat().st_mtime_ns
+    report.write(out, pipeline, state)  # nothing changed: the check is not run again
+    assert (out / "eval-sft" / "contamination.json").stat().st_mtime_ns == mtime
