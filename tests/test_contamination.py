@@ -129,3 +129,36 @@ def test_the_pipeline_checks_the_stages_that_made_the_model_and_the_card_says_so
     mtime = (out / "eval-sft" / "contamination.json").stat().st_mtime_ns
     report.write(out, pipeline, state)  # nothing changed: the check is not run again
     assert (out / "eval-sft" / "contamination.json").stat().st_mtime_ns == mtime
+
+
+def test_curate_decontaminate_drops_exactly_the_planted_documents(tmp_path):
+    pytest.importorskip("datatrove")
+    from tests.conftest import run_aura_here
+    from tests.test_curate import read_shards, spanish_docs
+
+    items = [i for i in eval_items("aura-es") if i.task in MC_TASKS and len(words(i.text)) >= 13]
+    docs = spanish_docs()[:12]
+    planted = {2: items[0], 7: items[-1]}  # two documents carry an eval item inside their prose
+    for k, item in planted.items():
+        half = len(docs[k]) // 2
+        docs[k] = docs[k][:half] + " " + item.text.upper() + " " + docs[k][half:]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": f"d{i}", "text": t}, ensure_ascii=False) + "\n"
+                           for i, t in enumerate(docs)))
+    fast = ("--no-minhash", "--no-exact-dedup", "--no-quality", "--no-langid", "--no-pii", "--workers", "1")
+    r = run_aura_here("data", "curate", src, "--output-dir", tmp_path / "out", "--decontaminate", "aura-es",
+                      "--sample", "5", *fast)
+    assert r.returncode == 0, r.stdout + r.stderr
+    kept = read_shards(tmp_path / "out")
+    assert len(kept) == len(docs) - 2 and not any(d["text"] == docs[k] for k in planted for d in kept)
+    report = json.loads((tmp_path / "out" / ".curate" / "report.json").read_text())
+    stage = next(s for s in report["stages"] if s["stage"] == "decontaminate")
+    assert stage["docs_in"] - stage["docs_out"] == 2 and stage["removed"] == {"contaminated": 2}
+    assert "eval n-grams" in r.stdout
+    removed = [json.loads(x) for x in (tmp_path / "out" / ".curate" / "removed" / "contaminated.jsonl")
+               .read_text().splitlines()]
+    for doc in removed:  # the n-gram named is the planted item's (a reading passage may name a sister question)
+        item = next(i for i in planted.values() if doc["metadata"]["contaminated_task"] == i.task)
+        assert doc["metadata"]["contaminated_ngram"] in " ".join(words(item.text))
+    bad = run_aura_here("data", "curate", src, "--output-dir", tmp_path / "o2", "--decontaminate", "mmlu")
+    assert bad.returncode != 0 and "'mmlu' is not an eval set Aura knows" in bad.stdout + bad.stderr
