@@ -26,7 +26,7 @@ M = Messages("significance", {
     "unpaired": ("sin parear", "unpaired"),
     "title": ("¿Diferencia o ruido? {b} frente a {a}", "Difference or noise? {b} against {a}"),
     "h_task": ("tarea", "task"), "h_metric": ("métrica", "metric"), "h_diff": ("diferencia", "difference"),
-    "h_se": ("error estándar combinado", "combined stderr"), "h_z": ("z", "z"), "h_p": ("p", "p"),
+    "h_se": ("error estándar combinado", "combined stderr"),
     "h_verdict": ("veredicto", "verdict"), "h_how": ("cómo", "how"),
 })
 
@@ -118,7 +118,7 @@ def print_comparisons(reports: list[dict]) -> list[dict[str, Any]]:
             continue
         out.append({"a": reports[0]["model"], "b": other["model"], "rows": rows})
         console.table(M("title", a=reports[0]["model"], b=other["model"]),
-                      [M("h_task"), M("h_metric"), M("h_diff"), M("h_se"), M("h_z"), M("h_p"), M("h_verdict")],
+                      [M("h_task"), M("h_metric"), M("h_diff"), M("h_se"), "z", "p", M("h_verdict")],
                       [[c["task"], c["metric"], n4(c["diff"]), n4(c["stderr"]).lstrip("+"),
                         n4(c["z"]) if c["z"] is None or math.isfinite(c["z"]) else ("+∞" if c["z"] > 0 else "−∞"),
                         "–" if c["p"] is None else num(c["p"], ".3g"), describe(c)] for c in rows])
