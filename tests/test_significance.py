@@ -48,6 +48,19 @@ def test_paired_difference_is_scipys_paired_t_and_the_verdicts_follow_it():
     assert unpaired["stderr"] > compare_rows(_row(ids, a), _row(ids, better))["stderr"]
 
 
+def test_items_that_all_move_one_way_are_judged_by_the_sign_test():
+    ids = [f"q{i}" for i in range(10)]
+    two = compare_rows(_row(ids, [0] * 10), _row(ids, [1, 1] + [0] * 8))  # 2 gains, no loss: p = 0.5
+    six = compare_rows(_row(ids, [0] * 10), _row(ids, [1] * 6 + [0] * 4))  # 6 gains, no loss: p = 1/32
+    assert two["stderr"] != 0 and two["verdict"] in ("weak", "noise")  # spread: the standard error decides
+    same = compare_rows(_row(ids[:2], [0, 0]), _row(ids[:2], [1, 1]))
+    assert same["stderr"] == 0 and same["p"] == pytest.approx(stats.binomtest(2, 2).pvalue)
+    assert same["verdict"] == "weak"
+    all_six = compare_rows(_row(ids[:6], [0] * 6), _row(ids[:6], [1] * 6))
+    assert all_six["p"] == pytest.approx(stats.binomtest(6, 6).pvalue) and all_six["verdict"] == "significant"
+    assert six["verdict"] == "significant"
+
+
 def test_unpaired_rows_without_items_use_both_standard_errors():
     a = {"task": "t", "metric": "acc", "value": 0.50, "stderr": 0.03}
     b = {"task": "t", "metric": "acc", "value": 0.56, "stderr": 0.04}

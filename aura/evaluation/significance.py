@@ -6,7 +6,8 @@ per item, ``items`` in a result row), the paired one, the standard error of the 
 (``std(a_i - b_i, ddof=1) / sqrt(n)``: items both get right or both get wrong cancel, so it is smaller than
 the unpaired one when the models agree); otherwise ``sqrt(se_a² + se_b²)``. ``z`` is the difference over
 that error; the verdict says it in words: within one standard error it is noise, beyond 1.96 (a two-sided
-p < 0.05 under the normal approximation) it is significant, between them it is not conclusive.
+p < 0.05 under the normal approximation) it is significant, between them it is not conclusive. When the
+paired differences do not vary (every changed item moved the same way), the exact sign test decides.
 """
 
 from __future__ import annotations
@@ -76,9 +77,13 @@ def compare_rows(a: dict, b: dict) -> dict[str, Any]:
     se, d = out["stderr"], out["diff"]
     if d is None or not _finite(se):
         out.update(z=None, p=None, verdict="unknown")
-    elif se == 0:  # every item agrees (paired) or both errors are 0: no noise, any difference is real
-        out.update(z=None if d == 0 else math.copysign(math.inf, d), p=1.0 if d == 0 else 0.0,
-                   verdict="noise" if d == 0 else "significant")
+    elif se == 0 and d == 0:  # every item agrees
+        out.update(z=None, p=1.0, verdict="noise")
+    elif se == 0:  # every item that changed moved the same way (or both errors are 0): no spread to divide by.
+        # Paired, the exact sign test says it: k such items happen by chance with p = 2 × 0.5^k
+        k = sum(ib[i] != ia[i] for i in shared) if out["paired"] else 0
+        p = min(1.0, 2 * 0.5 ** k) if k else None
+        out.update(z=None, p=p, verdict="unknown" if p is None else "significant" if p < 0.05 else "weak")
     else:
         z = d / se
         out.update(z=z, p=math.erfc(abs(z) / math.sqrt(2)), verdict=verdict(z))
