@@ -45,12 +45,23 @@ MATH_TASK = "aura_es_matematicas"
 _SPACE = " "
 
 
+class _Spaces(dict):
+    """``str.translate``'s table, filled as characters are met: punctuation, symbols, separators and controls
+    become a space, format characters (soft hyphen, zero-width joiner) nothing, the rest stay."""
+
+    def __missing__(self, code: int):
+        cat = unicodedata.category(chr(code))
+        self[code] = "" if cat == "Cf" else _SPACE if cat[0] in "PSZC" else chr(code)
+        return self[code]
+
+
+_TABLE = _Spaces()
+
+
 def words(text: str) -> list[str]:
     """The normalised words of ``text``: NFC, lowercase, every punctuation mark and symbol (Unicode
     categories P and S: ``¿¡«»`` too) a space, split on whitespace. Accents and digits are kept."""
-    text = unicodedata.normalize("NFC", text).lower()
-    return "".join(_SPACE if unicodedata.category(c)[0] in "PSZC" and unicodedata.category(c) != "Cf" else
-                   "" if unicodedata.category(c) == "Cf" else c for c in text).split()  # Cf: soft hyphen, ZWJ
+    return unicodedata.normalize("NFC", text).lower().translate(_TABLE).split()
 
 
 @dataclass(frozen=True)
@@ -98,7 +109,7 @@ class EvalIndex:
     min_words: int = MIN_WORDS
     grams: dict[str, set[int]] = field(default_factory=dict)  # "w1 w2 ... wn" -> item positions
     lengths: set[int] = field(default_factory=set)             # the n-gram lengths indexed (n, and short items')
-    first_words: set[str] = field(default_factory=set)         # a cheap test before a join
+    first_pairs: set[tuple[str, str]] = field(default_factory=set)  # each n-gram's first two words: a cheap test
     unchecked: Counter = field(default_factory=Counter)        # task -> items too short to check
     templates: Counter = field(default_factory=Counter)        # task -> template n-grams left out
 
@@ -130,13 +141,14 @@ class EvalIndex:
                 if covered.isdisjoint(range(j, j + k)):
                     self.grams.setdefault(g, set()).add(i)
                     self.lengths.add(k)
-                    self.first_words.add(w[j])
+                    self.first_pairs.add((w[j], w[j + 1]))
 
     def hits(self, text: str) -> Iterator[tuple[int, str]]:
         """(item position, the shared n-gram) for every indexed n-gram ``text`` contains."""
         w = words(text)
-        for j, word in enumerate(w):
-            if word not in self.first_words:
+        pairs = self.first_pairs
+        for j in range(len(w) - 1):
+            if (w[j], w[j + 1]) not in pairs:
                 continue
             for k in self.lengths:
                 if j + k <= len(w):
