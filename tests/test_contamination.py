@@ -162,3 +162,16 @@ def test_curate_decontaminate_drops_exactly_the_planted_documents(tmp_path):
         assert doc["metadata"]["contaminated_ngram"] in " ".join(words(item.text))
     bad = run_aura_here("data", "curate", src, "--output-dir", tmp_path / "o2", "--decontaminate", "mmlu")
     assert bad.returncode != 0 and "'mmlu' is not an eval set Aura knows" in bad.stdout + bad.stderr
+
+
+def test_the_math_tasks_template_is_not_an_item_and_its_real_overlap_is_counted():
+    """Every math problem ends with the same instruction: found on the whole task, it is left out even when a
+    --limit scores two problems. What remains is real: test problems written from the train split's templates
+    (the figure docs/evaluation.md gives)."""
+    train = list(training_texts(RES / "math_es" / "train.jsonl"))
+    whole = eval_items("aura-es")
+    two = scan(EvalIndex(eval_items("aura-es", limit=2), whole=whole), train)
+    assert two["seen"] == 0 and two["tasks"]["aura_es_matematicas"]["items"] == 2
+    assert scan(EvalIndex(eval_items("aura-es", limit=2)), train)["seen"] == 2  # without the whole task: the template
+    full = scan(EvalIndex(whole), train)["tasks"]["aura_es_matematicas"]
+    assert (full["seen"], full["items"]) == (41, 140)

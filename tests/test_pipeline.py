@@ -467,6 +467,11 @@ def test_demo_cpu_end_to_end(demo):
     assert models["grpo"]["scores"]["val_bits_per_byte"] != models["dpo"]["scores"]["val_bits_per_byte"]
     assert "precisión de recompensa (val.)" in md and "recompensa media" in md and "cambio de la recompensa" in md
     assert "grupos con señal de recompensa" in md
+    # before the scores: none of the items scored was in the data of the stages that made each model
+    assert md.index("Contaminación: ítems de evaluación vistos en el entrenamiento") < md.index("Modelos lado a lado")
+    assert {m["stage"]: m["contamination"]["seen"] for m in report["models"]} == dict.fromkeys(models, 0)
+    assert models["grpo"]["contamination"]["stages"] == ["grpo", "dpo", "sft", "pretrain"]
+    assert "¿Diferencia o ruido? Cada modelo frente al anterior" in md  # in words, in Spanish
     if _has("llama_cpp"):  # the GGUF with its size and llama.cpp's agreement, as the export measured them
         gguf = next(s for s in report["stages"] if s["name"] == "gguf")["files"]
         record = json.loads((out / "gguf" / "model-f16.verify.json").read_text(encoding="utf-8"))

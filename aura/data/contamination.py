@@ -105,6 +105,7 @@ class EvalIndex:
     """Every indexed n-gram of a set of eval items -> the items that hold it."""
 
     items: list[EvalItem]
+    whole: list[EvalItem] | None = None  # every item of the set, when ``items`` is its first N per task
     n: int = N_GRAMS
     min_words: int = MIN_WORDS
     grams: dict[str, set[int]] = field(default_factory=dict)  # "w1 w2 ... wn" -> item positions
@@ -122,9 +123,12 @@ class EvalIndex:
             per_item.append((w, k))
             if len(w) < self.min_words:
                 self.unchecked[item.task] += 1
-                continue
-            shared.setdefault(item.task, Counter()).update({" ".join(w[j:j + k]) for j in range(len(w) - k + 1)})
-        sizes = Counter(item.task for item in self.items)
+        for item in self.whole or self.items:  # a template is found on every item of the task, not a --limit's few
+            w = words(item.text)
+            k = min(self.n, len(w))
+            if len(w) >= self.min_words:
+                shared.setdefault(item.task, Counter()).update({" ".join(w[j:j + k]) for j in range(len(w) - k + 1)})
+        sizes = Counter(item.task for item in self.whole or self.items)
         template = {task: {g for g, c in grams.items() if c >= 3 and c > TEMPLATE_SHARE * sizes[task]}
                     for task, grams in shared.items()}
         for i, (item, (w, k)) in enumerate(zip(self.items, per_item)):

@@ -86,7 +86,7 @@ def check_stage(out: Path, pipeline, stage) -> dict[str, Any] | None:
         for s in read:
             yield from training_texts(s["path"])
 
-    result = scan(EvalIndex(eval_items(suite, limit=limit)), texts())
+    result = scan(EvalIndex(eval_items(suite, limit=limit), whole=eval_items(suite)), texts())
     data = {"suite": suite, "limit": limit, "stages": [up.name for up in lineage(pipeline, stage)],
             "sources": read, "not_read": not_read, "signature": signature, **result}
     atomic_write_json(path, data)
