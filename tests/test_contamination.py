@@ -173,5 +173,7 @@ def test_the_math_tasks_template_is_not_an_item_and_its_real_overlap_is_counted(
     two = scan(EvalIndex(eval_items("aura-es", limit=2), whole=whole), train)
     assert two["seen"] == 0 and two["tasks"]["aura_es_matematicas"]["items"] == 2
     assert scan(EvalIndex(eval_items("aura-es", limit=2)), train)["seen"] == 2  # without the whole task: the template
+    eight = scan(EvalIndex(eval_items("aura-es", limit=8), whole=whole), train)  # the demo's eval-grpo
+    assert eight["tasks"]["aura_es_matematicas"]["seen_ids"] == ["mat-0013", "mat-0016", "mat-0031"]
     full = scan(EvalIndex(whole), train)["tasks"]["aura_es_matematicas"]
     assert (full["seen"], full["items"]) == (41, 140)
