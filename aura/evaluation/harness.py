@@ -259,6 +259,17 @@ def _sandboxed_templates(enabled: bool):
         lm_utils.env = plain
 
 
+def _items(samples, metric: str, filt: str) -> dict:
+    """``{"items": {"ids", "scores"}}``: each document's score from lm-eval's logged samples (what a paired
+    comparison reads, ``aura.evaluation.significance``), or nothing when they do not have it."""
+    if not isinstance(samples, list):
+        return {}
+    mine = [s for s in samples if s.get("filter", "none") == filt and isinstance(s.get(metric), (int, float))]
+    if not mine or len(mine) != len(samples) // max(1, len({s.get("filter") for s in samples})):
+        return {}
+    return {"items": {"ids": [str(s["doc_id"]) for s in mine], "scores": [float(s[metric]) for s in mine]}}
+
+
 def run_tasks(model, tok, tasks: list[str], *, include_paths: list[str] = (), limit: int = 0,
               batch_size: int = 8, max_length: int = 0, trust_task_code: bool = False) -> dict:
     """lm-eval's results for ``tasks`` on an already-loaded model: {"rows", "versions", "n_samples",
@@ -278,7 +289,7 @@ def run_tasks(model, tok, tasks: list[str], *, include_paths: list[str] = (), li
     with _sandboxed_templates(not trust_task_code):
         try:
             out = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit or None,
-                                  log_samples=False, bootstrap_iters=1000, verbosity="ERROR")
+                                  log_samples=True, bootstrap_iters=1000, verbosity="ERROR")
         except AuraError:
             raise
         except Exception as e:  # noqa: BLE001 - a task that cannot load: say which one and why
@@ -296,6 +307,6 @@ def run_tasks(model, tok, tasks: list[str], *, include_paths: list[str] = (), li
             stderr = metrics.get(f"{metric}_stderr,{filt}")
             rows.append({"task": task, "metric": metric if filt == "none" else f"{metric} ({filt})",
                          "value": float(value), "stderr": float(stderr) if isinstance(stderr, (int, float))
-                         else None, "n": int(n)})
+                         else None, "n": int(n), **_items(out.get("samples", {}).get(task), metric, filt)})
     return {"rows": rows, "versions": {k: str(v) for k, v in out.get("versions", {}).items()},
             "n_samples": out.get("n-samples", {}), "harness_version": harness_version()}
