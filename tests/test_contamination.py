@@ -177,3 +177,43 @@ def test_the_math_tasks_template_is_not_an_item_and_its_real_overlap_is_counted(
     assert eight["tasks"]["aura_es_matematicas"]["seen_ids"] == ["mat-0013", "mat-0016", "mat-0031"]
     full = scan(EvalIndex(whole), train)["tasks"]["aura_es_matematicas"]
     assert (full["seen"], full["items"]) == (41, 140)
+
+
+def test_an_lm_eval_task_with_local_data_is_checked_and_one_on_the_hub_is_named(tmp_path, monkeypatch):
+    pytest.importorskip("lm_eval")
+    from aura.pipeline import spec
+    from aura.pipeline.contamination import check_stage
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    rows = [("El río que cruza la ciudad vieja nace en la sierra y llega al mar tras muchos meandros, ¿cuál es?",
+             "Montevideo", ["Asunción", "Quito", "Lima"]),
+            ("Un texto largo sobre Perú que explica con detalle cuál es su capital y por qué la gente que vive allí "
+             "la quiere tanto, ¿cuál es?", "Lima", ["Quito", "Bogotá", "Caracas"])]
+    data = tmp_path / "capitales.jsonl"
+    data.write_text("".join(json.dumps({"texto": t, "opciones": [r, *w], "correcta": 0}, ensure_ascii=False) + "\n"
+                            for t, r, w in rows))
+    tasks = tmp_path / "tareas"
+    tasks.mkdir()
+    (tasks / "capitales.yaml").write_text(
+        f"task: mis_capitales_largas\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n"
+        "output_type: multiple_choice\ntest_split: test\ndoc_to_text: \"{{texto}}\\nRespuesta:\"\n"
+        "doc_to_choice: opciones\ndoc_to_target: correcta\nmetric_list:\n  - metric: acc\n", encoding="utf-8")
+    sft = tmp_path / "sft.jsonl"  # the second document, copied into the training data
+    sft.write_text(json.dumps({"prompt": "Pregunta", "completion": "Un texto largo sobre Perú que explica con detalle "
+                               "cuál es su capital y por qué la gente que vive allí la quiere tanto"},
+                              ensure_ascii=False) + "\n")
+    yaml = tmp_path / "p.yaml"
+    yaml.write_text(f"""stages:
+  - name: sft
+    command: finetune
+    options: {{base_model: "{tmp_path}", data: "{sft}", device: cpu}}
+  - name: eval
+    command: eval
+    options: {{model: [sft.final], tasks: "mis_capitales_largas,xnli_es", include_path: ["{tasks}"]}}
+""")
+    pipeline = spec.resolve(spec.load(str(yaml)), tmp_path / "out")
+    (tmp_path / "out" / "eval").mkdir(parents=True)
+    found = check_stage(tmp_path / "out", pipeline, pipeline.stage("eval"))
+    assert found["tasks"]["mis_capitales_largas"]["seen_ids"] == ["1"] and found["items"] == 2
+    assert found["tasks_not_read"] == {"xnli_es": ["facebook/xnli"]}

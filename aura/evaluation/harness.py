@@ -238,7 +238,7 @@ def _culprit(manager, tasks: list[str], error: BaseException) -> AuraError:
 
 
 @contextlib.contextmanager
-def _sandboxed_templates(enabled: bool):
+def sandboxed_templates(enabled: bool):
     """lm-eval renders the tasks' Jinja templates (doc_to_text...) with a plain Jinja environment, where
     a template can reach Python internals and run code; unless --trust-task-code, render them in Jinja's
     sandbox (same options and filters), which refuses that."""
@@ -286,7 +286,7 @@ def run_tasks(model, tok, tasks: list[str], *, include_paths: list[str] = (), li
     manager = task_manager(tasks, list(include_paths))
     check_data_reachable(manager, tasks)
     lm = HFLM(pretrained=model, tokenizer=tok, batch_size=batch_size, max_length=max_length or None)
-    with _sandboxed_templates(not trust_task_code):
+    with sandboxed_templates(not trust_task_code):
         try:
             out = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit or None,
                                   log_samples=True, bootstrap_iters=1000, verbosity="ERROR")

@@ -1,6 +1,7 @@
 """Before a score is reported: did the model see the eval items in training?
 
-For each finished eval stage that scores Aura's suite (``suite: aura-es``), the training stages that
+For each finished eval stage that scores Aura's suite (``suite: aura-es``) or lm-eval tasks whose data is on
+this machine (``tasks:``, ``aura.evaluation.task_items``; the others are listed), the training stages that
 produced its model are found from the pipeline itself (its references, walked back through every training
 stage: an eval of ``dpo.final`` reaches ``dpo``, ``sft`` and ``pretrain``), the data each of them read
 (``data``: a prepared dir, files, a mixture's dirs) is scanned with ``aura.data.contamination`` against the
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from aura.core.atomic import atomic_write_json
+from aura.core.errors import AuraError
 from aura.pipeline.state import FINISHED
 
 FILE = "contamination.json"
@@ -66,12 +68,14 @@ def check_stage(out: Path, pipeline, stage) -> dict[str, Any] | None:
     from aura.data.contamination import EvalIndex, eval_items, scan
     from aura.data.training_text import readable, training_texts
 
-    suite = getattr(stage.cfg, "suite", "")
-    if stage.command != "eval" or not suite:
+    cfg = stage.cfg
+    suite, tasks = getattr(cfg, "suite", ""), [t.strip() for t in (getattr(cfg, "tasks", "") or "").split(",")
+                                                if t.strip()]
+    if stage.command != "eval" or not (suite or tasks):
         return None
-    limit = int(getattr(stage.cfg, "limit", 0) or 0)
+    limit = int(getattr(cfg, "limit", 0) or 0)
     srcs = sources(pipeline, stage)
-    signature = {"suite": suite, "limit": limit, "sources": _signature([s["path"] for s in srcs])}
+    signature = {"suite": suite, "tasks": tasks, "limit": limit, "sources": _signature([s["path"] for s in srcs])}
     path = Path(out) / stage.name / FILE
     try:
         old = json.loads(path.read_text(encoding="utf-8"))
@@ -86,9 +90,23 @@ def check_stage(out: Path, pipeline, stage) -> dict[str, Any] | None:
         for s in read:
             yield from training_texts(s["path"])
 
-    result = scan(EvalIndex(eval_items(suite, limit=limit), whole=eval_items(suite)), texts())
-    data = {"suite": suite, "limit": limit, "stages": [up.name for up in lineage(pipeline, stage)],
-            "sources": read, "not_read": not_read, "signature": signature, **result}
+    items = eval_items(suite, limit=limit) if suite else []
+    whole = eval_items(suite) if suite else []
+    tasks_not_read: dict[str, list[str]] = {}
+    if tasks:  # lm-eval's tasks whose data is on this machine (aura.evaluation.task_items)
+        from aura.evaluation.task_items import harness_items
+
+        options = {"include_paths": list(getattr(cfg, "include_path", []) or []),
+                   "trust_task_code": bool(getattr(cfg, "trust_task_code", False))}
+        try:
+            some, tasks_not_read = harness_items(tasks, limit=limit, **options)
+            items, whole = items + some, whole + (harness_items(tasks, **options)[0] if limit else some)
+        except (AuraError, ImportError) as e:  # lm-eval missing, a task that does not load: said, not fatal
+            tasks_not_read = {t: [str(e).splitlines()[0] if str(e) else type(e).__name__] for t in tasks}
+    result = scan(EvalIndex(items, whole=whole), texts())
+    data = {"suite": suite, "tasks_requested": tasks, "limit": limit,
+            "stages": [up.name for up in lineage(pipeline, stage)], "sources": read, "not_read": not_read,
+            "tasks_not_read": tasks_not_read, "signature": signature, **result}
     atomic_write_json(path, data)
     return data
 

@@ -19,6 +19,8 @@ M = Messages("pipeline.trust", {
     "seen": ("{k} de {n}", "{k} of {n}"),
     "n_gram": ("{n}-gramas de palabras normalizadas", "{n}-grams of normalised words"),
     "unread": ("sin leer: {paths}", "not read: {paths}"),
+    "tasks_unread": ("tareas sin comprobar (sus datos no están en este equipo): {tasks}",
+                     "tasks not checked (their data is not on this machine): {tasks}"),
     "none": ("ninguno", "none"),
     "noise": ("¿Diferencia o ruido? Cada modelo frente al anterior (≈ en la tabla de modelos: ruido o no "
               "concluyente)",
@@ -44,7 +46,8 @@ def collect_trust(models: list[dict[str, Any]], rows_by_stage: dict[str, dict[st
         if stage and stage in stage_dirs:
             found = read(stage_dirs[stage])
             if found:
-                m["contamination"] = {k: found.get(k) for k in ("items", "seen", "stages", "not_read", "method")}
+                m["contamination"] = {k: found.get(k) for k in ("items", "seen", "stages", "not_read", "tasks_not_read",
+                                                                "method")}
                 m["contamination"]["tasks"] = {t: {k: v.get(k) for k in ("items", "seen", "not_checkable", "examples")}
                                                for t, v in found["tasks"].items()}
         rows = rows_by_stage.get(m["stage"], {})
@@ -84,6 +87,8 @@ def trust_tables(data: dict[str, Any]) -> tuple[list, list]:
             checked = ", ".join(c.get("stages") or []) + f" ({M('n_gram', n=(c.get('method') or {}).get('ngrams'))})"
             if c.get("not_read"):
                 checked += "; " + M("unread", paths=", ".join(s["path"] for s in c["not_read"]))
+            if c.get("tasks_not_read"):
+                checked += "; " + M("tasks_unread", tasks=", ".join(c["tasks_not_read"]))
             rows.append([m["stage"], M("seen", k=c["seen"], n=c["items"]), tasks, checked,
                          f"{example['id']}: «{example['ngram']}» ({example['where']})" if example else M("none")])
         before.append((M("contamination"), [M("h_model"), M("h_seen"), M("h_tasks"), M("h_from"), M("h_example")],
