@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from figures import figure, ratio  # noqa: E402
+from figures import figure, ratio
 
 
 def main() -> None:

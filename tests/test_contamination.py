@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from pathlib import Path
 
 import pytest
 
@@ -188,8 +187,8 @@ def test_an_lm_eval_task_with_local_data_is_checked_and_one_on_the_hub_is_named(
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     rows = [("El río que cruza la ciudad vieja nace en la sierra y llega al mar tras muchos meandros, ¿cuál es?",
              "Montevideo", ["Asunción", "Quito", "Lima"]),
-            ("Un texto largo sobre Perú que explica con detalle cuál es su capital y por qué la gente que vive allí "
-             "la quiere tanto, ¿cuál es?", "Lima", ["Quito", "Bogotá", "Caracas"])]
+            (("Un texto largo sobre Perú que explica con detalle cuál es su capital y por qué la gente que vive "
+              "allí la quiere tanto, ¿cuál es?"), "Lima", ["Quito", "Bogotá", "Caracas"])]
     data = tmp_path / "capitales.jsonl"
     data.write_text("".join(json.dumps({"texto": t, "opciones": [r, *w], "correcta": 0}, ensure_ascii=False) + "\n"
                             for t, r, w in rows))

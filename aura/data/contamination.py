@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages

@@ -15,8 +15,8 @@ import csv
 import gzip
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 TEXT_EXTS = (".txt", ".md", ".text")
 JSON_EXTS = (".jsonl", ".json", ".ndjson")
@@ -37,7 +37,7 @@ def _strings(value) -> Iterator[str]:
 
 
 def _open_text(path: Path):
-    raw = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
+    raw = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")  # noqa: SIM115 - the caller's with
     return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
 
 

@@ -34,7 +34,11 @@ def harness_items(tasks: list[str], *, include_paths: list[str] = (), limit: int
     """(items of every task whose data is here, {task: the hub datasets it would need} for the others)."""
     from lm_eval.tasks import get_task_dict
 
-    from aura.evaluation.harness import check_include_paths, sandboxed_templates, task_manager
+    from aura.evaluation.harness import (
+        check_include_paths,
+        sandboxed_templates,
+        task_manager,
+    )
     from aura.evaluation.task_data import missing_hub_data
 
     check_include_paths(list(include_paths), trust_task_code=trust_task_code)

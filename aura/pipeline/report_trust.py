@@ -22,10 +22,10 @@ M = Messages("pipeline.trust", {
     "tasks_unread": ("tareas sin comprobar (sus datos no están en este equipo): {tasks}",
                      "tasks not checked (their data is not on this machine): {tasks}"),
     "none": ("ninguno", "none"),
-    "noise": ("¿Diferencia o ruido? Cada modelo frente al anterior (≈ en la tabla de modelos: ruido o no "
-              "concluyente)",
-              "Difference or noise? Each model against the one before (≈ in the models table: noise or not "
-              "conclusive)"),
+    "noise": (("¿Diferencia o ruido? Cada modelo frente al anterior (≈ en la tabla de modelos: ruido o no "
+               "concluyente)"),
+              ("Difference or noise? Each model against the one before (≈ in the models table: noise or not "
+               "conclusive)")),
     "h_pair": ("modelos", "models"), "h_score": ("puntuación", "score"), "h_diff": ("diferencia", "difference"),
     "h_se": ("error estándar combinado", "combined stderr"), "h_verdict": ("veredicto", "verdict"),
 })
