@@ -22,6 +22,7 @@ M = Messages("pipeline.trust", {
     "tasks_unread": ("tareas sin comprobar (sus datos no están en este equipo): {tasks}",
                      "tasks not checked (their data is not on this machine): {tasks}"),
     "none": ("ninguno", "none"),
+    "short": ("{n} demasiado cortos para comprobarlos", "{n} too short to check"),
     "noise": (("¿Diferencia o ruido? Cada modelo frente al anterior (≈ en la tabla de modelos: ruido o no "
                "concluyente)"),
               ("Difference or noise? Each model against the one before (≈ in the models table: noise or not "
@@ -82,7 +83,9 @@ def trust_tables(data: dict[str, Any]) -> tuple[list, list]:
         rows = []
         for m in cont:
             c = m["contamination"]
-            tasks = ", ".join(f"{t} {v['seen']}/{v['items']}" for t, v in c["tasks"].items())
+            tasks = ", ".join(f"{t} {v['seen']}/{v['items']}" + (f" ({M('short', n=v['not_checkable'])})"
+                                                                   if v.get("not_checkable") else "")
+                              for t, v in c["tasks"].items())
             example = next((e for v in c["tasks"].values() for e in v.get("examples") or []), None)
             checked = ", ".join(c.get("stages") or []) + f" ({M('n_gram', n=(c.get('method') or {}).get('ngrams'))})"
             if c.get("not_read"):
