@@ -16,10 +16,20 @@ import re
 from pathlib import Path
 from typing import Any
 
+from aura.core import console
 from aura.core.atomic import atomic_write_json
 from aura.core.errors import AuraError
+from aura.core.i18n import Messages
 from aura.pipeline.state import FINISHED
 
+M = Messages("pipeline.contamination", {
+    "checking": (("{stage}: ¿vio el modelo los ítems de evaluación? Comparando {n:ítem|ítems} con los datos de "
+                  "{stages} (n-gramas de 13 palabras)…"),
+                 ("{stage}: did the model see the eval items? Checking {n:item|items} against the data of {stages} "
+                  "(13-word n-grams)…")),
+    "result": ("{stage}: {k} de {n:ítem|ítems} de evaluación vistos en el entrenamiento ({path}).",
+               "{stage}: {k} of {n:eval item|eval items} seen in training ({path})."),
+})
 FILE = "contamination.json"
 TRAINING = ("pretrain", "finetune")
 _MIXTURE = re.compile(r"^[^=/\\]+=[0-9.]+:(.+)$")  # NAME=WEIGHT:DIR (pretrain --data)
@@ -103,9 +113,12 @@ def check_stage(out: Path, pipeline, stage) -> dict[str, Any] | None:
             items, whole = items + some, whole + (harness_items(tasks, **options)[0] if limit else some)
         except (AuraError, ImportError) as e:  # lm-eval missing, a task that does not load: said, not fatal
             tasks_not_read = {t: [str(e).splitlines()[0] if str(e) else type(e).__name__] for t in tasks}
+    stages = [up.name for up in lineage(pipeline, stage)]
+    console.info(M("checking", stage=stage.name, n=len(items), stages=", ".join(stages) or "–"))
     result = scan(EvalIndex(items, whole=whole), texts())
+    console.info(M("result", stage=stage.name, k=result["seen"], n=result["items"], path=path))
     data = {"suite": suite, "tasks_requested": tasks, "limit": limit,
-            "stages": [up.name for up in lineage(pipeline, stage)], "sources": read, "not_read": not_read,
+            "stages": stages, "sources": read, "not_read": not_read,
             "tasks_not_read": tasks_not_read, "signature": signature, **result}
     atomic_write_json(path, data)
     return data
