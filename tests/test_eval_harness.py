@@ -69,6 +69,8 @@ def test_local_tasks_run_through_lm_eval_offline_and_match_aura_scorer(tiny_zoo,
         for i, (c, r, w) in enumerate(CAPITALS)))
     for res in score_suite(model, tok, [copa, capitals], batch_size=4):
         assert rows[(res["task"], "acc")]["value"] == res["acc"], res["task"]
+        # each document's score, from lm-eval's logged samples: Aura's per-item hits, in the same order
+        assert rows[(res["task"], "acc")]["items"]["scores"] == res["acc_items"], res["task"]
         if (res["task"], "acc_norm") in rows:
             assert rows[(res["task"], "acc_norm")]["value"] == res["acc_norm"]
             assert rows[(res["task"], "acc")]["stderr"] == pytest.approx(res["acc_stderr"])

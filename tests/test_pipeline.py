@@ -233,6 +233,13 @@ def test_report_numbers_are_the_stages_own(reference):
     assert "aura pretrain" in md and "<table>" in html and "<svg" in html
     assert "http://" not in html and "https://" not in html  # self-contained: nothing fetched
     assert f"{models['sft']['scores']['val_bits_per_byte']:.4f}" in md
+    for model, ev in (("pretrain", "eval-base"), ("sft", "eval-sft")):  # seen in training: none of the items
+        cont = json.loads((out / ev / "contamination.json").read_text(encoding="utf-8"))
+        assert cont["seen"] == 0 and cont["items"] == 5 * 2 and models[model]["contamination"]["seen"] == 0
+    assert cont["stages"] == ["sft", "pretrain"] and md.index("Contamination: eval items") < md.index("Models side")
+    vs = models["sft"]["vs_previous"]  # each of sft's scores against pretrain's, paired over the same items
+    assert vs["model"] == "pretrain" and all(c["paired"] and c["n"] == 2 for c in vs["rows"].values())
+    assert "Difference or noise? Each model against the one before" in md
     table = md.split("## The same prompts to each model")[1].split("\n## ")[0]
     assert "| prompt | pretrain | sft |" in table  # one column per model stage, one row per prompt
     assert all(f"| {p} | " in table for p in prompts)
@@ -489,6 +496,11 @@ def test_demo_cpu_end_to_end(demo):
     assert models["grpo"]["scores"]["val_bits_per_byte"] != models["dpo"]["scores"]["val_bits_per_byte"]
     assert "precisión de recompensa (val.)" in md and "recompensa media" in md and "cambio de la recompensa" in md
     assert "grupos con señal de recompensa" in md
+    # before the scores: none of the items scored was in the data of the stages that made each model
+    assert md.index("Contaminación: ítems de evaluación vistos en el entrenamiento") < md.index("Modelos lado a lado")
+    assert {m["stage"]: m["contamination"]["seen"] for m in report["models"]} == dict.fromkeys(models, 0)
+    assert models["grpo"]["contamination"]["stages"] == ["grpo", "dpo", "sft", "pretrain"]
+    assert "¿Diferencia o ruido? Cada modelo frente al anterior" in md  # in words, in Spanish
     if _has("llama_cpp"):  # the GGUF with its size and llama.cpp's agreement, as the export measured them
         gguf = next(s for s in report["stages"] if s["name"] == "gguf")["files"]
         record = json.loads((out / "gguf" / "model-f16.verify.json").read_text(encoding="utf-8"))

@@ -66,7 +66,12 @@ M = Messages("evaluate", {
 class EvalConfig:
     model: list[str] = arg([], es="Uno o varios modelos (directorio final/, fusionado, adaptador o checkpoint).",
                            en="One or more models (final/ dir, merged, adapter or checkpoint).")
-    compare: list[str] = arg([], es="Más modelos para la misma tabla.", en="More models for the same table.")
+    compare: list[str] = arg([], es="Más modelos para la misma tabla; con --suite o --tasks, cada uno frente al "
+                             "primero: ¿la diferencia supera su error estándar combinado (pareado si comparten "
+                             "ítems) o es ruido?",
+                             en="More models for the same table; with --suite or --tasks, each against the first: "
+                             "is the difference larger than its combined standard error (paired when they share "
+                             "items), or noise?")
     adapter: str = arg("", es="Adaptador LoRA que se aplica sobre --model.", en="LoRA adapter applied on --model.")
     data: str = arg("", es="Directorio preparado (aura data prepare), archivo de texto o directorio de .txt.",
                     en="Prepared dir (aura data prepare), text file or dir of .txt files.")

@@ -238,7 +238,7 @@ def _culprit(manager, tasks: list[str], error: BaseException) -> AuraError:
 
 
 @contextlib.contextmanager
-def _sandboxed_templates(enabled: bool):
+def sandboxed_templates(enabled: bool):
     """lm-eval renders the tasks' Jinja templates (doc_to_text...) with a plain Jinja environment, where
     a template can reach Python internals and run code; unless --trust-task-code, render them in Jinja's
     sandbox (same options and filters), which refuses that."""
@@ -259,6 +259,17 @@ def _sandboxed_templates(enabled: bool):
         lm_utils.env = plain
 
 
+def _items(samples, metric: str, filt: str) -> dict:
+    """``{"items": {"ids", "scores"}}``: each document's score from lm-eval's logged samples (what a paired
+    comparison reads, ``aura.evaluation.significance``), or nothing when they do not have it."""
+    if not isinstance(samples, list):
+        return {}
+    mine = [s for s in samples if s.get("filter", "none") == filt and isinstance(s.get(metric), (int, float))]
+    if not mine or len(mine) != len(samples) // max(1, len({s.get("filter") for s in samples})):
+        return {}
+    return {"items": {"ids": [str(s["doc_id"]) for s in mine], "scores": [float(s[metric]) for s in mine]}}
+
+
 def run_tasks(model, tok, tasks: list[str], *, include_paths: list[str] = (), limit: int = 0,
               batch_size: int = 8, max_length: int = 0, trust_task_code: bool = False) -> dict:
     """lm-eval's results for ``tasks`` on an already-loaded model: {"rows", "versions", "n_samples",
@@ -275,10 +286,10 @@ def run_tasks(model, tok, tasks: list[str], *, include_paths: list[str] = (), li
     manager = task_manager(tasks, list(include_paths))
     check_data_reachable(manager, tasks)
     lm = HFLM(pretrained=model, tokenizer=tok, batch_size=batch_size, max_length=max_length or None)
-    with _sandboxed_templates(not trust_task_code):
+    with sandboxed_templates(not trust_task_code):
         try:
             out = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit or None,
-                                  log_samples=False, bootstrap_iters=1000, verbosity="ERROR")
+                                  log_samples=True, bootstrap_iters=1000, verbosity="ERROR")
         except AuraError:
             raise
         except Exception as e:  # noqa: BLE001 - a task that cannot load: say which one and why
@@ -296,6 +307,6 @@ def run_tasks(model, tok, tasks: list[str], *, include_paths: list[str] = (), li
             stderr = metrics.get(f"{metric}_stderr,{filt}")
             rows.append({"task": task, "metric": metric if filt == "none" else f"{metric} ({filt})",
                          "value": float(value), "stderr": float(stderr) if isinstance(stderr, (int, float))
-                         else None, "n": int(n)})
+                         else None, "n": int(n), **_items(out.get("samples", {}).get(task), metric, filt)})
     return {"rows": rows, "versions": {k: str(v) for k, v in out.get("versions", {}).items()},
             "n_samples": out.get("n-samples", {}), "harness_version": harness_version()}

@@ -47,7 +47,8 @@ def score_answers(completions: list[str], answers: list) -> int:
 
 @torch.no_grad()
 def math_row(model, tok, *, limit: int = 0, batch_size: int = 16, max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
-    """The task's result row: {"task", "metric": "exact_match", "value", "stderr", "n"}."""
+    """The task's result row: {"task", "metric": "exact_match", "value", "stderr", "n", "items"} (each
+    problem's id and 1 or 0)."""
     from aura.evaluation.scorer import mean_stderr, model_max_length
     from aura.inference.engine import PLAIN_STOPS
     from aura.inference.loading import end_of_turn_ids
@@ -61,12 +62,14 @@ def math_row(model, tok, *, limit: int = 0, batch_size: int = 16, max_new_tokens
     params = SamplingParams(max_new_tokens=min(max_new_tokens, room), temperature=0.0,
                             stop_ids=tuple(end_of_turn_ids(tok)), stop_strings=() if templated else tuple(PLAIN_STOPS))
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    hits = 0
+    hits = [0] * len(problems)
     order = sorted(range(len(problems)), key=lambda i: len(encoded[i]))  # similar lengths batch together
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
         out = sample_batch(model, [encoded[i] for i in chunk], params, pad_id=pad, device=device, tokenizer=tok)
         texts = [tok.decode(ids, skip_special_tokens=True) for ids in out]
-        hits += score_answers(texts, [problems[i]["answer"] for i in chunk])
+        for i, text in zip(chunk, texts):
+            hits[i] = score_answers([text], [problems[i]["answer"]])
     n = len(problems)
-    return {"task": MATH_TASK, "metric": "exact_match", "value": hits / n, "stderr": mean_stderr(hits, n), "n": n}
+    return {"task": MATH_TASK, "metric": "exact_match", "value": sum(hits) / n, "stderr": mean_stderr(sum(hits), n),
+            "n": n, "items": {"ids": [str(p["id"]) for p in problems], "scores": hits}}

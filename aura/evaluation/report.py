@@ -111,7 +111,7 @@ def suite_rows(model, tok, *, limit: int, batch_size: int) -> tuple[list[dict], 
     for r in score_suite(model, tok, tasks, batch_size=batch_size):
         for metric in ("acc", "acc_norm"):
             rows.append({"task": r["task"], "metric": metric, "value": r[metric], "stderr": r[f"{metric}_stderr"],
-                         "n": r["n"]})
+                         "n": r["n"], "items": {"ids": r["ids"], "scores": r[f"{metric}_items"]}})
     from aura.evaluation.math_task import MATH_TASK, math_row
 
     rows.append(math_row(model, tok, limit=limit, batch_size=batch_size))  # generation: exact answer
@@ -188,10 +188,14 @@ def evaluate_tasks(cfg) -> list[dict]:
             console.success(M("written", path=path))
         except OSError as e:
             console.warn(M("not_written", path=path, error=e.strerror or e))
+    comparisons = []
     if cfg.suite or tasks:
         _print_table(cfg, reports, label, tasks)
+        from aura.evaluation.significance import print_comparisons
+
+        comparisons = print_comparisons(reports)  # --compare: each difference against its noise
     if output is not None:
-        atomic_write_json(output, {"aura_version": aura_version, "results": reports})
+        atomic_write_json(output, {"aura_version": aura_version, "results": reports, "comparisons": comparisons})
         console.success(M("written", path=output))
     return reports
 

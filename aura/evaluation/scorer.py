@@ -181,9 +181,19 @@ def task_result(task: Task, acc_hits: int, norm_hits: int, n: int) -> dict:
             "acc_norm": norm_hits / n, "acc_norm_stderr": mean_stderr(norm_hits, n)}
 
 
+def item_hits(task: Task, scores: list[list[float]]) -> tuple[list[int], list[int]]:
+    """Per document, 1 when ``acc`` (and ``acc_norm``) picks the right choice, else 0."""
+    acc = [int(_argmax(s) == doc.gold) for doc, s in zip(task.docs, scores)]
+    norm = [int(_argmax([v / len(c) for v, c in zip(s, doc.choices)]) == doc.gold) for doc, s in zip(task.docs, scores)]
+    return acc, norm
+
+
 def score_suite(model, tok, tasks: list[Task], *, batch_size: int = 16) -> list[dict]:
+    """Each task's result, with its per-item hits (``ids``, ``acc_items``, ``acc_norm_items``: what a paired
+    comparison of two models reads, ``aura.evaluation.significance``)."""
     results = []
     for task in tasks:
-        acc, norm = correct_counts(task, choice_scores(model, tok, task, batch_size=batch_size))
-        results.append(task_result(task, acc, norm, len(task.docs)))
+        acc, norm = item_hits(task, choice_scores(model, tok, task, batch_size=batch_size))
+        results.append({**task_result(task, sum(acc), sum(norm), len(task.docs)),
+                        "ids": [d.id for d in task.docs], "acc_items": acc, "acc_norm_items": norm})
     return results

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from aura.core.atomic import atomic_write_json, atomic_write_text
+from aura.pipeline.contamination import refresh as refresh_contamination
+from aura.pipeline.report_trust import SCORED, collect_trust
 
 MD, HTML, JSON = "report.md", "report.html", "report.json"
 
@@ -227,6 +229,7 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
     price = state.data.get("price_per_hour")
     names = [s.name for s in pipeline.stages]
     stages, models = [], {}
+    rows_by: dict[str, dict[str, dict]] = {}  # model -> score key -> its result row (stderr, per-item scores)
     for stage in pipeline.stages:
         rec = state.get(stage.name)
         d = out / stage.name
@@ -256,11 +259,15 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
             for row_ in r.get("rows") or []:
                 if row_.get("metric") in ("acc", "exact_match", "bits_per_byte"):
                     m["scores"][f"{row_['task']}/{row_['metric']}"] = row_.get("value")
+                    m["eval_stage"] = stage.name  # its contamination.json (aura.pipeline.report_trust)
+                    if row_.get("metric") in SCORED:
+                        rows_by.setdefault(m["stage"], {})[f"{row_['task']}/{row_['metric']}"] = row_
             if isinstance(r.get("answers"), list):
                 m["answers"] = [{"prompt": a.get("prompt"), "answer": a.get("answer")} for a in r["answers"]
                                 if isinstance(a, dict)]
                 m["max_new_tokens"] = (r.get("prompts") or {}).get("max_new_tokens")
     models = {k: v for k, v in models.items() if v["scores"] or v.get("answers")}
+    collect_trust(list(models.values()), rows_by, {s.name: out / s.name for s in pipeline.stages})
     return {"pipeline": state.data.get("pipeline"), "out": str(out), "aura_version": state.data.get("aura_version"),
             "updated": state.data.get("updated"), "price_per_hour": price, "stages": stages,
             "scale": getattr(pipeline, "scale", 1.0),
@@ -271,6 +278,7 @@ def write(out: Path, pipeline, state) -> dict[str, Any]:
     """Rewrite the three report files (atomically) from what is on disk now."""
     from aura.pipeline.report_render import render_html, render_md
 
+    refresh_contamination(out, pipeline, state)  # each finished eval stage's contamination.json, once
     data = collect(out, pipeline, state)
     atomic_write_json(Path(out) / JSON, {k: v for k, v in data.items()})
     atomic_write_text(Path(out) / MD, render_md(data))

@@ -10,6 +10,7 @@ from typing import Any
 from aura.core.atomic import human_bytes
 from aura.core.console import format_duration
 from aura.core.i18n import Messages, current_lang, num
+from aura.pipeline.report_trust import marked, trust_tables
 
 M = Messages("pipeline.report", {
     "plain_ddp": ("DDP normal", "plain DDP"),
@@ -199,11 +200,14 @@ def _tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]
     keys: list[str] = []
     for m in data["models"]:
         keys += [k for k in m["scores"] if k not in keys]
+    before, after = trust_tables(data)  # contamination before the scores; difference or noise after
+    out += before
     if data["models"]:
         heads = [M("h_model"), M("h_loss"), *[M("h_bpb") if k == "val_bits_per_byte" else k for k in keys]]
-        mrows = [[m["stage"], headline_text(m) if m.get("final_loss") is not None or m.get("headline") else "–", *[_n(m["scores"].get(k), ".4f") for k in keys]]
+        mrows = [[m["stage"], headline_text(m) if m.get("final_loss") is not None or m.get("headline") else "–", *[marked(m, k, _n(m["scores"].get(k), ".4f")) for k in keys]]
                  for m in data["models"]]
         out.append((M("models"), heads, mrows))
+    out += after
     answers = _answer_table(data)
     if answers:
         out.append(answers)

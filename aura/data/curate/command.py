@@ -129,6 +129,10 @@ class CurateConfig(ReaderArgs):
                               en="Hashes per MinHash band (more: stricter).")
     pii: bool = arg(True, es="Enmascara correos, teléfonos, IP, DNI/NIE e IBAN.",
                     en="Mask e-mail, phones, IPs, DNI/NIE and IBAN.")
+    decontaminate: list[str] = arg([], es="Quita los documentos que comparten un 13-grama con un conjunto de "
+                                   "evaluación (aura-es: la batería de Aura), como datatrove.",
+                                   en="Drop the documents that share a 13-gram with an eval set (aura-es: Aura's "
+                                   "suite), as datatrove does.", metavar="aura-es")
     sample: int = arg(0, es="Guarda N documentos quitados por motivo para revisarlos.",
                       en="Keep N removed documents per reason to look at.")
     workers: int = arg(1, es="Procesos en esta máquina (0 = todos los núcleos).", en="Processes on this machine (0 = all cores).")
@@ -166,6 +170,11 @@ class CurateConfig(ReaderArgs):
                                        ("slurm-max-running", self.slurm_max_running, 0, 100_000)):
             if not low <= value <= high:
                 raise AuraError(M("bad_range", name=name, low=low, high=high, value=value))
+        if self.decontaminate:  # an unknown eval set is refused before anything runs
+            from aura.data.contamination import eval_items
+
+            for name in self.decontaminate:
+                eval_items(name, limit=1)
         if self.executor == "slurm" and not self.slurm_partition:
             raise AuraError(M("no_partition"))
 
@@ -307,7 +316,8 @@ def _options(cfg: CurateConfig, *, files: list, tasks: int, work: Path, language
                    languages=languages, lang_threshold=cfg.lang_threshold, quality=cfg.quality,
                    min_words=cfg.min_words, min_sentences=cfg.min_sentences, exact_dedup=cfg.exact_dedup,
                    minhash=cfg.minhash, buckets=cfg.minhash_buckets, hashes_per_bucket=cfg.minhash_hashes,
-                   pii=cfg.pii, output_format=cfg.output_format, sample=cfg.sample)
+                   pii=cfg.pii, output_format=cfg.output_format, sample=cfg.sample,
+                   decontaminate=tuple(cfg.decontaminate))
 
 
 def _runner(cfg: CurateConfig, *, workers: int, node_rank: int, nnodes: int):

@@ -134,6 +134,7 @@ class Options:
     output_format: str = "jsonl"
     sample: int = 0
     max_documents: int = 0  # documents read from all the inputs (0: all)
+    decontaminate: tuple[str, ...] = ()  # eval sets whose n-grams drop a document (aura.data.contamination)
 
 
 @dataclass
@@ -198,6 +199,10 @@ def build_stages(o: Options) -> list[Stage]:
                                                   exclusion_writer=_sampler(o, "lang"))))
     if o.quality:
         steps += _quality_steps(o)
+    if o.decontaminate:
+        from aura.data.curate.decontaminate import EvalDecontFilter
+
+        steps.append(("decontaminate", EvalDecontFilter(o.decontaminate, exclusion_writer=_sampler(o, "contaminated"))))
     first: list = [CurateReader(o.files, root=o.root, options=o.reader, limit=o.max_documents or -1), Meter("read")]
     for name, step in steps:
         first += [step, Meter(name)]

@@ -37,6 +37,7 @@ STAGES = Messages("curate_stages", {
     "exact_dedup": ("duplicados exactos", "exact duplicates"),
     "minhash_dedup": ("casi duplicados (MinHash)", "near duplicates (MinHash)"),
     "pii": ("datos personales", "personal data"),
+    "decontaminate": ("n-gramas de evaluación", "eval n-grams"),
 })
 _DEFAULT_REASON = {"exact_dedup": "exact_duplicate", "minhash_dedup": "near_duplicate", "extract": "extract_empty"}
 
