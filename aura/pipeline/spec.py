@@ -112,8 +112,11 @@ _MIXTURE = re.compile(r"^([\w-]+=[0-9.eE+-]+:)(.+)$")
 _STAGE_KEYS = {"name", "command", "options", "description", "requires", "launch", "comm"}
 _TOP_KEYS = {"stages", "description", "name", "launch", "hours"}
 COMM_KEYS = {"step_seconds", "size_mb", "iters", "timeout", "backend"}  # aura check-dist's, for `comm: auto`
-_NOT_STAGES = {("pipeline", "run"), ("pipeline", "list"), ("pipeline", "show"), ("pipeline", "plan"),
-               ("studio",), ("serve",), ("monitor",), ("chat",), ("launch",), ("runs",)}
+
+
+def _stage_commands() -> str:
+    """The commands a stage may run (``Command.stage``), as the refusal lists them."""
+    return ", ".join(" ".join(k) for k, c in COMMANDS.items() if c.stage)
 
 
 @dataclass
@@ -239,9 +242,8 @@ def load(name_or_file: str, *, overrides: list[str] = ()) -> Pipeline:
         if any(s.name == name for s in stages):
             raise AuraError(M("dup_name", where=where, name=name))
         key = tuple(command.split())
-        if key not in COMMANDS or key in _NOT_STAGES:
-            valid = ", ".join(" ".join(k) for k in COMMANDS if k not in _NOT_STAGES)
-            raise AuraError(M("bad_command", where=where, command=command, valid=valid))
+        if key not in COMMANDS or not COMMANDS[key].stage:
+            raise AuraError(M("bad_command", where=where, command=command, valid=_stage_commands()))
         options = raw.get("options") or {}
         if not isinstance(options, dict):
             raise AuraError(M("options_mapping", where=where))
@@ -361,10 +363,9 @@ def resolve(pipeline: Pipeline, out: Path) -> Pipeline:
             where = stage.key_where.get(str(key), stage.where)
             values.update(mapping_values(cls, {key: value}, where=where, explicit=("overwrite", "force"),
                                          shown=lambda k, w=where: f"'{k}' ({w})"))
-        if "output_dir" not in types:
-            valid = ", ".join(" ".join(k) for k in COMMANDS if k not in _NOT_STAGES)
-            raise AuraError(M("bad_command", where=stage.where, command=stage.command, valid=valid))
-        values["output_dir"] = coerce("output_dir", types["output_dir"], str(out / stage.name))
+        if cmd.output is None:  # a command that writes no folder is no stage (push, check-dist)
+            raise AuraError(M("bad_command", where=stage.where, command=stage.command, valid=_stage_commands()))
+        values[cmd.output] = coerce(cmd.output, types[cmd.output], str(out / stage.name))
         try:
             stage.cfg = cls(**values)
         except AuraError as e:
