@@ -32,7 +32,7 @@ class Command:
     en: str
     stage: bool = True  # it can be a stage of a pipeline (not the long-running or interactive ones)
     output: str | None = "output_dir"  # the field naming the folder it writes (a pipeline's DIR/STAGE); None: none
-    run: bool = False  # its output folder is a training run (run.json, checkpoints, --resume-from)
+    run: bool = False  # it trains: its folder is a run (run.json, checkpoints); a pipeline may launch it
     resumes_in_place: bool = False  # run again with the same options, it resumes in its own folder
     studio: StudioForm | None = None  # how the Studio's launch page offers it; None: not launchable there
 

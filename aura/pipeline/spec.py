@@ -250,9 +250,9 @@ def load(name_or_file: str, *, overrides: list[str] = ()) -> Pipeline:
         launch = raw.get("launch", data.get("launch"))
         if launch is not None and not isinstance(launch, dict):
             raise AuraError(M("launch_mapping", where=where))
-        if "launch" in raw and key not in (("pretrain",), ("finetune",)):
+        if "launch" in raw and not COMMANDS[key].run:  # training runs only (pretrain, finetune)
             raise AuraError(M("launch_not_training", where=where))
-        if key not in (("pretrain",), ("finetune",)):
+        if not COMMANDS[key].run:
             launch = None  # a pipeline-wide block launches its training stages only
         comm = raw.get("comm")
         if comm is not None:
