@@ -53,14 +53,14 @@ class Hardware:
     ("CPU 0 %" under full load)."""
 
     def __init__(self):
-        self.state: dict = {}
+        self.monitor: dict = {}  # the GPU reader and when the previous sample was taken
         self.sampler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aura-studio-hardware")
 
     def sample(self) -> dict:
         from aura.watch import monitor as mon
         import psutil
 
-        monitor = self.state
+        monitor = self.monitor
         if "gpus" not in monitor:  # cpu_percent measures since its previous call: give the first a window
             monitor["gpus"] = mon.GPUReader()
             psutil.cpu_percent(interval=None)
@@ -93,7 +93,8 @@ def page_routes(root: Path, csrf_for, hardware: Hardware) -> list[BaseRoute]:
                              # the launch menu: the commands marked launchable in aura.core.commands, in order
                              "commands": list(actions.launchable())})
 
-    return [Route("/", page), Route("/api/session", session), Route("/api/hardware", hardware.endpoint)]
+    return [Route("/", page), Route("/api/session", session), Route("/api/hardware", hardware.endpoint),
+            Mount("/static", StaticFiles(directory=STATIC))]
 
 
 def create_app(root: Path, *, token: str | None = None) -> Starlette:
@@ -142,8 +143,7 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
         yield
         hardware.close()
 
-    routes = [*page_routes(root, csrf_for, hardware), *pipeline_routes(folder), *run_routes(folder, cache),
-              *launch_routes(folder), *try_routes(folder, chat.Engines()),
-              Mount("/static", StaticFiles(directory=STATIC))]
+    routes = [*run_routes(folder, cache), *launch_routes(folder), *try_routes(folder, chat.Engines()),
+              *pipeline_routes(folder), *page_routes(root, csrf_for, hardware)]
     return Starlette(lifespan=lifespan, routes=routes, middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)],
         exception_handlers={AuraError: lambda request, exc: JSONResponse({"error": str(exc)}, status_code=400)})
