@@ -57,8 +57,9 @@ class Hardware:
         self.sampler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aura-studio-hardware")
 
     def sample(self) -> dict:
-        from aura.watch import monitor as mon
         import psutil
+
+        from aura.watch import monitor as mon
 
         monitor = self.monitor
         if "gpus" not in monitor:  # cpu_percent measures since its previous call: give the first a window
