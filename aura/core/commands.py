@@ -25,6 +25,7 @@ class StudioForm:
 
 @dataclass(frozen=True)
 class Command:
+    """One command: its (module, config class, function), its help (es, en), and the facts other rooms ask."""
     module: str
     config: str
     function: str
