@@ -104,12 +104,6 @@ def equivalent_command(stage: Stage, cfg=None, *, launched: bool = False) -> str
     return shlex.join(argv + positional)
 
 
-# Commands that resume in their own folder when run again with the same options: `aura data curate` keeps
-# each finished task (datatrove's completions/) and runs only the others. An interrupted stage of theirs
-# keeps its folder; every other command without checkpoints starts again in a clean one.
-RESUMES_IN_PLACE = {("data", "curate")}
-
-
 def _raise_interrupt(signum, frame):  # SIGTERM outside training: stop like Ctrl+C (training has its own)
     raise KeyboardInterrupt
 
@@ -267,7 +261,10 @@ def _execute(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, 
     prev = state.get(name)
     spent = 0.0
     keep = False  # the folder stays: the command resumes in it on its own
-    if action == "resume" and stage.key in RESUMES_IN_PLACE and stage_dir.is_dir():
+    # a command that resumes in its own folder (`Command.resumes_in_place`: `aura data curate` keeps each finished
+    # task, datatrove's completions/, and runs only the others) keeps an interrupted stage's folder; every other
+    # command without checkpoints starts again in a clean one
+    if action == "resume" and COMMANDS[stage.key].resumes_in_place and stage_dir.is_dir():
         console.always(M("resume_tasks", i=i, n=n, stage=name))
         keep, spent = True, float(prev.get("seconds") or 0.0)
     elif action == "resume":

@@ -126,8 +126,11 @@ COMM_KEYS = {"step_seconds", "size_mb", "iters", "timeout", "backend"}  # aura c
 # budget's share suggests (the first steps, compilation and loading cost the same), and an evaluation every step
 # would take most of its time; the evaluation at the end still runs.
 SCALED_BUDGETS = ("time_budget", "max_steps", "max_tokens", "max_documents")
-_NOT_STAGES = {("pipeline", "run"), ("pipeline", "list"), ("pipeline", "show"), ("pipeline", "plan"),
-               ("studio",), ("serve",), ("monitor",), ("chat",), ("launch",), ("runs",)}
+
+
+def _stage_commands() -> str:
+    """The commands a stage may run (``Command.stage``), as the refusal lists them."""
+    return ", ".join(" ".join(k) for k, c in COMMANDS.items() if c.stage)
 
 
 @dataclass
@@ -258,18 +261,17 @@ def load(name_or_file: str, *, overrides: list[str] = (), scale: float = 1.0) ->
         if any(s.name == name for s in stages):
             raise AuraError(M("dup_name", where=where, name=name))
         key = tuple(command.split())
-        if key not in COMMANDS or key in _NOT_STAGES:
-            valid = ", ".join(" ".join(k) for k in COMMANDS if k not in _NOT_STAGES)
-            raise AuraError(M("bad_command", where=where, command=command, valid=valid))
+        if key not in COMMANDS or not COMMANDS[key].stage:
+            raise AuraError(M("bad_command", where=where, command=command, valid=_stage_commands()))
         options = raw.get("options") or {}
         if not isinstance(options, dict):
             raise AuraError(M("options_mapping", where=where))
         launch = raw.get("launch", data.get("launch"))
         if launch is not None and not isinstance(launch, dict):
             raise AuraError(M("launch_mapping", where=where))
-        if "launch" in raw and key not in (("pretrain",), ("finetune",)):
+        if "launch" in raw and not COMMANDS[key].run:  # training runs only (pretrain, finetune)
             raise AuraError(M("launch_not_training", where=where))
-        if key not in (("pretrain",), ("finetune",)):
+        if not COMMANDS[key].run:
             launch = None  # a pipeline-wide block launches its training stages only
         comm = raw.get("comm")
         if comm is not None:
@@ -405,10 +407,9 @@ def resolve(pipeline: Pipeline, out: Path) -> Pipeline:
             where = stage.key_where.get(str(key), stage.where)
             values.update(mapping_values(cls, {key: value}, where=where, explicit=("overwrite", "force"),
                                          shown=lambda k, w=where: f"'{k}' ({w})"))
-        if "output_dir" not in types:
-            valid = ", ".join(" ".join(k) for k in COMMANDS if k not in _NOT_STAGES)
-            raise AuraError(M("bad_command", where=stage.where, command=stage.command, valid=valid))
-        values["output_dir"] = coerce("output_dir", types["output_dir"], str(out / stage.name))
+        if cmd.output is None:  # a command that writes no folder is no stage (push, check-dist)
+            raise AuraError(M("bad_command", where=stage.where, command=stage.command, valid=_stage_commands()))
+        values[cmd.output] = coerce(cmd.output, types[cmd.output], str(out / stage.name))
         try:
             stage.cfg = cls(**values)
         except AuraError as e:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Literal, get_args, get_origin
 
+from aura.core.commands import COMMANDS, Command
 from aura.core.config import _default_of, _unwrap_optional, fields_of, flag_name, parse_config
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
@@ -61,29 +62,22 @@ M = Messages("studio_actions", {
               "skipped) with its same command: {command}"),
 })
 
-# command -> (module, config class, the field that names the output folder: a new folder directly under the
-# runs folder, the fields left out of the page's form: they would write outside it, or run code from outside it)
-FORMS = {
-    "pretrain": ("aura.train.pretrain", "PretrainConfig", "output_dir", ()),
-    "finetune": ("aura.train.finetune", "FinetuneConfig", "output_dir", ()),
-    "data prepare": ("aura.data.prepare", "PrepareConfig", "output_dir", ()),
-    "eval": ("aura.evaluation.evaluate", "EvalConfig", "output_dir", ("output",)),
-    "export gguf": ("aura.export.gguf", "GGUFConfig", "output_dir", ("outfile", "llama_cpp_dir", "verify_only")),
-}
-# the options a person sets first, in this order; the rest of the form sits under "Avanzado"
-ESSENTIAL = {
-    "pretrain": ("data", "tokenizer", "model_preset", "max_steps", "time_budget", "batch_size", "learning_rate",
-                 "device"),
-    "finetune": ("base_model", "data", "method", "objective", "epochs", "max_steps", "learning_rate", "device"),
-    "data prepare": ("inputs", "tokenizer", "hf_dataset", "val_fraction"),
-    "eval": ("model", "data", "suite", "tasks", "limit"),
-    "export gguf": ("model", "quant"),
-}
-DEFAULT_NAMES = {"pretrain": "demo", "finetune": "sft", "data prepare": "datos", "eval": "eval",
-                 "export gguf": "gguf"}
-RUNS = ("pretrain", "finetune")  # commands whose folder is a run (run.json): the page opens it
-# fields naming a model the command reads: it must be inside the runs folder (relative paths are from it)
-INSIDE = {"eval": ("model", "compare", "adapter"), "export gguf": ("model",)}
+
+def launchable() -> dict[str, Command]:
+    """The commands the page can launch (``Command.studio``), by their name after ``aura``, in the menu's order.
+    Each writes a new folder directly under the runs folder (its ``output`` field)."""
+    found = [(" ".join(key), cmd) for key, cmd in COMMANDS.items() if cmd.launchable]
+    return dict(sorted(found, key=lambda item: item[1].studio.position))
+
+
+def command_of(command: str) -> Command:
+    """The launchable command named ``command``, else the refusal naming the ones there are."""
+    commands = launchable()
+    if command not in commands:
+        raise AuraError(M("unknown_command", valid=", ".join(commands), command=command))
+    return commands[command]
+
+
 LOG_DIR = ".aura-studio"
 JOBS: dict[str, subprocess.Popen] = {}  # name -> process, the commands this studio started
 
@@ -93,22 +87,20 @@ def log_path(run_dir: Path) -> Path:
 
 
 def config_class(command: str):
-    if command not in FORMS:
-        raise AuraError(M("unknown_command", valid=", ".join(FORMS), command=command))
-    module, cls = FORMS[command][:2]
-    return getattr(importlib.import_module(module), cls)
+    cmd = command_of(command)
+    return getattr(importlib.import_module(cmd.module), cmd.config)
 
 
 def form(command: str) -> list[dict]:
     """The fields of ``aura COMMAND`` as the page draws them: flag, type, default, choices, help es/en and
-    whether the field is essential (``ESSENTIAL``, first, in that order) or advanced."""
-    out, cls = [], config_class(command)
+    whether the field is essential (``StudioForm.essential``, first, in that order) or advanced."""
+    out, cls, cmd = [], config_class(command), command_of(command)
     own = set(getattr(cls, "__annotations__", {}))  # the command's own flags first, then the shared ones
-    essential = ESSENTIAL.get(command, ())
+    essential = cmd.studio.essential
     rank = lambda name: essential.index(name) if name in essential else len(essential) + (name not in own)  # noqa: E731
     for f, tp in sorted(fields_of(cls), key=lambda ft: rank(ft[0].name)):
         meta = f.metadata or {}
-        if not meta or meta.get("hidden") or f.name == FORMS[command][2] or f.name in FORMS[command][3]:
+        if not meta or meta.get("hidden") or f.name == cmd.output or f.name in cmd.studio.hidden:
             continue
         base, optional = _unwrap_optional(tp)
         choices = list(get_args(base)) if get_origin(base) is Literal else meta.get("choices")
@@ -126,7 +118,8 @@ def form(command: str) -> list[dict]:
 def free_name(root: Path, command: str) -> str:
     """The command's usual folder name (``demo`` for pretrain) if nothing in the runs folder has it, else
     the first free ``NAME-2``, ``NAME-3``..."""
-    base = DEFAULT_NAMES.get(command, "run")
+    cmd = launchable().get(command)
+    base = cmd.studio.default_name if cmd is not None else "run"
     name, n = base, 1
     while (root / name).exists() or (root / name).is_symlink():
         n += 1
@@ -175,7 +168,7 @@ def check_inside(flag: str, value: str, root: Path) -> None:
 
 def build_argv(command: str, values: dict, run_dir: Path) -> list[str]:
     """The arguments after ``aura`` for a form's values: only the command's own fields, each a list item."""
-    fields = {f["name"]: f for f in form(command)}
+    fields, cmd = {f["name"]: f for f in form(command)}, command_of(command)
     argv = command.split()
     for name, value in values.items():
         if name not in fields:
@@ -188,10 +181,10 @@ def build_argv(command: str, values: dict, run_dir: Path) -> list[str]:
             continue
         items = value if isinstance(value, list) else shlex.split(str(value)) if f["type"] == "list" else [value]
         items = [str(v) for v in items]
-        for item in items if name in INSIDE.get(command, ()) else ():
+        for item in items if name in cmd.studio.inside else ():
             check_inside(f["flag"], item, run_dir.parent)
         argv += items if f["positional"] else [f["flag"], *items]
-    argv += ["--" + FORMS[command][2].replace("_", "-"), str(run_dir)]
+    argv += ["--" + cmd.output.replace("_", "-"), str(run_dir)]
     err = io.StringIO()
     try:  # the CLI's own parsing and validation, its messages kept for the page
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -222,7 +215,8 @@ def launch(command: str, name: str, values: dict, root: Path) -> dict:
         raise AuraError(M("exists", path=run_dir))
     argv = build_argv(command, values, run_dir.resolve())
     pid = spawn(argv, run_dir, cwd=root.resolve())
-    return {"name": name, "pid": pid, "argv": argv, "command": shlex.join(["aura", *argv]), "run": command in RUNS}
+    return {"name": name, "pid": pid, "argv": argv, "command": shlex.join(["aura", *argv]),
+            "run": command_of(command).run}
 
 
 def job(name: str, root: Path) -> dict:

@@ -1,6 +1,6 @@
 // Aura Studio front end: hash routes #/ (runs), #/run/NAME, #/compare?runs=a,b, #/launch, #/job/NAME, #/try.
 "use strict";
-const S = { lang: "es", csrf: "", root: "", timer: null, plots: {}, selected: new Set(), labels: {} };
+const S = { lang: "es", csrf: "", root: "", timer: null, plots: {}, selected: new Set(), labels: {}, commands: [] };
 const $ = (sel, el = document) => el.querySelector(sel);
 const view = () => $("#view");
 const POLL_MS = 2000;
@@ -225,18 +225,17 @@ async function compareView(names) {
     names.map((n, i) => ({ label: n, data: all[i].series[c] || (all[i].epoch_series || {})[c] }))));
 }
 
-const COMMANDS = ["pretrain", "finetune", "data prepare", "eval", "export gguf"];
 async function launchView(query) {
   const params = new URLSearchParams(query || "");
   view().innerHTML = `<h1>${t("launch_title")}</h1><form class="launch" id="launch-form" autocomplete="off">
-    <label for="f-command">${t("command")}</label><select id="f-command">${COMMANDS.map(c => `<option value="${c}">aura ${c}</option>`).join("")}</select>
+    <label for="f-command">${t("command")}</label><select id="f-command">${S.commands.map(c => `<option value="${esc(c)}">aura ${esc(c)}</option>`).join("")}</select>
     <label for="f-name">${t("run_name")}</label><div><input type="text" id="f-name" value=""><div class="help">${t("run_name_help")}</div>
       <div class="error" id="name-clash"></div></div>
     <div class="fields" id="fields"></div></form>
     <h2>${t("will_run")}</h2>${copyable("preview", "")}<p class="error" id="form-error"></p>
     <div class="actions"><button id="launch">${t("launch")}</button></div>`;
   wireCopy();
-  if (COMMANDS.includes(params.get("command"))) $("#f-command").value = params.get("command");
+  if (S.commands.includes(params.get("command"))) $("#f-command").value = params.get("command");
   if (params.get("folder")) $("#f-name").value = params.get("folder");  // ?folder=NAME&f.FIELD=VALUE prefill the form
   let named = !!params.get("folder");
   // one field: the Spanish (or English) help is the label, the flag its detail
@@ -329,6 +328,7 @@ function showError(e) {
 (async function start() {
   const s = await api("/api/session");
   S.csrf = s.csrf; S.root = s.root; S.labels = s.labels || {};
+  S.commands = s.commands || [];  // the commands the page may launch, from aura.core.commands (launchable ones)
   S.lang = localStorage.getItem("aura-lang") || s.lang;
   $("#lang").onchange = () => { S.lang = $("#lang").value; localStorage.setItem("aura-lang", S.lang); applyTexts(); route(); };
   applyTexts();
