@@ -266,7 +266,7 @@ def count_parameters(model, *, trainable_only: bool = False) -> int:
     return total
 
 
-def _dims(config) -> dict[str, int | bool]:
+def model_dims(config) -> dict[str, int | bool]:
     """Shape fields of a transformers config, whatever its family names them."""
     get = lambda *names, default=None: next((getattr(config, n) for n in names  # noqa: E731
                                              if getattr(config, n, None) is not None), default)
@@ -282,7 +282,7 @@ def _dims(config) -> dict[str, int | bool]:
 
 def matmul_parameters(config) -> int:
     """Parameters that take part in matrix multiplies per token (layers + LM head, no embedding lookup)."""
-    k = _dims(config)
+    k = model_dims(config)
     d, hd = k["d"], k["head_dim"]
     attn = d * (k["heads"] * hd) + 2 * d * (k["kv"] * hd) + (k["heads"] * hd) * d
     mlp = (3 if k["gated"] else 2) * d * k["inter"]
@@ -300,7 +300,7 @@ def flops_per_token(config, seq_len: int | None = None, *, trainable_parameters:
     covers QK^T and AV over a context of ``seq_len`` tokens. Activation recomputation is not counted,
     so MFU stays comparable with and without gradient checkpointing.
     """
-    k = _dims(config)
+    k = model_dims(config)
     if seq_len is None:
         seq_len = context_length(config)
     n = matmul_parameters(config)

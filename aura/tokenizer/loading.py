@@ -120,7 +120,7 @@ M = Messages("tokenizer", {
 })
 
 
-def _backend_json(tok) -> dict:
+def backend_json(tok) -> dict:
     """tokenizer.json content of a path, a ``tokenizers.Tokenizer`` or a transformers fast tokenizer."""
     if isinstance(tok, (str, os.PathLike)):
         p = Path(tok)
@@ -136,7 +136,7 @@ def tokenizer_hash(tok) -> str:
     """sha256 of the canonical tokenizer.json content (model vocab+merges, normaliser, pre-tokeniser,
     added tokens): equal for a directory and for a tokenizer loaded from it."""
     try:
-        data = _backend_json(tok)
+        data = backend_json(tok)
         canon = {
             "model": data.get("model"),
             "normalizer": data.get("normalizer"),

@@ -168,12 +168,12 @@ def check_data_tokenizer(tok, tok_name: str, shards) -> None:
 
 def new_token_ids(base_tok, ext_tok, *, base_name: str, ext_name: str) -> list[int]:
     """Ids of the tokens ``ext_tok`` adds to ``base_tok``; refuses a tokenizer that is not an extension."""
-    from aura.tokenizer.loading import _backend_json
+    from aura.tokenizer.loading import backend_json
 
     def fail(why: str):
         raise AuraError(M("not_extension", tok=ext_name, base=base_name, why=why))
 
-    b, e = _backend_json(base_tok), _backend_json(ext_tok)
+    b, e = backend_json(base_tok), backend_json(ext_tok)
     if (b.get("model") or {}).get("type") != (e.get("model") or {}).get("type"):
         fail(M("why_model", ext=(e.get("model") or {}).get("type"), base=(b.get("model") or {}).get("type")))
     if b.get("normalizer") != e.get("normalizer") or b.get("pre_tokenizer") != e.get("pre_tokenizer"):

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from aura.core import console
 from aura.models.hardware import GIB, HardwareInfo, chunk_tokens
 from aura.core.i18n import Messages
-from aura.models.presets import _dims, matmul_parameters
+from aura.models.presets import model_dims, matmul_parameters
 
 M = Messages("finetune_memory", {
     "plan": ("`auto` (modelo de memoria): lote {batch}{ckpt} con filas de {length:token|tokens} en {device} "
@@ -68,7 +68,7 @@ class FinetuneEstimate:
 
 def lora_parameters(config, rank: int) -> int:
     """LoRA parameters of rank ``rank`` on every linear layer of the blocks (Aura's default targets)."""
-    k = _dims(config)
+    k = model_dims(config)
     d, hd = k["d"], k["head_dim"]
     q, kv, inter = k["heads"] * hd, k["kv"] * hd, k["inter"]
     shapes = [(d, q), (d, kv), (d, kv), (q, d)]  # q, k, v, o
@@ -79,7 +79,7 @@ def lora_parameters(config, rank: int) -> int:
 def finetune_estimate(config, *, method: str, lora_r: int, batch_size: int, max_length: int, precision: str,
                       checkpointing: bool, chunked_loss: bool = True, device_type: str = "cuda") -> FinetuneEstimate:
     """Peak memory of fine-tuning a transformers ``config`` (see the module docstring for the terms)."""
-    k = _dims(config)
+    k = model_dims(config)
     d, layers, vocab, inter = k["d"], k["layers"], k["vocab"], k["inter"]
     half = precision in ("bf16", "fp16")
     act_b = 2 if half else 4
