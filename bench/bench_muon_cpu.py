@@ -50,11 +50,11 @@ raise SystemExit(entry(sys.argv[2:]))
 
 
 def cpu_line() -> str:
-    from aura.models.hardware import _cpu_name, cpu_fast_bf16, cpu_flags
+    from aura.models.hardware import cpu_fast_bf16, cpu_flags, cpu_name
 
     flags = cpu_flags()
     have = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    return (f"{_cpu_name()}: {', '.join(have) if have else 'no avx512_bf16, no amx_bf16'} "
+    return (f"{cpu_name()}: {', '.join(have) if have else 'no avx512_bf16, no amx_bf16'} "
             f"(fast bf16: {'yes' if cpu_fast_bf16() else 'no'}); torch threads {__import__('torch').get_num_threads()}")
 
 

@@ -121,7 +121,7 @@ def cpu_fast_bf16(flags: tuple[str, ...] | None = None) -> bool:
     return bool((probe and probe()) or (probe16 and probe16()))
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -235,7 +235,7 @@ def _detect_cpu() -> HardwareInfo:
     import psutil
 
     flags = cpu_flags()
-    return HardwareInfo("cpu", _cpu_name(), 1, int(psutil.virtual_memory().total), bf16=cpu_fast_bf16(flags),
+    return HardwareInfo("cpu", cpu_name(), 1, int(psutil.virtual_memory().total), bf16=cpu_fast_bf16(flags),
                         fp16=False, cpu_flags=flags)
 
 

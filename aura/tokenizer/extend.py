@@ -119,7 +119,7 @@ class TokenizerExtendConfig(ReaderArgs):
 
 def extend_tokenizer(cfg: TokenizerExtendConfig) -> Path:
     from aura.text.readers import ReaderOptions
-    from aura.tokenizer.train import _iter_training_docs, _training_sources
+    from aura.tokenizer.train import iter_training_docs, training_sources
     from aura.tokenizer.loading import load_tokenizer, tokenizer_hash
     from aura.core.atomic import atomic_write_json, check_writable
     from aura.core.staging import staged_dir
@@ -139,12 +139,12 @@ def extend_tokenizer(cfg: TokenizerExtendConfig) -> Path:
     limit = min(cfg.max_vocab or UINT32_IDS, UINT32_IDS)
     if top + cfg.add_tokens > limit:
         raise AuraError(M("too_many", n=cfg.add_tokens, total=top + cfg.add_tokens, limit=limit))
-    sources = _training_sources(cfg.inputs)
+    sources = training_sources(cfg.inputs)
     start = time.perf_counter()
     opts = ReaderOptions(text_field=cfg.text_field, doc_sep=cfg.doc_sep, encoding=cfg.encoding, errors=cfg.errors,
                          max_record_bytes=cfg.max_record_bytes)
     heldout: list[str] = []
-    docs = _iter_training_docs(cfg.inputs, opts=opts, heldout=heldout, heldout_fraction=cfg.heldout_fraction,
+    docs = iter_training_docs(cfg.inputs, opts=opts, heldout=heldout, heldout_fraction=cfg.heldout_fraction,
                                seed=cfg.seed, stats=Counter())
     console.info(M("training", files=len(sources), base=cfg.base))
     candidates = continue_bpe(base.backend_tokenizer, docs, n=cfg.add_tokens, min_frequency=cfg.min_frequency)

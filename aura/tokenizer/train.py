@@ -41,12 +41,12 @@ def _score(seed: int, text: str) -> float:
     return int.from_bytes(h, "little") / 2.0 ** 64
 
 
-def _iter_training_docs(inputs: list[str], *, opts, heldout: list[str], heldout_fraction: float,
+def iter_training_docs(inputs: list[str], *, opts, heldout: list[str], heldout_fraction: float,
                         seed: int, stats: Counter, max_heldout_chars: int = 5_000_000) -> Iterator[str]:
     from aura.text.readers import clean_text, iter_documents
 
     held_chars = 0
-    for source in _training_sources(inputs):
+    for source in training_sources(inputs):
         keep_layout = source.kind == "file" and source.fmt == "txt" and opts.doc_sep == "file"
         for raw in iter_documents(source, opts, stats):
             doc = clean_text(raw, keep_layout=keep_layout)
@@ -60,7 +60,7 @@ def _iter_training_docs(inputs: list[str], *, opts, heldout: list[str], heldout_
             yield doc
 
 
-def _training_sources(inputs: list[str]):
+def training_sources(inputs: list[str]):
     """Sources of the inputs; a prepared data dir stands for the sources it was built from."""
     from aura.text.sources import expand_inputs
 
@@ -110,13 +110,13 @@ def train_bpe(*, inputs: list[str], vocab_size: int, output_dir: str | Path, min
         raise AuraError(M("exists", path=out))
     opts = ReaderOptions(text_field=text_field, doc_sep=doc_sep, encoding=encoding, errors=errors,
                          max_record_bytes=max_record_bytes)
-    sources = _training_sources(inputs)  # validates every input before the (long) training starts
+    sources = training_sources(inputs)  # validates every input before the (long) training starts
     console.info(M("training", vocab=vocab_size, files=len(sources)))
     start = time.perf_counter()
     tok, trainer = build_bpe_trainer_pair(vocab_size, min_frequency)
     heldout: list[str] = []
     stats: Counter = Counter()
-    tok.train_from_iterator(_iter_training_docs(inputs, opts=opts, heldout=heldout, seed=seed,
+    tok.train_from_iterator(iter_training_docs(inputs, opts=opts, heldout=heldout, seed=seed,
                                                 heldout_fraction=heldout_fraction, stats=stats),
                             trainer=trainer)
     if stats["documents"] == 0:
