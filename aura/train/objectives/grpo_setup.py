@@ -1,4 +1,4 @@
-"""The ``aura finetune --objective grpo`` side of the fine-tuning setup (``aura.train.finetune`` calls these).
+"""The ``aura finetune --objective grpo`` side of the fine-tuning setup (``GRPOSetup``, the registry's entry).
 
 Prompts (``aura.data.prompts``) and rewards (``aura.data.rewards``, a user's file imported before the model
 loads, so its mistakes show first), the rollout source (``aura.train.objectives.rollout``) with Aura's
