@@ -50,7 +50,7 @@ raise SystemExit(entry(sys.argv[2:]))
 
 
 def cpu_line() -> str:
-    from aura.models.hardware import cpu_name, cpu_fast_bf16, cpu_flags
+    from aura.models.hardware import cpu_fast_bf16, cpu_flags, cpu_name
 
     flags = cpu_flags()
     have = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]

@@ -40,8 +40,8 @@ from pathlib import Path
 from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.data.preference import EncodedPair, _answer_message, _encode_side, _messages, collate_pairs
-from aura.data.sft import _check_messages, iter_records
+from aura.data.preference import EncodedPair, answer_message, collate_pairs, encode_side, field_messages
+from aura.data.sft import check_messages, iter_records
 from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate
 
 DEFAULT_FEEDBACK = Path(__file__).resolve().parents[1] / "resources" / "kto_es.jsonl"
@@ -138,15 +138,15 @@ def record_to_example(record, where: str, *, label_column: str = "label") -> Unp
     if not {"prompt", "completion", label_column} <= set(rec):
         raise AuraError(M("no_columns", where=where, label=label_column, found=", ".join(map(str, record)) or "-"))
     label = parse_label(rec[label_column], where, label_column)
-    prompt = _messages(rec["prompt"], where, "prompt")
-    completion = _messages(rec["completion"], where, "completion")
+    prompt = field_messages(rec["prompt"], where, "prompt")
+    completion = field_messages(rec["completion"], where, "completion")
     if isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
         system = rec.get("system")
         if isinstance(system, str) and system.strip():
             prompt.insert(0, {"role": "system", "content": system})
-    answer = _answer_message(completion, where, "completion")
-    msgs = _check_messages(list(prompt) + [answer], f"{where}, 'completion'")
+    answer = answer_message(completion, where, "completion")
+    msgs = check_messages(list(prompt) + [answer], f"{where}, 'completion'")
     if not str(msgs[-1]["content"]).strip():
         raise AuraError(M("empty", where=where))
     return UnpairedExample(prompt=msgs[:-1], completion=msgs[-1], label=label, where=where)
@@ -174,7 +174,7 @@ def encode_unpaired(examples: list[UnpairedExample], tokenizer, *, max_length: i
     from its partner, the previous kept example (cyclically)."""
     kept, dropped = [], []
     for ex in examples:
-        ids, n_prompt = _encode_side(tokenizer, ex.prompt, ex.completion, ex.where)
+        ids, n_prompt = encode_side(tokenizer, ex.prompt, ex.completion, ex.where)
         if max_prompt_length and n_prompt > max_prompt_length:
             ids, n_prompt = ids[n_prompt - max_prompt_length:], max_prompt_length
         if n_prompt >= max_length:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aura.core import console
-from aura.data.sft import _check_messages, iter_records
+from aura.data.sft import check_messages, iter_records
 from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate
 from aura.core.errors import AuraError
 from aura.core.files import loads_json
@@ -140,7 +140,7 @@ def _header_check(path: str, header: list[str]) -> None:
         raise AuraError(M("no_columns", where=path, found=", ".join(header) or "-"))
 
 
-def _messages(value, where: str, field: str):
+def field_messages(value, where: str, field: str):
     """Text stays text; a list of messages (or a JSON string of one, from a CSV cell) becomes a list."""
     if isinstance(value, str) and value.lstrip().startswith("[") and value.rstrip().endswith("]"):
         try:
@@ -156,7 +156,7 @@ def _messages(value, where: str, field: str):
     raise AuraError(M("bad_field", where=where, field=field, kind=type(value).__name__))
 
 
-def _answer_message(value, where: str, field: str):
+def answer_message(value, where: str, field: str):
     """The last message of an answer given as text or as a list of messages."""
     if isinstance(value, str):
         return {"role": "assistant", "content": value}
@@ -172,8 +172,8 @@ def record_to_pair(record, where: str) -> PreferencePair:
     rec = {k.strip().lower() if isinstance(k, str) else k: v for k, v in record.items()}
     if "chosen" not in rec or "rejected" not in rec:
         raise AuraError(M("no_columns", where=where, found=", ".join(map(str, record)) or "-"))
-    chosen, rejected = _messages(rec["chosen"], where, "chosen"), _messages(rec["rejected"], where, "rejected")
-    prompt = _messages(rec.get("prompt"), where, "prompt") if "prompt" in rec else None
+    chosen, rejected = field_messages(rec["chosen"], where, "chosen"), field_messages(rec["rejected"], where, "rejected")
+    prompt = field_messages(rec.get("prompt"), where, "prompt") if "prompt" in rec else None
     if prompt is None:  # implicit prompt: whole conversations sharing all but their last message
         if not (isinstance(chosen, list) and isinstance(rejected, list)):
             raise AuraError(M("no_columns", where=where, found=", ".join(map(str, record))))
@@ -192,7 +192,7 @@ def record_to_pair(record, where: str) -> PreferencePair:
     if not all(isinstance(m, dict) for m in prompt):
         raise AuraError(M("bad_field", where=where, field="prompt", kind=type(prompt).__name__))
     # the same checks as SFT conversations (roles, alternation, text contents), naming the field
-    msgs = {field: _check_messages(list(prompt) + [_answer_message(value, where, field)], f"{where}, '{field}'")
+    msgs = {field: check_messages(list(prompt) + [answer_message(value, where, field)], f"{where}, '{field}'")
             for field, value in (("chosen", chosen), ("rejected", rejected))}
     return PreferencePair(prompt=msgs["chosen"][:-1], chosen=msgs["chosen"][-1], rejected=msgs["rejected"][-1],
                           where=where)
@@ -234,17 +234,17 @@ def load_pairs(data: str | os.PathLike | None = None, *, empty_responses: str = 
 # Pairs -> token ids
 
 
-def _encode_side(tokenizer, prompt: list[dict], answer: dict, where: str) -> tuple[list[int], int]:
+def encode_side(tokenizer, prompt: list[dict], answer: dict, where: str) -> tuple[list[int], int]:
     """(token ids of prompt + answer, how many of them are prompt)."""
     from aura.data.sft_batches import M as BM
-    from aura.data.sft_batches import _render, _rstrip_end
+    from aura.data.sft_batches import render_chat, rstrip_end
     from aura.text.templates import template_names
 
-    before = _render(tokenizer, prompt, generation_prompt=True, where=where)
-    full = _render(tokenizer, prompt + [answer], generation_prompt=False, where=where)
+    before = render_chat(tokenizer, prompt, generation_prompt=True, where=where)
+    full = render_chat(tokenizer, prompt + [answer], generation_prompt=False, where=where)
     if not full.startswith(before):
         raise AuraError(BM("not_prefix", where=where, choices=template_names()))
-    text = full[:_rstrip_end(full, len(before), len(full))]
+    text = full[:rstrip_end(full, len(before), len(full))]
     if getattr(tokenizer, "is_fast", True):
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         ids = list(enc["input_ids"])
@@ -263,7 +263,7 @@ def encode_pairs(pairs: list[PreferencePair], tokenizer, *, max_length: int,
     for pair in pairs:
         sides, fits = [], True
         for field, answer in (("chosen", pair.chosen), ("rejected", pair.rejected)):
-            ids, n_prompt = _encode_side(tokenizer, pair.prompt, answer, pair.where)
+            ids, n_prompt = encode_side(tokenizer, pair.prompt, answer, pair.where)
             if max_prompt_length and n_prompt > max_prompt_length:
                 ids, n_prompt = ids[n_prompt - max_prompt_length:], max_prompt_length
                 cut_prompts += 1

@@ -24,7 +24,7 @@ from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.i18n import Messages
-from aura.data.sft import _check_messages, iter_records
+from aura.data.sft import check_messages, iter_records
 
 MATH_DIR = Path(__file__).resolve().parents[1] / "resources" / "math_es"
 DEFAULT_PROMPTS = MATH_DIR / "train.jsonl"
@@ -87,7 +87,7 @@ def _messages(value, where: str, name: str) -> list[dict[str, str]]:
             or value[-1].get("role") != "user":
         raise AuraError(M("bad_prompt", where=where, field=name, kind=type(value).__name__))
     # the SFT checks (roles, alternation, text contents) on the prompt plus a placeholder answer
-    return _check_messages(list(value) + [{"role": "assistant", "content": "-"}], where)[:-1]
+    return check_messages(list(value) + [{"role": "assistant", "content": "-"}], where)[:-1]
 
 
 def record_to_prompt(record, where: str) -> PromptItem:
@@ -125,12 +125,12 @@ def load_prompts(data: str | os.PathLike | None = None, *, split: str = "train",
 def encode_prompts(items: list[PromptItem], tokenizer, *, templated: bool,
                    max_prompt_length: int | None = None) -> list[EncodedPrompt]:
     """Token ids of every prompt: chat template with the generation prompt, or the plain text."""
-    from aura.data.sft_batches import _render
+    from aura.data.sft_batches import render_chat
 
     out, cut = [], 0
     for item in items:
         if templated:
-            text = _render(tokenizer, item.messages, generation_prompt=True, where=item.where)
+            text = render_chat(tokenizer, item.messages, generation_prompt=True, where=item.where)
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         else:
             ids = tokenizer("\n\n".join(m["content"] for m in item.messages))["input_ids"]

@@ -104,7 +104,7 @@ def _text_field(record: dict, name: str, where: str) -> str:
     return value
 
 
-def _check_messages(raw, where: str) -> list[dict[str, str]]:
+def check_messages(raw, where: str) -> list[dict[str, str]]:
     if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) for m in raw):
         raise AuraError(M("bad_messages", where=where))
     messages = []
@@ -146,7 +146,7 @@ def record_to_conversation(record, where: str) -> Conversation:
                 raw = loads_json(raw)
             except ValueError as e:
                 raise AuraError(M("bad_json", where=where, err=e)) from None
-        return Conversation(messages=_check_messages(raw, where), where=where)
+        return Conversation(messages=check_messages(raw, where), where=where)
     pairs = (("instruction", "response"), ("instruction", "output"), ("prompt", "completion"))
     for q, a in pairs:
         if q in rec and a in rec:

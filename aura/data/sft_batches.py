@@ -87,7 +87,7 @@ def detect_text_family(texts: Iterable[str]) -> str | None:
     return counts.most_common(1)[0][0] if counts else None
 
 
-def _rstrip_end(text: str, start: int, end: int) -> int:
+def rstrip_end(text: str, start: int, end: int) -> int:
     """End of a span without the whitespace a template puts after the end-of-turn token (never generated)."""
     while end > start and text[end - 1] in " \n":
         end -= 1
@@ -109,12 +109,12 @@ def _text_spans(text: str, bos: str | None, eos: str | None) -> list[tuple[int, 
                     bos != eos or text[s:e - len(bos)].endswith(eos)):
                 e -= len(bos)
             pos = e
-            spans.append((s, _rstrip_end(text, s, e)))
+            spans.append((s, rstrip_end(text, s, e)))
         return spans
     return None
 
 
-def _render(tokenizer, messages, *, generation_prompt: bool, where: str) -> str:
+def render_chat(tokenizer, messages, *, generation_prompt: bool, where: str) -> str:
     try:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
     except Exception as e:  # jinja TemplateError, raise_exception() inside the template
@@ -125,17 +125,17 @@ def _chat_spans(tokenizer, conv: Conversation) -> tuple[str, list[tuple[int, int
     from aura.text.templates import template_names
 
     msgs = conv.messages or []
-    full = _render(tokenizer, msgs, generation_prompt=False, where=conv.where)
+    full = render_chat(tokenizer, msgs, generation_prompt=False, where=conv.where)
     spans = []
     for i, m in enumerate(msgs):
         if m["role"] != "assistant":
             continue
-        before = _render(tokenizer, msgs[:i], generation_prompt=True, where=conv.where)
-        upto = full if i == len(msgs) - 1 else _render(tokenizer, msgs[:i + 1], generation_prompt=False,
+        before = render_chat(tokenizer, msgs[:i], generation_prompt=True, where=conv.where)
+        upto = full if i == len(msgs) - 1 else render_chat(tokenizer, msgs[:i + 1], generation_prompt=False,
                                                        where=conv.where)
         if not (full.startswith(upto) and upto.startswith(before)):
             raise AuraError(M("not_prefix", where=conv.where, choices=template_names()))
-        spans.append((len(before), _rstrip_end(upto, len(before), len(upto))))
+        spans.append((len(before), rstrip_end(upto, len(before), len(upto))))
     return full, spans
 
 

@@ -25,18 +25,6 @@ from aura.train.finetune_config import (FinetuneConfig, M, auto_epochs_line, che
 
 
 
-class _Limited:
-    """Validation batches, at most ``n`` per evaluation (``--eval-batches``; 0 = all), re-iterable."""
-
-    def __init__(self, source, n: int):
-        self.source, self.n = source, n
-
-    def __iter__(self):
-        import itertools
-
-        return itertools.islice(iter(self.source), self.n or None)
-
-
 class EpochInfo:
     """``epoch_info.json``: a list with one object per finished epoch, rewritten atomically."""
 
@@ -83,102 +71,48 @@ class FinetuneCommand:
         return [self.base_name, cfg.data, cfg.deepspeed]
 
     def prepare(self, run: Run) -> TrainingJob:
+        """The run's job: the objective's data, batches and loss (``aura.train.objectives.registry``), the
+        model, the plan and the hooks that save the adapter or the model."""
         from aura.models.presets import count_parameters, flops_per_token
         from aura.tokenizer.loading import load_tokenizer
         from aura.train import adapters
+        from aura.train.objectives.registry import setup_class
         from aura.train.run.memory import finetune_defaults
 
         cfg, dist, base_name, out = run.cfg, run.dist, self.base_name, run.out
-        pref = grpo = None
-        if cfg.objective == "grpo":  # prompts and rewards (aura.train.objectives.grpo_setup)
-            from aura.train.objectives import grpo_setup as grpo
-
-            pairs, rewards = grpo.load(cfg)
-            convs = grpo.template_conversations(pairs)
-        elif cfg.objective == "kto":  # rated single answers (aura.train.objectives.kto): DPO's steps, KTO's parts
-            from aura.train.objectives import kto as pref
-
-            pairs = pref.load(cfg)
-            convs = pref.template_conversations(pairs)
-        elif cfg.objective != "sft":  # preference pairs (aura.train.objectives.preference)
-            from aura.train.objectives import preference as pref
-
-            pairs = pref.load(cfg)
-            convs = pref.template_conversations(pairs)
-        else:
-            convs = _conversations(cfg)
+        setup = setup_class(cfg.objective)()
+        items = setup.load(cfg)
         tok = load_tokenizer(base_name, trust_remote_code=cfg.trust_remote_code, flag="--base-model")
-        template_name = _template(cfg, tok, convs)
-        train_ex, val_ex = pref.encode(cfg, tok, pairs) if pref else \
-            grpo.encode(cfg, tok, pairs, templated=template_name is not None) if grpo else _encode(cfg, tok, convs)
+        template_name = _template(cfg, tok, setup.conversations(items))
+        train_ex, val_ex = setup.encode(cfg, tok, items, templated=template_name is not None)
         cfg = finetune_defaults(cfg, run=run, base_name=base_name)  # CUDA `auto`: micro-batch, checkpointing
-        if grpo:
-            cfg = grpo.resolve(cfg, dist)  # GRPO's batch, lr and epochs where not given; whole groups per step
+        cfg = setup.resolve(cfg, dist)  # e.g. GRPO's batch, lr and epochs where not given
         model, fingerprint, base_config = _load_model(cfg, base_name, tok, run)
         packing = cfg.packing
         if packing and not adapters.packing_is_isolated(model):
             console.warn(M("packing_off"))
             packing = False
         cfg = _with_defaults(cfg, model, n_train=len(train_ex), run=run)
-        evaluators = []
-        if pref:
-            from aura.train.objectives.preference import shares_prompt
-
-            # a pair (KTO: an answer and its mismatched KL answer, for the reference) in one row, the prompt
-            # once, where the model takes the mask; ORPO's NLL over the prompt (--train-on-prompt) needs two rows
-            two_rows = cfg.objective == "orpo" and cfg.train_on_prompt
-            shared = {"shared": not two_rows and shares_prompt(model, kto=cfg.objective == "kto")}
-            data, val = pref.sources(cfg, tok, train_ex, val_ex, dist=dist, limited=_Limited, **shared)
-            if cfg.objective in ("simpo", "cpo"):  # paired data as DPO's, no reference model
-                from aura.train.objectives.simpo import build as build_reference_free
-
-                objective = build_reference_free(cfg)
-            else:
-                objective = pref.build_objective(cfg, model, pairs=train_ex + val_ex, pad_id=tok.pad_token_id,
-                                                 run=run, **shared)
-        elif grpo:
-            data, objective = grpo.build(cfg, tok, model, train_ex, val_ex, rewards, run=run, base_name=base_name)
-            val = None
-        else:
-            data, val = _sources(cfg, tok, train_ex, val_ex, dist=dist, packing=packing)
-            objective = None
-        tokens_per_row = sum(len(e.input_ids) for e in train_ex) / max(len(data.rows), 1) + (
-            cfg.max_completion_length if grpo else 0)
+        data, val = setup.sources(cfg, tok, model, train_ex, val_ex, run=run, packing=packing, base_name=base_name)
+        objective = setup.build(cfg, model, train_ex, val_ex, tok=tok, run=run)
+        tokens_per_row = sum(len(e.input_ids) for e in train_ex) / max(len(data.rows), 1) + \
+            setup.completion_tokens(cfg)
         plan = run.plan(cfg, batches_per_epoch=data.batches_per_epoch,
                         tokens_per_micro_batch=int(cfg.batch_size * tokens_per_row))
-        if grpo:
-            evaluators = grpo.evaluators(cfg, tok, model, val_ex, data, steps_per_epoch=plan.steps_per_epoch)
-        if not (pref or grpo):
-            console.info(M("examples", train=len(train_ex), val=len(val_ex), tokens=data.num_label_tokens,
-                           prompt=M("with_prompt") if cfg.train_on_prompt else ""))
+        evaluators = setup.evaluators(cfg, tok, model, val_ex, data, steps_per_epoch=plan.steps_per_epoch)
+        setup.announce(cfg, train_ex, val_ex, data)
         model, engine, io = _parallelise(cfg, model, run)
         lora = cfg.lora_settings() if cfg.method != "full" else None
         method = cfg.method
-
-        def save_model(m, d, state_dict):
-            adapters.write_model_files(m, d, state_dict, method=method, template_name=template_name,
-                                       fingerprint=fingerprint)
-
-        def load_model(m, d):
-            load_hf_weights(m, Path(d)) if method == "full" else adapters.load_adapter_weights(m, d)
-
-        def summary(result) -> list:
-            cmd = f"--model {result.final_dir}" if method == "full" else \
-                f"--model {base_name} --adapter {result.final_dir}"
-            return [M("out_final", kind=M("kind_full" if method == "full" else "kind_adapter"), path=result.final_dir),
-                    best_line(out),
-                    M("out_epochs", path=out / EPOCH_INFO) if (out / EPOCH_INFO).is_file() else None,  # not mid-epoch
-                    M("out_logs", csv=out / "training_log.csv", tb=out / "tb") if (out / "tb").is_dir() else
-                    M("out_log", csv=out / "training_log.csv"), M("out_next", cmd=cmd)]
-
         return TrainingJob(
             cfg=cfg, model=model, data=data, val_data=val, plan=plan, engine=engine, io=io,
             identity={"method": method, "lora": lora, "template": template_name,
-                      **({"objective": cfg.objective} if pref or grpo else {})},
+                      **({"objective": cfg.objective} if setup.named_in_identity else {})},
             # the base is checked by the adapter's own check when the checkpoint loads (aura.models.adapter_check)
             stored={"base_model": {k: fingerprint[k] for k in ("config_hash", "embed_hash")}},
             mismatch=lambda path, diffs: M("ckpt_differs", path=path, diffs=diffs),
-            save_model=save_model, load_model=load_model, write_extras=lambda d: adapters.write_tokenizer_files(tok, d),
+            **_model_hooks(method, tok=tok, template_name=template_name, fingerprint=fingerprint, base_name=base_name,
+                           out=out),
             on_epoch_end=EpochInfo(out / EPOCH_INFO, resume_step=step_of(run.resume) if run.resume else None),
             epoch_checkpoint_name=lambda epoch, step: f"checkpoint-epoch-{epoch}",
             describe={"base_model": base_name, "base_fingerprint": fingerprint, "method": method, "lora": lora,
@@ -189,22 +123,34 @@ class FinetuneCommand:
                       "hf_config": base_config.to_dict()},
             flops_per_token=flops_per_token(base_config, int(tokens_per_row) or None, trainable_parameters=None
                                             if cfg.method == "full" or cfg.deepspeed
-                                            else count_parameters(model, trainable_only=True)), summary=summary,
+                                            else count_parameters(model, trainable_only=True)),
             objective=objective, evaluators=evaluators,
-            finish=grpo.signal_summary(data, out) if grpo else None)
+            finish=setup.finish(data, out))
 
 
-def _conversations(cfg: FinetuneConfig) -> list:
-    from aura.data.sft import load_conversations
+def _model_hooks(method: str, *, tok, template_name: str | None, fingerprint: dict, base_name: str, out: Path) -> dict:
+    """The job's hooks that save and load the adapter (or the full model) with the tokenizer and the chat
+    template, and its summary lines."""
+    from aura.train import adapters
 
-    if not cfg.data:
-        from aura.data import EMBEDDED_INSTRUCTIONS
+    def save_model(m, d, state_dict):
+        adapters.write_model_files(m, d, state_dict, method=method, template_name=template_name,
+                                   fingerprint=fingerprint)
 
-        console.info(M("demo_data", path=EMBEDDED_INSTRUCTIONS))
-    from aura.data.hub_datasets import choose_data
+    def load_model(m, d):
+        load_hf_weights(m, Path(d)) if method == "full" else adapters.load_adapter_weights(m, d)
 
-    return load_conversations(choose_data(cfg.data, cfg.data_fallback), empty_responses=cfg.empty_responses,
-                              split=cfg.split)
+    def summary(result) -> list:
+        cmd = f"--model {result.final_dir}" if method == "full" else \
+            f"--model {base_name} --adapter {result.final_dir}"
+        return [M("out_final", kind=M("kind_full" if method == "full" else "kind_adapter"), path=result.final_dir),
+                best_line(out),
+                M("out_epochs", path=out / EPOCH_INFO) if (out / EPOCH_INFO).is_file() else None,  # not mid-epoch
+                M("out_logs", csv=out / "training_log.csv", tb=out / "tb") if (out / "tb").is_dir() else
+                M("out_log", csv=out / "training_log.csv"), M("out_next", cmd=cmd)]
+
+    return {"save_model": save_model, "load_model": load_model, "summary": summary,
+            "write_extras": lambda d: adapters.write_tokenizer_files(tok, d)}
 
 
 def _template(cfg: FinetuneConfig, tok, convs: list) -> str | None:
@@ -224,21 +170,6 @@ def _template(cfg: FinetuneConfig, tok, convs: list) -> str | None:
 
         console.warn(TM("missing_tokens", tokens=", ".join(missing), name=template_name))
     return template_name
-
-
-def _encode(cfg: FinetuneConfig, tok, convs: list) -> tuple[list, list]:
-    """(training examples, validation examples): masked token ids, split by --val-fraction."""
-    from aura.data.sft import split_train_val
-    from aura.data.sft_batches import encode_all
-
-    train_convs, val_convs = split_train_val(convs, val_fraction=cfg.val_fraction, seed=cfg.seed)
-    enc = dict(max_length=cfg.max_length, truncation=cfg.truncation, train_on_prompt=cfg.train_on_prompt)
-    train_ex = encode_all(train_convs, tok, **enc)
-    val_ex = encode_all(val_convs, tok, **enc) if val_convs else []
-    if not val_ex and cfg.val_fraction > 0:
-        console.warn(M("no_val", n=len(val_convs), total=len(convs), fraction=cfg.val_fraction,
-                       length=cfg.max_length))
-    return train_ex, val_ex
 
 
 def _load_model(cfg: FinetuneConfig, base_name: str, tok, run: Run):
@@ -289,18 +220,6 @@ def _with_defaults(cfg: FinetuneConfig, model, *, n_train: int, run: Run) -> Fin
         defaults["epochs"] = epochs
     defaults.setdefault("save_steps", 500)
     return with_defaults(cfg, **defaults)
-
-
-def _sources(cfg: FinetuneConfig, tok, train_ex: list, val_ex: list, *, dist, packing: bool):
-    """(training batches, validation batches or None): every rank reads its own part."""
-    from aura.data.sft_batches import SFTDataSource, length_buckets
-
-    common = dict(batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed, rank=dist.rank,
-                  world_size=dist.world_size, packing=packing, max_length=cfg.max_length,
-                  buckets=length_buckets(cfg.max_length) if cfg.compile else ())  # few shapes to compile
-    data = SFTDataSource(train_ex, **common)
-    val = _Limited(SFTDataSource(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None
-    return data, val
 
 
 def _parallelise(cfg: FinetuneConfig, model, run: Run):

@@ -16,10 +16,9 @@ from aura.train.adapters import LORA_PRESETS
 from aura.train.args import TrainArgs
 from aura.train.objectives.grpo_args import GRPOArgs
 from aura.train.objectives.kto_args import KTOArgs
+from aura.train.objectives.registry import NAMES, OBJECTIVES, setup_class
 from aura.train.objectives.simpo_args import SimPOArgs
 
-LR_LORA, LR_FULL = 2e-4, 2e-5
-PREF_LR_LORA, PREF_LR_FULL = 5e-5, 5e-7  # DPO/ORPO move away from a reference: smaller steps
 DEMO_BASES = (Path("runs/aura/final"), Path("runs/demo/final"))  # where the `aura pretrain` demo writes
 
 
@@ -48,18 +47,11 @@ M = Messages("finetune", {
                 "aura finetune --base-model runs/aura/final)."),
     "demo_base": ("Sin --base-model: se usa el modelo de la demo de preentrenamiento, {path}.",
                   "No --base-model: using the pretraining demo's model, {path}."),
-    "demo_data": ("Sin --data: se usa la muestra de instrucciones en español incluida ({path}).",
-                  "No --data: using the embedded Spanish instruction sample ({path})."),
     "template": ("Plantilla de chat: {name} (se guarda con el resultado como tokenizer.chat_template).",
                  "Chat template: {name} (saved with the output as tokenizer.chat_template)."),
     "template_own": ("Plantilla de chat: la del propio modelo (se guarda con el resultado como "
                      "tokenizer.chat_template).",
                      "Chat template: the model's own (saved with the output as tokenizer.chat_template)."),
-    "examples": ("Ejemplos: {train} de entrenamiento, {val} de validación; {tokens:token|tokens} de respuesta "
-                 "entrenados por época{prompt}.",
-                 "Examples: {train} for training, {val} for validation; {tokens:,} response tokens trained per "
-                 "epoch{prompt}."),
-    "with_prompt": (" (con --train-on-prompt también los del prompt)", " (with --train-on-prompt also the prompt's)"),
     "auto_batch": ("Lote automático: {batch} (cabe en {have:.1f} GiB de {device} con {length:token|tokens} por fila).",
                    "Automatic batch: {batch} (fits in {have:.1f} GiB of {device} with {length:token|tokens} per row)."),
     "ckpt_differs": ("El checkpoint {path} no corresponde a este ajuste fino:\n  {diffs}\nReanuda con el mismo "
@@ -73,33 +65,8 @@ M = Messages("finetune", {
     "out_logs": ("  registros: {csv} , tensorboard --logdir {tb}", "  logs: {csv} , tensorboard --logdir {tb}"),
     "out_log": ("  registro: {csv}", "  log: {csv}"),
     "out_next": ("  pruébalo: aura chat {cmd}", "  try it: aura chat {cmd}"),
-    "no_val": ("Sin ejemplos de validación (--val-fraction {fraction} apartó {n} de {total}; los que superan "
-               "--max-length {length} se descartan): no habrá pérdida de validación (\"Pérdida de validación: -\") ni best/. "
-               "Sube --val-fraction, o --max-length, o usa --truncation truncate.",
-               "No validation examples (--val-fraction {fraction} set aside {n} of {total}; those longer than "
-               "--max-length {length} are dropped): there will be no validation loss (\"Val loss: -\") and no "
-               "best/. Raise --val-fraction, or --max-length, or use --truncation truncate."),
     "kind_adapter": ("adaptador LoRA", "LoRA adapter"),
     "kind_full": ("modelo completo", "full model"),
-    "pref_only": ("--{flag} solo se aplica a --objective dpo u orpo (el objetivo es 'sft').",
-                  "--{flag} only applies to --objective dpo or orpo (the objective is 'sft')."),
-    "pref_grpo_only": ("--{flag} solo se aplica a --objective dpo, orpo o grpo (el objetivo es 'sft').",
-                       "--{flag} only applies to --objective dpo, orpo or grpo (the objective is 'sft')."),
-    "dpo_only": ("--{flag} solo se aplica a --objective dpo (el objetivo es '{objective}').",
-                 "--{flag} only applies to --objective dpo (the objective is '{objective}')."),
-    "pref_packing": ("--packing no se puede usar con --objective {objective}: cada par va en sus propias filas.",
-                     "--packing cannot be used with --objective {objective}: each pair has rows of its own."),
-    "dpo_prompt": ("--train-on-prompt no se aplica a --objective dpo (la pérdida compara solo las respuestas); "
-                   "con orpo añade los tokens del prompt a la NLL.",
-                   "--train-on-prompt does not apply to --objective dpo (the loss compares answers only); with "
-                   "orpo it adds the prompt tokens to the NLL."),
-    "smoothing": ("--label-smoothing debe estar en [0, 0.5) y solo se aplica a --dpo-loss sigmoid (recibido: "
-                  "{value}).",
-                  "--label-smoothing must be in [0, 0.5) and only applies to --dpo-loss sigmoid (got: {value})."),
-    "prompt_length": ("--max-prompt-length ({value}) debe ser menor que --max-length ({max_length}): la "
-                      "respuesta necesita sitio.",
-                      "--max-prompt-length ({value}) must be smaller than --max-length ({max_length}): the answer "
-                      "needs room."),
     "lora_full": ("--{flag} solo se aplica a --method lora o qlora (el método es 'full').",
                   "--{flag} only applies to --method lora or qlora (the method is 'full')."),
     "base_folder": ("--output-dir {out} {relation} (--base-model {base}). Un ajuste fino es una "
@@ -136,6 +103,9 @@ def auto_epochs(n_examples: int) -> tuple[int, str]:
 class FinetuneConfig(KTOArgs, SimPOArgs, GRPOArgs, TrainArgs):
     """Flags of ``aura finetune``: TrainArgs plus the model, data, adapter and objective choices (GRPO's
     in ``GRPOArgs``, SimPO's and CPO's in ``SimPOArgs``, KTO's in ``KTOArgs``)."""
+
+    # the objectives' args sections, each checking its own flags (aura.train.objectives.registry)
+    OBJECTIVE_SECTIONS = (GRPOArgs, KTOArgs, SimPOArgs)
 
     base_model: str | None = arg(None, es="Modelo base: directorio Hugging Face (p. ej. runs/aura/final) o "
                                           "nombre del hub.",
@@ -197,7 +167,7 @@ class FinetuneConfig(KTOArgs, SimPOArgs, GRPOArgs, TrainArgs):
     weight_decay: float = arg(0.0, es="Weight decay de AdamW.", en="AdamW weight decay.")
     adam_beta2: float = arg(0.999, es="beta2 de AdamW.", en="AdamW beta2.")
     min_lr: float | None = arg(0.0, es="Tasa final del coseno.", en="Final learning rate of the cosine.")
-    objective: Literal["sft", "dpo", "orpo", "grpo", "simpo", "cpo", "kto"] = arg(
+    objective: Literal[NAMES] = arg(  # the registry's names (aura.train.objectives.registry)
         "sft", es="Qué se optimiza: sft (instrucciones), dpo, orpo, simpo o cpo (pares de preferencia "
                   "prompt/chosen/rejected; orpo, simpo y cpo sin modelo de referencia), grpo (aprendizaje por refuerzo "
                   "con recompensas verificables sobre prompts) o kto (respuestas sueltas valoradas buena/mala: "
@@ -249,39 +219,12 @@ class FinetuneConfig(KTOArgs, SimPOArgs, GRPOArgs, TrainArgs):
                     raise AuraError(M("lora_full", flag=flag))
 
     def _check_objective(self) -> None:
-        """The preference flags belong to --objective dpo/orpo, GRPO's to grpo, and some SFT flags do not."""
-        self.check_grpo()
-        self.check_kto()
-        self.check_reference_free()
-        if self.objective == "grpo":
-            if self.beta is None:
-                self.beta = 0.0
-            return
-        if self.objective == "sft":
-            for flag, value in (("beta", self.beta is not None), ("dpo-loss", self.dpo_loss != "sigmoid"),
-                                ("label-smoothing", self.label_smoothing), ("max-prompt-length", self.max_prompt_length),
-                                ("precompute-ref", self.precompute_ref)):
-                if value:
-                    raise AuraError(M("pref_grpo_only" if flag in ("beta", "max-prompt-length") else "pref_only",
-                                      flag=flag))
-            return
-        if self.beta is None:
-            self.beta = 0.1
-        if self.beta <= 0:
-            raise AuraError(M("positive", flag="beta", value=self.beta))
-        if self.packing:
-            raise AuraError(M("pref_packing", objective=self.objective))
-        if self.objective == "orpo":
-            for flag, value in (("dpo-loss", self.dpo_loss != "sigmoid"), ("label-smoothing", self.label_smoothing),
-                                ("precompute-ref", self.precompute_ref)):
-                if value:
-                    raise AuraError(M("dpo_only", flag=flag, objective=self.objective))
-        elif self.train_on_prompt:
-            raise AuraError(M("dpo_prompt"))
-        if not 0 <= self.label_smoothing < 0.5 or (self.label_smoothing and self.dpo_loss != "sigmoid"):
-            raise AuraError(M("smoothing", value=self.label_smoothing))
-        if self.max_prompt_length is not None and not 0 < self.max_prompt_length < self.max_length:
-            raise AuraError(M("prompt_length", value=self.max_prompt_length, max_length=self.max_length))
+        """The chosen objective's registry entry checks the objectives' flags (``ObjectiveSetup.check_args``)."""
+        if self.objective not in OBJECTIVES:  # a config built in Python: the error of a YAML value
+            from aura.core.config import coerce
+
+            coerce("objective", Literal[NAMES], self.objective)
+        setup_class(self.objective).check_args(self)
 
     def lora_settings(self) -> dict:
         """r, alpha, dropout: explicit flags > --lora-preset > the guide's defaults (16, 32, 0.05)."""
@@ -294,12 +237,11 @@ class FinetuneConfig(KTOArgs, SimPOArgs, GRPOArgs, TrainArgs):
         return out
 
     def optimisation_defaults(self) -> dict:
-        """Values for ``aura.train.args.with_defaults``: batch 2 x accumulation 4, lr 2e-4 (LoRA) or
-        2e-5 (full), for DPO/ORPO 5e-5 (LoRA) or 5e-7 (full); warm-up 3 % (optim.schedule.default_warmup) and cosine
-        come from the loop."""
+        """Values for ``aura.train.args.with_defaults``: batch 2 x accumulation 4, the objective's learning
+        rate (``ObjectiveSetup.learning_rate``: SFT 2e-4 with LoRA, 2e-5 full; DPO/ORPO 5e-5, 5e-7); warm-up 3 %
+        (optim.schedule.default_warmup) and cosine come from the loop."""
         return {"batch_size": 2, "gradient_accumulation_steps": 4,
-                "learning_rate": (PREF_LR_FULL if self.method == "full" else PREF_LR_LORA) if self.objective != "sft"
-                else LR_FULL if self.method == "full" else LR_LORA,
+                "learning_rate": setup_class(self.objective).learning_rate(self.method),
                 "gradient_checkpointing": False}
 
 

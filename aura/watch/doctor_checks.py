@@ -268,7 +268,7 @@ def check_distributed(r: Report, torch) -> None:
 def check_cpu(r: Report, torch) -> None:
     import psutil
 
-    from aura.models.hardware import cpu_name, cpu_count, cpu_fast_bf16, cpu_flags
+    from aura.models.hardware import cpu_count, cpu_fast_bf16, cpu_flags, cpu_name
 
     flags, usable, name = cpu_flags(), cpu_count(), cpu_name()
     amx, avx = "amx_bf16" in flags, "avx512_bf16" in flags

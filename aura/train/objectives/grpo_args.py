@@ -50,6 +50,8 @@ DEFAULT_REWARDS = ["exact-answer:1.0", "format:0.2"]
 class GRPOArgs:
     """GRPO's flags (TRL GRPOConfig's names and defaults where TRL has them)."""
 
+    SECTION = "grpo"  # its name for ObjectiveSetup.sections (a class attribute, not a flag)
+
     reward: list[str] = arg([], metavar="SPEC",
                             es="GRPO: recompensa NOMBRE[:PESO] o ARCHIVO.py:FUNCIÓN[:PESO], repetible. Incluidas: "
                                "exact-answer (respuesta final = campo 'answer'), format (--format-pattern), length "
@@ -113,25 +115,22 @@ class GRPOArgs:
         defaults = GRPOArgs()
         return [name for name in GRPOArgs.__dataclass_fields__ if getattr(self, name) != getattr(defaults, name)]
 
-    def check_grpo(self) -> None:
-        """GRPO flags only with --objective grpo; with it, valid values and no flag it cannot honour."""
+    def check_unused(self) -> None:
+        """Under another objective: none of GRPO's flags given."""
         from aura.core.config import flag_name
 
-        if self.objective != "grpo":
-            changed = self.grpo_defaults_changed()
-            if changed:
-                raise AuraError(M("grpo_only", flag=flag_name(changed[0])[2:], objective=self.objective))
-            return
-        for flag, bad in (("dpo-loss", self.dpo_loss != "sigmoid"), ("label-smoothing", self.label_smoothing),
-                          ("precompute-ref", self.precompute_ref), ("train-on-prompt", self.train_on_prompt),
-                          ("packing", self.packing)):
-            if bad:
-                raise AuraError(M("not_grpo", flag=flag))
+        changed = self.grpo_defaults_changed()
+        if changed:
+            raise AuraError(M("grpo_only", flag=flag_name(changed[0])[2:], objective=self.objective))
+
+    def check_section(self) -> None:
+        """Under --objective grpo: valid values of GRPO's own flags (the reward specs' syntax and files now,
+        before anything is written; they are imported when training)."""
         if self.num_generations < 2:
             raise AuraError(M("generations", value=self.num_generations))
         for flag, value in (("max-completion-length", self.max_completion_length), ("temperature", self.temperature),
                             ("epsilon", self.epsilon), ("epsilon-high", self.epsilon_high),
-                            ("vllm-gpu-memory", self.vllm_gpu_memory), ("max-prompt-length", self.max_prompt_length)):
+                            ("vllm-gpu-memory", self.vllm_gpu_memory)):
             if value is not None and value <= 0:
                 raise AuraError(M("positive", flag=flag, value=value))
         if self.loss_type == "cispo":
@@ -141,19 +140,12 @@ class GRPOArgs:
                 raise AuraError(M("cispo_high", value=self.epsilon_high))
         if not 0 < self.top_p <= 1:
             raise AuraError(M("top_p", value=self.top_p))
-        for flag, value in (("top-k", self.top_k), ("beta", self.beta)):
-            if value is not None and value < 0:
-                raise AuraError(M("not_negative", flag=flag, value=value))
-        if self.deepspeed or self.strategy not in ("auto", "ddp", "none"):
-            raise AuraError(M("strategy", strategy=self.strategy))
+        if self.top_k < 0:
+            raise AuraError(M("not_negative", flag="top-k", value=self.top_k))
         from aura.data.rewards import check_spec
 
-        for spec in self.reward:  # syntax and files now, before anything is written (imported when training)
+        for spec in self.reward:
             check_spec(spec)
-        if self.rollout_engine == "vllm" and getattr(self, "method", None) == "qlora":
-            raise AuraError(M("qlora_vllm"))
-        if self.rollout_engine == "vllm" and not vllm_usable():
-            raise AuraError(M("no_vllm"))
 
     @property
     def rewards_or_default(self) -> list[str]:

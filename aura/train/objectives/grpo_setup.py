@@ -1,4 +1,4 @@
-"""The ``aura finetune --objective grpo`` side of the fine-tuning setup (``aura.train.finetune`` calls these).
+"""The ``aura finetune --objective grpo`` side of the fine-tuning setup (``GRPOSetup``, the registry's entry).
 
 Prompts (``aura.data.prompts``) and rewards (``aura.data.rewards``, a user's file imported before the model
 loads, so its mistakes show first), the rollout source (``aura.train.objectives.rollout``) with Aura's
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from aura.core import console
+from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
+from aura.train.objectives.grpo_args import M as AM
+from aura.train.objectives.registry import ObjectiveSetup
 
 M = Messages("grpo_setup", {
     "demo_data": ("Sin --data: se usan los problemas de matemáticas en español incluidos ({path}).",
@@ -80,14 +81,6 @@ def load(cfg) -> tuple[list, object]:
     return items, rewards
 
 
-def template_conversations(items: list) -> list:
-    """Conversations for the template choice: each prompt with an assistant turn (its answer, if any)."""
-    from aura.data.sft import Conversation
-
-    return [Conversation(messages=p.messages + [{"role": "assistant", "content": str(p.answer or "-")}],
-                         where=p.where) for p in items]
-
-
 def encode(cfg, tok, items: list, *, templated: bool) -> tuple[list, list]:
     """(training prompts, validation prompts) as token ids, split by --val-fraction."""
     from aura.data.prompts import encode_prompts
@@ -96,6 +89,79 @@ def encode(cfg, tok, items: list, *, templated: bool) -> tuple[list, list]:
     train, val = split_train_val(items, val_fraction=cfg.val_fraction, seed=cfg.seed)
     enc = dict(templated=templated, max_prompt_length=cfg.max_prompt_length)
     return encode_prompts(train, tok, **enc), encode_prompts(val, tok, **enc) if val else []
+
+
+class GRPOSetup(ObjectiveSetup):
+    """GRPO (and GSPO, its sequence-level ratios): prompts and rewards, rollouts sampled while training."""
+
+    name = "grpo"
+    sections = ("grpo",)
+    rewards = None  # the RewardSet (set by ``load``)
+
+    @classmethod
+    def check_across(cls, cfg) -> None:
+        """No preference flag GRPO cannot honour, one process or DDP, vLLM where it runs; --beta 0 by default."""
+        for flag, bad in (("dpo-loss", cfg.dpo_loss != "sigmoid"), ("label-smoothing", cfg.label_smoothing),
+                          ("precompute-ref", cfg.precompute_ref), ("train-on-prompt", cfg.train_on_prompt),
+                          ("packing", cfg.packing)):
+            if bad:
+                raise AuraError(AM("not_grpo", flag=flag))
+        if cfg.max_prompt_length is not None and cfg.max_prompt_length <= 0:
+            raise AuraError(AM("positive", flag="max-prompt-length", value=cfg.max_prompt_length))
+        if cfg.beta is not None and cfg.beta < 0:
+            raise AuraError(AM("not_negative", flag="beta", value=cfg.beta))
+        if cfg.deepspeed or cfg.strategy not in ("auto", "ddp", "none"):
+            raise AuraError(AM("strategy", strategy=cfg.strategy))
+        if cfg.rollout_engine == "vllm" and cfg.method == "qlora":
+            raise AuraError(AM("qlora_vllm"))
+        if cfg.rollout_engine == "vllm":
+            from aura.train.objectives.grpo_args import vllm_usable
+
+            if not vllm_usable():
+                raise AuraError(AM("no_vllm"))
+        if cfg.beta is None:
+            cfg.beta = 0.0
+
+    @classmethod
+    def learning_rate(cls, method: str) -> float:
+        return GRPO_LR_FULL if method == "full" else GRPO_LR_LORA
+
+    def load(self, cfg) -> list:
+        items, self.rewards = load(cfg)
+        return items
+
+    def conversations(self, items: list) -> list:
+        """Each prompt with an assistant turn (its answer, if any)."""
+        from aura.data.sft import Conversation
+
+        return [Conversation(messages=p.messages + [{"role": "assistant", "content": str(p.answer or "-")}],
+                             where=p.where) for p in items]
+
+    def encode(self, cfg, tok, items: list, *, templated: bool) -> tuple[list, list]:
+        return encode(cfg, tok, items, templated=templated)
+
+    def resolve(self, cfg, dist):
+        return resolve(cfg, dist)
+
+    def sources(self, cfg, tok, model, train_ex: list, val_ex: list, *, run, packing: bool, base_name: str):
+        """(the rollout source, None): GRPO's validation is the reward evaluator."""
+        return rollouts(cfg, tok, model, train_ex, val_ex, self.rewards, run=run, base_name=base_name), None
+
+    def build(self, cfg, model, train_ex: list, val_ex: list, *, tok, run):
+        from aura.train.objectives.grpo import GRPO
+
+        return GRPO(loss_type=cfg.loss_type, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
+                    temperature=cfg.temperature, max_completion_length=cfg.max_completion_length,
+                    reward_names=self.rewards.names, importance_sampling_level=cfg.importance_sampling_level)
+
+    def completion_tokens(self, cfg) -> int:
+        return cfg.max_completion_length
+
+    def evaluators(self, cfg, tok, model, val_ex: list, data, *, steps_per_epoch: int) -> list:
+        return evaluators(cfg, tok, model, val_ex, data, steps_per_epoch=steps_per_epoch)
+
+    def finish(self, data, out):
+        return signal_summary(data, out)
 
 
 def optimisation_defaults(cfg) -> dict:
@@ -108,7 +174,6 @@ def optimisation_defaults(cfg) -> dict:
 def resolve(cfg, dist):
     """``cfg`` with GRPO's defaults where the user gave nothing, and DDP for --strategy auto on several ranks;
     checks that a step holds whole groups."""
-    from aura.core.errors import AuraError
     from aura.train.args import with_defaults
 
     defaults = optimisation_defaults(cfg)
@@ -124,16 +189,13 @@ def resolve(cfg, dist):
     return cfg
 
 
-def build(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_name: str):
-    """(the rollout source, the GRPO objective) for ``model`` (not yet parallelised: the source samples
-    with this very module, whose parameters the parallel wrapper shares)."""
+def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_name: str):
+    """The rollout source for ``model`` (not yet parallelised: the source samples with this very module, whose
+    parameters the parallel wrapper shares)."""
     from aura.inference.loading import end_of_turn_ids
     from aura.inference.sampling import SamplingParams
-    from aura.train.objectives.grpo import GRPO
-    from aura.train.objectives.rollout import RolloutSource
-
-    from aura.core.errors import AuraError
     from aura.models.presets import context_length
+    from aura.train.objectives.rollout import RolloutSource
 
     ctx = context_length(model.config)
     longest = max(train_ex + val_ex, key=lambda p: len(p.input_ids))
@@ -169,10 +231,7 @@ def build(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_n
                    per_step=source.prompts_per_window))
     if cfg.importance_sampling_level == "sequence" and cfg.loss_type != "grpo":  # TRL warns the same
         console.warn(M("gspo_sum", loss=cfg.loss_type))
-    objective = GRPO(loss_type=cfg.loss_type, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
-                     temperature=cfg.temperature, max_completion_length=cfg.max_completion_length,
-                     reward_names=rewards.names, importance_sampling_level=cfg.importance_sampling_level)
-    return source, objective
+    return source
 
 
 def signal_summary(source, out):
@@ -204,6 +263,8 @@ class RewardEvaluator:
         self.names = ("val_reward",) + tuple(f"val_reward/{n}" for n in rewards.names)
 
     def __call__(self, model, *, dist) -> dict[str, float]:
+        import torch
+
         from aura.inference.sampling import sample_batch
 
         mine = self.prompts[dist.rank::dist.world_size]

@@ -23,6 +23,8 @@ M = Messages("kto_args", {
 class KTOArgs:
     """KTO's flags (TRL KTOConfig's names and defaults)."""
 
+    SECTION = "kto"  # its name for ObjectiveSetup.sections (a class attribute, not a flag)
+
     desirable_weight: float = arg(1.0, es="KTO: peso de la pérdida de las respuestas buenas (label verdadero).",
                                   en="KTO: weight of the loss of the good answers (label true).")
     undesirable_weight: float = arg(1.0, es="KTO: peso de la pérdida de las respuestas malas (label falso).",
@@ -31,20 +33,16 @@ class KTOArgs:
                                         "p. ej. me_gusta.",
                             en="KTO: the data column holding the verdict (true/false, 1/0, yes/no), e.g. me_gusta.")
 
-    def check_kto(self) -> None:
-        """KTO's flags only with --objective kto; with it, positive weights and none of DPO's loss options."""
-        if self.objective != "kto":
-            for flag, changed in (("desirable-weight", self.desirable_weight != 1.0),
-                                  ("undesirable-weight", self.undesirable_weight != 1.0),
-                                  ("label-column", self.label_column != "label")):
-                if changed:
-                    raise AuraError(M("kto_only", flag=flag, objective=self.objective))
-            return
-        for flag, bad, why in (("dpo-loss", self.dpo_loss != "sigmoid", "why_dpo"),
-                               ("label-smoothing", self.label_smoothing, "why_dpo"),
-                               ("train-on-prompt", self.train_on_prompt, "why_prompt")):
-            if bad:
-                raise AuraError(M("not_kto", flag=flag, why=M(why)))
+    def check_unused(self) -> None:
+        """Under another objective: none of KTO's flags given."""
+        for flag, changed in (("desirable-weight", self.desirable_weight != 1.0),
+                              ("undesirable-weight", self.undesirable_weight != 1.0),
+                              ("label-column", self.label_column != "label")):
+            if changed:
+                raise AuraError(M("kto_only", flag=flag, objective=self.objective))
+
+    def check_section(self) -> None:
+        """Under --objective kto: positive weights."""
         for flag, value in (("desirable-weight", self.desirable_weight),
                             ("undesirable-weight", self.undesirable_weight)):
             if not value > 0:

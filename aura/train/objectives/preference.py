@@ -36,18 +36,6 @@ from aura.core.i18n import Messages
 from aura.train.objectives.objective import PREFERENCE_HEADLINE
 
 M = Messages("preference_train", {
-    "demo_data": ("Sin --data: se usan los pares de preferencia en español incluidos ({path}).",
-                  "No --data: using the embedded Spanish preference pairs ({path})."),
-    "pairs": ("Pares: {train} de entrenamiento, {val} de validación; {tokens:token|tokens} de respuesta por época.",
-              "Pairs: {train} for training, {val} for validation; {tokens:,} answer tokens per epoch."),
-    "reference": ("Referencia de {objective}: {how}.", "{objective} reference: {how}."),
-    "ref_adapter": ("el modelo base con el adaptador desactivado (sin segunda copia en memoria)",
-                    "the base model with the adapter disabled (no second copy in memory)"),
-    "ref_copy": ("una copia congelada del modelo inicial", "a frozen copy of the starting model"),
-    "ref_pre": ("log-probabilidades calculadas una vez antes de entrenar (--precompute-ref)",
-                "log-probabilities computed once before training (--precompute-ref)"),
-    "no_val": ("Sin pares de validación (--val-fraction {fraction}): no habrá pérdida de validación ni best/.",
-               "No validation pairs (--val-fraction {fraction}): there will be no validation loss and no best/."),
     "prompt_once": ("Cada par pasa por el modelo en una sola fila: el prompt una vez, y cada respuesta lo ve "
                     "sin ver la otra.",
                     "Each pair goes through the model as one row: the prompt once, and each answer sees it "
@@ -100,7 +88,7 @@ def _shared_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, 
     from aura.data.preference import CHOSEN, REJECTED
 
     input_ids, labels, segments = batch["input_ids"], batch["labels"], batch["segments"]  # (B, T)
-    inner = _peft_model(model)
+    inner = peft_model(model)
     mask = pair_attention_mask(segments, implementation=inner.config._attn_implementation,
                                dtype=inner.get_input_embeddings().weight.dtype)  # (B, 1, T, T)
     T = input_ids.shape[1]
@@ -163,7 +151,7 @@ def shares_prompt(model, *, kto: bool = False) -> bool:
     from aura.data.preference import EncodedPair, collate_pairs
     from aura.data.sft_batches import Encoded
 
-    inner = _peft_model(model)
+    inner = peft_model(model)
     attn = getattr(inner.config, "_attn_implementation", None)
     # a custom 4D mask replaces the sliding-window masks too (Mistral, Gemma 2/3): beyond the window the
     # answers would see more than alone, which a check on a few tokens cannot reveal
@@ -192,7 +180,7 @@ def shares_prompt(model, *, kto: bool = False) -> bool:
     return ok
 
 
-def _peft_model(model):
+def peft_model(model):
     """The peft model inside DDP/DeepSpeed/compile wrappers (FSDP2 shards in place)."""
     from aura.distributed import unwrap
 
@@ -222,7 +210,7 @@ class DPO:
             return batch["ref_logps"]
         if self.ref_model is not None:
             return sequence_logps(self.ref_model, batch)[0]
-        with _peft_model(model).disable_adapter():
+        with peft_model(model).disable_adapter():
             return sequence_logps(model, batch)[0]
 
     def loss(self, model, batch):
@@ -288,11 +276,13 @@ class ORPO:
 
 
 @torch.no_grad()
-def precompute_reference(model, pairs: list, *, batch_size: int, pad_id: int, device, precision: str,
-                         adapter: bool, shared: bool = False) -> None:
-    """Store the reference's log-probs in every pair (``EncodedPair.ref_logps``): the starting model (the
-    base with the adapter disabled for LoRA/QLoRA), run once before training, in eval mode."""
-    from aura.data.preference import collate_pairs
+def precompute_reference(model, examples: list, *, collate, view=None, batch_size: int, pad_id: int, device,
+                         precision: str, adapter: bool, shared: bool = False) -> None:
+    """Store the reference's log-probs of each example's two sequences in it (``ref_logps``: a pair's chosen and
+    rejected answers, ``EncodedPair``; a KTO example's answer and its mismatched one, ``EncodedUnpaired``): the
+    starting model (the base with the adapter disabled for LoRA/QLoRA), run once before training, in eval mode.
+    ``collate`` batches the examples (``collate_pairs``, ``collate_unpaired``); ``view``: the batch's rows
+    for the reference, both sequences stacked (default: the batch itself)."""
     from aura.train.optim.engine import autocast_context
 
     was_training = model.training
@@ -300,12 +290,12 @@ def precompute_reference(model, pairs: list, *, batch_size: int, pad_id: int, de
     model.eval()
     context = model.disable_adapter() if adapter else contextlib.nullcontext()
     with context, autocast_context(precision, device):
-        for start in range(0, len(pairs), batch_size):
-            chunk = pairs[start:start + batch_size]
-            batch = {k: v.to(device) for k, v in collate_pairs(chunk, pad_id=pad_id, shared=shared).items()}
-            c, r = sequence_logps(model, batch)[0].double().cpu().chunk(2)
-            for pair, lc, lr in zip(chunk, c.tolist(), r.tolist()):
-                pair.ref_logps = (lc, lr)
+        for start in range(0, len(examples), batch_size):
+            chunk = examples[start:start + batch_size]
+            batch = {k: v.to(device) for k, v in collate(chunk, pad_id=pad_id, shared=shared).items()}
+            first, second = sequence_logps(model, view(batch) if view else batch)[0].double().cpu().chunk(2)
+            for example, a, b in zip(chunk, first.tolist(), second.tolist()):
+                example.ref_logps = (a, b)
     if was_training:
         model.train()
 
@@ -322,73 +312,3 @@ def frozen_copy(model, *, run, cfg):
     ref = place_frozen(copy.deepcopy(model), like=model, dist=run.dist, strategy=strategy,
                        device_memory=run.device_memory)
     return ref.eval()
-
-
-# ---------------------------------------------------------------------------------------------------
-# The `aura finetune --objective dpo|orpo` side (aura.train.finetune calls these)
-
-
-def load(cfg) -> list:
-    """The preference pairs of --data (or the embedded sample, said so)."""
-    from aura.data.preference import DEFAULT_PAIRS, load_pairs
-
-    from aura.data.hub_datasets import choose_data
-
-    if not cfg.data:
-        console.info(M("demo_data", path=DEFAULT_PAIRS))
-    return load_pairs(choose_data(cfg.data, cfg.data_fallback), empty_responses=cfg.empty_responses,
-                      split=cfg.split)
-
-
-def template_conversations(pairs: list) -> list:
-    """Conversations for the template choice (``finetune._template``): each pair's prompt + chosen answer."""
-    from aura.data.sft import Conversation
-
-    return [Conversation(messages=p.prompt + [p.chosen], where=p.where) for p in pairs]
-
-
-def encode(cfg, tok, pairs: list) -> tuple[list, list]:
-    """(training pairs, validation pairs) as token ids, split by --val-fraction (the SFT split)."""
-    from aura.data.preference import encode_pairs
-    from aura.data.sft import split_train_val
-
-    train, val = split_train_val(pairs, val_fraction=cfg.val_fraction, seed=cfg.seed)
-    enc = dict(max_length=cfg.max_length, max_prompt_length=cfg.max_prompt_length)
-    train_ex = encode_pairs(train, tok, **enc)
-    val_ex = encode_pairs(val, tok, **enc) if val else []
-    if not val_ex and cfg.val_fraction > 0:
-        console.warn(M("no_val", fraction=cfg.val_fraction))
-    return train_ex, val_ex
-
-
-def sources(cfg, tok, train_ex: list, val_ex: list, *, dist, limited, shared: bool = False):
-    """(training batches, validation batches or None): ``PairSource``s, every rank reading its part;
-    ``shared``: one row per pair, its prompt once (``shares_prompt``)."""
-    from aura.data.preference import PairSource
-
-    from aura.data.sft_batches import length_buckets
-
-    common = dict(batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed, rank=dist.rank,
-                  world_size=dist.world_size, max_length=cfg.max_length, shared=shared,
-                  buckets=length_buckets(cfg.max_length) if cfg.compile else ())  # few shapes to compile
-    data = PairSource(train_ex, **common)
-    val = limited(PairSource(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None
-    console.info(M("pairs", train=len(train_ex), val=len(val_ex), tokens=data.num_label_tokens))
-    return data, val
-
-
-def build_objective(cfg, model, *, pairs: list, pad_id: int, run, shared: bool = False):
-    """The DPO/ORPO objective for ``model`` (not yet parallelised); with --precompute-ref the reference
-    log-probs are computed here, into ``pairs`` (one row per pair with ``shared``)."""
-    if cfg.objective == "orpo":
-        return ORPO(beta=cfg.beta, train_on_prompt=cfg.train_on_prompt)
-    adapter = cfg.method != "full"
-    ref_model, how = None, "ref_adapter" if adapter else "ref_copy"
-    if cfg.precompute_ref:
-        precompute_reference(model, pairs, batch_size=cfg.batch_size, pad_id=pad_id, device=run.dist.device,
-                             precision=run.precision, adapter=adapter, shared=shared)
-        how = "ref_pre"
-    elif not adapter:
-        ref_model = frozen_copy(model, run=run, cfg=cfg)
-    console.info(M("reference", objective="DPO", how=M(how)))
-    return DPO(beta=cfg.beta, loss_type=cfg.dpo_loss, label_smoothing=cfg.label_smoothing, ref_model=ref_model)

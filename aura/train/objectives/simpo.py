@@ -25,16 +25,8 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from aura.core import console
-from aura.core.i18n import Messages
 from aura.train.objectives.objective import PREFERENCE_HEADLINE
 from aura.train.objectives.preference import DPO_METRICS, count_pairs, sequence_logps
-
-M = Messages("simpo_train", {
-    "no_reference": ("{objective}: sin modelo de referencia (ni copia congelada ni pasada con el adaptador "
-                     "desactivado).",
-                     "{objective}: no reference model (no frozen copy, no pass with the adapter disabled)."),
-})
 
 
 class SimPO:
@@ -73,9 +65,3 @@ class SimPO:
             "rewards/accuracy": (r_c > r_r).float().sum(), "rewards/margin": (r_c - r_r).sum(),
             "logps/chosen": chosen.detach().sum(), "logps/rejected": rejected.detach().sum(), **stats}
 
-
-def build(cfg) -> SimPO:
-    """The objective of ``aura finetune --objective simpo|cpo`` (``cfg``: a checked ``FinetuneConfig``)."""
-    console.info(M("no_reference", objective="SimPO" if cfg.objective == "simpo" else "CPO"))
-    return SimPO(name=cfg.objective, beta=cfg.beta, gamma=cfg.gamma, cpo_alpha=cfg.cpo_alpha,
-                 label_smoothing=cfg.label_smoothing)

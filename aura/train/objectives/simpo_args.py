@@ -25,13 +25,14 @@ M = Messages("simpo_args", {
                    "the loss and the NLL cover the answers only, as in TRL"),
     "negative": ("--{flag} no puede ser negativo (recibido: {value}).", "--{flag} cannot be negative (got: {value})."),
 })
-REFERENCE_FREE = ("simpo", "cpo")
 SIMPO_GAMMA, CPO_ALPHA = 0.5, 1.0  # TRL CPOConfig's simpo_gamma and cpo_alpha
 
 
 @dataclass
 class SimPOArgs:
     """SimPO's and CPO's flags (TRL CPOConfig's names and defaults)."""
+
+    SECTION = "simpo"  # its name for ObjectiveSetup.sections (a class attribute, not a flag)
 
     gamma: float | None = arg(None, es="SimPO: margen objetivo entre las recompensas de la respuesta elegida y la "
                                        "rechazada (simpo_gamma de TRL; por defecto 0.5).",
@@ -42,28 +43,21 @@ class SimPOArgs:
                                   en="SimPO/CPO: weight of the chosen answer's NLL (default 1 with cpo, 0 with "
                                      "simpo).")
 
-    def check_reference_free(self) -> None:
-        """--gamma only with simpo, --cpo-alpha with simpo or cpo; with them, no flag that needs a reference
-        or DPO's loss; the defaults filled in."""
-        objective = self.objective
-        if self.gamma is not None and objective != "simpo":
-            raise AuraError(M("gamma_only", objective=objective))
-        if objective not in REFERENCE_FREE:
-            if self.cpo_alpha is not None:
-                raise AuraError(M("alpha_only", objective=objective))
-            return
-        name = "SimPO" if objective == "simpo" else "CPO"
-        if self.precompute_ref:
-            raise AuraError(M("no_reference", objective=objective, name=name))
-        for flag, bad, why in (("dpo-loss", self.dpo_loss != "sigmoid", "why_loss"),
-                               ("train-on-prompt", self.train_on_prompt, "why_prompt")):
-            if bad:
-                raise AuraError(M("not_here", flag=flag, objective=objective, why=M(why, name=name)))
+    def check_unused(self) -> None:
+        """Under an objective without this section: neither --gamma nor --cpo-alpha given."""
+        if self.gamma is not None:
+            raise AuraError(M("gamma_only", objective=self.objective))
+        if self.cpo_alpha is not None:
+            raise AuraError(M("alpha_only", objective=self.objective))
+
+    def check_section(self) -> None:
+        """Under --objective simpo or cpo: --gamma only with simpo, no negative value; the defaults filled in."""
+        if self.gamma is not None and self.objective != "simpo":
+            raise AuraError(M("gamma_only", objective=self.objective))
         for flag, value in (("gamma", self.gamma), ("cpo-alpha", self.cpo_alpha)):
             if value is not None and value < 0:
                 raise AuraError(M("negative", flag=flag, value=value))
-        if objective == "simpo" and self.gamma is None:
+        if self.objective == "simpo" and self.gamma is None:
             self.gamma = SIMPO_GAMMA
         if self.cpo_alpha is None:
-            self.cpo_alpha = CPO_ALPHA if objective == "cpo" else 0.0
-
+            self.cpo_alpha = CPO_ALPHA if self.objective == "cpo" else 0.0

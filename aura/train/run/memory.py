@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from aura.core import console
 from aura.models.hardware import GIB, HardwareInfo, chunk_tokens
 from aura.core.i18n import Messages
-from aura.models.presets import model_dims, matmul_parameters
+from aura.models.presets import matmul_parameters, model_dims
 
 M = Messages("finetune_memory", {
     "plan": ("`auto` (modelo de memoria): lote {batch}{ckpt} con filas de {length:token|tokens} en {device} "

@@ -1,0 +1,121 @@
+"""The objectives of ``aura finetune --objective NAME``: one registry, name -> the class that sets it up.
+
+``aura.train.finetune.FinetuneCommand.prepare`` asks the registry for the chosen objective's
+``ObjectiveSetup`` and calls its steps in order; nothing else lists the objectives (the ``--objective`` flag's
+choices are ``NAMES``). Each entry is imported only when it is chosen (``aura finetune --objective sft`` never
+imports GRPO's modules), so an entry's module keeps its heavy imports (torch, the loss) inside its methods:
+``FinetuneConfig`` runs ``ObjectiveSetup.check_args`` while it parses the flags.
+
+Adding an objective: one module with its ``ObjectiveSetup`` subclass (and, for flags of its own, an args
+mixin of ``FinetuneConfig`` that checks only its own fields) and one line in ``OBJECTIVES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+
+# name -> "module:class", in the order --help lists them
+OBJECTIVES = {
+    "sft": "aura.train.objectives.sft:SFTSetup",
+    "dpo": "aura.train.objectives.preference_setup:DPOSetup",
+    "orpo": "aura.train.objectives.preference_setup:ORPOSetup",
+    "grpo": "aura.train.objectives.grpo_setup:GRPOSetup",
+    "simpo": "aura.train.objectives.simpo_setup:SimPOSetup",
+    "cpo": "aura.train.objectives.simpo_setup:CPOSetup",
+    "kto": "aura.train.objectives.kto_setup:KTOSetup",
+}
+NAMES = tuple(OBJECTIVES)
+
+
+def setup_class(name: str) -> type[ObjectiveSetup]:
+    """The ``ObjectiveSetup`` subclass registered as ``name`` (its module imported now)."""
+    module, _, cls = OBJECTIVES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+class Limited:
+    """Validation batches, at most ``n`` per evaluation (``--eval-batches``; 0 = all), re-iterable."""
+
+    def __init__(self, source, n: int):
+        self.source, self.n = source, n
+
+    def __iter__(self):
+        return itertools.islice(iter(self.source), self.n or None)
+
+
+class ObjectiveSetup:
+    """One objective's part of ``aura finetune``: its flags' checks, its data, its batches, its ``Objective``.
+
+    ``prepare`` calls, in order: ``load`` (data -> items), ``conversations`` (for the chat-template choice),
+    ``encode`` (items -> training and validation examples), ``resolve`` (the config with the objective's own
+    defaults), ``sources`` (training and validation batches), ``build`` (the loop's ``Objective``; None: the
+    next-token loss), ``evaluators``, ``announce`` (after the plan) and ``finish`` (the job's end). One
+    instance serves one run, so a step may keep what a later one needs.
+    """
+
+    name = ""
+    sections: tuple[str, ...] = ()  # the FinetuneConfig args sections this objective uses (see check_args)
+    named_in_identity = True  # a checkpoint's identity names the objective (SFT's never did)
+    reference_free = False  # no reference model: nothing to precompute
+
+    # -- its flags (FinetuneConfig.__post_init__; light: no torch) --------------------------------------
+
+    @classmethod
+    def check_args(cls, cfg) -> None:
+        """Every args section checks itself: its own values where this objective uses it, else that none of
+        its flags was given; then this objective's checks across sections (``check_across``)."""
+        for section in cfg.OBJECTIVE_SECTIONS:
+            if section.SECTION in cls.sections:
+                section.check_section(cfg)
+            else:
+                section.check_unused(cfg)
+        cls.check_across(cfg)
+
+    @classmethod
+    def check_across(cls, cfg) -> None:
+        """Checks of flags that belong to other sections (or to FinetuneConfig) under this objective, and
+        the defaults this objective fills in."""
+
+    @classmethod
+    def learning_rate(cls, method: str) -> float:
+        """The default --learning-rate for ``method`` (lora, qlora or full)."""
+        raise NotImplementedError
+
+    # -- the run (FinetuneCommand.prepare) ---------------------------------------------------------------
+
+    def load(self, cfg) -> list:
+        raise NotImplementedError
+
+    def conversations(self, items: list) -> list:
+        """``aura.data.sft.Conversation``s of ``items``, for the chat-template choice."""
+        raise NotImplementedError
+
+    def encode(self, cfg, tok, items: list, *, templated: bool) -> tuple[list, list]:
+        raise NotImplementedError
+
+    def resolve(self, cfg, dist):
+        """``cfg`` with this objective's defaults (before the model loads); unchanged by default."""
+        return cfg
+
+    def sources(self, cfg, tok, model, train_ex: list, val_ex: list, *, run, packing: bool, base_name: str):
+        """(training batches, validation batches or None) for ``model`` (not yet parallelised)."""
+        raise NotImplementedError
+
+    def build(self, cfg, model, train_ex: list, val_ex: list, *, tok, run):
+        """The loop's ``Objective`` (None: next-token cross entropy)."""
+        return None
+
+    def completion_tokens(self, cfg) -> int:
+        """Tokens a training row gains while training (GRPO's completions), for the plan's throughput."""
+        return 0
+
+    def evaluators(self, cfg, tok, model, val_ex: list, data, *, steps_per_epoch: int) -> list:
+        return []
+
+    def announce(self, cfg, train_ex: list, val_ex: list, data) -> None:
+        """Lines said after the plan."""
+
+    def finish(self, data, out):
+        """The job's ``finish`` (rank 0, a finished run), or None."""
+        return None
