@@ -16,7 +16,7 @@ import pytest
 import aura
 from aura.cli.commands import COMMANDS
 from aura.cli import main
-from aura.core.config import _default_of, arg, fields_of, parse_config
+from aura.core.config import default_of, arg, fields_of, parse_config
 from aura.core.errors import AuraError
 from tests.conftest import run_aura, run_aura_here
 from tests.evidence import check_every
@@ -105,7 +105,7 @@ def _check_command_help(key, capsys):
         assert flag in entries, f"{flag} is not documented in `aura {' '.join(key)} --help`"
         entry = entries[flag]
         assert _squeeze(en_help) in _squeeze(entry), f"{flag}: its help text is missing: {entry!r}"
-        shown = _shown(_default_of(f))
+        shown = _shown(default_of(f))
         if shown is not None:
             assert _squeeze(f"(default: {shown})") in _squeeze(entry), f"{flag}: default {shown!r} not shown in {entry!r}"
 

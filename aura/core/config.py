@@ -76,7 +76,7 @@ def arg(default: Any = dataclasses.MISSING, *, es: str, en: str, positional: boo
     return dataclasses.field(default=default, metadata=meta)
 
 
-def _unwrap_optional(tp):
+def unwrap_optional(tp):
     origin = get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
@@ -86,7 +86,7 @@ def _unwrap_optional(tp):
 
 
 def _describe(tp) -> str:
-    tp, _ = _unwrap_optional(tp)
+    tp, _ = unwrap_optional(tp)
     if get_origin(tp) is Literal:
         return " | ".join(map(str, get_args(tp)))
     if get_origin(tp) in (list, tuple):
@@ -106,7 +106,7 @@ def flag_name(field: str) -> str:
 def coerce(name: str, tp, value, *, shown: str | None = None):
     """Convert a YAML or string value to the field's type, or raise a clear AuraError naming the flag
     (or ``shown``: the YAML key as the user wrote it)."""
-    tp, optional = _unwrap_optional(tp)
+    tp, optional = unwrap_optional(tp)
     if value is None:
         if optional:
             return None
@@ -152,7 +152,7 @@ def fields_of(cls) -> list[tuple[dataclasses.Field, Any]]:
     return [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.init]
 
 
-def _default_of(f: dataclasses.Field):
+def default_of(f: dataclasses.Field):
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
@@ -170,8 +170,8 @@ def build_parser(cls, *, prog: str, description: str) -> argparse.ArgumentParser
         if not meta or meta.get("hidden"):
             continue
         es, en = meta["help"]
-        default = _default_of(f)
-        base, _ = _unwrap_optional(tp)
+        default = default_of(f)
+        base, _ = unwrap_optional(tp)
         help_text = bi(es, en)
         if default is not dataclasses.MISSING and default not in (None, [], ""):
             shown = " ".join(map(str, default)) if isinstance(default, list) else default

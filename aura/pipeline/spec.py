@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from aura.core.commands import COMMANDS
-from aura.core.config import _unwrap_optional, coerce, fields_of, mapping_values
+from aura.core.config import unwrap_optional, coerce, fields_of, mapping_values
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
@@ -344,9 +344,9 @@ def _hours(raw, names: list[str], shown: str) -> dict[str, float]:
 
 def _is_text_field(tp) -> tuple[bool, bool]:
     """(holds text or paths, is a list): only such fields can hold a reference (never a choice)."""
-    tp, _ = _unwrap_optional(tp)
+    tp, _ = unwrap_optional(tp)
     if get_origin(tp) in (list, tuple):
-        inner, _ = _unwrap_optional(get_args(tp)[0])
+        inner, _ = unwrap_optional(get_args(tp)[0])
         return inner in (str, Path), True
     return tp in (str, Path), False
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal, get_args, get_origin
 
 from aura.core.commands import COMMANDS, Command
-from aura.core.config import _default_of, _unwrap_optional, fields_of, flag_name, parse_config
+from aura.core.config import default_of, unwrap_optional, fields_of, flag_name, parse_config
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.rundir import lock_holder
@@ -102,11 +102,11 @@ def form(command: str) -> list[dict]:
         meta = f.metadata or {}
         if not meta or meta.get("hidden") or f.name == cmd.output or f.name in cmd.studio.hidden:
             continue
-        base, optional = _unwrap_optional(tp)
+        base, optional = unwrap_optional(tp)
         choices = list(get_args(base)) if get_origin(base) is Literal else meta.get("choices")
         kind = ("bool" if base is bool else "list" if get_origin(base) in (list, tuple)
                 else "int" if base is int else "float" if base is float else "str")
-        default = _default_of(f)
+        default = default_of(f)
         out.append({"name": f.name, "flag": flag_name(f.name), "type": kind, "optional": optional,
                     "default": None if default is dataclasses.MISSING else
                     str(default) if isinstance(default, Path) else default,
