@@ -1,4 +1,4 @@
-"""The data stages' rates that ``aura pipeline plan`` assumes (``aura/pipeline/plan.py``: CURATE_BYTES_PER_S,
+"""The data stages' rates that ``aura pipeline plan`` assumes (``aura/pipeline/estimate.py``: CURATE_BYTES_PER_S,
 TOKENIZER_BYTES_PER_S, PREPARE_BYTES_PER_S): bytes of input text per CPU-second of one process.
 
 Builds web-like Spanish documents (12 sentences drawn at random from the bundled corpus, so that few are

@@ -76,7 +76,7 @@ def optimizer_steps(rounds: int, threads: int) -> dict[str, float]:
     import torch
 
     from aura.models.presets import PRESETS, build_model
-    from aura.train.optim.engine import build_optimizer
+    from aura.train.optim.step_engine import build_optimizer
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -100,7 +100,7 @@ def run_bare(data: Path, *, steps: int, precision: str) -> float:
     import torch.nn.functional as F
 
     from aura.models.presets import PRESETS, build_model
-    from aura.train.optim.engine import autocast_context
+    from aura.train.optim.step_engine import autocast_context
 
     vocab = json.loads((data / "meta.json").read_text())["tokenizer"]["vocab_size"]
     torch.manual_seed(0)
@@ -137,7 +137,7 @@ def main() -> None:
     a = p.parse_args()
     import torch
 
-    from aura.train.optim.engine import resolve_precision
+    from aura.train.optim.step_engine import resolve_precision
 
     precision = resolve_precision(a.precision, torch.device("cpu"))
     with tempfile.TemporaryDirectory() as tmp:

@@ -240,7 +240,7 @@ def time_per_token(sizes: list[str], precisions: list[str], rounds: int) -> str:
     from aura.models.presets import PRESET_TRAINING, PRESETS, build_model, resolve_spec
     from aura.train.args import TrainArgs
     from aura.train.objectives.objective import CausalLM
-    from aura.train.optim.engine import TorchEngine, build_optimizer, resolve_precision
+    from aura.train.optim.step_engine import TorchEngine, build_optimizer, resolve_precision
 
     defaults = {f.name: f.default for f in dataclasses.fields(TrainArgs) if f.default is not dataclasses.MISSING}
     batch, seq, vocab = PRESET_TRAINING["tiny"].batch_size, PRESETS["tiny"].seq_len, 8000

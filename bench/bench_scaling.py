@@ -78,7 +78,7 @@ def main() -> None:
     a = p.parse_args()
     import torch
 
-    from aura.train.optim.engine import resolve_precision
+    from aura.train.optim.step_engine import resolve_precision
 
     precision = resolve_precision(a.precision, torch.device("cpu"))
     with tempfile.TemporaryDirectory() as tmp:

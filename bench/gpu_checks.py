@@ -663,7 +663,7 @@ def rollout_engine(ctx: Context) -> Result:
     from aura.inference.sampling import SamplingParams, sample_batch_reference
     from aura.train import adapters
     from aura.train.lora_views import compute_view
-    from aura.train.optim.engine import autocast_context
+    from aura.train.optim.step_engine import autocast_context
 
     g, tokens = (8, 16) if ctx.cpu else (8, 128)
     model = adapters.setup_model(adapters.load_base_model(str(small_base(ctx)), device=ctx.device), method="lora",

@@ -161,7 +161,7 @@ def build_for_steps(ctx: Context, spec, *, vocab: int, ckpt: bool = False, compi
 
 def engine_for(ctx: Context, model, *, optimizer: str = "adamw", precision: str | None = None):
     from aura.distributed import DistInfo
-    from aura.train.optim.engine import TorchEngine, build_optimizer
+    from aura.train.optim.step_engine import TorchEngine, build_optimizer
 
     args = SimpleNamespace(learning_rate=3e-4, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, weight_decay=0.1,
                            optimizer=optimizer)

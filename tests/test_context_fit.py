@@ -52,7 +52,7 @@ def test_default_answer_length_is_fitted_silently_and_only_a_cut_request_is_said
 
 
 def test_chat_leaves_out_its_oldest_turns_but_keeps_the_system_and_the_last_message(short_gpt2):
-    from aura.inference.engine import Sampling, fit_context, open_engine
+    from aura.inference.backends import Sampling, fit_context, open_engine
 
     engine = open_engine(str(short_gpt2))
     system = {"role": "system", "content": "Sé breve."}
@@ -88,7 +88,7 @@ def test_gguf_chat_and_prompt_longer_than_n_ctx_are_fitted(short_gpt2, tmp_path)
     importorskip("llama_cpp", "llama-cpp")
     from tests.conftest import run_aura_here
 
-    from aura.inference.engine import Sampling, open_engine
+    from aura.inference.backends import Sampling, open_engine
 
     gguf = tmp_path / "m.gguf"
     r = run_aura_here("export", "gguf", "--model", short_gpt2, "--outfile", gguf, "--quant", "f16")

@@ -14,7 +14,7 @@ PROMPTS = ["Hola, ¿qué tal?", "El pingüino 🐧 de Logroño", "Érase una vez
 
 @pytest.mark.parametrize("chat", [True, False], ids=["chat", "text"])
 def test_batched_prompts_answer_as_streamed_one_by_one_in_fewer_forwards(tiny_zoo, chat):
-    from aura.inference.engine import Sampling, open_engine
+    from aura.inference.backends import Sampling, open_engine
 
     engine = open_engine(str(tiny_zoo["llama"]))
     greedy = Sampling(max_new_tokens=10, temperature=0.0)
@@ -39,7 +39,7 @@ def test_batched_prompts_answer_as_streamed_one_by_one_in_fewer_forwards(tiny_zo
 
 
 def test_sampled_batches_draw_per_prompt_keys(tiny_zoo):
-    from aura.inference.engine import Sampling, open_engine
+    from aura.inference.backends import Sampling, open_engine
 
     engine = open_engine(str(tiny_zoo["llama"]))
     sampling = Sampling(max_new_tokens=12, temperature=1.0, top_k=0, top_p=1.0, seed=3)

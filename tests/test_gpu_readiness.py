@@ -242,7 +242,7 @@ def test_tf32_is_set_so_that_both_the_legacy_and_the_new_getters_read_it():
     raises there when the flags were set through the new ``fp32_precision`` API. Both views must agree."""
     import warnings
 
-    from aura.train.optim.engine import allow_tf32
+    from aura.train.optim.step_engine import allow_tf32
 
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     before = (matmul.allow_tf32, cudnn.allow_tf32)

@@ -226,7 +226,7 @@ def test_no_weight_decay_on_norms_biases_embeddings():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from aura.train.args import TrainArgs
-    from aura.train.optim.engine import build_optimizer
+    from aura.train.optim.step_engine import build_optimizer
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_embd=32, n_layer=1, n_head=2, n_positions=16))
     opt = build_optimizer(model, TrainArgs(learning_rate=1e-3), torch.device("cpu"))
@@ -240,7 +240,7 @@ def test_no_weight_decay_on_norms_biases_embeddings():
 def test_torch_engine_sets_the_lr_and_skips_a_non_finite_window_without_touching_the_weights():
     from aura.distributed import DistInfo
     from aura.train.args import TrainArgs
-    from aura.train.optim.engine import TorchEngine
+    from aura.train.optim.step_engine import TorchEngine
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
@@ -271,7 +271,7 @@ def test_fp16_engine_updates_bit_for_bit_like_the_grad_scaler_recipe():
 
     from aura.distributed import DistInfo
     from aura.train.args import TrainArgs
-    from aura.train.optim.engine import TorchEngine, build_optimizer
+    from aura.train.optim.step_engine import TorchEngine, build_optimizer
 
     cpu_fp16_or_skip()
     torch.manual_seed(0)

@@ -184,7 +184,7 @@ def test_data_stage_estimates_are_bytes_over_the_measured_rates(tmp_path):
     earlier stage writes, or a hub stream, has no estimate."""
     from types import SimpleNamespace
 
-    from aura.pipeline.plan import CURATE_BYTES_PER_S, PREPARE_BYTES_PER_S, plan_data
+    from aura.pipeline.estimate import CURATE_BYTES_PER_S, PREPARE_BYTES_PER_S, plan_data
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

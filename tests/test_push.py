@@ -147,7 +147,7 @@ def test_an_adapter_names_its_hub_base_and_peft(pipe):
     assert "AutoPeftModelForCausalLM" in card.text
 
     # the plan as data: the uploaded adapter_config.json names the hub base, never a folder of this machine
-    from aura.publish.command import PushConfig, prepare
+    from aura.publish.push_command import PushConfig, prepare
 
     p = prepare(PushConfig(model=str(pipe / "lora"), repo_id="team/tiny-lora", base_model="team/tiny-base"))
     by_name = {e.path_in_repo: e for e in p.plan.files}
@@ -202,7 +202,7 @@ def test_the_plan_leaves_out_training_state_locks_and_pickles_and_adds_gguf_file
     import torch
     from safetensors.torch import load_file
 
-    from aura.publish.command import PushConfig, prepare
+    from aura.publish.push_command import PushConfig, prepare
 
     ckpt = tmp_path / "checkpoint-step-6"
     shutil.copytree(pipe / "pretrain" / "checkpoint-step-6", ckpt)

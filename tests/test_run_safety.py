@@ -249,7 +249,7 @@ def test_dcp_only_checkpoint_resumes_on_one_process_with_load_sharded(prepared, 
 
     from aura.distributed.sharded import save_sharded
     from aura.distributed import DistInfo
-    from aura.train.optim.engine import build_optimizer
+    from aura.train.optim.step_engine import build_optimizer
     from aura.train.pretrain import PretrainConfig
 
     run = tmp_path / "run"

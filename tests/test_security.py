@@ -125,7 +125,7 @@ def _dcp_only(run: Path) -> Path:
 
     from aura.distributed import DistInfo
     from aura.distributed.sharded import save_sharded
-    from aura.train.optim.engine import build_optimizer
+    from aura.train.optim.step_engine import build_optimizer
     from aura.train.pretrain import PretrainConfig
 
     model = AutoModelForCausalLM.from_pretrained(ck)
@@ -160,7 +160,7 @@ def test_crafted_dcp_value_and_path_outside_are_refused(trained_run, tmp_path):
     from aura.distributed import DistInfo
     from aura.distributed.dcp_reader import read_metadata
     from aura.distributed.sharded import load_sharded
-    from aura.train.optim.engine import build_optimizer
+    from aura.train.optim.step_engine import build_optimizer
     from aura.train.pretrain import PretrainConfig
 
     ck = _dcp_only(copy_run(trained_run, tmp_path / "run"))

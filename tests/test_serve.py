@@ -240,7 +240,7 @@ def test_bad_input_exits_2_with_a_clear_message(models, tiny_adapter, tmp_path):
 
 def test_engine_choice_vllm_command_and_the_studios_token_rule(tiny_adapter):
     from aura.core.access import token_for
-    from aura.serve.engines import choose_engine, vllm_command
+    from aura.serve.servers import choose_engine, vllm_command
 
     assert choose_engine("hf", "auto", vllm_installed=True, gpu=True) == "vllm"
     assert choose_engine("adapter", "auto", vllm_installed=True, gpu=False) == "transformers"
@@ -260,7 +260,7 @@ def test_engine_choice_vllm_command_and_the_studios_token_rule(tiny_adapter):
     assert argv[argv.index("--max-lora-rank") + 1] == str(max(8, rank))
     assert argv[argv.index("--lora-modules") + 1] == f"mine={tiny_adapter}"
     # the rule aura studio applies: none on loopback, a generated one elsewhere, a given one kept
-    from aura.serve.command import ServeConfig
+    from aura.serve.serve_command import ServeConfig
 
     assert ServeConfig(model="m").token is None and token_for("::1", None) is None
     assert len(ServeConfig(model="m", host="0.0.0.0").token) >= 24

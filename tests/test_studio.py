@@ -54,7 +54,7 @@ def test_token_required_off_loopback(tmp_path):
     assert c.get("/", params={"token": "s3cret"}).status_code == 200  # the printed link sets the cookie
     assert [r["name"] for r in c.get("/api/runs").json()] == ["a"]
     # the command: loopback needs no token; any other address gets one generated
-    from aura.studio.command import StudioConfig
+    from aura.studio.studio_command import StudioConfig
 
     assert StudioConfig(dir=str(tmp_path)).token is None
     assert len(StudioConfig(dir=str(tmp_path), host="0.0.0.0").token) >= 24

@@ -72,7 +72,7 @@ def test_chat_streams_the_greedy_answer_of_the_runs_final_model(runs):
     assert done["text"] == greedy_reference(runs / "demo" / "final", messages, 12)
     assert 0 < done["tokens"] <= 12 and events[1][1]["template"] is True
     # the engine `aura chat` uses gives the same answer, and the model stays loaded (second answer, no load)
-    from aura.inference.engine import Sampling, open_engine
+    from aura.inference.backends import Sampling, open_engine
 
     out: list = []
     list(open_engine(str(runs / "demo" / "final")).stream(

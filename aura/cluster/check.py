@@ -289,7 +289,7 @@ def comm_times(preset: str, *, world: int, latency_s: float, busbw: float, vocab
     a ring all-reduce of B bytes takes latency + B * 2(W-1)/W / busbw, once per DDP bucket."""
     import math
 
-    from aura.distributed.comm import powersgd_ratio
+    from aura.distributed.comm_hooks import powersgd_ratio
     from aura.models.presets import PRESETS, build_model
 
     # shapes only: nothing is allocated nor initialised (build_model's own device wins over a `with

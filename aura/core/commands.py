@@ -51,7 +51,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         studio=StudioForm(position=2, default_name="datos",
                           essential=("inputs", "tokenizer", "hf_dataset", "val_fraction"))),
     ("data", "curate"): Command(
-        "aura.data.curate.command", "CurateConfig", "curate",
+        "aura.data.curate.curate_command", "CurateConfig", "curate",
         "Depura un rastreo web (WARC, HTML, jsonl) en shards limpios en español (datatrove).",
         "Curate a web crawl (WARC, HTML, jsonl) into clean Spanish shards (datatrove).",
         resumes_in_place=True),
@@ -101,12 +101,12 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         studio=StudioForm(position=4, default_name="gguf", essential=("model", "quant"),
                           hidden=("outfile", "llama_cpp_dir", "verify_only"), inside=("model",))),
     ("serve",): Command(
-        "aura.serve.command", "ServeConfig", "serve",
+        "aura.serve.serve_command", "ServeConfig", "serve",
         "Sirve un modelo con una API compatible con OpenAI (transformers, vLLM o llama.cpp).",
         "Serve a model through an OpenAI-compatible API (transformers, vLLM or llama.cpp).",
         stage=False, output=None),
     ("push",): Command(
-        "aura.publish.command", "PushConfig", "push",
+        "aura.publish.push_command", "PushConfig", "push",
         "Publica un modelo, un adaptador o archivos GGUF en el hub de Hugging Face con su tarjeta.",
         "Publish a model, an adapter or GGUF files on the Hugging Face Hub with their model card.",
         output=None),
@@ -139,27 +139,27 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         "Table of runs: status, step, best validation, checkpoint and how to resume.",
         stage=False, output=None),
     ("pipeline", "run"): Command(
-        "aura.pipeline.command", "PipelineRunConfig", "pipeline_run",
+        "aura.pipeline.pipeline_commands", "PipelineRunConfig", "pipeline_run",
         "Ejecuta un pipeline (YAML de etapas): reanuda, salta lo terminado y escribe el informe.",
         "Run a pipeline (a YAML of stages): resumes, skips what is done and writes the report.",
         stage=False),
     ("pipeline", "list"): Command(
-        "aura.pipeline.command", "PipelineListConfig", "pipeline_list",
+        "aura.pipeline.pipeline_commands", "PipelineListConfig", "pipeline_list",
         "Lista los pipelines incluidos en Aura.",
         "List the pipelines shipped with Aura.",
         stage=False, output=None),
     ("pipeline", "show"): Command(
-        "aura.pipeline.command", "PipelineShowConfig", "pipeline_show",
+        "aura.pipeline.pipeline_commands", "PipelineShowConfig", "pipeline_show",
         "Muestra un pipeline incluido como YAML para copiarlo y editarlo.",
         "Print a shipped pipeline as YAML to copy and edit.",
         stage=False, output=None),
     ("pipeline", "plan"): Command(
-        "aura.pipeline.command", "PipelinePlanConfig", "pipeline_plan",
+        "aura.pipeline.pipeline_commands", "PipelinePlanConfig", "pipeline_plan",
         "Valida un pipeline y muestra sus comandos, pasos, tokens y una estimación de tiempo y coste.",
         "Validate a pipeline and show its commands, steps, tokens and a time and cost estimate.",
         stage=False, output=None),
     ("studio",): Command(
-        "aura.studio.command", "StudioConfig", "studio",
+        "aura.studio.studio_command", "StudioConfig", "studio",
         "Página web para ver, comparar, lanzar, detener y reanudar ejecuciones.",
         "Web page to watch, compare, launch, stop and resume runs.",
         stage=False, output=None),

@@ -25,7 +25,7 @@ import time
 import torch
 
 from aura.core import console
-from aura.distributed.comm import CommTimer, gather_to_main
+from aura.distributed.comm_hooks import CommTimer, gather_to_main
 from aura.distributed.parallel import unwrap
 from aura.core.i18n import Messages
 

@@ -230,7 +230,7 @@ def parallelize(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto
     Returns the module to train (DDP wrapper, the FSDP2-sharded model itself, or the plain model),
     moved to ``dist.device``. ``mixed_precision`` (bf16/fp16) sets FSDP2's parameter dtype with fp32
     gradient reduction; under DDP autocast in the loop does that job. Build the optimizer afterwards.
-    ``comm`` (the training flags): ``ddp_comm`` picks DDP's communication hook (``aura.distributed.comm``;
+    ``comm`` (the training flags): ``ddp_comm`` picks DDP's communication hook (``aura.distributed.comm_hooks``;
     FSDP2 refuses one); ``local_steps`` leaves the model unwrapped for DiLoCo (``aura.distributed.local_sgd``).
     """
     chosen, hook = _choose(model, dist=dist, strategy=strategy, comm=comm, device_memory=device_memory)
@@ -254,7 +254,7 @@ def _choose(model, *, dist: DistInfo, strategy: str, comm, device_memory: int | 
     combinations that cannot work (a hook without DDP, --local-steps with FSDP2) refused."""
     hook, local = getattr(comm, "ddp_comm", "none") or "none", getattr(comm, "local_steps", None)
     if hook == "powersgd":  # on one process too: the same flags then fail at once, not on the cluster
-        from aura.distributed.comm import check_powersgd_rank
+        from aura.distributed.comm_hooks import check_powersgd_rank
 
         check_powersgd_rank(model, comm.powersgd_rank)
     if dist.world_size == 1 and (hook != "none" or local):
@@ -297,7 +297,7 @@ def _replicate(model, *, dist: DistInfo, hook: str, comm, find_unused_parameters
     """DDP around ``model`` (already on its device), with the communication hook of ``--ddp-comm``."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from aura.distributed.comm import register_comm_hook
+    from aura.distributed.comm_hooks import register_comm_hook
 
     ids = [dist.device.index] if dist.device.type == "cuda" else None
     # gradients live in the buckets: no copy. No static_graph: measured on torch 2.13 (gloo, 2 ranks), it

@@ -39,7 +39,7 @@ def answer_prompts(model, tok, prompts: list[str], *, max_new_tokens: int, batch
 
     from aura.evaluation.math_task import prompt_ids
     from aura.evaluation.scorer import model_max_length
-    from aura.inference.engine import PLAIN_STOPS, fit_context
+    from aura.inference.backends import PLAIN_STOPS, fit_context
     from aura.inference.loading import end_of_turn_ids
     from aura.inference.sampling import SamplingParams, sample_batch
 
@@ -69,7 +69,7 @@ def answer_prompts(model, tok, prompts: list[str], *, max_new_tokens: int, batch
 
 
 def _answer(tok, prompt: str, new: list[int], *, templated: bool) -> dict:
-    from aura.inference.engine import PLAIN_STOPS
+    from aura.inference.backends import PLAIN_STOPS
 
     text = tok.decode(new, skip_special_tokens=True)
     if not templated:

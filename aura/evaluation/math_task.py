@@ -29,7 +29,7 @@ def load_problems(limit: int = 0) -> list[dict]:
 
 
 def prompt_ids(tok, question: str) -> list[int]:
-    from aura.inference.engine import plain_chat_prompt
+    from aura.inference.backends import plain_chat_prompt
 
     messages = [{"role": "user", "content": question}]
     if getattr(tok, "chat_template", None):
@@ -50,7 +50,7 @@ def math_row(model, tok, *, limit: int = 0, batch_size: int = 16, max_new_tokens
     """The task's result row: {"task", "metric": "exact_match", "value", "stderr", "n", "items"} (each
     problem's id and 1 or 0)."""
     from aura.evaluation.scorer import mean_stderr, model_max_length
-    from aura.inference.engine import PLAIN_STOPS
+    from aura.inference.backends import PLAIN_STOPS
     from aura.inference.loading import end_of_turn_ids
     from aura.inference.sampling import SamplingParams, sample_batch
 

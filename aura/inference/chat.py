@@ -62,7 +62,7 @@ def _read_line(prompt: str) -> str | None:
 def chat(cfg: ChatConfig) -> int:
     import time
 
-    from aura.inference.engine import open_engine
+    from aura.inference.backends import open_engine
     from aura.inference.generate import sampling_of
 
     engine = open_engine(cfg.model, cfg.adapter, dtype=cfg.dtype, n_ctx=cfg.n_ctx, seed=cfg.seed,

@@ -111,7 +111,7 @@ def validate_sampling(cfg) -> None:
 def sampling_of(cfg):
     import dataclasses
 
-    from aura.inference.engine import Sampling
+    from aura.inference.backends import Sampling
 
     default = next(f.default for f in dataclasses.fields(SamplingArgs) if f.name == "max_new_tokens")
     return Sampling(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
@@ -193,7 +193,7 @@ def run_batched(engine, prompts: list[str], *, cfg: GenerateConfig, sampling) ->
 
 
 def generate(cfg: GenerateConfig) -> int:
-    from aura.inference.engine import open_engine
+    from aura.inference.backends import open_engine
     from aura.core.atomic import atomic_write_text, check_writable
 
     if not cfg.prompt and not cfg.prompts_file:

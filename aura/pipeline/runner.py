@@ -6,7 +6,7 @@ the same fingerprint resumes from its latest checkpoint (the command's own ``--r
 a stage whose options or inputs changed runs again, and so does every stage that reads it (its
 fingerprint holds theirs), after the runner has said which. The report card is rewritten after every stage.
 On several nodes each node runs this same chain with its own state file; ``aura.pipeline.nodes`` says where
-each stage runs (every node through torchrun, each node, or node 0 alone) and ``aura.pipeline.comm`` measures
+each stage runs (every node through torchrun, each node, or node 0 alone) and ``aura.pipeline.comm_advice`` measures
 the link before a ``comm: auto`` stage.
 """
 
@@ -31,7 +31,7 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.locks import output_lock
 from aura.core.rundir import latest_checkpoint
-from aura.pipeline import comm as link, nodes, report
+from aura.pipeline import comm_advice as link, nodes, report
 from aura.pipeline.spec import RESOURCES_DIR, Pipeline, Stage, config_fields, fingerprint_fields, resolve
 from aura.pipeline.state import (ELSEWHERE, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED, State,
                                  fingerprint, now)

@@ -17,7 +17,7 @@ from typing import Any
 
 from aura.core.hub import looks_like_path
 from aura.pipeline.report import eval_results, read_report, training_summary
-from aura.publish.plan import Source
+from aura.publish.upload_plan import Source
 
 _RUN_PART = re.compile(r"final|best|(checkpoint|interrupt)-(step|epoch)-\d+")
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")

@@ -1,6 +1,6 @@
 """A model without a chat template, served: ``/v1/chat/completions`` answered as ``aura chat`` answers it.
 
-``aura chat`` writes such a chat as plain text (``aura.inference.engine.plain_chat_prompt``: a system line, then
+``aura chat`` writes such a chat as plain text (``aura.inference.backends.plain_chat_prompt``: a system line, then
 ``Usuario:``/``Asistente:`` turns) and cuts the answer at the next user turn (``PLAIN_STOPS``), with a warning.
 The engines would answer a 500 (transformers serve cannot apply a template that is not there). ``PlainChat``
 sits in front of the engine: a chat request becomes that prompt on the engine's own ``/v1/completions``, and
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-from aura.serve.engines import forward_body, read_body
+from aura.serve.servers import forward_body, read_body
 
 CHAT_PATH, COMPLETIONS_PATH = "/v1/chat/completions", "/v1/completions"
 WARNING_HEADER = b"x-aura-warning"
@@ -40,7 +40,7 @@ class PlainChat:
     """ASGI middleware: chat requests to ``app`` as plain-text completions (see the module's docstring)."""
 
     def __init__(self, app, *, warning: str):
-        from aura.inference.engine import PLAIN_STOPS, plain_chat_prompt
+        from aura.inference.backends import PLAIN_STOPS, plain_chat_prompt
 
         self.app, self.warning = app, warning
         self.prompt, self.stops = plain_chat_prompt, list(PLAIN_STOPS)

@@ -24,7 +24,7 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.rundir import list_checkpoints
 from aura.inference.chat import ChatConfig
-from aura.inference.engine import open_engine
+from aura.inference.backends import open_engine
 from aura.inference.generate import sampling_of
 
 M = Messages("studio_chat", {

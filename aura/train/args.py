@@ -245,7 +245,7 @@ class TrainArgs:
         return parse_report_to(self.report_to)
 
     def _check_comm(self) -> None:
-        """--ddp-comm / --local-steps: values and the combinations that cannot work (aura.distributed.comm)."""
+        """--ddp-comm / --local-steps: values and the combinations that cannot work (aura.distributed.comm_hooks)."""
         if self.local_steps is not None and self.local_steps < 1:
             raise AuraError(M("local_steps", value=self.local_steps))
         for flag, value in (("powersgd-rank", self.powersgd_rank), ("outer-lr", self.outer_lr)):

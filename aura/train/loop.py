@@ -6,7 +6,7 @@ What a setup hands in (``aura.train.run.session`` builds all of it)
   ``aura.distributed.parallelize``, torch.compile) or a peft ``PeftModel`` (only parameters with
   ``requires_grad`` are optimised), or a DeepSpeed engine. The loop never wraps it; DDP's gradient
   all-reduce is skipped on non-final micro-steps (``aura.distributed.no_sync``).
-* ``engine``: the ``StepEngine`` (``aura.train.optim.engine``) that turns a window's gradients into one update:
+* ``engine``: the ``StepEngine`` (``aura.train.optim.step_engine``) that turns a window's gradients into one update:
   precision (autocast, fp16 GradScaler), LR on the param groups, clipping, the finiteness check, its own
   checkpointed state. ``TorchEngine`` (AdamW) or ``aura.train.optim.deepspeed.DeepSpeedStep``.
 * ``data``: a resumable batch source (``BatchSource`` below; ``aura.data.pretrain_data.PretrainBatches``
@@ -31,7 +31,7 @@ What the loop guarantees
   padded SFT batches weigh every token equally; the logged loss is that true token mean.
 * LR is ``plan.lr(step)``, a pure function of the step (``aura.train.optim.schedule``; a WSD run's
   ``--time-budget`` fixes the cooldown's start, at a log step, into the plan; the plan is stored in every checkpoint,
-  ``aura.train.run.plan``); AdamW skips decay on norms, biases, embeddings.
+  ``aura.train.run.resume_plan``); AdamW skips decay on norms, biases, embeddings.
 * Host syncs: one per optimizer step, in ``engine.finish`` (grad norm + loss finiteness, to skip NaN/inf
   steps; more than ``--max-bad-steps`` in a row stop the run), plus the log line every ``--log-interval`` steps.
   Under torchrun the loop adds one small collective per step and no sync of its own: at the step's start,
@@ -72,11 +72,11 @@ from aura.core.errors import AbortReported, AuraError
 from aura.core.heap import frozen_heap
 from aura.core.i18n import Messages
 from aura.train.args import StepPlan, TrainArgs
-from aura.train.optim.engine import StepEngine, StepOutcome, autocast_context
+from aura.train.optim.step_engine import StepEngine, StepOutcome, autocast_context
 from aura.train.optim.schedule import CooldownClock, schedule_for
 from aura.train.run.metrics import TrainMetrics
 from aura.train.objectives.objective import COUNT, CausalLM, Evaluator, Objective, count_inputs, unit_means
-from aura.train.run.plan import limits_notice
+from aura.train.run.resume_plan import limits_notice
 from aura.train.run.policy import CheckpointPolicy, EpochEnd, TrainHooks, start_state
 from aura.train.state import BatchSource, TrainState
 

@@ -247,7 +247,7 @@ def _resolve(cfg: PretrainConfig, info, *, device_type: str | None = None) -> tu
 
 def _memory_check(cfg: PretrainConfig, spec, info, vocab: int) -> None:
     from aura.models.hardware import GIB, choose_auto, estimate_memory
-    from aura.train.optim.engine import resolve_precision
+    from aura.train.optim.step_engine import resolve_precision
 
     if cfg.ignore_memory_check or info.device_type != "cuda":
         return
@@ -268,7 +268,7 @@ def _memory_check(cfg: PretrainConfig, spec, info, vocab: int) -> None:
 def _sample(model, tok, prompt: str, tokens: int, *, device, seed: int) -> str:
     import torch
 
-    from aura.inference.engine import fit_context
+    from aura.inference.backends import fit_context
     from aura.models.presets import context_length
 
     model.eval()

@@ -13,7 +13,7 @@ import torch
 from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.train.optim.engine import StepOutcome
+from aura.train.optim.step_engine import StepOutcome
 
 M = Messages("train_state", {
     "bad_step": ("Paso {step}: pérdida o gradiente no finito ({loss}); se omite la actualización "

@@ -21,7 +21,7 @@ from common import batches, shard, tiny_llama, write_json
 from aura import distributed as D
 from aura.train.args import TrainArgs
 from aura.train.loop import optimizer_step
-from aura.train.optim.engine import TorchEngine
+from aura.train.optim.step_engine import TorchEngine
 
 STEPS, POISONED = 3, 1  # the second step gets the inf
 

@@ -24,7 +24,7 @@ from common import batches, loss_of, shard, tiny_llama, write_json
 from aura import distributed as D
 from aura.distributed.sharded import load_sharded, save_sharded
 from aura.train.optim import muon_dist
-from aura.train.optim.engine import build_optimizer
+from aura.train.optim.step_engine import build_optimizer
 
 STEPS, SAVE_AT = 4, 2
 ARGS = SimpleNamespace(optimizer="muon", learning_rate=1e-2, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95,

@@ -18,7 +18,7 @@ import torch.distributed as td
 from torch.nn.parallel import DistributedDataParallel
 
 from common import write_json
-from aura.distributed.comm import register_comm_hook
+from aura.distributed.comm_hooks import register_comm_hook
 
 
 def main(steps: int, result: str) -> None:

@@ -283,7 +283,7 @@ def precompute_reference(model, examples: list, *, collate, view=None, batch_siz
     starting model (the base with the adapter disabled for LoRA/QLoRA), run once before training, in eval mode.
     ``collate`` batches the examples (``collate_pairs``, ``collate_unpaired``); ``view``: the batch's rows
     for the reference, both sequences stacked (default: the batch itself)."""
-    from aura.train.optim.engine import autocast_context
+    from aura.train.optim.step_engine import autocast_context
 
     was_training = model.training
     model.to(device)  # under --deepspeed the model is still on the CPU here (DeepSpeed's setup moves it there too)

@@ -160,7 +160,7 @@ class RolloutSource:
     @torch.no_grad()
     def window(self, epoch: int, window: int) -> list[dict]:
         """The micro-batches of ``window``: sampled, scored, with advantages (and reference log-probs)."""
-        from aura.train.optim.engine import autocast_context
+        from aura.train.optim.step_engine import autocast_context
 
         started = time.perf_counter()
         update_s = started - self._ready_at if self._ready_at is not None else 0.0

@@ -138,17 +138,17 @@ def ds_config(user: dict, *, batch_size: int, accumulation: int, world_size: int
 
 
 class DeepSpeedStep:
-    """The loop's ``StepEngine`` (``aura.train.optim.engine``) over a DeepSpeed engine: DeepSpeed scales fp16
+    """The loop's ``StepEngine`` (``aura.train.optim.step_engine``) over a DeepSpeed engine: DeepSpeed scales fp16
     losses, clips and steps; its loss scale lives in its own checkpoint files (``state_dict`` is empty)."""
 
     def __init__(self, engine, optimizer, *, precision: str, dist):
-        from aura.train.optim.engine import allow_tf32
+        from aura.train.optim.step_engine import allow_tf32
 
         self.engine, self.optimizer, self.precision, self.dist = engine, optimizer, precision, dist
         allow_tf32(dist.device)
 
     def describe(self) -> str:
-        from aura.train.optim.engine import precision_line
+        from aura.train.optim.step_engine import precision_line
 
         return precision_line(self.precision, scaler=False, autocast=False)
 
@@ -169,7 +169,7 @@ class DeepSpeedStep:
     def finish(self, window_loss: torch.Tensor):
         import math
 
-        from aura.train.optim.engine import StepOutcome
+        from aura.train.optim.step_engine import StepOutcome
 
         norm = self.engine.get_global_grad_norm()
         grad_norm, loss = float("nan") if norm is None else float(norm), float(window_loss)
@@ -247,7 +247,7 @@ def setup_deepspeed(model, *, args, dist, config_path: str, precision: str):
     check_version(deepspeed.__version__)
     from aura.distributed.parallel import is_quantized
     from aura.train.adapters import check_adapter_base
-    from aura.train.optim.engine import build_optimizer
+    from aura.train.optim.step_engine import build_optimizer
 
     if is_quantized(model):
         raise AuraError(M("qlora"))

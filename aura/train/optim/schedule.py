@@ -30,7 +30,7 @@ SCHEDULES = ("cosine", "wsd")
 class Schedule:
     """Linear warm-up to ``base``, then ``kind``: a cosine to ``min_lr`` at ``total`` or WSD.
 
-    After a resume that changed the run's length (``aura.train.run.plan``) a cosine is re-planned from
+    After a resume that changed the run's length (``aura.train.run.resume_plan``) a cosine is re-planned from
     ``replan_step``: it starts at the rate the old plan had there (``replan_lr``) and ends at ``min_lr`` at
     the new ``total``, so the rate never jumps. A WSD cooldown starts at ``cooldown_start`` when it is set
     (a time budget or a re-plan fixed it), else at ``total`` minus the cooldown fraction of the steps; it

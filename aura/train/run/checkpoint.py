@@ -282,7 +282,7 @@ def save_checkpoint(path: Path, *, model, optimizer, engine_state: dict | None, 
                     write_extras: Callable[[Path], None] | None, extra_state: dict | None = None) -> Path:
     """Write a complete checkpoint at ``path`` atomically (collective: call on every rank).
 
-    ``engine_state``: the step engine's own state (``aura.train.optim.engine``: the fp16 GradScaler's), saved
+    ``engine_state``: the step engine's own state (``aura.train.optim.step_engine``: the fp16 GradScaler's), saved
     as ``scaler.pt`` when not empty."""
     rng = capture_rng()
     all_rng = [rng]

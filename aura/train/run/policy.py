@@ -27,13 +27,13 @@ from aura.core import console
 from aura.core.i18n import Messages
 from aura.train.run import best as best_model
 from aura.train.run import checkpoint as ckpt
-from aura.train.run.plan import plan_state
+from aura.train.run.resume_plan import plan_state
 from aura.core.atomic import atomic_write_json
 
 if TYPE_CHECKING:
     from aura.distributed import DistInfo
     from aura.train.args import StepPlan, TrainArgs
-    from aura.train.optim.engine import StepEngine
+    from aura.train.optim.step_engine import StepEngine
     from aura.train.state import BatchSource, TrainState
     from aura.train.run.metrics import TrainMetrics
 

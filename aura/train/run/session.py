@@ -9,7 +9,7 @@ every command:
 1. distributed init, with every rank but 0 quiet (one voice; warnings, errors and ``Sync=`` still
    print everywhere); at the end the run dir's lock is released and the process group torn down;
 2. ``--output-dir`` checked and locked, ``--resume-from`` resolved (``aura.train.run.guard``), and a
-   resumed checkpoint's plan adopted (``aura.train.run.plan``);
+   resumed checkpoint's plan adopted (``aura.train.run.resume_plan``);
 3. ``command.prepare(run)`` -> ``TrainingJob``: the only command-specific part;
 4. a resumed checkpoint's identity compared with the job's; ``model_config.json`` written;
 5. ``TrainHooks``, the step engine (``TorchEngine`` unless the job brings one), ``TrainMetrics``
@@ -52,7 +52,7 @@ class Run:
     out: Path  # --output-dir, checked and locked
     explicit: list[str]  # the flags the user gave (model_config.json; resume checks)
     resume: Path | None  # the checkpoint to resume, or None
-    adopted: Any  # aura.train.run.plan.Adopted when resuming, else None
+    adopted: Any  # aura.train.run.resume_plan.Adopted when resuming, else None
     info: Any  # aura.models.hardware.HardwareInfo every rank plans with (the smallest device: agree_hardware)
     precision: str  # fp32 | bf16 | fp16, resolved for dist.device
 
@@ -64,7 +64,7 @@ class Run:
     def plan(self, cfg, *, batches_per_epoch: int, tokens_per_micro_batch: int):
         """The step plan for ``cfg`` (the command's defaults applied); a resumed run keeps its own."""
         from aura.train.args import resolve_steps
-        from aura.train.run.plan import continue_plan
+        from aura.train.run.resume_plan import continue_plan
 
         plan = resolve_steps(cfg, batches_per_epoch=batches_per_epoch, tokens_per_micro_batch=tokens_per_micro_batch,
                              world_size=self.dist.world_size)
@@ -145,9 +145,9 @@ def _run(cfg, command: TrainingCommand, dist, explicit: list[str]) -> int:
     from aura.distributed import agree_hardware
     from aura.models.hardware import detect
     from aura.train.run import checkpoint as ckpt
-    from aura.train.optim.engine import resolve_precision
+    from aura.train.optim.step_engine import resolve_precision
     from aura.train.loop import EXIT_INTERRUPTED
-    from aura.train.run.plan import adopt_flags
+    from aura.train.run.resume_plan import adopt_flags
     from aura.train.run.guard import prepare_run_dir
     from aura.core.atomic import check_writable
 
@@ -158,7 +158,7 @@ def _run(cfg, command: TrainingCommand, dist, explicit: list[str]) -> int:
     resume = prepare_run_dir(out, dist=dist, resume_from=cfg.resume_from, overwrite=cfg.overwrite, fork=cfg.fork,
                              inputs=inputs)
     adopted = None
-    if resume is not None:  # the run's plan comes from the checkpoint (aura.train.run.plan)
+    if resume is not None:  # the run's plan comes from the checkpoint (aura.train.run.resume_plan)
         adopted = adopt_flags(cfg, ckpt.read_state(resume), explicit=explicit, path=resume,
                               world_size=dist.world_size)
         cfg = adopted.cfg
@@ -192,7 +192,7 @@ def _run(cfg, command: TrainingCommand, dist, explicit: list[str]) -> int:
 def _train(run: Run, job: TrainingJob, kind: str):
     """The one call to the training loop."""
     from aura.train.run import checkpoint as ckpt
-    from aura.train.optim.engine import TorchEngine
+    from aura.train.optim.step_engine import TorchEngine
     from aura.train.loop import train
     from aura.train.run.metrics import TrainMetrics
     from aura.train.run.policy import TrainHooks
@@ -206,7 +206,7 @@ def _train(run: Run, job: TrainingJob, kind: str):
                                              info=run.info)
     if job.wrap_engine is not None:
         engine = job.wrap_engine(engine)
-    from aura.distributed.engines import wrap_engine  # --ddp-comm timing/state, --local-steps (DiLoCo)
+    from aura.distributed.slow_link import wrap_engine  # --ddp-comm timing/state, --local-steps (DiLoCo)
 
     engine = wrap_engine(engine, model=job.model, args=job.cfg, dist=run.dist, total_steps=job.plan.total_steps)
     from aura.evaluation.during_training import build_suite_evaluator  # --eval-suite
@@ -224,7 +224,7 @@ def _train(run: Run, job: TrainingJob, kind: str):
                                    extra_columns=metric_columns(job), report_to=job.cfg.report_destinations,
                                    tracker_info=tracker_info)
     hooks.resume_command = _record_launch(run, job, metrics)
-    from aura.train.run.plan import interval_notices
+    from aura.train.run.resume_plan import interval_notices
 
     interval_notices(job.cfg, job.plan, explicit=run.explicit)
     return train(model=job.model, engine=engine, data=job.data, val_data=job.val_data, args=job.cfg, plan=job.plan,

@@ -3,7 +3,7 @@ the upload plan as data (each file's path in the repository, in commit order, an
 with its reason).
 
 The plan is plain data so that it can be printed (``--dry-run``) and tested without a hub: the upload
-itself (``aura.publish.command``) sends exactly ``plan.files`` in that order as one commit.
+itself (``aura.publish.push_command``) sends exactly ``plan.files`` in that order as one commit.
 """
 
 from __future__ import annotations

@@ -192,8 +192,8 @@ def _budget(c) -> str:
 
 
 def plan_pipeline(pipeline, info) -> dict:
-    """Each stage's plan (``aura.pipeline.plan.StagePlan``) by name, in order."""
-    from aura.pipeline.plan import plan_stage
+    """Each stage's plan (``aura.pipeline.estimate.StagePlan``) by name, in order."""
+    from aura.pipeline.estimate import plan_stage
 
     plans: dict = {}
     for s in pipeline.stages:
@@ -214,7 +214,7 @@ def _data_lines(stage, p) -> list[str]:
     """A fine-tuning stage's data: the hub dataset's card (licence, size, source, offline fallback) and how
     much of the stage's budget (or planned steps) the data fills."""
     from aura.data.hub_datasets import card
-    from aura.pipeline.plan import CHARS_PER_TOKEN, budget_seconds, data_size, hub_data_size
+    from aura.pipeline.estimate import CHARS_PER_TOKEN, budget_seconds, data_size, hub_data_size
 
     if stage.key != ("finetune",) or not p.examples or not p.read:
         return []
@@ -245,8 +245,8 @@ def _data_lines(stage, p) -> list[str]:
 
 def pipeline_plan(cfg: PipelinePlanConfig) -> int:
     from aura.models.hardware import assumed_hardware, detect
-    from aura.pipeline import comm, nodes, spec
-    from aura.pipeline.plan import ASSUMED_MFU, CHARS_PER_TOKEN, GENERATION_MFU
+    from aura.pipeline import comm_advice, nodes, spec
+    from aura.pipeline.estimate import ASSUMED_MFU, CHARS_PER_TOKEN, GENERATION_MFU
     from aura.pipeline.runner import equivalent_command
 
     pipeline = spec.resolve(spec.load(cfg.pipeline, overrides=cfg.set, scale=cfg.scale), Path(cfg.output_dir).expanduser().absolute())
@@ -267,7 +267,7 @@ def pipeline_plan(cfg: PipelinePlanConfig) -> int:
         for line in _data_lines(s, p):
             print(line)
         if s.comm is not None:
-            print(comm.plan_line(s, info))
+            print(comm_advice.plan_line(s, info))
     lay = nodes.layout(pipeline)
     if lay.multi:
         print(nodes.describe(lay))

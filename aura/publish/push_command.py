@@ -2,7 +2,7 @@
 Hub with a model card that says what Aura knows about them.
 
 The upload is huggingface_hub's: ``HfApi.create_repo`` then one ``HfApi.create_commit`` of exactly the
-planned files (``aura.publish.plan``: the same operation ``upload_folder`` builds, given the file list
+planned files (``aura.publish.upload_plan``: the same operation ``upload_folder`` builds, given the file list
 instead of patterns), so the repository changes all at once or not at all: an interrupted push leaves
 the repository as it was. The token is huggingface_hub's (``HF_TOKEN``, or ``hf auth login``).
 ``--dry-run`` prints the plan and the card and touches no network.
@@ -119,7 +119,7 @@ def prepare(cfg: PushConfig) -> Prepared:
     """Everything a push decides before the network: the source, the plan, the facts and the card."""
     from aura.publish.card import render
     from aura.publish.facts import gather, short_name
-    from aura.publish.plan import resolve_source, upload_plan, without_local_paths
+    from aura.publish.upload_plan import resolve_source, upload_plan, without_local_paths
 
     source = resolve_source(cfg.model, gguf=cfg.gguf)
     plan = upload_plan(source)
@@ -138,7 +138,7 @@ def prepare(cfg: PushConfig) -> Prepared:
 
 
 def _print_plan(cfg: PushConfig, p: Prepared) -> None:
-    from aura.publish.plan import CARD, M as PM
+    from aura.publish.upload_plan import CARD, M as PM
 
     card_bytes = len(str(p.card).encode("utf-8"))
     console.always(M("plan_title", repo=cfg.repo_id, visibility=M("private") if cfg.private else M("public")))
@@ -171,7 +171,7 @@ def _upload(cfg: PushConfig, p: Prepared) -> int:
     from huggingface_hub import CommitOperationAdd, HfApi, get_token
     from huggingface_hub.errors import HfHubHTTPError
 
-    from aura.publish.plan import CARD
+    from aura.publish.upload_plan import CARD
 
     token = get_token()
     if not token:

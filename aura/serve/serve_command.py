@@ -1,5 +1,5 @@
 """``aura serve MODEL``: an OpenAI-compatible server (``/v1/models``, ``/v1/chat/completions`` with streaming,
-``/v1/completions``) on the engine that fits the model (``aura.serve.engines``).
+``/v1/completions``) on the engine that fits the model (``aura.serve.servers``).
 
 Aura's part is the glue: the engine chosen from the model (a GGUF file -> llama.cpp; a Hugging Face folder
 -> vLLM when it is installed and a GPU is present, else transformers), an adapter merged into a temporary
@@ -26,7 +26,7 @@ from aura.core.access import token_for
 from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.serve.engines import ENGINES
+from aura.serve.servers import ENGINES
 
 M = Messages("serve", {
     "need_model": ("Falta el MODELO: un directorio Hugging Face, un checkpoint, un adaptador o un archivo "
@@ -166,7 +166,7 @@ def _lora_servable(adapter_dir: Path) -> bool:
 
 def serve(cfg: ServeConfig) -> int:
     from aura.inference.loading import resolve_model
-    from aura.serve.engines import choose_engine
+    from aura.serve.servers import choose_engine
 
     source = resolve_model(cfg.model, cfg.adapter or None, allow_other_base=cfg.allow_other_base)
     vllm, gpu = (_vllm_installed(), _gpu()) if source.kind != "gguf" else (False, False)
@@ -211,7 +211,7 @@ def _announce(cfg: ServeConfig, engine: str, name: str) -> None:
 
 def _serve_here(cfg: ServeConfig, source, engine: str, stack: contextlib.ExitStack) -> int:
     from aura.core.access import TokenGuard
-    from aura.serve import engines
+    from aura.serve import servers
 
     try:
         import uvicorn
@@ -228,13 +228,13 @@ def _serve_here(cfg: ServeConfig, source, engine: str, stack: contextlib.ExitSta
     if engine == "llama.cpp":
         name = str(source.path)
         console.info(M("loading", model=name, engine=engine))
-        app = engines.RequestDefaults(engines.llama_cpp_app(source.path, alias=name, n_ctx=cfg.n_ctx),
-                                      engines.LLAMA_CPP_DEFAULTS)
+        app = servers.RequestDefaults(servers.llama_cpp_app(source.path, alias=name, n_ctx=cfg.n_ctx),
+                                      servers.LLAMA_CPP_DEFAULTS)
     else:
         model_dir = _merged_copy(cfg, source, stack) if source.kind == "adapter" else source.path
         name = str(model_dir)  # transformers serve, pinned to one model, answers to its path
         console.info(M("loading", model=name, engine=engine))
-        app = engines.transformers_app(name, dtype=cfg.dtype)
+        app = servers.transformers_app(name, dtype=cfg.dtype)
     if not _has_chat_template(source.path if engine == "llama.cpp" else Path(name), gguf=engine == "llama.cpp"):
         from aura.inference.chat import M as M_CHAT
         from aura.serve.plain_chat import PlainChat
@@ -278,7 +278,7 @@ def stop_child(proc: subprocess.Popen, timeout: float = 30.0) -> None:
 def _serve_vllm(cfg: ServeConfig, source, stack: contextlib.ExitStack) -> int:
     """vLLM's own server in its own process (on a GPU, or vLLM's CPU build: bench/vllm_cpu.py runs it);
     Ctrl+C reaches both, and a SIGTERM to Aura ends vLLM's server too."""
-    from aura.serve.engines import vllm_command
+    from aura.serve.servers import vllm_command
 
     adapter, base = (source.path, source.base) if source.kind == "adapter" else (None, source.path)
     if adapter is not None and not _lora_servable(adapter):

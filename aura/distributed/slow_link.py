@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from aura.distributed.comm import CommEngine
+from aura.distributed.comm_hooks import CommEngine
 from aura.distributed.local_sgd import LocalSGDEngine
 
 

@@ -59,7 +59,7 @@ DEFAULT_STEP_S = 1.0  # check-dist's --step-seconds default
 def preset_and_step(stage: Stage, info=None) -> tuple[str, float, bool]:
     """(the preset whose gradients travel, compute seconds per step, whether the plan estimated them)."""
     from aura.models.hardware import choose_auto, detect
-    from aura.pipeline.plan import plan_stage
+    from aura.pipeline.estimate import plan_stage
 
     info = info or detect()
     preset = stage.cfg.model_preset

@@ -92,7 +92,7 @@ class HFEngine:
         self.cancel = threading.Event()  # set by Ctrl+C in the chat to stop the current answer
         self.stop_ids = end_of_turn_ids(self.tok)
         self.has_template = bool(getattr(self.tok, "chat_template", None))
-        self.said: set = set()  # context cuts already told to the user (aura.inference.engine.fit_context)
+        self.said: set = set()  # context cuts already told to the user (aura.inference.backends.fit_context)
 
     def stream(self, *, prompt: str | None = None, messages: list[dict] | None = None,
                sampling: Sampling, out: list, notify=None) -> Iterator[str]:
