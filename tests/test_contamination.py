@@ -76,8 +76,8 @@ def test_a_prepared_dir_is_read_back_from_its_shards(prepared_corpus):
 
 
 def test_the_pipeline_checks_the_stages_that_made_the_model_and_the_card_says_so(tmp_path, prepared_corpus):
-    from aura.pipeline import report, spec
-    from aura.pipeline.state import FINISHED, State
+    from aura.pipeline import report_card as report, spec
+    from aura.pipeline.pipeline_state import FINISHED, State
 
     item = next(i for i in eval_items("aura-es", limit=8) if i.task == "aura_es_lectura")
     sft_data = tmp_path / "sft.jsonl"
@@ -181,7 +181,7 @@ def test_the_math_tasks_template_is_not_an_item_and_its_real_overlap_is_counted(
 def test_an_lm_eval_task_with_local_data_is_checked_and_one_on_the_hub_is_named(tmp_path, monkeypatch):
     pytest.importorskip("lm_eval")
     from aura.pipeline import spec
-    from aura.pipeline.contamination import check_stage
+    from aura.pipeline.eval_contamination import check_stage
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -223,7 +223,7 @@ def test_report_plot_is_cheap_and_spanish(curated, tmp_path):
     from PIL import Image
 
     root, _ = curated
-    code = ("import json, sys; from pathlib import Path; from aura.data.curate import report as rep; "
+    code = ("import json, sys; from pathlib import Path; from aura.data.curate import curate_report as rep; "
             f"rep.plot(json.loads(Path({str(root / 'out' / '.curate' / 'report.json')!r}).read_text()), "
             f"Path({str(tmp_path / 'es.png')!r})); print('matplotlib' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -232,7 +232,7 @@ def test_report_plot_is_cheap_and_spanish(curated, tmp_path):
     assert r.stdout.strip() == "False"
     with Image.open(tmp_path / "es.png") as img:
         assert img.format == "PNG" and img.width >= 800 and img.height >= 13 * 20
-    from aura.data.curate.report import _font
+    from aura.data.curate.curate_report import _font
 
     assert Path(_font(13).path).name == "DejaVuSans.ttf"  # Pillow's own font has no á, í, ñ...
 

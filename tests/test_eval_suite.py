@@ -105,7 +105,7 @@ def test_suite_accuracy_equals_independent_loglikelihood(tiny_zoo, tmp_path):
             assert rows[(task.name, "acc")]["value"] == acc / 7, (name, task.name)
             assert rows[(task.name, "acc_norm")]["value"] == norm / 7, (name, task.name)
             assert rows[(task.name, "acc")]["n"] == 7
-        from aura.evaluation.report import suite_texts
+        from aura.evaluation.task_scores import suite_texts
 
         tok = AutoTokenizer.from_pretrained(str(tiny_zoo[name]))
         texts = suite_texts(tasks)

@@ -374,7 +374,7 @@ def test_a_stage_without_reward_signal_says_the_model_did_not_change_and_spanish
     assert [float(r["groups_with_signal"]) for r in step_rows(dead).values()] == [0.0, 0.0]
     weights = load_file(dead / "final" / "adapter_model.safetensors")
     assert all(not t.any() for k, t in weights.items() if "lora_B" in k)  # the adapted model is the base
-    from aura.pipeline.report import stage_notes, training_summary
+    from aura.pipeline.report_card import stage_notes, training_summary
     from aura.pipeline.report_render import headline_text
 
     assert stage_notes(dead) == {"groups": 4, "groups_with_signal": 0}

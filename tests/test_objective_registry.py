@@ -67,7 +67,7 @@ def test_choosing_sft_imports_no_other_objective():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     loaded = set(out.stdout.split())
-    assert "aura.train.objectives.sft" in loaded, out.stdout
+    assert "aura.train.objectives.sft_setup" in loaded, out.stdout
     others = {"grpo", "grpo_setup", "rollout", "vllm_rollout", "preference", "preference_setup", "kto", "kto_setup",
               "simpo", "simpo_setup"}
     assert not loaded & {f"aura.train.objectives.{m}" for m in others}, loaded

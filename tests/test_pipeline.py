@@ -132,7 +132,7 @@ def test_a_kill_after_a_redone_stage_never_leaves_its_readers_finished(tmp_path)
     disk before anything runs; once SFT is redone, eval-sft runs even though its own options did not change."""
     from aura.pipeline import spec
     from aura.pipeline.runner import _decide, invalidate
-    from aura.pipeline.state import State
+    from aura.pipeline.pipeline_state import State
 
     out = tmp_path / "p"
     out.mkdir()
@@ -350,7 +350,7 @@ def test_a_cuda_runs_mfu_and_gpu_memory_are_read_from_its_log(reference, tmp_pat
     """The columns only a CUDA run fills (``mfu`` with a known peak, ``mem_reserved_gb``), written into the
     reference's real pretraining log as the metrics logger writes them: the report's MFU is the median
     logged interval's, its GPU memory the largest peak allocated and reserved of the log."""
-    from aura.pipeline.report import training_summary
+    from aura.pipeline.report_card import training_summary
 
     src = reference / "pretrain" / "training_log.csv"
     with src.open(encoding="utf-8", newline="") as f:

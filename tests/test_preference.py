@@ -373,7 +373,7 @@ def test_report_card_headline_is_the_validation_reward_accuracy_and_margin(env, 
         evals = [r for r in csv.DictReader(f) if r["kind"] in ("eval", "epoch") and r["val_loss"]]
     assert [(r["kind"], int(r["step"])) for r in evals] == [("eval", 2), ("epoch", 4)]  # 4 steps: one epoch
     from aura.core.i18n import set_lang
-    from aura.pipeline.report import training_summary
+    from aura.pipeline.report_card import training_summary
     from aura.pipeline.report_render import headline_text
 
     t = training_summary(run)

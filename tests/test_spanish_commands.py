@@ -211,7 +211,7 @@ def test_library_stderr_drops_only_the_noise(capfd):
     import subprocess
 
     from aura.core import console
-    from aura.evaluation.report import HARNESS_NOISE
+    from aura.evaluation.task_scores import HARNESS_NOISE
 
     with console.library_stderr(drop=HARNESS_NOISE):
         subprocess.run(["sh", "-c", "echo 'fatal: not a git repository (or any of the parent directories): .git' >&2;"

@@ -99,7 +99,7 @@ def test_a_context_cut_is_told_on_the_page_at_every_answer_not_on_the_terminal(r
 
 
 def test_two_models_side_by_side_and_a_bounded_cache(runs):
-    from aura.studio.chat import Engines, chat_config
+    from aura.studio.try_chat import Engines, chat_config
 
     c, headers = client(runs)
     messages = [{"role": "user", "content": "Cuéntame algo"}]
@@ -209,7 +209,7 @@ def test_runs_list_follows_new_rows_and_costs_a_stat_when_unchanged(tmp_path, mo
 
     calls = []
     real = runlog.read_log_since
-    monkeypatch.setattr("aura.studio.metrics.read_log_since", lambda *a, **k: calls.append(a) or real(*a, **k))
+    monkeypatch.setattr("aura.studio.page_data.read_log_since", lambda *a, **k: calls.append(a) or real(*a, **k))
     monkeypatch.setattr(reader, "read_log", lambda *a: pytest.fail("the whole log is read again"))
     assert c.get("/api/runs").json()[0] == rec and calls == []  # unchanged: nothing read
     with open(d / "training_log.csv", "a") as f:

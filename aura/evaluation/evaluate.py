@@ -25,7 +25,7 @@ from aura.core import console
 from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
-from aura.evaluation.report import M as RM
+from aura.evaluation.task_scores import M as RM
 
 M = Messages("evaluate", {
     "need_model": ("Falta --model (uno o varios directorios).", "--model is missing (one or more dirs)."),
@@ -285,11 +285,11 @@ def evaluate(cfg: EvalConfig) -> int:
         outputs.append((Path(cfg.output) if cfg.output else Path(cfg.output_dir) / "eval.json",
                         "--output" if cfg.output else "--output-dir"))
     for path, flag in outputs:
-        if flag.startswith("--"):  # beside a model a write that fails is only a warning (aura.evaluation.report)
+        if flag.startswith("--"):  # beside a model a write that fails is only a warning (aura.evaluation.task_scores)
             check_writable(path, flag=flag)
         check_output_file(path, flag=flag, overwrite=cfg.overwrite, inputs=inputs)
     if cfg.suite or cfg.tasks or cfg.prompts:
-        from aura.evaluation.report import evaluate_tasks
+        from aura.evaluation.task_scores import evaluate_tasks
 
         evaluate_tasks(cfg)
     if cfg.data:

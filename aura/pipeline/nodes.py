@@ -30,7 +30,7 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.locks import FileLock
 from aura.pipeline.spec import Pipeline
-from aura.pipeline.state import FINISHED, STATE_FILE
+from aura.pipeline.pipeline_state import FINISHED, STATE_FILE
 
 M = Messages("pipeline.nodes", {
     "layout": ("Nodo {rank} de {n}: {all} en todos los nodos (torchrun); {every} en cada nodo; {main} en el "

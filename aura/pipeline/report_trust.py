@@ -39,7 +39,7 @@ def collect_trust(models: list[dict[str, Any]], rows_by_stage: dict[str, dict[st
     """Add ``contamination`` (the eval stage's check) and ``vs_previous`` ({score key: comparison}) to each
     model of the report, in place."""
     from aura.evaluation.significance import compare_rows
-    from aura.pipeline.contamination import read
+    from aura.pipeline.eval_contamination import read
 
     previous = None
     for m in models:

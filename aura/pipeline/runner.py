@@ -31,9 +31,9 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.locks import output_lock
 from aura.core.rundir import latest_checkpoint
-from aura.pipeline import comm_advice as link, nodes, report
+from aura.pipeline import comm_advice as link, nodes, report_card as report
 from aura.pipeline.spec import RESOURCES_DIR, Pipeline, Stage, config_fields, fingerprint_fields, resolve
-from aura.pipeline.state import (ELSEWHERE, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED, State,
+from aura.pipeline.pipeline_state import (ELSEWHERE, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED, State,
                                  fingerprint, now)
 
 M = Messages("pipeline.runner", {

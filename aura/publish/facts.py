@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aura.core.hub import looks_like_path
-from aura.pipeline.report import eval_results, read_report, training_summary
+from aura.pipeline.report_card import eval_results, read_report, training_summary
 from aura.publish.upload_plan import Source
 
 _RUN_PART = re.compile(r"final|best|(checkpoint|interrupt)-(step|epoch)-\d+")

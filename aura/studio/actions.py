@@ -28,7 +28,7 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.rundir import lock_holder
 from aura.distributed.launcher import strip_resume
-from aura.pipeline.state import describe
+from aura.pipeline.pipeline_state import describe
 from aura.watch.runs import live_status, resume_args
 
 M = Messages("studio_actions", {

@@ -36,9 +36,9 @@ from starlette.staticfiles import StaticFiles
 from aura.core.access import TOKEN_COOKIE, given_token, token_matches
 from aura.core.errors import AuraError
 from aura.core.i18n import current_lang
-from aura.studio import actions, chat
+from aura.studio import actions, try_chat as chat
 from aura.studio.folder import RunsFolder
-from aura.studio.metrics import LogCache
+from aura.studio.page_data import LogCache
 from aura.studio.routes import launch_routes, pipeline_routes, run_routes, try_routes
 from aura.watch.runlog import column_labels
 from aura.watch.runs import find_run_dirs

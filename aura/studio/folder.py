@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aura.core.files import loads_json
-from aura.pipeline.state import STATE_FILE
+from aura.pipeline.pipeline_state import STATE_FILE
 
 
 def plain(name: str) -> bool:

@@ -18,10 +18,10 @@ from starlette.routing import Route
 from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.rundir import list_checkpoints
-from aura.pipeline.state import describe, find_pipeline_dirs
-from aura.studio import actions, chat
+from aura.pipeline.pipeline_state import describe, find_pipeline_dirs
+from aura.studio import actions, try_chat as chat
 from aura.studio.folder import RunsFolder, run_info
-from aura.studio.metrics import LogCache
+from aura.studio.page_data import LogCache
 from aura.watch.runs import find_run_dirs
 
 MAX_POINTS = 2000

@@ -78,7 +78,7 @@ from aura.train.run.metrics import TrainMetrics
 from aura.train.objectives.objective import COUNT, CausalLM, Evaluator, Objective, count_inputs, unit_means
 from aura.train.run.resume_plan import limits_notice
 from aura.train.run.policy import CheckpointPolicy, EpochEnd, TrainHooks, start_state
-from aura.train.state import BatchSource, TrainState
+from aura.train.train_state import BatchSource, TrainState
 
 
 M = Messages("loop", {

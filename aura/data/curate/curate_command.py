@@ -356,7 +356,7 @@ def _run_stages(stages: list, work: Path, runner) -> None:
 
 def _finish(cfg: CurateConfig, out: Path, *, stages: list, options: dict, t0: float) -> dict:
     """Publish the shards into ``out`` and write, plot and print the report (and the removed samples)."""
-    from aura.data.curate import report as rep
+    from aura.data.curate import curate_report as rep
 
     state = out / STATE
     work = state / "work"

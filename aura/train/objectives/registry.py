@@ -17,7 +17,7 @@ import itertools
 
 # name -> "module:class", in the order --help lists them
 OBJECTIVES = {
-    "sft": "aura.train.objectives.sft:SFTSetup",
+    "sft": "aura.train.objectives.sft_setup:SFTSetup",
     "dpo": "aura.train.objectives.preference_setup:DPOSetup",
     "orpo": "aura.train.objectives.preference_setup:ORPOSetup",
     "grpo": "aura.train.objectives.grpo_setup:GRPOSetup",

@@ -1,6 +1,6 @@
 """GRPO rollouts: the loop's batch source that samples completions, scores them and computes advantages.
 
-``RolloutSource`` is a ``BatchSource`` (``aura.train.state``) like the SFT one, so GRPO runs on the one
+``RolloutSource`` is a ``BatchSource`` (``aura.train.train_state``) like the SFT one, so GRPO runs on the one
 training loop with its checkpoints, signals and resume. The work is organised as TRL's GRPOTrainer's:
 
 * A *window* is one optimizer step: ``--batch-size`` completions per micro-batch x

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from aura.distributed import DistInfo
     from aura.train.args import StepPlan, TrainArgs
     from aura.train.optim.step_engine import StepEngine
-    from aura.train.state import BatchSource, TrainState
+    from aura.train.train_state import BatchSource, TrainState
     from aura.train.run.metrics import TrainMetrics
 
 M = Messages("policy", {

@@ -20,7 +20,7 @@ from aura.core import console
 from aura.core.atomic import atomic_write_json
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.pipeline.state import FINISHED
+from aura.pipeline.pipeline_state import FINISHED
 
 M = Messages("pipeline.contamination", {
     "checking": (("{stage}: ¿vio el modelo los ítems de evaluación? Comparando {n:ítem|ítems} con los datos de "

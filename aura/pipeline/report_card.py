@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from aura.core.atomic import atomic_write_json, atomic_write_text
-from aura.pipeline.contamination import refresh as refresh_contamination
+from aura.pipeline.eval_contamination import refresh as refresh_contamination
 from aura.pipeline.report_trust import SCORED, collect_trust
 
 MD, HTML, JSON = "report.md", "report.html", "report.json"
