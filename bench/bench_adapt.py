@@ -28,8 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-COMMON = dict(batch_size=16, log_interval=50, save_steps=0, sample_tokens=0, precision="fp32", eval_batches=20,
-              seed=0)
+COMMON = dict(batch_size=16, log_interval=50, save_steps=0, sample_tokens=0, precision="fp32", eval_batches=20, seed=0)
 
 
 def split(corpus: Path, work: Path, name: str, *, train_mb: float, eval_kb: int) -> tuple[Path, Path, list[str]]:
@@ -55,8 +54,9 @@ def prepared(text: Path, tok: Path, out: Path) -> Path:
     from aura.data.prepare import PrepareConfig, prepare
 
     if not (out / "meta.json").is_file():
-        prepare(PrepareConfig(inputs=[str(text)], tokenizer=str(tok), output_dir=str(out), val_fraction=0.02,
-                              workers=1))
+        prepare(
+            PrepareConfig(inputs=[str(text)], tokenizer=str(tok), output_dir=str(out), val_fraction=0.02, workers=1)
+        )
     return out
 
 
@@ -84,7 +84,7 @@ def bits_per_byte(model_dir: Path, docs: list[str], *, seq: int = 128) -> float:
     nats = 0.0
     with torch.no_grad():
         for start in range(0, len(stream) - 1, seq):
-            window = stream[start:start + seq + 1]
+            window = stream[start : start + seq + 1]
             if len(window) < 2:
                 break
             logits = model(window[None, :-1]).logits[0]
@@ -107,13 +107,22 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     args = ap.parse_args()
-    model = dict(model_preset="manual", arch="llama", embed_size=args.dim, num_layers=args.layers, num_heads=4,
-                 num_kv_heads=2, intermediate_size=3 * args.dim, seq_length=args.seq)
+    model = dict(
+        model_preset="manual",
+        arch="llama",
+        embed_size=args.dim,
+        num_layers=args.layers,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=3 * args.dim,
+        seq_length=args.seq,
+    )
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    from aura.tokenizer.train import train_bpe
-    from aura.tokenizer.extend import TokenizerExtendConfig, extend_tokenizer, measure
     from tokenizers import Tokenizer
+
+    from aura.tokenizer.extend import TokenizerExtendConfig, extend_tokenizer, measure
+    from aura.tokenizer.train import train_bpe
 
     es_train, _, es_held = split(Path(args.es), work, "es", train_mb=2.0, eval_kb=args.eval_kb)
     en_train, _, en_held = split(Path(args.en), work, "en", train_mb=2.0, eval_kb=args.eval_kb)
@@ -122,31 +131,49 @@ def main() -> None:
         train_bpe(inputs=[str(en_train)], vocab_size=args.vocab, output_dir=tok, force=True)
     ext = work / "tok_ext"
     if not (ext / "tokenizer.json").is_file():
-        extend_tokenizer(TokenizerExtendConfig(base=str(tok), inputs=[str(es_train)], add_tokens=args.add_tokens,
-                                               output_dir=str(ext), overwrite=True))
-    fert = {name: {lang: measure(Tokenizer.from_file(str(t / "tokenizer.json")), held)
-                   for lang, held in (("es", es_held), ("en", en_held))} for name, t in (("base", tok), ("ext", ext))}
+        extend_tokenizer(
+            TokenizerExtendConfig(
+                base=str(tok), inputs=[str(es_train)], add_tokens=args.add_tokens, output_dir=str(ext), overwrite=True
+            )
+        )
+    fert = {
+        name: {
+            lang: measure(Tokenizer.from_file(str(t / "tokenizer.json")), held)
+            for lang, held in (("es", es_held), ("en", en_held))
+        }
+        for name, t in (("base", tok), ("ext", ext))
+    }
     en_base = prepared(en_train, tok, work / "data_en_base")
     es_base = prepared(es_train, tok, work / "data_es_base")
     es_ext = prepared(es_train, ext, work / "data_es_ext")
     en_ext = prepared(en_train, ext, work / "data_en_ext")
-    times = {"base": pretrain(work / "base", data=[str(en_base)], max_steps=args.base_steps, learning_rate=2e-3,
-                              **model)}
+    times = {
+        "base": pretrain(work / "base", data=[str(en_base)], max_steps=args.base_steps, learning_rate=2e-3, **model)
+    }
     base = work / "base" / "final"
     adapt = dict(init_from=str(base), seq_length=args.seq, max_tokens=args.adapt_tokens, learning_rate=1e-3)
     times["a"] = pretrain(work / "a", data=[str(es_base)], **adapt)
     times["b"] = pretrain(work / "b", data=[str(es_ext)], tokenizer=str(ext), **adapt)
     times["c"] = pretrain(work / "c", data=[f"es=0.8:{es_ext}", f"en=0.2:{en_ext}"], tokenizer=str(ext), **adapt)
     rows = {}
-    for name, d in (("base (English)", base), ("(a) base tokenizer", work / "a" / "final"),
-                    ("(b) extended + mean init", work / "b" / "final"), ("(c) (b) + 20 % English", work / "c" / "final")):
-        rows[name] = {"es_bpb": bits_per_byte(d, es_held, seq=args.seq), "en_bpb": bits_per_byte(d, en_held, seq=args.seq)}
+    for name, d in (
+        ("base (English)", base),
+        ("(a) base tokenizer", work / "a" / "final"),
+        ("(b) extended + mean init", work / "b" / "final"),
+        ("(c) (b) + 20 % English", work / "c" / "final"),
+    ):
+        rows[name] = {
+            "es_bpb": bits_per_byte(d, es_held, seq=args.seq),
+            "en_bpb": bits_per_byte(d, en_held, seq=args.seq),
+        }
     result = {"fertility": fert, "bpb": rows, "seconds": times, "args": vars(args)}
     (work / "result.json").write_text(json.dumps(result, indent=1))
     print("\nFertility on held-out text (tokens/word, bytes/token):")
     for name in ("base", "ext"):
-        print(f"  {name:5s} es {fert[name]['es']['tokens_per_word']:.3f} t/w {fert[name]['es']['bytes_per_token']:.3f} "
-              f"B/t | en {fert[name]['en']['tokens_per_word']:.3f} t/w {fert[name]['en']['bytes_per_token']:.3f} B/t")
+        print(
+            f"  {name:5s} es {fert[name]['es']['tokens_per_word']:.3f} t/w {fert[name]['es']['bytes_per_token']:.3f} "
+            f"B/t | en {fert[name]['en']['tokens_per_word']:.3f} t/w {fert[name]['en']['bytes_per_token']:.3f} B/t"
+        )
     print("\n| Model | Spanish bpb | English bpb |\n|---|---|---|")
     for name, r in rows.items():
         print(f"| {name} | {r['es_bpb']:.4f} | {r['en_bpb']:.4f} |")
@@ -159,9 +186,11 @@ def main() -> None:
         figure(f"adapt.bpb.{name.split(' ')[0]}", f"es {r['es_bpb']:.3f}, en {r['en_bpb']:.3f}")
 
 
-# reproduce: --es /tmp/bench_es.txt --en /tmp/bench_en.txt --work /tmp/bench_adapt_run --vocab 2048 --dim 64 --layers 2 --seq 64 --base-steps 150 --adapt-tokens 60000 --add-tokens 500 --eval-kb 20
+# reproduce: --es /tmp/bench_es.txt --en /tmp/bench_en.txt --work /tmp/bench_adapt_run --vocab 2048 --dim 64 --layers 2
+# --seq 64 --base-steps 150 --adapt-tokens 60000 --add-tokens 500 --eval-kb 20
 # reproduce-needs: file:/tmp/bench_es.txt file:/tmp/bench_en.txt
-# reproduce-quick: --es aura/resources/corpus_es/enciclopedia.txt --en README.en.md --work {tmp}/w --vocab 400 --dim 32 --layers 1 --seq 32 --base-steps 2 --adapt-tokens 1500 --add-tokens 20 --eval-kb 2
+# reproduce-quick: --es aura/resources/corpus_es/enciclopedia.txt --en README.en.md --work {tmp}/w --vocab 400 --dim 32
+# --layers 1 --seq 32 --base-steps 2 --adapt-tokens 1500 --add-tokens 20 --eval-kb 2
 
 if __name__ == "__main__":
     main()

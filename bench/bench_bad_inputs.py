@@ -56,8 +56,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="aura-bad-inputs-") as tmp:
         t0 = time.perf_counter()
         fx = build_fixtures(Path(tmp) / "fixtures")
-        print(f"fixtures built in {time.perf_counter() - t0:.0f} s; {len(names)} cases "
-              f"({'subprocess' if opts.subprocess else 'in-process'})\n", flush=True)
+        print(
+            f"fixtures built in {time.perf_counter() - t0:.0f} s; {len(names)} cases "
+            f"({'subprocess' if opts.subprocess else 'in-process'})\n",
+            flush=True,
+        )
         clear, total = Counter(), Counter()
         t0 = time.perf_counter()
         for name in names:
@@ -67,8 +70,10 @@ def main() -> int:
             ok = not problems
             total[case.command] += 1
             clear[case.command] += ok
-            print(f"{'clear' if ok else 'NOT CLEAR'}  {name:44s} {time.perf_counter() - t:5.1f} s  "
-                  f"{'; '.join(problems)}", flush=True)
+            print(
+                f"{'clear' if ok else 'NOT CLEAR'}  {name:44s} {time.perf_counter() - t:5.1f} s  {'; '.join(problems)}",
+                flush=True,
+            )
             if problems and opts.verbose:
                 print("    | " + "\n    | ".join(output.strip().splitlines()[-8:]))
         seconds = time.perf_counter() - t0
@@ -76,8 +81,10 @@ def main() -> int:
     for command in sorted(total):
         print(f"  aura {command:18s} {clear[command]}/{total[command]} clear")
     n_clear, n = sum(clear.values()), sum(total.values())
-    print(f"\n{n_clear}/{n} clear ({sum(CASES[x].hostile for x in names)} of them hostile; "
-          f"{len(total)} commands; {seconds:.0f} s)")
+    print(
+        f"\n{n_clear}/{n} clear ({sum(CASES[x].hostile for x in names)} of them hostile; "
+        f"{len(total)} commands; {seconds:.0f} s)"
+    )
     from figures import figure
 
     figure("bad_inputs.clear", f"{n_clear}/{n}")

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from figures import figure, ratio
+from figures import figure, ratio  # noqa: E402  (bench/ on sys.path above)
 
 
 def main() -> None:
@@ -69,9 +69,11 @@ def main() -> None:
             t0 = time.perf_counter()
             fn()
             best[name] = min(best[name], time.perf_counter() - t0)
-    print(f"{len(docs)} documents, {n_words:,} words, {n_bytes / 1e6:.1f} MB; {len(items)} items, "
-          f"{len(index.grams):,} n-grams; best of {args.repeats}: aura {best['aura']:.2f} s, "
-          f"datatrove's method {best['datatrove']:.2f} s")
+    print(
+        f"{len(docs)} documents, {n_words:,} words, {n_bytes / 1e6:.1f} MB; {len(items)} items, "
+        f"{len(index.grams):,} n-grams; best of {args.repeats}: aura {best['aura']:.2f} s, "
+        f"datatrove's method {best['datatrove']:.2f} s"
+    )
     figure("contamination.words_per_s", f"{n_words / best['aura']:,.0f}")
     figure("contamination.vs_datatrove_method", ratio(best["datatrove"] / best["aura"]))
 

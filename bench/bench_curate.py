@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from curate_corpus import (  # bench/ is on sys.path (run as a script)
+from curate_corpus import (  # noqa: E402  (scripts/ is on sys.path above)
     BOILER,
     build,
     memory_corpus,
@@ -110,13 +110,31 @@ def run_tree(cmd: list[str], out: Path | None = None, env: dict | None = None) -
     proc.returncode = os.waitstatus_to_exitcode(status)
     assert proc.returncode == 0, cmd
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return {"wall": wall, "cpu": cpu, "peak": box.get("peak", 0), "single": box.get("single", 0),
-            "stage": box.get("stage")}
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "peak": box.get("peak", 0),
+        "single": box.get("single", 0),
+        "stage": box.get("stage"),
+    }
 
 
 def run_aura(inp: Path, out: Path, workers: int, sample: int, extra: tuple[str, ...] = ()) -> dict:
-    cmd = [sys.executable, "-m", "aura", "data", "curate", str(inp), "--output-dir", str(out),
-           "--workers", str(workers), "--sample", str(sample), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "aura",
+        "data",
+        "curate",
+        str(inp),
+        "--output-dir",
+        str(out),
+        "--workers",
+        str(workers),
+        "--sample",
+        str(sample),
+        *extra,
+    ]
     return run_tree(cmd, out, {**_env(), "AURA_LANG": "en", "AURA_PLAIN": "1"})
 
 
@@ -132,10 +150,19 @@ def memory_scaling(args, work: Path) -> list[dict]:
         built = time.time() - t0
         run = run_aura(d / "input", d / "out", args.workers, 0, tuple(args.memory_curate_args.split()))
         report = json.loads((d / "out" / ".curate" / "report.json").read_text(encoding="utf-8"))
-        row = {"docs": n, "options": args.memory_curate_args, "mb": round(size / 1e6, 1), "files": -(-n // per_file),
-               "docs_out": report["stages"][-1]["docs_out"], "seconds": round(run["wall"], 1),
-               "cpu_s": round(run["cpu"], 1), "build_s": round(built, 1), "peak_rss_mb": round(run["peak"] / 2**20),
-               "largest_process_mb": round(run["single"] / 2**20), "stage_at_peak": run["stage"]}
+        row = {
+            "docs": n,
+            "options": args.memory_curate_args,
+            "mb": round(size / 1e6, 1),
+            "files": -(-n // per_file),
+            "docs_out": report["stages"][-1]["docs_out"],
+            "seconds": round(run["wall"], 1),
+            "cpu_s": round(run["cpu"], 1),
+            "build_s": round(built, 1),
+            "peak_rss_mb": round(run["peak"] / 2**20),
+            "largest_process_mb": round(run["single"] / 2**20),
+            "stage_at_peak": run["stage"],
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
         if not args.keep:
@@ -175,8 +202,17 @@ def cluster_child(pairs: int, work: Path) -> None:
     config = MinhashConfig(num_buckets=1, hash_config=HashConfig(precision=64, hash_fc="xxhash"))
     MinhashDedupCluster(str(work / "buckets"), str(work / "remove"), config=config).run()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"pairs": pairs, "peak_mb": peak >> 10, "added_mb": (peak - before) >> 10,
-                      "bytes_per_duplicate_doc": round((peak - before) * 1024 / (2 * pairs))}), flush=True)
+    print(
+        json.dumps(
+            {
+                "pairs": pairs,
+                "peak_mb": peak >> 10,
+                "added_mb": (peak - before) >> 10,
+                "bytes_per_duplicate_doc": round((peak - before) * 1024 / (2 * pairs)),
+            }
+        ),
+        flush=True,
+    )
 
 
 def _env() -> dict:
@@ -204,8 +240,10 @@ def direct_stages(inp: Path, work: Path, tasks: int, *, meters: bool = False, au
             if isinstance(step, Meter) and not meters:
                 continue
             if isinstance(step, CurateReader) and not aura_reader:  # html marked for the extractor
-                steps += [WarcReader(str(inp), glob_pattern="*.warc.gz", default_metadata={"format": "html"}),
-                          JsonlReader(str(inp), glob_pattern="*.jsonl.gz")]
+                steps += [
+                    WarcReader(str(inp), glob_pattern="*.warc.gz", default_metadata={"format": "html"}),
+                    JsonlReader(str(inp), glob_pattern="*.jsonl.gz"),
+                ]
                 continue
             if hasattr(step, "exclusion_writer"):
                 step.exclusion_writer = None
@@ -223,15 +261,26 @@ def direct_child(inp: Path, work: Path, workers: int, tasks: int) -> None:
     # not to the console, as in Aura's command, so that both sides write the same logs
     quiet_logger()
     for stage in direct_stages(inp, work, tasks):
-        QuietLocalExecutor(stage.pipeline, tasks=stage.tasks, workers=min(workers, stage.tasks),
-                           logging_dir=str(work / "logs" / stage.name)).run()
+        QuietLocalExecutor(
+            stage.pipeline,
+            tasks=stage.tasks,
+            workers=min(workers, stage.tasks),
+            logging_dir=str(work / "logs" / stage.name),
+        ).run()
 
 
 def run_direct(inp: Path, work: Path, workers: int, tasks: int) -> dict:
     """The same stages and step objects through datatrove's executor, in a fresh interpreter as Aura's
     command is (both pay for starting Python and importing datatrove)."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--direct-child", str(inp), str(work), str(workers),
-           str(tasks)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--direct-child",
+        str(inp),
+        str(work),
+        str(workers),
+        str(tasks),
+    ]
     return run_tree(cmd, work)
 
 
@@ -252,8 +301,11 @@ def per_document_overhead(inp: Path, work: Path, tasks: int, rounds: int, docs: 
 
     from aura.data.curate.pipeline import QuietLocalExecutor, quiet_logger
 
-    variants = {"datatrove": {}, "datatrove+meters": {"meters": True},
-                "aura_reader+meters": {"meters": True, "aura_reader": True}}
+    variants = {
+        "datatrove": {},
+        "datatrove+meters": {"meters": True},
+        "aura_reader+meters": {"meters": True, "aura_reader": True},
+    }
     cpu: dict[str, list[float]] = {k: [] for k in variants}
     outputs = {}
     for r in range(rounds + 1):  # round 0 warms up (imports, models, caches) and is not counted
@@ -269,12 +321,15 @@ def per_document_overhead(inp: Path, work: Path, tasks: int, rounds: int, docs: 
                 cpu[name].append(sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before)))
             outputs[name] = texts_of(d / "filtered")
     base = min(cpu["datatrove"])
-    return {"cpu_s": {k: [round(x, 2) for x in v] for k, v in cpu.items()},
-            "meters_us_per_doc": round((min(cpu["datatrove+meters"]) - base) / docs * 1e6, 1),
-            "meters_overhead": round(min(cpu["datatrove+meters"]) / base - 1, 4),
-            "aura_reader_and_meters_overhead": round(min(cpu["aura_reader+meters"]) / base - 1, 4),
-            "same_output": len({tuple(v) for v in outputs.values()}) == 1, "input_docs": docs,
-            "kept_docs": len(outputs["datatrove"])}
+    return {
+        "cpu_s": {k: [round(x, 2) for x in v] for k, v in cpu.items()},
+        "meters_us_per_doc": round((min(cpu["datatrove+meters"]) - base) / docs * 1e6, 1),
+        "meters_overhead": round(min(cpu["datatrove+meters"]) / base - 1, 4),
+        "aura_reader_and_meters_overhead": round(min(cpu["aura_reader+meters"]) / base - 1, 4),
+        "same_output": len({tuple(v) for v in outputs.values()}) == 1,
+        "input_docs": docs,
+        "kept_docs": len(outputs["datatrove"]),
+    }
 
 
 def score(labels: dict, out: Path) -> dict:
@@ -294,8 +349,9 @@ def score(labels: dict, out: Path) -> dict:
     pairs_near = [m for m in labels["near"] if heads[m] or m in by_reason.get("near_duplicate", {})]
     dup_markers = set(labels["exact"]) | set(labels["near"])
     unique_es = [m for m in es if m not in dup_markers]
-    near_false = sum(m in by_reason.get("near_duplicate", {}) or m in by_reason.get("exact_duplicate", {})
-                     for m in unique_es)
+    near_false = sum(
+        m in by_reason.get("near_duplicate", {}) or m in by_reason.get("exact_duplicate", {}) for m in unique_es
+    )
     joined = "\n".join(texts)
     pii_total = pii_masked = 0
     for found in labels["pii"]:
@@ -320,8 +376,12 @@ def score(labels: dict, out: Path) -> dict:
 
 
 def aura(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "aura", *args], cwd=ROOT, check=True,
-                   env={**_env(), "AURA_LANG": "en", "AURA_PLAIN": "1"})
+    subprocess.run(
+        [sys.executable, "-m", "aura", *args],
+        cwd=ROOT,
+        check=True,
+        env={**_env(), "AURA_LANG": "en", "AURA_PLAIN": "1"},
+    )
 
 
 def downstream(work: Path, curated: Path, tokens: int) -> dict:
@@ -332,13 +392,47 @@ def downstream(work: Path, curated: Path, tokens: int) -> dict:
     aura("tokenizer", "train", str(curated), "--vocab-size", "4096", "--output-dir", str(d / "tok"))
     out = {}
     for name, src in (("curated", str(curated)), ("raw", str(work / "raw.jsonl"))):
-        aura("data", "prepare", src, "--tokenizer", str(d / "tok"), "--output-dir", str(d / f"prep-{name}"),
-             "--workers", "1")
-        aura("pretrain", "--data", str(d / f"prep-{name}"), "--preset", "tiny", "--max-tokens", str(tokens),
-             "--seq-length", "256", "--batch-size", "8", "--precision", "fp32", "--eval-interval", "0",
-             "--output-dir", str(d / f"run-{name}"))
-        aura("eval", "--model", str(d / f"run-{name}" / "final"), "--data", str(work / "heldout_es.txt"),
-             "--seq-len", "256", "--output", str(d / f"eval-{name}.json"))
+        aura(
+            "data",
+            "prepare",
+            src,
+            "--tokenizer",
+            str(d / "tok"),
+            "--output-dir",
+            str(d / f"prep-{name}"),
+            "--workers",
+            "1",
+        )
+        aura(
+            "pretrain",
+            "--data",
+            str(d / f"prep-{name}"),
+            "--preset",
+            "tiny",
+            "--max-tokens",
+            str(tokens),
+            "--seq-length",
+            "256",
+            "--batch-size",
+            "8",
+            "--precision",
+            "fp32",
+            "--eval-interval",
+            "0",
+            "--output-dir",
+            str(d / f"run-{name}"),
+        )
+        aura(
+            "eval",
+            "--model",
+            str(d / f"run-{name}" / "final"),
+            "--data",
+            str(work / "heldout_es.txt"),
+            "--seq-len",
+            "256",
+            "--output",
+            str(d / f"eval-{name}.json"),
+        )
         res = json.loads((d / f"eval-{name}.json").read_text(encoding="utf-8"))
         rows = res["results"] if isinstance(res, dict) and "results" in res else res
         out[name] = rows[0]["bits_per_byte"] if isinstance(rows, list) else rows["bits_per_byte"]
@@ -355,8 +449,11 @@ def main() -> None:
         direct_child(Path(inp), Path(work), int(workers), int(tasks))
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--spanish", default="", help="Spanish paragraphs, one per line (build_bench_corpus.sh); "
-                    "needed by every mode but --cluster-pairs")
+    ap.add_argument(
+        "--spanish",
+        default="",
+        help="Spanish paragraphs, one per line (build_bench_corpus.sh); needed by every mode but --cluster-pairs",
+    )
     ap.add_argument("--help-root", default="/usr/share/libreoffice/help")
     ap.add_argument("--docs", type=int, default=3000, help="Spanish documents (4 paragraphs each)")
     ap.add_argument("--foreign-per-lang", type=int, default=120)
@@ -364,31 +461,58 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/bench_curate")
     ap.add_argument("--skip-direct", action="store_true")
     ap.add_argument("--skip-labelled", action="store_true", help="only the speed runs")
-    ap.add_argument("--downstream-tokens", type=int, default=0,
-                    help="also pretrain a tiny model on curated vs raw text with this many tokens each")
-    ap.add_argument("--speed-rounds", type=int, default=1,
-                    help="alternate datatrove-direct and Aura runs this many times (a loaded machine is noisy)")
-    ap.add_argument("--memory-sizes", default="",
-                    help="only the memory scaling: peak RSS of `aura data curate --workers N` on corpora of "
-                    "these sizes, e.g. 10000,30000,100000,300000 (short documents of Spanish sentences)")
+    ap.add_argument(
+        "--downstream-tokens",
+        type=int,
+        default=0,
+        help="also pretrain a tiny model on curated vs raw text with this many tokens each",
+    )
+    ap.add_argument(
+        "--speed-rounds",
+        type=int,
+        default=1,
+        help="alternate datatrove-direct and Aura runs this many times (a loaded machine is noisy)",
+    )
+    ap.add_argument(
+        "--memory-sizes",
+        default="",
+        help="only the memory scaling: peak RSS of `aura data curate --workers N` on corpora of "
+        "these sizes, e.g. 10000,30000,100000,300000 (short documents of Spanish sentences)",
+    )
     ap.add_argument("--memory-docs-per-file", type=int, default=5000)
-    ap.add_argument("--memory-files", type=int, default=0,
-                    help="a fixed number of files (tasks) instead: the documents per task grow with the corpus")
-    ap.add_argument("--memory-curate-args", default="",
-                    help="extra options for the memory runs, e.g. '--no-langid --no-quality' (dedup stages only)")
-    ap.add_argument("--overhead-rounds", type=int, default=0,
-                    help="also time the first stage in-process with and without Aura's meters and reader")
+    ap.add_argument(
+        "--memory-files",
+        type=int,
+        default=0,
+        help="a fixed number of files (tasks) instead: the documents per task grow with the corpus",
+    )
+    ap.add_argument(
+        "--memory-curate-args",
+        default="",
+        help="extra options for the memory runs, e.g. '--no-langid --no-quality' (dedup stages only)",
+    )
+    ap.add_argument(
+        "--overhead-rounds",
+        type=int,
+        default=0,
+        help="also time the first stage in-process with and without Aura's meters and reader",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the memory-scaling corpora and outputs")
-    ap.add_argument("--cluster-pairs", default="",
-                    help="only the memory of MinHash clustering fed these numbers of duplicate pairs, "
-                    "e.g. 250000,1000000")
+    ap.add_argument(
+        "--cluster-pairs",
+        default="",
+        help="only the memory of MinHash clustering fed these numbers of duplicate pairs, e.g. 250000,1000000",
+    )
     args = ap.parse_args()
     work = Path(args.work)
     if args.cluster_pairs:
         for n in args.cluster_pairs.split(","):
             duplicate_pairs(int(n), work / "cluster")
-            subprocess.run([sys.executable, str(Path(__file__).resolve()), "--cluster-child", n,
-                            str(work / "cluster")], check=True, env={**_env(), "TQDM_DISABLE": "1"})
+            subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), "--cluster-child", n, str(work / "cluster")],
+                check=True,
+                env={**_env(), "TQDM_DISABLE": "1"},
+            )
             shutil.rmtree(work / "cluster", ignore_errors=True)
         return
     if not args.spanish:
@@ -422,18 +546,25 @@ def main() -> None:
         auras.append(run_aura(inp, work / "aura", args.workers, 0))
         print(json.dumps({"aura": auras[-1]}), flush=True)
     t_aura = min(r["wall"] for r in auras)
-    result = {"docs": labels["input_docs"], "mb": round(labels["input_bytes"] / 1e6, 2), "workers": args.workers,
-              "aura_s": [round(r["wall"], 1) for r in auras], "aura_cpu_s": [round(r["cpu"], 1) for r in auras],
-              "aura_docs_s_core": round(labels["input_docs"] / t_aura / args.workers, 1),
-              "aura_mb_s_core": round(labels["input_bytes"] / 1e6 / t_aura / args.workers, 3),
-              "peak_rss_mb": round(max(r["peak"] for r in auras) / 2**20), "labelled_run_s": round(t_label, 1)}
+    result = {
+        "docs": labels["input_docs"],
+        "mb": round(labels["input_bytes"] / 1e6, 2),
+        "workers": args.workers,
+        "aura_s": [round(r["wall"], 1) for r in auras],
+        "aura_cpu_s": [round(r["cpu"], 1) for r in auras],
+        "aura_docs_s_core": round(labels["input_docs"] / t_aura / args.workers, 1),
+        "aura_mb_s_core": round(labels["input_bytes"] / 1e6 / t_aura / args.workers, 3),
+        "peak_rss_mb": round(max(r["peak"] for r in auras) / 2**20),
+        "labelled_run_s": round(t_label, 1),
+    }
     if directs:
-        result |= {"datatrove_direct_s": [round(r["wall"], 1) for r in directs],
-                   "datatrove_direct_cpu_s": [round(r["cpu"], 1) for r in directs],
-                   "aura_overhead_wall_best_of": round(t_aura / min(r["wall"] for r in directs) - 1, 3),
-                   "aura_overhead_cpu_best_of": round(min(r["cpu"] for r in auras)
-                                                      / min(r["cpu"] for r in directs) - 1, 3),
-                   "same_output_texts": texts_of(work / "aura") == texts_of(work / "direct" / "final")}
+        result |= {
+            "datatrove_direct_s": [round(r["wall"], 1) for r in directs],
+            "datatrove_direct_cpu_s": [round(r["cpu"], 1) for r in directs],
+            "aura_overhead_wall_best_of": round(t_aura / min(r["wall"] for r in directs) - 1, 3),
+            "aura_overhead_cpu_best_of": round(min(r["cpu"] for r in auras) / min(r["cpu"] for r in directs) - 1, 3),
+            "same_output_texts": texts_of(work / "aura") == texts_of(work / "direct" / "final"),
+        }
     report = json.loads((work / "aura" / ".curate" / "report.json").read_text(encoding="utf-8"))
     result["stage_seconds"] = {s["stage"]: s["seconds"] for s in report["stages"]}
     print(json.dumps(result, indent=2), flush=True)
@@ -444,9 +575,14 @@ def main() -> None:
         # the whole process tree; wall seconds), Aura over datatrove, and every round as it ran
         figure("curate_vs_datatrove.overhead_cpu.fastest", f"{100 * result['aura_overhead_cpu_best_of']:+.1f} %")
         figure("curate_vs_datatrove.overhead_wall.fastest", f"{100 * result['aura_overhead_wall_best_of']:+.1f} %")
-        figure("curate_vs_datatrove.cpu_s.every_round",
-               "datatrove " + " / ".join(f"{r['cpu']:.1f}" for r in directs) + " s; aura "
-               + " / ".join(f"{r['cpu']:.1f}" for r in auras) + " s")
+        figure(
+            "curate_vs_datatrove.cpu_s.every_round",
+            "datatrove "
+            + " / ".join(f"{r['cpu']:.1f}" for r in directs)
+            + " s; aura "
+            + " / ".join(f"{r['cpu']:.1f}" for r in auras)
+            + " s",
+        )
         figure("curate_vs_datatrove.same_output", "yes" if result["same_output_texts"] else "no")
     if args.overhead_rounds:
         result["per_document"] = per_document_overhead(inp, work, tasks, args.overhead_rounds, labels["input_docs"])
@@ -454,14 +590,16 @@ def main() -> None:
     down = downstream(work, work / "aura", args.downstream_tokens) if args.downstream_tokens else {}
     if down:
         print(json.dumps(down, indent=2), flush=True)
-    (work / "result.json").write_text(json.dumps({"metrics": metrics, "speed": result, "downstream": down},
-                                                 indent=2), encoding="utf-8")
+    (work / "result.json").write_text(
+        json.dumps({"metrics": metrics, "speed": result, "downstream": down}, indent=2), encoding="utf-8"
+    )
 
 
 # reproduce: --spanish /tmp/bench_es.txt --docs 3000 --workers 2 --speed-rounds 2
 # reproduce: --spanish /tmp/bench_es.txt --docs 3000 --workers 2 --speed-rounds 2 --overhead-rounds 2 --skip-labelled
 # reproduce-needs: file:/tmp/bench_es.txt file:/usr/share/libreoffice/help module:datatrove
-# reproduce-quick: --spanish aura/resources/corpus_es/enciclopedia.txt --help-root {tmp}/no-help --docs 12 --foreign-per-lang 0 --workers 1 --speed-rounds 1 --work {tmp}/w
+# reproduce-quick: --spanish aura/resources/corpus_es/enciclopedia.txt --help-root {tmp}/no-help --docs 12
+# --foreign-per-lang 0 --workers 1 --speed-rounds 1 --work {tmp}/w
 # reproduce-quick-needs: module:datatrove
 
 if __name__ == "__main__":

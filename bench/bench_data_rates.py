@@ -26,8 +26,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ("---\nconfigs:\n- config_name: spa_Latn\n  data_files:\n  - split: train\n    path: data/spa_Latn/train/*\n"
-          "---\n")
+README = (
+    "---\nconfigs:\n- config_name: spa_Latn\n  data_files:\n  - split: train\n    path: data/spa_Latn/train/*\n---\n"
+)
 
 
 def sentences() -> list[str]:
@@ -41,13 +42,20 @@ def build(root: Path, n: int, seed: int) -> int:
     import pyarrow.parquet as pq
 
     rng, pool = random.Random(seed), sentences()
-    docs = [" ".join(rng.choice(pool) for _ in range(6)) + "\n" + " ".join(rng.choice(pool) for _ in range(6))
-            for _ in range(n)]
+    docs = [
+        " ".join(rng.choice(pool) for _ in range(6)) + "\n" + " ".join(rng.choice(pool) for _ in range(6))
+        for _ in range(n)
+    ]
     (root / "data/spa_Latn/train").mkdir(parents=True)
     (root / "README.md").write_text(README, encoding="utf-8")
-    rows = {"text": docs, "id": [f"<urn:uuid:{seed}-{i}>" for i in range(n)], "dump": ["CC-MAIN-2024-10"] * n,
-            "url": [f"https://ejemplo.es/{i}" for i in range(n)], "language": ["spa"] * n,
-            "language_score": [0.99] * n}
+    rows = {
+        "text": docs,
+        "id": [f"<urn:uuid:{seed}-{i}>" for i in range(n)],
+        "dump": ["CC-MAIN-2024-10"] * n,
+        "url": [f"https://ejemplo.es/{i}" for i in range(n)],
+        "language": ["spa"] * n,
+        "language_score": [0.99] * n,
+    }
     pq.write_table(pa.table(rows), root / "data/spa_Latn/train/000_00000.parquet")
     return sum(len(d.encode("utf-8")) for d in docs)
 
@@ -70,8 +78,23 @@ def run_all(root: Path, env: dict) -> dict[str, tuple[float, float, int]]:
     cur, tok, prep = root / "curated", root / "tokenizer", root / "prepared"
     size = sum(f.stat().st_size for f in (root / "fw").rglob("*.parquet"))
     text_bytes = int((root / "text_bytes").read_text())
-    cpu, wall = cpu_of(["data", "curate", "--hf-dataset", str(root / "fw"), "--hf-config", "spa_Latn",
-                        "--workers", "1", "--tasks", "1", "--output-dir", str(cur)], env)
+    cpu, wall = cpu_of(
+        [
+            "data",
+            "curate",
+            "--hf-dataset",
+            str(root / "fw"),
+            "--hf-config",
+            "spa_Latn",
+            "--workers",
+            "1",
+            "--tasks",
+            "1",
+            "--output-dir",
+            str(cur),
+        ],
+        env,
+    )
     out["curate"] = (cpu, wall, text_bytes)
     curated = sum(f.stat().st_size for f in cur.glob("*.jsonl.gz"))
     import gzip
@@ -79,11 +102,14 @@ def run_all(root: Path, env: dict) -> dict[str, tuple[float, float, int]]:
     curated_text = sum(len(line) for f in cur.glob("*.jsonl.gz") for line in gzip.open(f, "rb"))
     cpu, wall = cpu_of(["tokenizer", "train", str(cur), "--vocab-size", "32000", "--output-dir", str(tok)], env)
     out["tokenizer"] = (cpu, wall, curated_text)
-    cpu, wall = cpu_of(["data", "prepare", str(cur), "--tokenizer", str(tok), "--workers", "1",
-                        "--output-dir", str(prep)], env)
+    cpu, wall = cpu_of(
+        ["data", "prepare", str(cur), "--tokenizer", str(tok), "--workers", "1", "--output-dir", str(prep)], env
+    )
     out["prepare"] = (cpu, wall, curated_text)
-    print(f"  {root.name}: parquet {size:,} B, text {text_bytes:,} B, curated jsonl.gz {curated:,} B "
-          f"({curated_text:,} B of JSON lines)")
+    print(
+        f"  {root.name}: parquet {size:,} B, text {text_bytes:,} B, curated jsonl.gz {curated:,} B "
+        f"({curated_text:,} B of JSON lines)"
+    )
     return out
 
 
@@ -92,8 +118,14 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=4000)
     ap.add_argument("--small", type=int, default=200)
     args = ap.parse_args()
-    env = {**os.environ, "AURA_LANG": "en", "AURA_PLAIN": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "AURA_LANG": "en",
+        "AURA_PLAIN": "1",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": str(ROOT),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         results = {}
         for name, n in (("small", args.small), ("large", args.docs)):
@@ -105,8 +137,10 @@ def main() -> None:
     for stage in ("curate", "tokenizer", "prepare"):
         (c0, w0, b0), (c1, w1, b1) = results["small"][stage], results["large"][stage]
         rate = (b1 - b0) / max(c1 - c0, 1e-9)
-        print(f"{stage:10s} small {c0:6.1f} CPU-s ({w0:5.1f} s wall), large {c1:6.1f} CPU-s ({w1:5.1f} s wall): "
-              f"{rate:,.0f} bytes per CPU-second")
+        print(
+            f"{stage:10s} small {c0:6.1f} CPU-s ({w0:5.1f} s wall), large {c1:6.1f} CPU-s ({w1:5.1f} s wall): "
+            f"{rate:,.0f} bytes per CPU-second"
+        )
         from figures import figure
 
         figure(f"data_rates.{stage}.bytes_per_cpu_s", f"{rate:,.0f}")

@@ -52,16 +52,19 @@ def main() -> None:
     distinct = rng.integers(0, 1 << 63, args.docs // 2, dtype=np.uint64)
     stream = np.concatenate([distinct, distinct[rng.integers(0, len(distinct), args.docs - len(distinct))]])
     rng.shuffle(stream)
-    batches = [stream[i:i + args.batch] for i in range(0, len(stream), args.batch)]
+    batches = [stream[i : i + args.batch] for i in range(0, len(stream), args.batch)]
     rows = []
     for name, fn in (("python set of int", run_set), ("DigestSet (aura)", run_digest_set)):
         current, peak, seconds, n = fn(batches)
         rows.append((name, current / n, peak / n, seconds))
-        print(f"{name:20s} distinct={n:,} held={current / n:6.1f} B/doc peak={peak / n:6.1f} B/doc "
-              f"time={seconds:6.2f} s", flush=True)
+        print(
+            f"{name:20s} distinct={n:,} held={current / n:6.1f} B/doc peak={peak / n:6.1f} B/doc time={seconds:6.2f} s",
+            flush=True,
+        )
     (_, held_set, peak_set, t_set), (_, held_ds, peak_ds, t_ds) = rows
-    print(f"ratio set/DigestSet: held x{held_set / held_ds:.1f}, peak x{peak_set / peak_ds:.1f}, "
-          f"time x{t_set / t_ds:.2f}")
+    print(
+        f"ratio set/DigestSet: held x{held_set / held_ds:.1f}, peak x{peak_set / peak_ds:.1f}, time x{t_set / t_ds:.2f}"
+    )
     from figures import figure
 
     figure("dedup.bytes_per_doc_held", f"{held_ds:.1f} B")

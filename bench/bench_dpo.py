@@ -30,10 +30,23 @@ LR, BATCH, ACCUM = 5e-5, 2, 4
 
 
 def child_aura(a) -> dict:
-    return versus_trl.train_aura(a.out, base_model=a.model, objective="dpo", method="lora", max_steps=a.steps,
-                                 max_length=a.max_length, precision="fp32", save_steps=0, log_interval=10,
-                                 val_fraction=0.0, seed=0, learning_rate=LR, batch_size=BATCH,
-                                 gradient_accumulation_steps=ACCUM, warmup_steps=0)
+    return versus_trl.train_aura(
+        a.out,
+        base_model=a.model,
+        objective="dpo",
+        method="lora",
+        max_steps=a.steps,
+        max_length=a.max_length,
+        precision="fp32",
+        save_steps=0,
+        log_interval=10,
+        val_fraction=0.0,
+        seed=0,
+        learning_rate=LR,
+        batch_size=BATCH,
+        gradient_accumulation_steps=ACCUM,
+        warmup_steps=0,
+    )
 
 
 def child_trl(a) -> dict:
@@ -47,15 +60,37 @@ def child_trl(a) -> dict:
 
     t = time.perf_counter()
     records = [json.loads(ln) for ln in DEFAULT_PAIRS.read_text(encoding="utf-8").splitlines()]
-    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}],
-                             "chosen": [{"role": "assistant", "content": r["chosen"]}],
-                             "rejected": [{"role": "assistant", "content": r["rejected"]}]} for r in records])
+    ds = Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": r["prompt"]}],
+                "chosen": [{"role": "assistant", "content": r["chosen"]}],
+                "rejected": [{"role": "assistant", "content": r["rejected"]}],
+            }
+            for r in records
+        ]
+    )
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
-    args = DPOConfig(output_dir=a.out, per_device_train_batch_size=BATCH, gradient_accumulation_steps=ACCUM,
-                     learning_rate=LR, lr_scheduler_type="cosine", warmup_steps=0, max_steps=a.steps,
-                     max_length=a.max_length, weight_decay=0.0, logging_steps=10, save_strategy="no", report_to=[],
-                     use_cpu=True, seed=0, dataloader_num_workers=0, beta=0.1, gradient_checkpointing=False)
+    args = DPOConfig(
+        output_dir=a.out,
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUM,
+        learning_rate=LR,
+        lr_scheduler_type="cosine",
+        warmup_steps=0,
+        max_steps=a.steps,
+        max_length=a.max_length,
+        weight_decay=0.0,
+        logging_steps=10,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        dataloader_num_workers=0,
+        beta=0.1,
+        gradient_checkpointing=False,
+    )
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = DPOTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=lora)
     tokens = {"n": 0}

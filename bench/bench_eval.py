@@ -61,8 +61,15 @@ def run_lm_eval(model, tok, limit: int, batch_size: int) -> tuple[float, dict]:
     manager = TaskManager(include_path=[str(SUITE_DIR)], include_defaults=False)  # not timed: an index
     t = time.perf_counter()
     lm = HFLM(pretrained=model, tokenizer=tok, batch_size=batch_size)
-    out = simple_evaluate(model=lm, tasks=list(TASKS), task_manager=manager, limit=limit or None,
-                          log_samples=False, bootstrap_iters=0, verbosity="ERROR")
+    out = simple_evaluate(
+        model=lm,
+        tasks=list(TASKS),
+        task_manager=manager,
+        limit=limit or None,
+        log_samples=False,
+        bootstrap_iters=0,
+        verbosity="ERROR",
+    )
     seconds = time.perf_counter() - t
     return seconds, {t: (m["acc,none"], m["acc_norm,none"]) for t, m in out["results"].items() if t in TASKS}
 
@@ -86,13 +93,19 @@ def main() -> int:
             n_params = sum(p.numel() for p in model.parameters())
             aura_s, aura_acc = run_aura(model, tok, a.limit, a.batch_size)
             lm_s, lm_acc = run_lm_eval(model, tok, a.limit, a.batch_size)
-            same = all(abs(aura_acc[t][0] - lm_acc[t][0]) < 1e-9 and abs(aura_acc[t][1] - lm_acc[t][1]) < 1e-9
-                       for t in aura_acc)
-            print(f"{name} ({n_params / 1e6:.1f}M params): aura {aura_s:.2f} s, lm-eval HFLM {lm_s:.2f} s, "
-                  f"speed-up x{lm_s / aura_s:.2f}, same accuracies: {same}")
+            same = all(
+                abs(aura_acc[t][0] - lm_acc[t][0]) < 1e-9 and abs(aura_acc[t][1] - lm_acc[t][1]) < 1e-9
+                for t in aura_acc
+            )
+            print(
+                f"{name} ({n_params / 1e6:.1f}M params): aura {aura_s:.2f} s, lm-eval HFLM {lm_s:.2f} s, "
+                f"speed-up x{lm_s / aura_s:.2f}, same accuracies: {same}"
+            )
             for task in aura_acc:
-                print(f"  {task}: acc {aura_acc[task][0]:.4f} / {lm_acc[task][0]:.4f}, "
-                      f"acc_norm {aura_acc[task][1]:.4f} / {lm_acc[task][1]:.4f}")
+                print(
+                    f"  {task}: acc {aura_acc[task][0]:.4f} / {lm_acc[task][0]:.4f}, "
+                    f"acc_norm {aura_acc[task][1]:.4f} / {lm_acc[task][1]:.4f}"
+                )
             from figures import figure
 
             tag = "tiny" if name.startswith("tiny") else "125m"

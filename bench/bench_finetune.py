@@ -26,11 +26,20 @@ import versus_trl  # bench/: the shared Aura-vs-TRL harness
 # reproduce-quick-needs: module:trl
 
 
-
 def child_aura(a) -> dict:
-    return versus_trl.train_aura(a.out, base_model=a.model, method="lora", max_steps=a.steps,
-                                 max_length=a.max_length, truncation="truncate", precision="fp32", save_steps=0,
-                                 log_interval=10, val_fraction=0.0, seed=0)
+    return versus_trl.train_aura(
+        a.out,
+        base_model=a.model,
+        method="lora",
+        max_steps=a.steps,
+        max_length=a.max_length,
+        truncation="truncate",
+        precision="fp32",
+        save_steps=0,
+        log_interval=10,
+        val_fraction=0.0,
+        seed=0,
+    )
 
 
 def child_trl(a) -> dict:
@@ -47,16 +56,40 @@ def child_trl(a) -> dict:
     t = time.perf_counter()
     with open(EMBEDDED_INSTRUCTIONS, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": (r["instruction"] + ("\n\n" + r["input"] if r["input"]
-                                                                                             else "")).strip()}],
-                             "completion": [{"role": "assistant", "content": r["response"].strip()}]} for r in rows])
+    ds = Dataset.from_list(
+        [
+            {
+                "prompt": [
+                    {
+                        "role": "user",
+                        "content": (r["instruction"] + ("\n\n" + r["input"] if r["input"] else "")).strip(),
+                    }
+                ],
+                "completion": [{"role": "assistant", "content": r["response"].strip()}],
+            }
+            for r in rows
+        ]
+    )
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
-    args = SFTConfig(output_dir=a.out, per_device_train_batch_size=2, gradient_accumulation_steps=4,
-                     learning_rate=2e-4, lr_scheduler_type="cosine", warmup_steps=max(1, round(0.03 * a.steps)),
-                     max_steps=a.steps,
-                     max_length=a.max_length, weight_decay=0.0, logging_steps=10, save_strategy="no",
-                     report_to=[], use_cpu=True, seed=0, dataloader_num_workers=0, completion_only_loss=True)
+    args = SFTConfig(
+        output_dir=a.out,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=4,
+        learning_rate=2e-4,
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, round(0.03 * a.steps)),
+        max_steps=a.steps,
+        max_length=a.max_length,
+        weight_decay=0.0,
+        logging_steps=10,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        dataloader_num_workers=0,
+        completion_only_loss=True,
+    )
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=lora)
     tokens = {"n": 0}

@@ -54,8 +54,9 @@ def main() -> None:
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
     tok_dir = train_tokenizer(out / "tokenizer", vocab_size=8000)
-    model_dir = build_llama(out / "llama", tok_dir, hidden=256, layers=4, heads=4, kv_heads=2,
-                            intermediate=768, ctx=256)
+    model_dir = build_llama(
+        out / "llama", tok_dir, hidden=256, layers=4, heads=4, kv_heads=2, intermediate=768, ctx=256
+    )
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     print(f"model: {model_dir} ({len(tok)} tokens in the tokenizer)")
 
@@ -64,8 +65,11 @@ def main() -> None:
     files = {}
     for q in quants:
         t0 = time.perf_counter()
-        export_gguf(GGUFConfig(model=str(model_dir), outfile=str(out / f"model-{q}.gguf"), quant=q,
-                               verify=False, overwrite=True))
+        export_gguf(
+            GGUFConfig(
+                model=str(model_dir), outfile=str(out / f"model-{q}.gguf"), quant=q, verify=False, overwrite=True
+            )
+        )
         files[q] = out / f"model-{q}.gguf"
         rows.append([q, time.perf_counter() - t0, files[q].stat().st_size])
 
@@ -80,8 +84,9 @@ def main() -> None:
     def torch_run() -> float:
         with torch.no_grad():
             t0 = time.perf_counter()
-            y = model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                               eos_token_id=None, pad_token_id=tok.pad_token_id)
+            y = model.generate(
+                x, max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id
+            )
             secs = time.perf_counter() - t0
         assert y.shape[1] - x.shape[1] == n
         return n / secs
@@ -110,8 +115,10 @@ def main() -> None:
             speeds[q] = max(speeds[q], llama_run(q))
 
     print()
-    print(f"CPU threads: {args.threads} | prompt {len(ids)} tokens | {n} new tokens, greedy, "
-          f"best of {args.repeats} | load average at start {load_before:.1f}, at end {os.getloadavg()[0]:.1f}")
+    print(
+        f"CPU threads: {args.threads} | prompt {len(ids)} tokens | {n} new tokens, greedy, "
+        f"best of {args.repeats} | load average at start {load_before:.1f}, at end {os.getloadavg()[0]:.1f}"
+    )
     print(f"{'quant':8} {'export s':>9} {'size MB':>9} {'llama.cpp tok/s':>16} {'vs PyTorch':>11}")
     for q, secs, size in rows:
         print(f"{q:8} {secs:9.2f} {size / 2**20:9.2f} {speeds[q]:16.1f} {speeds[q] / torch_tps:10.2f}x")
@@ -161,25 +168,52 @@ def export_per_arch(args) -> None:
     best: dict[tuple[str, str], float | str] = {}
     for _ in range(args.repeats):
         for arch, model in models.items():
-            runs = {"aura": [sys.executable, "-m", "aura", "export", "gguf", "--model", str(model), "--outfile",
-                             str(out / f"{arch}-aura.gguf"), "--quant", "f16", "--converter", "aura",
-                             "--no-verify", "--overwrite"],
-                    "llama.cpp": [sys.executable, str(converter / "convert_hf_to_gguf.py"), str(model),
-                                  "--outfile", str(out / f"{arch}-llama.cpp.gguf"), "--outtype", "f16"]}
+            runs = {
+                "aura": [
+                    sys.executable,
+                    "-m",
+                    "aura",
+                    "export",
+                    "gguf",
+                    "--model",
+                    str(model),
+                    "--outfile",
+                    str(out / f"{arch}-aura.gguf"),
+                    "--quant",
+                    "f16",
+                    "--converter",
+                    "aura",
+                    "--no-verify",
+                    "--overwrite",
+                ],
+                "llama.cpp": [
+                    sys.executable,
+                    str(converter / "convert_hf_to_gguf.py"),
+                    str(model),
+                    "--outfile",
+                    str(out / f"{arch}-llama.cpp.gguf"),
+                    "--outtype",
+                    "f16",
+                ],
+            }
             for who, cmd in runs.items():
                 got = timed(cmd, cwd=converter if who == "llama.cpp" else None)
                 prev = best.get((arch, who))
                 if isinstance(got, str) or prev is None or (not isinstance(prev, str) and got < prev):
                     best[(arch, who)] = got
-    print(f"\nGGUF export, f16, best of {args.repeats} | load average at start {load_before:.1f}, at end "
-          f"{os.getloadavg()[0]:.1f} | converter: {converter}")
+    print(
+        f"\nGGUF export, f16, best of {args.repeats} | load average at start {load_before:.1f}, at end "
+        f"{os.getloadavg()[0]:.1f} | converter: {converter}"
+    )
     print(f"{'arch':9} {'Aura s':>8} {'llama.cpp s':>12} {'ratio':>7}  size MB")
     for arch in ARCHS:
         a, c = best[(arch, "aura")], best[(arch, "llama.cpp")]
         size_mb = (out / f"{arch}-aura.gguf").stat().st_size / 2**20 if not isinstance(a, str) else 0
         if isinstance(a, str) or isinstance(c, str):
-            print(f"{arch:9} {a if isinstance(a, str) else f'{a:8.2f}'} | llama.cpp: "
-                  f"{c if isinstance(c, str) else f'{c:.2f}'}")
+            print(
+                f"{arch:9} {a if isinstance(a, str) else f'{a:8.2f}'} | llama.cpp: "
+                f"{c if isinstance(c, str) else f'{c:.2f}'}"
+            )
             continue
         print(f"{arch:9} {a:8.2f} {c:12.2f} {c / a:6.2f}x  {size_mb:7.1f}")
     print(f"(os.cpu_count()={os.cpu_count()})")

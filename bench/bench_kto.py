@@ -46,11 +46,47 @@ PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 def child_aura(a) -> list[tuple[float, float]]:
     """``aura finetune --objective kto ...`` through the program's own entry point (what the ``aura`` command
     runs), in this process so that each step's end can be clocked."""
-    argv = ["finetune", "--objective", "kto", "--method", "lora", "--base-model", a.model, "--output-dir", a.out,
-            "--max-steps", a.steps, "--batch-size", BATCH, "--gradient-accumulation-steps", ACCUM,
-            "--max-length", a.max_length, "--beta", BETA, "--lora-r", LORA["r"], "--lora-alpha", LORA["alpha"],
-            "--lora-dropout", 0.0, "--precision", "fp32", "--lr", LR, "--warmup-steps", 0, "--val-fraction", 0.0,
-            "--save-steps", 0, "--log-interval", 1, "--template", "chatml"]
+    argv = [
+        "finetune",
+        "--objective",
+        "kto",
+        "--method",
+        "lora",
+        "--base-model",
+        a.model,
+        "--output-dir",
+        a.out,
+        "--max-steps",
+        a.steps,
+        "--batch-size",
+        BATCH,
+        "--gradient-accumulation-steps",
+        ACCUM,
+        "--max-length",
+        a.max_length,
+        "--beta",
+        BETA,
+        "--lora-r",
+        LORA["r"],
+        "--lora-alpha",
+        LORA["alpha"],
+        "--lora-dropout",
+        0.0,
+        "--precision",
+        "fp32",
+        "--lr",
+        LR,
+        "--warmup-steps",
+        0,
+        "--val-fraction",
+        0.0,
+        "--save-steps",
+        0,
+        "--log-interval",
+        1,
+        "--template",
+        "chatml",
+    ]
     return versus_trl.clocked_aura(argv)
 
 
@@ -67,25 +103,49 @@ def child_trl(a) -> list[tuple[float, float]]:
     tok = AutoTokenizer.from_pretrained(a.model)
     tok.chat_template = CHATML
     records = [json.loads(ln) for ln in DEFAULT_FEEDBACK.read_text(encoding="utf-8").splitlines()]
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}],
-                               "completion": [{"role": "assistant", "content": r["completion"]}],
-                               "label": r["label"]} for r in records])
+    data = Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": r["prompt"]}],
+                "completion": [{"role": "assistant", "content": r["completion"]}],
+                "label": r["label"],
+            }
+            for r in records
+        ]
+    )
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
-    args = KTOConfig(output_dir=a.out, max_steps=a.steps, per_device_train_batch_size=BATCH,
-                     gradient_accumulation_steps=ACCUM, max_length=a.max_length, beta=BETA, learning_rate=LR,
-                     warmup_steps=0, lr_scheduler_type="cosine", weight_decay=0.0, use_cpu=True, bf16=False,
-                     report_to=[], logging_steps=1, save_strategy="no", gradient_checkpointing=False,
-                     dataloader_num_workers=0, seed=0)
-    peft = LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=0.0, task_type="CAUSAL_LM",
-                      target_modules=PROJECTIONS)
+    args = KTOConfig(
+        output_dir=a.out,
+        max_steps=a.steps,
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUM,
+        max_length=a.max_length,
+        beta=BETA,
+        learning_rate=LR,
+        warmup_steps=0,
+        lr_scheduler_type="cosine",
+        weight_decay=0.0,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        gradient_checkpointing=False,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    peft = LoraConfig(
+        r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=0.0, task_type="CAUSAL_LM", target_modules=PROJECTIONS
+    )
     ends: list[tuple[float, float]] = []
 
     class StepClock(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             ends.append((time.perf_counter(), time.process_time()))
 
-    trainer = KTOTrainer(model=model, args=args, train_dataset=data, processing_class=tok, peft_config=peft,
-                         callbacks=[StepClock()])
+    trainer = KTOTrainer(
+        model=model, args=args, train_dataset=data, processing_class=tok, peft_config=peft, callbacks=[StepClock()]
+    )
     trainer.train()
     trainer.save_model(a.out + "/final")
     return ends

@@ -43,8 +43,24 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CLUSTER = ROOT / "bench" / "lan_cluster.sh"
 NS, DEV, ADDR = ("aura-lan0", "aura-lan1"), ("alan0", "alan1"), ("10.201.0.1", "10.201.0.2")
-MODEL = ["--model-preset", "manual", "--arch", "llama", "--embed-size", "128", "--num-layers", "2",
-         "--num-heads", "4", "--num-kv-heads", "2", "--seq-length", "128", "--intermediate-size", "384"]
+MODEL = [
+    "--model-preset",
+    "manual",
+    "--arch",
+    "llama",
+    "--embed-size",
+    "128",
+    "--num-layers",
+    "2",
+    "--num-heads",
+    "4",
+    "--num-kv-heads",
+    "2",
+    "--seq-length",
+    "128",
+    "--intermediate-size",
+    "384",
+]
 SKIP = 5  # first steps left out of the rates (start-up, DDP's bucket rebuild, PowerSGD's warm-up)
 
 
@@ -55,8 +71,17 @@ def prepare_data(work: Path) -> Path:
 
     inputs = [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
     tok = train_bpe(inputs=inputs, vocab_size=2000, output_dir=work / "tok")
-    return Path(prepare(PrepareConfig(inputs=inputs, tokenizer=str(tok), output_dir=str(work / "data"),
-                                      max_tokens=1_000_000, val_fraction=0.05)))
+    return Path(
+        prepare(
+            PrepareConfig(
+                inputs=inputs,
+                tokenizer=str(tok),
+                output_dir=str(work / "data"),
+                max_tokens=1_000_000,
+                val_fraction=0.05,
+            )
+        )
+    )
 
 
 def _port() -> int:
@@ -66,16 +91,46 @@ def _port() -> int:
 
 
 def train_args(data: Path, out: Path, steps: int, batch: int) -> list[str]:
-    return ["pretrain", "--data", str(data), "--output-dir", str(out), *MODEL, "--batch-size", str(batch),
-            "--gradient-accumulation-steps", "1", "--max-steps", str(steps), "--learning-rate", "3e-3",
-            "--warmup-steps", "5", "--log-interval", "1", "--save-steps", "0", "--eval-interval", str(steps),
-            "--eval-batches", "8", "--sample-tokens", "0", "--precision", "fp32", "--backend", "gloo",
-            "--seed", "1"]
+    return [
+        "pretrain",
+        "--data",
+        str(data),
+        "--output-dir",
+        str(out),
+        *MODEL,
+        "--batch-size",
+        str(batch),
+        "--gradient-accumulation-steps",
+        "1",
+        "--max-steps",
+        str(steps),
+        "--learning-rate",
+        "3e-3",
+        "--warmup-steps",
+        "5",
+        "--log-interval",
+        "1",
+        "--save-steps",
+        "0",
+        "--eval-interval",
+        str(steps),
+        "--eval-batches",
+        "8",
+        "--sample-tokens",
+        "0",
+        "--precision",
+        "fp32",
+        "--backend",
+        "gloo",
+        "--seed",
+        "1",
+    ]
 
 
 def env() -> dict:
-    return dict(os.environ, OMP_NUM_THREADS="1", AURA_PLAIN="1", AURA_LANG="en", PYTHONPATH=str(ROOT),
-                PYTHONUNBUFFERED="1")
+    return dict(
+        os.environ, OMP_NUM_THREADS="1", AURA_PLAIN="1", AURA_LANG="en", PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1"
+    )
 
 
 def run_mode(data: Path, out: Path, *, steps: int, batch: int, extra: list[str]) -> str:
@@ -83,11 +138,38 @@ def run_mode(data: Path, out: Path, *, steps: int, batch: int, extra: list[str])
     port = str(_port())
     procs = []
     for rank in (0, 1):
-        cmd = ["ip", "netns", "exec", NS[rank], sys.executable, "-m", "aura", "launch", "--nnodes", "2",
-               "--node-rank", str(rank), "--gpus-per-node", "1", "--master-addr", ADDR[0], "--master-port", port,
-               *train_args(data, out, steps, batch), *extra]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                                      env=dict(env(), GLOO_SOCKET_IFNAME=DEV[rank])))
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            NS[rank],
+            sys.executable,
+            "-m",
+            "aura",
+            "launch",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--gpus-per-node",
+            "1",
+            "--master-addr",
+            ADDR[0],
+            "--master-port",
+            port,
+            *train_args(data, out, steps, batch),
+            *extra,
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd=ROOT,
+                env=dict(env(), GLOO_SOCKET_IFNAME=DEV[rank]),
+            )
+        )
     texts = [p.communicate(timeout=3600)[0] for p in procs]
     for p, text in zip(procs, texts):
         if p.returncode != 0:
@@ -107,15 +189,24 @@ def measure(out: Path, text: str) -> dict:
         seen += int(n)
         if seen > SKIP:
             comm, total = comm + float(c), total + float(t)
-    return {"tok_s": len(rates) / sum(1 / r for r in rates), "comm": comm / total if total else float("nan"),
-            "val": val[-1] if val else float("nan"), "tokens": int(steps[-1]["tokens"])}
+    return {
+        "tok_s": len(rates) / sum(1 / r for r in rates),
+        "comm": comm / total if total else float("nan"),
+        "val": val[-1] if val else float("nan"),
+        "tokens": int(steps[-1]["tokens"]),
+    }
 
 
 def compute_only(data: Path, work: Path, *, steps: int, batch: int) -> float:
     """Seconds per optimizer step of one rank with no network (the compute the link competes with)."""
     out = work / "compute"
-    proc = subprocess.run([sys.executable, "-m", "aura", *train_args(data, out, steps, batch)], env=env(),
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aura", *train_args(data, out, steps, batch)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     if proc.returncode != 0:
         sys.exit(proc.stdout[-3000:] + proc.stderr[-3000:])
     rows = [r for r in csv.DictReader(open(out / "training_log.csv")) if r["kind"] == "step"]
@@ -123,8 +214,16 @@ def compute_only(data: Path, work: Path, *, steps: int, batch: int) -> float:
     return batch * 128 / (len(rates) / sum(1 / r for r in rates))
 
 
-def extrapolate(*, gbit: float, latency_ms: float, world: int, tokens_per_step: int, peak_tflops: float,
-                mfu: float, local_steps: int) -> None:
+def extrapolate(
+    *,
+    gbit: float,
+    latency_ms: float,
+    world: int,
+    tokens_per_step: int,
+    peak_tflops: float,
+    mfu: float,
+    local_steps: int,
+) -> None:
     """The guide's case, computed (nothing here is measured): gpt2-medium's gradient bytes and the
     all-reduce model of `aura check-dist` (``aura.cluster.check.comm_times``); compute per step from the
     model's FLOPs per token at ``mfu`` of ``peak_tflops``."""
@@ -135,13 +234,17 @@ def extrapolate(*, gbit: float, latency_ms: float, world: int, tokens_per_step: 
     compute = flops_per_token(cfg, 1024) * tokens_per_step / (peak_tflops * 1e12 * mfu)
     nbytes, times = comm_times("gpt2-medium", world=world, latency_s=latency_ms / 1e3, busbw=gbit * 1e9 / 8)
     times[f"local-steps {local_steps}"] = times["none"] / local_steps
-    print(f"\ngpt2-medium (vocab 32000): {nbytes / 1e9:.2f} GB of fp32 gradients per step; {world} ranks, "
-          f"{gbit:g} Gbit/s, {latency_ms:g} ms; compute {compute:.2f} s/step ({tokens_per_step} tokens per rank "
-          f"at {mfu:.0%} of {peak_tflops:g} TFLOP/s) -- computed, not measured")
+    print(
+        f"\ngpt2-medium (vocab 32000): {nbytes / 1e9:.2f} GB of fp32 gradients per step; {world} ranks, "
+        f"{gbit:g} Gbit/s, {latency_ms:g} ms; compute {compute:.2f} s/step ({tokens_per_step} tokens per rank "
+        f"at {mfu:.0%} of {peak_tflops:g} TFLOP/s) -- computed, not measured"
+    )
     print(f"{'mode':<22} {'comm s/step':>11} {'step s':>7} {'comm %':>7} {'x DDP':>6}")
     plain = times["none"] + compute
     for mode, t in times.items():
-        print(f"{mode:<22} {t:>11.2f} {t + compute:>7.2f} {100 * t / (t + compute):>6.1f}% {plain / (t + compute):>6.2f}")
+        print(
+            f"{mode:<22} {t:>11.2f} {t + compute:>7.2f} {100 * t / (t + compute):>6.1f}% {plain / (t + compute):>6.2f}"
+        )
         from figures import figure, ratio
 
         figure(f"lan.computed.{mode.replace(' ', '_')}.x_ddp", ratio(plain / (t + compute)))
@@ -159,8 +262,15 @@ def main() -> None:
         ap.add_argument("--mfu", type=float, default=0.4)
         ap.add_argument("--local-steps", type=int, default=16)
         a = ap.parse_args()
-        extrapolate(gbit=a.gbit, latency_ms=a.latency_ms, world=a.world, tokens_per_step=a.tokens_per_step,
-                    peak_tflops=a.peak_tflops, mfu=a.mfu, local_steps=a.local_steps)
+        extrapolate(
+            gbit=a.gbit,
+            latency_ms=a.latency_ms,
+            world=a.world,
+            tokens_per_step=a.tokens_per_step,
+            peak_tflops=a.peak_tflops,
+            mfu=a.mfu,
+            local_steps=a.local_steps,
+        )
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", default="10mbit", help="tc rate of each direction (tbf)")
@@ -173,12 +283,14 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_lan.py needs root (ip netns, tc): run it with sudo.")
-    modes = {"ddp": [], "bf16": ["--ddp-comm", "bf16"],
-             "powersgd": ["--ddp-comm", "powersgd", "--powersgd-rank", str(args.powersgd_rank),
-                          "--powersgd-warmup", "2"],
-             "local": ["--local-steps", str(args.local_steps)]}
+    modes = {
+        "ddp": [],
+        "bf16": ["--ddp-comm", "bf16"],
+        "powersgd": ["--ddp-comm", "powersgd", "--powersgd-rank", str(args.powersgd_rank), "--powersgd-warmup", "2"],
+        "local": ["--local-steps", str(args.local_steps)],
+    }
     chosen = [m for m in args.modes.split(",") if m]
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     with tempfile.TemporaryDirectory(prefix="aura-lan-") as tmp:
         work = Path(tmp)
         data = prepare_data(work)
@@ -194,16 +306,27 @@ def main() -> None:
                 print(f"{mode}: {results[mode]}", flush=True)
         finally:
             subprocess.run(["bash", str(CLUSTER), "down"], check=False)
-        from aura.models.presets import build_model, resolve_spec
         import torch
 
-        spec = resolve_spec("manual", arch="llama", embed_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                            seq_length=128, intermediate_size=384)
+        from aura.models.presets import build_model, resolve_spec
+
+        spec = resolve_spec(
+            "manual",
+            arch="llama",
+            embed_size=128,
+            num_layers=2,
+            num_heads=4,
+            num_kv_heads=2,
+            seq_length=128,
+            intermediate_size=384,
+        )
         with torch.device("meta"):
             params = sum(p.numel() for p in build_model(spec, 2000).parameters())
-    print(f"\nCPU: {cpu}; link: {args.rate} each way{' + ' + args.delay + ' delay' if args.delay else ''}; "
-          f"2 nodes x 1 rank (gloo); {params:,} parameters ({params * 4 / 1e6:.2f} MB of fp32 gradients); "
-          f"compute {step_s:.3f} s/step on 1 rank; {args.steps} steps of {args.batch_size} x 128 tokens per rank")
+    print(
+        f"\nCPU: {cpu}; link: {args.rate} each way{' + ' + args.delay + ' delay' if args.delay else ''}; "
+        f"2 nodes x 1 rank (gloo); {params:,} parameters ({params * 4 / 1e6:.2f} MB of fp32 gradients); "
+        f"compute {step_s:.3f} s/step on 1 rank; {args.steps} steps of {args.batch_size} x 128 tokens per rank"
+    )
     base = results.get("ddp")
     print(f"{'mode':<26} {'tokens/s':>9} {'x DDP':>6} {'comm %':>7} {'val loss':>9} {'vs DDP':>7}")
     for mode in chosen:

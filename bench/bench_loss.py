@@ -27,8 +27,9 @@ def _peak_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def run_variant(variant: str, *, vocab: int, d: int, tokens: int, steps: int, threads: int,
-                device: str = "cpu", dtype: str = "fp32") -> dict:
+def run_variant(
+    variant: str, *, vocab: int, d: int, tokens: int, steps: int, threads: int, device: str = "cpu", dtype: str = "fp32"
+) -> dict:
     import torch
 
     from aura.train.objectives.chunked_loss import linear_cross_entropy
@@ -49,8 +50,7 @@ def run_variant(variant: str, *, vocab: int, d: int, tokens: int, steps: int, th
         with autocast:
             if variant == "plain":
                 logits = torch.nn.functional.linear(hidden, weight)  # (N, V)
-                loss = torch.nn.functional.cross_entropy(logits.float(), targets, ignore_index=-100,
-                                                         reduction="sum")
+                loss = torch.nn.functional.cross_entropy(logits.float(), targets, ignore_index=-100, reduction="sum")
             else:
                 loss = linear_cross_entropy(hidden, weight, None, targets)
         loss.backward()
@@ -85,30 +85,55 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object (the GPU suite reads it)")
     ap.add_argument("--variant", choices=["plain", "chunked"], help=argparse.SUPPRESS)  # one child process
     a = ap.parse_args()
-    shape = dict(vocab=a.vocab, d=a.d_model, tokens=a.tokens, steps=a.steps, threads=a.threads, device=a.device,
-                 dtype=a.dtype)
+    shape = dict(
+        vocab=a.vocab, d=a.d_model, tokens=a.tokens, steps=a.steps, threads=a.threads, device=a.device, dtype=a.dtype
+    )
     if a.variant:
         print(json.dumps(run_variant(a.variant, **shape)))
         return
     results = {}
     for variant in ("plain", "chunked"):
-        cmd = [sys.executable, __file__, "--variant", variant, "--vocab", str(a.vocab), "--d-model", str(a.d_model),
-               "--tokens", str(a.tokens), "--steps", str(a.steps), "--threads", str(a.threads),
-               "--device", a.device, "--dtype", a.dtype]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--variant",
+            variant,
+            "--vocab",
+            str(a.vocab),
+            "--d-model",
+            str(a.d_model),
+            "--tokens",
+            str(a.tokens),
+            "--steps",
+            str(a.steps),
+            "--threads",
+            str(a.threads),
+            "--device",
+            a.device,
+            "--dtype",
+            a.dtype,
+        ]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
         results[variant] = json.loads(out.strip().splitlines()[-1])
     p, c = results["plain"], results["chunked"]
-    ratios = {"memory": c["peak_bytes"] / p["peak_bytes"], "speed": c["tokens_per_s"] / p["tokens_per_s"],
-              "loss_rel_diff": abs(c["loss"] - p["loss"]) / abs(p["loss"])}
+    ratios = {
+        "memory": c["peak_bytes"] / p["peak_bytes"],
+        "speed": c["tokens_per_s"] / p["tokens_per_s"],
+        "loss_rel_diff": abs(c["loss"] - p["loss"]) / abs(p["loss"]),
+    }
     if a.json:
         print(json.dumps({"plain": p, "chunked": c, **ratios}))
         return
     for v, r in results.items():
-        print(f"{v:8s} loss {r['loss']:.4f}  peak {r['peak_bytes'] / 2**20:8.0f} MiB  {r['tokens_per_s']:8.0f} tokens/s")
+        print(
+            f"{v:8s} loss {r['loss']:.4f}  peak {r['peak_bytes'] / 2**20:8.0f} MiB  {r['tokens_per_s']:8.0f} tokens/s"
+        )
     print(f"vocab {a.vocab}, d {a.d_model}, {a.tokens} tokens, {a.dtype} on {a.device}, {a.threads} threads")
-    print(f"chunked / plain: peak memory x{ratios['memory']:.3f}, tokens/s x{ratios['speed']:.2f}, "
-          f"loss difference {ratios['loss_rel_diff']:.1e} (relative)")
+    print(
+        f"chunked / plain: peak memory x{ratios['memory']:.3f}, tokens/s x{ratios['speed']:.2f}, "
+        f"loss difference {ratios['loss_rel_diff']:.1e} (relative)"
+    )
     from figures import figure
 
     figure("chunked_loss.peak_memory", f"×{ratios['memory']:.3f}")

@@ -54,8 +54,10 @@ def cpu_line() -> str:
 
     flags = cpu_flags()
     have = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    return (f"{cpu_name()}: {', '.join(have) if have else 'no avx512_bf16, no amx_bf16'} "
-            f"(fast bf16: {'yes' if cpu_fast_bf16() else 'no'}); torch threads {__import__('torch').get_num_threads()}")
+    return (
+        f"{cpu_name()}: {', '.join(have) if have else 'no avx512_bf16, no amx_bf16'} "
+        f"(fast bf16: {'yes' if cpu_fast_bf16() else 'no'}); torch threads {__import__('torch').get_num_threads()}"
+    )
 
 
 def prepare_data(work: Path, corpus: str | None) -> Path:
@@ -63,10 +65,15 @@ def prepare_data(work: Path, corpus: str | None) -> Path:
     from aura.data.prepare import PrepareConfig, prepare
     from aura.tokenizer.train import train_bpe
 
-    inputs = [corpus] if corpus and Path(corpus).is_file() else [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
+    inputs = (
+        [corpus] if corpus and Path(corpus).is_file() else [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
+    )
     tok = train_bpe(inputs=inputs, vocab_size=8000, output_dir=work / "tok")
-    return prepare(PrepareConfig(inputs=inputs, tokenizer=str(tok), output_dir=str(work / "data"),
-                                 max_tokens=1_000_000, val_fraction=0.001))
+    return prepare(
+        PrepareConfig(
+            inputs=inputs, tokenizer=str(tok), output_dir=str(work / "data"), max_tokens=1_000_000, val_fraction=0.001
+        )
+    )
 
 
 def optimizer_steps(rounds: int, threads: int) -> dict[str, float]:
@@ -83,8 +90,9 @@ def optimizer_steps(rounds: int, threads: int) -> dict[str, float]:
     model = build_model(PRESETS["tiny"], 8000)
     opts = {}
     for name, (optimizer, dtype) in VARIANTS.items():
-        args = SimpleNamespace(optimizer=optimizer, learning_rate=1e-3, weight_decay=0.1, adam_beta1=0.9,
-                               adam_beta2=0.95, adam_eps=1e-8)
+        args = SimpleNamespace(
+            optimizer=optimizer, learning_rate=1e-3, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8
+        )
         opts[name] = opt = build_optimizer(model, args, torch.device("cpu"))
         if dtype is not None:
             opt.dtype = getattr(torch, dtype)
@@ -92,7 +100,7 @@ def optimizer_steps(rounds: int, threads: int) -> dict[str, float]:
     times: dict[str, list[float]] = {name: [] for name in opts}
     snapshot = {p: p.detach().clone() for p in model.parameters()}
     for r in range(rounds + 1):  # round 0 warms up (state allocation)
-        for name in (list(opts) if r % 2 == 0 else list(reversed(opts))):
+        for name in list(opts) if r % 2 == 0 else list(reversed(opts)):
             with torch.no_grad():
                 for p in model.parameters():
                     p.copy_(snapshot[p])
@@ -107,13 +115,43 @@ def optimizer_steps(rounds: int, threads: int) -> dict[str, float]:
 
 def pretrain_tps(data: Path, out: Path, variant: str, steps: int, threads: int) -> float:
     optimizer, dtype = VARIANTS[variant]
-    argv = ["pretrain", "--data", str(data), "--output-dir", str(out), "--model-preset", "tiny",
-            "--optimizer", optimizer, "--max-steps", str(steps), "--save-steps", "0", "--sample-tokens", "0",
-            "--log-interval", "1", "--eval-batches", "1", "--seed", "0"]
-    proc = subprocess.run([sys.executable, "-c", CHILD, dtype or "-", *argv], cwd=ROOT, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT), "AURA_LANG": "en",
-                                          "AURA_PLAIN": "1", "OMP_NUM_THREADS": str(threads),
-                                          "MKL_NUM_THREADS": str(threads)})
+    argv = [
+        "pretrain",
+        "--data",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--model-preset",
+        "tiny",
+        "--optimizer",
+        optimizer,
+        "--max-steps",
+        str(steps),
+        "--save-steps",
+        "0",
+        "--sample-tokens",
+        "0",
+        "--log-interval",
+        "1",
+        "--eval-batches",
+        "1",
+        "--seed",
+        "0",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, dtype or "-", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "AURA_LANG": "en",
+            "AURA_PLAIN": "1",
+            "OMP_NUM_THREADS": str(threads),
+            "MKL_NUM_THREADS": str(threads),
+        },
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{variant}: aura pretrain failed\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     rows = [r for r in csv.DictReader(open(out / "training_log.csv")) if r["kind"] == "step"]
@@ -134,15 +172,23 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     print("CPU:", cpu_line(), flush=True)
-    print("torch", torch.__version__, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-          "load average %.1f %.1f %.1f" % os.getloadavg(), flush=True)
+    print(
+        "torch",
+        torch.__version__,
+        time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load average %.1f %.1f %.1f" % os.getloadavg(),
+        flush=True,
+    )
     step = optimizer_steps(a.rounds, a.threads)
     print("\noptimizer step, tiny preset (median of", a.rounds, "rounds):")
     for name, s in step.items():
         print(f"  {name:<10} {s * 1e3:9.1f} ms")
-    print(f"  muon-bf16 / muon-fp32: {step['muon-bf16'] / step['muon-fp32']:.1f}x   "
-          f"muon-fp32 / adamw: {step['muon-fp32'] / step['adamw']:.1f}x   "
-          f"muon-bf16 / adamw: {step['muon-bf16'] / step['adamw']:.1f}x", flush=True)
+    print(
+        f"  muon-bf16 / muon-fp32: {step['muon-bf16'] / step['muon-fp32']:.1f}x   "
+        f"muon-fp32 / adamw: {step['muon-fp32'] / step['adamw']:.1f}x   "
+        f"muon-bf16 / adamw: {step['muon-bf16'] / step['adamw']:.1f}x",
+        flush=True,
+    )
     from figures import figure, ratio
 
     figure(f"muon_cpu.{a.threads}_threads.step.bf16_over_fp32", ratio(step["muon-bf16"] / step["muon-fp32"], 1))
@@ -154,16 +200,20 @@ def main() -> None:
         data = prepare_data(work, a.corpus)
         runs: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for r in range(a.repeats):
-            for v in (list(VARIANTS) if r % 2 == 0 else list(reversed(VARIANTS))):
+            for v in list(VARIANTS) if r % 2 == 0 else list(reversed(VARIANTS)):
                 runs[v].append(pretrain_tps(data, work / f"{v}-{r}", v, a.steps, a.threads))
     tps = {v: max(ts) for v, ts in runs.items()}
-    print(f"\naura pretrain --model-preset tiny (batch 16 x 256, --precision auto), tokens/s over steps 3..{a.steps}"
-          f" (best of {a.repeats} runs; each run's in brackets):")
+    print(
+        f"\naura pretrain --model-preset tiny (batch 16 x 256, --precision auto), tokens/s over steps 3..{a.steps}"
+        f" (best of {a.repeats} runs; each run's in brackets):"
+    )
     for name, t in tps.items():
         print(f"  {name:<10} {t:9.0f} tokens/s   [{', '.join(f'{x:.0f}' for x in runs[name])}]")
-    print(f"  muon-fp32 / muon-bf16: {tps['muon-fp32'] / tps['muon-bf16']:.1f}x   "
-          f"muon-fp32 / adamw: {tps['muon-fp32'] / tps['adamw']:.2f}x   "
-          f"muon-bf16 / adamw: {tps['muon-bf16'] / tps['adamw']:.2f}x")
+    print(
+        f"  muon-fp32 / muon-bf16: {tps['muon-fp32'] / tps['muon-bf16']:.1f}x   "
+        f"muon-fp32 / adamw: {tps['muon-fp32'] / tps['adamw']:.2f}x   "
+        f"muon-bf16 / adamw: {tps['muon-bf16'] / tps['adamw']:.2f}x"
+    )
     figure(f"muon_cpu.{a.threads}_threads.pretrain.fp32_over_bf16", ratio(tps["muon-fp32"] / tps["muon-bf16"]))
     figure(f"muon_cpu.{a.threads}_threads.pretrain.muon_fp32_over_adamw", ratio(tps["muon-fp32"] / tps["adamw"]))
     print(time.strftime("%H:%M UTC", time.gmtime()), "load average %.1f %.1f %.1f" % os.getloadavg())

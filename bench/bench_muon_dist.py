@@ -51,16 +51,25 @@ class Stack(torch.nn.Module):
     def __init__(self, *, layers: int, width: int):
         super().__init__()
         torch.manual_seed(0)
-        self.mats = torch.nn.ParameterList(torch.nn.Parameter(torch.randn(s) * 0.02)
-                                           for s in shapes(layers=layers, width=width))
+        self.mats = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.randn(s) * 0.02) for s in shapes(layers=layers, width=width)
+        )
         self.gains = torch.nn.ParameterList(torch.nn.Parameter(torch.ones(width)) for _ in range(layers))
 
 
 def optimizer(model: Stack, *, group):
     from aura.train.optim.muon import MuonAdamW
 
-    return MuonAdamW(list(model.mats), [], list(model.gains), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95),
-                     eps=1e-8, process_group=group)
+    return MuonAdamW(
+        list(model.mats),
+        [],
+        list(model.gains),
+        lr=1e-3,
+        weight_decay=0.1,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+        process_group=group,
+    )
 
 
 def set_grads(model: Stack, step: int) -> None:
@@ -85,8 +94,11 @@ def worker(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
     size = dict(layers=cfg["layers"], width=cfg["width"])
     models = {"old": Stack(**size), "new": Stack(**size), "fsdp": Stack(**size)}
     fully_shard(models["fsdp"])
-    opts = {"old": optimizer(models["old"], group=None), "new": optimizer(models["new"], group=dist.group.WORLD),
-            "fsdp": optimizer(models["fsdp"], group=None)}
+    opts = {
+        "old": optimizer(models["old"], group=None),
+        "new": optimizer(models["new"], group=dist.group.WORLD),
+        "fsdp": optimizer(models["fsdp"], group=None),
+    }
     times: dict[str, list[float]] = {k: [] for k in models}
     for step in range(cfg["warmup"] + cfg["rounds"]):
         for name, model in models.items():
@@ -98,13 +110,23 @@ def worker(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
             if step >= cfg["warmup"]:
                 times[name].append(time.perf_counter() - t)
     same = all(torch.equal(a, b) for a, b in zip(models["old"].parameters(), models["new"].parameters()))
-    fsdp = max((a.full_tensor() - b).abs().max().item()
-               for a, b in zip(models["fsdp"].parameters(), models["new"].parameters()))
+    fsdp = max(
+        (a.full_tensor() - b).abs().max().item()
+        for a, b in zip(models["fsdp"].parameters(), models["new"].parameters())
+    )
     if rank == 0:
         med = {k: statistics.median(v) for k, v in times.items()}
-        Path(out).write_text(json.dumps({"median_s": med, "old_equals_new": same, "fsdp_max_diff": fsdp,
-                                         "matrices": len(models["old"].mats),
-                                         "params": sum(p.numel() for p in models["old"].mats)}))
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "median_s": med,
+                    "old_equals_new": same,
+                    "fsdp_max_diff": fsdp,
+                    "matrices": len(models["old"].mats),
+                    "params": sum(p.numel() for p in models["old"].mats),
+                }
+            )
+        )
     dist.destroy_process_group()
 
 
@@ -131,8 +153,10 @@ def main() -> None:
         r = json.loads(Path(out).read_text())
     med = r["median_s"]
     print(f"CPU: {cpu_name()}; torch {torch.__version__}; 2 gloo ranks x 1 thread")
-    print(f"{r['matrices']} matrices, {r['params'] / 1e6:.2f}M Muon parameters ({args.layers} layers x width "
-          f"{args.width}); median of {args.rounds} steps after {args.warmup} warm-up")
+    print(
+        f"{r['matrices']} matrices, {r['params'] / 1e6:.2f}M Muon parameters ({args.layers} layers x width "
+        f"{args.width}); median of {args.rounds} steps after {args.warmup} warm-up"
+    )
     print(f"old (every rank all matrices): {med['old'] * 1e3:.1f} ms/step")
     print(f"new (DDP, shared):             {med['new'] * 1e3:.1f} ms/step   new/old = {med['new'] / med['old']:.2f}")
     print(f"fsdp (sharded, shared):        {med['fsdp'] * 1e3:.1f} ms/step   fsdp/old = {med['fsdp'] / med['old']:.2f}")

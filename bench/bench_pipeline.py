@@ -56,10 +56,14 @@ def main() -> None:
     print(f"{'stage':<12} {'in runner s':>12} {'by hand s':>10}")
     for name, a, b in rows:
         print(f"{name:<12} {a:>12.2f} {b:>10.2f}")
-    print(f"runner: {runner_wall:.2f} s wall, of which stages {inner:.2f} s; its own time {runner_wall - inner:.2f} s "
-          f"({(runner_wall - inner) / runner_wall:.1%} of the wall time)")
-    print(f"by hand: {hand_total:.2f} s ({len(rows)} interpreter start-ups); runner / by hand = "
-          f"{runner_wall / hand_total:.3f}")
+    print(
+        f"runner: {runner_wall:.2f} s wall, of which stages {inner:.2f} s; its own time {runner_wall - inner:.2f} s "
+        f"({(runner_wall - inner) / runner_wall:.1%} of the wall time)"
+    )
+    print(
+        f"by hand: {hand_total:.2f} s ({len(rows)} interpreter start-ups); runner / by hand = "
+        f"{runner_wall / hand_total:.3f}"
+    )
     from figures import figure, ratio
 
     figure("pipeline.runner_over_by_hand", ratio(runner_wall / hand_total))

@@ -45,9 +45,28 @@ def build_corpus(src: Path, dst: Path, min_mb: float) -> int:
 def run_prepare(corpus: Path, tok: Path, out: Path, workers: int) -> tuple[float, dict]:
     env = dict(os.environ, AURA_PLAIN="1", AURA_LANG="en")
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "aura", "data", "prepare", str(corpus), "--tokenizer", str(tok),
-                           "--output-dir", str(out), "--doc-sep", "line", "--workers", str(workers), "--overwrite"],
-                          env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aura",
+            "data",
+            "prepare",
+            str(corpus),
+            "--tokenizer",
+            str(tok),
+            "--output-dir",
+            str(out),
+            "--doc-sep",
+            "line",
+            "--workers",
+            str(workers),
+            "--overwrite",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t
     if proc.returncode:
         sys.exit(proc.stdout + proc.stderr)
@@ -60,8 +79,13 @@ def main() -> None:
     ap.add_argument("--min-mb", type=float, default=20.0)
     ap.add_argument("--vocab-size", type=int, default=32000)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/aura_bench_prepare"))
-    ap.add_argument("--workers", type=int, nargs="+", default=[0, 1],
-                    help="aura --workers values to time (0 = all cores in worker processes; 1 = in-process)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[0, 1],
+        help="aura --workers values to time (0 = all cores in worker processes; 1 = in-process)",
+    )
     ap.add_argument("--repeats", type=int, default=2, help="alternating rounds; best time of each side")
     args = ap.parse_args()
 
@@ -77,7 +101,9 @@ def main() -> None:
     mb = corpus.stat().st_size / 1e6
     t = time.perf_counter()
     tok_dir = train_bpe(inputs=[str(args.corpus)], vocab_size=args.vocab_size, output_dir=work / "tok")
-    print(f"corpus: {mb:.1f} MB ({copies} copies of {args.corpus}); tokenizer trained in {time.perf_counter() - t:.1f} s")
+    print(
+        f"corpus: {mb:.1f} MB ({copies} copies of {args.corpus}); tokenizer trained in {time.perf_counter() - t:.1f} s"
+    )
 
     # Peer: a plain loop over the same documents (already in memory: reading is not charged to it).
     # The machine is shared, so peer and aura runs alternate and each keeps its best of --repeats.
@@ -93,26 +119,33 @@ def main() -> None:
         for w in args.workers:
             wall, aura_meta[w] = run_prepare(corpus, tok_dir, work / f"prepared-w{w}", w)
             aura_s[w] = min(aura_s[w], wall)
-        print(f"round {rep + 1}: peer {peer_s:.2f} s, aura " + ", ".join(f"w{w} {aura_s[w]:.2f} s" for w in args.workers))
+        print(
+            f"round {rep + 1}: peer {peer_s:.2f} s, aura " + ", ".join(f"w{w} {aura_s[w]:.2f} s" for w in args.workers)
+        )
     peer_rate = peer_tokens / peer_s
     print(f"peer  tokenizers loop (1 process): {peer_tokens:,} tokens in {peer_s:.2f} s = {peer_rate:,.0f} tokens/s")
     for w in args.workers:
         meta = aura_meta[w]
         tokens = sum(s["tokens"] for s in meta["splits"].values())
         rate = tokens / aura_s[w]
-        print(f"aura  data prepare --workers {w}: {tokens:,} tokens in {aura_s[w]:.2f} s wall = {rate:,.0f} tokens/s"
-              f"  ratio {rate / peer_rate:.2f}x (docs {meta['cleaning']['documents_kept']:,}, "
-              f"dups {meta['cleaning']['duplicates']})")
+        print(
+            f"aura  data prepare --workers {w}: {tokens:,} tokens in {aura_s[w]:.2f} s wall = {rate:,.0f} tokens/s"
+            f"  ratio {rate / peer_rate:.2f}x (docs {meta['cleaning']['documents_kept']:,}, "
+            f"dups {meta['cleaning']['duplicates']})"
+        )
         from figures import figure, ratio
 
         figure(f"prepare_vs_tokenizers.workers_{w}.tokens_per_s", ratio(rate / peer_rate))
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}"
+    )
 
 
 # reproduce: /tmp/bench_es.txt
 # reproduce-needs: file:/tmp/bench_es.txt
-# reproduce-quick: aura/resources/corpus_es/enciclopedia.txt --min-mb 0.1 --vocab-size 1000 --repeats 1 --workdir {tmp}/w
+# reproduce-quick: aura/resources/corpus_es/enciclopedia.txt --min-mb 0.1 --vocab-size 1000 --repeats 1 --workdir
+# {tmp}/w
 
 if __name__ == "__main__":
     main()

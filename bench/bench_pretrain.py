@@ -11,8 +11,8 @@ the mean of the last 10 steps. Prints tokens/s of each, the ratio, and both fina
 from __future__ import annotations
 
 import argparse
-import json
 import csv
+import json
 import sys
 import tempfile
 import time
@@ -27,18 +27,37 @@ def prepare_data(work: Path, corpus: str | None) -> Path:
     from aura.data.prepare import PrepareConfig, prepare
     from aura.tokenizer.train import train_bpe
 
-    inputs = [corpus] if corpus and Path(corpus).is_file() else [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
+    inputs = (
+        [corpus] if corpus and Path(corpus).is_file() else [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
+    )
     tok = train_bpe(inputs=inputs, vocab_size=8000, output_dir=work / "tok")
-    return prepare(PrepareConfig(inputs=inputs, tokenizer=str(tok), output_dir=str(work / "data"),
-                                 max_tokens=2_000_000, val_fraction=0.001))
+    return prepare(
+        PrepareConfig(
+            inputs=inputs, tokenizer=str(tok), output_dir=str(work / "data"), max_tokens=2_000_000, val_fraction=0.001
+        )
+    )
 
 
 def run_aura(data: Path, out: Path, *, steps: int, precision: str) -> tuple[float, float]:
     from aura.train.pretrain import PretrainConfig, pretrain
 
-    pretrain(PretrainConfig(data=[str(data)], output_dir=out, model_preset="tiny", batch_size=16, max_steps=steps,
-                            learning_rate=1e-3, warmup_steps=3, log_interval=1, save_steps=0, precision=precision,
-                            sample_tokens=0, eval_batches=1, seed=0))
+    pretrain(
+        PretrainConfig(
+            data=[str(data)],
+            output_dir=out,
+            model_preset="tiny",
+            batch_size=16,
+            max_steps=steps,
+            learning_rate=1e-3,
+            warmup_steps=3,
+            log_interval=1,
+            save_steps=0,
+            precision=precision,
+            sample_tokens=0,
+            eval_batches=1,
+            seed=0,
+        )
+    )
     rows = [r for r in csv.DictReader(open(out / "training_log.csv")) if r["kind"] == "step"]
     a, b = rows[2], rows[-1]  # steps 3 .. N
     tps = (int(b["tokens"]) - int(a["tokens"])) / (float(b["seconds"]) - float(a["seconds"]))
@@ -82,12 +101,27 @@ def run_hf(data: Path, out: Path, *, steps: int, precision: str) -> tuple[float,
             if logs and "loss" in logs:
                 losses.append(float(logs["loss"]))
 
-    args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=16, max_steps=steps,
-                             learning_rate=1e-3, warmup_steps=3, lr_scheduler_type="cosine_with_min_lr",
-                             lr_scheduler_kwargs={"min_lr_rate": 0.1}, weight_decay=0.1, adam_beta1=0.9,
-                             adam_beta2=0.95, max_grad_norm=1.0, logging_steps=10, save_strategy="no",
-                             report_to=[], use_cpu=not torch.cuda.is_available(), bf16=precision == "bf16",
-                             dataloader_num_workers=0, seed=0, disable_tqdm=True)
+    args = TrainingArguments(
+        output_dir=str(out),
+        per_device_train_batch_size=16,
+        max_steps=steps,
+        learning_rate=1e-3,
+        warmup_steps=3,
+        lr_scheduler_type="cosine_with_min_lr",
+        lr_scheduler_kwargs={"min_lr_rate": 0.1},
+        weight_decay=0.1,
+        adam_beta1=0.9,
+        adam_beta2=0.95,
+        max_grad_norm=1.0,
+        logging_steps=10,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=not torch.cuda.is_available(),
+        bf16=precision == "bf16",
+        dataloader_num_workers=0,
+        seed=0,
+        disable_tqdm=True,
+    )
     Trainer(model=model, args=args, train_dataset=Windows(), callbacks=[Clock(), Losses()]).train()
     tps = (steps - 3) * 16 * 256 / (marks["end"] - marks["start"])
     return tps, losses[-1]
@@ -147,13 +181,18 @@ def main() -> None:
         aura_tps, aura_loss = run_aura(data, work / "aura", steps=a.steps, precision=precision)
         bare_tps = run_bare(data, steps=a.steps, precision=precision)
     print()
-    print(f"precision {precision}, {a.steps} steps, batch 16 x 256 tokens, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"precision {precision}, {a.steps} steps, batch 16 x 256 tokens, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads"
+    )
     print(f"{'':<22}{'tokens/s':>12}{'final loss':>12}")
     print(f"{'Hugging Face Trainer':<22}{hf_tps:>12,.0f}{hf_loss:>12.4f}")
     print(f"{'Aura':<22}{aura_tps:>12,.0f}{aura_loss:>12.4f}")
     print(f"{'bare PyTorch loop':<22}{bare_tps:>12,.0f}{'-':>12}")
-    print(f"ratio Aura / HF: {aura_tps / hf_tps:.2f}x; final loss difference {100 * (aura_loss - hf_loss) / hf_loss:+.2f} %")
+    print(
+        f"ratio Aura / HF: {aura_tps / hf_tps:.2f}x; final loss difference "
+        f"{100 * (aura_loss - hf_loss) / hf_loss:+.2f} %"
+    )
     print(f"ratio Aura / bare loop (overhead check): {aura_tps / bare_tps:.2f}x")
     from figures import figure, ratio
 

@@ -46,8 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 BASELINE = "adamw-cosine/llama"
-RECIPES = [BASELINE, "muon-cosine/llama", "muon-wsd/llama", "adamw-cosine/qwen3", "muon-cosine/qwen3",
-           "muon-wsd/qwen3"]
+RECIPES = [BASELINE, "muon-cosine/llama", "muon-wsd/llama", "adamw-cosine/qwen3", "muon-cosine/qwen3", "muon-wsd/qwen3"]
 SIZES = {  # d_model, layers, heads, kv heads, MLP
     "tiny": (256, 4, 4, 2, 768),
     "small": (384, 8, 6, 2, 1024),
@@ -62,11 +61,21 @@ def prepare_data(work: Path, corpus: str | None) -> Path:
 
     if (work / "data" / "meta.json").is_file():
         return work / "data"
-    inputs = [corpus] if corpus and Path(corpus).is_file() else \
-        [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
+    inputs = (
+        [corpus] if corpus and Path(corpus).is_file() else [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
+    )
     tok = train_bpe(inputs=inputs, vocab_size=8000, output_dir=work / "tok")
-    return Path(prepare(PrepareConfig(inputs=inputs, tokenizer=str(tok), output_dir=str(work / "data"),
-                                      max_tokens=4_000_000, val_fraction=0.01)))
+    return Path(
+        prepare(
+            PrepareConfig(
+                inputs=inputs,
+                tokenizer=str(tok),
+                output_dir=str(work / "data"),
+                max_tokens=4_000_000,
+                val_fraction=0.01,
+            )
+        )
+    )
 
 
 def run_one(job: dict) -> dict:
@@ -83,20 +92,48 @@ def run_one(job: dict) -> dict:
     optimizer, schedule = opt_sched.split("-")
     d, layers, heads, kv, mlp = SIZES[job["size"]]
     out = Path(job["run_dir"])
-    code = pretrain(PretrainConfig(
-        data=[job["data"]], output_dir=out, overwrite=True, model_preset="manual", arch=block, embed_size=d,
-        num_layers=layers, num_heads=heads, num_kv_heads=kv, intermediate_size=mlp, seq_length=job["seq"],
-        batch_size=job["batch"], max_steps=job["steps"], learning_rate=job["lr"], optimizer=optimizer,
-        lr_schedule=schedule, seed=job["seed"], eval_interval=job["eval_every"], eval_batches=job["eval_batches"],
-        log_interval=job["eval_every"], save_steps=0, keep_last=1, sample_tokens=0, precision="fp32",
-        device="cpu", time_budget=0))
+    code = pretrain(
+        PretrainConfig(
+            data=[job["data"]],
+            output_dir=out,
+            overwrite=True,
+            model_preset="manual",
+            arch=block,
+            embed_size=d,
+            num_layers=layers,
+            num_heads=heads,
+            num_kv_heads=kv,
+            intermediate_size=mlp,
+            seq_length=job["seq"],
+            batch_size=job["batch"],
+            max_steps=job["steps"],
+            learning_rate=job["lr"],
+            optimizer=optimizer,
+            lr_schedule=schedule,
+            seed=job["seed"],
+            eval_interval=job["eval_every"],
+            eval_batches=job["eval_batches"],
+            log_interval=job["eval_every"],
+            save_steps=0,
+            keep_last=1,
+            sample_tokens=0,
+            precision="fp32",
+            device="cpu",
+            time_budget=0,
+        )
+    )
     rows = list(csv.DictReader(open(out / "training_log.csv")))
     steps = [r for r in rows if r["kind"] == "step"]
     curve = [(int(r["tokens"]), float(r["val_loss"])) for r in rows if r["kind"] == "eval" and r["val_loss"]]
     tps = [float(r["tokens_per_s"]) for r in steps[1:]]  # the first interval includes start-up
     shutil.rmtree(out, ignore_errors=True)
-    return {**job, "exit": code, "curve": curve, "tokens_per_s": statistics.median(tps) if tps else None,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        **job,
+        "exit": code,
+        "curve": curve,
+        "tokens_per_s": statistics.median(tps) if tps else None,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def tokens_to_reach(curve: list[tuple[int, float]], target: float) -> float | None:
@@ -116,8 +153,11 @@ def finished(out: Path, sizes: list[str], recipes: list[str]) -> list[dict]:
     """Every finished run in ``out`` of these sizes and recipes, whatever command ran it (any seed or
     learning rate: an extra rate past the edge of a sweep counts). Per size, only the runs of its most
     common length (steps x batch x context), so a short trial never mixes into the table."""
-    runs = [r for f in sorted(out.glob("*.json")) if (r := json.loads(f.read_text())).get("size") in sizes
-            and r.get("recipe") in recipes]
+    runs = [
+        r
+        for f in sorted(out.glob("*.json"))
+        if (r := json.loads(f.read_text())).get("size") in sizes and r.get("recipe") in recipes
+    ]
     kept = []
     for size in sizes:
         mine = [r for r in runs if r["size"] == size]
@@ -136,7 +176,8 @@ def summarise(results: list[dict], sizes: list[str], recipes: list[str]) -> tupl
     one with the lowest final validation loss on seed 0 (the sweep's seed; the mean over the seeds where
     seed 0 did not run); the row's figures (final loss, tokens, ratio) come from the other seeds wherever
     they ran, so the rate is chosen on one set of runs and the ratio measured on another (seed 0's luck at
-    the chosen rate does not flatter the ratio). A best rate at an edge of its sweep is marked. Time per token compares the median tokens/s of all of a recipe's runs with the
+    the chosen rate does not flatter the ratio). A best rate at an edge of its sweep is marked. Time per token compares
+    the median tokens/s of all of a recipe's runs with the
     baseline's (on a shared machine one run's speed is mostly its neighbours' load)."""
     from figures import figure
 
@@ -149,8 +190,10 @@ def summarise(results: list[dict], sizes: list[str], recipes: list[str]) -> tupl
             for r in runs:
                 by_lr.setdefault(r["lr"], []).append(r)
             if by_lr:
-                sweep = {v: statistics.mean(x["curve"][-1][1] for x in ([x for x in rs if x["seed"] == 0] or rs))
-                         for v, rs in sorted(by_lr.items())}
+                sweep = {
+                    v: statistics.mean(x["curve"][-1][1] for x in ([x for x in rs if x["seed"] == 0] or rs))
+                    for v, rs in sorted(by_lr.items())
+                }
                 lr = min(sweep, key=sweep.get)
                 by_recipe[recipe] = (lr, by_lr[lr], sweep)
                 speed[recipe] = statistics.median(r["tokens_per_s"] for r in runs)
@@ -162,16 +205,23 @@ def summarise(results: list[dict], sizes: list[str], recipes: list[str]) -> tupl
         base = {r["seed"]: r for r in by_recipe[BASELINE][1]}
         target = statistics.mean(r["curve"][-1][1] for r in base.values())
         r0 = by_recipe[BASELINE][1][0]
-        lines += [(f"\n**{size}** ({SIZES[size][0]}d × {SIZES[size][1]} layers; {r0['steps']} steps × "
-                   f"{r0['batch']} × {r0['seq']} = {r0['steps'] * r0['batch'] * r0['seq']:,} tokens), baseline final "
-                   f"val loss {target:.4f}\n"),
-                  "| recipe | best LR (final val per LR) | seeds | final val loss | tokens to baseline's loss "
-                  "| ratio | time/token vs baseline in the grid¹ | peak RSS MB |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            (
+                f"\n**{size}** ({SIZES[size][0]}d × {SIZES[size][1]} layers; {r0['steps']} steps × "
+                f"{r0['batch']} × {r0['seq']} = {r0['steps'] * r0['batch'] * r0['seq']:,} tokens), baseline final "
+                f"val loss {target:.4f}\n"
+            ),
+            "| recipe | best LR (final val per LR) | seeds | final val loss | tokens to baseline's loss "
+            "| ratio | time/token vs baseline in the grid¹ | peak RSS MB |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for recipe, (lr, runs, per_lr) in by_recipe.items():
             finals = [r["curve"][-1][1] for r in runs]
-            paired = [(tokens_to_reach(r["curve"], base[r["seed"]]["curve"][-1][1]), base[r["seed"]]["curve"][-1][0])
-                      for r in runs if r["seed"] in base]
+            paired = [
+                (tokens_to_reach(r["curve"], base[r["seed"]]["curve"][-1][1]), base[r["seed"]]["curve"][-1][0])
+                for r in runs
+                if r["seed"] in base
+            ]
             reached = [(t, n) for t, n in paired if t is not None]
             if paired and len(reached) == len(paired):
                 tok = f"{statistics.mean(t for t, _ in reached):,.0f}"
@@ -183,13 +233,17 @@ def summarise(results: list[dict], sizes: list[str], recipes: list[str]) -> tupl
             if len(per_lr) > 1 and lr in (min(per_lr), max(per_lr)):
                 lrs += "; best at the edge of the sweep"
             figure(f"recipe.{size}.{recipe}.tokens_ratio", ratio)
-            lines.append(f"| {recipe} | {lr:g} ({lrs}) | {len(runs)} | {statistics.mean(finals):.4f}{spread} | "
-                         f"{tok} | {ratio} | {speed[BASELINE] / speed[recipe]:.2f}× | "
-                         f"{max(r['peak_rss_mb'] for r in runs):,.0f} |")
+            lines.append(
+                f"| {recipe} | {lr:g} ({lrs}) | {len(runs)} | {statistics.mean(finals):.4f}{spread} | "
+                f"{tok} | {ratio} | {speed[BASELINE] / speed[recipe]:.2f}× | "
+                f"{max(r['peak_rss_mb'] for r in runs):,.0f} |"
+            )
             best_runs[(size, recipe)] = runs
     if lines:
-        lines.append("\n¹ the median tokens/s of all of a recipe's runs against the baseline's, at the grid's small "
-                     "steps and under whatever load each run met; `--time-per-token` measures it properly.")
+        lines.append(
+            "\n¹ the median tokens/s of all of a recipe's runs against the baseline's, at the grid's small "
+            "steps and under whatever load each run met; `--time-per-token` measures it properly."
+        )
     return "\n".join(lines), best_runs
 
 
@@ -208,8 +262,13 @@ def plot(best_runs: dict, path: Path) -> None:
             tokens = [t for t, _ in runs[0]["curve"]]
             mean = [statistics.mean(r["curve"][k][1] for r in runs) for k in range(len(tokens))]
             colour = {"adamw-cosine": "C0", "muon-cosine": "C1", "muon-wsd": "C2"}.get(recipe.split("/")[0])
-            ax.plot(tokens, mean, label=f"{recipe} (lr {runs[0]['lr']:g}, {len(runs)} seeds)", color=colour,
-                    linestyle="-" if "qwen3" in recipe else "--")
+            ax.plot(
+                tokens,
+                mean,
+                label=f"{recipe} (lr {runs[0]['lr']:g}, {len(runs)} seeds)",
+                color=colour,
+                linestyle="-" if "qwen3" in recipe else "--",
+            )
         if (size, BASELINE) in best_runs:  # the loss the other recipes must reach
             base = best_runs[(size, BASELINE)]
             ax.axhline(statistics.mean(r["curve"][-1][1] for r in base), color="grey", linewidth=0.8, linestyle=":")
@@ -245,10 +304,14 @@ def time_per_token(sizes: list[str], precisions: list[str], rounds: int) -> str:
     defaults = {f.name: f.default for f in dataclasses.fields(TrainArgs) if f.default is not dataclasses.MISSING}
     batch, seq, vocab = PRESET_TRAINING["tiny"].batch_size, PRESETS["tiny"].seq_len, 8000
     dist = DistInfo(device=torch.device("cpu"))
-    lines = [(f"\n**Time per token** at {batch} × {seq} = {batch * seq:,} tokens per step (one thread, Llama "
-              f"block, {rounds} alternated rounds)\n"),
-             "| size | precision | AdamW s/step | Muon s/step | of which optimizer (AdamW / Muon) | Muon / AdamW |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        (
+            f"\n**Time per token** at {batch} × {seq} = {batch * seq:,} tokens per step (one thread, Llama "
+            f"block, {rounds} alternated rounds)\n"
+        ),
+        "| size | precision | AdamW s/step | Muon s/step | of which optimizer (AdamW / Muon) | Muon / AdamW |",
+        "|---|---|---|---|---|---|",
+    ]
     ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(0))
     data = {"input_ids": ids, "labels": ids}
 
@@ -266,8 +329,9 @@ def time_per_token(sizes: list[str], precisions: list[str], rounds: int) -> str:
 
     for size in sizes:
         d, layers, heads, kv, mlp = SIZES[size]
-        spec = resolve_spec("tiny", embed_size=d, num_layers=layers, num_heads=heads, num_kv_heads=kv,
-                            intermediate_size=mlp)
+        spec = resolve_spec(
+            "tiny", embed_size=d, num_layers=layers, num_heads=heads, num_kv_heads=kv, intermediate_size=mlp
+        )
         for precision in precisions:
             precision = resolve_precision(precision, dist.device)
             runs = {}
@@ -275,8 +339,12 @@ def time_per_token(sizes: list[str], precisions: list[str], rounds: int) -> str:
                 torch.manual_seed(0)
                 model = build_model(spec, vocab)
                 args = SimpleNamespace(**{**defaults, "optimizer": name, "learning_rate": 1e-3})
-                engine = TorchEngine(build_optimizer(model, args, dist.device), precision=precision, dist=dist,
-                                     max_grad_norm=args.max_grad_norm)
+                engine = TorchEngine(
+                    build_optimizer(model, args, dist.device),
+                    precision=precision,
+                    dist=dist,
+                    max_grad_norm=args.max_grad_norm,
+                )
                 runs[name] = (model, engine, {"step": [], "opt": []})
 
             for run in runs.values():  # warm-up: first-touch allocations, oneDNN kernels
@@ -284,13 +352,15 @@ def time_per_token(sizes: list[str], precisions: list[str], rounds: int) -> str:
                 run[2]["step"].clear()
                 run[2]["opt"].clear()
             for r in range(rounds):
-                for name in (("adamw", "muon") if r % 2 == 0 else ("muon", "adamw")):
+                for name in ("adamw", "muon") if r % 2 == 0 else ("muon", "adamw"):
                     step(*runs[name])
             (a, b) = (runs["adamw"][2], runs["muon"][2])
             ratio = statistics.median(m / x for m, x in zip(b["step"], a["step"]))
             med = statistics.median
-            lines.append(f"| {size} | {precision} | {med(a['step']):.2f} | {med(b['step']):.2f} | "
-                         f"{med(a['opt']) * 1e3:.0f} ms / {med(b['opt']) * 1e3:.0f} ms | {ratio:.2f}× |")
+            lines.append(
+                f"| {size} | {precision} | {med(a['step']):.2f} | {med(b['step']):.2f} | "
+                f"{med(a['opt']) * 1e3:.0f} ms / {med(b['opt']) * 1e3:.0f} ms | {ratio:.2f}× |"
+            )
             print(lines[-1], flush=True)
             from figures import figure
 
@@ -309,8 +379,13 @@ def run_jobs(jobs: list[dict], out: Path, parallel: int, *, dry: bool = False) -
     while todo or running:
         while todo and len(running) < parallel:
             job = todo.pop(0)
-            proc = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(job)], stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, env=env)
+            proc = subprocess.Popen(
+                [sys.executable, __file__, "--child", json.dumps(job)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+            )
             running.append((job, proc, time.time()))
         job, proc, t0 = running.pop(0)
         text = proc.communicate()[0]
@@ -320,8 +395,10 @@ def run_jobs(jobs: list[dict], out: Path, parallel: int, *, dry: bool = False) -
             continue
         (out / f"{job['name']}.json").write_text(json.dumps(result))
         final = result["curve"][-1][1] if result["curve"] else float("nan")
-        print(f"{job['name']}: final val {final:.4f}, {result['tokens_per_s']:,.0f} tok/s, "
-              f"{time.time() - t0:.0f} s", flush=True)
+        print(
+            f"{job['name']}: final val {final:.4f}, {result['tokens_per_s']:,.0f} tok/s, {time.time() - t0:.0f} s",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -338,14 +415,20 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=15)
     p.add_argument("--eval-batches", type=int, default=16)
     p.add_argument("--jobs", type=int, default=1, help="runs at once (one thread each)")
-    p.add_argument("--seeds-at-best", default="",
-                   help="the protocol in one command: sweep --lrs on --seeds (0), a factor 2 past the edge "
-                        "while seed 0 is best at an edge, then these seeds (e.g. 1,2) at each recipe's best rate "
-                        "(the table's figures come from them)")
+    p.add_argument(
+        "--seeds-at-best",
+        default="",
+        help="the protocol in one command: sweep --lrs on --seeds (0), a factor 2 past the edge "
+        "while seed 0 is best at an edge, then these seeds (e.g. 1,2) at each recipe's best rate "
+        "(the table's figures come from them)",
+    )
     p.add_argument("--plot", default="", help="PNG of the validation curves at each recipe's best LR")
     p.add_argument("--summary-only", action="store_true", help="run nothing: summarise the finished runs")
-    p.add_argument("--time-per-token", action="store_true",
-                   help="run only the time-per-token measurement (AdamW vs Muon steps alternated, 4,096 tokens)")
+    p.add_argument(
+        "--time-per-token",
+        action="store_true",
+        help="run only the time-per-token measurement (AdamW vs Muon steps alternated, 4,096 tokens)",
+    )
     p.add_argument("--tpt-precisions", default="fp32,auto", help="precisions of --time-per-token")
     p.add_argument("--tpt-rounds", type=int, default=6, help="alternated rounds of --time-per-token")
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
@@ -366,16 +449,34 @@ def main() -> None:
 
     def job(size: str, recipe: str, lr: float, seed: int) -> dict:
         name = f"{size}_{recipe.replace('/', '_')}_lr{lr:g}_s{seed}_{a.steps}x{a.batch}x{a.seq_length}"
-        return {"name": name, "size": size, "recipe": recipe, "lr": lr, "seed": seed, "steps": a.steps,
-                "batch": a.batch, "seq": a.seq_length, "eval_every": a.eval_every, "eval_batches": a.eval_batches,
-                "data": str(data), "run_dir": str(out / "runs" / name)}
+        return {
+            "name": name,
+            "size": size,
+            "recipe": recipe,
+            "lr": lr,
+            "seed": seed,
+            "steps": a.steps,
+            "batch": a.batch,
+            "seq": a.seq_length,
+            "eval_every": a.eval_every,
+            "eval_batches": a.eval_batches,
+            "data": str(data),
+            "run_dir": str(out / "runs" / name),
+        }
 
     def seed0(size: str, recipe: str) -> dict[float, float]:  # lr -> final val loss of seed 0, this shape
-        return {r["lr"]: r["curve"][-1][1] for r in finished(out, [size], [recipe]) if r["seed"] == 0 and
-                (r["steps"], r["batch"], r["seq"]) == (a.steps, a.batch, a.seq_length)}
+        return {
+            r["lr"]: r["curve"][-1][1]
+            for r in finished(out, [size], [recipe])
+            if r["seed"] == 0 and (r["steps"], r["batch"], r["seq"]) == (a.steps, a.batch, a.seq_length)
+        }
 
-    run_jobs([job(z, r, lr, int(s)) for z in sizes for s in a.seeds.split(",") for lr in lrs for r in recipes],
-             out, a.jobs, dry=a.summary_only)
+    run_jobs(
+        [job(z, r, lr, int(s)) for z in sizes for s in a.seeds.split(",") for lr in lrs for r in recipes],
+        out,
+        a.jobs,
+        dry=a.summary_only,
+    )
     if a.seeds_at_best and not a.summary_only:
         # a factor 2 past the edge wherever seed 0 is best at the edge of what it ran, again until no recipe's
         # best rate is at an edge of its sweep (at most 6 extensions), then the other seeds at the best rate
@@ -407,11 +508,14 @@ def main() -> None:
 
 
 # The grid of docs/benchmarks.md: bench/recipe_grid.sh (hours, resumable) runs these, niced, and the plot.
-# reproduce: --corpus /tmp/bench_es.txt --out /tmp/recipe-bench --seq-length 64 --eval-batches 4 --jobs 2 --seeds 0 --seeds-at-best 1,2 --sizes tiny --steps 80 --eval-every 10
-# reproduce: --corpus /tmp/bench_es.txt --out /tmp/recipe-bench --seq-length 64 --eval-batches 4 --jobs 2 --seeds 0 --seeds-at-best 1,2 --sizes small --steps 50 --eval-every 5
+# reproduce: --corpus /tmp/bench_es.txt --out /tmp/recipe-bench --seq-length 64 --eval-batches 4 --jobs 2 --seeds 0
+# --seeds-at-best 1,2 --sizes tiny --steps 80 --eval-every 10
+# reproduce: --corpus /tmp/bench_es.txt --out /tmp/recipe-bench --seq-length 64 --eval-batches 4 --jobs 2 --seeds 0
+# --seeds-at-best 1,2 --sizes small --steps 50 --eval-every 5
 # reproduce: --time-per-token --sizes tiny,small --tpt-precisions fp32,auto
 # reproduce-needs: file:/tmp/bench_es.txt
-# reproduce-quick: --out {tmp} --sizes tiny --recipes adamw-cosine/llama,muon-wsd/qwen3 --seeds 0 --seeds-at-best 1 --lrs 1e-3 --steps 2 --seq-length 32 --batch 2 --eval-every 1 --eval-batches 1 --jobs 2
+# reproduce-quick: --out {tmp} --sizes tiny --recipes adamw-cosine/llama,muon-wsd/qwen3 --seeds 0 --seeds-at-best 1
+# --lrs 1e-3 --steps 2 --seq-length 32 --batch 2 --eval-every 1 --eval-batches 1 --jobs 2
 
 if __name__ == "__main__":
     main()

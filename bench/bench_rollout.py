@@ -48,13 +48,28 @@ def policy(layers: int):
 
     from aura.train.adapters import resolve_target_modules
 
-    cfg = transformers.LlamaConfig(vocab_size=2000, hidden_size=128, num_hidden_layers=layers, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=384, max_position_embeddings=512,
-                                   initializer_range=0.1)
+    cfg = transformers.LlamaConfig(
+        vocab_size=2000,
+        hidden_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=384,
+        max_position_embeddings=512,
+        initializer_range=0.1,
+    )
     torch.manual_seed(0)
     base = transformers.LlamaForCausalLM(cfg).eval()
-    model = get_peft_model(base, LoraConfig(task_type="CAUSAL_LM", r=16, lora_alpha=32, lora_dropout=0.0,
-                                            target_modules=resolve_target_modules(base, None)))
+    model = get_peft_model(
+        base,
+        LoraConfig(
+            task_type="CAUSAL_LM",
+            r=16,
+            lora_alpha=32,
+            lora_dropout=0.0,
+            target_modules=resolve_target_modules(base, None),
+        ),
+    )
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -87,12 +102,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5, help="alternations")
     a = p.parse_args()
     import torch
+    from figures import figure, ratio
 
     from aura.inference.decode import decode_batch
     from aura.inference.packed import packed_view
     from aura.inference.sampling import SamplingParams, sample_batch_reference
     from aura.train.lora_views import compute_view, merged_view
-    from figures import figure, ratio
 
     print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
     torch.set_num_threads(1)
@@ -118,6 +133,7 @@ def main() -> None:
             params = SamplingParams(max_new_tokens=new, temperature=1.0)
             with views(kind):
                 return fn(model, rows, params, pad_id=0, device=cpu, keys=keys)
+
         return run
 
     def hf(new: int = a.new):
@@ -126,17 +142,28 @@ def main() -> None:
         mask = (torch.arange(width)[None] >= torch.tensor([width - len(r) for r in rows])[:, None]).long()
         torch.manual_seed(0)
         with torch.no_grad():
-            out = merged_model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
-                                        top_p=1.0, max_new_tokens=new, min_new_tokens=new, pad_token_id=0,
-                                        eos_token_id=None)
+            out = merged_model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                pad_token_id=0,
+                eos_token_id=None,
+            )
         return out[:, width:].tolist()
 
-    runs = {"reference, peft wrappers": engine(sample_batch_reference, "peft"),
-            "reference, merged": engine(sample_batch_reference, "compute"),
-            "reference, merged + packed": engine(sample_batch_reference, "packed"),
-            "decode, merged + packed": engine(decode_batch, "packed"),
-            "decode, compute view": engine(decode_batch, "compute"),
-            "transformers generate, merged": hf}
+    runs = {
+        "reference, peft wrappers": engine(sample_batch_reference, "peft"),
+        "reference, merged": engine(sample_batch_reference, "compute"),
+        "reference, merged + packed": engine(sample_batch_reference, "packed"),
+        "decode, merged + packed": engine(decode_batch, "packed"),
+        "decode, compute view": engine(decode_batch, "compute"),
+        "transformers generate, merged": hf,
+    }
     want = runs["reference, merged + packed"]()
     assert runs["decode, merged + packed"]() == want, "the new engine sampled other tokens than the previous one"
     assert runs["reference, peft wrappers"]() == runs["decode, compute view"]() == runs["reference, merged"]() == want
@@ -147,31 +174,45 @@ def main() -> None:
             t = time.process_time()  # this process's CPU time: on a loaded machine wall time is mostly waiting
             fn()
             seconds[name].append(time.process_time() - t)
-    ops = {name: (count_ops(fn) - count_ops(lambda: fn(a.new // 2))) / (a.new - a.new // 2)
-           for name, fn in runs.items()}
+    ops = {
+        name: (count_ops(fn) - count_ops(lambda: fn(a.new // 2))) / (a.new - a.new // 2) for name, fn in runs.items()
+    }
     tps = {name: tokens / statistics.median(s) for name, s in seconds.items()}
-    print(f"{a.layers}-layer Llama (hidden 128) + LoRA r 16, {a.prompts} prompts x G {a.g} = {len(rows)} rows, "
-          f"{a.new} new tokens; median CPU seconds of {a.repeats} alternations, 1 thread")
+    print(
+        f"{a.layers}-layer Llama (hidden 128) + LoRA r 16, {a.prompts} prompts x G {a.g} = {len(rows)} rows, "
+        f"{a.new} new tokens; median CPU seconds of {a.repeats} alternations, 1 thread"
+    )
     for name in runs:
-        print(f"  {name:32s} {tps[name]:8.0f} completion tokens per CPU second  "
-              f"{ops[name]:7.0f} aten ops per decode step")
+        print(
+            f"  {name:32s} {tps[name]:8.0f} completion tokens per CPU second  {ops[name]:7.0f} aten ops per decode step"
+        )
     new, today = tps["decode, merged + packed"], tps["reference, merged + packed"]
     wrappers = tps["reference, peft wrappers"]
     plain = tps["decode, compute view"]
-    print(f"engine alone (the same merged fp32 weights): x{plain / tps['reference, merged']:.2f} tokens/s, "
-          f"x{ops['decode, compute view'] / ops['reference, merged']:.2f} ops per step")
-    print(f"as GRPO samples on a CPU in fp32 (merged + packed), new vs previous engine: x{new / today:.2f} "
-          f"tokens/s, x{ops['decode, merged + packed'] / ops['reference, merged + packed']:.2f} ops per step")
-    print(f"new engine on the merged copy vs the previous one on peft's wrappers (what bf16 and CUDA sampled): "
-          f"x{plain / wrappers:.2f} tokens/s, x{ops['decode, compute view'] / ops['reference, peft wrappers']:.2f} "
-          f"ops per step")
-    print(f"new engine on the merged copy vs transformers generate (merged): "
-          f"x{plain / tps['transformers generate, merged']:.2f}")
+    print(
+        f"engine alone (the same merged fp32 weights): x{plain / tps['reference, merged']:.2f} tokens/s, "
+        f"x{ops['decode, compute view'] / ops['reference, merged']:.2f} ops per step"
+    )
+    print(
+        f"as GRPO samples on a CPU in fp32 (merged + packed), new vs previous engine: x{new / today:.2f} "
+        f"tokens/s, x{ops['decode, merged + packed'] / ops['reference, merged + packed']:.2f} ops per step"
+    )
+    print(
+        f"new engine on the merged copy vs the previous one on peft's wrappers (what bf16 and CUDA sampled): "
+        f"x{plain / wrappers:.2f} tokens/s, x{ops['decode, compute view'] / ops['reference, peft wrappers']:.2f} "
+        f"ops per step"
+    )
+    print(
+        f"new engine on the merged copy vs transformers generate (merged): "
+        f"x{plain / tps['transformers generate, merged']:.2f}"
+    )
     figure("rollout.engine_alone.tokens_per_s", ratio(plain / tps["reference, merged"]))
     figure("rollout.cpu_fp32_path.tokens_per_s", ratio(new / today))
     figure("rollout.merged_copy_vs_peft_wrappers.tokens_per_s", ratio(plain / wrappers))
-    figure("rollout.merged_copy_vs_peft_wrappers.ops_per_step",
-           ratio(ops["decode, compute view"] / ops["reference, peft wrappers"]))
+    figure(
+        "rollout.merged_copy_vs_peft_wrappers.ops_per_step",
+        ratio(ops["decode, compute view"] / ops["reference, peft wrappers"]),
+    )
     figure("rollout.decode_vs_hf_generate.tokens_per_s", ratio(plain / tps["transformers generate, merged"]))
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 

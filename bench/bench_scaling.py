@@ -38,11 +38,21 @@ def prepare_data(work: Path, corpus: str | None) -> Path:
     from aura.data.prepare import PrepareConfig, prepare
     from aura.tokenizer.train import train_bpe
 
-    inputs = [corpus] if corpus and Path(corpus).is_file() else \
-        [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
+    inputs = (
+        [corpus] if corpus and Path(corpus).is_file() else [str(p) for p in sorted(Path(EMBEDDED_CORPUS).glob("*.txt"))]
+    )
     tok = train_bpe(inputs=inputs, vocab_size=8000, output_dir=work / "tok")
-    return Path(prepare(PrepareConfig(inputs=inputs, tokenizer=str(tok), output_dir=str(work / "data"),
-                                      max_tokens=2_000_000, val_fraction=0.001)))
+    return Path(
+        prepare(
+            PrepareConfig(
+                inputs=inputs,
+                tokenizer=str(tok),
+                output_dir=str(work / "data"),
+                max_tokens=2_000_000,
+                val_fraction=0.001,
+            )
+        )
+    )
 
 
 def _port() -> int:
@@ -53,14 +63,43 @@ def _port() -> int:
 
 def run(data: Path, out: Path, *, ranks: int, threads: int, steps: int, batch: int, precision: str) -> float:
     """tokens/s (all ranks) of one `aura pretrain` run."""
-    args = ["-m", "aura", "pretrain", "--data", str(data), "--output-dir", str(out), "--model-preset", "tiny",
-            "--batch-size", str(batch), "--gradient-accumulation-steps", "1", "--max-steps", str(steps),
-            "--log-interval", "1", "--save-steps", "0", "--eval-batches", "1", "--sample-tokens", "0",
-            "--precision", precision, "--strategy", "ddp" if ranks > 1 else "auto", "--backend", "gloo"]
-    launcher = [sys.executable] if ranks == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}", f"--master_port={_port()}"]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), AURA_PLAIN="1", AURA_LANG="en",
-               PYTHONPATH=str(ROOT))
+    args = [
+        "-m",
+        "aura",
+        "pretrain",
+        "--data",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--model-preset",
+        "tiny",
+        "--batch-size",
+        str(batch),
+        "--gradient-accumulation-steps",
+        "1",
+        "--max-steps",
+        str(steps),
+        "--log-interval",
+        "1",
+        "--save-steps",
+        "0",
+        "--eval-batches",
+        "1",
+        "--sample-tokens",
+        "0",
+        "--precision",
+        precision,
+        "--strategy",
+        "ddp" if ranks > 1 else "auto",
+        "--backend",
+        "gloo",
+    ]
+    launcher = (
+        [sys.executable]
+        if ranks == 1
+        else [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}", f"--master_port={_port()}"]
+    )
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), AURA_PLAIN="1", AURA_LANG="en", PYTHONPATH=str(ROOT))
     proc = subprocess.run([*launcher, *args], env=env, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         sys.exit(proc.stdout[-3000:] + proc.stderr[-3000:])
@@ -89,14 +128,18 @@ def main() -> None:
         one_2 = run(data, work / "r1t2", ranks=1, threads=2, **common)
         two_1 = run(data, work / "r2t1", ranks=2, threads=1, **common)
     print()
-    print(f"tiny Llama (4 x d256, ctx 256), micro-batch {a.batch_size} per rank, {a.steps} steps, precision "
-          f"{precision}, gloo, torch {torch.__version__}, {os.cpu_count()} CPU cores")
+    print(
+        f"tiny Llama (4 x d256, ctx 256), micro-batch {a.batch_size} per rank, {a.steps} steps, precision "
+        f"{precision}, gloo, torch {torch.__version__}, {os.cpu_count()} CPU cores"
+    )
     print(f"{'run':<26}{'tokens/s':>10}")
     print(f"{'1 rank x 1 thread':<26}{one_1:>10,.0f}")
     print(f"{'1 rank x 2 threads':<26}{one_2:>10,.0f}")
     print(f"{'2 ranks x 1 thread (DDP)':<26}{two_1:>10,.0f}")
-    print(f"scaling efficiency, 2 ranks vs 2 x (1 rank, 1 thread): {two_1 / (2 * one_1):.2f} "
-          f"(speed-up {two_1 / one_1:.2f}x)")
+    print(
+        f"scaling efficiency, 2 ranks vs 2 x (1 rank, 1 thread): {two_1 / (2 * one_1):.2f} "
+        f"(speed-up {two_1 / one_1:.2f}x)"
+    )
     print(f"ratio 2 ranks x 1 thread / 1 rank x 2 threads: {two_1 / one_2:.2f}x")
     from figures import figure, ratio
 

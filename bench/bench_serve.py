@@ -79,8 +79,9 @@ def one_request(client, model: str, max_tokens: int, extra: dict) -> tuple[float
     to have run to its end (``finish_reason``: a server that cuts answers short would look fast)."""
     t0 = time.perf_counter()
     first, finish = None, None
-    for chunk in client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=max_tokens,
-                                                temperature=0, stream=True, extra_body=extra):
+    for chunk in client.chat.completions.create(
+        model=model, messages=MESSAGES, max_tokens=max_tokens, temperature=0, stream=True, extra_body=extra
+    ):
         if first is None and chunk.choices and chunk.choices[0].delta.content:
             first = time.perf_counter() - t0
         if chunk.choices and chunk.choices[0].finish_reason:
@@ -117,26 +118,71 @@ def main() -> None:
     try:
         zoo = build_zoo(work / "zoo")
         gguf = work / "llama-f16.gguf"
-        subprocess.run([sys.executable, "-m", "aura", "export", "gguf", "--model", str(zoo["llama"]), "--outfile",
-                        str(gguf), "--quant", "f16", "--no-verify"], check=True, capture_output=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "aura",
+                "export",
+                "gguf",
+                "--model",
+                str(zoo["llama"]),
+                "--outfile",
+                str(gguf),
+                "--quant",
+                "f16",
+                "--no-verify",
+            ],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         hand_transformers = shutil.which("transformers") or str(Path(sys.executable).parent / "transformers")
         setups = {
-            "transformers": (str(zoo["llama"]), {},
-                             lambda port: [sys.executable, "-m", "aura", "serve", str(zoo["llama"]), "--port", str(port)],
-                             lambda port: [hand_transformers, "serve", str(zoo["llama"]), "--host", "127.0.0.1",
-                                           "--port", str(port)]),
-            "llama.cpp": (str(gguf), {"repeat_penalty": 1.0},
-                          lambda port: [sys.executable, "-m", "aura", "serve", str(gguf), "--port", str(port)],
-                          lambda port: [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
-                                        "--model_alias", str(gguf), "--n_ctx", "0", "--verbose", "False",
-                                        "--interrupt_requests", "False",
-                                        "--host", "127.0.0.1", "--port", str(port)]),
+            "transformers": (
+                str(zoo["llama"]),
+                {},
+                lambda port: [sys.executable, "-m", "aura", "serve", str(zoo["llama"]), "--port", str(port)],
+                lambda port: [
+                    hand_transformers,
+                    "serve",
+                    str(zoo["llama"]),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                ],
+            ),
+            "llama.cpp": (
+                str(gguf),
+                {"repeat_penalty": 1.0},
+                lambda port: [sys.executable, "-m", "aura", "serve", str(gguf), "--port", str(port)],
+                lambda port: [
+                    sys.executable,
+                    "-m",
+                    "llama_cpp.server",
+                    "--model",
+                    str(gguf),
+                    "--model_alias",
+                    str(gguf),
+                    "--n_ctx",
+                    "0",
+                    "--verbose",
+                    "False",
+                    "--interrupt_requests",
+                    "False",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                ],
+            ),
         }
-        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                   platform.processor() or platform.machine())
-        print(f"CPU: {cpu} ({os.cpu_count()} cores); "
-              f"load at start: {os.getloadavg()}")
+        cpu = next(
+            (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+            platform.processor() or platform.machine(),
+        )
+        print(f"CPU: {cpu} ({os.cpu_count()} cores); load at start: {os.getloadavg()}")
         for engine in args.engines.split(","):
             model, extra, aura_argv, hand_argv = setups[engine]
             results: dict[str, list[dict]] = {"aura serve": [], "by hand": []}
@@ -151,8 +197,7 @@ def main() -> None:
                     print(f"  {engine} round {r + 1} {who}: {results[who][-1]}", flush=True)
             for who, rs in results.items():
                 med = {k: statistics.median(x[k] for x in rs) for k in rs[0]}
-                print(f"| {engine} | {who} | {med['rps']:.2f} | {med['rps_conc']:.2f} | "
-                      f"{med['ttft'] * 1000:.0f} ms |")
+                print(f"| {engine} | {who} | {med['rps']:.2f} | {med['rps_conc']:.2f} | {med['ttft'] * 1000:.0f} ms |")
             from figures import figure
 
             for who, rs in results.items():

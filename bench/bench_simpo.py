@@ -43,11 +43,49 @@ PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 def child_aura(a) -> list[tuple[float, float]]:
     """``aura finetune --objective simpo ...`` through the program's own entry point (what the ``aura`` command
     runs), in this process so that each step's end can be clocked."""
-    argv = ["finetune", "--objective", "simpo", "--method", "lora", "--base-model", a.model, "--output-dir", a.out,
-            "--max-steps", a.steps, "--batch-size", BATCH, "--gradient-accumulation-steps", ACCUM,
-            "--max-length", a.max_length, "--beta", BETA, "--gamma", GAMMA, "--lora-r", LORA["r"],
-            "--lora-alpha", LORA["alpha"], "--lora-dropout", 0.0, "--precision", "fp32", "--lr", LR,
-            "--warmup-steps", 0, "--val-fraction", 0.0, "--save-steps", 0, "--log-interval", 1, "--template", "chatml"]
+    argv = [
+        "finetune",
+        "--objective",
+        "simpo",
+        "--method",
+        "lora",
+        "--base-model",
+        a.model,
+        "--output-dir",
+        a.out,
+        "--max-steps",
+        a.steps,
+        "--batch-size",
+        BATCH,
+        "--gradient-accumulation-steps",
+        ACCUM,
+        "--max-length",
+        a.max_length,
+        "--beta",
+        BETA,
+        "--gamma",
+        GAMMA,
+        "--lora-r",
+        LORA["r"],
+        "--lora-alpha",
+        LORA["alpha"],
+        "--lora-dropout",
+        0.0,
+        "--precision",
+        "fp32",
+        "--lr",
+        LR,
+        "--warmup-steps",
+        0,
+        "--val-fraction",
+        0.0,
+        "--save-steps",
+        0,
+        "--log-interval",
+        1,
+        "--template",
+        "chatml",
+    ]
     return versus_trl.clocked_aura(argv)
 
 
@@ -68,30 +106,58 @@ def child_trl(a) -> list[tuple[float, float]]:
         r = json.loads(ln)
         user = [{"role": "user", "content": r["prompt"]}]
         prompt = tok.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
-        full = [tok.apply_chat_template(user + [{"role": "assistant", "content": r[k]}], tokenize=False)
-                for k in ("chosen", "rejected")]
-        rows.append({"prompt": prompt, "chosen": full[0][len(prompt):], "rejected": full[1][len(prompt):]})
+        full = [
+            tok.apply_chat_template(user + [{"role": "assistant", "content": r[k]}], tokenize=False)
+            for k in ("chosen", "rejected")
+        ]
+        rows.append({"prompt": prompt, "chosen": full[0][len(prompt) :], "rejected": full[1][len(prompt) :]})
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
-    args = CPOConfig(output_dir=a.out, max_steps=a.steps, per_device_train_batch_size=BATCH,
-                     gradient_accumulation_steps=ACCUM, max_length=a.max_length, beta=BETA, loss_type="simpo",
-                     simpo_gamma=GAMMA, cpo_alpha=0.0, learning_rate=LR, warmup_steps=0, lr_scheduler_type="cosine",
-                     weight_decay=0.0, use_cpu=True, bf16=False, report_to=[], logging_steps=1, save_strategy="no",
-                     gradient_checkpointing=False, dataloader_num_workers=0, seed=0)
-    peft = LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=0.0, task_type="CAUSAL_LM",
-                      target_modules=PROJECTIONS)
+    args = CPOConfig(
+        output_dir=a.out,
+        max_steps=a.steps,
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUM,
+        max_length=a.max_length,
+        beta=BETA,
+        loss_type="simpo",
+        simpo_gamma=GAMMA,
+        cpo_alpha=0.0,
+        learning_rate=LR,
+        warmup_steps=0,
+        lr_scheduler_type="cosine",
+        weight_decay=0.0,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        gradient_checkpointing=False,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    peft = LoraConfig(
+        r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=0.0, task_type="CAUSAL_LM", target_modules=PROJECTIONS
+    )
     ends: list[tuple[float, float]] = []
 
     class StepClock(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             ends.append((time.perf_counter(), time.process_time()))
 
-    trainer = CPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                         peft_config=peft, callbacks=[StepClock()])
+    trainer = CPOTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tok,
+        peft_config=peft,
+        callbacks=[StepClock()],
+    )
     trainer.train()
     trainer.save_model(a.out + "/final")
     return ends
 
 
 if __name__ == "__main__":
-    versus_trl.alternate(__file__, {"aura": child_aura, "trl": child_trl}, steps=12, per_step=BATCH * ACCUM,
-                         unit="pairs")
+    versus_trl.alternate(
+        __file__, {"aura": child_aura, "trl": child_trl}, steps=12, per_step=BATCH * ACCUM, unit="pairs"
+    )

@@ -39,9 +39,30 @@ from aura.studio.app import create_app
 from aura.watch.runlog import read_log
 
 HEADER = "epoch,step,tokens,train_loss,val_loss,lr,grad_norm,tokens_per_s,mfu,seconds,kind,time\n"
-TINY = ["--model-preset", "manual", "--embed-size", "64", "--num-layers", "2", "--num-heads", "4", "--seq-length",
-        "64", "--intermediate-size", "256", "--batch-size", "8", "--log-interval", "1", "--sample-tokens", "0",
-        "--save-steps", "100000", "--eval-interval", "100000"]
+TINY = [
+    "--model-preset",
+    "manual",
+    "--embed-size",
+    "64",
+    "--num-layers",
+    "2",
+    "--num-heads",
+    "4",
+    "--seq-length",
+    "64",
+    "--intermediate-size",
+    "256",
+    "--batch-size",
+    "8",
+    "--log-interval",
+    "1",
+    "--sample-tokens",
+    "0",
+    "--save-steps",
+    "100000",
+    "--eval-interval",
+    "100000",
+]
 
 
 def row(s: int) -> str:
@@ -87,9 +108,23 @@ def tiny_pretrain(root: Path, name: str, steps: int, studio: bool) -> tuple[floa
         server, url = serve(root)
         threading.Thread(target=poll, args=(url, name, stop, counts), daemon=True).start()
     try:
-        subprocess.run([sys.executable, "-m", "aura", "pretrain", *TINY, "--max-steps", str(steps),
-                        "--output-dir", str(root / name)], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, env={**os.environ, "AURA_PLAIN": "1"})
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "aura",
+                "pretrain",
+                *TINY,
+                "--max-steps",
+                str(steps),
+                "--output-dir",
+                str(root / name),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "AURA_PLAIN": "1"},
+        )
     finally:
         share = (cpu_seconds() - cpu0) / (time.perf_counter() - t0)
         stop.set()
@@ -110,14 +145,19 @@ def training_with_the_page_open(pairs: int, steps: int) -> None:
                 requests += n
                 if studio:
                     shares.append(share)
-                print(f"  pair {i + 1}, studio {'open' if studio else 'closed'}: {tps:,.0f} tokens/s"
-                      + (f", studio + client CPU {share * 100:.2f} % of one core" if studio else ""), flush=True)
+                print(
+                    f"  pair {i + 1}, studio {'open' if studio else 'closed'}: {tps:,.0f} tokens/s"
+                    + (f", studio + client CPU {share * 100:.2f} % of one core" if studio else ""),
+                    flush=True,
+                )
         ratio = statistics.median(on) / statistics.median(off)
         pair = statistics.median(a / b for a, b in zip(on, off))
-        print(f"tiny pretrain ({steps} steps), median tokens/s: no studio {statistics.median(off):,.0f}, studio "
-              f"open and polled ({requests} requests) {statistics.median(on):,.0f}; open / closed = {ratio:.3f}, "
-              f"median of the pairs' ratios {pair:.3f}; the studio and its client used "
-              f"{statistics.median(shares) * 100:.2f} % of one core")
+        print(
+            f"tiny pretrain ({steps} steps), median tokens/s: no studio {statistics.median(off):,.0f}, studio "
+            f"open and polled ({requests} requests) {statistics.median(on):,.0f}; open / closed = {ratio:.3f}, "
+            f"median of the pairs' ratios {pair:.3f}; the studio and its client used "
+            f"{statistics.median(shares) * 100:.2f} % of one core"
+        )
         from figures import figure
 
         figure("studio.open_over_closed.tokens_per_s", f"{ratio:.3f}")
@@ -134,24 +174,39 @@ def big_folder(root: Path) -> None:
 
 def api_times(root: Path) -> None:
     c = TestClient(create_app(root), base_url="http://127.0.0.1:7860")
-    t = time.perf_counter(); runs = c.get("/api/runs").json(); t_runs = time.perf_counter() - t
-    t = time.perf_counter(); c.get("/api/runs").json(); t_runs2 = time.perf_counter() - t
-    t = time.perf_counter(); m = c.get("/api/runs/run000/metrics?max_points=1500").json()
+    t = time.perf_counter()
+    runs = c.get("/api/runs").json()
+    t_runs = time.perf_counter() - t
+    t = time.perf_counter()
+    c.get("/api/runs").json()
+    t_runs2 = time.perf_counter() - t
+    t = time.perf_counter()
+    m = c.get("/api/runs/run000/metrics?max_points=1500").json()
     t_cold = time.perf_counter() - t
     with open(root / "run000" / "training_log.csv", "a") as f:
         f.write("".join(row(s) for s in range(100_001, 100_101)))
-    t = time.perf_counter(); runs3 = c.get("/api/runs").json(); t_runs3 = time.perf_counter() - t
-    t = time.perf_counter(); m2 = c.get("/api/runs/run000/metrics?max_points=1500").json()
+    t = time.perf_counter()
+    runs3 = c.get("/api/runs").json()
+    t_runs3 = time.perf_counter() - t
+    t = time.perf_counter()
+    m2 = c.get("/api/runs/run000/metrics?max_points=1500").json()
     t_poll = time.perf_counter() - t
-    t = time.perf_counter(); full = read_log(root / "run000"); t_full = time.perf_counter() - t
+    t = time.perf_counter()
+    full = read_log(root / "run000")
+    t_full = time.perf_counter() - t
     assert len(runs) == 200 and m["rows"] == 100_000 and m2["rows"] == 100_100 == len(full)
     assert runs3[0]["name"] == "run000" and runs3[0]["tokens"] == 100_100 * 4096
-    print(f"/api/runs, 200 runs (one 100k-step log): first {t_runs:.3f} s, unchanged poll {t_runs2:.4f} s, "
-          f"poll after 100 new rows {t_runs3:.4f} s")
-    print(f"metrics of the 100k-step run: first request {t_cold:.3f} s ({len(m['series']['train_loss']['x'])} "
-          f"points sent); poll after 100 new rows {t_poll:.4f} s")
-    print(f"read_log of the whole log (a non-incremental poll): {t_full:.3f} s; poll / full read = "
-          f"{t_poll / t_full:.3f}")
+    print(
+        f"/api/runs, 200 runs (one 100k-step log): first {t_runs:.3f} s, unchanged poll {t_runs2:.4f} s, "
+        f"poll after 100 new rows {t_runs3:.4f} s"
+    )
+    print(
+        f"metrics of the 100k-step run: first request {t_cold:.3f} s ({len(m['series']['train_loss']['x'])} "
+        f"points sent); poll after 100 new rows {t_poll:.4f} s"
+    )
+    print(
+        f"read_log of the whole log (a non-incremental poll): {t_full:.3f} s; poll / full read = {t_poll / t_full:.3f}"
+    )
     from figures import figure
 
     figure("studio.api_runs.unchanged_poll", f"{t_runs2:.3f} s")
@@ -188,8 +243,7 @@ def browser_render(root: Path) -> None:
             driver.get(url + "#/run/run000")
             wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "[data-chart] canvas")) >= 3)
             t_run = time.perf_counter() - t
-            print(f"browser, {label}: runs page with 200 rows {t_list:.2f} s; the 100k-step run's charts "
-                  f"{t_run:.2f} s")
+            print(f"browser, {label}: runs page with 200 rows {t_list:.2f} s; the 100k-step run's charts {t_run:.2f} s")
             if label.startswith("cold"):
                 server.should_exit = True
                 time.sleep(0.5)

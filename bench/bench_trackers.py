@@ -34,9 +34,30 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--model-preset", "manual", "--embed-size", "128", "--num-layers", "2", "--num-heads", "4", "--seq-length",
-        "64", "--intermediate-size", "512", "--batch-size", "8", "--log-interval", "1", "--sample-tokens", "0",
-        "--save-steps", "0", "--eval-interval", "0"]
+TINY = [
+    "--model-preset",
+    "manual",
+    "--embed-size",
+    "128",
+    "--num-layers",
+    "2",
+    "--num-heads",
+    "4",
+    "--seq-length",
+    "64",
+    "--intermediate-size",
+    "512",
+    "--batch-size",
+    "8",
+    "--log-interval",
+    "1",
+    "--sample-tokens",
+    "0",
+    "--save-steps",
+    "0",
+    "--eval-interval",
+    "0",
+]
 
 
 def free_port() -> int:
@@ -47,10 +68,27 @@ def free_port() -> int:
 
 def mlflow_server(root: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                             f"sqlite:///{root / 'mlflow.db'}", "--default-artifact-root", str(root / "artifacts"),
-                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--default-artifact-root",
+            str(root / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     uri = f"http://127.0.0.1:{port}"
     for _ in range(240):
         try:
@@ -65,7 +103,7 @@ def step_seconds(run: Path) -> float:
     """Median seconds per step over the second half of the run (the log's elapsed time between step rows)."""
     with open(run / "training_log.csv", newline="") as f:
         rows = [(int(r["step"]), float(r["seconds"])) for r in csv.DictReader(f) if r["kind"] == "step"]
-    half = rows[len(rows) // 2:]
+    half = rows[len(rows) // 2 :]
     return statistics.median((b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(half, half[1:]))
 
 
@@ -85,8 +123,18 @@ def row_cost(work: Path, env: dict, trackers: tuple[str, ...], n: int = 1000) ->
     info = RunInfo(name="row-cost", run_dir=work / "row-cost", kind="pretrain", config={}, plan={}, hardware={})
     (work / "row-cost").mkdir(exist_ok=True)
     t = Trackers(trackers, info, resumed=False)
-    row = {"time": "", "kind": "step", "epoch": "1", "tokens": "4096", "train_loss": "3.5", "lr": "1e-3",
-           "grad_norm": "1.0", "tokens_per_s": "20000", "seconds": "1.0", "mem_peak_gb": "0.5"}
+    row = {
+        "time": "",
+        "kind": "step",
+        "epoch": "1",
+        "tokens": "4096",
+        "train_loss": "3.5",
+        "lr": "1e-3",
+        "grad_norm": "1.0",
+        "tokens_per_s": "20000",
+        "seconds": "1.0",
+        "mem_peak_gb": "0.5",
+    }
     batches, per = [], n // 50
     for b in range(50):
         start = time.perf_counter()
@@ -109,9 +157,17 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="aura-bench-trackers-"))
     data = prepare(work)
     server, uri = mlflow_server(work / "mlflow") if "mlflow" in trackers else (None, "")
-    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", WANDB_MODE="offline", WANDB_SILENT="true",
-               WANDB_DIR=str(work / "wandb"), TRACKIO_DIR=str(work / "trackio"), MLFLOW_TRACKING_URI=uri,
-               PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ,
+        AURA_LANG="en",
+        AURA_PLAIN="1",
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        WANDB_DIR=str(work / "wandb"),
+        TRACKIO_DIR=str(work / "trackio"),
+        MLFLOW_TRACKING_URI=uri,
+        PYTHONPATH=str(ROOT),
+    )
     (work / "wandb").mkdir()
     settings = ("none", *trackers)
     step: dict[str, list[float]] = {s: [] for s in settings}
@@ -124,24 +180,48 @@ def main() -> None:
             for setting in order:
                 run = work / f"run-{setting}-{r}"
                 start = time.perf_counter()
-                p = subprocess.run([sys.executable, "-m", "aura", "pretrain", "--data", str(data), "--output-dir",
-                                    str(run), *TINY, "--max-steps", str(args.steps), "--report-to", setting],
-                                   env=env, capture_output=True, text=True)
+                p = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "aura",
+                        "pretrain",
+                        "--data",
+                        str(data),
+                        "--output-dir",
+                        str(run),
+                        *TINY,
+                        "--max-steps",
+                        str(args.steps),
+                        "--report-to",
+                        setting,
+                    ],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                )
                 wall[setting].append(time.perf_counter() - start)
                 if p.returncode != 0 or "disabled" in p.stdout + p.stderr:
                     raise SystemExit(f"{setting}: {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
                 step[setting].append(step_seconds(run))
-                print(f"round {r + 1} {setting:8s} step {step[setting][-1] * 1000:.2f} ms  "
-                      f"command {wall[setting][-1]:.1f} s", flush=True)
+                print(
+                    f"round {r + 1} {setting:8s} step {step[setting][-1] * 1000:.2f} ms  "
+                    f"command {wall[setting][-1]:.1f} s",
+                    flush=True,
+                )
         base_step, base_wall = min(step["none"]), min(wall["none"])
         print(f"\nfastest of {args.rounds} ({args.steps} steps, a log line per step):")
         print("| --report-to | step (ms) | step / none | command (s) | command / none |")
         print("|---|---|---|---|---|")
         for s in settings:
-            print(f"| {s} | {min(step[s]) * 1000:.2f} | {min(step[s]) / base_step:.3f} | {min(wall[s]):.1f} | "
-                  f"{min(wall[s]) / base_wall:.3f} |")
-        print(f"\nTrackers.row on the training thread ({'+'.join(trackers)} live): {cost:.1f} µs per row = "
-              f"{100 * cost / 1e6 / base_step:.3f} % of a {base_step * 1000:.2f} ms step")
+            print(
+                f"| {s} | {min(step[s]) * 1000:.2f} | {min(step[s]) / base_step:.3f} | {min(wall[s]):.1f} | "
+                f"{min(wall[s]) / base_wall:.3f} |"
+            )
+        print(
+            f"\nTrackers.row on the training thread ({'+'.join(trackers)} live): {cost:.1f} µs per row = "
+            f"{100 * cost / 1e6 / base_step:.3f} % of a {base_step * 1000:.2f} ms step"
+        )
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from figures import figure, ratio
 

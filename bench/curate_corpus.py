@@ -11,10 +11,12 @@ import random
 from pathlib import Path
 
 LANGS = {"pt": "pt", "ca": "ca", "gl": "gl", "it": "it", "en": "en-GB"}
-BOILER = ["Inicio | Noticias | Deportes | Contacto",
-          "Utilizamos cookies propias y de terceros para mejorar nuestros servicios. Si continúa navegando, "
-          "consideramos que acepta su uso. Más información en nuestra política de cookies.",
-          "© 2024 Diario de Ejemplo S.L. Todos los derechos reservados. Aviso legal."]
+BOILER = [
+    "Inicio | Noticias | Deportes | Contacto",
+    "Utilizamos cookies propias y de terceros para mejorar nuestros servicios. Si continúa navegando, "
+    "consideramos que acepta su uso. Más información en nuestra política de cookies.",
+    "© 2024 Diario de Ejemplo S.L. Todos los derechos reservados. Aviso legal.",
+]
 DNI_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"
 
 
@@ -38,12 +40,14 @@ def pii_sentence(rng: random.Random) -> tuple[str, list[str]]:
     bank = f"{rng.randrange(10**19, 10**20)}"
     check = 98 - int("".join(str(int(c, 36)) for c in bank + "ES00")) % 97
     iban = f"ES{check:02d}{bank}"
-    iban = " ".join(iban[i:i + 4] for i in range(0, len(iban), 4))
+    iban = " ".join(iban[i : i + 4] for i in range(0, len(iban), 4))
     phone = f"6{rng.randrange(10, 99)} {rng.randrange(100, 999)} {rng.randrange(100, 999)}"
     email = f"usuario{rng.randrange(10**5)}@correo{rng.randrange(100)}.es"
     ip = f"{rng.choice([81, 83, 88, 95])}.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}"
-    text = (f"Puede escribir a {email} o llamar al {phone}. Datos del titular: DNI {dni}, NIE {nie}, "
-            f"cuenta {iban}, conexión desde {ip}.")
+    text = (
+        f"Puede escribir a {email} o llamar al {phone}. Datos del titular: DNI {dni}, NIE {nie}, "
+        f"cuenta {iban}, conexión desde {ip}."
+    )
     return text, [email, phone, dni, nie, iban, ip]
 
 
@@ -69,7 +73,7 @@ def build(args, work: Path) -> dict:
     foreign = foreign_paragraphs(Path(args.help_root))
     need = args.docs * 4
     assert len(es) >= need, f"{len(es)} Spanish paragraphs, {need} needed: lower --docs"
-    docs = ["\n".join(es[i:i + 4]) for i in range(0, need, 4)]
+    docs = ["\n".join(es[i : i + 4]) for i in range(0, need, 4)]
     labels = {"es": [], "foreign": [], "exact": [], "near": [], "spam": [], "pii": [], "html": []}
     rows: list[str] = []
     html: list[str] = []
@@ -88,7 +92,7 @@ def build(args, work: Path) -> dict:
     for lang, paras in foreign.items():
         rng.shuffle(paras)
         for j in range(0, min(len(paras) - 4, 4 * args.foreign_per_lang), 4):
-            rows.append("\n".join(paras[j:j + 4]))
+            rows.append("\n".join(paras[j : j + 4]))
             labels["foreign"].append([lang, paras[j][:80]])
     for i in rng.sample(range(len(docs)), args.docs // 20):
         if i % 10 in (3, 5):
@@ -100,8 +104,11 @@ def build(args, work: Path) -> dict:
             rows.append(near_copy(docs[i], rng))
             labels["near"].append(docs[i][:80])
     for k in range(args.docs // 40):
-        spam = ("\n".join([f"Oferta {k}: compra ahora al mejor precio, envío gratis"] * 25) if k % 2 else
-                " ".join(["casino apuestas bitcoin préstamos rápidos ganar dinero fácil"] * 20))
+        spam = (
+            "\n".join([f"Oferta {k}: compra ahora al mejor precio, envío gratis"] * 25)
+            if k % 2
+            else " ".join(["casino apuestas bitcoin préstamos rápidos ganar dinero fácil"] * 20)
+        )
         rows.append(spam)
         labels["spam"].append(spam[:60])
     rng.shuffle(rows)
@@ -116,7 +123,7 @@ def build(args, work: Path) -> dict:
     with open(work / "raw.jsonl", "w", encoding="utf-8") as fh:  # the uncurated corpus: HTML as served
         for text in rows + [page_html(i, d) for i, d in enumerate(html)]:
             fh.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
-    heldout = [p for p in es[need:need + 600]]
+    heldout = [p for p in es[need : need + 600]]
     (work / "heldout_es.txt").write_text("\n".join(heldout) + "\n", encoding="utf-8")
     labels["input_bytes"] = sum(len(r.encode()) for r in rows) + sum(len(h.encode()) for h in html)
     labels["input_docs"] = len(rows) + len(html)
@@ -125,9 +132,11 @@ def build(args, work: Path) -> dict:
 
 def page_html(i: int, doc: str) -> str:
     body = "".join(f"<p>{p}</p>" for p in doc.split("\n"))
-    return (f"<html><head><meta charset='utf-8'><title>Noticia {i}</title></head><body><nav>{BOILER[0]}</nav>"
-            f"<div class='cookies'>{BOILER[1]}</div><article><h1>Noticia {i}</h1>{body}</article>"
-            f"<footer>{BOILER[2]}</footer></body></html>")
+    return (
+        f"<html><head><meta charset='utf-8'><title>Noticia {i}</title></head><body><nav>{BOILER[0]}</nav>"
+        f"<div class='cookies'>{BOILER[1]}</div><article><h1>Noticia {i}</h1>{body}</article>"
+        f"<footer>{BOILER[2]}</footer></body></html>"
+    )
 
 
 def write_warc(path: Path, docs: list[str]) -> None:
@@ -139,9 +148,15 @@ def write_warc(path: Path, docs: list[str]) -> None:
         for i, d in enumerate(docs):
             page = page_html(i, d)
             headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8")], protocol="HTTP/1.1")
-            w.write_record(w.create_warc_record(f"https://diario.es/{i}", "response",
-                                                payload=io.BytesIO(page.encode("utf-8")), http_headers=headers,
-                                                warc_headers_dict={"WARC-Identified-Payload-Type": "text/html"}))
+            w.write_record(
+                w.create_warc_record(
+                    f"https://diario.es/{i}",
+                    "response",
+                    payload=io.BytesIO(page.encode("utf-8")),
+                    http_headers=headers,
+                    warc_headers_dict={"WARC-Identified-Payload-Type": "text/html"},
+                )
+            )
 
 
 def memory_corpus(spanish: str, docs: int, per_file: int, dest: Path, seed: int = 0) -> int:
@@ -150,14 +165,17 @@ def memory_corpus(spanish: str, docs: int, per_file: int, dest: Path, seed: int 
     duplicates. Written as ``per_file`` documents per JSONL.gz file (a crawl's files have a fixed size)."""
     import re
 
-    sentences = [s for line in Path(spanish).read_text(encoding="utf-8").splitlines()
-                 for s in re.split(r"(?<=[.!?])\s+", line.strip()) if len(s.split()) >= 6]
+    sentences = [
+        s
+        for line in Path(spanish).read_text(encoding="utf-8").splitlines()
+        for s in re.split(r"(?<=[.!?])\s+", line.strip())
+        if len(s.split()) >= 6
+    ]
     rng = random.Random(seed)
     dest.mkdir(parents=True)
     total = 0
     for start in range(0, docs, per_file):
-        with gzip.open(dest / f"part{start // per_file:05d}.jsonl.gz", "wt", encoding="utf-8",
-                       compresslevel=1) as fh:
+        with gzip.open(dest / f"part{start // per_file:05d}.jsonl.gz", "wt", encoding="utf-8", compresslevel=1) as fh:
             for _ in range(min(per_file, docs - start)):
                 text = " ".join(rng.choices(sentences, k=4)) + "\n" + " ".join(rng.choices(sentences, k=4))
                 total += len(text.encode("utf-8"))

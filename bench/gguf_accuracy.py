@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--train-steps", type=int, default=0, help="pretrain the model this many steps first")
     a = ap.parse_args()
     from figures import figure
+
     from tests.tiny_models import build_llama, train_tokenizer
 
     with tempfile.TemporaryDirectory(prefix="aura-gguf-accuracy-") as tmp:
@@ -45,11 +46,34 @@ def main() -> None:
         tok = train_tokenizer(work / "tok")
         model = build_llama(work / "llama", tok)
         if a.train_steps:
-            aura("data", "prepare", str(ROOT / "aura" / "resources" / "corpus_es"), "--tokenizer", str(tok),
-                 "--output-dir", str(work / "data"))
-            aura("pretrain", "--data", str(work / "data"), "--output-dir", str(work / "run"), "--init-from",
-                 str(model), "--max-steps", str(a.train_steps), "--save-steps", "0", "--sample-tokens", "0",
-                 "--precision", "fp32", "--device", "cpu")
+            aura(
+                "data",
+                "prepare",
+                str(ROOT / "aura" / "resources" / "corpus_es"),
+                "--tokenizer",
+                str(tok),
+                "--output-dir",
+                str(work / "data"),
+            )
+            aura(
+                "pretrain",
+                "--data",
+                str(work / "data"),
+                "--output-dir",
+                str(work / "run"),
+                "--init-from",
+                str(model),
+                "--max-steps",
+                str(a.train_steps),
+                "--save-steps",
+                "0",
+                "--sample-tokens",
+                "0",
+                "--precision",
+                "fp32",
+                "--device",
+                "cpu",
+            )
             model = work / "run" / "final"
         state = "random weights" if not a.train_steps else f"after {a.train_steps} pretraining steps"
         print(f"tiny Llama (2 layers, d 64, vocab 800), {state}")
@@ -58,10 +82,15 @@ def main() -> None:
             out = work / f"model-{q}.gguf"
             aura("export", "gguf", "--model", str(model), "--quant", q, "--outfile", str(out), "--verify")
             rec = json.loads(out.with_name(f"model-{q}.verify.json").read_text(encoding="utf-8"))
-            print(f"{q:8} {100 * rec['rel_diff']:15.2f}% {100 * rec['top1']:7.1f}% {rec['texts']:>10} "
-                  f"{rec['agreeing']:>9}/{rec['generated']}", flush=True)
-            figure(f"gguf_accuracy.{'trained' if a.train_steps else 'random'}.{q}",
-                   f"{100 * rec['rel_diff']:.2f} % / {100 * rec['top1']:.1f} %")
+            print(
+                f"{q:8} {100 * rec['rel_diff']:15.2f}% {100 * rec['top1']:7.1f}% {rec['texts']:>10} "
+                f"{rec['agreeing']:>9}/{rec['generated']}",
+                flush=True,
+            )
+            figure(
+                f"gguf_accuracy.{'trained' if a.train_steps else 'random'}.{q}",
+                f"{100 * rec['rel_diff']:.2f} % / {100 * rec['top1']:.1f} %",
+            )
 
 
 # reproduce:

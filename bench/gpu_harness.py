@@ -44,12 +44,33 @@ class Check:
 CHECKS: list[Check] = []
 
 
-def check(name: str, title: str, *, timeout: float = 90, expect: float | None = None, cpu_timeout: float = 240,
-          cpu_expect: float = 1, gpu_only: bool = False, keep: bool = False):
+def check(
+    name: str,
+    title: str,
+    *,
+    timeout: float = 90,
+    expect: float | None = None,
+    cpu_timeout: float = 240,
+    cpu_expect: float = 1,
+    gpu_only: bool = False,
+    keep: bool = False,
+):
     def register(fn):
-        CHECKS.append(Check(name, title, fn, timeout, timeout / 2 if expect is None else expect, cpu_timeout,
-                            cpu_expect, gpu_only, keep))
+        CHECKS.append(
+            Check(
+                name,
+                title,
+                fn,
+                timeout,
+                timeout / 2 if expect is None else expect,
+                cpu_timeout,
+                cpu_expect,
+                gpu_only,
+                keep,
+            )
+        )
         return fn
+
     return register
 
 
@@ -75,11 +96,13 @@ class Context:
 
         return main([str(a) for a in args])
 
-    def aura_child(self, *args, timeout: float = 300, python: list[str] | None = None,
-                   env: dict | None = None) -> subprocess.CompletedProcess:
+    def aura_child(
+        self, *args, timeout: float = 300, python: list[str] | None = None, env: dict | None = None
+    ) -> subprocess.CompletedProcess:
         cmd = [*(python or [sys.executable, "-m", "aura"]), *map(str, args)]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=self.work,
-                              env={**os.environ, **(env or {})})
+        return subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, cwd=self.work, env={**os.environ, **(env or {})}
+        )
 
 
 def spec_of(ctx: Context, preset: str):
@@ -100,6 +123,7 @@ def _gb(x: float | None) -> str:
 
 
 # ---- Aura's training step on random tokens, timed ---------------------------------------------------------
+
 
 @dataclass
 class StepFigures:
@@ -153,8 +177,14 @@ def build_for_steps(ctx: Context, spec, *, vocab: int, ckpt: bool = False, compi
     torch.manual_seed(0)
     model = build_model(spec, vocab, device=ctx.device)
     fpt = flops_per_token(model.config, spec.seq_len)
-    model = parallelize(model, dist=DistInfo(device=ctx.device), strategy="auto", compile=compile_,
-                        gradient_checkpointing=ckpt, mixed_precision=None)
+    model = parallelize(
+        model,
+        dist=DistInfo(device=ctx.device),
+        strategy="auto",
+        compile=compile_,
+        gradient_checkpointing=ckpt,
+        mixed_precision=None,
+    )
     model.train()
     return model, fpt
 
@@ -163,14 +193,31 @@ def engine_for(ctx: Context, model, *, optimizer: str = "adamw", precision: str 
     from aura.distributed import DistInfo
     from aura.train.optim.step_engine import TorchEngine, build_optimizer
 
-    args = SimpleNamespace(learning_rate=3e-4, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, weight_decay=0.1,
-                           optimizer=optimizer)
-    return TorchEngine(build_optimizer(model, args, ctx.device), precision=precision or ctx.precision,
-                       dist=DistInfo(device=ctx.device), max_grad_norm=1.0)
+    args = SimpleNamespace(
+        learning_rate=3e-4, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, weight_decay=0.1, optimizer=optimizer
+    )
+    return TorchEngine(
+        build_optimizer(model, args, ctx.device),
+        precision=precision or ctx.precision,
+        dist=DistInfo(device=ctx.device),
+        max_grad_norm=1.0,
+    )
 
 
-def time_steps(ctx: Context, model, engine, *, fpt: float, batch: int, seq: int, vocab: int, accum: int = 1,
-               warmup: int = 3, steps: int = 5, profile: bool = False) -> StepFigures:
+def time_steps(
+    ctx: Context,
+    model,
+    engine,
+    *,
+    fpt: float,
+    batch: int,
+    seq: int,
+    vocab: int,
+    accum: int = 1,
+    warmup: int = 3,
+    steps: int = 5,
+    profile: bool = False,
+) -> StepFigures:
     """Seconds per optimizer step of Aura's step over ``accum`` micro-batches of ``batch`` x ``seq`` random
     tokens, after ``warmup`` steps (compilation, cuBLAS heuristics, the allocator's first growth). Peaks are
     read over the timed steps only."""
@@ -184,8 +231,13 @@ def time_steps(ctx: Context, model, engine, *, fpt: float, batch: int, seq: int,
     gen = torch.Generator().manual_seed(0)
 
     def window() -> list[dict]:
-        return [{"input_ids": torch.randint(vocab, (batch, seq), generator=gen),  # (B, T)
-                 "shift_labels": torch.randint(vocab, (batch, seq), generator=gen)} for _ in range(accum)]
+        return [
+            {
+                "input_ids": torch.randint(vocab, (batch, seq), generator=gen),  # (B, T)
+                "shift_labels": torch.randint(vocab, (batch, seq), generator=gen),
+            }
+            for _ in range(accum)
+        ]
 
     for _ in range(warmup):
         optimizer_step(model, engine, window(), lr=1e-4, dist=dist)
@@ -198,8 +250,9 @@ def time_steps(ctx: Context, model, engine, *, fpt: float, batch: int, seq: int,
             optimizer_step(model, engine, w, lr=1e-4, dist=dist)
     tokens = batch * seq * accum * steps
     peak = detect().peak_flops(engine.precision)
-    fig = StepFigures(t.seconds / steps, tokens / t.seconds, fpt * tokens / t.seconds / peak if peak else None,
-                      *(_peaks(ctx.device)))
+    fig = StepFigures(
+        t.seconds / steps, tokens / t.seconds, fpt * tokens / t.seconds / peak if peak else None, *(_peaks(ctx.device))
+    )
     if profile:
         try:
             fig.profile = profile_steps(ctx, model, engine, window, dist)
@@ -234,9 +287,16 @@ def profile_steps(ctx: Context, model, engine, window, dist, steps: int = 2) -> 
         _sync(ctx.device)
     wall = time.perf_counter() - t0
     events = prof.key_averages()
-    sdpa = sorted({e.key for e in events if e.key.startswith("aten::_scaled_dot_product")
-                   or e.key.startswith("aten::_flash_attention") or e.key.startswith("aten::_efficient_attention")
-                   or e.key.startswith("aten::_cudnn_attention")})
+    sdpa = sorted(
+        {
+            e.key
+            for e in events
+            if e.key.startswith("aten::_scaled_dot_product")
+            or e.key.startswith("aten::_flash_attention")
+            or e.key.startswith("aten::_efficient_attention")
+            or e.key.startswith("aten::_cudnn_attention")
+        }
+    )
     out = {"sdpa_ops": sdpa, "wall_s": wall}
     if ctx.device.type == "cuda":
         kernels = [e for e in events if e.device_type.name == "CUDA" and e.self_device_time_total > 0]
@@ -244,8 +304,13 @@ def profile_steps(ctx: Context, model, engine, window, dist, steps: int = 2) -> 
         top = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:6]
         out["gpu_idle_share"] = max(0.0, 1 - busy / wall)
         out["top_kernels"] = [(e.key[:70], round(e.self_device_time_total / 1e6 / max(busy, 1e-9), 3)) for e in top]
-        out["attention_kernels"] = sorted({e.key[:70] for e in kernels if any(
-            k in e.key.lower() for k in ("flash", "fmha", "attention", "cudnn_sdpa", "sdpa"))})[:4]
+        out["attention_kernels"] = sorted(
+            {
+                e.key[:70]
+                for e in kernels
+                if any(k in e.key.lower() for k in ("flash", "fmha", "attention", "cudnn_sdpa", "sdpa"))
+            }
+        )[:4]
     return out
 
 

@@ -44,9 +44,14 @@ RESULTS = "results.jsonl"
 
 # ---- the worker: torch and Aura imported once, checks run in order --------------------------------------
 
+
 def worker(work: Path, names: list[str], *, cpu: bool, deadline: float) -> int:
-    os.environ.update(AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1",  # children import this tree's Aura
-                      PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    os.environ.update(
+        AURA_LANG="en",
+        AURA_PLAIN="1",
+        PYTHONUNBUFFERED="1",  # children import this tree's Aura
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+    )
     if cpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import gpu_checks
@@ -55,7 +60,9 @@ def worker(work: Path, names: list[str], *, cpu: bool, deadline: float) -> int:
     by_name = {c.name: c for c in CHECKS}
     for name in names:
         c = by_name[name]
-        if time.time() + (c.cpu_expect if cpu else c.expect) > deadline:  # would end as a timeout: leave the time to others
+        if (
+            time.time() + (c.cpu_expect if cpu else c.expect) > deadline
+        ):  # would end as a timeout: leave the time to others
             _record(work, name, status="skipped (budget)", figure="not enough of the budget left", seconds=0)
             continue
         _record(work, name, event="start", started=time.time())
@@ -71,8 +78,11 @@ def worker(work: Path, names: list[str], *, cpu: bool, deadline: float) -> int:
             import traceback
 
             text = str(err).strip() or type(err).__name__
-            row = dict(status="FAIL", figure=f"{type(err).__name__}: {text.splitlines()[-1][:300]}",
-                       traceback=traceback.format_exc()[-2500:])
+            row = dict(
+                status="FAIL",
+                figure=f"{type(err).__name__}: {text.splitlines()[-1][:300]}",
+                traceback=traceback.format_exc()[-2500:],
+            )
         size = _size(work / "checks" / name) if (work / "checks" / name).exists() else 0
         if not c.keep:
             shutil.rmtree(work / "checks" / name, ignore_errors=True)
@@ -93,6 +103,7 @@ def _size(path: Path) -> int:
 
 
 # ---- the driver: timeouts, restarts, the budget ----------------------------------------------------------
+
 
 def _read(work: Path) -> list[dict]:
     path = work / RESULTS
@@ -118,10 +129,26 @@ def drive(work: Path, checks: list[Check], *, cpu: bool, budget: float, log, out
             for name in pending:
                 _record(work, name, status="skipped (budget)", figure="not enough of the budget left", seconds=0)
             break
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--workdir", str(work),
-               "--checks", ",".join(pending), "--deadline", str(deadline), *(["--cpu"] if cpu else [])]
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=work, start_new_session=True,
-                                env={**os.environ, "AURA_SUITE_OUT": str(out)})  # where checks leave files to keep
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            "--workdir",
+            str(work),
+            "--checks",
+            ",".join(pending),
+            "--deadline",
+            str(deadline),
+            *(["--cpu"] if cpu else []),
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=work,
+            start_new_session=True,
+            env={**os.environ, "AURA_SUITE_OUT": str(out)},
+        )  # where checks leave files to keep
         while proc.poll() is None:
             time.sleep(0.5)
             _copy_final(work, out)
@@ -135,9 +162,16 @@ def drive(work: Path, checks: list[Check], *, cpu: bool, budget: float, log, out
                 if now - t0 > limit or now > deadline:
                     _kill(proc)
                     why = "timeout" if now - t0 > limit else "timeout (budget)"
-                    _record(work, name, status=why, figure=f"stopped after {now - t0:.0f} s (limit {limit:.0f} s)",
-                            seconds=round(now - t0, 1), disk_gb=round(_size(work / "checks" / name) / 1e9, 2)
-                            if (work / "checks" / name).exists() else 0)
+                    _record(
+                        work,
+                        name,
+                        status=why,
+                        figure=f"stopped after {now - t0:.0f} s (limit {limit:.0f} s)",
+                        seconds=round(now - t0, 1),
+                        disk_gb=round(_size(work / "checks" / name) / 1e9, 2)
+                        if (work / "checks" / name).exists()
+                        else 0,
+                    )
                     shutil.rmtree(work / "checks" / name, ignore_errors=True)
                     break
             elif now > deadline:
@@ -149,13 +183,23 @@ def drive(work: Path, checks: list[Check], *, cpu: bool, budget: float, log, out
         started = [r for r in rows if r.get("event") == "start" and r["check"] not in final]
         if started:  # the worker died inside a check
             name = started[-1]["check"]
-            _record(work, name, status="crashed", figure=f"the worker exited with {code} during the check "
-                                                         f"(see worker.log)", seconds=0)
+            _record(
+                work,
+                name,
+                status="crashed",
+                figure=f"the worker exited with {code} during the check (see worker.log)",
+                seconds=0,
+            )
         left = [n for n in pending if n not in _final(work)]
         if left == pending:  # it died before any check (an import, the device): starting it again would too
             for name in left:
-                _record(work, name, status="crashed", figure=f"the worker exited with {code} before its first "
-                                                             f"check (see worker.log)", seconds=0)
+                _record(
+                    work,
+                    name,
+                    status="crashed",
+                    figure=f"the worker exited with {code} before its first check (see worker.log)",
+                    seconds=0,
+                )
             left = []
         pending = left
     final = _final(work)
@@ -189,15 +233,25 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def table(rows: list[dict], checks: list[Check], *, cpu: bool, env: dict, total_s: float) -> str:
     titles = {c.name: c.title for c in checks}
-    lines = [f"### GPU suite, {time.strftime('%Y-%m-%d')}{' (--cpu, tiny shapes)' if cpu else ''}", "",
-             f"Device: {env.get('device', '?')}; driver {env.get('driver', '-')}; torch {env.get('torch', '?')}; "
-             f"CUDA {env.get('cuda', '-')}. Command: `bash bench/gpu_suite.sh{' --cpu' if cpu else ''}`; "
-             f"{total_s:.0f} s in all.", "",
-             "| Check | Figure | Target | Result |", "|---|---|---|---|"]
-    cell = lambda x: str(x).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines = [
+        f"### GPU suite, {time.strftime('%Y-%m-%d')}{' (--cpu, tiny shapes)' if cpu else ''}",
+        "",
+        f"Device: {env.get('device', '?')}; driver {env.get('driver', '-')}; torch {env.get('torch', '?')}; "
+        f"CUDA {env.get('cuda', '-')}. Command: `bash bench/gpu_suite.sh{' --cpu' if cpu else ''}`; "
+        f"{total_s:.0f} s in all.",
+        "",
+        "| Check | Figure | Target | Result |",
+        "|---|---|---|---|",
+    ]
+
+    def cell(x):
+        return str(x).replace("|", "\\|").replace("\n", " ")
+
     for r in rows:
-        lines.append(f"| {cell(titles.get(r['check'], r['check']))} | {cell(r.get('figure', ''))} | "
-                     f"{cell(r.get('target') or '-')} | {r['status']} ({r.get('seconds', 0):.0f} s) |")
+        lines.append(
+            f"| {cell(titles.get(r['check'], r['check']))} | {cell(r.get('figure', ''))} | "
+            f"{cell(r.get('target') or '-')} | {r['status']} ({r.get('seconds', 0):.0f} s) |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -208,8 +262,11 @@ def main() -> int:
     ap.add_argument("--out", help="where gpu_suite.jsonl and gpu_suite.md go (default: $OUT, else the work folder)")
     ap.add_argument("--budget", type=float, help="seconds for the whole run (default: 450 on a GPU, none on the CPU)")
     ap.add_argument("--only", help="comma-separated check names, run in that order (environment and setup first)")
-    ap.add_argument("--pipelines", action="store_true",
-                    help="the shipped GPU pipelines scaled to minutes (bench/gpu_pipelines.py) instead of the checks")
+    ap.add_argument(
+        "--pipelines",
+        action="store_true",
+        help="the shipped GPU pipelines scaled to minutes (bench/gpu_pipelines.py) instead of the checks",
+    )
     ap.add_argument("--list", action="store_true", help="list the checks and exit")
     ap.add_argument("--selftest", action="store_true", help="add a check that outlives its timeout (tests)")
     ap.add_argument("--append", action="store_true", help="append the table to docs/benchmarks.md")
@@ -225,8 +282,11 @@ def main() -> int:
         return 0
     # the checks, or (--pipelines) the pipelines; --only picks from both
     group = set(PIPELINES) if a.pipelines else {c.name for c in CHECKS} - set(PIPELINES)
-    checks = [c for c in CHECKS if c.name not in SELFTEST and (a.only or c.name in group
-                                                               or c.name in ("environment", "setup"))]
+    checks = [
+        c
+        for c in CHECKS
+        if c.name not in SELFTEST and (a.only or c.name in group or c.name in ("environment", "setup"))
+    ]
     if a.selftest:
         checks[2:2] = [c for c in CHECKS if c.name in SELFTEST]
     if a.only:
@@ -236,12 +296,18 @@ def main() -> int:
             print(f"Unknown checks: {', '.join(sorted(unknown))} (see --list)", file=sys.stderr)
             return 2
         given = a.only.split(",")  # in the order given, after environment and setup
-        checks = sorted((c for c in checks if c.name in wanted),
-                        key=lambda c: checks.index(c) if c.name in ("environment", "setup") or c.name not in given
-                        else given.index(c.name) + 4)
+        checks = sorted(
+            (c for c in checks if c.name in wanted),
+            key=lambda c: (
+                checks.index(c)
+                if c.name in ("environment", "setup") or c.name not in given
+                else given.index(c.name) + 4
+            ),
+        )
     if not a.cpu:
-        probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"], capture_output=True, text=True
+        )
         if probe.stdout.strip() != "True":
             print("No CUDA device: run `bash bench/gpu_suite.sh --cpu` for the CPU mode.", file=sys.stderr)
             return 2
@@ -262,8 +328,9 @@ def main() -> int:
             f.write(json.dumps(r, default=str) + "\n")
     (out / "gpu_suite.md").write_text(text, encoding="utf-8")
     if out != work and (work / "worker.log").is_file():  # the tail of the worker's console, for failures
-        (out / "worker.log").write_text((work / "worker.log").read_text(encoding="utf-8", errors="replace")[-200_000:],
-                                        encoding="utf-8")
+        (out / "worker.log").write_text(
+            (work / "worker.log").read_text(encoding="utf-8", errors="replace")[-200_000:], encoding="utf-8"
+        )
     print(text)
     if a.append:
         with open(ROOT / "docs" / "benchmarks.md", "a", encoding="utf-8") as f:

@@ -27,11 +27,29 @@ def run(steps: int, out_dir: Path, *, lr: float) -> list[dict]:
 
     tok = train_tokenizer(out_dir / "tok", vocab_size=500)
     model = build_llama(out_dir / "llama", tok, hidden=64, layers=2)
-    cfg = FinetuneConfig(output_dir=out_dir / "run", base_model=str(model), objective="grpo", method="lora",
-                         max_steps=steps, num_generations=8, batch_size=8, gradient_accumulation_steps=4,
-                         max_completion_length=8, reward=["format"], format_pattern=r"(?s)\s*\d.*", lora_r=16,
-                         lora_dropout=0.0, learning_rate=lr, min_lr=lr, warmup_steps=0, val_fraction=0.0, save_steps=0,
-                         log_interval=1, precision="fp32", seed=0)
+    cfg = FinetuneConfig(
+        output_dir=out_dir / "run",
+        base_model=str(model),
+        objective="grpo",
+        method="lora",
+        max_steps=steps,
+        num_generations=8,
+        batch_size=8,
+        gradient_accumulation_steps=4,
+        max_completion_length=8,
+        reward=["format"],
+        format_pattern=r"(?s)\s*\d.*",
+        lora_r=16,
+        lora_dropout=0.0,
+        learning_rate=lr,
+        min_lr=lr,
+        warmup_steps=0,
+        val_fraction=0.0,
+        save_steps=0,
+        log_interval=1,
+        precision="fp32",
+        seed=0,
+    )
     assert finetune(cfg) == 0
     with open(out_dir / "run" / "training_log.csv", newline="") as f:
         return [r for r in csv.DictReader(f) if r["kind"] == "step"]
@@ -73,16 +91,20 @@ def main() -> None:
     draw(rows, a.out)
     first = sum(float(r["reward"]) for r in rows[:5]) / 5
     last = sum(float(r["reward"]) for r in rows[-5:]) / 5
-    print(f"{len(rows)} steps in {seconds:.0f} s; reward mean, first 5 steps {first:.3f}, last 5 steps {last:.3f}; "
-          f"plot: {a.out}")
+    print(
+        f"{len(rows)} steps in {seconds:.0f} s; reward mean, first 5 steps {first:.3f}, last 5 steps {last:.3f}; "
+        f"plot: {a.out}"
+    )
     from figures import figure
 
     figure("grpo_learning.reward_mean.first_5_steps", f"{first:.3f}")
     figure("grpo_learning.reward_mean.last_5_steps", f"{last:.3f}")
     for start in range(0, len(rows), 20):
-        block = rows[start:start + 20]
-        figure(f"grpo_learning.reward_mean.steps_{start + 1}-{start + len(block)}",
-               f"{sum(float(r['reward']) for r in block) / len(block):.3f}")
+        block = rows[start : start + 20]
+        figure(
+            f"grpo_learning.reward_mean.steps_{start + 1}-{start + len(block)}",
+            f"{sum(float(r['reward']) for r in block) / len(block):.3f}",
+        )
 
 
 # reproduce: --out {tmp}/grpo_learning.svg

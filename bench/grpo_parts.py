@@ -38,8 +38,8 @@ t = time.perf_counter()
 import torch
 from transformers import LlamaForCausalLM
 {peft}
-print(json.dumps({{"seconds": time.perf_counter() - t, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "bitsandbytes": "bitsandbytes" in sys.modules}}))
+rss_mb, bnb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "bitsandbytes" in sys.modules
+print(json.dumps({{"seconds": time.perf_counter() - t, "rss_mb": rss_mb, "bitsandbytes": bnb}}))
 """
 PLAIN_PEFT = "import peft"
 HIDDEN_PEFT = "from aura.models.peft_import import import_peft\nimport_peft()"
@@ -70,11 +70,15 @@ def imports_and_exit(repeats: int) -> None:
         for name, peft in (("peft (imports bitsandbytes)", PLAIN_PEFT), ("import_peft (hidden)", HIDDEN_PEFT)):
             runs[name].append(json.loads(child(IMPORTS.format(peft=peft))[0]))
     for name, rs in runs.items():
-        print(f"imports, {name:28s}: {min(r['seconds'] for r in rs):5.2f} s  peak RSS "
-              f"{min(r['rss_mb'] for r in rs):4.0f} MB  bitsandbytes imported: {rs[0]['bitsandbytes']}")
+        print(
+            f"imports, {name:28s}: {min(r['seconds'] for r in rs):5.2f} s  peak RSS "
+            f"{min(r['rss_mb'] for r in rs):4.0f} MB  bitsandbytes imported: {rs[0]['bitsandbytes']}"
+        )
     a, b = runs["peft (imports bitsandbytes)"], runs["import_peft (hidden)"]
-    print(f"imports: hidden / plain  time x{min(r['seconds'] for r in b) / min(r['seconds'] for r in a):.2f}  "
-          f"RSS x{min(r['rss_mb'] for r in b) / min(r['rss_mb'] for r in a):.2f}")
+    print(
+        f"imports: hidden / plain  time x{min(r['seconds'] for r in b) / min(r['seconds'] for r in a):.2f}  "
+        f"RSS x{min(r['rss_mb'] for r in b) / min(r['rss_mb'] for r in a):.2f}"
+    )
     exits = {"plain": [], "gc.freeze()": []}
     for _ in range(repeats):
         for name, freeze in (("plain", ""), ("gc.freeze()", "gc.freeze()")):
@@ -85,7 +89,9 @@ def imports_and_exit(repeats: int) -> None:
     print(f"exit: frozen / plain x{min(exits['gc.freeze()']) / min(exits['plain']):.2f}")
     from figures import figure
 
-    figure("grpo_parts.imports.hidden_over_plain", f"×{min(r['seconds'] for r in b) / min(r['seconds'] for r in a):.2f}")
+    figure(
+        "grpo_parts.imports.hidden_over_plain", f"×{min(r['seconds'] for r in b) / min(r['seconds'] for r in a):.2f}"
+    )
     figure("grpo_parts.exit.frozen_over_plain", f"×{min(exits['gc.freeze()']) / min(exits['plain']):.2f}")
 
 
@@ -110,11 +116,13 @@ def step_parts(repeats: int) -> None:
         model_dir = versus_trl.build_model(Path(tmp))
         tok = AutoTokenizer.from_pretrained(model_dir)
         tok.chat_template = CHATML
-        text = tok.apply_chat_template([{"role": "user", "content": "¿Cuánto es 7 más 19?"}],
-                                       add_generation_prompt=True, tokenize=False)
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": "¿Cuánto es 7 más 19?"}], add_generation_prompt=True, tokenize=False
+        )
         prompt = tok(text, add_special_tokens=False)["input_ids"]
-        model = adapters.setup_model(adapters.load_base_model(str(model_dir)), method="lora", lora_r=16,
-                                     lora_alpha=32, lora_dropout=0.0)
+        model = adapters.setup_model(
+            adapters.load_base_model(str(model_dir)), method="lora", lora_r=16, lora_alpha=32, lora_dropout=0.0
+        )
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -130,8 +138,10 @@ def step_parts(repeats: int) -> None:
     gc.collect()
     frozen = time.perf_counter() - t
     gc.unfreeze()
-    print(f"full collection, {tracked:,} objects tracked: {plain * 1e3:.0f} ms plain, {frozen * 1e3:.1f} ms with the "
-          f"heap frozen (x{frozen / plain:.3f})")
+    print(
+        f"full collection, {tracked:,} objects tracked: {plain * 1e3:.0f} ms plain, {frozen * 1e3:.1f} ms with the "
+        f"heap frozen (x{frozen / plain:.3f})"
+    )
 
     pad = tok.pad_token_id or 0
     params = SamplingParams(max_new_tokens=64, temperature=1.0)
@@ -160,11 +170,15 @@ def step_parts(repeats: int) -> None:
         with torch.no_grad(), base_view(model):
             completion_logps(model, batch, temperature=1.0)
 
-    pairs = {"rollout (merged LoRA weights)": (lambda: sample(False), lambda: sample(True), "packed layers"),
-             "update (loss, backward)": (lambda: update(whole), lambda: update(shared), "prompt once"),
-             "reference pass": (lambda: reference(whole), lambda: reference(shared), "prompt once")}
-    print(f"step parts: {len(prompt)}-token prompt, 8 rows, {max(map(len, completions))} new tokens; median CPU "
-          f"seconds of {repeats} alternations")
+    pairs = {
+        "rollout (merged LoRA weights)": (lambda: sample(False), lambda: sample(True), "packed layers"),
+        "update (loss, backward)": (lambda: update(whole), lambda: update(shared), "prompt once"),
+        "reference pass": (lambda: reference(whole), lambda: reference(shared), "prompt once"),
+    }
+    print(
+        f"step parts: {len(prompt)}-token prompt, 8 rows, {max(map(len, completions))} new tokens; median CPU "
+        f"seconds of {repeats} alternations"
+    )
     for name, (before, after, what) in pairs.items():
         before(), after()
         times: dict[str, list[float]] = {"before": [], "after": []}

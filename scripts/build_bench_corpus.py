@@ -4,7 +4,8 @@
 Usage: python3 scripts/build_bench_corpus.py OUT.txt   (scripts/build_bench_corpus.sh installs the packages)
 
 Sources (all Spanish translations shipped by Debian): manual pages (manpages-es), fortunes (fortunes-es),
-the Debian Reference and New Maintainers' Guide, and the help of GIMP, LibreOffice and LilyPond (about 7.5 MB). Output: one
+the Debian Reference and New Maintainers' Guide, and the help of GIMP, LibreOffice and LilyPond (about 7.5 MB). Output:
+one
 paragraph per line, exact duplicates removed, only paragraphs that read as Spanish prose (enough common
 Spanish words, few English ones, mostly letters). The text has mixed licences: use it to measure, never
 ship it inside the package.
@@ -24,10 +25,12 @@ SPANISH = frozenset(
     "de la que el en y a los se del las un por con no una su para es al lo como más pero sus le ya o "
     "este porque esta entre cuando muy sin sobre también me hasta hay donde desde todo nos todos uno "
     "les ni otros ese eso ellos esto antes algunos unos otro otras otra tanto esa estos mucho nada "
-    "muchos puede pueden si son está están ser será debe cada usted".split())
+    "muchos puede pueden si son está están ser será debe cada usted".split()
+)
 ENGLISH = frozenset(
     "the of and to in is you that it was for on are as with they at be this have from or by but not "
-    "what all were we when your can there an which do how their if will".split())
+    "what all were we when your can there an which do how their if will".split()
+)
 WORD = re.compile(r"[^\W\d_]+")
 
 
@@ -96,10 +99,15 @@ def man_paragraphs(pattern: str = "/usr/share/man/es/man*/*"):
     start-up dominates)."""
     pages = [p for p in sorted(glob.glob(pattern)) if "'" not in p]
     for i in range(0, len(pages), 50):
-        batch = " ".join(f"'{p}'" for p in pages[i:i + 50])
+        batch = " ".join(f"'{p}'" for p in pages[i : i + 50])
         rendered = subprocess.run(
-            f"for f in {batch}; do zcat -f \"$f\" | groff -k -Tutf8 -man -rLL=10000n -P-cbou 2>/dev/null | "
-            "col -bx; echo; done", shell=True, capture_output=True, text=True, errors="replace").stdout
+            f'for f in {batch}; do zcat -f "$f" | groff -k -Tutf8 -man -rLL=10000n -P-cbou 2>/dev/null | '
+            "col -bx; echo; done",
+            shell=True,
+            capture_output=True,
+            text=True,
+            errors="replace",
+        ).stdout
         block: list[str] = []
         for line in rendered.splitlines() + [""]:
             if line.strip():

@@ -30,22 +30,91 @@ OUT = ROOT / "aura" / "resources" / "math_es"
 SEED, TOTAL, TEST = 20261125, 640, 140
 INSTRUCTION = "Resuelve el problema paso a paso y termina con una línea «Respuesta: N», donde N es solo el número."
 
-NAMES = ["Lucía", "Mateo", "Sofía", "Hugo", "Martina", "Daniel", "Valentina", "Pablo", "Camila", "Diego",
-         "Alba", "Javier", "Paula", "Andrés", "Carmen", "Tomás", "Elena", "Joaquín", "Noelia", "Rodrigo",
-         "Ximena", "Álvaro", "Irene", "Santiago", "Aitana", "Gonzalo", "Renata", "Iker", "Nerea", "Emilio",
-         "Guadalupe", "Marcos", "Inés", "Julián", "Rocío", "Bruno", "Lorena", "Adrián", "Marina", "Nicolás"]
-PLACES = ["Sevilla", "Valencia", "Bilbao", "Zaragoza", "Granada", "Salamanca", "Oviedo", "Córdoba", "Málaga",
-          "Alicante", "Pamplona", "Cádiz", "Toledo", "Murcia", "Santander", "Girona", "Lugo", "Cáceres"]
+NAMES = [
+    "Lucía",
+    "Mateo",
+    "Sofía",
+    "Hugo",
+    "Martina",
+    "Daniel",
+    "Valentina",
+    "Pablo",
+    "Camila",
+    "Diego",
+    "Alba",
+    "Javier",
+    "Paula",
+    "Andrés",
+    "Carmen",
+    "Tomás",
+    "Elena",
+    "Joaquín",
+    "Noelia",
+    "Rodrigo",
+    "Ximena",
+    "Álvaro",
+    "Irene",
+    "Santiago",
+    "Aitana",
+    "Gonzalo",
+    "Renata",
+    "Iker",
+    "Nerea",
+    "Emilio",
+    "Guadalupe",
+    "Marcos",
+    "Inés",
+    "Julián",
+    "Rocío",
+    "Bruno",
+    "Lorena",
+    "Adrián",
+    "Marina",
+    "Nicolás",
+]
+PLACES = [
+    "Sevilla",
+    "Valencia",
+    "Bilbao",
+    "Zaragoza",
+    "Granada",
+    "Salamanca",
+    "Oviedo",
+    "Córdoba",
+    "Málaga",
+    "Alicante",
+    "Pamplona",
+    "Cádiz",
+    "Toledo",
+    "Murcia",
+    "Santander",
+    "Girona",
+    "Lugo",
+    "Cáceres",
+]
 # (singular, plural, price range in cents)
-GOODS = [("cuaderno", "cuadernos", (120, 450)), ("bolígrafo", "bolígrafos", (40, 180)),
-         ("barra de pan", "barras de pan", (70, 160)), ("kilo de naranjas", "kilos de naranjas", (90, 250)),
-         ("entrada de cine", "entradas de cine", (500, 950)), ("libro", "libros", (800, 2400)),
-         ("camiseta", "camisetas", (600, 1800)), ("botella de agua", "botellas de agua", (40, 120)),
-         ("caja de galletas", "cajas de galletas", (150, 390)), ("maceta", "macetas", (250, 900)),
-         ("billete de autobús", "billetes de autobús", (110, 260)), ("helado", "helados", (150, 350))]
-CONTAINERS = [("caja", "cajas", "lápices"), ("bolsa", "bolsas", "caramelos"), ("paquete", "paquetes", "cromos"),
-              ("bandeja", "bandejas", "magdalenas"), ("estuche", "estuches", "rotuladores"),
-              ("cesta", "cestas", "manzanas")]
+GOODS = [
+    ("cuaderno", "cuadernos", (120, 450)),
+    ("bolígrafo", "bolígrafos", (40, 180)),
+    ("barra de pan", "barras de pan", (70, 160)),
+    ("kilo de naranjas", "kilos de naranjas", (90, 250)),
+    ("entrada de cine", "entradas de cine", (500, 950)),
+    ("libro", "libros", (800, 2400)),
+    ("camiseta", "camisetas", (600, 1800)),
+    ("botella de agua", "botellas de agua", (40, 120)),
+    ("caja de galletas", "cajas de galletas", (150, 390)),
+    ("maceta", "macetas", (250, 900)),
+    ("billete de autobús", "billetes de autobús", (110, 260)),
+    ("helado", "helados", (150, 350)),
+]
+CONTAINERS = [
+    ("caja", "cajas", "lápices"),
+    ("bolsa", "bolsas", "caramelos"),
+    ("paquete", "paquetes", "cromos"),
+    ("bandeja", "bandejas", "magdalenas"),
+    ("estuche", "estuches", "rotuladores"),
+    ("cesta", "cestas", "manzanas"),
+]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -75,6 +144,7 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, as
 def evaluate(expression: str) -> Fraction:
     """The value of an arithmetic expression (+ - * / and parentheses; Spanish decimals allowed) with exact
     fractions: the second, independent computation of every answer."""
+
     def walk(node):
         if isinstance(node, ast.Expression):
             return walk(node.body)
@@ -90,8 +160,9 @@ def evaluate(expression: str) -> Fraction:
     while i < len(python):
         if python[i].isdigit():
             j = i
-            while j < len(python) and (python[j].isdigit() or (python[j] == "," and j + 1 < len(python)
-                                                               and python[j + 1].isdigit())):
+            while j < len(python) and (
+                python[j].isdigit() or (python[j] == "," and j + 1 < len(python) and python[j + 1].isdigit())
+            ):
                 j += 1
             out.append(repr(python[i:j].replace(",", ".")))
             i = j
@@ -110,12 +181,19 @@ def t_change(r: random.Random):
     sing, plur, (lo, hi) = r.choice(GOODS)
     n, price = r.randint(2, 6), r.randrange(lo, hi, 5)
     bill = next(b for b in (500, 1000, 2000, 5000, 10000, 20000) if b > n * price)
-    text = (f"{name} compra {n} {plur} a {euros(price)} cada uno y paga con un billete de {euros(bill)}. "
-            f"¿Cuántos euros le devuelven?")
+    text = (
+        f"{name} compra {n} {plur} a {euros(price)} cada uno y paga con un billete de {euros(bill)}. "
+        f"¿Cuántos euros le devuelven?"
+    )
     if sing.startswith(("barra", "caja", "camiseta", "botella", "maceta", "entrada")):
         text = text.replace("cada uno", "cada una")
     expr = f"{es(Fraction(bill, 100))} - {n} × {es(Fraction(price, 100))}"
-    return text, Fraction(bill - n * price, 100), expr, "Gasta el número de unidades por el precio y lo resta del billete"
+    return (
+        text,
+        Fraction(bill - n * price, 100),
+        expr,
+        "Gasta el número de unidades por el precio y lo resta del billete",
+    )
 
 
 def t_total(r: random.Random):
@@ -125,8 +203,10 @@ def t_total(r: random.Random):
     c1, c2 = r.randrange(lo1, hi1, 5), r.randrange(lo2, hi2, 5)
     first = f"{a} {p1}" if a > 1 else f"1 {s1}"
     second = f"{b} {p2}" if b > 1 else f"un{'a' if s2.split()[0].endswith('a') else ''} {s2}"
-    text = (f"En una tienda de {r.choice(PLACES)}, {name} compra {first} a {euros(c1)} la unidad y {second} a "
-            f"{euros(c2)} la unidad. ¿Cuánto paga en total, en euros?")
+    text = (
+        f"En una tienda de {r.choice(PLACES)}, {name} compra {first} a {euros(c1)} la unidad y {second} a "
+        f"{euros(c2)} la unidad. ¿Cuánto paga en total, en euros?"
+    )
     expr = f"{a} × {es(Fraction(c1, 100))} + {b} × {es(Fraction(c2, 100))}"
     return text, Fraction(a * c1 + b * c2, 100), expr, "Suma lo que cuesta cada producto"
 
@@ -137,9 +217,16 @@ def t_share(r: random.Random):
     each = r.randrange(150, 3000, 25)
     total = each * people
     what = r.choice(["la cena", "un regalo", "el alquiler de una barca", "las entradas del museo", "la gasolina"])
-    text = (f"{names[0]}, {names[1]}, {names[2]} y sus amigos, {people} personas en total, pagan {what} a partes "
-            f"iguales. Si cuesta {euros(total)}, ¿cuántos euros paga cada persona?")
-    return text, Fraction(total, 100 * people), f"{es(Fraction(total, 100))} ÷ {people}", "Divide el total entre las personas"
+    text = (
+        f"{names[0]}, {names[1]}, {names[2]} y sus amigos, {people} personas en total, pagan {what} a partes "
+        f"iguales. Si cuesta {euros(total)}, ¿cuántos euros paga cada persona?"
+    )
+    return (
+        text,
+        Fraction(total, 100 * people),
+        f"{es(Fraction(total, 100))} ÷ {people}",
+        "Divide el total entre las personas",
+    )
 
 
 def t_speed(r: random.Random):
@@ -149,12 +236,16 @@ def t_speed(r: random.Random):
     hours = Fraction(half_hours, 2)
     vehicle = r.choice(["en coche", "en autobús", "en tren"])
     if r.random() < 0.5:
-        text = (f"{name} viaja {vehicle} de {a} a {b} a una velocidad media de {speed} km/h durante {es(hours)} "
-                f"horas. ¿Cuántos kilómetros recorre?")
+        text = (
+            f"{name} viaja {vehicle} de {a} a {b} a una velocidad media de {speed} km/h durante {es(hours)} "
+            f"horas. ¿Cuántos kilómetros recorre?"
+        )
         return text, speed * hours, f"{speed} × {es(hours)}", "Distancia = velocidad × tiempo"
     km = speed * hours
-    text = (f"La distancia entre {a} y {b} es de {es(km)} km. Si {name} va {vehicle} a {speed} km/h de media, "
-            f"¿cuántas horas tarda?")
+    text = (
+        f"La distancia entre {a} y {b} es de {es(km)} km. Si {name} va {vehicle} a {speed} km/h de media, "
+        f"¿cuántas horas tarda?"
+    )
     return text, hours, f"{es(km)} ÷ {speed}", "Tiempo = distancia ÷ velocidad"
 
 
@@ -163,33 +254,59 @@ def t_discount(r: random.Random):
     item = r.choice(["una chaqueta", "unas zapatillas", "una bicicleta", "una mochila", "un abrigo", "una lámpara"])
     price = r.randrange(20, 300, 5)
     pct = r.choice([10, 15, 20, 25, 30, 40, 50])
-    text = (f"{item.capitalize()} cuesta {price} €. En las rebajas tiene un descuento del {pct} %. "
-            f"¿Cuántos euros paga {name} por {item}?")
+    text = (
+        f"{item.capitalize()} cuesta {price} €. En las rebajas tiene un descuento del {pct} %. "
+        f"¿Cuántos euros paga {name} por {item}?"
+    )
     return text, Fraction(price * (100 - pct), 100), f"{price} - {price} × {pct} ÷ 100", "Resta el descuento al precio"
 
 
 def t_recipe(r: random.Random):
-    ingredient, unit = r.choice([("harina", "gramos"), ("azúcar", "gramos"), ("leche", "mililitros"),
-                                 ("arroz", "gramos"), ("tomate triturado", "gramos")])
+    ingredient, unit = r.choice(
+        [
+            ("harina", "gramos"),
+            ("azúcar", "gramos"),
+            ("leche", "mililitros"),
+            ("arroz", "gramos"),
+            ("tomate triturado", "gramos"),
+        ]
+    )
     dish = r.choice(["un bizcocho", "una paella", "unas natillas", "un gazpacho", "unas croquetas"])
     base = r.choice([2, 4, 6])
     qty = r.randrange(50, 600, 10)
     target = r.choice([n for n in (1, 2, 3, 4, 5, 6, 8, 10, 12) if n != base and two_decimals(Fraction(qty * n, base))])
-    text = (f"La receta de {dish} para {base} personas lleva {qty} {unit} de {ingredient}. "
-            f"¿Cuántos {unit} de {ingredient} hacen falta para {target} personas?")
-    return text, Fraction(qty * target, base), f"{qty} ÷ {base} × {target}", "Calcula la cantidad por persona y multiplica"
+    text = (
+        f"La receta de {dish} para {base} personas lleva {qty} {unit} de {ingredient}. "
+        f"¿Cuántos {unit} de {ingredient} hacen falta para {target} personas?"
+    )
+    return (
+        text,
+        Fraction(qty * target, base),
+        f"{qty} ÷ {base} × {target}",
+        "Calcula la cantidad por persona y multiplica",
+    )
 
 
 def t_garden(r: random.Random):
     name = r.choice(NAMES)
     length, width = r.randint(4, 30), r.randint(3, 20)
     if r.random() < 0.5:
-        text = f"El huerto rectangular de {name} mide {length} m de largo y {width} m de ancho. ¿Cuál es su área en metros cuadrados?"
+        text = (
+            f"El huerto rectangular de {name} mide {length} m de largo y {width} m de ancho. "
+            "¿Cuál es su área en metros cuadrados?"
+        )
         return text, Fraction(length * width), f"{length} × {width}", "Área = largo × ancho"
     price = r.choice([2, 3, 4, 5, 6, 8])
-    text = (f"{name} quiere vallar un jardín rectangular de {length} m por {width} m. La valla cuesta {price} € "
-            f"el metro. ¿Cuántos euros cuesta vallar todo el jardín?")
-    return text, Fraction(2 * (length + width) * price), f"2 × ({length} + {width}) × {price}", "Perímetro por precio del metro"
+    text = (
+        f"{name} quiere vallar un jardín rectangular de {length} m por {width} m. La valla cuesta {price} € "
+        f"el metro. ¿Cuántos euros cuesta vallar todo el jardín?"
+    )
+    return (
+        text,
+        Fraction(2 * (length + width) * price),
+        f"2 × ({length} + {width}) × {price}",
+        "Perímetro por precio del metro",
+    )
 
 
 def t_savings(r: random.Random):
@@ -197,19 +314,35 @@ def t_savings(r: random.Random):
     weekly, weeks, spent = r.randrange(3, 25), r.randint(4, 20), 0
     weekly_c = weekly * 100 + r.choice([0, 0, 50, 25, 75])
     spent = r.randrange(5, max(6, weekly_c * weeks // 200))
-    thing = r.choice(["un videojuego", "un balón", "unos auriculares", "un libro de cómics", "una entrada de concierto"])
-    text = (f"{name} ahorra {euros(weekly_c)} cada semana durante {weeks} semanas y después gasta {spent} € en "
-            f"{thing}. ¿Cuántos euros le quedan?")
-    return text, Fraction(weekly_c * weeks, 100) - spent, f"{es(Fraction(weekly_c, 100))} × {weeks} - {spent}", "Ahorro total menos el gasto"
+    thing = r.choice(
+        ["un videojuego", "un balón", "unos auriculares", "un libro de cómics", "una entrada de concierto"]
+    )
+    text = (
+        f"{name} ahorra {euros(weekly_c)} cada semana durante {weeks} semanas y después gasta {spent} € en "
+        f"{thing}. ¿Cuántos euros le quedan?"
+    )
+    return (
+        text,
+        Fraction(weekly_c * weeks, 100) - spent,
+        f"{es(Fraction(weekly_c, 100))} × {weeks} - {spent}",
+        "Ahorro total menos el gasto",
+    )
 
 
 def t_ages(r: random.Random):
     a, b = r.sample(NAMES, 2)
     young, diff = r.randint(5, 40), r.randint(2, 30)
     years = r.randint(2, 15)
-    text = (f"{a} tiene {young} años y {b} tiene {diff} años más que {a}. ¿Cuántos años sumarán entre los dos "
-            f"dentro de {years} años?")
-    return text, Fraction(young + young + diff + 2 * years), f"{young} + ({young} + {diff}) + 2 × {years}", "Edad de cada uno dentro de esos años, sumadas"
+    text = (
+        f"{a} tiene {young} años y {b} tiene {diff} años más que {a}. ¿Cuántos años sumarán entre los dos "
+        f"dentro de {years} años?"
+    )
+    return (
+        text,
+        Fraction(young + young + diff + 2 * years),
+        f"{young} + ({young} + {diff}) + 2 × {years}",
+        "Edad de cada uno dentro de esos años, sumadas",
+    )
 
 
 def t_liquids(r: random.Random):
@@ -220,8 +353,10 @@ def t_liquids(r: random.Random):
     if not two_decimals(ml * n / 1000) or ml.denominator != 1:
         ml, size = Fraction(250), Fraction(1, 4)
     drink = r.choice(["zumo", "agua", "leche", "limonada", "horchata"])
-    text = (f"Para una fiesta en {r.choice(PLACES)}, {name} compra {n} botellas de {drink} de {es(ml)} mililitros "
-            f"cada una. ¿Cuántos litros de {drink} compra en total?")
+    text = (
+        f"Para una fiesta en {r.choice(PLACES)}, {name} compra {n} botellas de {drink} de {es(ml)} mililitros "
+        f"cada una. ¿Cuántos litros de {drink} compra en total?"
+    )
     return text, ml * n / 1000, f"{n} × {es(ml)} ÷ 1000", "Mililitros totales pasados a litros"
 
 
@@ -230,8 +365,10 @@ def t_packs(r: random.Random):
     cont, conts, items = r.choice(CONTAINERS)
     per, packs = r.randint(4, 24), r.randint(2, 9)
     given = r.randint(1, per * packs - 1)
-    text = (f"{name} tiene {packs} {conts} con {per} {items} en cada {cont}. Le regala {given} {items} a "
-            f"{friend}. ¿Cuántos {items} le quedan a {name}?")
+    text = (
+        f"{name} tiene {packs} {conts} con {per} {items} en cada {cont}. Le regala {given} {items} a "
+        f"{friend}. ¿Cuántos {items} le quedan a {name}?"
+    )
     return text, Fraction(packs * per - given), f"{packs} × {per} - {given}", "Total menos lo que regala"
 
 
@@ -251,8 +388,10 @@ def t_time(r: random.Random):
     name = r.choice(NAMES)
     sessions, minutes = r.randint(2, 7), r.choice([15, 20, 25, 30, 35, 40, 45, 50, 75, 90])
     activity = r.choice(["nadar", "estudiar piano", "correr", "leer", "entrenar al baloncesto"])
-    text = (f"{name} dedica {minutes} minutos a {activity} cada día durante {sessions} días. ¿Cuántas horas "
-            f"dedica en total?")
+    text = (
+        f"{name} dedica {minutes} minutos a {activity} cada día durante {sessions} días. ¿Cuántas horas "
+        f"dedica en total?"
+    )
     return text, Fraction(sessions * minutes, 60), f"{sessions} × {minutes} ÷ 60", "Minutos totales entre 60"
 
 
@@ -275,13 +414,35 @@ def t_unit_price(r: random.Random):
     grams = r.choice([250, 500, 750, 1500, 2000, 2500])
     if not two_decimals(Fraction(kg_price * grams, 100_000)):
         grams = 500
-    text = (f"En el mercado de {r.choice(PLACES)}, el kilo de {fruit} cuesta {euros(kg_price)}. {name} compra "
-            f"{grams} gramos. ¿Cuántos euros paga?")
-    return text, Fraction(kg_price * grams, 100_000), f"{es(Fraction(kg_price, 100))} × {grams} ÷ 1000", "Precio del kilo por los kilos"
+    text = (
+        f"En el mercado de {r.choice(PLACES)}, el kilo de {fruit} cuesta {euros(kg_price)}. {name} compra "
+        f"{grams} gramos. ¿Cuántos euros paga?"
+    )
+    return (
+        text,
+        Fraction(kg_price * grams, 100_000),
+        f"{es(Fraction(kg_price, 100))} × {grams} ÷ 1000",
+        "Precio del kilo por los kilos",
+    )
 
 
-TEMPLATES = [t_change, t_total, t_share, t_speed, t_discount, t_recipe, t_garden, t_savings, t_ages, t_liquids,
-             t_packs, t_average, t_time, t_fraction, t_unit_price]
+TEMPLATES = [
+    t_change,
+    t_total,
+    t_share,
+    t_speed,
+    t_discount,
+    t_recipe,
+    t_garden,
+    t_savings,
+    t_ages,
+    t_liquids,
+    t_packs,
+    t_average,
+    t_time,
+    t_fraction,
+    t_unit_price,
+]
 
 
 def build() -> tuple[list[dict], list[dict]]:
@@ -297,9 +458,15 @@ def build() -> tuple[list[dict], list[dict]]:
         if text in seen or answer <= 0 or not two_decimals(answer) or evaluate(expression) != answer:
             continue
         seen.add(text)
-        rows.append({"id": f"mat-{len(rows) + 1:04d}", "prompt": f"{text}\n{INSTRUCTION}", "answer": es(answer),
-                     "solution": f"{how}: {expression} = {es(answer)}.\nRespuesta: {es(answer)}",
-                     "template": template.__name__[2:]})
+        rows.append(
+            {
+                "id": f"mat-{len(rows) + 1:04d}",
+                "prompt": f"{text}\n{INSTRUCTION}",
+                "answer": es(answer),
+                "solution": f"{how}: {expression} = {es(answer)}.\nRespuesta: {es(answer)}",
+                "template": template.__name__[2:],
+            }
+        )
     order = list(range(len(rows)))
     random.Random(SEED + 1).shuffle(order)
     test_ids = set(order[:TEST])

@@ -102,40 +102,58 @@ def measure() -> dict:
         "train_tokens": int(meta["splits"]["train"]["tokens"]),
         "steps_per_epoch": int(config["plan"]["steps_per_epoch"]),
         "total_steps": int(config["plan"]["total_steps"]),
-        "best_step": best_step, "best_val_loss": round(best_val, 2),
-        "last_step": last_step, "last_val_loss": round(last_val, 2),
-        "validations": len(vals), "sample": sample,
-        "measured_on": {"cpu": _cpu(), "precision": config.get("precision"), "aura_version": __version__,
-                        "date": time.strftime("%Y-%m-%d")},
+        "best_step": best_step,
+        "best_val_loss": round(best_val, 2),
+        "last_step": last_step,
+        "last_val_loss": round(last_val, 2),
+        "validations": len(vals),
+        "sample": sample,
+        "measured_on": {
+            "cpu": _cpu(),
+            "precision": config.get("precision"),
+            "aura_version": __version__,
+            "date": time.strftime("%Y-%m-%d"),
+        },
     }
 
 
 def paragraph(r: dict, lang: str) -> str:
     """The README's text about section 1's run, in ``lang``, from the measured values."""
-    n = lambda v, spec=",": num(v, spec, lang=lang)  # noqa: E731
+
+    def n(v, spec=","):
+        return num(v, spec, lang=lang)
+
     best, last = n(r["best_val_loss"], ".2f"), n(r["last_val_loss"], ".2f")
     if lang == "es":
-        trend = (f"la pérdida de validación baja hasta el paso {r['best_step']} ({best}) y a partir de ahí sube "
-                 f"({last} en el paso {r['last_step']}): el modelo empieza a memorizar el texto"
-                 if r["best_step"] < r["last_step"] else
-                 f"la pérdida de validación baja hasta el último paso, el {r['last_step']} ({last})")
-        return (f"Medido con el corpus incluido (`aura/resources/corpus_es/` como `mis_textos/`: "
-                f"{n(r['train_tokens'])} tokens de entrenamiento con el vocabulario de {n(r['vocab_size'])}, "
-                f"{r['steps_per_epoch']} pasos por época): {trend}. Con más texto, sube `--max-steps`. Pase lo "
-                f"que pase, `best/` guarda el modelo del paso con menor pérdida de validación (`aura generate "
-                f"--model runs/mi-modelo/best`), y Aura avisa cuando la validación sube varias veces seguidas. "
-                f"Estos valores los escribe `python scripts/readme_examples.py`, que ejecuta las órdenes de "
-                f"arriba.")
-    trend = (f"validation loss falls until step {r['best_step']} ({best}) and rises from there ({last} at step "
-             f"{r['last_step']}): the model starts to memorise the text"
-             if r["best_step"] < r["last_step"] else
-             f"validation loss falls until the last step, {r['last_step']} ({last})")
-    return (f"Measured on the embedded corpus (`aura/resources/corpus_es/` as `my_texts/`: "
-            f"{n(r['train_tokens'])} training tokens with the {n(r['vocab_size'])}-token vocabulary, "
-            f"{r['steps_per_epoch']} steps per epoch): {trend}. With more text, raise `--max-steps`. Whatever "
-            f"happens, `best/` keeps the model of the step with the lowest validation loss (`aura generate "
-            f"--model runs/my-model/best`), and Aura says so when validation rises several times in a row. "
-            f"`python scripts/readme_examples.py` writes these values by running the commands above.")
+        trend = (
+            f"la pérdida de validación baja hasta el paso {r['best_step']} ({best}) y a partir de ahí sube "
+            f"({last} en el paso {r['last_step']}): el modelo empieza a memorizar el texto"
+            if r["best_step"] < r["last_step"]
+            else f"la pérdida de validación baja hasta el último paso, el {r['last_step']} ({last})"
+        )
+        return (
+            f"Medido con el corpus incluido (`aura/resources/corpus_es/` como `mis_textos/`: "
+            f"{n(r['train_tokens'])} tokens de entrenamiento con el vocabulario de {n(r['vocab_size'])}, "
+            f"{r['steps_per_epoch']} pasos por época): {trend}. Con más texto, sube `--max-steps`. Pase lo "
+            f"que pase, `best/` guarda el modelo del paso con menor pérdida de validación (`aura generate "
+            f"--model runs/mi-modelo/best`), y Aura avisa cuando la validación sube varias veces seguidas. "
+            f"Estos valores los escribe `python scripts/readme_examples.py`, que ejecuta las órdenes de "
+            f"arriba."
+        )
+    trend = (
+        f"validation loss falls until step {r['best_step']} ({best}) and rises from there ({last} at step "
+        f"{r['last_step']}): the model starts to memorise the text"
+        if r["best_step"] < r["last_step"]
+        else f"validation loss falls until the last step, {r['last_step']} ({last})"
+    )
+    return (
+        f"Measured on the embedded corpus (`aura/resources/corpus_es/` as `my_texts/`: "
+        f"{n(r['train_tokens'])} training tokens with the {n(r['vocab_size'])}-token vocabulary, "
+        f"{r['steps_per_epoch']} steps per epoch): {trend}. With more text, raise `--max-steps`. Whatever "
+        f"happens, `best/` keeps the model of the step with the lowest validation loss (`aura generate "
+        f"--model runs/my-model/best`), and Aura says so when validation rises several times in a row. "
+        f"`python scripts/readme_examples.py` writes these values by running the commands above."
+    )
 
 
 def _wrap(text: str, width: int = 110) -> str:

@@ -109,16 +109,28 @@ def _english_messages(monkeypatch):
     set_lang(None)
 
 
-def run_aura(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = None,
-             timeout: float = 600, input: str | None = None) -> subprocess.CompletedProcess:
+def run_aura(
+    *args: str,
+    env: dict | None = None,
+    cwd: str | os.PathLike | None = None,
+    timeout: float = 600,
+    input: str | None = None,
+) -> subprocess.CompletedProcess:
     """Run ``python -m aura ARGS`` as a user would, returning the completed process (text mode)."""
     full_env = dict(os.environ)
     full_env.setdefault("AURA_LANG", "en")
     full_env["AURA_PLAIN"] = "1"
     full_env["PYTHONUNBUFFERED"] = "1"
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "aura", *map(str, args)], capture_output=True,
-                          text=True, env=full_env, cwd=cwd, timeout=timeout, input=input)
+    return subprocess.run(
+        [sys.executable, "-m", "aura", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=timeout,
+        input=input,
+    )
 
 
 def run_aura_killed(*args: str, marker: Path, timeout: float = 300) -> str:
@@ -131,8 +143,13 @@ def run_aura_killed(*args: str, marker: Path, timeout: float = 300) -> str:
     env = dict(os.environ, AURA_PLAIN="1", PYTHONUNBUFFERED="1")
     env.setdefault("AURA_LANG", "en")
     with tempfile.TemporaryFile() as log:  # a file, not a pipe: a full pipe would stall the command
-        proc = subprocess.Popen([sys.executable, "-m", "aura", *map(str, args)], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "aura", *map(str, args)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         while not marker.is_dir() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -147,8 +164,9 @@ def run_aura_killed(*args: str, marker: Path, timeout: float = 300) -> str:
     return out
 
 
-def run_aura_here(*args: str, env: dict | None = None,
-                  cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+def run_aura_here(
+    *args: str, env: dict | None = None, cwd: str | os.PathLike | None = None
+) -> subprocess.CompletedProcess:
     """``aura ARGS`` through the same entry point (``aura.cli.main``) in this process, for calls that stop
     before training (refusals of bad input): the same parsing, checks, messages and exit code as
     ``run_aura`` without the seconds a new interpreter spends importing torch and transformers. Anything
@@ -157,8 +175,8 @@ def run_aura_here(*args: str, env: dict | None = None,
     import contextlib
     import io
 
-    from aura.core import console
     from aura.cli import main
+    from aura.core import console
     from aura.core.i18n import set_lang
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()

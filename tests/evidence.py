@@ -30,31 +30,48 @@ CAPABILITIES = {
     "ruff": "ruff, the pinned linter and formatter of pyproject.toml (a test extra; .ci/run installs it first)",
     "studio": "starlette and uvicorn (the studio extra, in the test extras)",
     "serve": "fastapi, sse-starlette, starlette-context, pydantic-settings and openai (the serve extra, in the "
-             "test extras)",
+    "test extras)",
     "bitsandbytes": "bitsandbytes (QLoRA; a test extra)",
     "wandb": "wandb (--report-to wandb, offline; a test extra)",
     "mlflow": "mlflow-skinny with flask, flask-cors, sqlalchemy and alembic: a local MLflow tracking server "
-              "(--report-to mlflow; test extras)",
+    "(--report-to mlflow; test extras)",
     "trackio": "trackio (--report-to trackio, its local store; a test extra)",
     "llama-cpp": "llama-cpp-python (GGUF files read by llama.cpp; a test extra)",
     "llama-cpp-converter": "llama.cpp's own converter: the installed llama-cpp-python's sdist, fetched once from "
-                           "PyPI into ~/.cache/aura/llama.cpp (or AURA_LLAMA_CPP_DIR), and sentencepiece (a test "
-                           "extra)",
+    "PyPI into ~/.cache/aura/llama.cpp (or AURA_LLAMA_CPP_DIR), and sentencepiece (a test "
+    "extra)",
     "trl": "trl (parity against TRL's trainers; a test extra)",
     "datatrove": "datatrove and py3langid (aura data curate; test extras)",
     "ray": "ray (curation on a local Ray cluster; a test extra)",
     "torch-cpu-kernels": "a PyTorch build with CPU fp16 autocast/GradScaler and oneDNN's packed linear "
-                         "(x86 builds, such as the torch==2.13.0 .ci/run installs)",
+    "(x86 builds, such as the torch==2.13.0 .ci/run installs)",
 }
 
 # The capability behind an optional module: a plain ``pytest.importorskip`` of one of these (in a file not
 # yet using ``importorskip`` below) fails too when AURA_REQUIRE names it (tests/conftest.py's hooks).
 MODULE_CAPABILITIES = {
-    "bitsandbytes": "bitsandbytes", "llama_cpp": "llama-cpp", "trl": "trl", "datatrove": "datatrove",
-    "py3langid": "datatrove", "ray": "ray", "starlette": "studio", "uvicorn": "studio", "selenium": "browser",
-    "fastapi": "serve", "sse_starlette": "serve", "starlette_context": "serve", "pydantic_settings": "serve",
-    "openai": "serve", "wandb": "wandb", "mlflow": "mlflow", "sqlalchemy": "mlflow", "flask_cors": "mlflow", "alembic": "mlflow", "trackio": "trackio",
-    "grimp": "import-linter", "importlinter": "import-linter",
+    "bitsandbytes": "bitsandbytes",
+    "llama_cpp": "llama-cpp",
+    "trl": "trl",
+    "datatrove": "datatrove",
+    "py3langid": "datatrove",
+    "ray": "ray",
+    "starlette": "studio",
+    "uvicorn": "studio",
+    "selenium": "browser",
+    "fastapi": "serve",
+    "sse_starlette": "serve",
+    "starlette_context": "serve",
+    "pydantic_settings": "serve",
+    "openai": "serve",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+    "sqlalchemy": "mlflow",
+    "flask_cors": "mlflow",
+    "alembic": "mlflow",
+    "trackio": "trackio",
+    "grimp": "import-linter",
+    "importlinter": "import-linter",
 }
 _IMPORT_SKIP = re.compile(r"could not import '([\w.]+)'")
 

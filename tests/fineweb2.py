@@ -22,11 +22,19 @@ configs:
 
 def fineweb2_row(i: int, text: str) -> dict:
     """One record with FineWeb-2's columns (values shaped like the real ones)."""
-    return {"text": text, "id": f"<urn:uuid:00000000-0000-4000-8000-{i:012d}>", "dump": "CC-MAIN-2024-10",
-            "url": f"https://ejemplo.es/noticias/{i}", "date": "2024-02-21T10:11:12Z",
-            "file_path": f"s3://commoncrawl/crawl-data/CC-MAIN-2024-10/segments/{i}.warc.gz",
-            "language": "spa", "language_score": 0.99 - i / 1000, "language_script": "Latn",
-            "minhash_cluster_size": 1 + i % 3, "top_langs": '{"spa_Latn_score": 0.99}'}
+    return {
+        "text": text,
+        "id": f"<urn:uuid:00000000-0000-4000-8000-{i:012d}>",
+        "dump": "CC-MAIN-2024-10",
+        "url": f"https://ejemplo.es/noticias/{i}",
+        "date": "2024-02-21T10:11:12Z",
+        "file_path": f"s3://commoncrawl/crawl-data/CC-MAIN-2024-10/segments/{i}.warc.gz",
+        "language": "spa",
+        "language_score": 0.99 - i / 1000,
+        "language_script": "Latn",
+        "minhash_cluster_size": 1 + i % 3,
+        "top_langs": '{"spa_Latn_score": 0.99}',
+    }
 
 
 def write_fineweb2(root: Path, docs: list[str], *, files: int = 2) -> list[dict]:
@@ -43,7 +51,7 @@ def write_fineweb2(root: Path, docs: list[str], *, files: int = 2) -> list[dict]
     rows = [fineweb2_row(i, t) for i, t in enumerate(docs)]
     per = -(-len(rows) // files)
     for k in range(files):
-        part = rows[k * per:(k + 1) * per]
+        part = rows[k * per : (k + 1) * per]
         pq.write_table(pa.Table.from_pylist(part), train / f"000_{k:05d}.parquet")
     pq.write_table(pa.Table.from_pylist([fineweb2_row(10**6, "Prueba.")]), test / "000_00000.parquet")
     return rows

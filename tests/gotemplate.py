@@ -29,7 +29,7 @@ def _parse(template: str) -> list:
     flat: list = []
     pos, trim_next = 0, False
     for m in _ACTION.finditer(template):
-        text = template[pos:m.start()]
+        text = template[pos : m.start()]
         if trim_next:
             text = text.lstrip(_SPACE)
         if m.group(1):  # "{{- " trims the text before
@@ -60,7 +60,7 @@ def _block(it, top=False):
                     break
                 if stop.startswith("else if "):
                     branches.append((cond, body))
-                    cond = _expr(stop[len("else if "):])
+                    cond = _expr(stop[len("else if ") :])
                     continue
                 if stop == "else":
                     branches.append((cond, body))
@@ -113,8 +113,13 @@ def _pipeline(tokens, i):
             i += 1
     if not args:
         raise ValueError("empty pipeline")
-    return (("call", args[0][1], args[1:]) if args[0][0] == "atom" and args[0][1] in _FUNCS else
-            args[0] if len(args) == 1 else _bad(args)), i
+    return (
+        ("call", args[0][1], args[1:])
+        if args[0][0] == "atom" and args[0][1] in _FUNCS
+        else args[0]
+        if len(args) == 1
+        else _bad(args)
+    ), i
 
 
 def _bad(args):
@@ -177,7 +182,7 @@ def _eval(expr, dot, scope):
         if name == "index":
             return vals[0][vals[1]]
         if name == "slice":
-            return vals[0][vals[1]:vals[2]] if len(vals) == 3 else vals[0][vals[1]:]
+            return vals[0][vals[1] : vals[2]] if len(vals) == 3 else vals[0][vals[1] :]
     tok = expr[1]
     if tok.startswith('"'):
         return bytes(tok[1:-1], "utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8")

@@ -21,14 +21,19 @@ LLAMA_LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
 def dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("adapters")
     tok = train_tokenizer(root / "tok", vocab_size=500)
-    return {"tok": tok, "llama": build_llama(root / "llama", tok), "gpt2": build_gpt2(root / "gpt2", tok),
-            "other": build_llama(root / "other", tok, seed=1)}
+    return {
+        "tok": tok,
+        "llama": build_llama(root / "llama", tok),
+        "gpt2": build_gpt2(root / "gpt2", tok),
+        "other": build_llama(root / "other", tok, seed=1),
+    }
 
 
 def _lora(path, **kw):
     model = adapters.load_base_model(str(path))
-    return adapters.setup_model(model, method="lora", lora_r=kw.get("r", 4), lora_alpha=8, lora_dropout=0.0,
-                                target_modules=kw.get("targets"))
+    return adapters.setup_model(
+        model, method="lora", lora_r=kw.get("r", 4), lora_alpha=8, lora_dropout=0.0, target_modules=kw.get("targets")
+    )
 
 
 def _randomise_lora(model, seed=0):
@@ -57,13 +62,17 @@ def test_linear_layers_are_discovered_for_llama_and_gpt2(dirs):
 def test_lora_trainable_count_matches_the_layer_shapes(dirs, monkeypatch):
     base = adapters.load_base_model(str(dirs["llama"]))
     r = 4
-    expected = sum(r * (m.in_features + m.out_features) for name, m in base.named_modules()
-                   if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in LLAMA_LINEARS)
+    expected = sum(
+        r * (m.in_features + m.out_features)
+        for name, m in base.named_modules()
+        if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in LLAMA_LINEARS
+    )
     total_base = sum(p.numel() for p in base.parameters())
     model = adapters.setup_model(base, method="lora", lora_r=r, lora_alpha=8, lora_dropout=0.0)
     assert (count_parameters(model, trainable_only=True), count_parameters(model)) == (expected, total_base + expected)
-    assert adapters.trainable_line(model) == (f"Trainable params: {expected:,} / {total_base + expected:,} "
-                                              f"({100 * expected / (total_base + expected):.2f}%)")
+    assert adapters.trainable_line(model) == (
+        f"Trainable params: {expected:,} / {total_base + expected:,} ({100 * expected / (total_base + expected):.2f}%)"
+    )
     monkeypatch.setenv("AURA_LANG", "es")
     from aura.core.i18n import num
 
@@ -126,7 +135,8 @@ def test_adapter_roundtrip_through_peft_gives_the_same_logits(dirs, tmp_path):
     tok = load_tokenizer(str(dirs["tok"]))
     out = adapters.save_finetuned(model, tok, tmp_path / "adapter", method="lora", template_name="chatml")
     assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "aura_adapter.json"} <= {
-        p.name for p in out.iterdir()}
+        p.name for p in out.iterdir()
+    }
     assert json.loads((out / "aura_adapter.json").read_text())["method"] == "lora"
     base = AutoModelForCausalLM.from_pretrained(dirs["llama"])
     base_logits = _logits(base)
@@ -176,8 +186,21 @@ def test_qlora_without_bitsandbytes_says_how_to_install(dirs, monkeypatch):
         adapters.load_base_model(str(dirs["llama"]), method="qlora")
 
 
-@pytest.mark.parametrize("n, epochs", [(0, 5), (999, 5), (1_000, 4), (9_999, 4), (10_000, 3), (49_999, 3),
-                                       (50_000, 2), (99_999, 2), (100_000, 1), (2_000_000, 1)])
+@pytest.mark.parametrize(
+    "n, epochs",
+    [
+        (0, 5),
+        (999, 5),
+        (1_000, 4),
+        (9_999, 4),
+        (10_000, 3),
+        (49_999, 3),
+        (50_000, 2),
+        (99_999, 2),
+        (100_000, 1),
+        (2_000_000, 1),
+    ],
+)
 def test_auto_epochs_follows_the_guide_table(n, epochs):
     assert auto_epochs(n)[0] == epochs
     assert auto_epochs_line(n)[1].startswith(f"Epochs: {epochs} (")
@@ -209,11 +232,23 @@ def test_base_model_that_is_not_a_model_or_unreachable_fails_at_once(tmp_path):
     (run / "final").mkdir(parents=True)
     (run / "final" / "config.json").write_text("{}", encoding="utf-8")
     unreachable = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": ""}
-    for base, expected in ((run, "exists but is not a model"), (run.parent / "dmeo", "does not exist"),
-                           ("someone/base-7b", "cannot be reached")):
+    for base, expected in (
+        (run, "exists but is not a model"),
+        (run.parent / "dmeo", "does not exist"),
+        ("someone/base-7b", "cannot be reached"),
+    ):
         t0 = time.perf_counter()
-        r = run_aura("finetune", "--base-model", base, "--data", csv, "--output-dir", tmp_path / "ft",
-                     env=unreachable, cwd=tmp_path)
+        r = run_aura(
+            "finetune",
+            "--base-model",
+            base,
+            "--data",
+            csv,
+            "--output-dir",
+            tmp_path / "ft",
+            env=unreachable,
+            cwd=tmp_path,
+        )
         assert r.returncode == 2 and expected in r.stderr, r.stderr
         assert "Retrying" not in r.stderr and "Traceback" not in r.stderr and time.perf_counter() - t0 < 40
     r = run_aura("finetune", "--base-model", run, "--data", csv, "--output-dir", tmp_path / "ft")
@@ -243,8 +278,13 @@ def test_lora_under_autocast_skips_the_fp32_round_trip_of_its_inputs_and_compute
             loss.backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters() if p.requires_grad], copies.n
 
-    model = adapters.setup_model(adapters.load_base_model(str(dirs["llama"]), dtype=base_dtype), method="lora",
-                                 lora_r=4, lora_alpha=8, lora_dropout=0.0)
+    model = adapters.setup_model(
+        adapters.load_base_model(str(dirs["llama"]), dtype=base_dtype),
+        method="lora",
+        lora_r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+    )
     _randomise_lora(model)
     model.train()
     before = step(model)

@@ -18,8 +18,13 @@ def test_batched_answers_equal_one_at_a_time_in_fewer_forwards(tiny_zoo, templat
     if not templated:
         tok.chat_template = None
     model = AutoModelForCausalLM.from_pretrained(tiny_zoo["llama"]).eval()
-    prompts = ["Hola", "¿Cuál es la capital de España?", "Escribe un poema corto sobre el mar y la lluvia.",
-               "Dos más dos", "¿Qué es un gato?"]
+    prompts = [
+        "Hola",
+        "¿Cuál es la capital de España?",
+        "Escribe un poema corto sobre el mar y la lluvia.",
+        "Dos más dos",
+        "¿Qué es un gato?",
+    ]
     calls = []
     hook = model.register_forward_hook(lambda *_: calls.append(1))
     alone = answer_prompts(model, tok, prompts, max_new_tokens=12, batch_size=1)

@@ -18,8 +18,14 @@ from tests.conftest import run_aura_here, shared_dir
 @pytest.fixture(scope="session")
 def fixtures(tiny_zoo, tiny_adapter, prepared_corpus, tmp_path_factory) -> Fixtures:
     run = shared_dir(tmp_path_factory, "bad-inputs-run", lambda d: build_run(d, prepared_corpus))
-    return Fixtures(tokenizer=tiny_zoo["tokenizer"], llama=tiny_zoo["llama"], gpt2=tiny_zoo["gpt2"],
-                    adapter=tiny_adapter, data=prepared_corpus, run=run)
+    return Fixtures(
+        tokenizer=tiny_zoo["tokenizer"],
+        llama=tiny_zoo["llama"],
+        gpt2=tiny_zoo["gpt2"],
+        adapter=tiny_adapter,
+        data=prepared_corpus,
+        run=run,
+    )
 
 
 def test_the_suite_covers_every_command_with_80_cases():
@@ -33,8 +39,7 @@ def test_the_suite_covers_every_command_with_80_cases():
     assert len(CASES) >= 80 and set(COMPLETE) <= commands
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if c.slow else n
-                                  for n, c in CASES.items()])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if c.slow else n for n, c in CASES.items()])
 def test_bad_input_is_refused_clearly(name, fixtures, tmp_path):
     problems, output = run_case(name, fixtures, tmp_path / "case", run_aura_here)
     assert not problems, f"{name}: {'; '.join(problems)}\n{output[-3000:]}"
@@ -42,8 +47,12 @@ def test_bad_input_is_refused_clearly(name, fixtures, tmp_path):
 
 def test_a_diverged_run_still_plots(tmp_path):
     """inf/nan losses are what a diverged run logs: drawn as gaps, not refused (counters must be finite)."""
-    run = run_dir_with(tmp_path, GOOD_LOG + "2026-01-01T00:00:01,step,0,2,256,inf,,0.0003,,5000,,0.1\n"
-                       + "2026-01-01T00:00:02,step,0,3,384,nan,,0.0003,,5000,,0.1\n")
+    run = run_dir_with(
+        tmp_path,
+        GOOD_LOG
+        + "2026-01-01T00:00:01,step,0,2,256,inf,,0.0003,,5000,,0.1\n"
+        + "2026-01-01T00:00:02,step,0,3,384,nan,,0.0003,,5000,,0.1\n",
+    )
     r = run_aura_here("plot", run, "--output-dir", tmp_path / "out")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out" / "loss.png").stat().st_size > 1000

@@ -18,7 +18,6 @@ import time
 import pytest
 import torch
 
-
 PROMPT = "You> "
 
 
@@ -68,9 +67,14 @@ def _answer(model, tok, messages) -> str:
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
     with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id,
-                             eos_token_id=[tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")])
-    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
+        out = model.generate(
+            ids,
+            max_new_tokens=6,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=[tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")],
+        )
+    return tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True).strip()
 
 
 def _reply(term: Terminal, line: str) -> str:
@@ -83,8 +87,22 @@ def _reply(term: Terminal, line: str) -> str:
 def test_chat_repl_multi_turn_reset_system(zoo):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    term = Terminal([sys.executable, "-m", "aura", "chat", "--model", str(zoo["llama"]), "--temperature", "0",
-                     "--max-new-tokens", "6", "--repetition-penalty", "1.0"])
+    term = Terminal(
+        [
+            sys.executable,
+            "-m",
+            "aura",
+            "chat",
+            "--model",
+            str(zoo["llama"]),
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "6",
+            "--repetition-penalty",
+            "1.0",
+        ]
+    )
     banner = term.expect(PROMPT)
     assert "Type /help" in banner
     a1 = _reply(term, "Hola")
@@ -102,17 +120,26 @@ def test_chat_repl_multi_turn_reset_system(zoo):
     tok = AutoTokenizer.from_pretrained(str(zoo["llama"]))
     model = AutoModelForCausalLM.from_pretrained(str(zoo["llama"])).eval()
     e1 = _answer(model, tok, [{"role": "user", "content": "Hola"}])
-    e2 = _answer(model, tok, [{"role": "user", "content": "Hola"}, {"role": "assistant", "content": e1},
-                              {"role": "user", "content": "¿Y mañana?"}])
-    e4 = _answer(model, tok, [{"role": "system", "content": "Eres un pirata."},
-                              {"role": "user", "content": "Hola"}])
-    norm = lambda s: re.sub(r"\s+", " ", s).strip()  # noqa: E731 - the pty may rewrap whitespace
+    e2 = _answer(
+        model,
+        tok,
+        [
+            {"role": "user", "content": "Hola"},
+            {"role": "assistant", "content": e1},
+            {"role": "user", "content": "¿Y mañana?"},
+        ],
+    )
+    e4 = _answer(model, tok, [{"role": "system", "content": "Eres un pirata."}, {"role": "user", "content": "Hola"}])
+
+    def norm(s):
+        return re.sub(r"\s+", " ", s).strip()  # the pty may rewrap whitespace
+
     assert e1 and norm(a1) == norm(e1)
-    assert norm(a2) == norm(e2)     # the second turn saw the first
+    assert norm(a2) == norm(e2)  # the second turn saw the first
     assert "Conversation cleared." in reset
-    assert norm(a3) == norm(e1)     # after /reset the history is gone
+    assert norm(a3) == norm(e1)  # after /reset the history is gone
     assert "System message set" in system
-    assert norm(a4) == norm(e4)     # the system message reached the template
+    assert norm(a4) == norm(e4)  # the system message reached the template
     assert "/reset" in help_text and "/system" in help_text and "/exit" in help_text
     assert "Unknown command: /foo" in unknown
 

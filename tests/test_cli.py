@@ -14,9 +14,9 @@ import sys
 import pytest
 
 import aura
-from aura.cli.commands import COMMANDS
 from aura.cli import main
-from aura.core.config import default_of, arg, fields_of, parse_config
+from aura.cli.commands import COMMANDS
+from aura.core.config import arg, default_of, fields_of, parse_config
 from aura.core.errors import AuraError
 from tests.conftest import run_aura, run_aura_here
 from tests.evidence import check_every
@@ -107,7 +107,9 @@ def _check_command_help(key, capsys):
         assert _squeeze(en_help) in _squeeze(entry), f"{flag}: its help text is missing: {entry!r}"
         shown = _shown(default_of(f))
         if shown is not None:
-            assert _squeeze(f"(default: {shown})") in _squeeze(entry), f"{flag}: default {shown!r} not shown in {entry!r}"
+            assert _squeeze(f"(default: {shown})") in _squeeze(entry), (
+                f"{flag}: default {shown!r} not shown in {entry!r}"
+            )
 
 
 @pytest.mark.catalogue
@@ -177,8 +179,9 @@ def test_lang_switches_messages(tmp_path):
     assert es.returncode == 2 and "No existe el directorio" in es.stderr
     env_es = run_aura_here("runs", missing, env={"AURA_LANG": "es"})
     assert "No existe el directorio" in env_es.stderr
-    locale_es = run_aura_here("runs", missing, env={"AURA_LANG": "", "LC_ALL": "", "LC_MESSAGES": "",
-                                                    "LANG": "es_ES.UTF-8"})
+    locale_es = run_aura_here(
+        "runs", missing, env={"AURA_LANG": "", "LC_ALL": "", "LC_MESSAGES": "", "LANG": "es_ES.UTF-8"}
+    )
     assert "No existe el directorio" in locale_es.stderr
     assert run_aura_here("--lang", "fr", "runs").returncode == 2
 
@@ -209,8 +212,10 @@ def test_console_script_entry_point():
 
 def test_the_program_exits_with_main_s_code_after_freezing_the_heap():
     """``python -m aura`` (``aura.cli.entry``): main's exit code, and the heap frozen only at the end."""
-    code = ("import gc, sys; from aura.cli import entry; "
-            "code = entry(sys.argv[1:]); print(gc.get_freeze_count() > 0); raise SystemExit(code)")
+    code = (
+        "import gc, sys; from aura.cli import entry; "
+        "code = entry(sys.argv[1:]); print(gc.get_freeze_count() > 0); raise SystemExit(code)"
+    )
     ok = subprocess.run([sys.executable, "-c", code, "version"], capture_output=True, text=True)
     bad = subprocess.run([sys.executable, "-c", code, "no-such-command"], capture_output=True, text=True)
     assert ok.returncode == 0 and ok.stdout.splitlines() == [f"aura {aura.__version__}", "True"], ok
@@ -229,11 +234,15 @@ def test_unknown_yaml_key_suggests_the_closest(tmp_path):
     assert "Did you mean" not in run_aura_here("tokenizer", "train", tmp_path, "--config", cfg).stderr
 
 
-@pytest.mark.parametrize("key, flag, alias, value, field", [
-    (("pretrain",), "--val-fraction", "--validation-split", "0.2", "val_fraction"),
-    (("pretrain",), "--model-preset", "--preset", "tiny", "model_preset"),
-    (("finetune",), "--lora-preset", "--preset", "frida", "lora_preset"),
-], ids=["val-fraction", "model-preset", "lora-preset"])
+@pytest.mark.parametrize(
+    "key, flag, alias, value, field",
+    [
+        (("pretrain",), "--val-fraction", "--validation-split", "0.2", "val_fraction"),
+        (("pretrain",), "--model-preset", "--preset", "tiny", "model_preset"),
+        (("finetune",), "--lora-preset", "--preset", "frida", "lora_preset"),
+    ],
+    ids=["val-fraction", "model-preset", "lora-preset"],
+)
 def test_one_spelling_per_flag_and_the_old_one_still_parses(key, flag, alias, value, field, tmp_path, capsys):
     cls = _command_config(key)
     prog = "aura " + " ".join(key)
@@ -243,8 +252,9 @@ def test_one_spelling_per_flag_and_the_old_one_still_parses(key, flag, alias, va
     assert getattr(by_flag, field) == getattr(by_alias, field) == expected
     yaml_file = tmp_path / "old.yaml"  # a config file written with the old spelling still loads
     yaml_file.write_text(f"{alias.lstrip('-').replace('-', '_')}: {value}\n", encoding="utf-8")
-    assert getattr(parse_config(cls, ["--config", str(yaml_file)], prog=prog, description=""), field) == \
-        getattr(by_flag, field)
+    assert getattr(parse_config(cls, ["--config", str(yaml_file)], prog=prog, description=""), field) == getattr(
+        by_flag, field
+    )
     assert main([*key, "--help"]) == 0
     entries = _option_entries(capsys.readouterr().out)
     assert entries[flag] == entries[alias], f"{alias} is not shown with {flag} in `{prog} --help`"

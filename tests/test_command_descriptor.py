@@ -17,8 +17,10 @@ from tests.evidence import importorskip
 
 ROOT = Path(__file__).resolve().parent.parent
 # the stages a pipeline may run, as the refusal has listed them since the pipeline existed
-STAGES_TODAY = ("data prepare, data curate, tokenizer train, tokenizer extend, pretrain, finetune, generate, eval, "
-                "merge, export gguf, push, check-dist, doctor, plot")
+STAGES_TODAY = (
+    "data prepare, data curate, tokenizer train, tokenizer extend, pretrain, finetune, generate, eval, "
+    "merge, export gguf, push, check-dist, doctor, plot"
+)
 
 
 @pytest.fixture
@@ -34,15 +36,18 @@ def _pipeline(tmp_path: Path, command: str) -> str:
     return str(path)
 
 
-def test_a_non_stage_command_is_refused_with_the_same_message_and_the_descriptor_decides(tmp_path, monkeypatch,
-                                                                                        english):
+def test_a_non_stage_command_is_refused_with_the_same_message_and_the_descriptor_decides(
+    tmp_path, monkeypatch, english
+):
     from aura.pipeline import spec
 
     file = _pipeline(tmp_path, "serve")
     with pytest.raises(AuraError) as e:
         spec.load(file)
-    assert str(e.value) == (f"{file}, line 2, stage 'one' (aura serve): 'aura serve' is not a command that can be a "
-                            f"stage. Possible commands: {STAGES_TODAY}.")
+    assert str(e.value) == (
+        f"{file}, line 2, stage 'one' (aura serve): 'aura serve' is not a command that can be a "
+        f"stage. Possible commands: {STAGES_TODAY}."
+    )
     # the fact lives in the descriptor: a command marked as no stage is refused and leaves the list
     file = _pipeline(tmp_path, "merge")
     assert [s.key for s in spec.load(file).stages] == [("merge",)]
@@ -66,8 +71,12 @@ def test_the_studio_s_launch_menu_is_the_commands_marked_launchable(tmp_path, mo
     c, commands = menu()
     assert commands == ["pretrain", "finetune", "data prepare", "eval", "export gguf"]  # the page's menu, as before
     # one more command marked launchable in aura.core.commands: the page offers it, with its form and folder name
-    merge = dataclasses.replace(COMMANDS[("merge",)], studio=StudioForm(
-        position=5, default_name="fusion", essential=("base_model", "adapter"), inside=("base_model", "adapter")))
+    merge = dataclasses.replace(
+        COMMANDS[("merge",)],
+        studio=StudioForm(
+            position=5, default_name="fusion", essential=("base_model", "adapter"), inside=("base_model", "adapter")
+        ),
+    )
     monkeypatch.setitem(COMMANDS, ("merge",), merge)
     monkeypatch.setitem(COMMANDS, ("pretrain",), dataclasses.replace(COMMANDS[("pretrain",)], studio=None))
     c, commands = menu()

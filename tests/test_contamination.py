@@ -39,30 +39,48 @@ def test_planted_items_are_found_and_disjoint_spanish_text_gives_none(tmp_path):
     items = eval_items("aura-es")
     index = EvalIndex(items)
     by_task = {t: [i for i in items if i.task == t and len(words(i.text)) >= 13] for t in MC_TASKS[:3]}
-    exact, shouted, accented = by_task["aura_es_lectura"][0], by_task["aura_es_conocimiento"][0], \
-        by_task["aura_es_causa_efecto"][0]
+    exact, shouted, accented = (
+        by_task["aura_es_lectura"][0],
+        by_task["aura_es_conocimiento"][0],
+        by_task["aura_es_causa_efecto"][0],
+    )
     assert any(unicodedata.normalize("NFD", c) != c for c in accented.text + shouted.text)  # accents to keep
     # as written; in capitals with its punctuation changed and its layout broken; decomposed accents (NFD)
     changed = shouted.text.upper().replace(",", " ;").replace(".", "!!").replace(" ", "\n  ", 3)
     planted = tmp_path / "train.jsonl"
-    planted.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": c}]}, ensure_ascii=False)
-                                 for c in ("Hola, ¿qué tal?", _doc_with(exact.text), _doc_with(changed),
-                                           _doc_with(unicodedata.normalize("NFD", accented.text)))) + "\n")
+    planted.write_text(
+        "\n".join(
+            json.dumps({"messages": [{"role": "user", "content": c}]}, ensure_ascii=False)
+            for c in (
+                "Hola, ¿qué tal?",
+                _doc_with(exact.text),
+                _doc_with(changed),
+                _doc_with(unicodedata.normalize("NFD", accented.text)),
+            )
+        )
+        + "\n"
+    )
     found = scan(index, training_texts(planted))
     seen = {t: v["seen_ids"] for t, v in found["tasks"].items() if v["seen"]}
+
     def grams(t):
         w = words(t)
-        return {tuple(w[j:j + 13]) for j in range(len(w) - 12)}
+        return {tuple(w[j : j + 13]) for j in range(len(w) - 12)}
 
     # a reading passage is shared by its questions: every item with one of its 13-grams was seen
     same_passage = sorted(i.id for i in items if i.task == "aura_es_lectura" and grams(i.text) & grams(exact.text))
     assert len(same_passage) > 1
-    assert seen == {"aura_es_lectura": same_passage, "aura_es_conocimiento": [shouted.id],
-                    "aura_es_causa_efecto": [accented.id]}
+    assert seen == {
+        "aura_es_lectura": same_passage,
+        "aura_es_conocimiento": [shouted.id],
+        "aura_es_causa_efecto": [accented.id],
+    }
     assert found["tasks"]["aura_es_lectura"]["examples"][0]["where"] == f"{planted}:2"
     # Spanish text that is not the suite's: the shipped corpus, instructions and preference pairs
-    clean = scan(index, (t for p in ("corpus_es", "instrucciones_es.csv", "preference_es.jsonl")
-                         for t in training_texts(RES / p)))
+    clean = scan(
+        index,
+        (t for p in ("corpus_es", "instrucciones_es.csv", "preference_es.jsonl") for t in training_texts(RES / p)),
+    )
     assert clean["documents"] > 400 and clean["seen"] == 0
     # half an item (fewer words than an n-gram) is not an overlap
     half = " ".join(exact.text.split()[:12])
@@ -108,8 +126,9 @@ def test_the_pipeline_checks_the_stages_that_made_the_model_and_the_card_says_so
         (out / stage.name).mkdir(parents=True, exist_ok=True)
     for name, model in (("eval-base", "pretrain"), ("eval-sft", "sft")):
         row = {"task": "aura_es_lectura", "metric": "acc", "value": 0.5, "stderr": 0.19, "n": 8}
-        (out / name / "final.eval-aura-es.limit8.json").write_text(json.dumps(
-            {"results": [{"model": str(out / model / "final"), "rows": [row]}]}))
+        (out / name / "final.eval-aura-es.limit8.json").write_text(
+            json.dumps({"results": [{"model": str(out / model / "final"), "rows": [row]}]})
+        )
     data = report.write(out, pipeline, state)
     base = json.loads((out / "eval-base" / "contamination.json").read_text())
     sft = json.loads((out / "eval-sft" / "contamination.json").read_text())
@@ -142,11 +161,13 @@ def test_curate_decontaminate_drops_exactly_the_planted_documents(tmp_path):
         half = len(docs[k]) // 2
         docs[k] = docs[k][:half] + " " + item.text.upper() + " " + docs[k][half:]
     src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps({"id": f"d{i}", "text": t}, ensure_ascii=False) + "\n"
-                           for i, t in enumerate(docs)))
+    src.write_text(
+        "".join(json.dumps({"id": f"d{i}", "text": t}, ensure_ascii=False) + "\n" for i, t in enumerate(docs))
+    )
     fast = ("--no-minhash", "--no-exact-dedup", "--no-quality", "--no-langid", "--no-pii", "--workers", "1")
-    r = run_aura_here("data", "curate", src, "--output-dir", tmp_path / "out", "--decontaminate", "aura-es",
-                      "--sample", "5", *fast)
+    r = run_aura_here(
+        "data", "curate", src, "--output-dir", tmp_path / "out", "--decontaminate", "aura-es", "--sample", "5", *fast
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     kept = read_shards(tmp_path / "out")
     assert len(kept) == len(docs) - 2 and not any(d["text"] == docs[k] for k in planted for d in kept)
@@ -154,8 +175,10 @@ def test_curate_decontaminate_drops_exactly_the_planted_documents(tmp_path):
     stage = next(s for s in report["stages"] if s["stage"] == "decontaminate")
     assert stage["docs_in"] - stage["docs_out"] == 2 and stage["removed"] == {"contaminated": 2}
     assert "eval n-grams" in r.stdout
-    removed = [json.loads(x) for x in (tmp_path / "out" / ".curate" / "removed" / "contaminated.jsonl")
-               .read_text().splitlines()]
+    removed = [
+        json.loads(x)
+        for x in (tmp_path / "out" / ".curate" / "removed" / "contaminated.jsonl").read_text().splitlines()
+    ]
     for doc in removed:  # the n-gram named is the planted item's (a reading passage may name a sister question)
         item = next(i for i in planted.values() if doc["metadata"]["contaminated_task"] == i.task)
         assert doc["metadata"]["contaminated_ngram"] in " ".join(words(item.text))
@@ -185,23 +208,47 @@ def test_an_lm_eval_task_with_local_data_is_checked_and_one_on_the_hub_is_named(
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    rows = [("El río que cruza la ciudad vieja nace en la sierra y llega al mar tras muchos meandros, ¿cuál es?",
-             "Montevideo", ["Asunción", "Quito", "Lima"]),
-            (("Un texto largo sobre Perú que explica con detalle cuál es su capital y por qué la gente que vive "
-              "allí la quiere tanto, ¿cuál es?"), "Lima", ["Quito", "Bogotá", "Caracas"])]
+    rows = [
+        (
+            "El río que cruza la ciudad vieja nace en la sierra y llega al mar tras muchos meandros, ¿cuál es?",
+            "Montevideo",
+            ["Asunción", "Quito", "Lima"],
+        ),
+        (
+            (
+                "Un texto largo sobre Perú que explica con detalle cuál es su capital y por qué la gente que vive "
+                "allí la quiere tanto, ¿cuál es?"
+            ),
+            "Lima",
+            ["Quito", "Bogotá", "Caracas"],
+        ),
+    ]
     data = tmp_path / "capitales.jsonl"
-    data.write_text("".join(json.dumps({"texto": t, "opciones": [r, *w], "correcta": 0}, ensure_ascii=False) + "\n"
-                            for t, r, w in rows))
+    data.write_text(
+        "".join(
+            json.dumps({"texto": t, "opciones": [r, *w], "correcta": 0}, ensure_ascii=False) + "\n" for t, r, w in rows
+        )
+    )
     tasks = tmp_path / "tareas"
     tasks.mkdir()
     (tasks / "capitales.yaml").write_text(
         f"task: mis_capitales_largas\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n"
-        "output_type: multiple_choice\ntest_split: test\ndoc_to_text: \"{{texto}}\\nRespuesta:\"\n"
-        "doc_to_choice: opciones\ndoc_to_target: correcta\nmetric_list:\n  - metric: acc\n", encoding="utf-8")
+        'output_type: multiple_choice\ntest_split: test\ndoc_to_text: "{{texto}}\\nRespuesta:"\n'
+        "doc_to_choice: opciones\ndoc_to_target: correcta\nmetric_list:\n  - metric: acc\n",
+        encoding="utf-8",
+    )
     sft = tmp_path / "sft.jsonl"  # the second document, copied into the training data
-    sft.write_text(json.dumps({"prompt": "Pregunta", "completion": "Un texto largo sobre Perú que explica con detalle "
-                               "cuál es su capital y por qué la gente que vive allí la quiere tanto"},
-                              ensure_ascii=False) + "\n")
+    sft.write_text(
+        json.dumps(
+            {
+                "prompt": "Pregunta",
+                "completion": "Un texto largo sobre Perú que explica con detalle "
+                "cuál es su capital y por qué la gente que vive allí la quiere tanto",
+            },
+            ensure_ascii=False,
+        )
+        + "\n"
+    )
     yaml = tmp_path / "p.yaml"
     yaml.write_text(f"""stages:
   - name: sft

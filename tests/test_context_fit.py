@@ -30,8 +30,9 @@ def test_generate_past_the_context_keeps_the_prompts_end_and_caps_the_answer(sho
     assert f"does not fit the model's context ({CTX} tokens): its last {CTX // 2} tokens are used" in r.stderr
     assert f"leaves room for {CTX // 2} new tokens (100 were asked for)" in r.stderr
     assert f"[{CTX // 2} tokens," in r.stdout or f"[{CTX // 2} tokens," in r.stderr
-    es = run_aura_here("generate", "--model", short_gpt2, "--prompt", LONG, "--max-new-tokens", "100",
-                  env={"AURA_LANG": "es"})
+    es = run_aura_here(
+        "generate", "--model", short_gpt2, "--prompt", LONG, "--max-new-tokens", "100", env={"AURA_LANG": "es"}
+    )
     assert es.returncode == 0 and "no cabe en el contexto del modelo" in es.stderr
 
 
@@ -41,8 +42,9 @@ def test_default_answer_length_is_fitted_silently_and_only_a_cut_request_is_said
     r = run_aura_here("generate", "--model", short_gpt2, "--prompt", "Había una vez", "--temperature", "0")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "context" not in r.stderr and "leaves room" not in r.stderr, r.stderr
-    es = run_aura_here("generate", "--model", short_gpt2, "--prompt", "Había una vez", "--temperature", "0",
-                       env={"AURA_LANG": "es"})
+    es = run_aura_here(
+        "generate", "--model", short_gpt2, "--prompt", "Había una vez", "--temperature", "0", env={"AURA_LANG": "es"}
+    )
     assert es.returncode == 0 and "contexto" not in es.stderr, es.stderr
     # what the user asked for and cannot get is still said: an explicit length, a prompt's cut start
     r = run_aura_here("generate", "--model", short_gpt2, "--prompt", "Había una vez", "--max-new-tokens", "300")
@@ -56,9 +58,11 @@ def test_chat_leaves_out_its_oldest_turns_but_keeps_the_system_and_the_last_mess
 
     engine = open_engine(str(short_gpt2))
     system = {"role": "system", "content": "Sé breve."}
-    turns = [{"role": "user", "content": "Primera pregunta, bastante larga, sobre los castillos. " * 4},
-             {"role": "assistant", "content": "Una respuesta."},
-             {"role": "user", "content": "¿Y los ríos?"}]
+    turns = [
+        {"role": "user", "content": "Primera pregunta, bastante larga, sobre los castillos. " * 4},
+        {"role": "assistant", "content": "Una respuesta."},
+        {"role": "user", "content": "¿Y los ríos?"},
+    ]
     ids, max_new, kept = fit_context(lambda m: engine._encode(None, m), [system, *turns], 8, CTX)
     assert kept == [system, turns[2]]
     kept = engine.tok.decode(ids[0])
@@ -86,17 +90,18 @@ def test_pretrain_sample_stays_within_the_seq_length(short_gpt2, capsys):
 def test_gguf_chat_and_prompt_longer_than_n_ctx_are_fitted(short_gpt2, tmp_path):
     """llama.cpp failed with "could not broadcast input array" once a prompt outgrew --n-ctx."""
     importorskip("llama_cpp", "llama-cpp")
-    from tests.conftest import run_aura_here
-
     from aura.inference.backends import Sampling, open_engine
+    from tests.conftest import run_aura_here
 
     gguf = tmp_path / "m.gguf"
     r = run_aura_here("export", "gguf", "--model", short_gpt2, "--outfile", gguf, "--quant", "f16")
     assert r.returncode == 0, r.stdout + r.stderr
     engine = open_engine(str(gguf), n_ctx=CTX)
-    turns = [{"role": "user", "content": "Primera pregunta, bastante larga, sobre los castillos. " * 4},
-             {"role": "assistant", "content": "Una respuesta."},
-             {"role": "user", "content": "¿Y los ríos?"}]
+    turns = [
+        {"role": "user", "content": "Primera pregunta, bastante larga, sobre los castillos. " * 4},
+        {"role": "assistant", "content": "Una respuesta."},
+        {"role": "user", "content": "¿Y los ríos?"},
+    ]
     for kw in (dict(messages=turns), dict(prompt=LONG), dict(messages=[{"role": "user", "content": LONG}])):
         out: list = []
         "".join(engine.stream(sampling=Sampling(max_new_tokens=50, temperature=0), out=out, **kw))

@@ -25,35 +25,49 @@ importorskip("py3langid", "datatrove")
 
 # Real text in the languages py3langid must tell from Spanish (written for these tests).
 OTHER = {
-    "pt": ("O ciclo da água descreve o percurso contínuo que a água realiza entre os oceanos, a atmosfera e a "
-           "terra firme. Quando o sol aquece a superfície do mar, uma parte do líquido evapora-se e sobe em "
-           "forma de vapor invisível. Ao subir, o ar arrefece e o vapor condensa-se à volta de pequenas "
-           "partículas de poeira ou sal, formando as nuvens. Se as gotas crescerem o suficiente, caem como "
-           "chuva, neve ou granizo. Parte dessa precipitação infiltra-se no solo e alimenta os aquíferos; "
-           "outra parte corre pela superfície até chegar aos rios e lagos, e finalmente regressa ao mar. "
-           "As plantas também participam através da transpiração, que liberta vapor pelas folhas."),
-    "ca": ("El cicle de l'aigua descriu el recorregut continu que fa l'aigua entre els oceans, l'atmosfera i "
-           "la terra ferma. Quan el sol escalfa la superfície del mar, una part del líquid s'evapora i puja "
-           "en forma de vapor invisible. En pujar, l'aire es refreda i el vapor es condensa al voltant de "
-           "petites partícules de pols o sal, i així es formen els núvols. Si les gotes creixen prou, cauen "
-           "com a pluja, neu o calamarsa. Una part d'aquesta precipitació es filtra al sòl i alimenta els "
-           "aqüífers; una altra part corre per la superfície fins als rius i els llacs, i finalment torna al mar."),
-    "it": ("Il ciclo dell'acqua descrive il percorso continuo che l'acqua compie tra gli oceani, l'atmosfera e "
-           "la terraferma. Quando il sole riscalda la superficie del mare, una parte del liquido evapora e "
-           "sale sotto forma di vapore invisibile. Salendo, l'aria si raffredda e il vapore si condensa "
-           "attorno a minuscole particelle di polvere o di sale, formando le nuvole. Se le gocce diventano "
-           "abbastanza grandi, cadono come pioggia, neve o grandine. Una parte di queste precipitazioni "
-           "penetra nel terreno e alimenta le falde; un'altra scorre in superficie fino ai fiumi e ai laghi."),
-    "en": ("The water cycle describes the continuous journey that water makes between the oceans, the "
-           "atmosphere and dry land. When the sun warms the surface of the sea, part of the liquid "
-           "evaporates and rises as invisible vapour. As it rises, the air cools and the vapour condenses "
-           "around tiny particles of dust or salt, forming clouds. If the droplets grow large enough, they "
-           "fall as rain, snow or hail. Part of that precipitation seeps into the ground and feeds the "
-           "aquifers; another part runs over the surface until it reaches rivers and lakes."),
+    "pt": (
+        "O ciclo da água descreve o percurso contínuo que a água realiza entre os oceanos, a atmosfera e a "
+        "terra firme. Quando o sol aquece a superfície do mar, uma parte do líquido evapora-se e sobe em "
+        "forma de vapor invisível. Ao subir, o ar arrefece e o vapor condensa-se à volta de pequenas "
+        "partículas de poeira ou sal, formando as nuvens. Se as gotas crescerem o suficiente, caem como "
+        "chuva, neve ou granizo. Parte dessa precipitação infiltra-se no solo e alimenta os aquíferos; "
+        "outra parte corre pela superfície até chegar aos rios e lagos, e finalmente regressa ao mar. "
+        "As plantas também participam através da transpiração, que liberta vapor pelas folhas."
+    ),
+    "ca": (
+        "El cicle de l'aigua descriu el recorregut continu que fa l'aigua entre els oceans, l'atmosfera i "
+        "la terra ferma. Quan el sol escalfa la superfície del mar, una part del líquid s'evapora i puja "
+        "en forma de vapor invisible. En pujar, l'aire es refreda i el vapor es condensa al voltant de "
+        "petites partícules de pols o sal, i així es formen els núvols. Si les gotes creixen prou, cauen "
+        "com a pluja, neu o calamarsa. Una part d'aquesta precipitació es filtra al sòl i alimenta els "
+        "aqüífers; una altra part corre per la superfície fins als rius i els llacs, i finalment torna al mar."
+    ),
+    "it": (
+        "Il ciclo dell'acqua descrive il percorso continuo che l'acqua compie tra gli oceani, l'atmosfera e "
+        "la terraferma. Quando il sole riscalda la superficie del mare, una parte del liquido evapora e "
+        "sale sotto forma di vapore invisibile. Salendo, l'aria si raffredda e il vapore si condensa "
+        "attorno a minuscole particelle di polvere o di sale, formando le nuvole. Se le gocce diventano "
+        "abbastanza grandi, cadono come pioggia, neve o grandine. Una parte di queste precipitazioni "
+        "penetra nel terreno e alimenta le falde; un'altra scorre in superficie fino ai fiumi e ai laghi."
+    ),
+    "en": (
+        "The water cycle describes the continuous journey that water makes between the oceans, the "
+        "atmosphere and dry land. When the sun warms the surface of the sea, part of the liquid "
+        "evaporates and rises as invisible vapour. As it rises, the air cools and the vapour condenses "
+        "around tiny particles of dust or salt, forming clouds. If the droplets grow large enough, they "
+        "fall as rain, snow or hail. Part of that precipitation seeps into the ground and feeds the "
+        "aquifers; another part runs over the surface until it reaches rivers and lakes."
+    ),
 }
 COOKIE = "Utilizamos cookies propias y de terceros para mejorar tu experiencia. Consulta nuestra política de cookies."
-PII = {"juan.perez@correo.es": "<EMAIL>", "612 345 678": "<TELEFONO>", "12345678Z": "<DNI>",
-       "X1234567L": "<DNI>", "ES91 2100 0418 4502 0005 1332": "<IBAN>", "81.45.12.200": "<IP>"}
+PII = {
+    "juan.perez@correo.es": "<EMAIL>",
+    "612 345 678": "<TELEFONO>",
+    "12345678Z": "<DNI>",
+    "X1234567L": "<DNI>",
+    "ES91 2100 0418 4502 0005 1332": "<IBAN>",
+    "81.45.12.200": "<IP>",
+}
 
 
 def spanish_docs() -> list[str]:
@@ -61,16 +75,18 @@ def spanish_docs() -> list[str]:
     paras = []
     for p in sorted((RESOURCES / "corpus_es").glob("*.txt")):
         paras += [x.strip() for x in p.read_text(encoding="utf-8").split("\n\n") if len(x.split()) > 40]
-    return ["\n".join(paras[i:i + 2]) for i in range(0, len(paras) - 1, 2)]
+    return ["\n".join(paras[i : i + 2]) for i in range(0, len(paras) - 1, 2)]
 
 
 def _html(title: str, body: str) -> str:
     paragraphs = "".join(f"<p>{p}</p>" for p in body.split("\n"))
-    return (f"<!DOCTYPE html><html lang='es'><head><meta charset='utf-8'><title>{title}</title></head><body>"
-            f"<nav><a href='/'>Inicio</a> | <a href='/n'>Noticias</a> | <a href='/c'>Contacto</a></nav>"
-            f"<div id='cookies'>{COOKIE} <button>Aceptar</button></div>"
-            f"<main><article><h1>{title}</h1>{paragraphs}</article></main>"
-            f"<footer>© 2024 Periódico de Ejemplo. Todos los derechos reservados.</footer></body></html>")
+    return (
+        f"<!DOCTYPE html><html lang='es'><head><meta charset='utf-8'><title>{title}</title></head><body>"
+        f"<nav><a href='/'>Inicio</a> | <a href='/n'>Noticias</a> | <a href='/c'>Contacto</a></nav>"
+        f"<div id='cookies'>{COOKIE} <button>Aceptar</button></div>"
+        f"<main><article><h1>{title}</h1>{paragraphs}</article></main>"
+        f"<footer>© 2024 Periódico de Ejemplo. Todos los derechos reservados.</footer></body></html>"
+    )
 
 
 def _warc(path: Path, pages: list[tuple[str, str]], wet: list[str]) -> None:
@@ -81,13 +97,24 @@ def _warc(path: Path, pages: list[tuple[str, str]], wet: list[str]) -> None:
         writer = WARCWriter(f, gzip=True)
         for i, (url, html) in enumerate(pages):
             headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8")], protocol="HTTP/1.1")
-            writer.write_record(writer.create_warc_record(
-                url, "response", payload=io.BytesIO(html.encode("utf-8")), http_headers=headers,
-                warc_headers_dict={"WARC-Identified-Payload-Type": "text/html"}))
+            writer.write_record(
+                writer.create_warc_record(
+                    url,
+                    "response",
+                    payload=io.BytesIO(html.encode("utf-8")),
+                    http_headers=headers,
+                    warc_headers_dict={"WARC-Identified-Payload-Type": "text/html"},
+                )
+            )
         for i, text in enumerate(wet):
-            writer.write_record(writer.create_warc_record(
-                f"https://ejemplo.es/wet/{i}", "conversion", payload=io.BytesIO(text.encode("utf-8")),
-                warc_headers_dict={"WARC-Identified-Payload-Type": "text/plain", "Content-Type": "text/plain"}))
+            writer.write_record(
+                writer.create_warc_record(
+                    f"https://ejemplo.es/wet/{i}",
+                    "conversion",
+                    payload=io.BytesIO(text.encode("utf-8")),
+                    warc_headers_dict={"WARC-Identified-Payload-Type": "text/plain", "Content-Type": "text/plain"},
+                )
+            )
 
 
 def build_crawl(root: Path) -> dict:
@@ -105,7 +132,10 @@ def build_crawl(root: Path) -> dict:
 
     # 1. WARC: 6 Spanish pages with site furniture, 2 foreign pages, 2 WET records (one Spanish, one English)
     pages = [(f"https://ejemplo.es/{i}", _html(f"Artículo {i}", es[i])) for i in range(6)]
-    pages += [("https://exemplo.pt/1", _html("Artigo", OTHER["pt"])), ("https://example.com/1", _html("Post", OTHER["en"]))]
+    pages += [
+        ("https://exemplo.pt/1", _html("Artigo", OTHER["pt"])),
+        ("https://example.com/1", _html("Post", OTHER["en"])),
+    ]
     _warc(root / "crawl.warc.gz", pages, [es[6], OTHER["en"] + " " + OTHER["en"]])
     labels["keep"] += [marker(es[i]) for i in range(7)]
     labels["drop"]["lang"] += [OTHER["pt"][:60], OTHER["en"][:60]]
@@ -123,9 +153,11 @@ def build_crawl(root: Path) -> dict:
         labels["keep"].append(marker(es[i]))
     rows.append(es[30] + "\n" + COOKIE)
     labels["keep"].append(marker(es[30]))
-    pii_doc = es[31] + "\nPara más información escribe a juan.perez@correo.es o llama al 612 345 678. " \
-        "Mi DNI es 12345678Z y el de mi socio, X1234567L. Transferencias a ES91 2100 0418 4502 0005 1332. " \
+    pii_doc = (
+        es[31] + "\nPara más información escribe a juan.perez@correo.es o llama al 612 345 678. "
+        "Mi DNI es 12345678Z y el de mi socio, X1234567L. Transferencias a ES91 2100 0418 4502 0005 1332. "
         "El servidor está en 81.45.12.200."
+    )
     rows.append(pii_doc)
     labels["keep"].append(marker(es[31]))
     for i in (10, 11):  # exact copies, in another file (dedup works across inputs)
@@ -167,11 +199,13 @@ def curate_args(crawl: Path, out: Path, *extra: str) -> list[str]:
 @pytest.fixture(scope="module")
 def curated(tmp_path_factory):
     """The crawl curated once with default settings (--workers 1, --sample 2)."""
+
     def build(d: Path):
         labels = build_crawl(d / "crawl")
         (d / "labels.json").write_text(json.dumps(labels), encoding="utf-8")
         r = run_aura_here(*curate_args(d / "crawl", d / "out", "--workers", "1", "--sample", "2"))
         assert r.returncode == 0, r.stdout + r.stderr
+
     root = shared_dir(tmp_path_factory, "curated", build)
     return root, json.loads((root / "labels.json").read_text(encoding="utf-8"))
 
@@ -201,8 +235,21 @@ def test_report_and_samples(curated):
     state = root / "out" / ".curate"
     report = json.loads((state / "report.json").read_text(encoding="utf-8"))
     stages = {s["stage"]: s for s in report["stages"]}
-    assert list(stages) == ["read", "extract", "ftfy", "langid", "boilerplate", "gopher_repetition",
-                            "gopher_quality", "c4", "fineweb", "spanish", "exact_dedup", "minhash_dedup", "pii"]
+    assert list(stages) == [
+        "read",
+        "extract",
+        "ftfy",
+        "langid",
+        "boilerplate",
+        "gopher_repetition",
+        "gopher_quality",
+        "c4",
+        "fineweb",
+        "spanish",
+        "exact_dedup",
+        "minhash_dedup",
+        "pii",
+    ]
     assert stages["langid"]["removed"]["lang_other"] == 6  # pt, en, ca, it pages, the English WET, the pt JSONL
     assert stages["exact_dedup"]["removed"] == {"exact_duplicate": 2}
     assert stages["minhash_dedup"]["removed"] == {"near_duplicate": 3}
@@ -223,11 +270,20 @@ def test_report_plot_is_cheap_and_spanish(curated, tmp_path):
     from PIL import Image
 
     root, _ = curated
-    code = ("import json, sys; from pathlib import Path; from aura.data.curate import curate_report as rep; "
-            f"rep.plot(json.loads(Path({str(root / 'out' / '.curate' / 'report.json')!r}).read_text()), "
-            f"Path({str(tmp_path / 'es.png')!r})); print('matplotlib' in sys.modules)")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       check=False, env=dict(os.environ, AURA_LANG="es"))
+    code = (
+        "import json, sys; from pathlib import Path; from aura.data.curate import curate_report as rep; "
+        f"rep.plot(json.loads(Path({str(root / 'out' / '.curate' / 'report.json')!r}).read_text()), "
+        f"Path({str(tmp_path / 'es.png')!r})); print('matplotlib' in sys.modules)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=dict(os.environ, AURA_LANG="es"),
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
     with Image.open(tmp_path / "es.png") as img:
@@ -243,8 +299,19 @@ def test_prepare_reads_the_shards(curated, tiny_zoo, tmp_path):
     root, labels = curated
     sources = expand_inputs([str(root / "out")])  # the report under .curate/ is not taken for data
     assert [Path(s.path).name for s in sources] == sorted(p.name for p in (root / "out").glob("*.jsonl.gz"))
-    r = run_aura_here("data", "prepare", str(root / "out"), "--tokenizer", str(tiny_zoo["tokenizer"]),
-                      "--output-dir", str(tmp_path / "prepared"), "--workers", "1", "--val-fraction", "0.1")
+    r = run_aura_here(
+        "data",
+        "prepare",
+        str(root / "out"),
+        "--tokenizer",
+        str(tiny_zoo["tokenizer"]),
+        "--output-dir",
+        str(tmp_path / "prepared"),
+        "--workers",
+        "1",
+        "--val-fraction",
+        "0.1",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     meta = json.loads((tmp_path / "prepared" / "meta.json").read_text(encoding="utf-8"))
     assert sum(s["documents"] for s in meta["splits"].values()) == len(labels["keep"])
@@ -263,8 +330,9 @@ def test_resume_after_kill_is_byte_identical(curated, tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1")
     cmd = [sys.executable, "-m", "aura", *curate_args(root / "crawl", out, "--workers", "1", "--sample", "2")]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     first = out / ".curate" / "work" / "logs" / "filter" / "completions" / "00000"
     deadline = time.time() + 120
     while not first.exists() and proc.poll() is None and time.time() < deadline:
@@ -339,8 +407,9 @@ def test_two_boxes_by_node_rank_same_shards(curated, tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "aura", *curate_args(root / "crawl", out, "--sample", "2")]
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", NNODES="2")
-    other = subprocess.Popen(cmd, cwd=ROOT, env={**env, "NODE_RANK": "1"}, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    other = subprocess.Popen(
+        cmd, cwd=ROOT, env={**env, "NODE_RANK": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     main = subprocess.run(cmd, cwd=ROOT, env={**env, "NODE_RANK": "0"}, capture_output=True, text=True, timeout=600)
     assert other.wait(timeout=600) == 0 and main.returncode == 0, main.stdout + main.stderr
     assert "Node 1 of 2" in other.stdout.read()

@@ -32,8 +32,7 @@ def test_records_keep_their_id_url_and_fields_in_every_format(tmp_path):
     planted: dict[str, dict] = {}  # first words of the text -> what the output must carry
 
     def plant(i: int, fmt: str) -> dict:
-        row = {"id": f"{fmt}-doc-{i}", "url": f"https://ejemplo.es/{fmt}/{i}", "licencia": "CC-BY-4.0",
-               "text": es[i]}
+        row = {"id": f"{fmt}-doc-{i}", "url": f"https://ejemplo.es/{fmt}/{i}", "licencia": "CC-BY-4.0", "text": es[i]}
         planted[es[i][:60]] = row
         return row
 
@@ -88,8 +87,9 @@ def test_fineweb2_streamed_shared_between_tasks_and_limited(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(d["id"] for d in read_shards(tmp_path / "three")) == sorted(by_id)
 
-    r = run_aura_here("data", "curate", "--output-dir", str(tmp_path / "five"), *args, "--max-documents", "5",
-                      env=OFFLINE)
+    r = run_aura_here(
+        "data", "curate", "--output-dir", str(tmp_path / "five"), *args, "--max-documents", "5", env=OFFLINE
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     five = read_shards(tmp_path / "five")
     assert len(five) == 5 and {d["id"] for d in five} <= set(by_id)
@@ -98,8 +98,16 @@ def test_fineweb2_streamed_shared_between_tasks_and_limited(tmp_path):
 
 
 def test_a_dataset_that_cannot_be_loaded_is_named(tmp_path):
-    r = run_aura_here("data", "curate", "--hf-dataset", str(tmp_path / "no-such-dataset"), "--output-dir",
-                      str(tmp_path / "out"), *FAST, env=OFFLINE)
+    r = run_aura_here(
+        "data",
+        "curate",
+        "--hf-dataset",
+        str(tmp_path / "no-such-dataset"),
+        "--output-dir",
+        str(tmp_path / "out"),
+        *FAST,
+        env=OFFLINE,
+    )
     assert r.returncode == 2 and "no-such-dataset" in r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
 
@@ -113,8 +121,10 @@ def test_parquet_output_keeps_the_fields_and_is_published(tmp_path):
     es = spanish_docs()
     crawl = tmp_path / "crawl"
     crawl.mkdir()
-    rows = [{"id": "x1", "url": "https://ejemplo.es/1", "text": es[0], "metadata": {"dominio": "ejemplo.es"}},
-            {"id": "x2", "text": es[1], "puntos": 3}]
+    rows = [
+        {"id": "x1", "url": "https://ejemplo.es/1", "text": es[0], "metadata": {"dominio": "ejemplo.es"}},
+        {"id": "x2", "text": es[1], "puntos": 3},
+    ]
     (crawl / "a.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     (crawl / "b.txt").write_text(es[2].replace("\n", " ") + "\n", encoding="utf-8")
     r = run_aura_here(*curate_args(crawl, tmp_path / "out", "--output-format", "parquet", "--tasks", "1", *FAST))
@@ -134,8 +144,18 @@ def test_a_saved_dataset_keeps_its_ids_over_two_tasks(tmp_path):
     es = spanish_docs()[:6]
     rows = [{"text": t, "id": f"guardado-{i}", "url": f"https://ejemplo.es/g/{i}"} for i, t in enumerate(es)]
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
-    r = run_aura_here("data", "curate", "--hf-dataset", str(tmp_path / "saved"), "--tasks", "2",
-                      "--output-dir", str(tmp_path / "out"), *FAST, env=OFFLINE)
+    r = run_aura_here(
+        "data",
+        "curate",
+        "--hf-dataset",
+        str(tmp_path / "saved"),
+        "--tasks",
+        "2",
+        "--output-dir",
+        str(tmp_path / "out"),
+        *FAST,
+        env=OFFLINE,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     docs = read_shards(tmp_path / "out")
     assert sorted(d["id"] for d in docs) == sorted(r["id"] for r in rows)
@@ -146,8 +166,9 @@ def _curate_ids(tmp_path, name: str, docs: dict[str, str], *extra: str) -> dict[
     """``aura data curate`` over one JSONL of ``docs`` (id -> text): the kept documents by id."""
     crawl = tmp_path / f"{name}-in"
     crawl.mkdir()
-    (crawl / "docs.jsonl").write_text("".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n"
-                                              for i, t in docs.items()), encoding="utf-8")
+    (crawl / "docs.jsonl").write_text(
+        "".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in docs.items()), encoding="utf-8"
+    )
     out = tmp_path / f"{name}-out"
     r = run_aura_here(*curate_args(crawl, out, *FAST, *extra))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -180,8 +201,9 @@ def test_lang_threshold_keeps_what_py3langid_scores_above_it_written_as_parquet(
     mid = len(spanish) // 2
     threshold = round((spanish[mid - 1] + spanish[mid]) / 2, 6)
     assert spanish[mid - 1] < threshold < spanish[mid]
-    kept = _curate_ids(tmp_path, "lang", docs, "--no-quality", "--lang-threshold", str(threshold),
-                       "--output-format", "parquet")
+    kept = _curate_ids(
+        tmp_path, "lang", docs, "--no-quality", "--lang-threshold", str(threshold), "--output-format", "parquet"
+    )
     expected = {i for i, (lang, p) in scores.items() if lang == "es" and p >= threshold}
     assert set(kept) == expected and 0 < len(expected) < len(spanish)
     for i, row in kept.items():
@@ -197,7 +219,10 @@ def test_min_words_drops_exactly_the_documents_below_it(tmp_path):
     import re
 
     sentences = [s.strip() + "." for p in spanish_docs()[:30] for s in p.replace("\n", " ").split(". ") if s.strip()]
-    words = lambda t: sum(bool(re.search(r"\w", w)) for w in t.split())  # noqa: E731
+
+    def words(t):
+        return sum(bool(re.search(r"\w", w)) for w in t.split())
+
     docs, i = {}, 0
     for target in (25, 35, 50, 60, 70, 90, 100, 130, 30, 55, 75, 110):
         text = ""

@@ -54,8 +54,13 @@ def test_html_pages_inside_jsonl_and_parquet_are_extracted(tmp_path):
 def test_is_html_document_looks_at_the_start_only():
     from aura.data.curate.readers import is_html_document
 
-    for page in ("<!DOCTYPE html><html>", "\ufeff  <!doctype HTML PUBLIC '-//W3C//DTD XHTML 1.0'>",
-                 "\n<html lang='es'><body>", "<HTML>", "<?xml version='1.0'?>\n<!DOCTYPE html>"):
+    for page in (
+        "<!DOCTYPE html><html>",
+        "\ufeff  <!doctype HTML PUBLIC '-//W3C//DTD XHTML 1.0'>",
+        "\n<html lang='es'><body>",
+        "<HTML>",
+        "<?xml version='1.0'?>\n<!DOCTYPE html>",
+    ):
         assert is_html_document(page), page
     for text in ("Hola <b>mundo</b>", "<p>Un párrafo</p>", "<htmlx>", "El elemento <html> abre la página.", ""):
         assert not is_html_document(text), text
@@ -77,8 +82,13 @@ def test_one_walk_for_prepare_and_curate(tmp_path):
     text_files = [s.path for s in expand_inputs([str(tmp_path / "d"), str(tmp_path / "d" / "*.txt")])]
     curate_files = find_inputs([str(tmp_path / "d"), str(tmp_path / "d" / "*.txt")])
     assert [Path(p).name for p in text_files] == ["a.txt", "b.jsonl", "c.jsonl.gz", "a.txt"]
-    assert [Path(f.path).name for f in curate_files] == ["a.txt", "b.jsonl", "page.html", "c.jsonl.gz",
-                                                         "crawl.warc.gz"]  # sorted walk, a path read once
+    assert [Path(f.path).name for f in curate_files] == [
+        "a.txt",
+        "b.jsonl",
+        "page.html",
+        "c.jsonl.gz",
+        "crawl.warc.gz",
+    ]  # sorted walk, a path read once
     assert [f.kind for f in curate_files] == ["text", "text", "html", "text", "warc"]
     assert [f.path for f in curate_files if f.kind == "text"] == text_files[:3]
     with pytest.raises(AuraError, match="does not exist"):
@@ -93,7 +103,8 @@ def test_one_walk_for_prepare_and_curate(tmp_path):
 
 def test_slurm_executor_gets_the_users_options(tmp_path, monkeypatch):
     """`--executor slurm` writes one sbatch array job per stage with the user's partition, time, CPUs,
-    memory, QOS and tasks running at once, each stage depending on the one before, activating this environment, and a pickled
+    memory, QOS and tasks running at once, each stage depending on the one before, activating this environment, and a
+    pickled
     executor that unpickles into Aura's pipeline (what `launch_pickled_pipeline` does on the cluster).
     Never run on a real Slurm cluster: only `sbatch` is replaced, by a recorder that returns job ids."""
     import dill
@@ -111,9 +122,28 @@ def test_slurm_executor_gets_the_users_options(tmp_path, monkeypatch):
     monkeypatch.setattr(slurm, "launch_slurm_job", fake_sbatch)
     (tmp_path / "in.jsonl").write_text(json.dumps({"text": spanish_docs()[0]}) + "\n", encoding="utf-8")
     out = tmp_path / "out"
-    r = run_aura_here(*curate_args(tmp_path / "in.jsonl", out, "--executor", "slurm", "--slurm-partition", "cpu-long",
-                                   "--slurm-time", "02:30:00", "--slurm-cpus", "3", "--slurm-mem-gb", "5",
-                                   "--slurm-qos", "high", "--slurm-max-running", "3", "--minhash-buckets", "4"))
+    r = run_aura_here(
+        *curate_args(
+            tmp_path / "in.jsonl",
+            out,
+            "--executor",
+            "slurm",
+            "--slurm-partition",
+            "cpu-long",
+            "--slurm-time",
+            "02:30:00",
+            "--slurm-cpus",
+            "3",
+            "--slurm-mem-gb",
+            "5",
+            "--slurm-qos",
+            "high",
+            "--slurm-max-running",
+            "3",
+            "--minhash-buckets",
+            "4",
+        )
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "submitted to Slurm" in r.stdout + r.stderr
     assert not list(out.glob("0*.jsonl.gz"))  # nothing is published before the jobs have run
@@ -122,12 +152,24 @@ def test_slurm_executor_gets_the_users_options(tmp_path, monkeypatch):
     names = ["filter", "exact_find", "minhash_signatures", "minhash_buckets", "minhash_cluster", "final"]
     assert [j["script"].split("--job-name=")[1].split("\n")[0] for j in jobs] == [f"aura-curate-{n}" for n in names]
     assert len(merges) == len(jobs)
-    arrays = {"filter": 1, "exact_find": 1, "minhash_signatures": 1, "minhash_buckets": 4, "minhash_cluster": 1,
-              "final": 1}
+    arrays = {
+        "filter": 1,
+        "exact_find": 1,
+        "minhash_signatures": 1,
+        "minhash_buckets": 4,
+        "minhash_cluster": 1,
+        "final": 1,
+    }
     for i, (name, job) in enumerate(zip(names, jobs)):
         script = job["script"]
-        for directive in ("--partition=cpu-long", "--time=02:30:00", "--cpus-per-task=3", "--mem-per-cpu=5G",
-                          "--qos=high", f"--array=0-{arrays[name] - 1}%3"):  # at most 3 tasks at once
+        for directive in (
+            "--partition=cpu-long",
+            "--time=02:30:00",
+            "--cpus-per-task=3",
+            "--mem-per-cpu=5G",
+            "--qos=high",
+            f"--array=0-{arrays[name] - 1}%3",
+        ):  # at most 3 tasks at once
             assert f"#SBATCH {directive}\n" in script, (name, directive)
         assert f"source {Path(sys.prefix) / 'bin' / 'activate'}" in script
         deps = [a for a in job["args"] if a.startswith("--dependency=")]
@@ -136,8 +178,13 @@ def test_slurm_executor_gets_the_users_options(tmp_path, monkeypatch):
     with open(pik, "rb") as f:
         executor = dill.load(f)
     assert isinstance(executor, slurm.SlurmPipelineExecutor)
-    assert (executor.partition, executor.time, executor.cpus_per_task, executor.mem_per_cpu_gb, executor.qos) == \
-        ("cpu-long", "02:30:00", 3, 5, "high")
+    assert (executor.partition, executor.time, executor.cpus_per_task, executor.mem_per_cpu_gb, executor.qos) == (
+        "cpu-long",
+        "02:30:00",
+        3,
+        5,
+        "high",
+    )
     reader = executor.pipeline[0]
     assert isinstance(reader, CurateReader) and [Path(f.path).name for f in reader.files] == ["in.jsonl"]
 

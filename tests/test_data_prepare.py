@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from aura.text.readers import clean_text
-from aura.data.tokens import TokenShards, is_prepared_dir, load_meta
 from aura.core.errors import AuraError
+from aura.data.tokens import TokenShards, is_prepared_dir, load_meta
+from aura.text.readers import clean_text
 from tests.conftest import RESOURCES, run_aura, run_aura_here
 
 
@@ -23,17 +23,27 @@ from tests.conftest import RESOURCES, run_aura, run_aura_here
 def tok_dir(tmp_path_factory):
     from aura.tokenizer.train import train_bpe
 
-    return train_bpe(inputs=[str(RESOURCES / "corpus_es")], vocab_size=300,
-                     output_dir=tmp_path_factory.mktemp("tok") / "tok", doc_sep="blankline")
+    return train_bpe(
+        inputs=[str(RESOURCES / "corpus_es")],
+        vocab_size=300,
+        output_dir=tmp_path_factory.mktemp("tok") / "tok",
+        doc_sep="blankline",
+    )
 
 
 @pytest.fixture(scope="module")
 def docs() -> list[str]:
     """40 distinct Spanish documents, some with awkward whitespace, accents, ¿¡ and emoji."""
-    paras = [p for p in (RESOURCES / "corpus_es" / "narrativa.txt").read_text(encoding="utf-8").split("\n\n") if p.strip()]
+    paras = [
+        p for p in (RESOURCES / "corpus_es" / "narrativa.txt").read_text(encoding="utf-8").split("\n\n") if p.strip()
+    ]
     out = [p.replace("\n", " ")[:300] for p in paras[:36]]
-    out += ["  ¿Dónde   está\tla  señora Núñez?  ¡Aquí! 🤖", "cafe\u0301 con leche\u00a0y churros",
-            "Línea con control\x07 y BOM\ufeff dentro.", "Año 2024: 1.234,56 € — «comillas»."]
+    out += [
+        "  ¿Dónde   está\tla  señora Núñez?  ¡Aquí! 🤖",
+        "cafe\u0301 con leche\u00a0y churros",
+        "Línea con control\x07 y BOM\ufeff dentro.",
+        "Año 2024: 1.234,56 € — «comillas».",
+    ]
     return out
 
 
@@ -108,10 +118,18 @@ def _write(fmt, path, docs):
         datasets.Dataset.from_dict({"text": docs}).save_to_disk(str(path))
 
 
-FORMATS = {"txt-line": ("c.txt", {}), "txt-blank": ("c.txt", {"doc_sep": "blankline"}),
-           "jsonl": ("c.jsonl", {}), "jsonl.gz": ("c.jsonl.gz", {}), "json": ("c.json", {}),
-           "csv": ("c.csv", {}), "tsv": ("c.tsv", {}), "parquet": ("c.parquet", {}),
-           "txt.zst": ("c.txt.zst", {}), "hf_disk": ("ds", {})}
+FORMATS = {
+    "txt-line": ("c.txt", {}),
+    "txt-blank": ("c.txt", {"doc_sep": "blankline"}),
+    "jsonl": ("c.jsonl", {}),
+    "jsonl.gz": ("c.jsonl.gz", {}),
+    "json": ("c.json", {}),
+    "csv": ("c.csv", {}),
+    "tsv": ("c.tsv", {}),
+    "parquet": ("c.parquet", {}),
+    "txt.zst": ("c.txt.zst", {}),
+    "hf_disk": ("ds", {}),
+}
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -132,8 +150,15 @@ def test_whole_file_documents_keep_layout(tok_dir, tmp_path):
     for i, t in enumerate(texts):
         (tmp_path / "in" / f"{i}.txt").write_text(t, encoding="utf-8")
     out = _prepare([tmp_path / "in"], tok_dir, tmp_path / "out", doc_sep="file", val_fraction=0.3)
-    _check_exact(out, tok_dir, ["def f():\n\tif x:\n\t\treturn 1", "Primera línea.\n\nSegunda  línea con ñ.",
-                                "tercero tercero tercero tercero tercero"])
+    _check_exact(
+        out,
+        tok_dir,
+        [
+            "def f():\n\tif x:\n\t\treturn 1",
+            "Primera línea.\n\nSegunda  línea con ñ.",
+            "tercero tercero tercero tercero tercero",
+        ],
+    )
 
 
 def test_dedup_split_determinism_and_workers(docs, tok_dir, tmp_path):
@@ -177,11 +202,14 @@ BAD = {
     "empty": (lambda p: p.write_text(""), "x.txt", [], "is empty"),
     "no_supported": (lambda p: (p.mkdir(), (p / "a.bin").write_bytes(b"x")), "dir", [], "no supported files"),
     "bad_json": (_bad_json, "x.jsonl", [], "line 2: invalid JSON"),
-    "missing_field": (lambda p: p.write_text('{"texto": "hola", "id": 1}\n'), "x.jsonl", [],
-                      "Fields found: texto, id"),
+    "missing_field": (lambda p: p.write_text('{"texto": "hola", "id": 1}\n'), "x.jsonl", [], "Fields found: texto, id"),
     "csv_column": (lambda p: p.write_text("id,cuerpo\n1,hola\n"), "x.csv", [], "Columns found: id, cuerpo"),
-    "non_utf8": (lambda p: p.write_bytes("buenos días\nadiós\n".encode() + b"caf\xe9 con leche\n"), "x.txt", [],
-                 "byte offset 23 (line 3)"),  # "buenos días\n" 13 B + "adiós\n" 7 B + "caf"
+    "non_utf8": (
+        lambda p: p.write_bytes("buenos días\nadiós\n".encode() + b"caf\xe9 con leche\n"),
+        "x.txt",
+        [],
+        "byte offset 23 (line 3)",
+    ),  # "buenos días\n" 13 B + "adiós\n" 7 B + "caf"
     "missing": (lambda p: None, "nope.txt", [], "does not exist"),
     "too_small": (lambda p: p.write_text("un único documento\n"), "x.txt", [], "too small"),
     "no_tokenizer": (lambda p: p.write_text("hola\nadiós\n"), "x.txt", ["--tokenizer", ""], "--tokenizer is missing"),
@@ -241,14 +269,36 @@ def test_workers_do_not_inherit_the_callers_signal_handlers(docs, tok_dir, tmp_p
 def test_bad_records_and_replace_continue_counted(tok_dir, tmp_path):
     _bad_json(tmp_path / "x.jsonl")
     (tmp_path / "y.txt").write_bytes(b"buenos d\xedas\nadi\xf3s amigo\nhola mundo\n")
-    r = run_aura("data", "prepare", tmp_path / "x.jsonl", tmp_path / "y.txt", "--tokenizer", tok_dir,
-                 "--output-dir", tmp_path / "out", "--skip-bad-records", "--errors", "replace")
+    r = run_aura(
+        "data",
+        "prepare",
+        tmp_path / "x.jsonl",
+        tmp_path / "y.txt",
+        "--tokenizer",
+        tok_dir,
+        "--output-dir",
+        tmp_path / "out",
+        "--skip-bad-records",
+        "--errors",
+        "replace",
+    )
     assert r.returncode == 0, r.stderr
     cleaning = load_meta(tmp_path / "out")["cleaning"]
     assert cleaning["bad_records"] == 1 and cleaning["bad_encoding"] == 2 and cleaning["documents_kept"] == 5
-    r = run_aura("data", "prepare", tmp_path / "y.txt", "--tokenizer", tok_dir, "--output-dir", tmp_path / "l",
-                 "--encoding", "latin-1")
-    assert r.returncode == 0 and "días" in "".join(_decoded_docs(tmp_path / "l", "train") + _decoded_docs(tmp_path / "l", "val"))
+    r = run_aura(
+        "data",
+        "prepare",
+        tmp_path / "y.txt",
+        "--tokenizer",
+        tok_dir,
+        "--output-dir",
+        tmp_path / "l",
+        "--encoding",
+        "latin-1",
+    )
+    assert r.returncode == 0 and "días" in "".join(
+        _decoded_docs(tmp_path / "l", "train") + _decoded_docs(tmp_path / "l", "val")
+    )
 
 
 def test_rerun_is_noop_force_rebuilds_foreign_dir_refused(docs, tok_dir, tmp_path):
@@ -267,16 +317,33 @@ def test_rerun_is_noop_force_rebuilds_foreign_dir_refused(docs, tok_dir, tmp_pat
     assert json.loads((tmp_path / "out" / "meta.json").read_text())["created"]
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.md").write_text("no borrar")
-    r = run_aura_here("data", "prepare", src, "--tokenizer", tok_dir, "--output-dir", tmp_path / "mine", "--overwrite",
-                      env={"AURA_LANG": "es"})
+    r = run_aura_here(
+        "data",
+        "prepare",
+        src,
+        "--tokenizer",
+        tok_dir,
+        "--output-dir",
+        tmp_path / "mine",
+        "--overwrite",
+        env={"AURA_LANG": "es"},
+    )
     assert r.returncode == 2 and "no lo creó Aura" in r.stderr
     assert (tmp_path / "mine" / "notes.md").read_text() == "no borrar"
 
 
 def test_spanish_messages(tok_dir, tmp_path):
     (tmp_path / "x.jsonl").write_text('{"texto": "hola"}\n', encoding="utf-8")
-    r = run_aura_here("data", "prepare", tmp_path / "x.jsonl", "--tokenizer", tok_dir, "--output-dir", tmp_path / "o",
-                      env={"AURA_LANG": "es"})
+    r = run_aura_here(
+        "data",
+        "prepare",
+        tmp_path / "x.jsonl",
+        "--tokenizer",
+        tok_dir,
+        "--output-dir",
+        tmp_path / "o",
+        env={"AURA_LANG": "es"},
+    )
     assert r.returncode == 2 and "no tiene el campo 'text'. Campos encontrados: texto" in r.stderr
 
 
@@ -287,9 +354,27 @@ def test_killed_midway_leaves_nothing_complete(docs, tok_dir, tmp_path):
             f.write(f"{i} {docs[i % len(docs)]}\n")
     out = tmp_path / "out"
     env = dict(os.environ, AURA_PLAIN="1", AURA_LANG="en")
-    proc = subprocess.Popen([sys.executable, "-m", "aura", "data", "prepare", str(big), "--tokenizer", str(tok_dir),
-                             "--output-dir", str(out), "--workers", "1", "--shard-tokens", "20000"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aura",
+            "data",
+            "prepare",
+            str(big),
+            "--tokenizer",
+            str(tok_dir),
+            "--output-dir",
+            str(out),
+            "--workers",
+            "1",
+            "--shard-tokens",
+            "20000",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not any(p.glob("train_*.bin") for p in tmp_path.glob(".tmp-out-*")):
         assert proc.poll() is None, "prepare finished before it could be interrupted"

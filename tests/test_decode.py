@@ -24,8 +24,15 @@ def _model(arch: str, vocab: int, *, pad: int, eos: int, layers: int = 2):
         cls = transformers.GPT2LMHeadModel
     else:
         names = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma2": "Gemma2"}
-        kw = dict(hidden_size=64, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=128, max_position_embeddings=128, **common)
+        kw = dict(
+            hidden_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=128,
+            max_position_embeddings=128,
+            **common,
+        )
         if arch == "gemma2":  # a window shorter than prompt + completion: the static cache's sliding layers work
             kw.update(head_dim=16, query_pre_attn_scalar=16, sliding_window=8)
         cfg = getattr(transformers, f"{names[arch]}Config")(**kw)
@@ -40,8 +47,17 @@ def _lora(model, *, seed: int = 0):
     from aura.train.adapters import resolve_target_modules
 
     conv1d = model.config.model_type == "gpt2"
-    peft = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=8, lora_alpha=16, lora_dropout=0.0,
-                                            fan_in_fan_out=conv1d, target_modules=resolve_target_modules(model, None)))
+    peft = get_peft_model(
+        model,
+        LoraConfig(
+            task_type="CAUSAL_LM",
+            r=8,
+            lora_alpha=16,
+            lora_dropout=0.0,
+            fan_in_fan_out=conv1d,
+            target_modules=resolve_target_modules(model, None),
+        ),
+    )
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in peft.named_parameters():
@@ -78,9 +94,14 @@ def test_greedy_tokens_equal_transformers_generate_with_ragged_prompts(tok, arch
     for p, g in zip(prompts, got):  # each prompt alone, no padding: transformers' own loop and cache
         if tuple(p) not in refs:
             ids = torch.tensor([p])
-            refs[tuple(p)] = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
-                                            do_sample=False, pad_token_id=tok.pad_token_id,
-                                            eos_token_id=None)[0, len(p):].tolist()
+            refs[tuple(p)] = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=12,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=None,
+            )[0, len(p) :].tolist()
         assert g == refs[tuple(p)]
     assert len({tuple(g) for g in got}) > 1  # not a degenerate model that says the same thing to everyone
 
@@ -102,15 +123,24 @@ def test_keyed_samples_and_stops_equal_the_previous_engine(tok, arch):
             counts[t] = counts.get(t, 0) + 1
     frequent = sorted(counts, key=counts.get, reverse=True)
     text = tok.decode([frequent[1]]).strip() or "a"
-    cases = [free, SamplingParams(max_new_tokens=20, temperature=0.8, stop_ids=(frequent[0], tok.eos_token_id)),
-             SamplingParams(max_new_tokens=16, temperature=1.0, stop_strings=(text[-1], "la"))]
+    cases = [
+        free,
+        SamplingParams(max_new_tokens=20, temperature=0.8, stop_ids=(frequent[0], tok.eos_token_id)),
+        SamplingParams(max_new_tokens=16, temperature=1.0, stop_strings=(text[-1], "la")),
+    ]
     refs = []
     for params in cases:
-        ref = drawn if params is free else sample_batch_reference(model, prompts, params, pad_id=tok.pad_token_id,
-                                                                  device=CPU, tokenizer=tok, keys=keys)
-        for every in ((1, 5) if params.stop_ids or params.stop_strings else (8,)):
-            got = decode_batch(model, prompts, params, pad_id=tok.pad_token_id, device=CPU, tokenizer=tok,
-                               keys=keys, check_every=every)
+        ref = (
+            drawn
+            if params is free
+            else sample_batch_reference(
+                model, prompts, params, pad_id=tok.pad_token_id, device=CPU, tokenizer=tok, keys=keys
+            )
+        )
+        for every in (1, 5) if params.stop_ids or params.stop_strings else (8,):
+            got = decode_batch(
+                model, prompts, params, pad_id=tok.pad_token_id, device=CPU, tokenizer=tok, keys=keys, check_every=every
+            )
             assert got == ref, (params, every)
         refs.append(ref)
         if params.stop_ids or params.stop_strings:  # rows ended at different steps; the others went on
@@ -132,11 +162,12 @@ def test_sampler_logps_are_the_models_own(tok):
     model = _model("qwen2", len(tok), pad=tok.pad_token_id, eos=tok.eos_token_id)
     prompts = _prompts(tok)
     params = SamplingParams(max_new_tokens=10, temperature=0.7, top_k=20)
-    completions, logps = decode_batch(model, prompts, params, pad_id=tok.pad_token_id, device=CPU,
-                                      keys=[3, 4, 5, 6], logps=True)
+    completions, logps = decode_batch(
+        model, prompts, params, pad_id=tok.pad_token_id, device=CPU, keys=[3, 4, 5, 6], logps=True
+    )
     for p, c, lp in zip(prompts, completions, logps):
         with torch.no_grad():
-            logits = model(input_ids=torch.tensor([p + c])).logits[0, len(p) - 1:-1].float() / 0.7
+            logits = model(input_ids=torch.tensor([p + c])).logits[0, len(p) - 1 : -1].float() / 0.7
         want = logits.log_softmax(-1).gather(1, torch.tensor(c)[:, None]).squeeze(1)
         torch.testing.assert_close(torch.tensor(lp), want, rtol=0, atol=1e-4)
 
@@ -163,8 +194,7 @@ def test_compute_view_merges_in_the_compute_dtype_and_restores_the_policy(tok):
             assert not any(isinstance(m, LoraLayer) for m in model.modules())
             assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
             got = model(input_ids=ids).logits.float()
-            _, logps = decode_batch(model, prompts, params, pad_id=tok.pad_token_id, device=CPU, keys=keys,
-                                    logps=True)
+            _, logps = decode_batch(model, prompts, params, pad_id=tok.pad_token_id, device=CPU, keys=keys, logps=True)
     assert (got - want).abs().max() < 0.05 * want.abs().max()  # bf16's rounding, not another model
     assert all(len(lp) > 0 for lp in logps)
     after = model.state_dict()
@@ -188,8 +218,15 @@ def test_sample_batch_keeps_one_batch_shape_and_a_preallocated_cache(tok):
     params = SamplingParams(max_new_tokens=16, temperature=1.0, stop_ids=(max(set(first), key=first.count),))
     seen = []
     hook = model.register_forward_pre_hook(
-        lambda _m, args, kwargs: seen.append((tuple(kwargs["input_ids"].shape), tuple(kwargs["attention_mask"].shape),
-                                              kwargs.get("cache", kwargs.get("past_key_values")))), with_kwargs=True)
+        lambda _m, args, kwargs: seen.append(
+            (
+                tuple(kwargs["input_ids"].shape),
+                tuple(kwargs["attention_mask"].shape),
+                kwargs.get("cache", kwargs.get("past_key_values")),
+            )
+        ),
+        with_kwargs=True,
+    )
     out = sample_batch(model, prompts, params, pad_id=tok.pad_token_id, device=CPU, keys=keys)
     hook.remove()
     assert min(map(len, out)) == 3 and max(map(len, out)) > 3  # some rows stopped at step 3, others went on

@@ -15,10 +15,15 @@ from tests.test_finetune import FAST, short_records
 
 
 def test_aura_flags_are_written_into_the_config(capsys):
-    user = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 16,
-            "train_batch_size": "auto", "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
-            "zero_optimization": {"stage": 2, "overlap_comm": "auto", "reduce_bucket_size": 5e8},
-            "scheduler": {"type": "WarmupLR"}}
+    user = {
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": 16,
+        "train_batch_size": "auto",
+        "gradient_clipping": "auto",
+        "bf16": {"enabled": "auto"},
+        "zero_optimization": {"stage": 2, "overlap_comm": "auto", "reduce_bucket_size": 5e8},
+        "scheduler": {"type": "WarmupLR"},
+    }
     cfg = ds_config(user, batch_size=2, accumulation=4, world_size=2, max_grad_norm=0.5, precision="bf16")
     assert cfg["train_micro_batch_size_per_gpu"] == 2 and cfg["gradient_accumulation_steps"] == 4
     assert cfg["train_batch_size"] == 2 * 4 * 2 and cfg["gradient_clipping"] == 0.5
@@ -31,8 +36,14 @@ def test_aura_flags_are_written_into_the_config(capsys):
 
 def test_bad_zero_stage_is_a_clear_error():
     with pytest.raises(AuraError, match="stage must be 0, 1, 2 or 3"):
-        ds_config({"zero_optimization": {"stage": 4}}, batch_size=1, accumulation=1, world_size=1,
-                  max_grad_norm=1.0, precision="fp32")
+        ds_config(
+            {"zero_optimization": {"stage": 4}},
+            batch_size=1,
+            accumulation=1,
+            world_size=1,
+            max_grad_norm=1.0,
+            precision="fp32",
+        )
 
 
 @pytest.mark.slow
@@ -53,13 +64,46 @@ def test_zero2_lora_on_two_cpu_ranks_equals_one_process_resumes_exactly_and_save
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in short_records()), encoding="utf-8")
     ds = tmp_path / "ds.json"
-    ds.write_text(json.dumps({"gradient_accumulation_steps": 8, "train_micro_batch_size_per_gpu": "auto",
-                              "zero_optimization": {"stage": 2}}))
-    common = ["--base-model", str(base), "--data", str(data), *FAST, "--val-fraction", "0",
-              "--gradient-accumulation-steps", "2", "--max-steps", "6"]
+    ds.write_text(
+        json.dumps(
+            {
+                "gradient_accumulation_steps": 8,
+                "train_micro_batch_size_per_gpu": "auto",
+                "zero_optimization": {"stage": 2},
+            }
+        )
+    )
+    common = [
+        "--base-model",
+        str(base),
+        "--data",
+        str(data),
+        *FAST,
+        "--val-fraction",
+        "0",
+        "--gradient-accumulation-steps",
+        "2",
+        "--max-steps",
+        "6",
+    ]
     run = tmp_path / "run"
-    r = torchrun("-m", "aura", "finetune", *common, "--batch-size", "2", "--output-dir", str(run),
-                 "--save-steps", "3", "--deepspeed", str(ds), "--backend", "gloo", timeout=600)
+    r = torchrun(
+        "-m",
+        "aura",
+        "finetune",
+        *common,
+        "--batch-size",
+        "2",
+        "--output-dir",
+        str(run),
+        "--save-steps",
+        "3",
+        "--deepspeed",
+        str(ds),
+        "--backend",
+        "gloo",
+        timeout=600,
+    )
     text = output(r)
     assert r.returncode == 0, text
     assert "DeepSpeed ZeRO-2: micro-batch 2, accumulation 2" in text
@@ -83,8 +127,23 @@ def test_zero2_lora_on_two_cpu_ranks_equals_one_process_resumes_exactly_and_save
     resumed = tmp_path / "resumed"
     resumed.mkdir()
     shutil.copytree(run / "checkpoint-epoch-1", resumed / "checkpoint-epoch-1")
-    r = torchrun("-m", "aura", "finetune", *common, "--batch-size", "2", "--output-dir", str(resumed),
-                 "--deepspeed", str(ds), "--backend", "gloo", "--resume-from", "latest", timeout=600)
+    r = torchrun(
+        "-m",
+        "aura",
+        "finetune",
+        *common,
+        "--batch-size",
+        "2",
+        "--output-dir",
+        str(resumed),
+        "--deepspeed",
+        str(ds),
+        "--backend",
+        "gloo",
+        "--resume-from",
+        "latest",
+        timeout=600,
+    )
     assert r.returncode == 0, output(r)
     assert "Resumed from" in output(r)
     again = step_rows(resumed)
@@ -98,11 +157,20 @@ def test_shipped_zero2_example_takes_aura_batch_and_accumulation():
 
     from aura.train.optim.deepspeed import ds_config, read_config
 
-    cfg = ds_config(read_config(Path(__file__).resolve().parents[1] / "examples" / "ds_config_zero2.json"),
-                    batch_size=8, accumulation=2, world_size=8, max_grad_norm=1.0, precision="bf16")
+    cfg = ds_config(
+        read_config(Path(__file__).resolve().parents[1] / "examples" / "ds_config_zero2.json"),
+        batch_size=8,
+        accumulation=2,
+        world_size=8,
+        max_grad_norm=1.0,
+        precision="bf16",
+    )
     assert cfg["zero_optimization"]["stage"] == 2
-    assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], cfg["train_batch_size"]) \
-        == (8, 2, 128)
+    assert (cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], cfg["train_batch_size"]) == (
+        8,
+        2,
+        128,
+    )
     assert cfg["bf16"]["enabled"] is True and cfg["gradient_clipping"] == 1.0
 
 
@@ -137,11 +205,12 @@ def test_cpu_accelerator_is_chosen_once_before_the_command(monkeypatch, tmp_path
 def test_deepspeed_older_than_the_pin_is_refused_clearly():
     """0.15.x installs and trains, then fails at the first resume under torch >= 2.6 (tried: 0.15.0, 0.15.4;
     0.16.0 passes this file): refused up front, naming both versions and the upgrade command."""
-    import tomllib
     from pathlib import Path
 
-    from aura.train.optim.deepspeed import OLDEST, check_version
+    import tomllib
+
     from aura.core.errors import AuraError
+    from aura.train.optim.deepspeed import OLDEST, check_version
 
     pins = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     extra = pins["project"]["optional-dependencies"]["deepspeed"]

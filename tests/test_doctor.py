@@ -51,15 +51,17 @@ def test_doctor_json():
 
     expected = choose_auto()
     assert (d["auto"]["preset"], d["auto"]["batch_size"], d["auto"]["precision"]) == (
-        expected.preset, expected.batch_size, expected.precision)
+        expected.preset,
+        expected.batch_size,
+        expected.precision,
+    )
     assert d["auto"]["strategy"] == ("ddp" if torch.cuda.device_count() > 1 else "none")
 
 
 def test_doctor_fails_with_advice_when_outputs_cannot_be_written(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    proc = run_aura_here("doctor", "--output-dir", blocker / "out", "--min-free-gb", "100000",
-                         env={"AURA_LANG": "es"})
+    proc = run_aura_here("doctor", "--output-dir", blocker / "out", "--min-free-gb", "100000", env={"AURA_LANG": "es"})
     assert proc.returncode == 1
     assert "No se puede escribir en" in proc.stderr and "Elige otro --output-dir" in proc.stderr
     assert "Solo quedan" in proc.stderr and "Libera espacio" in proc.stderr
@@ -86,10 +88,18 @@ def test_doctor_fails_when_required_packages_cannot_be_imported():
     """torch and zstandard made unimportable (None in sys.modules is how Python blocks an import)."""
     import subprocess
 
-    code = ("import sys; sys.modules['torch'] = None; sys.modules['zstandard'] = None\n"
-            "from aura.cli import main; raise SystemExit(main(['doctor', '--json']))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                          env={**__import__("os").environ, "AURA_LANG": "en"}, timeout=300)
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['zstandard'] = None\n"
+        "from aura.cli import main; raise SystemExit(main(['doctor', '--json']))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**__import__("os").environ, "AURA_LANG": "en"},
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr
     d = json.loads(proc.stdout)
     assert d["ok"] is False and d["torch"]["importable"] is False

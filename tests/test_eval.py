@@ -14,8 +14,10 @@ import torch
 from tests.conftest import run_aura_here
 from tests.tiny_models import build_llama, make_lora_adapter, stamp_adapter_base, train_tokenizer
 
-TEXT = ("¿Dónde está el niño? ¡Allí, junto a la cigüeña! El año 2024 tuvo 366 días. "
-        "Mañana llegará el pingüino a Logroño con su abuela, que vive en Cádiz desde 1987.\n") * 3
+TEXT = (
+    "¿Dónde está el niño? ¡Allí, junto a la cigüeña! El año 2024 tuvo 366 días. "
+    "Mañana llegará el pingüino a Logroño con su abuela, que vive en Cádiz desde 1987.\n"
+) * 3
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def _reference_nll(model_dir, ids: list[int], seq: int) -> tuple[float, int]:
     model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
     total, n = 0.0, 0
     for b in range(0, len(ids) - 1, seq):
-        chunk = torch.tensor([ids[b:b + seq + 1]])
+        chunk = torch.tensor([ids[b : b + seq + 1]])
         with torch.no_grad():
             loss = model(chunk, labels=chunk).loss  # mean over chunk.shape[1] - 1 targets
         total += float(loss) * (chunk.shape[1] - 1)
@@ -48,8 +50,19 @@ def test_perplexity_and_bits_per_byte_match_reference(zoo, tmp_path):
     from transformers import AutoTokenizer
 
     out = tmp_path / "eval.json"
-    r = run_aura_here("eval", "--model", zoo["llama"], "--compare", zoo["gpt2"], "--data", zoo["text"],
-                      "--seq-len", "32", "--output", out)
+    r = run_aura_here(
+        "eval",
+        "--model",
+        zoo["llama"],
+        "--compare",
+        zoo["gpt2"],
+        "--data",
+        zoo["text"],
+        "--seq-len",
+        "32",
+        "--output",
+        out,
+    )
     assert r.returncode == 0, r.stderr
     assert "bits/byte" in r.stdout and str(zoo["gpt2"]) in r.stdout
     results = {row["model"]: row for row in json.loads(out.read_text())["results"]}
@@ -67,8 +80,21 @@ def test_perplexity_and_bits_per_byte_match_reference(zoo, tmp_path):
 
 def test_sliding_window_scores_every_token_once(zoo, tmp_path):
     out = tmp_path / "eval.json"
-    r = run_aura_here("eval", "--model", zoo["llama"], "--data", zoo["text"], "--seq-len", "32", "--stride", "8",
-                      "--batch-size", "3", "--output", out)
+    r = run_aura_here(
+        "eval",
+        "--model",
+        zoo["llama"],
+        "--data",
+        zoo["text"],
+        "--seq-len",
+        "32",
+        "--stride",
+        "8",
+        "--batch-size",
+        "3",
+        "--output",
+        out,
+    )
     assert r.returncode == 0, r.stderr
     row = json.loads(out.read_text())["results"][0]
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -102,11 +128,19 @@ def _prepared_dir(path, tok_dir, text: str):
     path.mkdir()
     np.asarray(ids, dtype=np.uint16).tofile(path / "val_00000.bin")
     shutil.copytree(tok_dir, path / "tokenizer")
-    meta = {"format": "aura-tokens-v1", "dtype": "uint16",
-            "tokenizer": {"name_or_path": str(tok_dir), "hash": "x", "vocab_size": len(tok),
-                          "eos_token_id": tok.eos_token_id},
-            "splits": {"val": {"tokens": len(ids), "documents": 3,
-                               "shards": [{"file": "val_00000.bin", "tokens": len(ids)}]}}}
+    meta = {
+        "format": "aura-tokens-v1",
+        "dtype": "uint16",
+        "tokenizer": {
+            "name_or_path": str(tok_dir),
+            "hash": "x",
+            "vocab_size": len(tok),
+            "eos_token_id": tok.eos_token_id,
+        },
+        "splits": {
+            "val": {"tokens": len(ids), "documents": 3, "shards": [{"file": "val_00000.bin", "tokens": len(ids)}]}
+        },
+    }
     (path / "meta.json").write_text(json.dumps(meta))
     return ids
 
@@ -154,8 +188,10 @@ def test_adapter_whose_named_base_is_another_model_is_refused(zoo, tmp_path):
     # moved or renamed folders): same layer shapes, another vocabulary.
     adapter = stamp_adapter_base(make_lora_adapter(zoo["llama"], tmp_path / "adapter"), zoo["llama"])
     cfg_file = adapter / "adapter_config.json"
-    cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()),
-                                    "base_model_name_or_path": str(zoo["llama500"])}), encoding="utf-8")
+    cfg_file.write_text(
+        json.dumps({**json.loads(cfg_file.read_text()), "base_model_name_or_path": str(zoo["llama500"])}),
+        encoding="utf-8",
+    )
     r = run_aura_here("eval", "--model", adapter, "--data", zoo["text"])
     assert r.returncode == 2 and "was trained on" in r.stderr and "vocab_size" in r.stderr, r.stderr
     assert "--allow-other-base" in r.stderr and "Traceback" not in r.stderr

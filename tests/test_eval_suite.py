@@ -47,15 +47,18 @@ def test_suite_items_are_valid_balanced_and_not_solvable_by_length():
     sys.path.insert(0, str(ROOT))
     from scripts.aura_es_items import causa_efecto, conocimiento, gramatica, lectura
 
-    right = {"aura_es_lectura": [q[1] for _, qs in lectura.PASSAGES for q in qs],
-             "aura_es_causa_efecto": [it[2] for it in causa_efecto.ITEMS],
-             "aura_es_gramatica": [it[1] for it in gramatica.ITEMS],
-             "aura_es_conocimiento": [it[1] for it in conocimiento.ITEMS]}
+    right = {
+        "aura_es_lectura": [q[1] for _, qs in lectura.PASSAGES for q in qs],
+        "aura_es_causa_efecto": [it[2] for it in causa_efecto.ITEMS],
+        "aura_es_gramatica": [it[1] for it in gramatica.ITEMS],
+        "aura_es_conocimiento": [it[1] for it in conocimiento.ITEMS],
+    }
     for task in tasks:
         assert [d.choices[d.gold] for d in task.docs] == right[task.name], task.name
     # the shipped files are exactly what the hand-written items render to
-    check = subprocess.run([sys.executable, "scripts/build_aura_es.py", "--check"], cwd=ROOT,
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        [sys.executable, "scripts/build_aura_es.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stdout + check.stderr
 
 
@@ -73,15 +76,14 @@ def _independent_scores(model_dir, task, docs):
             cont_text = task.spec.target_delimiter + choice
             if doc.query:
                 ctx = tok(doc.query)["input_ids"]
-                pairs.append((ctx, tok(doc.query + cont_text)["input_ids"][len(ctx):]))
+                pairs.append((ctx, tok(doc.query + cont_text)["input_ids"][len(ctx) :]))
             else:
                 pairs.append(([tok.eos_token_id], tok(cont_text, add_special_tokens=False)["input_ids"]))
         width = max(len(c) + len(k) for c, k in pairs)  # full sequences, one row per choice, padded at the end
         ids = torch.tensor([c + k + [0] * (width - len(c) - len(k)) for c, k in pairs])
         with torch.no_grad():
             logp = torch.log_softmax(model(ids).logits.double(), -1)  # (k, T, V)
-        out.append([sum(float(logp[r, len(c) - 1 + j, t]) for j, t in enumerate(k))
-                    for r, (c, k) in enumerate(pairs)])
+        out.append([sum(float(logp[r, len(c) - 1 + j, t]) for j, t in enumerate(k)) for r, (c, k) in enumerate(pairs)])
     return out
 
 
@@ -89,8 +91,21 @@ def test_suite_accuracy_equals_independent_loglikelihood(tiny_zoo, tmp_path):
     from transformers import AutoTokenizer
 
     out = tmp_path / "suite.json"
-    r = run_aura_here("eval", "--model", tiny_zoo["llama"], "--compare", tiny_zoo["gpt2"], "--suite", "aura-es",
-                      "--limit", "7", "--batch-size", "3", "--output", out)
+    r = run_aura_here(
+        "eval",
+        "--model",
+        tiny_zoo["llama"],
+        "--compare",
+        tiny_zoo["gpt2"],
+        "--suite",
+        "aura-es",
+        "--limit",
+        "7",
+        "--batch-size",
+        "3",
+        "--output",
+        out,
+    )
     assert r.returncode == 0, r.stderr
     assert "aura_es_lectura" in r.stdout and "bits_per_byte" in r.stdout and "fertility" in r.stdout
     reports = {rep["model"]: rep for rep in json.loads(out.read_text())["results"]}
@@ -100,8 +115,10 @@ def test_suite_accuracy_equals_independent_loglikelihood(tiny_zoo, tmp_path):
         for task in tasks:
             scores = _independent_scores(tiny_zoo[name], task, task.docs)
             acc = sum(max(range(len(s)), key=s.__getitem__) == d.gold for s, d in zip(scores, task.docs))
-            norm = sum(max(range(len(s)), key=lambda i, s=s, d=d: s[i] / len(d.choices[i])) == d.gold
-                       for s, d in zip(scores, task.docs))
+            norm = sum(
+                max(range(len(s)), key=lambda i, s=s, d=d: s[i] / len(d.choices[i])) == d.gold
+                for s, d in zip(scores, task.docs)
+            )
             assert rows[(task.name, "acc")]["value"] == acc / 7, (name, task.name)
             assert rows[(task.name, "acc_norm")]["value"] == norm / 7, (name, task.name)
             assert rows[(task.name, "acc")]["n"] == 7

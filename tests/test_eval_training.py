@@ -44,13 +44,16 @@ def test_suite_during_training_is_logged_without_changing_training_and_resumes_e
     import json
 
     out = tmp_path / "eval.json"
-    r = run_aura_here("eval", "--model", straight / "checkpoint-step-6", "--suite", "aura-es", "--limit", "4",
-                      "--output", out)
+    r = run_aura_here(
+        "eval", "--model", straight / "checkpoint-step-6", "--suite", "aura-es", "--limit", "4", "--output", out
+    )
     assert r.returncode == 0, r.stderr
-    rows = {row["task"]: row["value"] for row in json.loads(out.read_text())["results"][0]["rows"]
-            if row["metric"] == "acc"}
+    rows = {
+        row["task"]: row["value"] for row in json.loads(out.read_text())["results"][0]["rows"] if row["metric"] == "acc"
+    }
     assert {f"aura-es/{k.removeprefix('aura_es_')}": v for k, v in rows.items()} == {
-        c: values[6][c] for c in COLUMNS[:4]}
+        c: values[6][c] for c in COLUMNS[:4]
+    }
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

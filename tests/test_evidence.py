@@ -15,7 +15,7 @@ from tests.evidence import CAPABILITIES, check_every
 # The test harness, not Aura: not counted as behavioural tests.
 pytestmark = pytest.mark.catalogue
 
-TINY = '''
+TINY = """
 from tests.evidence import importorskip, require_or_skip
 
 
@@ -33,7 +33,7 @@ def test_needs_a_missing_extra():
 
 def test_has_its_extra():
     assert importorskip("json", "ray").dumps(1) == "1"
-'''
+"""
 
 
 def _pytest(tmp_path, require: str | None) -> subprocess.CompletedProcess:
@@ -43,9 +43,28 @@ def _pytest(tmp_path, require: str | None) -> subprocess.CompletedProcess:
     if require is not None:
         env["AURA_REQUIRE"] = require
     # -p tests.conftest: the suite's own hooks (AURA_REQUIRE checked at start-up, named in the header).
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
-                           "-rs", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path / "test_tiny.py")],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            "--rootdir",
+            str(tmp_path),
+            "-c",
+            os.devnull,
+            str(tmp_path / "test_tiny.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_without_aura_require_a_missing_capability_skips_and_is_listed(tmp_path):
@@ -75,7 +94,7 @@ def test_an_unknown_capability_stops_the_run_before_any_test(tmp_path):
     assert "passed" not in r.stdout
 
 
-PLAIN = '''
+PLAIN = """
 import pytest
 
 pytest.importorskip("trl.aura_no_such_module_xyz")
@@ -83,15 +102,15 @@ pytest.importorskip("trl.aura_no_such_module_xyz")
 
 def test_never_runs():
     pass
-'''
+"""
 
-PLAIN_IN_A_TEST = '''
+PLAIN_IN_A_TEST = """
 import pytest
 
 
 def test_plain_importorskip():
     pytest.importorskip("ray.aura_no_such_module_xyz")
-'''
+"""
 
 
 def test_a_plain_importorskip_of_a_required_module_fails_too(tmp_path):
@@ -103,10 +122,29 @@ def test_a_plain_importorskip_of_a_required_module_fails_too(tmp_path):
     def run(require):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AURA_REQUIRE", "PYTEST_"))}
         env.update(PYTHONPATH=str(ROOT), **({"AURA_REQUIRE": require} if require else {}))
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-rs",
-                               "--continue-on-collection-errors",  # (without it, the error stops the run)
-                               "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
-                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "tests.conftest",
+                "-p",
+                "no:cacheprovider",
+                "-rs",
+                "--continue-on-collection-errors",  # (without it, the error stops the run)
+                "--rootdir",
+                str(tmp_path),
+                "-c",
+                os.devnull,
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+        )
 
     r = run(None)
     assert r.returncode == 0 and "2 skipped" in r.stdout, r.stdout + r.stderr
@@ -140,6 +178,7 @@ def test_check_every_names_every_failing_entry():
     msg = str(e.value)
     assert msg.startswith("2 of 4 entries fail:")
     assert "b: b is -1" in msg and "d: d is 0" in msg and "a:" not in msg and "c:" not in msg
+
     # a message that already names its entry is not prefixed twice
     def named(name, value):
         assert value > 0, f"{name}: {value} is not positive"

@@ -17,9 +17,30 @@ from tests.test_loop import build_prepared, read_log
 from tests.tiny_models import build_llama, train_tokenizer
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "aura" / "resources" / "instrucciones_es.csv"
-FAST = ["--max-length", "96", "--truncation", "truncate", "--log-interval", "1", "--lora-r", "8",
-        "--lora-dropout", "0", "--precision", "fp32", "--batch-size", "4", "--gradient-accumulation-steps", "1",
-        "--learning-rate", "5e-3", "--save-steps", "0", "--warmup-steps", "0"]
+FAST = [
+    "--max-length",
+    "96",
+    "--truncation",
+    "truncate",
+    "--log-interval",
+    "1",
+    "--lora-r",
+    "8",
+    "--lora-dropout",
+    "0",
+    "--precision",
+    "fp32",
+    "--batch-size",
+    "4",
+    "--gradient-accumulation-steps",
+    "1",
+    "--learning-rate",
+    "5e-3",
+    "--save-steps",
+    "0",
+    "--warmup-steps",
+    "0",
+]
 
 
 def short_records(n: int = 24) -> list[dict]:
@@ -39,10 +60,35 @@ def env(tmp_path_factory) -> dict:
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in short_records()), encoding="utf-8")
     prepared = build_prepared(root / "prepared")
     pre = root / "pretrained"
-    r = run_aura("pretrain", "--data", prepared, "--output-dir", pre, "--model-preset", "manual", "--embed-size",
-                 "64", "--num-layers", "2", "--num-heads", "4", "--seq-length", "64", "--intermediate-size", "128",
-                 "--batch-size", "4", "--max-steps", "3", "--save-steps", "0", "--sample-tokens", "0",
-                 "--precision", "fp32")  # the same base on every CPU (`auto` is bf16 where avx512_bf16 exists)
+    r = run_aura(
+        "pretrain",
+        "--data",
+        prepared,
+        "--output-dir",
+        pre,
+        "--model-preset",
+        "manual",
+        "--embed-size",
+        "64",
+        "--num-layers",
+        "2",
+        "--num-heads",
+        "4",
+        "--seq-length",
+        "64",
+        "--intermediate-size",
+        "128",
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "3",
+        "--save-steps",
+        "0",
+        "--sample-tokens",
+        "0",
+        "--precision",
+        "fp32",
+    )  # the same base on every CPU (`auto` is bf16 where avx512_bf16 exists)
     assert r.returncode == 0, r.stdout + r.stderr
     return {"root": root, "tok": tok, "llama": llama, "aura": pre / "final", "data": data}
 
@@ -57,8 +103,9 @@ def finetune(*args, expect: int = 0) -> str:
     return out
 
 
-def losses_through_peft(base: Path, adapter: Path, data: Path, *, template: str | None,
-                        split: str = "val") -> tuple[float, float]:
+def losses_through_peft(
+    base: Path, adapter: Path, data: Path, *, template: str | None, split: str = "val"
+) -> tuple[float, float]:
     """The loss of base + adapter loaded by plain peft on Aura's validation (or training) split, and the
     base model's own loss on the same examples (the adapter disabled): (with adapter, without)."""
     from peft import PeftModel
@@ -80,7 +127,10 @@ def losses_through_peft(base: Path, adapter: Path, data: Path, *, template: str 
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(adapter)).eval()
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     source = SFTDataSource(examples, batch_size=4, pad_id=pad, shuffle=False)
-    loss = lambda: evaluate(model, source, dist=DistInfo(device=torch.device("cpu")), precision="fp32")  # noqa: E731
+
+    def loss():
+        return evaluate(model, source, dist=DistInfo(device=torch.device("cpu")), precision="fp32")
+
     with_adapter = loss()
     with model.disable_adapter():
         without = loss()
@@ -98,8 +148,21 @@ def test_lora_learns_and_the_adapter_reloads_in_peft_with_auras_loss(env, tmp_pa
     template = "aura" if base == "aura" else None  # Aura's pretrained tokenizer has no chat template
     # Aura's 3-step pretrained model has near-uniform logits and small weights: a larger LR moves it
     lr = ["--learning-rate", "3e-2"] if base == "aura" else []
-    out = finetune("--base-model", env[base], "--data", env["data"], "--output-dir", run, *FAST, "--max-steps", "10",
-                   "--eval-interval", "10", *lr, *(["--template", template] if template else []))
+    out = finetune(
+        "--base-model",
+        env[base],
+        "--data",
+        env["data"],
+        "--output-dir",
+        run,
+        *FAST,
+        "--max-steps",
+        "10",
+        "--eval-interval",
+        "10",
+        *lr,
+        *(["--template", template] if template else []),
+    )
     assert "Trainable params:" in out and "Epochs:" not in out  # --max-steps given: no auto epochs
     losses = read_log(run)
     first, last = sum(losses[s] for s in (1, 2, 3)) / 3, sum(losses[s] for s in (8, 9, 10)) / 3
@@ -139,14 +202,26 @@ def test_epoch_info_checkpoints_and_val_loss_match_peft(env, tmp_path):
     assert info[1]["train_loss"] < info[0]["train_loss"]
     # the epoch-2 validation loss Aura computed equals plain peft's on the saved adapter
     assert val_loss_through_peft(env["llama"], run / "final", env["data"], template=None) == pytest.approx(
-        info[1]["eval_loss"], rel=1e-5)
+        info[1]["eval_loss"], rel=1e-5
+    )
     assert read_log(run, "epoch")[2 * steps_per_epoch] == pytest.approx(info[1]["eval_loss"], rel=1e-5)
 
 
 def test_resume_reproduces_losses_exactly(env, tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    common = ["--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", "8",
-              "--gradient-accumulation-steps", "2", "--batch-size", "2"]
+    common = [
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *FAST,
+        "--max-steps",
+        "8",
+        "--gradient-accumulation-steps",
+        "2",
+        "--batch-size",
+        "2",
+    ]
     finetune(*common, "--output-dir", straight, "--save-steps", "4")
     resumed.mkdir()
     shutil.copytree(straight / "checkpoint-step-4", resumed / "checkpoint-step-4")
@@ -159,10 +234,22 @@ def test_resume_reproduces_losses_exactly(env, tmp_path):
 
 def test_max_steps_run_lists_only_what_exists_and_says_which_limit_wins(env, tmp_path):
     run = tmp_path / "run"
-    out = finetune("--base-model", env["llama"], "--data", env["data"], "--output-dir", run, *FAST,
-                   "--epochs", "2", "--max-steps", "2")
-    assert "Several limits at once (--epochs 2, --max-steps 2): the run ends at the first one reached (step 2)" \
-        in out, out
+    out = finetune(
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        "--output-dir",
+        run,
+        *FAST,
+        "--epochs",
+        "2",
+        "--max-steps",
+        "2",
+    )
+    assert (
+        "Several limits at once (--epochs 2, --max-steps 2): the run ends at the first one reached (step 2)" in out
+    ), out
     assert not (run / "epoch_info.json").exists() and "epoch_info.json" not in out, out
     help_text = run_aura("finetune", "--help").stdout
     epochs_help = help_text.split("--epochs EPOCHS", 2)[2].split("--max-steps")[0]
@@ -179,16 +266,42 @@ def _formats(root: Path) -> dict[str, tuple[Path, list[str]]]:
         w.writerows({**r, "input": "Responde breve." if i % 2 else ""} for i, r in enumerate(recs))
     out["csv"] = (p, [])
     p = root / "d.jsonl"  # multi-turn messages with a system prompt
-    p.write_text("".join(json.dumps({"messages": [
-        {"role": "system", "content": "Eres breve."}, {"role": "user", "content": a["instruction"]},
-        {"role": "assistant", "content": a["response"]}, {"role": "user", "content": b["instruction"]},
-        {"role": "assistant", "content": b["response"]}]}, ensure_ascii=False) + "\n"
-        for a, b in zip(recs[::2], recs[1::2])), encoding="utf-8")
+    p.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "system", "content": "Eres breve."},
+                        {"role": "user", "content": a["instruction"]},
+                        {"role": "assistant", "content": a["response"]},
+                        {"role": "user", "content": b["instruction"]},
+                        {"role": "assistant", "content": b["response"]},
+                    ]
+                },
+                ensure_ascii=False,
+            )
+            + "\n"
+            for a, b in zip(recs[::2], recs[1::2])
+        ),
+        encoding="utf-8",
+    )
     out["messages"] = (p, [])
     p = root / "d.json"  # ShareGPT
-    p.write_text(json.dumps([{"conversations": [{"from": "human", "value": r["instruction"]},
-                                                {"from": "gpt", "value": r["response"]}]} for r in recs],
-                            ensure_ascii=False), encoding="utf-8")
+    p.write_text(
+        json.dumps(
+            [
+                {
+                    "conversations": [
+                        {"from": "human", "value": r["instruction"]},
+                        {"from": "gpt", "value": r["response"]},
+                    ]
+                }
+                for r in recs
+            ],
+            ensure_ascii=False,
+        ),
+        encoding="utf-8",
+    )
     out["sharegpt"] = (p, ["--template", "chatml"])
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -197,8 +310,10 @@ def _formats(root: Path) -> dict[str, tuple[Path, list[str]]]:
     pq.write_table(pa.Table.from_pylist([{"prompt": r["instruction"], "completion": r["response"]} for r in recs]), p)
     out["parquet"] = (p, ["--template", "alpaca", "--max-length", "256"])  # Alpaca's system text is long
     p = root / "d.txt"  # already formatted (Mistral)
-    p.write_text("".join(f"<|endoftext|>[INST] {r['instruction']} [/INST] {r['response']}<|endoftext|>\n"
-                         for r in recs), encoding="utf-8")
+    p.write_text(
+        "".join(f"<|endoftext|>[INST] {r['instruction']} [/INST] {r['response']}<|endoftext|>\n" for r in recs),
+        encoding="utf-8",
+    )
     out["text"] = (p, [])
     return out
 
@@ -207,8 +322,7 @@ def _formats(root: Path) -> dict[str, tuple[Path, list[str]]]:
 def test_every_data_format_end_to_end(env, tmp_path, fmt):
     path, extra = _formats(tmp_path)[fmt]
     run = tmp_path / "run"
-    out = finetune("--base-model", env["llama"], "--data", path, "--output-dir", run, *FAST, "--max-steps", "2",
-                   *extra)
+    out = finetune("--base-model", env["llama"], "--data", path, "--output-dir", run, *FAST, "--max-steps", "2", *extra)
     assert (run / "final" / "adapter_model.safetensors").is_file()
     if fmt == "text":
         assert "no response marker" not in out  # the [/INST] markers located the responses
@@ -221,29 +335,47 @@ def _bad_inputs(env, root: Path) -> dict[str, tuple[list[str], str]]:
     no_cols = root / "no_cols.csv"
     no_cols.write_text("pregunta,respuesta\nhola,adiós\n", encoding="utf-8")
     empty = root / "empty.jsonl"
-    empty.write_text("".join(json.dumps({"instruction": r["instruction"], "response": "" if i == 2 else r["response"]},
-                                        ensure_ascii=False) + "\n" for i, r in enumerate(recs)), encoding="utf-8")
+    empty.write_text(
+        "".join(
+            json.dumps(
+                {"instruction": r["instruction"], "response": "" if i == 2 else r["response"]}, ensure_ascii=False
+            )
+            + "\n"
+            for i, r in enumerate(recs)
+        ),
+        encoding="utf-8",
+    )
     role = root / "role.jsonl"
-    role.write_text(json.dumps({"messages": [{"role": "user", "content": "hola"},
-                                             {"role": "bot", "content": "hola"}]}) + "\n", encoding="utf-8")
+    role.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "hola"}, {"role": "bot", "content": "hola"}]}) + "\n",
+        encoding="utf-8",
+    )
     alt = root / "alt.jsonl"
-    alt.write_text(json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})
-                   + "\n" + json.dumps({"messages": [{"role": "user", "content": "a"},
-                                                     {"role": "user", "content": "b"}]}) + "\n", encoding="utf-8")
+    alt.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})
+        + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})
+        + "\n",
+        encoding="utf-8",
+    )
     no_tpl_tok = train_tokenizer(root / "tok_plain", vocab_size=400, chat_template=False)
     no_tpl = build_llama(root / "no_template", no_tpl_tok)
     d, llama = str(env["data"]), str(env["llama"])
     return {
         "columns": (["--base-model", llama, "--data", str(no_cols)], "Columns found: pregunta, respuesta"),
-        "empty": (["--base-model", llama, "--data", str(empty), "--empty-responses", "fail"],
-                  "1 example has an empty response (e.g. " + str(empty) + ", line 3"),
+        "empty": (
+            ["--base-model", llama, "--data", str(empty), "--empty-responses", "fail"],
+            "1 example has an empty response (e.g. " + str(empty) + ", line 3",
+        ),
         "too_long": (["--base-model", llama, "--data", d, "--max-length", "4"], "No example fits in --max-length 4"),
         "role": (["--base-model", llama, "--data", str(role)], "line 1, message 2: unknown role 'bot'"),
         "alternate": (["--base-model", llama, "--data", str(alt)], "line 2, message 2: expected role 'assistant'"),
         "template": (["--base-model", str(no_tpl), "--data", d], "no chat template"),
         "base": (["--base-model", str(root / "nope"), "--data", d], "does not exist"),
-        "targets": (["--base-model", llama, "--data", d, "--target-modules", "query_key_value"],
-                    "linear layers: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"),
+        "targets": (
+            ["--base-model", llama, "--data", d, "--target-modules", "query_key_value"],
+            "linear layers: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj",
+        ),
     }
 
 
@@ -262,8 +394,18 @@ def test_qlora_without_bitsandbytes_is_a_clear_error(env, tmp_path):
     fake = tmp_path / "site"
     (fake / "bitsandbytes").mkdir(parents=True)
     (fake / "bitsandbytes" / "__init__.py").write_text("raise ImportError('no bitsandbytes here')\n")
-    r = run_aura("finetune", "--base-model", env["llama"], "--data", env["data"], "--method", "qlora",
-                 "--output-dir", tmp_path / "run", env={"PYTHONPATH": str(fake)})
+    r = run_aura(
+        "finetune",
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        "--method",
+        "qlora",
+        "--output-dir",
+        tmp_path / "run",
+        env={"PYTHONPATH": str(fake)},
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "QLoRA needs bitsandbytes" in r.stdout + r.stderr
 
@@ -272,8 +414,20 @@ def test_adapter_resumed_onto_another_base_names_both(env, tmp_path):
     run = tmp_path / "run"
     finetune("--base-model", env["llama"], "--data", env["data"], "--output-dir", run, *FAST, "--max-steps", "2")
     other = build_llama(tmp_path / "other_base", env["tok"], seed=7)
-    out = finetune("--base-model", other, "--data", env["data"], "--output-dir", run, *FAST, "--max-steps", "4",
-                   "--resume-from", "latest", expect=2)
+    out = finetune(
+        "--base-model",
+        other,
+        "--data",
+        env["data"],
+        "--output-dir",
+        run,
+        *FAST,
+        "--max-steps",
+        "4",
+        "--resume-from",
+        "latest",
+        expect=2,
+    )
     assert "was trained on" in out and str(env["llama"]) in out and str(other) in out, out
 
 
@@ -282,12 +436,27 @@ def test_qlora_on_cpu_learns_and_reloads(env, tmp_path):
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     run = tmp_path / "run"
-    finetune("--base-model", env["llama"], "--data", env["data"], "--output-dir", run, *FAST, "--method", "qlora",
-             "--max-steps", "10")
+    finetune(
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        "--output-dir",
+        run,
+        *FAST,
+        "--method",
+        "qlora",
+        "--max-steps",
+        "10",
+    )
     losses = read_log(run)
     assert sum(losses[s] for s in (8, 9, 10)) < sum(losses[s] for s in (1, 2, 3)) - 0.6, losses
-    q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                           bnb_4bit_compute_dtype=torch.float32)
+    q = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.float32,
+    )
     base = AutoModelForCausalLM.from_pretrained(env["llama"], quantization_config=q, device_map={"": "cpu"})
     ids = torch.tensor([[5, 17, 42, 99, 7, 3]])
     with torch.no_grad():
@@ -302,8 +471,18 @@ def test_two_gloo_ranks_equal_one_process_with_double_batch(env, tmp_path):
     single = tmp_path / "single"
     finetune(*common, "--output-dir", single)  # batch 4
     dist_run = tmp_path / "dist"
-    r = torchrun("-m", "aura", "finetune", *map(str, common), "--batch-size", "2", "--output-dir", str(dist_run),
-                 "--backend", "gloo")
+    r = torchrun(
+        "-m",
+        "aura",
+        "finetune",
+        *map(str, common),
+        "--batch-size",
+        "2",
+        "--output-dir",
+        str(dist_run),
+        "--backend",
+        "gloo",
+    )
     assert r.returncode == 0, output(r)
     # one voice: rank 1 says nothing of its own (aura.train.run.session), then every rank ends with one line
     assert r.stdout.count("Examples: ") == 1 and r.stdout.count("Outputs in ") == 1, output(r)
@@ -326,8 +505,20 @@ def test_lora_with_fsdp2_on_two_ranks_equals_one_process_and_saves_a_loadable_ad
     single = tmp_path / "single"
     finetune(*common, "--output-dir", single)
     sharded = tmp_path / "fsdp"
-    r = torchrun("-m", "aura", "finetune", *map(str, common), "--batch-size", "2", "--output-dir", str(sharded),
-                 "--backend", "gloo", "--strategy", "fsdp")
+    r = torchrun(
+        "-m",
+        "aura",
+        "finetune",
+        *map(str, common),
+        "--batch-size",
+        "2",
+        "--output-dir",
+        str(sharded),
+        "--backend",
+        "gloo",
+        "--strategy",
+        "fsdp",
+    )
     assert r.returncode == 0, output(r)
     assert "Sync=FSDP" in r.stdout
     a, b = read_log(single), read_log(sharded)
@@ -342,11 +533,14 @@ def test_lora_with_fsdp2_on_two_ranks_equals_one_process_and_saves_a_loadable_ad
 
 def test_output_dir_on_the_base_models_folder_says_what_to_do_instead(tmp_path):
     """Issue 25.15: fine-tuning into the base model's folder (or the run folder holding it) named no way out."""
-    base = build_llama(tmp_path / "pre" / "final", train_tokenizer(tmp_path / "tok", vocab_size=300), hidden=32,
-                       layers=1)
+    base = build_llama(
+        tmp_path / "pre" / "final", train_tokenizer(tmp_path / "tok", vocab_size=300), hidden=32, layers=1
+    )
     before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
-    for out, relation in ((tmp_path / "pre", "is the run folder that holds the base model"),
-                          (base, "is the folder of the base model")):
+    for out, relation in (
+        (tmp_path / "pre", "is the run folder that holds the base model"),
+        (base, "is the folder of the base model"),
+    ):
         text = finetune("--base-model", base, "--output-dir", out, expect=2)
         assert relation in text and f"--output-dir {tmp_path / 'pre-finetune'}" in text, text
         assert "the base model is left untouched" in text
@@ -357,8 +551,10 @@ def test_output_dir_on_the_base_models_folder_says_what_to_do_instead(tmp_path):
 
 def test_keep_last_help_says_epoch_checkpoints_and_best_are_kept():
     """Issue 25.15: --keep-last said "Checkpoints to keep", yet it never prunes epoch checkpoints nor best/."""
-    for lang, words in (("en", ("Step checkpoints", "checkpoint-epoch-N", "always kept")),
-                        ("es", ("Checkpoints de paso", "checkpoint-epoch-N", "se conservan siempre"))):
+    for lang, words in (
+        ("en", ("Step checkpoints", "checkpoint-epoch-N", "always kept")),
+        ("es", ("Checkpoints de paso", "checkpoint-epoch-N", "se conservan siempre")),
+    ):
         r = run_aura_here("finetune", "--help", env={"AURA_LANG": lang})
         text = " ".join(r.stdout.split()).split("--keep-last KEEP_LAST ")[-1]  # the option's help, unwrapped
         assert all(w in text[:250] for w in words), text[:250]
@@ -371,13 +567,23 @@ def test_a_hub_dataset_without_a_network_falls_back_to_data_fallback_and_says_so
     from tests.conftest import run_aura
 
     offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    args = ["finetune", "--base-model", env["llama"], "--data", "Iker/OpenHermes-2.5-Spanish", *FAST,
-            "--max-steps", "1"]
+    args = [
+        "finetune",
+        "--base-model",
+        env["llama"],
+        "--data",
+        "Iker/OpenHermes-2.5-Spanish",
+        *FAST,
+        "--max-steps",
+        "1",
+    ]
     r = run_aura(*args, "--output-dir", tmp_path / "fb", "--data-fallback", env["data"], env=offline)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
-    assert ("--data Iker/OpenHermes-2.5-Spanish is a hub dataset and the hub (https://huggingface.co) cannot be "
-            f"reached (no network, or HF_HUB_OFFLINE=1): using --data-fallback {env['data']} instead.") in out, out
+    assert (
+        "--data Iker/OpenHermes-2.5-Spanish is a hub dataset and the hub (https://huggingface.co) cannot be "
+        f"reached (no network, or HF_HUB_OFFLINE=1): using --data-fallback {env['data']} instead."
+    ) in out, out
     assert (tmp_path / "fb" / "final").is_dir()
     r = run_aura(*args, "--output-dir", tmp_path / "none", env=offline)
     assert r.returncode != 0 and "Iker/OpenHermes-2.5-Spanish" in r.stdout + r.stderr

@@ -11,8 +11,14 @@ from tests.conftest import run_aura_here
 
 # Every command that replaces an existing output of its own: `--overwrite` (runs already used it), `--force`
 # kept as the old name. Each refusal names --overwrite; the old name still works and says the new one.
-REPLACERS = [("merge",), ("export", "gguf"), ("data", "prepare"), ("data", "curate"), ("tokenizer", "train"),
-             ("tokenizer", "extend")]
+REPLACERS = [
+    ("merge",),
+    ("export", "gguf"),
+    ("data", "prepare"),
+    ("data", "curate"),
+    ("tokenizer", "train"),
+    ("tokenizer", "extend"),
+]
 
 
 @pytest.mark.parametrize("command", REPLACERS, ids=" ".join)
@@ -46,25 +52,39 @@ def test_force_still_works_for_export_gguf_and_the_refusal_names_overwrite(tiny_
 
 def test_export_gguf_without_llama_cpp_says_how_to_install_the_verifier(tiny_zoo, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` fails as when it is not installed
-    r = run_aura_here("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", tmp_path / "m.gguf", "--quant",
-                      "f16")
+    r = run_aura_here(
+        "export", "gguf", "--model", tiny_zoo["llama"], "--outfile", tmp_path / "m.gguf", "--quant", "f16"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     said = r.stdout + r.stderr
     assert "will not be verified" in said and 'pip install -e ".[llamacpp]"' in said, said
     assert "29 minutes on a busy 2-core machine, 16 CPU-minutes" in said and "--no-verify" in said, said
-    r = run_aura_here("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", tmp_path / "v.gguf", "--quant",
-                      "f16", "--verify", env={"AURA_LANG": "es"})
+    r = run_aura_here(
+        "export",
+        "gguf",
+        "--model",
+        tiny_zoo["llama"],
+        "--outfile",
+        tmp_path / "v.gguf",
+        "--quant",
+        "f16",
+        "--verify",
+        env={"AURA_LANG": "es"},
+    )
     assert r.returncode == 2 and 'pip install -e ".[llamacpp]"' in r.stderr and "29 minutos" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("flags,flag,needs", [
-    (["--suite", "aura-es", "--include-path", "{tasks}"], "--include-path", "--tasks"),
-    (["--suite", "aura-es", "--trust-task-code"], "--trust-task-code", "--tasks"),
-    (["--data", "{text}", "--limit", "5"], "--limit", "--suite or --tasks"),
-    (["--suite", "aura-es", "--seq-len", "64"], "--seq-len", "--data"),
-    (["--suite", "aura-es", "--max-tokens", "100"], "--max-tokens", "--data"),
-    (["--suite", "aura-es", "--split", "train"], "--split", "--data"),
-])
+@pytest.mark.parametrize(
+    "flags,flag,needs",
+    [
+        (["--suite", "aura-es", "--include-path", "{tasks}"], "--include-path", "--tasks"),
+        (["--suite", "aura-es", "--trust-task-code"], "--trust-task-code", "--tasks"),
+        (["--data", "{text}", "--limit", "5"], "--limit", "--suite or --tasks"),
+        (["--suite", "aura-es", "--seq-len", "64"], "--seq-len", "--data"),
+        (["--suite", "aura-es", "--max-tokens", "100"], "--max-tokens", "--data"),
+        (["--suite", "aura-es", "--split", "train"], "--split", "--data"),
+    ],
+)
 def test_eval_refuses_a_flag_the_others_make_pointless(tiny_zoo, tmp_path, flags, flag, needs):
     tasks = tmp_path / "tareas"  # defines a task named like a shipped one: still never read with --suite
     tasks.mkdir()

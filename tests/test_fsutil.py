@@ -48,7 +48,7 @@ def test_kill_during_staged_write_leaves_only_tmp(tmp_path):
     script = textwrap.dedent(f"""
         import time
         from aura.core.staging import staged_dir
-        with staged_dir({str(tmp_path / 'final')!r}) as tmp:
+        with staged_dir({str(tmp_path / "final")!r}) as tmp:
             (tmp / 'part').write_text('x')
             print('writing', flush=True)
             time.sleep(60)

@@ -19,14 +19,12 @@ def zoo(tiny_zoo, tiny_adapter):
 
 def _greedy(model, tok, text: str, n: int, *, chat: bool = False) -> str:
     if chat:
-        text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                       add_generation_prompt=True)
+        text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
     ids = tok(text, add_special_tokens=not chat, return_tensors="pt")["input_ids"]
     eos = [tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")]
     with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=eos,
-                             pad_token_id=tok.pad_token_id)
-    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        out = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+    return tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
 def test_batch_jsonl_matches_transformers_greedy(zoo, tmp_path):
@@ -37,8 +35,22 @@ def test_batch_jsonl_matches_transformers_greedy(zoo, tmp_path):
     pfile = tmp_path / "prompts.txt"
     pfile.write_text("\n".join(prompts) + "\n\n", encoding="utf-8")
     out = tmp_path / "res.jsonl"
-    r = run_aura_here("generate", "--model", zoo["llama"], "--adapter", zoo["adapter"], "--prompts-file", pfile,
-                      "--output", out, "--temperature", "0", "--max-new-tokens", "8", "--chat")
+    r = run_aura_here(
+        "generate",
+        "--model",
+        zoo["llama"],
+        "--adapter",
+        zoo["adapter"],
+        "--prompts-file",
+        pfile,
+        "--output",
+        out,
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "8",
+        "--chat",
+    )
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [row["prompt"] for row in rows] == prompts
@@ -47,8 +59,9 @@ def test_batch_jsonl_matches_transformers_greedy(zoo, tmp_path):
         assert 1 <= row["tokens"] <= 8 and row["seconds"] > 0 and row["tokens_per_s"] > 0
         assert str(zoo["adapter"]) in row["model"]
     tok = AutoTokenizer.from_pretrained(str(zoo["llama"]))
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(zoo["llama"])),
-                                      str(zoo["adapter"])).eval()
+    model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(str(zoo["llama"])), str(zoo["adapter"])
+    ).eval()
     assert [row["output"] for row in rows] == [_greedy(model, tok, p, 8, chat=True) for p in prompts]
 
 
@@ -57,12 +70,23 @@ def test_single_prompt_streams_greedy_text(zoo):
     both, through ``transformers.trainer_utils``: about a second of every generate and chat)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    r = run_aura("generate", "--model", zoo["gpt2"], "--prompt", "Buenos días", "--temperature", "0",
-                 "--max-new-tokens", "6", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    r = run_aura(
+        "generate",
+        "--model",
+        zoo["gpt2"],
+        "--prompt",
+        "Buenos días",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "6",
+        env={"PYTHONPROFILEIMPORTTIME": "1"},
+    )
     assert r.returncode == 0, r.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
-    assert "torch" in imported and not imported & {"peft", "bitsandbytes", "transformers.trainer_utils"}, \
-        sorted(imported & {"peft", "bitsandbytes", "transformers.trainer_utils"})
+    assert "torch" in imported and not imported & {"peft", "bitsandbytes", "transformers.trainer_utils"}, sorted(
+        imported & {"peft", "bitsandbytes", "transformers.trainer_utils"}
+    )
     tok = AutoTokenizer.from_pretrained(str(zoo["gpt2"]))
     expected = _greedy(AutoModelForCausalLM.from_pretrained(str(zoo["gpt2"])).eval(), tok, "Buenos días", 6)
     assert r.stdout.startswith("Buenos días" + expected)
@@ -91,19 +115,32 @@ def test_adapter_on_a_base_with_another_vocabulary_is_refused(zoo, tmp_path):
     adapter = stamp_adapter_base(make_lora_adapter(zoo["llama"], tmp_path / "adapter"), zoo["llama"])
     # generate in this process (the CLI's entry point: same exit code and messages, no interpreter start-up);
     # chat in its own, as a user types into it (stdin)
-    for command, extra, stdin in (("generate", ("--prompt", "hola", "--max-new-tokens", "2"), None),
-                                  ("chat", (), "hola\n")):
+    for command, extra, stdin in (
+        ("generate", ("--prompt", "hola", "--max-new-tokens", "2"), None),
+        ("chat", (), "hola\n"),
+    ):
         args = (command, "--model", other, "--adapter", adapter, *extra)
         r = run_aura(*args, input=stdin) if stdin else run_aura_here(*args)
         assert r.returncode == 2, (command, r.stdout, r.stderr)
         assert "was trained on" in r.stderr and "vocab_size" in r.stderr and "--allow-other-base" in r.stderr
         assert "Traceback" not in r.stderr
-    forced = run_aura_here("generate", "--model", other, "--adapter", adapter, "--prompt", "hola",
-                           "--max-new-tokens", "2", "--allow-other-base")
+    forced = run_aura_here(
+        "generate",
+        "--model",
+        other,
+        "--adapter",
+        adapter,
+        "--prompt",
+        "hola",
+        "--max-new-tokens",
+        "2",
+        "--allow-other-base",
+    )
     assert forced.returncode == 0, forced.stderr
     # the adapter on its own base passes the check silently
-    ok = run_aura_here("generate", "--model", zoo["llama"], "--adapter", adapter, "--prompt", "hola",
-                       "--max-new-tokens", "2")
+    ok = run_aura_here(
+        "generate", "--model", zoo["llama"], "--adapter", adapter, "--prompt", "hola", "--max-new-tokens", "2"
+    )
     assert ok.returncode == 0 and "trained on" not in ok.stderr, ok.stderr
 
 

@@ -8,8 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-PROMPTS = ["Hola, ¿qué tal?", "El pingüino 🐧 de Logroño", "Érase una vez", "Dos",
-           "¿Qué hora es en Madrid ahora?"]
+PROMPTS = ["Hola, ¿qué tal?", "El pingüino 🐧 de Logroño", "Érase una vez", "Dos", "¿Qué hora es en Madrid ahora?"]
 
 
 @pytest.mark.parametrize("chat", [True, False], ids=["chat", "text"])
@@ -46,8 +45,9 @@ def test_sampled_batches_draw_per_prompt_keys(tiny_zoo):
 
     def answers(batch_size: int, seed: int = 3) -> list[str]:
         got: dict[int, str] = {}
-        for chunk, results, _ in engine.batch(PROMPTS[:3] * 2, chats=None, batch_size=batch_size,
-                                              sampling=Sampling(**{**sampling.__dict__, "seed": seed})):
+        for chunk, results, _ in engine.batch(
+            PROMPTS[:3] * 2, chats=None, batch_size=batch_size, sampling=Sampling(**{**sampling.__dict__, "seed": seed})
+        ):
             got.update((i, r.text) for i, r in zip(chunk, results))
         return [got[i] for i in range(6)]
 

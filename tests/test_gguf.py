@@ -11,7 +11,6 @@ import sys
 
 import numpy as np
 import pytest
-
 import torch
 
 from tests.conftest import run_aura, run_aura_here
@@ -40,19 +39,22 @@ def _roundtrip(model_dir, gguf_path, *, rel_tol: float):
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     vocab = _llama(gguf_path, vocab_only=True)
-    chat = tok.apply_chat_template([{"role": "user", "content": "¿Qué tal, Íñigo?"}], tokenize=False,
-                                   add_generation_prompt=True)
+    chat = tok.apply_chat_template(
+        [{"role": "user", "content": "¿Qué tal, Íñigo?"}], tokenize=False, add_generation_prompt=True
+    )
     for text in [*SPANISH_PROBES, chat]:
-        assert vocab.tokenize(text.encode(), add_bos=False, special=True) == \
-            tok(text, add_special_tokens=False)["input_ids"], text
+        assert (
+            vocab.tokenize(text.encode(), add_bos=False, special=True)
+            == tok(text, add_special_tokens=False)["input_ids"]
+        ), text
     assert vocab.token_eos() == tok.eos_token_id
     ids = tok(SPANISH_PROBES[0] + SPANISH_PROBES[2])["input_ids"]
     llm = _llama(gguf_path, n_ctx=128, logits_all=True)
     llm.eval(ids)
-    got = np.asarray(llm.scores[:len(ids)])[:, :len(tok)]
+    got = np.asarray(llm.scores[: len(ids)])[:, : len(tok)]
     with torch.no_grad():
         ref = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()(torch.tensor([ids])).logits[0].numpy()
-    ref = ref[:, :len(tok)]
+    ref = ref[:, : len(tok)]
     assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
     assert np.abs(got - ref).max() <= rel_tol * (ref.max() - ref.min())
 
@@ -129,8 +131,11 @@ def test_q4_k_m_of_a_briefly_trained_model_predicts_as_pytorch_does(zoo, tmp_pat
         r = run_aura("export", "gguf", "--model", zoo["llama"], "--outfile", out, "--quant", "q4_k_m")
         assert r.returncode == 2 and "quantiser" in r.stderr and not out.exists()
         return
-    model_dir = train_briefly(build_llama(tmp_path / "random", zoo["tokenizer"], hidden=256, intermediate=512),
-                              tmp_path / "trained", held_out="narrativa.txt")
+    model_dir = train_briefly(
+        build_llama(tmp_path / "random", zoo["tokenizer"], hidden=256, intermediate=512),
+        tmp_path / "trained",
+        held_out="narrativa.txt",
+    )
     out = tmp_path / "q4.gguf"
     _export(model_dir, out, "q4_k_m")
     reader = gguf.GGUFReader(str(out))
@@ -144,9 +149,9 @@ def test_q4_k_m_of_a_briefly_trained_model_predicts_as_pytorch_does(zoo, tmp_pat
     ids = tok((CORPUS_DIR / "narrativa.txt").read_text(encoding="utf-8"))["input_ids"][:200]
     llm = _llama(out, n_ctx=256, logits_all=True)
     llm.eval(ids)
-    got = np.asarray(llm.scores[:len(ids)])[:, :len(tok)]
+    got = np.asarray(llm.scores[: len(ids)])[:, : len(tok)]
     with torch.no_grad():
-        ref = model(torch.tensor([ids])).logits[0].numpy()[:, :len(tok)]  # (T, vocab)
+        ref = model(torch.tensor([ids])).logits[0].numpy()[:, : len(tok)]  # (T, vocab)
     assert float((got.argmax(-1) == ref.argmax(-1)).mean()) >= 0.85
     prompt, gen = ids[:20], []
     for t in llm.generate(prompt, top_k=1, top_p=1.0, temp=0.0, reset=True):
@@ -154,7 +159,7 @@ def test_q4_k_m_of_a_briefly_trained_model_predicts_as_pytorch_does(zoo, tmp_pat
         if len(gen) == 32:
             break
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + gen])).logits[0, len(prompt) - 1:-1]  # (32, vocab): PyTorch's view
+        logits = model(torch.tensor([prompt + gen])).logits[0, len(prompt) - 1 : -1]  # (32, vocab): PyTorch's view
     ranks = [int((logits[i] > logits[i, t]).sum()) for i, t in enumerate(gen)]
     assert ranks[:2] == [0, 0] and max(ranks) <= 2 and ranks.count(0) >= 0.85 * len(ranks), ranks
 
@@ -163,8 +168,9 @@ def test_refusals_and_damaged_gguf(zoo, tmp_path):
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     neox = tmp_path / "neox"
-    GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=800, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=64)).save_pretrained(neox)
+    GPTNeoXForCausalLM(
+        GPTNeoXConfig(vocab_size=800, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    ).save_pretrained(neox)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         (neox / f).write_bytes((zoo["llama"] / f).read_bytes())
     r = run_aura_here("export", "gguf", "--model", neox, "--outfile", tmp_path / "neox.gguf")
@@ -211,15 +217,18 @@ def test_verification_compares_tokens_even_when_the_model_ends_at_once(zoo, tmp_
 def test_impossible_output_is_refused_before_loading(zoo, tmp_path):
     blocker = tmp_path / "somefile.txt"
     blocker.write_text("not a folder", encoding="utf-8")
-    for outfile, expected in ((blocker / "x.gguf", "is a file, not a directory"),
-                              ("/proc/aura-test/x.gguf", "nothing can be created in /proc")):
+    for outfile, expected in (
+        (blocker / "x.gguf", "is a file, not a directory"),
+        ("/proc/aura-test/x.gguf", "nothing can be created in /proc"),
+    ):
         r = run_aura_here("export", "gguf", "--model", zoo["llama"], "--outfile", outfile, "--quant", "f16")
         assert r.returncode == 2, r.stdout + r.stderr
         assert expected in r.stderr and "--outfile" in r.stderr
         assert "our bug" not in r.stderr and "Traceback" not in r.stderr
         assert "Writing" not in r.stdout  # refused before any work
-    es = run_aura_here("export", "gguf", "--model", zoo["llama"], "--outfile", blocker / "x.gguf",
-                       env={"AURA_LANG": "es"})
+    es = run_aura_here(
+        "export", "gguf", "--model", zoo["llama"], "--outfile", blocker / "x.gguf", env={"AURA_LANG": "es"}
+    )
     assert es.returncode == 2 and "es un archivo, no un directorio" in es.stderr
 
 
@@ -239,8 +248,7 @@ def test_one_modelfile_per_gguf_with_the_runs_system_message_and_name(tmp_path):
     out_dir = tmp_path / "gguf"
     texts = {}
     for quant in ("f16", "q8_0"):
-        r = run_aura_here("export", "gguf", "--model", model, "--output-dir", out_dir, "--quant", quant,
-                          "--no-verify")
+        r = run_aura_here("export", "gguf", "--model", model, "--output-dir", out_dir, "--quant", quant, "--no-verify")
         assert r.returncode == 0, r.stdout + r.stderr
         modelfile = out_dir / f"model-{quant}.Modelfile"
         assert f"ollama create chat_es:{quant} -f model-{quant}.Modelfile" in r.stdout, r.stdout
@@ -250,8 +258,21 @@ def test_one_modelfile_per_gguf_with_the_runs_system_message_and_name(tmp_path):
         assert f"FROM ./model-{quant}.gguf" in text and f'SYSTEM """{AURA_SYSTEM}"""' in text, text
         assert 'PARAMETER stop "<|im_end|>"' in text and "<|im_start|>{{ .Role }}" in text
         assert f"ollama create chat_es:{quant} -f model-{quant}.Modelfile" in text
-    es = run_aura_here("export", "gguf", "--model", model, "--output-dir", out_dir, "--quant", "f16", "--no-verify",
-                       "--overwrite", "--name", "Mi Modelo", env={"AURA_LANG": "es"})
+    es = run_aura_here(
+        "export",
+        "gguf",
+        "--model",
+        model,
+        "--output-dir",
+        out_dir,
+        "--quant",
+        "f16",
+        "--no-verify",
+        "--overwrite",
+        "--name",
+        "Mi Modelo",
+        env={"AURA_LANG": "es"},
+    )
     assert es.returncode == 0 and "ollama create mi-modelo:f16 -f model-f16.Modelfile" in es.stdout, es.stdout
     # a template without a default system message gets no SYSTEM line
     plain = build_llama(tmp_path / "plain", train_tokenizer(tmp_path / "tok2", vocab_size=400), hidden=32, layers=1)
@@ -278,10 +299,10 @@ def test_verification_figures_are_written_beside_the_gguf_and_never_outlive_it(z
     ids = tok(VERIFY_TEXTS[0] + " " + VERIFY_TEXTS[3], add_special_tokens=True)["input_ids"]
     llm = _llama(out, n_ctx=256, logits_all=True)
     llm.eval(ids)
-    got = np.asarray(llm.scores[:len(ids)], dtype=np.float32)[:, :len(tok)]
+    got = np.asarray(llm.scores[: len(ids)], dtype=np.float32)[:, : len(tok)]
     with torch.no_grad():
         ref = AutoModelForCausalLM.from_pretrained(str(zoo["llama"])).eval()(torch.tensor([ids])).logits[0].numpy()
-    ref = ref[:, :len(tok)]
+    ref = ref[:, : len(tok)]
     assert record["top1"] == pytest.approx(float((got.argmax(-1) == ref.argmax(-1)).mean()))
     assert record["max_abs_diff"] == pytest.approx(float(np.abs(got - ref).max()), rel=1e-4)
     assert record["generated"] == 12 and 0 <= record["agreeing"] <= 12
@@ -302,8 +323,9 @@ def test_verification_figures_are_written_beside_the_gguf_and_never_outlive_it(z
     assert not list(theirs.glob("*.gguf"))
 
 
-def test_without_the_verifier_the_gguf_is_written_marked_not_verified_and_verify_only_verifies_it(zoo, tmp_path,
-                                                                                                monkeypatch):
+def test_without_the_verifier_the_gguf_is_written_marked_not_verified_and_verify_only_verifies_it(
+    zoo, tmp_path, monkeypatch
+):
     """Issue 51: without llama-cpp-python the export still writes the GGUF (it needs no llama.cpp), and its
     NAME.verify.json says not verified, why, and the one command that verifies it later; that command, with
     llama.cpp here, runs the export's checks on the file and rewrites the record with their figures."""
@@ -312,8 +334,9 @@ def test_without_the_verifier_the_gguf_is_written_marked_not_verified_and_verify
     out = tmp_path / "sin verificar" / "m-f16.gguf"
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` fails as when it is not installed
-        r = run_aura_here("export", "gguf", "--model", zoo["llama"], "--outfile", out, "--quant", "f16",
-                          env={"AURA_LANG": "es"})
+        r = run_aura_here(
+            "export", "gguf", "--model", zoo["llama"], "--outfile", out, "--quant", "f16", env={"AURA_LANG": "es"}
+        )
     assert r.returncode == 0, r.stdout + r.stderr
     record = json.loads(out.with_name("m-f16.verify.json").read_text(encoding="utf-8"))
     command = f"aura export gguf --verify-only '{out}'"

@@ -26,10 +26,12 @@ def toks(tmp_path_factory):
     """One tokenizer per family: Qwen2's and Llama 3's pre-tokeniser regex (byte-level BPE), Gemma's and
     Phi-3's SentencePiece-style vocabularies."""
     root = tmp_path_factory.mktemp("gguf-tok")
-    return {"qwen2": train_tokenizer(root / "qwen2", split=QWEN2_SPLIT),
-            "llama3": train_tokenizer(root / "llama3", split=LLAMA3_SPLIT),
-            "gemma": train_spm_tokenizer(root / "gemma", family="gemma"),
-            "phi3": train_spm_tokenizer(root / "phi3", family="phi3")}
+    return {
+        "qwen2": train_tokenizer(root / "qwen2", split=QWEN2_SPLIT),
+        "llama3": train_tokenizer(root / "llama3", split=LLAMA3_SPLIT),
+        "gemma": train_spm_tokenizer(root / "gemma", family="gemma"),
+        "phi3": train_spm_tokenizer(root / "phi3", family="phi3"),
+    }
 
 
 def _fields(path):
@@ -51,11 +53,26 @@ def _field(reader, key):
 CASES = {
     "qwen2": ("qwen2", {"tied": True}, "f16"),
     "gemma2": ("gemma", {"sliding_window": 8}, "f16"),
-    "gemma3": ("gemma", {"sliding_window": 8, "layers": 6, "rope_parameters": {
-        "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
-        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}, "f16"),
-    "phi3": ("phi3", {"tied": True, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
-                                                        "partial_rotary_factor": 0.5}}, "q8_0"),
+    "gemma3": (
+        "gemma",
+        {
+            "sliding_window": 8,
+            "layers": 6,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        },
+        "f16",
+    ),
+    "phi3": (
+        "phi3",
+        {
+            "tied": True,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        },
+        "q8_0",
+    ),
     "smollm3": ("llama3", {"layers": 4}, "f16"),
     "olmo2": ("llama3", {}, "f16"),
 }
@@ -192,11 +209,23 @@ def test_gemma3_config_as_transformers_4_wrote_it():
 
     from aura.export.gguf_arch import plan_arch
 
-    config = {"architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 12, "num_attention_heads": 8,
-              "num_key_value_heads": 4, "head_dim": 256, "hidden_size": 2560, "intermediate_size": 10240,
-              "max_position_embeddings": 131072, "query_pre_attn_scalar": 256, "rope_theta": 1000000.0,
-              "rope_local_base_freq": 10000.0, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
-              "sliding_window": 1024, "sliding_window_pattern": 6, "vocab_size": 262208}
+    config = {
+        "architectures": ["Gemma3ForCausalLM"],
+        "num_hidden_layers": 12,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "hidden_size": 2560,
+        "intermediate_size": 10240,
+        "max_position_embeddings": 131072,
+        "query_pre_attn_scalar": 256,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024,
+        "sliding_window_pattern": 6,
+        "vocab_size": 262208,
+    }
     hp = plan_arch(Path("gemma-3-4b"), config).hparams
     assert (hp["rope_freq_base"], hp["rope_scaling_linear"], hp["rope_freq_base_swa"]) == (1e6, 8.0, 1e4)
     assert hp["sliding_window"] == 1024
@@ -207,31 +236,44 @@ def test_refusals_name_the_field_and_the_supported_architectures(toks, tmp_path)
     import json
     import shutil
 
-    cases = [("gemma2", toks["gemma"], {"layer_types": ["full_attention", "full_attention"]}, "layer_types"),
-             ("smollm3", toks["llama3"], {"layers": 4, "no_rope_layers": [1, 1, 1, 1]}, "no_rope_layers"),
-             ("gemma3", toks["gemma"], {"query_pre_attn_scalar": 64}, "query_pre_attn_scalar"),
-             ("qwen2", toks["qwen2"], {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 16.0,
-                                                            "rope_theta": 10000.0}}, "beta_fast")]
+    cases = [
+        ("gemma2", toks["gemma"], {"layer_types": ["full_attention", "full_attention"]}, "layer_types"),
+        ("smollm3", toks["llama3"], {"layers": 4, "no_rope_layers": [1, 1, 1, 1]}, "no_rope_layers"),
+        ("gemma3", toks["gemma"], {"query_pre_attn_scalar": 64}, "query_pre_attn_scalar"),
+        (
+            "qwen2",
+            toks["qwen2"],
+            {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 16.0, "rope_theta": 10000.0}},
+            "beta_fast",
+        ),
+    ]
     for arch, tok, options, what in cases:
         model = build_arch(tmp_path / arch, tok, arch, layers=options.pop("layers", 2), **options)
         r = run_aura_here("export", "gguf", "--model", model, "--outfile", tmp_path / f"{arch}.gguf")
         assert r.returncode == 2 and what in r.stderr and "Traceback" not in r.stderr, (arch, r.stderr)
         assert "Writing" not in r.stdout and not list(tmp_path.glob("*.gguf"))
-    es = run_aura_here("export", "gguf", "--model", tmp_path / "gemma2", "--outfile", tmp_path / "x.gguf",
-                       env={"AURA_LANG": "es"})
+    es = run_aura_here(
+        "export", "gguf", "--model", tmp_path / "gemma2", "--outfile", tmp_path / "x.gguf", env={"AURA_LANG": "es"}
+    )
     assert es.returncode == 2 and "El campo 'layer_types'" in es.stderr, es.stderr
 
     odd = tmp_path / "falcon"  # a real model folder of an architecture Aura cannot export
     shutil.copytree(tmp_path / "qwen2", odd)
     config = json.loads((odd / "config.json").read_text(encoding="utf-8"))
-    (odd / "config.json").write_text(json.dumps({**config, "architectures": ["FalconForCausalLM"]}),
-                                     encoding="utf-8")
-    for lang, phrase in (("en", "cannot be exported to GGUF by Aura. Supported:"),
-                         ("es", "no se puede exportar a GGUF con Aura. Compatibles:")):
+    (odd / "config.json").write_text(json.dumps({**config, "architectures": ["FalconForCausalLM"]}), encoding="utf-8")
+    for lang, phrase in (
+        ("en", "cannot be exported to GGUF by Aura. Supported:"),
+        ("es", "no se puede exportar a GGUF con Aura. Compatibles:"),
+    ):
         r = run_aura_here("export", "gguf", "--model", odd, "--outfile", tmp_path / "o.gguf", env={"AURA_LANG": lang})
         assert r.returncode == 2 and "FalconForCausalLM" in r.stderr and phrase in r.stderr, r.stderr
-        for name in ("Qwen2ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM",
-                     "SmolLM3ForCausalLM"):
+        for name in (
+            "Qwen2ForCausalLM",
+            "Gemma2ForCausalLM",
+            "Gemma3ForCausalLM",
+            "Phi3ForCausalLM",
+            "SmolLM3ForCausalLM",
+        ):
             assert name in r.stderr
 
 
@@ -239,13 +281,36 @@ def test_refusals_name_the_field_and_the_supported_architectures(toks, tmp_path)
 # short per-dimension factors; the short ones apply below the original context, which llama.cpp decides from its
 # loaded context rounded up to 256, so the original context here is 512) and Qwen2.5's YaRN (factor 4).
 SCALED = {
-    "phi3-longrope": ("phi3", "phi3", {"tied": True, "ctx": 2048, "original_max_position_embeddings": 512,
-                                       "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0,
-                                                           "original_max_position_embeddings": 512,
-                                                           "long_factor": [1.0 + 0.7 * i for i in range(8)],
-                                                           "short_factor": [1.0 + 0.2 * i for i in range(8)]}}),
-    "qwen2-yarn": ("qwen2", "qwen2", {"tied": True, "ctx": 256, "rope_parameters": {
-        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64}}),
+    "phi3-longrope": (
+        "phi3",
+        "phi3",
+        {
+            "tied": True,
+            "ctx": 2048,
+            "original_max_position_embeddings": 512,
+            "rope_parameters": {
+                "rope_type": "longrope",
+                "rope_theta": 10000.0,
+                "original_max_position_embeddings": 512,
+                "long_factor": [1.0 + 0.7 * i for i in range(8)],
+                "short_factor": [1.0 + 0.2 * i for i in range(8)],
+            },
+        },
+    ),
+    "qwen2-yarn": (
+        "qwen2",
+        "qwen2",
+        {
+            "tied": True,
+            "ctx": 256,
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        },
+    ),
 }
 
 
@@ -272,8 +337,9 @@ def test_rope_scaling_exports_as_llama_cpp_applies_it(toks, tmp_path, case):
     # the scaling matters: the same weights with plain RoPE compute other logits
     ids = torch.arange(3, 60).unsqueeze(0)
     scaled = AutoModelForCausalLM.from_pretrained(model).eval()
-    plain = AutoModelForCausalLM.from_pretrained(model, rope_parameters={"rope_type": "default",
-                                                                         "rope_theta": 10000.0}).eval()
+    plain = AutoModelForCausalLM.from_pretrained(
+        model, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}
+    ).eval()
     with torch.no_grad():
         assert (scaled(ids).logits - plain(ids).logits).abs().max() > 0.05
 
@@ -310,12 +376,15 @@ def test_phi3_chat_tokens_that_rstrip_without_the_rules_tokens_are_refused_befor
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_zoo["tokenizer"])
-    tok.add_special_tokens({"additional_special_tokens": [AddedToken("<|end|>", rstrip=True, special=True,
-                                                                     normalized=False)]})
+    tok.add_special_tokens(
+        {"additional_special_tokens": [AddedToken("<|end|>", rstrip=True, special=True, normalized=False)]}
+    )
     tok.save_pretrained(tmp_path / "tok")
     model = build_arch(tmp_path / "final", tmp_path / "tok", "phi3", layers=1)
-    for lang, phrases in (("en", ("lacks <s>, </s>, <unk>", "unordered_map::at", "Nothing is written")),
-                          ("es", ("le falta: <s>, </s>, <unk>", "unordered_map::at", "No se escribe nada"))):
+    for lang, phrases in (
+        ("en", ("lacks <s>, </s>, <unk>", "unordered_map::at", "Nothing is written")),
+        ("es", ("le falta: <s>, </s>, <unk>", "unordered_map::at", "No se escribe nada")),
+    ):
         r = run_aura_here("export", "gguf", "--model", model, "--outfile", tmp_path / "p.gguf", env={"AURA_LANG": lang})
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
         assert all(p in r.stderr for p in phrases), r.stderr
@@ -329,8 +398,9 @@ def test_a_file_llama_cpp_cannot_load_says_llama_cpps_reason(tiny_zoo, tmp_path)
     from aura.inference.loading import load_llama
 
     out = tmp_path / "old.gguf"
-    r = run_aura_here("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--name", "xphi 3",
-                      "--no-verify")
+    r = run_aura_here(
+        "export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--name", "xphi 3", "--no-verify"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     data = out.read_bytes()
     assert data.count(b"xphi 3") == 1

@@ -57,7 +57,7 @@ def test_llama_through_llama_cpp_converter_equals_aura_writer(converter, llama2,
     for path in (conv, ours):
         llm = _llama(path, n_ctx=64, logits_all=True)
         llm.eval(ids)
-        logits.append(np.asarray(llm.scores[:len(ids)]))
+        logits.append(np.asarray(llm.scores[: len(ids)]))
     assert (logits[0].argmax(-1) == logits[1].argmax(-1)).all()
     assert np.abs(logits[0] - logits[1]).max() <= 0.01 * (logits[1].max() - logits[1].min())
     import gguf
@@ -70,22 +70,43 @@ def test_llama_through_llama_cpp_converter_equals_aura_writer(converter, llama2,
 
 def test_auto_keeps_aura_writer_for_an_aura_trained_tokenizer_and_says_why(converter, tiny_zoo, tmp_path):
     out = tmp_path / "q.gguf"
-    r = run_aura_here("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--quant", "f16",
-                      "--no-verify", env={"AURA_LLAMA_CPP_DIR": str(converter)})
+    r = run_aura_here(
+        "export",
+        "gguf",
+        "--model",
+        tiny_zoo["llama"],
+        "--outfile",
+        out,
+        "--quant",
+        "f16",
+        "--no-verify",
+        env={"AURA_LLAMA_CPP_DIR": str(converter)},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Aura's writer writes the GGUF: llama.cpp's converter does not recognise this BPE tokenizer's " \
-           "pre-tokeniser (hash" in r.stdout, r.stdout
+    assert (
+        "Aura's writer writes the GGUF: llama.cpp's converter does not recognise this BPE tokenizer's "
+        "pre-tokeniser (hash" in r.stdout
+    ), r.stdout
     assert "LlamaForCausalLM -> llama" in r.stdout and out.is_file()
 
 
 def test_converter_refusals_before_anything_is_written(converter, tiny_zoo, tmp_path):
     out = tmp_path / "x.gguf"
-    r = run_aura_here("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--converter", "llama.cpp",
-                      "--llama-cpp-dir", converter)
+    r = run_aura_here(
+        "export",
+        "gguf",
+        "--model",
+        tiny_zoo["llama"],
+        "--outfile",
+        out,
+        "--converter",
+        "llama.cpp",
+        "--llama-cpp-dir",
+        converter,
+    )
     assert r.returncode == 2 and "llama.cpp's converter cannot export" in r.stdout + r.stderr
     assert "pre-tokeniser (hash" in r.stdout + r.stderr and "--converter aura" in r.stdout + r.stderr
-    r = run_aura_here("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--llama-cpp-dir",
-                      tmp_path)
+    r = run_aura_here("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--llama-cpp-dir", tmp_path)
     said = r.stdout + r.stderr
     assert r.returncode == 2 and "convert_hf_to_gguf.py is missing" in said and str(tmp_path) in said, said
     r = run_aura_here("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--converter", "ollama")

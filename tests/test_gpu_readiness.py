@@ -8,16 +8,16 @@ import copy
 import pytest
 import torch
 
-
 # ---- Sync=: a checksum of the raw bytes ---------------------------------------------------------------
+
 
 def test_checksum_is_independent_of_reduction_order_where_a_float64_sum_is_not():
     from aura.distributed.sync import tensor_checksum
 
     # the same fp32 weights, reduced by two "devices" in different chunkings / orders
-    w = torch.tensor([2.0 ** 60, 1.0, -(2.0 ** 60), 3.0, 1.0, -7.5], dtype=torch.float32)
+    w = torch.tensor([2.0**60, 1.0, -(2.0**60), 3.0, 1.0, -7.5], dtype=torch.float32)
     fp64_a = sum(w[i].double() for i in range(len(w)))  # left to right: 2^60 + 1 rounds the 1 away
-    fp64_b = (w[[0, 2]].double().sum() + w[[1, 3, 4, 5]].double().sum())  # big terms first
+    fp64_b = w[[0, 2]].double().sum() + w[[1, 3, 4, 5]].double().sum()  # big terms first
     assert float(fp64_a) != float(fp64_b)  # what the old Sync= compared could differ on equal bits
 
     whole = tensor_checksum(w)
@@ -35,20 +35,41 @@ def test_checksum_is_independent_of_reduction_order_where_a_float64_sum_is_not()
 
 # ---- chunked linear + cross entropy ----------------------------------------------------------------
 
+
 def _llama(tied: bool = False, vocab: int = 300):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=tied,
+        )
+    )
 
 
 def _gpt2(vocab: int = 300):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, bos_token_id=0,
-                                      eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))  # tied head
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=vocab,
+            n_embd=64,
+            n_layer=2,
+            n_head=4,
+            bos_token_id=0,
+            eos_token_id=0,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
+    )  # tied head
 
 
 def _batch(vocab: int = 300, *, shift: bool = False) -> dict[str, torch.Tensor]:
@@ -79,8 +100,11 @@ def _assert_same(a, b, *, tol: float = 1e-5):
         assert torch.allclose(ga[k], gb[k], rtol=1e-4, atol=tol), (k, (ga[k] - gb[k]).abs().max())
 
 
-@pytest.mark.parametrize("build,shift", [(lambda: _llama(tied=False), False), (lambda: _llama(tied=True), True),
-                                         (_gpt2, False)], ids=["llama-untied", "llama-tied-shifted", "gpt2-tied"])
+@pytest.mark.parametrize(
+    "build,shift",
+    [(lambda: _llama(tied=False), False), (lambda: _llama(tied=True), True), (_gpt2, False)],
+    ids=["llama-untied", "llama-tied-shifted", "gpt2-tied"],
+)
 def test_chunked_loss_equals_plain_loss_and_gradients(build, shift):
     from aura.train.objectives.chunked_loss import chunked_token_loss_sum, head_for_chunked_loss
     from aura.train.objectives.objective import plain_token_loss_sum, token_loss_sum
@@ -91,8 +115,7 @@ def test_chunked_loss_equals_plain_loss_and_gradients(build, shift):
     assert head is model.get_output_embeddings()
     plain = _loss_and_grads(model, batch, plain_token_loss_sum)
     for chunk in (7, 16, None):  # several chunks with a ragged last one; the default (one chunk here)
-        _assert_same(_loss_and_grads(model, batch, lambda m, b: chunked_token_loss_sum(m, head, b, chunk=chunk)),
-                     plain)
+        _assert_same(_loss_and_grads(model, batch, lambda m, b: chunked_token_loss_sum(m, head, b, chunk=chunk)), plain)
     _assert_same(_loss_and_grads(model, batch, token_loss_sum), plain)  # the loop's loss takes this path
     with torch.no_grad():  # evaluation: no gradients made
         assert torch.allclose(chunked_token_loss_sum(model, head, batch, chunk=5), plain[0], atol=1e-4)
@@ -132,8 +155,9 @@ def test_peft_lora_model_takes_the_chunked_path_with_equal_gradients():
     from aura.train.objectives.chunked_loss import head_for_chunked_loss
     from aura.train.objectives.objective import plain_token_loss_sum, token_loss_sum
 
-    model = get_peft_model(_llama(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                 init_lora_weights=False))
+    model = get_peft_model(
+        _llama(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
     assert head_for_chunked_loss(model) is model.get_base_model().lm_head
     batch = _batch()
     _assert_same(_loss_and_grads(model, batch, token_loss_sum), _loss_and_grads(model, batch, plain_token_loss_sum))
@@ -182,6 +206,7 @@ def test_gradient_accumulation_scale_reaches_the_weights():
 
 # ---- rank-agreed `auto` decisions (two gloo ranks that "see" different GPUs) -----------------------------
 
+
 @pytest.mark.dist
 def test_ranks_with_different_hardware_agree_and_chunked_loss_under_ddp_matches(tmp_path):
     import json
@@ -220,14 +245,16 @@ def test_doctor_assume_shows_what_auto_would_do(tmp_path):
     auto = json.loads(proc.stdout)["auto"]
     assert auto["hardware"]["name"] == "NVIDIA H100" and auto["hardware"]["capability"] == [9, 0]
     assert auto["preset"] == "qwen3-72h" and auto["precision"] == "bf16"
-    small = json.loads(run_aura("doctor", "--assume", "RTX 3060 12GB", "--json",
-                                "--output-dir", str(tmp_path)).stdout)["auto"]
+    small = json.loads(run_aura("doctor", "--assume", "RTX 3060 12GB", "--json", "--output-dir", str(tmp_path)).stdout)[
+        "auto"
+    ]
     assert small["preset"] != "qwen3-72h" and small["hardware"]["peak_flops_16bit"] == 25.6e12
     bad = run_aura_here("doctor", "--assume", "a big one", env={"AURA_LANG": "es"})
     assert bad.returncode != 0 and "--assume no describe un dispositivo" in bad.stdout + bad.stderr
 
 
 # ---- devices, DeepSpeed precision (the CPU-checkable halves; the GPU suite runs the CUDA ones) -----------
+
 
 def test_rng_states_of_more_gpus_than_visible_restore_the_visible_ones():
     from aura.train.run.checkpoint import cuda_states_to_restore
@@ -299,8 +326,19 @@ def test_every_logged_step_carries_its_interval_memory_peaks(tmp_path):
     assert rss > 10e6 and reserved is None
     log = MetricsLogger(tmp_path, dist=DistInfo(), total_steps=2, tensorboard=False)
     for step in (1, 2):
-        log.step(step=step, epoch=0, tokens=step * 64, loss=2.0, lr=1e-3, grad_norm=0.5, tokens_per_s=100.0, mfu=None,
-                 seconds=0.1, eta_s=None, elapsed_s=0.1 * step)
+        log.step(
+            step=step,
+            epoch=0,
+            tokens=step * 64,
+            loss=2.0,
+            lr=1e-3,
+            grad_norm=0.5,
+            tokens_per_s=100.0,
+            mfu=None,
+            seconds=0.1,
+            eta_s=None,
+            elapsed_s=0.1 * step,
+        )
     log.close()
     with open(tmp_path / "training_log.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))

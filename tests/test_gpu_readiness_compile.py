@@ -11,9 +11,36 @@ from tests.conftest import run_aura
 from tests.test_loop import prepared, read_log  # noqa: F401  (session fixture)
 from tests.tiny_models import build_llama, train_tokenizer
 
-TINY = ["--model-preset", "manual", "--arch", "llama", "--embed-size", "64", "--num-layers", "2", "--num-heads", "4",
-        "--num-kv-heads", "2", "--seq-length", "32", "--intermediate-size", "128", "--batch-size", "4",
-        "--log-interval", "1", "--sample-tokens", "0", "--precision", "fp32", "--save-steps", "0", "--max-steps", "3"]
+TINY = [
+    "--model-preset",
+    "manual",
+    "--arch",
+    "llama",
+    "--embed-size",
+    "64",
+    "--num-layers",
+    "2",
+    "--num-heads",
+    "4",
+    "--num-kv-heads",
+    "2",
+    "--seq-length",
+    "32",
+    "--intermediate-size",
+    "128",
+    "--batch-size",
+    "4",
+    "--log-interval",
+    "1",
+    "--sample-tokens",
+    "0",
+    "--precision",
+    "fp32",
+    "--save-steps",
+    "0",
+    "--max-steps",
+    "3",
+]
 
 
 def _ok(proc) -> str:
@@ -36,8 +63,19 @@ def eager(prepared, tmp_path_factory) -> dict[int, float]:  # noqa: F811
 @pytest.mark.slow
 def test_pretrain_compiled_with_checkpointing_matches_eager(prepared, eager, tmp_path):  # noqa: F811
     compiled = tmp_path / "compiled"
-    _ok(run_aura("pretrain", "--data", prepared, "--output-dir", compiled, *TINY, "--gradient-checkpointing",
-                 "--compile", timeout=900))
+    _ok(
+        run_aura(
+            "pretrain",
+            "--data",
+            prepared,
+            "--output-dir",
+            compiled,
+            *TINY,
+            "--gradient-checkpointing",
+            "--compile",
+            timeout=900,
+        )
+    )
     a, b = eager, read_log(compiled)
     assert a.keys() == b.keys() == {1, 2, 3}
     for step in a:  # inductor reorders float ops: equal to rounding, not bit for bit
@@ -53,8 +91,7 @@ def test_sft_batches_are_padded_to_bucket_lengths():
     assert length_buckets(96) == (64, 96)
     examples = [Encoded(input_ids=list(range(n)), labels=list(range(n))) for n in (5, 17, 40, 70, 33, 90, 12, 65)]
     plain = SFTDataSource(examples, batch_size=2, pad_id=0, shuffle=False, max_length=96)
-    bucketed = SFTDataSource(examples, batch_size=2, pad_id=0, shuffle=False, max_length=96,
-                             buckets=length_buckets(96))
+    bucketed = SFTDataSource(examples, batch_size=2, pad_id=0, shuffle=False, max_length=96, buckets=length_buckets(96))
     plain_lengths = {b["input_ids"].shape[1] for b in plain}
     lengths = {b["input_ids"].shape[1] for b in bucketed}
     assert len(plain_lengths) == 4 and lengths == {64, 96}
@@ -70,10 +107,33 @@ def test_lora_finetune_compiled_matches_eager_step_by_step(tmp_path):
     agree to rounding, so compile changes nothing the run learns."""
     tok = train_tokenizer(tmp_path / "tok", vocab_size=500)
     base = build_llama(tmp_path / "llama", tok, hidden=64, layers=2)
-    flags = ["--base-model", base, "--max-steps", "4", "--max-length", "96", "--truncation", "truncate",
-             "--lora-r", "8", "--lora-dropout", "0", "--precision", "fp32", "--batch-size", "4",
-             "--gradient-accumulation-steps", "1", "--learning-rate", "5e-3", "--save-steps", "0",
-             "--log-interval", "1", "--gradient-checkpointing"]
+    flags = [
+        "--base-model",
+        base,
+        "--max-steps",
+        "4",
+        "--max-length",
+        "96",
+        "--truncation",
+        "truncate",
+        "--lora-r",
+        "8",
+        "--lora-dropout",
+        "0",
+        "--precision",
+        "fp32",
+        "--batch-size",
+        "4",
+        "--gradient-accumulation-steps",
+        "1",
+        "--learning-rate",
+        "5e-3",
+        "--save-steps",
+        "0",
+        "--log-interval",
+        "1",
+        "--gradient-checkpointing",
+    ]
     _ok(run_aura("finetune", "--output-dir", tmp_path / "eager", *flags))
     text = _ok(run_aura("finetune", "--output-dir", tmp_path / "compiled", "--compile", *flags, timeout=900))
     eager, compiled = read_log(tmp_path / "eager"), read_log(tmp_path / "compiled")
@@ -94,8 +154,24 @@ def test_compiled_blocks_under_two_gloo_ranks_match_eager(prepared, eager, tmp_p
 
     two_ranks = [a if a != "4" or TINY[i - 1] != "--batch-size" else "2" for i, a in enumerate(TINY)]
     out = tmp_path / "compiled"
-    text = _ok(torchrun("-m", "aura", "pretrain", "--data", prepared, "--output-dir", out, *two_ranks,
-                        "--backend", "gloo", "--strategy", strategy, "--compile", timeout=900))
+    text = _ok(
+        torchrun(
+            "-m",
+            "aura",
+            "pretrain",
+            "--data",
+            prepared,
+            "--output-dir",
+            out,
+            *two_ranks,
+            "--backend",
+            "gloo",
+            "--strategy",
+            strategy,
+            "--compile",
+            timeout=900,
+        )
+    )
     assert f"Parallelism strategy: {strategy}" in text
     assert ("| Sync=OK" if strategy == "ddp" else "| Sync=FSDP") in text  # replicas checked every step
     compiled = read_log(out)

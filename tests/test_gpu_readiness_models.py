@@ -12,25 +12,28 @@ from aura.models.hardware import GIB, assumed_hardware, gpu_peak, nominal_gpu
 TF = 1e12
 
 
-@pytest.mark.parametrize("name,p16,tf32,p32", [
-    ("NVIDIA H100 80GB HBM3", 989.4, 494.7, 66.9),  # SXM
-    ("NVIDIA H100 PCIe", 756.5, 378, 51.2),
-    ("NVIDIA H100 NVL", 835.5, 417.5, 60),
-    ("NVIDIA H200", 989.4, 494.7, 66.9),
-    ("NVIDIA A100-SXM4-80GB", 312, 156, 19.5),
-    ("NVIDIA A100 80GB PCIe", 312, 156, 19.5),
-    ("NVIDIA A10", 125, 62.5, 31.2),  # not the A100
-    ("NVIDIA A10G", 70, 35, 31.2),
-    ("NVIDIA L4", 121, 60, 30.3),  # not the L40 / L40S
-    ("NVIDIA L40S", 362.05, 183, 91.6),
-    ("NVIDIA GeForce RTX 3060", 25.6, 12.8, 12.7),
-    ("NVIDIA GeForce RTX 3060 Ti", 32.4, 16.2, 16.2),
-    ("NVIDIA GeForce RTX 3090", 71, 35.6, 35.6),
-    ("NVIDIA GeForce RTX 4090", 165.2, 82.6, 82.6),
-    ("Tesla T4", 65, None, 8.1),
-    ("Tesla V100-SXM2-16GB", 125, None, 15.7),
-    ("Tesla V100-PCIE-32GB", 112, None, 14),
-])
+@pytest.mark.parametrize(
+    "name,p16,tf32,p32",
+    [
+        ("NVIDIA H100 80GB HBM3", 989.4, 494.7, 66.9),  # SXM
+        ("NVIDIA H100 PCIe", 756.5, 378, 51.2),
+        ("NVIDIA H100 NVL", 835.5, 417.5, 60),
+        ("NVIDIA H200", 989.4, 494.7, 66.9),
+        ("NVIDIA A100-SXM4-80GB", 312, 156, 19.5),
+        ("NVIDIA A100 80GB PCIe", 312, 156, 19.5),
+        ("NVIDIA A10", 125, 62.5, 31.2),  # not the A100
+        ("NVIDIA A10G", 70, 35, 31.2),
+        ("NVIDIA L4", 121, 60, 30.3),  # not the L40 / L40S
+        ("NVIDIA L40S", 362.05, 183, 91.6),
+        ("NVIDIA GeForce RTX 3060", 25.6, 12.8, 12.7),
+        ("NVIDIA GeForce RTX 3060 Ti", 32.4, 16.2, 16.2),
+        ("NVIDIA GeForce RTX 3090", 71, 35.6, 35.6),
+        ("NVIDIA GeForce RTX 4090", 165.2, 82.6, 82.6),
+        ("Tesla T4", 65, None, 8.1),
+        ("Tesla V100-SXM2-16GB", 125, None, 15.7),
+        ("Tesla V100-PCIE-32GB", 112, None, 14),
+    ],
+)
 def test_peak_table_matches_exact_device_names(name, p16, tf32, p32):
     peak = gpu_peak(name)
     assert peak is not None, name
@@ -60,32 +63,56 @@ def test_frozen_base_counts_4n_flops_and_padding_is_not_a_trained_token():
     from aura.models.presets import flops_per_token, matmul_parameters
     from aura.train.objectives.objective import count_inputs
 
-    c = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                    num_attention_heads=4, num_key_value_heads=2)
+    c = LlamaConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     n = matmul_parameters(c)
     attention = 12 * 2 * 4 * 16 * 32
     assert flops_per_token(c, 32) == pytest.approx(6 * n + attention)
     assert flops_per_token(c, 32, trainable_parameters=1000) == pytest.approx(4 * n + 6 * 1000 + attention)
-    padded = {"input_ids": torch.zeros(2, 8, dtype=torch.long),
-              "attention_mask": torch.tensor([[1] * 8, [1] * 3 + [0] * 5])}
+    padded = {
+        "input_ids": torch.zeros(2, 8, dtype=torch.long),
+        "attention_mask": torch.tensor([[1] * 8, [1] * 3 + [0] * 5]),
+    }
     assert count_inputs(padded) == 11
     assert count_inputs({"input_ids": torch.zeros(2, 8, dtype=torch.long)}) == 16
 
 
 # ---- the fine-tuning memory model ---------------------------------------------------------------------
 
+
 def _llama_1b():
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                       num_attention_heads=32, num_key_value_heads=8, head_dim=64, tie_word_embeddings=True)
+    return LlamaConfig(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        tie_word_embeddings=True,
+    )
 
 
 def _mistral_7b():
     from transformers import MistralConfig
 
-    return MistralConfig(vocab_size=32768, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                         num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False)
+    return MistralConfig(
+        vocab_size=32768,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        tie_word_embeddings=False,
+    )
 
 
 def test_finetune_memory_terms():
@@ -111,16 +138,19 @@ def test_auto_fits_the_guides_and_turns_checkpointing_on_only_when_needed():
 
     kw = dict(max_length=2048, precision="bf16")
     # the 12 GB QLoRA guide: Llama-3.2-1B (vocab 128k) on an RTX 3060
-    batch, ckpt, est, fits = plan_finetune(_llama_1b(), info=assumed_hardware("RTX 3060 12GB"), method="qlora",
-                                           lora_r=16, **kw)
+    batch, ckpt, est, fits = plan_finetune(
+        _llama_1b(), info=assumed_hardware("RTX 3060 12GB"), method="qlora", lora_r=16, **kw
+    )
     assert fits and est.total <= 0.9 * 12e9
     # the frida guide: batch 8 x 2048 on Mistral-7B, LoRA r64: only with checkpointing on a 24 GB card
-    b, c, est, fits = plan_finetune(_mistral_7b(), info=assumed_hardware("RTX 4090 24GB"), method="qlora",
-                                    lora_r=64, batch_size=8, **kw)
+    b, c, est, fits = plan_finetune(
+        _mistral_7b(), info=assumed_hardware("RTX 4090 24GB"), method="qlora", lora_r=64, batch_size=8, **kw
+    )
     assert fits and c is True
     # what the user fixes is kept
-    b, c, est, fits = plan_finetune(_mistral_7b(), info=nominal_gpu(80), method="lora", lora_r=64,
-                                    checkpointing=True, **kw)
+    b, c, est, fits = plan_finetune(
+        _mistral_7b(), info=nominal_gpu(80), method="lora", lora_r=64, checkpointing=True, **kw
+    )
     assert c is True and b == 8 and fits
     b, c, _, fits = plan_finetune(_mistral_7b(), info=nominal_gpu(8), method="lora", lora_r=64, **kw)
     assert not fits and (b, c) == (1, True)  # the smallest candidate, reported as not fitting
@@ -154,6 +184,7 @@ def test_pretrain_with_a_72_hour_preset_takes_checkpointing_from_the_device():
 
 
 # ---- found by the first GPU run (H200, 2026-11-28; docs/benchmarks.md) ---------------------------------------
+
 
 def test_gpt2_presets_use_the_fused_tanh_gelu_with_the_same_numbers_as_gelu_new():
     """transformers' default ``gelu_new`` spells the tanh formula out in five element-wise kernels; the
@@ -211,8 +242,14 @@ def test_the_lora_memory_model_counts_the_base_in_the_dtype_it_is_loaded_in():
 
     from aura.train.run.memory import finetune_estimate
 
-    cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
-                      num_attention_heads=16, num_key_value_heads=8)
+    cfg = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=16,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+    )
     kw = dict(method="lora", lora_r=16, batch_size=2, max_length=1024, checkpointing=False)
     bf16, fp16 = finetune_estimate(cfg, precision="bf16", **kw), finetune_estimate(cfg, precision="fp16", **kw)
     assert fp16.base_weights == 2 * bf16.base_weights

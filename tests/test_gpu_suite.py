@@ -15,8 +15,14 @@ from tests.distutil import ROOT, env
 
 
 def _suite(*args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(ROOT / "bench" / "gpu_suite.sh"), *args], capture_output=True, text=True,
-                          env=env(PYTHON=sys.executable), timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu_suite.sh"), *args],
+        capture_output=True,
+        text=True,
+        env=env(PYTHON=sys.executable),
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def _lines(out) -> dict[str, dict]:
@@ -83,8 +89,19 @@ def test_gpu_suite_driver_stops_a_check_at_its_timeout_and_skips_what_the_budget
     """--selftest puts two checks after setup: one that sleeps past its 2 s timeout, one that expects more
     than the budget; `doctor` after them must still run, in a worker started again."""
     out, work = tmp_path / "out", tmp_path / "work"
-    proc = _suite("--cpu", "--selftest", "--only", "doctor", "--budget", "300", "--workdir", str(work),
-                  "--out", str(out), timeout=600)
+    proc = _suite(
+        "--cpu",
+        "--selftest",
+        "--only",
+        "doctor",
+        "--budget",
+        "300",
+        "--workdir",
+        str(work),
+        "--out",
+        str(out),
+        timeout=600,
+    )
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]  # a timeout is a failed suite
     rows = _lines(out)
     assert list(rows) == ["environment", "setup", "selftest_timeout", "selftest_budget", "doctor"]

@@ -20,10 +20,33 @@ from tests.tiny_models import build_gpt2, build_llama, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 MATH = ROOT / "aura" / "resources" / "math_es"
-FAST = ["--objective", "grpo", "--num-generations", 4, "--batch-size", 4, "--gradient-accumulation-steps", 2,
-        "--max-completion-length", 12, "--log-interval", 1, "--lora-r", 8, "--lora-dropout", 0, "--precision", "fp32",
-        "--learning-rate", "5e-3", "--warmup-steps", 0, "--save-steps", 0]
-USER_REWARD = '''
+FAST = [
+    "--objective",
+    "grpo",
+    "--num-generations",
+    4,
+    "--batch-size",
+    4,
+    "--gradient-accumulation-steps",
+    2,
+    "--max-completion-length",
+    12,
+    "--log-interval",
+    1,
+    "--lora-r",
+    8,
+    "--lora-dropout",
+    0,
+    "--precision",
+    "fp32",
+    "--learning-rate",
+    "5e-3",
+    "--warmup-steps",
+    0,
+    "--save-steps",
+    0,
+]
+USER_REWARD = """
 def digits(completions, answer, **kwargs):
     return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
 
@@ -35,7 +58,7 @@ def not_numbers(completions, **kwargs):
 
 def vowel_first(completions, **kwargs):
     return [1.0 if c.lstrip()[:1] and c.lstrip()[0] in "aeiouAEIOU" else 0.0 for c in completions]
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +68,12 @@ def env(tmp_path_factory) -> dict:
     llama = build_llama(root / "llama", tok, hidden=64, layers=2)
     rows = [json.loads(ln) for ln in (MATH / "train.jsonl").read_text(encoding="utf-8").splitlines()[:6]]
     data = root / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": r["prompt"][:60], "answer": r["answer"]}, ensure_ascii=False) + "\n"
-                            for r in rows), encoding="utf-8")
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": r["prompt"][:60], "answer": r["answer"]}, ensure_ascii=False) + "\n" for r in rows
+        ),
+        encoding="utf-8",
+    )
     rewards = root / "my_rewards.py"
     rewards.write_text(USER_REWARD, encoding="utf-8")
     return {"root": root, "tok": tok, "llama": llama, "data": data, "rewards": rewards}
@@ -61,10 +88,24 @@ def step_rows(run: Path) -> dict[int, dict]:
 # Rewards and answers
 
 
-@pytest.mark.parametrize("text,values", [("12,5", {12.5}), ("12.5", {12.5}), ("1.234,5", {1234.5}),
-                                         ("1,234.5", {1234.5}), ("12 345", {12345.0}), ("1.234", {1.234, 1234.0}),
-                                         ("42 €", {42.0}), ("2,80 €", {2.8}), ("-3", {-3.0}), ("0,5 litros", {0.5}),
-                                         ("5, 7", set()), ("1.2.3", set()), ("abc", set())])
+@pytest.mark.parametrize(
+    "text,values",
+    [
+        ("12,5", {12.5}),
+        ("12.5", {12.5}),
+        ("1.234,5", {1234.5}),
+        ("1,234.5", {1234.5}),
+        ("12 345", {12345.0}),
+        ("1.234", {1.234, 1234.0}),
+        ("42 €", {42.0}),
+        ("2,80 €", {2.8}),
+        ("-3", {-3.0}),
+        ("0,5 litros", {0.5}),
+        ("5, 7", set()),
+        ("1.2.3", set()),
+        ("abc", set()),
+    ],
+)
 def test_number_values_read_spanish_and_english_numbers(text, values):
     from aura.data.rewards import number_values
 
@@ -72,7 +113,14 @@ def test_number_values_read_spanish_and_english_numbers(text, values):
 
 
 def test_exact_answer_format_and_length_rewards():
-    from aura.data.rewards import DEFAULT_FORMAT, answers_match, exact_answer, final_answer, format_reward, length_reward
+    from aura.data.rewards import (
+        DEFAULT_FORMAT,
+        answers_match,
+        exact_answer,
+        final_answer,
+        format_reward,
+        length_reward,
+    )
 
     assert final_answer("3 + 4 = 7.\nRespuesta: 7") == "7"
     assert final_answer("Respuesta: 42 euros en total.") == "42"
@@ -82,8 +130,9 @@ def test_exact_answer_format_and_length_rewards():
     assert not answers_match("8", "7") and not answers_match("", "7")
     assert exact_answer(completions=["Respuesta: 7", "Respuesta: 8", "7,0"], answer=["7", "7", "7"]) == [1.0, 0.0, 1.0]
     assert format_reward(DEFAULT_FORMAT)(completions=["3+4=7\nRespuesta: 7", "Respuesta: 7", "7"]) == [1.0, 0.0, 0.0]
-    assert format_reward("tags:think,answer")(completions=["<think>a</think>\n<answer>7</answer>", "<answer>7</answer>"]
-                                              ) == [1.0, 0.0]
+    assert format_reward("tags:think,answer")(
+        completions=["<think>a</think>\n<answer>7</answer>", "<answer>7</answer>"]
+    ) == [1.0, 0.0]
     assert length_reward(10)(completion_ids=[[1] * 5, [1] * 10]) == [-0.5, -1.0]
 
 
@@ -91,18 +140,29 @@ def test_reward_specs_and_errors_name_the_prompt(env):
     from aura.core.errors import AuraError
     from aura.data.rewards import RewardSet, parse_reward
 
-    assert [(r.name, r.weight) for r in (parse_reward("exact-answer"), parse_reward("format:0.2"),
-                                         parse_reward(f"{env['rewards']}:digits:2"))] == \
-        [("exact-answer", 1.0), ("format", 0.2), ("my_rewards.digits", 2.0)]
-    for spec, words in (("exactanswer", "expected NAME[:WEIGHT]"), ("nope.py:fn", "does not exist"),
-                        (f"{env['rewards']}:missing", "defines no function 'missing'")):
+    assert [
+        (r.name, r.weight)
+        for r in (parse_reward("exact-answer"), parse_reward("format:0.2"), parse_reward(f"{env['rewards']}:digits:2"))
+    ] == [("exact-answer", 1.0), ("format", 0.2), ("my_rewards.digits", 2.0)]
+    for spec, words in (
+        ("exactanswer", "expected NAME[:WEIGHT]"),
+        ("nope.py:fn", "does not exist"),
+        (f"{env['rewards']}:missing", "defines no function 'missing'"),
+    ):
         with pytest.raises(AuraError, match=words.replace("[", r"\[").replace("]", r"\]")):
             parse_reward(spec)
-    common = dict(prompt_text="¿Cuánto es 2 + 2?", where="datos.jsonl, line 3", completions=["4", "cinco"],
-                  completion_ids=[[1], [2]], fields={"answer": "4"})
+    common = dict(
+        prompt_text="¿Cuánto es 2 + 2?",
+        where="datos.jsonl, line 3",
+        completions=["4", "cinco"],
+        completion_ids=[[1], [2]],
+        fields={"answer": "4"},
+    )
     assert RewardSet([parse_reward(f"{env['rewards']}:digits")]).scores(**common) == [[1.0, 0.0]]
-    for name, words in (("broken", "failed on datos.jsonl, line 3 .*¿Cuánto es 2 \\+ 2\\?.*ValueError: no me gusta"),
-                        ("not_numbers", "returned 'alto' for a completion of datos.jsonl, line 3")):
+    for name, words in (
+        ("broken", "failed on datos.jsonl, line 3 .*¿Cuánto es 2 \\+ 2\\?.*ValueError: no me gusta"),
+        ("not_numbers", "returned 'alto' for a completion of datos.jsonl, line 3"),
+    ):
         with pytest.raises(AuraError, match=words):
             RewardSet([parse_reward(f"{env['rewards']}:{name}")]).scores(**common)
 
@@ -126,8 +186,13 @@ def test_batched_sampler_equals_transformers_generate_and_keys_fix_the_draws(env
         greedy = SamplingParams(max_new_tokens=10, temperature=0, stop_ids=(tok.eos_token_id,))
         got = sample_batch(model, prompts, greedy, pad_id=tok.pad_token_id, device=cpu)
         for p, g in zip(prompts, got):
-            ref = model.generate(torch.tensor([p]), max_new_tokens=10, do_sample=False, eos_token_id=tok.eos_token_id,
-                                 pad_token_id=tok.pad_token_id)[0, len(p):].tolist()
+            ref = model.generate(
+                torch.tensor([p]),
+                max_new_tokens=10,
+                do_sample=False,
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+            )[0, len(p) :].tolist()
             assert g == ref
     params = SamplingParams(max_new_tokens=12, temperature=1.0, top_p=0.9, top_k=40, stop_ids=(tok.eos_token_id,))
     keys = [11, 22, 33]
@@ -164,8 +229,9 @@ def test_math_set_has_500_verified_problems_split_train_test():
     for r in train + test:  # the answer is the value of the worked solution's expression
         expression = r["solution"].split(": ", 1)[1].rsplit(" = ", 1)[0]
         assert {float(evaluate(expression))} == number_values(r["answer"]), r["id"]
-    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_math_es.py"), "--check"],
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build_math_es.py"), "--check"], capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stderr
 
 
@@ -175,8 +241,23 @@ def test_math_set_has_500_verified_problems_split_train_test():
 
 def test_grpo_with_user_reward_resumes_exactly(env, tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    common = ["--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 4, "--beta", "0.04",
-              "--reward", "exact-answer", "--reward", f"{env['rewards']}:digits:0.5", "--val-fraction", 0]
+    common = [
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *FAST,
+        "--max-steps",
+        4,
+        "--beta",
+        "0.04",
+        "--reward",
+        "exact-answer",
+        "--reward",
+        f"{env['rewards']}:digits:0.5",
+        "--val-fraction",
+        0,
+    ]
     out = finetune(*common, "--output-dir", straight, "--save-steps", 2)
     assert "is your own code" in out and "reference: the base model with the adapter disabled" in out
     resumed.mkdir()
@@ -185,8 +266,17 @@ def test_grpo_with_user_reward_resumes_exactly(env, tmp_path):
     assert "Resumed from" in out
     a, b = step_rows(straight), step_rows(resumed)
     assert set(a) == {1, 2, 3, 4} and set(b) == {3, 4}
-    keys = ["train_loss", "reward", "reward_std", "rewards/exact-answer/mean", "rewards/my_rewards.digits/mean",
-            "completion_length", "entropy", "kl", "clip_ratio"]
+    keys = [
+        "train_loss",
+        "reward",
+        "reward_std",
+        "rewards/exact-answer/mean",
+        "rewards/my_rewards.digits/mean",
+        "completion_length",
+        "entropy",
+        "kl",
+        "clip_ratio",
+    ]
     for step in (3, 4):
         assert [a[step][k] for k in keys] == [b[step][k] for k in keys]
     assert float(a[4]["kl"]) > 0 and float(a[1]["completion_length"]) > 0
@@ -205,9 +295,25 @@ def test_format_pattern_scores_every_completion_as_a_plain_python_check_does(env
     those of a user reward that checks the same property without a regex (the completion's first non-blank
     character is a vowel), and it is not the default pattern's score."""
     run = tmp_path / "fmt"
-    finetune("--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 2, "--val-fraction", 0,
-             "--format-pattern", r"(?s)\s*[aeiouAEIOU].*", "--reward", "format:1",
-             "--reward", f"{env['rewards']}:vowel_first", "--output-dir", run)
+    finetune(
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *FAST,
+        "--max-steps",
+        2,
+        "--val-fraction",
+        0,
+        "--format-pattern",
+        r"(?s)\s*[aeiouAEIOU].*",
+        "--reward",
+        "format:1",
+        "--reward",
+        f"{env['rewards']}:vowel_first",
+        "--output-dir",
+        run,
+    )
     rows = step_rows(run)
     assert set(rows) == {1, 2}
     for row in rows.values():
@@ -222,9 +328,33 @@ def test_grpo_full_finetuning_with_a_frozen_reference_then_chat(env, tmp_path):
     run = tmp_path / "full"
     args = [a for a in FAST if a not in ("--lora-r", 8, "--lora-dropout")]
     args.remove(0)  # --lora-dropout's value, the first 0
-    out = finetune("--base-model", env["llama"], "--data", env["data"], *args, "--max-steps", 2, "--method", "full",
-                   "--beta", "0.1", "--reward", "format:1", "--reward", "length:0.1", "--output-dir", run,
-                   "--val-fraction", "0.34", "--eval-interval", 1, "--loss-type", "grpo", "--scale-rewards", "batch")
+    out = finetune(
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *args,
+        "--max-steps",
+        2,
+        "--method",
+        "full",
+        "--beta",
+        "0.1",
+        "--reward",
+        "format:1",
+        "--reward",
+        "length:0.1",
+        "--output-dir",
+        run,
+        "--val-fraction",
+        "0.34",
+        "--eval-interval",
+        1,
+        "--loss-type",
+        "grpo",
+        "--scale-rewards",
+        "batch",
+    )
     assert "reference: a frozen copy of the starting model" in out
     with open(run / "training_log.csv", newline="") as f:
         evals = [r for r in csv.DictReader(f) if r["kind"] == "eval"]
@@ -248,8 +378,25 @@ def test_grpo_with_qlora_on_cpu(env, tmp_path):
     from safetensors.torch import load_file
 
     run = tmp_path / "qlora"
-    out = finetune("--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 2, "--method", "qlora",
-                   "--beta", "0.04", "--reward", f"{env['rewards']}:digits", "--val-fraction", 0, "--output-dir", run)
+    out = finetune(
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *FAST,
+        "--max-steps",
+        2,
+        "--method",
+        "qlora",
+        "--beta",
+        "0.04",
+        "--reward",
+        f"{env['rewards']}:digits",
+        "--val-fraction",
+        0,
+        "--output-dir",
+        run,
+    )
     assert "reference: the base model with the adapter disabled" in out
     rows = step_rows(run)
     assert set(rows) == {1, 2} and float(rows[1]["completion_length"]) > 0
@@ -262,28 +409,44 @@ def test_grpo_with_qlora_on_cpu(env, tmp_path):
 def test_a_reward_that_fails_names_the_prompt(env, tmp_path):
     from tests.conftest import run_aura
 
-    r = run_aura("finetune", "--base-model", env["llama"], "--data", env["data"], *map(str, FAST), "--max-steps", "1",
-                 "--reward", f"{env['rewards']}:broken", "--output-dir", tmp_path / "r")
+    r = run_aura(
+        "finetune",
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *map(str, FAST),
+        "--max-steps",
+        "1",
+        "--reward",
+        f"{env['rewards']}:broken",
+        "--output-dir",
+        tmp_path / "r",
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 2, out
     assert "The reward 'my_rewards.broken' failed on" in out and "ValueError: no me gusta" in out
     assert "prompts.jsonl" in out and "Traceback" not in out
 
 
-@pytest.mark.parametrize("flags,words", [
-    (["--num-generations", 1], "--num-generations must be at least 2"),
-    (["--reward", "nope.py:fn"], "does not exist"),
-    (["--reward", "exactanswer"], "expected NAME[:WEIGHT]"),
-    (["--batch-size", 3, "--gradient-accumulation-steps", 1], "must be a multiple of --num-generations (4)"),
-    (["--strategy", "fsdp"], "GRPO trains on one process or with DDP"),
-    (["--precompute-ref"], "--precompute-ref does not apply to --objective grpo"),
-    (["--top-p", 0], "--top-p must be in (0, 1]"),
-    (["--max-completion-length", 250], "does not fit the model's context (256 tokens)"),
-    (["--method", "qlora", "--rollout-engine", "vllm"], "does not take --method qlora"),
-])
+@pytest.mark.parametrize(
+    "flags,words",
+    [
+        (["--num-generations", 1], "--num-generations must be at least 2"),
+        (["--reward", "nope.py:fn"], "does not exist"),
+        (["--reward", "exactanswer"], "expected NAME[:WEIGHT]"),
+        (["--batch-size", 3, "--gradient-accumulation-steps", 1], "must be a multiple of --num-generations (4)"),
+        (["--strategy", "fsdp"], "GRPO trains on one process or with DDP"),
+        (["--precompute-ref"], "--precompute-ref does not apply to --objective grpo"),
+        (["--top-p", 0], "--top-p must be in (0, 1]"),
+        (["--max-completion-length", 250], "does not fit the model's context (256 tokens)"),
+        (["--method", "qlora", "--rollout-engine", "vllm"], "does not take --method qlora"),
+    ],
+)
 def test_grpo_refusals(env, tmp_path, flags, words):
-    out = finetune("--base-model", env["llama"], "--data", env["data"], *FAST, *flags, "--output-dir",
-                   tmp_path / "r", expect=2)
+    out = finetune(
+        "--base-model", env["llama"], "--data", env["data"], *FAST, *flags, "--output-dir", tmp_path / "r", expect=2
+    )
     assert words in out
 
 
@@ -348,8 +511,21 @@ def test_grpo_on_one_process_says_no_strategy_it_was_not_given_and_spanish_weigh
     (auto had silently become ddp), and the default weights read "format x 0.2" in Spanish."""
     from tests.conftest import run_aura
 
-    r = run_aura("finetune", "--base-model", env["llama"], "--data", env["data"], *map(str, FAST), "--max-steps", "1",
-                 "--val-fraction", "0", "--output-dir", tmp_path / "r", env={"AURA_LANG": "es"})
+    r = run_aura(
+        "finetune",
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *map(str, FAST),
+        "--max-steps",
+        "1",
+        "--val-fraction",
+        "0",
+        "--output-dir",
+        tmp_path / "r",
+        env={"AURA_LANG": "es"},
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "Recompensas: exact-answer x 1, format x 0,2." in out, out
@@ -369,8 +545,11 @@ def test_a_stage_without_reward_signal_says_the_model_did_not_change_and_spanish
     common = ["--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 2, "--val-fraction", 0]
     out = finetune(*common, "--reward", "format", "--output-dir", dead)
     assert "0 of 4 groups had a reward signal: the model did not change" in out
-    assert json.loads((dead / "reward_signal.json").read_text()) == {"groups": 4, "groups_with_signal": 0,
-                                                                     "num_generations": 4}
+    assert json.loads((dead / "reward_signal.json").read_text()) == {
+        "groups": 4,
+        "groups_with_signal": 0,
+        "num_generations": 4,
+    }
     assert [float(r["groups_with_signal"]) for r in step_rows(dead).values()] == [0.0, 0.0]
     weights = load_file(dead / "final" / "adapter_model.safetensors")
     assert all(not t.any() for k, t in weights.items() if "lora_B" in k)  # the adapted model is the base
@@ -382,8 +561,10 @@ def test_a_stage_without_reward_signal_says_the_model_did_not_change_and_spanish
     out = finetune(*common, "--reward", "spanish", "--output-dir", live)
     rows = step_rows(live)
     signal = json.loads((live / "reward_signal.json").read_text())
-    assert signal["groups"] == 4 and signal["groups_with_signal"] == sum(float(r["groups_with_signal"])
-                                                                          for r in rows.values()) > 0
+    assert (
+        signal["groups"] == 4
+        and signal["groups_with_signal"] == sum(float(r["groups_with_signal"]) for r in rows.values()) > 0
+    )
     assert f"{signal['groups_with_signal']} of 4 groups had a reward signal" in out
     weights = load_file(live / "final" / "adapter_model.safetensors")
     assert any(t.any() for k, t in weights.items() if "lora_B" in k)

@@ -11,20 +11,58 @@ from tests.distutil import output, torchrun
 from tests.test_grpo import FAST, env, finetune, step_rows  # noqa: F401  (env: the module fixture)
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
-KEYS = ("train_loss", "reward", "reward_std", "rewards/exact-answer/mean", "rewards/my_rewards.digits/mean",
-        "completion_length", "completions_truncated", "entropy", "kl", "clip_ratio")
+KEYS = (
+    "train_loss",
+    "reward",
+    "reward_std",
+    "rewards/exact-answer/mean",
+    "rewards/my_rewards.digits/mean",
+    "completion_length",
+    "completions_truncated",
+    "entropy",
+    "kl",
+    "clip_ratio",
+)
 
 
 @pytest.mark.parametrize("per_rank", [1, 2])  # 2: each micro-batch holds 2 rows of one prompt, run once (shared)
 def test_grpo_under_ddp_equals_one_process(env, tmp_path, per_rank):  # noqa: F811
-    common = [str(a) for a in ("--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 3,
-                               "--beta", "0.04", "--reward", "exact-answer", "--reward",
-                               f"{env['rewards']}:digits:0.5", "--val-fraction", 0)]
+    common = [
+        str(a)
+        for a in (
+            "--base-model",
+            env["llama"],
+            "--data",
+            env["data"],
+            *FAST,
+            "--max-steps",
+            3,
+            "--beta",
+            "0.04",
+            "--reward",
+            "exact-answer",
+            "--reward",
+            f"{env['rewards']}:digits:0.5",
+            "--val-fraction",
+            0,
+        )
+    ]
     single = tmp_path / "single"
     finetune(*common, "--batch-size", 2 * per_rank, "--output-dir", single)
     ddp = tmp_path / "ddp"
-    r = torchrun("-m", "aura", "finetune", *common, "--batch-size", str(per_rank), "--backend", "gloo",
-                 "--output-dir", str(ddp), timeout=900)
+    r = torchrun(
+        "-m",
+        "aura",
+        "finetune",
+        *common,
+        "--batch-size",
+        str(per_rank),
+        "--backend",
+        "gloo",
+        "--output-dir",
+        str(ddp),
+        timeout=900,
+    )
     text = output(r)
     assert r.returncode == 0, text
     assert "Parallelism strategy: ddp" in text and "Sync=OK" in text

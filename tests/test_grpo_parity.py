@@ -21,8 +21,16 @@ from tests.tiny_models import build_llama, train_tokenizer
 trl = pytest.importorskip("trl")
 
 PROMPTS = ["¿Cuánto es dos más dos?", "Escribe un número:", "¿Qué idioma se habla en Chile?"]
-COMPLETIONS = ["Son 4, claro.", "Cuatro", "Respuesta: 7", "El 12 y el 3", "Español.", "Se habla español",
-               "Inglés", "No lo sé muy bien, la verdad"]
+COMPLETIONS = [
+    "Son 4, claro.",
+    "Cuatro",
+    "Respuesta: 7",
+    "El 12 y el 3",
+    "Español.",
+    "Se habla español",
+    "Inglés",
+    "No lo sé muy bien, la verdad",
+]
 G, C_MAX = 4, 12
 
 
@@ -55,15 +63,38 @@ def _trainer(model_dir, tmp_path, *, loss_type: str, scale_rewards: str):
     from trl import GRPOConfig, GRPOTrainer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    args = GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=2 * G, num_generations=G,
-                      max_completion_length=C_MAX, loss_type=loss_type, scale_rewards=scale_rewards, beta=0.04,
-                      epsilon=0.2, epsilon_high=0.28, temperature=0.7, reward_weights=[1.0, 0.5], report_to=[],
-                      use_cpu=True, bf16=False, fp16=False, logging_steps=1, seed=3, gradient_accumulation_steps=1)
-    peft_config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj"],
-                             task_type="CAUSAL_LM")
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "trl"),
+        per_device_train_batch_size=2 * G,
+        num_generations=G,
+        max_completion_length=C_MAX,
+        loss_type=loss_type,
+        scale_rewards=scale_rewards,
+        beta=0.04,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        temperature=0.7,
+        reward_weights=[1.0, 0.5],
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        logging_steps=1,
+        seed=3,
+        gradient_accumulation_steps=1,
+    )
+    peft_config = LoraConfig(
+        r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj"], task_type="CAUSAL_LM"
+    )
     data = Dataset.from_list([{"prompt": p} for p in PROMPTS])
-    return GRPOTrainer(model=str(model_dir), reward_funcs=[digits, short], args=args, train_dataset=data,
-                       processing_class=tok, peft_config=peft_config), tok
+    return GRPOTrainer(
+        model=str(model_dir),
+        reward_funcs=[digits, short],
+        args=args,
+        train_dataset=data,
+        processing_class=tok,
+        peft_config=peft_config,
+    ), tok
 
 
 def _fixed(tok):
@@ -79,10 +110,19 @@ def _fixed(tok):
     return prompt_ids, completion_ids
 
 
-@pytest.mark.parametrize("loss_type,scale,level", [
-    ("grpo", "group", "token"), ("bnpo", "batch", "token"), ("dr_grpo", "none", "token"), ("dapo", "group", "token"),
-    ("grpo", "group", "sequence"),  # GSPO as its paper sets it up
-    ("dapo", "batch", "sequence"), ("cispo", "group", "token"), ("cispo", "group", "sequence")])
+@pytest.mark.parametrize(
+    "loss_type,scale,level",
+    [
+        ("grpo", "group", "token"),
+        ("bnpo", "batch", "token"),
+        ("dr_grpo", "none", "token"),
+        ("dapo", "group", "token"),
+        ("grpo", "group", "sequence"),  # GSPO as its paper sets it up
+        ("dapo", "batch", "sequence"),
+        ("cispo", "group", "token"),
+        ("cispo", "group", "sequence"),
+    ],
+)
 def test_grpo_matches_trl(trainer_tok, loss_type, scale, level):
     import torch
 
@@ -108,10 +148,15 @@ def test_grpo_matches_trl(trainer_tok, loss_type, scale, level):
     b, t = out["completion_mask"].shape
     # old log-probs 0.35 off in alternating directions: every row has tokens clipped below and above; plus
     # -0.3, 0 or 0.3 per row, so that whole completions' (sequence-level) ratios are clipped too
-    old = 0.35 * ((torch.arange(b)[:, None] + torch.arange(t)[None]) % 2 * 2 - 1) + 0.3 * (torch.arange(b)[:, None] % 3 - 1)
+    old = 0.35 * ((torch.arange(b)[:, None] + torch.arange(t)[None]) % 2 * 2 - 1) + 0.3 * (
+        torch.arange(b)[:, None] % 3 - 1
+    )
     trl_logps, _, _ = trainer._get_per_token_logps_and_entropies(
-        model, torch.cat([out["prompt_ids"], out["completion_ids"]], 1),
-        torch.cat([out["prompt_mask"], out["completion_mask"]], 1), c)
+        model,
+        torch.cat([out["prompt_ids"], out["completion_ids"]], 1),
+        torch.cat([out["prompt_mask"], out["completion_mask"]], 1),
+        c,
+    )
     out["old_per_token_logps"] = (trl_logps.detach() + old) * out["completion_mask"]
     model.zero_grad()
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer's training loop, which does not run here
@@ -124,27 +169,54 @@ def test_grpo_matches_trl(trainer_tok, loss_type, scale, level):
     trl_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
 
     # Aura: the rollout source's scoring, advantages, batch and reference pass; then the objective
-    prompts = [EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
-               for i, p in enumerate(PROMPTS)]
+    prompts = [
+        EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
+        for i, p in enumerate(PROMPTS)
+    ]
     rewards = RewardSet([Reward("digits", 1.0, digits), Reward("short", 0.5, short)])
     sampling = SamplingParams(max_new_tokens=C_MAX, temperature=0.7, stop_ids=(tok.eos_token_id,))
-    source = RolloutSource(prompts, policy=model, rewards=rewards, tokenizer=tok, sampling=sampling, num_generations=G,
-                           batch_size=2 * G, accumulation=1, scale_rewards=scale, temperature=0.7, beta=0.04,
-                           dist=DistInfo(), precision="fp32")
+    source = RolloutSource(
+        prompts,
+        policy=model,
+        rewards=rewards,
+        tokenizer=tok,
+        sampling=sampling,
+        num_generations=G,
+        batch_size=2 * G,
+        accumulation=1,
+        scale_rewards=scale,
+        temperature=0.7,
+        beta=0.04,
+        dist=DistInfo(),
+        precision="fp32",
+    )
     rows = [i // G for i in range(2 * G)]
     advantages, _ = source._advantages(source._score(rows, completion_ids), completion_ids)
     assert advantages == pytest.approx(out["advantages"].tolist(), abs=1e-4)
     batch = source._collate(rows, completion_ids, advantages)
     assert torch.equal(batch["completion_mask"], out["completion_mask"])
     batch["ref_logps"] = source._reference_logps(batch)
-    torch.testing.assert_close(batch["ref_logps"] * batch["completion_mask"],
-                               out["ref_per_token_logps"] * out["completion_mask"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        batch["ref_logps"] * batch["completion_mask"],
+        out["ref_per_token_logps"] * out["completion_mask"],
+        atol=1e-5,
+        rtol=0,
+    )
     aura_logps, _ = completion_logps(model, batch, temperature=0.7)
-    torch.testing.assert_close(aura_logps * batch["completion_mask"], trl_logps * out["completion_mask"],
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        aura_logps * batch["completion_mask"], trl_logps * out["completion_mask"], atol=1e-5, rtol=0
+    )
     batch["old_logps"] = out["old_per_token_logps"]
-    objective = GRPO(loss_type=loss_type, epsilon=0.2, epsilon_high=eps_high, beta=0.04, temperature=0.7,
-                     max_completion_length=C_MAX, reward_names=rewards.names, importance_sampling_level=level)
+    objective = GRPO(
+        loss_type=loss_type,
+        epsilon=0.2,
+        epsilon_high=eps_high,
+        beta=0.04,
+        temperature=0.7,
+        max_completion_length=C_MAX,
+        reward_names=rewards.names,
+        importance_sampling_level=level,
+    )
     model.zero_grad()
     total, stats = objective.loss(model, batch)
     loss = total / objective.count(batch)  # what the loop does with one micro-batch on one rank
@@ -184,11 +256,14 @@ def test_sampler_importance_correction_matches_trl(trainer_tok):
     c = plain["completion_ids"].shape[1]
     with torch.no_grad():
         logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            model, torch.cat([plain["prompt_ids"], plain["completion_ids"]], 1),
-            torch.cat([plain["prompt_mask"], plain["completion_mask"]], 1), c)
+            model,
+            torch.cat([plain["prompt_ids"], plain["completion_ids"]], 1),
+            torch.cat([plain["prompt_mask"], plain["completion_mask"]], 1),
+            c,
+        )
     shift = torch.tensor([-1.5, -0.6, -0.2, 0.0, 0.3, 0.7, -0.9, 1.2])  # summed over each row: ratio e^-shift
     lengths = plain["completion_mask"].sum(1)
-    sampler = [(logps[i, :int(n)] + shift[i] / n).tolist() for i, n in enumerate(lengths)]
+    sampler = [(logps[i, : int(n)] + shift[i] / n).tolist() for i, n in enumerate(lengths)]
     assert (torch.exp(-shift) > IS_MAX).sum() == 1  # one completion is dropped, the others weighted
 
     trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True
@@ -205,26 +280,48 @@ def test_sampler_importance_correction_matches_trl(trainer_tok):
         trainer.use_vllm = False
     trl_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
 
-    prompts = [EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
-               for i, p in enumerate(PROMPTS)]
+    prompts = [
+        EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
+        for i, p in enumerate(PROMPTS)
+    ]
     rewards = RewardSet([Reward("digits", 1.0, digits), Reward("short", 0.5, short)])
-    source = RolloutSource(prompts, policy=model, rewards=rewards, tokenizer=tok,
-                           sampling=SamplingParams(max_new_tokens=C_MAX, temperature=0.7), num_generations=G,
-                           batch_size=2 * G, accumulation=1, scale_rewards="group", temperature=0.7, beta=0.04,
-                           dist=DistInfo(), precision="fp32")
+    source = RolloutSource(
+        prompts,
+        policy=model,
+        rewards=rewards,
+        tokenizer=tok,
+        sampling=SamplingParams(max_new_tokens=C_MAX, temperature=0.7),
+        num_generations=G,
+        batch_size=2 * G,
+        accumulation=1,
+        scale_rewards="group",
+        temperature=0.7,
+        beta=0.04,
+        dist=DistInfo(),
+        precision="fp32",
+    )
     rows = [i // G for i in range(2 * G)]
     advantages, _ = source._advantages(source._score(rows, completion_ids), completion_ids)
     batch = source._collate(rows, completion_ids, advantages)
     batch["ref_logps"] = source._reference_logps(batch)
     batch["sampler_logps"] = pad_rows(sampler, width=batch["completion_mask"].shape[1])
-    objective = GRPO(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.04, temperature=0.7,
-                     max_completion_length=C_MAX, reward_names=rewards.names)
+    objective = GRPO(
+        loss_type="dapo",
+        epsilon=0.2,
+        epsilon_high=0.28,
+        beta=0.04,
+        temperature=0.7,
+        max_completion_length=C_MAX,
+        reward_names=rewards.names,
+    )
     model.zero_grad()
     total, _ = objective.loss(model, batch)
     loss = total / objective.count(batch)
     loss.backward()
     assert loss.item() == pytest.approx(trl_loss.item(), abs=1e-4)
-    without = objective.loss(model, {k: v for k, v in batch.items() if k != "sampler_logps"})[0] / objective.count(batch)
+    without = objective.loss(model, {k: v for k, v in batch.items() if k != "sampler_logps"})[0] / objective.count(
+        batch
+    )
     assert abs(without.item() - loss.item()) > 1e-3  # the correction changed the loss
     for name, grad in trl_grads.items():
         torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, atol=1e-4, rtol=0)
@@ -250,12 +347,26 @@ def test_an_external_engine_samples_outside_autocast_and_its_log_probs_reach_the
         ids = [completion_ids[i % len(completion_ids)] for i in range(len(prompts))]
         return ids, [[-0.5 - j / 10 for j in range(len(c))] for c in ids]
 
-    prompts = [EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
-               for i, p in enumerate(PROMPTS)]
-    source = RolloutSource(prompts, policy=trainer.model, rewards=RewardSet([Reward("digits", 1.0, digits)]),
-                           tokenizer=tok, sampling=SamplingParams(max_new_tokens=C_MAX), num_generations=G,
-                           batch_size=G, accumulation=2, scale_rewards="group", temperature=1.0, beta=0.0,
-                           dist=DistInfo(), precision="bf16", generate=engine)
+    prompts = [
+        EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
+        for i, p in enumerate(PROMPTS)
+    ]
+    source = RolloutSource(
+        prompts,
+        policy=trainer.model,
+        rewards=RewardSet([Reward("digits", 1.0, digits)]),
+        tokenizer=tok,
+        sampling=SamplingParams(max_new_tokens=C_MAX),
+        num_generations=G,
+        batch_size=G,
+        accumulation=2,
+        scale_rewards="group",
+        temperature=1.0,
+        beta=0.0,
+        dist=DistInfo(),
+        precision="bf16",
+        generate=engine,
+    )
     batches = source.window(0, 0)
     assert seen == [False] and len(batches) == 2
     for b in batches:

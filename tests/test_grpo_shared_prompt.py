@@ -26,8 +26,9 @@ def models(tmp_path_factory):
 def _lora(path):
     from aura.train import adapters
 
-    model = adapters.setup_model(adapters.load_base_model(str(path)), method="lora", lora_r=4, lora_alpha=8,
-                                 lora_dropout=0.0)
+    model = adapters.setup_model(
+        adapters.load_base_model(str(path)), method="lora", lora_r=4, lora_alpha=8, lora_dropout=0.0
+    )
     gen = torch.Generator().manual_seed(0)
     for name, p in model.named_parameters():
         if "lora_B" in name:  # B starts at zero: give the adapter an effect

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from aura.models.hardware import (GIB, HardwareInfo, _CANDIDATES, auto_tiers, choose_auto, cpu_fast_bf16, default_precision, detect, estimate_memory, nominal_gpu)
+from aura.models.hardware import (
+    _CANDIDATES,
+    GIB,
+    HardwareInfo,
+    auto_tiers,
+    choose_auto,
+    cpu_fast_bf16,
+    default_precision,
+    detect,
+    estimate_memory,
+    nominal_gpu,
+)
 from aura.models.presets import PRESETS, hidden_matrix_parameters, preset_training, spec_parameters
 
 
@@ -28,24 +39,39 @@ def test_cpu_bf16_from_flags():
 
 def test_80gb_is_the_72_hour_guide_with_the_modern_recipe():
     c = choose_auto(nominal_gpu(80, name="NVIDIA A100-SXM4-80GB"))
-    assert (c.preset, c.batch_size, c.gradient_accumulation_steps, c.learning_rate, c.save_steps,
-            c.gradient_checkpointing, c.precision) == ("qwen3-72h", 8, 4, 3e-4, 500, False, "bf16")
+    assert (
+        c.preset,
+        c.batch_size,
+        c.gradient_accumulation_steps,
+        c.learning_rate,
+        c.save_steps,
+        c.gradient_checkpointing,
+        c.precision,
+    ) == ("qwen3-72h", 8, 4, 3e-4, 500, False, "bf16")
     assert "qwen3-72h" in c.reason
     trained = preset_training(c.preset)
     assert (trained.optimizer, trained.lr_schedule) == ("muon", "wsd")
 
 
-@pytest.mark.parametrize("gb,preset", [(40, "qwen3-72h"), (24, "qwen3-medium"), (16, "qwen3-medium"),
-                                       (12, "qwen3-medium"), (8, "qwen3-small")])
+@pytest.mark.parametrize(
+    "gb,preset",
+    [(40, "qwen3-72h"), (24, "qwen3-medium"), (16, "qwen3-medium"), (12, "qwen3-medium"), (8, "qwen3-small")],
+)
 def test_tiers_fit_and_are_the_largest_that_fit(gb, preset):
     info = nominal_gpu(gb)
     c = choose_auto(info)
     assert c.preset == preset
     assert c.estimated_bytes <= 0.9 * info.memory_bytes
     # every more preferred candidate does not fit
-    for p, batch, ckpt in _CANDIDATES[:_CANDIDATES.index((c.preset, c.batch_size, c.gradient_checkpointing))]:
-        est = estimate_memory(PRESETS[p], vocab_size=32000, batch_size=batch, precision="bf16",
-                              gradient_checkpointing=ckpt, optimizer="muon")
+    for p, batch, ckpt in _CANDIDATES[: _CANDIDATES.index((c.preset, c.batch_size, c.gradient_checkpointing))]:
+        est = estimate_memory(
+            PRESETS[p],
+            vocab_size=32000,
+            batch_size=batch,
+            precision="bf16",
+            gradient_checkpointing=ckpt,
+            optimizer="muon",
+        )
         assert est.total > 0.9 * info.memory_bytes, (p, batch, ckpt)
     assert c.batch_size * c.gradient_accumulation_steps * PRESETS[preset].seq_len == 65536
 
@@ -71,8 +97,9 @@ def test_muon_keeps_one_momentum_for_hidden_matrices_only():
 
     spec = PRESETS["qwen3-tiny"]
     model = build_model(spec, vocab_size=512)
-    hidden = sum(p.numel() for n, p in model.named_parameters() if p.ndim == 2 and "embed" not in n
-                 and "lm_head" not in n)
+    hidden = sum(
+        p.numel() for n, p in model.named_parameters() if p.ndim == 2 and "embed" not in n and "lm_head" not in n
+    )
     assert hidden_matrix_parameters(spec) == hidden
     assert spec_parameters(spec, 512) == sum(p.numel() for p in model.parameters())
     kw = dict(vocab_size=512, batch_size=4, precision="fp32", gradient_checkpointing=False)
@@ -87,10 +114,17 @@ def test_the_docs_tier_table_is_what_auto_picks():
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "presets.md").read_text(encoding="utf-8")
-    rows = re.findall(r"^\| (\d+) GB \| `([\w-]+)` \| (\d+) \| (\d+) \| (no|sí / yes) \| ([\d.e-]+) \| ([\d.]+) GiB \|$",
-                      text, re.M)
+    rows = re.findall(
+        r"^\| (\d+) GB \| `([\w-]+)` \| (\d+) \| (\d+) \| (no|sí / yes) \| ([\d.e-]+) \| ([\d.]+) GiB \|$", text, re.M
+    )
     assert len(rows) == len(auto_tiers())
     for (gb, c), (doc_gb, preset, batch, accum, ckpt, lr, mem) in zip(auto_tiers(), rows):
         assert (int(doc_gb), preset, int(batch), int(accum), ckpt != "no", float(lr)) == (
-            gb, c.preset, c.batch_size, c.gradient_accumulation_steps, c.gradient_checkpointing, c.learning_rate)
+            gb,
+            c.preset,
+            c.batch_size,
+            c.gradient_accumulation_steps,
+            c.gradient_checkpointing,
+            c.learning_rate,
+        )
         assert float(mem) == pytest.approx(c.estimated_bytes / GIB, abs=0.06)

@@ -27,10 +27,53 @@ from tests.evidence import check_every
 # numbers, acronyms (all capitals) and these names/terms, which both languages use as they are
 # (log field names users grep keep the guides' spelling: docs/architecture.md).
 UNTRANSLATED_WORDS = {
-    "Python", "PyTorch", "torch", "Loss", "Sync", "OK", "Temp", "Rank", "Node",
-    "Device", "LoRA", "QLoRA", "Llama", "GGUF", "Ollama", "ZeRO", "DeepSpeed", "Triton", "Liger",
-    "TensorBoard", "safetensors", "tokens", "batch", "preset", "checkpoint", "bf16", "fp16", "fp32",
-    "error", "no", "ms", "s", "it", "Grad", "Mem", "tok", "shards", "tensorboard", "ETA", "MFU", "grad", "norm", "lr", "val", "train", "auto", "aura",
+    "Python",
+    "PyTorch",
+    "torch",
+    "Loss",
+    "Sync",
+    "OK",
+    "Temp",
+    "Rank",
+    "Node",
+    "Device",
+    "LoRA",
+    "QLoRA",
+    "Llama",
+    "GGUF",
+    "Ollama",
+    "ZeRO",
+    "DeepSpeed",
+    "Triton",
+    "Liger",
+    "TensorBoard",
+    "safetensors",
+    "tokens",
+    "batch",
+    "preset",
+    "checkpoint",
+    "bf16",
+    "fp16",
+    "fp32",
+    "error",
+    "no",
+    "ms",
+    "s",
+    "it",
+    "Grad",
+    "Mem",
+    "tok",
+    "shards",
+    "tensorboard",
+    "ETA",
+    "MFU",
+    "grad",
+    "norm",
+    "lr",
+    "val",
+    "train",
+    "auto",
+    "aura",
 }
 
 
@@ -68,7 +111,14 @@ def _nothing_to_translate(text: str) -> bool:
 @pytest.mark.catalogue
 def test_modules_were_imported():
     names = {m.__name__ for m in MODULES}
-    assert {"aura.cli", "aura.core.config", "aura.core.i18n", "aura.watch.monitor", "aura.watch.doctor", "aura.watch.runs"} <= names
+    assert {
+        "aura.cli",
+        "aura.core.config",
+        "aura.core.i18n",
+        "aura.watch.monitor",
+        "aura.watch.doctor",
+        "aura.watch.runs",
+    } <= names
     assert len(REGISTRY) >= 5
 
 
@@ -78,21 +128,122 @@ def test_modules_were_imported():
 # uses as they are (checkpoint, token, preset, dataset, shard, LoRA...). tests/test_spanish_commands.py
 # checks every command's real output against the same list.
 ENGLISH_IN_SPANISH = {
-    "epoch", "epochs", "step", "steps", "finished", "running", "interrupted", "failed", "stale", "none",
-    "unknown", "done", "saved", "skipped", "resumed", "training", "validation", "warning", "batch",
-    "batches", "examples", "parameters", "seconds", "on", "off", "yes", "true", "false", "the", "and",
-    "loss", "fertility", "host", "perplexity", "accuracy", "warnings", "deprecated", "please",
-    "downloading", "loading", "using", "will", "not", "is", "are", "of", "to", "with", "for", "from", "this",
-    "that", "you", "your", "should", "could", "installed", "found", "file", "model", "version",
+    "epoch",
+    "epochs",
+    "step",
+    "steps",
+    "finished",
+    "running",
+    "interrupted",
+    "failed",
+    "stale",
+    "none",
+    "unknown",
+    "done",
+    "saved",
+    "skipped",
+    "resumed",
+    "training",
+    "validation",
+    "warning",
+    "batch",
+    "batches",
+    "examples",
+    "parameters",
+    "seconds",
+    "on",
+    "off",
+    "yes",
+    "true",
+    "false",
+    "the",
+    "and",
+    "loss",
+    "fertility",
+    "host",
+    "perplexity",
+    "accuracy",
+    "warnings",
+    "deprecated",
+    "please",
+    "downloading",
+    "loading",
+    "using",
+    "will",
+    "not",
+    "is",
+    "are",
+    "of",
+    "to",
+    "with",
+    "for",
+    "from",
+    "this",
+    "that",
+    "you",
+    "your",
+    "should",
+    "could",
+    "installed",
+    "found",
+    "file",
+    "model",
+    "version",
 }
 # Words that may follow a placeholder without being a counted noun (verbs, adjectives after a size).
 NOT_A_COUNTED_NOUN = {
-    "es": {"es", "libres", "pedidas", "antes", "los", "las", "más", "s", "ms", "seguidos", "sigue", "tiene",
-           "tienen", "pasa"},
-    "en": {"is", "has", "does", "was", "holds", "contains", "exceeds", "needs", "names", "defines", "trades",
-           "vs", "s", "ms", "free", "requested", "gives", "goes", "wins", "matches", "keeps", "uses", "its",
-           "this", "takes", "applies", "reads", "writes", "remains", "lists", "knows", "changes", "sets",
-           "as"},
+    "es": {
+        "es",
+        "libres",
+        "pedidas",
+        "antes",
+        "los",
+        "las",
+        "más",
+        "s",
+        "ms",
+        "seguidos",
+        "sigue",
+        "tiene",
+        "tienen",
+        "pasa",
+    },
+    "en": {
+        "is",
+        "has",
+        "does",
+        "was",
+        "holds",
+        "contains",
+        "exceeds",
+        "needs",
+        "names",
+        "defines",
+        "trades",
+        "vs",
+        "s",
+        "ms",
+        "free",
+        "requested",
+        "gives",
+        "goes",
+        "wins",
+        "matches",
+        "keeps",
+        "uses",
+        "its",
+        "this",
+        "takes",
+        "applies",
+        "reads",
+        "writes",
+        "remains",
+        "lists",
+        "knows",
+        "changes",
+        "sets",
+        "as",
+    },
 }
 # Placeholders that never hold a count.
 NOT_A_COUNT = {"path", "adapter", "encoding", "id", "eos", "name", "model", "file", "flag"}
@@ -136,7 +287,7 @@ def test_counts_use_the_plural_form():
                 spec, word = m.group(2) or "", m.group(3)
                 if "|" in spec or m.group(1) in NOT_A_COUNT or word.istitle():  # istitle: a new sentence
                     continue
-                follows = text[m.end():m.end() + 1]
+                follows = text[m.end() : m.end() + 1]
                 if word.endswith("s") and word.lower() not in NOT_A_COUNTED_NOUN[lang] and follows != "/":
                     found.append(f"{ns}.{key} ({lang}): {m.group(0)!r} needs {{{m.group(1)}:ONE|OTHER}}")
     assert not found, "Counts without the plural form:\n" + "\n".join(found)
@@ -147,14 +298,24 @@ def test_number_and_plural_formatting():
     space between thousands from five digits on; English keeps its own; values after a flag stay as typed."""
     from aura.core.i18n import count, localize, num, plural, set_lang
 
-    m = Messages("test_i18n_numbers", {"k": ("{params:,} parámetros, {n:paso|pasos}, {loss:.2f}, {x:,.1f}, {v}",
-                                             "{params:,} parameters, {n:step|steps}, {loss:.2f}, {x:,.1f}, {v}"),
-                                       "hint": ("Usa --lr {lr} --val-fraction={f} ({lr!s}); tasa {lr}; --{flag} {f}",
-                                                "Use --lr {lr} --val-fraction={f} ({lr!s}); rate {lr}; --{flag} {f}")})
+    m = Messages(
+        "test_i18n_numbers",
+        {
+            "k": (
+                "{params:,} parámetros, {n:paso|pasos}, {loss:.2f}, {x:,.1f}, {v}",
+                "{params:,} parameters, {n:step|steps}, {loss:.2f}, {x:,.1f}, {v}",
+            ),
+            "hint": (
+                "Usa --lr {lr} --val-fraction={f} ({lr!s}); tasa {lr}; --{flag} {f}",
+                "Use --lr {lr} --val-fraction={f} ({lr!s}); rate {lr}; --{flag} {f}",
+            ),
+        },
+    )
     nb = "\u202f"
     set_lang("es")
     assert m("k", params=6372608, n=1, loss=2.5, x=12345.67, v=6.11) == (
-        f"6{nb}372{nb}608 parámetros, 1 paso, 2,50, 12{nb}345,7, 6,11")
+        f"6{nb}372{nb}608 parámetros, 1 paso, 2,50, 12{nb}345,7, 6,11"
+    )
     assert m("k", params=1024, n=0, loss=2.5, x=1.25, v=7) == "1024 parámetros, 0 pasos, 2,50, 1,2, 7"
     assert m("hint", lr=3e-4, f=0.05, flag="x") == "Usa --lr 0.0003 --val-fraction=0.05 (0.0003); tasa 0,0003; --x 0.05"
     assert num(20000) == f"20{nb}000" and num(4172032) == f"4{nb}172{nb}032" and num(6.11, ".2f") == "6,11"
@@ -163,7 +324,8 @@ def test_number_and_plural_formatting():
     assert localize("1,234.5") == f"1{nb}234,5"
     set_lang("en")
     assert m("k", params=6372608, n=1, loss=2.5, x=12345.67, v=6.11) == (
-        "6,372,608 parameters, 1 step, 2.50, 12,345.7, 6.11")
+        "6,372,608 parameters, 1 step, 2.50, 12,345.7, 6.11"
+    )
     assert m("k", params=1024, n=3, loss=2.5, x=1.25, v=7) == "1,024 parameters, 3 steps, 2.50, 1.2, 7"
     assert m("hint", lr=3e-4, f=0.05, flag="x") == "Use --lr 0.0003 --val-fraction=0.05 (0.0003); rate 0.0003; --x 0.05"
     assert count(4096.0) == "4,096" and num(6.11, ".2f") == "6.11" and localize("1,234.5") == "1,234.5"
@@ -213,8 +375,12 @@ def _literal_calls():
             func, first = node.func, node.args[0]
             if isinstance(func, ast.Attribute) and func.attr == "pair" and isinstance(func.value, ast.Name):
                 func = func.value  # M.pair("key")
-            if (isinstance(func, ast.Name) and func.id in names and isinstance(first, ast.Constant)
-                    and isinstance(first.value, str)):
+            if (
+                isinstance(func, ast.Name)
+                and func.id in names
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+            ):
                 kwargs = {k.arg for k in node.keywords if k.arg}
                 has_star = any(k.arg is None for k in node.keywords)
                 calls.append((f"{path.name}:{node.lineno}", names[func.id], first.value, kwargs, has_star))
@@ -236,7 +402,8 @@ def _check_message_call(where, ns, key, kwargs, has_star):
     if kwargs or needed:
         if not has_star:
             assert {p.split(".")[0].split("[")[0] for p in needed} == kwargs, (
-                f"{where}: {ns}.{key} needs {sorted(needed)}, the call passes {sorted(kwargs)}")
+                f"{where}: {ns}.{key} needs {sorted(needed)}, the call passes {sorted(kwargs)}"
+            )
 
 
 @pytest.mark.catalogue
@@ -249,8 +416,12 @@ def _config_classes():
     out = []
     for module in MODULES:
         for name, obj in vars(module).items():
-            if (isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__
-                    and any("help" in f.metadata for f in dataclasses.fields(obj))):
+            if (
+                isinstance(obj, type)
+                and dataclasses.is_dataclass(obj)
+                and obj.__module__ == module.__name__
+                and any("help" in f.metadata for f in dataclasses.fields(obj))
+            ):
                 out.append(obj)
     return out
 
@@ -282,14 +453,21 @@ def test_registered_commands_have_bilingual_descriptions():
 
 # Messages argparse raises for mistakes in a parser's definition (never seen by a user of aura).
 ARGPARSE_PROGRAMMER_ERRORS = {
-    "%r is not callable", "'required' is an invalid argument for positionals", ".__call__() not defined",
-    'argument "-" with mode %r', "cannot have multiple subparser arguments",
-    "cannot merge actions - two groups are named %r", "conflicting subparser alias: %s",
-    "conflicting subparser: %s", "dest= is required for options like %r",
+    "%r is not callable",
+    "'required' is an invalid argument for positionals",
+    ".__call__() not defined",
+    'argument "-" with mode %r',
+    "cannot have multiple subparser arguments",
+    "cannot merge actions - two groups are named %r",
+    "conflicting subparser alias: %s",
+    "conflicting subparser: %s",
+    "dest= is required for options like %r",
     "invalid conflict_resolution value: %r",
     "invalid option string %(option)r: must start with a character %(prefix_chars)r",
-    "mutually exclusive arguments must be optional", "unknown parser %(parser_name)r (choices: %(choices)s)",
-    "conflicting option string: %s", "conflicting option strings: %s",
+    "mutually exclusive arguments must be optional",
+    "unknown parser %(parser_name)r (choices: %(choices)s)",
+    "conflicting option string: %s",
+    "conflicting option strings: %s",
 }
 
 
@@ -336,8 +514,13 @@ def test_argparse_speaks_spanish(capsys):
         parse_config(Demo, ["--help"], prog="aura demo", description="d")
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for text in ("uso: aura demo", "argumentos posicionales:", "opciones:", "muestra esta ayuda y termina",
-                 "(por defecto: fast)"):
+    for text in (
+        "uso: aura demo",
+        "argumentos posicionales:",
+        "opciones:",
+        "muestra esta ayuda y termina",
+        "(por defecto: fast)",
+    ):
         assert text in out
     with pytest.raises(SystemExit) as e:
         parse_config(Demo, ["--mode", "medium"], prog="aura demo", description="d")
@@ -386,20 +569,43 @@ def test_spanish_training_output_reads_as_spanish(prepared_corpus, tmp_path):
     data = prepared_corpus
     run = tmp_path / "runs" / "es"
     es = {"AURA_LANG": "es"}
-    flags = ["--model-preset", "manual", "--embed-size", "64", "--num-layers", "2", "--num-heads", "4",
-             "--seq-length", "32", "--intermediate-size", "256", "--batch-size", "4", "--log-interval", "1",
-             "--sample-tokens", "0", "--warmup-steps", "1", "--eval-interval", "2", "--max-steps", "2"]
+    flags = [
+        "--model-preset",
+        "manual",
+        "--embed-size",
+        "64",
+        "--num-layers",
+        "2",
+        "--num-heads",
+        "4",
+        "--seq-length",
+        "32",
+        "--intermediate-size",
+        "256",
+        "--batch-size",
+        "4",
+        "--log-interval",
+        "1",
+        "--sample-tokens",
+        "0",
+        "--warmup-steps",
+        "1",
+        "--eval-interval",
+        "2",
+        "--max-steps",
+        "2",
+    ]
     r = run_aura("pretrain", "--data", data, "--output-dir", run, *flags, env=es)
     assert r.returncode == 0, r.stderr + r.stdout
     out = r.stdout + r.stderr
     lines = out.splitlines()
-    assert [l for l in lines if _ENGLISH_OUTPUT.search(l)] == []
+    assert [ln for ln in lines if _ENGLISH_OUTPUT.search(ln)] == []
     assert "Estrategia de paralelismo: ninguna" in out
-    step = next(l for l in lines if l.startswith("Época 1 | Paso 2/2 | "))
+    step = next(ln for ln in lines if ln.startswith("Época 1 | Paso 2/2 | "))
     assert re.search(r"\| Pérdida: \d+,\d{4} \| LR \d,\d\de-\d\d \| Grad \d+,\d{3} \|", step), step  # issue 25
-    plan = next(l for l in lines if l.startswith("Plan: "))
+    plan = next(ln for ln in lines if ln.startswith("Plan: "))
     assert "calentamiento 1 paso." in plan and "(1 época," in plan, plan
-    model = next(l for l in lines if l.startswith("Modelo: "))
+    model = next(ln for ln in lines if ln.startswith("Modelo: "))
     assert re.search(r"\b\d{2,3}\u202f\d{3} parámetros", model), model  # e.g. 122 624, never 122,624
     assert "x 1 proceso)" in model, model
 

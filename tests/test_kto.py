@@ -52,8 +52,17 @@ def test_embedded_sample_is_distinct_balanced_and_loads():
 
 
 def test_kto_on_the_embedded_sample_logs_plots_and_resumes_exactly_after_sigterm_and_kill_9(env, tmp_path):
-    common = ["--objective", "kto", "--base-model", env["llama"], *FAST, "--gradient-accumulation-steps", 2,
-              "--max-steps", 8]
+    common = [
+        "--objective",
+        "kto",
+        "--base-model",
+        env["llama"],
+        *FAST,
+        "--gradient-accumulation-steps",
+        2,
+        "--max-steps",
+        8,
+    ]
     straight = tmp_path / "straight"
     out = finetune(*common, "--output-dir", straight)
     assert "No --data: using the embedded Spanish rated answers" in out
@@ -80,8 +89,13 @@ def test_kto_on_the_embedded_sample_logs_plots_and_resumes_exactly_after_sigterm
 
     run = tmp_path / "interrupted"
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "aura", "finetune", "--output-dir", str(run), *map(str, common)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", "finetune", "--output-dir", str(run), *map(str, common)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lines = []
     for line in proc.stdout:
         lines.append(line)
@@ -93,8 +107,17 @@ def test_kto_on_the_embedded_sample_logs_plots_and_resumes_exactly_after_sigterm
     stopped = int(next(run.glob("interrupt-step-*")).name.rsplit("-", 1)[1])
     # resumed, saving every step, then killed -9 once the first step after the interruption is saved: the
     # next command resumes from that periodic checkpoint, dropping the log rows written after it
-    out = run_aura_killed("finetune", "--output-dir", run, *common, "--save-steps", 1, "--resume-from", "latest",
-                          marker=run / f"checkpoint-step-{stopped + 1}")
+    out = run_aura_killed(
+        "finetune",
+        "--output-dir",
+        run,
+        *common,
+        "--save-steps",
+        1,
+        "--resume-from",
+        "latest",
+        marker=run / f"checkpoint-step-{stopped + 1}",
+    )
     assert "Resumed from" in out and not (run / "final").exists()
     out = finetune(*common, "--output-dir", run, "--resume-from", "latest")
     resumed_at = re.search(r"Resumed from \S+: step (\d+),", out)
@@ -110,11 +133,27 @@ def test_precomputed_reference_equals_the_live_reference_and_imbalance_is_warned
     """LoRA: the base with the adapter disabled; full: a frozen copy. Either way the same values as the
     reference log-probs computed once before training (--precompute-ref). 10 good answers and 3 bad ones
     with equal weights: TRL's warning, with its ranges, in Spanish."""
-    records = [dict(r, label=True) for r in embedded_records(10)] + \
-        [dict(r, label=False) for r in embedded_records(13)[10:]]
+    records = [dict(r, label=True) for r in embedded_records(10)] + [
+        dict(r, label=False) for r in embedded_records(13)[10:]
+    ]
     data = write_jsonl(tmp_path / "imbalanced.jsonl", records)
-    common = ["--objective", "kto", "--base-model", env["llama"], "--data", data, *FAST, "--batch-size", 3,
-              "--max-steps", 3, "--method", method, "--val-fraction", "0"]
+    common = [
+        "--objective",
+        "kto",
+        "--base-model",
+        env["llama"],
+        "--data",
+        data,
+        *FAST,
+        "--batch-size",
+        3,
+        "--max-steps",
+        3,
+        "--method",
+        method,
+        "--val-fraction",
+        "0",
+    ]
     if method == "full":
         common = [a for a in common if a not in ("--lora-r", "8", "--lora-dropout")]
         common.remove("0")  # --lora-dropout's value (the first "0" of FAST)
@@ -122,8 +161,10 @@ def test_precomputed_reference_equals_the_live_reference_and_imbalance_is_warned
     assert live.returncode == 0, live.stdout + live.stderr
     pre = finetune(*common, "--output-dir", tmp_path / "pre", "--precompute-ref")
     # TRL's ranges for 10 good / 3 bad, weights 1: desirable [0.3, 0.4], undesirable [2.51, 3.33]
-    assert ("conviene O BIEN --desirable-weight en [0.3, 0.4] O BIEN --undesirable-weight en [2.51, 3.33]"
-            in live.stdout + live.stderr), live.stdout + live.stderr
+    assert (
+        "conviene O BIEN --desirable-weight en [0.3, 0.4] O BIEN --undesirable-weight en [2.51, 3.33]"
+        in live.stdout + live.stderr
+    ), live.stdout + live.stderr
     assert ("una copia congelada" if method == "full" else "adaptador desactivado") in live.stdout
     assert "computed once before training (--precompute-ref)" in pre
     a, b = step_rows(tmp_path / "live"), step_rows(tmp_path / "pre")
@@ -149,17 +190,32 @@ def test_every_data_form_gives_the_same_examples_and_trls_mismatched_kl_sequence
 
     records = embedded_records(6)
     text = load_unpaired(write_jsonl(tmp_path / "text.jsonl", records))
-    conv = load_unpaired(write_jsonl(tmp_path / "conv.jsonl", [
-        {"prompt": [{"role": "user", "content": r["prompt"]}],
-         "completion": [{"role": "assistant", "content": r["completion"]}], "label": r["label"]} for r in records]))
+    conv = load_unpaired(
+        write_jsonl(
+            tmp_path / "conv.jsonl",
+            [
+                {
+                    "prompt": [{"role": "user", "content": r["prompt"]}],
+                    "completion": [{"role": "assistant", "content": r["completion"]}],
+                    "label": r["label"],
+                }
+                for r in records
+            ],
+        )
+    )
     words = {True: ["sí", "1", "True", "SI", "yes", "verdadero"], False: ["no", "0", "false", "No", "falso", "0"]}
     with open(tmp_path / "feedback.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=["prompt", "completion", "me_gusta"])
         w.writeheader()
-        w.writerows({"prompt": r["prompt"], "completion": r["completion"], "me_gusta": words[r["label"]][i]}
-                    for i, r in enumerate(records))
+        w.writerows(
+            {"prompt": r["prompt"], "completion": r["completion"], "me_gusta": words[r["label"]][i]}
+            for i, r in enumerate(records)
+        )
     table = load_unpaired(tmp_path / "feedback.csv", label_column="me_gusta")
-    strip = lambda exs: [(e.prompt, e.completion, e.label) for e in exs]  # noqa: E731
+
+    def strip(exs):
+        return [(e.prompt, e.completion, e.label) for e in exs]
+
     assert strip(text) == strip(conv) == strip(table)
     assert [e.label for e in text] == [r["label"] for r in records]
 
@@ -182,8 +238,15 @@ def test_studio_form_offers_kto_and_its_options(tmp_path):
     assert "kto" in fields["objective"]["choices"] and fields["objective"]["essential"]
     assert fields["desirable_weight"]["default"] == 1.0 and fields["label_column"]["default"] == "label"
     assert "buenas" in fields["desirable_weight"]["help"]["es"]
-    r = c.post("/api/preview", json={"command": "finetune", "name": "kto", "values": {
-        "objective": "kto", "undesirable_weight": "1.5", "label_column": "me_gusta"}}, headers=headers)
+    r = c.post(
+        "/api/preview",
+        json={
+            "command": "finetune",
+            "name": "kto",
+            "values": {"objective": "kto", "undesirable_weight": "1.5", "label_column": "me_gusta"},
+        },
+        headers=headers,
+    )
     assert r.status_code == 200, r.text
     argv = r.json()["argv"]
     given = {argv[i]: argv[i + 1] for i in range(1, len(argv) - 1) if argv[i].startswith("--")}
@@ -198,8 +261,20 @@ DIST = ["--max-steps", 3, "--val-fraction", "0"]
 def single(env) -> dict[int, dict]:
     """One process, 4 examples per step: the reference of every 2-rank run below."""
     run = env["root"] / "single"
-    finetune("--objective", "kto", "--base-model", env["llama"], "--data", env["data"], *FAST, *DIST,
-             "--batch-size", 4, "--output-dir", run)
+    finetune(
+        "--objective",
+        "kto",
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *FAST,
+        *DIST,
+        "--batch-size",
+        4,
+        "--output-dir",
+        run,
+    )
     return step_rows(run)
 
 
@@ -214,9 +289,27 @@ def test_two_gloo_ranks_equal_one_process_with_the_same_global_batch(env, single
     from tests.distutil import output, torchrun
 
     dist_run = tmp_path / "dist"
-    r = torchrun("-m", "aura", "finetune", "--objective", "kto", "--base-model", env["llama"], "--data", env["data"],
-                 *FAST, *DIST, "--strategy", strategy, "--batch-size", "2", "--output-dir", dist_run,
-                 "--backend", "gloo")
+    r = torchrun(
+        "-m",
+        "aura",
+        "finetune",
+        "--objective",
+        "kto",
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *FAST,
+        *DIST,
+        "--strategy",
+        strategy,
+        "--batch-size",
+        "2",
+        "--output-dir",
+        dist_run,
+        "--backend",
+        "gloo",
+    )
     assert r.returncode == 0, output(r)
     assert f"Parallelism strategy: {strategy} (chosen with --strategy)" in output(r)
     assert "adapter disabled" in output(r)

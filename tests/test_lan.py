@@ -4,7 +4,8 @@ PowerSGD during its warm-up is plain DDP step for step; a run resumed from a che
 per-step losses as the uninterrupted one (PowerSGD's error feedback and DiLoCo's replicas, outer momentum
 and inner AdamW states included); bad combinations get clear messages.
 
-The six pretraining runs, `aura check-dist --model-preset` and two LoRA fine-tunings share ONE torchrun launch (tests/dist_scripts/lan_runs.py calls the CLI's entry point
+The six pretraining runs, `aura check-dist --model-preset` and two LoRA fine-tunings share ONE torchrun launch
+(tests/dist_scripts/lan_runs.py calls the CLI's entry point
 once per run): one start-up instead of nine, about two minutes in all on two busy cores.
 """
 
@@ -39,8 +40,19 @@ def lan(prepared, tmp_path_factory) -> tuple[Path, dict[str, str]]:  # noqa: F81
     sft = root / "sft.jsonl"
     sft.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in short_records()), encoding="utf-8")
     ports = [str(free_port()) for _ in range(9)]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-           str(SCRIPTS / "lan_runs.py"), str(root), str(prepared), str(base), str(sft), *ports]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        str(SCRIPTS / "lan_runs.py"),
+        str(root),
+        str(prepared),
+        str(base),
+        str(sft),
+        *ports,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=400, cwd=ROOT)
     text = output(proc)
     assert proc.returncode == 0 and "Traceback" not in text, text[-6000:]
@@ -65,16 +77,29 @@ def test_every_mode_learns_and_checks_its_replicas_at_each_sync(lan):
         assert (root / name / "final" / "model.safetensors").is_file()
     for name in ("ddp", "bf16", "powersgd"):  # DDP: the replicas are compared after every step
         assert _sync_fields(runs[name]) == {s: "OK" for s in range(1, STEPS + 1)}, name
-        assert re.search(r"Communication: [\d.]+ % of step time \([\d.]+ s of [\d.]+ s over 1 step; measured in "
-                         r"the DDP hooks", runs[name]), name
-    assert "Gradient communication: --ddp-comm powersgd (rank 2, full all-reduce for the first 3 steps" in runs["powersgd"]
+        assert re.search(
+            r"Communication: [\d.]+ % of step time \([\d.]+ s of [\d.]+ s over 1 step; measured in "
+            r"the DDP hooks",
+            runs[name],
+        ), name
+    assert (
+        "Gradient communication: --ddp-comm powersgd (rank 2, full all-reduce for the first 3 steps" in runs["powersgd"]
+    )
     assert "Gradient communication: --ddp-comm bf16 (gradients sent as bf16: half the bytes)" in runs["bf16"]
     # DiLoCo: no DDP; equal replicas after each outer step (every H steps and the last), "local" between
     local = runs["local"]
     assert "Parallelism strategy: none (--local-steps 3: every rank trains its own replica" in local
     assert _sync_fields(local) == {s: "OK" if s % H == 0 else "local" for s in range(1, STEPS + 1)}
-    assert len(re.findall(r"Communication: [\d.]+ % of step time \([\d.]+ s of [\d.]+ s over 3 steps; "
-                          r"pseudo-gradient all-reduce", local)) == STEPS // H
+    assert (
+        len(
+            re.findall(
+                r"Communication: [\d.]+ % of step time \([\d.]+ s of [\d.]+ s over 3 steps; "
+                r"pseudo-gradient all-reduce",
+                local,
+            )
+        )
+        == STEPS // H
+    )
 
 
 @pytest.mark.dist
@@ -126,29 +151,68 @@ def test_powersgd_buckets_reach_gloo_in_the_same_order_on_every_rank(tmp_path):
     assert ranks[0] == ranks[1] and ranks[0]["steps"] == 100
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--local-steps", "0"], "--local-steps must be at least 1 (got: 0)"),
-    (["--strategy", "fsdp", "--ddp-comm", "powersgd"],
-     "With --ddp-comm powersgd, DDP's all-reduce is compressed, which FSDP2 does not use: drop --ddp-comm or "
-     "use --strategy ddp."),
-    (["--local-steps", "8", "--ddp-comm", "bf16"], "--local-steps does not use DDP, so --ddp-comm bf16 would have"),
-    (["--ddp-comm", "powersgd", "--powersgd-warmup", "1"], "--powersgd-warmup must be at least 2 (got: 1)"),
-    (["--ddp-comm", "powersgd", "--powersgd-rank", "100"],
-     "--powersgd-rank 100 is larger than the layer model.embed_tokens.weight (400 x 64): PowerSGD cannot "
-     "compress it at that rank. Use --powersgd-rank 32 or less."),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--local-steps", "0"], "--local-steps must be at least 1 (got: 0)"),
+        (
+            ["--strategy", "fsdp", "--ddp-comm", "powersgd"],
+            "With --ddp-comm powersgd, DDP's all-reduce is compressed, which FSDP2 does not use: drop --ddp-comm or "
+            "use --strategy ddp.",
+        ),
+        (["--local-steps", "8", "--ddp-comm", "bf16"], "--local-steps does not use DDP, so --ddp-comm bf16 would have"),
+        (["--ddp-comm", "powersgd", "--powersgd-warmup", "1"], "--powersgd-warmup must be at least 2 (got: 1)"),
+        (
+            ["--ddp-comm", "powersgd", "--powersgd-rank", "100"],
+            "--powersgd-rank 100 is larger than the layer model.embed_tokens.weight (400 x 64): PowerSGD cannot "
+            "compress it at that rank. Use --powersgd-rank 32 or less.",
+        ),
+    ],
+)
 def test_bad_combinations_are_refused_clearly(prepared, tmp_path, flags, message):  # noqa: F811
-    proc = run_aura_here("pretrain", "--data", str(prepared), "--output-dir", str(tmp_path / "run"), "--model-preset",
-                         "manual", "--arch", "llama", "--embed-size", "64", "--num-layers", "1", "--num-heads", "4",
-                         "--num-kv-heads", "2", "--seq-length", "32", "--intermediate-size", "128", "--max-steps", "1",
-                         *flags)
+    proc = run_aura_here(
+        "pretrain",
+        "--data",
+        str(prepared),
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--model-preset",
+        "manual",
+        "--arch",
+        "llama",
+        "--embed-size",
+        "64",
+        "--num-layers",
+        "1",
+        "--num-heads",
+        "4",
+        "--num-kv-heads",
+        "2",
+        "--seq-length",
+        "32",
+        "--intermediate-size",
+        "128",
+        "--max-steps",
+        "1",
+        *flags,
+    )
     text = output(proc)
     assert proc.returncode == 2 and message in text and "Traceback" not in text, text[-3000:]
 
 
 def test_comm_flags_with_deepspeed_are_refused_in_spanish(tmp_path):
-    proc = run_aura_here("finetune", "--base-model", str(tmp_path / "base"), "--output-dir", str(tmp_path / "run"),
-                         "--deepspeed", str(tmp_path / "ds.json"), "--local-steps", "16", env={"AURA_LANG": "es"})
+    proc = run_aura_here(
+        "finetune",
+        "--base-model",
+        str(tmp_path / "base"),
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--deepspeed",
+        str(tmp_path / "ds.json"),
+        "--local-steps",
+        "16",
+        env={"AURA_LANG": "es"},
+    )
     text = output(proc)
     assert proc.returncode == 2, text[-3000:]
     assert "--local-steps no funciona con --deepspeed (DeepSpeed hace su propia comunicación)" in text
@@ -179,15 +243,19 @@ def test_advice_for_the_lan_guide(capsys):
     from aura.cluster.check import advise
 
     line = advise("gpt2-medium", world=5, latency_s=2e-4, busbw=1e9 / 8, step_s=1.0)
-    assert line == ("1.00 Gbit/s: ~17.2 s per step in all-reduce with gpt2-medium; use --ddp-comm powersgd or "
-                    "--local-steps 128.")
+    assert line == (
+        "1.00 Gbit/s: ~17.2 s per step in all-reduce with gpt2-medium; use --ddp-comm powersgd or --local-steps 128."
+    )
     table = capsys.readouterr()
     assert "--ddp-comm bf16" in table.out + table.err
     # a fast link: nothing to change; 10 Gbit/s: compression is enough
-    assert advise("gpt2-small", world=2, latency_s=2e-5, busbw=100e9 / 8, step_s=1.0) == \
-        "Communication is negligible: train with plain DDP (no --ddp-comm)."
+    assert (
+        advise("gpt2-small", world=2, latency_s=2e-5, busbw=100e9 / 8, step_s=1.0)
+        == "Communication is negligible: train with plain DDP (no --ddp-comm)."
+    )
     assert advise("gpt2-medium", world=5, latency_s=2e-4, busbw=10e9 / 8, step_s=1.0).endswith(
-        "use --ddp-comm powersgd (rank 4).")
+        "use --ddp-comm powersgd (rank 4)."
+    )
 
 
 def test_the_advice_builds_its_model_on_the_meta_device():

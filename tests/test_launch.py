@@ -23,20 +23,32 @@ def _command(text: str) -> str:
 
 
 def test_environment_sets_the_job_and_flags_override_it():
-    e = env(NNODES="3", NODE_RANK="2", MASTER_ADDR="192.168.50.20", MASTER_PORT="12355",
-            GPUS_PER_NODE="4")
+    e = env(NNODES="3", NODE_RANK="2", MASTER_ADDR="192.168.50.20", MASTER_PORT="12355", GPUS_PER_NODE="4")
     proc = run_aura("launch", "--dry-run", "pretrain", "--data", "D", "--output-dir", "R", env=e)
     assert proc.returncode == 0, output(proc)
     cmd = _command(proc.stdout)
-    assert (f"{sys.executable} -m torch.distributed.run --nnodes=3 --nproc_per_node=4 --node_rank=2 "
-            "--master_addr=192.168.50.20 --master_port=12355 --max_restarts=0 "
-            "-m aura pretrain --data D --output-dir R") == cmd
-    proc = run_aura("launch", "--dry-run", "--node-rank", "0", "--master-port", "29555",
-                    "--max-restarts", "3", "check-dist", "--backend", "gloo", env=e)
+    assert (
+        f"{sys.executable} -m torch.distributed.run --nnodes=3 --nproc_per_node=4 --node_rank=2 "
+        "--master_addr=192.168.50.20 --master_port=12355 --max_restarts=0 "
+        "-m aura pretrain --data D --output-dir R"
+    ) == cmd
+    proc = run_aura(
+        "launch",
+        "--dry-run",
+        "--node-rank",
+        "0",
+        "--master-port",
+        "29555",
+        "--max-restarts",
+        "3",
+        "check-dist",
+        "--backend",
+        "gloo",
+        env=e,
+    )
     cmd = _command(proc.stdout)
     assert "--node_rank=0" in cmd and "--master_port=29555" in cmd and "--max_restarts=3" in cmd
     assert cmd.endswith("-m aura check-dist --backend gloo")
-
 
 
 def test_ranks_share_a_gpu_only_when_asked():
@@ -57,30 +69,51 @@ def test_ranks_share_a_gpu_only_when_asked():
     assert proc.returncode == 0, output(proc)
     assert "--nproc_per_node=2" in _command(proc.stdout) and "AURA_SHARE_GPU=1" in proc.stdout
 
+
 def test_defaults_and_elastic_rendezvous():
     proc = run_aura("launch", "--dry-run", "--gpus-per-node", "1", "check-dist", env=env())
     cmd = _command(proc.stdout)
     assert "--nnodes=1 --nproc_per_node=1 --node_rank=0 --master_addr=127.0.0.1 --master_port=29500" in cmd
-    proc = run_aura("launch", "--dry-run", "--nnodes", "2", "--gpus-per-node", "2", "--rdzv-backend",
-                    "c10d", "--rdzv-timeout", "30", "--rdzv-conf", "is_host=true", "--local-addr",
-                    "10.0.0.5", "check-dist", env=env(MASTER_ADDR="10.0.0.1", MASTER_PORT="29400"))
+    proc = run_aura(
+        "launch",
+        "--dry-run",
+        "--nnodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-timeout",
+        "30",
+        "--rdzv-conf",
+        "is_host=true",
+        "--local-addr",
+        "10.0.0.5",
+        "check-dist",
+        env=env(MASTER_ADDR="10.0.0.1", MASTER_PORT="29400"),
+    )
     cmd = _command(proc.stdout)
-    assert ("--rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29400 --rdzv_id=aura "
-            "--rdzv_conf=is_host=true,join_timeout=30 --local_addr=10.0.0.5") in cmd
+    assert (
+        "--rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29400 --rdzv_id=aura "
+        "--rdzv_conf=is_host=true,join_timeout=30 --local_addr=10.0.0.5"
+    ) in cmd
     assert "--node_rank" not in cmd
 
 
-@pytest.mark.parametrize("args, extra, message", [
-    ([], {"NNODES": "two"}, "NNODES='two' is not an integer"),
-    (["--nnodes", "2"], {"NODE_RANK": "2"}, "NODE_RANK=2 is out of range"),
-    (["--master-port", "70000"], {}, "not a valid port"),
-    (["--gpus-per-node", "0"], {}, "GPUS_PER_NODE must be at least 1"),
-    # a variable that is set but 0 is refused, never silently replaced by the default
-    ([], {"NNODES": "0"}, "The environment variable NNODES=0 is not valid: it must be at least 1"),
-    ([], {"GPUS_PER_NODE": "0"}, "The environment variable GPUS_PER_NODE=0 is not valid: it must be at least 1"),
-    ([], {"MASTER_PORT": "0"}, "The environment variable MASTER_PORT=0 is not a valid port (1-65535)"),
-    ([], {"NODE_RANK": "-1"}, "The environment variable NODE_RANK=-1 cannot be negative"),
-])
+@pytest.mark.parametrize(
+    "args, extra, message",
+    [
+        ([], {"NNODES": "two"}, "NNODES='two' is not an integer"),
+        (["--nnodes", "2"], {"NODE_RANK": "2"}, "NODE_RANK=2 is out of range"),
+        (["--master-port", "70000"], {}, "not a valid port"),
+        (["--gpus-per-node", "0"], {}, "GPUS_PER_NODE must be at least 1"),
+        # a variable that is set but 0 is refused, never silently replaced by the default
+        ([], {"NNODES": "0"}, "The environment variable NNODES=0 is not valid: it must be at least 1"),
+        ([], {"GPUS_PER_NODE": "0"}, "The environment variable GPUS_PER_NODE=0 is not valid: it must be at least 1"),
+        ([], {"MASTER_PORT": "0"}, "The environment variable MASTER_PORT=0 is not a valid port (1-65535)"),
+        ([], {"NODE_RANK": "-1"}, "The environment variable NODE_RANK=-1 cannot be negative"),
+    ],
+)
 def test_bad_job_description_is_refused(args, extra, message):
     proc = run_aura("launch", "--dry-run", *args, "check-dist", env=env(**extra))
     assert proc.returncode == 2
@@ -88,8 +121,19 @@ def test_bad_job_description_is_refused(args, extra, message):
 
 
 def test_an_invalid_flag_of_the_inner_command_is_refused_before_any_worker_starts(tmp_path):
-    proc = run_aura("launch", "--gpus-per-node", "2", "--master-port", str(free_port()), "pretrain", "--bogus",
-                    "--output-dir", tmp_path / "run", env=env(), timeout=120)
+    proc = run_aura(
+        "launch",
+        "--gpus-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        "pretrain",
+        "--bogus",
+        "--output-dir",
+        tmp_path / "run",
+        env=env(),
+        timeout=120,
+    )
     assert proc.returncode == 2, output(proc)
     assert "aura pretrain: error: unrecognized arguments: --bogus" in proc.stderr
     assert "Run 'aura pretrain --help'" in proc.stderr
@@ -105,15 +149,38 @@ def test_missing_command_is_refused():
     assert proc.returncode == 2 and "Missing the command to launch" in proc.stderr
 
 
-def _agent(node_rank: int, port: int, *, netns: str | None = None, extra: list[str] = (),
-           extra_env: dict | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "aura", "launch", "--nnodes", "2", "--gpus-per-node", "1",
-           "--node-rank", str(node_rank), "--rdzv-backend", "c10d", "--rdzv-timeout", "60",
-           "--master-port", str(port), *extra, "check-dist", "--size-mb", "1", "--iters", "2"]
+def _agent(
+    node_rank: int, port: int, *, netns: str | None = None, extra: list[str] = (), extra_env: dict | None = None
+) -> subprocess.Popen:
+    cmd = [
+        sys.executable,
+        "-m",
+        "aura",
+        "launch",
+        "--nnodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--node-rank",
+        str(node_rank),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-timeout",
+        "60",
+        "--master-port",
+        str(port),
+        *extra,
+        "check-dist",
+        "--size-mb",
+        "1",
+        "--iters",
+        "2",
+    ]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env(**(extra_env or {})), cwd=ROOT)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(**(extra_env or {})), cwd=ROOT
+    )
 
 
 def _both(agents: list[subprocess.Popen]) -> list[str]:
@@ -186,12 +253,20 @@ def test_two_nodes_across_network_namespaces(veth_pair):
     port = free_port()
     common = ["--master-addr", "10.200.0.1"]
     agents = [
-        _agent(0, port, netns=ns[0], extra=[*common, "--local-addr", "10.200.0.1",
-                                            "--rdzv-conf", "is_host=true"],
-               extra_env={"GLOO_SOCKET_IFNAME": dev[0]}),
-        _agent(1, port, netns=ns[1], extra=[*common, "--local-addr", "10.200.0.2",
-                                            "--rdzv-conf", "is_host=false"],
-               extra_env={"GLOO_SOCKET_IFNAME": dev[1]}),
+        _agent(
+            0,
+            port,
+            netns=ns[0],
+            extra=[*common, "--local-addr", "10.200.0.1", "--rdzv-conf", "is_host=true"],
+            extra_env={"GLOO_SOCKET_IFNAME": dev[0]},
+        ),
+        _agent(
+            1,
+            port,
+            netns=ns[1],
+            extra=[*common, "--local-addr", "10.200.0.2", "--rdzv-conf", "is_host=false"],
+            extra_env={"GLOO_SOCKET_IFNAME": dev[1]},
+        ),
     ]
     joined = "\n".join(_both(agents))
     assert "--rdzv_endpoint=10.200.0.1:" in joined

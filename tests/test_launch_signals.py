@@ -21,10 +21,38 @@ from tests.distutil import ROOT, env, free_port
 
 pytestmark = pytest.mark.dist
 
-TINY = ["--model-preset", "manual", "--arch", "llama", "--embed-size", "32", "--num-layers", "1", "--num-heads", "2",
-        "--seq-length", "32", "--intermediate-size", "64", "--batch-size", "2", "--log-interval", "1",
-        "--sample-tokens", "0", "--precision", "fp32", "--backend", "gloo", "--strategy", "ddp",
-        "--max-steps", "100000", "--save-steps", "0"]
+TINY = [
+    "--model-preset",
+    "manual",
+    "--arch",
+    "llama",
+    "--embed-size",
+    "32",
+    "--num-layers",
+    "1",
+    "--num-heads",
+    "2",
+    "--seq-length",
+    "32",
+    "--intermediate-size",
+    "64",
+    "--batch-size",
+    "2",
+    "--log-interval",
+    "1",
+    "--sample-tokens",
+    "0",
+    "--precision",
+    "fp32",
+    "--backend",
+    "gloo",
+    "--strategy",
+    "ddp",
+    "--max-steps",
+    "100000",
+    "--save-steps",
+    "0",
+]
 
 
 class Launched:
@@ -33,11 +61,28 @@ class Launched:
 
     def __init__(self, data: Path, run: Path):
         self.port = free_port()
-        self.args = ["launch", "--gpus-per-node", "2", "--master-port", str(self.port), "pretrain", "--data",
-                     str(data), "-o", str(run), *TINY]
-        self.proc = subprocess.Popen([sys.executable, "-m", "aura", *self.args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT,
-                                     start_new_session=True)
+        self.args = [
+            "launch",
+            "--gpus-per-node",
+            "2",
+            "--master-port",
+            str(self.port),
+            "pretrain",
+            "--data",
+            str(data),
+            "-o",
+            str(run),
+            *TINY,
+        ]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "aura", *self.args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env(),
+            cwd=ROOT,
+            start_new_session=True,
+        )
         self.lines: list[str] = []
         threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
 

@@ -49,7 +49,7 @@ def test_no_import_circle_between_modules():
         state[m] = 1
         for d in sorted(edges.get(m, ())):
             if state.get(d) == 1:
-                cycle.extend(path[path.index(d):] + [m, d] if d in path else [m, d])
+                cycle.extend(path[path.index(d) :] + [m, d] if d in path else [m, d])
                 return True
             if state.get(d) is None and visit(d, path + [m]):
                 return True
@@ -96,9 +96,11 @@ def test_long_functions_say_why_they_are_kept_whole():
     """No function in aura/ over LONG lines unless its docstring gives the reason ("Kept whole: ...")."""
     import ast
 
-    long = [(f"{path}:{node.lineno} {node.name}", node.end_lineno - node.lineno + 1)
-            for path, node in _functions() if node.end_lineno - node.lineno + 1 > LONG
-            and KEPT_WHOLE not in (ast.get_docstring(node) or "")]
+    long = [
+        (f"{path}:{node.lineno} {node.name}", node.end_lineno - node.lineno + 1)
+        for path, node in _functions()
+        if node.end_lineno - node.lineno + 1 > LONG and KEPT_WHOLE not in (ast.get_docstring(node) or "")
+    ]
     assert not long, f"functions over {LONG} lines without '{KEPT_WHOLE}: <reason>' in their docstring: {long}"
 
 
@@ -110,6 +112,9 @@ def test_no_private_name_imported_from_another_module():
     for path in sorted((ROOT / "aura").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aura"):
-                found += [f"{path.relative_to(ROOT)}:{node.lineno} {node.module}.{a.name}"
-                          for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                found += [
+                    f"{path.relative_to(ROOT)}:{node.lineno} {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
     assert not found, found

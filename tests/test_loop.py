@@ -12,8 +12,19 @@ import torch
 from tests.evidence import require_or_skip
 from tests.tiny_models import CORPUS_DIR, train_tokenizer
 
-TINY = dict(model_preset="manual", arch="llama", embed_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-            seq_length=32, intermediate_size=256, batch_size=4, log_interval=1, sample_tokens=0)
+TINY = dict(
+    model_preset="manual",
+    arch="llama",
+    embed_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    seq_length=32,
+    intermediate_size=256,
+    batch_size=4,
+    log_interval=1,
+    sample_tokens=0,
+)
 
 
 def build_prepared(root: Path) -> Path:
@@ -23,8 +34,15 @@ def build_prepared(root: Path) -> Path:
     data = root / "data"
     if not (data / "meta.json").is_file():
         tok = train_tokenizer(root / "tok", vocab_size=800)
-        prepare(PrepareConfig(inputs=[str(p) for p in sorted(CORPUS_DIR.glob("*.txt"))], tokenizer=str(tok),
-                              output_dir=str(data), workers=1, val_fraction=0.05))
+        prepare(
+            PrepareConfig(
+                inputs=[str(p) for p in sorted(CORPUS_DIR.glob("*.txt"))],
+                tokenizer=str(tok),
+                output_dir=str(data),
+                workers=1,
+                val_fraction=0.05,
+            )
+        )
     return data
 
 
@@ -49,8 +67,7 @@ def run_pretrain(out: Path, data: Path, **overrides):
 
 
 def test_loss_falls_and_logs_every_series(prepared, tmp_path):
-    run = run_pretrain(tmp_path / "run", prepared, max_steps=40, learning_rate=3e-3, eval_interval=20,
-                       save_steps=0)
+    run = run_pretrain(tmp_path / "run", prepared, max_steps=40, learning_rate=3e-3, eval_interval=20, save_steps=0)
     losses = read_log(run, "step")
     assert sorted(losses) == list(range(1, 41))
     first, last = sum(losses[s] for s in range(1, 4)) / 3, sum(losses[s] for s in range(38, 41)) / 3
@@ -61,8 +78,14 @@ def test_loss_falls_and_logs_every_series(prepared, tmp_path):
     acc = EventAccumulator(str(run / "tb"))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    for tag in ("Loss/train_step", "LR", "Throughput/tokens_per_s", "System/CPU_percent",
-                "System/RAM_percent", "System/GPU_VRAM_MB"):
+    for tag in (
+        "Loss/train_step",
+        "LR",
+        "Throughput/tokens_per_s",
+        "System/CPU_percent",
+        "System/RAM_percent",
+        "System/GPU_VRAM_MB",
+    ):
         assert tag in tags, tag
     steps = [e.step for e in acc.Scalars("Loss/train_step")]
     assert steps == list(range(1, 41))
@@ -75,8 +98,9 @@ def test_epoch_series_and_epoch_checkpoints(prepared, tmp_path):
     # seq 256 x batch 16: the corpus is a couple of epochs of a few steps each
     train_split, _ = open_splits(prepared)
     per_epoch = PretrainBatches(train_split, seq_len=256, batch_size=16).batches_per_epoch
-    run = run_pretrain(tmp_path / "run", prepared, seq_length=256, batch_size=16, epochs=2, log_interval=2,
-                       save_steps=0, keep_last=0)
+    run = run_pretrain(
+        tmp_path / "run", prepared, seq_length=256, batch_size=16, epochs=2, log_interval=2, save_steps=0, keep_last=0
+    )
     epochs = read_log(run, "epoch")
     assert sorted(epochs) == [per_epoch, 2 * per_epoch]
     assert (run / f"checkpoint-step-{per_epoch}").is_dir() and (run / f"checkpoint-step-{2 * per_epoch}").is_dir()
@@ -90,13 +114,27 @@ def test_epoch_series_and_epoch_checkpoints(prepared, tmp_path):
 
 def test_resume_reproduces_losses_exactly(prepared, tmp_path):
     """N steps straight == N/2 steps, then resume from the checkpoint: identical per-step losses."""
-    straight = run_pretrain(tmp_path / "a", prepared, max_steps=12, save_steps=6, gradient_accumulation_steps=2,
-                            learning_rate=3e-3, keep_last=0)
+    straight = run_pretrain(
+        tmp_path / "a",
+        prepared,
+        max_steps=12,
+        save_steps=6,
+        gradient_accumulation_steps=2,
+        learning_rate=3e-3,
+        keep_last=0,
+    )
     resumed = tmp_path / "b"
     resumed.mkdir()
     shutil.copytree(straight / "checkpoint-step-6", resumed / "checkpoint-step-6")
-    run_pretrain(resumed, prepared, max_steps=12, save_steps=6, gradient_accumulation_steps=2,
-                 learning_rate=3e-3, resume_from="latest")
+    run_pretrain(
+        resumed,
+        prepared,
+        max_steps=12,
+        save_steps=6,
+        gradient_accumulation_steps=2,
+        learning_rate=3e-3,
+        resume_from="latest",
+    )
     a, b = read_log(straight), read_log(resumed)
     assert sorted(b) == list(range(7, 13))
     assert [a[s] for s in range(7, 13)] == [b[s] for s in range(7, 13)]  # exact, not approximate
@@ -104,8 +142,9 @@ def test_resume_reproduces_losses_exactly(prepared, tmp_path):
 
 def test_resumed_epoch_mean_equals_the_uninterrupted_one(prepared, tmp_path):
     """Issue 14: an epoch that straddles a resume averages all its steps, not only those after the resume."""
-    flags = dict(seq_length=256, batch_size=16, epochs=2, save_steps=20, keep_last=0, learning_rate=3e-3,
-                 precision="fp32")  # 16 steps per epoch: the checkpoint at 20 is inside epoch 2
+    flags = dict(
+        seq_length=256, batch_size=16, epochs=2, save_steps=20, keep_last=0, learning_rate=3e-3, precision="fp32"
+    )  # 16 steps per epoch: the checkpoint at 20 is inside epoch 2
     straight = run_pretrain(tmp_path / "a", prepared, **flags)
     resumed = tmp_path / "b"
     resumed.mkdir()
@@ -125,10 +164,30 @@ def test_accumulation_equals_bigger_batch(prepared, tmp_path):
     """batch 4 x accumulation 2 == batch 8 x 1: the loss is normalised over the whole window. In fp32: `auto`
     picks bf16 on CPUs with avx512_bf16, whose rounding differs between the two batch shapes by more than
     the tolerance."""
-    a = read_log(run_pretrain(tmp_path / "a", prepared, max_steps=4, batch_size=4, gradient_accumulation_steps=2,
-                              learning_rate=3e-3, save_steps=0, precision="fp32"))
-    b = read_log(run_pretrain(tmp_path / "b", prepared, max_steps=4, batch_size=8, gradient_accumulation_steps=1,
-                              learning_rate=3e-3, save_steps=0, precision="fp32"))
+    a = read_log(
+        run_pretrain(
+            tmp_path / "a",
+            prepared,
+            max_steps=4,
+            batch_size=4,
+            gradient_accumulation_steps=2,
+            learning_rate=3e-3,
+            save_steps=0,
+            precision="fp32",
+        )
+    )
+    b = read_log(
+        run_pretrain(
+            tmp_path / "b",
+            prepared,
+            max_steps=4,
+            batch_size=8,
+            gradient_accumulation_steps=1,
+            learning_rate=3e-3,
+            save_steps=0,
+            precision="fp32",
+        )
+    )
     for s in range(1, 5):
         assert a[s] == pytest.approx(b[s], abs=2e-5)
 
@@ -163,8 +222,16 @@ def test_loss_with_padded_labels_matches_transformers(prepared):
     from aura.train.objectives.objective import count_targets, token_loss_sum
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=800, hidden_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=1, intermediate_size=64))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=800,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=64,
+        )
+    )
     ids = torch.randint(0, 800, (2, 12))
     labels = ids.clone()
     labels[0, :5] = -100  # a prompt that is not trained on
@@ -187,8 +254,9 @@ def cpu_fp16_or_skip() -> None:
 
 def test_fp16_with_grad_scaler(prepared, tmp_path):
     cpu_fp16_or_skip()
-    run = run_pretrain(tmp_path / "run", prepared, max_steps=6, precision="fp16", learning_rate=3e-3, save_steps=3,
-                       keep_last=0)
+    run = run_pretrain(
+        tmp_path / "run", prepared, max_steps=6, precision="fp16", learning_rate=3e-3, save_steps=3, keep_last=0
+    )
     losses = read_log(run)
     assert sorted(losses) == list(range(1, 7))
     assert (run / "checkpoint-step-6" / "scaler.pt").is_file()
@@ -196,16 +264,18 @@ def test_fp16_with_grad_scaler(prepared, tmp_path):
     # no step skipped for an overflow (6 good steps at the initial scale), so the run follows fp32's:
     assert state["scale"] == 65536.0 and state["_growth_tracker"] == 6, state
     # the reference: the same 6 steps in fp32, step by step (measured: at most 4e-5 apart, 2026-11-28)
-    fp32 = read_log(run_pretrain(tmp_path / "fp32", prepared, max_steps=6, precision="fp32", learning_rate=3e-3,
-                                 save_steps=0))
+    fp32 = read_log(
+        run_pretrain(tmp_path / "fp32", prepared, max_steps=6, precision="fp32", learning_rate=3e-3, save_steps=0)
+    )
     for step in range(1, 7):
         assert losses[step] == pytest.approx(fp32[step], rel=1e-3), (step, losses, fp32)
     # ...and a resume from step 3 (the scaler's state restored) repeats steps 4-6 exactly
     resumed = tmp_path / "resumed"
     resumed.mkdir()
     shutil.copytree(run / "checkpoint-step-3", resumed / "checkpoint-step-3")
-    run_pretrain(resumed, prepared, max_steps=6, precision="fp16", learning_rate=3e-3, save_steps=3,
-                 resume_from="latest")
+    run_pretrain(
+        resumed, prepared, max_steps=6, precision="fp16", learning_rate=3e-3, save_steps=3, resume_from="latest"
+    )
     again = read_log(resumed)
     assert sorted(again) == [4, 5, 6] and [again[s] for s in (4, 5, 6)] == [losses[s] for s in (4, 5, 6)]
 
@@ -217,7 +287,9 @@ def test_lr_schedule_is_a_pure_function_of_the_step():
     assert lr_at(0, **kw) == pytest.approx(1e-4)
     assert lr_at(9, **kw) == pytest.approx(1e-3)
     assert lr_at(99, **kw) == pytest.approx(1e-4, rel=1e-2)
-    assert lr_at(55, **kw) == pytest.approx(1e-4 + 0.5 * 9e-4 * (1 + __import__("math").cos(__import__("math").pi * 0.5)))
+    assert lr_at(55, **kw) == pytest.approx(
+        1e-4 + 0.5 * 9e-4 * (1 + __import__("math").cos(__import__("math").pi * 0.5))
+    )
     values = [lr_at(s, **kw) for s in range(10, 100)]
     assert values == sorted(values, reverse=True)
 
@@ -232,8 +304,9 @@ def test_no_weight_decay_on_norms_biases_embeddings():
     opt = build_optimizer(model, TrainArgs(learning_rate=1e-3), torch.device("cpu"))
     decay = {id(p) for p in opt.param_groups[0]["params"]}
     names = {n for n, p in model.named_parameters() if id(p) in decay}
-    assert names and all(n.endswith(("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
-                                      "mlp.c_proj.weight")) for n in names)
+    assert names and all(
+        n.endswith(("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")) for n in names
+    )
     assert opt.param_groups[1]["weight_decay"] == 0.0
 
 
@@ -244,8 +317,9 @@ def test_torch_engine_sets_the_lr_and_skips_a_non_finite_window_without_touching
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
-    engine = TorchEngine.build(model, args=TrainArgs(learning_rate=1e-3), dist=DistInfo(device=torch.device("cpu")),
-                               precision="fp32")
+    engine = TorchEngine.build(
+        model, args=TrainArgs(learning_rate=1e-3), dist=DistInfo(device=torch.device("cpu")), precision="fp32"
+    )
     x = torch.randn(3, 4)
     engine.set_lr(0.25)
     assert [g["lr"] for g in engine.optimizer.param_groups] == [0.25, 0.25]

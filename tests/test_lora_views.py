@@ -21,8 +21,14 @@ def _peft(path, *, seed: int = 0, **config):
 
     base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     conv1d = base.config.model_type == "gpt2"
-    config = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "fan_in_fan_out": conv1d,
-              "target_modules": resolve_target_modules(base, None), **config}
+    config = {
+        "r": 8,
+        "lora_alpha": 16,
+        "lora_dropout": 0.0,
+        "fan_in_fan_out": conv1d,
+        "target_modules": resolve_target_modules(base, None),
+        **config,
+    }
     model = get_peft_model(base, LoraConfig(task_type="CAUSAL_LM", **config))
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -90,7 +96,7 @@ def test_a_failing_forward_inside_a_view_still_restores_the_model(tiny_zoo):
     model = _peft(tiny_zoo["llama"])
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(IndexError), merged_view(model, precision="fp32", device=torch.device("cpu")):
-        model(input_ids=torch.tensor([[10 ** 6]]))  # an id beyond the vocabulary
+        model(input_ids=torch.tensor([[10**6]]))  # an id beyond the vocabulary
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     from peft.tuners.lora import LoraLayer
 
@@ -144,11 +150,23 @@ def test_qlora_keeps_the_unmerged_rollouts_and_an_exact_wrapper_free_reference(t
 
     from aura.train.lora_views import base_view, merged_view
 
-    q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                           bnb_4bit_compute_dtype=torch.float32)
+    q = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.float32,
+    )
     base = AutoModelForCausalLM.from_pretrained(tiny_zoo["llama"], quantization_config=q, device_map={"": "cpu"})
-    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
-                                            target_modules=["q_proj", "v_proj", "down_proj"])).eval()
+    model = get_peft_model(
+        base,
+        LoraConfig(
+            r=8,
+            lora_alpha=16,
+            lora_dropout=0.0,
+            task_type="CAUSAL_LM",
+            target_modules=["q_proj", "v_proj", "down_proj"],
+        ),
+    ).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:

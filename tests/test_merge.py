@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 import torch
 
 from tests.conftest import run_aura, run_aura_here
@@ -69,8 +68,7 @@ def test_qlora_adapter_merges_into_dequantised_base(zoo, tmp_path):
 
     adapter = make_lora_adapter(zoo["llama"], tmp_path / "qlora", quantized=True, seed=3)
     out = tmp_path / "qmerged"
-    r = run_aura("merge", "--base-model", zoo["llama"], "--adapter", adapter, "--output-dir", out,
-                 "--dtype", "float32")
+    r = run_aura("merge", "--base-model", zoo["llama"], "--adapter", adapter, "--output-dir", out, "--dtype", "float32")
     assert r.returncode == 0, r.stderr
     cfg = json.loads((out / "config.json").read_text())
     assert "quantization_config" not in cfg
@@ -82,14 +80,16 @@ def test_qlora_adapter_merges_into_dequantised_base(zoo, tmp_path):
 
 
 def test_adapter_for_another_base_is_refused(zoo, tmp_path):
-    wrong_arch = run_aura_here("merge", "--base-model", zoo["gpt2"], "--adapter", zoo["adapter"],
-                               "--output-dir", tmp_path / "x")
+    wrong_arch = run_aura_here(
+        "merge", "--base-model", zoo["gpt2"], "--adapter", zoo["adapter"], "--output-dir", tmp_path / "x"
+    )
     assert wrong_arch.returncode == 2, wrong_arch.stderr
     assert str(zoo["gpt2"]) in wrong_arch.stderr and str(zoo["llama"]) in wrong_arch.stderr
     assert "Traceback" not in wrong_arch.stderr
     wider = build_llama(tmp_path / "wide", zoo["tokenizer"], hidden=128)
-    wrong_shape = run_aura_here("merge", "--base-model", wider, "--adapter", zoo["adapter"],
-                                "--output-dir", tmp_path / "y")
+    wrong_shape = run_aura_here(
+        "merge", "--base-model", wider, "--adapter", zoo["adapter"], "--output-dir", tmp_path / "y"
+    )
     assert wrong_shape.returncode == 2
     assert "shape" in wrong_shape.stderr and str(zoo["llama"]) in wrong_shape.stderr
     assert "Traceback" not in wrong_shape.stderr
@@ -106,11 +106,13 @@ def test_adapter_trained_on_a_base_with_another_vocabulary(zoo, tmp_path):
     assert "vocab_size" in refused.stderr and "--allow-other-base" in refused.stderr
     assert str(other) in refused.stderr and "Traceback" not in refused.stderr
     assert not (tmp_path / "m").exists()
-    es = run_aura_here("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m",
-                       env={"AURA_LANG": "es"})
+    es = run_aura_here(
+        "merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m", env={"AURA_LANG": "es"}
+    )
     assert es.returncode == 2 and "se entrenó sobre" in es.stderr and "--allow-other-base" in es.stderr
-    forced = run_aura_here("merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m",
-                           "--allow-other-base")
+    forced = run_aura_here(
+        "merge", "--base-model", other, "--adapter", adapter, "--output-dir", tmp_path / "m", "--allow-other-base"
+    )
     assert forced.returncode == 0, forced.stderr
     assert "--allow-other-base" in forced.stdout + forced.stderr and (tmp_path / "m" / "config.json").is_file()
 
@@ -135,23 +137,44 @@ def test_the_same_base_named_two_ways_is_not_reported_as_another(zoo, tmp_path):
     adapter = shutil.copytree(zoo["adapter"], tmp_path / "runs" / "sft" / "final")
     stamp_adapter_base(adapter, base.resolve())  # as aura finetune records it: absolute
     said = "was trained on"
-    r = run_aura_here("merge", "--base-model", "runs/mi-modelo/final", "--adapter", "runs/sft/final",
-                      "--output-dir", "merged", cwd=tmp_path)
+    r = run_aura_here(
+        "merge",
+        "--base-model",
+        "runs/mi-modelo/final",
+        "--adapter",
+        "runs/sft/final",
+        "--output-dir",
+        "merged",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert said not in r.stdout + r.stderr, r.stdout + r.stderr
-    r = run_aura("chat", "--model", "runs/mi-modelo/final", "--adapter", "runs/sft/final", "--max-new-tokens", "2",
-                 "--temperature", "0", input="Hola\n", cwd=tmp_path)  # the command fine-tuning suggests, relative
+    r = run_aura(
+        "chat",
+        "--model",
+        "runs/mi-modelo/final",
+        "--adapter",
+        "runs/sft/final",
+        "--max-new-tokens",
+        "2",
+        "--temperature",
+        "0",
+        input="Hola\n",
+        cwd=tmp_path,
+    )  # the command fine-tuning suggests, relative
     assert r.returncode == 0 and said not in r.stdout + r.stderr, r.stdout + r.stderr
     copy = shutil.copytree(base, tmp_path / "copia")  # another folder, the same bytes
-    r = run_aura_here("merge", "--base-model", "copia", "--adapter", "runs/sft/final", "--output-dir", "merged2",
-                      cwd=tmp_path)
+    r = run_aura_here(
+        "merge", "--base-model", "copia", "--adapter", "runs/sft/final", "--output-dir", "merged2", cwd=tmp_path
+    )
     assert r.returncode == 0 and said not in r.stdout + r.stderr, r.stdout + r.stderr
     # other weights outside the embeddings (which the fingerprint samples): named, as before
     weights = load_file(str(copy / "model.safetensors"))
     name = next(k for k in weights if k.endswith("norm.weight"))
     weights[name] = weights[name] * 1.5
     save_file(weights, str(copy / "model.safetensors"), metadata={"format": "pt"})
-    r = run_aura_here("merge", "--base-model", "copia", "--adapter", "runs/sft/final", "--output-dir", "merged3",
-                      cwd=tmp_path)
+    r = run_aura_here(
+        "merge", "--base-model", "copia", "--adapter", "runs/sft/final", "--output-dir", "merged3", cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr
     assert f"{said} '{base.resolve()}'; using 'copia'" in r.stdout + r.stderr, r.stdout + r.stderr

@@ -13,9 +13,28 @@ from tests.conftest import run_aura, run_aura_here
 from tests.test_loop import read_log
 from tests.tiny_models import CORPUS_DIR, train_tokenizer
 
-FLAGS = ["--model-preset", "manual", "--embed-size", "32", "--num-layers", "1", "--num-heads", "2",
-         "--seq-length", "32", "--intermediate-size", "64", "--batch-size", "2", "--log-interval", "1",
-         "--sample-tokens", "0", "--precision", "fp32"]
+FLAGS = [
+    "--model-preset",
+    "manual",
+    "--embed-size",
+    "32",
+    "--num-layers",
+    "1",
+    "--num-heads",
+    "2",
+    "--seq-length",
+    "32",
+    "--intermediate-size",
+    "64",
+    "--batch-size",
+    "2",
+    "--log-interval",
+    "1",
+    "--sample-tokens",
+    "0",
+    "--precision",
+    "fp32",
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +47,20 @@ def sources(tmp_path_factory) -> dict[str, Path]:
     tok = train_tokenizer(root / "tok", vocab_size=600)
     other = train_tokenizer(root / "other", vocab_size=500)
     out = {}
-    for name, files, t in (("a", ["narrativa", "dialogos"], tok), ("b", ["enciclopedia", "instrucciones"], tok),
-                           ("c", ["narrativa"], other)):
-        prepare(PrepareConfig(inputs=[str(CORPUS_DIR / f"{f}.txt") for f in files], tokenizer=str(t),
-                              output_dir=str(root / name), workers=1, val_fraction=0.05))
+    for name, files, t in (
+        ("a", ["narrativa", "dialogos"], tok),
+        ("b", ["enciclopedia", "instrucciones"], tok),
+        ("c", ["narrativa"], other),
+    ):
+        prepare(
+            PrepareConfig(
+                inputs=[str(CORPUS_DIR / f"{f}.txt") for f in files],
+                tokenizer=str(t),
+                output_dir=str(root / name),
+                workers=1,
+                val_fraction=0.05,
+            )
+        )
         out[name] = root / name
     return out
 
@@ -42,8 +71,9 @@ def mixture(sources, weights: dict[str, float], *, batch: int = 2, seq: int = 16
     from aura.data.tokens import TokenShards
 
     specs = parse_sources([f"{n}={w}:{sources[n]}" for n, w in weights.items()])
-    return MixtureBatches([(s, PretrainBatches(TokenShards(s.path), seq_len=seq, batch_size=batch, seed=i))
-                           for i, s in enumerate(specs)])
+    return MixtureBatches(
+        [(s, PretrainBatches(TokenShards(s.path), seq_len=seq, batch_size=batch, seed=i)) for i, s in enumerate(specs)]
+    )
 
 
 def origin(sources, batch) -> str:
@@ -76,7 +106,7 @@ def test_each_source_is_drawn_at_its_weight(sources):
         picks.append(mix2.pick())
         mix2.next_batch()
     for start in range(0, 200, 50):
-        assert abs(picks[start:start + 100].count(0) / 100 - 0.7) <= 0.02
+        assert abs(picks[start : start + 100].count(0) / 100 - 0.7) <= 0.02
     # the batches really come from the source that was drawn; tokens are counted per source
     mix3 = mixture(sources, {"a": 0.5, "b": 0.5})
     for _ in range(6):
@@ -96,8 +126,9 @@ def test_resume_mid_epoch_is_exact(sources):
     resumed.load_state_dict(state)
     for want in expected[17:]:
         got = resumed.next_batch()
-        assert torch.equal(got["input_ids"], want["input_ids"]) and torch.equal(got["shift_labels"],
-                                                                                  want["shift_labels"])
+        assert torch.equal(got["input_ids"], want["input_ids"]) and torch.equal(
+            got["shift_labels"], want["shift_labels"]
+        )
     assert resumed.tokens_seen() == ref.tokens_seen()
     other = mixture(sources, {"a": 0.5, "b": 0.5})
     from aura.core.errors import AuraError
@@ -109,8 +140,20 @@ def test_resume_mid_epoch_is_exact(sources):
 def test_pretrain_on_a_mixture_logs_each_source_and_resumes(sources, tmp_path):
     run = tmp_path / "run"
     data = ["--data", f"es={0.75}:{sources['a']}", f"otro=0.25:{sources['b']}"]
-    common = [*data, "-o", run, *FLAGS, "--max-steps", "8", "--save-steps", "4", "--keep-last", "0",
-              "--eval-interval", "4"]
+    common = [
+        *data,
+        "-o",
+        run,
+        *FLAGS,
+        "--max-steps",
+        "8",
+        "--save-steps",
+        "4",
+        "--keep-last",
+        "0",
+        "--eval-interval",
+        "4",
+    ]
     r = run_aura("pretrain", *common)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "tokens_es=" in r.stdout and "val_loss_otro=" in r.stdout

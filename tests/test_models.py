@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from aura.core.errors import AuraError
-from aura.models.presets import (PRESETS, build_model, count_parameters, flops_per_token, hf_config, matmul_parameters, resolve_spec, spec_parameters)
+from aura.models.presets import (
+    PRESETS,
+    build_model,
+    count_parameters,
+    flops_per_token,
+    hf_config,
+    matmul_parameters,
+    resolve_spec,
+    spec_parameters,
+)
 
 
 @pytest.mark.parametrize("name", ["tiny", "gpt2-small"])
@@ -32,8 +41,16 @@ def test_preset_sizes_without_building():
 
 
 def test_flops_per_token_counts_matmuls_and_attention():
-    spec = resolve_spec("manual", arch="llama", embed_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-                        seq_length=32, intermediate_size=256)
+    spec = resolve_spec(
+        "manual",
+        arch="llama",
+        embed_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        seq_length=32,
+        intermediate_size=256,
+    )
     cfg = hf_config(spec, 1000)
     model = build_model(spec, 1000)
     linear = sum(m.weight.numel() for m in model.modules() if m.__class__.__name__ == "Linear")

@@ -16,15 +16,35 @@ import pytest
 from aura.watch.monitor import is_training_cmdline
 from tests.conftest import run_aura, run_aura_here
 
-FIELDS = {"time", "cpu_percent", "ram_percent", "ram_used_gib", "ram_total_gib", "process_pids",
-          "process_ram_gib", "gpus", "gpu_error", "gpu_error_message"}
-GPU_FIELDS = {"index", "name", "utilization_percent", "memory_used_gib", "memory_total_gib",
-              "temperature_c", "power_w", "power_limit_w", "process_memory_gib"}
+FIELDS = {
+    "time",
+    "cpu_percent",
+    "ram_percent",
+    "ram_used_gib",
+    "ram_total_gib",
+    "process_pids",
+    "process_ram_gib",
+    "gpus",
+    "gpu_error",
+    "gpu_error_message",
+}
+GPU_FIELDS = {
+    "index",
+    "name",
+    "utilization_percent",
+    "memory_used_gib",
+    "memory_total_gib",
+    "temperature_c",
+    "power_w",
+    "power_limit_w",
+    "process_memory_gib",
+}
 
 
 def _nvml_gpus() -> int:
     try:
         import pynvml
+
         pynvml.nvmlInit()
         return pynvml.nvmlDeviceGetCount()
     except Exception:
@@ -34,10 +54,13 @@ def _nvml_gpus() -> int:
 @pytest.fixture
 def hog():
     """A process holding 300 MB whose command line reads like `aura pretrain` (argv after -c)."""
-    code = "import sys, time; b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096]); " \
-           "print('ready', flush=True); time.sleep(120)"
-    proc = subprocess.Popen([sys.executable, "-c", code, "aura", "pretrain", "--preset", "tiny"],
-                            stdout=subprocess.PIPE, text=True)
+    code = (
+        "import sys, time; b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
+        "print('ready', flush=True); time.sleep(120)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "aura", "pretrain", "--preset", "tiny"], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "ready"
     yield proc
     proc.kill()
@@ -66,8 +89,11 @@ def test_human_line_follows_the_guide_in_both_languages():
     es = run_aura("monitor", "--once", env={"AURA_LANG": "es"})
     assert es.returncode == 0, es.stderr
     first = es.stdout.splitlines()[0]
-    assert re.fullmatch(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] CPU: \d+,\d% \| RAM: \d+,\d% "  # decimal comma
-                        r"\(\d+,\d GB / \d+,\d GB\) \| RAM proceso: .+", first), first
+    assert re.fullmatch(
+        r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] CPU: \d+,\d% \| RAM: \d+,\d% "  # decimal comma
+        r"\(\d+,\d GB / \d+,\d GB\) \| RAM proceso: .+",
+        first,
+    ), first
     en = run_aura("monitor", "--once")
     assert " | Process RAM: " in en.stdout.splitlines()[0]
     if not _nvml_gpus():  # a clear line instead of GPU figures
@@ -98,8 +124,13 @@ def test_count_and_interval():
 
 def test_ctrl_c_exits_cleanly():
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "aura", "monitor", "--interval", "0.2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", "monitor", "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     first = proc.stdout.readline()
     assert first.startswith("[")
     proc.send_signal(signal.SIGINT)
@@ -115,14 +146,17 @@ def test_bad_arguments():
     assert proc.returncode == 2 and "--interval" in proc.stderr
 
 
-@pytest.mark.parametrize("cmdline, expected", [
-    (["/venv/bin/aura", "pretrain", "--preset", "tiny"], True),
-    (["python", "-m", "aura", "--lang", "es", "finetune", "--data", "x.csv"], True),
-    (["/usr/bin/python3", "/src/aura/__main__.py", "pretrain"], True),
-    (["torchrun", "--nproc_per_node=2", "-m", "aura.train.pretrain"], True),
-    (["/venv/bin/aura", "monitor"], False),
-    (["python", "train.py", "pretrain"], False),
-    (["vim", "aura/pretrain.py"], False),
-])
+@pytest.mark.parametrize(
+    "cmdline, expected",
+    [
+        (["/venv/bin/aura", "pretrain", "--preset", "tiny"], True),
+        (["python", "-m", "aura", "--lang", "es", "finetune", "--data", "x.csv"], True),
+        (["/usr/bin/python3", "/src/aura/__main__.py", "pretrain"], True),
+        (["torchrun", "--nproc_per_node=2", "-m", "aura.train.pretrain"], True),
+        (["/venv/bin/aura", "monitor"], False),
+        (["python", "train.py", "pretrain"], False),
+        (["vim", "aura/pretrain.py"], False),
+    ],
+)
 def test_training_command_lines(cmdline, expected):
     assert is_training_cmdline(cmdline) is expected

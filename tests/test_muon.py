@@ -34,12 +34,22 @@ def _groups(model):
 def test_hidden_matrices_take_muon_and_the_rest_adamw(arch):
     from aura.models.presets import build_model, resolve_spec
 
-    spec = resolve_spec("manual", arch=arch, embed_size=64, num_layers=2, num_heads=4, seq_length=32,
-                        intermediate_size=128)
+    spec = resolve_spec(
+        "manual", arch=arch, embed_size=64, num_layers=2, num_heads=4, seq_length=32, intermediate_size=128
+    )
     hidden, decay, no_decay = _groups(build_model(spec, 300))
-    suffixes = {"llama": ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
-                          "up_proj.weight", "down_proj.weight"),
-                "gpt2": ("c_attn.weight", "attn.c_proj.weight", "c_fc.weight", "mlp.c_proj.weight")}
+    suffixes = {
+        "llama": (
+            "q_proj.weight",
+            "k_proj.weight",
+            "v_proj.weight",
+            "o_proj.weight",
+            "gate_proj.weight",
+            "up_proj.weight",
+            "down_proj.weight",
+        ),
+        "gpt2": ("c_attn.weight", "attn.c_proj.weight", "c_fc.weight", "mlp.c_proj.weight"),
+    }
     expected = suffixes["gpt2" if arch == "gpt2" else "llama"]
     assert len(hidden) == 2 * len(expected) and all(n.endswith(expected) for n in hidden)
     assert all(".layers." in n or ".h." in n for n in hidden)
@@ -47,8 +57,10 @@ def test_hidden_matrices_take_muon_and_the_rest_adamw(arch):
         assert decay == [] and "transformer.wte.weight" in no_decay and "transformer.wpe.weight" in no_decay
     else:
         assert decay == ["lm_head.weight"] and "model.embed_tokens.weight" in no_decay
-    assert all("norm" in n or "ln_" in n or n.endswith((".bias", "wte.weight", "wpe.weight", "embed_tokens.weight"))
-               for n in no_decay)
+    assert all(
+        "norm" in n or "ln_" in n or n.endswith((".bias", "wte.weight", "wpe.weight", "embed_tokens.weight"))
+        for n in no_decay
+    )
 
 
 def test_newton_schulz_orthogonalises_and_the_update_has_adamw_rms():
@@ -152,8 +164,13 @@ def test_killed_muon_run_resumes_with_exactly_the_uninterrupted_losses(prepared_
     assert losses[24] < losses[1] - 0.5  # it learns
     run = tmp_path / "run"
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *map(str, common)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *map(str, common)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lines = []
     for line in proc.stdout:
         lines.append(line)
@@ -173,8 +190,9 @@ def test_killed_muon_run_resumes_with_exactly_the_uninterrupted_losses(prepared_
     again = read_log(run)
     assert [losses[s] for s in range(1, 25)] == [again[s] for s in range(1, 25)]
     # the optimizer is part of the run: resuming it with another one is refused, naming both
-    r = run_aura_here("pretrain", "--output-dir", run, *base, "--optimizer", "adamw", "--max-steps", "30",
-                      "--resume-from", "latest")
+    r = run_aura_here(
+        "pretrain", "--output-dir", run, *base, "--optimizer", "adamw", "--max-steps", "30", "--resume-from", "latest"
+    )
     assert r.returncode == 2 and "--optimizer adamw does not match the checkpoint" in r.stderr, r.stderr
 
 
@@ -227,8 +245,9 @@ def test_fsdp_muon_run_trains_and_resumes_exactly(prepared, tmp_path):  # noqa: 
     assert sum(f.name.endswith(".distcp") for f in (ckpt / "dcp").iterdir()) == 2  # one shard per rank
     run = tmp_path / "resumed"
     shutil.copytree(ckpt, run / ckpt.name)
-    resumed = torchrun("-m", "aura", *_args(prepared, run, *args, "--resume-from", "latest", steps=2 * SAVE),
-                       timeout=400)
+    resumed = torchrun(
+        "-m", "aura", *_args(prepared, run, *args, "--resume-from", "latest", steps=2 * SAVE), timeout=400
+    )
     assert resumed.returncode == 0, output(resumed)[-5000:]
     again = read_log(run)
     assert min(again) == SAVE + 1
@@ -236,8 +255,21 @@ def test_fsdp_muon_run_trains_and_resumes_exactly(prepared, tmp_path):  # noqa: 
     # on one process (batch 8): DCP reshards the momentum into whole matrices, torch.optim.Muon's own step
     one = tmp_path / "one"
     shutil.copytree(ckpt, one / ckpt.name)
-    single = run_aura(*_args(prepared, one, "--batch-size", "8", "--optimizer", "muon", "--resume-from", "latest",
-                             "--load-sharded", steps=2 * SAVE), env=env())
+    single = run_aura(
+        *_args(
+            prepared,
+            one,
+            "--batch-size",
+            "8",
+            "--optimizer",
+            "muon",
+            "--resume-from",
+            "latest",
+            "--load-sharded",
+            steps=2 * SAVE,
+        ),
+        env=env(),
+    )
     assert single.returncode == 0, output(single)[-5000:]
     alone = read_log(one)
     assert max(abs(alone[s] - losses[s]) for s in range(SAVE + 1, 2 * SAVE + 1)) < 2e-3, (alone, losses)
@@ -259,18 +291,32 @@ def test_ddp_two_ranks_equal_one_process_and_diloco_runs_muon(prepared, tmp_path
     ref = run_aura(*_args(prepared, ref_dir, "--batch-size", "8", *muon, steps=12), env=env())
     assert ref.returncode == 0, output(ref)[-4000:]
     ddp_dir = tmp_path_factory.mktemp("muon_ddp") / "run"
-    ddp = run_aura("launch", "--gpus-per-node", "2", "--master-port", str(free_port()),
-                   *_args(prepared, ddp_dir, "--batch-size", "4", "--strategy", "ddp", *muon, steps=12),
-                   env=env(), timeout=400)
+    ddp = run_aura(
+        "launch",
+        "--gpus-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        *_args(prepared, ddp_dir, "--batch-size", "4", "--strategy", "ddp", *muon, steps=12),
+        env=env(),
+        timeout=400,
+    )
     text = output(ddp)
     assert ddp.returncode == 0 and "Traceback" not in text, text[-5000:]
     assert "Sync=FAIL" not in text and text.count("Sync=OK") >= 12
     a, b = read_log(ref_dir), read_log(ddp_dir)
     assert max(abs(a[s] - b[s]) for s in range(1, 13)) < 2e-3, (a, b)
     local_dir = tmp_path_factory.mktemp("muon_local") / "run"
-    local = run_aura("launch", "--gpus-per-node", "2", "--master-port", str(free_port()),
-                     *_args(prepared, local_dir, "--batch-size", "4", "--local-steps", "3", *muon, steps=12),
-                     env=env(), timeout=400)
+    local = run_aura(
+        "launch",
+        "--gpus-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        *_args(prepared, local_dir, "--batch-size", "4", "--local-steps", "3", *muon, steps=12),
+        env=env(),
+        timeout=400,
+    )
     text = output(local)
     assert local.returncode == 0 and "Traceback" not in text, text[-5000:]
     syncs = {int(m[1]): m[2] for m in re.finditer(r"\| Step (\d+)/\d+ \|.*\| Sync=(\S+)$", text, flags=re.M)}

@@ -58,7 +58,7 @@ def _run(out, data, *, objective=None, evaluators=()):
         return list(csv.DictReader(f))
 
 
-def test_objective_statistics_and_evaluators_are_logged_without_changing_training(prepared, tmp_path):
+def test_objective_statistics_and_evaluators_are_logged_without_changing_training(prepared, tmp_path):  # noqa: F811
     _run(tmp_path / "plain", prepared)
     plain = read_log(tmp_path / "plain", "step")
     evaluator = ParamNorm()
@@ -78,7 +78,7 @@ def test_objective_statistics_and_evaluators_are_logged_without_changing_trainin
     assert len(acc.Scalars("check/double_loss")) == 7
 
 
-def test_a_log_line_that_straddles_a_resume_covers_the_steps_before_it(prepared, tmp_path):
+def test_a_log_line_that_straddles_a_resume_covers_the_steps_before_it(prepared, tmp_path):  # noqa: F811
     """Log every 4 steps, checkpoint at 6: the resumed run's line at step 8 (loss and statistics) averages
     steps 5-8 like the uninterrupted run's, not only 7-8."""
     import shutil
@@ -91,9 +91,19 @@ def test_a_log_line_that_straddles_a_resume_covers_the_steps_before_it(prepared,
             return dataclasses.replace(super().prepare(run), objective=ScaledLM())
 
     def run(out, **extra):
-        cfg = PretrainConfig(data=[str(prepared)], output_dir=out, **{**TINY, "max_steps": 12, "save_steps": 6,
-                                                                       "log_interval": 4, "keep_last": 0,
-                                                                       "precision": "fp32", **extra})
+        cfg = PretrainConfig(
+            data=[str(prepared)],
+            output_dir=out,
+            **{
+                **TINY,
+                "max_steps": 12,
+                "save_steps": 6,
+                "log_interval": 4,
+                "keep_last": 0,
+                "precision": "fp32",
+                **extra,
+            },
+        )
         assert run_training(cfg, Command()) == 0
         with open(out / "training_log.csv", newline="") as f:
             return {int(r["step"]): r for r in csv.DictReader(f) if r["kind"] == "step"}

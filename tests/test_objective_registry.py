@@ -41,8 +41,10 @@ def test_an_unknown_objective_is_refused_clearly(tmp_path):
 
     r = run_aura_here("finetune", "--objective", "distill")
     assert r.returncode == 2
-    assert ("argument --objective: invalid choice: 'distill' (choose from 'sft', 'dpo', 'orpo', 'grpo', 'simpo', "
-            "'cpo', 'kto')") in r.stderr, r.stderr
+    assert (
+        "argument --objective: invalid choice: 'distill' (choose from 'sft', 'dpo', 'orpo', 'grpo', 'simpo', "
+        "'cpo', 'kto')"
+    ) in r.stderr, r.stderr
     config = tmp_path / "ft.yaml"
     config.write_text("objective: distill\n", encoding="utf-8")
     r = run_aura_here("finetune", "--config", config)
@@ -68,8 +70,18 @@ def test_choosing_sft_imports_no_other_objective():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     loaded = set(out.stdout.split())
     assert "aura.train.objectives.sft_setup" in loaded, out.stdout
-    others = {"grpo", "grpo_setup", "rollout", "vllm_rollout", "preference", "preference_setup", "kto", "kto_setup",
-              "simpo", "simpo_setup"}
+    others = {
+        "grpo",
+        "grpo_setup",
+        "rollout",
+        "vllm_rollout",
+        "preference",
+        "preference_setup",
+        "kto",
+        "kto_setup",
+        "simpo",
+        "simpo_setup",
+    }
     assert not loaded & {f"aura.train.objectives.{m}" for m in others}, loaded
 
 

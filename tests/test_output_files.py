@@ -34,8 +34,10 @@ def refused(r, *needles: str) -> None:
 def run_final(tiny_zoo, tmp_path) -> Path:
     """A run folder whose final/ is a (tiny) model, as `aura runs` finds it."""
     final = shutil.copytree(tiny_zoo["llama"], tmp_path / "runs" / "chat" / "final")
-    (final.parent / "run.json").write_text(json.dumps({"kind": "finetune", "status": "finished", "last_step": 3,
-                                                      "aura_version": "0.1.0"}), encoding="utf-8")
+    (final.parent / "run.json").write_text(
+        json.dumps({"kind": "finetune", "status": "finished", "last_step": 3, "aura_version": "0.1.0"}),
+        encoding="utf-8",
+    )
     return final
 
 
@@ -82,10 +84,10 @@ def test_eval_output_is_never_an_input_nor_inside_one_nor_a_users_file(run_final
     model = run_final
     suite = ["--suite", "aura-es", "--limit", "2"]
     config = digest(model / "config.json")
-    refused(run_aura_here("eval", "--model", model, *suite, "--output", model / "config.json"),
-            "lies inside the input")
-    refused(run_aura_here("eval", "--model", model, *suite, "--output-dir", model / "resultados"),
-            "lies inside the input")
+    refused(run_aura_here("eval", "--model", model, *suite, "--output", model / "config.json"), "lies inside the input")
+    refused(
+        run_aura_here("eval", "--model", model, *suite, "--output-dir", model / "resultados"), "lies inside the input"
+    )
     assert digest(model / "config.json") == config and not (model / "resultados").exists()
     mine = tmp_path / "mis-notas"
     mine.mkdir()

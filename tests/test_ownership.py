@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from aura.core.errors import AuraError
 from aura.core import atomic as fsutil, ownership, staging
+from aura.core.errors import AuraError
 from tests.conftest import run_aura
 from tests.tiny_models import CORPUS_DIR
 
@@ -38,6 +38,7 @@ def _user_dir(path: Path) -> Path:
 
 
 # ---- check_replaceable / check_location ----------------------------------------------------------
+
 
 def test_check_replaceable_states_and_refusals(tmp_path):
     assert ownership.check_replaceable(tmp_path / "new", kind="data") == "absent"
@@ -70,8 +71,13 @@ def test_check_location_refuses_root_home_cwd_and_overlaps(tmp_path, monkeypatch
     work.mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(work)
-    for target, what in [("/", "filesystem root"), ("~", "home directory"), (".", "current directory"),
-                         ("..", "current directory"), (str(home / "proj"), "current directory")]:
+    for target, what in [
+        ("/", "filesystem root"),
+        ("~", "home directory"),
+        (".", "current directory"),
+        ("..", "current directory"),
+        (str(home / "proj"), "current directory"),
+    ]:
         with pytest.raises(AuraError, match=what):
             ownership.check_location(target)
     data = home / "corpus"
@@ -98,6 +104,7 @@ def test_staged_replace_never_removes_a_foreign_dir(tmp_path):
 
 # ---- legacy layouts: directories an older Aura wrote, before markers ------------------------------
 
+
 def test_legacy_layouts_are_recognised_only_when_exact(tmp_path):
     tok = tmp_path / "tok"
     r = run_aura("tokenizer", "train", CORPUS_DIR, "--vocab-size", "300", "--output-dir", tok)
@@ -120,6 +127,7 @@ def test_legacy_layouts_are_recognised_only_when_exact(tmp_path):
 
 
 # ---- staging names, stale cleanup ----------------------------------------------------------------
+
 
 def test_staging_names_carry_the_writer(tmp_path):
     with staging.staged_dir(tmp_path / "out", kind="data") as tmp:
@@ -186,7 +194,7 @@ def test_killed_writer_leftover_is_removed_by_the_next_cleanup(tmp_path):
     script = textwrap.dedent(f"""
         import time
         from aura.core.staging import staged_dir
-        with staged_dir({str(tmp_path / 'final')!r}, kind="data") as tmp:
+        with staged_dir({str(tmp_path / "final")!r}, kind="data") as tmp:
             (tmp / 'part').write_text('x')
             print('writing', flush=True)
             time.sleep(60)
@@ -201,6 +209,7 @@ def test_killed_writer_leftover_is_removed_by_the_next_cleanup(tmp_path):
 
 
 # ---- permissions -----------------------------------------------------------------------------------
+
 
 def test_outputs_get_the_users_permissions(tmp_path, umask_002):
     with staging.staged_dir(tmp_path / "out", kind="model") as tmp:

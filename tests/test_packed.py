@@ -52,8 +52,10 @@ def test_packed_inside_the_merged_lora_view(tiny_zoo):
 
     from aura.train.lora_views import merged_view
 
-    model = get_peft_model(_model(tiny_zoo["llama"]), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
-                                                                  target_modules=["q_proj", "v_proj", "up_proj"]))
+    model = get_peft_model(
+        _model(tiny_zoo["llama"]),
+        LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj"]),
+    )
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -53,7 +53,8 @@ def llama(tmp_path_factory):
 
 @pytest.mark.parametrize("order, bnb_after_lora", [("lora-first", False), ("bnb-first", True)])
 def test_lora_without_bitsandbytes_then_qlora_in_the_same_process(llama, order, bnb_after_lora):
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT), str(llama), order], capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT), str(llama), order], capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"after lora: {bnb_after_lora}" in r.stdout and "qlora ok" in r.stdout, r.stdout

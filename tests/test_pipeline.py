@@ -29,8 +29,11 @@ def _write(path: Path, text: str) -> Path:
 def _step_losses(run_dir: Path) -> dict[int, float]:
     """step -> train loss of every logged step (the last row of a step wins: a resumed run's)."""
     with (run_dir / "training_log.csv").open(encoding="utf-8", newline="") as f:
-        return {int(float(r["step"])): float(r["train_loss"]) for r in csv.DictReader(f)
-                if r["kind"] == "step" and r["train_loss"]}
+        return {
+            int(float(r["step"])): float(r["train_loss"])
+            for r in csv.DictReader(f)
+            if r["kind"] == "step" and r["train_loss"]
+        }
 
 
 def _state(out: Path) -> dict:
@@ -38,6 +41,7 @@ def _state(out: Path) -> dict:
 
 
 # ---------------------------------------------------------------- validation (fast, in process)
+
 
 def test_bad_key_in_last_stage_fails_at_once_and_creates_nothing(tmp_path):
     bad = _write(tmp_path / "bad.yaml", TINY.read_text(encoding="utf-8").rstrip() + "\n      limt: 3\n")
@@ -51,17 +55,22 @@ def test_bad_key_in_last_stage_fails_at_once_and_creates_nothing(tmp_path):
     assert time.monotonic() - t0 < 30
 
 
-@pytest.mark.parametrize("edit, expected", [
-    (("tokenizer: tokenizer", "tokenizer: pretrain"), "refers to stage 'pretrain', which runs later"),
-    (("command: export gguf", "command: export ggu"), "is not a command that can be a stage"),
-    (("vocab_size: 512", "vocab_size: many"), "many"),
-    (("      workers: 1\n", "      workers: 1\n      output_dir: x\n"), "is set by the pipeline"),
-    (("inputs: [aura:corpus_es]", "inputs: [aura:no_such]"), "ships no resource 'no_such'"),
-])
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (("tokenizer: tokenizer", "tokenizer: pretrain"), "refers to stage 'pretrain', which runs later"),
+        (("command: export gguf", "command: export ggu"), "is not a command that can be a stage"),
+        (("vocab_size: 512", "vocab_size: many"), "many"),
+        (("      workers: 1\n", "      workers: 1\n      output_dir: x\n"), "is set by the pipeline"),
+        (("inputs: [aura:corpus_es]", "inputs: [aura:no_such]"), "ships no resource 'no_such'"),
+    ],
+)
 def test_validation_messages_name_the_stage(tmp_path, edit, expected):
-    text = TINY.read_text(encoding="utf-8") + ("" if "export" not in edit[0] else
-                                               "  - name: gguf\n    command: export gguf\n    options:\n"
-                                               "      model: sft.final\n")
+    text = TINY.read_text(encoding="utf-8") + (
+        ""
+        if "export" not in edit[0]
+        else "  - name: gguf\n    command: export gguf\n    options:\n      model: sft.final\n"
+    )
     assert edit[0] in text
     bad = _write(tmp_path / "bad.yaml", text.replace(edit[0], edit[1], 1))
     proc = run_aura_here("pipeline", "run", bad, "-o", tmp_path / "out")
@@ -117,8 +126,10 @@ def test_a_folder_that_is_not_a_pipelines_is_refused(tmp_path):
 
 def test_launch_block_is_checked_by_aura_launch_s_config(tmp_path):
     text = TINY.read_text(encoding="utf-8")
-    on_eval = text.replace("  - name: eval-base\n    command: eval\n",
-                           "  - name: eval-base\n    command: eval\n    launch:\n      gpus_per_node: 2\n")
+    on_eval = text.replace(
+        "  - name: eval-base\n    command: eval\n",
+        "  - name: eval-base\n    command: eval\n    launch:\n      gpus_per_node: 2\n",
+    )
     proc = run_aura_here("pipeline", "run", _write(tmp_path / "a.yaml", on_eval), "-o", tmp_path / "out")
     assert proc.returncode == 2 and "only for training stages" in proc.stderr and "eval-base" in proc.stderr
     typo = "launch:\n  gpus_per_nod: 2\n" + text
@@ -131,8 +142,8 @@ def test_a_kill_after_a_redone_stage_never_leaves_its_readers_finished(tmp_path)
     """The decisions alone (no stage runs): after a change to SFT, SFT and eval-sft stop being finished on
     disk before anything runs; once SFT is redone, eval-sft runs even though its own options did not change."""
     from aura.pipeline import spec
-    from aura.pipeline.runner import _decide, invalidate
     from aura.pipeline.pipeline_state import State
+    from aura.pipeline.runner import _decide, invalidate
 
     out = tmp_path / "p"
     out.mkdir()
@@ -172,6 +183,7 @@ def test_list_show_and_plan_every_shipped_pipeline():
 
 # ---------------------------------------------------------------- running (slow: real training stages)
 
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
     """The tests' pipeline run once, uninterrupted: the reference the other runs are compared with."""
@@ -188,8 +200,11 @@ def test_report_numbers_are_the_stages_own(reference):
     assert [state["stages"][n]["status"] for n in state["order"]] == ["finished"] * 6
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     env = report["environment"]  # where it ran: this checkout's commit, the torch that trained, no GPU here
-    head = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "rev-parse", "--short=12", "HEAD"],
-                          capture_output=True, text=True)
+    head = subprocess.run(
+        ["git", "-C", str(Path(__file__).resolve().parents[1]), "rev-parse", "--short=12", "HEAD"],
+        capture_output=True,
+        text=True,
+    )
     if head.returncode == 0:
         assert env["commit"].rstrip("+") == head.stdout.strip()
     import torch
@@ -255,16 +270,23 @@ def _greedy_reference(model_dir: Path, prompt: str, max_new_tokens: int) -> str:
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     template = getattr(tok, "chat_template", None)
     if template:
-        text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                       add_generation_prompt=True)
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
         ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
     else:
         ids = tok(f"Usuario: {prompt}\nAsistente:", return_tensors="pt")["input_ids"]
     stops = [tok.eos_token_id] + [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>",) if template and t in template]
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                             do_sample=False, eos_token_id=stops, pad_token_id=tok.eos_token_id)
-    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).split("\nUsuario:")[0].strip()
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=stops,
+            pad_token_id=tok.eos_token_id,
+        )
+    return tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True).split("\nUsuario:")[0].strip()
 
 
 @pytest.mark.slow
@@ -290,8 +312,9 @@ def test_eval_prompts_without_a_chat_template_and_a_bad_prompts_file(tiny_zoo, t
     (model / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     prompts = tmp_path / "p.txt"
     prompts.write_text("¿Cuál es la capital de España?\n\nHola\n", encoding="utf-8")
-    proc = run_aura_here("eval", "--model", model, "--prompts", prompts, "--max-new-tokens", "12",
-                         "--output-dir", tmp_path / "ev")
+    proc = run_aura_here(
+        "eval", "--model", model, "--prompts", prompts, "--max-new-tokens", "12", "--output-dir", tmp_path / "ev"
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "ev" / "eval-prompts.json").read_text(encoding="utf-8"))["results"][0]
     assert [a["prompt"] for a in report["answers"]] == ["¿Cuál es la capital de España?", "Hola"]
@@ -303,7 +326,8 @@ def test_eval_prompts_without_a_chat_template_and_a_bad_prompts_file(tiny_zoo, t
 
 
 def test_gguf_stage_without_the_verifier_exports_and_the_report_says_not_verified_in_its_language(
-        tiny_zoo, tmp_path, monkeypatch):
+    tiny_zoo, tmp_path, monkeypatch
+):
     """Issue 51: the demo's GGUF stage was skipped ("saltada: missing module llama_cpp", English in a Spanish
     report) when llama-cpp-python, which compiles llama.cpp for ~30 minutes, is absent. The export needs no
     llama.cpp: the stage writes the GGUF, and the report marks it not verified, with the command that verifies it
@@ -312,7 +336,9 @@ def test_gguf_stage_without_the_verifier_exports_and_the_report_says_not_verifie
 
     demo = next(s for s in spec.load("demo-cpu").stages if s.command == "export gguf")
     assert demo.requires == []  # the demo's export no longer waits for the verifier
-    pipe = _write(tmp_path / "p.yaml", f"""description:
+    pipe = _write(
+        tmp_path / "p.yaml",
+        f"""description:
   es: "GGUF sin verificador."
   en: "GGUF without the verifier."
 stages:
@@ -327,7 +353,8 @@ stages:
     options:
       model: {tiny_zoo["llama"]}
       quant: q8_0
-""")
+""",
+    )
     out = tmp_path / "out"
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` fails as when it is not installed
     proc = run_aura_here("pipeline", "run", pipe, "--output-dir", out, env={"AURA_LANG": "es"})
@@ -358,8 +385,9 @@ def test_a_cuda_runs_mfu_and_gpu_memory_are_read_from_its_log(reference, tmp_pat
         header, rows = reader.fieldnames, list(reader)
     for i, r in enumerate(rows):
         if r["kind"] == "step":
-            r.update(mfu=f"{0.30 + 0.01 * (i % 7):.4f}", mem_peak_gb=f"{20 + i % 5:.3f}",
-                     mem_reserved_gb=f"{24 + i % 3:.3f}")
+            r.update(
+                mfu=f"{0.30 + 0.01 * (i % 7):.4f}", mem_peak_gb=f"{20 + i % 5:.3f}", mem_reserved_gb=f"{24 + i % 3:.3f}"
+            )
     with (tmp_path / "training_log.csv").open("w", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
         w.writeheader()
@@ -382,8 +410,9 @@ def test_rerun_skips_and_a_changed_sft_reruns_only_what_follows(reference, tmp_p
     again = run_aura("pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5")
     assert again.returncode == 0 and again.stdout.count("finished and unchanged; skipped") == 6, again.stdout
     mtimes = {n: (out / n).stat().st_mtime_ns for n in state["order"]}
-    changed = run_aura("pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5",
-                       "--set", "sft.learning_rate=0.0005")
+    changed = run_aura(
+        "pipeline", "run", TINY, "--output-dir", out, "--price-per-hour", "1.5", "--set", "sft.learning_rate=0.0005"
+    )
     assert changed.returncode == 0, changed.stderr[-3000:]
     assert "Changed since the last run: sft (" in changed.stdout and "Redoing: sft, eval-sft" in changed.stdout
     skipped = [n for n in state["order"] if f"{n}: finished and unchanged; skipped" in changed.stdout]
@@ -408,8 +437,18 @@ def _kill_when(cmd: list[str], marker: Path, env: dict) -> None:
 def test_kill_9_in_pretraining_and_in_sft_then_the_same_command_gives_the_same_losses(reference, tmp_path):
     out = tmp_path / "run"
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "aura", "pipeline", "run", str(TINY), "--output-dir", str(out),
-           "--price-per-hour", "1.5"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "aura",
+        "pipeline",
+        "run",
+        str(TINY),
+        "--output-dir",
+        str(out),
+        "--price-per-hour",
+        "1.5",
+    ]
     _kill_when(cmd, out / "pretrain" / "checkpoint-step-8", env)
     assert _state(out)["stages"]["pretrain"]["status"] == "running"  # never taken as finished
     _kill_when(cmd, out / "sft" / "checkpoint-step-2", env)  # resumes pretraining, then dies in SFT
@@ -427,11 +466,18 @@ def test_kill_9_in_pretraining_and_in_sft_then_the_same_command_gives_the_same_l
 @pytest.mark.slow
 def test_sigterm_stops_the_stage_with_exit_3_and_the_same_command_as_hint(tmp_path):
     out = tmp_path / "run"
-    three = _write(tmp_path / "three.yaml", TINY.read_text(encoding="utf-8").split("  - name: eval-base")[0]
-                   .replace("max_steps: 24", "max_steps: 100000"))
+    three = _write(
+        tmp_path / "three.yaml",
+        TINY.read_text(encoding="utf-8").split("  - name: eval-base")[0].replace("max_steps: 24", "max_steps: 100000"),
+    )
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "aura", "pipeline", "run", str(three), "-o", str(out)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", "pipeline", "run", str(three), "-o", str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (out / "pretrain" / "checkpoint-step-4").is_dir():
         time.sleep(0.05)
@@ -448,8 +494,10 @@ def test_sigterm_stops_the_stage_with_exit_3_and_the_same_command_as_hint(tmp_pa
 def test_a_launch_block_runs_the_training_stage_under_torchrun(tmp_path):
     """`launch:` on a training stage: `aura launch`'s own function runs it on 2 processes (gloo, CPU)."""
     text = TINY.read_text(encoding="utf-8").split("  - name: eval-base")[0].replace("max_steps: 24", "max_steps: 6")
-    text = text.replace("  - name: pretrain\n    command: pretrain\n",
-                        "  - name: pretrain\n    command: pretrain\n    launch:\n      gpus_per_node: 2\n")
+    text = text.replace(
+        "  - name: pretrain\n    command: pretrain\n",
+        "  - name: pretrain\n    command: pretrain\n    launch:\n      gpus_per_node: 2\n",
+    )
     out = tmp_path / "p"
     proc = run_aura("pipeline", "run", _write(tmp_path / "l.yaml", text), "-o", out)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -467,9 +515,24 @@ def demo(tmp_path_factory) -> Path:
     """The shipped demo, as `bash scripts/demo.sh` runs it in Spanish (its budgets shortened: the chain is the
     test), once for the tests that read it."""
     out = tmp_path_factory.mktemp("demo") / "demo"
-    sets = ["--set", "pretrain.time_budget=0.003", "--set", "sft.time_budget=0.002",
-            "--set", "dpo.time_budget=0.001", "--set", "grpo.time_budget=0.001", "--set", "eval-base.limit=2",
-            "--set", "eval-sft.limit=2", "--set", "eval-dpo.limit=2", "--set", "eval-grpo.limit=2"]
+    sets = [
+        "--set",
+        "pretrain.time_budget=0.003",
+        "--set",
+        "sft.time_budget=0.002",
+        "--set",
+        "dpo.time_budget=0.001",
+        "--set",
+        "grpo.time_budget=0.001",
+        "--set",
+        "eval-base.limit=2",
+        "--set",
+        "eval-sft.limit=2",
+        "--set",
+        "eval-dpo.limit=2",
+        "--set",
+        "eval-grpo.limit=2",
+    ]
     proc = run_aura("pipeline", "run", "demo-cpu", "--output-dir", out, *sets, timeout=900, env={"AURA_LANG": "es"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
@@ -524,7 +587,9 @@ def test_report_html_renders_in_chromium_with_nothing_fetched(request, tmp_path)
     from tests.evidence import importorskip, require_or_skip
 
     if not (CHROMIUM and DRIVER):
-        require_or_skip("browser", "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+        require_or_skip(
+            "browser", "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
+        )
     webdriver = importorskip("selenium.webdriver", "browser")
     from selenium.webdriver.common.by import By
 
@@ -545,7 +610,13 @@ def test_report_html_renders_in_chromium_with_nothing_fetched(request, tmp_path)
         tables = driver.find_elements(By.TAG_NAME, "table")
         assert len(tables) >= 3 and all(t.size["height"] > 40 and t.size["width"] > 200 for t in tables)
         answers = tables[2]
-        assert [th.text for th in answers.find_elements(By.TAG_NAME, "th")] == ["pregunta", "pretrain", "sft", "dpo", "grpo"]
+        assert [th.text for th in answers.find_elements(By.TAG_NAME, "th")] == [
+            "pregunta",
+            "pretrain",
+            "sft",
+            "dpo",
+            "grpo",
+        ]
         assert len(answers.find_elements(By.TAG_NAME, "tr")) == 1 + 4
         curves = driver.find_elements(By.CSS_SELECTOR, "svg polyline")
         assert len(curves) == 4  # pretrain, sft, dpo, grpo: each with its points, drawn with a size

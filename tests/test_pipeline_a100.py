@@ -33,7 +33,7 @@ def _plan(*args: str):
     starts = [m.start() for m in re.finditer(r"(?<=  )\S|^\S", lines[head])]
     names = [lines[head][a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
     rows = {}
-    for ln in lines[head + 1:]:
+    for ln in lines[head + 1 :]:
         if not ln.strip() or ln.startswith(("Estimated", "Assumptions", "Split", "All ")) or ln[0] == " ":
             break
         cells = [ln[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
@@ -49,7 +49,7 @@ def _seconds(cell: str) -> float:
     if m:
         return int(m[1]) * 86400 + int(m[2]) * 3600 + int(m[3]) * 60
     parts = [int(x) for x in cell.split(":")]
-    return sum(v * 60 ** i for i, v in enumerate(reversed(parts)))
+    return sum(v * 60**i for i, v in enumerate(reversed(parts)))
 
 
 def _count(cell: str) -> int:
@@ -74,21 +74,35 @@ def test_a100_plan_prints_the_split_of_72_hours_and_its_stages():
     # each one's licence, size and source, and how much of the stage's budget the data fills
     assert spec["stages"][4]["options"]["data"] == "Iker/OpenHermes-2.5-Spanish"
     assert spec["stages"][5]["options"]["data"] == "SiguienteGlobal/orpo-es-v0.0.2"
-    for stage, name, licence in (("sft", "Iker/OpenHermes-2.5-Spanish", "apache-2.0"),
-                                 ("dpo", "SiguienteGlobal/orpo-es-v0.0.2", "mit")):
-        line = re.search(rf"^    {stage}: data {re.escape(name)} \(licence {licence}; (.+?); "
-                         rf"https://huggingface.co/datasets/{re.escape(name)}; streamed from the hub; offline: "
-                         rf"\S+aura/resources/\S+\)\.$", out, flags=re.M)
+    for stage, name, licence in (
+        ("sft", "Iker/OpenHermes-2.5-Spanish", "apache-2.0"),
+        ("dpo", "SiguienteGlobal/orpo-es-v0.0.2", "mit"),
+    ):
+        line = re.search(
+            rf"^    {stage}: data {re.escape(name)} \(licence {licence}; (.+?); "
+            rf"https://huggingface.co/datasets/{re.escape(name)}; streamed from the hub; offline: "
+            rf"\S+aura/resources/\S+\)\.$",
+            out,
+            flags=re.M,
+        )
         assert line, out
     # OpenHermes' ~1M conversations outlast the 6 h: the budget reads part of one epoch
-    fills = re.search(r"^    sft: the data is 950,000 training examples \(tokens: ~[\d.]+ M\); the 6 h budget reads "
-                      r"~([\d,]+) examples \(epochs: ([\d.]+)\)\.$", out, flags=re.M)
+    fills = re.search(
+        r"^    sft: the data is 950,000 training examples \(tokens: ~[\d.]+ M\); the 6 h budget reads "
+        r"~([\d,]+) examples \(epochs: ([\d.]+)\)\.$",
+        out,
+        flags=re.M,
+    )
     assert fills and 0.1 < float(fills[2]) < 1, out
     assert _count(fills[1]) / 950_000 == pytest.approx(float(fills[2]), abs=0.006)
     assert _count(rows["sft"]["steps"]) > 0 and _seconds(rows["sft"]["estimate"]) == 6 * 3600
     # 7,190 pairs x 4 automatic epochs end before DPO's 4 h: the plan says how much of the budget they fill
-    ends = re.search(r"^    dpo: the data is 6,830 training examples \(tokens: ~[\d.]+ M\); 4 epochs fill (\d+) % of "
-                     r"the 4 h budget and the stage ends there\.$", out, flags=re.M)
+    ends = re.search(
+        r"^    dpo: the data is 6,830 training examples \(tokens: ~[\d.]+ M\); 4 epochs fill (\d+) % of "
+        r"the 4 h budget and the stage ends there\.$",
+        out,
+        flags=re.M,
+    )
     assert ends and 0 < int(ends[1]) < 100, out
     assert _seconds(rows["dpo"]["estimate"]) == pytest.approx(int(ends[1]) / 100 * 4 * 3600, rel=0.02)
 
@@ -98,11 +112,24 @@ def test_plan_estimates_follow_their_inputs(tmp_path):
     step than SFT on the same data (the reference model's forward); a LoRA step less than a full one."""
     pipe = tmp_path / "p.yaml"
     pipe.write_text(A100.read_text(encoding="utf-8"), encoding="utf-8")
-    fixed = ["--set", "sft.time_budget=0", "--set", "sft.max_steps=1000", "--set", "pretrain.time_budget=0",
-             "--set", "pretrain.max_steps=2000", "--set", "dpo.time_budget=0", "--set", "dpo.max_steps=1000"]
+    fixed = [
+        "--set",
+        "sft.time_budget=0",
+        "--set",
+        "sft.max_steps=1000",
+        "--set",
+        "pretrain.time_budget=0",
+        "--set",
+        "pretrain.max_steps=2000",
+        "--set",
+        "dpo.time_budget=0",
+        "--set",
+        "dpo.max_steps=1000",
+    ]
     _, a = _plan(str(pipe), "--assume", "A100 80GB", *fixed)
-    _, a2 = _plan(str(pipe), "--assume", "A100 80GB", *fixed, "--set", "sft.max_steps=2000",
-                  "--set", "pretrain.max_steps=4000")
+    _, a2 = _plan(
+        str(pipe), "--assume", "A100 80GB", *fixed, "--set", "sft.max_steps=2000", "--set", "pretrain.max_steps=4000"
+    )
     _, h = _plan(str(pipe), "--assume", "H100 80GB", *fixed)
     for stage in ("pretrain", "sft"):
         assert _seconds(a2[stage]["estimate"]) == pytest.approx(2 * _seconds(a[stage]["estimate"]), rel=0.02)
@@ -115,8 +142,16 @@ def test_plan_estimates_follow_their_inputs(tmp_path):
     _, ep4 = _plan(str(pipe), "--assume", "A100 80GB", "--set", "sft.time_budget=0", "--set", "sft.epochs=4")
     assert _count(ep4["sft"]["steps"]) == 2 * _count(ep["sft"]["steps"])
     # a time budget shorter than the steps' time ends the stage: the estimate is the budget
-    _, b = _plan(str(pipe), "--assume", "A100 80GB", *fixed, "--set", "pretrain.time_budget=0.01",
-                 "--set", "pretrain.lr_schedule=wsd")
+    _, b = _plan(
+        str(pipe),
+        "--assume",
+        "A100 80GB",
+        *fixed,
+        "--set",
+        "pretrain.time_budget=0.01",
+        "--set",
+        "pretrain.lr_schedule=wsd",
+    )
     assert _seconds(b["pretrain"]["estimate"]) == 36
 
 
@@ -146,20 +181,41 @@ def test_a100_chain_first_stages_on_a_fineweb2_copy(tmp_path):
     small = tmp_path / "a100-small.yaml"
     small.write_text(yaml.safe_dump(spec, allow_unicode=True, sort_keys=False), encoding="utf-8")
     out = tmp_path / "run"
-    args = ("pipeline", "run", str(small), "--output-dir", str(out),
-            "--set", f"curate.hf_dataset={mirror}", "--set", "curate.max_documents=12", "--set", "curate.tasks=2",
-            "--set", "curate.workers=1", "--set", "tokenizer.vocab_size=600", "--set", "prepare.val_fraction=0.2",
-            "--set", "prepare.workers=1")
+    args = (
+        "pipeline",
+        "run",
+        str(small),
+        "--output-dir",
+        str(out),
+        "--set",
+        f"curate.hf_dataset={mirror}",
+        "--set",
+        "curate.max_documents=12",
+        "--set",
+        "curate.tasks=2",
+        "--set",
+        "curate.workers=1",
+        "--set",
+        "tokenizer.vocab_size=600",
+        "--set",
+        "prepare.val_fraction=0.2",
+        "--set",
+        "prepare.workers=1",
+    )
     proc = run_aura_here(*args, env=OFFLINE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     state = json.loads((out / "pipeline.json").read_text(encoding="utf-8"))
     assert [state["stages"][n]["status"] for n in state["order"]] == ["finished"] * 3
-    curated = [json.loads(line) for f in sorted((out / "curate").glob("*.jsonl.gz"))
-               for line in gzip.open(f, "rt", encoding="utf-8")]
+    curated = [
+        json.loads(line)
+        for f in sorted((out / "curate").glob("*.jsonl.gz"))
+        for line in gzip.open(f, "rt", encoding="utf-8")
+    ]
     ids = {r["id"] for r in rows}
     assert 0 < len(curated) <= 12 and {d["id"] for d in curated} <= ids
-    assert all(d["metadata"]["dump"] == "CC-MAIN-2024-10" and d["metadata"]["url"].startswith("https://")
-               for d in curated)
+    assert all(
+        d["metadata"]["dump"] == "CC-MAIN-2024-10" and d["metadata"]["url"].startswith("https://") for d in curated
+    )
     meta = json.loads((out / "prepare" / "meta.json").read_text(encoding="utf-8"))
     assert meta["splits"]["train"]["documents"] + meta["splits"]["val"]["documents"] == len(curated)
     assert meta["splits"]["train"]["tokens"] > 0
@@ -195,7 +251,8 @@ def test_data_stage_estimates_are_bytes_over_the_measured_rates(tmp_path):
     assert one.seconds == pytest.approx(2.0) and two.seconds == pytest.approx(1.0)
     cur = plan_data(("data", "curate"), SimpleNamespace(inputs=[str(corpus / "a.txt")], workers=1, hf_dataset=""))
     assert cur.seconds == pytest.approx(PREPARE_BYTES_PER_S / CURATE_BYTES_PER_S)
-    later = plan_data(("data", "prepare"), SimpleNamespace(inputs=[str(tmp_path / "run" / "curate")], workers=1,
-                                                           hf_dataset=""))
+    later = plan_data(
+        ("data", "prepare"), SimpleNamespace(inputs=[str(tmp_path / "run" / "curate")], workers=1, hf_dataset="")
+    )
     hub = plan_data(("data", "curate"), SimpleNamespace(inputs=[], workers=1, hf_dataset="HuggingFaceFW/fineweb-2"))
     assert later.seconds is None and hub.seconds is None

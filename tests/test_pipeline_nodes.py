@@ -18,7 +18,6 @@ import pytest
 from tests.conftest import run_aura_here
 from tests.distutil import ROOT, env, free_port
 
-
 LAN = """\
 description: {es: "LAN de prueba en dos nodos.", en: "Two-node test LAN."}
 stages:
@@ -41,11 +40,17 @@ stages:
 
 
 def _nodes(pipeline: Path, out: Path, port: int) -> list[str]:
-    procs = [subprocess.Popen([sys.executable, "-m", "aura", "pipeline", "run", str(pipeline), "-o", str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                              env=env(NNODES="2", NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                                      MASTER_PORT=str(port), GPUS_PER_NODE="1"))
-             for rank in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "aura", "pipeline", "run", str(pipeline), "-o", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+            env=env(NNODES="2", NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GPUS_PER_NODE="1"),
+        )
+        for rank in (0, 1)
+    ]
     texts = []
     for p in procs:
         try:
@@ -67,10 +72,14 @@ def test_plan_says_where_each_stage_runs_and_how_the_link_is_chosen():
     e = {"NNODES": "5", "NODE_RANK": "2", "GPUS_PER_NODE": "1", "MASTER_ADDR": "192.168.1.50"}
     proc = run_aura_here("pipeline", "plan", "lan-5-nodes", "--assume", "RTX 4090 24GB", env=e)
     assert proc.returncode == 0, proc.stderr
-    assert ("Node 2 of 5: pretrain on every node (torchrun); tokenizer, prepare on each node; sft, dpo, eval, gguf "
-            "on node 0.") in proc.stdout
-    assert "pretrain: comm: auto: before the stage the link is measured (aura launch check-dist --model-preset" \
+    assert (
+        "Node 2 of 5: pretrain on every node (torchrun); tokenizer, prepare on each node; sft, dpo, eval, gguf "
+        "on node 0."
+    ) in proc.stdout
+    assert (
+        "pretrain: comm: auto: before the stage the link is measured (aura launch check-dist --model-preset"
         in proc.stdout
+    )
     alone = run_aura_here("pipeline", "plan", "lan-5-nodes", "--assume", "RTX 4090 24GB")
     assert alone.returncode == 0 and "On 1 node (NNODES): on several nodes, export NNODES, NODE_RANK" in alone.stdout
     # the estimate counts every node's GPU: five times the global batch, each step as long
@@ -83,8 +92,10 @@ def test_layout_every_node_needs_what_the_multi_node_stage_reads(tmp_path):
     from aura.pipeline import nodes, spec
 
     text = LAN.replace("    launch: {}\n", "    launch: {nnodes: 3, node_rank: 1, gpus_per_node: 1}\n")
-    text += ("  - name: sft\n    command: finetune\n    options: {base_model: pretrain.final, "
-             "data: aura:instrucciones_es.csv, method: full, max_steps: 1, device: cpu}\n")
+    text += (
+        "  - name: sft\n    command: finetune\n    options: {base_model: pretrain.final, "
+        "data: aura:instrucciones_es.csv, method: full, max_steps: 1, device: cpu}\n"
+    )
     (tmp_path / "p.yaml").write_text(text, encoding="utf-8")
     pipe = spec.resolve(spec.load(str(tmp_path / "p.yaml")), tmp_path / "out")
     lay = nodes.layout(pipe)
@@ -96,9 +107,11 @@ def test_the_mode_applied_is_the_one_check_dist_advises():
     """`comm: auto` applies `choose`, the flags behind `advise`'s line (the LAN guide's cases)."""
     from aura.cluster.check import advise, choose
 
-    cases = [("gpt2-small", 2, 2e-5, 100e9 / 8, "none", {"ddp_comm": "none"}),
-             ("gpt2-medium", 5, 2e-4, 10e9 / 8, "powersgd", {"ddp_comm": "powersgd"}),
-             ("gpt2-medium", 5, 2e-4, 1e9 / 8, "powersgd", {"ddp_comm": "powersgd"})]
+    cases = [
+        ("gpt2-small", 2, 2e-5, 100e9 / 8, "none", {"ddp_comm": "none"}),
+        ("gpt2-medium", 5, 2e-4, 10e9 / 8, "powersgd", {"ddp_comm": "powersgd"}),
+        ("gpt2-medium", 5, 2e-4, 1e9 / 8, "powersgd", {"ddp_comm": "powersgd"}),
+    ]
     for preset, world, lat, bw, mode, flags in cases:
         got = choose(preset, world=world, latency_s=lat, busbw=bw, step_s=1.0)
         assert (got["mode"], got["flags"]) == (mode, flags), (preset, bw, got)
@@ -111,12 +124,17 @@ def test_the_mode_applied_is_the_one_check_dist_advises():
     assert line.endswith("use --ddp-comm powersgd or --local-steps 256."), line
 
 
-@pytest.mark.parametrize("edit, expected", [
-    (("    comm: {step_seconds: 0.05, size_mb: 1, iters: 3}\n", "    comm: {step_second: 1}\n"),
-     "'comm' is 'auto' or a mapping of aura check-dist options"),
-    (("    launch: {}\n", ""), "'comm: auto' measures the link"),
-    (("model_preset: tiny", "model_preset: tiny, ddp_comm: bf16"), "remove 'ddp_comm'"),
-])
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (
+            ("    comm: {step_seconds: 0.05, size_mb: 1, iters: 3}\n", "    comm: {step_second: 1}\n"),
+            "'comm' is 'auto' or a mapping of aura check-dist options",
+        ),
+        (("    launch: {}\n", ""), "'comm: auto' measures the link"),
+        (("model_preset: tiny", "model_preset: tiny, ddp_comm: bf16"), "remove 'ddp_comm'"),
+    ],
+)
 def test_comm_auto_is_checked_before_anything_runs(tmp_path, edit, expected):
     assert edit[0] in LAN
     (tmp_path / "bad.yaml").write_text(LAN.replace(edit[0], edit[1]), encoding="utf-8")
@@ -169,11 +187,13 @@ def test_two_nodes_share_one_folder_train_together_and_resume(tmp_path):
     assert states[0]["eval"]["status"] == "finished" and (out / "eval").is_dir()
     assert states[1]["eval"]["status"] == "elsewhere"
     assert "eval: runs on node 0 (a single-process stage); nothing to do on node 1." in first[1]
-    assert "Node 0 of 2: pretrain on every node (torchrun); tokenizer, prepare on each node; eval on node 0." \
-        in first[0]
+    assert (
+        "Node 0 of 2: pretrain on every node (torchrun); tokenizer, prepare on each node; eval on node 0." in first[0]
+    )
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "link measured" in report and ("made by node 1" in report) == any(
-        states[0][n].get("made_by") == 1 for n in ("tokenizer", "prepare"))
+        states[0][n].get("made_by") == 1 for n in ("tokenizer", "prepare")
+    )
     assert not list(out.glob(".*.stage-lock"))
 
     # the same command again on both nodes: every finished stage skipped, nothing trained again
@@ -198,18 +218,26 @@ def test_two_nodes_without_a_shared_folder(tmp_path):
     pipeline = tmp_path / "lan.yaml"
     pipeline.write_text(LAN, encoding="utf-8")
     outs, port = [tmp_path / "node0", tmp_path / "node1"], free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "aura", "pipeline", "run", str(pipeline), "-o", str(outs[rank])],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                              env=env(NNODES="2", NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                                      MASTER_PORT=str(port), GPUS_PER_NODE="1"))
-             for rank in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "aura", "pipeline", "run", str(pipeline), "-o", str(outs[rank])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+            env=env(NNODES="2", NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GPUS_PER_NODE="1"),
+        )
+        for rank in (0, 1)
+    ]
     texts = [p.communicate(timeout=400)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], texts[0][-3000:] + texts[1][-3000:]
 
     def digest(folder: Path) -> dict[str, str]:
-        return {str(f.relative_to(folder)): hashlib.sha256(f.read_bytes()).hexdigest()
-                for f in sorted(folder.rglob("*"))
-                if f.is_file() and f.name not in ("meta.json", ".aura-dir.json")}  # these hold paths and times
+        return {
+            str(f.relative_to(folder)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(folder.rglob("*"))
+            if f.is_file() and f.name not in ("meta.json", ".aura-dir.json")
+        }  # these hold paths and times
 
     for name in ("tokenizer", "prepare"):  # the same bytes on both nodes: each reads its own
         assert digest(outs[0] / name) == digest(outs[1] / name) and digest(outs[0] / name), name
@@ -219,11 +247,23 @@ def test_two_nodes_without_a_shared_folder(tmp_path):
     state1 = _json(outs[1] / "pipeline.node-1.json")["stages"]
     assert state1["pretrain"]["status"] == "finished" and state1["eval"]["status"] == "elsewhere"
     assert not (outs[1] / "pipeline.json").exists() and not (outs[1] / "report.md").exists()
-    procs = [subprocess.Popen([sys.executable, "-m", "aura", "pipeline", "run", str(pipeline), "-o", str(outs[rank])],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                              env=env(NNODES="2", NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                                      MASTER_PORT=str(free_port()), GPUS_PER_NODE="1"))
-             for rank in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "aura", "pipeline", "run", str(pipeline), "-o", str(outs[rank])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+            env=env(
+                NNODES="2",
+                NODE_RANK=str(rank),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(free_port()),
+                GPUS_PER_NODE="1",
+            ),
+        )
+        for rank in (0, 1)
+    ]
     again = [p.communicate(timeout=400)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], again
     for text in again:
@@ -243,11 +283,17 @@ def test_two_nodes_stopped_mid_training_resume_together(tmp_path):
     # it is one more step and checkpoint (39-65 MB) in the resumed run (40 steps took 15 s more)
     pipeline.write_text(LAN.split("  - name: eval")[0].replace("max_steps: 4", "max_steps: 16"), encoding="utf-8")
     out, port = tmp_path / "shared", free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "aura", "pipeline", "run", str(pipeline), "-o", str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                              env=env(NNODES="2", NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                                      MASTER_PORT=str(port), GPUS_PER_NODE="1"))
-             for rank in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "aura", "pipeline", "run", str(pipeline), "-o", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+            env=env(NNODES="2", NODE_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GPUS_PER_NODE="1"),
+        )
+        for rank in (0, 1)
+    ]
     deadline = time.monotonic() + 400
     while time.monotonic() < deadline and not (out / "pretrain" / "checkpoint-step-4").is_dir():
         time.sleep(0.1)
@@ -266,5 +312,6 @@ def test_two_nodes_stopped_mid_training_resume_together(tmp_path):
     run = _json(out / "pretrain" / "run.json")
     assert run["status"] == "finished" and run["last_step"] == 16 and len(run["history"]) == 2
     assert run["history"][1]["resumed_from"] and run["launch"]["world_size"] == 2
-    assert all(_json(out / f)["stages"]["pretrain"]["status"] == "finished"
-               for f in ("pipeline.json", "pipeline.node-1.json"))
+    assert all(
+        _json(out / f)["stages"]["pretrain"]["status"] == "finished" for f in ("pipeline.json", "pipeline.node-1.json")
+    )

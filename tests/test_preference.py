@@ -17,11 +17,29 @@ from tests.test_finetune import finetune
 from tests.tiny_models import build_llama, train_tokenizer
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "aura" / "resources" / "preference_es.jsonl"
-FAST = ["--max-length", "128", "--log-interval", "1", "--lora-r", "8", "--lora-dropout", "0", "--precision",
-        "fp32", "--batch-size", "2", "--gradient-accumulation-steps", "1", "--learning-rate", "5e-3",
-        "--save-steps", "0", "--warmup-steps", "0"]
-REWARDS = ("rewards/chosen", "rewards/rejected", "rewards/accuracy", "rewards/margin", "logps/chosen",
-           "logps/rejected")
+FAST = [
+    "--max-length",
+    "128",
+    "--log-interval",
+    "1",
+    "--lora-r",
+    "8",
+    "--lora-dropout",
+    "0",
+    "--precision",
+    "fp32",
+    "--batch-size",
+    "2",
+    "--gradient-accumulation-steps",
+    "1",
+    "--learning-rate",
+    "5e-3",
+    "--save-steps",
+    "0",
+    "--warmup-steps",
+    "0",
+]
+REWARDS = ("rewards/chosen", "rewards/rejected", "rewards/accuracy", "rewards/margin", "logps/chosen", "logps/rejected")
 
 
 def embedded_records(n: int | None = None) -> list[dict]:
@@ -70,7 +88,8 @@ def test_dpo_on_the_embedded_sample_logs_rewards_plots_merges_and_chats(env, tmp
         assert all(r[k] != "" for k in REWARDS)
         # the margin is the difference of the rewards, averaged over the same pairs
         assert float(r["rewards/margin"]) == pytest.approx(
-            float(r["rewards/chosen"]) - float(r["rewards/rejected"]), abs=1e-5)
+            float(r["rewards/chosen"]) - float(r["rewards/rejected"]), abs=1e-5
+        )
     assert float(rows[4]["rewards/margin"]) > 0 and float(rows[4]["train_loss"]) < 0.6931
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -92,20 +111,44 @@ def test_dpo_on_the_embedded_sample_logs_rewards_plots_merges_and_chats(env, tmp
 
     ids = torch.tensor([[5, 17, 42, 99, 7, 3]])
     with torch.no_grad():
-        expected = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(env["llama"]),
-                                             str(run / "final"))(input_ids=ids).logits
+        expected = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(env["llama"]), str(run / "final"))(
+            input_ids=ids
+        ).logits
         got = AutoModelForCausalLM.from_pretrained(merged)(input_ids=ids).logits
     assert (got - expected).abs().max() < 1e-4
 
-    r = run_aura("chat", "--model", env["llama"], "--adapter", run / "final", "--max-new-tokens", 4,
-                 "--temperature", 0, input="Hola\n")
+    r = run_aura(
+        "chat",
+        "--model",
+        env["llama"],
+        "--adapter",
+        run / "final",
+        "--max-new-tokens",
+        4,
+        "--temperature",
+        0,
+        input="Hola\n",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_resume_reproduces_losses_and_rewards_exactly(env, tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    common = ["--objective", "dpo", "--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 4,
-              "--gradient-accumulation-steps", 2, "--batch-size", 1]
+    common = [
+        "--objective",
+        "dpo",
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *FAST,
+        "--max-steps",
+        4,
+        "--gradient-accumulation-steps",
+        2,
+        "--batch-size",
+        1,
+    ]
     finetune(*common, "--output-dir", straight, "--save-steps", 2)
     resumed.mkdir()
     shutil.copytree(straight / "checkpoint-step-2", resumed / "checkpoint-step-2")
@@ -121,8 +164,21 @@ def test_resume_reproduces_losses_and_rewards_exactly(env, tmp_path):
 def test_precomputed_reference_equals_the_live_reference(env, tmp_path, method):
     """LoRA: the base with the adapter disabled; full: a frozen copy. Either way the same values as the
     reference log-probs computed once before training (--precompute-ref)."""
-    common = ["--objective", "dpo", "--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 3,
-              "--method", method, "--val-fraction", "0.2"]
+    common = [
+        "--objective",
+        "dpo",
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *FAST,
+        "--max-steps",
+        3,
+        "--method",
+        method,
+        "--val-fraction",
+        "0.2",
+    ]
     if method == "full":
         common = [a for a in common if a not in ("--lora-r", "8", "--lora-dropout")]
         common.remove("0")  # --lora-dropout's value (the first "0" of FAST)
@@ -148,13 +204,27 @@ def _same_pairs_in_every_format(root: Path, records: list[dict]) -> dict[str, Pa
     import pyarrow.parquet as pq
 
     files = {"text": write_jsonl(root / "text.jsonl", records)}
-    files["explicit"] = write_jsonl(root / "explicit.jsonl", [
-        {"prompt": [{"role": "user", "content": r["prompt"]}], "chosen": [{"role": "assistant", "content": r["chosen"]}],
-         "rejected": [{"role": "assistant", "content": r["rejected"]}]} for r in records])
-    files["implicit"] = write_jsonl(root / "implicit.jsonl", [
-        {"chosen": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["chosen"]}],
-         "rejected": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["rejected"]}]}
-        for r in records])
+    files["explicit"] = write_jsonl(
+        root / "explicit.jsonl",
+        [
+            {
+                "prompt": [{"role": "user", "content": r["prompt"]}],
+                "chosen": [{"role": "assistant", "content": r["chosen"]}],
+                "rejected": [{"role": "assistant", "content": r["rejected"]}],
+            }
+            for r in records
+        ],
+    )
+    files["implicit"] = write_jsonl(
+        root / "implicit.jsonl",
+        [
+            {
+                "chosen": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["chosen"]}],
+                "rejected": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["rejected"]}],
+            }
+            for r in records
+        ],
+    )
     with open(root / "pairs.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=["prompt", "chosen", "rejected"])
         w.writeheader()
@@ -174,12 +244,15 @@ def test_every_format_gives_the_same_tokens_and_answers_alone_are_labelled(env, 
 
     records = embedded_records(5)
     tok = AutoTokenizer.from_pretrained(env["tok"])
-    encoded = {name: encode_pairs(load_pairs(path), tok, max_length=512)
-               for name, path in _same_pairs_in_every_format(tmp_path, records).items()}
+    encoded = {
+        name: encode_pairs(load_pairs(path), tok, max_length=512)
+        for name, path in _same_pairs_in_every_format(tmp_path, records).items()
+    }
     first = encoded["text"]
     for name, pairs in encoded.items():
-        assert [(p.chosen.input_ids, p.rejected.input_ids, p.chosen.labels) for p in pairs] == \
-               [(p.chosen.input_ids, p.rejected.input_ids, p.chosen.labels) for p in first], name
+        assert [(p.chosen.input_ids, p.rejected.input_ids, p.chosen.labels) for p in pairs] == [
+            (p.chosen.input_ids, p.rejected.input_ids, p.chosen.labels) for p in first
+        ], name
     # labels: exactly the answer and its end-of-turn token, nothing of the prompt or the template
     for pair, record in zip(first, records):
         for side, text in ((pair.chosen, record["chosen"]), (pair.rejected, record["rejected"])):
@@ -187,8 +260,8 @@ def test_every_format_gives_the_same_tokens_and_answers_alone_are_labelled(env, 
             assert answer == text + "<|im_end|>"
     batch = collate_pairs(first[:2], pad_id=tok.pad_token_id)
     assert batch["input_ids"].shape[0] == 4  # chosen, chosen, rejected, rejected
-    assert batch["input_ids"][0].tolist()[:len(first[0].chosen.input_ids)] == first[0].chosen.input_ids
-    assert batch["input_ids"][2].tolist()[:len(first[0].rejected.input_ids)] == first[0].rejected.input_ids
+    assert batch["input_ids"][0].tolist()[: len(first[0].chosen.input_ids)] == first[0].chosen.input_ids
+    assert batch["input_ids"][2].tolist()[: len(first[0].rejected.input_ids)] == first[0].rejected.input_ids
 
 
 def test_truncation_rule_keeps_the_prompt_end_and_the_answer_start(env):
@@ -198,45 +271,79 @@ def test_truncation_rule_keeps_the_prompt_end_and_the_answer_start(env):
 
     tok = AutoTokenizer.from_pretrained(env["tok"])
     long_prompt = " ".join(["palabra"] * 60) + " ¿Qué opinas?"
-    pair = PreferencePair([{"role": "user", "content": long_prompt}], {"role": "assistant", "content": "Bien. " * 40},
-                          {"role": "assistant", "content": "Mal."}, where="x, line 1")
+    pair = PreferencePair(
+        [{"role": "user", "content": long_prompt}],
+        {"role": "assistant", "content": "Bien. " * 40},
+        {"role": "assistant", "content": "Mal."},
+        where="x, line 1",
+    )
     full = encode_pairs([pair], tok, max_length=10_000)[0]
     cut = encode_pairs([pair], tok, max_length=40, max_prompt_length=16)[0]
     n_prompt = sum(1 for t in full.chosen.labels if t == -100)
     assert len(cut.chosen.input_ids) == 40
-    assert cut.chosen.input_ids[:16] == full.chosen.input_ids[n_prompt - 16:n_prompt]  # the prompt's end
-    assert cut.chosen.input_ids[16:] == full.chosen.input_ids[n_prompt:n_prompt + 24]  # the answer's start
-    assert cut.rejected.input_ids == full.rejected.input_ids[n_prompt - 16:]  # short answer: whole
+    assert cut.chosen.input_ids[:16] == full.chosen.input_ids[n_prompt - 16 : n_prompt]  # the prompt's end
+    assert cut.chosen.input_ids[16:] == full.chosen.input_ids[n_prompt : n_prompt + 24]  # the answer's start
+    assert cut.rejected.input_ids == full.rejected.input_ids[n_prompt - 16 :]  # short answer: whole
 
 
 def _bad(env, tmp_path, name: str, body: str, *extra) -> str:
     path = tmp_path / name
     path.write_text(body, encoding="utf-8")
-    return finetune("--objective", "dpo", "--base-model", env["llama"], "--data", path, "--output-dir",
-                    tmp_path / "run", *FAST, "--max-steps", 1, *extra, expect=2)
+    return finetune(
+        "--objective",
+        "dpo",
+        "--base-model",
+        env["llama"],
+        "--data",
+        path,
+        "--output-dir",
+        tmp_path / "run",
+        *FAST,
+        "--max-steps",
+        1,
+        *extra,
+        expect=2,
+    )
 
 
 def test_bad_input_names_file_line_and_field(env, tmp_path):
     out = _bad(env, tmp_path, "cols.csv", "prompt,answer\nhola,adiós\n")
     assert "cols.csv" in out and "'chosen' and 'rejected'" in out and "Columns found: prompt, answer" in out
-    out = _bad(env, tmp_path, "rec.jsonl", '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "good": "b"}\n')
+    out = _bad(
+        env, tmp_path, "rec.jsonl", '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "good": "b"}\n'
+    )
     assert "rec.jsonl, line 2" in out and "Columns found: prompt, good" in out
     records = embedded_records(4)
     records[1]["rejected"] = "  "
-    out = _bad(env, tmp_path, "empty.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
-               "--empty-responses", "fail")
+    out = _bad(
+        env,
+        tmp_path,
+        "empty.jsonl",
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+        "--empty-responses",
+        "fail",
+    )
     assert "empty.jsonl, line 2, 'rejected'" in out and "--empty-responses skip" in out
     records = embedded_records(4)
     records[0]["rejected"] = records[0]["chosen"]
     out = _bad(env, tmp_path, "same.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     assert "1 of 4 pairs have 'chosen' equal to 'rejected'" in out and "same.jsonl, line 1" in out
-    out = _bad(env, tmp_path, "long.jsonl", json.dumps({"prompt": "palabra " * 200, "chosen": "Sí.",
-                                                         "rejected": "No."}) + "\n")
+    out = _bad(
+        env, tmp_path, "long.jsonl", json.dumps({"prompt": "palabra " * 200, "chosen": "Sí.", "rejected": "No."}) + "\n"
+    )
     assert "No pair fits in --max-length 128" in out and "long.jsonl, line 1, field 'prompt'" in out
     out = finetune("--base-model", env["llama"], "--output-dir", tmp_path / "run", "--beta", "0.2", expect=2)
     assert "--beta only applies to --objective dpo, orpo or grpo" in out
-    out = finetune("--objective", "dpo", "--base-model", env["llama"], "--output-dir", tmp_path / "run",
-                   "--train-on-prompt", expect=2)
+    out = finetune(
+        "--objective",
+        "dpo",
+        "--base-model",
+        env["llama"],
+        "--output-dir",
+        tmp_path / "run",
+        "--train-on-prompt",
+        expect=2,
+    )
     assert "--train-on-prompt does not apply to --objective dpo" in out
 
 
@@ -245,8 +352,19 @@ def test_few_identical_and_too_long_pairs_are_skipped_and_counted(env, tmp_path)
     records[3]["rejected"] = records[3]["chosen"]
     records[5]["prompt"] = "palabra " * 200
     run = tmp_path / "run"
-    out = finetune("--objective", "orpo", "--base-model", env["llama"], "--data",
-                   write_jsonl(tmp_path / "d.jsonl", records), "--output-dir", run, *FAST, "--max-steps", 2)
+    out = finetune(
+        "--objective",
+        "orpo",
+        "--base-model",
+        env["llama"],
+        "--data",
+        write_jsonl(tmp_path / "d.jsonl", records),
+        "--output-dir",
+        run,
+        *FAST,
+        "--max-steps",
+        2,
+    )
     assert "Skipped 1 pair whose chosen answer equals the rejected one" in out
     assert "d.jsonl, line 4" in out
     assert "Dropped 1 pair whose prompt leaves no room" in out and "d.jsonl, line 6, field 'prompt'" in out
@@ -263,8 +381,18 @@ def test_two_gloo_ranks_equal_one_process_with_double_batch(env, tmp_path):
     single = tmp_path / "single"
     finetune(*common, "--output-dir", single)  # batch 2
     dist_run = tmp_path / "dist"
-    r = torchrun("-m", "aura", "finetune", *map(str, common), "--batch-size", "1", "--output-dir", str(dist_run),
-                 "--backend", "gloo")
+    r = torchrun(
+        "-m",
+        "aura",
+        "finetune",
+        *map(str, common),
+        "--batch-size",
+        "1",
+        "--output-dir",
+        str(dist_run),
+        "--backend",
+        "gloo",
+    )
     assert r.returncode == 0, output(r)
     a, b = step_rows(single), step_rows(dist_run)
     assert set(a) == set(b) == {1, 2, 3}
@@ -281,8 +409,21 @@ def test_dpo_with_qlora_on_cpu_learns_and_its_adapter_merges(env, tmp_path):
     from transformers import AutoModelForCausalLM
 
     run = tmp_path / "run"
-    out = finetune("--objective", "dpo", "--base-model", env["llama"], "--data", env["data"], "--output-dir", run,
-                   *FAST, "--method", "qlora", "--max-steps", 6)
+    out = finetune(
+        "--objective",
+        "dpo",
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        "--output-dir",
+        run,
+        *FAST,
+        "--method",
+        "qlora",
+        "--max-steps",
+        6,
+    )
     assert "adapter disabled" in out
     rows = step_rows(run)
     assert float(rows[1]["train_loss"]) == pytest.approx(0.693147, abs=1e-5)  # LoRA B = 0: policy == reference
@@ -304,13 +445,31 @@ def test_dpo_validation_says_reward_accuracy_and_margin_not_a_perplexity(env, tm
     """Issue 36.7: "pérdida 0,6928 (perplejidad 2,0)": a preference loss has no perplexity worth saying. The
     reference: with the adapter's B = 0 and a learning rate of 1e-30 (too small to move an fp32 logit) the
     policy is the reference, so on the validation pairs every reward is 0: loss ln 2, no pair won, margin 0."""
-    r = run_aura("finetune", "--objective", "dpo", "--base-model", env["llama"], "--data", env["data"],
-                 "--output-dir", tmp_path / "run", *FAST, "--learning-rate", "1e-30", "--max-steps", "1",
-                 "--val-fraction", "0.3", env={"AURA_LANG": "es"})
+    r = run_aura(
+        "finetune",
+        "--objective",
+        "dpo",
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        "--output-dir",
+        tmp_path / "run",
+        *FAST,
+        "--learning-rate",
+        "1e-30",
+        "--max-steps",
+        "1",
+        "--val-fraction",
+        "0.3",
+        env={"AURA_LANG": "es"},
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
-    assert ("Validación en el paso 1: pérdida 0,6931, acierto de preferencias 0,0 % (la respuesta elegida gana a "
-            "la rechazada), margen de recompensa 0,000") in out, out
+    assert (
+        "Validación en el paso 1: pérdida 0,6931, acierto de preferencias 0,0 % (la respuesta elegida gana a "
+        "la rechazada), margen de recompensa 0,000"
+    ) in out, out
     assert "perplejidad" not in out, out
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -333,14 +492,18 @@ def test_a_pair_in_one_row_gives_the_log_probs_of_its_two_rows(env, arch, attn):
 
     model_dir = env["root"] / arch
     if not model_dir.exists():
-        {"llama": lambda d, t: build_llama(d, t, hidden=64, layers=2), "gpt2": build_gpt2,
-         "qwen2": lambda d, t: build_arch(d, t, "qwen2")}[arch](model_dir, env["tok"])
+        {
+            "llama": lambda d, t: build_llama(d, t, hidden=64, layers=2),
+            "gpt2": build_gpt2,
+            "qwen2": lambda d, t: build_arch(d, t, "qwen2"),
+        }[arch](model_dir, env["tok"])
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=attn).eval()
     tok = AutoTokenizer.from_pretrained(env["tok"])
     pairs = encode_pairs(load_pairs(env["data"]), tok, max_length=128)[:6]
     one = collate_pairs(pairs[:3], pad_id=tok.pad_token_id, shared=True)
     assert one["input_ids"].shape[0] == 3 and one["input_ids"].shape[1] < max(
-        len(p.chosen.input_ids) + len(p.rejected.input_ids) for p in pairs[:3])  # each prompt once
+        len(p.chosen.input_ids) + len(p.rejected.input_ids) for p in pairs[:3]
+    )  # each prompt once
     with torch.no_grad():
         for chunk in (pairs[:3], pairs[3:]):
             two = sequence_logps(model, collate_pairs(chunk, pad_id=tok.pad_token_id))
@@ -363,8 +526,23 @@ def test_report_card_headline_is_the_validation_reward_accuracy_and_margin(env, 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = tmp_path / "dpo"
-    finetune("--base-model", env["llama"], "--data", env["data"], "--objective", "dpo", *FAST, "--max-steps", "4",
-             "--val-fraction", "0.34", "--eval-interval", "2", "--output-dir", run)
+    finetune(
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        "--objective",
+        "dpo",
+        *FAST,
+        "--max-steps",
+        "4",
+        "--val-fraction",
+        "0.34",
+        "--eval-interval",
+        "2",
+        "--output-dir",
+        run,
+    )
     acc = EventAccumulator(str(run / "tb"))
     acc.Reload()
     tb = {name: acc.Scalars(f"Val/{name}")[-1] for name in ("rewards/accuracy", "rewards/margin")}

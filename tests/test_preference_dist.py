@@ -32,8 +32,20 @@ def env(tmp_path_factory) -> dict:
 
 
 def common(env, objective: str = "dpo") -> list[str]:
-    return [str(a) for a in ("--objective", objective, "--base-model", env["llama"], "--data", env["data"], *FAST,
-                             "--max-steps", STEPS)]
+    return [
+        str(a)
+        for a in (
+            "--objective",
+            objective,
+            "--base-model",
+            env["llama"],
+            "--data",
+            env["data"],
+            *FAST,
+            "--max-steps",
+            STEPS,
+        )
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +83,9 @@ def test_dpo_under_fsdp2_equals_one_process_and_resumes_exactly(env, single_dpo,
     resumed = tmp_path / "resumed"
     resumed.mkdir()
     shutil.copytree(run / "checkpoint-step-2", resumed / "checkpoint-step-2")
-    text = two_ranks(*common(env), "--output-dir", str(resumed), "--strategy", "fsdp", "--save-steps", "2",
-                     "--resume-from", "latest")
+    text = two_ranks(
+        *common(env), "--output-dir", str(resumed), "--strategy", "fsdp", "--save-steps", "2", "--resume-from", "latest"
+    )
     assert "Resumed from" in text
     again = step_rows(resumed)
     assert set(again) == {3, 4}
@@ -112,11 +125,12 @@ def test_full_dpo_under_fsdp2_shards_its_reference_and_equals_one_process(env, t
     fast = common(env)
     for flag in ("--lora-r", "--lora-dropout"):  # LoRA's flags (and their values) out
         i = fast.index(flag)
-        del fast[i:i + 2]
+        del fast[i : i + 2]
     args = [*fast, "--method", "full", "--learning-rate", "1e-3", "--max-steps", "2"]
     finetune(*args, "--output-dir", single)
     text = two_ranks(*args, "--output-dir", str(run), "--strategy", "fsdp")
     assert "Parallelism strategy: fsdp" in text and "a frozen copy" in text
     assert "The frozen copy of the model (the reference) is sharded with FSDP2 over 2 ranks" in text, text[-3000:]
-    assert_same(step_rows(single), step_rows(run), ("train_loss", *REWARDS), steps=range(1, 3),
-                skip={(1, "rewards/accuracy")})
+    assert_same(
+        step_rows(single), step_rows(run), ("train_loss", *REWARDS), steps=range(1, 3), skip={(1, "rewards/accuracy")}
+    )

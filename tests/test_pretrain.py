@@ -18,9 +18,28 @@ from tests.conftest import run_aura, run_aura_here
 from tests.test_loop import read_log
 from tests.tiny_models import CORPUS_DIR, train_tokenizer
 
-TINY_FLAGS = ["--model-preset", "manual", "--embed-size", "64", "--num-layers", "2", "--num-heads", "4",
-              "--seq-length", "32", "--intermediate-size", "256", "--batch-size", "4", "--log-interval", "1",
-              "--sample-tokens", "0", "--learning-rate", "3e-3"]
+TINY_FLAGS = [
+    "--model-preset",
+    "manual",
+    "--embed-size",
+    "64",
+    "--num-layers",
+    "2",
+    "--num-heads",
+    "4",
+    "--seq-length",
+    "32",
+    "--intermediate-size",
+    "256",
+    "--batch-size",
+    "4",
+    "--log-interval",
+    "1",
+    "--sample-tokens",
+    "0",
+    "--learning-rate",
+    "3e-3",
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +55,22 @@ def test_final_dir_loads_in_transformers_with_equal_logits(prepared, tmp_path, a
     from aura.train.run.session import load_hf_weights as _load_hf
 
     run = tmp_path / "run"
-    r = run_aura("pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--arch", arch,
-                 "--max-steps", "3", "--save-steps", "0", "--sample-tokens", "5")
+    r = run_aura(
+        "pretrain",
+        "--data",
+        prepared,
+        "--output-dir",
+        run,
+        *TINY_FLAGS,
+        "--arch",
+        arch,
+        "--max-steps",
+        "3",
+        "--save-steps",
+        "0",
+        "--sample-tokens",
+        "5",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     assert "final model" in r.stdout and "Sample generation" in r.stdout
     final = run / "final"
@@ -49,8 +82,9 @@ def test_final_dir_loads_in_transformers_with_equal_logits(prepared, tmp_path, a
     assert hf.generation_config.eos_token_id == tok.eos_token_id
     assert hf.generation_config.pad_token_id == tok.pad_token_id
     # Aura's own model, rebuilt from the spec and loaded from the last checkpoint
-    spec = resolve_spec("manual", arch=arch, embed_size=64, num_layers=2, num_heads=4, seq_length=32,
-                        intermediate_size=256)
+    spec = resolve_spec(
+        "manual", arch=arch, embed_size=64, num_layers=2, num_heads=4, seq_length=32, intermediate_size=256
+    )
     ours = build_model(spec, hf.config.vocab_size).eval()
     _load_hf(ours, run / "checkpoint-step-3")
     ids = tok("¿Dónde está el niño? ¡Allí!", return_tensors="pt").input_ids
@@ -65,8 +99,13 @@ def test_sigterm_saves_interrupt_checkpoint_that_resumes_exactly(prepared, tmp_p
     assert ref.returncode == 0, ref.stderr
     run = tmp_path / "run"
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *map(str, common)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *map(str, common)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lines = []
     for line in proc.stdout:  # wait until training is under way
         lines.append(line)
@@ -97,8 +136,20 @@ def test_raw_text_as_data_and_refusals(prepared, tmp_path):
     text = tmp_path / "texto.txt"
     text.write_text((CORPUS_DIR / "narrativa.txt").read_text(encoding="utf-8"), encoding="utf-8")
     tok = prepared / "tokenizer"
-    r = run_aura("pretrain", "--data", text, "--tokenizer", tok, "--output-dir", run, *TINY_FLAGS,
-                 "--max-steps", "2", "--validation-split", "0.05")
+    r = run_aura(
+        "pretrain",
+        "--data",
+        text,
+        "--tokenizer",
+        tok,
+        "--output-dir",
+        run,
+        *TINY_FLAGS,
+        "--max-steps",
+        "2",
+        "--validation-split",
+        "0.05",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     assert (run / "data" / "meta.json").is_file() and (run / "final" / "model.safetensors").is_file()
     # the same dir again without --resume-from/--overwrite: refused, nothing touched
@@ -106,25 +157,74 @@ def test_raw_text_as_data_and_refusals(prepared, tmp_path):
     assert again.returncode == 2 and "already holds another run" in again.stderr
     assert "Traceback" not in again.stderr
     # resuming with another model shape: refused, naming what differs
-    other = run_aura_here("pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--num-layers", "3",
-                          "--max-steps", "4", "--resume-from", "latest")
+    other = run_aura_here(
+        "pretrain",
+        "--data",
+        prepared,
+        "--output-dir",
+        run,
+        *TINY_FLAGS,
+        "--num-layers",
+        "3",
+        "--max-steps",
+        "4",
+        "--resume-from",
+        "latest",
+    )
     assert other.returncode == 2 and "n_layers: 2 -> 3" in other.stderr
     # data prepared with another tokenizer than --tokenizer: refused, naming both hashes
     other_tok = train_tokenizer(tmp_path / "tok2", vocab_size=600)
-    bad = run_aura_here("pretrain", "--data", prepared, "--tokenizer", other_tok, "--output-dir", tmp_path / "x",
-                        *TINY_FLAGS, "--max-steps", "2")
+    bad = run_aura_here(
+        "pretrain",
+        "--data",
+        prepared,
+        "--tokenizer",
+        other_tok,
+        "--output-dir",
+        tmp_path / "x",
+        *TINY_FLAGS,
+        "--max-steps",
+        "2",
+    )
     assert bad.returncode == 2 and "prepared with another tokenizer" in bad.stderr and "Traceback" not in bad.stderr
     # a sequence longer than the data
-    long = run_aura_here("pretrain", "--data", prepared, "--output-dir", tmp_path / "y", *TINY_FLAGS,
-                         "--seq-length", "100000", "--max-steps", "2")
+    long = run_aura_here(
+        "pretrain",
+        "--data",
+        prepared,
+        "--output-dir",
+        tmp_path / "y",
+        *TINY_FLAGS,
+        "--seq-length",
+        "100000",
+        "--max-steps",
+        "2",
+    )
     assert long.returncode == 2 and "--seq-length" in long.stderr and "Traceback" not in long.stderr
 
 
 def test_nan_loss_skips_then_stops_keeping_last_checkpoint(prepared, tmp_path):
     run = tmp_path / "run"
-    r = run_aura("pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--learning-rate", "1e6",
-                 "--max-steps", "40", "--max-bad-steps", "3", "--save-steps", "1", "--max-grad-norm", "0",
-                 "--precision", "fp32")
+    r = run_aura(
+        "pretrain",
+        "--data",
+        prepared,
+        "--output-dir",
+        run,
+        *TINY_FLAGS,
+        "--learning-rate",
+        "1e6",
+        "--max-steps",
+        "40",
+        "--max-bad-steps",
+        "3",
+        "--save-steps",
+        "1",
+        "--max-grad-norm",
+        "0",
+        "--precision",
+        "fp32",
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert "NaN/inf" in r.stderr and "non-finite" in r.stderr and "Traceback" not in r.stderr
     from aura.train.run.checkpoint import latest_checkpoint
@@ -158,14 +258,28 @@ def test_demo_without_data_prints_sample_and_outputs(tmp_path):
 
 def _start(run: Path, *args) -> subprocess.Popen:
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
 
 
 def test_ctrl_c_exit_codes_once_saves_twice_names_the_last_good_checkpoint(prepared, tmp_path):
     # 32 micro-batches per step: a step lasts long enough for a second Ctrl+C to land inside it
-    common = ["--data", prepared, *TINY_FLAGS, "--max-steps", "400", "--save-steps", "3",
-              "--gradient-accumulation-steps", "32"]
+    common = [
+        "--data",
+        prepared,
+        *TINY_FLAGS,
+        "--max-steps",
+        "400",
+        "--save-steps",
+        "3",
+        "--gradient-accumulation-steps",
+        "32",
+    ]
     for presses, code in ((1, 3), (2, 130)):
         run = tmp_path / f"run{presses}"
         proc, lines, saved = _start(run, *common), [], False
@@ -203,10 +317,32 @@ def test_best_dir_keeps_the_lowest_validation_out_of_rotation(prepared, tmp_path
     text = tmp_path / "small.txt"
     text.write_text((CORPUS_DIR / "narrativa.txt").read_text(encoding="utf-8")[:6000], encoding="utf-8")
     run = tmp_path / "run"
-    r = run_aura("pretrain", "--data", text, "--tokenizer", prepared / "tokenizer", "--output-dir", run,
-                 *TINY_FLAGS, "--batch-size", "8", "--learning-rate", "1e-2", "--validation-split", "0.3",
-                 "--max-steps", "40", "--eval-interval", "5", "--save-steps", "5", "--keep-last", "0",
-                 "--precision", "fp32")
+    r = run_aura(
+        "pretrain",
+        "--data",
+        text,
+        "--tokenizer",
+        prepared / "tokenizer",
+        "--output-dir",
+        run,
+        *TINY_FLAGS,
+        "--batch-size",
+        "8",
+        "--learning-rate",
+        "1e-2",
+        "--validation-split",
+        "0.3",
+        "--max-steps",
+        "40",
+        "--eval-interval",
+        "5",
+        "--save-steps",
+        "5",
+        "--keep-last",
+        "0",
+        "--precision",
+        "fp32",
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     vals = {**read_log(run, "eval"), **read_log(run, "epoch")}
@@ -227,9 +363,26 @@ def test_best_dir_keeps_the_lowest_validation_out_of_rotation(prepared, tmp_path
 def test_validation_smaller_than_one_window_is_said_once(prepared, tmp_path):
     text = tmp_path / "t.txt"
     text.write_text((CORPUS_DIR / "narrativa.txt").read_text(encoding="utf-8")[:20000], encoding="utf-8")
-    r = run_aura("pretrain", "--data", text, "--tokenizer", prepared / "tokenizer", "--output-dir", tmp_path / "run",
-                 *TINY_FLAGS, "--seq-length", "1024", "--batch-size", "1", "--val-fraction", "0.02",
-                 "--max-steps", "4", "--log-interval", "2")
+    r = run_aura(
+        "pretrain",
+        "--data",
+        text,
+        "--tokenizer",
+        prepared / "tokenizer",
+        "--output-dir",
+        tmp_path / "run",
+        *TINY_FLAGS,
+        "--seq-length",
+        "1024",
+        "--batch-size",
+        "1",
+        "--val-fraction",
+        "0.02",
+        "--max-steps",
+        "4",
+        "--log-interval",
+        "2",
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert out.count("fewer than one window") == 1 and "--val-fraction" in out, out  # ~660 tokens < 1025

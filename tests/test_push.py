@@ -153,8 +153,10 @@ def test_an_adapter_names_its_hub_base_and_peft(pipe):
     by_name = {e.path_in_repo: e for e in p.plan.files}
     cfg = json.loads(by_name["adapter_config.json"].content)
     assert cfg["base_model_name_or_path"] == "team/tiny-base"
-    assert json.loads((pipe / "lora" / "final" / "adapter_config.json").read_text())["base_model_name_or_path"] \
-        != "team/tiny-base"  # the local file is untouched
+    assert (
+        json.loads((pipe / "lora" / "final" / "adapter_config.json").read_text())["base_model_name_or_path"]
+        != "team/tiny-base"
+    )  # the local file is untouched
     for e in p.plan.files:  # no uploaded file names a folder of this machine
         assert str(pipe).encode() not in (e.content if e.content is not None else e.local.read_bytes())
     assert [e.path_in_repo for e in p.plan.files][-1] == "adapter_model.safetensors"
@@ -169,8 +171,10 @@ def test_a_pipeline_s_card_has_its_device_hours_cost_and_only_its_own_evaluation
     hours = sum(s["device_hours"] or 0 for s in report["stages"])
     cost = sum(s["cost"] or 0 for s in report["stages"])
     own = next(s for s in report["stages"] if s["name"] == "pretrain")
-    assert (f"Pipeline `push`: {hours:.4f} device-hours in total, cost €{cost:.4f} (price €2.0/hour); this stage "
-            f"(`pretrain`): {own['device_hours']:.4f} device-hours.") in card.text
+    assert (
+        f"Pipeline `push`: {hours:.4f} device-hours in total, cost €{cost:.4f} (price €2.0/hour); this stage "
+        f"(`pretrain`): {own['device_hours']:.4f} device-hours."
+    ) in card.text
     results = _results(card)
     base_ppl = json.loads((pipe / "eval-base" / "eval.json").read_text(encoding="utf-8"))["results"][0]
     # eval-lora measured the same base folder with the adapter: its perplexity is the adapter's, not the base's
@@ -218,8 +222,13 @@ def test_the_plan_leaves_out_training_state_locks_and_pickles_and_adds_gguf_file
     p = prepare(PushConfig(model=str(ckpt), repo_id="team/tiny", gguf=[str(g)], license="mit"))
     names = [e.path_in_repo for e in p.plan.files]
     assert names[-3:] == ["model.safetensors", "tiny-q8_0.gguf", "tiny-q8_0.Modelfile"]
-    assert set(names[:-3]) == {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                               "chat_template.jinja"} & {f.name for f in ckpt.iterdir()}
+    assert set(names[:-3]) == {
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+    } & {f.name for f in ckpt.iterdir()}
     reasons = dict(p.plan.excluded)
     assert reasons["optimizer.pt"] == "r_training_state" and reasons["trainer_state.json"] == "r_training_state"
     assert reasons["rng"] == "r_training_state" and reasons["pytorch_model.bin"] == "r_pickle"
@@ -231,8 +240,15 @@ def test_the_plan_leaves_out_training_state_locks_and_pickles_and_adds_gguf_file
 
     # a merged model (aura merge): its record of the base and the adapter is uploaded without local paths
     merged = tmp_path / "merged"
-    proc = run_aura_here("merge", "--base-model", pipe / "pretrain" / "final", "--adapter", pipe / "lora" / "final",
-                         "--output-dir", merged)
+    proc = run_aura_here(
+        "merge",
+        "--base-model",
+        pipe / "pretrain" / "final",
+        "--adapter",
+        pipe / "lora" / "final",
+        "--output-dir",
+        merged,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     m = prepare(PushConfig(model=str(merged), repo_id="team/tiny-merged", base_model="team/tiny-base"))
     record = json.loads(next(e for e in m.plan.files if e.path_in_repo == "aura_merge.json").content)
@@ -266,8 +282,11 @@ def test_what_must_not_be_uploaded_is_refused_naming_the_fix(pipe, tmp_path):
 
     cases = [
         ((pickled, "team/x"), f"{pickled} has pickle weights only (pytorch_model.bin)"),
-        ((unfinished, "team/x"), f"{unfinished} has no final/: the run did not finish (status: interrupted). "
-                                 f"Pass a model folder: {unfinished / 'best'}, {unfinished / 'checkpoint-step-6'}"),
+        (
+            (unfinished, "team/x"),
+            f"{unfinished} has no final/: the run did not finish (status: interrupted). "
+            f"Pass a model folder: {unfinished / 'best'}, {unfinished / 'checkpoint-step-6'}",
+        ),
         ((pipe / "pretrain", "tiny-es"), "REPO_ID 'tiny-es' is not valid: expected OWNER/NAME"),
         ((pipe / "pretrain", "team/a/b"), "REPO_ID 'team/a/b' is not valid"),
         ((pipe / "pretrain", "team/x", "--gguf", not_gguf), f"--gguf {not_gguf}: not a GGUF file"),

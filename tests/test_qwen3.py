@@ -10,7 +10,6 @@ import json
 import math
 
 import pytest
-
 import torch
 
 from tests.conftest import run_aura_here
@@ -27,11 +26,22 @@ def qwen3_dir(tiny_zoo, tmp_path_factory):
     from aura.models.presets import hf_config, resolve_spec
 
     tok = AutoTokenizer.from_pretrained(str(tiny_zoo["tokenizer"]))
-    spec = resolve_spec("manual", arch="qwen3", embed_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-                        seq_length=256, intermediate_size=256)
+    spec = resolve_spec(
+        "manual",
+        arch="qwen3",
+        embed_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        seq_length=256,
+        intermediate_size=256,
+    )
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(hf_config(spec, len(tok), bos_token_id=tok.eos_token_id,
-                                                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    model = AutoModelForCausalLM.from_config(
+        hf_config(
+            spec, len(tok), bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+        )
+    )
     _scale_up(model)
     return _save_model(model, tiny_zoo["tokenizer"], tmp_path_factory.mktemp("qwen3") / "model")
 
@@ -66,16 +76,33 @@ def test_pretrain_qwen3_with_muon_wsd_final_loads_with_equal_logits(prepared_cor
     from aura.train.run.session import load_hf_weights
 
     run = tmp_path / "run"
-    r = run_aura_here("pretrain", "--data", prepared_corpus, "--output-dir", run, *TINY_FLAGS, "--arch", "qwen3",
-                      "--optimizer", "muon", "--lr-schedule", "wsd", "--max-steps", "4", "--save-steps", "0")
+    r = run_aura_here(
+        "pretrain",
+        "--data",
+        prepared_corpus,
+        "--output-dir",
+        run,
+        *TINY_FLAGS,
+        "--arch",
+        "qwen3",
+        "--optimizer",
+        "muon",
+        "--lr-schedule",
+        "wsd",
+        "--max-steps",
+        "4",
+        "--save-steps",
+        "0",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Recipe: Muon (hidden matrices) + AdamW (the rest)" in r.stdout, r.stdout
     hf = AutoModelForCausalLM.from_pretrained(run / "final").eval()
     assert type(hf).__name__ == "Qwen3ForCausalLM"
     state = json.loads((run / "checkpoint-step-4" / "trainer_state.json").read_text())
     assert state["plan"]["flags"]["optimizer"] == "muon" and state["plan"]["schedule"]["kind"] == "wsd"
-    spec = resolve_spec("manual", arch="qwen3", embed_size=64, num_layers=2, num_heads=4, seq_length=32,
-                        intermediate_size=256)
+    spec = resolve_spec(
+        "manual", arch="qwen3", embed_size=64, num_layers=2, num_heads=4, seq_length=32, intermediate_size=256
+    )
     ours = build_model(spec, hf.config.vocab_size).eval()
     load_hf_weights(ours, run / "checkpoint-step-4")
     ids = AutoTokenizer.from_pretrained(run / "final")("¿Dónde está el niño?", return_tensors="pt").input_ids
@@ -99,13 +126,14 @@ def test_merge_generate_and_eval_match_transformers(qwen3_dir, tmp_path):
         got = AutoModelForCausalLM.from_pretrained(str(merged))(ids).logits
     assert torch.allclose(got, ref, atol=1e-4)
 
-    r = run_aura_here("generate", "--model", merged, "--prompt", "Buenos días", "--temperature", "0",
-                      "--max-new-tokens", "6")
+    r = run_aura_here(
+        "generate", "--model", merged, "--prompt", "Buenos días", "--temperature", "0", "--max-new-tokens", "6"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     model = AutoModelForCausalLM.from_pretrained(str(merged)).eval()
     prompt = tok("Buenos días", return_tensors="pt").input_ids
     out = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id)
-    assert r.stdout.startswith("Buenos días" + tok.decode(out[0, prompt.shape[1]:], skip_special_tokens=True))
+    assert r.stdout.startswith("Buenos días" + tok.decode(out[0, prompt.shape[1] :], skip_special_tokens=True))
 
     text = tmp_path / "texto.txt"
     text.write_text(SPANISH_PROBES[0], encoding="utf-8")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aura.cli.commands import COMMANDS
 from aura.cli import resolve
+from aura.cli.commands import COMMANDS
 from aura.core.config import build_parser
 from aura.core.i18n import num
 from tests.evidence import check_every
@@ -45,9 +45,9 @@ def aura_argv(line: str) -> list[str] | None:
         return words[1:]
     if words[0] == "torchrun" and "-m" in words:
         i = words.index("-m")
-        return words[i + 2:] if words[i + 1] == "aura" else None
+        return words[i + 2 :] if words[i + 1] == "aura" else None
     if words[:3] == ["docker", "compose", "run"] and "trainer" in words:
-        return words[words.index("trainer") + 1:]
+        return words[words.index("trainer") + 1 :]
     return None
 
 
@@ -65,8 +65,11 @@ def all_aura_commands() -> list[tuple[str, list[str]]]:
 def test_readmes_show_the_same_commands():
     es = [aura_argv(line) for line in shell_commands(READMES[0])]
     en = [aura_argv(line) for line in shell_commands(READMES[1])]
+
     # Paths in examples may be translated (mis_textos/ vs my_texts/); commands and flags may not.
-    flags = lambda cmds: [[w for w in c if w.startswith("-") or w in {"aura"}] for c in cmds if c]
+    def flags(cmds):
+        return [[w for w in c if w.startswith("-") or w in {"aura"}] for c in cmds if c]
+
     assert flags(es) == flags(en)
 
 
@@ -101,15 +104,19 @@ def _check_readme_command(source, argv):
 @pytest.mark.catalogue
 def test_every_readme_command_parses():
     """Every Aura command line of both READMEs parses against its real parser (all failures listed)."""
-    assert check_every(all_aura_commands(), _check_readme_command,
-                       name=lambda source, argv: f"{source}: aura {' '.join(argv)}") > 40
+    assert (
+        check_every(
+            all_aura_commands(), _check_readme_command, name=lambda source, argv: f"{source}: aura {' '.join(argv)}"
+        )
+        > 40
+    )
 
 
 def section_commands(path: Path, heading_prefix: str) -> list[str]:
     """Command lines of the ```bash blocks under the first heading that starts with heading_prefix."""
     text = path.read_text(encoding="utf-8")
     start = next(i for i, line in enumerate(text.splitlines()) if line.startswith(heading_prefix))
-    rest = text.splitlines()[start + 1:]
+    rest = text.splitlines()[start + 1 :]
     end = next((i for i, line in enumerate(rest) if line.startswith("#")), len(rest))
     tmp = path.parent / ".section.tmp.md"
     try:
@@ -122,8 +129,18 @@ def section_commands(path: Path, heading_prefix: str) -> list[str]:
 # Appended to a README command to make it tiny (argparse keeps the last value of a repeated flag).
 TINY_OVERRIDES = {
     ("tokenizer", "train"): ["--vocab-size", "1000"],
-    ("pretrain",): ["--max-steps", "4", "--batch-size", "4", "--seq-length", "64", "--log-interval", "2",
-                    "--precision", "fp32"],
+    ("pretrain",): [
+        "--max-steps",
+        "4",
+        "--batch-size",
+        "4",
+        "--seq-length",
+        "64",
+        "--log-interval",
+        "2",
+        "--precision",
+        "fp32",
+    ],
     ("generate",): ["--max-new-tokens", "6"],
     ("monitor",): ["--once"],
     ("eval",): ["--max-tokens", "2000"],
@@ -151,13 +168,23 @@ def test_readme_laptop_and_monitoring_commands_run(tmp_path):
         assert proc.returncode == 0, f"{line}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         assert "Traceback" not in proc.stderr
         ran.append(" ".join(key))
-    assert {"tokenizer train", "data prepare", "pretrain", "generate", "monitor", "runs", "plot", "eval",
-            "doctor"} <= set(ran)
+    assert {
+        "tokenizer train",
+        "data prepare",
+        "pretrain",
+        "generate",
+        "monitor",
+        "runs",
+        "plot",
+        "eval",
+        "doctor",
+    } <= set(ran)
     assert (tmp_path / "perdida.png").stat().st_size > 1000
     assert (tmp_path / "runs" / "mi-modelo" / "final" / "model.safetensors").is_file()
 
 
 # ---------------------------------------------------------------- quoted values come from a real run
+
 
 def _examples_script():
     import importlib.util
@@ -175,11 +202,13 @@ def test_readme_example_values_are_those_the_script_measured():
     script = _examples_script()
     results = json.loads((ROOT / "scripts" / "readme_examples.json").read_text(encoding="utf-8"))
     assert results["commands"] == script.section_commands(READMES[0]), (
-        "README.md's section 1 changed since its values were measured: run python scripts/readme_examples.py")
+        "README.md's section 1 changed since its values were measured: run python scripts/readme_examples.py"
+    )
     for lang, readme in zip(("es", "en"), READMES):
         text = readme.read_text(encoding="utf-8")
         assert script.rendered(text, results, lang) == text, (
-            f"{readme.name}: the example's values differ from {results}: run scripts/readme_examples.py")
+            f"{readme.name}: the example's values differ from {results}: run scripts/readme_examples.py"
+        )
         marked = text.split(script.START, 1)[1].split(script.END, 1)[0]
         loss = num(results["best_val_loss"], ".2f", lang=lang)
         assert f"({loss})" in marked and f"{results['steps_per_epoch']} " in marked, marked

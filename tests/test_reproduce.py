@@ -21,8 +21,14 @@ import reproduce  # noqa: E402  (bench/reproduce.py)
 
 def _run(*args: str, bench: Path | None = None) -> subprocess.CompletedProcess:
     extra = ["--bench-dir", str(bench)] if bench else []
-    return subprocess.run(["bash", str(ROOT / "bench" / "reproduce.sh"), *args, *extra], capture_output=True,
-                          text=True, cwd=ROOT, env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"}, timeout=120)
+    return subprocess.run(
+        ["bash", str(ROOT / "bench" / "reproduce.sh"), *args, *extra],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
 
 
 @pytest.mark.catalogue
@@ -62,8 +68,9 @@ def test_every_cpu_bench_script_has_a_quick_setting():
 
 
 def test_a_broken_script_fails_the_quick_run_naming_it(tmp_path):
-    (tmp_path / "bench_good.py").write_text("print('FIGURE good.ratio = 1.50×')\n# reproduce: --big\n"
-                                            "# reproduce-quick:\n")
+    (tmp_path / "bench_good.py").write_text(
+        "print('FIGURE good.ratio = 1.50×')\n# reproduce: --big\n# reproduce-quick:\n"
+    )
     (tmp_path / "bench_crash.py").write_text("import sys\nsys.exit('boom: the reason')\n# reproduce-quick: --small\n")
     (tmp_path / "bench_silent.py").write_text("print('a table, no figure line')\n# reproduce-quick:\n")
     (tmp_path / "bench_noquick.py").write_text("print('FIGURE x = 1')\n# reproduce: --full\n")
@@ -82,10 +89,13 @@ def test_a_broken_script_fails_the_quick_run_naming_it(tmp_path):
 
 
 def test_the_full_run_writes_the_table_and_lists_what_it_could_not_run(tmp_path):
-    (tmp_path / "bench_a.py").write_text("import sys\nprint('FIGURE a.speed = ' + sys.argv[1])\n"
-                                         "# reproduce: 2.00×\n# reproduce: 3.00×\n# reproduce-quick: 0\n")
-    (tmp_path / "bench_root.py").write_text("# reproduce: --x\n# reproduce-needs: file:/nonexistent/corpus.txt\n"
-                                            "# reproduce-quick:\n")
+    (tmp_path / "bench_a.py").write_text(
+        "import sys\nprint('FIGURE a.speed = ' + sys.argv[1])\n"
+        "# reproduce: 2.00×\n# reproduce: 3.00×\n# reproduce-quick: 0\n"
+    )
+    (tmp_path / "bench_root.py").write_text(
+        "# reproduce: --x\n# reproduce-needs: file:/nonexistent/corpus.txt\n# reproduce-quick:\n"
+    )
     (tmp_path / "bench_gpu.py").write_text("# reproduce-excluded: GPU only\n")
     out = tmp_path / "table.md"
     r = _run("-o", str(out), bench=tmp_path)

@@ -16,8 +16,19 @@ from tests.test_loop import read_log
 from tests.test_pretrain import TINY_FLAGS
 
 # seq 256 x batch 16 x accumulation 2 on the test corpus: 8 optimizer steps per epoch
-EPOCH_FLAGS = [*TINY_FLAGS, "--seq-length", "256", "--batch-size", "16", "--gradient-accumulation-steps", "2",
-               "--keep-last", "0", "--precision", "fp32"]
+EPOCH_FLAGS = [
+    *TINY_FLAGS,
+    "--seq-length",
+    "256",
+    "--batch-size",
+    "16",
+    "--gradient-accumulation-steps",
+    "2",
+    "--keep-last",
+    "0",
+    "--precision",
+    "fp32",
+]
 PER_EPOCH = 8
 
 
@@ -30,8 +41,9 @@ def prepared(prepared_corpus) -> Path:
 def reference(prepared, tmp_path_factory) -> Path:
     """An uninterrupted --epochs 3 run with a checkpoint in the middle of epoch 2 (step 12)."""
     run = tmp_path_factory.mktemp("ref") / "run"
-    r = run_aura("pretrain", "--data", prepared, "--output-dir", run, *EPOCH_FLAGS, "--epochs", "3",
-                 "--save-steps", "12")
+    r = run_aura(
+        "pretrain", "--data", prepared, "--output-dir", run, *EPOCH_FLAGS, "--epochs", "3", "--save-steps", "12"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"Plan: {3 * PER_EPOCH} optimizer steps (3 epochs" in r.stdout
     return run
@@ -72,11 +84,13 @@ def test_resume_without_repeating_epochs_continues_the_run_and_its_epoch_means(p
 
 def test_a_longer_run_is_announced_and_the_cosine_is_replanned_without_a_jump(prepared, reference, tmp_path):
     run = resumed_copy(reference, tmp_path)
-    r = run_aura("pretrain", "--data", prepared, "--output-dir", run, *EPOCH_FLAGS, "--epochs", "4",
-                 "--resume-from", "latest")
+    r = run_aura(
+        "pretrain", "--data", prepared, "--output-dir", run, *EPOCH_FLAGS, "--epochs", "4", "--resume-from", "latest"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert ("--epochs changed 3 → 4: the plan goes from 24 to 32 steps and the learning rate is re-planned "
-            "from step 12.") in r.stdout, r.stdout
+    assert (
+        "--epochs changed 3 → 4: the plan goes from 24 to 32 steps and the learning rate is re-planned from step 12."
+    ) in r.stdout, r.stdout
     lr_ref, lr = rows(reference, "step"), rows(run, "step")
     assert sorted(lr) == list(range(13, 33))
     assert lr[13]["lr"] == lr_ref[13]["lr"]  # the step after the checkpoint keeps the old plan's rate
@@ -85,8 +99,7 @@ def test_a_longer_run_is_announced_and_the_cosine_is_replanned_without_a_jump(pr
     assert values[-1] > 3e-4  # min lr (10 % of 3e-3) is reached only at the new end
 
 
-def test_resume_refuses_a_different_batch_and_a_plan_that_ends_before_the_checkpoint(prepared, reference,
-                                                                                     tmp_path):
+def test_resume_refuses_a_different_batch_and_a_plan_that_ends_before_the_checkpoint(prepared, reference, tmp_path):
     run = resumed_copy(reference, tmp_path)
     common = ["pretrain", "--data", prepared, "--output-dir", run, *EPOCH_FLAGS]
     r = run_aura_here(*common, "--batch-size", "8", "--resume-from", "latest", "--overwrite")

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_aura, run_aura_here
-from tests.test_mixing import FLAGS as MIX_FLAGS
-from tests.test_mixing import sources  # noqa: F401  (fixture: prepared dirs of one tokenizer)
+from tests.test_mixing import (
+    FLAGS as MIX_FLAGS,
+    sources,  # noqa: F401  (fixture: prepared dirs of one tokenizer)
+)
 from tests.test_pretrain import TINY_FLAGS
 
 
@@ -24,8 +26,20 @@ def _rows(run: Path) -> list[dict]:
 
 def test_last_step_is_validated_and_best_is_chosen_among_all_validations(prepared_corpus, tmp_path):
     run = tmp_path / "run"
-    r = run_aura("pretrain", "--data", prepared_corpus, "-o", run, *TINY_FLAGS, "--max-steps", "7",
-                 "--eval-interval", "5", "--save-steps", "0")
+    r = run_aura(
+        "pretrain",
+        "--data",
+        prepared_corpus,
+        "-o",
+        run,
+        *TINY_FLAGS,
+        "--max-steps",
+        "7",
+        "--eval-interval",
+        "5",
+        "--save-steps",
+        "0",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     vals = {int(x["step"]): float(x["val_loss"]) for x in _rows(run) if x["kind"] == "eval" and x["val_loss"]}
     assert sorted(vals) == [5, 7], vals  # the interval's and the last step's
@@ -35,14 +49,36 @@ def test_last_step_is_validated_and_best_is_chosen_among_all_validations(prepare
 
 def test_intervals_longer_than_the_plan_are_said_and_evaluated_at_the_end(prepared_corpus, tmp_path):
     run = tmp_path / "run"
-    r = run_aura("pretrain", "--data", prepared_corpus, "-o", run, *TINY_FLAGS, "--max-steps", "3",
-                 "--eval-interval", "50", "--save-steps", "100", "--eval-suite", "aura-es",
-                 "--eval-suite-interval", "200", "--eval-suite-limit", "2")
+    r = run_aura(
+        "pretrain",
+        "--data",
+        prepared_corpus,
+        "-o",
+        run,
+        *TINY_FLAGS,
+        "--max-steps",
+        "3",
+        "--eval-interval",
+        "50",
+        "--save-steps",
+        "100",
+        "--eval-suite",
+        "aura-es",
+        "--eval-suite-interval",
+        "200",
+        "--eval-suite-limit",
+        "2",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
-    for flag, value, what in (("eval-interval", 50, "validation"), ("save-steps", 100, "the only checkpoint"),
-                              ("eval-suite-interval", 200, "the --eval-suite evaluation")):
-        assert (f"--{flag} {value} is longer than the plan (3 steps): it is never reached; {what} will run at the "
-                "end of the run (step 3).") in r.stderr, r.stderr
+    for flag, value, what in (
+        ("eval-interval", 50, "validation"),
+        ("save-steps", 100, "the only checkpoint"),
+        ("eval-suite-interval", 200, "the --eval-suite evaluation"),
+    ):
+        assert (
+            f"--{flag} {value} is longer than the plan (3 steps): it is never reached; {what} will run at the "
+            "end of the run (step 3)."
+        ) in r.stderr, r.stderr
     rows = [x for x in _rows(run) if x["kind"] == "eval"]
     assert [int(x["step"]) for x in rows if x["val_loss"]] == [3]
     assert [int(x["step"]) for x in rows if x.get("aura-es/mean")] == [3]
@@ -51,8 +87,17 @@ def test_intervals_longer_than_the_plan_are_said_and_evaluated_at_the_end(prepar
 
 def test_mixture_says_and_keeps_its_effective_proportions_and_fills_per_source_columns(sources, tmp_path):  # noqa: F811
     run = tmp_path / "run"
-    r = run_aura("pretrain", "--data", f"es=3:{sources['a']}", f"otro=1:{sources['b']}", "-o", run, *MIX_FLAGS,
-                 "--max-tokens", "512")  # 8 steps of 64 tokens: far less than an epoch, no --eval-interval
+    r = run_aura(
+        "pretrain",
+        "--data",
+        f"es=3:{sources['a']}",
+        f"otro=1:{sources['b']}",
+        "-o",
+        run,
+        *MIX_FLAGS,
+        "--max-tokens",
+        "512",
+    )  # 8 steps of 64 tokens: far less than an epoch, no --eval-interval
     assert r.returncode == 0, r.stderr + r.stdout
     assert "--data: the weights add up to 4, not 1: they are normalised" in r.stdout, r.stdout
     assert "Effective mixture of this plan (512 tokens over 8 steps):" in r.stdout
@@ -72,8 +117,17 @@ def test_mixture_hint_never_prepares_into_the_raw_text_folder(sources, tmp_path)
     raw = tmp_path / "textos"
     raw.mkdir()
     (raw / "a.txt").write_text("Hola.\n", encoding="utf-8")
-    r = run_aura_here("pretrain", "--data", f"es=1:{sources['a']}", f"en=0.5:{raw}", "-o", tmp_path / "r",
-                      *MIX_FLAGS, "--max-steps", "1")
+    r = run_aura_here(
+        "pretrain",
+        "--data",
+        f"es=1:{sources['a']}",
+        f"en=0.5:{raw}",
+        "-o",
+        tmp_path / "r",
+        *MIX_FLAGS,
+        "--max-steps",
+        "1",
+    )
     assert r.returncode == 2 and "not a prepared directory" in r.stderr, r.stderr
     assert f"--output-dir {raw}'" not in r.stderr and f"--output-dir {raw} " not in r.stderr, r.stderr
     target = tmp_path / "textos-en-tokens"
@@ -97,13 +151,27 @@ def test_a_command_that_fails_before_training_leaves_no_run_dir(tmp_path, where)
 
 def test_a_failure_in_an_existing_run_dir_removes_nothing(prepared_corpus, tmp_path):
     run = tmp_path / "run"
-    assert run_aura_here("pretrain", "--data", prepared_corpus, "-o", run, *TINY_FLAGS, "--max-steps", "1",
-                         "--learning-rate", "0").returncode == 2  # refused before the dir: no dir
+    assert (
+        run_aura_here(
+            "pretrain", "--data", prepared_corpus, "-o", run, *TINY_FLAGS, "--max-steps", "1", "--learning-rate", "0"
+        ).returncode
+        == 2
+    )  # refused before the dir: no dir
     ok = run_aura("pretrain", "--data", prepared_corpus, "-o", run, *TINY_FLAGS, "--max-steps", "2")
     assert ok.returncode == 0, ok.stderr
     before = sorted(p.relative_to(run) for p in run.rglob("*"))
-    r = run_aura_here("pretrain", "--data", tmp_path / "missing", "-o", run, *TINY_FLAGS, "--max-steps", "4",
-                      "--resume-from", "latest")
+    r = run_aura_here(
+        "pretrain",
+        "--data",
+        tmp_path / "missing",
+        "-o",
+        run,
+        *TINY_FLAGS,
+        "--max-steps",
+        "4",
+        "--resume-from",
+        "latest",
+    )
     assert r.returncode == 2
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
 
@@ -116,15 +184,29 @@ def _as_if_launched(run: Path, checkpoint: Path, *, world: int, comm: str) -> No
     state["plan"]["flags"]["ddp_comm"] = comm
     (checkpoint / "trainer_state.json").write_text(json.dumps(state))
     info = json.loads((run / "run.json").read_text())
-    info["launch"].update(launcher="torchrun", world_size=world, nproc_per_node=world,
-                          prefix=["torchrun", f"--nproc_per_node={world}", "-m", "aura"])
+    info["launch"].update(
+        launcher="torchrun",
+        world_size=world,
+        nproc_per_node=world,
+        prefix=["torchrun", f"--nproc_per_node={world}", "-m", "aura"],
+    )
     (run / "run.json").write_text(json.dumps(info))
 
 
 def test_resume_with_another_world_size_or_communication_is_refused_unless_allowed(prepared_corpus, tmp_path):
     run = tmp_path / "run"
-    args = ["pretrain", "--data", str(prepared_corpus), "-o", str(run), *TINY_FLAGS, "--save-steps", "2",
-            "--keep-last", "0"]
+    args = [
+        "pretrain",
+        "--data",
+        str(prepared_corpus),
+        "-o",
+        str(run),
+        *TINY_FLAGS,
+        "--save-steps",
+        "2",
+        "--keep-last",
+        "0",
+    ]
     first = run_aura(*args, "--max-steps", "2")
     assert first.returncode == 0, first.stderr
     launch = json.loads((run / "run.json").read_text())["launch"]
@@ -133,20 +215,24 @@ def test_resume_with_another_world_size_or_communication_is_refused_unless_allow
     _as_if_launched(run, run / "checkpoint-step-2", world=2, comm="powersgd")
     r = run_aura_here(*args, "--max-steps", "4", "--resume-from", "latest")
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert ("was made with 2 processes (torchrun) and this resume has 1: the global batch would go from 8 to 4 "
-            "sequences per step") in r.stderr, r.stderr
+    assert (
+        "was made with 2 processes (torchrun) and this resume has 1: the global batch would go from 8 to 4 "
+        "sequences per step"
+    ) in r.stderr, r.stderr
     assert "torchrun --nproc_per_node=2 -m aura pretrain" in r.stderr and "--allow-plan-change" in r.stderr
-    comm = run_aura_here(*args, "--max-steps", "4", "--batch-size", "8", "--ddp-comm", "bf16", "--resume-from",
-                         "latest")
+    comm = run_aura_here(
+        *args, "--max-steps", "4", "--batch-size", "8", "--ddp-comm", "bf16", "--resume-from", "latest"
+    )
     assert comm.returncode == 2 and "--ddp-comm bf16 does not match the checkpoint" in comm.stderr, comm.stderr
     assert "(powersgd)" in comm.stderr and "--allow-plan-change" in comm.stderr
     es = run_aura_here(*args, "--max-steps", "4", "--resume-from", "latest", env={"AURA_LANG": "es"})
     assert es.returncode == 2 and "se hizo con 2 procesos (torchrun) y esta reanudación tiene 1" in es.stderr
-    forced = run_aura(*args, "--max-steps", "4", "--ddp-comm", "bf16", "--resume-from", "latest",
-                      "--allow-plan-change")
+    forced = run_aura(*args, "--max-steps", "4", "--ddp-comm", "bf16", "--resume-from", "latest", "--allow-plan-change")
     assert forced.returncode == 0, forced.stderr + forced.stdout
-    assert ("--allow-plan-change: --ddp-comm changed powersgd → bf16; the global batch 8 → 4 sequences per step; "
-            "the processes 2 → 1; recorded in run.json's history.") in forced.stderr, forced.stderr
+    assert (
+        "--allow-plan-change: --ddp-comm changed powersgd → bf16; the global batch 8 → 4 sequences per step; "
+        "the processes 2 → 1; recorded in run.json's history."
+    ) in forced.stderr, forced.stderr
     history = json.loads((run / "run.json").read_text())["history"]
     assert [h["step"] for h in history] == [0, 2]
     assert {"setting": "world_size", "old": 2, "new": 1} in history[1]["plan_changes"]
@@ -156,28 +242,57 @@ def test_resume_with_another_world_size_or_communication_is_refused_unless_allow
 def test_resume_command_reproduces_the_launcher():
     from aura.distributed.launcher import _torchrun_prefix, resume_command
 
-    agent = ["/usr/bin/python3", "/usr/local/bin/torchrun", "--nproc_per_node", "2", "--master_port=29555", "-m",
-             "aura", "pretrain", "--data", "d", "--ddp-comm", "powersgd"]
+    agent = [
+        "/usr/bin/python3",
+        "/usr/local/bin/torchrun",
+        "--nproc_per_node",
+        "2",
+        "--master_port=29555",
+        "-m",
+        "aura",
+        "pretrain",
+        "--data",
+        "d",
+        "--ddp-comm",
+        "powersgd",
+    ]
     prefix = _torchrun_prefix(agent)
     assert prefix == ["torchrun", "--nproc_per_node", "2", "--master_port=29555", "-m", "aura"]
-    assert _torchrun_prefix(["python", "-m", "torch.distributed.run", "--standalone", "-m", "aura", "x"]) == \
-        ["torchrun", "--standalone", "-m", "aura"]
-    record = {"prefix": prefix, "argv": ["pretrain", "--data", "d", "--ddp-comm", "powersgd", "--overwrite",
-                                         "--resume-from", "old"]}
-    assert resume_command(record, "latest") == ("torchrun --nproc_per_node 2 --master_port=29555 -m aura pretrain "
-                                                "--data d --ddp-comm powersgd --resume-from latest")
-    launched = {"prefix": ["aura", "launch", "--gpus-per-node", "2"], "env": {"NNODES": "2", "MASTER_ADDR": "10.0.0.1"},
-                "argv": ["pretrain", "--data", "my data"]}
+    assert _torchrun_prefix(["python", "-m", "torch.distributed.run", "--standalone", "-m", "aura", "x"]) == [
+        "torchrun",
+        "--standalone",
+        "-m",
+        "aura",
+    ]
+    record = {
+        "prefix": prefix,
+        "argv": ["pretrain", "--data", "d", "--ddp-comm", "powersgd", "--overwrite", "--resume-from", "old"],
+    }
+    assert resume_command(record, "latest") == (
+        "torchrun --nproc_per_node 2 --master_port=29555 -m aura pretrain "
+        "--data d --ddp-comm powersgd --resume-from latest"
+    )
+    launched = {
+        "prefix": ["aura", "launch", "--gpus-per-node", "2"],
+        "env": {"NNODES": "2", "MASTER_ADDR": "10.0.0.1"},
+        "argv": ["pretrain", "--data", "my data"],
+    }
     assert resume_command(launched, "run/interrupt-step-3") == (
         "NNODES=2 MASTER_ADDR=10.0.0.1 aura launch --gpus-per-node 2 pretrain --data 'my data' "
-        "--resume-from run/interrupt-step-3")
+        "--resume-from run/interrupt-step-3"
+    )
 
 
 def test_runs_prints_the_recorded_launch(tmp_path):
     from aura.watch.runs import resume_command
 
-    info = {"argv": ["/x/aura/__main__.py", "pretrain"], "launch": {
-        "prefix": ["torchrun", "--nproc_per_node=2", "-m", "aura"], "argv": ["pretrain", "-o", "r"],
-        "cwd": str(tmp_path)}}
+    info = {
+        "argv": ["/x/aura/__main__.py", "pretrain"],
+        "launch": {
+            "prefix": ["torchrun", "--nproc_per_node=2", "-m", "aura"],
+            "argv": ["pretrain", "-o", "r"],
+            "cwd": str(tmp_path),
+        },
+    }
     assert resume_command(info).endswith("torchrun --nproc_per_node=2 -m aura pretrain -o r --resume-from latest")
     assert resume_command(info).startswith(f"cd {tmp_path} && ")

@@ -28,8 +28,11 @@ def prepared(tmp_path_factory) -> Path:
 
 def snapshot(root: Path) -> dict[str, str]:
     """Every file under ``root`` (hidden ones too) -> sha256 of its bytes."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def pretrain(prepared: Path, out: Path, *extra, env=None, cwd=None, here: bool = False):
@@ -100,14 +103,20 @@ def _via_other_parent(*args: str) -> subprocess.CompletedProcess:
     wrapper = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1")
     env.pop("TORCHELASTIC_RESTART_COUNT", None)
-    return subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m", "aura", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", wrapper, sys.executable, "-m", "aura", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 def test_elastic_restart_never_resumes_or_clears_another_jobs_run(prepared, tmp_path):
     run = tmp_path / "run"
-    other = _via_other_parent("pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS,
-                              "--max-steps", "2", "--save-steps", "1")
+    other = _via_other_parent(
+        "pretrain", "--data", prepared, "--output-dir", run, *TINY_FLAGS, "--max-steps", "2", "--save-steps", "1"
+    )
     assert other.returncode == 0, other.stderr
     (run / "tb" / "mine.txt").write_text("user file\n", encoding="utf-8")
     before = snapshot(run)
@@ -117,8 +126,9 @@ def test_elastic_restart_never_resumes_or_clears_another_jobs_run(prepared, tmp_
     assert "was not written by this job" in r.stderr and "already holds another run" in r.stderr
     assert "Resumed from" not in r.stdout
     after = snapshot(run)
-    assert {k: v for k, v in after.items() if k != ".aura-run.lock"} == \
-        {k: v for k, v in before.items() if k != ".aura-run.lock"}
+    assert {k: v for k, v in after.items() if k != ".aura-run.lock"} == {
+        k: v for k, v in before.items() if k != ".aura-run.lock"
+    }
 
 
 def test_elastic_restart_of_the_same_job_resumes_its_latest_checkpoint(prepared, tmp_path):
@@ -140,14 +150,18 @@ def test_resuming_an_older_checkpoint_needs_fork_which_moves_the_later_ones_asid
     older = run / "checkpoint-step-2"
     r = pretrain(prepared, run, "--max-steps", "3", "--keep-last", "1", "--resume-from", older, here=True)
     assert r.returncode == 2 and "--fork" in r.stderr and "steps 4, 6" in r.stderr, r.stderr
-    unlocked = lambda snap: {k: v for k, v in snap.items() if k != ".aura-run.lock"}  # noqa: E731
+
+    def unlocked(snap):
+        return {k: v for k, v in snap.items() if k != ".aura-run.lock"}
+
     assert unlocked(snapshot(run)) == unlocked(before)
     r = pretrain(prepared, run, "--max-steps", "3", "--keep-last", "1", "--resume-from", older, "--fork")
     assert r.returncode == 0, r.stdout + r.stderr
     forks = list(run.glob("forked-from-step-2-*"))
     assert len(forks) == 1 and "moved to" in r.stderr
     assert {"checkpoint-step-4", "checkpoint-step-6", "final", "training_log.csv"} <= {
-        p.name for p in forks[0].iterdir()}
+        p.name for p in forks[0].iterdir()
+    }
     # the new branch: step 3 is kept (pruned by save order, not by step), latest names it
     assert [c.step for c in list_checkpoints(run)] == [3]
     assert latest_checkpoint(run) == run / "checkpoint-step-3"
@@ -182,9 +196,26 @@ def test_training_start_removes_only_stale_staging_of_the_run(prepared, tmp_path
 def test_second_writer_is_refused_and_runs_reads_running_from_the_lock(prepared, tmp_path):
     run = tmp_path / "run"
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1")
-    first = subprocess.Popen([sys.executable, "-m", "aura", "pretrain", "--data", str(prepared), "--output-dir",
-                              str(run), *TINY_FLAGS, "--max-steps", "100000", "--save-steps", "2"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aura",
+            "pretrain",
+            "--data",
+            str(prepared),
+            "--output-dir",
+            str(run),
+            *TINY_FLAGS,
+            "--max-steps",
+            "100000",
+            "--save-steps",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     try:
         # any checkpoint: a fast run's keep-last rotation can delete checkpoint-step-2 between two polls (the
         # wait then ran to its deadline, 4 minutes of the suite)
@@ -193,8 +224,9 @@ def test_second_writer_is_refused_and_runs_reads_running_from_the_lock(prepared,
             time.sleep(0.2)
         assert any(run.glob("checkpoint-step-*")), "no checkpoint within 240 s"
         assert first.poll() is None, "the first run ended early"
-        second = pretrain(prepared, run, "--max-steps", "100000", "--save-steps", "2", "--resume-from", "latest",
-                          here=True)
+        second = pretrain(
+            prepared, run, "--max-steps", "100000", "--save-steps", "2", "--resume-from", "latest", here=True
+        )
         assert second.returncode == 2, second.stdout + second.stderr
         assert f"pid {first.pid} on " in second.stderr and "being written by another Aura process" in second.stderr
         listed = json.loads(run_aura("runs", "--json", tmp_path).stdout)
@@ -247,8 +279,8 @@ def test_dcp_only_checkpoint_resumes_on_one_process_with_load_sharded(prepared, 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from aura.distributed.sharded import save_sharded
     from aura.distributed import DistInfo
+    from aura.distributed.sharded import save_sharded
     from aura.train.optim.step_engine import build_optimizer
     from aura.train.pretrain import PretrainConfig
 
@@ -268,16 +300,19 @@ def test_dcp_only_checkpoint_resumes_on_one_process_with_load_sharded(prepared, 
     assert "Resumed from" in r.stdout and (run / "checkpoint-step-3" / "model.safetensors").is_file()
 
 
-def test_a_run_stopped_before_its_first_checkpoint_is_started_over_never_offered_for_resume(prepared_corpus,
-                                                                                              tmp_path):
+def test_a_run_stopped_before_its_first_checkpoint_is_started_over_never_offered_for_resume(prepared_corpus, tmp_path):
     """Issue 36.3: a double Ctrl+C before the first checkpoint (exit 130) left a run that the same command
     called resumable (--resume-from latest) and --resume-from latest called empty: a loop."""
     run = tmp_path / "run"
     common = ["--data", prepared_corpus, *TINY_FLAGS, "--save-steps", "1000", "--gradient-accumulation-steps", "32"]
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *map(str, common),
-                             "--max-steps", "400"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *map(str, common), "--max-steps", "400"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lines = []
     for line in proc.stdout:
         lines.append(line)

@@ -22,24 +22,47 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def make_run(run_dir: Path, *, status: str, steps: int, pid: int, checkpoints=(), extra_args=(),
-             seq_tokens: int = 1024, speed: float = 5000.0) -> list[float]:
+def make_run(
+    run_dir: Path,
+    *,
+    status: str,
+    steps: int,
+    pid: int,
+    checkpoints=(),
+    extra_args=(),
+    seq_tokens: int = 1024,
+    speed: float = 5000.0,
+) -> list[float]:
     """A run dir as aura pretrain writes it; returns the validation losses logged."""
     run_dir.mkdir(parents=True)
-    argv = [str(Path(sys.prefix) / "bin" / "aura"), "pretrain", "--preset", "tiny",
-            "--output-dir", str(run_dir), *extra_args]
-    info = {"kind": "pretrain", "status": status, "argv": argv, "pid": pid, "host": socket.gethostname(),
-            "started": _now(), "updated": _now(), "last_step": steps,
-            "latest_checkpoint": str(run_dir / checkpoints[-1]) if checkpoints else None,
-            "aura_version": "0.1.0"}
+    argv = [
+        str(Path(sys.prefix) / "bin" / "aura"),
+        "pretrain",
+        "--preset",
+        "tiny",
+        "--output-dir",
+        str(run_dir),
+        *extra_args,
+    ]
+    info = {
+        "kind": "pretrain",
+        "status": status,
+        "argv": argv,
+        "pid": pid,
+        "host": socket.gethostname(),
+        "started": _now(),
+        "updated": _now(),
+        "last_step": steps,
+        "latest_checkpoint": str(run_dir / checkpoints[-1]) if checkpoints else None,
+        "aura_version": "0.1.0",
+    }
     (run_dir / "run.json").write_text(json.dumps(info), encoding="utf-8")
     vals = []
     with open(run_dir / "training_log.csv", "w", encoding="utf-8") as f:
         f.write(HEADER)
         for s in range(10, steps + 1, 10):
             lr = 1e-3 * min(1.0, s / 30)
-            f.write(f"{_now()},step,0,{s},{s * seq_tokens},{9 - math.log(s):.5f},,{lr:.6g},1.1,{speed},,"
-                    f"{s * 0.5}\n")
+            f.write(f"{_now()},step,0,{s},{s * seq_tokens},{9 - math.log(s):.5f},,{lr:.6g},1.1,{speed},,{s * 0.5}\n")
             if s % 40 == 0:
                 val = 9.3 - math.log(s)
                 vals.append(round(val, 5))
@@ -62,16 +85,27 @@ def _dead_pid() -> int:
 def runs_dir(tmp_path):
     root = tmp_path / "runs"
     vals = {}
-    vals["done"] = make_run(root / "done", status="finished", steps=200, pid=_dead_pid(),
-                            checkpoints=["checkpoint-step-100", "checkpoint-step-200"])
+    vals["done"] = make_run(
+        root / "done",
+        status="finished",
+        steps=200,
+        pid=_dead_pid(),
+        checkpoints=["checkpoint-step-100", "checkpoint-step-200"],
+    )
     (root / "done" / "final").mkdir()
-    vals["cut"] = make_run(root / "group" / "cut", status="interrupted", steps=130, pid=_dead_pid(),
-                           checkpoints=["checkpoint-step-100", "interrupt-step-130"],
-                           extra_args=["--resume-from", "runs/old", "--overwrite"])
+    vals["cut"] = make_run(
+        root / "group" / "cut",
+        status="interrupted",
+        steps=130,
+        pid=_dead_pid(),
+        checkpoints=["checkpoint-step-100", "interrupt-step-130"],
+        extra_args=["--resume-from", "runs/old", "--overwrite"],
+    )
     # An unfinished checkpoint write: never "latest".
     (root / "group" / "cut" / ".tmp-checkpoint-step-140-abc").mkdir()
-    vals["crashed"] = make_run(root / "crashed", status="running", steps=90, pid=_dead_pid(),
-                               checkpoints=["checkpoint-step-50"])
+    vals["crashed"] = make_run(
+        root / "crashed", status="running", steps=90, pid=_dead_pid(), checkpoints=["checkpoint-step-50"]
+    )
     vals["live"] = make_run(root / "live", status="running", steps=50, pid=os.getpid())
     return root, vals
 
@@ -97,7 +131,8 @@ def test_runs_json_reports_status_steps_best_val_and_checkpoints(runs_dir):
     assert runs["done"]["size_bytes"] == sizes
     # Resume: the run's own flags, an earlier --resume-from replaced, --overwrite dropped.
     assert runs["cut"]["resume_command"] == (
-        f"aura pretrain --preset tiny --output-dir {root / 'group' / 'cut'} --resume-from latest")
+        f"aura pretrain --preset tiny --output-dir {root / 'group' / 'cut'} --resume-from latest"
+    )
     assert runs["crashed"]["resume_command"].endswith("--resume-from latest")
     assert runs["done"]["resume_command"] is None and runs["live"]["resume_command"] is None
 
@@ -133,7 +168,7 @@ def test_runs_empty_and_missing_dirs(tmp_path):
 def _colour_present(img, hex_colour: str) -> bool:
     import numpy as np
 
-    rgb = np.array([int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    rgb = np.array([int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
     return bool((np.abs(img[..., :3] - rgb).max(axis=-1) < 0.02).sum() > 50)
 
 
@@ -142,8 +177,21 @@ def test_plot_writes_png_with_requested_size_and_both_runs(runs_dir, tmp_path):
 
     root, _ = runs_dir
     out_dir = tmp_path / "plots"
-    proc = run_aura("plot", root / "done", root / "group" / "cut", "--output-dir", out_dir,
-                    "--out", "curves.png", "--width", "640", "--height", "320", "--dpi", "80")
+    proc = run_aura(
+        "plot",
+        root / "done",
+        root / "group" / "cut",
+        "--output-dir",
+        out_dir,
+        "--out",
+        "curves.png",
+        "--width",
+        "640",
+        "--height",
+        "320",
+        "--dpi",
+        "80",
+    )
     assert proc.returncode == 0, proc.stderr
     img = mpimg.imread(out_dir / "curves.png")
     assert img.shape[:2] == (320, 640)
@@ -186,18 +234,52 @@ def test_real_pretrain_run_interrupted_then_listed_and_plotted(tmp_path):
     import signal
     import time
 
-    args = ["pretrain", "-o", "runs/real", "--model-preset", "manual", "--embed-size", "64",
-            "--num-layers", "2", "--num-heads", "2", "--seq-length", "32", "--vocab-size", "400",
-            "--batch-size", "4", "--max-steps", "500", "--log-interval", "1", "--eval-interval", "2",
-            "--save-steps", "2", "--sample-tokens", "0"]
+    args = [
+        "pretrain",
+        "-o",
+        "runs/real",
+        "--model-preset",
+        "manual",
+        "--embed-size",
+        "64",
+        "--num-layers",
+        "2",
+        "--num-heads",
+        "2",
+        "--seq-length",
+        "32",
+        "--vocab-size",
+        "400",
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "500",
+        "--log-interval",
+        "1",
+        "--eval-interval",
+        "2",
+        "--save-steps",
+        "2",
+        "--sample-tokens",
+        "0",
+    ]
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "aura", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     run_dir = tmp_path / "runs" / "real"
     deadline = time.monotonic() + 240
     # Any complete checkpoint will do: with --save-steps 2 and --keep-last 3 an early one may already be pruned.
-    while not any(run_dir.glob("checkpoint-step-*/trainer_state.json")) and proc.poll() is None \
-            and time.monotonic() < deadline:
+    while (
+        not any(run_dir.glob("checkpoint-step-*/trainer_state.json"))
+        and proc.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.5)
     listed_live = json.loads(run_aura("runs", "--json", cwd=tmp_path).stdout)
     proc.send_signal(signal.SIGINT)
@@ -255,8 +337,10 @@ def test_plot_runs_that_log_different_columns(tmp_path):
     pre, dpo = tmp_path / "pre", tmp_path / "dpo"
     make_run(pre, status="finished", steps=80, pid=_dead_pid())
     make_run(dpo, status="finished", steps=80, pid=_dead_pid())
-    extra = {pre: ["val_loss_es", "val_loss_en", "aura-es/gramatica", "aura-es/mean"],
-             dpo: ["rewards/margin", "rewards/accuracy"]}
+    extra = {
+        pre: ["val_loss_es", "val_loss_en", "aura-es/gramatica", "aura-es/mean"],
+        dpo: ["rewards/margin", "rewards/accuracy"],
+    }
     for run, cols in extra.items():
         lines = (run / "training_log.csv").read_text(encoding="utf-8").splitlines()
         out = [lines[0] + "," + ",".join(cols)]
@@ -267,8 +351,9 @@ def test_plot_runs_that_log_different_columns(tmp_path):
         (run / "training_log.csv").write_text("\n".join(out) + "\n", encoding="utf-8")
     r = run_aura_here("plot", pre, dpo, "--output-dir", tmp_path / "plots", "--width", "800", "--height", "300")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Not every run logs aura-es/gramatica, aura-es/mean, val_loss_en, val_loss_es: drawn only for pre." \
-        in r.stdout, r.stdout
+    assert (
+        "Not every run logs aura-es/gramatica, aura-es/mean, val_loss_en, val_loss_es: drawn only for pre." in r.stdout
+    ), r.stdout
     assert "Not every run logs rewards/accuracy, rewards/margin: drawn only for dpo." in r.stdout
     img = mpimg.imread(tmp_path / "plots" / "loss.png")
     assert img.shape[:2] == (300, 800) and _colour_present(img, "#1f77b4") and _colour_present(img, "#ff7f0e")
@@ -291,13 +376,24 @@ def test_every_field_read_back_from_run_json_is_type_checked(tmp_path):
     r = run_aura_here("runs", root)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2026-03-01 12:30:05" in r.stdout and "--resume-from latest" in r.stdout, r.stdout
-    launch = {"argv": ["pretrain"], "world_size": 2, "nnodes": 1, "nproc_per_node": 2, "launcher": "torchrun",
-              "prefix": ["torchrun"], "env": {}, "cwd": str(tmp_path)}
+    launch = {
+        "argv": ["pretrain"],
+        "world_size": 2,
+        "nnodes": 1,
+        "nproc_per_node": 2,
+        "launcher": "torchrun",
+        "prefix": ["torchrun"],
+        "env": {},
+        "cwd": str(tmp_path),
+    }
     wrong = {str: 7, int: "7", list: "a b", dict: [1], (str, int, float): [2026]}
     cases = [(k, {**good, k: wrong[types if len(types) > 1 else types[0]]}) for k, types in RUN_FIELDS.items()]
     cases += [(f"launch.{k}", {**good, "launch": {**launch, k: wrong[types[0]]}}) for k, types in LAUNCH_FIELDS.items()]
-    cases += [("updated", {**good, "updated": "ayer"}), ("updated", {**good, "updated": float("nan")}),
-              ("updated", {**good, "updated": 1e300})]
+    cases += [
+        ("updated", {**good, "updated": "ayer"}),
+        ("updated", {**good, "updated": float("nan")}),
+        ("updated", {**good, "updated": 1e300}),
+    ]
     for field, info in cases:
         run_json.write_text(json.dumps(info))
         for flags in ((), ("--json",)):
@@ -319,8 +415,7 @@ def test_plot_draws_one_point_and_epoch_averages_as_their_own_series(tmp_path, m
     one, ft = tmp_path / "one", tmp_path / "ft"
     one.mkdir()
     (one / "run.json").write_text(json.dumps({"kind": "pretrain", "status": "finished"}), encoding="utf-8")
-    (one / "training_log.csv").write_text(HEADER + f"{_now()},step,1,1,128,5.5,,0.001,1.0,900,,0.5\n",
-                                          encoding="utf-8")
+    (one / "training_log.csv").write_text(HEADER + f"{_now()},step,1,1,128,5.5,,0.001,1.0,900,,0.5\n", encoding="utf-8")
     r = run_aura_here("plot", one, "--output-dir", tmp_path, "--out", "one.png")
     assert r.returncode == 0, r.stdout + r.stderr
     drawn = [line for ax in saved[-1].axes for line in ax.get_lines()]
@@ -333,6 +428,9 @@ def test_plot_draws_one_point_and_epoch_averages_as_their_own_series(tmp_path, m
     r = run_aura_here("plot", ft, "--output-dir", tmp_path, "--out", "ft.png", env={"AURA_LANG": "es"})
     assert r.returncode == 0, r.stdout + r.stderr
     loss = {line.get_label(): line for line in saved[-1].axes[0].get_lines()}
-    per_step, per_epoch = loss["ft (Pérdida de entrenamiento)"], loss["ft (Pérdida de entrenamiento (media de la época))"]
+    per_step, per_epoch = (
+        loss["ft (Pérdida de entrenamiento)"],
+        loss["ft (Pérdida de entrenamiento (media de la época))"],
+    )
     assert 9.5 not in list(per_step.get_ydata()) and list(per_epoch.get_ydata()) == [9.5]
     assert per_epoch.get_linestyle() == "None" and per_epoch.get_marker() == "D"  # markers, no line

@@ -22,8 +22,10 @@ def _reference(logits: torch.Tensor, *, temperature: float, top_k: int, top_p: f
     return warpers(torch.zeros(logits.shape[0], 1, dtype=torch.long), logits.clone())
 
 
-@pytest.mark.parametrize("temperature,top_k,top_p", [
-    (1.0, 40, 1.0), (0.7, 0, 0.9), (1.3, 50, 0.95), (1.0, 1, 0.5), (0.5, 0, 0.2), (1.0, 0, 1.0)])
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p",
+    [(1.0, 40, 1.0), (0.7, 0, 0.9), (1.3, 50, 0.95), (1.0, 1, 0.5), (0.5, 0, 0.2), (1.0, 0, 1.0)],
+)
 def test_filter_equals_transformers_warpers_on_random_logits(temperature, top_k, top_p):
     gen = torch.Generator().manual_seed(1234 + top_k)
     # (N, V): rows of different spread, from nearly flat to peaked

@@ -59,9 +59,9 @@ def digest(path: Path) -> str:
 
 # ---- 1. locks and markers are never followed through a link --------------------------------------
 
+
 @pytest.mark.parametrize("link", ["symlink", "hardlink"])
-def test_run_lock_planted_as_a_link_is_refused_and_the_victim_untouched(prepared_corpus, trained_run, tmp_path,
-                                                                       link):
+def test_run_lock_planted_as_a_link_is_refused_and_the_victim_untouched(prepared_corpus, trained_run, tmp_path, link):
     run = copy_run(trained_run, tmp_path / "run")
     victim = tmp_path / "victim.txt"
     victim.write_text("datos importantes del usuario\n" * 50, encoding="utf-8")
@@ -100,23 +100,36 @@ def test_a_marker_symlinked_from_an_aura_dir_does_not_make_a_users_dir_replaceab
     """A user's folder whose .aura-dir.json is a link to a real Aura data dir's marker: --force must not
     replace it (on the old code it was taken for Aura's and swapped out, the user's files deleted)."""
     src = tmp_path / "docs.txt"
-    src.write_text("".join(f"Documento {i} de prueba, bastante largo para el corpus.\n" for i in range(20)),
-                   encoding="utf-8")
+    src.write_text(
+        "".join(f"Documento {i} de prueba, bastante largo para el corpus.\n" for i in range(20)), encoding="utf-8"
+    )
     aura_dir = tmp_path / "aura-data"
-    r = run_aura_here("data", "prepare", src, "--tokenizer", tiny_zoo["tokenizer"], "--output-dir", aura_dir,
-                      "--workers", "1")
+    r = run_aura_here(
+        "data", "prepare", src, "--tokenizer", tiny_zoo["tokenizer"], "--output-dir", aura_dir, "--workers", "1"
+    )
     assert r.returncode == 0, r.stderr
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "tesis.md").write_text("mi tesis\n", encoding="utf-8")
     (mine / ".aura-dir.json").symlink_to(aura_dir / ".aura-dir.json")
-    r = run_aura_here("data", "prepare", src, "--tokenizer", tiny_zoo["tokenizer"], "--output-dir", mine,
-                      "--workers", "1", "--overwrite")
+    r = run_aura_here(
+        "data",
+        "prepare",
+        src,
+        "--tokenizer",
+        tiny_zoo["tokenizer"],
+        "--output-dir",
+        mine,
+        "--workers",
+        "1",
+        "--overwrite",
+    )
     assert r.returncode == 2 and "was not created by Aura" in r.stderr, r.stdout + r.stderr
     assert (mine / "tesis.md").read_text(encoding="utf-8") == "mi tesis\n"
 
 
 # ---- 2. an FSDP (DCP) checkpoint cannot run code ---------------------------------------------------
+
 
 def _dcp_only(run: Path) -> Path:
     ck = run / "checkpoint-step-2"
@@ -153,8 +166,8 @@ def test_crafted_dcp_value_and_path_outside_are_refused(trained_run, tmp_path):
     """The two other ways DCP's reader runs or reads what a file says: a non-tensor value (DCP loads it
     with torch.load(weights_only=False)) and a storage file outside the directory."""
     import torch
-    from transformers import AutoModelForCausalLM
     from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from transformers import AutoModelForCausalLM
 
     from aura.core.errors import AuraError
     from aura.distributed import DistInfo
@@ -186,8 +199,9 @@ def test_crafted_dcp_value_and_path_outside_are_refused(trained_run, tmp_path):
     md = read_metadata(dcp_dir / ".metadata")
     key = next(iter(md.storage_data))
     info = md.storage_data[key]
-    md.storage_data[key] = _StorageInfo(relative_path=f"../../{info.relative_path}", offset=info.offset,
-                                        length=info.length)
+    md.storage_data[key] = _StorageInfo(
+        relative_path=f"../../{info.relative_path}", offset=info.offset, length=info.length
+    )
     (dcp_dir / ".metadata").write_bytes(pickle.dumps(md))
     with pytest.raises(AuraError, match="outside the checkpoint directory"):
         load_sharded(dcp_dir, model=model, optimizer=opt, dist=DistInfo())
@@ -195,14 +209,31 @@ def test_crafted_dcp_value_and_path_outside_are_refused(trained_run, tmp_path):
 
 # ---- 7. one writer per output ----------------------------------------------------------------------
 
+
 def test_second_data_prepare_into_one_folder_is_refused_with_the_first_pid(tiny_zoo, spanish_text, tmp_path):
     src = tmp_path / "corpus.txt"
     src.write_text((spanish_text + "\n") * 40, encoding="utf-8")
     out = tmp_path / "data"
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1")
-    first = subprocess.Popen([sys.executable, "-m", "aura", "data", "prepare", str(src), "--tokenizer",
-                              str(tiny_zoo["tokenizer"]), "--output-dir", str(out), "--workers", "1"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aura",
+            "data",
+            "prepare",
+            str(src),
+            "--tokenizer",
+            str(tiny_zoo["tokenizer"]),
+            "--output-dir",
+            str(out),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     from aura.core.locks import lock_holder, lock_path
 
     try:
@@ -211,8 +242,9 @@ def test_second_data_prepare_into_one_folder_is_refused_with_the_first_pid(tiny_
             time.sleep(0.01)
         first.send_signal(signal.SIGSTOP)  # hold it while it holds the lock
         assert first.poll() is None, "the first prepare ended before the test could stop it"
-        second = run_aura_here("data", "prepare", src, "--tokenizer", tiny_zoo["tokenizer"], "--output-dir", out,
-                               "--workers", "1")
+        second = run_aura_here(
+            "data", "prepare", src, "--tokenizer", tiny_zoo["tokenizer"], "--output-dir", out, "--workers", "1"
+        )
         assert second.returncode == 2, second.stdout + second.stderr
         assert f"pid {first.pid} on " in second.stderr and str(out) in second.stderr
     finally:
@@ -237,8 +269,9 @@ def test_second_merge_or_export_into_one_output_is_refused(tiny_zoo, tiny_adapte
     try:
         assert holder.stdout.readline().strip() == "held"
         if command == "merge":
-            r = run_aura_here("merge", "--base-model", tiny_zoo["llama"], "--adapter", tiny_adapter,
-                              "--output-dir", out)
+            r = run_aura_here(
+                "merge", "--base-model", tiny_zoo["llama"], "--adapter", tiny_adapter, "--output-dir", out
+            )
         else:
             r = run_aura_here("export", "gguf", "--model", tiny_zoo["llama"], "--outfile", out, "--quant", "f16")
         assert r.returncode == 2, r.stdout + r.stderr

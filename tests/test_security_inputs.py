@@ -18,27 +18,49 @@ from tests.test_security import copy_run, trained_run  # noqa: F401 - the shared
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
-def _task_dir(root: Path, name: str, *, doc_to_text: str = "\"{{pregunta}}\"", extra: str = "") -> Path:
+def _task_dir(root: Path, name: str, *, doc_to_text: str = '"{{pregunta}}"', extra: str = "") -> Path:
     """A local lm-eval task directory: a YAML and its JSONL data."""
     root.mkdir(parents=True, exist_ok=True)
     data = root / "datos.jsonl"
-    data.write_text("".join(json.dumps({"pregunta": f"¿{i} + 1?", "opciones": [str(i + 1), str(i + 2)],
-                                        "correcta": 0}, ensure_ascii=False) + "\n" for i in range(4)),
-                    encoding="utf-8")
+    data.write_text(
+        "".join(
+            json.dumps(
+                {"pregunta": f"¿{i} + 1?", "opciones": [str(i + 1), str(i + 2)], "correcta": 0}, ensure_ascii=False
+            )
+            + "\n"
+            for i in range(4)
+        ),
+        encoding="utf-8",
+    )
     (root / "tarea.yaml").write_text(
         f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n"
         f"output_type: multiple_choice\ntest_split: test\ndoc_to_text: {doc_to_text}\n"
         f"doc_to_choice: opciones\ndoc_to_target: correcta\nmetric_list:\n  - metric: acc\n{extra}",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     return root
 
 
 def _eval(model: Path, task: str, include: Path, *extra: str):
-    return run_aura_here("eval", "--model", model, "--tasks", task, "--include-path", include, "--limit", "2",
-                         "--batch-size", "2", *extra, env=OFFLINE)
+    return run_aura_here(
+        "eval",
+        "--model",
+        model,
+        "--tasks",
+        task,
+        "--include-path",
+        include,
+        "--limit",
+        "2",
+        "--batch-size",
+        "2",
+        *extra,
+        env=OFFLINE,
+    )
 
 
 # ---- 3. evaluation task files -----------------------------------------------------------------------
+
 
 def test_an_include_path_task_never_shadows_a_shipped_aura_es_task(tiny_zoo, tmp_path):
     tasks = _task_dir(tmp_path / "tareas", "aura_es_gramatica")
@@ -51,8 +73,9 @@ def test_an_include_path_task_never_shadows_a_shipped_aura_es_task(tiny_zoo, tmp
 def test_task_code_runs_only_with_trust_task_code(tiny_zoo, tmp_path):
     flag = tmp_path / "ejecutado"
     tasks = _task_dir(tmp_path / "tareas", "mi_tarea_py", extra="process_docs: !function utils.procesar\n")
-    (tasks / "utils.py").write_text(f"open({str(flag)!r}, 'w').close()\n\ndef procesar(ds):\n    return ds\n",
-                                    encoding="utf-8")
+    (tasks / "utils.py").write_text(
+        f"open({str(flag)!r}, 'w').close()\n\ndef procesar(ds):\n    return ds\n", encoding="utf-8"
+    )
     r = _eval(tiny_zoo["gpt2"], "mi_tarea_py", tasks)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "would run code" in r.stderr and "--trust-task-code" in r.stderr and "utils.py" in r.stderr
@@ -74,6 +97,7 @@ def test_a_task_template_cannot_reach_python(tiny_zoo, tmp_path):
 
 
 # ---- 4. names inside files stay inside their folder -----------------------------------------------
+
 
 def _prepared_copy(prepared_corpus: Path, dest: Path) -> Path:
     shutil.copytree(prepared_corpus, dest)
@@ -135,8 +159,18 @@ def test_checkpoint_file_linked_outside_is_refused_on_resume(prepared_corpus, tr
     outside = tmp_path / "optimizer-ajeno.pt"
     shutil.move(ck / "optimizer.pt", outside)
     (ck / "optimizer.pt").symlink_to(outside)
-    r = run_aura_here("pretrain", "--data", prepared_corpus, "--output-dir", run, *TINY_FLAGS, "--max-steps", "3",
-                      "--resume-from", "latest")
+    r = run_aura_here(
+        "pretrain",
+        "--data",
+        prepared_corpus,
+        "--output-dir",
+        run,
+        *TINY_FLAGS,
+        "--max-steps",
+        "3",
+        "--resume-from",
+        "latest",
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert "optimizer.pt is a symbolic link" in r.stderr and "outside" in r.stderr and "Traceback" not in r.stderr
     assert not (run / "checkpoint-step-3").exists()
@@ -144,10 +178,12 @@ def test_checkpoint_file_linked_outside_is_refused_on_resume(prepared_corpus, tr
 
 # ---- 5. copies keep links in ----------------------------------------------------------------------
 
+
 def _corpus(tmp_path: Path) -> Path:
     src = tmp_path / "docs.txt"
-    src.write_text("".join(f"Documento {i} de prueba, bastante largo para el corpus.\n" for i in range(20)),
-                   encoding="utf-8")
+    src.write_text(
+        "".join(f"Documento {i} de prueba, bastante largo para el corpus.\n" for i in range(20)), encoding="utf-8"
+    )
     return src
 
 
@@ -183,6 +219,7 @@ def test_a_link_inside_the_tokenizer_folder_is_copied_as_its_file(tiny_zoo, tmp_
 
 # ---- 8. memory bounded by a record, not by the input ----------------------------------------------
 
+
 @pytest.mark.parametrize("fmt", ["jsonl", "txt-utf16", "json", "txt-file"])
 def test_a_record_over_max_record_bytes_names_file_and_line(tiny_zoo, tmp_path, fmt):
     big = "palabra " * 2000  # 16 KB
@@ -196,8 +233,9 @@ def test_a_record_over_max_record_bytes_names_file_and_line(tiny_zoo, tmp_path, 
         where = f"{src}, line 2: the record is larger than 4KiB"
     elif fmt == "json":
         src = tmp_path / "datos.json"
-        src.write_text(json.dumps([{"text": "hola mundo"}, {"text": "hola", "n": list(range(2000))}], indent=1),
-                       encoding="utf-8")  # record 2 spans 2,000 short lines
+        src.write_text(
+            json.dumps([{"text": "hola mundo"}, {"text": "hola", "n": list(range(2000))}], indent=1), encoding="utf-8"
+        )  # record 2 spans 2,000 short lines
         where = f"{src}, record 2: it is larger than 4KiB"
     else:
         src = tmp_path / "datos.txt"
@@ -205,8 +243,20 @@ def test_a_record_over_max_record_bytes_names_file_and_line(tiny_zoo, tmp_path, 
         where = f"{src}: the whole file is one record"
     extra = ["--encoding", "utf-16"] if fmt == "txt-utf16" else ["--doc-sep", "file"] if fmt == "txt-file" else []
     out = tmp_path / "data"
-    r = run_aura_here("data", "prepare", src, "--tokenizer", tiny_zoo["tokenizer"], "--output-dir", out,
-                      "--workers", "1", "--max-record-bytes", "4096", *extra)
+    r = run_aura_here(
+        "data",
+        "prepare",
+        src,
+        "--tokenizer",
+        tiny_zoo["tokenizer"],
+        "--output-dir",
+        out,
+        "--workers",
+        "1",
+        "--max-record-bytes",
+        "4096",
+        *extra,
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert where in r.stderr and "--max-record-bytes" in r.stderr and "Traceback" not in r.stderr
     assert not out.exists()
@@ -269,14 +319,14 @@ def test_dedup_keeps_8_bytes_per_document(tmp_path):
     rng.shuffle(stream)
     seen, ref = DigestSet(), set()
     for b in range(n_batches):
-        part = stream[b * batch:(b + 1) * batch]
+        part = stream[b * batch : (b + 1) * batch]
         expected = []
         for k in part.tolist():
             expected.append(k not in ref)
             ref.add(k)
         assert seen.add(part).tolist() == expected
     assert len(seen) == len(ref) and seen.nbytes == 8 * len(ref)
-    batches = [stream[b * batch:(b + 1) * batch] for b in range(n_batches)]
+    batches = [stream[b * batch : (b + 1) * batch] for b in range(n_batches)]
     tracemalloc.start()
     try:
         measured = DigestSet()

@@ -68,8 +68,12 @@ def _server(tmp_path: Path, *args: str, host: str = "127.0.0.1"):
     log = tmp_path / f"serve-{port}.log"
     env = {**os.environ, "AURA_LANG": "en", "AURA_PLAIN": "1", "PYTHONUNBUFFERED": "1"}
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "aura", "serve", *map(str, args), "--host", host,
-                                 "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "aura", "serve", *map(str, args), "--host", host, "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     url = f"http://{host}:{port}/v1"
     try:
         deadline = time.monotonic() + 300
@@ -97,28 +101,45 @@ def _generate(tmp_path: Path, *model_args, chat: bool) -> str:
     """``aura generate``'s greedy answer (the reference)."""
     prompts, out = tmp_path / "prompts.txt", tmp_path / "out.jsonl"
     prompts.write_text((CHAT if chat else PROMPT) + "\n", encoding="utf-8")
-    r = run_aura_here("generate", *model_args, "--prompts-file", prompts, "--output", out, "--temperature", "0",
-                      "--max-new-tokens", NEW, *(["--chat"] if chat else []))
+    r = run_aura_here(
+        "generate",
+        *model_args,
+        "--prompts-file",
+        prompts,
+        "--output",
+        out,
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        NEW,
+        *(["--chat"] if chat else []),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(out.read_text(encoding="utf-8"))["output"]
 
 
 def _streamed_chat(client, model: str) -> str:
-    return "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": CHAT}], max_tokens=NEW, temperature=0, stream=True)
-        if c.choices)
+    return "".join(
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": CHAT}], max_tokens=NEW, temperature=0, stream=True
+        )
+        if c.choices
+    )
 
 
 def _check_answers(client, model: str, chat_ref: str, text_ref: str) -> None:
     messages = [{"role": "user", "content": CHAT}]
     common = dict(model=model, max_tokens=NEW, temperature=0)
     assert client.chat.completions.create(messages=messages, **common).choices[0].message.content == chat_ref
-    pieces = [c.choices[0].delta.content or "" for c in
-              client.chat.completions.create(messages=messages, stream=True, **common) if c.choices]
+    pieces = [
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(messages=messages, stream=True, **common)
+        if c.choices
+    ]
     assert len([p for p in pieces if p]) > 1 and "".join(pieces) == chat_ref  # streamed, several chunks
     assert client.completions.create(prompt=PROMPT, **common).choices[0].text == text_ref
-    pieces = [c.choices[0].text for c in client.completions.create(prompt=PROMPT, stream=True, **common)
-              if c.choices]
+    pieces = [c.choices[0].text for c in client.completions.create(prompt=PROMPT, stream=True, **common) if c.choices]
     assert len([p for p in pieces if p]) > 1 and "".join(pieces) == text_ref
 
 
@@ -166,8 +187,9 @@ def test_a_model_without_chat_template_gets_aura_chats_plain_format_not_a_500(mo
 
     plain = _without_template(models["hf"], tmp_path / "base-model")
     if kind == "gguf":
-        r = run_aura_here("export", "gguf", "--model", plain, "--outfile", tmp_path / "base.gguf", "--quant", "f16",
-                          "--no-verify")
+        r = run_aura_here(
+            "export", "gguf", "--model", plain, "--outfile", tmp_path / "base.gguf", "--quant", "f16", "--no-verify"
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         plain = tmp_path / "base.gguf"
     chat_ref = _generate(tmp_path, "--model", plain, chat=True)
@@ -175,8 +197,9 @@ def test_a_model_without_chat_template_gets_aura_chats_plain_format_not_a_500(mo
     with _server(tmp_path, plain) as (url, log):
         client = openai.OpenAI(base_url=url, api_key="unused-on-loopback")
         messages = [{"role": "user", "content": CHAT}]
-        raw = client.chat.completions.with_raw_response.create(model=str(plain), messages=messages,
-                                                               max_tokens=NEW, temperature=0)
+        raw = client.chat.completions.with_raw_response.create(
+            model=str(plain), messages=messages, max_tokens=NEW, temperature=0
+        )
         answer = raw.parse()
         assert answer.choices[0].message.content == chat_ref
         warning = "The model has no chat template: using a plain text format (Usuario:/Asistente:)."
@@ -186,12 +209,18 @@ def test_a_model_without_chat_template_gets_aura_chats_plain_format_not_a_500(mo
         assert warning in log.read_text()
         # the answer is cut at a stop string (the next user turn's, or the request's), whole and streamed
         stop = chat_ref[4:7]
-        cut = chat_ref[:chat_ref.find(stop)]
+        cut = chat_ref[: chat_ref.find(stop)]
         common = dict(model=str(plain), messages=messages, max_tokens=NEW, temperature=0, stop=[stop])
         whole = client.chat.completions.create(**common).choices[0]
         assert whole.message.content == cut and whole.finish_reason == "stop"
-        assert "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **common)
-                       if c.choices) == cut
+        assert (
+            "".join(
+                c.choices[0].delta.content or ""
+                for c in client.chat.completions.create(stream=True, **common)
+                if c.choices
+            )
+            == cut
+        )
 
 
 def test_adapter_merged_and_token_required_off_loopback(models, tiny_adapter, tmp_path):
@@ -208,8 +237,13 @@ def test_adapter_merged_and_token_required_off_loopback(models, tiny_adapter, tm
         client = openai.OpenAI(base_url=url, api_key="s3cret")
         [served] = [m.id for m in client.models.list().data]
         assert "s3cret" in log.read_text()  # the token is printed for the user to hand out
-        answer = client.chat.completions.create(model=served, messages=[{"role": "user", "content": CHAT}],
-                                                max_tokens=NEW, temperature=0).choices[0].message.content
+        answer = (
+            client.chat.completions.create(
+                model=served, messages=[{"role": "user", "content": CHAT}], max_tokens=NEW, temperature=0
+            )
+            .choices[0]
+            .message.content
+        )
         assert answer == chat_ref
         assert (Path(served) / "aura_merge.json").is_file()  # aura merge's own output
     assert not Path(served).parent.exists()  # the temporary merged copy is gone with the server
@@ -253,8 +287,9 @@ def test_engine_choice_vllm_command_and_the_studios_token_rule(tiny_adapter):
         choose_engine("hf", "vllm", vllm_installed=True, gpu=False)
     # vLLM is not in this environment (bench/vllm_cpu.sh gives it one): its command line, with the adapter
     # as a LoRA module
-    argv = vllm_command(Path("base"), name="base", host="0.0.0.0", port=8000, dtype="auto",
-                        adapter=tiny_adapter, adapter_name="mine")
+    argv = vllm_command(
+        Path("base"), name="base", host="0.0.0.0", port=8000, dtype="auto", adapter=tiny_adapter, adapter_name="mine"
+    )
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     rank = json.loads((tiny_adapter / "adapter_config.json").read_text())["r"]
     assert argv[argv.index("--max-lora-rank") + 1] == str(max(8, rank))

@@ -25,8 +25,9 @@ def _fake(folder: Path, name: str, out: str, code: int = 0) -> None:
     path.chmod(0o755)
 
 
-def setup(tmp_path: Path, *, smi: tuple[str, int] | None = None, lspci: str | None = None,
-          proc_gpu: bool = False, **env: str) -> subprocess.CompletedProcess:
+def setup(
+    tmp_path: Path, *, smi: tuple[str, int] | None = None, lspci: str | None = None, proc_gpu: bool = False, **env: str
+) -> subprocess.CompletedProcess:
     fakes = tmp_path / "bin"
     fakes.mkdir(exist_ok=True)
     for name in ("nvidia-smi", "lspci"):
@@ -38,8 +39,15 @@ def setup(tmp_path: Path, *, smi: tuple[str, int] | None = None, lspci: str | No
     proc = tmp_path / "proc-nvidia"
     if proc_gpu:
         (proc / "gpus" / "0000:01:00.0").mkdir(parents=True, exist_ok=True)
-    full = {"PATH": f"{fakes}:/usr/bin:/bin", "HOME": str(tmp_path), "AURA_VENV": str(tmp_path / "venv"),
-            "AURA_NVIDIA_PROC": str(proc), "AURA_TORCH_DRY_RUN": "1", "AURA_LANG": "en", **env}
+    full = {
+        "PATH": f"{fakes}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "AURA_VENV": str(tmp_path / "venv"),
+        "AURA_NVIDIA_PROC": str(proc),
+        "AURA_TORCH_DRY_RUN": "1",
+        "AURA_LANG": "en",
+        **env,
+    }
     r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=full, timeout=60)
     assert not (tmp_path / "venv").exists(), r.stdout + r.stderr  # nothing is created in a dry run
     return r
@@ -57,8 +65,12 @@ def test_machine_without_nvidia_gpu_gets_the_cpu_build_and_is_told_how_to_overri
 
 @pytest.mark.parametrize("probe", ["nvidia-smi", "proc", "lspci"])
 def test_an_nvidia_gpu_found_by_any_probe_gets_the_cuda_build(tmp_path, probe):
-    r = setup(tmp_path, smi=(H100, 0) if probe == "nvidia-smi" else None, proc_gpu=probe == "proc",
-              lspci=LSPCI_NVIDIA if probe == "lspci" else None)
+    r = setup(
+        tmp_path,
+        smi=(H100, 0) if probe == "nvidia-smi" else None,
+        proc_gpu=probe == "proc",
+        lspci=LSPCI_NVIDIA if probe == "lspci" else None,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("[aura] pip install torch") and "--index-url" not in r.stdout, r.stdout
     assert "NVIDIA GPU (" in r.stdout and "AURA_TORCH_BUILD=cpu" in r.stdout
@@ -73,7 +85,6 @@ def test_aura_torch_and_aura_torch_build_override_the_choice(tmp_path):
     assert "[aura] pip install torch --index-url https://mirror.example/cpu" in r.stdout, r.stdout
     r = setup(tmp_path, AURA_TORCH_BUILD="rocm")
     assert r.returncode == 2 and "AURA_TORCH_BUILD=rocm is not valid: use auto, cpu or cuda" in r.stderr
-
 
 
 def test_the_demo_ends_saying_how_to_use_aura_in_the_users_terminal(tmp_path):
@@ -92,14 +103,30 @@ def test_the_demo_ends_saying_how_to_use_aura_in_the_users_terminal(tmp_path):
     (venv / "bin" / "activate").write_text(f'export PATH="{venv}/bin:$PATH"\n', encoding="utf-8")
     stamp = hashlib.sha256((root / "pyproject.toml").read_bytes()).hexdigest()[:16]
     (venv / ".aura-setup-stamp").write_text(f"{stamp}\n\n", encoding="utf-8")
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AURA_VENV": str(venv), "AURA_PLAIN": "1",
-           "AURA_DEMO_DIR": str(tmp_path / "demo")}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "AURA_VENV": str(venv),
+        "AURA_PLAIN": "1",
+        "AURA_DEMO_DIR": str(tmp_path / "demo"),
+    }
     for lang, extra, code, line in (  # the pipeline's help (instant), then a mistake (exit 2): the line either way
-            ("en", "--help", 0, "To use aura in this terminal, activate its environment first: source venv/bin/activate"),
-            ("es", "--no-such-flag", 2, "Para usar aura en esta terminal, activa antes su entorno: "
-                                        "source venv/bin/activate")):
-        r = subprocess.run(["bash", str(root / "scripts" / "demo.sh"), extra], capture_output=True, text=True,
-                           env={**env, "AURA_LANG": lang}, cwd=tmp_path, timeout=120)
+        ("en", "--help", 0, "To use aura in this terminal, activate its environment first: source venv/bin/activate"),
+        (
+            "es",
+            "--no-such-flag",
+            2,
+            "Para usar aura en esta terminal, activa antes su entorno: source venv/bin/activate",
+        ),
+    ):
+        r = subprocess.run(
+            ["bash", str(root / "scripts" / "demo.sh"), extra],
+            capture_output=True,
+            text=True,
+            env={**env, "AURA_LANG": lang},
+            cwd=tmp_path,
+            timeout=120,
+        )
         assert r.returncode == code, r.stdout + r.stderr
         assert r.stdout.strip().splitlines()[-1] == f"[aura] {line}", r.stdout + r.stderr
         assert "installing" not in r.stdout and "instalando" not in r.stdout, r.stdout

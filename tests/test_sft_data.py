@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 
-from aura.data.sft import Conversation, load_conversations, record_to_conversation, split_train_val
-from aura.data.sft_batches import (IGNORE_INDEX, SFTDataSource, collate, encode, encode_all, pack)
-from aura.text.templates import TEMPLATE_TOKENS, TEMPLATES, resolve_chat_template
 from aura.core.errors import AuraError
+from aura.data.sft import Conversation, load_conversations, record_to_conversation, split_train_val
+from aura.data.sft_batches import IGNORE_INDEX, SFTDataSource, collate, encode, encode_all, pack
+from aura.text.templates import TEMPLATE_TOKENS, TEMPLATES, resolve_chat_template
 from tests.tiny_models import build_gpt2, build_llama, train_tokenizer
 
 CONV = [
@@ -23,8 +23,7 @@ CONV = [
     {"role": "assistant", "content": "Santiago de Chile, a orillas del río Mapocho."},
 ]
 # What each template puts after an assistant message (trained with it, so the model learns to stop).
-END = {"mistral": "{eos}", "llama3": "<|eot_id|>", "chatml": "<|im_end|>", "aura": "<|im_end|>",
-       "alpaca": "{eos}"}
+END = {"mistral": "{eos}", "llama3": "<|eot_id|>", "chatml": "<|im_end|>", "aura": "<|im_end|>", "alpaca": "{eos}"}
 BEFORE = {"mistral": " "}  # Mistral puts a space between [/INST] and the answer
 
 
@@ -75,7 +74,7 @@ def test_labels_mask_prompts_token_by_token(tok_dir, template):
         want = BEFORE.get(template, "") + msg["content"] + END[template].format(eos=tok.eos_token)
         assert tok.decode(run) == want  # exactly the answer and its end-of-turn token
         # every token before the span is the prompt as rendered for generation
-        prefix = tok.apply_chat_template(CONV[:CONV.index(msg)], tokenize=False, add_generation_prompt=True)
+        prefix = tok.apply_chat_template(CONV[: CONV.index(msg)], tokenize=False, add_generation_prompt=True)
         assert tok.decode(ex.input_ids[:start]) == prefix
     # an independent derivation (token counts of the rendered prefixes, the slow-tokenizer path) agrees
     with pytest.MonkeyPatch.context() as mp:
@@ -123,11 +122,20 @@ def _write_formats(d):
         paths[ext] = p
     variants = {
         "jsonl_instruction": RECORDS,
-        "jsonl_prompt": [{"system": r["system"], "prompt": r["instruction"], "input": r["input"],
-                          "completion": r["response"]} for r in RECORDS],
+        "jsonl_prompt": [
+            {"system": r["system"], "prompt": r["instruction"], "input": r["input"], "completion": r["response"]}
+            for r in RECORDS
+        ],
         "jsonl_messages": [{"messages": _expected(r)} for r in RECORDS],
-        "jsonl_sharegpt": [{"conversations": [{"from": {"user": "human", "assistant": "gpt"}.get(m["role"], m["role"]),
-                                               "value": m["content"]} for m in _expected(r)]} for r in RECORDS],
+        "jsonl_sharegpt": [
+            {
+                "conversations": [
+                    {"from": {"user": "human", "assistant": "gpt"}.get(m["role"], m["role"]), "value": m["content"]}
+                    for m in _expected(r)
+                ]
+            }
+            for r in RECORDS
+        ],
     }
     for name, recs in variants.items():
         p = d / f"{name}.jsonl"
@@ -200,13 +208,19 @@ def test_empty_responses_fail_or_are_skipped(tmp_path, capsys):
     assert "Skipped 2 examples" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("messages, match", [
-    ([{"role": "user", "content": "a"}, {"role": "bot", "content": "b"}], "line 2, message 2: unknown role 'bot'"),
-    ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "line 2, message 2: expected role 'assistant'"),
-    ([{"role": "assistant", "content": "a"}], "line 2, message 1: expected role 'user'"),
-    ([{"role": "user", "content": "a"}], "line 2, message 2: expected role 'assistant'"),
-    ("no es una lista", "line 2: invalid JSON"),
-])
+@pytest.mark.parametrize(
+    "messages, match",
+    [
+        ([{"role": "user", "content": "a"}, {"role": "bot", "content": "b"}], "line 2, message 2: unknown role 'bot'"),
+        (
+            [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+            "line 2, message 2: expected role 'assistant'",
+        ),
+        ([{"role": "assistant", "content": "a"}], "line 2, message 1: expected role 'user'"),
+        ([{"role": "user", "content": "a"}], "line 2, message 2: expected role 'assistant'"),
+        ("no es una lista", "line 2: invalid JSON"),
+    ],
+)
 def test_bad_messages_name_the_record(tmp_path, messages, match):
     p = tmp_path / "m.jsonl"
     ok = {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}
@@ -229,10 +243,13 @@ def test_unknown_record_schema_and_bad_json_name_the_line(tmp_path):
 
 def test_too_long_examples_are_dropped_or_truncated_and_reported(tok_dir, capsys):
     tok = _tokenizer(tok_dir, "chatml")
-    short = Conversation(messages=[{"role": "user", "content": "Hola"}, {"role": "assistant", "content": "Hola."}],
-                         where="f, line 2")
-    long_ = Conversation(messages=[{"role": "user", "content": "Hola"},
-                                   {"role": "assistant", "content": "palabra " * 200}], where="f, line 3")
+    short = Conversation(
+        messages=[{"role": "user", "content": "Hola"}, {"role": "assistant", "content": "Hola."}], where="f, line 2"
+    )
+    long_ = Conversation(
+        messages=[{"role": "user", "content": "Hola"}, {"role": "assistant", "content": "palabra " * 200}],
+        where="f, line 3",
+    )
     n_short = len(encode(short, tok).input_ids)
     out = encode_all([short, long_], tok, max_length=n_short + 5)
     assert len(out) == 1 and "Dropped 1 example longer than --max-length" in capsys.readouterr().err
@@ -260,8 +277,10 @@ def test_validation_split_is_deterministic_and_disjoint():
 def _fake_examples(n):
     from aura.data.sft_batches import Encoded
 
-    return [Encoded(input_ids=[100 + i] * (3 + i % 5), labels=[IGNORE_INDEX] + [100 + i] * (2 + i % 5), where=str(i))
-            for i in range(n)]
+    return [
+        Encoded(input_ids=[100 + i] * (3 + i % 5), labels=[IGNORE_INDEX] + [100 + i] * (2 + i % 5), where=str(i))
+        for i in range(n)
+    ]
 
 
 def _ids_of(batch):
@@ -343,16 +362,16 @@ def test_packed_rows_give_the_logits_of_each_example_alone(tok_dir, tmp_path_fac
             packed = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
             # (B, T, V); the same rows attending across examples:
             leaky = model(input_ids=batch["input_ids"], use_cache=False).logits
-            for b, r in enumerate(src._rank_rows(0)[index * 2:index * 2 + 2]):
+            for b, r in enumerate(src._rank_rows(0)[index * 2 : index * 2 + 2]):
                 pos = 0
                 multi += len(src.rows[r]) > 1
                 for i in src.rows[r]:
                     ids = torch.tensor([examples[i].input_ids])
                     alone = model(input_ids=ids).logits[0]  # (n, V)
                     n = ids.shape[1]
-                    torch.testing.assert_close(packed[b, pos:pos + n], alone, atol=2e-5, rtol=1e-4)
+                    torch.testing.assert_close(packed[b, pos : pos + n], alone, atol=2e-5, rtol=1e-4)
                     if pos > 0:
-                        assert not torch.allclose(leaky[b, pos:pos + n], alone, atol=1e-3)
+                        assert not torch.allclose(leaky[b, pos : pos + n], alone, atol=1e-3)
                     pos += n
         # a packed example's first token is never a target of the previous one
         assert (batch["labels"][batch["position_ids"] == 0] == IGNORE_INDEX).all()
@@ -384,15 +403,34 @@ def test_the_72h_pipelines_hub_datasets_stream_in_their_own_columns(tmp_path, mo
     from aura.data.sft import iter_records
     from aura.text.sources import Source
 
-    hermes = [{"conversations": [{"from": "system", "value": "Eres un asistente útil.", "weight": None},
-                                 {"from": "human", "value": "¿Cuál es la capital de Perú?", "weight": None},
-                                 {"from": "gpt", "value": "Lima.", "weight": 1.0}],
-               "category": "geografía", "source": "airoboros2.2", "id": None},
-              {"conversations": [{"from": "human", "value": "Di hola.", "weight": None},
-                                 {"from": "gpt", "value": "Hola.", "weight": None}],
-               "category": None, "source": "glaive-code-assist", "id": "x1"}]
-    orpo = [{"prompt": "¿Qué es la fotosíntesis?", "chosen": "Es el proceso por el que las plantas fabrican "
-             "su alimento con la luz.", "rejected": "No lo sé."}]
+    hermes = [
+        {
+            "conversations": [
+                {"from": "system", "value": "Eres un asistente útil.", "weight": None},
+                {"from": "human", "value": "¿Cuál es la capital de Perú?", "weight": None},
+                {"from": "gpt", "value": "Lima.", "weight": 1.0},
+            ],
+            "category": "geografía",
+            "source": "airoboros2.2",
+            "id": None,
+        },
+        {
+            "conversations": [
+                {"from": "human", "value": "Di hola.", "weight": None},
+                {"from": "gpt", "value": "Hola.", "weight": None},
+            ],
+            "category": None,
+            "source": "glaive-code-assist",
+            "id": "x1",
+        },
+    ]
+    orpo = [
+        {
+            "prompt": "¿Qué es la fotosíntesis?",
+            "chosen": "Es el proceso por el que las plantas fabrican su alimento con la luz.",
+            "rejected": "No lo sé.",
+        }
+    ]
     import datasets
 
     from aura.data import sft
@@ -400,12 +438,17 @@ def test_the_72h_pipelines_hub_datasets_stream_in_their_own_columns(tmp_path, mo
     cache = tmp_path / "hf-cache"  # streamed: no arrow copy of the dataset is written anywhere
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
     local = _hub_layout(tmp_path / "Iker" / "OpenHermes-2.5-Spanish", hermes)
-    convs = [record_to_conversation(rec, where) for where, rec in
-             sft._hf_records(Source("hf_hub", str(local)), "train")]
+    convs = [
+        record_to_conversation(rec, where) for where, rec in sft._hf_records(Source("hf_hub", str(local)), "train")
+    ]
     assert [c.messages for c in convs] == [
-        [{"role": "system", "content": "Eres un asistente útil."},
-         {"role": "user", "content": "¿Cuál es la capital de Perú?"}, {"role": "assistant", "content": "Lima."}],
-        [{"role": "user", "content": "Di hola."}, {"role": "assistant", "content": "Hola."}]]
+        [
+            {"role": "system", "content": "Eres un asistente útil."},
+            {"role": "user", "content": "¿Cuál es la capital de Perú?"},
+            {"role": "assistant", "content": "Lima."},
+        ],
+        [{"role": "user", "content": "Di hola."}, {"role": "assistant", "content": "Hola."}],
+    ]
     local = _hub_layout(tmp_path / "SiguienteGlobal" / "orpo-es-v0.0.2", orpo)
     pairs = [record_to_pair(rec, where) for where, rec in sft._hf_records(Source("hf_hub", str(local)), "train")]
     assert pairs[0].prompt == [{"role": "user", "content": "¿Qué es la fotosíntesis?"}]

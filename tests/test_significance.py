@@ -19,17 +19,23 @@ from tests.conftest import run_aura_here
 
 def _row(ids, scores, task="t", metric="acc"):
     a = np.asarray(scores, dtype=float)
-    return {"task": task, "metric": metric, "value": float(a.mean()), "stderr": float(stats.sem(a)), "n": len(a),
-            "items": {"ids": list(ids), "scores": list(map(int, scores))}}
+    return {
+        "task": task,
+        "metric": metric,
+        "value": float(a.mean()),
+        "stderr": float(stats.sem(a)),
+        "n": len(a),
+        "items": {"ids": list(ids), "scores": list(map(int, scores))},
+    }
 
 
 def test_paired_difference_is_scipys_paired_t_and_the_verdicts_follow_it():
     rng = np.random.default_rng(0)
     ids = [f"q{i}" for i in range(200)]
     a = rng.integers(0, 2, 200)
-    better = np.where(rng.random(200) < 0.25, 1, a)   # fixes a quarter of the items: a real gain
+    better = np.where(rng.random(200) < 0.25, 1, a)  # fixes a quarter of the items: a real gain
     close = a.copy()
-    close[np.flatnonzero(a == 0)[:3]] = 1               # three items gained, two lost: noise
+    close[np.flatnonzero(a == 0)[:3]] = 1  # three items gained, two lost: noise
     close[np.flatnonzero(a == 1)[:2]] = 0
     for b, expected in ((better, "significant"), (close, "noise")):
         c = compare_rows(_row(ids, a), _row(ids, b))
@@ -74,8 +80,21 @@ def test_unpaired_rows_without_items_use_both_standard_errors():
 @pytest.mark.slow  # two models answer the suite's math task (256 greedy tokens): ~100 s on a loaded 2-core machine
 def test_eval_compare_matches_numpy_on_two_real_models_and_a_model_against_itself_is_noise(tiny_zoo, tmp_path):
     out = tmp_path / "cmp.json"
-    r = run_aura_here("eval", "--model", tiny_zoo["llama"], "--compare", tiny_zoo["gpt2"], "--suite", "aura-es",
-                      "--limit", "6", "--output", out, "--device", "cpu")
+    r = run_aura_here(
+        "eval",
+        "--model",
+        tiny_zoo["llama"],
+        "--compare",
+        tiny_zoo["gpt2"],
+        "--suite",
+        "aura-es",
+        "--limit",
+        "6",
+        "--output",
+        out,
+        "--device",
+        "cpu",
+    )
     assert r.returncode == 0, r.stderr
     assert "Difference or noise?" in r.stdout and "paired, 6 items" in r.stdout
     data = json.loads(out.read_text())

@@ -33,8 +33,7 @@ def env(tmp_path_factory) -> dict:
 
 def test_simpo_and_cpo_on_the_embedded_pairs_need_no_reference_and_plot_their_rewards(env, tmp_path):
     simpo, cpo = tmp_path / "simpo", tmp_path / "cpo"
-    out = finetune("--objective", "simpo", "--base-model", env["llama"], "--output-dir", simpo, *FAST,
-                   "--max-steps", 3)
+    out = finetune("--objective", "simpo", "--base-model", env["llama"], "--output-dir", simpo, *FAST, "--max-steps", 3)
     assert "No --data: using the embedded Spanish preference pairs" in out
     assert "SimPO: no reference model" in out and "reference:" not in out
     rows = step_rows(simpo)
@@ -42,16 +41,30 @@ def test_simpo_and_cpo_on_the_embedded_pairs_need_no_reference_and_plot_their_re
     for r in rows.values():
         assert all(r[k] != "" for k in REWARDS)
         assert float(r["rewards/margin"]) == pytest.approx(
-            float(r["rewards/chosen"]) - float(r["rewards/rejected"]), abs=1e-5)
+            float(r["rewards/chosen"]) - float(r["rewards/rejected"]), abs=1e-5
+        )
         # length-normalised: a reward is beta (0.1) x a mean log-prob per token, not a sum over the answer
         assert float(r["rewards/chosen"]) == pytest.approx(0.1 * float(r["logps/chosen"]), rel=1e-4)
         assert -20 < float(r["logps/chosen"]) < 0
     config = json.loads((simpo / "model_config.json").read_text())["config"]
     assert (config["gamma"], config["cpo_alpha"]) == (0.5, 0.0)  # TRL's simpo_gamma; no NLL term
 
-    out = finetune("--objective", "cpo", "--base-model", env["llama"], "--data", env["data"], "--method", "full",
-                   "--output-dir", cpo, *FAST[:4], *FAST[8:],  # no LoRA flags
-                   "--max-steps", 2)
+    out = finetune(
+        "--objective",
+        "cpo",
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        "--method",
+        "full",
+        "--output-dir",
+        cpo,
+        *FAST[:4],
+        *FAST[8:],  # no LoRA flags
+        "--max-steps",
+        2,
+    )
     assert "CPO: no reference model" in out and "reference:" not in out  # DPO would say "a frozen copy"
     rows = step_rows(cpo)
     assert all(r["nll_loss"] != "" and float(r["nll_loss"]) > 0 for r in rows.values())  # cpo_alpha 1 by default
@@ -65,13 +78,35 @@ def test_simpo_and_cpo_on_the_embedded_pairs_need_no_reference_and_plot_their_re
 
 
 def test_simpo_stopped_by_sigterm_then_killed_9_resumes_with_the_uninterrupted_losses(env, tmp_path):
-    common = ["--objective", "simpo", "--base-model", env["llama"], "--data", env["data"], *FAST, "--max-steps", 8,
-              "--batch-size", 1, "--gradient-accumulation-steps", 2, "--gamma", 0.3, "--label-smoothing", 0.1]
+    common = [
+        "--objective",
+        "simpo",
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *FAST,
+        "--max-steps",
+        8,
+        "--batch-size",
+        1,
+        "--gradient-accumulation-steps",
+        2,
+        "--gamma",
+        0.3,
+        "--label-smoothing",
+        0.1,
+    ]
     finetune(*common, "--output-dir", tmp_path / "ref")
     run = tmp_path / "run"
     env_vars = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "aura", "finetune", "--output-dir", str(run), *map(str, common)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env_vars)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", "finetune", "--output-dir", str(run), *map(str, common)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env_vars,
+    )
     lines = []
     for line in proc.stdout:  # wait until training is under way
         lines.append(line)
@@ -85,8 +120,17 @@ def test_simpo_stopped_by_sigterm_then_killed_9_resumes_with_the_uninterrupted_l
     assert len(interrupts) == 1 and 3 <= stopped < 8, out
     # resumed, saving every step, then killed -9 once the first step after the interruption is saved: the
     # next command resumes from that periodic checkpoint, dropping the log rows written after it
-    out = run_aura_killed("finetune", "--output-dir", run, *common, "--save-steps", 1, "--resume-from", "latest",
-                          marker=run / f"checkpoint-step-{stopped + 1}")
+    out = run_aura_killed(
+        "finetune",
+        "--output-dir",
+        run,
+        *common,
+        "--save-steps",
+        1,
+        "--resume-from",
+        "latest",
+        marker=run / f"checkpoint-step-{stopped + 1}",
+    )
     assert "Resumed from" in out and not (run / "final").exists()
     out = finetune(*common, "--output-dir", run, "--resume-from", "latest")
     resumed_at = re.search(r"Resumed from \S+: step (\d+),", out)
@@ -118,11 +162,30 @@ def test_simpo_on_two_gloo_ranks_equals_one_process_with_the_same_global_batch(e
     (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}')
     engine = ["--deepspeed", tmp_path / "ds.json"] if strategy == "zero2" else []
     dist_run = tmp_path / "dist"
-    r = torchrun("-m", "aura", "finetune", *DIST, "--base-model", env["llama"], "--data", env["data"], *FAST,
-                 "--max-steps", 3, *engine, "--batch-size", "1", "--output-dir", dist_run, "--backend", "gloo")
+    r = torchrun(
+        "-m",
+        "aura",
+        "finetune",
+        *DIST,
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *FAST,
+        "--max-steps",
+        3,
+        *engine,
+        "--batch-size",
+        "1",
+        "--output-dir",
+        dist_run,
+        "--backend",
+        "gloo",
+    )
     assert r.returncode == 0, output(r)
-    assert ("DeepSpeed ZeRO-2: micro-batch 1, accumulation 1, global batch 2" if engine
-            else "Parallelism strategy: ddp") in output(r)
+    assert (
+        "DeepSpeed ZeRO-2: micro-batch 1, accumulation 1, global batch 2" if engine else "Parallelism strategy: ddp"
+    ) in output(r)
     a, b = single, step_rows(dist_run)
     assert set(a) == set(b) == {1, 2, 3}
     for step in a:
@@ -133,40 +196,88 @@ def test_simpo_on_two_gloo_ranks_equals_one_process_with_the_same_global_batch(e
 def test_grpo_with_sequence_level_ratios_and_the_cispo_loss_trains(env, tmp_path):
     """GSPO's sequence-level ratio with CISPO's loss through the CLI: TRL's warning about a summed loss at
     sequence level, the clipped share logged, the adapter written."""
-    prompts = write_jsonl(tmp_path / "p.jsonl", [{"prompt": f"¿Cuánto es {i} más {i}?", "answer": str(2 * i)}
-                                                 for i in range(1, 7)])
+    prompts = write_jsonl(
+        tmp_path / "p.jsonl", [{"prompt": f"¿Cuánto es {i} más {i}?", "answer": str(2 * i)} for i in range(1, 7)]
+    )
     run = tmp_path / "run"
-    out = finetune("--objective", "grpo", "--base-model", env["llama"], "--data", prompts, "--output-dir", run,
-                   "--num-generations", 4, "--batch-size", 4, "--gradient-accumulation-steps", 1,
-                   "--max-completion-length", 8, "--log-interval", 1, "--lora-r", 8, "--lora-dropout", 0,
-                   "--precision", "fp32", "--learning-rate", "5e-3", "--warmup-steps", 0, "--save-steps", 0,
-                   "--val-fraction", 0, "--max-steps", 2, "--importance-sampling-level", "sequence",
-                   "--loss-type", "cispo")
+    out = finetune(
+        "--objective",
+        "grpo",
+        "--base-model",
+        env["llama"],
+        "--data",
+        prompts,
+        "--output-dir",
+        run,
+        "--num-generations",
+        4,
+        "--batch-size",
+        4,
+        "--gradient-accumulation-steps",
+        1,
+        "--max-completion-length",
+        8,
+        "--log-interval",
+        1,
+        "--lora-r",
+        8,
+        "--lora-dropout",
+        0,
+        "--precision",
+        "fp32",
+        "--learning-rate",
+        "5e-3",
+        "--warmup-steps",
+        0,
+        "--save-steps",
+        0,
+        "--val-fraction",
+        0,
+        "--max-steps",
+        2,
+        "--importance-sampling-level",
+        "sequence",
+        "--loss-type",
+        "cispo",
+    )
     assert "--importance-sampling-level sequence with --loss-type cispo: the loss sums per-token" in out
     rows = step_rows(run)
     assert set(rows) == {1, 2} and all(r["clip_ratio"] != "" and r["entropy"] != "" for r in rows.values())
     assert (run / "final" / "adapter_model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("flags,words", [
-    (["--objective", "simpo", "--precompute-ref"],
-     "--precompute-ref does not apply to --objective simpo: SimPO uses no reference model"),
-    (["--objective", "cpo", "--gamma", "1"], "--gamma only applies to --objective simpo (the objective is 'cpo')"),
-    (["--objective", "dpo", "--cpo-alpha", "1"], "--cpo-alpha only applies to --objective simpo or cpo"),
-    (["--objective", "simpo", "--dpo-loss", "ipo"], "--dpo-loss does not apply to --objective simpo"),
-    (["--objective", "cpo", "--train-on-prompt"], "--train-on-prompt does not apply to --objective cpo"),
-    (["--objective", "simpo", "--gamma", "-0.5"], "--gamma cannot be negative (got: -0.5)"),
-    (["--objective", "simpo", "--importance-sampling-level", "sequence"],
-     "--importance-sampling-level only applies to --objective grpo (the objective is 'simpo')"),
-    (["--objective", "grpo", "--loss-type", "cispo", "--epsilon", "0.3"],
-     "--epsilon does not apply to --loss-type cispo"),
-    (["--objective", "grpo", "--loss-type", "cispo", "--epsilon-high", "0.28"],
-     "--epsilon-high is the importance ratio's upper bound (5 recommended, as TRL and ScaleRL) and must be greater"),
-    (["--objective", "grpo", "--importance-sampling-level", "sentence"], "invalid choice: 'sentence'"),
-])
+@pytest.mark.parametrize(
+    "flags,words",
+    [
+        (
+            ["--objective", "simpo", "--precompute-ref"],
+            "--precompute-ref does not apply to --objective simpo: SimPO uses no reference model",
+        ),
+        (["--objective", "cpo", "--gamma", "1"], "--gamma only applies to --objective simpo (the objective is 'cpo')"),
+        (["--objective", "dpo", "--cpo-alpha", "1"], "--cpo-alpha only applies to --objective simpo or cpo"),
+        (["--objective", "simpo", "--dpo-loss", "ipo"], "--dpo-loss does not apply to --objective simpo"),
+        (["--objective", "cpo", "--train-on-prompt"], "--train-on-prompt does not apply to --objective cpo"),
+        (["--objective", "simpo", "--gamma", "-0.5"], "--gamma cannot be negative (got: -0.5)"),
+        (
+            ["--objective", "simpo", "--importance-sampling-level", "sequence"],
+            "--importance-sampling-level only applies to --objective grpo (the objective is 'simpo')",
+        ),
+        (
+            ["--objective", "grpo", "--loss-type", "cispo", "--epsilon", "0.3"],
+            "--epsilon does not apply to --loss-type cispo",
+        ),
+        (
+            ["--objective", "grpo", "--loss-type", "cispo", "--epsilon-high", "0.28"],
+            "--epsilon-high is the importance ratio's upper bound (5 recommended, as TRL and ScaleRL) and must be "
+            "greater",
+        ),
+        (["--objective", "grpo", "--importance-sampling-level", "sentence"], "invalid choice: 'sentence'"),
+    ],
+)
 def test_bad_combinations_are_refused(env, tmp_path, flags, words):
-    out = finetune("--base-model", env["llama"], "--data", env["data"], *flags, "--output-dir", tmp_path / "r",
-                   expect=2)
+    out = finetune(
+        "--base-model", env["llama"], "--data", env["data"], *flags, "--output-dir", tmp_path / "r", expect=2
+    )
     assert words in out
     assert not (tmp_path / "r").exists()  # refused before anything is written
 
@@ -174,8 +285,9 @@ def test_bad_combinations_are_refused(env, tmp_path, flags, words):
 def test_refusals_in_spanish():
     r = run_aura_here("finetune", "--objective", "simpo", "--precompute-ref", env={"AURA_LANG": "es"})
     assert r.returncode == 2 and "SimPO no usa modelo de referencia" in r.stderr, r.stderr
-    r = run_aura_here("finetune", "--objective", "grpo", "--loss-type", "cispo", "--epsilon", "0.3",
-                      env={"AURA_LANG": "es"})
+    r = run_aura_here(
+        "finetune", "--objective", "grpo", "--loss-type", "cispo", "--epsilon", "0.3", env={"AURA_LANG": "es"}
+    )
     assert r.returncode == 2 and "CISPO solo acota la razón por arriba" in r.stderr, r.stderr
 
 

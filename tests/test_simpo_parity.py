@@ -27,9 +27,13 @@ def _text_rows(tok, pairs) -> list[dict]:
     rows = []
     for p, c, r in pairs:
         prompt = tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-        full = [tok.apply_chat_template([{"role": "user", "content": p}, {"role": "assistant", "content": a}],
-                                        tokenize=False) for a in (c, r)]
-        rows.append({"prompt": prompt, "chosen": full[0][len(prompt):], "rejected": full[1][len(prompt):]})
+        full = [
+            tok.apply_chat_template(
+                [{"role": "user", "content": p}, {"role": "assistant", "content": a}], tokenize=False
+            )
+            for a in (c, r)
+        ]
+        rows.append({"prompt": prompt, "chosen": full[0][len(prompt) :], "rejected": full[1][len(prompt) :]})
     return rows
 
 
@@ -41,16 +45,28 @@ def _trl_run(env, tmp_path, pairs, *, batch: int, accum: int, **cpo) -> list[dic
     for key, value in cpo.items():
         setattr(args, key, value)
     tok = _tokenizer(env)
-    trainer = cpo_module.CPOTrainer(model=_peft_model(env), args=args, train_dataset=Dataset.from_list(
-        _text_rows(tok, pairs)), processing_class=tok)
+    trainer = cpo_module.CPOTrainer(
+        model=_peft_model(env), args=args, train_dataset=Dataset.from_list(_text_rows(tok, pairs)), processing_class=tok
+    )
     trainer.train()
     return trainer.state.log_history
 
 
 def test_simpo_matches_trl_cpo_trainer_simpo_loss(env, tmp_path):
     """SimPO: length-normalised log-probs, target margin gamma 0.3, no NLL term; 2 pairs x 2 accumulation."""
-    aura_rows = _aura_rows(env, "simpo", PAIRS, "--objective", "simpo", "--gamma", 0.3, "--batch-size", 2,
-                           "--gradient-accumulation-steps", 2)
+    aura_rows = _aura_rows(
+        env,
+        "simpo",
+        PAIRS,
+        "--objective",
+        "simpo",
+        "--gamma",
+        0.3,
+        "--batch-size",
+        2,
+        "--gradient-accumulation-steps",
+        2,
+    )
     assert "nll_loss" not in aura_rows[0]  # pure SimPO logs no NLL
     trl_logs = _trl_run(env, tmp_path, PAIRS, batch=2, accum=2, loss_type="simpo", simpo_gamma=0.3, cpo_alpha=0.0)
     _compare(aura_rows, trl_logs, DPO_KEYS)
@@ -60,8 +76,9 @@ def test_cpo_matches_trl_cpo_trainer_with_its_nll_term(env, tmp_path):
     """CPO: summed log-probs and TRL's default NLL weight (cpo_alpha 1); one pair per micro-batch (TRL averages
     the NLL over a batch's tokens, Aura per pair: the same for one pair)."""
     pairs = PAIRS[:3]
-    aura_rows = _aura_rows(env, "cpo", pairs, "--objective", "cpo", "--batch-size", 1,
-                           "--gradient-accumulation-steps", 3)
+    aura_rows = _aura_rows(
+        env, "cpo", pairs, "--objective", "cpo", "--batch-size", 1, "--gradient-accumulation-steps", 3
+    )
     trl_logs = _trl_run(env, tmp_path, pairs, batch=1, accum=3, loss_type="sigmoid")
     assert {"nll_loss", "rewards/margins"} <= set(trl_logs[0])
     _compare(aura_rows, trl_logs, {**DPO_KEYS, "nll_loss": "nll_loss"})

@@ -21,10 +21,47 @@ from tests.test_i18n import ENGLISH_IN_SPANISH
 
 # Besides the catalogue list: words of the labels and of the third-party messages that leaked.
 ENGLISH_OUTPUT = ENGLISH_IN_SPANISH | {
-    "autocast=on", "autocast=off", "it", "its", "which", "was", "were", "be", "been", "has", "have", "can",
-    "cannot", "may", "might", "only", "without", "support", "supported", "compiled", "unavailable", "git",
-    "fatal", "repository", "progress", "processing", "requests", "running", "tasks", "generating", "building",
-    "checking", "writing", "computing", "setting", "created", "verifying", "future", "default", "set", "instead",
+    "autocast=on",
+    "autocast=off",
+    "it",
+    "its",
+    "which",
+    "was",
+    "were",
+    "be",
+    "been",
+    "has",
+    "have",
+    "can",
+    "cannot",
+    "may",
+    "might",
+    "only",
+    "without",
+    "support",
+    "supported",
+    "compiled",
+    "unavailable",
+    "git",
+    "fatal",
+    "repository",
+    "progress",
+    "processing",
+    "requests",
+    "running",
+    "tasks",
+    "generating",
+    "building",
+    "checking",
+    "writing",
+    "computing",
+    "setting",
+    "created",
+    "verifying",
+    "future",
+    "default",
+    "set",
+    "instead",
 }
 ES = {"AURA_LANG": "es"}
 
@@ -56,16 +93,20 @@ def english_lines(text: str, *, skip: tuple[str, ...] = ()) -> list[str]:
 
 def test_english_lines_finds_what_leaked():
     """The filter itself: the lines issue 25 quoted are caught, Spanish lines and kept tokens are not."""
-    leaked = ["Época 1 | Paso 10/168 | Loss: 7.6065 | LR 2.00e-03",
-              "Precisión activa: bf16 | Autocast=ON | GradScaler=OFF",
-              "The installed version of bitsandbytes was compiled without GPU support.",
-              "fatal: not a git repository (or any of the parent directories): .git",
-              "Tokenizador guardado: fertility 1,692 tokens/palabra"]
+    leaked = [
+        "Época 1 | Paso 10/168 | Loss: 7.6065 | LR 2.00e-03",
+        "Precisión activa: bf16 | Autocast=ON | GradScaler=OFF",
+        "The installed version of bitsandbytes was compiled without GPU support.",
+        "fatal: not a git repository (or any of the parent directories): .git",
+        "Tokenizador guardado: fertility 1,692 tokens/palabra",
+    ]
     assert len(english_lines("\n".join(leaked))) == len(leaked)
-    spanish = ["Época 1 | Paso 10/168 | Pérdida: 7,6065 | LR 2,00e-03 | Grad 0,665 | 1833 tok/s | MFU -",
-               "[Rank 0/2 | Node h | Device cpu] Sync=OK Backend=gloo",
-               "Siguiente paso: aura export gguf --model runs/a/final --quant q8_0",
-               "Precisión activa: bf16 | autocast activado | GradScaler desactivado"]
+    spanish = [
+        "Época 1 | Paso 10/168 | Pérdida: 7,6065 | LR 2,00e-03 | Grad 0,665 | 1833 tok/s | MFU -",
+        "[Rank 0/2 | Node h | Device cpu] Sync=OK Backend=gloo",
+        "Siguiente paso: aura export gguf --model runs/a/final --quant q8_0",
+        "Precisión activa: bf16 | autocast activado | GradScaler desactivado",
+    ]
     assert english_lines("\n".join(spanish)) == []
 
 
@@ -93,35 +134,93 @@ def test_every_command_speaks_spanish(tiny_zoo, tmp_path):
     temp_marks = (".tmp-", "~")
 
     def aura(name: str, *args, input: str | None = None, code: int = 0) -> str:
-        r = run_aura(*args, env={**ES, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}, cwd=tmp_path,
-                     input=input)
+        r = run_aura(*args, env={**ES, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}, cwd=tmp_path, input=input)
         out = r.stdout + r.stderr
         assert r.returncode == code, f"{name}: exit {r.returncode}\n{out[-4000:]}"
         outputs[name] = out
         return out
 
-    tiny = ["--model-preset", "manual", "--embed-size", "64", "--num-layers", "2", "--num-heads", "4",
-            "--seq-length", "32", "--intermediate-size", "256", "--batch-size", "4", "--log-interval", "1",
-            "--sample-tokens", "4", "--warmup-steps", "1", "--eval-interval", "2", "--max-steps", "3",
-            "--precision", "bf16"]
+    tiny = [
+        "--model-preset",
+        "manual",
+        "--embed-size",
+        "64",
+        "--num-layers",
+        "2",
+        "--num-heads",
+        "4",
+        "--seq-length",
+        "32",
+        "--intermediate-size",
+        "256",
+        "--batch-size",
+        "4",
+        "--log-interval",
+        "1",
+        "--sample-tokens",
+        "4",
+        "--warmup-steps",
+        "1",
+        "--eval-interval",
+        "2",
+        "--max-steps",
+        "3",
+        "--precision",
+        "bf16",
+    ]
     aura("tokenizer train", "tokenizer", "train", corpus, "--vocab-size", "600", "--output-dir", "tok")
     aura("data prepare", "data", "prepare", corpus, "--tokenizer", "tok", "--output-dir", "data")
     aura("pretrain", "pretrain", "--data", "data", "--output-dir", runs / "p", *tiny)
-    aura("finetune", "finetune", "--base-model", tiny_zoo["llama"], "--method", "lora", "--max-steps", "2",
-         "--batch-size", "2", "--max-length", "64", "--truncation", "truncate", "--output-dir", runs / "ft",
-         "--log-interval", "1")
+    aura(
+        "finetune",
+        "finetune",
+        "--base-model",
+        tiny_zoo["llama"],
+        "--method",
+        "lora",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--max-length",
+        "64",
+        "--truncation",
+        "truncate",
+        "--output-dir",
+        runs / "ft",
+        "--log-interval",
+        "1",
+    )
     sample = "Había una vez"
     aura("generate", "generate", "--model", runs / "p" / "final", "--prompt", sample, "--max-new-tokens", "4")
-    aura("generate adapter", "generate", "--model", runs / "ft" / "final", "--prompt", sample,
-         "--max-new-tokens", "4")
+    aura("generate adapter", "generate", "--model", runs / "ft" / "final", "--prompt", sample, "--max-new-tokens", "4")
     aura("chat", "chat", "--model", tiny_zoo["llama"], "--max-new-tokens", "4", input="hola\n/salir\n")
-    aura("eval", "eval", "--model", tiny_zoo["llama"], "--suite", "aura-es", "--limit", "2",
-         "--output-dir", "eval")
+    aura("eval", "eval", "--model", tiny_zoo["llama"], "--suite", "aura-es", "--limit", "2", "--output-dir", "eval")
     if importlib.util.find_spec("lm_eval") is not None:  # lm-eval's progress bars and `git describe` output
-        aura("eval tasks", "eval", "--model", tiny_zoo["gpt2"], "--tasks", "aura_es_causa_efecto", "--limit", "4",
-             "--batch-size", "3", "--output-dir", "eval-tasks")
-    aura("merge", "merge", "--base-model", tiny_zoo["llama"], "--adapter", runs / "ft" / "final",
-         "--output-dir", "merged")
+        aura(
+            "eval tasks",
+            "eval",
+            "--model",
+            tiny_zoo["gpt2"],
+            "--tasks",
+            "aura_es_causa_efecto",
+            "--limit",
+            "4",
+            "--batch-size",
+            "3",
+            "--output-dir",
+            "eval-tasks",
+        )
+    aura(
+        "merge",
+        "merge",
+        "--base-model",
+        tiny_zoo["llama"],
+        "--adapter",
+        runs / "ft" / "final",
+        "--output-dir",
+        "merged",
+    )
     aura("export gguf", "export", "gguf", "--model", "merged", "--outfile", "m.gguf")
     aura("runs", "runs", runs)
     aura("plot", "plot", runs / "p", runs / "ft", "--out", "curvas.png")
@@ -129,16 +228,27 @@ def test_every_command_speaks_spanish(tiny_zoo, tmp_path):
     aura("doctor", "doctor")
     aura("check-dist", "check-dist", "--size-mb", "1", "--iters", "2")
 
-    generated = [line for line in outputs["generate"].splitlines() + outputs["generate adapter"].splitlines()
-                 + outputs["chat"].splitlines() if sample in line or line.startswith(("Asistente", "Tú"))]
+    generated = [
+        line
+        for line in outputs["generate"].splitlines()
+        + outputs["generate adapter"].splitlines()
+        + outputs["chat"].splitlines()
+        if sample in line or line.startswith(("Asistente", "Tú"))
+    ]
     leaks = {name: english_lines(out, skip=tuple(generated)) for name, out in outputs.items()}
     assert not any(leaks.values()), "English under AURA_LANG=es:\n" + "\n".join(
-        f"{name}: {line}" for name, lines in leaks.items() for line in lines)
+        f"{name}: {line}" for name, lines in leaks.items() for line in lines
+    )
     points = {name: point_numbers(out, skip=tuple(generated)) for name, out in outputs.items()}
     assert not any(points.values()), "Numbers with a decimal point under AURA_LANG=es:\n" + "\n".join(
-        f"{name}: {line}" for name, lines in points.items() for line in lines)
-    temps = [f"{name}: {line}" for name, out in outputs.items() for line in out.splitlines()
-             if all(m in line for m in temp_marks)]
+        f"{name}: {line}" for name, lines in points.items() for line in lines
+    )
+    temps = [
+        f"{name}: {line}"
+        for name, out in outputs.items()
+        for line in out.splitlines()
+        if all(m in line for m in temp_marks)
+    ]
     assert not temps, "temporary paths shown to the user:\n" + "\n".join(temps)
     assert re.search(r"Pérdida: \d+,\d{4}", outputs["pretrain"]), outputs["pretrain"]
 
@@ -153,12 +263,32 @@ def _write_log(run, rows: int = 20):
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
         for s in range(1, rows + 1):
-            w.writerow({"time": "2026-11-25T10:00:00+00:00", "kind": "step", "epoch": 1, "step": s,
-                        "tokens": s * 2048, "train_loss": f"{8 - s * 0.1:.6f}", "lr": f"{2e-3 * (1 - s / 40):.6e}",
-                        "grad_norm": "0.5", "tokens_per_s": f"{1800 + 5 * s:.1f}", "seconds": f"{1.1 * s:.2f}"})
+            w.writerow(
+                {
+                    "time": "2026-11-25T10:00:00+00:00",
+                    "kind": "step",
+                    "epoch": 1,
+                    "step": s,
+                    "tokens": s * 2048,
+                    "train_loss": f"{8 - s * 0.1:.6f}",
+                    "lr": f"{2e-3 * (1 - s / 40):.6e}",
+                    "grad_norm": "0.5",
+                    "tokens_per_s": f"{1800 + 5 * s:.1f}",
+                    "seconds": f"{1.1 * s:.2f}",
+                }
+            )
             if s % 5 == 0:
-                w.writerow({"time": "2026-11-25T10:00:00+00:00", "kind": "eval", "epoch": 1, "step": s,
-                            "tokens": s * 2048, "val_loss": f"{8 - s * 0.09:.6f}", "seconds": f"{1.1 * s:.2f}"})
+                w.writerow(
+                    {
+                        "time": "2026-11-25T10:00:00+00:00",
+                        "kind": "eval",
+                        "epoch": 1,
+                        "step": s,
+                        "tokens": s * 2048,
+                        "val_loss": f"{8 - s * 0.09:.6f}",
+                        "seconds": f"{1.1 * s:.2f}",
+                    }
+                )
 
 
 @pytest.mark.parametrize("lang", ["es", "en"])
@@ -188,13 +318,26 @@ def test_training_log_lines_in_spanish_and_csv_with_a_point(tmp_path, capsys, mo
     from aura.train.run.metrics import MetricsLogger
 
     set_lang("es")
-    log = MetricsLogger(tmp_path, dist=DistInfo(), total_steps=20, tensorboard=False,
-                        extra_columns=("val_loss_es", "tokens_es"))
-    log.step(step=10, epoch=0, tokens=40960, loss=6.1134, lr=2e-3, grad_norm=0.665, tokens_per_s=12345.6,
-             mfu=None, seconds=1.0, eta_s=30.0, elapsed_s=12.5)
+    log = MetricsLogger(
+        tmp_path, dist=DistInfo(), total_steps=20, tensorboard=False, extra_columns=("val_loss_es", "tokens_es")
+    )
+    log.step(
+        step=10,
+        epoch=0,
+        tokens=40960,
+        loss=6.1134,
+        lr=2e-3,
+        grad_norm=0.665,
+        tokens_per_s=12345.6,
+        mfu=None,
+        seconds=1.0,
+        eta_s=30.0,
+        elapsed_s=12.5,
+    )
     log.values(step=10, epoch=0, tokens=40960, values={"val_loss_es": 5.73124, "tokens_es": 4096.0}, elapsed_s=13.0)
-    log.epoch(step=10, epoch=0, epochs=2, tokens=40960, train_loss=6.2, val_loss=6.15, epoch_seconds=12.5,
-              elapsed_s=13.5)
+    log.epoch(
+        step=10, epoch=0, epochs=2, tokens=40960, train_loss=6.2, val_loss=6.15, epoch_seconds=12.5, elapsed_s=13.5
+    )
     log.close()
     out = capsys.readouterr().out
     assert "Pérdida: 6,1134 | LR 2,00e-03 | Grad 0,665 | 12\u202f346 tok/s" in out, out
@@ -214,7 +357,13 @@ def test_library_stderr_drops_only_the_noise(capfd):
     from aura.evaluation.task_scores import HARNESS_NOISE
 
     with console.library_stderr(drop=HARNESS_NOISE):
-        subprocess.run(["sh", "-c", "echo 'fatal: not a git repository (or any of the parent directories): .git' >&2;"
-                        "printf 'Running loglikelihood requests:  50%%|#    | 4/8\\r' >&2; echo 'algo falló' >&2"])
+        subprocess.run(
+            [
+                "sh",
+                "-c",
+                "echo 'fatal: not a git repository (or any of the parent directories): .git' >&2;"
+                "printf 'Running loglikelihood requests:  50%%|#    | 4/8\\r' >&2; echo 'algo falló' >&2",
+            ]
+        )
     err = capfd.readouterr().err
     assert "algo falló" in err and "fatal" not in err and "loglikelihood" not in err, err

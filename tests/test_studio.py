@@ -65,13 +65,22 @@ def test_cross_site_posts_are_refused(tmp_path):
     make_run(tmp_path, "a", status="interrupted")
     c, headers = client(tmp_path)
     body = {"command": "pretrain", "name": "x", "values": {}}
-    for bad in ({}, {"Origin": BASE}, {"X-Aura-CSRF": headers["X-Aura-CSRF"]},
-                {**headers, "Origin": "http://evil.example"}, {**headers, "X-Aura-CSRF": "0" * 64}):
+    for bad in (
+        {},
+        {"Origin": BASE},
+        {"X-Aura-CSRF": headers["X-Aura-CSRF"]},
+        {**headers, "Origin": "http://evil.example"},
+        {**headers, "X-Aura-CSRF": "0" * 64},
+    ):
         for path in ("/api/launch", "/api/runs/a/stop", "/api/runs/a/resume"):
             assert c.post(path, json=body, headers=bad).status_code == 403, (path, bad)
     other, _ = client(tmp_path)  # another browser session's CSRF token is not valid here
-    assert c.post("/api/runs/a/stop", headers={**headers, "X-Aura-CSRF": other.get("/api/session").json()["csrf"]}
-                  ).status_code == 403
+    assert (
+        c.post(
+            "/api/runs/a/stop", headers={**headers, "X-Aura-CSRF": other.get("/api/session").json()["csrf"]}
+        ).status_code
+        == 403
+    )
     assert c.get("/api/launch").status_code == 405  # actions are POST only
     r = c.post("/api/runs/a/stop", headers=headers)  # the page's own request passes the guard
     assert r.status_code == 400 and "not running" in r.json()["error"]
@@ -109,12 +118,23 @@ def test_launch_runs_only_aura_commands_with_list_arguments(tmp_path):
     assert r.status_code == 400 and "--max-steps" in r.json()["error"]  # the CLI's own validation
     assert not (tmp_path / "x").exists() and not (tmp_path / ".aura-studio").exists()
     prompt = "hola; rm -rf ~ $(id) `id`"
-    r = c.post("/api/preview", json={"command": "pretrain", "name": "x",
-                                     "values": {"sample_prompt": prompt, "max_steps": "7"}}, headers=headers)
-    assert r.json()["argv"] == ["pretrain", "--sample-prompt", prompt, "--max-steps", "7",
-                                "--output-dir", str((tmp_path / "x").resolve())]  # one list item, no shell
-    r = c.post("/api/preview", json={"command": "pretrain", "name": "x", "values": {"data": "a.txt -rf"}},
-               headers=headers)
+    r = c.post(
+        "/api/preview",
+        json={"command": "pretrain", "name": "x", "values": {"sample_prompt": prompt, "max_steps": "7"}},
+        headers=headers,
+    )
+    assert r.json()["argv"] == [
+        "pretrain",
+        "--sample-prompt",
+        prompt,
+        "--max-steps",
+        "7",
+        "--output-dir",
+        str((tmp_path / "x").resolve()),
+    ]  # one list item, no shell
+    r = c.post(
+        "/api/preview", json={"command": "pretrain", "name": "x", "values": {"data": "a.txt -rf"}}, headers=headers
+    )
     assert r.status_code == 400 and "-rf" in r.json()["error"]  # argparse's refusal, not a crash
     fields = {f["name"]: f for f in c.get("/api/forms/pretrain").json()["fields"]}
     assert fields["model_preset"]["default"] == "auto" and "manual" in fields["model_preset"]["choices"]
@@ -187,14 +207,17 @@ def test_pipelines_listed_with_stage_status_report_and_runs(pipeline_dir, tmp_pa
     auth = {"Authorization": "Bearer t0k"}
     [p] = c.get("/api/pipelines", headers=auth).json()
     assert p["id"] == "mini-p" and p["pipeline"] == "mini" and p["report"] and not p["running"]
-    assert [(s["name"], s["status"]) for s in p["stages"]] == [(n, state["stages"][n]["status"])
-                                                               for n in state["order"]]
+    assert [(s["name"], s["status"]) for s in p["stages"]] == [
+        (n, state["stages"][n]["status"]) for n in state["order"]
+    ]
     assert [s["status"] for s in p["stages"]] == ["finished"] * 3
     assert [s["run"] for s in p["stages"]] == [None, None, "mini-p/pretrain"]  # only training stages are runs
     r = c.get("/pipelines/mini-p/report.html", headers=auth)
     assert r.status_code == 200 and r.content == (root / "mini-p" / "report.html").read_bytes()
-    assert r.headers["content-type"].startswith("text/html") and "default-src 'none'" in \
-        r.headers["content-security-policy"]
+    assert (
+        r.headers["content-type"].startswith("text/html")
+        and "default-src 'none'" in r.headers["content-security-policy"]
+    )
     # the stage's run: in the run list under its id, its page and curves under the same routes as any run
     ids = {x["id"] for x in c.get("/api/runs", headers=auth).json()}
     assert "mini-p/pretrain" in ids
@@ -213,8 +236,15 @@ def test_pipelines_listed_with_stage_status_report_and_runs(pipeline_dir, tmp_pa
     (root / "plain").mkdir()
     shutil.copytree(root / "mini-p" / "pretrain", root / "plain" / "stage")  # not a pipeline folder
     (root / "mini-p" / "outside").symlink_to(root / "plain" / "stage")
-    for name in ("mini-p%2F..", "mini-p%2F..%2Fmini-p%2Fpretrain", "plain%2Fstage", "mini-p%2Foutside",
-                 "mini-p%2Fpretrain%2Fcheckpoint-step-6", "mini-p%2Ftokenizer", "mini-p"):
+    for name in (
+        "mini-p%2F..",
+        "mini-p%2F..%2Fmini-p%2Fpretrain",
+        "plain%2Fstage",
+        "mini-p%2Foutside",
+        "mini-p%2Fpretrain%2Fcheckpoint-step-6",
+        "mini-p%2Ftokenizer",
+        "mini-p",
+    ):
         assert c.get(f"/api/runs/{name}", headers=auth).status_code == 404, name
     for name in ("..", "plain", "mini-p%2F..", "missing"):
         assert c.get(f"/pipelines/{name}/report.html", headers=auth).status_code == 404, name
@@ -280,6 +310,7 @@ def test_hardware_first_sample_measures_a_busy_cpu(tmp_path):
     def busy():
         while not stop.is_set():
             pass
+
     worker = threading.Thread(target=busy, daemon=True)
     worker.start()
     try:
@@ -306,7 +337,7 @@ def test_launch_form_free_name_live_clash_and_essential_options_first(tmp_path):
     assert form["name"] == "demo-3"
     flags = [f["name"] for f in form["fields"]]
     essential = [f["name"] for f in form["fields"] if f["essential"]]
-    assert flags[:len(essential)] == essential and {"data", "model_preset", "max_steps"} <= set(essential)
+    assert flags[: len(essential)] == essential and {"data", "model_preset", "max_steps"} <= set(essential)
     assert "embed_size" not in essential and len(essential) < len(flags) / 4
     r = c.post("/api/preview", json={"command": "pretrain", "name": "demo", "values": {}}, headers=headers)
     assert r.status_code == 200 and "already exists" in r.json()["clash"]
@@ -330,8 +361,9 @@ def test_docs_do_not_list_a_page_action_as_missing():
     """Issue 36, item 14: docs/studio.md listed "Borrar" both among what the page does and what it lacks."""
     root = Path(__file__).resolve().parents[1]
     for doc, heading, actions in (
-            ("studio.md", "## Lo que falta", {"Borrar": "borrar", "Detener": "detener", "Comparar": "comparar"}),
-            ("studio.en.md", "## Not done yet", {"Delete": "delet", "Stop": "stop", "Compare": "compar"})):
+        ("studio.md", "## Lo que falta", {"Borrar": "borrar", "Detener": "detener", "Comparar": "comparar"}),
+        ("studio.en.md", "## Not done yet", {"Delete": "delet", "Stop": "stop", "Compare": "compar"}),
+    ):
         text = (root / "docs" / doc).read_text(encoding="utf-8")
         done, missing = text.split(heading, 1)
         missing = missing.split("\n## ", 1)[0].lower()
@@ -350,9 +382,20 @@ def test_studio_command_refusals(tmp_path):
 # ---------------------------------------------------------------------------------------- a real browser
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-TINY = {"model_preset": "manual", "embed_size": "64", "num_layers": "2", "num_heads": "4", "seq_length": "32",
-        "intermediate_size": "256", "batch_size": "4", "log_interval": "1", "sample_tokens": "0",
-        "max_steps": "1000", "save_steps": "20", "eval_interval": "100"}
+TINY = {
+    "model_preset": "manual",
+    "embed_size": "64",
+    "num_layers": "2",
+    "num_heads": "4",
+    "seq_length": "32",
+    "intermediate_size": "256",
+    "batch_size": "4",
+    "log_interval": "1",
+    "sample_tokens": "0",
+    "max_steps": "1000",
+    "save_steps": "20",
+    "eval_interval": "100",
+}
 # 1000 steps: long enough that the run is still training when the page comes back to stop it, even on a
 # loaded machine (40 steps finished before the stop button could show, under a full parallel test run)
 
@@ -361,7 +404,9 @@ TINY = {"model_preset": "manual", "embed_size": "64", "num_layers": "2", "num_he
 def chromium():
     """Before the server starts: skipped without Debian's chromium and its driver, failed if CI requires them."""
     if not (CHROMIUM and DRIVER):
-        require_or_skip("browser", "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+        require_or_skip(
+            "browser", "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
+        )
 
 
 @pytest.fixture
@@ -400,8 +445,10 @@ def plant_dpo_run(root: Path) -> Path:
     with open(d / "training_log.csv", "w") as f:
         f.write(HEADER.rstrip("\n") + ",rewards/margin,rewards/accuracy\n")
         for s in range(1, 13):
-            f.write(f"{1 + (s > 6)},{s},{s * 256},{0.7 - s / 100:.6f},,{2e-7 * s:.7g},1.0,500,,{s},step,,"
-                    f"{s / 20:.4f},{0.5 + s / 30:.4f}\n")
+            f.write(
+                f"{1 + (s > 6)},{s},{s * 256},{0.7 - s / 100:.6f},,{2e-7 * s:.7g},1.0,500,,{s},step,,"
+                f"{s / 20:.4f},{0.5 + s / 30:.4f}\n"
+            )
             if s % 6 == 0:
                 f.write(f"{s // 6},{s},{s * 256},{0.75 - s / 100:.6f},{0.66:.6f},,,,,{s},epoch,,,\n")
     return d
@@ -445,9 +492,12 @@ def test_browser_launch_watch_stop_resume_in_spanish(chromium, served, tmp_path,
         opts.add_argument(a)
     driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=DRIVER), options=opts)
     # the page redraws parts of itself every 2 s: an element found just before a redraw goes stale
-    wait = WebDriverWait(driver, 240, poll_frequency=0.5,
-                         ignored_exceptions=(StaleElementReferenceException, NoSuchElementException))
-    text = lambda css: driver.find_element(By.CSS_SELECTOR, css).text  # noqa: E731
+    wait = WebDriverWait(
+        driver, 240, poll_frequency=0.5, ignored_exceptions=(StaleElementReferenceException, NoSuchElementException)
+    )
+
+    def text(css):
+        return driver.find_element(By.CSS_SELECTOR, css).text
 
     def charts() -> dict:
         """Each chart on the page: its x tick labels, its legend, its y labels' widest and the axis' room."""
@@ -462,6 +512,7 @@ def test_browser_launch_watch_stop_resume_in_spanish(chromium, served, tmp_path,
                         y: y._values || [], room: y._size - y.ticks.size - y.gap, widest};
           }
           return out;""")
+
     try:
         driver.get(url + "#/launch")
         wait.until(lambda d: d.find_elements(By.ID, "f_max_steps"))
@@ -471,8 +522,8 @@ def test_browser_launch_watch_stop_resume_in_spanish(chromium, served, tmp_path,
         assert not text("#hw").startswith("CPU 0 %"), text("#hw")
         # a free name; the Spanish help is the label, the flag its detail; the essential options first
         assert driver.find_element(By.ID, "f-name").get_attribute("value") == "demo"
-        from aura.train.pretrain import PretrainConfig
         from aura.core.config import fields_of
+        from aura.train.pretrain import PretrainConfig
 
         helps = {f.name: f.metadata["help"][0] for f, _ in fields_of(PretrainConfig) if f.metadata}
         assert text("label[for=f_max_steps]") == helps["max_steps"]
@@ -496,6 +547,7 @@ def test_browser_launch_watch_stop_resume_in_spanish(chromium, served, tmp_path,
         def rows():
             el = driver.find_elements(By.ID, "points")
             return int(el[0].get_attribute("data-rows") or 0) if el else 0
+
         wait.until(lambda d: rows() >= 3)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "[data-chart] canvas"))
         # run.json keeps the last checkpoint's step (0 before step 20's): the header shows the log's step
@@ -512,7 +564,10 @@ def test_browser_launch_watch_stop_resume_in_spanish(chromium, served, tmp_path,
         driver.get(url + "#/")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-run='demo'] .status"))
         wait.until(lambda d: text("tr[data-run='demo'] .status") == "en curso")
-        step = lambda: int(text("tr[data-run='demo'] [data-col=step]").replace(".", "") or 0)  # noqa: E731
+
+        def step():
+            return int(text("tr[data-run='demo'] [data-col=step]").replace(".", "") or 0)
+
         before = wait.until(lambda d: step() or 1)
         wait.until(lambda d: step() > before)  # the list updates itself too
         wait.until(lambda d: text("tr[data-run='demo'] [data-col=eta]") and text("tr[data-run='demo'] [data-col=tps]"))
@@ -530,8 +585,9 @@ def test_browser_launch_watch_stop_resume_in_spanish(chromium, served, tmp_path,
         driver.save_screenshot(str(shots / "interrumpida.png"))
         driver.find_element(By.ID, "resume").click()
         # up to 30 min: a 2-core machine with five other test runs on it trained this model at ~1 step/s
-        WebDriverWait(driver, 1800, poll_frequency=1, ignored_exceptions=(StaleElementReferenceException,
-                      NoSuchElementException)).until(lambda d: text("#run-title .status") == "terminada")
+        WebDriverWait(
+            driver, 1800, poll_frequency=1, ignored_exceptions=(StaleElementReferenceException, NoSuchElementException)
+        ).until(lambda d: text("#run-title .status") == "terminada")
         driver.save_screenshot(str(shots / "terminada.png"))
         driver.get(url + "#/")  # the tokens written exactly, as the CLI writes them (no "128.000" rounded)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-run='demo'] [data-col=tokens]"))
@@ -545,8 +601,10 @@ def test_browser_launch_watch_stop_resume_in_spanish(chromium, served, tmp_path,
         driver.find_element(By.ID, "try-final").click()
         wait.until(lambda d: d.find_elements(By.ID, "try-prompt"))
         assert text("h1") == "Probar un modelo"
-        assert Select(driver.find_element(By.ID, "try-model-0")).first_selected_option.get_attribute("value") == \
-            "demo/final"
+        assert (
+            Select(driver.find_element(By.ID, "try-model-0")).first_selected_option.get_attribute("value")
+            == "demo/final"
+        )
         driver.find_element(By.ID, "try-temp").clear()
         driver.find_element(By.ID, "try-temp").send_keys("0")
         driver.find_element(By.ID, "try-prompt").send_keys("Hola, ¿quién eres?")
@@ -557,13 +615,20 @@ def test_browser_launch_watch_stop_resume_in_spanish(chromium, served, tmp_path,
         assert int(box.get_attribute("data-pieces") or 0) >= 2 and box.text.strip()  # streamed, not one block
         assert "tokens/s" in text("#stats-0") and not text("#try-error")
         driver.find_element(By.ID, "try-two").click()
-        ckpt = [o.get_attribute("value") for o in Select(driver.find_element(By.ID, "try-model-1")).options
-                if "checkpoint-step-" in o.get_attribute("value")]
+        ckpt = [
+            o.get_attribute("value")
+            for o in Select(driver.find_element(By.ID, "try-model-1")).options
+            if "checkpoint-step-" in o.get_attribute("value")
+        ]
         Select(driver.find_element(By.ID, "try-model-1")).select_by_value(ckpt[-1])  # the oldest kept
         driver.find_element(By.ID, "try-prompt").send_keys("Cuéntame un cuento")
         driver.find_element(By.ID, "try-send").click()
-        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conv-0 [data-done]")) == 2
-                   and len(d.find_elements(By.CSS_SELECTOR, "#conv-1 [data-done]")) == 1)
+        wait.until(
+            lambda d: (
+                len(d.find_elements(By.CSS_SELECTOR, "#conv-0 [data-done]")) == 2
+                and len(d.find_elements(By.CSS_SELECTOR, "#conv-1 [data-done]")) == 1
+            )
+        )
         assert not text("#try-error")
         driver.save_screenshot(str(shots / "probar.png"))
         # a message far beyond the model's 32 positions: the note `aura chat` prints comes with the answer
@@ -576,8 +641,10 @@ def test_browser_launch_watch_stop_resume_in_spanish(chromium, served, tmp_path,
         # the pipelines: each stage with its status, the report, the training stage's run page
         driver.get(url + "#/")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-pipeline='mini-p'] [data-stage] .status"))
-        stages = {el.get_attribute("data-stage"): el.find_element(By.CSS_SELECTOR, ".status").text
-                  for el in driver.find_elements(By.CSS_SELECTOR, "tr[data-pipeline='mini-p'] [data-stage]")}
+        stages = {
+            el.get_attribute("data-stage"): el.find_element(By.CSS_SELECTOR, ".status").text
+            for el in driver.find_elements(By.CSS_SELECTOR, "tr[data-pipeline='mini-p'] [data-stage]")
+        }
         assert stages == {"tokenizer": "terminada", "prepare": "terminada", "pretrain": "terminada"}
         driver.save_screenshot(str(shots / "pipelines.png"))
         driver.find_element(By.CSS_SELECTOR, "tr[data-pipeline='mini-p'] [data-stage='pretrain'] a").click()
@@ -654,9 +721,17 @@ def test_delete_moves_a_stopped_run_to_the_trash_and_refuses_a_running_one(tmp_p
     assert r.status_code == 400 and "exact name" in r.json()["error"]
     assert c.post("/api/runs/..%2Fx/delete", json={"confirm": "../x"}, headers=headers).status_code == 404
 
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom aura.core.rundir import RunLock\n"
-                               f"assert RunLock({str(tmp_path / 'viva')!r}).acquire() is None\n"
-                               "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom aura.core.rundir import RunLock\n"
+            f"assert RunLock({str(tmp_path / 'viva')!r}).acquire() is None\n"
+            "print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         r = c.post("/api/runs/viva/delete", json={"confirm": "viva"}, headers=headers)
@@ -689,16 +764,29 @@ def test_api_stop_and_resume_give_the_losses_of_an_uninterrupted_run(tmp_path, p
     root.mkdir()
     c, headers = client(root)
     steps = 60
-    values = {**TINY, "data": str(prepared_corpus), "max_steps": str(steps), "save_steps": "0",
-              "eval_interval": "0", "precision": "fp32", "seed": "3", "warmup_steps": "5"}
+    values = {
+        **TINY,
+        "data": str(prepared_corpus),
+        "max_steps": str(steps),
+        "save_steps": "0",
+        "eval_interval": "0",
+        "precision": "fp32",
+        "seed": "3",
+        "warmup_steps": "5",
+    }
     preview = c.post("/api/preview", json={"command": "pretrain", "name": "api", "values": values}, headers=headers)
     assert preview.status_code == 200, preview.text
     argv = preview.json()["argv"]
     # the uninterrupted reference, the same arguments in another folder, started beside the studio's run
     ref_dir = tmp_path / "reference"
-    ref_argv = [*argv[:argv.index("--output-dir")], "--output-dir", str(ref_dir)]
-    ref = subprocess.Popen([sys.executable, "-m", "aura", *ref_argv], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, env={**os.environ, "AURA_PLAIN": "1"})
+    ref_argv = [*argv[: argv.index("--output-dir")], "--output-dir", str(ref_dir)]
+    ref = subprocess.Popen(
+        [sys.executable, "-m", "aura", *ref_argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "AURA_PLAIN": "1"},
+    )
 
     def detail() -> dict:
         r = c.get("/api/runs/api")
@@ -718,8 +806,14 @@ def test_api_stop_and_resume_give_the_losses_of_an_uninterrupted_run(tmp_path, p
     try:
         r = c.post("/api/launch", json={"command": "pretrain", "name": "api", "values": values}, headers=headers)
         assert r.status_code == 200, r.text
-        logged = lambda: [ln for ln in (root / "api" / "training_log.csv").read_text().splitlines()[1:]  # noqa: E731
-                          if ",step," in ln] if (root / "api" / "training_log.csv").is_file() else []
+
+        def logged():
+            return (
+                [ln for ln in (root / "api" / "training_log.csv").read_text().splitlines()[1:] if ",step," in ln]
+                if (root / "api" / "training_log.csv").is_file()
+                else []
+            )
+
         end = time.monotonic() + 600
         while len(logged()) < 3 and time.monotonic() < end:
             time.sleep(0.05)
@@ -743,5 +837,8 @@ def test_api_stop_and_resume_give_the_losses_of_an_uninterrupted_run(tmp_path, p
     got = {int(r["step"]): r for r in rows}  # a step logged twice would show as fewer keys than rows
     assert len(rows) == len(got) == steps and sorted(got) == sorted(ref_rows) == list(range(1, steps + 1))
     for step in got:
-        assert (got[step]["train_loss"], got[step]["lr"], got[step]["tokens"]) == \
-            (ref_rows[step]["train_loss"], ref_rows[step]["lr"], ref_rows[step]["tokens"]), step
+        assert (got[step]["train_loss"], got[step]["lr"], got[step]["tokens"]) == (
+            ref_rows[step]["train_loss"],
+            ref_rows[step]["lr"],
+            ref_rows[step]["tokens"],
+        ), step

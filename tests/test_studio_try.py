@@ -50,9 +50,14 @@ def greedy_reference(model_dir: Path, messages: list[dict], max_new: int) -> str
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
     with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=max_new, do_sample=False, pad_token_id=tok.pad_token_id,
-                             eos_token_id=[tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")])
-    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        out = model.generate(
+            ids,
+            max_new_tokens=max_new,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=[tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")],
+        )
+    return tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
 def test_chat_streams_the_greedy_answer_of_the_runs_final_model(runs):
@@ -75,8 +80,11 @@ def test_chat_streams_the_greedy_answer_of_the_runs_final_model(runs):
     from aura.inference.backends import Sampling, open_engine
 
     out: list = []
-    list(open_engine(str(runs / "demo" / "final")).stream(
-        messages=messages, sampling=Sampling(max_new_tokens=12, temperature=0, seed=1), out=out))
+    list(
+        open_engine(str(runs / "demo" / "final")).stream(
+            messages=messages, sampling=Sampling(max_new_tokens=12, temperature=0, seed=1), out=out
+        )
+    )
     assert out[0].text == done["text"]
     assert c.get("/api/models").json()["loaded"] == [str((runs / "demo" / "final").resolve())]
 
@@ -87,8 +95,12 @@ def test_a_context_cut_is_told_on_the_page_at_every_answer_not_on_the_terminal(r
     stays quiet."""
     c, headers = client(runs)
     long = " ".join(["palabra"] * 600)  # far beyond the tiny model's 256 positions
-    body = {"model": "demo/final", "messages": [{"role": "user", "content": long}], "temperature": 0,
-            "max_new_tokens": 8}
+    body = {
+        "model": "demo/final",
+        "messages": [{"role": "user", "content": long}],
+        "temperature": 0,
+        "max_new_tokens": 8,
+    }
     for _ in range(2):
         with c.stream("POST", "/api/chat", json=body, headers=headers) as r:
             events = sse(r)
@@ -105,8 +117,12 @@ def test_two_models_side_by_side_and_a_bounded_cache(runs):
     messages = [{"role": "user", "content": "Cuéntame algo"}]
     answers = {}
     for model in ("demo/final", "gpt/final"):
-        with c.stream("POST", "/api/chat", json={"model": model, "messages": messages, "temperature": 0,
-                                                  "max_new_tokens": 6}, headers=headers) as r:
+        with c.stream(
+            "POST",
+            "/api/chat",
+            json={"model": model, "messages": messages, "temperature": 0, "max_new_tokens": 6},
+            headers=headers,
+        ) as r:
             answers[model] = sse(r)[-1]
     assert all(e == "done" for e, _ in answers.values())
     assert answers["gpt/final"][1]["text"] == greedy_reference(runs / "gpt" / "final", messages, 6)
@@ -123,16 +139,29 @@ def test_chat_refuses_models_outside_the_list_and_cross_site_posts(runs, tmp_pat
         assert c.post("/api/chat", json=body, headers=bad).status_code == 403
     (runs / "link").symlink_to(runs / "demo", target_is_directory=True)
     try:
-        for model in ("../demo/final", "demo/../demo/final", "/etc/passwd", str(runs / "demo" / "final"),
-                      "link/final", "demo", "demo/training_log.csv", None):
+        for model in (
+            "../demo/final",
+            "demo/../demo/final",
+            "/etc/passwd",
+            str(runs / "demo" / "final"),
+            "link/final",
+            "demo",
+            "demo/training_log.csv",
+            None,
+        ):
             r = c.post("/api/chat", json={**body, "model": model}, headers=headers)
             assert r.status_code == 400 and "runs folder" in r.json()["error"], model
     finally:
         (runs / "link").unlink()
     r = c.post("/api/chat", json={**body, "temperature": -1}, headers=headers)
     assert r.status_code == 400 and "--temperature" in r.json()["error"]  # aura chat's own validation
-    for messages in ([], [{"role": "system", "content": "x"}], [{"role": "user"}], "hola",
-                     [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]):
+    for messages in (
+        [],
+        [{"role": "system", "content": "x"}],
+        [{"role": "user"}],
+        "hola",
+        [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+    ):
         assert c.post("/api/chat", json={**body, "messages": messages}, headers=headers).status_code == 400
 
 
@@ -148,16 +177,27 @@ def test_forms_of_data_prepare_eval_and_gguf_export(runs, tmp_path):
     assert "output" not in {f["name"] for f in c.get("/api/forms/eval").json()["fields"]}
     assert c.get("/api/forms/data prepare").json()["fields"][0]["positional"]
     r = preview("export gguf", {"model": "demo/final", "quant": "q8_0"}, "demo-gguf").json()
-    assert r["argv"] == ["export", "gguf", "--model", "demo/final", "--quant", "q8_0", "--output-dir",
-                         str((runs / "demo-gguf").resolve())]
+    assert r["argv"] == [
+        "export",
+        "gguf",
+        "--model",
+        "demo/final",
+        "--quant",
+        "q8_0",
+        "--output-dir",
+        str((runs / "demo-gguf").resolve()),
+    ]
     assert r["command"].startswith("aura export gguf --model demo/final")
     r = preview("eval", {"model": "demo/final gpt/final", "suite": "aura-es", "limit": "2"}).json()
     assert r["argv"][:6] == ["eval", "--model", "demo/final", "gpt/final", "--suite", "aura-es"]
     r = preview("data prepare", {"inputs": "corpus.txt", "tokenizer": "tok"}).json()
     assert r["argv"][:4] == ["data", "prepare", "corpus.txt", "--tokenizer"]
     # models read from outside the runs folder, and output names that leave it, are refused
-    for command, values in (("export gguf", {"model": "../elsewhere"}), ("export gguf", {"model": "/etc"}),
-                            ("eval", {"model": "demo/final", "compare": "../../x", "suite": "aura-es"})):
+    for command, values in (
+        ("export gguf", {"model": "../elsewhere"}),
+        ("export gguf", {"model": "/etc"}),
+        ("eval", {"model": "demo/final", "compare": "../../x", "suite": "aura-es"}),
+    ):
         r = preview(command, values)
         assert r.status_code == 400 and "outside the runs folder" in r.json()["error"], values
     for name in ("../x", "a/b", ".."):
@@ -168,8 +208,9 @@ def test_forms_of_data_prepare_eval_and_gguf_export(runs, tmp_path):
     r = preview("eval", {"model": "demo/final"})  # the CLI's own validation: data, suite or tasks needed
     assert r.status_code == 400
     for bad in ({}, {**headers, "Origin": "http://evil.example"}):  # cross-site: refused before anything
-        r = c.post("/api/launch", json={"command": "export gguf", "name": "g", "values": {"model": "demo/final"}},
-                   headers=bad)
+        r = c.post(
+            "/api/launch", json={"command": "export gguf", "name": "g", "values": {"model": "demo/final"}}, headers=bad
+        )
         assert r.status_code == 403
     assert not (runs / "g").exists()
 
@@ -179,17 +220,28 @@ def test_gguf_export_launched_from_the_form_then_chat_with_it(runs):
     answers through llama.cpp with the template embedded in it."""
     importorskip("llama_cpp", "llama-cpp")
     c, headers = client(runs)
-    r = c.post("/api/launch", json={"command": "export gguf", "name": "demo-gguf",
-                                    "values": {"model": "demo/final", "quant": "f16"}}, headers=headers)
+    r = c.post(
+        "/api/launch",
+        json={"command": "export gguf", "name": "demo-gguf", "values": {"model": "demo/final", "quant": "f16"}},
+        headers=headers,
+    )
     assert r.status_code == 200 and r.json()["run"] is False
     deadline = time.time() + 240
     while (job := c.get("/api/jobs/demo-gguf").json())["running"] and time.time() < deadline:
         time.sleep(1)
     assert job["returncode"] == 0, job["log"]
     assert "demo-gguf/model-f16.gguf" in {m["id"] for m in c.get("/api/models").json()["models"]}
-    with c.stream("POST", "/api/chat", json={"model": "demo-gguf/model-f16.gguf", "temperature": 0,
-                                              "max_new_tokens": 6, "messages": [{"role": "user", "content": "Hola"}]},
-                  headers=headers) as r:
+    with c.stream(
+        "POST",
+        "/api/chat",
+        json={
+            "model": "demo-gguf/model-f16.gguf",
+            "temperature": 0,
+            "max_new_tokens": 6,
+            "messages": [{"role": "user", "content": "Hola"}],
+        },
+        headers=headers,
+    ) as r:
         events = sse(r)
     assert events[1] == ("start", {"backend": "llama.cpp", "template": True}) and events[-1][0] == "done", events
     assert c.get("/api/jobs/nothing").status_code == 400
@@ -204,8 +256,7 @@ def test_runs_list_follows_new_rows_and_costs_a_stat_when_unchanged(tmp_path, mo
     rec = c.get("/api/runs").json()[0]
     assert rec["last_step"] == 4 and rec["tokens_per_s"] == 1000 and rec["total_steps"] == 100
     assert rec["layout"] == {"world_size": 4, "nnodes": 2, "nproc_per_node": 2, "launcher": "torchrun"}
-    from aura.watch import runlog
-    from aura.watch import runs as reader
+    from aura.watch import runlog, runs as reader
 
     calls = []
     real = runlog.read_log_since

@@ -19,8 +19,12 @@ from tests.conftest import run_aura_here
 
 # Flags of other programs that Aura's messages tell users to pass to those programs.
 OTHER_TOOLS = {
-    "--nproc_per_node": "torchrun", "--index-url": "pip", "--logdir": "tensorboard",
-    "--version": "aura (global)", "--lang": "aura (global)", "--debug": "aura (global)",
+    "--nproc_per_node": "torchrun",
+    "--index-url": "pip",
+    "--logdir": "tensorboard",
+    "--version": "aura (global)",
+    "--lang": "aura (global)",
+    "--debug": "aura (global)",
 }
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9_-]*[a-z0-9]")
 
@@ -58,7 +62,8 @@ def unknown_flags(texts: list[tuple[str, str]], known: set[str]) -> list[tuple[s
 def test_every_suggested_flag_exists():
     unknown = unknown_flags(_texts(), _aura_flags() | set(OTHER_TOOLS))
     assert not unknown, "flags that no aura command (nor OTHER_TOOLS) has:\n" + "\n".join(
-        f"  {flag}  ({where})" for flag, where in unknown)
+        f"  {flag}  ({where})" for flag, where in unknown
+    )
 
 
 def test_doctor_suggests_only_existing_flags():

@@ -73,8 +73,12 @@ def test_hash_is_identity(tok_dir, tmp_path):
     assert h == tokenizer_hash(AutoTokenizer.from_pretrained(str(tok_dir)))
     assert h == tokenizer_hash(load_tokenizer(str(tok_dir)))
     assert h == tokenizer_hash(Tokenizer.from_file(str(tok_dir / "tokenizer.json")))
-    other = train_bpe(inputs=[str(RESOURCES / "corpus_es" / "narrativa.txt")], vocab_size=350,
-                      output_dir=tmp_path / "other", doc_sep="blankline")
+    other = train_bpe(
+        inputs=[str(RESOURCES / "corpus_es" / "narrativa.txt")],
+        vocab_size=350,
+        output_dir=tmp_path / "other",
+        doc_sep="blankline",
+    )
     assert tokenizer_hash(other) != h
 
 
@@ -82,8 +86,8 @@ def test_load_tokenizer_adds_pad_and_names_missing(tmp_path, capsys):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from aura.tokenizer.train import build_bpe_trainer_pair
     from aura.tokenizer.loading import load_tokenizer
+    from aura.tokenizer.train import build_bpe_trainer_pair
 
     tok, trainer = build_bpe_trainer_pair(300, 1)
     tok.train_from_iterator(["hola mundo " * 20, "adiós mundo"], trainer=trainer)
@@ -92,7 +96,9 @@ def test_load_tokenizer_adds_pad_and_names_missing(tmp_path, capsys):
 
     plain = Tokenizer(models.BPE())
     plain.pre_tokenizer = pre_tokenizers.ByteLevel()
-    plain.train_from_iterator(["hola mundo " * 20], trainer=trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>"]))
+    plain.train_from_iterator(
+        ["hola mundo " * 20], trainer=trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>"])
+    )
     PreTrainedTokenizerFast(tokenizer_object=plain, eos_token="</s>").save_pretrained(tmp_path / "eosonly")
     loaded = load_tokenizer(str(tmp_path / "eosonly"))
     assert loaded.pad_token == "</s>" and loaded.pad_token_id == loaded.eos_token_id
@@ -129,14 +135,18 @@ def test_one_tokenizer_loader_for_training_and_inference(tmp_path, capsys):
 def test_cli_train_jsonl_and_too_small_vocab(tmp_path):
     data = tmp_path / "d.jsonl"
     paragraphs = (RESOURCES / "corpus_es" / "enciclopedia.txt").read_text(encoding="utf-8").split("\n\n")
-    data.write_text("".join(json.dumps({"contenido": p}, ensure_ascii=False) + "\n" for p in paragraphs if p.strip()),
-                    encoding="utf-8")
-    r = run_aura("tokenizer", "train", data, "--text-field", "contenido", "--vocab-size", "300",
-                 "--output-dir", tmp_path / "t")
+    data.write_text(
+        "".join(json.dumps({"contenido": p}, ensure_ascii=False) + "\n" for p in paragraphs if p.strip()),
+        encoding="utf-8",
+    )
+    r = run_aura(
+        "tokenizer", "train", data, "--text-field", "contenido", "--vocab-size", "300", "--output-dir", tmp_path / "t"
+    )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "t" / "tokenizer.json").is_file() and "fertility" in r.stdout
-    r = run_aura_here("tokenizer", "train", data, "--vocab-size", "100", "--output-dir", tmp_path / "t2",
-                      env={"AURA_LANG": "es"})
+    r = run_aura_here(
+        "tokenizer", "train", data, "--vocab-size", "100", "--output-dir", tmp_path / "t2", env={"AURA_LANG": "es"}
+    )
     assert r.returncode == 2 and "demasiado pequeño" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "t2").exists()
 
@@ -148,44 +158,104 @@ def test_tokenizer_typo_and_unreachable_hub_fail_at_once(tmp_path):
     (tmp_path / "tokenizers").mkdir()
     # Offline, the hub's retries used to take about a minute before the same failure.
     unreachable = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": ""}
-    cases = [("tokenizers/typo", "read as a local path"),          # runs/ exists here: a typo, not a repo
-             ("./tokenizers/es", "read as a local path"),
-             ("someone/spanish-bpe", "cannot be reached")]          # a hub name, hub unreachable
+    cases = [
+        ("tokenizers/typo", "read as a local path"),  # runs/ exists here: a typo, not a repo
+        ("./tokenizers/es", "read as a local path"),
+        ("someone/spanish-bpe", "cannot be reached"),
+    ]  # a hub name, hub unreachable
     for name, expected in cases:
         t0 = time.perf_counter()
-        r = run_aura("data", "prepare", corpus, "--tokenizer", name, "--output-dir", tmp_path / "out",
-                     env=unreachable, cwd=tmp_path)
+        r = run_aura(
+            "data",
+            "prepare",
+            corpus,
+            "--tokenizer",
+            name,
+            "--output-dir",
+            tmp_path / "out",
+            env=unreachable,
+            cwd=tmp_path,
+        )
         took = time.perf_counter() - t0
         assert r.returncode == 2, (name, r.stderr)
         assert f"--tokenizer {name}" in r.stderr and expected in r.stderr, r.stderr
         assert "Retrying" not in r.stderr and "Traceback" not in r.stderr
         assert took < 30, (name, took)
-    es = run_aura("data", "prepare", corpus, "--tokenizer", "tokenizers/typo", "--output-dir", tmp_path / "o",
-                  env={**unreachable, "AURA_LANG": "es"}, cwd=tmp_path)
+    es = run_aura(
+        "data",
+        "prepare",
+        corpus,
+        "--tokenizer",
+        "tokenizers/typo",
+        "--output-dir",
+        tmp_path / "o",
+        env={**unreachable, "AURA_LANG": "es"},
+        cwd=tmp_path,
+    )
     assert es.returncode == 2 and "Revisa que esté bien escrita" in es.stderr
 
 
 def test_aura_pretrained_model_finetunes_on_the_users_csv(tmp_path):
     """An Aura tokenizer carries Aura's chat template into pretrain's final/, so fine-tuning on the
     user's own CSV needs no --template."""
-    r = run_aura("tokenizer", "train", RESOURCES / "corpus_es", "--vocab-size", "400", "--output-dir",
-                 tmp_path / "tok")
+    r = run_aura("tokenizer", "train", RESOURCES / "corpus_es", "--vocab-size", "400", "--output-dir", tmp_path / "tok")
     assert r.returncode == 0, r.stderr
-    assert "<|im_start|>" in json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text()).get(
-        "chat_template", "") or (tmp_path / "tok" / "chat_template.jinja").is_file()
-    r = run_aura("data", "prepare", RESOURCES / "corpus_es", "--tokenizer", tmp_path / "tok", "--output-dir",
-                 tmp_path / "data")
+    assert (
+        "<|im_start|>" in json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text()).get("chat_template", "")
+        or (tmp_path / "tok" / "chat_template.jinja").is_file()
+    )
+    r = run_aura(
+        "data", "prepare", RESOURCES / "corpus_es", "--tokenizer", tmp_path / "tok", "--output-dir", tmp_path / "data"
+    )
     assert r.returncode == 0, r.stderr
-    r = run_aura("pretrain", "--data", tmp_path / "data", "--output-dir", tmp_path / "run", "--model-preset", "manual",
-                 "--embed-size", "64", "--num-layers", "2", "--num-heads", "4", "--seq-length", "64",
-                 "--intermediate-size", "128", "--batch-size", "4", "--max-steps", "2", "--save-steps", "0",
-                 "--sample-tokens", "0")
+    r = run_aura(
+        "pretrain",
+        "--data",
+        tmp_path / "data",
+        "--output-dir",
+        tmp_path / "run",
+        "--model-preset",
+        "manual",
+        "--embed-size",
+        "64",
+        "--num-layers",
+        "2",
+        "--num-heads",
+        "4",
+        "--seq-length",
+        "64",
+        "--intermediate-size",
+        "128",
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "2",
+        "--save-steps",
+        "0",
+        "--sample-tokens",
+        "0",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     csv_file = tmp_path / "mine.csv"
-    csv_file.write_text("instruction,response\n" + "".join(
-        f"¿Cuánto es {i} más {i}?,Es {2 * i}.\n" for i in range(12)), encoding="utf-8")
-    r = run_aura("finetune", "--base-model", tmp_path / "run" / "final", "--data", csv_file, "--output-dir",
-                 tmp_path / "ft", "--max-steps", "2", "--save-steps", "0", "--batch-size", "2")
+    csv_file.write_text(
+        "instruction,response\n" + "".join(f"¿Cuánto es {i} más {i}?,Es {2 * i}.\n" for i in range(12)),
+        encoding="utf-8",
+    )
+    r = run_aura(
+        "finetune",
+        "--base-model",
+        tmp_path / "run" / "final",
+        "--data",
+        csv_file,
+        "--output-dir",
+        tmp_path / "ft",
+        "--max-steps",
+        "2",
+        "--save-steps",
+        "0",
+        "--batch-size",
+        "2",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Chat template: aura" in r.stdout + r.stderr
     assert "FutureWarning" not in r.stdout + r.stderr  # peft reading a deprecated transformers property
@@ -200,8 +270,18 @@ def test_small_corpus_explains_short_vocabulary_and_missing_fertility(tmp_path):
     out = r.stdout + r.stderr
     assert "not the 8000 asked" in out and "--min-frequency" in out and "more text" in out
     assert "0 held-out" not in out and "Fertility not measured" in out and "--heldout-fraction" in out
-    r = run_aura("tokenizer", "train", text, "--vocab-size", "8000", "--heldout-fraction", "0", "--output-dir",
-                 tmp_path / "t0", env={"AURA_LANG": "es"})
+    r = run_aura(
+        "tokenizer",
+        "train",
+        text,
+        "--vocab-size",
+        "8000",
+        "--heldout-fraction",
+        "0",
+        "--output-dir",
+        tmp_path / "t0",
+        env={"AURA_LANG": "es"},
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0 and "Fertilidad sin medir" in out and "--heldout-fraction 0" in out
     assert "no los 8000 pedidos" in out or "no los 8.000 pedidos" in out

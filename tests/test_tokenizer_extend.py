@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 import torch
 
 from tests.conftest import run_aura, run_aura_here
@@ -27,15 +26,41 @@ def adapted(tmp_path_factory) -> dict[str, Path]:
     tok = train_tokenizer(root / "tok", vocab_size=700)
     base = build_llama(root / "base", tok)
     ext = root / "ext"
-    r = run_aura("tokenizer", "extend", base, CORPUS_DIR, "--add-tokens", ADD, "--output-dir", ext,
-                 "--heldout-fraction", "0.1")
+    r = run_aura(
+        "tokenizer", "extend", base, CORPUS_DIR, "--add-tokens", ADD, "--output-dir", ext, "--heldout-fraction", "0.1"
+    )
     assert r.returncode == 0, r.stderr + r.stdout
-    prepare(PrepareConfig(inputs=[str(CORPUS_DIR)], tokenizer=str(ext), output_dir=str(root / "data"), workers=1,
-                          val_fraction=0.05))
+    prepare(
+        PrepareConfig(
+            inputs=[str(CORPUS_DIR)], tokenizer=str(ext), output_dir=str(root / "data"), workers=1, val_fraction=0.05
+        )
+    )
     run = root / "run"
-    t = run_aura("pretrain", "--init-from", base, "--tokenizer", ext, "--data", root / "data", "-o", run,
-                 "--batch-size", "2", "--seq-length", "64", "--precision", "fp32", "--max-steps", "2",
-                 "--train-new-tokens-only", "2", "--learning-rate", "1e-2", "--sample-tokens", "0")
+    t = run_aura(
+        "pretrain",
+        "--init-from",
+        base,
+        "--tokenizer",
+        ext,
+        "--data",
+        root / "data",
+        "-o",
+        run,
+        "--batch-size",
+        "2",
+        "--seq-length",
+        "64",
+        "--precision",
+        "fp32",
+        "--max-steps",
+        "2",
+        "--train-new-tokens-only",
+        "2",
+        "--learning-rate",
+        "1e-2",
+        "--sample-tokens",
+        "0",
+    )
     assert t.returncode == 0, t.stderr + t.stdout
     return {"tok": tok, "base": base, "ext": ext, "run": run, "extend_out": r.stdout, "pretrain_out": t.stdout}
 
@@ -48,8 +73,9 @@ def test_extension_round_trips_and_never_cuts_more_than_the_base(adapted):
     ext_vocab = ext.get_vocab()
     assert all(ext_vocab[t] == i for t, i in base.get_vocab().items())  # every base token keeps its id
     assert ext.chat_template == base.chat_template and ext.eos_token == base.eos_token
-    lines = [ln for f in sorted(CORPUS_DIR.glob("*.txt")) for ln in f.read_text(encoding="utf-8").splitlines()
-             if ln.strip()]
+    lines = [
+        ln for f in sorted(CORPUS_DIR.glob("*.txt")) for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()
+    ]
     english = ["The quick brown fox jumps over the lazy dog 🦊.", "It's 3.14 o'clock; naïve café 😀!"]
     fewer = 0
     for text in [*SPANISH_PROBES, *english, *lines]:
@@ -83,7 +109,7 @@ def test_new_rows_start_as_the_mean_of_their_pieces(adapted):
     mean_of_pieces(model, base_tok, ext, new)
     emb, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
     assert emb.shape[0] == len(ext) and head.shape[0] == len(ext)
-    assert torch.equal(emb[:len(base_tok)], emb0) and torch.equal(head[:len(base_tok)], head0)
+    assert torch.equal(emb[: len(base_tok)], emb0) and torch.equal(head[: len(base_tok)], head0)
     for i in new:
         text = ext.decode([i])
         pieces = base_tok(text, add_special_tokens=False).input_ids if "\ufffd" not in text else None
@@ -110,7 +136,9 @@ def test_new_rows_only_phase_leaves_every_base_weight_unchanged(adapted):
             assert final[name].shape[0] == n + ADD
         else:
             assert torch.equal(final[name], w), name
-    assert not torch.equal(final["model.embed_tokens.weight"][n:], torch.zeros_like(final["model.embed_tokens.weight"][n:]))
+    assert not torch.equal(
+        final["model.embed_tokens.weight"][n:], torch.zeros_like(final["model.embed_tokens.weight"][n:])
+    )
 
 
 def test_embeddings_scope_trains_whole_embedding_matrices_and_nothing_else(adapted, tmp_path):
@@ -119,10 +147,33 @@ def test_embeddings_scope_trains_whole_embedding_matrices_and_nothing_else(adapt
     from safetensors.torch import load_file
 
     run = tmp_path / "emb"
-    t = run_aura("pretrain", "--init-from", adapted["base"], "--tokenizer", adapted["ext"], "--data",
-                 adapted["run"].parent / "data", "-o", run, "--batch-size", "2", "--seq-length", "64", "--precision",
-                 "fp32", "--max-steps", "2", "--train-new-tokens-only", "2", "--new-tokens-scope", "embeddings",
-                 "--learning-rate", "1e-2", "--sample-tokens", "0")
+    t = run_aura(
+        "pretrain",
+        "--init-from",
+        adapted["base"],
+        "--tokenizer",
+        adapted["ext"],
+        "--data",
+        adapted["run"].parent / "data",
+        "-o",
+        run,
+        "--batch-size",
+        "2",
+        "--seq-length",
+        "64",
+        "--precision",
+        "fp32",
+        "--max-steps",
+        "2",
+        "--train-new-tokens-only",
+        "2",
+        "--new-tokens-scope",
+        "embeddings",
+        "--learning-rate",
+        "1e-2",
+        "--sample-tokens",
+        "0",
+    )
     assert t.returncode == 0, t.stderr + t.stdout
     base = load_file(str(adapted["base"] / "model.safetensors"))
     final = load_file(str(run / "final" / "model.safetensors"))
@@ -154,14 +205,26 @@ def test_final_model_and_gguf_tokenize_like_the_extended_tokenizer(adapted, tmp_
     llm = Llama(str(gguf), vocab_only=True, verbose=False)
     lines = [ln for ln in (CORPUS_DIR / "dialogos.txt").read_text(encoding="utf-8").splitlines() if ln.strip()]
     for text in [*SPANISH_PROBES, *lines[:200]]:
-        assert llm.tokenize(text.encode("utf-8"), add_bos=False, special=False) == \
-            ext(text, add_special_tokens=False).input_ids, text
+        assert (
+            llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+            == ext(text, add_special_tokens=False).input_ids
+        ), text
 
 
 def test_extend_refusals(adapted, tmp_path):
     out = tmp_path / "ext"
-    r = run_aura_here("tokenizer", "extend", adapted["base"], CORPUS_DIR, "--add-tokens", "500", "--max-vocab", "1000",
-                      "--output-dir", out)
+    r = run_aura_here(
+        "tokenizer",
+        "extend",
+        adapted["base"],
+        CORPUS_DIR,
+        "--add-tokens",
+        "500",
+        "--max-vocab",
+        "1000",
+        "--output-dir",
+        out,
+    )
     assert r.returncode == 2 and "--add-tokens 500 would give 1,200 tokens" in r.stderr, r.stderr
     assert not out.exists()
     r = run_aura_here("tokenizer", "extend", adapted["base"], "--output-dir", out)
@@ -175,7 +238,8 @@ def test_extend_refusals(adapted, tmp_path):
 def test_sentencepiece_base_extension_is_never_longer_round_trips_and_llama_cpp_agrees(tmp_path):
     """A Llama 2 / Mistral 7B layout (SentencePiece BPE: "▁" for spaces, byte fallback, no pre-tokeniser)
     extended from three of the corpus files: its new pieces are words or word starts ("▁" only first), on the
-    fourth file (held out) no line takes more tokens than with the base, most take fewer, every line decodes back to itself, and after a GGUF export llama.cpp (its
+    fourth file (held out) no line takes more tokens than with the base, most take fewer, every line decodes back to
+    itself, and after a GGUF export llama.cpp (its
     SentencePiece tokenizer, merging by score) cuts every held-out line as the extended tokenizer does."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -226,5 +290,7 @@ def test_sentencepiece_base_extension_is_never_longer_round_trips_and_llama_cpp_
     assert "Tokenisation identical" in r.stdout
     llm = Llama(str(gguf), vocab_only=True, verbose=False)
     for text in [*SPANISH_PROBES, *lines]:
-        assert llm.tokenize(text.encode("utf-8"), add_bos=False, special=False) == \
-            ext(text, add_special_tokens=False).input_ids, text
+        assert (
+            llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+            == ext(text, add_special_tokens=False).input_ids
+        ), text

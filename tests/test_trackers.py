@@ -20,9 +20,32 @@ import pytest
 from tests.conftest import run_aura, run_aura_here
 from tests.evidence import importorskip
 
-TINY = ["--model-preset", "manual", "--embed-size", "32", "--num-layers", "1", "--num-heads", "2",
-        "--seq-length", "32", "--intermediate-size", "64", "--batch-size", "4", "--log-interval", "2",
-        "--sample-tokens", "0", "--save-steps", "0", "--eval-interval", "4", "--eval-batches", "2"]
+TINY = [
+    "--model-preset",
+    "manual",
+    "--embed-size",
+    "32",
+    "--num-layers",
+    "1",
+    "--num-heads",
+    "2",
+    "--seq-length",
+    "32",
+    "--intermediate-size",
+    "64",
+    "--batch-size",
+    "4",
+    "--log-interval",
+    "2",
+    "--sample-tokens",
+    "0",
+    "--save-steps",
+    "0",
+    "--eval-interval",
+    "4",
+    "--eval-batches",
+    "2",
+]
 
 
 def csv_metrics(run: Path) -> dict[str, list[tuple[int, float]]]:
@@ -64,10 +87,27 @@ def mlflow_server(tmp_path_factory):
     importorskip("alembic", "mlflow")
     root = tmp_path_factory.mktemp("mlflow")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                             f"sqlite:///{root / 'mlflow.db'}", "--default-artifact-root", str(root / "artifacts"),
-                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            stdout=open(root / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--default-artifact-root",
+            str(root / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=open(root / "server.log", "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     uri = f"http://127.0.0.1:{port}"
     import urllib.request
 
@@ -94,16 +134,25 @@ def mlflow_metrics(uri: str, run_id: str) -> dict[str, list[tuple[int, float]]]:
 
     client = MlflowClient(tracking_uri=uri)
     keys = client.get_run(run_id).data.metrics.keys()
-    return {k: [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, k), key=lambda m: (m.step, m.timestamp))]
-            for k in keys}
+    return {
+        k: [
+            (m.step, m.value) for m in sorted(client.get_metric_history(run_id, k), key=lambda m: (m.step, m.timestamp))
+        ]
+        for k in keys
+    }
 
 
 def test_mlflow_server_equals_csv_across_sigterm_and_resume(prepared_corpus, mlflow_server, tmp_path):
     run = tmp_path / "run"
     env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1", MLFLOW_TRACKING_URI=mlflow_server)
     common = ["--data", str(prepared_corpus), *TINY, "--max-steps", "24", "--report-to", "tensorboard,mlflow"]
-    proc = subprocess.Popen([sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *common],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *common],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lines = []
     for line in proc.stdout:
         lines.append(line)
@@ -145,8 +194,8 @@ def wandb_history(run_dir: Path, path: Path | None = None) -> dict[str, list[tup
         if left < 7:
             pos += left
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk = data[pos + 7:pos + 7 + length]
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == 0 and length == 0:  # padding to the block's end
             pos += block - pos % block if pos % block else 0
@@ -172,8 +221,19 @@ def test_wandb_offline_history_equals_csv(prepared_corpus, tmp_path):
     importorskip("wandb", "wandb")
     run = tmp_path / "run"
     env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(run)}
-    r = run_aura("pretrain", "--data", prepared_corpus, "--output-dir", run, *TINY, "--max-steps", "8",
-                 "--report-to", "wandb", env=env)
+    r = run_aura(
+        "pretrain",
+        "--data",
+        prepared_corpus,
+        "--output-dir",
+        run,
+        *TINY,
+        "--max-steps",
+        "8",
+        "--report-to",
+        "wandb",
+        env=env,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "disabled" not in r.stdout + r.stderr
     assert not (run / "tb").exists()
@@ -186,16 +246,34 @@ def test_trackio_local_store_equals_csv(prepared_corpus, tmp_path):
     importorskip("trackio", "trackio")
     run = tmp_path / "run"
     store = tmp_path / "trackio"
-    r = run_aura("pretrain", "--data", prepared_corpus, "--output-dir", run, *TINY, "--max-steps", "8",
-                 "--report-to", "trackio,tensorboard", env={"TRACKIO_DIR": str(store), "TRACKIO_PROJECT": "aura-test"})
+    r = run_aura(
+        "pretrain",
+        "--data",
+        prepared_corpus,
+        "--output-dir",
+        run,
+        *TINY,
+        "--max-steps",
+        "8",
+        "--report-to",
+        "trackio,tensorboard",
+        env={"TRACKIO_DIR": str(store), "TRACKIO_PROJECT": "aura-test"},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "disabled" not in r.stdout + r.stderr
     assert (run / "tb").is_dir()
     record = json.loads((run / "run.json").read_text())["trackers"]["trackio"]
-    code = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage; "
-            "print(json.dumps(SQLiteStorage.get_logs('aura-test', sys.argv[1]), default=str))")
-    got = subprocess.run([sys.executable, "-c", code, record["run_id"]], capture_output=True, text=True,
-                         env=dict(os.environ, TRACKIO_DIR=str(store)), timeout=120)
+    code = (
+        "import json, sys; from trackio.sqlite_storage import SQLiteStorage; "
+        "print(json.dumps(SQLiteStorage.get_logs('aura-test', sys.argv[1]), default=str))"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", code, record["run_id"]],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TRACKIO_DIR=str(store)),
+        timeout=120,
+    )
     assert got.returncode == 0, got.stderr
     history: dict[str, list[tuple[int, float]]] = {}
     for log in json.loads(got.stdout):
@@ -226,13 +304,38 @@ def test_kill9_then_resume_from_an_older_checkpoint_shows_no_step_twice(prepared
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run, store = tmp_path / "run", tmp_path / "trackio"
-    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1", MLFLOW_TRACKING_URI=mlflow_server,
-               WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=str(run), TRACKIO_DIR=str(store),
-               TRACKIO_PROJECT="aura-kill")
-    common = ["--data", str(prepared_corpus), *TINY, "--max-steps", "100", "--save-steps", "4", "--keep-last", "0",
-              "--report-to", "tensorboard,mlflow,wandb,trackio"]
-    proc = subprocess.Popen([sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *common],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    env = dict(
+        os.environ,
+        AURA_LANG="en",
+        AURA_PLAIN="1",
+        PYTHONUNBUFFERED="1",
+        MLFLOW_TRACKING_URI=mlflow_server,
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        WANDB_DIR=str(run),
+        TRACKIO_DIR=str(store),
+        TRACKIO_PROJECT="aura-kill",
+    )
+    common = [
+        "--data",
+        str(prepared_corpus),
+        *TINY,
+        "--max-steps",
+        "100",
+        "--save-steps",
+        "4",
+        "--keep-last",
+        "0",
+        "--report-to",
+        "tensorboard,mlflow,wandb,trackio",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", "pretrain", "--output-dir", str(run), *common],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lines, ready = [], False
     for line in proc.stdout:
         lines.append(line)
@@ -242,14 +345,21 @@ def test_kill9_then_resume_from_an_older_checkpoint_shows_no_step_twice(prepared
             break
         # every tracker has started (run.json names its run) and MLflow's server holds steps past checkpoint 8
         trackers = json.loads((run / "run.json").read_text()).get("trackers", {}) if step >= 12 else {}
-        ready = ready or (len(trackers) == 3 and max((s for s, _ in mlflow_metrics(
-            mlflow_server, trackers["mlflow"]["run_id"]).get("train_loss", [])), default=0) >= 12)
+        ready = ready or (
+            len(trackers) == 3
+            and max(
+                (s for s, _ in mlflow_metrics(mlflow_server, trackers["mlflow"]["run_id"]).get("train_loss", [])),
+                default=0,
+            )
+            >= 12
+        )
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, "".join(lines)
     first = json.loads((run / "run.json").read_text())
     assert first["status"] == "running"
-    resumed = run_aura("pretrain", "--output-dir", run, *common, "--resume-from", run / "checkpoint-step-8", "--fork",
-                       env=env)  # an older checkpoint: the later ones are moved aside
+    resumed = run_aura(
+        "pretrain", "--output-dir", run, *common, "--resume-from", run / "checkpoint-step-8", "--fork", env=env
+    )  # an older checkpoint: the later ones are moved aside
     log = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, log
     assert "disabled" not in log
@@ -281,10 +391,17 @@ def test_kill9_then_resume_from_an_older_checkpoint_shows_no_step_twice(prepared
     once_each(wandb_history(run, files[first["trackers"]["wandb"]["run_id"]]))  # what its core wrote before the kill
     close(wandb_history(run, files[record["wandb"]["run_id"]]), after(expected, 8))
     # Trackio's local store: likewise
-    code = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage; "
-            "print(json.dumps([SQLiteStorage.get_logs('aura-kill', n) for n in sys.argv[1:]], default=str))")
-    got = subprocess.run([sys.executable, "-c", code, first["trackers"]["trackio"]["run_id"],
-                          record["trackio"]["run_id"]], capture_output=True, text=True, env=env, timeout=120)
+    code = (
+        "import json, sys; from trackio.sqlite_storage import SQLiteStorage; "
+        "print(json.dumps([SQLiteStorage.get_logs('aura-kill', n) for n in sys.argv[1:]], default=str))"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", code, first["trackers"]["trackio"]["run_id"], record["trackio"]["run_id"]],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert got.returncode == 0, got.stderr
     histories = []
     for logs in json.loads(got.stdout):
@@ -301,8 +418,19 @@ def test_kill9_then_resume_from_an_older_checkpoint_shows_no_step_twice(prepared
 def test_unreachable_mlflow_only_warns_and_none_writes_no_tensorboard(prepared_corpus, tmp_path):
     importorskip("mlflow", "mlflow")
     run = tmp_path / "run"
-    r = run_aura("pretrain", "--data", prepared_corpus, "--output-dir", run, *TINY, "--max-steps", "6",
-                 "--report-to", "mlflow", env={"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{free_port()}"})
+    r = run_aura(
+        "pretrain",
+        "--data",
+        prepared_corpus,
+        "--output-dir",
+        run,
+        *TINY,
+        "--max-steps",
+        "6",
+        "--report-to",
+        "mlflow",
+        env={"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{free_port()}"},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     both = r.stdout + r.stderr
     assert both.count("Tracking to mlflow is disabled") == 1, both
@@ -310,8 +438,9 @@ def test_unreachable_mlflow_only_warns_and_none_writes_no_tensorboard(prepared_c
     assert [s for s, _ in csv_metrics(run)["train_loss"]] == [2, 4, 6]
     assert "trackers" not in json.loads((run / "run.json").read_text())
     quiet = tmp_path / "quiet"
-    r = run_aura("pretrain", "--data", prepared_corpus, "--output-dir", quiet, *TINY, "--max-steps", "2",
-                 "--report-to", "none")
+    r = run_aura(
+        "pretrain", "--data", prepared_corpus, "--output-dir", quiet, *TINY, "--max-steps", "2", "--report-to", "none"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert not (quiet / "tb").exists() and (quiet / "training_log.csv").is_file()
 
@@ -320,8 +449,9 @@ def test_bad_report_to_exits_2_with_a_hint(tmp_path):
     r = run_aura_here("pretrain", "--output-dir", tmp_path / "run", "--report-to", "wandbb")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "did you mean 'wandb'" in r.stderr and "Traceback" not in r.stderr
-    r = run_aura_here("pretrain", "--output-dir", tmp_path / "run", "--report-to", "none,mlflow",
-                      env={"AURA_LANG": "es"})
+    r = run_aura_here(
+        "pretrain", "--output-dir", tmp_path / "run", "--report-to", "none,mlflow", env={"AURA_LANG": "es"}
+    )
     assert r.returncode == 2 and "no se combina" in r.stderr
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("report_to: mlflow,trakio\n", encoding="utf-8")
@@ -333,8 +463,9 @@ def test_pipeline_stage_report_to_is_checked_by_the_command(tmp_path):
     """A pipeline stage's report_to goes through the command's own config: a bad name is refused before anything
     runs, naming the stage."""
     tiny = Path(__file__).parent / "pipelines" / "tiny.yaml"
-    text = tiny.read_text(encoding="utf-8").replace("    command: pretrain\n    options:\n",
-                                                    "    command: pretrain\n    options:\n      report_to: mlfow\n", 1)
+    text = tiny.read_text(encoding="utf-8").replace(
+        "    command: pretrain\n    options:\n", "    command: pretrain\n    options:\n      report_to: mlfow\n", 1
+    )
     assert "report_to: mlfow" in text
     bad = tmp_path / "bad.yaml"
     bad.write_text(text, encoding="utf-8")
@@ -355,9 +486,13 @@ def test_run_json_trackers_are_type_checked_when_read_back(tmp_path):
 
     dist = DistInfo(device=torch.device("cpu"))
     good = {"mlflow": {"run_id": "abc", "last_step": 12}}
-    for trackers, kept in ((good, good), ({"mlflow": {"run_id": 5, "last_step": 12}}, None),
-                           ({"mlflow": {"run_id": "abc", "last_step": "12"}}, None),
-                           ({"neptune": {"run_id": "abc", "last_step": 1}}, None), ([1, 2], None)):
+    for trackers, kept in (
+        (good, good),
+        ({"mlflow": {"run_id": 5, "last_step": 12}}, None),
+        ({"mlflow": {"run_id": "abc", "last_step": "12"}}, None),
+        ({"neptune": {"run_id": "abc", "last_step": 1}}, None),
+        ([1, 2], None),
+    ):
         (tmp_path / "run.json").write_text(json.dumps({"kind": "pretrain", "trackers": trackers}))
         assert RunStatus(tmp_path, kind="pretrain", dist=dist).data.get("trackers") == kept
     info, warning = _typed({"kind": "pretrain", "trackers": "abc"}, tmp_path / "run.json")

@@ -78,8 +78,10 @@ def test_time_budget_starts_the_cooldown_within_one_log_interval(resumed):
     assert new is not None and 80 <= new.cooldown_start < 80 + 7
     assert new.total == 100 and new.decay_start == new.cooldown_start  # the budget's end, at 1 s per step
     assert new.lr(new.cooldown_start - 1) == 1e-3 and new.lr(new.total - 1) < 0.3e-3
-    assert CooldownClock(budget_s=100, fraction=0.2, clock=lambda: 0.0).due(
-        dataclasses.replace(sched, kind="cosine"), 90) is None  # only WSD has a cooldown to move
+    assert (
+        CooldownClock(budget_s=100, fraction=0.2, clock=lambda: 0.0).due(dataclasses.replace(sched, kind="cosine"), 90)
+        is None
+    )  # only WSD has a cooldown to move
     # a budget that runs out inside the warm-up cools down from the rate reached, never up to the peak
     now[0] = 0.0
     clock = CooldownClock(budget_s=10, fraction=0.5, clock=lambda: now[0])
@@ -92,21 +94,44 @@ def test_time_budget_starts_the_cooldown_within_one_log_interval(resumed):
 def test_branch_point_resume_with_a_longer_plan_equals_the_longer_run(prepared_corpus, tmp_path):
     """A 20-step WSD run saved at step 10 (stable: its cooldown starts at 16), resumed with --max-steps 40:
     every per-step loss and rate equals a run planned for 40 steps from the start."""
-    common = ["--data", str(prepared_corpus), *TINY_FLAGS, "--lr-schedule", "wsd", "--warmup-steps", "2",
-              "--precision", "fp32"]
+    common = [
+        "--data",
+        str(prepared_corpus),
+        *TINY_FLAGS,
+        "--lr-schedule",
+        "wsd",
+        "--warmup-steps",
+        "2",
+        "--precision",
+        "fp32",
+    ]
     ref = tmp_path / "ref"
     assert run_aura("pretrain", "--output-dir", ref, *common, "--max-steps", "40", "--save-steps", "0").returncode == 0
     run = tmp_path / "run"
     r = run_aura("pretrain", "--output-dir", run, *common, "--max-steps", "20", "--save-steps", "10")
     assert r.returncode == 0, r.stderr
-    r = run_aura("pretrain", "--output-dir", run, *common, "--max-steps", "40", "--save-steps", "0",
-                 "--resume-from", run / "checkpoint-step-10", "--fork")
+    r = run_aura(
+        "pretrain",
+        "--output-dir",
+        run,
+        *common,
+        "--max-steps",
+        "40",
+        "--save-steps",
+        "0",
+        "--resume-from",
+        run / "checkpoint-step-10",
+        "--fork",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "the plan goes from 20 to 40 steps" in r.stdout
     a, b = read_log(ref), read_log(run)
     assert [a[s] for s in range(1, 41)] == [b[s] for s in range(1, 41)]
-    lr = {int(row["step"]): float(row["lr"]) for row in csv.DictReader(open(run / "training_log.csv"))
-          if row["kind"] == "step"}
+    lr = {
+        int(row["step"]): float(row["lr"])
+        for row in csv.DictReader(open(run / "training_log.csv"))
+        if row["kind"] == "step"
+    }
     assert lr[11] == lr[33] == 3e-3 and lr[34] < 3e-3 and lr[40] < 3e-4  # row N logs step N-1's rate
 
 
@@ -117,9 +142,30 @@ def test_time_budget_ends_the_run_cooled_down_and_saved(prepared_corpus, tmp_pat
     budget = 30  # seconds: hundreds of tiny steps, the cooldown half of them
     run = tmp_path / "run"
     t0 = time.monotonic()
-    r = run_aura_here("pretrain", "--data", prepared_corpus, "--output-dir", run, *TINY_FLAGS, "--lr-schedule", "wsd",
-                      "--time-budget", str(budget / 3600), "--cooldown-fraction", "0.5", "--max-steps", "100000",
-                      "--save-steps", "0", "--precision", "fp32", "--log-interval", "2", "--warmup-steps", "3")
+    r = run_aura_here(
+        "pretrain",
+        "--data",
+        prepared_corpus,
+        "--output-dir",
+        run,
+        *TINY_FLAGS,
+        "--lr-schedule",
+        "wsd",
+        "--time-budget",
+        str(budget / 3600),
+        "--cooldown-fraction",
+        "0.5",
+        "--max-steps",
+        "100000",
+        "--save-steps",
+        "0",
+        "--precision",
+        "fp32",
+        "--log-interval",
+        "2",
+        "--warmup-steps",
+        "3",
+    )
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stdout + r.stderr
     assert "the WSD cooldown starts at step" in r.stdout, r.stdout

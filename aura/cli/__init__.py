@@ -14,45 +14,65 @@ import traceback
 import warnings
 
 from aura import __version__
+from aura.cli.commands import COMMANDS
+from aura.cluster.diagnose import diagnose
 from aura.core import console
 from aura.core.config import parse_config
 from aura.core.errors import AbortReported, AuraError
 from aura.core.i18n import Messages, bi, set_lang
-from aura.cli.commands import COMMANDS
-from aura.cluster.diagnose import diagnose
 from aura.distributed.launcher import CHECK_ENV
 
-
-M = Messages("cli", {
-    "usage": ("uso: aura [--lang es|en] [--debug] <comando> [opciones]   (aura <comando> --help)",
-              "usage: aura [--lang es|en] [--debug] <command> [options]   (aura <command> --help)"),
-    "commands": ("Comandos:", "Commands:"),
-    "globals": ("Opciones globales: --lang es|en (idioma), --debug (muestra trazas), --version.",
-                "Global options: --lang es|en (language), --debug (show tracebacks), --version."),
-    "unknown": ("Comando desconocido: '{cmd}'.{close} Ejecuta 'aura --help' para ver los comandos.",
-                "Unknown command: '{cmd}'.{close} Run 'aura --help' to see the commands."),
-    "close": (" ¿Quisiste decir '{cmd}'?", " Did you mean '{cmd}'?"),
-    "bad_lang": ("--lang debe ser 'es' o 'en'.", "--lang must be 'es' or 'en'."),
-    "debug_hint": ("(ejecuta con --debug para ver la traza completa)",
-                   "(run with --debug to see the full traceback)"),
-    "interrupted": ("Interrumpido.", "Interrupted."),
-    "exit_codes": ("Códigos de salida: 0 terminado; 1 fallo de Aura; 2 error del usuario (el mensaje dice qué "
-                   "cambiar); 3 entrenamiento detenido por Ctrl+C o SIGTERM con el checkpoint guardado (se "
-                   "reanuda con --resume-from latest); 130 abortado con un segundo Ctrl+C sin guardar.",
-                   "Exit codes: 0 finished; 1 a bug in Aura; 2 a user error (the message says what to change); "
-                   "3 training stopped by Ctrl+C or SIGTERM with its checkpoint saved (resume with --resume-from "
-                   "latest); 130 aborted by a second Ctrl+C without saving."),
-    "bug": ("Error inesperado en Aura (esto es un fallo nuestro; por favor, repórtalo):",
-            "Unexpected error in Aura (this is our bug; please report it):"),
-    "comm_failed": ("La comunicación entre procesos falló en el rango {rank} de {world}: {error}",
-                    "Communication between processes failed on rank {rank} of {world}: {error}"),
-    "comm_resume": ("El último checkpoint guardado se reanuda con --resume-from latest en todos los nodos "
-                    "(o con 'aura launch ... --resume-from latest').",
-                    "The last saved checkpoint resumes with --resume-from latest on every node "
-                    "(or with 'aura launch ... --resume-from latest')."),
-    "missing_dep": ("Falta el paquete de Python '{name}'. Instálalo con: pip install {name}",
-                    "The Python package '{name}' is missing. Install it with: pip install {name}"),
-})
+M = Messages(
+    "cli",
+    {
+        "usage": (
+            "uso: aura [--lang es|en] [--debug] <comando> [opciones]   (aura <comando> --help)",
+            "usage: aura [--lang es|en] [--debug] <command> [options]   (aura <command> --help)",
+        ),
+        "commands": ("Comandos:", "Commands:"),
+        "globals": (
+            "Opciones globales: --lang es|en (idioma), --debug (muestra trazas), --version.",
+            "Global options: --lang es|en (language), --debug (show tracebacks), --version.",
+        ),
+        "unknown": (
+            "Comando desconocido: '{cmd}'.{close} Ejecuta 'aura --help' para ver los comandos.",
+            "Unknown command: '{cmd}'.{close} Run 'aura --help' to see the commands.",
+        ),
+        "close": (" ¿Quisiste decir '{cmd}'?", " Did you mean '{cmd}'?"),
+        "bad_lang": ("--lang debe ser 'es' o 'en'.", "--lang must be 'es' or 'en'."),
+        "debug_hint": (
+            "(ejecuta con --debug para ver la traza completa)",
+            "(run with --debug to see the full traceback)",
+        ),
+        "interrupted": ("Interrumpido.", "Interrupted."),
+        "exit_codes": (
+            "Códigos de salida: 0 terminado; 1 fallo de Aura; 2 error del usuario (el mensaje dice qué "
+            "cambiar); 3 entrenamiento detenido por Ctrl+C o SIGTERM con el checkpoint guardado (se "
+            "reanuda con --resume-from latest); 130 abortado con un segundo Ctrl+C sin guardar.",
+            "Exit codes: 0 finished; 1 a bug in Aura; 2 a user error (the message says what to change); "
+            "3 training stopped by Ctrl+C or SIGTERM with its checkpoint saved (resume with --resume-from "
+            "latest); 130 aborted by a second Ctrl+C without saving.",
+        ),
+        "bug": (
+            "Error inesperado en Aura (esto es un fallo nuestro; por favor, repórtalo):",
+            "Unexpected error in Aura (this is our bug; please report it):",
+        ),
+        "comm_failed": (
+            "La comunicación entre procesos falló en el rango {rank} de {world}: {error}",
+            "Communication between processes failed on rank {rank} of {world}: {error}",
+        ),
+        "comm_resume": (
+            "El último checkpoint guardado se reanuda con --resume-from latest en todos los nodos "
+            "(o con 'aura launch ... --resume-from latest').",
+            "The last saved checkpoint resumes with --resume-from latest on every node "
+            "(or with 'aura launch ... --resume-from latest').",
+        ),
+        "missing_dep": (
+            "Falta el paquete de Python '{name}'. Instálalo con: pip install {name}",
+            "The Python package '{name}' is missing. Install it with: pip install {name}",
+        ),
+    },
+)
 
 
 def _print_overview() -> None:
@@ -120,8 +140,9 @@ def _report_comm_failure(exc: BaseException, debug: bool) -> bool:
     text = "\n".join(chain)
     dist = sys.modules.get("torch.distributed")
     dist_error = dist is not None and isinstance(exc, getattr(dist, "DistError", ()))
-    lines = diagnose(text, addr=os.environ.get("MASTER_ADDR", "MASTER_ADDR"),
-                     port=os.environ.get("MASTER_PORT", "MASTER_PORT"))
+    lines = diagnose(
+        text, addr=os.environ.get("MASTER_ADDR", "MASTER_ADDR"), port=os.environ.get("MASTER_PORT", "MASTER_PORT")
+    )
     if not lines and not dist_error:
         return False
     first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
@@ -216,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
 def entry(argv: list[str] | None = None) -> int:
     """The ``aura`` program (console script, ``python -m aura``, torchrun workers): ``main``, then the heap
     frozen so that the interpreter's finalisation does not walk every object of torch and transformers
-    (``aura.core.heap``: ~1.1 s at the end of every command that imported torch and transformers). ``main`` itself stays callable in-process."""
+    (``aura.core.heap``: ~1.1 s at the end of every command that imported torch and transformers). ``main`` itself
+    stays callable in-process."""
     from aura.core.heap import freeze_for_exit
 
     code = main(argv)

@@ -23,99 +23,141 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from aura.cluster.diagnose import diagnose
 from aura.core import console
 from aura.core.config import arg
-from aura.cluster.diagnose import diagnose
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
 
-M = Messages("dist_check", {
-    "bad_size": ("--size-mb debe ser mayor que 0 (recibido {value}).",
-                 "--size-mb must be greater than 0 (got {value})."),
-    "bad_iters": ("--iters debe ser al menos 1 (recibido {value}).",
-                  "--iters must be at least 1 (got {value})."),
-    "bad_timeout": ("--timeout debe ser mayor que 0 segundos (recibido {value}).",
-                    "--timeout must be greater than 0 seconds (got {value})."),
-    "no_torchrun": ("No se está ejecutando bajo torchrun: se prueba un solo proceso. Para probar varios "
-                    "procesos o nodos: 'aura launch check-dist' (con NNODES, NODE_RANK, MASTER_ADDR, "
-                    "MASTER_PORT y GPUS_PER_NODE en cada nodo) o 'torchrun --nproc_per_node=2 -m aura "
-                    "check-dist'.",
-                    "Not running under torchrun: checking a single process. To check several processes "
-                    "or nodes: 'aura launch check-dist' (with NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT "
-                    "and GPUS_PER_NODE on every node) or 'torchrun --nproc_per_node=2 -m aura check-dist'."),
-    "rank_line": ("Backend={backend} | Procesos={world} | Rango={rank} | Nodo={host} | Dispositivo={device} "
-                  "| all_reduce={got:g} (esperado {expected:g}) {status}",
-                  "Backend={backend} | World size={world} | Rank={rank} | Host={host} | Device={device} "
-                  "| all_reduce={got:g} (expected {expected:g}) {status}"),
-    "bandwidth": ("all_reduce de {size}: {ms:.2f} ms/iter | algbw {alg} | busbw {bus}",
-                  "all_reduce of {size}: {ms:.2f} ms/iter | algbw {alg} | busbw {bus}"),
-    "table": ("Procesos del trabajo", "Ranks in the job"),
-    "nccl_fallback": ("NCCL no arrancó ({err}); se usa gloo.", "NCCL did not start ({err}); using gloo."),
-    "h_rank": ("rango", "rank"),
-    "h_device": ("dispositivo", "device"),
-    "h_host": ("máquina", "host"),
-    "h_local_rank": ("rango local", "local_rank"),
-    "wrong_sum": ("El all_reduce dio {got:g} en lugar de {expected:g} en los rangos {ranks}: la "
-                  "comunicación corrompe datos. Prueba --backend gloo y revisa NCCL_DEBUG=INFO.",
-                  "all_reduce returned {got:g} instead of {expected:g} on ranks {ranks}: communication "
-                  "corrupts data. Try --backend gloo and check NCCL_DEBUG=INFO."),
-    "passed": ("Comunicación correcta entre {world:proceso|procesos} en {nodes:nodo|nodos} (Sync=OK). Ancho de banda "
-               "del más lento: algbw {alg} | busbw {bus}.",
-               "Communication OK between {world:rank|ranks} on {nodes:node|nodes} (Sync=OK). Slowest rank's "
-               "bandwidth: algbw {alg} | busbw {bus}."),
-    "failed": ("La prueba distribuida falló: {err}", "The distributed check failed: {err}"),
-    "link": ("Enlace: latencia {lat:.2f} ms | ancho de banda por proceso {gbit:.2f} Gbit/s (busbw del más lento)",
-             "Link: latency {lat:.2f} ms | bandwidth per rank {gbit:.2f} Gbit/s (slowest rank's busbw)"),
-    "advice_title": ("{preset}: {mb:,} MB de gradientes fp32 por paso entre {world:proceso|procesos} (tiempos "
-                     "calculados con la latencia y el ancho de banda medidos; cómputo de {step:g} s por paso)",
-                     "{preset}: {mb:,} MB of fp32 gradients per step between {world:rank|ranks} (times computed "
-                     "from the measured latency and bandwidth; {step:g} s of compute per step)"),
-    "h_mode": ("modo", "mode"),
-    "h_comm": ("comunicación por paso", "communication per step"),
-    "h_share": ("parte del paso", "share of the step"),
-    "advice_plain": ("Comunicación despreciable: entrena con DDP normal (sin --ddp-comm).",
-                     "Communication is negligible: train with plain DDP (no --ddp-comm)."),
-    "advice_use": ("{gbit:.2f} Gbit/s: ~{plain:.1f} s por paso de all-reduce con {preset}; usa {use}.",
-                   "{gbit:.2f} Gbit/s: ~{plain:.1f} s per step in all-reduce with {preset}; use {use}."),
-    "or": ("{a} o {b}", "{a} or {b}"),
-    "bad_preset": ("Preset desconocido '{value}' en --model-preset: usa uno de {names}.",
-                   "Unknown preset '{value}' in --model-preset: use one of {names}."),
-    "bad_step": ("--step-seconds debe ser mayor que 0 (recibido {value}).",
-                 "--step-seconds must be greater than 0 (got {value})."),
-    "unknown_cause": ("Causa no reconocida: ejecuta con --debug y TORCH_DISTRIBUTED_DEBUG=DETAIL para más "
-                      "detalle.",
-                      "Cause not recognised: run with --debug and TORCH_DISTRIBUTED_DEBUG=DETAIL for more "
-                      "detail."),
-})
+M = Messages(
+    "dist_check",
+    {
+        "bad_size": (
+            "--size-mb debe ser mayor que 0 (recibido {value}).",
+            "--size-mb must be greater than 0 (got {value}).",
+        ),
+        "bad_iters": ("--iters debe ser al menos 1 (recibido {value}).", "--iters must be at least 1 (got {value})."),
+        "bad_timeout": (
+            "--timeout debe ser mayor que 0 segundos (recibido {value}).",
+            "--timeout must be greater than 0 seconds (got {value}).",
+        ),
+        "no_torchrun": (
+            "No se está ejecutando bajo torchrun: se prueba un solo proceso. Para probar varios "
+            "procesos o nodos: 'aura launch check-dist' (con NNODES, NODE_RANK, MASTER_ADDR, "
+            "MASTER_PORT y GPUS_PER_NODE en cada nodo) o 'torchrun --nproc_per_node=2 -m aura "
+            "check-dist'.",
+            "Not running under torchrun: checking a single process. To check several processes "
+            "or nodes: 'aura launch check-dist' (with NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT "
+            "and GPUS_PER_NODE on every node) or 'torchrun --nproc_per_node=2 -m aura check-dist'.",
+        ),
+        "rank_line": (
+            "Backend={backend} | Procesos={world} | Rango={rank} | Nodo={host} | Dispositivo={device} "
+            "| all_reduce={got:g} (esperado {expected:g}) {status}",
+            "Backend={backend} | World size={world} | Rank={rank} | Host={host} | Device={device} "
+            "| all_reduce={got:g} (expected {expected:g}) {status}",
+        ),
+        "bandwidth": (
+            "all_reduce de {size}: {ms:.2f} ms/iter | algbw {alg} | busbw {bus}",
+            "all_reduce of {size}: {ms:.2f} ms/iter | algbw {alg} | busbw {bus}",
+        ),
+        "table": ("Procesos del trabajo", "Ranks in the job"),
+        "nccl_fallback": ("NCCL no arrancó ({err}); se usa gloo.", "NCCL did not start ({err}); using gloo."),
+        "h_rank": ("rango", "rank"),
+        "h_device": ("dispositivo", "device"),
+        "h_host": ("máquina", "host"),
+        "h_local_rank": ("rango local", "local_rank"),
+        "wrong_sum": (
+            "El all_reduce dio {got:g} en lugar de {expected:g} en los rangos {ranks}: la "
+            "comunicación corrompe datos. Prueba --backend gloo y revisa NCCL_DEBUG=INFO.",
+            "all_reduce returned {got:g} instead of {expected:g} on ranks {ranks}: communication "
+            "corrupts data. Try --backend gloo and check NCCL_DEBUG=INFO.",
+        ),
+        "passed": (
+            "Comunicación correcta entre {world:proceso|procesos} en {nodes:nodo|nodos} (Sync=OK). Ancho de banda "
+            "del más lento: algbw {alg} | busbw {bus}.",
+            "Communication OK between {world:rank|ranks} on {nodes:node|nodes} (Sync=OK). Slowest rank's "
+            "bandwidth: algbw {alg} | busbw {bus}.",
+        ),
+        "failed": ("La prueba distribuida falló: {err}", "The distributed check failed: {err}"),
+        "link": (
+            "Enlace: latencia {lat:.2f} ms | ancho de banda por proceso {gbit:.2f} Gbit/s (busbw del más lento)",
+            "Link: latency {lat:.2f} ms | bandwidth per rank {gbit:.2f} Gbit/s (slowest rank's busbw)",
+        ),
+        "advice_title": (
+            "{preset}: {mb:,} MB de gradientes fp32 por paso entre {world:proceso|procesos} (tiempos "
+            "calculados con la latencia y el ancho de banda medidos; cómputo de {step:g} s por paso)",
+            "{preset}: {mb:,} MB of fp32 gradients per step between {world:rank|ranks} (times computed "
+            "from the measured latency and bandwidth; {step:g} s of compute per step)",
+        ),
+        "h_mode": ("modo", "mode"),
+        "h_comm": ("comunicación por paso", "communication per step"),
+        "h_share": ("parte del paso", "share of the step"),
+        "advice_plain": (
+            "Comunicación despreciable: entrena con DDP normal (sin --ddp-comm).",
+            "Communication is negligible: train with plain DDP (no --ddp-comm).",
+        ),
+        "advice_use": (
+            "{gbit:.2f} Gbit/s: ~{plain:.1f} s por paso de all-reduce con {preset}; usa {use}.",
+            "{gbit:.2f} Gbit/s: ~{plain:.1f} s per step in all-reduce with {preset}; use {use}.",
+        ),
+        "or": ("{a} o {b}", "{a} or {b}"),
+        "bad_preset": (
+            "Preset desconocido '{value}' en --model-preset: usa uno de {names}.",
+            "Unknown preset '{value}' in --model-preset: use one of {names}.",
+        ),
+        "bad_step": (
+            "--step-seconds debe ser mayor que 0 (recibido {value}).",
+            "--step-seconds must be greater than 0 (got {value}).",
+        ),
+        "unknown_cause": (
+            "Causa no reconocida: ejecuta con --debug y TORCH_DISTRIBUTED_DEBUG=DETAIL para más detalle.",
+            "Cause not recognised: run with --debug and TORCH_DISTRIBUTED_DEBUG=DETAIL for more detail.",
+        ),
+    },
+)
 
 
 @dataclass
 class CheckDistConfig:
     backend: Literal["auto", "nccl", "gloo"] = arg(
-        "auto", es="Backend: auto (NCCL con CUDA, si no gloo), nccl o gloo.",
-        en="Backend: auto (NCCL with CUDA, else gloo), nccl or gloo.")
-    size_mb: float = arg(64.0, es="Tamaño en MB del búfer para medir el ancho de banda.",
-                         en="Size in MB of the buffer used to measure bandwidth.")
+        "auto",
+        es="Backend: auto (NCCL con CUDA, si no gloo), nccl o gloo.",
+        en="Backend: auto (NCCL with CUDA, else gloo), nccl or gloo.",
+    )
+    size_mb: float = arg(
+        64.0,
+        es="Tamaño en MB del búfer para medir el ancho de banda.",
+        en="Size in MB of the buffer used to measure bandwidth.",
+    )
     iters: int = arg(10, es="Repeticiones medidas de all_reduce.", en="Timed all_reduce repetitions.")
-    timeout: float = arg(60.0, es="Segundos de espera máxima por los demás procesos.",
-                         en="Seconds to wait for the other ranks at most.")
+    timeout: float = arg(
+        60.0, es="Segundos de espera máxima por los demás procesos.", en="Seconds to wait for the other ranks at most."
+    )
     device: str = arg("auto", es="Dispositivo: auto, cpu, cuda.", en="Device: auto, cpu, cuda.")
-    model_preset: str | None = arg(None, es="Preset que se va a entrenar: di qué modo de comunicación conviene "
-                                            "en este enlace (--ddp-comm, --local-steps).",
-                                   en="Preset you will train: say which communication mode suits this link "
-                                      "(--ddp-comm, --local-steps).")
-    step_seconds: float = arg(1.0, es="Segundos de cómputo de un paso de optimización (del log de una ejecución "
-                                      "en un nodo), para el consejo de --model-preset.",
-                              en="Seconds of compute per optimizer step (from a one-node run's log), for "
-                                 "--model-preset's advice.")
-    vocab_size: int = arg(32000, es="Vocabulario del modelo de --model-preset.",
-                          en="Vocabulary of --model-preset's model.")
-    advice_out: str | None = arg(None, es="Escribe el enlace medido y el consejo de --model-preset en este "
-                                          "archivo JSON (lo escribe el primer proceso de cada nodo; lo aplica "
-                                          "'comm: auto' de aura pipeline).",
-                                 en="Write the measured link and --model-preset's advice to this JSON file "
-                                    "(the first process of every node writes it; aura pipeline's 'comm: auto' "
-                                    "applies it).")
+    model_preset: str | None = arg(
+        None,
+        es="Preset que se va a entrenar: di qué modo de comunicación conviene "
+        "en este enlace (--ddp-comm, --local-steps).",
+        en="Preset you will train: say which communication mode suits this link (--ddp-comm, --local-steps).",
+    )
+    step_seconds: float = arg(
+        1.0,
+        es="Segundos de cómputo de un paso de optimización (del log de una ejecución "
+        "en un nodo), para el consejo de --model-preset.",
+        en="Seconds of compute per optimizer step (from a one-node run's log), for --model-preset's advice.",
+    )
+    vocab_size: int = arg(
+        32000, es="Vocabulario del modelo de --model-preset.", en="Vocabulary of --model-preset's model."
+    )
+    advice_out: str | None = arg(
+        None,
+        es="Escribe el enlace medido y el consejo de --model-preset en este "
+        "archivo JSON (lo escribe el primer proceso de cada nodo; lo aplica "
+        "'comm: auto' de aura pipeline).",
+        en="Write the measured link and --model-preset's advice to this JSON file "
+        "(the first process of every node writes it; aura pipeline's 'comm: auto' "
+        "applies it).",
+    )
 
     def __post_init__(self):
         from aura.models.presets import PRESETS
@@ -155,8 +197,9 @@ def _single_process(cfg: CheckDistConfig):
         raise AuraError(D.M("nccl_unavailable"))
     if cfg.backend == "nccl" or (cfg.backend == "auto" and nccl_ok):
         try:
-            torch.distributed.init_process_group("nccl", store=HashStore(), rank=0, world_size=1,
-                                                 timeout=timeout, device_id=dev)
+            torch.distributed.init_process_group(
+                "nccl", store=HashStore(), rank=0, world_size=1, timeout=timeout, device_id=dev
+            )
             torch.distributed.all_reduce(torch.ones(1, device=dev))  # NCCL starts lazily: make it start now
             return D.DistInfo(rank=0, world_size=1, local_rank=0, device=dev, backend="nccl")
         except Exception as err:  # noqa: BLE001 - auto falls back to gloo, as a torchrun job does
@@ -171,12 +214,14 @@ def _single_process(cfg: CheckDistConfig):
 
 def _failure(err: BaseException) -> AuraError:
     text = f"{type(err).__name__}: {err}"
-    lines = diagnose(text, addr=os.environ.get("MASTER_ADDR", "MASTER_ADDR"),
-                     port=os.environ.get("MASTER_PORT", "MASTER_PORT"),
-                     expected=int(os.environ.get("WORLD_SIZE", 0)) or None)
+    lines = diagnose(
+        text,
+        addr=os.environ.get("MASTER_ADDR", "MASTER_ADDR"),
+        port=os.environ.get("MASTER_PORT", "MASTER_PORT"),
+        expected=int(os.environ.get("WORLD_SIZE", 0)) or None,
+    )
     first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
-    return AuraError(M("failed", err=first[:400]), hint="\n".join(lines) or M("unknown_cause"),
-                     exit_code=1)
+    return AuraError(M("failed", err=first[:400]), hint="\n".join(lines) or M("unknown_cause"), exit_code=1)
 
 
 def _run(cfg: CheckDistConfig, info) -> None:
@@ -184,8 +229,7 @@ def _run(cfg: CheckDistConfig, info) -> None:
     import torch
 
     peers: list = [None] * info.world_size
-    torch.distributed.all_gather_object(
-        peers, (info.rank, info.node, str(info.device), info.local_rank))
+    torch.distributed.all_gather_object(peers, (info.rank, info.node, str(info.device), info.local_rank))
     if info.is_main:
         console.table(M("table"), [M("h_rank"), M("h_host"), M("h_device"), M("h_local_rank")], peers)
     _check_sum(info)
@@ -204,9 +248,19 @@ def _check_sum(info) -> None:
     t = torch.full((1,), float(info.rank + 1), dtype=torch.float32, device=dev)
     torch.distributed.all_reduce(t)
     got = float(t.item())
-    console.always(M("rank_line", backend=info.backend, world=world, rank=info.rank, host=info.node,
-                     device=info.device, got=got, expected=expected,
-                     status="OK" if got == expected else "FAIL"))
+    console.always(
+        M(
+            "rank_line",
+            backend=info.backend,
+            world=world,
+            rank=info.rank,
+            host=info.node,
+            device=info.device,
+            got=got,
+            expected=expected,
+            status="OK" if got == expected else "FAIL",
+        )
+    )
     oks = [None] * world
     torch.distributed.all_gather_object(oks, got == expected)
     if not all(oks):
@@ -237,8 +291,15 @@ def _bandwidth(cfg: CheckDistConfig, info, *, nodes: int) -> tuple[int, float]:
     bus = _rate(nbytes / per_iter * factor) if world > 1 else "n/a"
     console.always(M("bandwidth", size=f"{nbytes / 1e6:g} MB", ms=per_iter * 1e3, alg=alg, bus=bus))
     if info.is_main:
-        console.success(M("passed", world=world, nodes=nodes, alg=_rate(nbytes / slowest),
-                          bus=_rate(nbytes / slowest * factor) if world > 1 else "n/a"))
+        console.success(
+            M(
+                "passed",
+                world=world,
+                nodes=nodes,
+                alg=_rate(nbytes / slowest),
+                bus=_rate(nbytes / slowest * factor) if world > 1 else "n/a",
+            )
+        )
     return nbytes, slowest
 
 
@@ -251,12 +312,31 @@ def _advice(cfg: CheckDistConfig, info, *, nbytes: int, slowest: float, nodes: i
     decided = None
     if info.is_main:
         console.info(M("link", lat=latency * 1e3, gbit=busbw * 8 / 1e9))
-        line = advise(cfg.model_preset, world=world, latency_s=latency, busbw=busbw, step_s=cfg.step_seconds,
-                      vocab_size=cfg.vocab_size)
-        decided = dict(choose(cfg.model_preset, world=world, latency_s=latency, busbw=busbw,
-                              step_s=cfg.step_seconds, vocab_size=cfg.vocab_size),
-                       advice=line, latency_ms=latency * 1e3, gbit=busbw * 8 / 1e9, world=world, nodes=nodes,
-                       preset=cfg.model_preset, step_seconds=cfg.step_seconds)
+        line = advise(
+            cfg.model_preset,
+            world=world,
+            latency_s=latency,
+            busbw=busbw,
+            step_s=cfg.step_seconds,
+            vocab_size=cfg.vocab_size,
+        )
+        decided = dict(
+            choose(
+                cfg.model_preset,
+                world=world,
+                latency_s=latency,
+                busbw=busbw,
+                step_s=cfg.step_seconds,
+                vocab_size=cfg.vocab_size,
+            ),
+            advice=line,
+            latency_ms=latency * 1e3,
+            gbit=busbw * 8 / 1e9,
+            world=world,
+            nodes=nodes,
+            preset=cfg.model_preset,
+            step_seconds=cfg.step_seconds,
+        )
     decided = info.broadcast_object(decided)  # one decision, made on rank 0, for every node
     if cfg.advice_out and info.local_rank == 0:
         from aura.core.atomic import atomic_write_json
@@ -283,8 +363,9 @@ _BUCKET = 25 * 2**20  # DDP's default bucket: one all-reduce each (three under P
 _POWERSGD_RANK = 4  # --powersgd-rank's default
 
 
-def comm_times(preset: str, *, world: int, latency_s: float, busbw: float, vocab_size: int = 32000,
-               rank: int = _POWERSGD_RANK) -> tuple[int, dict[str, float]]:
+def comm_times(
+    preset: str, *, world: int, latency_s: float, busbw: float, vocab_size: int = 32000, rank: int = _POWERSGD_RANK
+) -> tuple[int, dict[str, float]]:
     """(gradient bytes per step, {mode: seconds of communication per optimizer step}), computed:
     a ring all-reduce of B bytes takes latency + B * 2(W-1)/W / busbw, once per DDP bucket."""
     import math
@@ -299,8 +380,11 @@ def comm_times(preset: str, *, world: int, latency_s: float, busbw: float, vocab
     buckets = max(1, math.ceil(nbytes / _BUCKET))
     wire = 2 * (world - 1) / world / busbw
     plain = buckets * latency_s + nbytes * wire
-    return nbytes, {"none": plain, "bf16": buckets * latency_s + nbytes / 2 * wire,
-                    "powersgd": 3 * buckets * latency_s + nbytes / powersgd_ratio(model, rank) * wire}
+    return nbytes, {
+        "none": plain,
+        "bf16": buckets * latency_s + nbytes / 2 * wire,
+        "powersgd": 3 * buckets * latency_s + nbytes / powersgd_ratio(model, rank) * wire,
+    }
 
 
 def local_steps_for(plain_s: float, step_s: float, share: float = 0.25) -> int:
@@ -312,8 +396,7 @@ def local_steps_for(plain_s: float, step_s: float, share: float = 0.25) -> int:
     return h
 
 
-def choose(preset: str, *, world: int, latency_s: float, busbw: float, step_s: float,
-           vocab_size: int = 32000) -> dict:
+def choose(preset: str, *, world: int, latency_s: float, busbw: float, step_s: float, vocab_size: int = 32000) -> dict:
     """The mode ``advise`` recommends, as training flags: the first of plain DDP, bf16 and PowerSGD whose
     communication takes at most 10 % of ``step_s``; when none does, PowerSGD while it stays within 25 % of the
     step (the share ``--local-steps H`` is sized for), else ``--local-steps H`` (the slowest links).
@@ -329,17 +412,23 @@ def choose(preset: str, *, world: int, latency_s: float, busbw: float, step_s: f
     return {"mode": mode, "flags": flags, "comm_seconds": times["none"] / h if mode == "local-steps" else times[mode]}
 
 
-def advise(preset: str, *, world: int, latency_s: float, busbw: float, step_s: float,
-           vocab_size: int = 32000) -> str:
+def advise(preset: str, *, world: int, latency_s: float, busbw: float, step_s: float, vocab_size: int = 32000) -> str:
     """Print the per-mode table and the advice for ``preset`` on this link; returns the advice line."""
     nbytes, times = comm_times(preset, world=world, latency_s=latency_s, busbw=busbw, vocab_size=vocab_size)
     h = local_steps_for(times["none"], step_s)
     times[f"local-steps {h}"] = times["none"] / h
-    names = {"none": "DDP", "bf16": "--ddp-comm bf16", "powersgd": f"--ddp-comm powersgd (rank {_POWERSGD_RANK})",
-             f"local-steps {h}": f"--local-steps {h}"}
+    names = {
+        "none": "DDP",
+        "bf16": "--ddp-comm bf16",
+        "powersgd": f"--ddp-comm powersgd (rank {_POWERSGD_RANK})",
+        f"local-steps {h}": f"--local-steps {h}",
+    }
     rows = [[names[m], f"{num(t, '.2f')} s", f"{num(100 * t / (t + step_s), '.0f')} %"] for m, t in times.items()]
-    console.table(M("advice_title", preset=preset, mb=round(nbytes / 1e6), world=world, step=step_s),
-                  [M("h_mode"), M("h_comm"), M("h_share")], rows)
+    console.table(
+        M("advice_title", preset=preset, mb=round(nbytes / 1e6), world=world, step=step_s),
+        [M("h_mode"), M("h_comm"), M("h_share")],
+        rows,
+    )
     gbit = busbw * 8 / 1e9
     fits = [m for m in ("none", "bf16", "powersgd") if times[m] <= 0.1 * step_s]
     if fits and fits[0] == "none":
@@ -347,8 +436,13 @@ def advise(preset: str, *, world: int, latency_s: float, busbw: float, step_s: f
     elif fits:
         line = M("advice_use", gbit=gbit, preset=preset, plain=times["none"], use=names[fits[0]])
     else:
-        line = M("advice_use", gbit=gbit, preset=preset, plain=times["none"],
-                 use=M("or", a=names["powersgd"].split(" (")[0], b=names[f"local-steps {h}"]))
+        line = M(
+            "advice_use",
+            gbit=gbit,
+            preset=preset,
+            plain=times["none"],
+            use=M("or", a=names["powersgd"].split(" (")[0], b=names[f"local-steps {h}"]),
+        )
     console.info(line)
     return line
 
@@ -360,8 +454,11 @@ def check_dist(cfg: CheckDistConfig) -> int:
     if single:
         console.info(M("no_torchrun"))
     try:
-        info = _single_process(cfg) if single else \
-            D.init_distributed(backend=cfg.backend, device=cfg.device, timeout_s=cfg.timeout)
+        info = (
+            _single_process(cfg)
+            if single
+            else D.init_distributed(backend=cfg.backend, device=cfg.device, timeout_s=cfg.timeout)
+        )
     except AuraError:
         raise
     except Exception as err:  # noqa: BLE001 - every failure gets a diagnosis

@@ -36,61 +36,89 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from aura.cluster.diagnose import diagnose
 from aura.core import console
 from aura.core.config import arg
-from aura.cluster.diagnose import diagnose
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.distributed.launcher import CHECK_ENV, JOB_ENV_VARS, LAUNCH_ENV, SHARE_GPU_ENV
 
-M = Messages("dist_launch", {
-    "no_command": ("Falta el comando que lanzar, p. ej. 'aura launch pretrain --data DIR --output-dir "
-                   "RUN' o 'aura launch check-dist'.",
-                   "Missing the command to launch, e.g. 'aura launch pretrain --data DIR --output-dir "
-                   "RUN' or 'aura launch check-dist'."),
-    "bad_env": ("La variable de entorno {var}={value!r} no es un número entero; corrígela o usa {flag}.",
-                "The environment variable {var}={value!r} is not an integer; fix it or use {flag}."),
-    "bad_count": ("{name} debe ser al menos 1 (recibido {value}).",
-                  "{name} must be at least 1 (got {value})."),
-    "bad_env_count": ("La variable de entorno {var}={value} no es válida: debe ser al menos 1. Corrígela, "
-                      "quítala (por defecto {default}) o usa {flag}.",
-                      "The environment variable {var}={value} is not valid: it must be at least 1. Fix it, "
-                      "unset it (default {default}) or use {flag}."),
-    "bad_env_port": ("La variable de entorno MASTER_PORT={value} no es un puerto válido (1-65535). Corrígela, "
-                     "quítala (por defecto 29500) o usa --master-port.",
-                     "The environment variable MASTER_PORT={value} is not a valid port (1-65535). Fix it, "
-                     "unset it (default 29500) or use --master-port."),
-    "bad_env_rank": ("La variable de entorno NODE_RANK={value} no puede ser negativa. Corrígela, quítala (por "
-                     "defecto 0) o usa --node-rank.",
-                     "The environment variable NODE_RANK={value} cannot be negative. Fix it, unset it "
-                     "(default 0) or use --node-rank."),
-    "forwarding": ("Señal {name}: se pasa a los procesos, que terminan el paso, guardan un checkpoint y "
-                   "salen (otro Ctrl+C aborta sin guardar).",
-                   "Signal {name}: passed on to the workers, which finish the step, save a checkpoint and "
-                   "exit (another Ctrl+C aborts without saving)."),
-    "stopped": ("Los procesos se detuvieron tras guardar su checkpoint (código 3).",
-                "The workers stopped after saving their checkpoint (exit code 3)."),
-    "bad_rank": ("NODE_RANK={rank} está fuera de rango: con NNODES={nnodes} va de 0 a {last}.",
-                 "NODE_RANK={rank} is out of range: with NNODES={nnodes} it goes from 0 to {last}."),
-    "bad_port": ("MASTER_PORT={port} no es un puerto válido (1-65535).",
-                 "MASTER_PORT={port} is not a valid port (1-65535)."),
-    "bad_restarts": ("--max-restarts no puede ser negativo (recibido {value}).",
-                     "--max-restarts cannot be negative (got {value})."),
-    "loopback": ("NNODES={nnodes} con MASTER_ADDR={addr}: en un clúster real MASTER_ADDR debe ser la IP de "
-                 "LAN del nodo 0 en todos los nodos.",
-                 "NNODES={nnodes} with MASTER_ADDR={addr}: on a real cluster MASTER_ADDR must be node 0's "
-                 "LAN IP on every node."),
-    "job": ("Nodo {node_rank} de {nnodes} | {gpus:proceso|procesos} por nodo | maestro {addr}:{port} | "
+M = Messages(
+    "dist_launch",
+    {
+        "no_command": (
+            "Falta el comando que lanzar, p. ej. 'aura launch pretrain --data DIR --output-dir "
+            "RUN' o 'aura launch check-dist'.",
+            "Missing the command to launch, e.g. 'aura launch pretrain --data DIR --output-dir "
+            "RUN' or 'aura launch check-dist'.",
+        ),
+        "bad_env": (
+            "La variable de entorno {var}={value!r} no es un número entero; corrígela o usa {flag}.",
+            "The environment variable {var}={value!r} is not an integer; fix it or use {flag}.",
+        ),
+        "bad_count": ("{name} debe ser al menos 1 (recibido {value}).", "{name} must be at least 1 (got {value})."),
+        "bad_env_count": (
+            "La variable de entorno {var}={value} no es válida: debe ser al menos 1. Corrígela, "
+            "quítala (por defecto {default}) o usa {flag}.",
+            "The environment variable {var}={value} is not valid: it must be at least 1. Fix it, "
+            "unset it (default {default}) or use {flag}.",
+        ),
+        "bad_env_port": (
+            "La variable de entorno MASTER_PORT={value} no es un puerto válido (1-65535). Corrígela, "
+            "quítala (por defecto 29500) o usa --master-port.",
+            "The environment variable MASTER_PORT={value} is not a valid port (1-65535). Fix it, "
+            "unset it (default 29500) or use --master-port.",
+        ),
+        "bad_env_rank": (
+            "La variable de entorno NODE_RANK={value} no puede ser negativa. Corrígela, quítala (por "
+            "defecto 0) o usa --node-rank.",
+            "The environment variable NODE_RANK={value} cannot be negative. Fix it, unset it "
+            "(default 0) or use --node-rank.",
+        ),
+        "forwarding": (
+            "Señal {name}: se pasa a los procesos, que terminan el paso, guardan un checkpoint y "
+            "salen (otro Ctrl+C aborta sin guardar).",
+            "Signal {name}: passed on to the workers, which finish the step, save a checkpoint and "
+            "exit (another Ctrl+C aborts without saving).",
+        ),
+        "stopped": (
+            "Los procesos se detuvieron tras guardar su checkpoint (código 3).",
+            "The workers stopped after saving their checkpoint (exit code 3).",
+        ),
+        "bad_rank": (
+            "NODE_RANK={rank} está fuera de rango: con NNODES={nnodes} va de 0 a {last}.",
+            "NODE_RANK={rank} is out of range: with NNODES={nnodes} it goes from 0 to {last}.",
+        ),
+        "bad_port": (
+            "MASTER_PORT={port} no es un puerto válido (1-65535).",
+            "MASTER_PORT={port} is not a valid port (1-65535).",
+        ),
+        "bad_restarts": (
+            "--max-restarts no puede ser negativo (recibido {value}).",
+            "--max-restarts cannot be negative (got {value}).",
+        ),
+        "loopback": (
+            "NNODES={nnodes} con MASTER_ADDR={addr}: en un clúster real MASTER_ADDR debe ser la IP de "
+            "LAN del nodo 0 en todos los nodos.",
+            "NNODES={nnodes} with MASTER_ADDR={addr}: on a real cluster MASTER_ADDR must be node 0's "
+            "LAN IP on every node.",
+        ),
+        "job": (
+            "Nodo {node_rank} de {nnodes} | {gpus:proceso|procesos} por nodo | maestro {addr}:{port} | "
             "rendezvous {rdzv}",
             "Node {node_rank} of {nnodes} | {gpus:process|processes} per node | master {addr}:{port} | "
-            "rendezvous {rdzv}"),
-    "command": ("Comando: {cmd}", "Command: {cmd}"),
-    "share_gpu": ("--share-gpu: los procesos de este nodo comparten sus GPU por gloo ({var}=1 en su entorno).",
-                  "--share-gpu: this node's ranks share its GPUs over gloo ({var}=1 in their environment)."),
-    "default_gpus": ("las GPU CUDA visibles, o 1", "the visible CUDA GPUs, or 1"),
-    "exit": ("torchrun terminó con el código {code}.", "torchrun exited with status {code}."),
-    "hint": ("Qué revisar:", "What to check:"),
-})
+            "rendezvous {rdzv}",
+        ),
+        "command": ("Comando: {cmd}", "Command: {cmd}"),
+        "share_gpu": (
+            "--share-gpu: los procesos de este nodo comparten sus GPU por gloo ({var}=1 en su entorno).",
+            "--share-gpu: this node's ranks share its GPUs over gloo ({var}=1 in their environment).",
+        ),
+        "default_gpus": ("las GPU CUDA visibles, o 1", "the visible CUDA GPUs, or 1"),
+        "exit": ("torchrun terminó con el código {code}.", "torchrun exited with status {code}."),
+        "hint": ("Qué revisar:", "What to check:"),
+    },
+)
 
 EXIT_INTERRUPTED = 3  # aura.train.loop.EXIT_INTERRUPTED: a worker stopped by a signal after saving
 SHUTDOWN_TIMEOUT_S = 300  # torchrun's default 30 s may be too short to write a large checkpoint
@@ -122,43 +150,74 @@ def _default_gpus() -> int:
 
 @dataclass
 class LaunchConfig:
-    command: list[str] = arg([], es="Comando de Aura y sus opciones (p. ej. pretrain --data DIR).",
-                             en="Aura command and its flags (e.g. pretrain --data DIR).", remainder=True,
-                             metavar="COMMAND")
-    nnodes: int | None = arg(None, es="Número de nodos (por defecto $NNODES o 1).",
-                             en="Number of nodes (default $NNODES or 1).")
-    node_rank: int | None = arg(None, es="Rango de este nodo, 0..nnodes-1 (por defecto $NODE_RANK o 0).",
-                                en="This node's rank, 0..nnodes-1 (default $NODE_RANK or 0).")
-    master_addr: str | None = arg(None, es="IP del nodo 0 (por defecto $MASTER_ADDR o 127.0.0.1).",
-                                  en="Node 0's IP (default $MASTER_ADDR or 127.0.0.1).")
-    master_port: int | None = arg(None, es="Puerto del nodo 0 (por defecto $MASTER_PORT o 29500).",
-                                  en="Node 0's port (default $MASTER_PORT or 29500).")
-    gpus_per_node: int | None = arg(None, es="Procesos por nodo (por defecto $GPUS_PER_NODE, o las GPU "
-                                    "CUDA visibles, o 1).",
-                                    en="Processes per node (default $GPUS_PER_NODE, or the visible CUDA "
-                                    "GPUs, or 1).")
-    max_restarts: int = arg(0, es="Reinicios del grupo de procesos si uno falla (tolerancia a fallos; "
-                            "reanuda del último checkpoint).",
-                            en="Restarts of the worker group when one fails (fault tolerance; resumes "
-                            "from the latest checkpoint).")
+    command: list[str] = arg(
+        [],
+        es="Comando de Aura y sus opciones (p. ej. pretrain --data DIR).",
+        en="Aura command and its flags (e.g. pretrain --data DIR).",
+        remainder=True,
+        metavar="COMMAND",
+    )
+    nnodes: int | None = arg(
+        None, es="Número de nodos (por defecto $NNODES o 1).", en="Number of nodes (default $NNODES or 1)."
+    )
+    node_rank: int | None = arg(
+        None,
+        es="Rango de este nodo, 0..nnodes-1 (por defecto $NODE_RANK o 0).",
+        en="This node's rank, 0..nnodes-1 (default $NODE_RANK or 0).",
+    )
+    master_addr: str | None = arg(
+        None,
+        es="IP del nodo 0 (por defecto $MASTER_ADDR o 127.0.0.1).",
+        en="Node 0's IP (default $MASTER_ADDR or 127.0.0.1).",
+    )
+    master_port: int | None = arg(
+        None,
+        es="Puerto del nodo 0 (por defecto $MASTER_PORT o 29500).",
+        en="Node 0's port (default $MASTER_PORT or 29500).",
+    )
+    gpus_per_node: int | None = arg(
+        None,
+        es="Procesos por nodo (por defecto $GPUS_PER_NODE, o las GPU CUDA visibles, o 1).",
+        en="Processes per node (default $GPUS_PER_NODE, or the visible CUDA GPUs, or 1).",
+    )
+    max_restarts: int = arg(
+        0,
+        es="Reinicios del grupo de procesos si uno falla (tolerancia a fallos; reanuda del último checkpoint).",
+        en="Restarts of the worker group when one fails (fault tolerance; resumes from the latest checkpoint).",
+    )
     rdzv_backend: Literal["static", "c10d"] = arg(
-        "static", es="Rendezvous: static (NODE_RANK fijo) o c10d (elástico; rangos asignados al llegar).",
-        en="Rendezvous: static (fixed NODE_RANK) or c10d (elastic; ranks assigned on arrival).")
-    rdzv_endpoint: str | None = arg(None, es="host:puerto del rendezvous c10d (por defecto "
-                                    "MASTER_ADDR:MASTER_PORT).",
-                                    en="c10d rendezvous host:port (default MASTER_ADDR:MASTER_PORT).")
-    rdzv_id: str = arg("aura", es="Identificador del trabajo (igual en todos los nodos).",
-                       en="Job id (the same on every node).")
-    rdzv_conf: str | None = arg(None, es="Opciones extra del rendezvous, p. ej. is_host=true.",
-                                en="Extra rendezvous options, e.g. is_host=true.")
-    rdzv_timeout: int | None = arg(None, es="Segundos de espera a que lleguen todos los nodos.",
-                                   en="Seconds to wait for every node to join.")
-    local_addr: str | None = arg(None, es="IP propia de este nodo (con varias interfaces de red).",
-                                 en="This node's own IP (with several network interfaces).")
-    share_gpu: bool = arg(False, es="Varios procesos en una misma GPU, por gloo (NCCL no lo admite): para "
-                          "probar el código de varios procesos con una sola GPU, no para ir rápido.",
-                          en="Several ranks on one GPU, over gloo (NCCL does not allow it): to test multi-rank "
-                          "code with a single GPU, not for speed.")
+        "static",
+        es="Rendezvous: static (NODE_RANK fijo) o c10d (elástico; rangos asignados al llegar).",
+        en="Rendezvous: static (fixed NODE_RANK) or c10d (elastic; ranks assigned on arrival).",
+    )
+    rdzv_endpoint: str | None = arg(
+        None,
+        es="host:puerto del rendezvous c10d (por defecto MASTER_ADDR:MASTER_PORT).",
+        en="c10d rendezvous host:port (default MASTER_ADDR:MASTER_PORT).",
+    )
+    rdzv_id: str = arg(
+        "aura", es="Identificador del trabajo (igual en todos los nodos).", en="Job id (the same on every node)."
+    )
+    rdzv_conf: str | None = arg(
+        None,
+        es="Opciones extra del rendezvous, p. ej. is_host=true.",
+        en="Extra rendezvous options, e.g. is_host=true.",
+    )
+    rdzv_timeout: int | None = arg(
+        None, es="Segundos de espera a que lleguen todos los nodos.", en="Seconds to wait for every node to join."
+    )
+    local_addr: str | None = arg(
+        None,
+        es="IP propia de este nodo (con varias interfaces de red).",
+        en="This node's own IP (with several network interfaces).",
+    )
+    share_gpu: bool = arg(
+        False,
+        es="Varios procesos en una misma GPU, por gloo (NCCL no lo admite): para "
+        "probar el código de varios procesos con una sola GPU, no para ir rápido.",
+        en="Several ranks on one GPU, over gloo (NCCL does not allow it): to test multi-rank "
+        "code with a single GPU, not for speed.",
+    )
     dry_run: bool = arg(False, es="Solo imprime el comando torchrun.", en="Only print the torchrun command.")
 
     def __post_init__(self):
@@ -180,8 +239,7 @@ class LaunchConfig:
                 raise AuraError(M("bad_env_port", value=self.master_port))
             self.master_port = 29500 if self.master_port is None else self.master_port
         if self.gpus_per_node is None:
-            self.gpus_per_node = _env_count("GPUS_PER_NODE", "--gpus-per-node", M("default_gpus")) \
-                or _default_gpus()
+            self.gpus_per_node = _env_count("GPUS_PER_NODE", "--gpus-per-node", M("default_gpus")) or _default_gpus()
         for name, value in (("NNODES", self.nnodes), ("GPUS_PER_NODE", self.gpus_per_node)):
             if value < 1:
                 raise AuraError(M("bad_count", name=name, value=value))
@@ -195,8 +253,13 @@ class LaunchConfig:
 
 def torchrun_command(cfg: LaunchConfig) -> list[str]:
     """The exact torchrun command line for ``cfg``."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={cfg.nnodes}",
-           f"--nproc_per_node={cfg.gpus_per_node}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={cfg.nnodes}",
+        f"--nproc_per_node={cfg.gpus_per_node}",
+    ]
     conf = [cfg.rdzv_conf] if cfg.rdzv_conf else []
     if cfg.rdzv_backend == "c10d":
         endpoint = cfg.rdzv_endpoint or f"{cfg.master_addr}:{cfg.master_port}"
@@ -204,8 +267,7 @@ def torchrun_command(cfg: LaunchConfig) -> list[str]:
         if cfg.rdzv_timeout:
             conf.append(f"join_timeout={cfg.rdzv_timeout}")
     else:
-        cmd += [f"--node_rank={cfg.node_rank}", f"--master_addr={cfg.master_addr}",
-                f"--master_port={cfg.master_port}"]
+        cmd += [f"--node_rank={cfg.node_rank}", f"--master_addr={cfg.master_addr}", f"--master_port={cfg.master_port}"]
         if cfg.rdzv_timeout:
             conf.append(f"timeout={cfg.rdzv_timeout}")
     if conf:
@@ -263,8 +325,9 @@ class _Follow:
             return
         if self._held is not None:
             self._held.append(line)
-            if line[:1] not in (" ", "\t", "\n") and not line.startswith(("Traceback", "During handling",
-                                                                         "The above exception")):
+            if line[:1] not in (" ", "\t", "\n") and not line.startswith(
+                ("Traceback", "During handling", "The above exception")
+            ):
                 if "SignalException" in line and self.signalled:
                     pass
                 elif "ChildFailedError" in line and self.explained():
@@ -274,8 +337,7 @@ class _Follow:
                 self._held = None
         elif line.startswith("Traceback (most recent call last):"):
             self._held = [line]
-        elif not self.signalled or ("death signal, shutting down workers" not in line
-                                    and "closing signal" not in line):
+        elif not self.signalled or ("death signal, shutting down workers" not in line and "closing signal" not in line):
             self._out(line)
 
     def _out(self, text: str) -> None:
@@ -301,8 +363,8 @@ def _launch_argv(cfg: LaunchConfig) -> list[str]:
     """The launcher's own flags as typed (the workers record them to print the resume command)."""
     argv = sys.argv[1:]
     n = len(cfg.command)
-    if "launch" in argv and n and argv[len(argv) - n:] == cfg.command:
-        flags = argv[argv.index("launch") + 1:len(argv) - n]
+    if "launch" in argv and n and argv[len(argv) - n :] == cfg.command:
+        flags = argv[argv.index("launch") + 1 : len(argv) - n]
         if all(not a.startswith("--lang") and a != "--debug" for a in flags):
             return flags
     return [f"--nnodes={cfg.nnodes}", f"--gpus-per-node={cfg.gpus_per_node}", f"--master-port={cfg.master_port}"]
@@ -337,8 +399,17 @@ def launch(cfg: LaunchConfig) -> int:
     if cfg.nnodes > 1 and cfg.master_addr in ("127.0.0.1", "localhost") and cfg.rdzv_backend == "static":
         console.warn(M("loopback", nnodes=cfg.nnodes, addr=cfg.master_addr))
     rdzv = cfg.rdzv_backend if cfg.rdzv_backend == "static" else f"c10d ({cfg.rdzv_id})"
-    console.info(M("job", node_rank=cfg.node_rank, nnodes=cfg.nnodes, gpus=cfg.gpus_per_node,
-                   addr=cfg.master_addr, port=cfg.master_port, rdzv=rdzv))
+    console.info(
+        M(
+            "job",
+            node_rank=cfg.node_rank,
+            nnodes=cfg.nnodes,
+            gpus=cfg.gpus_per_node,
+            addr=cfg.master_addr,
+            port=cfg.master_port,
+            rdzv=rdzv,
+        )
+    )
     cmd = torchrun_command(cfg)
     console.info(M("command", cmd=shlex.join(cmd)))
     if cfg.share_gpu:
@@ -367,8 +438,13 @@ def _run(cfg: LaunchConfig, cmd: list[str], tmp: str) -> int:
     tail: collections.deque = collections.deque(maxlen=400)
     follow = _Follow(reader, sys.stderr, tail, explained=lambda: _explained(_worker_codes(results), cfg))
     try:
-        proc = subprocess.Popen(cmd, stderr=writer, env=env, start_new_session=True,
-                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        proc = subprocess.Popen(
+            cmd,
+            stderr=writer,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
     finally:
         os.close(writer)
     follow.thread.start()
@@ -391,8 +467,8 @@ def _run(cfg: LaunchConfig, cmd: list[str], tmp: str) -> int:
                 pass
 
     handled = [signal.SIGINT, signal.SIGTERM] + (
-        [signal.SIGHUP] if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN
-        else [])
+        [signal.SIGHUP] if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else []
+    )
     previous = {sig: signal.signal(sig, forward) for sig in handled}
     try:
         code = proc.wait()
@@ -413,8 +489,9 @@ def _run(cfg: LaunchConfig, cmd: list[str], tmp: str) -> int:
     if code != 0 and _explained(codes, cfg):
         return max(codes)  # 2: the workers' own message says what to change; no torchrun diagnosis
     if code != 0:
-        lines = diagnose("".join(tail), addr=cfg.master_addr, port=cfg.master_port,
-                         expected=cfg.nnodes * cfg.gpus_per_node)
+        lines = diagnose(
+            "".join(tail), addr=cfg.master_addr, port=cfg.master_port, expected=cfg.nnodes * cfg.gpus_per_node
+        )
         hint = "".join(f"\n  - {line}" for line in lines)
         console.error(M("exit", code=code) + (f"\n{M('hint')}{hint}" if lines else ""))
     return code

@@ -67,15 +67,27 @@ class TokenGuard:
             cookie = jar[TOKEN_COOKIE].value if TOKEN_COOKIE in jar else None
         except CookieError:
             pass
-        given = given_token(query_token=(query.get("token") or [None])[0], cookie_token=cookie,
-                            authorization=headers.get("authorization"))
+        given = given_token(
+            query_token=(query.get("token") or [None])[0],
+            cookie_token=cookie,
+            authorization=headers.get("authorization"),
+        )
         if token_matches(given, self.token):
             return await self.app(scope, receive, send)
         if scope["type"] == "websocket":
             return await send({"type": "websocket.close", "code": 1008})
-        body = json.dumps({"error": {"message": "token required", "type": "invalid_request_error",
-                                     "code": "invalid_api_key"}}).encode()
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"www-authenticate", b"Bearer")]})
+        body = json.dumps(
+            {"error": {"message": "token required", "type": "invalid_request_error", "code": "invalid_api_key"}}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b"Bearer"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

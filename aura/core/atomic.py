@@ -22,7 +22,6 @@ from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.i18n import Messages, num
 
-
 TMP_PREFIX = ".tmp-"
 
 
@@ -144,20 +143,25 @@ def human_bytes(n: float) -> str:
     return f"{num(n, '.1f')} TB"
 
 
-_M = Messages("fsutil", {
-    "parent_file": ("No se puede escribir {path} ({flag}): {parent} es un archivo, no un directorio. "
-                    "Elige otra ruta.",
-                    "Cannot write {path} ({flag}): {parent} is a file, not a directory. Choose another "
-                    "path."),
-    "not_writable": ("No se puede escribir {path} ({flag}): no se puede crear nada en {parent} ({err}). "
-                     "Elige un directorio con permiso de escritura.",
-                     "Cannot write {path} ({flag}): nothing can be created in {parent} ({err}). Choose a "
-                     "directory you can write to."),
-    "EACCES": ("permiso denegado", "permission denied"),
-    "EROFS": ("sistema de archivos de solo lectura", "read-only file system"),
-    "ENOSPC": ("no queda espacio en el disco", "no space left on the disk"),
-    "ENOENT": ("no admite archivos nuevos", "it does not accept new files"),
-})
+_M = Messages(
+    "fsutil",
+    {
+        "parent_file": (
+            "No se puede escribir {path} ({flag}): {parent} es un archivo, no un directorio. Elige otra ruta.",
+            "Cannot write {path} ({flag}): {parent} is a file, not a directory. Choose another path.",
+        ),
+        "not_writable": (
+            "No se puede escribir {path} ({flag}): no se puede crear nada en {parent} ({err}). "
+            "Elige un directorio con permiso de escritura.",
+            "Cannot write {path} ({flag}): nothing can be created in {parent} ({err}). Choose a "
+            "directory you can write to.",
+        ),
+        "EACCES": ("permiso denegado", "permission denied"),
+        "EROFS": ("sistema de archivos de solo lectura", "read-only file system"),
+        "ENOSPC": ("no queda espacio en el disco", "no space left on the disk"),
+        "ENOENT": ("no admite archivos nuevos", "it does not accept new files"),
+    },
+)
 
 
 def check_writable(path: str | os.PathLike, *, flag: str) -> None:
@@ -175,7 +179,12 @@ def check_writable(path: str | os.PathLike, *, flag: str) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        code = {errno.EPERM: "EACCES", errno.EACCES: "EACCES", errno.EROFS: "EROFS",
-                errno.ENOSPC: "ENOSPC", errno.ENOENT: "ENOENT"}.get(e.errno or 0)
+        code = {
+            errno.EPERM: "EACCES",
+            errno.EACCES: "EACCES",
+            errno.EROFS: "EROFS",
+            errno.ENOSPC: "ENOSPC",
+            errno.ENOENT: "ENOENT",
+        }.get(e.errno or 0)
         reason = _M(code) if code else (e.strerror or type(e).__name__)
         raise AuraError(_M("not_writable", path=path, flag=flag, parent=parent, err=reason)) from None

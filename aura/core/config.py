@@ -25,40 +25,66 @@ from typing import Any, Literal, get_args, get_origin
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages, bi, current_lang
 
-M = Messages("config", {
-    "yaml_missing": ("No existe el archivo de configuración {path}.",
-                     "The config file {path} does not exist."),
-    "yaml_invalid": ("El archivo de configuración {path} no es YAML válido: {err}",
-                     "The config file {path} is not valid YAML: {err}"),
-    "yaml_too_deep": ("anidado a demasiada profundidad", "nested too deep"),
-    "yaml_not_mapping": ("El archivo de configuración {path} debe ser un diccionario clave: valor.",
-                         "The config file {path} must be a mapping of key: value."),
-    "yaml_unknown": ("Clave desconocida '{key}' en {path}.{close} Claves válidas: {valid}.",
-                     "Unknown key '{key}' in {path}.{close} Valid keys: {valid}."),
-    "yaml_close": (" ¿Querías decir '{name}'?", " Did you mean '{name}'?"),
-    "yaml_risky": ("{path} activa '{key}: {value}'. Esta opción {what}; comprueba que el archivo es tuyo y "
-                   "que de verdad quieres activarla.",
-                   "{path} sets '{key}: {value}'. This option {what}; check that the file is yours and "
-                   "that you really mean to turn it on."),
-    "risky_code": ("ejecuta código descargado del modelo o tokenizador", "runs code downloaded with the "
-                   "model or tokenizer"),
-    "risky_replace": ("reemplaza resultados que ya existen", "replaces results that already exist"),
-    "bad_value": ("Valor no válido para {field}: {value!r} (se esperaba {expected}).",
-                  "Invalid value for {field}: {value!r} (expected {expected})."),
-    "default": ("por defecto", "default"),
-    "old_flag": ("{old} es el nombre antiguo de {new} (el mismo en todos los comandos): sigue funcionando, "
-                 "pero usa {new}.",
-                 "{old} is the old name of {new} (the same in every command): it still works, but use {new}."),
-    "config_help": ("Archivo YAML con valores para estas opciones (las opciones de la línea de "
-                    "comandos tienen prioridad).",
-                    "YAML file with values for these options (command-line flags win)."),
-})
+M = Messages(
+    "config",
+    {
+        "yaml_missing": ("No existe el archivo de configuración {path}.", "The config file {path} does not exist."),
+        "yaml_invalid": (
+            "El archivo de configuración {path} no es YAML válido: {err}",
+            "The config file {path} is not valid YAML: {err}",
+        ),
+        "yaml_too_deep": ("anidado a demasiada profundidad", "nested too deep"),
+        "yaml_not_mapping": (
+            "El archivo de configuración {path} debe ser un diccionario clave: valor.",
+            "The config file {path} must be a mapping of key: value.",
+        ),
+        "yaml_unknown": (
+            "Clave desconocida '{key}' en {path}.{close} Claves válidas: {valid}.",
+            "Unknown key '{key}' in {path}.{close} Valid keys: {valid}.",
+        ),
+        "yaml_close": (" ¿Querías decir '{name}'?", " Did you mean '{name}'?"),
+        "yaml_risky": (
+            "{path} activa '{key}: {value}'. Esta opción {what}; comprueba que el archivo es tuyo y "
+            "que de verdad quieres activarla.",
+            "{path} sets '{key}: {value}'. This option {what}; check that the file is yours and "
+            "that you really mean to turn it on.",
+        ),
+        "risky_code": (
+            "ejecuta código descargado del modelo o tokenizador",
+            "runs code downloaded with the model or tokenizer",
+        ),
+        "risky_replace": ("reemplaza resultados que ya existen", "replaces results that already exist"),
+        "bad_value": (
+            "Valor no válido para {field}: {value!r} (se esperaba {expected}).",
+            "Invalid value for {field}: {value!r} (expected {expected}).",
+        ),
+        "default": ("por defecto", "default"),
+        "old_flag": (
+            "{old} es el nombre antiguo de {new} (el mismo en todos los comandos): sigue funcionando, pero usa {new}.",
+            "{old} is the old name of {new} (the same in every command): it still works, but use {new}.",
+        ),
+        "config_help": (
+            "Archivo YAML con valores para estas opciones (las opciones de la línea de comandos tienen prioridad).",
+            "YAML file with values for these options (command-line flags win).",
+        ),
+    },
+)
 
 
-def arg(default: Any = dataclasses.MISSING, *, es: str, en: str, positional: bool = False,
-        choices: typing.Sequence[Any] | None = None, metavar: str | None = None,
-        short: str | None = None, hidden: bool = False, remainder: bool = False,
-        aliases: typing.Sequence[str] = (), deprecated: typing.Sequence[str] = ()) -> Any:
+def arg(
+    default: Any = dataclasses.MISSING,
+    *,
+    es: str,
+    en: str,
+    positional: bool = False,
+    choices: typing.Sequence[Any] | None = None,
+    metavar: str | None = None,
+    short: str | None = None,
+    hidden: bool = False,
+    remainder: bool = False,
+    aliases: typing.Sequence[str] = (),
+    deprecated: typing.Sequence[str] = (),
+) -> Any:
     """A config field with bilingual help. Mutable defaults (lists, dicts) are copied per instance.
 
     ``remainder=True`` (a positional list) takes every argument from the first positional on,
@@ -68,9 +94,17 @@ def arg(default: Any = dataclasses.MISSING, *, es: str, en: str, positional: boo
     ``deprecated``: retired names of the flag (``"--force"`` for ``--overwrite``): they still parse, on
     the command line and as YAML keys, with a warning naming the flag to use; ``--help`` does not list them.
     """
-    meta = {"help": (es, en), "positional": positional or remainder, "choices": choices,
-            "metavar": metavar, "short": short, "hidden": hidden, "remainder": remainder,
-            "aliases": tuple(aliases), "deprecated": tuple(deprecated)}
+    meta = {
+        "help": (es, en),
+        "positional": positional or remainder,
+        "choices": choices,
+        "metavar": metavar,
+        "short": short,
+        "hidden": hidden,
+        "remainder": remainder,
+        "aliases": tuple(aliases),
+        "deprecated": tuple(deprecated),
+    }
     if isinstance(default, (list, dict, set)):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -143,8 +177,7 @@ def coerce(name: str, tp, value, *, shown: str | None = None):
             return Path(value)
         return value
     except (TypeError, ValueError):
-        raise AuraError(M("bad_value", field=shown or flag_name(name), value=value,
-                          expected=_describe(tp))) from None
+        raise AuraError(M("bad_value", field=shown or flag_name(name), value=value, expected=_describe(tp))) from None
 
 
 def fields_of(cls) -> list[tuple[dataclasses.Field, Any]]:
@@ -161,9 +194,12 @@ def default_of(f: dataclasses.Field):
 
 
 def build_parser(cls, *, prog: str, description: str) -> argparse.ArgumentParser:
-    parser = AuraArgumentParser(prog=prog, description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     argument_default=argparse.SUPPRESS)
+    parser = AuraArgumentParser(
+        prog=prog,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        argument_default=argparse.SUPPRESS,
+    )
     parser.add_argument("--config", metavar="FILE.yaml", help=M("config_help"))
     for f, tp in fields_of(cls):
         meta = f.metadata
@@ -185,8 +221,9 @@ def build_parser(cls, *, prog: str, description: str) -> argparse.ArgumentParser
         if meta.get("metavar"):
             kwargs["metavar"] = meta["metavar"]
         if meta.get("positional"):
-            kwargs["nargs"] = ("*" if get_origin(base) in (list, tuple) else "?") \
-                if not meta.get("remainder") else argparse.REMAINDER
+            kwargs["nargs"] = (
+                ("*" if get_origin(base) in (list, tuple) else "?") if not meta.get("remainder") else argparse.REMAINDER
+            )
             parser.add_argument(f.name, **kwargs)
             continue
         names = [flag_name(f.name), *meta.get("aliases", ())]
@@ -201,8 +238,15 @@ def build_parser(cls, *, prog: str, description: str) -> argparse.ArgumentParser
             old_kwargs = {k: v for k, v in kwargs.items() if k not in ("help", "action")}
             if base is bool:
                 old_kwargs["nargs"] = 0
-            parser.add_argument(old, dest=f.name, help=argparse.SUPPRESS, action=_DeprecatedFlag,
-                                new=flag_name(f.name), flag_is_bool=base is bool, **old_kwargs)
+            parser.add_argument(
+                old,
+                dest=f.name,
+                help=argparse.SUPPRESS,
+                action=_DeprecatedFlag,
+                new=flag_name(f.name),
+                flag_is_bool=base is bool,
+                **old_kwargs,
+            )
     return parser
 
 
@@ -257,17 +301,29 @@ def parse_config(cls, argv: list[str], *, prog: str, description: str):
     return cls(**values)
 
 
-def mapping_values(cls, mapping: dict, *, where: str, explicit: typing.Collection[str] = (),
-                   shown: typing.Callable[[str], str] = lambda key: f"'{key}'") -> dict[str, Any]:
+def mapping_values(
+    cls,
+    mapping: dict,
+    *,
+    where: str,
+    explicit: typing.Collection[str] = (),
+    shown: typing.Callable[[str], str] = lambda key: f"'{key}'",
+) -> dict[str, Any]:
     """A YAML mapping (a ``--config`` file, a pipeline stage's ``options``) -> field values of ``cls``:
     keys as flags or field names (aliases too), each coerced to its field's type. An unknown key is an
     AuraError naming ``where``, the closest key and every valid one; ``explicit`` names the fields a
     command-line flag sets (a risky option from the file is then not warned about)."""
     types_by_name = {f.name: tp for f, tp in fields_of(cls)}
-    alias_of = {a.lstrip("-").replace("-", "_"): f.name for f, _ in fields_of(cls)
-                for a in (f.metadata or {}).get("aliases", ())}
-    retired = {a.lstrip("-").replace("-", "_"): f.name for f, _ in fields_of(cls)
-               for a in (f.metadata or {}).get("deprecated", ())}
+    alias_of = {
+        a.lstrip("-").replace("-", "_"): f.name
+        for f, _ in fields_of(cls)
+        for a in (f.metadata or {}).get("aliases", ())
+    }
+    retired = {
+        a.lstrip("-").replace("-", "_"): f.name
+        for f, _ in fields_of(cls)
+        for a in (f.metadata or {}).get("deprecated", ())
+    }
     values: dict[str, Any] = {}
     for key, value in mapping.items():
         name = str(key).replace("-", "_")
@@ -280,9 +336,15 @@ def mapping_values(cls, mapping: dict, *, where: str, explicit: typing.Collectio
             import difflib
 
             close = difflib.get_close_matches(name, list(types_by_name), n=1, cutoff=0.6)
-            raise AuraError(M("yaml_unknown", key=key, path=where,
-                              close=M("yaml_close", name=close[0]) if close else "",
-                              valid=", ".join(sorted(types_by_name))))
+            raise AuraError(
+                M(
+                    "yaml_unknown",
+                    key=key,
+                    path=where,
+                    close=M("yaml_close", name=close[0]) if close else "",
+                    valid=", ".join(sorted(types_by_name)),
+                )
+            )
         values[name] = coerce(name, types_by_name[name], value, shown=shown(str(key)))
         if name in _RISKY and values[name] and name not in explicit:  # a flag on the command line wins
             from aura.core import console
@@ -335,11 +397,16 @@ ARGPARSE_ES_PLURAL = {
     ("expected %s argument", "expected %s arguments"): ("se esperaba %s valor", "se esperaban %s valores"),
 }
 
-M_ARGPARSE = Messages("config.argparse", {
-    "help_hint": ("Ejecuta '{prog} --help' para ver todas las opciones.",
-                  "Run '{prog} --help' to see every option."),
-    "did_you_mean": (" ¿Quisiste decir {flag}?", " Did you mean {flag}?"),
-})
+M_ARGPARSE = Messages(
+    "config.argparse",
+    {
+        "help_hint": (
+            "Ejecuta '{prog} --help' para ver todas las opciones.",
+            "Run '{prog} --help' to see every option.",
+        ),
+        "did_you_mean": (" ¿Quisiste decir {flag}?", " Did you mean {flag}?"),
+    },
+)
 
 
 def _argparse_gettext(message: str) -> str:
@@ -383,8 +450,12 @@ class AuraArgumentParser(argparse.ArgumentParser):
 
         if not typed.startswith("--"):
             return None
-        flags = [o for a in self._actions for o in a.option_strings
-                 if o.startswith("--") and not isinstance(a, _DeprecatedFlag)]  # never suggest an old name
+        flags = [
+            o
+            for a in self._actions
+            for o in a.option_strings
+            if o.startswith("--") and not isinstance(a, _DeprecatedFlag)
+        ]  # never suggest an old name
         flat = {f.replace("-", ""): f for f in flags}  # a missing or extra hyphen is the commonest slip
         name = typed.split("=", 1)[0]
         if name.replace("-", "") in flat:
@@ -393,8 +464,7 @@ class AuraArgumentParser(argparse.ArgumentParser):
         return close[0] if close else None
 
     def error(self, message: str):  # type: ignore[override]
-        sys.stderr.write(_argparse_gettext("%(prog)s: error: %(message)s\n")
-                         % {"prog": self.prog, "message": message})
+        sys.stderr.write(_argparse_gettext("%(prog)s: error: %(message)s\n") % {"prog": self.prog, "message": message})
         sys.stderr.write(M_ARGPARSE("help_hint", prog=self.prog) + "\n")
         raise SystemExit(2)
 

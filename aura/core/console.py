@@ -179,8 +179,15 @@ class Progress:
     On a terminal it is a rich live bar; otherwise a plain line every ``plain_every`` seconds.
     """
 
-    def __init__(self, description: str, total: int | None = None, *, unit: str = "it",
-                 extra_units: Sequence[str] = (), plain_every: float = 10.0):
+    def __init__(
+        self,
+        description: str,
+        total: int | None = None,
+        *,
+        unit: str = "it",
+        extra_units: Sequence[str] = (),
+        plain_every: float = 10.0,
+    ):
         self.description = description
         self.total = total
         self.unit = unit
@@ -195,12 +202,23 @@ class Progress:
 
     def __enter__(self) -> "Progress":
         if is_tty() and not _quiet:
-            from rich.progress import (BarColumn, Progress as RichProgress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                Progress as RichProgress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._rich = RichProgress(
-                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[rates]}"),
-                TimeElapsedColumn(), TimeRemainingColumn(), console=_console(), transient=False)
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[rates]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=_console(),
+                transient=False,
+            )
             self._rich.__enter__()
             self._task = self._rich.add_task(self.description, total=self.total, rates="")
         return self

@@ -19,27 +19,43 @@ from pathlib import Path
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("files", {
-    "too_deep": ("anidado a más profundidad de la que admite el lector de Python (unos {depth:nivel|niveles})",
-                 "nested deeper than Python's parser allows (about {depth:level|levels})"),
-    "bad_json": ("{path} no es JSON válido ({err}). {fix}", "{path} is not valid JSON ({err}). {fix}"),
-    "not_object": ("{path} debe contener un objeto JSON ({{\"clave\": valor, ...}}) y contiene {kind}. {fix}",
-                   "{path} must hold a JSON object ({{\"key\": value, ...}}) but holds {kind}. {fix}"),
-    "unreadable": ("No se puede leer {path}: {err}.", "Cannot read {path}: {err}."),
-    "fix_copy": ("Vuelve a copiarlo desde su origen o regenéralo con el comando que lo creó.",
-                 "Copy it again from where it came from, or write it again with the command that made it."),
-    "bad_weights": ("{path} está dañado o incompleto: {why}. Vuelve a copiarlo desde su origen (o usa otro "
-                    "checkpoint de la ejecución).",
-                    "{path} is damaged or incomplete: {why}. Copy it again from where it came from (or use "
-                    "another checkpoint of the run)."),
-    "w_short": ("tiene {size:byte|bytes}, menos que la cabecera", "it has {size:byte|bytes}, less than its header"),
-    "w_header": ("la cabecera no es válida ({err})", "its header is not valid ({err})"),
-    "w_offsets": ("el tensor '{name}' tiene desplazamientos no válidos", "tensor '{name}' has invalid offsets"),
-    "w_size": ("la cabecera describe {expected:byte|bytes} y el archivo tiene {size} (¿copia cortada?)",
-               "its header describes {expected:byte|bytes} and the file has {size} (a cut-off copy?)"),
-    "k_list": ("una lista", "a list"), "k_str": ("un texto", "a string"), "k_num": ("un número", "a number"),
-    "k_bool": ("un booleano", "a boolean"), "k_null": ("el valor null", "null"),
-})
+M = Messages(
+    "files",
+    {
+        "too_deep": (
+            "anidado a más profundidad de la que admite el lector de Python (unos {depth:nivel|niveles})",
+            "nested deeper than Python's parser allows (about {depth:level|levels})",
+        ),
+        "bad_json": ("{path} no es JSON válido ({err}). {fix}", "{path} is not valid JSON ({err}). {fix}"),
+        "not_object": (
+            '{path} debe contener un objeto JSON ({{"clave": valor, ...}}) y contiene {kind}. {fix}',
+            '{path} must hold a JSON object ({{"key": value, ...}}) but holds {kind}. {fix}',
+        ),
+        "unreadable": ("No se puede leer {path}: {err}.", "Cannot read {path}: {err}."),
+        "fix_copy": (
+            "Vuelve a copiarlo desde su origen o regenéralo con el comando que lo creó.",
+            "Copy it again from where it came from, or write it again with the command that made it.",
+        ),
+        "bad_weights": (
+            "{path} está dañado o incompleto: {why}. Vuelve a copiarlo desde su origen (o usa otro "
+            "checkpoint de la ejecución).",
+            "{path} is damaged or incomplete: {why}. Copy it again from where it came from (or use "
+            "another checkpoint of the run).",
+        ),
+        "w_short": ("tiene {size:byte|bytes}, menos que la cabecera", "it has {size:byte|bytes}, less than its header"),
+        "w_header": ("la cabecera no es válida ({err})", "its header is not valid ({err})"),
+        "w_offsets": ("el tensor '{name}' tiene desplazamientos no válidos", "tensor '{name}' has invalid offsets"),
+        "w_size": (
+            "la cabecera describe {expected:byte|bytes} y el archivo tiene {size} (¿copia cortada?)",
+            "its header describes {expected:byte|bytes} and the file has {size} (a cut-off copy?)",
+        ),
+        "k_list": ("una lista", "a list"),
+        "k_str": ("un texto", "a string"),
+        "k_num": ("un número", "a number"),
+        "k_bool": ("un booleano", "a boolean"),
+        "k_null": ("el valor null", "null"),
+    },
+)
 
 # safetensors' own reader refuses headers above 100 MB; a real one is a few hundred KB at most.
 MAX_HEADER_BYTES = 100_000_000
@@ -70,8 +86,9 @@ _DECODER = json.JSONDecoder()
 
 
 def _kind(value) -> str:
-    key = {list: "k_list", str: "k_str", int: "k_num", float: "k_num", bool: "k_bool",
-           type(None): "k_null"}.get(type(value))
+    key = {list: "k_list", str: "k_str", int: "k_num", float: "k_num", bool: "k_bool", type(None): "k_null"}.get(
+        type(value)
+    )
     return M(key) if key else type(value).__name__
 
 
@@ -116,8 +133,12 @@ def check_safetensors(path: str | os.PathLike) -> None:
         if name == "__metadata__":
             continue
         offsets = info.get("data_offsets") if isinstance(info, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
-                and 0 <= offsets[0] <= offsets[1]):
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(type(o) is int for o in offsets)
+            and 0 <= offsets[0] <= offsets[1]
+        ):
             raise AuraError(M("bad_weights", path=path, why=M("w_offsets", name=name)))
         end = max(end, offsets[1])
     if 8 + n + end != size:

@@ -24,16 +24,23 @@ from urllib.parse import urlparse
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("hub", {
-    "missing_path": ("{flag} {name}: no existe esa ruta. Revisa que esté bien escrita (se interpreta como "
-                     "una ruta local, no como un nombre del hub de Hugging Face).",
-                     "{flag} {name}: no such path. Check the spelling (it is read as a local path, not as a "
-                     "Hugging Face hub name)."),
-    "offline": ("{flag} {name}: no es una carpeta local, no está en la caché de Hugging Face y no se puede "
-                "conectar con el hub ({host}). Revisa la ruta, o conéctate a internet para descargarlo.",
-                "{flag} {name}: not a local folder, not in the Hugging Face cache, and the hub ({host}) "
-                "cannot be reached. Check the path, or connect to the internet to download it."),
-})
+M = Messages(
+    "hub",
+    {
+        "missing_path": (
+            "{flag} {name}: no existe esa ruta. Revisa que esté bien escrita (se interpreta como "
+            "una ruta local, no como un nombre del hub de Hugging Face).",
+            "{flag} {name}: no such path. Check the spelling (it is read as a local path, not as a "
+            "Hugging Face hub name).",
+        ),
+        "offline": (
+            "{flag} {name}: no es una carpeta local, no está en la caché de Hugging Face y no se puede "
+            "conectar con el hub ({host}). Revisa la ruta, o conéctate a internet para descargarlo.",
+            "{flag} {name}: not a local folder, not in the Hugging Face cache, and the hub ({host}) "
+            "cannot be reached. Check the path, or connect to the internet to download it.",
+        ),
+    },
+)
 
 _PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 

@@ -29,22 +29,31 @@ from typing import Iterator
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("locks", {
-    "not_regular": ("{path} no es un archivo normal (es un enlace simbólico, un enlace duro u otra cosa): Aura "
-                    "no lo usa como cerrojo, porque escribir en él cambiaría otro archivo. Bórralo tú mismo "
-                    "y vuelve a ejecutar el comando.",
-                    "{path} is not a regular file (it is a symbolic link, a hard link or something else): "
-                    "Aura does not use it as a lock, since writing it would change another file. Delete it "
-                    "yourself and run the command again."),
-    "unusable": ("No se puede abrir el cerrojo {path}: {err}. Comprueba los permisos del directorio.",
-                 "Cannot open the lock {path}: {err}. Check the directory's permissions."),
-    "busy": ("{path} lo está escribiendo otro proceso de Aura (pid {pid} en {host}, desde {since}). Dos "
-             "procesos escribiendo la misma salida la mezclarían. Espera a que termine, detenlo, o elige "
-             "otra salida.",
-             "{path} is being written by another Aura process (pid {pid} on {host}, since {since}). Two "
-             "processes writing one output would mix it up. Wait for it to finish, stop it, or choose "
-             "another output."),
-})
+M = Messages(
+    "locks",
+    {
+        "not_regular": (
+            "{path} no es un archivo normal (es un enlace simbólico, un enlace duro u otra cosa): Aura "
+            "no lo usa como cerrojo, porque escribir en él cambiaría otro archivo. Bórralo tú mismo "
+            "y vuelve a ejecutar el comando.",
+            "{path} is not a regular file (it is a symbolic link, a hard link or something else): "
+            "Aura does not use it as a lock, since writing it would change another file. Delete it "
+            "yourself and run the command again.",
+        ),
+        "unusable": (
+            "No se puede abrir el cerrojo {path}: {err}. Comprueba los permisos del directorio.",
+            "Cannot open the lock {path}: {err}. Check the directory's permissions.",
+        ),
+        "busy": (
+            "{path} lo está escribiendo otro proceso de Aura (pid {pid} en {host}, desde {since}). Dos "
+            "procesos escribiendo la misma salida la mezclarían. Espera a que termine, detenlo, o elige "
+            "otra salida.",
+            "{path} is being written by another Aura process (pid {pid} on {host}, since {since}). Two "
+            "processes writing one output would mix it up. Wait for it to finish, stop it, or choose "
+            "another output.",
+        ),
+    },
+)
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -147,8 +156,12 @@ class FileLock:
             os.close(fd)
         self.fd = fd
         self.previous = _read_fd(fd)
-        self.record = {"pid": os.getpid(), "host": socket.gethostname(),
-                       "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **record}
+        self.record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **record,
+        }
         self.write()
         return None
 
@@ -187,8 +200,15 @@ def output_lock(target: str | os.PathLike, *, command: str) -> Iterator[FileLock
     lock = FileLock(path, remove=True)
     holder = lock.acquire(wait_s=0.5, command=command)
     if holder is not None:
-        raise AuraError(M("busy", path=target, pid=holder.get("pid", "?"), host=holder.get("host", "?"),
-                          since=holder.get("since", "?")))
+        raise AuraError(
+            M(
+                "busy",
+                path=target,
+                pid=holder.get("pid", "?"),
+                host=holder.get("host", "?"),
+                since=holder.get("since", "?"),
+            )
+        )
     try:
         yield lock
     finally:

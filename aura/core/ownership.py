@@ -29,35 +29,48 @@ from aura.core.i18n import Messages
 MARKER = ".aura-dir.json"
 KINDS = ("tokenizer", "data", "run", "model", "adapter", "checkpoint")
 
-M = Messages("ownership", {
-    "not_ours": ("{path} ya existe y no lo creó Aura (no tiene {marker}{kind_note}). Aura nunca borra ni "
-                 "sustituye lo que no escribió, tampoco con {flag}. Elige otra ruta de salida, o vacía o "
-                 "borra ese directorio tú mismo si de verdad quieres usarlo.",
-                 "{path} already exists and was not created by Aura (it has no {marker}{kind_note}). Aura "
-                 "never deletes or replaces what it did not write, not even with {flag}. Choose another "
-                 "output path, or empty or delete that directory yourself if you really want to use it."),
-    "other_kind": (" de tipo '{kind}'; es de tipo '{found}'", " of kind '{kind}'; it is of kind '{found}'"),
-    "forbidden": ("{path} no puede ser una salida: es {what}. Aura escribe sus resultados en un directorio "
-                  "propio; indica uno nuevo (por ejemplo {example}).",
-                  "{path} cannot be an output: it is {what}. Aura writes its results into a directory of "
-                  "their own; give a new one (for example {example})."),
-    "w_root": ("la raíz del sistema (/)", "the filesystem root (/)"),
-    "w_home": ("tu directorio personal", "your home directory"),
-    "w_cwd": ("el directorio actual o uno que lo contiene", "the current directory or one that contains it"),
-    "overlaps": ("La salida {out} {relation} la entrada {inp}: escribirla podría borrar o mezclar tus datos. "
-                 "Usa una ruta de salida fuera de las entradas.",
-                 "The output {out} {relation} the input {inp}: writing it could delete or mix up your data. "
-                 "Use an output path outside the inputs."),
-    "r_is": ("es", "is"),
-    "r_inside": ("está dentro de", "lies inside"),
-    "r_contains": ("contiene", "contains"),
-    "file_not_ours": ("{path} ya existe y no lo escribió Aura: {flag} no lo sobrescribe. Elige otro archivo, o "
-                      "añade --overwrite si de verdad quieres sustituirlo.",
-                      "{path} already exists and was not written by Aura: {flag} does not overwrite it. Choose "
-                      "another file, or add --overwrite if you really want to replace it."),
-    "file_is_dir": ("{flag} {path} es un directorio, no un archivo. Indica un archivo (por ejemplo {path}/{name}).",
-                    "{flag} {path} is a directory, not a file. Give a file (for example {path}/{name})."),
-})
+M = Messages(
+    "ownership",
+    {
+        "not_ours": (
+            "{path} ya existe y no lo creó Aura (no tiene {marker}{kind_note}). Aura nunca borra ni "
+            "sustituye lo que no escribió, tampoco con {flag}. Elige otra ruta de salida, o vacía o "
+            "borra ese directorio tú mismo si de verdad quieres usarlo.",
+            "{path} already exists and was not created by Aura (it has no {marker}{kind_note}). Aura "
+            "never deletes or replaces what it did not write, not even with {flag}. Choose another "
+            "output path, or empty or delete that directory yourself if you really want to use it.",
+        ),
+        "other_kind": (" de tipo '{kind}'; es de tipo '{found}'", " of kind '{kind}'; it is of kind '{found}'"),
+        "forbidden": (
+            "{path} no puede ser una salida: es {what}. Aura escribe sus resultados en un directorio "
+            "propio; indica uno nuevo (por ejemplo {example}).",
+            "{path} cannot be an output: it is {what}. Aura writes its results into a directory of "
+            "their own; give a new one (for example {example}).",
+        ),
+        "w_root": ("la raíz del sistema (/)", "the filesystem root (/)"),
+        "w_home": ("tu directorio personal", "your home directory"),
+        "w_cwd": ("el directorio actual o uno que lo contiene", "the current directory or one that contains it"),
+        "overlaps": (
+            "La salida {out} {relation} la entrada {inp}: escribirla podría borrar o mezclar tus datos. "
+            "Usa una ruta de salida fuera de las entradas.",
+            "The output {out} {relation} the input {inp}: writing it could delete or mix up your data. "
+            "Use an output path outside the inputs.",
+        ),
+        "r_is": ("es", "is"),
+        "r_inside": ("está dentro de", "lies inside"),
+        "r_contains": ("contiene", "contains"),
+        "file_not_ours": (
+            "{path} ya existe y no lo escribió Aura: {flag} no lo sobrescribe. Elige otro archivo, o "
+            "añade --overwrite si de verdad quieres sustituirlo.",
+            "{path} already exists and was not written by Aura: {flag} does not overwrite it. Choose "
+            "another file, or add --overwrite if you really want to replace it.",
+        ),
+        "file_is_dir": (
+            "{flag} {path} es un directorio, no un archivo. Indica un archivo (por ejemplo {path}/{name}).",
+            "{flag} {path} is a directory, not a file. Give a file (for example {path}/{name}).",
+        ),
+    },
+)
 # Single-file outputs (aura eval's JSON, aura generate's JSONL, aura plot's image) are recognised as Aura's
 # by their content: JSON with "aura_version" at the top (or the exact keys of an older eval.json), and
 # the marks generate and plot put in their own formats (``check_output_file(..., ours=...)``).
@@ -68,8 +81,7 @@ def marker_payload(kind: str, **info) -> dict:
     from aura import __version__
 
     assert kind in KINDS, kind
-    return {"kind": kind, "aura_version": __version__,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **info}
+    return {"kind": kind, "aura_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **info}
 
 
 def write_marker(directory: str | os.PathLike, kind: str, **info) -> None:
@@ -102,14 +114,28 @@ def owned_kind(directory: str | os.PathLike) -> str | None:
 # Directories written before the marker existed are recognised by their exact layout: the metadata file
 # Aura writes (with Aura's own content) and nothing but the file names Aura itself writes there. One
 # foreign name (a user's notes.txt, a .git) and the directory is not Aura's any more.
-_TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                    "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model", "aura_tokenizer.json"}
+_TOKENIZER_FILES = {
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "aura_tokenizer.json",
+}
 _LEGACY = {
     "data": ("meta.json", re.compile(r"meta\.json|(train|val)_\d{5}\.bin|tokenizer")),
     "tokenizer": ("aura_tokenizer.json", re.compile("|".join(re.escape(n) for n in sorted(_TOKENIZER_FILES)))),
-    "model": ("aura_merge.json", re.compile(r"aura_merge\.json|config\.json|generation_config\.json|"
-                                           r"model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json|"
-                                           + "|".join(re.escape(n) for n in sorted(_TOKENIZER_FILES)))),
+    "model": (
+        "aura_merge.json",
+        re.compile(
+            r"aura_merge\.json|config\.json|generation_config\.json|"
+            r"model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json|"
+            + "|".join(re.escape(n) for n in sorted(_TOKENIZER_FILES))
+        ),
+    ),
 }
 
 
@@ -173,8 +199,9 @@ def check_location(target: str | os.PathLike, *, inputs: Iterable[str | os.PathL
         if not inp.exists():
             continue
         inp = inp.resolve()
-        relation = "r_is" if out == inp else "r_inside" if inp in out.parents else \
-            "r_contains" if out in inp.parents else None
+        relation = (
+            "r_is" if out == inp else "r_inside" if inp in out.parents else "r_contains" if out in inp.parents else None
+        )
         if relation:
             raise AuraError(M("overlaps", out=target, inp=raw, relation=M(relation)))
     return out
@@ -193,8 +220,14 @@ def aura_json(path: Path, *, max_bytes: int = 64 << 20) -> bool:
     return isinstance(data, dict) and ("aura_version" in data or set(data) == _OLD_EVAL_KEYS)
 
 
-def check_output_file(target: str | os.PathLike, *, flag: str, overwrite: bool,
-                      inputs: Iterable[str | os.PathLike | None] = (), ours=aura_json) -> Path:
+def check_output_file(
+    target: str | os.PathLike,
+    *,
+    flag: str,
+    overwrite: bool,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    ours=aura_json,
+) -> Path:
     """Refuse, before any work, a single-file output that is one of the command's inputs or lies inside an
     input folder (a model, a run, a prepared dataset: never, whatever the flags), that is a directory, or
     that is an existing file Aura did not write (``ours(path)`` false, a symlink included) unless
@@ -212,15 +245,21 @@ def check_output_file(target: str | os.PathLike, *, flag: str, overwrite: bool,
         if same or inside or out == inp.resolve():
             raise AuraError(M("overlaps", out=target, inp=raw, relation=M("r_is" if not inside else "r_inside")))
     if path.is_dir() and not path.is_symlink():
-        raise AuraError(M("file_is_dir", flag=flag, path=target, name="resultados.json" if _lang_es() else
-                          "results.json"))
+        raise AuraError(
+            M("file_is_dir", flag=flag, path=target, name="resultados.json" if _lang_es() else "results.json")
+        )
     if (path.exists() or path.is_symlink()) and not overwrite and (path.is_symlink() or not ours(path)):
         raise AuraError(M("file_not_ours", path=target, flag=flag))
     return path
 
 
-def check_replaceable(target: str | os.PathLike, *, kind: str | tuple[str, ...], flag: str = "--overwrite",
-                      inputs: Iterable[str | os.PathLike] = ()) -> str:
+def check_replaceable(
+    target: str | os.PathLike,
+    *,
+    kind: str | tuple[str, ...],
+    flag: str = "--overwrite",
+    inputs: Iterable[str | os.PathLike] = (),
+) -> str:
     """Where ``target`` stands before a write: "absent", "empty" or "owned" (same-kind Aura dir).
 
     Raises AuraError for a forbidden location, an overlap with an input, a file in the way, or an

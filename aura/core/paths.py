@@ -18,21 +18,29 @@ from pathlib import Path, PurePosixPath
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("paths", {
-    "outside": ("{source} nombra '{name}', fuera de {root}: Aura solo lee archivos dentro de esa carpeta (ni "
-                "rutas absolutas, ni '..', ni enlaces que salgan de ella). El archivo está dañado o manipulado; "
-                "vuelve a generarlo.",
-                "{source} names '{name}', outside {root}: Aura reads only files inside that folder (no absolute "
-                "paths, no '..', no links leaving it). The file is damaged or tampered with; generate it again."),
-    "link_out": ("{path} es un enlace simbólico a {target}, fuera de {root}: Aura no lo sigue. Sustitúyelo "
-                 "por una copia del archivo o quítalo.",
-                 "{path} is a symbolic link to {target}, outside {root}: Aura does not follow it. Replace it "
-                 "with a copy of the file or remove it."),
-    "loop": ("{path} es un bucle de enlaces simbólicos (o una cadena demasiado larga): no se puede leer. "
-             "Corrige o borra ese enlace.",
-             "{path} is a symbolic link loop (or too long a chain): it cannot be read. Fix or delete that "
-             "link."),
-})
+M = Messages(
+    "paths",
+    {
+        "outside": (
+            "{source} nombra '{name}', fuera de {root}: Aura solo lee archivos dentro de esa carpeta (ni "
+            "rutas absolutas, ni '..', ni enlaces que salgan de ella). El archivo está dañado o manipulado; "
+            "vuelve a generarlo.",
+            "{source} names '{name}', outside {root}: Aura reads only files inside that folder (no absolute "
+            "paths, no '..', no links leaving it). The file is damaged or tampered with; generate it again.",
+        ),
+        "link_out": (
+            "{path} es un enlace simbólico a {target}, fuera de {root}: Aura no lo sigue. Sustitúyelo "
+            "por una copia del archivo o quítalo.",
+            "{path} is a symbolic link to {target}, outside {root}: Aura does not follow it. Replace it "
+            "with a copy of the file or remove it.",
+        ),
+        "loop": (
+            "{path} es un bucle de enlaces simbólicos (o una cadena demasiado larga): no se puede leer. "
+            "Corrige o borra ese enlace.",
+            "{path} is a symbolic link loop (or too long a chain): it cannot be read. Fix or delete that link.",
+        ),
+    },
+)
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -49,8 +57,7 @@ def resolved(path: str | os.PathLike) -> Path:
         raise AuraError(M("loop", path=path)) from None
 
 
-def contained(root: str | os.PathLike, name: str, *, source: str | os.PathLike,
-              follow_links: bool = True) -> Path:
+def contained(root: str | os.PathLike, name: str, *, source: str | os.PathLike, follow_links: bool = True) -> Path:
     """``root/name`` for a ``name`` read from the file ``source``; AuraError when it leaves ``root``:
     absolute, with a ``..`` part, or (``follow_links``) a symlink that resolves outside."""
     root = Path(root)

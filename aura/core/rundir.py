@@ -16,18 +16,20 @@ from pathlib import Path
 
 from aura.core.files import loads_json
 from aura.core.i18n import Messages
-from aura.core.locks import FileLock, read_lock_record
-from aura.core.locks import lock_holder as _lock_holder
+from aura.core.locks import FileLock, lock_holder as _lock_holder, read_lock_record
 
-_STATUS = Messages("run_status", {
-    "st_running": ("en marcha", "running"),
-    "st_finished": ("terminada", "finished"),
-    "st_interrupted": ("interrumpida", "interrupted"),
-    "st_failed": ("fallida", "failed"),
-    "st_stale": ("cortada", "stale"),
-    "st_unsaved": ("detenida sin checkpoint", "stopped, no checkpoint"),
-    "st_unknown": ("desconocido", "unknown"),
-})
+_STATUS = Messages(
+    "run_status",
+    {
+        "st_running": ("en marcha", "running"),
+        "st_finished": ("terminada", "finished"),
+        "st_interrupted": ("interrumpida", "interrupted"),
+        "st_failed": ("fallida", "failed"),
+        "st_stale": ("cortada", "stale"),
+        "st_unsaved": ("detenida sin checkpoint", "stopped, no checkpoint"),
+        "st_unknown": ("desconocido", "unknown"),
+    },
+)
 
 RUN_JSON = "run.json"
 STATE_FILE = "trainer_state.json"

@@ -15,16 +15,21 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from aura.core.atomic import TMP_PREFIX, fsync_dir, fsync_tree, host_name, owner_suffix, tmp_name, user_mode
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.core.atomic import TMP_PREFIX, host_name, fsync_dir, fsync_tree, owner_suffix, tmp_name, user_mode
 
-_M = Messages("staging", {
-    "busy": ("No se puede reemplazar {path}: es un punto de montaje o el sistema lo tiene en uso. Indica un "
-             "directorio dentro de él (por ejemplo {path}/salida).",
-             "Cannot replace {path}: it is a mount point or in use by the system. Give a directory inside "
-             "it (for example {path}/out)."),
-})
+_M = Messages(
+    "staging",
+    {
+        "busy": (
+            "No se puede reemplazar {path}: es un punto de montaje o el sistema lo tiene en uso. Indica un "
+            "directorio dentro de él (por ejemplo {path}/salida).",
+            "Cannot replace {path}: it is a mount point or in use by the system. Give a directory inside "
+            "it (for example {path}/out).",
+        ),
+    },
+)
 
 
 # Staging names end with "~PID@HOST": who is writing them, so that cleanup removes only the leftovers
@@ -153,8 +158,9 @@ def staging_prefixes(name: str) -> tuple[str, str]:
     return f"{name}-", f"{_OLD}{name}~"
 
 
-def remove_stale_tmp(parent: str | os.PathLike, *, prefix: str | tuple[str, ...] = "",
-                     max_age_s: float | None = STALE_UNKNOWN_S) -> list[Path]:
+def remove_stale_tmp(
+    parent: str | os.PathLike, *, prefix: str | tuple[str, ...] = "", max_age_s: float | None = STALE_UNKNOWN_S
+) -> list[Path]:
     """Remove the leftovers of interrupted writes in ``parent``: ``.tmp-{prefix}*`` entries that are stale
     (``is_stale_tmp``). A live writer's staging entry (this or another process) is never touched. In a
     directory that is not Aura's own, pass ``max_age_s=None``: only entries whose writer is provably
@@ -171,9 +177,9 @@ def remove_stale_tmp(parent: str | os.PathLike, *, prefix: str | tuple[str, ...]
     for p in sorted(parent.iterdir()):
         if not p.name.startswith(prefixes) or not is_stale_tmp(p, max_age_s=max_age_s):
             continue
-        rest = p.name[len(TMP_PREFIX):]
+        rest = p.name[len(TMP_PREFIX) :]
         if rest.startswith(_OLD) and tmp_owner(rest):
-            original = parent / _OWNER_RE.sub("", rest[len(_OLD):])
+            original = parent / _OWNER_RE.sub("", rest[len(_OLD) :])
             if not original.exists() and not original.is_symlink():
                 with contextlib.suppress(OSError):
                     os.replace(p, original)

@@ -29,13 +29,18 @@ from pathlib import Path
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("contamination", {
-    "unknown_set": ("'{name}' no es un conjunto de evaluación que Aura conozca; los que hay: {valid}.",
-                    "'{name}' is not an eval set Aura knows; the ones there are: {valid}."),
-})
+M = Messages(
+    "contamination",
+    {
+        "unknown_set": (
+            "'{name}' no es un conjunto de evaluación que Aura conozca; los que hay: {valid}.",
+            "'{name}' is not an eval set Aura knows; the ones there are: {valid}.",
+        ),
+    },
+)
 
-N_GRAMS = 13       # the field's default (GPT-3's 13-gram overlap; datatrove's examples)
-MIN_WORDS = 8      # an item shorter than this is not checkable: its words are a common phrase
+N_GRAMS = 13  # the field's default (GPT-3's 13-gram overlap; datatrove's examples)
+MIN_WORDS = 8  # an item shorter than this is not checkable: its words are a common phrase
 TEMPLATE_SHARE = 0.5  # an n-gram in more than this share of a task's items (and in 3 or more) is its template
 
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"
@@ -79,7 +84,8 @@ def _jsonl(path: Path) -> Iterator[dict]:
 
 def aura_es_items(limit: int = 0) -> list[EvalItem]:
     """The aura-es suite's items (each task's first ``limit`` when given, as ``aura eval --limit`` scores):
-    the multiple-choice tasks' query and right choice, the math task's problem and its answer (the worked solution is not shown to the model)."""
+    the multiple-choice tasks' query and right choice, the math task's problem and its answer (the worked solution is
+    not shown to the model)."""
     out = []
     for path in sorted(AURA_ES_DIR.glob("aura_es_*.jsonl")):
         rows = list(_jsonl(path))
@@ -109,14 +115,14 @@ class EvalIndex:
     n: int = N_GRAMS
     min_words: int = MIN_WORDS
     grams: dict[str, set[int]] = field(default_factory=dict)  # "w1 w2 ... wn" -> item positions
-    lengths: set[int] = field(default_factory=set)             # the n-gram lengths indexed (n, and short items')
+    lengths: set[int] = field(default_factory=set)  # the n-gram lengths indexed (n, and short items')
     first_pairs: set[tuple[str, str]] = field(default_factory=set)  # each n-gram's first two words: a cheap test
-    unchecked: Counter = field(default_factory=Counter)        # task -> items too short to check
-    templates: Counter = field(default_factory=Counter)        # task -> template n-grams left out
+    unchecked: Counter = field(default_factory=Counter)  # task -> items too short to check
+    templates: Counter = field(default_factory=Counter)  # task -> template n-grams left out
 
     def __post_init__(self):
         per_item: list[tuple[list[str], int]] = []  # (words, n-gram length) of each checkable item
-        shared: dict[str, Counter] = {}              # task -> n-gram -> items holding it
+        shared: dict[str, Counter] = {}  # task -> n-gram -> items holding it
         for item in self.items:
             w = words(item.text)
             k = min(self.n, len(w))
@@ -127,14 +133,16 @@ class EvalIndex:
             w = words(item.text)
             k = min(self.n, len(w))
             if len(w) >= self.min_words:
-                shared.setdefault(item.task, Counter()).update({" ".join(w[j:j + k]) for j in range(len(w) - k + 1)})
+                shared.setdefault(item.task, Counter()).update({" ".join(w[j : j + k]) for j in range(len(w) - k + 1)})
         sizes = Counter(item.task for item in self.whole or self.items)
-        template = {task: {g for g, c in grams.items() if c >= 3 and c > TEMPLATE_SHARE * sizes[task]}
-                    for task, grams in shared.items()}
+        template = {
+            task: {g for g, c in grams.items() if c >= 3 and c > TEMPLATE_SHARE * sizes[task]}
+            for task, grams in shared.items()
+        }
         for i, (item, (w, k)) in enumerate(zip(self.items, per_item)):
             if len(w) < self.min_words:
                 continue
-            grams = [" ".join(w[j:j + k]) for j in range(len(w) - k + 1)]
+            grams = [" ".join(w[j : j + k]) for j in range(len(w) - k + 1)]
             mine = template.get(item.task, set())
             covered = set()  # word positions inside the task's template: no n-gram touching them is the item's
             for j, g in enumerate(grams):
@@ -156,10 +164,10 @@ class EvalIndex:
                 continue
             for k in self.lengths:
                 if j + k <= len(w):
-                    owners = self.grams.get(" ".join(w[j:j + k]))
+                    owners = self.grams.get(" ".join(w[j : j + k]))
                     if owners:
                         for i in owners:
-                            yield i, " ".join(w[j:j + k])
+                            yield i, " ".join(w[j : j + k])
 
     def first_hit(self, text: str) -> tuple[EvalItem, str] | None:
         """The first eval item ``text`` shares an n-gram with, and the n-gram; None when clean."""
@@ -182,11 +190,22 @@ def scan(index: EvalIndex, texts: Iterable[tuple[str, str]], *, examples: int = 
     tasks = {}
     for task in sorted(sizes):
         mine = sorted((i for i in seen if index.items[i].task == task), key=lambda i: index.items[i].id)
-        tasks[task] = {"items": sizes[task], "seen": len(mine), "not_checkable": index.unchecked[task],
-                       "template_ngrams": index.templates[task],
-                       "seen_ids": [index.items[i].id for i in mine],
-                       "examples": [{"id": index.items[i].id, "ngram": seen[i][0], "where": seen[i][1]}
-                                    for i in mine[:examples]]}
-    return {"method": {"ngrams": index.n, "min_words": index.min_words, "normalisation":
-                       "NFC, lowercase, punctuation and symbols removed, accents and digits kept"},
-            "documents": documents, "items": len(index.items), "seen": len(seen), "tasks": tasks}
+        tasks[task] = {
+            "items": sizes[task],
+            "seen": len(mine),
+            "not_checkable": index.unchecked[task],
+            "template_ngrams": index.templates[task],
+            "seen_ids": [index.items[i].id for i in mine],
+            "examples": [{"id": index.items[i].id, "ngram": seen[i][0], "where": seen[i][1]} for i in mine[:examples]],
+        }
+    return {
+        "method": {
+            "ngrams": index.n,
+            "min_words": index.min_words,
+            "normalisation": "NFC, lowercase, punctuation and symbols removed, accents and digits kept",
+        },
+        "documents": documents,
+        "items": len(index.items),
+        "seen": len(seen),
+        "tasks": tasks,
+    }

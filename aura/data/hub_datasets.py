@@ -15,15 +15,20 @@ from dataclasses import dataclass
 from aura.core import console
 from aura.core.i18n import Messages
 
-M = Messages("hub_datasets", {
-    "fallback": ("--data {name} es un dataset del hub y el hub ({host}) no se puede alcanzar (sin red, o "
-                 "HF_HUB_OFFLINE=1): se usa --data-fallback {fallback} en su lugar. El modelo se ajusta con "
-                 "esos datos, no con {name}; reanuda o repite la etapa con red para usar el dataset.",
-                 "--data {name} is a hub dataset and the hub ({host}) cannot be reached (no network, or "
-                 "HF_HUB_OFFLINE=1): using --data-fallback {fallback} instead. The model is tuned on that data, "
-                 "not on {name}; rerun the stage with a network to use the dataset."),
-    "card": ("Datos: {name} ({licence}; {size}; {source}).", "Data: {name} ({licence}; {size}; {source})."),
-})
+M = Messages(
+    "hub_datasets",
+    {
+        "fallback": (
+            "--data {name} es un dataset del hub y el hub ({host}) no se puede alcanzar (sin red, o "
+            "HF_HUB_OFFLINE=1): se usa --data-fallback {fallback} en su lugar. El modelo se ajusta con "
+            "esos datos, no con {name}; reanuda o repite la etapa con red para usar el dataset.",
+            "--data {name} is a hub dataset and the hub ({host}) cannot be reached (no network, or "
+            "HF_HUB_OFFLINE=1): using --data-fallback {fallback} instead. The model is tuned on that data, "
+            "not on {name}; rerun the stage with a network to use the dataset.",
+        ),
+        "card": ("Datos: {name} ({licence}; {size}; {source}).", "Data: {name} ({licence}; {size}; {source})."),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -51,28 +56,43 @@ class HubDataset:
         return f"https://huggingface.co/datasets/{self.name}"
 
 
-CATALOGUE: dict[str, HubDataset] = {d.name: d for d in (
-    HubDataset(
-        name="Iker/OpenHermes-2.5-Spanish", kind="sft", licence="apache-2.0", examples=1_000_000,
-        size=("~1 millón de conversaciones (según el visor del hub), 4 ficheros parquet, 905 MB",
-              "~1M conversations (the hub viewer's count), 4 parquet files, 905 MB"),
-        columns="conversations: [{from: system|human|gpt, value}] (ShareGPT)",
-        chars_per_example=1_900,
-        basis="the English original (teknium/OpenHermes-2.5: 1,683,920,876 bytes over 1,001,551 rows, ~1,680 "
-              "per row) plus ~13 % for Spanish's longer wording: an estimate",
-        provenance="teknium/OpenHermes-2.5 (synthetic, mostly GPT-4) machine-translated to Spanish with "
-                   "Iker/TowerInstruct-13B-v0.1-EN2ES"),
-    HubDataset(
-        name="SiguienteGlobal/orpo-es-v0.0.2", kind="preference", licence="mit", examples=7_190,
-        size=("7190 pares de entrenamiento + 147 de prueba, 87 MB de texto (entrenamiento), 45 MB de descarga",
-              "7,190 train + 147 test pairs, 87 MB of text (train), 45 MB download"),
-        columns="prompt, chosen, rejected (text)",
-        chars_per_example=12_000,
-        basis="the card's 87,151,300 bytes of the train split over its 7,190 rows (bytes ~ characters in "
-              "Spanish text)",
-        provenance="Spanish preference pairs for DPO/ORPO published by SiguienteGlobal (the card gives no "
-                   "further provenance)"),
-)}
+CATALOGUE: dict[str, HubDataset] = {
+    d.name: d
+    for d in (
+        HubDataset(
+            name="Iker/OpenHermes-2.5-Spanish",
+            kind="sft",
+            licence="apache-2.0",
+            examples=1_000_000,
+            size=(
+                "~1 millón de conversaciones (según el visor del hub), 4 ficheros parquet, 905 MB",
+                "~1M conversations (the hub viewer's count), 4 parquet files, 905 MB",
+            ),
+            columns="conversations: [{from: system|human|gpt, value}] (ShareGPT)",
+            chars_per_example=1_900,
+            basis="the English original (teknium/OpenHermes-2.5: 1,683,920,876 bytes over 1,001,551 rows, ~1,680 "
+            "per row) plus ~13 % for Spanish's longer wording: an estimate",
+            provenance="teknium/OpenHermes-2.5 (synthetic, mostly GPT-4) machine-translated to Spanish with "
+            "Iker/TowerInstruct-13B-v0.1-EN2ES",
+        ),
+        HubDataset(
+            name="SiguienteGlobal/orpo-es-v0.0.2",
+            kind="preference",
+            licence="mit",
+            examples=7_190,
+            size=(
+                "7190 pares de entrenamiento + 147 de prueba, 87 MB de texto (entrenamiento), 45 MB de descarga",
+                "7,190 train + 147 test pairs, 87 MB of text (train), 45 MB download",
+            ),
+            columns="prompt, chosen, rejected (text)",
+            chars_per_example=12_000,
+            basis="the card's 87,151,300 bytes of the train split over its 7,190 rows (bytes ~ characters in "
+            "Spanish text)",
+            provenance="Spanish preference pairs for DPO/ORPO published by SiguienteGlobal (the card gives no "
+            "further provenance)",
+        ),
+    )
+}
 
 
 def card(name: str | None) -> HubDataset | None:
@@ -91,8 +111,7 @@ def choose_data(data: str | None, fallback: str | None, *, flag: str = "--data")
     if hub_reachable():
         known = card(data)
         if known is not None:
-            console.info(M("card", name=known.name, licence=known.licence, size=known.size_text,
-                           source=known.source))
+            console.info(M("card", name=known.name, licence=known.licence, size=known.size_text, source=known.source))
         return data
     console.warn(M("fallback", name=data, host=hub_host(), fallback=fallback))
     return fallback

@@ -48,40 +48,57 @@ DEFAULT_FEEDBACK = Path(__file__).resolve().parents[1] / "resources" / "kto_es.j
 TRUE_WORDS = frozenset({"true", "1", "sí", "si", "yes", "verdadero", "bueno"})
 FALSE_WORDS = frozenset({"false", "0", "no", "falso", "malo"})
 
-M = Messages("kto_data", {
-    "no_columns": ("{where}: faltan columnas para KTO: se esperaba 'prompt', 'completion' y '{label}' (la "
-                   "valoración: verdadero si la respuesta es buena, falso si es mala; otra columna con "
-                   "--label-column). Columnas encontradas: {found}.",
-                   "{where}: columns missing for KTO: expected 'prompt', 'completion' and '{label}' (the verdict: "
-                   "true when the answer is good, false when it is bad; another column with --label-column). "
-                   "Columns found: {found}."),
-    "bad_label": ("{where}, campo '{field}': se esperaba un valor booleano (true/false, 1/0, sí/no) y es {value!r}. "
-                  "Corrige esa línea o quítala.",
-                  "{where}, field '{field}': expected a boolean (true/false, 1/0, yes/no) and it is {value!r}. Fix "
-                  "that line or remove it."),
-    "empty": ("{where}, campo 'completion': la respuesta está vacía; KTO valora respuestas escritas. Escríbela "
-              "o quita esa línea.",
-              "{where}, field 'completion': the answer is empty; KTO learns from written answers. Write it or "
-              "remove that line."),
-    "one_label": ("{path}: todas las valoraciones del campo '{field}' ({count}) son {value}; KTO aprende del "
-                  "contraste entre respuestas buenas y malas. Añade ejemplos con valoración {other} o usa otro "
-                  "objetivo (sft si solo tienes respuestas buenas).",
-                  "{path}: all the verdicts of field '{field}' ({count}) are {value}; KTO learns from the contrast "
-                  "between good and bad answers. Add examples rated {other} or use another objective (sft when you "
-                  "only have good answers)."),
-    "true": ("verdaderas (buenas)", "true (good)"),
-    "false": ("falsas (malas)", "false (bad)"),
-    "loaded": ("Cargando respuestas valoradas: {path} -> {good:buena|buenas}, {bad:mala|malas}.",
-               "Loading rated answers: {path} -> {good:good one|good ones}, {bad:bad one|bad ones}."),
-    "dropped": ("Ejemplos descartados porque el prompt no deja sitio a la respuesta en --max-length "
-                "{max_length:token|tokens}: {count} (p. ej. {examples}). Sube --max-length o usa --max-prompt-length.",
-                "Dropped {count:example|examples} whose prompt leaves no room for the answer under --max-length "
-                "{max_length:token|tokens} (e.g. {examples}). Raise --max-length or use --max-prompt-length."),
-    "none_fit": ("Ningún ejemplo cabe en --max-length {max_length:token|tokens} (p. ej. {example}). Sube "
-                 "--max-length o usa --max-prompt-length.",
-                 "No example fits in --max-length {max_length:token|tokens} (e.g. {example}). Raise --max-length "
-                 "or use --max-prompt-length."),
-})
+M = Messages(
+    "kto_data",
+    {
+        "no_columns": (
+            "{where}: faltan columnas para KTO: se esperaba 'prompt', 'completion' y '{label}' (la "
+            "valoración: verdadero si la respuesta es buena, falso si es mala; otra columna con "
+            "--label-column). Columnas encontradas: {found}.",
+            "{where}: columns missing for KTO: expected 'prompt', 'completion' and '{label}' (the verdict: "
+            "true when the answer is good, false when it is bad; another column with --label-column). "
+            "Columns found: {found}.",
+        ),
+        "bad_label": (
+            "{where}, campo '{field}': se esperaba un valor booleano (true/false, 1/0, sí/no) y es {value!r}. "
+            "Corrige esa línea o quítala.",
+            "{where}, field '{field}': expected a boolean (true/false, 1/0, yes/no) and it is {value!r}. Fix "
+            "that line or remove it.",
+        ),
+        "empty": (
+            "{where}, campo 'completion': la respuesta está vacía; KTO valora respuestas escritas. Escríbela "
+            "o quita esa línea.",
+            "{where}, field 'completion': the answer is empty; KTO learns from written answers. Write it or "
+            "remove that line.",
+        ),
+        "one_label": (
+            "{path}: todas las valoraciones del campo '{field}' ({count}) son {value}; KTO aprende del "
+            "contraste entre respuestas buenas y malas. Añade ejemplos con valoración {other} o usa otro "
+            "objetivo (sft si solo tienes respuestas buenas).",
+            "{path}: all the verdicts of field '{field}' ({count}) are {value}; KTO learns from the contrast "
+            "between good and bad answers. Add examples rated {other} or use another objective (sft when you "
+            "only have good answers).",
+        ),
+        "true": ("verdaderas (buenas)", "true (good)"),
+        "false": ("falsas (malas)", "false (bad)"),
+        "loaded": (
+            "Cargando respuestas valoradas: {path} -> {good:buena|buenas}, {bad:mala|malas}.",
+            "Loading rated answers: {path} -> {good:good one|good ones}, {bad:bad one|bad ones}.",
+        ),
+        "dropped": (
+            "Ejemplos descartados porque el prompt no deja sitio a la respuesta en --max-length "
+            "{max_length:token|tokens}: {count} (p. ej. {examples}). Sube --max-length o usa --max-prompt-length.",
+            "Dropped {count:example|examples} whose prompt leaves no room for the answer under --max-length "
+            "{max_length:token|tokens} (e.g. {examples}). Raise --max-length or use --max-prompt-length.",
+        ),
+        "none_fit": (
+            "Ningún ejemplo cabe en --max-length {max_length:token|tokens} (p. ej. {example}). Sube "
+            "--max-length o usa --max-prompt-length.",
+            "No example fits in --max-length {max_length:token|tokens} (e.g. {example}). Raise --max-length "
+            "or use --max-prompt-length.",
+        ),
+    },
+)
 
 
 @dataclass
@@ -152,31 +169,44 @@ def record_to_example(record, where: str, *, label_column: str = "label") -> Unp
     return UnpairedExample(prompt=msgs[:-1], completion=msgs[-1], label=label, where=where)
 
 
-def load_unpaired(data: str | os.PathLike | None = None, *, label_column: str = "label",
-                  split: str = "train") -> list[UnpairedExample]:
+def load_unpaired(
+    data: str | os.PathLike | None = None, *, label_column: str = "label", split: str = "train"
+) -> list[UnpairedExample]:
     """Every rated answer of ``data`` (None: the embedded sample); refused when all labels are one value."""
-    examples = [record_to_example(record, where, label_column=label_column)
-                for where, record in iter_records(data, split=split, default=DEFAULT_FEEDBACK,
-                                                  header_check=lambda path, header: None)]
+    examples = [
+        record_to_example(record, where, label_column=label_column)
+        for where, record in iter_records(
+            data, split=split, default=DEFAULT_FEEDBACK, header_check=lambda path, header: None
+        )
+    ]
     name = data or DEFAULT_FEEDBACK
     good = sum(e.label for e in examples)
     if good in (0, len(examples)):
         value = bool(good)
-        raise AuraError(M("one_label", path=name, count=len(examples), field=label_column.strip().lower(),
-                          value=M("true" if value else "false"), other=M("false" if value else "true")))
+        raise AuraError(
+            M(
+                "one_label",
+                path=name,
+                count=len(examples),
+                field=label_column.strip().lower(),
+                value=M("true" if value else "false"),
+                other=M("false" if value else "true"),
+            )
+        )
     console.info(M("loaded", path=name, good=good, bad=len(examples) - good))
     return examples
 
 
-def encode_unpaired(examples: list[UnpairedExample], tokenizer, *, max_length: int,
-                    max_prompt_length: int | None = None) -> list[EncodedUnpaired]:
+def encode_unpaired(
+    examples: list[UnpairedExample], tokenizer, *, max_length: int, max_prompt_length: int | None = None
+) -> list[EncodedUnpaired]:
     """Encode every example (the truncation rule of the module docstring), then build each one's KL sequence
     from its partner, the previous kept example (cyclically)."""
     kept, dropped = [], []
     for ex in examples:
         ids, n_prompt = encode_side(tokenizer, ex.prompt, ex.completion, ex.where)
         if max_prompt_length and n_prompt > max_prompt_length:
-            ids, n_prompt = ids[n_prompt - max_prompt_length:], max_prompt_length
+            ids, n_prompt = ids[n_prompt - max_prompt_length :], max_prompt_length
         if n_prompt >= max_length:
             dropped.append(ex.where)
             continue
@@ -188,25 +218,36 @@ def encode_unpaired(examples: list[UnpairedExample], tokenizer, *, max_length: i
 
     def sequence(prompt: list[int], completion: list[int], where: str) -> Encoded:
         ids = (prompt + completion)[:max_length]
-        labels = [IGNORE_INDEX] * len(prompt) + ids[len(prompt):]
+        labels = [IGNORE_INDEX] * len(prompt) + ids[len(prompt) :]
         labels[0] = IGNORE_INDEX  # the first token is never predicted
         return Encoded(ids, labels, where)
 
     out = []
     for i, (ex, prompt, completion) in enumerate(kept):
         partner = kept[i - 1][2]  # i = 0 takes the last one: TRL's rotation by one
-        out.append(EncodedUnpaired(seq=sequence(prompt, completion, ex.where),
-                                   kl=sequence(prompt, partner, f"{ex.where} (KL)"), label=ex.label, where=ex.where))
+        out.append(
+            EncodedUnpaired(
+                seq=sequence(prompt, completion, ex.where),
+                kl=sequence(prompt, partner, f"{ex.where} (KL)"),
+                label=ex.label,
+                where=ex.where,
+            )
+        )
     return out
 
 
-def collate_unpaired(examples: list[EncodedUnpaired], *, pad_id: int, pad_to_multiple_of: int = 1,
-                     buckets: tuple[int, ...] = (), shared: bool = False) -> dict:
+def collate_unpaired(
+    examples: list[EncodedUnpaired],
+    *,
+    pad_id: int,
+    pad_to_multiple_of: int = 1,
+    buckets: tuple[int, ...] = (),
+    shared: bool = False,
+) -> dict:
     """B examples -> the batch of the module docstring (``shared``: with the ``ref_pair_`` rows)."""
     import torch
 
-    batch = collate([[e.seq] for e in examples], pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of,
-                    buckets=buckets)
+    batch = collate([[e.seq] for e in examples], pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
     kl = collate([[e.kl] for e in examples], pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
     batch.update({f"kl_{k}": v for k, v in kl.items()})
     batch["label"] = torch.tensor([e.label for e in examples], dtype=torch.bool)  # (B,)
@@ -214,8 +255,13 @@ def collate_unpaired(examples: list[EncodedUnpaired], *, pad_id: int, pad_to_mul
         batch["ref_logps"] = torch.tensor([e.ref_logps[0] for e in examples], dtype=torch.float64)  # (B,)
         batch["ref_kl_logps"] = torch.tensor([e.ref_logps[1] for e in examples], dtype=torch.float64)  # (B,)
     elif shared:  # the reference runs both sequences without gradients: one row each, the prompt once
-        pairs = collate_pairs([EncodedPair(e.seq, e.kl) for e in examples], pad_id=pad_id,
-                              pad_to_multiple_of=pad_to_multiple_of, buckets=buckets, shared=True)
+        pairs = collate_pairs(
+            [EncodedPair(e.seq, e.kl) for e in examples],
+            pad_id=pad_id,
+            pad_to_multiple_of=pad_to_multiple_of,
+            buckets=buckets,
+            shared=True,
+        )
         batch.update({f"ref_pair_{k}": v for k, v in pairs.items()})
     return batch
 
@@ -229,10 +275,14 @@ class UnpairedSource(SFTDataSource):
         self.shared = shared
 
     def batch(self, epoch: int, index: int) -> dict:
-        mine = self._rank_rows(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
-        return collate_unpaired([self.examples[self.rows[r][0]] for r in mine], pad_id=self.pad_id,
-                                pad_to_multiple_of=self.pad_to_multiple_of, buckets=self.buckets,
-                                shared=self.shared)
+        mine = self._rank_rows(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
+        return collate_unpaired(
+            [self.examples[self.rows[r][0]] for r in mine],
+            pad_id=self.pad_id,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            buckets=self.buckets,
+            shared=self.shared,
+        )
 
     @property
     def num_label_tokens(self) -> int:

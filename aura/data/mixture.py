@@ -22,43 +22,66 @@ import torch
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("mixture", {
-    "syntax": ("--data {item!r}: en una mezcla cada fuente se escribe NOMBRE=PESO:DIRECTORIO (p. ej. "
-               "es=0.8:datos/es en=0.2:datos/en); no mezcles esa forma con rutas sueltas.",
-               "--data {item!r}: in a mixture every source is written NAME=WEIGHT:DIRECTORY (e.g. "
-               "es=0.8:data/es en=0.2:data/en); do not mix that form with plain paths."),
-    "weight": ("--data {item!r}: el peso {weight!r} no es un número finito mayor o igual que 0.",
-               "--data {item!r}: the weight {weight!r} is not a finite number greater than or equal to 0."),
-    "sum": ("--data: los pesos suman {total}; deben sumar un número positivo (p. ej. es=0.8 en=0.2).",
-            "--data: the weights add up to {total}; they must add up to a positive number (e.g. es=0.8 en=0.2)."),
-    "dup": ("--data: el nombre de fuente '{name}' aparece dos veces; usa nombres distintos.",
-            "--data: the source name '{name}' appears twice; use different names."),
-    "not_prepared": ("--data {name}={path}: no es un directorio preparado (falta meta.json). En una mezcla cada "
-                     "fuente se prepara antes en un directorio nuevo, p. ej. 'aura data prepare {texts} --tokenizer "
-                     "TOK --output-dir {target}', y se da como {name}={weight}:{target}.",
-                     "--data {name}={path}: not a prepared directory (no meta.json). In a mixture every source is "
-                     "prepared first into a new directory, e.g. 'aura data prepare {texts} --tokenizer TOK "
-                     "--output-dir {target}', and given as {name}={weight}:{target}."),
-    "other_tok": ("--data: la fuente '{name}' ({path}) se tokenizó con {tok} (hash {hash}) y '{first}' ({first_path}) "
-                  "con {first_tok} (hash {first_hash}). Todas las fuentes deben usar el mismo tokenizador: "
-                  "prepara '{name}' con --tokenizer {first_tok}.",
-                  "--data: source '{name}' ({path}) was tokenised with {tok} (hash {hash}) and '{first}' "
-                  "({first_path}) with {first_tok} (hash {first_hash}). Every source must use the same "
-                  "tokenizer: prepare '{name}' with --tokenizer {first_tok}."),
-    "normalised": ("--data: los pesos suman {total}, no 1: se normalizan, y cada fuente pesa su parte del total.",
-                   "--data: the weights add up to {total}, not 1: they are normalised, each source weighs its share "
-                   "of the total."),
-    "proportions": ("Mezcla efectiva de este plan ({tokens:token|tokens} en {steps:paso|pasos}):",
-                    "Effective mixture of this plan ({tokens:token|tokens} over {steps:step|steps}):"),
-    "source": ("  {name}: peso {weight} → {pct:.1f} %: ~{planned:token|tokens} y ~{pdocs:documento|documentos} de "
-               "{tokens:token|tokens} y {docs:documento|documentos} de entrenamiento (pasadas: {passes:.2f})",
-               "  {name}: weight {weight} → {pct:.1f} %: ~{planned:token|tokens} and ~{pdocs:document|documents} "
-               "of {tokens:token|tokens} and {docs:document|documents} for training (passes: {passes:.2f})"),
-    "incompatible": ("El estado de datos guardado es de otra mezcla (guardada: {saved}; ahora: {now}). Reanuda con "
-                     "las mismas fuentes y pesos en --data.",
-                     "The saved data state is of another mixture (saved: {saved}; now: {now}). Resume with the "
-                     "same sources and weights in --data."),
-})
+M = Messages(
+    "mixture",
+    {
+        "syntax": (
+            "--data {item!r}: en una mezcla cada fuente se escribe NOMBRE=PESO:DIRECTORIO (p. ej. "
+            "es=0.8:datos/es en=0.2:datos/en); no mezcles esa forma con rutas sueltas.",
+            "--data {item!r}: in a mixture every source is written NAME=WEIGHT:DIRECTORY (e.g. "
+            "es=0.8:data/es en=0.2:data/en); do not mix that form with plain paths.",
+        ),
+        "weight": (
+            "--data {item!r}: el peso {weight!r} no es un número finito mayor o igual que 0.",
+            "--data {item!r}: the weight {weight!r} is not a finite number greater than or equal to 0.",
+        ),
+        "sum": (
+            "--data: los pesos suman {total}; deben sumar un número positivo (p. ej. es=0.8 en=0.2).",
+            "--data: the weights add up to {total}; they must add up to a positive number (e.g. es=0.8 en=0.2).",
+        ),
+        "dup": (
+            "--data: el nombre de fuente '{name}' aparece dos veces; usa nombres distintos.",
+            "--data: the source name '{name}' appears twice; use different names.",
+        ),
+        "not_prepared": (
+            "--data {name}={path}: no es un directorio preparado (falta meta.json). En una mezcla cada "
+            "fuente se prepara antes en un directorio nuevo, p. ej. 'aura data prepare {texts} --tokenizer "
+            "TOK --output-dir {target}', y se da como {name}={weight}:{target}.",
+            "--data {name}={path}: not a prepared directory (no meta.json). In a mixture every source is "
+            "prepared first into a new directory, e.g. 'aura data prepare {texts} --tokenizer TOK "
+            "--output-dir {target}', and given as {name}={weight}:{target}.",
+        ),
+        "other_tok": (
+            "--data: la fuente '{name}' ({path}) se tokenizó con {tok} (hash {hash}) y '{first}' ({first_path}) "
+            "con {first_tok} (hash {first_hash}). Todas las fuentes deben usar el mismo tokenizador: "
+            "prepara '{name}' con --tokenizer {first_tok}.",
+            "--data: source '{name}' ({path}) was tokenised with {tok} (hash {hash}) and '{first}' "
+            "({first_path}) with {first_tok} (hash {first_hash}). Every source must use the same "
+            "tokenizer: prepare '{name}' with --tokenizer {first_tok}.",
+        ),
+        "normalised": (
+            "--data: los pesos suman {total}, no 1: se normalizan, y cada fuente pesa su parte del total.",
+            "--data: the weights add up to {total}, not 1: they are normalised, each source weighs its share "
+            "of the total.",
+        ),
+        "proportions": (
+            "Mezcla efectiva de este plan ({tokens:token|tokens} en {steps:paso|pasos}):",
+            "Effective mixture of this plan ({tokens:token|tokens} over {steps:step|steps}):",
+        ),
+        "source": (
+            "  {name}: peso {weight} → {pct:.1f} %: ~{planned:token|tokens} y ~{pdocs:documento|documentos} de "
+            "{tokens:token|tokens} y {docs:documento|documentos} de entrenamiento (pasadas: {passes:.2f})",
+            "  {name}: weight {weight} → {pct:.1f} %: ~{planned:token|tokens} and ~{pdocs:document|documents} "
+            "of {tokens:token|tokens} and {docs:document|documents} for training (passes: {passes:.2f})",
+        ),
+        "incompatible": (
+            "El estado de datos guardado es de otra mezcla (guardada: {saved}; ahora: {now}). Reanuda con "
+            "las mismas fuentes y pesos en --data.",
+            "The saved data state is of another mixture (saved: {saved}; now: {now}). Resume with the "
+            "same sources and weights in --data.",
+        ),
+    },
+)
 
 _SPEC = re.compile(r"^([A-Za-z0-9_.-]+)=([^:=]+):(.+)$")
 
@@ -112,8 +135,16 @@ def parse_sources(entries: list[str]) -> list[SourceSpec]:
     for name, weight, path in raw:
         if not is_prepared_dir(path):
             texts = f"{path}/*.txt" if path.is_dir() else str(path) if path.exists() else "TEXTS"
-            raise AuraError(M("not_prepared", name=name, path=path, texts=texts, weight=f"{weight:g}",
-                              target=prepared_target(path, name)))
+            raise AuraError(
+                M(
+                    "not_prepared",
+                    name=name,
+                    path=path,
+                    texts=texts,
+                    weight=f"{weight:g}",
+                    target=prepared_target(path, name),
+                )
+            )
     return [SourceSpec(name, w / total, p, w) for name, w, p in raw]
 
 
@@ -124,9 +155,19 @@ def check_same_tokenizer(sources: list[SourceSpec]) -> None:
     for s in sources[1:]:
         tok = load_meta(s.path)["tokenizer"]
         if tok["hash"] != first["hash"]:
-            raise AuraError(M("other_tok", name=s.name, path=s.path, tok=tok.get("name_or_path"), hash=tok["hash"][:12],
-                              first=sources[0].name, first_path=sources[0].path, first_tok=first.get("name_or_path"),
-                              first_hash=first["hash"][:12]))
+            raise AuraError(
+                M(
+                    "other_tok",
+                    name=s.name,
+                    path=s.path,
+                    tok=tok.get("name_or_path"),
+                    hash=tok["hash"][:12],
+                    first=sources[0].name,
+                    first_path=sources[0].path,
+                    first_tok=first.get("name_or_path"),
+                    first_hash=first["hash"][:12],
+                )
+            )
 
 
 def input_paths(entries: list[str]) -> list[str]:
@@ -145,8 +186,9 @@ class MixtureBatches:
         self.weights = [s.weight for s in self.specs]
         self.names = [s.name for s in self.specs]
         self.world_size = world_size
-        self.batches_per_epoch = max(1, int(min(b.batches_per_epoch / w for b, w in zip(self.sources, self.weights)
-                                                if w > 0)))
+        self.batches_per_epoch = max(
+            1, int(min(b.batches_per_epoch / w for b, w in zip(self.sources, self.weights) if w > 0))
+        )
         self.epoch = 0
         self.position = 0
         self.drawn = [0] * len(self.sources)  # micro-batches handed out per source since the start
@@ -182,12 +224,18 @@ class MixtureBatches:
         return [[n, round(w, 12)] for n, w in zip(self.names, self.weights)]
 
     def state_dict(self) -> dict:
-        return {"mixture": self._identity(), "epoch": self.epoch, "position": self.position,
-                "drawn": list(self.drawn), "tokens": list(self.tokens),
-                "sources": [s.state_dict() for s in self.sources]}
+        return {
+            "mixture": self._identity(),
+            "epoch": self.epoch,
+            "position": self.position,
+            "drawn": list(self.drawn),
+            "tokens": list(self.tokens),
+            "sources": [s.state_dict() for s in self.sources],
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("mixture") != self._identity():
+
             def show(x):
                 return ", ".join(f"{n}={w:g}" for n, w in x or [])
 

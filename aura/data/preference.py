@@ -41,66 +41,94 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aura.core import console
-from aura.data.sft import check_messages, iter_records
-from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate
 from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.i18n import Messages
+from aura.data.sft import check_messages, iter_records
+from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate
 
 DEFAULT_PAIRS = Path(__file__).resolve().parents[1] / "resources" / "preference_es.jsonl"
 IDENTICAL_LIMIT = 0.1  # identical pairs above this fraction of the data are refused
 
-M = Messages("preference", {
-    "no_columns": ("{where}: faltan las columnas de preferencia: se esperaba 'chosen' y 'rejected' (y "
-                   "'prompt', salvo que 'chosen' y 'rejected' sean conversaciones completas). Columnas "
-                   "encontradas: {found}.",
-                   "{where}: the preference columns are missing: expected 'chosen' and 'rejected' (and "
-                   "'prompt', unless 'chosen' and 'rejected' are whole conversations). Columns found: {found}."),
-    "bad_field": ("{where}, campo '{field}': se esperaba texto o una lista de mensajes con 'role' y "
-                  "'content' (es {kind}).",
-                  "{where}, field '{field}': expected text or a list of messages with 'role' and 'content' "
-                  "(it is {kind})."),
-    "prefix_differs": ("{where}: 'chosen' y 'rejected' son conversaciones completas pero no comparten los "
-                       "mensajes anteriores a la respuesta; el prompt debe ser el mismo. Pon el prompt en una "
-                       "columna 'prompt' o iguala esos mensajes.",
-                       "{where}: 'chosen' and 'rejected' are whole conversations but do not share the messages "
-                       "before the answer; the prompt must be the same. Put the prompt in a 'prompt' column or "
-                       "make those messages equal."),
-    "empty_answers": ("{count:par tiene|pares tienen} una respuesta vacía (p. ej. {examples}). Corrígelos o usa "
-                      "--empty-responses skip para saltarlos.",
-                      "{count:pair has|pairs have} an empty answer (e.g. {examples}). Fix them or use "
-                      "--empty-responses skip to skip them."),
-    "skipped_empty": ("Pares saltados por tener una respuesta vacía: {count} (p. ej. {examples}).",
-                      "Skipped {count:pair|pairs} with an empty answer (e.g. {examples})."),
-    "identical": ("Pares saltados por tener la respuesta elegida ('chosen') igual a la rechazada ('rejected'), "
-                  "que no enseñan nada: {count} (p. ej. {examples}).",
-                  "Skipped {count:pair|pairs} whose chosen answer equals the rejected one (they teach nothing; "
-                  "e.g. {examples})."),
-    "too_identical": ("{count} de {total:par|pares} tienen 'chosen' igual a 'rejected' (p. ej. {examples}): más del "
-                      "{limit:.0%} de los datos, lo que suele indicar columnas repetidas o mal asignadas. Revisa "
-                      "el archivo.",
-                      "{count} of {total:pair|pairs} have 'chosen' equal to 'rejected' (e.g. {examples}): more than "
-                      "{limit:.0%} of the data, which usually means repeated or swapped columns. Check the file."),
-    "no_pairs": ("{path} no contiene ningún par de preferencia utilizable.",
-                 "{path} holds no usable preference pair."),
-    "loaded": ("Cargando pares de preferencia: {path} -> {count:par|pares}.",
-               "Loading preference pairs: {path} -> {count:pair|pairs}."),
-    "prompt_too_long": ("Pares descartados porque el prompt no deja sitio a la respuesta en --max-length "
-                        "{max_length:token|tokens}: {count} (p. ej. {examples}). Sube --max-length o pon "
-                        "--max-prompt-length por debajo de --max-length.",
-                        "Dropped {count:pair|pairs} whose prompt leaves no room for the answer under --max-length "
-                        "{max_length:token|tokens} (e.g. {examples}). Raise --max-length or set "
-                        "--max-prompt-length below --max-length."),
-    "all_too_long": ("Ningún par cabe en --max-length {max_length:token|tokens}: el prompt más corto tiene "
-                     "{shortest:token|tokens} (p. ej. {example}). Sube --max-length o usa --max-prompt-length.",
-                     "No pair fits in --max-length {max_length:token|tokens}: the shortest prompt has "
-                     "{shortest:token|tokens} (e.g. {example}). Raise --max-length or use --max-prompt-length."),
-    "truncated": ("Secuencias recortadas por la regla de --max-length / --max-prompt-length: {prompts} con el "
-                  "prompt recortado por el principio, {answers} con la respuesta recortada por el final.",
-                  "Sequences truncated by the --max-length / --max-prompt-length rule: {prompts} with the prompt "
-                  "cut at its start, {answers} with the answer cut at its end."),
-    "where_field": ("{where}, campo '{field}' ({tokens:token|tokens})", "{where}, field '{field}' ({tokens:token|tokens})"),
-})
+M = Messages(
+    "preference",
+    {
+        "no_columns": (
+            "{where}: faltan las columnas de preferencia: se esperaba 'chosen' y 'rejected' (y "
+            "'prompt', salvo que 'chosen' y 'rejected' sean conversaciones completas). Columnas "
+            "encontradas: {found}.",
+            "{where}: the preference columns are missing: expected 'chosen' and 'rejected' (and "
+            "'prompt', unless 'chosen' and 'rejected' are whole conversations). Columns found: {found}.",
+        ),
+        "bad_field": (
+            "{where}, campo '{field}': se esperaba texto o una lista de mensajes con 'role' y 'content' (es {kind}).",
+            "{where}, field '{field}': expected text or a list of messages with 'role' and 'content' (it is {kind}).",
+        ),
+        "prefix_differs": (
+            "{where}: 'chosen' y 'rejected' son conversaciones completas pero no comparten los "
+            "mensajes anteriores a la respuesta; el prompt debe ser el mismo. Pon el prompt en una "
+            "columna 'prompt' o iguala esos mensajes.",
+            "{where}: 'chosen' and 'rejected' are whole conversations but do not share the messages "
+            "before the answer; the prompt must be the same. Put the prompt in a 'prompt' column or "
+            "make those messages equal.",
+        ),
+        "empty_answers": (
+            "{count:par tiene|pares tienen} una respuesta vacía (p. ej. {examples}). Corrígelos o usa "
+            "--empty-responses skip para saltarlos.",
+            "{count:pair has|pairs have} an empty answer (e.g. {examples}). Fix them or use "
+            "--empty-responses skip to skip them.",
+        ),
+        "skipped_empty": (
+            "Pares saltados por tener una respuesta vacía: {count} (p. ej. {examples}).",
+            "Skipped {count:pair|pairs} with an empty answer (e.g. {examples}).",
+        ),
+        "identical": (
+            "Pares saltados por tener la respuesta elegida ('chosen') igual a la rechazada ('rejected'), "
+            "que no enseñan nada: {count} (p. ej. {examples}).",
+            "Skipped {count:pair|pairs} whose chosen answer equals the rejected one (they teach nothing; "
+            "e.g. {examples}).",
+        ),
+        "too_identical": (
+            "{count} de {total:par|pares} tienen 'chosen' igual a 'rejected' (p. ej. {examples}): más del "
+            "{limit:.0%} de los datos, lo que suele indicar columnas repetidas o mal asignadas. Revisa "
+            "el archivo.",
+            "{count} of {total:pair|pairs} have 'chosen' equal to 'rejected' (e.g. {examples}): more than "
+            "{limit:.0%} of the data, which usually means repeated or swapped columns. Check the file.",
+        ),
+        "no_pairs": (
+            "{path} no contiene ningún par de preferencia utilizable.",
+            "{path} holds no usable preference pair.",
+        ),
+        "loaded": (
+            "Cargando pares de preferencia: {path} -> {count:par|pares}.",
+            "Loading preference pairs: {path} -> {count:pair|pairs}.",
+        ),
+        "prompt_too_long": (
+            "Pares descartados porque el prompt no deja sitio a la respuesta en --max-length "
+            "{max_length:token|tokens}: {count} (p. ej. {examples}). Sube --max-length o pon "
+            "--max-prompt-length por debajo de --max-length.",
+            "Dropped {count:pair|pairs} whose prompt leaves no room for the answer under --max-length "
+            "{max_length:token|tokens} (e.g. {examples}). Raise --max-length or set "
+            "--max-prompt-length below --max-length.",
+        ),
+        "all_too_long": (
+            "Ningún par cabe en --max-length {max_length:token|tokens}: el prompt más corto tiene "
+            "{shortest:token|tokens} (p. ej. {example}). Sube --max-length o usa --max-prompt-length.",
+            "No pair fits in --max-length {max_length:token|tokens}: the shortest prompt has "
+            "{shortest:token|tokens} (e.g. {example}). Raise --max-length or use --max-prompt-length.",
+        ),
+        "truncated": (
+            "Secuencias recortadas por la regla de --max-length / --max-prompt-length: {prompts} con el "
+            "prompt recortado por el principio, {answers} con la respuesta recortada por el final.",
+            "Sequences truncated by the --max-length / --max-prompt-length rule: {prompts} with the prompt "
+            "cut at its start, {answers} with the answer cut at its end.",
+        ),
+        "where_field": (
+            "{where}, campo '{field}' ({tokens:token|tokens})",
+            "{where}, field '{field}' ({tokens:token|tokens})",
+        ),
+    },
+)
 
 
 @dataclass
@@ -172,7 +200,10 @@ def record_to_pair(record, where: str) -> PreferencePair:
     rec = {k.strip().lower() if isinstance(k, str) else k: v for k, v in record.items()}
     if "chosen" not in rec or "rejected" not in rec:
         raise AuraError(M("no_columns", where=where, found=", ".join(map(str, record)) or "-"))
-    chosen, rejected = field_messages(rec["chosen"], where, "chosen"), field_messages(rec["rejected"], where, "rejected")
+    chosen, rejected = (
+        field_messages(rec["chosen"], where, "chosen"),
+        field_messages(rec["rejected"], where, "rejected"),
+    )
     prompt = field_messages(rec.get("prompt"), where, "prompt") if "prompt" in rec else None
     if prompt is None:  # implicit prompt: whole conversations sharing all but their last message
         if not (isinstance(chosen, list) and isinstance(rejected, list)):
@@ -192,14 +223,18 @@ def record_to_pair(record, where: str) -> PreferencePair:
     if not all(isinstance(m, dict) for m in prompt):
         raise AuraError(M("bad_field", where=where, field="prompt", kind=type(prompt).__name__))
     # the same checks as SFT conversations (roles, alternation, text contents), naming the field
-    msgs = {field: check_messages(list(prompt) + [answer_message(value, where, field)], f"{where}, '{field}'")
-            for field, value in (("chosen", chosen), ("rejected", rejected))}
-    return PreferencePair(prompt=msgs["chosen"][:-1], chosen=msgs["chosen"][-1], rejected=msgs["rejected"][-1],
-                          where=where)
+    msgs = {
+        field: check_messages(list(prompt) + [answer_message(value, where, field)], f"{where}, '{field}'")
+        for field, value in (("chosen", chosen), ("rejected", rejected))
+    }
+    return PreferencePair(
+        prompt=msgs["chosen"][:-1], chosen=msgs["chosen"][-1], rejected=msgs["rejected"][-1], where=where
+    )
 
 
-def load_pairs(data: str | os.PathLike | None = None, *, empty_responses: str = "fail",
-               split: str = "train") -> list[PreferencePair]:
+def load_pairs(
+    data: str | os.PathLike | None = None, *, empty_responses: str = "fail", split: str = "train"
+) -> list[PreferencePair]:
     """Every usable pair of ``data`` (None: the embedded sample). Empty answers fail or are skipped
     (``empty_responses``); identical answers are skipped, or refused above ``IDENTICAL_LIMIT``."""
     pairs, empty, identical = [], [], []
@@ -221,8 +256,15 @@ def load_pairs(data: str | os.PathLike | None = None, *, empty_responses: str = 
     if identical:
         total = len(pairs) + len(identical) + len(empty)
         if len(identical) > IDENTICAL_LIMIT * total:
-            raise AuraError(M("too_identical", count=len(identical), total=total, examples="; ".join(identical[:3]),
-                              limit=IDENTICAL_LIMIT))
+            raise AuraError(
+                M(
+                    "too_identical",
+                    count=len(identical),
+                    total=total,
+                    examples="; ".join(identical[:3]),
+                    limit=IDENTICAL_LIMIT,
+                )
+            )
         console.warn(M("identical", count=len(identical), examples="; ".join(identical[:3])))
     if not pairs:
         raise AuraError(M("no_pairs", path=name))
@@ -236,15 +278,14 @@ def load_pairs(data: str | os.PathLike | None = None, *, empty_responses: str = 
 
 def encode_side(tokenizer, prompt: list[dict], answer: dict, where: str) -> tuple[list[int], int]:
     """(token ids of prompt + answer, how many of them are prompt)."""
-    from aura.data.sft_batches import M as BM
-    from aura.data.sft_batches import render_chat, rstrip_end
+    from aura.data.sft_batches import M as BM, render_chat, rstrip_end
     from aura.text.templates import template_names
 
     before = render_chat(tokenizer, prompt, generation_prompt=True, where=where)
     full = render_chat(tokenizer, prompt + [answer], generation_prompt=False, where=where)
     if not full.startswith(before):
         raise AuraError(BM("not_prefix", where=where, choices=template_names()))
-    text = full[:rstrip_end(full, len(before), len(full))]
+    text = full[: rstrip_end(full, len(before), len(full))]
     if getattr(tokenizer, "is_fast", True):
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         ids = list(enc["input_ids"])
@@ -256,8 +297,9 @@ def encode_side(tokenizer, prompt: list[dict], answer: dict, where: str) -> tupl
     return ids, n_prompt
 
 
-def encode_pairs(pairs: list[PreferencePair], tokenizer, *, max_length: int,
-                 max_prompt_length: int | None = None) -> list[EncodedPair]:
+def encode_pairs(
+    pairs: list[PreferencePair], tokenizer, *, max_length: int, max_prompt_length: int | None = None
+) -> list[EncodedPair]:
     """Encode every pair with the truncation rule of the module docstring; dropped pairs are reported."""
     out, too_long, cut_prompts, cut_answers = [], [], 0, 0
     for pair in pairs:
@@ -265,7 +307,7 @@ def encode_pairs(pairs: list[PreferencePair], tokenizer, *, max_length: int,
         for field, answer in (("chosen", pair.chosen), ("rejected", pair.rejected)):
             ids, n_prompt = encode_side(tokenizer, pair.prompt, answer, pair.where)
             if max_prompt_length and n_prompt > max_prompt_length:
-                ids, n_prompt = ids[n_prompt - max_prompt_length:], max_prompt_length
+                ids, n_prompt = ids[n_prompt - max_prompt_length :], max_prompt_length
                 cut_prompts += 1
             if n_prompt >= max_length:
                 too_long.append((n_prompt, M("where_field", where=pair.where, field="prompt", tokens=n_prompt)))
@@ -310,8 +352,9 @@ def shared_length(pair: EncodedPair) -> int:
     return n
 
 
-def _collate_shared(pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of: int,
-                    buckets: tuple[int, ...]) -> dict:
+def _collate_shared(
+    pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of: int, buckets: tuple[int, ...]
+) -> dict:
     """B pairs -> one row each, ``[prompt | chosen answer | rejected answer]`` (B, T): the packed rows of
     ``collate`` (padding, buckets), with position_ids that restart at the prompt's length for the
     rejected part and ``segments`` (B, T) telling the parts apart (SHARED, CHOSEN, REJECTED, PADDING),
@@ -321,23 +364,33 @@ def _collate_shared(pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of
     rows = []
     for p in pairs:
         s = shared_length(p)
-        rows.append([Encoded(p.chosen.input_ids[:s], p.chosen.labels[:s]),
-                     Encoded(p.chosen.input_ids[s:], p.chosen.labels[s:]),
-                     Encoded(p.rejected.input_ids[s:], p.rejected.labels[s:])])
+        rows.append(
+            [
+                Encoded(p.chosen.input_ids[:s], p.chosen.labels[:s]),
+                Encoded(p.chosen.input_ids[s:], p.chosen.labels[s:]),
+                Encoded(p.rejected.input_ids[s:], p.rejected.labels[s:]),
+            ]
+        )
     batch = collate(rows, pad_id=pad_id, packing=True, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
     segments = torch.full(batch["input_ids"].shape, PADDING, dtype=torch.long)  # (B, T)
     attention = torch.zeros_like(segments)  # (B, T): 1 on real tokens (what throughput counts)
     for b, (shared, chosen, rejected) in enumerate(rows):
         s, c, r = len(shared.input_ids), len(chosen.input_ids), len(rejected.input_ids)
-        segments[b, :s], segments[b, s:s + c], segments[b, s + c:s + c + r] = SHARED, CHOSEN, REJECTED
-        batch["position_ids"][b, s:s + c + r] += s  # each answer goes on from the prompt's end
-        attention[b, :s + c + r] = 1
+        segments[b, :s], segments[b, s : s + c], segments[b, s + c : s + c + r] = SHARED, CHOSEN, REJECTED
+        batch["position_ids"][b, s : s + c + r] += s  # each answer goes on from the prompt's end
+        attention[b, : s + c + r] = 1
     batch["segments"], batch["attention_mask"] = segments, attention
     return batch
 
 
-def collate_pairs(pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of: int = 1,
-                  buckets: tuple[int, ...] = (), shared: bool = False) -> dict:
+def collate_pairs(
+    pairs: list[EncodedPair],
+    *,
+    pad_id: int,
+    pad_to_multiple_of: int = 1,
+    buckets: tuple[int, ...] = (),
+    shared: bool = False,
+) -> dict:
     """B pairs -> input_ids, labels, attention_mask (2B, T): the chosen sequences, then the rejected ones;
     ``ref_logps`` (2B,) in the same order when every pair has precomputed reference log-probs.
 
@@ -351,8 +404,9 @@ def collate_pairs(pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of: 
         rows = [[p.chosen] for p in pairs] + [[p.rejected] for p in pairs]
         batch = collate(rows, pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
     if pairs and all(p.ref_logps is not None for p in pairs):
-        batch["ref_logps"] = torch.tensor([p.ref_logps[0] for p in pairs] + [p.ref_logps[1] for p in pairs],
-                                          dtype=torch.float64)  # (2B,)
+        batch["ref_logps"] = torch.tensor(
+            [p.ref_logps[0] for p in pairs] + [p.ref_logps[1] for p in pairs], dtype=torch.float64
+        )  # (2B,)
     return batch
 
 
@@ -366,9 +420,14 @@ class PairSource(SFTDataSource):
         self.shared = shared
 
     def batch(self, epoch: int, index: int) -> dict:
-        mine = self._rank_rows(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
-        return collate_pairs([self.examples[self.rows[r][0]] for r in mine], pad_id=self.pad_id,
-                             pad_to_multiple_of=self.pad_to_multiple_of, buckets=self.buckets, shared=self.shared)
+        mine = self._rank_rows(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
+        return collate_pairs(
+            [self.examples[self.rows[r][0]] for r in mine],
+            pad_id=self.pad_id,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            buckets=self.buckets,
+            shared=self.shared,
+        )
 
     @property
     def num_label_tokens(self) -> int:

@@ -27,101 +27,157 @@ import numpy as np
 
 from aura import __version__
 from aura.core import console
+from aura.core.atomic import TMP_PREFIX, atomic_write_json, sha256_file
 from aura.core.config import arg
-from aura.text.readers import ReaderArgs, ReaderOptions, clean_text, iter_documents
-from aura.text.sources import Source, expand_inputs, hf_source
-from aura.data.shard_writer import ShardWriter, move_to_val
-from aura.data.tokens import FORMAT, load_meta
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
-from aura.core.atomic import TMP_PREFIX, atomic_write_json, sha256_file
-from aura.core.staging import remove_stale_tmp, staged_dir, staging_prefixes
 from aura.core.locks import output_lock
 from aura.core.ownership import MARKER, check_location
 from aura.core.paths import check_links, copy_tree
+from aura.core.staging import remove_stale_tmp, staged_dir, staging_prefixes
 from aura.data.dedup import DigestSet
+from aura.data.shard_writer import ShardWriter, move_to_val
+from aura.data.tokens import FORMAT, load_meta
+from aura.text.readers import ReaderArgs, ReaderOptions, clean_text, iter_documents
+from aura.text.sources import Source, expand_inputs, hf_source
 
-M = Messages("prepare", {
-    "no_tokenizer": ("Falta --tokenizer: indica un directorio de tokenizador (aura tokenizer train) o un "
-                     "nombre de Hugging Face.",
-                     "--tokenizer is missing: give a tokenizer directory (aura tokenizer train) or a "
-                     "Hugging Face name."),
-    "no_inputs": ("Indica al menos una entrada (archivos, directorios, patrones) o --hf-dataset.",
-                  "Give at least one input (files, directories, patterns) or --hf-dataset."),
-    "bad_val_fraction": ("--val-fraction debe estar entre 0 y 0.5 (recibido {value}).",
-                         "--val-fraction must be between 0 and 0.5 (got {value})."),
-    "bad_positive": ("--{name} debe ser mayor que 0 (recibido {value}).",
-                     "--{name} must be greater than 0 (got {value})."),
-    "bad_workers": ("--workers debe ser 0 (todos los núcleos) o más.", "--workers must be 0 (all cores) or more."),
-    "no_eos": ("El tokenizador {name} no tiene token de fin de texto (eos_token); Aura lo necesita para "
-               "separar documentos.",
-               "The tokenizer {name} has no end-of-text token (eos_token); Aura needs one to separate "
-               "documents."),
-    "different": ("{path} ya contiene datos preparados con otras entradas u opciones. Usa --overwrite para "
-                  "reconstruirlos o elige otro --output-dir.",
-                  "{path} already holds data prepared from other inputs or options. Use --overwrite to "
-                  "rebuild it or choose another --output-dir."),
-    "nothing_to_do": ("Nada que hacer: {path} ya está preparado con las mismas entradas, tokenizador y "
-                      "opciones ({tokens:token|tokens}). Usa --overwrite para reconstruirlo.",
-                      "Nothing to do: {path} is already prepared from the same inputs, tokenizer and "
-                      "options ({tokens:token|tokens}). Use --overwrite to rebuild it."),
-    "too_small": ("El corpus es demasiado pequeño: tras la limpieza queda {docs:documento|documentos} y hacen "
-                  "falta al menos 2 para tener entrenamiento y validación. Añade más texto o usa "
-                  "--val-fraction 0.",
-                  "The corpus is too small: cleaning leaves {docs:document|documents} and at least 2 "
-                  "are needed for a training and a validation split. Add more text or use "
-                  "--val-fraction 0."),
-    "no_docs": ("No queda ningún documento tras la limpieza (¿--min-chars demasiado alto?).",
-                "No document is left after cleaning (is --min-chars too high?)."),
-    "start": ("Preparando {n:fuente|fuentes} con {workers:proceso|procesos}, tokenizador {tok} (vocabulario {vocab}, {dtype}).",
-              "Preparing {n:source|sources} with {workers:worker|workers}, tokenizer {tok} (vocabulary {vocab}, {dtype})."),
-    "progress": ("Tokenizando", "Tokenising"),
-    "summary": ("Resumen de la preparación", "Preparation summary"),
-    "max_tokens": ("Alcanzado --max-tokens ({n}): se detiene la lectura.", "Reached --max-tokens ({n}): reading stops."),
-    "done": ("Datos preparados en {path}", "Data prepared in {path}"),
-    "col_item": ("Concepto", "Item"), "col_value": ("Valor", "Value"),
-    "row_read": ("documentos leídos", "documents read"), "row_kept": ("documentos conservados", "documents kept"),
-    "row_dups": ("duplicados", "duplicates"), "row_short": ("demasiado cortos", "too short"),
-    "row_bad": ("registros dañados", "bad records"), "row_enc": ("líneas con bytes sustituidos", "lines with replaced bytes"),
-    "row_train": ("tokens de entrenamiento", "training tokens"), "row_val": ("tokens de validación", "validation tokens"),
-    "row_shards": ("shards", "shards"), "row_time": ("tiempo", "time"),
-})
+M = Messages(
+    "prepare",
+    {
+        "no_tokenizer": (
+            "Falta --tokenizer: indica un directorio de tokenizador (aura tokenizer train) o un "
+            "nombre de Hugging Face.",
+            "--tokenizer is missing: give a tokenizer directory (aura tokenizer train) or a Hugging Face name.",
+        ),
+        "no_inputs": (
+            "Indica al menos una entrada (archivos, directorios, patrones) o --hf-dataset.",
+            "Give at least one input (files, directories, patterns) or --hf-dataset.",
+        ),
+        "bad_val_fraction": (
+            "--val-fraction debe estar entre 0 y 0.5 (recibido {value}).",
+            "--val-fraction must be between 0 and 0.5 (got {value}).",
+        ),
+        "bad_positive": (
+            "--{name} debe ser mayor que 0 (recibido {value}).",
+            "--{name} must be greater than 0 (got {value}).",
+        ),
+        "bad_workers": ("--workers debe ser 0 (todos los núcleos) o más.", "--workers must be 0 (all cores) or more."),
+        "no_eos": (
+            "El tokenizador {name} no tiene token de fin de texto (eos_token); Aura lo necesita para "
+            "separar documentos.",
+            "The tokenizer {name} has no end-of-text token (eos_token); Aura needs one to separate documents.",
+        ),
+        "different": (
+            "{path} ya contiene datos preparados con otras entradas u opciones. Usa --overwrite para "
+            "reconstruirlos o elige otro --output-dir.",
+            "{path} already holds data prepared from other inputs or options. Use --overwrite to "
+            "rebuild it or choose another --output-dir.",
+        ),
+        "nothing_to_do": (
+            "Nada que hacer: {path} ya está preparado con las mismas entradas, tokenizador y "
+            "opciones ({tokens:token|tokens}). Usa --overwrite para reconstruirlo.",
+            "Nothing to do: {path} is already prepared from the same inputs, tokenizer and "
+            "options ({tokens:token|tokens}). Use --overwrite to rebuild it.",
+        ),
+        "too_small": (
+            "El corpus es demasiado pequeño: tras la limpieza queda {docs:documento|documentos} y hacen "
+            "falta al menos 2 para tener entrenamiento y validación. Añade más texto o usa "
+            "--val-fraction 0.",
+            "The corpus is too small: cleaning leaves {docs:document|documents} and at least 2 "
+            "are needed for a training and a validation split. Add more text or use "
+            "--val-fraction 0.",
+        ),
+        "no_docs": (
+            "No queda ningún documento tras la limpieza (¿--min-chars demasiado alto?).",
+            "No document is left after cleaning (is --min-chars too high?).",
+        ),
+        "start": (
+            "Preparando {n:fuente|fuentes} con {workers:proceso|procesos}, tokenizador {tok} (vocabulario {vocab}, "
+            "{dtype}).",
+            "Preparing {n:source|sources} with {workers:worker|workers}, tokenizer {tok} (vocabulary {vocab}, "
+            "{dtype}).",
+        ),
+        "progress": ("Tokenizando", "Tokenising"),
+        "summary": ("Resumen de la preparación", "Preparation summary"),
+        "max_tokens": (
+            "Alcanzado --max-tokens ({n}): se detiene la lectura.",
+            "Reached --max-tokens ({n}): reading stops.",
+        ),
+        "done": ("Datos preparados en {path}", "Data prepared in {path}"),
+        "col_item": ("Concepto", "Item"),
+        "col_value": ("Valor", "Value"),
+        "row_read": ("documentos leídos", "documents read"),
+        "row_kept": ("documentos conservados", "documents kept"),
+        "row_dups": ("duplicados", "duplicates"),
+        "row_short": ("demasiado cortos", "too short"),
+        "row_bad": ("registros dañados", "bad records"),
+        "row_enc": ("líneas con bytes sustituidos", "lines with replaced bytes"),
+        "row_train": ("tokens de entrenamiento", "training tokens"),
+        "row_val": ("tokens de validación", "validation tokens"),
+        "row_shards": ("shards", "shards"),
+        "row_time": ("tiempo", "time"),
+    },
+)
 
 _BATCH_CHARS = 1 << 20
 
 
 @dataclass
 class PrepareConfig(ReaderArgs):
-    inputs: list[str] = arg([], positional=True, es="Entradas: archivos, directorios o patrones (txt, jsonl, "
-                            "json, csv, tsv, parquet, también .gz/.zst) o datasets guardados con save_to_disk.",
-                            en="Inputs: files, directories or patterns (txt, jsonl, json, csv, tsv, parquet, "
-                            "also .gz/.zst) or datasets saved with save_to_disk.")
-    tokenizer: str = arg("", es="Tokenizador: directorio (aura tokenizer train) o nombre de Hugging Face.",
-                         en="Tokenizer: directory (aura tokenizer train) or Hugging Face name.")
+    inputs: list[str] = arg(
+        [],
+        positional=True,
+        es="Entradas: archivos, directorios o patrones (txt, jsonl, "
+        "json, csv, tsv, parquet, también .gz/.zst) o datasets guardados con save_to_disk.",
+        en="Inputs: files, directories or patterns (txt, jsonl, json, csv, tsv, parquet, "
+        "also .gz/.zst) or datasets saved with save_to_disk.",
+    )
+    tokenizer: str = arg(
+        "",
+        es="Tokenizador: directorio (aura tokenizer train) o nombre de Hugging Face.",
+        en="Tokenizer: directory (aura tokenizer train) or Hugging Face name.",
+    )
     output_dir: str = arg("data/prepared", es="Directorio de salida.", en="Output directory.")
-    hf_dataset: str = arg("", es="Dataset de Hugging Face (nombre, en streaming) o directorio save_to_disk.",
-                          en="Hugging Face dataset (name, streamed) or save_to_disk directory.")
-    hf_config: str = arg("", es="Configuración del dataset (p. ej. 20231101.es).",
-                         en="Dataset configuration (e.g. 20231101.es).")
+    hf_dataset: str = arg(
+        "",
+        es="Dataset de Hugging Face (nombre, en streaming) o directorio save_to_disk.",
+        en="Hugging Face dataset (name, streamed) or save_to_disk directory.",
+    )
+    hf_config: str = arg(
+        "", es="Configuración del dataset (p. ej. 20231101.es).", en="Dataset configuration (e.g. 20231101.es)."
+    )
     split: str = arg("train", es="Partición del dataset de Hugging Face.", en="Hugging Face dataset split.")
-    skip_bad_records: bool = arg(False, es="Salta (y cuenta) los registros JSON/CSV dañados en vez de parar.",
-                                 en="Skip (and count) damaged JSON/CSV records instead of stopping.")
-    min_chars: int = arg(1, es="Longitud mínima de un documento limpio, en caracteres (p. ej. 20 descarta "
-                         "títulos y fragmentos).",
-                         en="Minimum length of a cleaned document, in characters (e.g. 20 drops headings "
-                         "and fragments).")
-    val_fraction: float = arg(0.01, es="Fracción de documentos para validación.",
-                              en="Fraction of documents for validation.")
+    skip_bad_records: bool = arg(
+        False,
+        es="Salta (y cuenta) los registros JSON/CSV dañados en vez de parar.",
+        en="Skip (and count) damaged JSON/CSV records instead of stopping.",
+    )
+    min_chars: int = arg(
+        1,
+        es="Longitud mínima de un documento limpio, en caracteres (p. ej. 20 descarta títulos y fragmentos).",
+        en="Minimum length of a cleaned document, in characters (e.g. 20 drops headings and fragments).",
+    )
+    val_fraction: float = arg(
+        0.01, es="Fracción de documentos para validación.", en="Fraction of documents for validation."
+    )
     seed: int = arg(0, es="Semilla de la partición entrenamiento/validación.", en="Train/validation split seed.")
-    max_tokens: int = arg(0, es="Detiene la preparación al llegar a estos tokens (0 = sin límite).",
-                          en="Stop once this many tokens are written (0 = no limit).")
+    max_tokens: int = arg(
+        0,
+        es="Detiene la preparación al llegar a estos tokens (0 = sin límite).",
+        en="Stop once this many tokens are written (0 = no limit).",
+    )
     shard_tokens: int = arg(100_000_000, es="Tokens por shard.", en="Tokens per shard.")
-    workers: int = arg(0, es="Procesos de tokenización (0 = todos los núcleos; 1 = en este proceso).",
-                       en="Tokenising processes (0 = all cores; 1 = in this process).")
-    overwrite: bool = arg(False, es="Reconstruye aunque ya exista.", en="Rebuild even if it already exists.",
-                          deprecated=["--force"])
-    trust_remote_code: bool = arg(False, es="Permite código remoto del tokenizador.",
-                                  en="Allow the tokenizer's remote code.")
+    workers: int = arg(
+        0,
+        es="Procesos de tokenización (0 = todos los núcleos; 1 = en este proceso).",
+        en="Tokenising processes (0 = all cores; 1 = in this process).",
+    )
+    overwrite: bool = arg(
+        False, es="Reconstruye aunque ya exista.", en="Rebuild even if it already exists.", deprecated=["--force"]
+    )
+    trust_remote_code: bool = arg(
+        False, es="Permite código remoto del tokenizador.", en="Allow the tokenizer's remote code."
+    )
 
     def __post_init__(self):
         if not self.tokenizer:
@@ -133,7 +189,9 @@ class PrepareConfig(ReaderArgs):
         if self.shard_tokens <= 0:
             raise AuraError(M("bad_positive", name="shard-tokens", value=self.shard_tokens))
         if self.min_chars < 0 or self.max_tokens < 0:
-            raise AuraError(M("bad_positive", name="min-chars/--max-tokens", value=min(self.min_chars, self.max_tokens)))
+            raise AuraError(
+                M("bad_positive", name="min-chars/--max-tokens", value=min(self.min_chars, self.max_tokens))
+            )
         if self.workers < 0:
             raise AuraError(M("bad_workers"))
 
@@ -150,8 +208,13 @@ def _init_worker(tok_json: str, eos_id: int, dtype: str, min_chars: int, seed: i
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     from tokenizers import Tokenizer
 
-    _W.update(tok=Tokenizer.from_str(tok_json), eos=[eos_id], dtype=np.dtype(dtype), min_chars=min_chars,
-              seed=seed.to_bytes(8, "little", signed=True))
+    _W.update(
+        tok=Tokenizer.from_str(tok_json),
+        eos=[eos_id],
+        dtype=np.dtype(dtype),
+        min_chars=min_chars,
+        seed=seed.to_bytes(8, "little", signed=True),
+    )
 
 
 def _worker_context():
@@ -185,13 +248,13 @@ def _process(batch: tuple[bool, list[str]]) -> dict:
     for i, d in enumerate(docs):
         digest = blake(d.encode("utf-8"), digest_size=16).digest()
         keys[i] = int.from_bytes(digest[:8], "little")
-        scores[i] = int.from_bytes(blake(digest, digest_size=8, key=seed).digest(), "little") / 2.0 ** 64
+        scores[i] = int.from_bytes(blake(digest, digest_size=8, key=seed).digest(), "little") / 2.0**64
     ids = [e.ids for e in _W["tok"].encode_batch_fast(docs, add_special_tokens=False)] if n else []
     lengths = np.fromiter(map(len, ids), np.int64, count=n) + 1  # + EOS
-    flat = np.fromiter(chain.from_iterable(chain.from_iterable(zip(ids, repeat(_W["eos"])))),
-                       _W["dtype"], count=int(lengths.sum()))
-    return {"read": len(raw), "short": short, "keys": keys, "scores": scores, "lengths": lengths,
-            "tokens": flat}
+    flat = np.fromiter(
+        chain.from_iterable(chain.from_iterable(zip(ids, repeat(_W["eos"])))), _W["dtype"], count=int(lengths.sum())
+    )
+    return {"read": len(raw), "short": short, "keys": keys, "scores": scores, "lengths": lengths, "tokens": flat}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -221,8 +284,13 @@ def _source_record(s: Source) -> dict:
             if f.is_file():
                 h.update(f.relative_to(s.path).as_posix().encode() + b"\0" + sha256_file(f).encode())
         return {"path": s.path, "kind": s.kind, "bytes": s.bytes, "sha256": h.hexdigest()}
-    return {"path": s.path, "kind": s.kind, "format": s.fmt + (f".{s.compression}" if s.compression else ""),
-            "bytes": s.bytes, "sha256": sha256_file(s.path)}
+    return {
+        "path": s.path,
+        "kind": s.kind,
+        "format": s.fmt + (f".{s.compression}" if s.compression else ""),
+        "bytes": s.bytes,
+        "sha256": sha256_file(s.path),
+    }
 
 
 def _fingerprint(sources: list[Source], tok_hash: str, cfg: PrepareConfig) -> str:
@@ -231,11 +299,28 @@ def _fingerprint(sources: list[Source], tok_hash: str, cfg: PrepareConfig) -> st
             return [s.path, cfg.hf_config, cfg.split]
         st = os.stat(s.path)
         return [os.path.abspath(s.path), s.bytes, st.st_mtime_ns]
-    options = {k: getattr(cfg, k) for k in ("text_field", "doc_sep", "encoding", "errors", "skip_bad_records",
-                                            "min_chars", "val_fraction", "seed", "max_tokens", "shard_tokens",
-                                            "split", "hf_config")}
-    blob = json.dumps({"sources": [ident(s) for s in sources], "tokenizer": tok_hash, "options": options,
-                       "format": FORMAT}, sort_keys=True)
+
+    options = {
+        k: getattr(cfg, k)
+        for k in (
+            "text_field",
+            "doc_sep",
+            "encoding",
+            "errors",
+            "skip_bad_records",
+            "min_chars",
+            "val_fraction",
+            "seed",
+            "max_tokens",
+            "shard_tokens",
+            "split",
+            "hf_config",
+        )
+    }
+    blob = json.dumps(
+        {"sources": [ident(s) for s in sources], "tokenizer": tok_hash, "options": options, "format": FORMAT},
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -278,10 +363,16 @@ def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
     out = Path(cfg.output_dir)
     if Path(cfg.tokenizer).is_dir():
         check_links(cfg.tokenizer)  # it is copied into the output: no link leaving it (refused before any work)
-    opts = ReaderOptions(text_field=cfg.text_field, doc_sep=cfg.doc_sep, encoding=cfg.encoding,
-                         errors=cfg.errors, skip_bad_records=cfg.skip_bad_records,
-                         hf_config=cfg.hf_config or None, split=cfg.split,
-                         max_record_bytes=cfg.max_record_bytes)
+    opts = ReaderOptions(
+        text_field=cfg.text_field,
+        doc_sep=cfg.doc_sep,
+        encoding=cfg.encoding,
+        errors=cfg.errors,
+        skip_bad_records=cfg.skip_bad_records,
+        hf_config=cfg.hf_config or None,
+        split=cfg.split,
+        max_record_bytes=cfg.max_record_bytes,
+    )
     sources = expand_inputs(cfg.inputs) + ([hf_source(cfg.hf_dataset)] if cfg.hf_dataset else [])
     check_location(out, inputs=[s.path for s in sources if s.kind != "hf_hub"])  # what patterns expanded to
     tok, backend, eos_id = _load_tokenizer(cfg)
@@ -290,7 +381,7 @@ def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
     dtype = "uint16" if vocab <= 1 << 16 else "uint32"
     fingerprint = _fingerprint(sources, tok_hash, cfg)
     if _up_to_date(out, existing, fingerprint, cfg.overwrite):
-        console.info(M("nothing_to_do", path=out, tokens=sum(s['tokens'] for s in existing['splits'].values())))
+        console.info(M("nothing_to_do", path=out, tokens=sum(s["tokens"] for s in existing["splits"].values())))
         return out
     # The parent is the user's directory: only our own leftovers whose writer is gone (a concurrent
     # `data prepare` into the same path keeps its staging directory).
@@ -301,29 +392,49 @@ def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
     stats: Counter = Counter()
     initargs = (backend.to_str(), eos_id, dtype, cfg.min_chars, cfg.seed, workers > 1)
     with staged_dir(out, replace=True, kind="data") as tmp:
-        train, val = _write_splits(cfg, tmp, sources=sources, opts=opts, stats=stats, workers=workers,
-                                   initargs=initargs, dtype=dtype)
+        train, val = _write_splits(
+            cfg, tmp, sources=sources, opts=opts, stats=stats, workers=workers, initargs=initargs, dtype=dtype
+        )
         if tok is not None:
             tok.save_pretrained(str(tmp / "tokenizer"))
         else:
             copy_tree(cfg.tokenizer, tmp / "tokenizer", ignore=shutil.ignore_patterns(TMP_PREFIX + "*", MARKER))
         elapsed = time.perf_counter() - t0
-        cleaning = {"documents_read": stats["read"], "documents_kept": train.documents + val.documents,
-                    "duplicates": stats["dups"], "too_short": stats["short"], "bad_records": stats["bad_records"],
-                    "bad_encoding": stats["bad_encoding"], "min_chars": cfg.min_chars,
-                    "stopped_at_max_tokens": bool(stats["stopped"])}
+        cleaning = {
+            "documents_read": stats["read"],
+            "documents_kept": train.documents + val.documents,
+            "duplicates": stats["dups"],
+            "too_short": stats["short"],
+            "bad_records": stats["bad_records"],
+            "bad_encoding": stats["bad_encoding"],
+            "min_chars": cfg.min_chars,
+            "stopped_at_max_tokens": bool(stats["stopped"]),
+        }
         meta = {
             "format": FORMAT,
-            "tokenizer": {"name_or_path": cfg.tokenizer, "hash": tok_hash, "vocab_size": vocab,
-                          "eos_token_id": eos_id},
+            "tokenizer": {"name_or_path": cfg.tokenizer, "hash": tok_hash, "vocab_size": vocab, "eos_token_id": eos_id},
             "dtype": dtype,
-            "splits": {name: {"tokens": w.tokens, "documents": w.documents, "shards": w.shards}
-                       for name, w in (("train", train), ("val", val))},
+            "splits": {
+                name: {"tokens": w.tokens, "documents": w.documents, "shards": w.shards}
+                for name, w in (("train", train), ("val", val))
+            },
             "sources": [_source_record(s) for s in sources],
             "cleaning": cleaning,
-            "seed": cfg.seed, "val_fraction": cfg.val_fraction,
-            "options": {k: getattr(cfg, k) for k in ("text_field", "doc_sep", "encoding", "errors",
-                                                     "max_tokens", "shard_tokens", "hf_config", "split")},
+            "seed": cfg.seed,
+            "val_fraction": cfg.val_fraction,
+            "options": {
+                k: getattr(cfg, k)
+                for k in (
+                    "text_field",
+                    "doc_sep",
+                    "encoding",
+                    "errors",
+                    "max_tokens",
+                    "shard_tokens",
+                    "hf_config",
+                    "split",
+                )
+            },
             "fingerprint": fingerprint,
             "seconds": round(elapsed, 3),
             "aura_version": __version__,
@@ -349,8 +460,17 @@ def _load_tokenizer(cfg: PrepareConfig):
     return tok, backend_of(tok, cfg.tokenizer), int(tok.eos_token_id)
 
 
-def _write_splits(cfg: PrepareConfig, tmp: Path, *, sources: list[Source], opts: ReaderOptions, stats: Counter,
-                  workers: int, initargs: tuple, dtype: str) -> tuple[ShardWriter, ShardWriter]:
+def _write_splits(
+    cfg: PrepareConfig,
+    tmp: Path,
+    *,
+    sources: list[Source],
+    opts: ReaderOptions,
+    stats: Counter,
+    workers: int,
+    initargs: tuple,
+    dtype: str,
+) -> tuple[ShardWriter, ShardWriter]:
     """Tokenise the sources into the train and validation shards under ``tmp`` (with ``workers`` processes);
     a validation split that got no document borrows the train document scored closest to it."""
     train = ShardWriter(tmp, "train", shard_tokens=cfg.shard_tokens, dtype=dtype)
@@ -382,14 +502,28 @@ def _write_splits(cfg: PrepareConfig, tmp: Path, *, sources: list[Source], opts:
 
 def _print_summary(stats: Counter, *, train: ShardWriter, val: ShardWriter, elapsed: float) -> None:
     kept = train.documents + val.documents
-    console.table(M("summary"), [M("col_item"), M("col_value")], [
-        (M("row_read"), num(stats['read'])), (M("row_kept"), num(kept)),
-        (M("row_dups"), num(stats['dups'])), (M("row_short"), num(stats['short'])),
-        (M("row_bad"), num(stats['bad_records'])), (M("row_enc"), num(stats['bad_encoding'])),
-        (M("row_train"), num(train.tokens)), (M("row_val"), num(val.tokens)),
-        (M("row_shards"), f"{len(train.shards)} + {len(val.shards)}"),
-        (M("row_time"), console.format_duration(elapsed) + " (" + num((train.tokens + val.tokens) / max(elapsed, 1e-9), ",.0f") + " tokens/s)"),
-    ])
+    console.table(
+        M("summary"),
+        [M("col_item"), M("col_value")],
+        [
+            (M("row_read"), num(stats["read"])),
+            (M("row_kept"), num(kept)),
+            (M("row_dups"), num(stats["dups"])),
+            (M("row_short"), num(stats["short"])),
+            (M("row_bad"), num(stats["bad_records"])),
+            (M("row_enc"), num(stats["bad_encoding"])),
+            (M("row_train"), num(train.tokens)),
+            (M("row_val"), num(val.tokens)),
+            (M("row_shards"), f"{len(train.shards)} + {len(val.shards)}"),
+            (
+                M("row_time"),
+                console.format_duration(elapsed)
+                + " ("
+                + num((train.tokens + val.tokens) / max(elapsed, 1e-9), ",.0f")
+                + " tokens/s)",
+            ),
+        ],
+    )
 
 
 def _run(cfg: PrepareConfig, sources, opts, stats, pool, workers, train: ShardWriter, val: ShardWriter):
@@ -424,7 +558,7 @@ def _run(cfg: PrepareConfig, sources, opts, stats, pool, workers, train: ShardWr
                 cum = np.cumsum(np.where(keep, lengths, 0))
                 over = np.nonzero(cum >= room)[0]
                 if len(over):  # keep whole documents up to the one that reaches the limit
-                    keep[over[0] + 1:] = False
+                    keep[over[0] + 1 :] = False
                     stats["stopped"] = 1
             is_val = scores < cfg.val_fraction
             tok_keep = np.repeat(keep, lengths)

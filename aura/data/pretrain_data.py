@@ -20,34 +20,51 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from aura.data.tokens import TokenShards
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
+from aura.data.tokens import TokenShards
 
-M = Messages("pretrain_data", {
-    "too_short": ("La partición '{split}' de {path} tiene {tokens:token|tokens}; con --seq-length {seq} y "
-                  "--batch-size {batch} ({world:proceso|procesos}) hacen falta al menos {need}. Reduce "
-                  "--seq-length o --batch-size, o usa más datos.",
-                  "The '{split}' split of {path} has {tokens:token|tokens}; --seq-length {seq} with "
-                  "--batch-size {batch} ({world:process|processes}) needs at least {need}. Lower --seq-length "
-                  "or --batch-size, or use more data."),
-    "incompatible": ("El estado de datos guardado no corresponde a estos datos ({field}: guardado {saved}, "
-                     "ahora {now}). Reanuda con los mismos datos, --seq-length y --batch-size.",
-                     "The saved data state does not match this data ({field}: saved {saved}, now {now}). "
-                     "Resume with the same data, --seq-length and --batch-size."),
-    # what each saved-state key is to the user
-    "k_seq_len": ("--seq-length", "--seq-length"),
-    "k_seed": ("--seed", "--seed"),
-    "k_num_windows": ("ventanas de entrenamiento", "training windows"),
-    "k_shuffle": ("orden aleatorio", "shuffling"),
-})
+M = Messages(
+    "pretrain_data",
+    {
+        "too_short": (
+            "La partición '{split}' de {path} tiene {tokens:token|tokens}; con --seq-length {seq} y "
+            "--batch-size {batch} ({world:proceso|procesos}) hacen falta al menos {need}. Reduce "
+            "--seq-length o --batch-size, o usa más datos.",
+            "The '{split}' split of {path} has {tokens:token|tokens}; --seq-length {seq} with "
+            "--batch-size {batch} ({world:process|processes}) needs at least {need}. Lower --seq-length "
+            "or --batch-size, or use more data.",
+        ),
+        "incompatible": (
+            "El estado de datos guardado no corresponde a estos datos ({field}: guardado {saved}, "
+            "ahora {now}). Reanuda con los mismos datos, --seq-length y --batch-size.",
+            "The saved data state does not match this data ({field}: saved {saved}, now {now}). "
+            "Resume with the same data, --seq-length and --batch-size.",
+        ),
+        # what each saved-state key is to the user
+        "k_seq_len": ("--seq-length", "--seq-length"),
+        "k_seed": ("--seed", "--seed"),
+        "k_num_windows": ("ventanas de entrenamiento", "training windows"),
+        "k_shuffle": ("orden aleatorio", "shuffling"),
+    },
+)
 
 
 class PretrainBatches:
     """Micro-batches of one rank over the train split; one epoch = ``batches_per_epoch`` calls."""
 
-    def __init__(self, shards: TokenShards, *, seq_len: int, batch_size: int, seed: int = 0,
-                 rank: int = 0, world_size: int = 1, shuffle: bool = True, pin_memory: bool = False):
+    def __init__(
+        self,
+        shards: TokenShards,
+        *,
+        seq_len: int,
+        batch_size: int,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = True,
+        pin_memory: bool = False,
+    ):
         self.shards, self.seq_len, self.batch_size = shards, seq_len, batch_size
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle, self.pin_memory = shuffle, pin_memory
@@ -55,8 +72,18 @@ class PretrainBatches:
         self.batches_per_epoch = self.num_windows // (batch_size * world_size)
         if self.batches_per_epoch < 1:
             need = batch_size * world_size * seq_len + 1
-            raise AuraError(M("too_short", split=shards.split, path=shards.path, tokens=len(shards),
-                              seq=seq_len, batch=batch_size, world=world_size, need=need))
+            raise AuraError(
+                M(
+                    "too_short",
+                    split=shards.split,
+                    path=shards.path,
+                    tokens=len(shards),
+                    seq=seq_len,
+                    batch=batch_size,
+                    world=world_size,
+                    need=need,
+                )
+            )
         self.epoch = 0
         self.position = 0  # micro-batches of this epoch already handed out
         self._order: np.ndarray | None = None
@@ -78,7 +105,7 @@ class PretrainBatches:
         start = (index * self.world_size + self.rank) * self.batch_size
         T = self.seq_len
         buf = np.empty((self.batch_size, T + 1), dtype=np.int64)  # (B, T+1)
-        for row, w in enumerate(order[start:start + self.batch_size]):
+        for row, w in enumerate(order[start : start + self.batch_size]):
             buf[row] = self.shards.read(int(w) * T, T + 1)
         return _to_batch(buf, self.pin_memory)
 
@@ -94,9 +121,16 @@ class PretrainBatches:
         self.epoch, self.position = epoch, 0
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "seq_len": self.seq_len,
-                "batch_size": self.batch_size, "world_size": self.world_size,
-                "num_windows": self.num_windows, "shuffle": self.shuffle}
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "seed": self.seed,
+            "seq_len": self.seq_len,
+            "batch_size": self.batch_size,
+            "world_size": self.world_size,
+            "num_windows": self.num_windows,
+            "shuffle": self.shuffle,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for key in ("seq_len", "num_windows", "seed", "shuffle"):
@@ -111,8 +145,16 @@ class PretrainBatches:
 class EvalBatches:
     """The validation split in order, split across ranks, at most ``max_batches`` per rank."""
 
-    def __init__(self, shards: TokenShards, *, seq_len: int, batch_size: int, rank: int = 0,
-                 world_size: int = 1, max_batches: int = 0):
+    def __init__(
+        self,
+        shards: TokenShards,
+        *,
+        seq_len: int,
+        batch_size: int,
+        rank: int = 0,
+        world_size: int = 1,
+        max_batches: int = 0,
+    ):
         self.shards, self.seq_len, self.batch_size = shards, seq_len, batch_size
         self.rank, self.world_size = rank, world_size
         windows = (len(shards) - 1) // seq_len if len(shards) > 1 else 0

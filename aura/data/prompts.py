@@ -29,25 +29,38 @@ from aura.data.sft import check_messages, iter_records
 MATH_DIR = Path(__file__).resolve().parents[1] / "resources" / "math_es"
 DEFAULT_PROMPTS = MATH_DIR / "train.jsonl"
 
-M = Messages("prompts", {
-    "no_prompt": ("{where}: falta el prompt: se esperaba un campo 'prompt' (texto o lista de mensajes) o "
-                  "'question'. Campos encontrados: {found}.",
-                  "{where}: the prompt is missing: expected a 'prompt' field (text or a list of messages) or "
-                  "'question'. Fields found: {found}."),
-    "bad_prompt": ("{where}, campo '{field}': se esperaba texto o una lista de mensajes que termine con uno del "
-                   "usuario (es {kind}).",
-                   "{where}, field '{field}': expected text or a list of messages ending with a user message "
-                   "(it is {kind})."),
-    "empty": ("{where}: el prompt está vacío.", "{where}: the prompt is empty."),
-    "no_answer": ("--reward exact-answer compara con el campo 'answer' de cada prompt, pero {where} no lo tiene. "
-                  "Añade 'answer' a los datos o quita esa recompensa.",
-                  "--reward exact-answer compares with each prompt's 'answer' field, but {where} has none. Add "
-                  "'answer' to the data or drop that reward."),
-    "no_prompts": ("{path} no contiene ningún prompt.", "{path} holds no prompt."),
-    "loaded": ("Cargando prompts: {path} -> {count:prompt|prompts}.", "Loading prompts: {path} -> {count:prompt|prompts}."),
-    "cut": ("Prompts recortados por el principio a --max-prompt-length {n:token|tokens}: {count}.",
-            "Prompts cut at their start to --max-prompt-length {n:token|tokens}: {count}."),
-})
+M = Messages(
+    "prompts",
+    {
+        "no_prompt": (
+            "{where}: falta el prompt: se esperaba un campo 'prompt' (texto o lista de mensajes) o "
+            "'question'. Campos encontrados: {found}.",
+            "{where}: the prompt is missing: expected a 'prompt' field (text or a list of messages) or "
+            "'question'. Fields found: {found}.",
+        ),
+        "bad_prompt": (
+            "{where}, campo '{field}': se esperaba texto o una lista de mensajes que termine con uno del "
+            "usuario (es {kind}).",
+            "{where}, field '{field}': expected text or a list of messages ending with a user message (it is {kind}).",
+        ),
+        "empty": ("{where}: el prompt está vacío.", "{where}: the prompt is empty."),
+        "no_answer": (
+            "--reward exact-answer compara con el campo 'answer' de cada prompt, pero {where} no lo tiene. "
+            "Añade 'answer' a los datos o quita esa recompensa.",
+            "--reward exact-answer compares with each prompt's 'answer' field, but {where} has none. Add "
+            "'answer' to the data or drop that reward.",
+        ),
+        "no_prompts": ("{path} no contiene ningún prompt.", "{path} holds no prompt."),
+        "loaded": (
+            "Cargando prompts: {path} -> {count:prompt|prompts}.",
+            "Loading prompts: {path} -> {count:prompt|prompts}.",
+        ),
+        "cut": (
+            "Prompts recortados por el principio a --max-prompt-length {n:token|tokens}: {count}.",
+            "Prompts cut at their start to --max-prompt-length {n:token|tokens}: {count}.",
+        ),
+    },
+)
 
 
 @dataclass
@@ -83,8 +96,12 @@ def _messages(value, where: str, name: str) -> list[dict[str, str]]:
         if not value.strip():
             raise AuraError(M("empty", where=where))
         return [{"role": "user", "content": value.strip()}]
-    if not isinstance(value, list) or not value or not all(isinstance(m, dict) for m in value) \
-            or value[-1].get("role") != "user":
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(m, dict) for m in value)
+        or value[-1].get("role") != "user"
+    ):
         raise AuraError(M("bad_prompt", where=where, field=name, kind=type(value).__name__))
     # the SFT checks (roles, alternation, text contents) on the prompt plus a placeholder answer
     return check_messages(list(value) + [{"role": "assistant", "content": "-"}], where)[:-1]
@@ -106,11 +123,16 @@ def record_to_prompt(record, where: str) -> PromptItem:
     return PromptItem(messages=messages, answer=None if answer in (None, "") else answer, fields=fields, where=where)
 
 
-def load_prompts(data: str | os.PathLike | None = None, *, split: str = "train",
-                 need_answer: bool = False) -> list[PromptItem]:
+def load_prompts(
+    data: str | os.PathLike | None = None, *, split: str = "train", need_answer: bool = False
+) -> list[PromptItem]:
     """Every prompt of ``data`` (None: the Spanish math set's training split)."""
-    items = [record_to_prompt(record, where) for where, record in
-             iter_records(data, split=split, default=DEFAULT_PROMPTS, header_check=lambda path, header: None)]
+    items = [
+        record_to_prompt(record, where)
+        for where, record in iter_records(
+            data, split=split, default=DEFAULT_PROMPTS, header_check=lambda path, header: None
+        )
+    ]
     name = data or DEFAULT_PROMPTS
     if not items:
         raise AuraError(M("no_prompts", path=name))
@@ -122,8 +144,9 @@ def load_prompts(data: str | os.PathLike | None = None, *, split: str = "train",
     return items
 
 
-def encode_prompts(items: list[PromptItem], tokenizer, *, templated: bool,
-                   max_prompt_length: int | None = None) -> list[EncodedPrompt]:
+def encode_prompts(
+    items: list[PromptItem], tokenizer, *, templated: bool, max_prompt_length: int | None = None
+) -> list[EncodedPrompt]:
     """Token ids of every prompt: chat template with the generation prompt, or the plain text."""
     from aura.data.sft_batches import render_chat
 

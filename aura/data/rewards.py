@@ -35,37 +35,62 @@ from typing import Callable
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("rewards", {
-    "bad_spec": ("--reward {spec}: se esperaba NOMBRE[:PESO] (exact-answer, format, length, spanish) o ARCHIVO.py:FUNCIÓN[:PESO], "
-                 "p. ej. --reward exact-answer:1.0 --reward format:0.2.",
-                 "--reward {spec}: expected NAME[:WEIGHT] (exact-answer, format, length, spanish) or FILE.py:FUNCTION[:WEIGHT], "
-                 "e.g. --reward exact-answer:1.0 --reward format:0.2."),
-    "no_file": ("--reward {spec}: no existe el archivo {path}.", "--reward {spec}: the file {path} does not exist."),
-    "load_failed": ("--reward {spec}: no se pudo cargar {path} ({error}).",
-                    "--reward {spec}: could not load {path} ({error})."),
-    "no_function": ("--reward {spec}: {path} no define una función '{name}'.",
-                    "--reward {spec}: {path} defines no function '{name}'."),
-    "bad_pattern": ("--format-pattern {pattern}: no es una expresión regular válida ({error}).",
-                    "--format-pattern {pattern}: not a valid regular expression ({error})."),
-    "raised": ("La recompensa '{reward}' falló en {where} (prompt: «{prompt}»): {error}",
-               "The reward '{reward}' failed on {where} (prompt: «{prompt}»): {error}"),
-    "bad_count": ("La recompensa '{reward}' devolvió {got:valor|valores} para {n:respuesta|respuestas} de {where} "
-                  "(prompt: «{prompt}»): debe devolver una lista con un número por respuesta.",
-                  "The reward '{reward}' returned {got:value|values} for {n:completion|completions} of {where} "
-                  "(prompt: «{prompt}»): it must return a list with one number per completion."),
-    "not_list": ("La recompensa '{reward}' devolvió {kind} para las respuestas de {where} (prompt: «{prompt}»): debe "
-                 "devolver una lista con un número por respuesta.",
-                 "The reward '{reward}' returned {kind} for the completions of {where} (prompt: «{prompt}»): it must "
-                 "return a list with one number per completion."),
-    "bad_value": ("La recompensa '{reward}' devolvió {value} para una respuesta de {where} (prompt: «{prompt}»): "
-                  "debe ser un número finito.",
-                  "The reward '{reward}' returned {value} for a completion of {where} (prompt: «{prompt}»): it "
-                  "must be a finite number."),
-})
+M = Messages(
+    "rewards",
+    {
+        "bad_spec": (
+            "--reward {spec}: se esperaba NOMBRE[:PESO] (exact-answer, format, length, spanish) o "
+            "ARCHIVO.py:FUNCIÓN[:PESO], "
+            "p. ej. --reward exact-answer:1.0 --reward format:0.2.",
+            "--reward {spec}: expected NAME[:WEIGHT] (exact-answer, format, length, spanish) or "
+            "FILE.py:FUNCTION[:WEIGHT], "
+            "e.g. --reward exact-answer:1.0 --reward format:0.2.",
+        ),
+        "no_file": (
+            "--reward {spec}: no existe el archivo {path}.",
+            "--reward {spec}: the file {path} does not exist.",
+        ),
+        "load_failed": (
+            "--reward {spec}: no se pudo cargar {path} ({error}).",
+            "--reward {spec}: could not load {path} ({error}).",
+        ),
+        "no_function": (
+            "--reward {spec}: {path} no define una función '{name}'.",
+            "--reward {spec}: {path} defines no function '{name}'.",
+        ),
+        "bad_pattern": (
+            "--format-pattern {pattern}: no es una expresión regular válida ({error}).",
+            "--format-pattern {pattern}: not a valid regular expression ({error}).",
+        ),
+        "raised": (
+            "La recompensa '{reward}' falló en {where} (prompt: «{prompt}»): {error}",
+            "The reward '{reward}' failed on {where} (prompt: «{prompt}»): {error}",
+        ),
+        "bad_count": (
+            "La recompensa '{reward}' devolvió {got:valor|valores} para {n:respuesta|respuestas} de {where} "
+            "(prompt: «{prompt}»): debe devolver una lista con un número por respuesta.",
+            "The reward '{reward}' returned {got:value|values} for {n:completion|completions} of {where} "
+            "(prompt: «{prompt}»): it must return a list with one number per completion.",
+        ),
+        "not_list": (
+            "La recompensa '{reward}' devolvió {kind} para las respuestas de {where} (prompt: «{prompt}»): debe "
+            "devolver una lista con un número por respuesta.",
+            "The reward '{reward}' returned {kind} for the completions of {where} (prompt: «{prompt}»): it must "
+            "return a list with one number per completion.",
+        ),
+        "bad_value": (
+            "La recompensa '{reward}' devolvió {value} para una respuesta de {where} (prompt: «{prompt}»): "
+            "debe ser un número finito.",
+            "The reward '{reward}' returned {value} for a completion of {where} (prompt: «{prompt}»): it "
+            "must be a finite number.",
+        ),
+    },
+)
 
 BUILTINS = ("exact-answer", "format", "length", "spanish")
 # Spanish's most common words (function words first, then frequent verbs, nouns and adverbs): ``spanish``
-SPANISH_WORDS = frozenset("""
+SPANISH_WORDS = frozenset(
+    """
 de la que el en y a los se del las un por con no una su para es al lo como más o pero sus le ha me si sin sobre
 este ya entre cuando todo esta ser son dos también fue había era muy años hasta desde está mi porque qué sólo solo
 han yo hay vez puede todos así nos ni parte tiene él uno donde bien tiempo mismo ese ahora cada e vida otro después
@@ -91,14 +116,18 @@ dio minutos producción camino seis quién fondo dirección papel demás barcelo
 capital ambos europa libertad relaciones espacio medios ir actual población empresas estudio salud servicios haya
 principio siendo cultura anterior alto media mediante primeros arte paz sector imagen medida deben datos consejo
 personal interés julio grupos miembro nueve cuyo ministerio responder respuesta número resultado
-""".split())
+""".split()
+)
 
 DEFAULT_FORMAT = r"(?s)\s*\S.*?\n\s*Respuesta:\s*-?\d[\d.,]*\s*"
 _SPACES = "[ \u00a0\u202f]"  # thousands grouped by (no-break) spaces: "12 345"
 _NUMBER = re.compile(rf"-?\d{{1,3}}(?:{_SPACES}\d{{3}})+(?:[.,]\d+)?(?!\d)|-?\d[\d.,]*\d|-?\d")
-_MARKERS = (re.compile(r"(?:respuesta|answer)\s*(?:final)?\s*[:=]\s*(.+)", re.IGNORECASE),
-            re.compile(r"####\s*(.+)"), re.compile(r"\\boxed\{([^{}]*)\}"),
-            re.compile(r"<(?:answer|respuesta)>(.*?)</(?:answer|respuesta)>", re.IGNORECASE | re.DOTALL))
+_MARKERS = (
+    re.compile(r"(?:respuesta|answer)\s*(?:final)?\s*[:=]\s*(.+)", re.IGNORECASE),
+    re.compile(r"####\s*(.+)"),
+    re.compile(r"\\boxed\{([^{}]*)\}"),
+    re.compile(r"<(?:answer|respuesta)>(.*?)</(?:answer|respuesta)>", re.IGNORECASE | re.DOTALL),
+)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -164,8 +193,9 @@ def answers_match(predicted: str, gold) -> bool:
         gold = gold.rsplit("####", 1)[1]
     gold_values = number_values(gold)
     if gold_values:
-        return any(math.isclose(p, g, rel_tol=1e-9, abs_tol=1e-9)
-                   for p in number_values(predicted) for g in gold_values)
+        return any(
+            math.isclose(p, g, rel_tol=1e-9, abs_tol=1e-9) for p in number_values(predicted) for g in gold_values
+        )
     return bool(normalise_text(gold)) and normalise_text(predicted) == normalise_text(gold)
 
 
@@ -269,8 +299,15 @@ def load_user_function(spec: str, path: Path, name: str) -> Callable:
     return fn
 
 
-def score(reward: Reward, *, prompt_text: str, where: str, completions: list[str],
-          completion_ids: list[list[int]], fields: dict) -> list[float]:
+def score(
+    reward: Reward,
+    *,
+    prompt_text: str,
+    where: str,
+    completions: list[str],
+    completion_ids: list[list[int]],
+    fields: dict,
+) -> list[float]:
     """The reward of each completion of one prompt (checked: one finite number per completion)."""
     n = len(completions)
     short = prompt_text if len(prompt_text) <= 80 else prompt_text[:77] + "..."
@@ -279,8 +316,9 @@ def score(reward: Reward, *, prompt_text: str, where: str, completions: list[str
     try:
         values = reward.fn(**kwargs)
     except Exception as e:  # a user's function may raise anything: name the prompt
-        raise AuraError(M("raised", reward=reward.name, where=where, prompt=short,
-                          error=f"{type(e).__name__}: {e}")) from e
+        raise AuraError(
+            M("raised", reward=reward.name, where=where, prompt=short, error=f"{type(e).__name__}: {e}")
+        ) from e
     if hasattr(values, "tolist"):
         values = values.tolist()
     if not isinstance(values, (list, tuple)):
@@ -305,8 +343,18 @@ class RewardSet:
     def names(self) -> list[str]:
         return [r.name for r in self.rewards]
 
-    def scores(self, *, prompt_text: str, where: str, completions: list[str], completion_ids: list[list[int]],
-               fields: dict) -> list[list[float]]:
+    def scores(
+        self, *, prompt_text: str, where: str, completions: list[str], completion_ids: list[list[int]], fields: dict
+    ) -> list[list[float]]:
         """(number of rewards, G) raw scores of one prompt's completions."""
-        return [score(r, prompt_text=prompt_text, where=where, completions=completions,
-                      completion_ids=completion_ids, fields=fields) for r in self.rewards]
+        return [
+            score(
+                r,
+                prompt_text=prompt_text,
+                where=where,
+                completions=completions,
+                completion_ids=completion_ids,
+                fields=fields,
+            )
+            for r in self.rewards
+        ]

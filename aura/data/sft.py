@@ -22,57 +22,83 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from aura.core import console
-from aura.text.readers import ReaderOptions, iter_text_blocks, read_whole
-from aura.text.records import json_array
-from aura.text.sources import M as SOURCES_M, Source, expand_inputs, hf_source, is_hf_disk_dir
 from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.i18n import Messages
+from aura.text.readers import ReaderOptions, iter_text_blocks, read_whole
+from aura.text.records import json_array
+from aura.text.sources import M as SOURCES_M, Source, expand_inputs, hf_source, is_hf_disk_dir
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "resources" / "instrucciones_es.csv"
 ROLES = ("system", "user", "assistant")
-_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                   "system": "system", "chatgpt": "assistant", "bing": "assistant", "bard": "assistant"}
+_SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "chatgpt": "assistant",
+    "bing": "assistant",
+    "bard": "assistant",
+}
 
-M = Messages("sft", {
-    "no_columns": ("{path}: faltan las columnas de instrucciones. Se esperaba 'instruction' y "
-                   "'response' (opcionales 'input' y 'system'), o 'prompt' y 'completion', o 'text' "
-                   "o 'messages'. Columnas encontradas: {found}.",
-                   "{path}: the instruction columns are missing. Expected 'instruction' and "
-                   "'response' (optional 'input' and 'system'), or 'prompt' and 'completion', or "
-                   "'text' or 'messages'. Columns found: {found}."),
-    "no_fields": ("{where}: el registro no tiene un formato reconocido. Se esperaba 'messages', "
-                  "'conversations', 'instruction' + 'response', 'prompt' + 'completion' o 'text'. "
-                  "Campos encontrados: {found}.",
-                  "{where}: the record has no recognised format. Expected 'messages', "
-                  "'conversations', 'instruction' + 'response', 'prompt' + 'completion' or 'text'. "
-                  "Fields found: {found}."),
-    "not_text": ("{where}: el campo '{field}' debe ser texto (es {kind}).",
-                 "{where}: the field '{field}' must be text (it is {kind})."),
-    "bad_messages": ("{where}: 'messages' debe ser una lista de objetos con 'role' y 'content'.",
-                     "{where}: 'messages' must be a list of objects with 'role' and 'content'."),
-    "bad_role": ("{where}, mensaje {index}: rol desconocido '{role}'. Roles válidos: system, user, "
-                 "assistant.",
-                 "{where}, message {index}: unknown role '{role}'. Valid roles: system, user, "
-                 "assistant."),
-    "not_alternating": ("{where}, mensaje {index}: se esperaba el rol '{expected}' y llegó '{role}'. "
-                        "Los mensajes deben ser: un 'system' opcional al principio y luego user, "
-                        "assistant, user, assistant… terminando en assistant.",
-                        "{where}, message {index}: expected role '{expected}' but got '{role}'. "
-                        "Messages must be: an optional 'system' first, then user, assistant, user, "
-                        "assistant… ending with assistant."),
-    "empty_responses": ("{count:ejemplo tiene|ejemplos tienen} la respuesta vacía (p. ej. {examples}). Corrígelos o "
-                        "usa --empty-responses skip para saltarlos.",
-                        "{count:example has|examples have} an empty response (e.g. {examples}). Fix them or use "
-                        "--empty-responses skip to skip them."),
-    "skipped_empty": ("Ejemplos saltados por tener la respuesta vacía: {count} (p. ej. {examples}).",
-                      "Skipped {count:example|examples} with an empty response (e.g. {examples})."),
-    "no_examples": ("{path} no contiene ningún ejemplo de entrenamiento.",
-                    "{path} holds no training examples."),
-    "bad_json": ("{where}: JSON no válido ({err}).", "{where}: invalid JSON ({err})."),
-    "loaded": ("Cargando datos: {path} -> {count:conversación|conversaciones}.",
-               "Loading data: {path} -> {count:conversation|conversations}."),
-})
+M = Messages(
+    "sft",
+    {
+        "no_columns": (
+            "{path}: faltan las columnas de instrucciones. Se esperaba 'instruction' y "
+            "'response' (opcionales 'input' y 'system'), o 'prompt' y 'completion', o 'text' "
+            "o 'messages'. Columnas encontradas: {found}.",
+            "{path}: the instruction columns are missing. Expected 'instruction' and "
+            "'response' (optional 'input' and 'system'), or 'prompt' and 'completion', or "
+            "'text' or 'messages'. Columns found: {found}.",
+        ),
+        "no_fields": (
+            "{where}: el registro no tiene un formato reconocido. Se esperaba 'messages', "
+            "'conversations', 'instruction' + 'response', 'prompt' + 'completion' o 'text'. "
+            "Campos encontrados: {found}.",
+            "{where}: the record has no recognised format. Expected 'messages', "
+            "'conversations', 'instruction' + 'response', 'prompt' + 'completion' or 'text'. "
+            "Fields found: {found}.",
+        ),
+        "not_text": (
+            "{where}: el campo '{field}' debe ser texto (es {kind}).",
+            "{where}: the field '{field}' must be text (it is {kind}).",
+        ),
+        "bad_messages": (
+            "{where}: 'messages' debe ser una lista de objetos con 'role' y 'content'.",
+            "{where}: 'messages' must be a list of objects with 'role' and 'content'.",
+        ),
+        "bad_role": (
+            "{where}, mensaje {index}: rol desconocido '{role}'. Roles válidos: system, user, assistant.",
+            "{where}, message {index}: unknown role '{role}'. Valid roles: system, user, assistant.",
+        ),
+        "not_alternating": (
+            "{where}, mensaje {index}: se esperaba el rol '{expected}' y llegó '{role}'. "
+            "Los mensajes deben ser: un 'system' opcional al principio y luego user, "
+            "assistant, user, assistant… terminando en assistant.",
+            "{where}, message {index}: expected role '{expected}' but got '{role}'. "
+            "Messages must be: an optional 'system' first, then user, assistant, user, "
+            "assistant… ending with assistant.",
+        ),
+        "empty_responses": (
+            "{count:ejemplo tiene|ejemplos tienen} la respuesta vacía (p. ej. {examples}). Corrígelos o "
+            "usa --empty-responses skip para saltarlos.",
+            "{count:example has|examples have} an empty response (e.g. {examples}). Fix them or use "
+            "--empty-responses skip to skip them.",
+        ),
+        "skipped_empty": (
+            "Ejemplos saltados por tener la respuesta vacía: {count} (p. ej. {examples}).",
+            "Skipped {count:example|examples} with an empty response (e.g. {examples}).",
+        ),
+        "no_examples": ("{path} no contiene ningún ejemplo de entrenamiento.", "{path} holds no training examples."),
+        "bad_json": ("{where}: JSON no válido ({err}).", "{where}: invalid JSON ({err})."),
+        "loaded": (
+            "Cargando datos: {path} -> {count:conversación|conversaciones}.",
+            "Loading data: {path} -> {count:conversation|conversations}.",
+        ),
+    },
+)
 
 
 @dataclass
@@ -119,8 +145,7 @@ def check_messages(raw, where: str) -> list[dict[str, str]]:
         if content is None:
             content = ""
         if not isinstance(content, str):
-            raise AuraError(M("not_text", where=f"{where}, message {i}", field="content",
-                              kind=type(content).__name__))
+            raise AuraError(M("not_text", where=f"{where}, message {i}", field="content", kind=type(content).__name__))
         messages.append({"role": role, "content": content.strip()})
     expected_first = 1 if messages[0]["role"] == "system" else 0
     for i, m in enumerate(messages[expected_first:], expected_first):
@@ -128,8 +153,7 @@ def check_messages(raw, where: str) -> list[dict[str, str]]:
         if m["role"] != expected:
             raise AuraError(M("not_alternating", where=where, index=i + 1, expected=expected, role=m["role"]))
     if messages[-1]["role"] != "assistant":
-        raise AuraError(M("not_alternating", where=where, index=len(messages) + 1, expected="assistant",
-                          role="-"))
+        raise AuraError(M("not_alternating", where=where, index=len(messages) + 1, expected="assistant", role="-"))
     return messages
 
 
@@ -158,8 +182,10 @@ def record_to_conversation(record, where: str) -> Conversation:
             system = _text_field(rec, "system", where).strip()
             if system:
                 messages.append({"role": "system", "content": system})
-            messages += [{"role": "user", "content": user},
-                         {"role": "assistant", "content": _text_field(rec, a, where).strip()}]
+            messages += [
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": _text_field(rec, a, where).strip()},
+            ]
             return Conversation(messages=messages, where=where)
     if "text" in rec:
         return Conversation(text=_text_field(rec, "text", where), where=where)
@@ -172,8 +198,14 @@ def _rec_where(path: str, n: int, unit: str = "record") -> str:
     return f"{path}, {bi('línea', 'line') if unit == 'line' else bi('registro', 'record')} {n}"
 
 
-SFT_COLUMNS = ({"instruction", "response"}, {"instruction", "output"}, {"prompt", "completion"}, {"text"},
-               {"messages"}, {"conversations"})
+SFT_COLUMNS = (
+    {"instruction", "response"},
+    {"instruction", "output"},
+    {"prompt", "completion"},
+    {"text"},
+    {"messages"},
+    {"conversations"},
+)
 
 
 def _csv_records(source: Source, opts: ReaderOptions, header_check=None) -> Iterator[tuple[str, dict]]:
@@ -264,14 +296,26 @@ def _streamed(ds, name: str) -> Iterator[tuple[str, dict]]:
         yield _rec_where(name, n), rec
 
 
-def iter_records(data: str | os.PathLike | None, *, split: str = "train", encoding: str = "utf-8",
-                 default: Path = DEFAULT_DATA, header_check=None) -> Iterator[tuple[str, dict]]:
+def iter_records(
+    data: str | os.PathLike | None,
+    *,
+    split: str = "train",
+    encoding: str = "utf-8",
+    default: Path = DEFAULT_DATA,
+    header_check=None,
+) -> Iterator[tuple[str, dict]]:
     """(where, record) for every record of ``data`` (files, dirs, globs, HF datasets; None = ``default``).
     ``header_check(path, columns)`` replaces the instruction-column check of CSV/TSV headers."""
     name = str(data) if data else str(default)
     p = Path(os.path.expanduser(name))
-    if not p.exists() and not any(ch in name for ch in "*?[") and "/" in name and not name.startswith(
-            (".", "/", "~")) and name.count("/") == 1 and not p.suffix:
+    if (
+        not p.exists()
+        and not any(ch in name for ch in "*?[")
+        and "/" in name
+        and not name.startswith((".", "/", "~"))
+        and name.count("/") == 1
+        and not p.suffix
+    ):
         sources = [hf_source(name)]  # looks like "owner/dataset" on the hub
     elif is_hf_disk_dir(p):
         sources = [Source("hf_disk", str(p))]
@@ -295,14 +339,18 @@ def iter_records(data: str | os.PathLike | None, *, split: str = "train", encodi
                 raise AuraError(SOURCES_M("bad_parquet", path=source.path, err=e)) from None
             yield from _table_records(rows, source.path)
         else:  # .txt: one already formatted text per line
-            for n, ln in ((n, ln) for first, t in iter_text_blocks(source, opts, Counter())
-                          for n, ln in enumerate(t.splitlines(), first)):
+            for n, ln in (
+                (n, ln)
+                for first, t in iter_text_blocks(source, opts, Counter())
+                for n, ln in enumerate(t.splitlines(), first)
+            ):
                 if ln.strip():
                     yield _rec_where(source.path, n, "line"), {"text": ln}
 
 
-def load_conversations(data: str | os.PathLike | None = None, *, empty_responses: str = "fail",
-                       split: str = "train") -> list[Conversation]:
+def load_conversations(
+    data: str | os.PathLike | None = None, *, empty_responses: str = "fail", split: str = "train"
+) -> list[Conversation]:
     """All conversations of ``data``; empty responses fail (naming them) or are skipped, counted."""
     convs, empty = [], []
     for where, record in iter_records(data, split=split):

@@ -25,49 +25,63 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from aura.core import console
-from aura.data.sft import Conversation
-from aura.text.templates import TEXT_MARKERS
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
+from aura.data.sft import Conversation
+from aura.text.templates import TEXT_MARKERS
 
 IGNORE_INDEX = -100
 
-M = Messages("sft_batches", {
-    "no_marker": ("{count:texto ya formateado no tiene|textos ya formateados no tienen} marcador de respuesta "
-                  "({markers}); se entrenan completos (p. ej. {examples}).",
-                  "{count:pre-formatted text has|pre-formatted texts have} no response marker ({markers}); "
-                  "they are trained whole (e.g. {examples})."),
-    "not_prefix": ("La plantilla de chat no renderiza el principio de una conversación como el "
-                   "principio de la conversación completa ({where}), así que no se puede saber qué "
-                   "tokens son respuesta. Elige una plantilla con --template ({choices}).",
-                   "The chat template does not render the start of a conversation as the start of "
-                   "the whole conversation ({where}), so the response tokens cannot be located. "
-                   "Choose a template with --template ({choices})."),
-    "template_failed": ("{where}: la plantilla de chat falló: {err}",
-                        "{where}: the chat template failed: {err}"),
-    "too_long_dropped": ("Ejemplos descartados por ser más largos que --max-length {max_length:token|tokens}: {count} "
-                         "(p. ej. {examples}). Sube --max-length o usa --truncation truncate.",
-                         "Dropped {count:example|examples} longer than --max-length {max_length:token|tokens} (e.g. "
-                         "{examples}). Raise --max-length or use --truncation truncate."),
-    "too_long_truncated": ("Ejemplos recortados a {max_length:token|tokens} por ser más largos: {count} (p. ej. "
-                           "{examples}); de ellos, {lost} quedaron sin tokens de respuesta y se descartaron.",
-                           "Truncated {count:longer example|longer examples} to {max_length:token|tokens} (e.g. {examples}); "
-                           "{lost} of them kept no response tokens and were dropped."),
-    "all_dropped": ("Ningún ejemplo cabe en --max-length {max_length:token|tokens} (el más corto tiene "
-                    "{shortest}). Sube --max-length o usa --truncation truncate.",
-                    "No example fits in --max-length {max_length:token|tokens} (the shortest has {shortest}). "
-                    "Raise --max-length or use --truncation truncate."),
-    "resume_mismatch": ("El checkpoint se creó con otros datos ({field}: {saved} frente a {now}); la "
-                        "posición en los datos no se puede restaurar. Usa los mismos datos, --seed y "
-                        "--val-fraction que la ejecución original.",
-                        "The checkpoint was made with other data ({field}: {saved} vs {now}); the data "
-                        "position cannot be restored. Use the same data, --seed and --val-fraction as "
-                        "the original run."),
-    # what each saved-state key is to the user
-    "k_seed": ("--seed", "--seed"),
-    "k_examples": ("número de ejemplos", "number of examples"),
-    "k_packing": ("--packing", "--packing"),
-})
+M = Messages(
+    "sft_batches",
+    {
+        "no_marker": (
+            "{count:texto ya formateado no tiene|textos ya formateados no tienen} marcador de respuesta "
+            "({markers}); se entrenan completos (p. ej. {examples}).",
+            "{count:pre-formatted text has|pre-formatted texts have} no response marker ({markers}); "
+            "they are trained whole (e.g. {examples}).",
+        ),
+        "not_prefix": (
+            "La plantilla de chat no renderiza el principio de una conversación como el "
+            "principio de la conversación completa ({where}), así que no se puede saber qué "
+            "tokens son respuesta. Elige una plantilla con --template ({choices}).",
+            "The chat template does not render the start of a conversation as the start of "
+            "the whole conversation ({where}), so the response tokens cannot be located. "
+            "Choose a template with --template ({choices}).",
+        ),
+        "template_failed": ("{where}: la plantilla de chat falló: {err}", "{where}: the chat template failed: {err}"),
+        "too_long_dropped": (
+            "Ejemplos descartados por ser más largos que --max-length {max_length:token|tokens}: {count} "
+            "(p. ej. {examples}). Sube --max-length o usa --truncation truncate.",
+            "Dropped {count:example|examples} longer than --max-length {max_length:token|tokens} (e.g. "
+            "{examples}). Raise --max-length or use --truncation truncate.",
+        ),
+        "too_long_truncated": (
+            "Ejemplos recortados a {max_length:token|tokens} por ser más largos: {count} (p. ej. "
+            "{examples}); de ellos, {lost} quedaron sin tokens de respuesta y se descartaron.",
+            "Truncated {count:longer example|longer examples} to {max_length:token|tokens} (e.g. {examples}); "
+            "{lost} of them kept no response tokens and were dropped.",
+        ),
+        "all_dropped": (
+            "Ningún ejemplo cabe en --max-length {max_length:token|tokens} (el más corto tiene "
+            "{shortest}). Sube --max-length o usa --truncation truncate.",
+            "No example fits in --max-length {max_length:token|tokens} (the shortest has {shortest}). "
+            "Raise --max-length or use --truncation truncate.",
+        ),
+        "resume_mismatch": (
+            "El checkpoint se creó con otros datos ({field}: {saved} frente a {now}); la "
+            "posición en los datos no se puede restaurar. Usa los mismos datos, --seed y "
+            "--val-fraction que la ejecución original.",
+            "The checkpoint was made with other data ({field}: {saved} vs {now}); the data "
+            "position cannot be restored. Use the same data, --seed and --val-fraction as "
+            "the original run.",
+        ),
+        # what each saved-state key is to the user
+        "k_seed": ("--seed", "--seed"),
+        "k_examples": ("número de ejemplos", "number of examples"),
+        "k_packing": ("--packing", "--packing"),
+    },
+)
 
 # ---------------------------------------------------------------------------------------------------
 # Conversations -> token ids and labels
@@ -105,8 +119,12 @@ def _text_spans(text: str, bos: str | None, eos: str | None) -> list[tuple[int, 
             e = text.find(next_marker, s)
             e = len(text) if e < 0 else e
             # a "<s>" opening the next turn is not response (when BOS == EOS, only a second one)
-            if bos and e < len(text) and text[s:e].endswith(bos) and (
-                    bos != eos or text[s:e - len(bos)].endswith(eos)):
+            if (
+                bos
+                and e < len(text)
+                and text[s:e].endswith(bos)
+                and (bos != eos or text[s : e - len(bos)].endswith(eos))
+            ):
                 e -= len(bos)
             pos = e
             spans.append((s, rstrip_end(text, s, e)))
@@ -131,8 +149,11 @@ def _chat_spans(tokenizer, conv: Conversation) -> tuple[str, list[tuple[int, int
         if m["role"] != "assistant":
             continue
         before = render_chat(tokenizer, msgs[:i], generation_prompt=True, where=conv.where)
-        upto = full if i == len(msgs) - 1 else render_chat(tokenizer, msgs[:i + 1], generation_prompt=False,
-                                                       where=conv.where)
+        upto = (
+            full
+            if i == len(msgs) - 1
+            else render_chat(tokenizer, msgs[: i + 1], generation_prompt=False, where=conv.where)
+        )
         if not (full.startswith(upto) and upto.startswith(before)):
             raise AuraError(M("not_prefix", where=conv.where, choices=template_names()))
         spans.append((len(before), rstrip_end(upto, len(before), len(upto))))
@@ -180,8 +201,9 @@ def encode(conv: Conversation, tokenizer, *, train_on_prompt: bool = False) -> E
     return Encoded(ids, labels, conv.where, whole_text=whole)
 
 
-def encode_all(convs: list[Conversation], tokenizer, *, max_length: int, truncation: str = "drop",
-               train_on_prompt: bool = False) -> list[Encoded]:
+def encode_all(
+    convs: list[Conversation], tokenizer, *, max_length: int, truncation: str = "drop", train_on_prompt: bool = False
+) -> list[Encoded]:
     """Encode every conversation; examples over ``max_length`` are dropped or truncated, and reported."""
     out, long_, lost, whole = [], [], 0, []
     for conv in convs:
@@ -203,15 +225,14 @@ def encode_all(convs: list[Conversation], tokenizer, *, max_length: int, truncat
     if long_:
         examples = "; ".join(e.where for e in long_[:3])
         if truncation == "truncate":
-            console.warn(M("too_long_truncated", count=len(long_), max_length=max_length, examples=examples,
-                           lost=lost))
+            console.warn(M("too_long_truncated", count=len(long_), max_length=max_length, examples=examples, lost=lost))
         else:
             console.warn(M("too_long_dropped", count=len(long_), max_length=max_length, examples=examples))
     if not out and convs:
-        raise AuraError(M("all_dropped", max_length=max_length,
-                          shortest=min(len(e.input_ids) for e in long_) if long_ else 0))
+        raise AuraError(
+            M("all_dropped", max_length=max_length, shortest=min(len(e.input_ids) for e in long_) if long_ else 0)
+        )
     return out
-
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -254,8 +275,14 @@ def length_buckets(max_length: int, *, smallest: int = 64) -> tuple[int, ...]:
     return (*out, max_length)
 
 
-def collate(rows: list[list[Encoded]], *, pad_id: int, packing: bool = False,
-            pad_to_multiple_of: int = 1, buckets: tuple[int, ...] = ()) -> dict:
+def collate(
+    rows: list[list[Encoded]],
+    *,
+    pad_id: int,
+    packing: bool = False,
+    pad_to_multiple_of: int = 1,
+    buckets: tuple[int, ...] = (),
+) -> dict:
     """Rows of examples -> tensors. Labels are IGNORE_INDEX on padding.
 
     Padded: input_ids, labels, attention_mask (B, T). Packed: input_ids, labels, position_ids (B, T)
@@ -270,17 +297,17 @@ def collate(rows: list[list[Encoded]], *, pad_id: int, packing: bool = False,
         T = -(-T // pad_to_multiple_of) * pad_to_multiple_of
     T = next((b for b in buckets if b >= T), T)  # the smallest bucket that holds the longest row
     B = len(rows)
-    input_ids = torch.full((B, T), pad_id, dtype=torch.long)      # (B, T)
-    labels = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)   # (B, T)
-    position_ids = torch.zeros((B, T), dtype=torch.long)          # (B, T)
-    attention_mask = torch.zeros((B, T), dtype=torch.long)        # (B, T)
+    input_ids = torch.full((B, T), pad_id, dtype=torch.long)  # (B, T)
+    labels = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)  # (B, T)
+    position_ids = torch.zeros((B, T), dtype=torch.long)  # (B, T)
+    attention_mask = torch.zeros((B, T), dtype=torch.long)  # (B, T)
     for b, row in enumerate(rows):
         pos = 0
         for ex in row:
             n = len(ex.input_ids)
-            input_ids[b, pos:pos + n] = torch.tensor(ex.input_ids)
-            labels[b, pos:pos + n] = torch.tensor(ex.labels)
-            position_ids[b, pos:pos + n] = torch.arange(n)
+            input_ids[b, pos : pos + n] = torch.tensor(ex.input_ids)
+            labels[b, pos : pos + n] = torch.tensor(ex.labels)
+            position_ids[b, pos : pos + n] = torch.arange(n)
             pos += n
         attention_mask[b, :pos] = 1
         position_ids[b, pos:] = torch.arange(T - pos)
@@ -299,9 +326,21 @@ class SFTDataSource:
     ``iter(source)`` yields every batch of the current epoch without moving the position (validation).
     """
 
-    def __init__(self, examples: list[Encoded], *, batch_size: int, pad_id: int, seed: int = 0,
-                 rank: int = 0, world_size: int = 1, packing: bool = False, max_length: int = 2048,
-                 shuffle: bool = True, pad_to_multiple_of: int = 1, buckets: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        examples: list[Encoded],
+        *,
+        batch_size: int,
+        pad_id: int,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        packing: bool = False,
+        max_length: int = 2048,
+        shuffle: bool = True,
+        pad_to_multiple_of: int = 1,
+        buckets: tuple[int, ...] = (),
+    ):
         if not examples:
             raise ValueError("SFTDataSource needs at least one example")
         self.examples = examples
@@ -336,16 +375,21 @@ class SFTDataSource:
             random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
         total = self.rows_per_rank * self.world_size
         order = (order * (-(-total // len(order))))[:total]
-        mine = order[self.rank::self.world_size]
+        mine = order[self.rank :: self.world_size]
         self._order = (epoch, mine)
         return mine
 
     def batch(self, epoch: int, index: int) -> dict:
         """Batch ``index`` of ``epoch`` on this rank (a pure function of seed, epoch, index, rank)."""
-        mine = self._rank_rows(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
+        mine = self._rank_rows(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
         rows = [[self.examples[i] for i in self.rows[r]] for r in mine]
-        return collate(rows, pad_id=self.pad_id, packing=self.packing, pad_to_multiple_of=self.pad_to_multiple_of,
-                       buckets=self.buckets)
+        return collate(
+            rows,
+            pad_id=self.pad_id,
+            packing=self.packing,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            buckets=self.buckets,
+        )
 
     def next_batch(self) -> dict | None:
         if self.position >= self.batches_per_epoch:
@@ -362,9 +406,16 @@ class SFTDataSource:
             yield self.batch(self.epoch, i)
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed,
-                "examples": len(self.examples), "rows": len(self.rows), "batch_size": self.batch_size,
-                "world_size": self.world_size, "packing": self.packing}
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "seed": self.seed,
+            "examples": len(self.examples),
+            "rows": len(self.rows),
+            "batch_size": self.batch_size,
+            "world_size": self.world_size,
+            "packing": self.packing,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for key, now in (("seed", self.seed), ("examples", len(self.examples)), ("packing", self.packing)):
@@ -372,8 +423,10 @@ class SFTDataSource:
                 raise AuraError(M("resume_mismatch", field=M("k_" + key), saved=state.get(key), now=now))
         self.epoch = int(state["epoch"])
         position = int(state["position"])
-        if state.get("world_size", self.world_size) != self.world_size or state.get(
-                "batch_size", self.batch_size) != self.batch_size:
+        if (
+            state.get("world_size", self.world_size) != self.world_size
+            or state.get("batch_size", self.batch_size) != self.batch_size
+        ):
             # another layout: resume at the same number of rows consumed over all ranks
             rows_done = position * int(state["batch_size"]) * int(state["world_size"])
             position = rows_done // (self.batch_size * self.world_size)

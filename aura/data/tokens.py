@@ -13,50 +13,72 @@ import numpy as np
 
 from aura.core.errors import AuraError
 from aura.core.files import loads_json
-from aura.core.paths import contained
 from aura.core.i18n import Messages
+from aura.core.paths import contained
 
 FORMAT = "aura-tokens-v1"
 
-M = Messages("tokens", {
-    "not_dir": ("{path} no existe o no es un directorio de datos preparados. Créalo con: "
-                "aura data prepare TEXTOS --tokenizer TOK --output-dir {path}",
-                "{path} does not exist or is not a prepared data directory. Create it with: "
-                "aura data prepare TEXTS --tokenizer TOK --output-dir {path}"),
-    "no_meta": ("{path} no contiene meta.json: no es un conjunto de datos preparado completo (quizá "
-                "se interrumpió). Vuelve a ejecutar 'aura data prepare ... --output-dir {path}'.",
-                "{path} has no meta.json: it is not a complete prepared dataset (perhaps it was "
-                "interrupted). Run 'aura data prepare ... --output-dir {path}' again."),
-    "bad_meta": ("{path}/meta.json no es válido ({err}). Vuelve a preparar los datos con --overwrite.",
-                 "{path}/meta.json is not valid ({err}). Prepare the data again with --overwrite."),
-    "bad_format": ("{path} tiene formato '{found}', se esperaba '{expected}'. Vuelve a preparar los "
-                   "datos con esta versión de Aura.",
-                   "{path} has format '{found}', expected '{expected}'. Prepare the data again with "
-                   "this version of Aura."),
-    "bad_field": ("{path}: el campo '{field}' debe ser {expected} (es {found}). El archivo se editó o está dañado: "
-                  "vuelve a preparar los datos con --overwrite.",
-                  "{path}: the field '{field}' must be {expected} (it is {found}). The file was edited or is "
-                  "damaged: prepare the data again with --overwrite."),
-    "no_field": ("A {path} le falta el campo '{field}' ({expected}). El archivo se editó o está dañado: vuelve a "
-                 "preparar los datos con --overwrite.",
-                 "{path} lacks the field '{field}' ({expected}). The file was edited or is damaged: prepare the "
-                 "data again with --overwrite."),
-    "e_object": ("un objeto", "an object"), "e_list": ("una lista de objetos", "a list of objects"),
-    "e_count": ("un número entero >= 0", "a whole number >= 0"), "e_text": ("un texto", "a string"),
-    "e_dtype": ("uint16 o uint32", "uint16 or uint32"),
-    "no_split": ("{path} no tiene la partición '{split}' (tiene: {have}).",
-                 "{path} has no '{split}' split (it has: {have})."),
-    "bad_ids": ("El shard {file} contiene el id de token {found}, pero el vocabulario de meta.json tiene "
-                "{vocab:token|tokens} (ids 0 a {vocab} - 1): el directorio está dañado o no corresponde a este "
-                "tokenizador. Vuelve a preparar los datos con --overwrite.",
-                "Shard {file} holds token id {found}, but meta.json's vocabulary has {vocab:token|tokens} "
-                "(ids 0 to {vocab} - 1): the directory is damaged or does not belong to this tokenizer. "
-                "Prepare the data again with --overwrite."),
-    "shard_size": ("El shard {file} tiene {found:token|tokens} pero meta.json dice {expected}: el directorio "
-                   "está dañado. Vuelve a preparar los datos con --overwrite.",
-                   "Shard {file} holds {found:token|tokens} but meta.json says {expected}: the directory is "
-                   "damaged. Prepare the data again with --overwrite."),
-})
+M = Messages(
+    "tokens",
+    {
+        "not_dir": (
+            "{path} no existe o no es un directorio de datos preparados. Créalo con: "
+            "aura data prepare TEXTOS --tokenizer TOK --output-dir {path}",
+            "{path} does not exist or is not a prepared data directory. Create it with: "
+            "aura data prepare TEXTS --tokenizer TOK --output-dir {path}",
+        ),
+        "no_meta": (
+            "{path} no contiene meta.json: no es un conjunto de datos preparado completo (quizá "
+            "se interrumpió). Vuelve a ejecutar 'aura data prepare ... --output-dir {path}'.",
+            "{path} has no meta.json: it is not a complete prepared dataset (perhaps it was "
+            "interrupted). Run 'aura data prepare ... --output-dir {path}' again.",
+        ),
+        "bad_meta": (
+            "{path}/meta.json no es válido ({err}). Vuelve a preparar los datos con --overwrite.",
+            "{path}/meta.json is not valid ({err}). Prepare the data again with --overwrite.",
+        ),
+        "bad_format": (
+            "{path} tiene formato '{found}', se esperaba '{expected}'. Vuelve a preparar los "
+            "datos con esta versión de Aura.",
+            "{path} has format '{found}', expected '{expected}'. Prepare the data again with this version of Aura.",
+        ),
+        "bad_field": (
+            "{path}: el campo '{field}' debe ser {expected} (es {found}). El archivo se editó o está dañado: "
+            "vuelve a preparar los datos con --overwrite.",
+            "{path}: the field '{field}' must be {expected} (it is {found}). The file was edited or is "
+            "damaged: prepare the data again with --overwrite.",
+        ),
+        "no_field": (
+            "A {path} le falta el campo '{field}' ({expected}). El archivo se editó o está dañado: vuelve a "
+            "preparar los datos con --overwrite.",
+            "{path} lacks the field '{field}' ({expected}). The file was edited or is damaged: prepare the "
+            "data again with --overwrite.",
+        ),
+        "e_object": ("un objeto", "an object"),
+        "e_list": ("una lista de objetos", "a list of objects"),
+        "e_count": ("un número entero >= 0", "a whole number >= 0"),
+        "e_text": ("un texto", "a string"),
+        "e_dtype": ("uint16 o uint32", "uint16 or uint32"),
+        "no_split": (
+            "{path} no tiene la partición '{split}' (tiene: {have}).",
+            "{path} has no '{split}' split (it has: {have}).",
+        ),
+        "bad_ids": (
+            "El shard {file} contiene el id de token {found}, pero el vocabulario de meta.json tiene "
+            "{vocab:token|tokens} (ids 0 a {vocab} - 1): el directorio está dañado o no corresponde a este "
+            "tokenizador. Vuelve a preparar los datos con --overwrite.",
+            "Shard {file} holds token id {found}, but meta.json's vocabulary has {vocab:token|tokens} "
+            "(ids 0 to {vocab} - 1): the directory is damaged or does not belong to this tokenizer. "
+            "Prepare the data again with --overwrite.",
+        ),
+        "shard_size": (
+            "El shard {file} tiene {found:token|tokens} pero meta.json dice {expected}: el directorio "
+            "está dañado. Vuelve a preparar los datos con --overwrite.",
+            "Shard {file} holds {found:token|tokens} but meta.json says {expected}: the directory is "
+            "damaged. Prepare the data again with --overwrite.",
+        ),
+    },
+)
 
 
 def load_meta(path: str | Path) -> dict:
@@ -79,10 +101,15 @@ def load_meta(path: str | Path) -> dict:
 
 def check_meta(meta: dict, meta_file: Path) -> None:
     """Every field readers use has its type (an edited or damaged meta.json is named, not a KeyError)."""
+
     def need(value, field: str, kind: str):
-        ok = {"e_object": isinstance(value, dict), "e_list": isinstance(value, list)
-              and all(isinstance(v, dict) for v in value), "e_text": isinstance(value, str),
-              "e_count": type(value) is int and value >= 0, "e_dtype": value in ("uint16", "uint32")}[kind]
+        ok = {
+            "e_object": isinstance(value, dict),
+            "e_list": isinstance(value, list) and all(isinstance(v, dict) for v in value),
+            "e_text": isinstance(value, str),
+            "e_count": type(value) is int and value >= 0,
+            "e_dtype": value in ("uint16", "uint32"),
+        }[kind]
         if value is _MISSING:
             raise AuraError(M("no_field", path=meta_file, field=field, expected=M(kind)))
         if not ok:
@@ -165,7 +192,7 @@ class TokenShards:
                 self._check_ids(i)
             arr = self._arrays[i]
             take = min(length - filled, len(arr) - pos)
-            out[filled:filled + take] = arr[pos:pos + take]
+            out[filled : filled + take] = arr[pos : pos + take]
             filled += take
             i, pos = i + 1, 0
         return out

@@ -29,25 +29,54 @@ import importlib
 from typing import TYPE_CHECKING
 
 _EXPORTS = {
-    "DistInfo": "process", "init_distributed": "process", "teardown": "process",
-    "main_process_first": "process", "pick_device": "process", "under_torchrun": "process",
+    "DistInfo": "process",
+    "init_distributed": "process",
+    "teardown": "process",
+    "main_process_first": "process",
+    "pick_device": "process",
+    "under_torchrun": "process",
     "agree_hardware": "process",
-    "STRATEGIES": "parallel", "choose_strategy": "parallel", "find_blocks": "parallel",
-    "is_deepspeed_engine": "parallel", "is_quantized": "parallel", "no_sync": "parallel",
-    "parallelize": "parallel", "place_frozen": "parallel", "strategy_of": "parallel", "training_state_bytes": "parallel",
+    "STRATEGIES": "parallel",
+    "choose_strategy": "parallel",
+    "find_blocks": "parallel",
+    "is_deepspeed_engine": "parallel",
+    "is_quantized": "parallel",
+    "no_sync": "parallel",
+    "parallelize": "parallel",
+    "place_frozen": "parallel",
+    "strategy_of": "parallel",
+    "training_state_bytes": "parallel",
     "unwrap": "parallel",
-    "sync_check": "sync", "sync_status": "sync",
+    "sync_check": "sync",
+    "sync_status": "sync",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from aura.distributed.parallel import (STRATEGIES, choose_strategy, find_blocks, is_deepspeed_engine,
-                                           is_quantized, no_sync, parallelize, place_frozen, strategy_of,
-                                           training_state_bytes, unwrap)
-    from aura.distributed.process import (DistInfo, agree_hardware, init_distributed, main_process_first,
-                                          pick_device, teardown, under_torchrun)
-    from aura.distributed.sync import sync_check, sync_status
+    from aura.distributed.parallel import (
+        STRATEGIES as STRATEGIES,
+        choose_strategy as choose_strategy,
+        find_blocks as find_blocks,
+        is_deepspeed_engine as is_deepspeed_engine,
+        is_quantized as is_quantized,
+        no_sync as no_sync,
+        parallelize as parallelize,
+        place_frozen as place_frozen,
+        strategy_of as strategy_of,
+        training_state_bytes as training_state_bytes,
+        unwrap as unwrap,
+    )
+    from aura.distributed.process import (
+        DistInfo as DistInfo,
+        agree_hardware as agree_hardware,
+        init_distributed as init_distributed,
+        main_process_first as main_process_first,
+        pick_device as pick_device,
+        teardown as teardown,
+        under_torchrun as under_torchrun,
+    )
+    from aura.distributed.sync import sync_check as sync_check, sync_status as sync_status
 
 
 def __getattr__(name: str):

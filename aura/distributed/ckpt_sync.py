@@ -31,25 +31,34 @@ import torch
 from aura.core.atomic import tmp_name
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.core.rundir import MANIFEST_FILE as MANIFEST
-from aura.core.rundir import STATE_FILE as STATE  # written last: it marks a checkpoint whole
+from aura.core.rundir import (
+    MANIFEST_FILE as MANIFEST,
+    STATE_FILE as STATE,  # written last: it marks a checkpoint whole
+)
 from aura.distributed.process import DistInfo
 
 CHUNK = 16 << 20  # bytes per broadcast: bounded memory whatever the checkpoint's size
 
-M = Messages("ckpt_sync", {
-    "missing": ("No se puede reanudar desde {path}: ningún nodo tiene {count} de sus partes, así que no se "
-                "pueden enviar por la red:\n{files}\nCópialas desde donde estén (el nodo 0 guarda los "
-                "checkpoints completos) o reanuda desde otro checkpoint (--resume-from RUTA/checkpoint-step-N).",
-                "Cannot resume from {path}: no node holds {count} of its parts, so they cannot be sent over "
-                "the network:\n{files}\nCopy them from wherever they are (node 0 keeps whole checkpoints) or "
-                "resume from another checkpoint (--resume-from PATH/checkpoint-step-N)."),
-    "line": ("  - {file} (falta en: {where})", "  - {file} (missing on: {where})"),
-    "fetched": ("Checkpoint {path}: {count:fichero recibido|ficheros recibidos} ({size}) del rango {src} por "
-                "la red (este nodo no los tenía).",
-                "Checkpoint {path}: {count:file|files} ({size}) received from rank {src} over the network (this node "
-                "lacked them)."),
-})
+M = Messages(
+    "ckpt_sync",
+    {
+        "missing": (
+            "No se puede reanudar desde {path}: ningún nodo tiene {count} de sus partes, así que no se "
+            "pueden enviar por la red:\n{files}\nCópialas desde donde estén (el nodo 0 guarda los "
+            "checkpoints completos) o reanuda desde otro checkpoint (--resume-from RUTA/checkpoint-step-N).",
+            "Cannot resume from {path}: no node holds {count} of its parts, so they cannot be sent over "
+            "the network:\n{files}\nCopy them from wherever they are (node 0 keeps whole checkpoints) or "
+            "resume from another checkpoint (--resume-from PATH/checkpoint-step-N).",
+        ),
+        "line": ("  - {file} (falta en: {where})", "  - {file} (missing on: {where})"),
+        "fetched": (
+            "Checkpoint {path}: {count:fichero recibido|ficheros recibidos} ({size}) del rango {src} por "
+            "la red (este nodo no los tenía).",
+            "Checkpoint {path}: {count:file|files} ({size}) received from rank {src} over the network (this node "
+            "lacked them).",
+        ),
+    },
+)
 
 
 def listing(directory: Path) -> dict[str, int]:
@@ -149,8 +158,11 @@ def share_resume(out: Path, resume_from: str | None, *, dist: DistInfo) -> None:
     views = [None] * dist.world_size
     torch.distributed.all_gather_object(views, mine)
     # latest: the newest by (step, save time); a path: rank 0's copy when it has one, else the first holder's
-    best = max((v for v in views if v is not None), default=None) if latest else \
-        next((v for v in views if v is not None), None)
+    best = (
+        max((v for v in views if v is not None), default=None)
+        if latest
+        else next((v for v in views if v is not None), None)
+    )
     if best is None or views[0] == best:
         return
     holder = views.index(best)
@@ -161,8 +173,8 @@ def fetch_checkpoint(local: Path, *, dist: DistInfo, authority: int = 0) -> None
     """At resume (collective): give every node the checkpoint's files it lacks, or refuse every rank with
     the list of parts no rank holds (see the module docstring). ``local`` is this rank's path to it;
     ``authority`` the rank whose copy is whole (its ``files.json`` and state file say what the others need)."""
-    from aura.core.atomic import human_bytes
     from aura.core import console
+    from aura.core.atomic import human_bytes
 
     if not dist.is_distributed:
         return
@@ -186,8 +198,14 @@ def fetch_checkpoint(local: Path, *, dist: DistInfo, authority: int = 0) -> None
     lost = sorted(rel for rel, h in holders.items() if not h)
     if lost:
         where = {rel: ", ".join(dict.fromkeys(f"{seen[r][0]}:{seen[r][1]}" for r in lacking[rel])) for rel in lost}
-        raise AuraError(M("missing", path=local, count=len(lost),
-                          files="\n".join(M("line", file=rel, where=where[rel]) for rel in lost)))
+        raise AuraError(
+            M(
+                "missing",
+                path=local,
+                count=len(lost),
+                files="\n".join(M("line", file=rel, where=where[rel]) for rel in lost),
+            )
+        )
     # one writer per copy (host, path): the lowest rank of it; the state file last (it marks the copy whole)
     writers = {}
     for rank, (host, path, _, _) in enumerate(seen):
@@ -203,8 +221,15 @@ def fetch_checkpoint(local: Path, *, dist: DistInfo, authority: int = 0) -> None
         if dest is not None:
             got.append(rel)
     if got:
-        console.always(M("fetched", path=local, count=len(got), size=human_bytes(sum(wanted[r] for r in got)),
-                         src=", ".join(map(str, sorted({holders[r][0] for r in got})))))
+        console.always(
+            M(
+                "fetched",
+                path=local,
+                count=len(got),
+                size=human_bytes(sum(wanted[r] for r in got)),
+                src=", ".join(map(str, sorted({holders[r][0] for r in got}))),
+            )
+        )
     dist.barrier()
 
 

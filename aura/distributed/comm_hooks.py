@@ -42,31 +42,43 @@ from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("dist_comm", {
-    "hook": ("Comunicación de gradientes: --ddp-comm {mode} ({detail})",
-             "Gradient communication: --ddp-comm {mode} ({detail})"),
-    "detail_none": ("all-reduce fp32, como DDP", "fp32 all-reduce, as DDP's own"),
-    "detail_bf16": ("gradientes en bf16 por la red: la mitad de bytes",
-                    "gradients sent as bf16: half the bytes"),
-    "detail_powersgd": ("rango {rank}, all-reduce completo en los primeros {warmup:paso|pasos}, con "
-                        "realimentación del error; bytes por paso divididos por {ratio:.1f}",
-                        "rank {rank}, full all-reduce for the first {warmup:step|steps}, with error "
-                        "feedback; bytes per step divided by {ratio:.1f}"),
-    "rank_too_big": ("--powersgd-rank {rank} es mayor que la capa {name} ({rows} x {cols}): PowerSGD no puede "
-                     "comprimirla con ese rango. Usa --powersgd-rank {most} o menos.",
-                     "--powersgd-rank {rank} is larger than the layer {name} ({rows} x {cols}): PowerSGD cannot "
-                     "compress it at that rank. Use --powersgd-rank {most} or less."),
-    "share": ("Comunicación: {share:.1f} % del tiempo de paso ({comm:.2f} s de {total:.2f} s en "
-              "{n:paso|pasos}; {how})",
-              "Communication: {share:.1f} % of step time ({comm:.2f} s of {total:.2f} s over {n:step|steps}; "
-              "{how})"),
-    "how_hooks": ("medido en los hooks de comunicación de DDP, a la vez que la retropropagación",
-                  "measured in the DDP hooks, overlapping backward"),
-    "world_changed": ("El checkpoint guarda el estado de PowerSGD de {saved:proceso|procesos} y hay {world}: la "
-                      "realimentación del error empieza de cero (la reanudación no es exacta).",
-                      "The checkpoint holds PowerSGD state for {saved:rank|ranks} and there are {world}: error "
-                      "feedback starts from zero (the resume is not exact)."),
-})
+M = Messages(
+    "dist_comm",
+    {
+        "hook": (
+            "Comunicación de gradientes: --ddp-comm {mode} ({detail})",
+            "Gradient communication: --ddp-comm {mode} ({detail})",
+        ),
+        "detail_none": ("all-reduce fp32, como DDP", "fp32 all-reduce, as DDP's own"),
+        "detail_bf16": ("gradientes en bf16 por la red: la mitad de bytes", "gradients sent as bf16: half the bytes"),
+        "detail_powersgd": (
+            "rango {rank}, all-reduce completo en los primeros {warmup:paso|pasos}, con "
+            "realimentación del error; bytes por paso divididos por {ratio:.1f}",
+            "rank {rank}, full all-reduce for the first {warmup:step|steps}, with error "
+            "feedback; bytes per step divided by {ratio:.1f}",
+        ),
+        "rank_too_big": (
+            "--powersgd-rank {rank} es mayor que la capa {name} ({rows} x {cols}): PowerSGD no puede "
+            "comprimirla con ese rango. Usa --powersgd-rank {most} o menos.",
+            "--powersgd-rank {rank} is larger than the layer {name} ({rows} x {cols}): PowerSGD cannot "
+            "compress it at that rank. Use --powersgd-rank {most} or less.",
+        ),
+        "share": (
+            "Comunicación: {share:.1f} % del tiempo de paso ({comm:.2f} s de {total:.2f} s en {n:paso|pasos}; {how})",
+            "Communication: {share:.1f} % of step time ({comm:.2f} s of {total:.2f} s over {n:step|steps}; {how})",
+        ),
+        "how_hooks": (
+            "medido en los hooks de comunicación de DDP, a la vez que la retropropagación",
+            "measured in the DDP hooks, overlapping backward",
+        ),
+        "world_changed": (
+            "El checkpoint guarda el estado de PowerSGD de {saved:proceso|procesos} y hay {world}: la "
+            "realimentación del error empieza de cero (la reanudación no es exacta).",
+            "The checkpoint holds PowerSGD state for {saved:rank|ranks} and there are {world}: error "
+            "feedback starts from zero (the resume is not exact).",
+        ),
+    },
+)
 
 STATE_KEY = "aura_ddp_comm"  # PowerSGD's per-rank state inside the engine state (scaler.pt)
 
@@ -110,8 +122,16 @@ class CommTimer:
     def report(self, how: str) -> None:
         """The share line (rank 0), then a new window."""
         if self.steps and self.step_s > 0:
-            console.info(M("share", share=100.0 * self.comm_s / self.step_s, n=self.steps, comm=self.comm_s,
-                           total=self.step_s, how=how))
+            console.info(
+                M(
+                    "share",
+                    share=100.0 * self.comm_s / self.step_s,
+                    n=self.steps,
+                    comm=self.comm_s,
+                    total=self.step_s,
+                    how=how,
+                )
+            )
         self.comm_s = self.step_s = 0.0
         self.steps = 0
 
@@ -120,8 +140,15 @@ class HookState:
     """What the timed hook carries: the inner hook's state, the timer, PowerSGD's resumable memory, and
     whether buckets run one after another (``ordered``: PowerSGD under gloo, see the module docstring)."""
 
-    def __init__(self, mode: str, inner_state: Any, hook, timer: CommTimer | None, memory: "_PowerSGDMemory | None",
-                 ordered: bool = False):
+    def __init__(
+        self,
+        mode: str,
+        inner_state: Any,
+        hook,
+        timer: CommTimer | None,
+        memory: "_PowerSGDMemory | None",
+        ordered: bool = False,
+    ):
         self.mode, self.inner_state, self.hook, self.timer, self.memory = mode, inner_state, hook, timer, memory
         self.ordered = ordered
         self.pending = None  # ordered: the previous bucket's future, waited for before the next one starts
@@ -153,8 +180,11 @@ def check_powersgd_rank(module: torch.nn.Module, rank: int) -> None:
         if p.requires_grad and p.ndim >= 2:
             rows, cols = p.shape[0], p.numel() // p.shape[0]
             if rank > min(rows, cols):
-                most = min(min(q.shape[0], q.numel() // q.shape[0]) for q in module.parameters()
-                           if q.requires_grad and q.ndim >= 2)
+                most = min(
+                    min(q.shape[0], q.numel() // q.shape[0])
+                    for q in module.parameters()
+                    if q.requires_grad and q.ndim >= 2
+                )
                 raise AuraError(M("rank_too_big", rank=rank, name=name, rows=rows, cols=cols, most=most))
 
 
@@ -182,8 +212,13 @@ def register_comm_hook(ddp: torch.nn.Module, *, mode: str, rank: int, warmup: in
     memory = None
     if mode == "powersgd":
         check_powersgd_rank(module, rank)
-        inner = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
-                                            start_powerSGD_iter=warmup, use_error_feedback=True, warm_start=True)
+        inner = powerSGD_hook.PowerSGDState(
+            process_group=None,
+            matrix_approximation_rank=rank,
+            start_powerSGD_iter=warmup,
+            use_error_feedback=True,
+            warm_start=True,
+        )
         memory = _PowerSGDMemory(inner, module)
         hook = powerSGD_hook.powerSGD_hook
         detail = M("detail_powersgd", rank=rank, warmup=warmup, ratio=powersgd_ratio(module, rank))
@@ -237,12 +272,12 @@ class _PowerSGDMemory:
             flat, offset = self.state.error_dict[idx], 0
             for name in names:
                 n = self.shapes[name].numel()
-                errors[name] = flat[offset:offset + n].clone()
+                errors[name] = flat[offset : offset + n].clone()
                 offset += n
         if idx in self.state.q_memory_dict:
             flat, offset = self.state.q_memory_dict[idx], 0
             for name, q_len, _ in self._q_parts(names):
-                qs[name] = flat[offset:offset + q_len].clone()
+                qs[name] = flat[offset : offset + q_len].clone()
                 offset += q_len
         return errors, qs
 
@@ -257,14 +292,20 @@ class _PowerSGDMemory:
 
     def _assemble(self, idx: int, names: tuple[str, ...], like: torch.Tensor) -> None:
         if any(n in self.pool_error for n in names):
-            self.state.error_dict[idx] = torch.cat([
-                self.pool_error.pop(n).to(like).reshape(-1) if n in self.pool_error
-                else torch.zeros(self.shapes[n].numel(), dtype=like.dtype, device=like.device) for n in names])
+            self.state.error_dict[idx] = torch.cat(
+                [
+                    self.pool_error.pop(n).to(like).reshape(-1)
+                    if n in self.pool_error
+                    else torch.zeros(self.shapes[n].numel(), dtype=like.dtype, device=like.device)
+                    for n in names
+                ]
+            )
         parts = self._q_parts(names)
         if parts and all(name in self.pool_q for name, _, _ in parts):
             self.state.q_memory_dict[idx] = torch.cat([self.pool_q.pop(name).to(like) for name, _, _ in parts])
-            self.state.p_memory_dict[idx] = torch.empty(sum(p for _, _, p in parts), dtype=like.dtype,
-                                                        device=like.device)
+            self.state.p_memory_dict[idx] = torch.empty(
+                sum(p for _, _, p in parts), dtype=like.dtype, device=like.device
+            )
 
     def before(self, bucket) -> None:
         idx = bucket.index()
@@ -283,18 +324,26 @@ class _PowerSGDMemory:
             errors.update(e)
             qs.update(q)
         keys, pos, has_gauss, gauss = self.state.rng.get_state()[1:]
-        return {"iter": self.state.iter, "error": {k: v.cpu() for k, v in errors.items()},
-                "q": {k: v.cpu() for k, v in qs.items()},
-                "rng": {"keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos),
-                        "has_gauss": int(has_gauss), "gauss": float(gauss)}}
+        return {
+            "iter": self.state.iter,
+            "error": {k: v.cpu() for k, v in errors.items()},
+            "q": {k: v.cpu() for k, v in qs.items()},
+            "rng": {
+                "keys": torch.from_numpy(keys.astype("int64")),
+                "pos": int(pos),
+                "has_gauss": int(has_gauss),
+                "gauss": float(gauss),
+            },
+        }
 
     def load_state_dict(self, saved: dict) -> None:
         import numpy as np
 
         self.state.iter = int(saved["iter"])
         rng = saved["rng"]
-        self.state.rng.set_state(("MT19937", rng["keys"].numpy().astype(np.uint32), rng["pos"], rng["has_gauss"],
-                                  rng["gauss"]))
+        self.state.rng.set_state(
+            ("MT19937", rng["keys"].numpy().astype(np.uint32), rng["pos"], rng["has_gauss"], rng["gauss"])
+        )
         for d in (self.state.error_dict, self.state.p_memory_dict, self.state.q_memory_dict):
             d.clear()
         self.layouts.clear()

@@ -21,35 +21,62 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("dcp_reader", {
-    "unsafe": ("{path} pide construir {what}, que no forma parte de un checkpoint distribuido (DCP): Aura no lo carga, "
-               "porque deserializarlo podría ejecutar código. El checkpoint está dañado o manipulado; reanuda "
-               "desde otro que hayas guardado tú.",
-               "{path} asks to build {what}, which is no part of a distributed (DCP) checkpoint: Aura does not load "
-               "it, since unpickling it could run code. The checkpoint is damaged or tampered with; resume "
-               "from another one you saved yourself."),
-    "outside": ("{path} remite al archivo '{file}', fuera del directorio del checkpoint: Aura solo lee archivos "
-                "dentro de él. El checkpoint está dañado o manipulado.",
-                "{path} refers to the file '{file}', outside the checkpoint directory: Aura reads only files "
-                "inside it. The checkpoint is damaged or tampered with."),
-    "unsafe_value": ("{path}: el valor '{key}' no es un dato simple ({err}): Aura no lo carga, porque "
-                     "deserializarlo podría ejecutar código. El checkpoint está dañado o manipulado; reanuda "
-                     "desde otro que hayas guardado tú.",
-                     "{path}: the value '{key}' is not plain data ({err}): Aura does not load it, since "
-                     "unpickling it could run code. The checkpoint is damaged or tampered with; resume from "
-                     "another one you saved yourself."),
-    "unreadable": ("No se pueden leer los metadatos del checkpoint distribuido {path}: {err}",
-                   "Cannot read the distributed checkpoint's metadata {path}: {err}"),
-})
+M = Messages(
+    "dcp_reader",
+    {
+        "unsafe": (
+            "{path} pide construir {what}, que no forma parte de un checkpoint distribuido (DCP): Aura no lo carga, "
+            "porque deserializarlo podría ejecutar código. El checkpoint está dañado o manipulado; reanuda "
+            "desde otro que hayas guardado tú.",
+            "{path} asks to build {what}, which is no part of a distributed (DCP) checkpoint: Aura does not load "
+            "it, since unpickling it could run code. The checkpoint is damaged or tampered with; resume "
+            "from another one you saved yourself.",
+        ),
+        "outside": (
+            "{path} remite al archivo '{file}', fuera del directorio del checkpoint: Aura solo lee archivos "
+            "dentro de él. El checkpoint está dañado o manipulado.",
+            "{path} refers to the file '{file}', outside the checkpoint directory: Aura reads only files "
+            "inside it. The checkpoint is damaged or tampered with.",
+        ),
+        "unsafe_value": (
+            "{path}: el valor '{key}' no es un dato simple ({err}): Aura no lo carga, porque "
+            "deserializarlo podría ejecutar código. El checkpoint está dañado o manipulado; reanuda "
+            "desde otro que hayas guardado tú.",
+            "{path}: the value '{key}' is not plain data ({err}): Aura does not load it, since "
+            "unpickling it could run code. The checkpoint is damaged or tampered with; resume from "
+            "another one you saved yourself.",
+        ),
+        "unreadable": (
+            "No se pueden leer los metadatos del checkpoint distribuido {path}: {err}",
+            "Cannot read the distributed checkpoint's metadata {path}: {err}",
+        ),
+    },
+)
 
 _META = "torch.distributed.checkpoint.metadata"
-_ALLOWED = {(_META, n) for n in ("Metadata", "MetadataIndex", "StorageMeta", "TensorStorageMetadata",
-                                 "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties",
-                                 "_MEM_FORMAT_ENCODING")}
-_ALLOWED |= {("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
-             ("torch.serialization", "_get_layout"), ("collections", "OrderedDict"),
-             ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
-             ("pathlib", "PureWindowsPath")}
+_ALLOWED = {
+    (_META, n)
+    for n in (
+        "Metadata",
+        "MetadataIndex",
+        "StorageMeta",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "ChunkStorageMetadata",
+        "TensorProperties",
+        "_MEM_FORMAT_ENCODING",
+    )
+}
+_ALLOWED |= {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("collections", "OrderedDict"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PureWindowsPath"),
+}
 
 
 class _Refused(pickle.UnpicklingError):
@@ -120,8 +147,14 @@ class SafePlanner(DefaultLoadPlanner):
         try:
             torch.load(value, map_location="cpu", weights_only=True)
         except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
-            raise AuraError(M("unsafe_value", path=self.root, key=read_item.dest_index.fqn,
-                              err=str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__)) from None
+            raise AuraError(
+                M(
+                    "unsafe_value",
+                    path=self.root,
+                    key=read_item.dest_index.fqn,
+                    err=str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__,
+                )
+            ) from None
         value.seek(0)
         super().load_bytes(read_item, value)
 

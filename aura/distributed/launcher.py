@@ -84,18 +84,31 @@ def describe_launch(argv: list[str] | None = None) -> dict:
     world = _int_env("WORLD_SIZE", 1)
     local = _int_env("LOCAL_WORLD_SIZE", world)
     nnodes = _int_env("GROUP_WORLD_SIZE", max(1, world // max(local, 1)))
-    record = {"launcher": "aura", "prefix": ["aura"], "env": {}, "argv": aura_argv(argv), "world_size": world,
-              "nnodes": nnodes, "nproc_per_node": local, "cwd": os.getcwd()}
+    record = {
+        "launcher": "aura",
+        "prefix": ["aura"],
+        "env": {},
+        "argv": aura_argv(argv),
+        "world_size": world,
+        "nnodes": nnodes,
+        "nproc_per_node": local,
+        "cwd": os.getcwd(),
+    }
     if not _launched():
         return record
     launch = _launch_env()
     if launch is not None and isinstance(launch.get("argv"), list):
-        record.update(launcher="aura launch", prefix=["aura", "launch", *map(str, launch["argv"])],
-                      env={str(k): str(v) for k, v in (launch.get("env") or {}).items()})
+        record.update(
+            launcher="aura launch",
+            prefix=["aura", "launch", *map(str, launch["argv"])],
+            env={str(k): str(v) for k, v in (launch.get("env") or {}).items()},
+        )
         return record
     prefix = _torchrun_prefix(_parent_cmdline())
-    record.update(launcher="torchrun", prefix=prefix or ["torchrun", f"--nnodes={nnodes}",
-                                                         f"--nproc_per_node={local}", "-m", "aura"])
+    record.update(
+        launcher="torchrun",
+        prefix=prefix or ["torchrun", f"--nnodes={nnodes}", f"--nproc_per_node={local}", "-m", "aura"],
+    )
     return record
 
 
@@ -137,8 +150,9 @@ def strip_resume(argv: list[str]) -> list[str]:
 def resume_command(record: dict, checkpoint: str | Path) -> str:
     """The command that resumes the run of ``record`` from ``checkpoint`` (a path or ``latest``)."""
     prefix = [str(a) for a in record.get("prefix") or ["aura"]]
-    cmd = shlex.join([*prefix, *strip_resume([str(a) for a in record.get("argv") or []]),
-                      "--resume-from", str(checkpoint)])
+    cmd = shlex.join(
+        [*prefix, *strip_resume([str(a) for a in record.get("argv") or []]), "--resume-from", str(checkpoint)]
+    )
     env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in (record.get("env") or {}).items())
     return f"{env} {cmd}" if env else cmd
 

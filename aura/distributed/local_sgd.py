@@ -25,21 +25,28 @@ import time
 import torch
 
 from aura.core import console
+from aura.core.i18n import Messages
 from aura.distributed.comm_hooks import CommTimer, gather_to_main
 from aura.distributed.parallel import unwrap
-from aura.core.i18n import Messages
 
-M = Messages("dist_local_sgd", {
-    "start": ("SGD local (DiLoCo): {h:paso local|pasos locales} por sincronización; optimizador externo SGD "
-              "Nesterov (lr {lr:g}, momento {mom:g}); sin all-reduce por paso.",
-              "Local SGD (DiLoCo): {h:local step|local steps} per synchronisation; outer optimizer SGD Nesterov "
-              "(lr {lr:g}, momentum {mom:g}); no per-step all-reduce."),
-    "how": ("all-reduce de los pseudogradientes", "pseudo-gradient all-reduce"),
-    "world_changed": ("El checkpoint guarda las réplicas de {saved:proceso|procesos} y hay {world}: cada réplica "
-                      "parte de los últimos pesos sincronizados (la reanudación no es exacta).",
-                      "The checkpoint holds the replicas of {saved:rank|ranks} and there are {world}: every "
-                      "replica starts from the last synchronised weights (the resume is not exact)."),
-})
+M = Messages(
+    "dist_local_sgd",
+    {
+        "start": (
+            "SGD local (DiLoCo): {h:paso local|pasos locales} por sincronización; optimizador externo SGD "
+            "Nesterov (lr {lr:g}, momento {mom:g}); sin all-reduce por paso.",
+            "Local SGD (DiLoCo): {h:local step|local steps} per synchronisation; outer optimizer SGD Nesterov "
+            "(lr {lr:g}, momentum {mom:g}); no per-step all-reduce.",
+        ),
+        "how": ("all-reduce de los pseudogradientes", "pseudo-gradient all-reduce"),
+        "world_changed": (
+            "El checkpoint guarda las réplicas de {saved:proceso|procesos} y hay {world}: cada réplica "
+            "parte de los últimos pesos sincronizados (la reanudación no es exacta).",
+            "The checkpoint holds the replicas of {saved:rank|ranks} and there are {world}: every "
+            "replica starts from the last synchronised weights (the resume is not exact).",
+        ),
+    },
+)
 
 STATE_KEY = "aura_local_sgd"
 _BUCKET_BYTES = 64 * 2**20  # pseudo-gradients all-reduced in flat buckets of at most this size
@@ -48,8 +55,9 @@ _BUCKET_BYTES = 64 * 2**20  # pseudo-gradients all-reduced in flat buckets of at
 class LocalSGDEngine:
     """A ``StepEngine`` around the inner one: ``finish`` = inner step, then every H steps the outer step."""
 
-    def __init__(self, base, *, model, dist, local_steps: int, outer_lr: float, outer_momentum: float,
-                 total_steps: int):
+    def __init__(
+        self, base, *, model, dist, local_steps: int, outer_lr: float, outer_momentum: float, total_steps: int
+    ):
         self.base, self.model, self.dist = base, model, dist
         self.optimizer, self.precision = base.optimizer, base.precision
         self.h, self.total = local_steps, total_steps
@@ -131,17 +139,26 @@ class LocalSGDEngine:
                 flat /= self.dist.world_size
                 offset = 0
                 for b in bucket:
-                    b.copy_(flat[offset:offset + b.numel()].view_as(b))
+                    b.copy_(flat[offset : offset + b.numel()].view_as(b))
                     offset += b.numel()
                 bucket, size = [], 0
 
     def state_dict(self) -> dict:
-        mine = {"params": None if self.inner == 0 else [p.detach().cpu().clone() for p in self.params],
-                "optimizer": None if self.dist.is_main else self.optimizer.state_dict()}  # rank 0's: optimizer.pt
+        mine = {
+            "params": None if self.inner == 0 else [p.detach().cpu().clone() for p in self.params],
+            "optimizer": None if self.dist.is_main else self.optimizer.state_dict(),
+        }  # rank 0's: optimizer.pt
         ranks = gather_to_main(mine, self.dist)
-        return {**self.base.state_dict(),
-                STATE_KEY: {"step": self.step, "inner": self.inner, "synced": [s.cpu() for s in self.synced],
-                            "outer": self.outer.state_dict(), "ranks": ranks}}
+        return {
+            **self.base.state_dict(),
+            STATE_KEY: {
+                "step": self.step,
+                "inner": self.inner,
+                "synced": [s.cpu() for s in self.synced],
+                "outer": self.outer.state_dict(),
+                "ranks": ranks,
+            },
+        }
 
     @torch.no_grad()
     def load_state_dict(self, state: dict) -> None:

@@ -15,63 +15,95 @@ from typing import Iterator
 import torch
 
 from aura.core import console
-from aura.distributed.process import DistInfo
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
+from aura.distributed.process import DistInfo
 
-M = Messages("dist_parallel", {
-    "strategy": ("Estrategia de paralelismo: {strategy} ({reason})",
-                 "Parallelism strategy: {strategy} ({reason})"),
-    "strategy_none": ("ninguna", "none"),
-    "why_single": ("un solo proceso", "a single process"),
-    "why_fits": ("el estado de entrenamiento, {need}, cabe en {have} por dispositivo",
-                 "the training state, {need}, fits in {have} per device"),
-    "why_too_big": ("el estado de entrenamiento, {need}, no cabe en {have} por dispositivo; repartido "
-                    "entre {world:proceso|procesos} son {shard}",
-                    "the training state, {need}, does not fit in {have} per device; sharded over "
-                    "{world:rank|ranks} it is {shard}"),
-    "why_quantized": ("modelo cuantizado en 4/8 bits: FSDP no reparte esos pesos",
-                      "4/8-bit quantised model: FSDP does not shard those weights"),
-    "why_forced": ("elegida con --strategy", "chosen with --strategy"),
-    "still_too_big": ("Ni repartido entre {world:proceso|procesos} cabe el estado de entrenamiento ({shard} de "
-                      "{have}). Activa --gradient-checkpointing, usa QLoRA o añade GPUs.",
-                      "Even sharded over {world:rank|ranks} the training state does not fit ({shard} of "
-                      "{have}). Enable --gradient-checkpointing, use QLoRA or add GPUs."),
-    "bad_strategy": ("Estrategia desconocida '{strategy}': usa auto, ddp, fsdp o none.",
-                     "Unknown strategy '{strategy}': use auto, ddp, fsdp or none."),
-    "strategy_single": ("--strategy {strategy} necesita varios procesos (lanza con 'aura launch'); "
-                        "con uno solo se entrena sin envoltorio.",
-                        "--strategy {strategy} needs several ranks (start with 'aura launch'); with one "
-                        "process the model is trained unwrapped."),
-    "fsdp_quantized": ("FSDP no puede repartir un modelo cuantizado en 4/8 bits: usa --strategy ddp.",
-                       "FSDP cannot shard a 4/8-bit quantised model: use --strategy ddp."),
-    "bad_precision": ("Precisión mixta desconocida '{value}': usa bf16, fp16 o nada.",
-                      "Unknown mixed precision '{value}': use bf16, fp16 or nothing."),
-    "why_local": ("--local-steps {h}: cada proceso entrena su réplica y se sincronizan cada {h:paso|pasos}",
-                  "--local-steps {h}: every rank trains its own replica, synchronised every {h:step|steps}"),
-    "local_needs_replicas": ("--local-steps necesita el modelo entero en cada proceso y FSDP lo reparte: quita "
-                             "--local-steps o usa --strategy ddp o auto.",
-                             "--local-steps needs the whole model on every rank and FSDP shards it: drop "
-                             "--local-steps or use --strategy ddp or auto."),
-    "local_too_big": ("--local-steps necesita el modelo entero en cada proceso, pero el estado de entrenamiento "
-                      "({need}) no cabe en {have} por dispositivo: usa un preset más pequeño o quita --local-steps "
-                      "(FSDP).",
-                      "--local-steps needs the whole model on every rank, but the training state ({need}) does "
-                      "not fit in {have} per device: use a smaller preset or drop --local-steps (FSDP)."),
-    "hook_needs_ddp": ("Con --ddp-comm {mode} se comprime el all-reduce de DDP y esta ejecución usa {strategy}: "
-                       "quita --ddp-comm o usa --strategy ddp.",
-                       "With --ddp-comm {mode}, DDP's all-reduce is compressed, and this run uses {strategy}: drop "
-                       "--ddp-comm or use --strategy ddp."),
-    "frozen_sharded": ("La copia congelada del modelo (la referencia) se reparte con FSDP2 entre "
-                       "{world:proceso|procesos}: {shard} por proceso en vez de {whole} ({why}).",
-                       "The frozen copy of the model (the reference) is sharded with FSDP2 over "
-                       "{world:rank|ranks}: {shard} per rank instead of {whole} ({why})."),
-    "frozen_why_fsdp": ("el modelo que se entrena también se reparte", "the model being trained is sharded too"),
-    "frozen_why_room": ("entera no cabría junto al estado de entrenamiento, {need} de {have}",
-                        "whole it would not fit beside the training state, {need} of {have}"),
-    "single_ignored": ("Un solo proceso: {flag} no se aplica (no hay comunicación entre procesos).",
-                       "A single process: {flag} does not apply (there is no communication between ranks)."),
-})
+M = Messages(
+    "dist_parallel",
+    {
+        "strategy": ("Estrategia de paralelismo: {strategy} ({reason})", "Parallelism strategy: {strategy} ({reason})"),
+        "strategy_none": ("ninguna", "none"),
+        "why_single": ("un solo proceso", "a single process"),
+        "why_fits": (
+            "el estado de entrenamiento, {need}, cabe en {have} por dispositivo",
+            "the training state, {need}, fits in {have} per device",
+        ),
+        "why_too_big": (
+            "el estado de entrenamiento, {need}, no cabe en {have} por dispositivo; repartido "
+            "entre {world:proceso|procesos} son {shard}",
+            "the training state, {need}, does not fit in {have} per device; sharded over "
+            "{world:rank|ranks} it is {shard}",
+        ),
+        "why_quantized": (
+            "modelo cuantizado en 4/8 bits: FSDP no reparte esos pesos",
+            "4/8-bit quantised model: FSDP does not shard those weights",
+        ),
+        "why_forced": ("elegida con --strategy", "chosen with --strategy"),
+        "still_too_big": (
+            "Ni repartido entre {world:proceso|procesos} cabe el estado de entrenamiento ({shard} de "
+            "{have}). Activa --gradient-checkpointing, usa QLoRA o añade GPUs.",
+            "Even sharded over {world:rank|ranks} the training state does not fit ({shard} of "
+            "{have}). Enable --gradient-checkpointing, use QLoRA or add GPUs.",
+        ),
+        "bad_strategy": (
+            "Estrategia desconocida '{strategy}': usa auto, ddp, fsdp o none.",
+            "Unknown strategy '{strategy}': use auto, ddp, fsdp or none.",
+        ),
+        "strategy_single": (
+            "--strategy {strategy} necesita varios procesos (lanza con 'aura launch'); "
+            "con uno solo se entrena sin envoltorio.",
+            "--strategy {strategy} needs several ranks (start with 'aura launch'); with one "
+            "process the model is trained unwrapped.",
+        ),
+        "fsdp_quantized": (
+            "FSDP no puede repartir un modelo cuantizado en 4/8 bits: usa --strategy ddp.",
+            "FSDP cannot shard a 4/8-bit quantised model: use --strategy ddp.",
+        ),
+        "bad_precision": (
+            "Precisión mixta desconocida '{value}': usa bf16, fp16 o nada.",
+            "Unknown mixed precision '{value}': use bf16, fp16 or nothing.",
+        ),
+        "why_local": (
+            "--local-steps {h}: cada proceso entrena su réplica y se sincronizan cada {h:paso|pasos}",
+            "--local-steps {h}: every rank trains its own replica, synchronised every {h:step|steps}",
+        ),
+        "local_needs_replicas": (
+            "--local-steps necesita el modelo entero en cada proceso y FSDP lo reparte: quita "
+            "--local-steps o usa --strategy ddp o auto.",
+            "--local-steps needs the whole model on every rank and FSDP shards it: drop "
+            "--local-steps or use --strategy ddp or auto.",
+        ),
+        "local_too_big": (
+            "--local-steps necesita el modelo entero en cada proceso, pero el estado de entrenamiento "
+            "({need}) no cabe en {have} por dispositivo: usa un preset más pequeño o quita --local-steps "
+            "(FSDP).",
+            "--local-steps needs the whole model on every rank, but the training state ({need}) does "
+            "not fit in {have} per device: use a smaller preset or drop --local-steps (FSDP).",
+        ),
+        "hook_needs_ddp": (
+            "Con --ddp-comm {mode} se comprime el all-reduce de DDP y esta ejecución usa {strategy}: "
+            "quita --ddp-comm o usa --strategy ddp.",
+            "With --ddp-comm {mode}, DDP's all-reduce is compressed, and this run uses {strategy}: drop "
+            "--ddp-comm or use --strategy ddp.",
+        ),
+        "frozen_sharded": (
+            "La copia congelada del modelo (la referencia) se reparte con FSDP2 entre "
+            "{world:proceso|procesos}: {shard} por proceso en vez de {whole} ({why}).",
+            "The frozen copy of the model (the reference) is sharded with FSDP2 over "
+            "{world:rank|ranks}: {shard} per rank instead of {whole} ({why}).",
+        ),
+        "frozen_why_fsdp": ("el modelo que se entrena también se reparte", "the model being trained is sharded too"),
+        "frozen_why_room": (
+            "entera no cabría junto al estado de entrenamiento, {need} de {have}",
+            "whole it would not fit beside the training state, {need} of {have}",
+        ),
+        "single_ignored": (
+            "Un solo proceso: {flag} no se aplica (no hay comunicación entre procesos).",
+            "A single process: {flag} does not apply (there is no communication between ranks).",
+        ),
+    },
+)
 
 
 STRATEGIES = ("auto", "ddp", "fsdp", "none")
@@ -116,16 +148,21 @@ def is_quantized(model: torch.nn.Module) -> bool:
     return any(type(p).__name__ in ("Params4bit", "Int8Params") for p in model.parameters())
 
 
-def choose_strategy(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto",
-                    device_memory: int | None = None, quiet: bool = False) -> tuple[str, str]:
+def choose_strategy(
+    model: torch.nn.Module,
+    *,
+    dist: DistInfo,
+    strategy: str = "auto",
+    device_memory: int | None = None,
+    quiet: bool = False,
+) -> tuple[str, str]:
     """``(strategy, reason)``: none for one rank; DDP when the full training state fits a device, else FSDP."""
     from aura.core.atomic import human_bytes
 
     if strategy not in STRATEGIES:
         raise AuraError(M("bad_strategy", strategy=strategy))
     if dist.world_size == 1:
-        return "none", M("why_single") if strategy in ("auto", "none") else M(
-            "strategy_single", strategy=strategy)
+        return "none", M("why_single") if strategy in ("auto", "none") else M("strategy_single", strategy=strategy)
     if strategy == "fsdp" and is_quantized(model):
         raise AuraError(M("fsdp_quantized"))
     if strategy != "auto":
@@ -139,14 +176,20 @@ def choose_strategy(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "
         return "ddp", M("why_fits", need=human_bytes(need), have=human_bytes(have))
     shard = need // dist.world_size
     if shard > budget and not quiet:
-        console.warn(M("still_too_big", world=dist.world_size, shard=human_bytes(shard),
-                       have=human_bytes(have)))
-    return "fsdp", M("why_too_big", need=human_bytes(need), have=human_bytes(have),
-                     world=dist.world_size, shard=human_bytes(shard))
+        console.warn(M("still_too_big", world=dist.world_size, shard=human_bytes(shard), have=human_bytes(have)))
+    return "fsdp", M(
+        "why_too_big", need=human_bytes(need), have=human_bytes(have), world=dist.world_size, shard=human_bytes(shard)
+    )
 
 
-def place_frozen(module: torch.nn.Module, *, like: torch.nn.Module, dist: DistInfo, strategy: str = "auto",
-                 device_memory: int | None = None) -> torch.nn.Module:
+def place_frozen(
+    module: torch.nn.Module,
+    *,
+    like: torch.nn.Module,
+    dist: DistInfo,
+    strategy: str = "auto",
+    device_memory: int | None = None,
+) -> torch.nn.Module:
     """A frozen module that runs beside the model being trained (full fine-tuning's reference, a copy of
     ``like`` before training), on ``dist.device``: sharded with FSDP2 block by block (its forward gathers one
     block at a time: 1/world of its weights stay on each rank) when ``parallelize`` will shard ``like``, or
@@ -173,9 +216,17 @@ def place_frozen(module: torch.nn.Module, *, like: torch.nn.Module, dist: DistIn
     for block in find_blocks(module):
         fully_shard(block, mesh=mesh)
     fully_shard(module, mesh=mesh)
-    console.info(M("frozen_sharded", world=dist.world_size, shard=human_bytes(whole // dist.world_size),
-                   whole=human_bytes(whole), why=why))
+    console.info(
+        M(
+            "frozen_sharded",
+            world=dist.world_size,
+            shard=human_bytes(whole // dist.world_size),
+            whole=human_bytes(whole),
+            why=why,
+        )
+    )
     return module
+
 
 def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The repeated transformer blocks of any HF model (plain or peft-wrapped), in order.
@@ -213,18 +264,25 @@ def _apply_checkpointing(model: torch.nn.Module, blocks: list[torch.nn.Module]) 
 
 
 def _precision_dtype(mixed_precision: str | None) -> torch.dtype | None:
-    table = {None: None, "": None, "no": None, "fp32": None, "bf16": torch.bfloat16,
-             "fp16": torch.float16}
+    table = {None: None, "": None, "no": None, "fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
     if mixed_precision not in table:
         raise AuraError(M("bad_precision", value=mixed_precision))
     return table[mixed_precision]
 
 
-def parallelize(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto",
-                gradient_checkpointing: bool = False, compile: bool = False,
-                mixed_precision: str | None = None, reshard_after_forward: bool = True,
-                find_unused_parameters: bool = False,
-                device_memory: int | None = None, comm=None) -> torch.nn.Module:
+def parallelize(
+    model: torch.nn.Module,
+    *,
+    dist: DistInfo,
+    strategy: str = "auto",
+    gradient_checkpointing: bool = False,
+    compile: bool = False,
+    mixed_precision: str | None = None,
+    reshard_after_forward: bool = True,
+    find_unused_parameters: bool = False,
+    device_memory: int | None = None,
+    comm=None,
+) -> torch.nn.Module:
     """Wrap ``model`` for training on ``dist``: activation checkpointing -> compile -> FSDP2 or DDP.
 
     Returns the module to train (DDP wrapper, the FSDP2-sharded model itself, or the plain model),
@@ -241,8 +299,13 @@ def parallelize(model: torch.nn.Module, *, dist: DistInfo, strategy: str = "auto
         for block in blocks or [model]:
             block.compile()  # in place: parameter names and state_dict keys do not change
     if chosen == "fsdp":
-        return _shard(model, blocks, dist=dist, dtype=_precision_dtype(mixed_precision),
-                      reshard_after_forward=reshard_after_forward)
+        return _shard(
+            model,
+            blocks,
+            dist=dist,
+            dtype=_precision_dtype(mixed_precision),
+            reshard_after_forward=reshard_after_forward,
+        )
     model.to(dist.device)
     if chosen == "ddp":
         return _replicate(model, dist=dist, hook=hook, comm=comm, find_unused_parameters=find_unused_parameters)
@@ -268,8 +331,7 @@ def _choose(model, *, dist: DistInfo, strategy: str, comm, device_memory: int | 
             from aura.core.atomic import human_bytes
 
             have = device_memory if device_memory is not None else device_memory_bytes(dist)
-            raise AuraError(M("local_too_big", need=human_bytes(training_state_bytes(model)),
-                              have=human_bytes(have)))
+            raise AuraError(M("local_too_big", need=human_bytes(training_state_bytes(model)), have=human_bytes(have)))
         chosen, reason = "none", M("why_local", h=local)
     elif hook != "none" and chosen != "ddp":
         raise AuraError(M("hook_needs_ddp", mode=hook, strategy=M("strategy_none") if chosen == "none" else chosen))
@@ -287,8 +349,7 @@ def _shard(model, blocks: list, *, dist: DistInfo, dtype, reshard_after_forward:
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else MixedPrecisionPolicy()
     for i, block in enumerate(blocks):
         # the last block's parameters are needed again at once by backward: keep them gathered
-        fully_shard(block, mesh=mesh, mp_policy=mp,
-                    reshard_after_forward=reshard_after_forward and i < len(blocks) - 1)
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward and i < len(blocks) - 1)
     fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     return model
 
@@ -304,14 +365,20 @@ def _replicate(model, *, dist: DistInfo, hook: str, comm, find_unused_parameters
     # fails with no_sync accumulation ("expect_autograd_hooks_ INTERNAL ASSERT", pytorch/pytorch#187732) and
     # desynchronises the replicas under the chunked loss (the head runs outside DDP's forward); with
     # find_unused_parameters off it would save no work either.
-    ddp = DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters,
-                                  gradient_as_bucket_view=True)
+    ddp = DistributedDataParallel(
+        model, device_ids=ids, find_unused_parameters=find_unused_parameters, gradient_as_bucket_view=True
+    )
     # gloo: always through a timed hook (the communication share in the log); NCCL completes the hooks'
     # futures before the GPU has finished, so there only --ddp-comm bf16/powersgd install one, untimed
     timed = dist.backend == "gloo"
     if hook != "none" or timed:
-        register_comm_hook(ddp, mode=hook, rank=getattr(comm, "powersgd_rank", 1),
-                           warmup=getattr(comm, "powersgd_warmup", 2), timed=timed)
+        register_comm_hook(
+            ddp,
+            mode=hook,
+            rank=getattr(comm, "powersgd_rank", 1),
+            warmup=getattr(comm, "powersgd_warmup", 2),
+            timed=timed,
+        )
     return ddp
 
 
@@ -328,7 +395,7 @@ def is_deepspeed_engine(model) -> bool:
 
 
 def strategy_of(model: torch.nn.Module) -> str:
-    """"ddp", "fsdp", "deepspeed" or "none": how ``parallelize`` (or the DeepSpeed setup) wrapped this model."""
+    """ "ddp", "fsdp", "deepspeed" or "none": how ``parallelize`` (or the DeepSpeed setup) wrapped this model."""
     from torch.nn.parallel import DistributedDataParallel
 
     if isinstance(model, DistributedDataParallel):

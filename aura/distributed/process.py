@@ -25,49 +25,67 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.distributed.launcher import SHARE_GPU_ENV
 
-M = Messages("distributed", {
-    "nccl_fallback": ("NCCL no pudo inicializarse ({err}); se usa gloo (cada nodo tiene una GPU: la red marca "
-                      "la velocidad en ambos casos).",
-                      "NCCL failed to initialise ({err}); using gloo (every node has one GPU: the network "
-                      "bounds the speed either way)."),
-    "nccl_unavailable": ("Se pidió --backend nccl pero esta instalación de PyTorch no tiene NCCL o no hay "
-                         "GPU CUDA. Usa --backend gloo o auto.",
-                         "--backend nccl was requested but this PyTorch has no NCCL or there is no CUDA "
-                         "GPU. Use --backend gloo or auto."),
-    "mode": ("Modo distribuido. Backend={backend}. Procesos={world}. Sincronizando...",
-             "Distributed mode. Backend={backend}. World size={world}. Synchronising..."),
-    "peer_failed": ("falló en otro proceso", "it failed on another rank"),
-    "agreed": ("Los {world:proceso|procesos} planifican con el dispositivo más pequeño: {name}, {mem:.1f} GiB "
-               "por proceso, capacidad {cap}; todas las decisiones de `auto` parten de él.",
-               "The {world:rank|ranks} plan with the smallest device: {name}, {mem:.1f} GiB per rank, "
-               "capability {cap}; every `auto` decision starts from it."),
-    "share_nccl": ("--share-gpu pone varios procesos en una GPU y NCCL no lo admite: usa --backend gloo o "
-                   "auto.",
-                   "--share-gpu puts several ranks on one GPU and NCCL does not allow it: use --backend gloo or "
-                   "auto."),
-    "shared": ("Modo de prueba (--share-gpu): {local:proceso comparte|procesos comparten} {devices:GPU|GPUs} "
-               "por gloo. Sirve para probar el código de varios procesos, no para ir rápido.",
-               "Test mode (--share-gpu): {local:rank shares|ranks share} {devices:GPU|GPUs} over gloo. It "
-               "tests multi-rank code; it is not fast."),
-    "oversubscribed": ("{local:proceso|procesos} por nodo pero solo {devices:GPU visible|GPUs visibles}: NCCL no "
-                       "admite dos procesos en una GPU. Usa --gpus-per-node {devices}, o, para probar el código "
-                       "de varios procesos en una sola GPU, 'aura launch --share-gpu' (gloo, lento).",
-                       "{local:rank|ranks} per node but only {devices:visible GPU|visible GPUs}: NCCL does not "
-                       "allow two ranks on one GPU. Use --gpus-per-node {devices}, or, to test multi-rank code "
-                       "on one GPU, 'aura launch --share-gpu' (gloo, slow)."),
-    "gloo_refused": ("NCCL no está disponible en todos los procesos ({why}) y un nodo tiene varias GPU: con gloo "
-                     "las GPU de un mismo nodo se comunican pasando por la CPU, unas 10 veces más lento. "
-                     "Arregla NCCL (NCCL_DEBUG=INFO dice por qué falla; 'aura doctor' lo comprueba) o, si "
-                     "aceptas la lentitud, pide gloo explícitamente con --backend gloo.",
-                     "NCCL is not available on every rank ({why}) and a node has several GPUs: with gloo the "
-                     "GPUs of one node talk through the CPU, about 10x slower. Fix NCCL (NCCL_DEBUG=INFO says "
-                     "why it fails; 'aura doctor' checks it) or, if you accept the slowdown, ask for gloo "
-                     "explicitly with --backend gloo."),
-    "no_nccl_here": ("esta instalación de PyTorch no tiene NCCL", "this PyTorch has no NCCL"),
-    "bad_backend": ("Backend desconocido '{backend}': usa auto, nccl o gloo.",
-                    "Unknown backend '{backend}': use auto, nccl or gloo."),
-})
-
+M = Messages(
+    "distributed",
+    {
+        "nccl_fallback": (
+            "NCCL no pudo inicializarse ({err}); se usa gloo (cada nodo tiene una GPU: la red marca "
+            "la velocidad en ambos casos).",
+            "NCCL failed to initialise ({err}); using gloo (every node has one GPU: the network "
+            "bounds the speed either way).",
+        ),
+        "nccl_unavailable": (
+            "Se pidió --backend nccl pero esta instalación de PyTorch no tiene NCCL o no hay "
+            "GPU CUDA. Usa --backend gloo o auto.",
+            "--backend nccl was requested but this PyTorch has no NCCL or there is no CUDA "
+            "GPU. Use --backend gloo or auto.",
+        ),
+        "mode": (
+            "Modo distribuido. Backend={backend}. Procesos={world}. Sincronizando...",
+            "Distributed mode. Backend={backend}. World size={world}. Synchronising...",
+        ),
+        "peer_failed": ("falló en otro proceso", "it failed on another rank"),
+        "agreed": (
+            "Los {world:proceso|procesos} planifican con el dispositivo más pequeño: {name}, {mem:.1f} GiB "
+            "por proceso, capacidad {cap}; todas las decisiones de `auto` parten de él.",
+            "The {world:rank|ranks} plan with the smallest device: {name}, {mem:.1f} GiB per rank, "
+            "capability {cap}; every `auto` decision starts from it.",
+        ),
+        "share_nccl": (
+            "--share-gpu pone varios procesos en una GPU y NCCL no lo admite: usa --backend gloo o auto.",
+            "--share-gpu puts several ranks on one GPU and NCCL does not allow it: use --backend gloo or auto.",
+        ),
+        "shared": (
+            "Modo de prueba (--share-gpu): {local:proceso comparte|procesos comparten} {devices:GPU|GPUs} "
+            "por gloo. Sirve para probar el código de varios procesos, no para ir rápido.",
+            "Test mode (--share-gpu): {local:rank shares|ranks share} {devices:GPU|GPUs} over gloo. It "
+            "tests multi-rank code; it is not fast.",
+        ),
+        "oversubscribed": (
+            "{local:proceso|procesos} por nodo pero solo {devices:GPU visible|GPUs visibles}: NCCL no "
+            "admite dos procesos en una GPU. Usa --gpus-per-node {devices}, o, para probar el código "
+            "de varios procesos en una sola GPU, 'aura launch --share-gpu' (gloo, lento).",
+            "{local:rank|ranks} per node but only {devices:visible GPU|visible GPUs}: NCCL does not "
+            "allow two ranks on one GPU. Use --gpus-per-node {devices}, or, to test multi-rank code "
+            "on one GPU, 'aura launch --share-gpu' (gloo, slow).",
+        ),
+        "gloo_refused": (
+            "NCCL no está disponible en todos los procesos ({why}) y un nodo tiene varias GPU: con gloo "
+            "las GPU de un mismo nodo se comunican pasando por la CPU, unas 10 veces más lento. "
+            "Arregla NCCL (NCCL_DEBUG=INFO dice por qué falla; 'aura doctor' lo comprueba) o, si "
+            "aceptas la lentitud, pide gloo explícitamente con --backend gloo.",
+            "NCCL is not available on every rank ({why}) and a node has several GPUs: with gloo the "
+            "GPUs of one node talk through the CPU, about 10x slower. Fix NCCL (NCCL_DEBUG=INFO says "
+            "why it fails; 'aura doctor' checks it) or, if you accept the slowdown, ask for gloo "
+            "explicitly with --backend gloo.",
+        ),
+        "no_nccl_here": ("esta instalación de PyTorch no tiene NCCL", "this PyTorch has no NCCL"),
+        "bad_backend": (
+            "Backend desconocido '{backend}': usa auto, nccl o gloo.",
+            "Unknown backend '{backend}': use auto, nccl or gloo.",
+        ),
+    },
+)
 
 
 @dataclass
@@ -102,8 +120,11 @@ class DistInfo:
         device than the backend's (a CPU number under NCCL, which has no CPU transport) travels through
         ``comm_device`` and comes back: 'No backend type associated with device type cpu' otherwise."""
         if self.is_distributed:
-            ops = {"sum": torch.distributed.ReduceOp.SUM, "max": torch.distributed.ReduceOp.MAX,
-                   "min": torch.distributed.ReduceOp.MIN}
+            ops = {
+                "sum": torch.distributed.ReduceOp.SUM,
+                "max": torch.distributed.ReduceOp.MAX,
+                "min": torch.distributed.ReduceOp.MIN,
+            }
             moved = tensor.to(self.comm_device)
             torch.distributed.all_reduce(moved, op=ops["sum" if op == "avg" else op])
             if op == "avg":
@@ -165,8 +186,9 @@ def _all_ranks_agree(store, key: str, ok: bool, *, rank: int, world: int) -> boo
     return all(store.get(k) == b"1" for k in keys)
 
 
-def gpu_sharing_backend(backend: str, *, share: bool, local_world: int, devices: int,
-                        explicit_device: bool = False) -> str:
+def gpu_sharing_backend(
+    backend: str, *, share: bool, local_world: int, devices: int, explicit_device: bool = False
+) -> str:
     """The backend a CUDA rank may use given how many ranks its node runs on how many GPUs.
 
     NCCL refuses two ranks on one GPU, gloo does not: ``aura launch --share-gpu`` (``AURA_SHARE_GPU``) runs
@@ -182,8 +204,7 @@ def gpu_sharing_backend(backend: str, *, share: bool, local_world: int, devices:
     return backend
 
 
-def init_distributed(*, backend: str = "auto", device: str = "auto",
-                     timeout_s: float = 1800.0) -> DistInfo:
+def init_distributed(*, backend: str = "auto", device: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
     """Join the torchrun process group (or return a single-process DistInfo)."""
     if backend not in ("auto", "nccl", "gloo"):
         raise AuraError(M("bad_backend", backend=backend))
@@ -201,14 +222,25 @@ def init_distributed(*, backend: str = "auto", device: str = "auto",
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
         share = os.environ.get(SHARE_GPU_ENV) == "1"
-        backend = gpu_sharing_backend(backend, share=share, local_world=local_world,
-                                      devices=torch.cuda.device_count(), explicit_device=device != "auto")
+        backend = gpu_sharing_backend(
+            backend,
+            share=share,
+            local_world=local_world,
+            devices=torch.cuda.device_count(),
+            explicit_device=device != "auto",
+        )
     if backend == "nccl" and not _local_nccl_ok(dev):
         raise AuraError(M("nccl_unavailable"))
     chosen = backend
     if not torch.distributed.is_initialized():
-        chosen, rank, world = _join(backend, dev=dev, rank=rank, world=world, local_world=local_world,
-                                    timeout=datetime.timedelta(seconds=timeout_s))
+        chosen, rank, world = _join(
+            backend,
+            dev=dev,
+            rank=rank,
+            world=world,
+            local_world=local_world,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
     if share:
         console.warn(M("shared", local=local_world, devices=torch.cuda.device_count()))
     else:
@@ -243,16 +275,20 @@ def _join(backend: str, *, dev, rank: int, world: int, local_world: int, timeout
     if chosen == "nccl":
         try:
             torch.distributed.init_process_group(
-                backend="nccl", store=PrefixStore("default_pg", store), rank=rank,
-                world_size=world, timeout=timeout, device_id=dev)
+                backend="nccl",
+                store=PrefixStore("default_pg", store),
+                rank=rank,
+                world_size=world,
+                timeout=timeout,
+                device_id=dev,
+            )
             probe = torch.ones(1, device=dev)  # NCCL initialises lazily: force it now
             torch.distributed.all_reduce(probe)
         except Exception as err:  # noqa: BLE001 - any NCCL failure means: try gloo
             if backend == "nccl":
                 raise
             error = err
-        if backend == "auto" and not _all_ranks_agree(store, "nccl_probe", error is None,
-                                                       rank=rank, world=world):
+        if backend == "auto" and not _all_ranks_agree(store, "nccl_probe", error is None, rank=rank, world=world):
             why = str(error).splitlines()[0][:200] if error else M("peer_failed")
             if torch.distributed.is_initialized():
                 torch.distributed.destroy_process_group()
@@ -264,8 +300,8 @@ def _join(backend: str, *, dev, rank: int, world: int, local_world: int, timeout
             console.warn(M("nccl_fallback", err=why))
     if chosen == "gloo":
         torch.distributed.init_process_group(
-            backend="gloo", store=PrefixStore("aura_gloo", store), rank=rank,
-            world_size=world, timeout=timeout)
+            backend="gloo", store=PrefixStore("aura_gloo", store), rank=rank, world_size=world, timeout=timeout
+        )
     return chosen, rank, world
 
 
@@ -310,11 +346,14 @@ def agree_hardware(info, dist: DistInfo):
     if dist.is_main:
         smallest = min(views, key=lambda v: (v.memory_bytes, v.capability or (99, 0), v.name))
         caps = [v.capability for v in views if v.capability is not None]
-        agreed = dataclasses.replace(smallest, bf16=all(v.bf16 for v in views), fp16=all(v.fp16 for v in views),
-                                     flash_attn=all(v.flash_attn for v in views),
-                                     capability=min(caps) if caps else None,
-                                     count=min(v.count for v in views))
+        agreed = dataclasses.replace(
+            smallest,
+            bf16=all(v.bf16 for v in views),
+            fp16=all(v.fp16 for v in views),
+            flash_attn=all(v.flash_attn for v in views),
+            capability=min(caps) if caps else None,
+            count=min(v.count for v in views),
+        )
         cap = "{}.{}".format(*agreed.capability) if agreed.capability else "-"
-        console.info(M("agreed", world=dist.world_size, name=agreed.name, mem=agreed.memory_bytes / 1024 ** 3,
-                       cap=cap))
+        console.info(M("agreed", world=dist.world_size, name=agreed.name, mem=agreed.memory_bytes / 1024**3, cap=cap))
     return dist.broadcast_object(agreed)

@@ -16,21 +16,28 @@ from pathlib import Path
 
 import torch
 
-from aura.distributed.process import DistInfo
+from aura.core.atomic import fsync_tree, tmp_name
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.core.atomic import fsync_tree, tmp_name
+from aura.distributed.process import DistInfo
 
-M = Messages("dist_sharded", {
-    "missing": ("No hay un checkpoint distribuido en {path} (falta .metadata). ¿Se guardó con otra "
-                "estrategia? Los checkpoints DDP se cargan con model.safetensors.",
-                "There is no distributed checkpoint in {path} (.metadata is missing). Was it saved with "
-                "another strategy? DDP checkpoints are loaded from model.safetensors."),
-    "mismatch": ("El checkpoint distribuido {path} no encaja con este modelo: {err}. Reanuda con la misma "
-                 "arquitectura, el mismo --model-preset y los mismos adaptadores LoRA.",
-                 "The distributed checkpoint {path} does not match this model: {err}. Resume with the "
-                 "same architecture, --model-preset and LoRA adapters."),
-})
+M = Messages(
+    "dist_sharded",
+    {
+        "missing": (
+            "No hay un checkpoint distribuido en {path} (falta .metadata). ¿Se guardó con otra "
+            "estrategia? Los checkpoints DDP se cargan con model.safetensors.",
+            "There is no distributed checkpoint in {path} (.metadata is missing). Was it saved with "
+            "another strategy? DDP checkpoints are loaded from model.safetensors.",
+        ),
+        "mismatch": (
+            "El checkpoint distribuido {path} no encaja con este modelo: {err}. Reanuda con la misma "
+            "arquitectura, el mismo --model-preset y los mismos adaptadores LoRA.",
+            "The distributed checkpoint {path} does not match this model: {err}. Resume with the "
+            "same architecture, --model-preset and LoRA adapters.",
+        ),
+    },
+)
 
 
 def _options(*, full: bool = False):
@@ -39,8 +46,9 @@ def _options(*, full: bool = False):
     return StateDictOptions(full_state_dict=full, cpu_offload=full)
 
 
-def save_sharded(path: str | os.PathLike, *, model: torch.nn.Module,
-                 optimizer: torch.optim.Optimizer | None = None, dist: DistInfo) -> Path:
+def save_sharded(
+    path: str | os.PathLike, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, dist: DistInfo
+) -> Path:
     """Write model (+ optimizer) state to the directory ``path``, atomically, from every rank.
 
     The shards go to a ``.tmp-*`` sibling first; rank 0 renames it into place once all ranks have
@@ -77,8 +85,9 @@ def save_sharded(path: str | os.PathLike, *, model: torch.nn.Module,
     return path
 
 
-def load_sharded(path: str | os.PathLike, *, model: torch.nn.Module,
-                 optimizer: torch.optim.Optimizer | None = None, dist: DistInfo) -> None:
+def load_sharded(
+    path: str | os.PathLike, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, dist: DistInfo
+) -> None:
     """Load ``save_sharded``'s directory into ``model`` (+ ``optimizer``), resharding as needed.
 
     DCP's own reader unpickles ``.metadata`` and its non-tensor values: Aura reads them through
@@ -86,8 +95,12 @@ def load_sharded(path: str | os.PathLike, *, model: torch.nn.Module,
     data and reads no file outside ``path`` (a crafted checkpoint is refused, never run).
     """
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict,
-                                                         set_model_state_dict, set_state_dict)
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
 
     from aura.distributed.dcp_reader import SafePlanner, SafeReader, unwrap
 
@@ -116,8 +129,9 @@ def load_sharded(path: str | os.PathLike, *, model: torch.nn.Module,
     if optimizer is None:
         set_model_state_dict(model, state["model"], options=_options())
     else:
-        set_state_dict(model, optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"], options=_options())
+        set_state_dict(
+            model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_options()
+        )
     dist.barrier()
 
 

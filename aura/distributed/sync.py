@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import torch
 
-from aura.distributed.parallel import strategy_of, unwrap
-from aura.distributed.process import DistInfo
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
+from aura.distributed.parallel import strategy_of, unwrap
+from aura.distributed.process import DistInfo
 
-M = Messages("dist_sync", {
-    "desync": ("Los pesos del modelo difieren entre procesos (Sync=FAIL): los rangos {ranks} no coinciden "
-               "con el rango 0 (primer parámetro distinto: {param}). Revisa que todos los nodos usen el "
-               "mismo código, datos, semilla y checkpoint, y que NODE_RANK no esté repetido.",
-               "Model weights differ between ranks (Sync=FAIL): ranks {ranks} do not match rank 0 "
-               "(first differing parameter: {param}). Check that every node runs the same code, data, "
-               "seed and checkpoint, and that no NODE_RANK is repeated."),
-})
+M = Messages(
+    "dist_sync",
+    {
+        "desync": (
+            "Los pesos del modelo difieren entre procesos (Sync=FAIL): los rangos {ranks} no coinciden "
+            "con el rango 0 (primer parámetro distinto: {param}). Revisa que todos los nodos usen el "
+            "mismo código, datos, semilla y checkpoint, y que NODE_RANK no esté repetido.",
+            "Model weights differ between ranks (Sync=FAIL): ranks {ranks} do not match rank 0 "
+            "(first differing parameter: {param}). Check that every node runs the same code, data, "
+            "seed and checkpoint, and that no NODE_RANK is repeated.",
+        ),
+    },
+)
 
 
 def _replicated_params(model: torch.nn.Module):

@@ -49,8 +49,13 @@ def answer_prompts(model, tok, prompts: list[str], *, max_new_tokens: int, batch
     stop_ids = tuple(end_of_turn_ids(tok))
     fitted = []  # (ids, room): within the model's context, as `aura generate` fits a prompt
     for prompt in prompts:  # (its start dropped, said, only if needed)
-        ids, room, _ = fit_context(lambda _m, p=prompt: torch.tensor([prompt_ids(tok, p)]), None, max_new_tokens,
-                                   model_max_length(model), asked=False)
+        ids, room, _ = fit_context(
+            lambda _m, p=prompt: torch.tensor([prompt_ids(tok, p)]),
+            None,
+            max_new_tokens,
+            model_max_length(model),
+            asked=False,
+        )
         fitted.append((ids[0].tolist(), max(1, room)))
     order = sorted(range(len(prompts)), key=lambda i: (fitted[i][1], len(fitted[i][0])))
     new: dict[int, list[int]] = {}
@@ -58,11 +63,14 @@ def answer_prompts(model, tok, prompts: list[str], *, max_new_tokens: int, batch
         start = 0
         while start < len(order):  # one batch: prompts of one room, at most batch_size of them
             room = fitted[order[start]][1]
-            chunk = [i for i in order[start:start + batch_size] if fitted[i][1] == room]
-            params = SamplingParams(max_new_tokens=room, temperature=0.0, stop_ids=stop_ids,
-                                    stop_strings=() if templated else tuple(PLAIN_STOPS))
-            out = sample_batch(model, [fitted[i][0] for i in chunk], params, pad_id=pad, device=device,
-                               tokenizer=tok)
+            chunk = [i for i in order[start : start + batch_size] if fitted[i][1] == room]
+            params = SamplingParams(
+                max_new_tokens=room,
+                temperature=0.0,
+                stop_ids=stop_ids,
+                stop_strings=() if templated else tuple(PLAIN_STOPS),
+            )
+            out = sample_batch(model, [fitted[i][0] for i in chunk], params, pad_id=pad, device=device, tokenizer=tok)
             new.update(zip(chunk, out))
             start += len(chunk)
     return [_answer(tok, prompt, new[i], templated=templated) for i, prompt in enumerate(prompts)]

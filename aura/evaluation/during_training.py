@@ -37,14 +37,18 @@ class SuiteEvaluator:
 
         strategy = strategy_of(model)
         shard = dist.is_distributed and strategy in ("ddp", "none")
-        inner = unwrap(model) if strategy in ("ddp", "none") else (
-            model.module if strategy == "deepspeed" else model)
+        inner = unwrap(model) if strategy in ("ddp", "none") else (model.module if strategy == "deepspeed" else model)
         rank, world = (dist.rank, dist.world_size) if shard else (0, 1)
         counts = []
         for task in self.tasks:
             docs = task.docs[rank::world]
-            hits = correct_counts(task, choice_scores(inner, self.tok, task, batch_size=self.batch_size, docs=docs),
-                                  docs)[0] if docs else 0
+            hits = (
+                correct_counts(task, choice_scores(inner, self.tok, task, batch_size=self.batch_size, docs=docs), docs)[
+                    0
+                ]
+                if docs
+                else 0
+            )
             counts.append(hits)
         total = torch.tensor(counts, dtype=torch.float64)
         if shard:

@@ -27,100 +27,164 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
 from aura.evaluation.task_scores import M as RM
 
-M = Messages("evaluate", {
-    "need_model": ("Falta --model (uno o varios directorios).", "--model is missing (one or more dirs)."),
-    "need_data": ("Falta qué evaluar: --data (directorio preparado o archivos de texto), --suite aura-es, "
-                  "--tasks o --prompts.",
-                  "Nothing to evaluate: give --data (prepared dir or text files), --suite aura-es, --tasks or "
-                  "--prompts."),
-    "bad_suite": ("--suite {suite} no existe; la batería de Aura es aura-es.",
-                  "--suite {suite} does not exist; Aura's suite is aura-es."),
-    "adapter_one": ("--adapter se aplica a un solo --model (recibidos {n}).",
-                    "--adapter applies to a single --model (got {n})."),
-    "bad_value": ("{field} debe ser {expected} (recibido {value}).", "{field} must be {expected} (got {value})."),
-    "no_effect": ("{flag} solo se aplica con {needs}, que no se dio: no tendría ningún efecto. Quita {flag} o "
-                  "añade {needs}.",
-                  "{flag} only applies with {needs}, which was not given: it would have no effect. Drop {flag} "
-                  "or add {needs}."),
-    "suite_or_tasks": ("--suite o --tasks", "--suite or --tasks"),
-    "no_data": ("No existe {path}.", "{path} does not exist."),
-    "no_text": ("{path} no contiene archivos .txt.", "{path} contains no .txt files."),
-    "not_utf8": ("{path} no está en UTF-8: el byte {offset} no es válido.",
-                 "{path} is not UTF-8: byte {offset} is invalid."),
-    "too_long": ("--seq-len {seq} supera el contexto del modelo {model} ({ctx}). Usa --seq-len {ctx} o menos.",
-                 "--seq-len {seq} exceeds the context of model {model} ({ctx}). Use --seq-len {ctx} or less."),
-    "few": ("El texto tiene solo {n:token|tokens} para {model}; hacen falta al menos 2.",
-            "The text has only {n:token|tokens} for {model}; at least 2 are needed."),
-    "evaluating": ("Evaluando {model}: {tokens:token|tokens}, {bytes:byte|bytes}, ventanas de {seq} (paso {stride})…",
-                   "Evaluating {model}: {tokens:token|tokens}, {bytes:byte|bytes}, windows of {seq} (stride {stride})…"),
-    "retok": ("El tokenizador de {model} no es el de los datos: se decodifica el texto y se re-tokeniza.",
-              "{model}'s tokenizer is not the data's: the text is decoded and re-tokenised."),
-    "title": ("Evaluación en {data}", "Evaluation on {data}"),
-    "h_model": ("modelo", "model"),
-    "h_ppl": ("perplejidad", "perplexity"),
-    "written": ("Resultados en {path}.", "Results written to {path}."),
-})
+M = Messages(
+    "evaluate",
+    {
+        "need_model": ("Falta --model (uno o varios directorios).", "--model is missing (one or more dirs)."),
+        "need_data": (
+            "Falta qué evaluar: --data (directorio preparado o archivos de texto), --suite aura-es, "
+            "--tasks o --prompts.",
+            "Nothing to evaluate: give --data (prepared dir or text files), --suite aura-es, --tasks or --prompts.",
+        ),
+        "bad_suite": (
+            "--suite {suite} no existe; la batería de Aura es aura-es.",
+            "--suite {suite} does not exist; Aura's suite is aura-es.",
+        ),
+        "adapter_one": (
+            "--adapter se aplica a un solo --model (recibidos {n}).",
+            "--adapter applies to a single --model (got {n}).",
+        ),
+        "bad_value": ("{field} debe ser {expected} (recibido {value}).", "{field} must be {expected} (got {value})."),
+        "no_effect": (
+            "{flag} solo se aplica con {needs}, que no se dio: no tendría ningún efecto. Quita {flag} o añade {needs}.",
+            "{flag} only applies with {needs}, which was not given: it would have no effect. Drop {flag} "
+            "or add {needs}.",
+        ),
+        "suite_or_tasks": ("--suite o --tasks", "--suite or --tasks"),
+        "no_data": ("No existe {path}.", "{path} does not exist."),
+        "no_text": ("{path} no contiene archivos .txt.", "{path} contains no .txt files."),
+        "not_utf8": (
+            "{path} no está en UTF-8: el byte {offset} no es válido.",
+            "{path} is not UTF-8: byte {offset} is invalid.",
+        ),
+        "too_long": (
+            "--seq-len {seq} supera el contexto del modelo {model} ({ctx}). Usa --seq-len {ctx} o menos.",
+            "--seq-len {seq} exceeds the context of model {model} ({ctx}). Use --seq-len {ctx} or less.",
+        ),
+        "few": (
+            "El texto tiene solo {n:token|tokens} para {model}; hacen falta al menos 2.",
+            "The text has only {n:token|tokens} for {model}; at least 2 are needed.",
+        ),
+        "evaluating": (
+            "Evaluando {model}: {tokens:token|tokens}, {bytes:byte|bytes}, ventanas de {seq} (paso {stride})…",
+            "Evaluating {model}: {tokens:token|tokens}, {bytes:byte|bytes}, windows of {seq} (stride {stride})…",
+        ),
+        "retok": (
+            "El tokenizador de {model} no es el de los datos: se decodifica el texto y se re-tokeniza.",
+            "{model}'s tokenizer is not the data's: the text is decoded and re-tokenised.",
+        ),
+        "title": ("Evaluación en {data}", "Evaluation on {data}"),
+        "h_model": ("modelo", "model"),
+        "h_ppl": ("perplejidad", "perplexity"),
+        "written": ("Resultados en {path}.", "Results written to {path}."),
+    },
+)
 
 
 @dataclass
 class EvalConfig:
-    model: list[str] = arg([], es="Uno o varios modelos (directorio final/, fusionado, adaptador o checkpoint).",
-                           en="One or more models (final/ dir, merged, adapter or checkpoint).")
-    compare: list[str] = arg([], es="Más modelos para la misma tabla; con --suite o --tasks, cada uno frente al "
-                             "primero: ¿la diferencia supera su error estándar combinado (pareado si comparten "
-                             "ítems) o es ruido?",
-                             en="More models for the same table; with --suite or --tasks, each against the first: "
-                             "is the difference larger than its combined standard error (paired when they share "
-                             "items), or noise?")
+    model: list[str] = arg(
+        [],
+        es="Uno o varios modelos (directorio final/, fusionado, adaptador o checkpoint).",
+        en="One or more models (final/ dir, merged, adapter or checkpoint).",
+    )
+    compare: list[str] = arg(
+        [],
+        es="Más modelos para la misma tabla; con --suite o --tasks, cada uno frente al "
+        "primero: ¿la diferencia supera su error estándar combinado (pareado si comparten "
+        "ítems) o es ruido?",
+        en="More models for the same table; with --suite or --tasks, each against the first: "
+        "is the difference larger than its combined standard error (paired when they share "
+        "items), or noise?",
+    )
     adapter: str = arg("", es="Adaptador LoRA que se aplica sobre --model.", en="LoRA adapter applied on --model.")
-    data: str = arg("", es="Directorio preparado (aura data prepare), archivo de texto o directorio de .txt.",
-                    en="Prepared dir (aura data prepare), text file or dir of .txt files.")
-    suite: str = arg("", es="Batería de tareas de Aura que funciona sin red (aura-es: comprensión lectora, "
-                     "causa y efecto, gramática y conocimiento; también bits por byte y fertilidad).",
-                     en="Aura's offline task suite (aura-es: reading comprehension, cause and effect, grammar "
-                     "and knowledge; also bits per byte and fertility).", metavar="aura-es")
-    tasks: str = arg("", es="Tareas de lm-evaluation-harness separadas por comas (p. ej. spanish_bench,"
-                     "global_mmlu_es; la mayoría descarga datos del hub de Hugging Face).",
-                     en="Comma-separated lm-evaluation-harness tasks (e.g. spanish_bench,global_mmlu_es; most "
-                     "download data from the Hugging Face hub).")
-    prompts: str = arg("", es="Archivo de prompts (uno por línea, o JSONL con \"prompt\") que cada modelo responde "
-                       "de forma voraz; las respuestas se guardan en el JSON de resultados. Aura incluye unos "
-                       "en español: aura/resources/eval/prompts_es.txt (en un pipeline, aura:eval/prompts_es.txt).",
-                       en="Prompts file (one per line, or JSONL with \"prompt\") that each model answers greedily; "
-                       "the answers are stored in the results JSON. Aura ships Spanish ones: "
-                       "aura/resources/eval/prompts_es.txt (in a pipeline, aura:eval/prompts_es.txt).")
-    max_new_tokens: int = arg(48, es="Máximo de tokens de cada respuesta a --prompts.",
-                              en="At most this many tokens per --prompts answer.")
-    include_path: list[str] = arg([], es="Directorios con tareas YAML propias para --tasks.",
-                                  en="Dirs of your own YAML tasks for --tasks.")
-    trust_task_code: bool = arg(False, es="Permite que las tareas de --include-path ejecuten código (archivos .py, "
-                                "etiquetas !function, trust_remote_code): se ejecuta con tus permisos; solo para "
-                                "directorios de confianza.",
-                                en="Let --include-path tasks run code (.py files, !function tags, "
-                                "trust_remote_code): it runs with your permissions; only for trusted dirs.")
-    limit: int = arg(0, es="Como mucho N ejemplos por tarea (0 = todos), para una prueba rápida.",
-                     en="At most N examples per task (0 = all), for a quick look.")
-    device: str = arg("auto", es="Dispositivo para --suite/--tasks (auto, cpu, cuda, cuda:1...).",
-                      en="Device for --suite/--tasks (auto, cpu, cuda, cuda:1...).")
+    data: str = arg(
+        "",
+        es="Directorio preparado (aura data prepare), archivo de texto o directorio de .txt.",
+        en="Prepared dir (aura data prepare), text file or dir of .txt files.",
+    )
+    suite: str = arg(
+        "",
+        es="Batería de tareas de Aura que funciona sin red (aura-es: comprensión lectora, "
+        "causa y efecto, gramática y conocimiento; también bits por byte y fertilidad).",
+        en="Aura's offline task suite (aura-es: reading comprehension, cause and effect, grammar "
+        "and knowledge; also bits per byte and fertility).",
+        metavar="aura-es",
+    )
+    tasks: str = arg(
+        "",
+        es="Tareas de lm-evaluation-harness separadas por comas (p. ej. spanish_bench,"
+        "global_mmlu_es; la mayoría descarga datos del hub de Hugging Face).",
+        en="Comma-separated lm-evaluation-harness tasks (e.g. spanish_bench,global_mmlu_es; most "
+        "download data from the Hugging Face hub).",
+    )
+    prompts: str = arg(
+        "",
+        es='Archivo de prompts (uno por línea, o JSONL con "prompt") que cada modelo responde '
+        "de forma voraz; las respuestas se guardan en el JSON de resultados. Aura incluye unos "
+        "en español: aura/resources/eval/prompts_es.txt (en un pipeline, aura:eval/prompts_es.txt).",
+        en='Prompts file (one per line, or JSONL with "prompt") that each model answers greedily; '
+        "the answers are stored in the results JSON. Aura ships Spanish ones: "
+        "aura/resources/eval/prompts_es.txt (in a pipeline, aura:eval/prompts_es.txt).",
+    )
+    max_new_tokens: int = arg(
+        48, es="Máximo de tokens de cada respuesta a --prompts.", en="At most this many tokens per --prompts answer."
+    )
+    include_path: list[str] = arg(
+        [], es="Directorios con tareas YAML propias para --tasks.", en="Dirs of your own YAML tasks for --tasks."
+    )
+    trust_task_code: bool = arg(
+        False,
+        es="Permite que las tareas de --include-path ejecuten código (archivos .py, "
+        "etiquetas !function, trust_remote_code): se ejecuta con tus permisos; solo para "
+        "directorios de confianza.",
+        en="Let --include-path tasks run code (.py files, !function tags, "
+        "trust_remote_code): it runs with your permissions; only for trusted dirs.",
+    )
+    limit: int = arg(
+        0,
+        es="Como mucho N ejemplos por tarea (0 = todos), para una prueba rápida.",
+        en="At most N examples per task (0 = all), for a quick look.",
+    )
+    device: str = arg(
+        "auto",
+        es="Dispositivo para --suite/--tasks (auto, cpu, cuda, cuda:1...).",
+        en="Device for --suite/--tasks (auto, cpu, cuda, cuda:1...).",
+    )
     split: str = arg("val", es="Partición del directorio preparado.", en="Split of the prepared dir.")
-    seq_len: int = arg(0, es="Longitud de ventana (0 = contexto del modelo, máx. 1024).",
-                       en="Window length (0 = the model's context, at most 1024).")
-    stride: int = arg(0, es="Avance entre ventanas (0 = --seq-len, bloques disjuntos).",
-                      en="Step between windows (0 = --seq-len, disjoint blocks).")
-    max_tokens: int = arg(0, es="Evaluar como mucho estos tokens de los datos (0 = todos).",
-                          en="Evaluate at most this many data tokens (0 = all).")
+    seq_len: int = arg(
+        0,
+        es="Longitud de ventana (0 = contexto del modelo, máx. 1024).",
+        en="Window length (0 = the model's context, at most 1024).",
+    )
+    stride: int = arg(
+        0,
+        es="Avance entre ventanas (0 = --seq-len, bloques disjuntos).",
+        en="Step between windows (0 = --seq-len, disjoint blocks).",
+    )
+    max_tokens: int = arg(
+        0,
+        es="Evaluar como mucho estos tokens de los datos (0 = todos).",
+        en="Evaluate at most this many data tokens (0 = all).",
+    )
     batch_size: int = arg(4, es="Ventanas por lote.", en="Windows per batch.")
-    dtype: str = arg("float32", es="Tipo de los pesos.", en="Weight dtype.",
-                     choices=("float32", "bfloat16", "float16"))
-    output: str = arg("", es="Archivo JSON de resultados (por defecto OUTPUT_DIR/eval.json).",
-                      en="Results JSON file (default OUTPUT_DIR/eval.json).")
+    dtype: str = arg("float32", es="Tipo de los pesos.", en="Weight dtype.", choices=("float32", "bfloat16", "float16"))
+    output: str = arg(
+        "",
+        es="Archivo JSON de resultados (por defecto OUTPUT_DIR/eval.json).",
+        en="Results JSON file (default OUTPUT_DIR/eval.json).",
+    )
     output_dir: str = arg("", es="Directorio de resultados.", en="Results dir.")
-    overwrite: bool = arg(False, es="Sustituir un archivo de resultados existente que no escribió Aura.",
-                          en="Replace an existing results file that Aura did not write.")
-    allow_other_base: bool = arg(False, es="Evaluar un adaptador aunque se entrenara sobre otro modelo base "
-                                 "(distinto config.json o embeddings).",
-                                 en="Evaluate an adapter even if it was trained on another base model "
-                                 "(different config.json or embeddings).")
+    overwrite: bool = arg(
+        False,
+        es="Sustituir un archivo de resultados existente que no escribió Aura.",
+        en="Replace an existing results file that Aura did not write.",
+    )
+    allow_other_base: bool = arg(
+        False,
+        es="Evaluar un adaptador aunque se entrenara sobre otro modelo base (distinto config.json o embeddings).",
+        en="Evaluate an adapter even if it was trained on another base model (different config.json or embeddings).",
+    )
 
     def __post_init__(self):
         self.models = [*self.model, *self.compare]
@@ -131,24 +195,27 @@ class EvalConfig:
         if self.suite and self.suite != "aura-es":
             raise AuraError(M("bad_suite", suite=self.suite))
         for flag, given, applies, needs in (
-                ("--include-path", bool(self.include_path), bool(self.tasks), "--tasks"),
-                ("--trust-task-code", self.trust_task_code, bool(self.tasks), "--tasks"),
-                ("--limit", self.limit != 0, bool(self.suite or self.tasks), M("suite_or_tasks")),
-                ("--split", self.split != "val", bool(self.data), "--data"),
-                ("--seq-len", self.seq_len != 0, bool(self.data), "--data"),
-                ("--stride", self.stride != 0, bool(self.data), "--data"),
-                ("--max-tokens", self.max_tokens != 0, bool(self.data), "--data"),
-                ("--max-new-tokens", self.max_new_tokens != 48, bool(self.prompts), "--prompts")):
+            ("--include-path", bool(self.include_path), bool(self.tasks), "--tasks"),
+            ("--trust-task-code", self.trust_task_code, bool(self.tasks), "--tasks"),
+            ("--limit", self.limit != 0, bool(self.suite or self.tasks), M("suite_or_tasks")),
+            ("--split", self.split != "val", bool(self.data), "--data"),
+            ("--seq-len", self.seq_len != 0, bool(self.data), "--data"),
+            ("--stride", self.stride != 0, bool(self.data), "--data"),
+            ("--max-tokens", self.max_tokens != 0, bool(self.data), "--data"),
+            ("--max-new-tokens", self.max_new_tokens != 48, bool(self.prompts), "--prompts"),
+        ):
             if given and not applies:  # a flag the others make pointless is refused, never ignored silently
                 raise AuraError(M("no_effect", flag=flag, needs=needs))
         if self.adapter and len(self.models) != 1:
             raise AuraError(M("adapter_one", n=len(self.models)))
-        for field, value, ok, expected in (("--seq-len", self.seq_len, self.seq_len >= 0, "≥ 0"),
-                                           ("--stride", self.stride, self.stride >= 0, "≥ 0"),
-                                           ("--max-tokens", self.max_tokens, self.max_tokens >= 0, "≥ 0"),
-                                           ("--limit", self.limit, self.limit >= 0, "≥ 0"),
-                                           ("--batch-size", self.batch_size, self.batch_size >= 1, "≥ 1"),
-                                           ("--max-new-tokens", self.max_new_tokens, self.max_new_tokens >= 1, "≥ 1")):
+        for field, value, ok, expected in (
+            ("--seq-len", self.seq_len, self.seq_len >= 0, "≥ 0"),
+            ("--stride", self.stride, self.stride >= 0, "≥ 0"),
+            ("--max-tokens", self.max_tokens, self.max_tokens >= 0, "≥ 0"),
+            ("--limit", self.limit, self.limit >= 0, "≥ 0"),
+            ("--batch-size", self.batch_size, self.batch_size >= 1, "≥ 1"),
+            ("--max-new-tokens", self.max_new_tokens, self.max_new_tokens >= 1, "≥ 1"),
+        ):
             if not ok:
                 raise AuraError(M("bad_value", field=field, value=value, expected=expected))
         if self.seq_len and self.stride > self.seq_len:
@@ -165,8 +232,8 @@ class EvalText:
 
     documents: list[str]
     n_bytes: int
-    tokens: list[int] | None = None       # the prepared dir's tokens (documents joined by EOS)
-    tokenizer_dir: Path | None = None     # the tokenizer that produced them
+    tokens: list[int] | None = None  # the prepared dir's tokens (documents joined by EOS)
+    tokenizer_dir: Path | None = None  # the tokenizer that produced them
 
 
 def _decode_utf8(path: Path) -> str:
@@ -259,13 +326,13 @@ def score(model, ids: list[int], *, seq_len: int, stride: int, batch_size: int) 
         while j < len(wins) and j - i < batch_size and wins[j][1] - wins[j][0] == size:
             j += 1  # a batch is consecutive windows of one length (only the last may be shorter)
         group = wins[i:j]
-        inputs = torch.stack([stream[b:e] for b, e, _ in group])          # (B, T)
-        targets = torch.stack([stream[b + 1:e + 1] for b, e, _ in group])  # (B, T)
+        inputs = torch.stack([stream[b:e] for b, e, _ in group])  # (B, T)
+        targets = torch.stack([stream[b + 1 : e + 1] for b, e, _ in group])  # (B, T)
         with torch.no_grad():
-            logits = model(inputs).logits.float()                           # (B, T, vocab)
+            logits = model(inputs).logits.float()  # (B, T, vocab)
         nll = -torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
         for row, (b, _e, first) in enumerate(group):
-            keep = nll[row, first - b:]  # targets already scored by an earlier window are skipped
+            keep = nll[row, first - b :]  # targets already scored by an earlier window are skipped
             total += float(keep.double().sum())
             count += keep.numel()
         i += len(group)
@@ -282,8 +349,12 @@ def evaluate(cfg: EvalConfig) -> int:
     inputs = [*cfg.models, cfg.adapter, cfg.data, cfg.prompts]
     outputs = task_outputs(cfg)
     if cfg.data and (cfg.output or cfg.output_dir):
-        outputs.append((Path(cfg.output) if cfg.output else Path(cfg.output_dir) / "eval.json",
-                        "--output" if cfg.output else "--output-dir"))
+        outputs.append(
+            (
+                Path(cfg.output) if cfg.output else Path(cfg.output_dir) / "eval.json",
+                "--output" if cfg.output else "--output-dir",
+            )
+        )
     for path, flag in outputs:
         if flag.startswith("--"):  # beside a model a write that fails is only a warning (aura.evaluation.task_scores)
             check_writable(path, flag=flag)
@@ -298,9 +369,9 @@ def evaluate(cfg: EvalConfig) -> int:
 
 
 def evaluate_perplexity(cfg: EvalConfig) -> None:
+    from aura.core.atomic import atomic_write_json
     from aura.inference.loading import load_hf, resolve_model
     from aura.models.presets import context_length
-    from aura.core.atomic import atomic_write_json
 
     text = load_text(cfg.data, split=cfg.split, max_tokens=cfg.max_tokens)
     results = []
@@ -324,18 +395,49 @@ def evaluate_perplexity(cfg: EvalConfig) -> None:
         nll, count = score(model, ids, seq_len=seq, stride=stride, batch_size=cfg.batch_size)
         seconds = time.perf_counter() - t0
         loss = nll / count
-        results.append({"model": name, "tokens": count, "bytes": n_bytes, "nll_nats": nll, "loss": loss,
-                        "perplexity": math.exp(loss), "bits_per_byte": nll / (math.log(2) * n_bytes),
-                        "bytes_per_token": n_bytes / count, "seq_len": seq, "stride": stride,
-                        "seconds": seconds, "tokens_per_s": count / seconds if seconds else 0.0})
+        results.append(
+            {
+                "model": name,
+                "tokens": count,
+                "bytes": n_bytes,
+                "nll_nats": nll,
+                "loss": loss,
+                "perplexity": math.exp(loss),
+                "bits_per_byte": nll / (math.log(2) * n_bytes),
+                "bytes_per_token": n_bytes / count,
+                "seq_len": seq,
+                "stride": stride,
+                "seconds": seconds,
+                "tokens_per_s": count / seconds if seconds else 0.0,
+            }
+        )
         del model
-    console.table(M("title", data=cfg.data),
-                  [M("h_model"), "tokens", "loss", M("h_ppl"), "bits/byte", "bytes/token", "tokens/s"],
-                  [[r["model"], num(r['tokens']), num(r['loss'], ".4f"), num(r['perplexity'], ".2f"),
-                    num(r['bits_per_byte'], ".4f"), num(r['bytes_per_token'], ".2f"), num(r['tokens_per_s'], ",.0f")]
-                   for r in results])
+    console.table(
+        M("title", data=cfg.data),
+        [M("h_model"), "tokens", "loss", M("h_ppl"), "bits/byte", "bytes/token", "tokens/s"],
+        [
+            [
+                r["model"],
+                num(r["tokens"]),
+                num(r["loss"], ".4f"),
+                num(r["perplexity"], ".2f"),
+                num(r["bits_per_byte"], ".4f"),
+                num(r["bytes_per_token"], ".2f"),
+                num(r["tokens_per_s"], ",.0f"),
+            ]
+            for r in results
+        ],
+    )
     out = Path(cfg.output) if cfg.output else (Path(cfg.output_dir) / "eval.json" if cfg.output_dir else None)
     if out is not None:
-        atomic_write_json(out, {"data": cfg.data, "split": cfg.split, "max_tokens": cfg.max_tokens,
-                                "aura_version": aura_version, "results": results})
+        atomic_write_json(
+            out,
+            {
+                "data": cfg.data,
+                "split": cfg.split,
+                "max_tokens": cfg.max_tokens,
+                "aura_version": aura_version,
+                "results": results,
+            },
+        )
         console.success(M("written", path=out))

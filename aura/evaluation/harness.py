@@ -13,64 +13,93 @@ import difflib
 from pathlib import Path
 
 from aura.core.errors import AuraError
-from aura.evaluation.suite import SUITE_DIR
 from aura.core.i18n import Messages
+from aura.evaluation.suite import SUITE_DIR
 
-M = Messages("harness", {
-    "no_lm_eval": ("Falta lm-evaluation-harness para --tasks. Instálalo con: pip install 'aura-llm[eval]' "
-                   "(o usa --suite aura-es, que no lo necesita).",
-                   "lm-evaluation-harness is missing for --tasks. Install it with: pip install 'aura-llm[eval]' "
-                   "(or use --suite aura-es, which does not need it)."),
-    "unknown": ("--tasks: lm-evaluation-harness no conoce la tarea '{task}'.{close} La batería de Aura, que "
-                "funciona sin red, es --suite aura-es.",
-                "--tasks: lm-evaluation-harness has no task '{task}'.{close} Aura's own suite, which works "
-                "offline, is --suite aura-es."),
-    "close": (" ¿Quisiste decir: {names}?", " Did you mean: {names}?"),
-    "no_close": (" Lista las tareas con: lm-eval ls tasks.", " List the tasks with: lm-eval ls tasks."),
-    "offline": ("La tarea '{task}' descarga sus datos del hub de Hugging Face y no hay conexión ({error}). "
-                "Ejecútala con red (o con los datos ya en la caché de Hugging Face); --suite aura-es "
-                "funciona sin red.",
-                "Task '{task}' downloads its data from the Hugging Face hub and there is no connection "
-                "({error}). Run it with a network (or with the data already in the Hugging Face cache); "
-                "--suite aura-es works offline."),
-    "no_network": ("--tasks '{tasks}': sus datos están en el hub de Hugging Face ({datasets}), no en la caché "
-                   "de este equipo, y {why}. --suite aura-es, la batería de Aura, funciona sin red (o ejecuta "
-                   "--tasks una vez con red para guardar los datos en la caché, o usa --include-path con tareas "
-                   "de datos locales).",
-                   "--tasks '{tasks}': their data is on the Hugging Face hub ({datasets}), not in this machine's "
-                   "cache, and {why}. --suite aura-es works offline: it is Aura's own suite (or run --tasks once "
-                   "with a network to keep the data in the cache, or use --include-path with tasks on local "
-                   "data)."),
-    "why_host": ("no hay conexión con {host}", "{host} cannot be reached"),
-    "why_offline": ("el modo sin conexión está activado ({var})", "offline mode is on ({var})"),
-    "and_more": ("{shown} y {n} más", "{shown} and {n} more"),
-    "task_failed": ("La tarea '{task}' no se pudo cargar: {error}", "Task '{task}' could not be loaded: {error}"),
-    "bad_include": ("--include-path {path} no es un directorio.", "--include-path {path} is not a directory."),
-    "bad_yaml": ("--include-path: {file} no es YAML válido:\n{err}\nCorrígelo (lm-evaluation-harness se "
-                 "saltaría el archivo sin avisar y la tarea aparecería como desconocida).",
-                 "--include-path: {file} is not valid YAML:\n{err}\nFix it (lm-evaluation-harness would skip "
-                 "the file silently and report the task as unknown)."),
-    "too_deep": ("anidado a demasiada profundidad", "nested too deep"),
-    "task_code": ("--include-path {path} ejecutaría código: {what}. Las tareas de lm-evaluation-harness pueden "
-                  "importar Python (etiquetas !function, archivos .py, código remoto de datasets), que se "
-                  "ejecuta con tus permisos. Si confías en ese directorio, añade --trust-task-code; si no, "
-                  "usa tareas solo con YAML y plantillas.",
-                  "--include-path {path} would run code: {what}. lm-evaluation-harness tasks can import "
-                  "Python (!function tags, .py files, datasets' remote code), which runs with your "
-                  "permissions. If you trust that directory, add --trust-task-code; otherwise use tasks made "
-                  "of YAML and templates only."),
-    "w_python": ("el archivo Python {file}", "the Python file {file}"),
-    "w_function": ("la etiqueta !function de {file}", "the !function tag in {file}"),
-    "w_remote": ("trust_remote_code en {file}", "trust_remote_code in {file}"),
-    "w_include": ("{file} incluye {target}, fuera del directorio", "{file} includes {target}, outside the directory"),
-    "shadow": ("{file} define la tarea '{task}', que es un nombre de las tareas incluidas en Aura (aura-es): una "
-               "tarea de --include-path nunca sustituye a una de Aura. Cambia su nombre (task:, group: o tag:).",
-               "{file} defines the task '{task}', a name of the tasks shipped with Aura (aura-es): an "
-               "--include-path task never replaces one of Aura's. Rename it (task:, group: or tag:)."),
-})
+M = Messages(
+    "harness",
+    {
+        "no_lm_eval": (
+            "Falta lm-evaluation-harness para --tasks. Instálalo con: pip install 'aura-llm[eval]' "
+            "(o usa --suite aura-es, que no lo necesita).",
+            "lm-evaluation-harness is missing for --tasks. Install it with: pip install 'aura-llm[eval]' "
+            "(or use --suite aura-es, which does not need it).",
+        ),
+        "unknown": (
+            "--tasks: lm-evaluation-harness no conoce la tarea '{task}'.{close} La batería de Aura, que "
+            "funciona sin red, es --suite aura-es.",
+            "--tasks: lm-evaluation-harness has no task '{task}'.{close} Aura's own suite, which works "
+            "offline, is --suite aura-es.",
+        ),
+        "close": (" ¿Quisiste decir: {names}?", " Did you mean: {names}?"),
+        "no_close": (" Lista las tareas con: lm-eval ls tasks.", " List the tasks with: lm-eval ls tasks."),
+        "offline": (
+            "La tarea '{task}' descarga sus datos del hub de Hugging Face y no hay conexión ({error}). "
+            "Ejecútala con red (o con los datos ya en la caché de Hugging Face); --suite aura-es "
+            "funciona sin red.",
+            "Task '{task}' downloads its data from the Hugging Face hub and there is no connection "
+            "({error}). Run it with a network (or with the data already in the Hugging Face cache); "
+            "--suite aura-es works offline.",
+        ),
+        "no_network": (
+            "--tasks '{tasks}': sus datos están en el hub de Hugging Face ({datasets}), no en la caché "
+            "de este equipo, y {why}. --suite aura-es, la batería de Aura, funciona sin red (o ejecuta "
+            "--tasks una vez con red para guardar los datos en la caché, o usa --include-path con tareas "
+            "de datos locales).",
+            "--tasks '{tasks}': their data is on the Hugging Face hub ({datasets}), not in this machine's "
+            "cache, and {why}. --suite aura-es works offline: it is Aura's own suite (or run --tasks once "
+            "with a network to keep the data in the cache, or use --include-path with tasks on local "
+            "data).",
+        ),
+        "why_host": ("no hay conexión con {host}", "{host} cannot be reached"),
+        "why_offline": ("el modo sin conexión está activado ({var})", "offline mode is on ({var})"),
+        "and_more": ("{shown} y {n} más", "{shown} and {n} more"),
+        "task_failed": ("La tarea '{task}' no se pudo cargar: {error}", "Task '{task}' could not be loaded: {error}"),
+        "bad_include": ("--include-path {path} no es un directorio.", "--include-path {path} is not a directory."),
+        "bad_yaml": (
+            "--include-path: {file} no es YAML válido:\n{err}\nCorrígelo (lm-evaluation-harness se "
+            "saltaría el archivo sin avisar y la tarea aparecería como desconocida).",
+            "--include-path: {file} is not valid YAML:\n{err}\nFix it (lm-evaluation-harness would skip "
+            "the file silently and report the task as unknown).",
+        ),
+        "too_deep": ("anidado a demasiada profundidad", "nested too deep"),
+        "task_code": (
+            "--include-path {path} ejecutaría código: {what}. Las tareas de lm-evaluation-harness pueden "
+            "importar Python (etiquetas !function, archivos .py, código remoto de datasets), que se "
+            "ejecuta con tus permisos. Si confías en ese directorio, añade --trust-task-code; si no, "
+            "usa tareas solo con YAML y plantillas.",
+            "--include-path {path} would run code: {what}. lm-evaluation-harness tasks can import "
+            "Python (!function tags, .py files, datasets' remote code), which runs with your "
+            "permissions. If you trust that directory, add --trust-task-code; otherwise use tasks made "
+            "of YAML and templates only.",
+        ),
+        "w_python": ("el archivo Python {file}", "the Python file {file}"),
+        "w_function": ("la etiqueta !function de {file}", "the !function tag in {file}"),
+        "w_remote": ("trust_remote_code en {file}", "trust_remote_code in {file}"),
+        "w_include": (
+            "{file} incluye {target}, fuera del directorio",
+            "{file} includes {target}, outside the directory",
+        ),
+        "shadow": (
+            "{file} define la tarea '{task}', que es un nombre de las tareas incluidas en Aura (aura-es): una "
+            "tarea de --include-path nunca sustituye a una de Aura. Cambia su nombre (task:, group: o tag:).",
+            "{file} defines the task '{task}', a name of the tasks shipped with Aura (aura-es): an "
+            "--include-path task never replaces one of Aura's. Rename it (task:, group: or tag:).",
+        ),
+    },
+)
 
-NETWORK_ERRORS = ("ConnectionError", "OfflineModeIsEnabled", "LocalEntryNotFoundError", "HfHubHTTPError",
-                  "DatasetNotFoundError", "Timeout", "ConnectTimeout", "ReadTimeout", "MaxRetryError")
+NETWORK_ERRORS = (
+    "ConnectionError",
+    "OfflineModeIsEnabled",
+    "LocalEntryNotFoundError",
+    "HfHubHTTPError",
+    "DatasetNotFoundError",
+    "Timeout",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "MaxRetryError",
+)
 
 
 def harness_version() -> str:
@@ -207,8 +236,14 @@ def check_data_reachable(manager, tasks: list[str]) -> None:
     datasets = sorted({d for ds in missing.values() for d in ds})
     shown = ", ".join(datasets[:4])
     why = M("why_offline", var=offline) if offline else M("why_host", host=host)
-    raise AuraError(M("no_network", tasks=",".join(missing), why=why,
-                      datasets=M("and_more", shown=shown, n=len(datasets) - 4) if len(datasets) > 4 else shown))
+    raise AuraError(
+        M(
+            "no_network",
+            tasks=",".join(missing),
+            why=why,
+            datasets=M("and_more", shown=shown, n=len(datasets) - 4) if len(datasets) > 4 else shown,
+        )
+    )
 
 
 def is_network_error(error: BaseException) -> bool:
@@ -249,8 +284,9 @@ def sandboxed_templates(enabled: bool):
     from jinja2.sandbox import SandboxedEnvironment
 
     plain = lm_utils.env
-    sandbox = SandboxedEnvironment(loader=plain.loader, undefined=plain.undefined,
-                                   keep_trailing_newline=plain.keep_trailing_newline)
+    sandbox = SandboxedEnvironment(
+        loader=plain.loader, undefined=plain.undefined, keep_trailing_newline=plain.keep_trailing_newline
+    )
     sandbox.filters.update(plain.filters)
     lm_utils.env = sandbox
     try:
@@ -270,8 +306,17 @@ def _items(samples, metric: str, filt: str) -> dict:
     return {"items": {"ids": [str(s["doc_id"]) for s in mine], "scores": [float(s[metric]) for s in mine]}}
 
 
-def run_tasks(model, tok, tasks: list[str], *, include_paths: list[str] = (), limit: int = 0,
-              batch_size: int = 8, max_length: int = 0, trust_task_code: bool = False) -> dict:
+def run_tasks(
+    model,
+    tok,
+    tasks: list[str],
+    *,
+    include_paths: list[str] = (),
+    limit: int = 0,
+    batch_size: int = 8,
+    max_length: int = 0,
+    trust_task_code: bool = False,
+) -> dict:
     """lm-eval's results for ``tasks`` on an already-loaded model: {"rows", "versions", "n_samples",
     "harness_version"}; rows are (task, metric, value, stderr, n). Task code in an --include-path needs
     ``trust_task_code``; templates run in Jinja's sandbox without it."""
@@ -288,8 +333,15 @@ def run_tasks(model, tok, tasks: list[str], *, include_paths: list[str] = (), li
     lm = HFLM(pretrained=model, tokenizer=tok, batch_size=batch_size, max_length=max_length or None)
     with sandboxed_templates(not trust_task_code):
         try:
-            out = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit or None,
-                                  log_samples=True, bootstrap_iters=1000, verbosity="ERROR")
+            out = simple_evaluate(
+                model=lm,
+                tasks=tasks,
+                task_manager=manager,
+                limit=limit or None,
+                log_samples=True,
+                bootstrap_iters=1000,
+                verbosity="ERROR",
+            )
         except AuraError:
             raise
         except Exception as e:  # noqa: BLE001 - a task that cannot load: say which one and why
@@ -298,15 +350,27 @@ def run_tasks(model, tok, tasks: list[str], *, include_paths: list[str] = (), li
     for task, metrics in out["results"].items():
         n = out.get("n-samples", {}).get(task, {}).get("effective")
         if n is None:  # a group: the documents of its tasks
-            n = sum(out["n-samples"].get(t, {}).get("effective", 0) for t in out.get("group_subtasks", {})
-                    .get(task, []))
+            n = sum(
+                out["n-samples"].get(t, {}).get("effective", 0) for t in out.get("group_subtasks", {}).get(task, [])
+            )
         for key, value in metrics.items():
             if "," not in key or "_stderr," in key or not isinstance(value, (int, float)):
                 continue
             metric, filt = key.split(",", 1)
             stderr = metrics.get(f"{metric}_stderr,{filt}")
-            rows.append({"task": task, "metric": metric if filt == "none" else f"{metric} ({filt})",
-                         "value": float(value), "stderr": float(stderr) if isinstance(stderr, (int, float))
-                         else None, "n": int(n), **_items(out.get("samples", {}).get(task), metric, filt)})
-    return {"rows": rows, "versions": {k: str(v) for k, v in out.get("versions", {}).items()},
-            "n_samples": out.get("n-samples", {}), "harness_version": harness_version()}
+            rows.append(
+                {
+                    "task": task,
+                    "metric": metric if filt == "none" else f"{metric} ({filt})",
+                    "value": float(value),
+                    "stderr": float(stderr) if isinstance(stderr, (int, float)) else None,
+                    "n": int(n),
+                    **_items(out.get("samples", {}).get(task), metric, filt),
+                }
+            )
+    return {
+        "rows": rows,
+        "versions": {k: str(v) for k, v in out.get("versions", {}).items()},
+        "n_samples": out.get("n-samples", {}),
+        "harness_version": harness_version(),
+    }

@@ -23,8 +23,9 @@ MAX_NEW_TOKENS = 256
 
 def load_problems(limit: int = 0) -> list[dict]:
     """The test split's problems ({"id", "prompt", "answer", ...}); ``limit`` keeps the first N."""
-    rows = [json.loads(line) for line in (MATH_DIR / "test.jsonl").read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    rows = [
+        json.loads(line) for line in (MATH_DIR / "test.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     return rows[:limit] if limit else rows
 
 
@@ -59,17 +60,27 @@ def math_row(model, tok, *, limit: int = 0, batch_size: int = 16, max_new_tokens
     templated = bool(getattr(tok, "chat_template", None))
     encoded = [prompt_ids(tok, p["prompt"]) for p in problems]
     room = max(1, model_max_length(model) - max(map(len, encoded)))
-    params = SamplingParams(max_new_tokens=min(max_new_tokens, room), temperature=0.0,
-                            stop_ids=tuple(end_of_turn_ids(tok)), stop_strings=() if templated else tuple(PLAIN_STOPS))
+    params = SamplingParams(
+        max_new_tokens=min(max_new_tokens, room),
+        temperature=0.0,
+        stop_ids=tuple(end_of_turn_ids(tok)),
+        stop_strings=() if templated else tuple(PLAIN_STOPS),
+    )
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     hits = [0] * len(problems)
     order = sorted(range(len(problems)), key=lambda i: len(encoded[i]))  # similar lengths batch together
     for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
+        chunk = order[start : start + batch_size]
         out = sample_batch(model, [encoded[i] for i in chunk], params, pad_id=pad, device=device, tokenizer=tok)
         texts = [tok.decode(ids, skip_special_tokens=True) for ids in out]
         for i, text in zip(chunk, texts):
             hits[i] = score_answers([text], [problems[i]["answer"]])
     n = len(problems)
-    return {"task": MATH_TASK, "metric": "exact_match", "value": sum(hits) / n, "stderr": mean_stderr(sum(hits), n),
-            "n": n, "items": {"ids": [str(p["id"]) for p in problems], "scores": hits}}
+    return {
+        "task": MATH_TASK,
+        "metric": "exact_match",
+        "value": sum(hits) / n,
+        "stderr": mean_stderr(sum(hits), n),
+        "n": n,
+        "items": {"ids": [str(p["id"]) for p in problems], "scores": hits},
+    }

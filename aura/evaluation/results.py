@@ -58,8 +58,9 @@ def result_stem(*, suite: str, tasks: str, limit: int, adapter: str, prompts: st
 
 
 def stem_of(cfg) -> str:
-    return result_stem(suite=cfg.suite, tasks=cfg.tasks, limit=cfg.limit, adapter=cfg.adapter,
-                       prompts=getattr(cfg, "prompts", ""))
+    return result_stem(
+        suite=cfg.suite, tasks=cfg.tasks, limit=cfg.limit, adapter=cfg.adapter, prompts=getattr(cfg, "prompts", "")
+    )
 
 
 def beside_model(model: str, stem: str) -> Path:

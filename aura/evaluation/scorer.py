@@ -49,7 +49,7 @@ def encode_pair(tok, context: str, continuation: str) -> tuple[list[int], list[i
     prefix_text = tok.decode([prefix_token_id(tok)])
     whole = _encode(tok, context + continuation, prefix_text)
     ctx = _encode(tok, context, prefix_text)
-    return ctx, whole[len(ctx):]
+    return ctx, whole[len(ctx) :]
 
 
 def encode_doc(tok, task: Task, doc: Doc, *, max_length: int) -> list[Encoded]:
@@ -58,8 +58,8 @@ def encode_doc(tok, task: Task, doc: Doc, *, max_length: int) -> list[Encoded]:
     pairs = []
     for context, continuation in task.requests(doc):
         ctx, cont = encode_pair(tok, context, continuation)
-        whole = (ctx + cont)[-(max_length + 1):]  # lm-eval's left truncation of the model input
-        pairs.append((whole[:len(whole) - len(cont)], whole[len(whole) - len(cont):]))
+        whole = (ctx + cont)[-(max_length + 1) :]  # lm-eval's left truncation of the model input
+        pairs.append((whole[: len(whole) - len(cont)], whole[len(whole) - len(cont) :]))
     if all(ctx == pairs[0][0] for ctx, _ in pairs):
         return [Encoded(pairs[0][0], [cont for _, cont in pairs])]
     return [Encoded(ctx, [cont]) for ctx, cont in pairs]
@@ -92,7 +92,7 @@ def loglikelihoods(model, encoded: list[Encoded], *, batch_size: int = 16) -> li
     for k, members in sorted(by_k.items()):
         members.sort(key=lambda i: len(encoded[i].context))
         for start in range(0, len(members), batch_size):
-            idx = members[start:start + batch_size]
+            idx = members[start : start + batch_size]
             for row, scores in zip(idx, _score_batch(model, [encoded[i] for i in idx], k, device)):
                 out[row] = scores
     return out  # type: ignore[return-value]
@@ -108,16 +108,21 @@ def _cache_kwarg(model) -> str:
 
 
 def _score_batch(model, items: list[Encoded], k: int, device) -> list[list[float]]:
-    lengths = torch.tensor([len(e.context) for e in items], device=device)               # (B,)
+    lengths = torch.tensor([len(e.context) for e in items], device=device)  # (B,)
     tc = int(lengths.max())
     ctx = torch.tensor([[0] * (tc - len(e.context)) + e.context for e in items], device=device)  # (B, Tc)
     ctx_mask = (torch.arange(tc, device=device)[None] >= (tc - lengths)[:, None]).long()  # (B, Tc)
-    positions = (ctx_mask.cumsum(1) - 1).clamp(min=0)                                      # (B, Tc)
+    positions = (ctx_mask.cumsum(1) - 1).clamp(min=0)  # (B, Tc)
     padded = bool((lengths != tc).any())
-    first = model(input_ids=ctx, attention_mask=ctx_mask if padded else None, position_ids=positions,
-                  use_cache=True, logits_to_keep=1)  # only the last position's logits: (B, 1, V)
-    last = torch.log_softmax(first.logits[:, -1].float(), -1)                              # (B, V)
-    conts = [c for e in items for c in e.continuations]                                     # B*k lists
+    first = model(
+        input_ids=ctx,
+        attention_mask=ctx_mask if padded else None,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+    )  # only the last position's logits: (B, 1, V)
+    last = torch.log_softmax(first.logits[:, -1].float(), -1)  # (B, V)
+    conts = [c for e in items for c in e.continuations]  # B*k lists
     first_targets = torch.tensor([c[0] for c in conts], device=device)
     scores = last.repeat_interleave(k, 0).gather(1, first_targets[:, None])[:, 0].double()  # (B*k,)
     width = max(len(c) for c in conts) - 1
@@ -125,18 +130,23 @@ def _score_batch(model, items: list[Encoded], k: int, device) -> list[list[float
         cache = first.past_key_values
         cache.batch_repeat_interleave(k)
         inp = torch.tensor([c[:-1] + [c[-1]] * (width + 1 - len(c)) for c in conts], device=device)  # (B*k, W)
-        pos = lengths.repeat_interleave(k)[:, None] + torch.arange(width, device=device)[None]      # (B*k, W)
+        pos = lengths.repeat_interleave(k)[:, None] + torch.arange(width, device=device)[None]  # (B*k, W)
         mask = None
         if padded:
-            mask = torch.cat([ctx_mask.repeat_interleave(k, 0),
-                              torch.ones(len(conts), width, dtype=torch.long, device=device)], 1)
-        logp = torch.log_softmax(model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=False,
-                                       **{_cache_kwarg(model): cache}).logits.float(), -1)  # (B*k, W, V)
-        tgt = torch.tensor([c[1:] + [0] * (width + 1 - len(c)) for c in conts], device=device)     # (B*k, W)
+            mask = torch.cat(
+                [ctx_mask.repeat_interleave(k, 0), torch.ones(len(conts), width, dtype=torch.long, device=device)], 1
+            )
+        logp = torch.log_softmax(
+            model(
+                input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=False, **{_cache_kwarg(model): cache}
+            ).logits.float(),
+            -1,
+        )  # (B*k, W, V)
+        tgt = torch.tensor([c[1:] + [0] * (width + 1 - len(c)) for c in conts], device=device)  # (B*k, W)
         keep = torch.tensor([[1.0] * (len(c) - 1) + [0.0] * (width + 1 - len(c)) for c in conts], device=device)
         scores += (logp.gather(2, tgt[..., None])[..., 0] * keep).double().sum(1)
     scores = scores.cpu()
-    return [scores[r * k:(r + 1) * k].tolist() for r in range(len(items))]
+    return [scores[r * k : (r + 1) * k].tolist() for r in range(len(items))]
 
 
 def choice_scores(model, tok, task: Task, *, batch_size: int = 16, docs=None) -> list[list[float]]:
@@ -177,8 +187,14 @@ def mean_stderr(hits: int, n: int) -> float:
 
 
 def task_result(task: Task, acc_hits: int, norm_hits: int, n: int) -> dict:
-    return {"task": task.name, "n": n, "acc": acc_hits / n, "acc_stderr": mean_stderr(acc_hits, n),
-            "acc_norm": norm_hits / n, "acc_norm_stderr": mean_stderr(norm_hits, n)}
+    return {
+        "task": task.name,
+        "n": n,
+        "acc": acc_hits / n,
+        "acc_stderr": mean_stderr(acc_hits, n),
+        "acc_norm": norm_hits / n,
+        "acc_norm_stderr": mean_stderr(norm_hits, n),
+    }
 
 
 def item_hits(task: Task, scores: list[list[float]]) -> tuple[list[int], list[int]]:
@@ -194,6 +210,12 @@ def score_suite(model, tok, tasks: list[Task], *, batch_size: int = 16) -> list[
     results = []
     for task in tasks:
         acc, norm = item_hits(task, choice_scores(model, tok, task, batch_size=batch_size))
-        results.append({**task_result(task, sum(acc), sum(norm), len(task.docs)),
-                        "ids": [d.id for d in task.docs], "acc_items": acc, "acc_norm_items": norm})
+        results.append(
+            {
+                **task_result(task, sum(acc), sum(norm), len(task.docs)),
+                "ids": [d.id for d in task.docs],
+                "acc_items": acc,
+                "acc_norm_items": norm,
+            }
+        )
     return results

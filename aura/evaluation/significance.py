@@ -17,19 +17,30 @@ from typing import Any
 
 from aura.core.i18n import Messages
 
-M = Messages("significance", {
-    "noise": ("ruido (|dif.| ≤ 1 error estándar)", "noise (|diff| ≤ 1 standard error)"),
-    "weak": ("no concluyente (entre 1 y 1,96 errores estándar)", "not conclusive (between 1 and 1.96 standard errors)"),
-    "significant": ("significativa (> 1,96 errores estándar, p < 0,05)",
-                    "significant (> 1.96 standard errors, p < 0.05)"),
-    "unknown": ("sin error estándar", "no standard error"),
-    "paired": ("pareado, {n:ítem|ítems} comunes", "paired, {n:item|items} in common"),
-    "unpaired": ("sin parear", "unpaired"),
-    "title": ("¿Diferencia o ruido? {b} frente a {a}", "Difference or noise? {b} against {a}"),
-    "h_task": ("tarea", "task"), "h_metric": ("métrica", "metric"), "h_diff": ("diferencia", "difference"),
-    "h_se": ("error estándar combinado", "combined stderr"),
-    "h_verdict": ("veredicto", "verdict"), "h_how": ("cómo", "how"),
-})
+M = Messages(
+    "significance",
+    {
+        "noise": ("ruido (|dif.| ≤ 1 error estándar)", "noise (|diff| ≤ 1 standard error)"),
+        "weak": (
+            "no concluyente (entre 1 y 1,96 errores estándar)",
+            "not conclusive (between 1 and 1.96 standard errors)",
+        ),
+        "significant": (
+            "significativa (> 1,96 errores estándar, p < 0,05)",
+            "significant (> 1.96 standard errors, p < 0.05)",
+        ),
+        "unknown": ("sin error estándar", "no standard error"),
+        "paired": ("pareado, {n:ítem|ítems} comunes", "paired, {n:item|items} in common"),
+        "unpaired": ("sin parear", "unpaired"),
+        "title": ("¿Diferencia o ruido? {b} frente a {a}", "Difference or noise? {b} against {a}"),
+        "h_task": ("tarea", "task"),
+        "h_metric": ("métrica", "metric"),
+        "h_diff": ("diferencia", "difference"),
+        "h_se": ("error estándar combinado", "combined stderr"),
+        "h_verdict": ("veredicto", "verdict"),
+        "h_how": ("cómo", "how"),
+    },
+)
 
 Z_SIGNIFICANT = 1.959963984540054  # two-sided 5 %
 
@@ -67,8 +78,16 @@ def compare_rows(a: dict, b: dict) -> dict[str, Any]:
     diff = b["value"] - a["value"] if _finite(a.get("value")) and _finite(b.get("value")) else None
     ia, ib = item_scores(a), item_scores(b)
     shared = [i for i in ia if i in ib]
-    out: dict[str, Any] = {"task": a.get("task"), "metric": a.get("metric"), "a": a.get("value"), "b": b.get("value"),
-                           "diff": diff, "paired": False, "n": None, "stderr": None}
+    out: dict[str, Any] = {
+        "task": a.get("task"),
+        "metric": a.get("metric"),
+        "a": a.get("value"),
+        "b": b.get("value"),
+        "diff": diff,
+        "paired": False,
+        "n": None,
+        "stderr": None,
+    }
     if len(shared) >= 2 and len(shared) == len(ia) == len(ib):  # the same items: the paired error
         diffs = [ib[i] - ia[i] for i in shared]
         out.update(paired=True, n=len(shared), stderr=paired_stderr(diffs), diff=sum(diffs) / len(diffs))
@@ -82,7 +101,7 @@ def compare_rows(a: dict, b: dict) -> dict[str, Any]:
     elif se == 0:  # every item that changed moved the same way (or both errors are 0): no spread to divide by.
         # Paired, the exact sign test says it: k such items happen by chance with p = 2 × 0.5^k
         k = sum(ib[i] != ia[i] for i in shared) if out["paired"] else 0
-        p = min(1.0, 2 * 0.5 ** k) if k else None
+        p = min(1.0, 2 * 0.5**k) if k else None
         out.update(z=None, p=p, verdict="unknown" if p is None else "significant" if p < 0.05 else "weak")
     else:
         z = d / se
@@ -122,9 +141,20 @@ def print_comparisons(reports: list[dict]) -> list[dict[str, Any]]:
         if not rows:
             continue
         out.append({"a": reports[0]["model"], "b": other["model"], "rows": rows})
-        console.table(M("title", a=reports[0]["model"], b=other["model"]),
-                      [M("h_task"), M("h_metric"), M("h_diff"), M("h_se"), "z", "p", M("h_verdict")],
-                      [[c["task"], c["metric"], n4(c["diff"]), n4(c["stderr"]).lstrip("+"),
-                        n4(c["z"]) if c["z"] is None or math.isfinite(c["z"]) else ("+∞" if c["z"] > 0 else "−∞"),
-                        "–" if c["p"] is None else num(c["p"], ".3g"), describe(c)] for c in rows])
+        console.table(
+            M("title", a=reports[0]["model"], b=other["model"]),
+            [M("h_task"), M("h_metric"), M("h_diff"), M("h_se"), "z", "p", M("h_verdict")],
+            [
+                [
+                    c["task"],
+                    c["metric"],
+                    n4(c["diff"]),
+                    n4(c["stderr"]).lstrip("+"),
+                    n4(c["z"]) if c["z"] is None or math.isfinite(c["z"]) else ("+∞" if c["z"] > 0 else "−∞"),
+                    "–" if c["p"] is None else num(c["p"], ".3g"),
+                    describe(c),
+                ]
+                for c in rows
+            ],
+        )
     return out

@@ -16,11 +16,16 @@ from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.i18n import Messages
 
-M = Messages("evalsuite", {
-    "bad_item": ("{path}, línea {line}: {problem}.", "{path}, line {line}: {problem}."),
-    "missing": ("Falta el archivo {path} de la batería aura-es; reinstala Aura.",
-                "The aura-es suite file {path} is missing; reinstall Aura."),
-})
+M = Messages(
+    "evalsuite",
+    {
+        "bad_item": ("{path}, línea {line}: {problem}.", "{path}, line {line}: {problem}."),
+        "missing": (
+            "Falta el archivo {path} de la batería aura-es; reinstala Aura.",
+            "The aura-es suite file {path} is missing; reinstall Aura.",
+        ),
+    },
+)
 
 SUITE_NAME = "aura-es"
 SUITE_DIR = Path(__file__).resolve().parents[1] / "resources" / "eval" / SUITE_NAME
@@ -34,12 +39,15 @@ class TaskSpec:
     version: str = "1.0"
 
 
-TASKS: dict[str, TaskSpec] = {t.name: t for t in (
-    TaskSpec("aura_es_lectura", 4, " "),        # reading comprehension: passage, question, answer
-    TaskSpec("aura_es_causa_efecto", 2, " "),   # COPA-style cause or effect
-    TaskSpec("aura_es_gramatica", 2, ""),       # minimal pairs: the whole sentence is the continuation
-    TaskSpec("aura_es_conocimiento", 4, " "),   # world knowledge of the Spanish-speaking world
-)}
+TASKS: dict[str, TaskSpec] = {
+    t.name: t
+    for t in (
+        TaskSpec("aura_es_lectura", 4, " "),  # reading comprehension: passage, question, answer
+        TaskSpec("aura_es_causa_efecto", 2, " "),  # COPA-style cause or effect
+        TaskSpec("aura_es_gramatica", 2, ""),  # minimal pairs: the whole sentence is the continuation
+        TaskSpec("aura_es_conocimiento", 4, " "),  # world knowledge of the Spanish-speaking world
+    )
+}
 
 
 @dataclass(frozen=True)

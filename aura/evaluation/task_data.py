@@ -20,8 +20,9 @@ _TRUE = ("1", "on", "yes", "true")
 
 
 def _hf_home() -> Path:
-    return Path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                / "huggingface").expanduser()
+    return Path(
+        os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+    ).expanduser()
 
 
 def is_cached(dataset: str) -> bool:
@@ -29,8 +30,9 @@ def is_cached(dataset: str) -> bool:
     hub = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or _hf_home() / "hub")
     built = Path(os.environ.get("HF_DATASETS_CACHE") or _hf_home() / "datasets")
     names = {dataset, dataset.lower()}
-    return any((hub / f"datasets--{n.replace('/', '--')}").is_dir() or (built / n.replace("/", "___")).is_dir()
-               for n in names)
+    return any(
+        (hub / f"datasets--{n.replace('/', '--')}").is_dir() or (built / n.replace("/", "___")).is_dir() for n in names
+    )
 
 
 def _packaged() -> set[str]:
@@ -49,10 +51,14 @@ def _needs_hub(cfg: dict, packaged: set[str]) -> str | None:
     if not isinstance(path, str) or not path:
         return None
     if path in packaged:
-        files = (cfg.get("dataset_kwargs") or {}).get("data_files") if isinstance(cfg.get("dataset_kwargs"),
-                                                                                   dict) else None
-        flat = [v for f in (files.values() if isinstance(files, dict) else [files])
-                for v in (f if isinstance(f, (list, tuple)) else [f])]
+        files = (
+            (cfg.get("dataset_kwargs") or {}).get("data_files") if isinstance(cfg.get("dataset_kwargs"), dict) else None
+        )
+        flat = [
+            v
+            for f in (files.values() if isinstance(files, dict) else [files])
+            for v in (f if isinstance(f, (list, tuple)) else [f])
+        ]
         urls = [u for u in flat if "://" in str(u)]
         return str(urls[0]) if urls else None  # data files given as URLs need the network too
     if Path(path).expanduser().exists():
@@ -113,8 +119,14 @@ def missing_hub_data(manager, tasks: list[str]) -> dict[str, list[str]]:
 
 def offline_var() -> str | None:
     """The environment variable that turns Hugging Face's offline mode on, or None."""
-    return next((v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
-                 if os.environ.get(v, "").strip().lower() in _TRUE), None)
+    return next(
+        (
+            v
+            for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+            if os.environ.get(v, "").strip().lower() in _TRUE
+        ),
+        None,
+    )
 
 
 def hub_unreachable(*, timeout_s: float = 3.0) -> str | None:

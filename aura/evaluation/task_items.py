@@ -29,8 +29,9 @@ def _answer(task, doc) -> str:
     return str(target)
 
 
-def harness_items(tasks: list[str], *, include_paths: list[str] = (), limit: int = 0,
-                  trust_task_code: bool = False) -> tuple[list[EvalItem], dict[str, list[str]]]:
+def harness_items(
+    tasks: list[str], *, include_paths: list[str] = (), limit: int = 0, trust_task_code: bool = False
+) -> tuple[list[EvalItem], dict[str, list[str]]]:
     """(items of every task whose data is here, {task: the hub datasets it would need} for the others)."""
     from lm_eval.tasks import get_task_dict
 

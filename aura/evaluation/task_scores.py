@@ -17,36 +17,49 @@ import torch
 from aura import __version__ as aura_version
 from aura.core import console
 from aura.core.errors import AuraError
+from aura.core.i18n import Messages, num
 from aura.evaluation.scorer import model_max_length, prefix_token_id, score_suite
 from aura.evaluation.suite import SUITE_NAME, Task, load_suite
-from aura.core.i18n import Messages, num
 
-M = Messages("evalreport", {
-    "gguf": ("aura eval trabaja con modelos de PyTorch; {path} es GGUF. Evalúa el directorio del que se "
-             "exportó.",
-             "aura eval works on PyTorch models; {path} is GGUF. Evaluate the dir it was exported from."),
-    "load_failed": ("No se pudo cargar el modelo {model}: {error}. Comprueba que es un directorio de modelo "
-                    "de Hugging Face completo (config.json y pesos), un adaptador o un checkpoint de Aura.",
-                    "Could not load model {model}: {error}. Check that it is a complete Hugging Face model "
-                    "dir (config.json and weights), an adapter or an Aura checkpoint."),
-    "scoring": ("{model}: batería {suite} ({n:pregunta|preguntas})…", "{model}: suite {suite} ({n:item|items})…"),
-    "harness": ("{model}: tareas de lm-evaluation-harness {tasks}…", "{model}: lm-evaluation-harness tasks {tasks}…"),
-    "title": ("Evaluación de tareas: {what}", "Task evaluation: {what}"),
-    "h_model": ("modelo", "model"),
-    "h_task": ("tarea", "task"),
-    "h_metric": ("métrica", "metric"),
-    "h_value": ("valor", "value"),
-    "h_stderr": ("error estándar", "stderr"),
-    "m_fertility": ("fertilidad (tokens/palabra)", "fertility"),
-    "m_bits_per_byte": ("bits por byte", "bits_per_byte"),
-    "answers": ("Respuestas voraces de {model} ({n:token|tokens} como mucho)",
-                "Greedy answers of {model} (at most {n:token|tokens})"),
-    "h_prompt": ("pregunta", "prompt"),
-    "h_answer": ("respuesta", "answer"),
-    "written": ("Resultados en {path}.", "Results written to {path}."),
-    "not_written": ("No se pudo escribir {path} ({error}); usa --output para elegir otro archivo.",
-                    "Could not write {path} ({error}); use --output to choose another file."),
-})
+M = Messages(
+    "evalreport",
+    {
+        "gguf": (
+            "aura eval trabaja con modelos de PyTorch; {path} es GGUF. Evalúa el directorio del que se exportó.",
+            "aura eval works on PyTorch models; {path} is GGUF. Evaluate the dir it was exported from.",
+        ),
+        "load_failed": (
+            "No se pudo cargar el modelo {model}: {error}. Comprueba que es un directorio de modelo "
+            "de Hugging Face completo (config.json y pesos), un adaptador o un checkpoint de Aura.",
+            "Could not load model {model}: {error}. Check that it is a complete Hugging Face model "
+            "dir (config.json and weights), an adapter or an Aura checkpoint.",
+        ),
+        "scoring": ("{model}: batería {suite} ({n:pregunta|preguntas})…", "{model}: suite {suite} ({n:item|items})…"),
+        "harness": (
+            "{model}: tareas de lm-evaluation-harness {tasks}…",
+            "{model}: lm-evaluation-harness tasks {tasks}…",
+        ),
+        "title": ("Evaluación de tareas: {what}", "Task evaluation: {what}"),
+        "h_model": ("modelo", "model"),
+        "h_task": ("tarea", "task"),
+        "h_metric": ("métrica", "metric"),
+        "h_value": ("valor", "value"),
+        "h_stderr": ("error estándar", "stderr"),
+        "m_fertility": ("fertilidad (tokens/palabra)", "fertility"),
+        "m_bits_per_byte": ("bits por byte", "bits_per_byte"),
+        "answers": (
+            "Respuestas voraces de {model} ({n:token|tokens} como mucho)",
+            "Greedy answers of {model} (at most {n:token|tokens})",
+        ),
+        "h_prompt": ("pregunta", "prompt"),
+        "h_answer": ("respuesta", "answer"),
+        "written": ("Resultados en {path}.", "Results written to {path}."),
+        "not_written": (
+            "No se pudo escribir {path} ({error}); usa --output para elegir otro archivo.",
+            "Could not write {path} ({error}); use --output to choose another file.",
+        ),
+    },
+)
 
 # What lm-eval writes to stderr beside its results: `git describe` run outside a repository (its version
 # stamp), tqdm bars. Anything else it writes is shown.
@@ -73,21 +86,27 @@ def text_stats(model, tok, texts: list[str], *, batch_size: int = 16) -> dict:
     and bytes per token of ``texts``, each text scored on its own."""
     device = next(model.parameters()).device
     max_len = model_max_length(model)
-    ids = [[prefix_token_id(tok)] + tok.encode(t, add_special_tokens=False)[:max_len - 1] for t in texts]
+    ids = [[prefix_token_id(tok)] + tok.encode(t, add_special_tokens=False)[: max_len - 1] for t in texts]
     nll, n_tokens = 0.0, 0
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     for start in range(0, len(order), batch_size):
-        rows = [ids[i] for i in order[start:start + batch_size]]
+        rows = [ids[i] for i in order[start : start + batch_size]]
         width = max(len(r) for r in rows)
-        inp = torch.tensor([r + [r[-1]] * (width - len(r)) for r in rows], device=device)   # (B, T)
-        logp = torch.log_softmax(model(input_ids=inp).logits[:, :-1].float(), -1)          # (B, T-1, V)
+        inp = torch.tensor([r + [r[-1]] * (width - len(r)) for r in rows], device=device)  # (B, T)
+        logp = torch.log_softmax(model(input_ids=inp).logits[:, :-1].float(), -1)  # (B, T-1, V)
         keep = torch.tensor([[1.0] * (len(r) - 1) + [0.0] * (width - len(r)) for r in rows], device=device)
         nll -= float((logp.gather(2, inp[:, 1:, None])[..., 0] * keep).double().sum())
         n_tokens += sum(len(r) - 1 for r in rows)
     n_bytes = sum(len(t.encode("utf-8")) for t in texts)
     n_words = sum(len(t.split()) for t in texts)
-    return {"bits_per_byte": nll / (math.log(2) * n_bytes), "fertility": n_tokens / n_words,
-            "bytes_per_token": n_bytes / n_tokens, "tokens": n_tokens, "bytes": n_bytes, "words": n_words}
+    return {
+        "bits_per_byte": nll / (math.log(2) * n_bytes),
+        "fertility": n_tokens / n_words,
+        "bytes_per_token": n_bytes / n_tokens,
+        "tokens": n_tokens,
+        "bytes": n_bytes,
+        "words": n_words,
+    }
 
 
 def load_model(name: str, *, adapter: str, allow_other_base: bool, dtype: str, device: str):
@@ -101,8 +120,9 @@ def load_model(name: str, *, adapter: str, allow_other_base: bool, dtype: str, d
     except AuraError:
         raise
     except Exception as e:  # noqa: BLE001 - a damaged or foreign model dir: say which and why
-        raise AuraError(M("load_failed", model=name, error=str(e).strip().splitlines()[0] if str(e).strip()
-                          else type(e).__name__)) from e
+        raise AuraError(
+            M("load_failed", model=name, error=str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+        ) from e
 
 
 def suite_rows(model, tok, *, limit: int, batch_size: int) -> tuple[list[dict], dict]:
@@ -110,17 +130,25 @@ def suite_rows(model, tok, *, limit: int, batch_size: int) -> tuple[list[dict], 
     rows = []
     for r in score_suite(model, tok, tasks, batch_size=batch_size):
         for metric in ("acc", "acc_norm"):
-            rows.append({"task": r["task"], "metric": metric, "value": r[metric], "stderr": r[f"{metric}_stderr"],
-                         "n": r["n"], "items": {"ids": r["ids"], "scores": r[f"{metric}_items"]}})
+            rows.append(
+                {
+                    "task": r["task"],
+                    "metric": metric,
+                    "value": r[metric],
+                    "stderr": r[f"{metric}_stderr"],
+                    "n": r["n"],
+                    "items": {"ids": r["ids"], "scores": r[f"{metric}_items"]},
+                }
+            )
     from aura.evaluation.math_task import MATH_TASK, math_row
 
     rows.append(math_row(model, tok, limit=limit, batch_size=batch_size))  # generation: exact answer
     stats = text_stats(model, tok, suite_texts(tasks), batch_size=batch_size)
     n_text = len(suite_texts(tasks))
-    rows.append({"task": SUITE_NAME, "metric": "bits_per_byte", "value": stats["bits_per_byte"], "stderr": None,
-                 "n": n_text})
-    rows.append({"task": SUITE_NAME, "metric": "fertility", "value": stats["fertility"], "stderr": None,
-                 "n": n_text})
+    rows.append(
+        {"task": SUITE_NAME, "metric": "bits_per_byte", "value": stats["bits_per_byte"], "stderr": None, "n": n_text}
+    )
+    rows.append({"task": SUITE_NAME, "metric": "fertility", "value": stats["fertility"], "stderr": None, "n": n_text})
     versions = {**{t.name: t.spec.version for t in tasks}, MATH_TASK: "1.0"}
     return rows, {"versions": versions, "text_stats": stats}
 
@@ -128,7 +156,6 @@ def suite_rows(model, tok, *, limit: int, batch_size: int) -> tuple[list[dict], 
 def evaluate_tasks(cfg) -> list[dict]:
     """Run ``cfg.suite`` and/or ``cfg.tasks`` on every model of ``cfg``; print one table; write JSON."""
     from aura.core.atomic import atomic_write_json
-
     from aura.evaluation.results import beside_model, stem_of
 
     label = cfg.suite or ("tasks" if cfg.tasks else "prompts")
@@ -139,21 +166,36 @@ def evaluate_tasks(cfg) -> list[dict]:
         prompts = read_prompt_file(cfg.prompts)
     # one file for all models: --output (unless --data's perplexity table takes it), or in --output-dir;
     # else one beside each model. Every name says the configuration (aura.evaluation.results).
-    output = (Path(cfg.output) if cfg.output and not cfg.data else
-              Path(cfg.output_dir) / f"{stem_of(cfg)}.json" if cfg.output_dir else None)
+    output = (
+        Path(cfg.output)
+        if cfg.output and not cfg.data
+        else Path(cfg.output_dir) / f"{stem_of(cfg)}.json"
+        if cfg.output_dir
+        else None
+    )
     tasks = [t.strip() for t in cfg.tasks.split(",") if t.strip()] if cfg.tasks else []
-    device = "cuda" if cfg.device == "auto" and torch.cuda.is_available() else (
-        "cpu" if cfg.device == "auto" else cfg.device)
+    device = (
+        "cuda"
+        if cfg.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if cfg.device == "auto" else cfg.device)
+    )
     reports = []
     for name in cfg.models:
-        model, tok = load_model(name, adapter=cfg.adapter, allow_other_base=cfg.allow_other_base, dtype=cfg.dtype,
-                                device=device)
-        report = {"model": name, "adapter": cfg.adapter or None, "aura_version": aura_version, "device": device,
-                  "dtype": cfg.dtype, "limit": cfg.limit, "rows": []}
+        model, tok = load_model(
+            name, adapter=cfg.adapter, allow_other_base=cfg.allow_other_base, dtype=cfg.dtype, device=device
+        )
+        report = {
+            "model": name,
+            "adapter": cfg.adapter or None,
+            "aura_version": aura_version,
+            "device": device,
+            "dtype": cfg.dtype,
+            "limit": cfg.limit,
+            "rows": [],
+        }
         t0 = time.perf_counter()
         if cfg.suite:
-            console.info(M("scoring", model=name, suite=cfg.suite,
-                           n=sum(len(t.docs) for t in load_suite(cfg.limit))))
+            console.info(M("scoring", model=name, suite=cfg.suite, n=sum(len(t.docs) for t in load_suite(cfg.limit))))
             rows, extra = suite_rows(model, tok, limit=cfg.limit, batch_size=cfg.batch_size)
             report["rows"] += rows
             report["suite"] = {"name": cfg.suite, "scorer": "aura", **extra}
@@ -162,21 +204,39 @@ def evaluate_tasks(cfg) -> list[dict]:
 
             console.info(M("harness", model=name, tasks=",".join(tasks)))
             with console.library_stderr(drop=HARNESS_NOISE):
-                out = run_tasks(model, tok, tasks, include_paths=cfg.include_path, limit=cfg.limit,
-                                batch_size=cfg.batch_size, max_length=model_max_length(model),
-                                trust_task_code=cfg.trust_task_code)
+                out = run_tasks(
+                    model,
+                    tok,
+                    tasks,
+                    include_paths=cfg.include_path,
+                    limit=cfg.limit,
+                    batch_size=cfg.batch_size,
+                    max_length=model_max_length(model),
+                    trust_task_code=cfg.trust_task_code,
+                )
             report["rows"] += out["rows"]
-            report["harness"] = {"tasks": tasks, "version": out["harness_version"], "versions": out["versions"],
-                                 "n_samples": out["n_samples"]}
+            report["harness"] = {
+                "tasks": tasks,
+                "version": out["harness_version"],
+                "versions": out["versions"],
+                "n_samples": out["n_samples"],
+            }
         if prompts:
             from aura.evaluation.answers import answer_prompts, shown
 
             t_answers = time.perf_counter()
             report["answers"] = answer_prompts(model, tok, prompts, max_new_tokens=cfg.max_new_tokens)
-            report["prompts"] = {"file": cfg.prompts, "max_new_tokens": cfg.max_new_tokens, "decoding": "greedy",
-                                 "seconds": time.perf_counter() - t_answers}
-            console.table(M("answers", model=name, n=cfg.max_new_tokens), [M("h_prompt"), M("h_answer")],
-                          [[shown(a["prompt"]), shown(a["answer"])] for a in report["answers"]])
+            report["prompts"] = {
+                "file": cfg.prompts,
+                "max_new_tokens": cfg.max_new_tokens,
+                "decoding": "greedy",
+                "seconds": time.perf_counter() - t_answers,
+            }
+            console.table(
+                M("answers", model=name, n=cfg.max_new_tokens),
+                [M("h_prompt"), M("h_answer")],
+                [[shown(a["prompt"]), shown(a["answer"])] for a in report["answers"]],
+            )
         report["seconds"] = time.perf_counter() - t0
         reports.append(report)
         del model
@@ -213,6 +273,16 @@ def _print_table(cfg, reports: list[dict], label: str, tasks: list[str]) -> None
     what = ", ".join([*([cfg.suite] if cfg.suite else []), *tasks])
     several = len(reports) > 1
     headers = [*([M("h_model")] if several else []), M("h_task"), M("h_metric"), M("h_value"), M("h_stderr"), "n"]
-    rows = [[*([r["model"]] if several else []), row["task"], _metric_name(row["metric"]), _fmt(row["value"]),
-             _fmt(row["stderr"]), num(row["n"])] for r in reports for row in r["rows"]]
+    rows = [
+        [
+            *([r["model"]] if several else []),
+            row["task"],
+            _metric_name(row["metric"]),
+            _fmt(row["value"]),
+            _fmt(row["stderr"]),
+            num(row["n"]),
+        ]
+        for r in reports
+        for row in r["rows"]
+    ]
     console.table(M("title", what=what or label), headers, rows)

@@ -43,40 +43,62 @@ import numpy as np
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("gguf_arch", {
-    "unsupported": ("La arquitectura {arch} de {path} no se puede exportar a GGUF con Aura. Compatibles: "
-                    "{supported}.",
-                    "Architecture {arch} of {path} cannot be exported to GGUF by Aura. Supported: "
-                    "{supported}."),
-    "rope": ("El escalado RoPE '{kind}' de {path} no es compatible con {arch} (compatibles: {supported}).",
-             "RoPE scaling '{kind}' of {path} is not supported for {arch} (supported: {supported})."),
-    "unmapped": ("El tensor '{name}' de {path} no tiene equivalente en GGUF ({arch}); ¿es un modelo "
-                 "modificado?",
-                 "Tensor '{name}' of {path} has no GGUF counterpart ({arch}); is it a modified model?"),
-    "layers": ("El campo '{field}' de {path}/config.json es {got}, pero llama.cpp ejecuta {arch} con {expected}: "
-               "el GGUF calcularía otra cosa. Exporta un modelo con la configuración estándar de {arch}.",
-               "Field '{field}' of {path}/config.json is {got}, but llama.cpp runs {arch} with {expected}: the "
-               "GGUF would compute something else. Export a model with {arch}'s standard configuration."),
-    "phi3_swa": ("{path} usa ventana deslizante de {window:token|tokens}, que llama.cpp no aplica a phi3: con textos "
-                 "de más de {window:token|tokens} el GGUF atiende a todo el contexto y difiere del modelo (la verificación usa "
-                 "textos cortos).",
-                 "{path} uses a sliding window of {window:token|tokens}, which llama.cpp does not apply to phi3: past "
-                 "{window:token|tokens} the GGUF attends to the whole context and differs from the model (the "
-                 "verification uses short texts)."),
-    "longrope": ("{path} usa LongRoPE: transformers elige los factores largos según la longitud del texto (más de "
-                 "{orig:token|tokens}) y llama.cpp según el contexto con que se carga (--n-ctx, redondeado a un "
-                 "múltiplo de 256, mayor que {orig}), también para textos cortos. Con --n-ctx {orig} o menos, "
-                 "ambos coinciden.",
-                 "{path} uses LongRoPE: transformers picks the long factors by the text's length (over "
-                 "{orig:token|tokens}) and llama.cpp by the context it is loaded with (--n-ctx, rounded up to a "
-                 "multiple of 256, over {orig}), for short texts too. With --n-ctx {orig} or less, both agree."),
-})
+M = Messages(
+    "gguf_arch",
+    {
+        "unsupported": (
+            "La arquitectura {arch} de {path} no se puede exportar a GGUF con Aura. Compatibles: {supported}.",
+            "Architecture {arch} of {path} cannot be exported to GGUF by Aura. Supported: {supported}.",
+        ),
+        "rope": (
+            "El escalado RoPE '{kind}' de {path} no es compatible con {arch} (compatibles: {supported}).",
+            "RoPE scaling '{kind}' of {path} is not supported for {arch} (supported: {supported}).",
+        ),
+        "unmapped": (
+            "El tensor '{name}' de {path} no tiene equivalente en GGUF ({arch}); ¿es un modelo modificado?",
+            "Tensor '{name}' of {path} has no GGUF counterpart ({arch}); is it a modified model?",
+        ),
+        "layers": (
+            "El campo '{field}' de {path}/config.json es {got}, pero llama.cpp ejecuta {arch} con {expected}: "
+            "el GGUF calcularía otra cosa. Exporta un modelo con la configuración estándar de {arch}.",
+            "Field '{field}' of {path}/config.json is {got}, but llama.cpp runs {arch} with {expected}: the "
+            "GGUF would compute something else. Export a model with {arch}'s standard configuration.",
+        ),
+        "phi3_swa": (
+            "{path} usa ventana deslizante de {window:token|tokens}, que llama.cpp no aplica a phi3: con textos "
+            "de más de {window:token|tokens} el GGUF atiende a todo el contexto y difiere del modelo (la verificación "
+            "usa "
+            "textos cortos).",
+            "{path} uses a sliding window of {window:token|tokens}, which llama.cpp does not apply to phi3: past "
+            "{window:token|tokens} the GGUF attends to the whole context and differs from the model (the "
+            "verification uses short texts).",
+        ),
+        "longrope": (
+            "{path} usa LongRoPE: transformers elige los factores largos según la longitud del texto (más de "
+            "{orig:token|tokens}) y llama.cpp según el contexto con que se carga (--n-ctx, redondeado a un "
+            "múltiplo de 256, mayor que {orig}), también para textos cortos. Con --n-ctx {orig} o menos, "
+            "ambos coinciden.",
+            "{path} uses LongRoPE: transformers picks the long factors by the text's length (over "
+            "{orig:token|tokens}) and llama.cpp by the context it is loaded with (--n-ctx, rounded up to a "
+            "multiple of 256, over {orig}), for short texts too. With --n-ctx {orig} or less, both agree.",
+        ),
+    },
+)
 
 # HF architecture -> GGUF architecture (a gguf.MODEL_ARCH name, lower case)
-SUPPORTED = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "SmolLM3ForCausalLM": "smollm3",
-             "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Gemma2ForCausalLM": "gemma2",
-             "Gemma3ForCausalLM": "gemma3", "Gemma3ForConditionalGeneration": "gemma3", "Phi3ForCausalLM": "phi3", "Olmo2ForCausalLM": "olmo2",
-             "GPT2LMHeadModel": "gpt2"}
+SUPPORTED = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "SmolLM3ForCausalLM": "smollm3",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3",
+    "Gemma3ForConditionalGeneration": "gemma3",
+    "Phi3ForCausalLM": "phi3",
+    "Olmo2ForCausalLM": "olmo2",
+    "GPT2LMHeadModel": "gpt2",
+}
 PERMUTED = ("llama", "smollm3")  # llama.cpp rotates interleaved pairs: q/k rows reordered
 GEMMA = ("gemma2", "gemma3")
 # llama.cpp's fixed sliding-window layer period (a layer il is local unless (il + 1) % period == 0)
@@ -154,8 +176,12 @@ def plan_arch(model_dir: Path, config: dict) -> ArchPlan:
         "layer_norm_rms_eps": float(config.get("rms_norm_eps", 1e-6)),
     }
     kind = rope.get("rope_type", rope.get("type", "default"))
-    allowed = {"llama": ("default", "linear", "llama3"), "gemma3": ("default", "linear"),
-               "phi3": ("default", "longrope"), "qwen2": ("default", "yarn")}.get(gg, ("default",))
+    allowed = {
+        "llama": ("default", "linear", "llama3"),
+        "gemma3": ("default", "linear"),
+        "phi3": ("default", "longrope"),
+        "qwen2": ("default", "yarn"),
+    }.get(gg, ("default",))
     if kind not in allowed:
         raise AuraError(M("rope", kind=kind, path=model_dir, arch=arch, supported=", ".join(allowed)))
     if kind == "linear":
@@ -166,8 +192,9 @@ def plan_arch(model_dir: Path, config: dict) -> ArchPlan:
     return ArchPlan(arch, gg, config, config["vocab_size"], n_layers, hp)
 
 
-def _plan_layers(model_dir: Path, arch: str, gg: str, config: dict, hp: dict, *, n_layers: int, heads: int,
-                 head_dim: int) -> None:
+def _plan_layers(
+    model_dir: Path, arch: str, gg: str, config: dict, hp: dict, *, n_layers: int, heads: int, head_dim: int
+) -> None:
     """The layers' attention pattern: checked to be the one llama.cpp's architecture assumes (Gemma's sliding
     and global layers, Phi-3's window, every layer global elsewhere, SmolLM3's layers without RoPE), and its
     hyperparameters added to ``hp``."""
@@ -180,29 +207,45 @@ def _plan_layers(model_dir: Path, arch: str, gg: str, config: dict, hp: dict, *,
             from aura.core import console
 
             console.warn(M("phi3_swa", path=model_dir, window=hp["sliding_window"]))
-        hp.setdefault("rope_scaling_orig_ctx_len", int(config.get("original_max_position_embeddings")
-                                                       or config["max_position_embeddings"]))
+        hp.setdefault(
+            "rope_scaling_orig_ctx_len",
+            int(config.get("original_max_position_embeddings") or config["max_position_embeddings"]),
+        )
     elif layer_types is not None:  # Llama, Qwen2/3, SmolLM3: every layer global in llama.cpp
-        _check(model_dir, arch, "layer_types", layer_types, ["full_attention"] * n_layers,
-               "full_attention in every layer")
+        _check(
+            model_dir, arch, "layer_types", layer_types, ["full_attention"] * n_layers, "full_attention in every layer"
+        )
     if gg in ("qwen2", "qwen3") and config.get("use_sliding_window"):
         _check(model_dir, arch, "use_sliding_window", True, False)
     if gg == "smollm3":
         expected = [int((i + 1) % NO_ROPE_INTERVAL != 0) for i in range(n_layers)]
-        _check(model_dir, arch, "no_rope_layers", config.get("no_rope_layers", expected), expected,
-               f"no RoPE every {NO_ROPE_INTERVAL} layers")
+        _check(
+            model_dir,
+            arch,
+            "no_rope_layers",
+            config.get("no_rope_layers", expected),
+            expected,
+            f"no RoPE every {NO_ROPE_INTERVAL} layers",
+        )
 
 
-def _plan_gemma_layers(model_dir: Path, arch: str, gg: str, config: dict, hp: dict, *, n_layers: int, heads: int,
-                       head_dim: int) -> None:
+def _plan_gemma_layers(
+    model_dir: Path, arch: str, gg: str, config: dict, hp: dict, *, n_layers: int, heads: int, head_dim: int
+) -> None:
     """Gemma 2/3: a global layer every SWA_PERIOD (the rest sliding), the attention scale, the logit
     soft-capping and (Gemma 3) the sliding layers' own RoPE base."""
     layer_types = config.get("layer_types")
     period = SWA_PERIOD[gg]
     expected = ["full_attention" if (i + 1) % period == 0 else "sliding_attention" for i in range(n_layers)]
     if layer_types is not None:
-        _check(model_dir, arch, "layer_types", layer_types, expected,
-               f"a global layer every {period} (the rest sliding_attention)")
+        _check(
+            model_dir,
+            arch,
+            "layer_types",
+            layer_types,
+            expected,
+            f"a global layer every {period} (the rest sliding_attention)",
+        )
     elif config.get("sliding_window_pattern") is not None:  # transformers 4's Gemma 3 configs
         _check(model_dir, arch, "sliding_window_pattern", config["sliding_window_pattern"], period)
     scalar = config.get("query_pre_attn_scalar", head_dim)
@@ -218,32 +261,45 @@ def _plan_gemma_layers(model_dir: Path, arch: str, gg: str, config: dict, hp: di
         if config.get("final_logit_softcapping"):
             hp["final_logit_softcapping"] = float(config["final_logit_softcapping"])
         local = _rope_params(config, "sliding_attention")
-        _check(model_dir, arch, "rope_parameters.sliding_attention.rope_type",
-               local.get("rope_type", "default"), "default")
+        _check(
+            model_dir, arch, "rope_parameters.sliding_attention.rope_type", local.get("rope_type", "default"), "default"
+        )
         hp["rope_freq_base_swa"] = float(local.get("rope_theta", config.get("rope_local_base_freq", 10000.0)))
 
 
 def _scaled_rope(model_dir: Path, config: dict, rope: dict, kind: str, hp: dict) -> None:
     """Phi-3's LongRoPE (per-dimension long/short factors, written as the ``rope_factors_long/short`` tensors) and
     Qwen2.5's YaRN, with the attention factor transformers computes, as llama.cpp's converter writes them."""
-    orig = int(rope.get("original_max_position_embeddings") or config.get("original_max_position_embeddings")
-               or config["max_position_embeddings"])
+    orig = int(
+        rope.get("original_max_position_embeddings")
+        or config.get("original_max_position_embeddings")
+        or config["max_position_embeddings"]
+    )
     hp["rope_scaling_orig_ctx_len"] = orig
     if kind == "yarn":
         factor = float(rope["factor"])
         hp["rope_scaling_yarn"] = factor
         # transformers: attention_factor, else 0.1 ln(factor) + 1 (llama.cpp's own YaRN magnitude scaling)
         if rope.get("attention_factor") not in (None, 0.1 * math.log(factor) + 1.0):
-            _check(model_dir, "qwen2", "rope_parameters.attention_factor", rope["attention_factor"], None,
-                   "0.1 ln(factor) + 1 (llama.cpp's)")
+            _check(
+                model_dir,
+                "qwen2",
+                "rope_parameters.attention_factor",
+                rope["attention_factor"],
+                None,
+                "0.1 ln(factor) + 1 (llama.cpp's)",
+            )
         for name, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):  # llama.cpp's fixed values
             _check(model_dir, "qwen2", f"rope_parameters.{name}", float(rope.get(name, default)), default)
         return
     scale = config["max_position_embeddings"] / orig
-    hp["rope_scaling_attn_factor"] = float(rope.get("attention_factor") or (
-        math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0))
-    hp["rope_factors"] = (np.asarray(rope["long_factor"], dtype=np.float32),
-                          np.asarray(rope["short_factor"], dtype=np.float32))
+    hp["rope_scaling_attn_factor"] = float(
+        rope.get("attention_factor") or (math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
+    )
+    hp["rope_factors"] = (
+        np.asarray(rope["long_factor"], dtype=np.float32),
+        np.asarray(rope["short_factor"], dtype=np.float32),
+    )
     from aura.core import console
 
     console.warn(M("longrope", path=model_dir, orig=orig))
@@ -293,8 +349,7 @@ def write_hparams(writer, plan: ArchPlan) -> None:
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """HF rotates halves of each head; llama.cpp rotates interleaved pairs: reorder q/k rows."""
     # (n_head * 2 * half, ...) -> (n_head, 2, half, ...) -> (n_head, half, 2, ...) -> original shape
-    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
-            .swapaxes(1, 2).reshape(w.shape))
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def _llama3_rope_factors(config: dict) -> np.ndarray:
@@ -344,12 +399,11 @@ def iter_tensors(model_dir: Path, plan: ArchPlan, files: list[Path]) -> Iterator
                     prefix = next((p for p in MULTIMODAL[plan.hf_arch] if key.startswith(p)), None)
                     if prefix is None:
                         continue  # vision tower, projector, the head (tied)
-                    key = "model." + key[len(prefix):]
+                    key = "model." + key[len(prefix) :]
                 if plan.gguf_arch in GEMMA and key.endswith("lm_head.weight"):
                     continue  # Gemma ties its head to the embedding; llama.cpp reads token_embd
                 t = sf.get_tensor(src).to(torch.float32)
-                if plan.gguf_arch == "gpt2" and key.endswith(("c_attn.weight", "c_proj.weight",
-                                                              "c_fc.weight")):
+                if plan.gguf_arch == "gpt2" and key.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
                     t = t.T.contiguous()  # Conv1D (in, out) -> (out, in)
                 if plan.gguf_arch in GEMMA and key.endswith("norm.weight"):
                     t = t + 1.0  # Gemma's RMSNorm scales by (1 + w); llama.cpp by the stored gain

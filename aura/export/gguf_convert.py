@@ -33,57 +33,84 @@ from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("gguf_convert", {
-    "bad_dir": ("{what} ({path}) no es una copia de llama.cpp con su conversor: falta {missing}. Indica la "
-                "carpeta raíz de un clon de llama.cpp (la que contiene convert_hf_to_gguf.py).",
-                "{what} ({path}) is not a llama.cpp copy with its converter: {missing} is missing. Give the "
-                "root folder of a llama.cpp clone (the one holding convert_hf_to_gguf.py)."),
-    "no_llama_cpp": ("--converter llama.cpp necesita llama-cpp-python instalado (el conversor se toma de su "
-                     "misma versión) o --llama-cpp-dir. O usa --converter aura.",
-                     "--converter llama.cpp needs llama-cpp-python installed (the converter is taken from "
-                     "the same version) or --llama-cpp-dir. Or use --converter aura."),
-    "fetching": ("Descargando el conversor de llama.cpp (sdist de llama-cpp-python {version}, unos 77 MB, una "
-                 "sola vez) en {path}…",
-                 "Downloading llama.cpp's converter (llama-cpp-python {version}'s sdist, about 77 MB, once) "
-                 "into {path}…"),
-    "fetch_failed": ("No se pudo descargar el sdist de llama-cpp-python {version} ({why}). Indica un clon de "
-                     "llama.cpp con --llama-cpp-dir o usa --converter aura.",
-                     "Could not download llama-cpp-python {version}'s sdist ({why}). Point --llama-cpp-dir at a "
-                     "llama.cpp clone or use --converter aura."),
-    "using": ("Escribe el GGUF el conversor de llama.cpp ({path}).",
-              "llama.cpp's converter writes the GGUF ({path})."),
-    "fallback": ("Escribe el GGUF el escritor de Aura: {why}.", "Aura's writer writes the GGUF: {why}."),
-    "why_absent": ("el conversor de llama.cpp no está en esta máquina (--converter llama.cpp lo descarga una "
-                   "vez; o --llama-cpp-dir)",
-                   "llama.cpp's converter is not on this machine (--converter llama.cpp downloads it once; or "
-                   "--llama-cpp-dir)"),
-    "why_arch": ("el conversor de llama.cpp no conoce la arquitectura {arch}",
-                 "llama.cpp's converter does not know architecture {arch}"),
-    "why_hash": ("el conversor de llama.cpp no reconoce el pre-tokenizador de este tokenizador BPE (hash "
-                 "{hash}…: un tokenizador entrenado o ampliado con Aura no está en su lista)",
-                 "llama.cpp's converter does not recognise this BPE tokenizer's pre-tokeniser (hash {hash}…: "
-                 "a tokenizer trained or extended with Aura is not in its list)"),
-    "why_spm": ("el tokenizador es de estilo SentencePiece sin tokenizer.model, que el conversor de llama.cpp "
-                "necesita",
-                "the tokenizer is SentencePiece-style without the tokenizer.model llama.cpp's converter needs"),
-    "why_sentencepiece": ("el conversor de llama.cpp necesita el paquete sentencepiece (pip install "
-                          "sentencepiece)",
-                          "llama.cpp's converter needs the sentencepiece package (pip install sentencepiece)"),
-    "why_tokenizer": ("el conversor de llama.cpp no admite este tokenizador ({kind})",
-                      "llama.cpp's converter does not take this tokenizer ({kind})"),
-    "refused": ("El conversor de llama.cpp no puede exportar {path}: {why}. Usa --converter aura (o auto).",
-                "llama.cpp's converter cannot export {path}: {why}. Use --converter aura (or auto)."),
-    "failed": ("El conversor de llama.cpp falló (código {code}):\n{tail}",
-               "llama.cpp's converter failed (code {code}):\n{tail}"),
-    "failed_fallback": ("El conversor de llama.cpp falló (código {code}); escribe el GGUF el escritor de Aura. "
-                        "Última línea: {last}",
-                        "llama.cpp's converter failed (code {code}); Aura's writer writes the GGUF. Last line: "
-                        "{last}"),
-    "unverified_fallback": ("El GGUF del conversor de llama.cpp no pasa la verificación ({why}); escribe el GGUF "
-                            "el escritor de Aura.",
-                            "llama.cpp's converter's GGUF fails the verification ({why}); Aura's writer writes "
-                            "the GGUF."),
-})
+M = Messages(
+    "gguf_convert",
+    {
+        "bad_dir": (
+            "{what} ({path}) no es una copia de llama.cpp con su conversor: falta {missing}. Indica la "
+            "carpeta raíz de un clon de llama.cpp (la que contiene convert_hf_to_gguf.py).",
+            "{what} ({path}) is not a llama.cpp copy with its converter: {missing} is missing. Give the "
+            "root folder of a llama.cpp clone (the one holding convert_hf_to_gguf.py).",
+        ),
+        "no_llama_cpp": (
+            "--converter llama.cpp necesita llama-cpp-python instalado (el conversor se toma de su "
+            "misma versión) o --llama-cpp-dir. O usa --converter aura.",
+            "--converter llama.cpp needs llama-cpp-python installed (the converter is taken from "
+            "the same version) or --llama-cpp-dir. Or use --converter aura.",
+        ),
+        "fetching": (
+            "Descargando el conversor de llama.cpp (sdist de llama-cpp-python {version}, unos 77 MB, una "
+            "sola vez) en {path}…",
+            "Downloading llama.cpp's converter (llama-cpp-python {version}'s sdist, about 77 MB, once) into {path}…",
+        ),
+        "fetch_failed": (
+            "No se pudo descargar el sdist de llama-cpp-python {version} ({why}). Indica un clon de "
+            "llama.cpp con --llama-cpp-dir o usa --converter aura.",
+            "Could not download llama-cpp-python {version}'s sdist ({why}). Point --llama-cpp-dir at a "
+            "llama.cpp clone or use --converter aura.",
+        ),
+        "using": (
+            "Escribe el GGUF el conversor de llama.cpp ({path}).",
+            "llama.cpp's converter writes the GGUF ({path}).",
+        ),
+        "fallback": ("Escribe el GGUF el escritor de Aura: {why}.", "Aura's writer writes the GGUF: {why}."),
+        "why_absent": (
+            "el conversor de llama.cpp no está en esta máquina (--converter llama.cpp lo descarga una "
+            "vez; o --llama-cpp-dir)",
+            "llama.cpp's converter is not on this machine (--converter llama.cpp downloads it once; or "
+            "--llama-cpp-dir)",
+        ),
+        "why_arch": (
+            "el conversor de llama.cpp no conoce la arquitectura {arch}",
+            "llama.cpp's converter does not know architecture {arch}",
+        ),
+        "why_hash": (
+            "el conversor de llama.cpp no reconoce el pre-tokenizador de este tokenizador BPE (hash "
+            "{hash}…: un tokenizador entrenado o ampliado con Aura no está en su lista)",
+            "llama.cpp's converter does not recognise this BPE tokenizer's pre-tokeniser (hash {hash}…: "
+            "a tokenizer trained or extended with Aura is not in its list)",
+        ),
+        "why_spm": (
+            "el tokenizador es de estilo SentencePiece sin tokenizer.model, que el conversor de llama.cpp necesita",
+            "the tokenizer is SentencePiece-style without the tokenizer.model llama.cpp's converter needs",
+        ),
+        "why_sentencepiece": (
+            "el conversor de llama.cpp necesita el paquete sentencepiece (pip install sentencepiece)",
+            "llama.cpp's converter needs the sentencepiece package (pip install sentencepiece)",
+        ),
+        "why_tokenizer": (
+            "el conversor de llama.cpp no admite este tokenizador ({kind})",
+            "llama.cpp's converter does not take this tokenizer ({kind})",
+        ),
+        "refused": (
+            "El conversor de llama.cpp no puede exportar {path}: {why}. Usa --converter aura (o auto).",
+            "llama.cpp's converter cannot export {path}: {why}. Use --converter aura (or auto).",
+        ),
+        "failed": (
+            "El conversor de llama.cpp falló (código {code}):\n{tail}",
+            "llama.cpp's converter failed (code {code}):\n{tail}",
+        ),
+        "failed_fallback": (
+            "El conversor de llama.cpp falló (código {code}); escribe el GGUF el escritor de Aura. "
+            "Última línea: {last}",
+            "llama.cpp's converter failed (code {code}); Aura's writer writes the GGUF. Last line: {last}",
+        ),
+        "unverified_fallback": (
+            "El GGUF del conversor de llama.cpp no pasa la verificación ({why}); escribe el GGUF el escritor de Aura.",
+            "llama.cpp's converter's GGUF fails the verification ({why}); Aura's writer writes the GGUF.",
+        ),
+    },
+)
 
 ENV_DIR = "AURA_LLAMA_CPP_DIR"
 PARTS = ("convert_hf_to_gguf.py", "conversion", "gguf-py")
@@ -148,9 +175,24 @@ def _fetch(version: str, dest: Path) -> Path:
     console.info(M("fetching", version=version, path=dest))
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=TMP_PREFIX, dir=dest.parent) as tmp:
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-                               "--disable-pip-version-check", "-q", "-d", tmp, f"llama-cpp-python=={version}"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-binary",
+                ":all:",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+                tmp,
+                f"llama-cpp-python=={version}",
+            ],
+            capture_output=True,
+            text=True,
+        )
         sdists = list(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
         if proc.returncode != 0 or not sdists:
             why = (proc.stderr.strip().splitlines() or [f"pip {proc.returncode}"])[-1]
@@ -161,13 +203,12 @@ def _fetch(version: str, dest: Path) -> Path:
             prefix = f"{top}/{SDIST_ROOT}/"
             members = []
             for m in tar.getmembers():
-                rel = m.name[len(prefix):] if m.name.startswith(prefix) else ""
+                rel = m.name[len(prefix) :] if m.name.startswith(prefix) else ""
                 if rel and rel.split("/")[0] in PARTS and ".." not in rel.split("/") and (m.isfile() or m.isdir()):
                     m.name = rel
                     members.append(m)
             # Python's "data" filter where it exists (3.10.12+, 3.11.4+); the members are plain files anyway
-            tar.extractall(staged, members=members,
-                           **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+            tar.extractall(staged, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         if _missing(staged):
             raise AuraError(M("fetch_failed", version=version, why=f"{_missing(staged)} not in {sdists[0].name}"))
         with contextlib.suppress(OSError):  # another export may have put it there meanwhile: theirs is as good
@@ -252,9 +293,17 @@ def convert(converter: Path, *, model_dir: Path, out: Path, outtype: str, name: 
     """Run ``convert_hf_to_gguf.py`` (its own ``gguf-py``, Aura's Python) writing ``out``; AuraError with the
     end of its log when it fails."""
     env = {k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"}  # its gguf-py, not the installed one
-    cmd = [sys.executable, str(converter / "convert_hf_to_gguf.py"), str(model_dir.resolve()), "--outfile",
-           str(out.resolve()),
-           "--outtype", outtype, "--model-name", name]
+    cmd = [
+        sys.executable,
+        str(converter / "convert_hf_to_gguf.py"),
+        str(model_dir.resolve()),
+        "--outfile",
+        str(out.resolve()),
+        "--outtype",
+        outtype,
+        "--model-name",
+        name,
+    ]
     proc = subprocess.run(cmd, cwd=converter, env=env, capture_output=True, text=True)
     if proc.returncode != 0 or not out.is_file() or out.stat().st_size == 0:
         raise ConverterFailed(proc.returncode, (proc.stdout + proc.stderr).strip())

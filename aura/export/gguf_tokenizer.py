@@ -3,7 +3,8 @@
 Byte-level BPE tokenizers (Aura's, GPT-2's, Llama 3's) become ``tokenizer.ggml.model = "gpt2"`` with
 tokens, merges and token types; the pre-tokeniser regex picks ``tokenizer.ggml.pre`` (``gpt-2`` for
 GPT-2's regex, ``llama-bpe`` for Llama 3's and SmolLM3's, ``qwen2`` for Qwen2/2.5's, also when Aura has
-extended it, ``smollm`` for SmolLM2's single digits before GPT-2's regex). SentencePiece-style BPE with byte fallback (Llama 2,
+extended it, ``smollm`` for SmolLM2's single digits before GPT-2's regex). SentencePiece-style BPE with byte fallback
+(Llama 2,
 Mistral 7B) becomes ``"llama"`` with scores. Anything else is refused before a byte is written: a
 GGUF that tokenises differently from the model's tokenizer is the silent failure we exist to avoid.
 """
@@ -18,59 +19,77 @@ from pathlib import Path
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("gguf_tokenizer", {
-    "no_json": ("{path} no tiene tokenizer.json (tokenizador rápido de Hugging Face); es necesario "
-                "para exportar a GGUF.",
-                "{path} has no tokenizer.json (Hugging Face fast tokenizer); GGUF export needs it."),
-    "vocab_big": ("El tokenizador tiene {tokens:token|tokens} pero la matriz de embeddings solo {rows:fila|filas}: "
-                  "los tokens {first}… no tendrían embedding. Redimensiona el modelo "
-                  "(model.resize_token_embeddings) o usa el tokenizador con el que se entrenó.",
-                  "The tokenizer has {tokens:token|tokens} but the embedding matrix only {rows:row|rows}: tokens "
-                  "{first}… would have no embedding. Resize the model (model.resize_token_embeddings) "
-                  "or use the tokenizer it was trained with."),
-    "pre_unknown": ("El pre-tokenizador de {path} no es uno que llama.cpp reproduzca ({what}); la "
-                    "tokenización en GGUF sería distinta. Compatibles: ByteLevel de GPT-2, Llama 3, Qwen2, SmolLM2, "
-                    "SentencePiece BPE.",
-                    "The pre-tokenizer of {path} is not one llama.cpp reproduces ({what}); GGUF "
-                    "tokenisation would differ. Supported: GPT-2 ByteLevel, Llama 3, Qwen2, SmolLM2, SentencePiece BPE."),
-    "model_unknown": ("El tokenizador de {path} es de tipo {kind}; la exportación GGUF admite BPE.",
-                      "The tokenizer of {path} is of type {kind}; GGUF export supports BPE."),
-    "phi3_tokens": ("{path}: sus tokens especiales se tragan el espacio que les sigue (rstrip, como los de chat de "
-                    "Phi-3), y llama.cpp solo les da ese comportamiento con su regla para Phi-3 (cuando el nombre "
-                    "del modelo dice phi-3), que busca los tokens <s>, </s>, <unk> y <|endoftext|> por su texto: "
-                    "a este vocabulario le falta: {missing}; llama.cpp no cargaría el archivo (\"error "
-                    "loading model vocabulary: unordered_map::at\"). No se escribe nada. Lo que funciona: añade esos "
-                    "tokens al tokenizador (y redimensiona los embeddings) antes de entrenar, o usa tokens "
-                    "especiales sin rstrip (como los de aura tokenizer train).",
-                    "{path}: its special tokens swallow the whitespace after them (rstrip, as Phi-3's chat tokens "
-                    "do), and llama.cpp gives them that behaviour only through its Phi-3 rule (when the model's "
-                    "name says phi-3), which looks up the tokens <s>, </s>, <unk> and <|endoftext|> by their text: "
-                    "this vocabulary lacks {missing}, and llama.cpp would not load the file (\"error loading model "
-                    "vocabulary: unordered_map::at\"). Nothing is written. What works: add those tokens to the "
-                    "tokenizer (and resize the embeddings) before training, or use special tokens without rstrip "
-                    "(as aura tokenizer train makes)."),
-    "phi3_renamed": ("El nombre '{name}' activaría en llama.cpp la regla de Phi-3 (los tokens especiales se "
-                     "tragarían el espacio que les sigue, y un vocabulario sin <s>, </s>, <unk> o <|endoftext|> "
-                     "no cargaría), que este tokenizador no pide: el GGUF se llama '{written}'.",
-                     "The name '{name}' would trigger llama.cpp's Phi-3 rule (special tokens would swallow the "
-                     "whitespace after them, and a vocabulary without <s>, </s>, <unk> or <|endoftext|> would not "
-                     "load), which this tokenizer does not ask for: the GGUF is named '{written}'."),
-    "no_eos": ("El tokenizador de {path} no define un token de fin (eos_token); sin él la generación "
-               "no se detiene. Defínelo en tokenizer_config.json.",
-               "The tokenizer of {path} defines no end token (eos_token); without it generation never "
-               "stops. Set it in tokenizer_config.json."),
-})
+M = Messages(
+    "gguf_tokenizer",
+    {
+        "no_json": (
+            "{path} no tiene tokenizer.json (tokenizador rápido de Hugging Face); es necesario para exportar a GGUF.",
+            "{path} has no tokenizer.json (Hugging Face fast tokenizer); GGUF export needs it.",
+        ),
+        "vocab_big": (
+            "El tokenizador tiene {tokens:token|tokens} pero la matriz de embeddings solo {rows:fila|filas}: "
+            "los tokens {first}… no tendrían embedding. Redimensiona el modelo "
+            "(model.resize_token_embeddings) o usa el tokenizador con el que se entrenó.",
+            "The tokenizer has {tokens:token|tokens} but the embedding matrix only {rows:row|rows}: tokens "
+            "{first}… would have no embedding. Resize the model (model.resize_token_embeddings) "
+            "or use the tokenizer it was trained with.",
+        ),
+        "pre_unknown": (
+            "El pre-tokenizador de {path} no es uno que llama.cpp reproduzca ({what}); la "
+            "tokenización en GGUF sería distinta. Compatibles: ByteLevel de GPT-2, Llama 3, Qwen2, SmolLM2, "
+            "SentencePiece BPE.",
+            "The pre-tokenizer of {path} is not one llama.cpp reproduces ({what}); GGUF "
+            "tokenisation would differ. Supported: GPT-2 ByteLevel, Llama 3, Qwen2, SmolLM2, SentencePiece BPE.",
+        ),
+        "model_unknown": (
+            "El tokenizador de {path} es de tipo {kind}; la exportación GGUF admite BPE.",
+            "The tokenizer of {path} is of type {kind}; GGUF export supports BPE.",
+        ),
+        "phi3_tokens": (
+            "{path}: sus tokens especiales se tragan el espacio que les sigue (rstrip, como los de chat de "
+            "Phi-3), y llama.cpp solo les da ese comportamiento con su regla para Phi-3 (cuando el nombre "
+            "del modelo dice phi-3), que busca los tokens <s>, </s>, <unk> y <|endoftext|> por su texto: "
+            'a este vocabulario le falta: {missing}; llama.cpp no cargaría el archivo ("error '
+            'loading model vocabulary: unordered_map::at"). No se escribe nada. Lo que funciona: añade esos '
+            "tokens al tokenizador (y redimensiona los embeddings) antes de entrenar, o usa tokens "
+            "especiales sin rstrip (como los de aura tokenizer train).",
+            "{path}: its special tokens swallow the whitespace after them (rstrip, as Phi-3's chat tokens "
+            "do), and llama.cpp gives them that behaviour only through its Phi-3 rule (when the model's "
+            "name says phi-3), which looks up the tokens <s>, </s>, <unk> and <|endoftext|> by their text: "
+            'this vocabulary lacks {missing}, and llama.cpp would not load the file ("error loading model '
+            'vocabulary: unordered_map::at"). Nothing is written. What works: add those tokens to the '
+            "tokenizer (and resize the embeddings) before training, or use special tokens without rstrip "
+            "(as aura tokenizer train makes).",
+        ),
+        "phi3_renamed": (
+            "El nombre '{name}' activaría en llama.cpp la regla de Phi-3 (los tokens especiales se "
+            "tragarían el espacio que les sigue, y un vocabulario sin <s>, </s>, <unk> o <|endoftext|> "
+            "no cargaría), que este tokenizador no pide: el GGUF se llama '{written}'.",
+            "The name '{name}' would trigger llama.cpp's Phi-3 rule (special tokens would swallow the "
+            "whitespace after them, and a vocabulary without <s>, </s>, <unk> or <|endoftext|> would not "
+            "load), which this tokenizer does not ask for: the GGUF is named '{written}'.",
+        ),
+        "no_eos": (
+            "El tokenizador de {path} no define un token de fin (eos_token); sin él la generación "
+            "no se detiene. Defínelo en tokenizer_config.json.",
+            "The tokenizer of {path} defines no end token (eos_token); without it generation never "
+            "stops. Set it in tokenizer_config.json.",
+        ),
+    },
+)
 
 GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3_REGEX_START = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
 # Qwen2/2.5's pre-tokeniser (llama.cpp's "qwen2"): Llama 3's, with single digits
-QWEN2_REGEX = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-               "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+QWEN2_REGEX = (
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+)
 
 
 @dataclass
 class VocabPlan:
-    model: str                       # "gpt2" | "llama"
+    model: str  # "gpt2" | "llama"
     pre: str | None
     tokens: list[str]
     types: list[int]
@@ -80,8 +99,8 @@ class VocabPlan:
     end_of_turn: list[int] = field(default_factory=list)
     add_bos: bool = False
     add_eos: bool = False
-    add_space_prefix: bool = False   # SentencePiece: "▁" before the first word
-    rstrip_special: bool = False     # special tokens swallow the whitespace after them (Phi-3's chat tokens)
+    add_space_prefix: bool = False  # SentencePiece: "▁" before the first word
+    rstrip_special: bool = False  # special tokens swallow the whitespace after them (Phi-3's chat tokens)
 
 
 def _pre_kind(tj: dict, path: Path) -> str:
@@ -139,8 +158,7 @@ def plan_vocab(tok_dir: Path, tok, n_rows: int) -> VocabPlan:
             text = reverse[i]
             tokens.append(text)
             if i in added:
-                types.append(gguf.TokenType.CONTROL if added[i].get("special")
-                             else gguf.TokenType.USER_DEFINED)
+                types.append(gguf.TokenType.CONTROL if added[i].get("special") else gguf.TokenType.USER_DEFINED)
             elif spm and re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", text):
                 types.append(gguf.TokenType.BYTE)
             else:
@@ -151,11 +169,20 @@ def plan_vocab(tok_dir: Path, tok, n_rows: int) -> VocabPlan:
     bare = tok("a", add_special_tokens=False)["input_ids"]
     add_bos = len(probe) > len(bare) and probe[0] == tok.bos_token_id
     add_eos = len(probe) > len(bare) and probe[-1] == tok.eos_token_id
-    return VocabPlan(add_space_prefix=spm and _space_prefix(tj), model="llama" if spm else "gpt2", pre=None if spm else pre, tokens=tokens,
-                     types=[int(t) for t in types], scores=scores if spm else None,
-                     n_padded=n_rows - n_tok, eos_id=tok.eos_token_id, end_of_turn=end_of_turn_ids(tok),
-                     add_bos=add_bos, add_eos=add_eos,
-                     rstrip_special=any(a.get("special") and a.get("rstrip") for a in added.values()))
+    return VocabPlan(
+        add_space_prefix=spm and _space_prefix(tj),
+        model="llama" if spm else "gpt2",
+        pre=None if spm else pre,
+        tokens=tokens,
+        types=[int(t) for t in types],
+        scores=scores if spm else None,
+        n_padded=n_rows - n_tok,
+        eos_id=tok.eos_token_id,
+        end_of_turn=end_of_turn_ids(tok),
+        add_bos=add_bos,
+        add_eos=add_eos,
+        rstrip_special=any(a.get("special") and a.get("rstrip") for a in added.values()),
+    )
 
 
 # llama.cpp (llama-vocab.cpp, "set attributes by model/tokenizer/architecture name") gives every special token

@@ -24,38 +24,58 @@ from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("gguf_verify", {
-    "start": ("Verificando {path} en llama.cpp…", "Verifying {path} in llama.cpp…"),
-    "tok_ok": ("Tokenización idéntica a la de Hugging Face en {n:texto|textos}.",
-               "Tokenisation identical to Hugging Face's on {n:text|texts}."),
-    "tok_bad": ("La tokenización en llama.cpp difiere de la de Hugging Face en {text!r}:\n  HF:        "
-                "{hf}\n  llama.cpp: {ll}",
-                "llama.cpp tokenises {text!r} differently from Hugging Face:\n  HF:        {hf}\n  "
-                "llama.cpp: {ll}"),
-    "eos_bad": ("EOS en llama.cpp es {ll} pero en el tokenizador es {hf}.",
-                "llama.cpp's EOS is {ll} but the tokenizer's is {hf}."),
-    "eog_bad": ("llama.cpp no trata el token {token!r} ({id}) como fin de generación.",
-                "llama.cpp does not treat token {token!r} ({id}) as end of generation."),
-    "eog_ok": ("Fin de generación reconocido: {tokens}.", "End of generation recognised: {tokens}."),
-    "logits": ("Logits ({quant}): top-1 coincide en {agree:.1%} de {n:posición|posiciones}; max |dif| = {diff:.3g} "
-               "({rel:.2%} del rango; tolerancia {tol:.0%}).",
-               "Logits ({quant}): top-1 agrees at {agree:.1%} of {n:position|positions}; max |diff| = {diff:.3g} "
-               "({rel:.2%} of the range; tolerance {tol:.0%})."),
-    "logits_info": ("Logits ({quant}): top-1 coincide en {agree:.1%} de {n:posición|posiciones}; max |dif| = {diff:.3g} "
-                    "({rel:.2%} del rango; informativo: {quant} pierde precisión a propósito).",
-                    "Logits ({quant}): top-1 agrees at {agree:.1%} of {n:position|positions}; max |diff| = {diff:.3g} "
-                    "({rel:.2%} of the range; for information: {quant} trades precision by design)."),
-    "logits_bad": ("Los logits de llama.cpp difieren demasiado de los de PyTorch ({quant}): top-1 "
-                   "{agree:.1%}, max |dif| {rel:.2%} del rango (tolerancia {tol:.0%}).",
-                   "llama.cpp's logits differ too much from PyTorch's ({quant}): top-1 {agree:.1%}, "
-                   "max |diff| {rel:.2%} of the range (tolerance {tol:.0%})."),
-    "gen": ("Generación voraz en llama.cpp y PyTorch ({n:token|tokens}, sin parar en el fin de generación "
+M = Messages(
+    "gguf_verify",
+    {
+        "start": ("Verificando {path} en llama.cpp…", "Verifying {path} in llama.cpp…"),
+        "tok_ok": (
+            "Tokenización idéntica a la de Hugging Face en {n:texto|textos}.",
+            "Tokenisation identical to Hugging Face's on {n:text|texts}.",
+        ),
+        "tok_bad": (
+            "La tokenización en llama.cpp difiere de la de Hugging Face en {text!r}:\n  HF:        "
+            "{hf}\n  llama.cpp: {ll}",
+            "llama.cpp tokenises {text!r} differently from Hugging Face:\n  HF:        {hf}\n  llama.cpp: {ll}",
+        ),
+        "eos_bad": (
+            "EOS en llama.cpp es {ll} pero en el tokenizador es {hf}.",
+            "llama.cpp's EOS is {ll} but the tokenizer's is {hf}.",
+        ),
+        "eog_bad": (
+            "llama.cpp no trata el token {token!r} ({id}) como fin de generación.",
+            "llama.cpp does not treat token {token!r} ({id}) as end of generation.",
+        ),
+        "eog_ok": ("Fin de generación reconocido: {tokens}.", "End of generation recognised: {tokens}."),
+        "logits": (
+            "Logits ({quant}): top-1 coincide en {agree:.1%} de {n:posición|posiciones}; max |dif| = {diff:.3g} "
+            "({rel:.2%} del rango; tolerancia {tol:.0%}).",
+            "Logits ({quant}): top-1 agrees at {agree:.1%} of {n:position|positions}; max |diff| = {diff:.3g} "
+            "({rel:.2%} of the range; tolerance {tol:.0%}).",
+        ),
+        "logits_info": (
+            "Logits ({quant}): top-1 coincide en {agree:.1%} de {n:posición|posiciones}; max |dif| = {diff:.3g} "
+            "({rel:.2%} del rango; informativo: {quant} pierde precisión a propósito).",
+            "Logits ({quant}): top-1 agrees at {agree:.1%} of {n:position|positions}; max |diff| = {diff:.3g} "
+            "({rel:.2%} of the range; for information: {quant} trades precision by design).",
+        ),
+        "logits_bad": (
+            "Los logits de llama.cpp difieren demasiado de los de PyTorch ({quant}): top-1 "
+            "{agree:.1%}, max |dif| {rel:.2%} del rango (tolerancia {tol:.0%}).",
+            "llama.cpp's logits differ too much from PyTorch's ({quant}): top-1 {agree:.1%}, "
+            "max |diff| {rel:.2%} of the range (tolerance {tol:.0%}).",
+        ),
+        "gen": (
+            "Generación voraz en llama.cpp y PyTorch ({n:token|tokens}, sin parar en el fin de generación "
             "para que siempre haya algo que comparar): tokens iguales desde el principio: {same} de {n}.{eos}",
             "Greedy generation in llama.cpp and PyTorch ({n:token|tokens}, not stopping at end of generation "
-            "so that there is always something to compare): identical tokens from the start: {same} of {n}.{eos}"),
-    "gen_eos": (" El modelo terminaría su respuesta en el token {k}.",
-                " The model would end its answer at token {k}."),
-})
+            "so that there is always something to compare): identical tokens from the start: {same} of {n}.{eos}",
+        ),
+        "gen_eos": (
+            " El modelo terminaría su respuesta en el token {k}.",
+            " The model would end its answer at token {k}.",
+        ),
+    },
+)
 
 VERIFY_TEXTS = [
     "¿Dónde está el niño? ¡Allí, junto a la cigüeña!",
@@ -80,8 +100,9 @@ class VerifyReport:
     agreeing: int  # how many of them, from the first, llama.cpp and PyTorch agree on
 
 
-def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None,
-                shown: Path | None = None) -> VerifyReport:
+def verify_gguf(
+    path: Path, *, model_dir: Path, quant: str, model=None, tok=None, shown: Path | None = None
+) -> VerifyReport:
     """Run the checks; raise AuraError with the first failure."""
     from aura.inference.loading import load_hf, load_llama, resolve_model
     from aura.models.presets import context_length
@@ -100,12 +121,19 @@ def verify_gguf(path: Path, *, model_dir: Path, quant: str, model=None, tok=None
 
     # 4. greedy generation of GEN_TOKENS tokens in both, end-of-generation tokens included: a model that
     # answers EOS at once must still compare something, not pass on zero tokens
-    prompt = tok(VERIFY_TEXTS[1], add_special_tokens=True)["input_ids"][:max(1, ctx // 2)]
+    prompt = tok(VERIFY_TEXTS[1], add_special_tokens=True)["input_ids"][: max(1, ctx // 2)]
     out, first_eog, same = _compare_greedy(llm, model, prompt=prompt, gen_tokens=min(GEN_TOKENS, ctx - len(prompt)))
     console.info(M("gen", n=len(out), same=same, eos=M("gen_eos", k=first_eog) if first_eog else ""))
     llm.close()
-    return VerifyReport(texts=texts, top1=agree, max_abs_diff=diff, rel_diff=rel,
-                        generated=len(out), stop_reason="eos" if first_eog else "max_tokens", agreeing=same)
+    return VerifyReport(
+        texts=texts,
+        top1=agree,
+        max_abs_diff=diff,
+        rel_diff=rel,
+        generated=len(out),
+        stop_reason="eos" if first_eog else "max_tokens",
+        agreeing=same,
+    )
 
 
 def _check_tokenizer(path: Path, tok) -> int:
@@ -116,9 +144,13 @@ def _check_tokenizer(path: Path, tok) -> int:
     llm = load_llama(path, vocab_only=True)
     texts = list(VERIFY_TEXTS)
     if getattr(tok, "chat_template", None):
-        texts.append(tok.apply_chat_template([{"role": "system", "content": "Eres útil."},
-                                              {"role": "user", "content": "¿Cuánto es 2+2?"}],
-                                             tokenize=False, add_generation_prompt=True))
+        texts.append(
+            tok.apply_chat_template(
+                [{"role": "system", "content": "Eres útil."}, {"role": "user", "content": "¿Cuánto es 2+2?"}],
+                tokenize=False,
+                add_generation_prompt=True,
+            )
+        )
     for text in texts:
         hf = tok(text, add_special_tokens=False)["input_ids"]
         ll = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
@@ -181,7 +213,7 @@ def _compare_greedy(llm, model, *, prompt: list[int], gen_tokens: int) -> tuple[
         for _ in range(len(out)):
             nxt = model(ref).logits[0, -1].argmax()
             ref = torch.cat([ref, nxt.view(1, 1)], dim=1)
-    ref_ids = ref[0, len(prompt):].tolist()
+    ref_ids = ref[0, len(prompt) :].tolist()
     same = next((i for i, (a, b) in enumerate(zip(out, ref_ids)) if a != b), len(out))
     return out, first_eog, same
 
@@ -194,8 +226,9 @@ def verify_path(gguf: Path) -> Path:
     return gguf.with_name(f"{gguf.name.removesuffix('.gguf')}{VERIFY_SUFFIX}")
 
 
-def verify_record(report: VerifyReport, *, gguf: Path, quant: str, writer: str = "aura",
-                  model: Path | None = None) -> dict:
+def verify_record(
+    report: VerifyReport, *, gguf: Path, quant: str, writer: str = "aura", model: Path | None = None
+) -> dict:
     """The JSON of ``NAME.verify.json``: the file it is about (name and size), which writer wrote it (``aura``
     or ``llama.cpp``'s converter), the model it came from, what was measured, the tolerance it was judged by
     (None for the quantisations that are reported, not judged), the versions."""
@@ -209,10 +242,18 @@ def verify_record(report: VerifyReport, *, gguf: Path, quant: str, writer: str =
     except metadata.PackageNotFoundError:
         llama_version = None
     tol = TOLERANCE.get(quant)
-    return {"gguf": gguf.name, "bytes": gguf.stat().st_size, "quant": quant, "writer": writer, "verified": True,
-            "model": str(model.resolve()) if model is not None else None, **asdict(report),
-            "tolerance": {"rel_diff": tol[0], "top1": tol[1]} if tol else None,
-            "llama_cpp_python": llama_version, "aura_version": __version__}
+    return {
+        "gguf": gguf.name,
+        "bytes": gguf.stat().st_size,
+        "quant": quant,
+        "writer": writer,
+        "verified": True,
+        "model": str(model.resolve()) if model is not None else None,
+        **asdict(report),
+        "tolerance": {"rel_diff": tol[0], "top1": tol[1]} if tol else None,
+        "llama_cpp_python": llama_version,
+        "aura_version": __version__,
+    }
 
 
 # why a GGUF was written without verification (a key: the report says it in its reader's language)
@@ -225,8 +266,17 @@ def unverified_record(*, gguf: Path, quant: str, writer: str, model: Path, reaso
     model from here); no figures."""
     from aura import __version__
 
-    return {"gguf": gguf.name, "bytes": gguf.stat().st_size, "quant": quant, "writer": writer, "verified": False,
-            "reason": reason, "model": str(model.resolve()), "verify_command": command, "aura_version": __version__}
+    return {
+        "gguf": gguf.name,
+        "bytes": gguf.stat().st_size,
+        "quant": quant,
+        "writer": writer,
+        "verified": False,
+        "reason": reason,
+        "model": str(model.resolve()),
+        "verify_command": command,
+        "aura_version": __version__,
+    }
 
 
 def is_verify_file(path: Path) -> bool:
@@ -237,8 +287,12 @@ def is_verify_file(path: Path) -> bool:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
         return False
-    return isinstance(data, dict) and "aura_version" in data and "gguf" in data and ("top1" in data or
-                                                                                 data.get("verified") is False)
+    return (
+        isinstance(data, dict)
+        and "aura_version" in data
+        and "gguf" in data
+        and ("top1" in data or data.get("verified") is False)
+    )
 
 
 def _is_eog(llm, token_id: int) -> bool:

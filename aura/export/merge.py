@@ -20,40 +20,61 @@ from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("merge", {
-    "need": ("Faltan --base-model y/o --adapter.", "--base-model and/or --adapter are missing."),
-    "need_out": ("Falta --output-dir (directorio del modelo fusionado).",
-                 "--output-dir is missing (dir for the merged model)."),
-    "exists": ("{path} ya existe; usa --overwrite para reemplazarlo.", "{path} already exists; use --overwrite to "
-               "replace it."),
-    "loading": ("Cargando la base {base} sin cuantizar y el adaptador {adapter}…",
-                "Loading the unquantised base {base} and the adapter {adapter}…"),
-    "resized": ("El tokenizador del adaptador tiene {tokens:token|tokens} y la base {rows}: se amplían los "
-                "embeddings.",
-                "The adapter's tokenizer has {tokens:token|tokens} and the base {rows}: embeddings are resized."),
-    "done": ("Modelo fusionado en {path} ({dtype}, {params:parámetro|parámetros}, {seconds:.1f} s).",
-             "Merged model written to {path} ({dtype}, {params:parameter|parameters}, {seconds:.1f} s)."),
-    "next": ("Siguiente paso: aura export gguf --model {path} --quant q8_0",
-             "Next step: aura export gguf --model {path} --quant q8_0"),
-})
+M = Messages(
+    "merge",
+    {
+        "need": ("Faltan --base-model y/o --adapter.", "--base-model and/or --adapter are missing."),
+        "need_out": (
+            "Falta --output-dir (directorio del modelo fusionado).",
+            "--output-dir is missing (dir for the merged model).",
+        ),
+        "exists": (
+            "{path} ya existe; usa --overwrite para reemplazarlo.",
+            "{path} already exists; use --overwrite to replace it.",
+        ),
+        "loading": (
+            "Cargando la base {base} sin cuantizar y el adaptador {adapter}…",
+            "Loading the unquantised base {base} and the adapter {adapter}…",
+        ),
+        "resized": (
+            "El tokenizador del adaptador tiene {tokens:token|tokens} y la base {rows}: se amplían los embeddings.",
+            "The adapter's tokenizer has {tokens:token|tokens} and the base {rows}: embeddings are resized.",
+        ),
+        "done": (
+            "Modelo fusionado en {path} ({dtype}, {params:parámetro|parámetros}, {seconds:.1f} s).",
+            "Merged model written to {path} ({dtype}, {params:parameter|parameters}, {seconds:.1f} s).",
+        ),
+        "next": (
+            "Siguiente paso: aura export gguf --model {path} --quant q8_0",
+            "Next step: aura export gguf --model {path} --quant q8_0",
+        ),
+    },
+)
 
 
 @dataclass
 class MergeConfig:
-    base_model: str = arg("", es="Directorio del modelo base (sin cuantizar).",
-                          en="Base model dir (unquantised).")
-    adapter: str = arg("", es="Directorio del adaptador LoRA/QLoRA (adapter_config.json).",
-                       en="LoRA/QLoRA adapter dir (adapter_config.json).")
+    base_model: str = arg("", es="Directorio del modelo base (sin cuantizar).", en="Base model dir (unquantised).")
+    adapter: str = arg(
+        "",
+        es="Directorio del adaptador LoRA/QLoRA (adapter_config.json).",
+        en="LoRA/QLoRA adapter dir (adapter_config.json).",
+    )
     output_dir: str = arg("", es="Directorio del modelo fusionado.", en="Dir for the merged model.")
-    dtype: str = arg("auto", es="Tipo de los pesos guardados (auto = el de la base).",
-                     en="Dtype of the saved weights (auto = the base's).",
-                     choices=("auto", "float32", "float16", "bfloat16"))
-    overwrite: bool = arg(False, es="Reemplazar --output-dir si existe.", en="Replace --output-dir if it exists.",
-                          deprecated=["--force"])
-    allow_other_base: bool = arg(False, es="Fusionar aunque el adaptador se entrenara sobre otro modelo base "
-                                 "(distinto config.json o embeddings).",
-                                 en="Merge even if the adapter was trained on another base model "
-                                 "(different config.json or embeddings).")
+    dtype: str = arg(
+        "auto",
+        es="Tipo de los pesos guardados (auto = el de la base).",
+        en="Dtype of the saved weights (auto = the base's).",
+        choices=("auto", "float32", "float16", "bfloat16"),
+    )
+    overwrite: bool = arg(
+        False, es="Reemplazar --output-dir si existe.", en="Replace --output-dir if it exists.", deprecated=["--force"]
+    )
+    allow_other_base: bool = arg(
+        False,
+        es="Fusionar aunque el adaptador se entrenara sobre otro modelo base (distinto config.json o embeddings).",
+        en="Merge even if the adapter was trained on another base model (different config.json or embeddings).",
+    )
 
     def __post_init__(self):
         if not self.base_model or not self.adapter:
@@ -89,12 +110,19 @@ def _merge(cfg: MergeConfig, out: Path) -> int:
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    from aura.models.adapter_check import check_adapter_base
-    from aura.inference.loading import (end_of_turn_ids, load_model_tokenizer, read_json_file, resolve_model,
-                                        quiet_transformers, tokenizer_dir_for, torch_dtype)
     from aura.core.atomic import atomic_write_json
     from aura.core.ownership import check_location
     from aura.core.staging import staged_dir
+    from aura.inference.loading import (
+        end_of_turn_ids,
+        load_model_tokenizer,
+        quiet_transformers,
+        read_json_file,
+        resolve_model,
+        tokenizer_dir_for,
+        torch_dtype,
+    )
+    from aura.models.adapter_check import check_adapter_base
 
     source = resolve_model(cfg.base_model, cfg.adapter)
     base_dir, adapter_dir = source.base, source.path
@@ -115,8 +143,8 @@ def _merge(cfg: MergeConfig, out: Path) -> int:
         console.info(M("resized", tokens=len(tok), rows=rows))
         model.resize_token_embeddings(len(tok))
     check_adapter_base(adapter_dir, model, allow_other_base=cfg.allow_other_base)
-    from aura.models.peft_import import import_peft, peft_quiet
     from aura.models.deepspeed_import import save_pretrained
+    from aura.models.peft_import import import_peft, peft_quiet
 
     import_peft()
     from peft import PeftModel
@@ -126,8 +154,11 @@ def _merge(cfg: MergeConfig, out: Path) -> int:
     model = model.to(torch_dtype(dtype)).eval()
 
     gen_file = base_dir / "generation_config.json"
-    gen = GenerationConfig.from_pretrained(str(base_dir)) if gen_file.is_file() \
+    gen = (
+        GenerationConfig.from_pretrained(str(base_dir))
+        if gen_file.is_file()
         else GenerationConfig.from_model_config(model.config)
+    )
     eos = end_of_turn_ids(tok)
     gen.eos_token_id = eos[0] if len(eos) == 1 else eos
     gen.pad_token_id = tok.pad_token_id
@@ -140,12 +171,18 @@ def _merge(cfg: MergeConfig, out: Path) -> int:
     with staged_dir(out, replace=True, kind="model") as tmp:
         save_pretrained(model, tmp)
         tok.save_pretrained(str(tmp))
-        atomic_write_json(tmp / "aura_merge.json", {
-            "base_model": str(base_dir), "adapter": str(adapter_dir),
-            "adapter_config": read_json_file(adapter_dir / "adapter_config.json"),
-            "dtype": dtype, "eos_token_ids": eos, "aura_version": __version__,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        })
+        atomic_write_json(
+            tmp / "aura_merge.json",
+            {
+                "base_model": str(base_dir),
+                "adapter": str(adapter_dir),
+                "adapter_config": read_json_file(adapter_dir / "adapter_config.json"),
+                "dtype": dtype,
+                "eos_token_ids": eos,
+                "aura_version": __version__,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+        )
     params = sum(p.numel() for p in model.parameters())
     console.success(M("done", path=out, dtype=dtype, params=params, seconds=time.perf_counter() - t0))
     console.info(M("next", path=out))

@@ -18,27 +18,31 @@ import re
 from pathlib import Path
 
 _OLLAMA_CHATML = (
-    "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
-    "<|im_start|>assistant\n")
+    "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
+)
 _OLLAMA_LLAMA3 = (  # the system message comes once, from .System (Ollama also keeps it in .Messages)
     "{{- if .System }}<|start_header_id|>system<|end_header_id|>\n\n{{ .System }}<|eot_id|>{{ end }}"
-    "{{- range .Messages }}{{- if ne .Role \"system\" }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n\n"
-    "{{ .Content }}<|eot_id|>{{- end }}{{ end }}<|start_header_id|>assistant<|end_header_id|>\n\n")
+    '{{- range .Messages }}{{- if ne .Role "system" }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n\n'
+    "{{ .Content }}<|eot_id|>{{- end }}{{ end }}<|start_header_id|>assistant<|end_header_id|>\n\n"
+)
 _OLLAMA_MISTRAL = (
-    "{{- range $i, $m := .Messages }}{{- if eq $m.Role \"user\" }}[INST] "
+    '{{- range $i, $m := .Messages }}{{- if eq $m.Role "user" }}[INST] '
     "{{ if and $.System (eq $i 0) }}{{ $.System }}\n\n{{ end }}{{ $m.Content }} [/INST]"
-    "{{- else if eq $m.Role \"assistant\" }} {{ $m.Content }}</s>{{- end }}{{- end }}")
+    '{{- else if eq $m.Role "assistant" }} {{ $m.Content }}</s>{{- end }}{{- end }}'
+)
 _OLLAMA_GEMMA = (  # Gemma 2/3: no system turn; the system message opens the first user turn; "model" answers
-    "{{- $first := true }}{{- range .Messages }}{{- if ne .Role \"system\" }}<start_of_turn>"
-    "{{ if eq .Role \"assistant\" }}model{{ else }}{{ .Role }}{{ end }}\n"
+    '{{- $first := true }}{{- range .Messages }}{{- if ne .Role "system" }}<start_of_turn>'
+    '{{ if eq .Role "assistant" }}model{{ else }}{{ .Role }}{{ end }}\n'
     "{{ if and $first $.System }}{{ $.System }}\n\n{{ end }}{{ .Content }}<end_of_turn>\n{{ $first = false }}"
-    "{{- end }}{{- end }}<start_of_turn>model\n")
-_OLLAMA_PHI3 = (
-    "{{- range .Messages }}<|{{ .Role }}|>\n{{ .Content }}<|end|>\n{{ end }}<|assistant|>\n")
+    "{{- end }}{{- end }}<start_of_turn>model\n"
+)
+_OLLAMA_PHI3 = "{{- range .Messages }}<|{{ .Role }}|>\n{{ .Content }}<|end|>\n{{ end }}<|assistant|>\n"
 
 # Where each family's rendered chat keeps the system message.
-_SYSTEM_BLOCK = {"chatml": r"<\|im_start\|>system\n(.*?)<\|im_end\|>",
-                 "llama3": r"<\|start_header_id\|>system<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>"}
+_SYSTEM_BLOCK = {
+    "chatml": r"<\|im_start\|>system\n(.*?)<\|im_end\|>",
+    "llama3": r"<\|start_header_id\|>system<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>",
+}
 _SIGNATURE = "# aura-modelfile-sha256: "
 _RUN_PARTS = re.compile(r"final|best|(checkpoint|interrupt)-(step|epoch)-\d+")
 
@@ -69,8 +73,9 @@ def default_system(tok) -> str | None:
         return None
     probe = "aura-probe-7f3a"
     try:
-        text = tok.apply_chat_template([{"role": "user", "content": probe}], tokenize=False,
-                                       add_generation_prompt=False)
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": probe}], tokenize=False, add_generation_prompt=False
+        )
     except Exception:  # noqa: BLE001 - a template that cannot render a plain chat has no default to find
         return None
     found = re.search(_SYSTEM_BLOCK[family], text, re.DOTALL)
@@ -91,19 +96,36 @@ def ollama_name(model_dir: Path, *, quant: str, name: str = "") -> str:
     return f"{base}:{quant}"
 
 
-def modelfile_text(*, gguf_name: str, chat_template: str | None, stops: list[str], model_name: str,
-                   modelfile_name: str, system: str | None = None, params: dict[str, float] | None = None) -> str:
+def modelfile_text(
+    *,
+    gguf_name: str,
+    chat_template: str | None,
+    stops: list[str],
+    model_name: str,
+    modelfile_name: str,
+    system: str | None = None,
+    params: dict[str, float] | None = None,
+) -> str:
     template, family = ollama_template(chat_template)
-    lines = [f"# Ollama Modelfile written by Aura. Use: ollama create {model_name} -f {modelfile_name}",
-             f"FROM ./{gguf_name}", ""]
+    lines = [
+        f"# Ollama Modelfile written by Aura. Use: ollama create {model_name} -f {modelfile_name}",
+        f"FROM ./{gguf_name}",
+        "",
+    ]
     if template is not None:
         lines += [f"# Chat format: {family}", f'TEMPLATE """{template}"""', ""]
     else:
-        lines += ["# The GGUF embeds the model's own chat template (tokenizer.chat_template); Ollama",
-                  "# reads it from there.", ""]
+        lines += [
+            "# The GGUF embeds the model's own chat template (tokenizer.chat_template); Ollama",
+            "# reads it from there.",
+            "",
+        ]
     if system:
-        lines += ["# The system message the model's chat template adds when a chat brings none",
-                  f'SYSTEM """{system}"""', ""]
+        lines += [
+            "# The system message the model's chat template adds when a chat brings none",
+            f'SYSTEM """{system}"""',
+            "",
+        ]
     for s in stops:
         lines.append(f'PARAMETER stop "{s}"')
     for k, v in (params or {}).items():

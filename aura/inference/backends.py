@@ -16,20 +16,29 @@ from typing import Iterator
 from aura.core import console
 from aura.core.i18n import Messages
 
-M = Messages("engine", {
-    "turns_dropped": ("El contexto del modelo ({ctx:token|tokens}) no admite toda la conversación: se dejan "
-                      "fuera los mensajes más antiguos ({n:mensaje|mensajes}; /reset empieza de nuevo).",
-                      "The model's context ({ctx:token|tokens}) cannot hold the whole conversation: the oldest "
-                      "messages are left out ({n:message|messages}; /reset starts again)."),
-    "prompt_cut": ("El texto de entrada ({have:token|tokens}) no cabe en el contexto del modelo "
-                   "({ctx:token|tokens}): se usan sus últimos {kept:token|tokens}.",
-                   "The input text ({have:token|tokens}) does not fit the model's context ({ctx:token|tokens}): "
-                   "its last {kept:token is|tokens are} used."),
-    "answer_capped": ("El contexto del modelo ({ctx:token|tokens}) deja sitio para {n:token nuevo|tokens nuevos} "
-                      "(se pidieron {asked}).",
-                      "The model's context ({ctx:token|tokens}) leaves room for {n:new token|new tokens} ({asked} "
-                      "were asked for)."),
-})
+M = Messages(
+    "engine",
+    {
+        "turns_dropped": (
+            "El contexto del modelo ({ctx:token|tokens}) no admite toda la conversación: se dejan "
+            "fuera los mensajes más antiguos ({n:mensaje|mensajes}; /reset empieza de nuevo).",
+            "The model's context ({ctx:token|tokens}) cannot hold the whole conversation: the oldest "
+            "messages are left out ({n:message|messages}; /reset starts again).",
+        ),
+        "prompt_cut": (
+            "El texto de entrada ({have:token|tokens}) no cabe en el contexto del modelo "
+            "({ctx:token|tokens}): se usan sus últimos {kept:token|tokens}.",
+            "The input text ({have:token|tokens}) does not fit the model's context ({ctx:token|tokens}): "
+            "its last {kept:token is|tokens are} used.",
+        ),
+        "answer_capped": (
+            "El contexto del modelo ({ctx:token|tokens}) deja sitio para {n:token nuevo|tokens nuevos} "
+            "(se pidieron {asked}).",
+            "The model's context ({ctx:token|tokens}) leaves room for {n:new token|new tokens} ({asked} "
+            "were asked for).",
+        ),
+    },
+)
 
 USER, ASSISTANT = "Usuario", "Asistente"
 
@@ -94,8 +103,15 @@ class HFEngine:
         self.has_template = bool(getattr(self.tok, "chat_template", None))
         self.said: set = set()  # context cuts already told to the user (aura.inference.backends.fit_context)
 
-    def stream(self, *, prompt: str | None = None, messages: list[dict] | None = None,
-               sampling: Sampling, out: list, notify=None) -> Iterator[str]:
+    def stream(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict] | None = None,
+        sampling: Sampling,
+        out: list,
+        notify=None,
+    ) -> Iterator[str]:
         """Yield text pieces; append a Result to ``out`` when done. ``notify``: see ``fit_context`` (given,
         each call says its own context cuts; else the engine says each once)."""
         import torch
@@ -104,15 +120,28 @@ class HFEngine:
         from aura.models.presets import context_length
 
         stops = PLAIN_STOPS if messages is not None and not self.has_template else None
-        ids, max_new, _ = fit_context(lambda m: self._encode(prompt, m), messages, sampling.max_new_tokens,
-                                      context_length(self.model.config), said=None if notify else self.said,
-                                      asked=sampling.asked, notify=notify)
+        ids, max_new, _ = fit_context(
+            lambda m: self._encode(prompt, m),
+            messages,
+            sampling.max_new_tokens,
+            context_length(self.model.config),
+            said=None if notify else self.said,
+            asked=sampling.asked,
+            notify=notify,
+        )
         seed_everything(sampling.seed)
         streamer = TextIteratorStreamer(self.tok, skip_prompt=True, skip_special_tokens=True)
         sample = sampling.temperature > 0
-        kwargs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
-                      do_sample=sample, repetition_penalty=sampling.repetition_penalty,
-                      eos_token_id=self.stop_ids, pad_token_id=self.tok.pad_token_id, streamer=streamer)
+        kwargs = dict(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new,
+            do_sample=sample,
+            repetition_penalty=sampling.repetition_penalty,
+            eos_token_id=self.stop_ids,
+            pad_token_id=self.tok.pad_token_id,
+            streamer=streamer,
+        )
         if sample:
             kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)  # 0 = off
         if stops:
@@ -150,15 +179,16 @@ class HFEngine:
             thread.join()
         if "error" in holder:
             raise holder["error"]
-        new = holder["ids"][0, ids.shape[1]:]
+        new = holder["ids"][0, ids.shape[1] :]
         text = "".join(pieces)
         if stops:
             for s in stops:
                 text = text.split(s)[0]
         out.append(Result(text=text, tokens=int(new.numel())))
 
-    def batch(self, prompts: list[str], *, chats: list[list[dict]] | None, sampling: Sampling,
-              batch_size: int = 16) -> Iterator[tuple[list[int], list[Result], float]]:
+    def batch(
+        self, prompts: list[str], *, chats: list[list[dict]] | None, sampling: Sampling, batch_size: int = 16
+    ) -> Iterator[tuple[list[int], list[Result], float]]:
         """Yield (indices, their Results, the batch's seconds) for batches of ``prompts`` run together through
         Aura's engine (``aura.inference.decode``), prompts of close lengths together. Greedy: each answer is
         the one the prompt gets alone (up to float rounding). Sampled: each prompt draws from its own key
@@ -173,25 +203,46 @@ class HFEngine:
         stops = tuple(PLAIN_STOPS) if chats is not None and not self.has_template else ()
         fitted = []
         for i, prompt in enumerate(prompts):
-            ids, max_new, _ = fit_context(lambda m, p=prompt: self._encode(p, m), None if chats is None else chats[i],
-                                          sampling.max_new_tokens, context_length(self.model.config),
-                                          said=self.said, asked=sampling.asked)
+            ids, max_new, _ = fit_context(
+                lambda m, p=prompt: self._encode(p, m),
+                None if chats is None else chats[i],
+                sampling.max_new_tokens,
+                context_length(self.model.config),
+                said=self.said,
+                asked=sampling.asked,
+            )
             fitted.append((ids[0].tolist(), max(1, max_new)))
-        keys = [int.from_bytes(hashlib.sha256(f"aura-generate:{sampling.seed}:{i}".encode()).digest()[:8], "little")
-                & ((1 << 63) - 1) for i in range(len(prompts))]
+        keys = [
+            int.from_bytes(hashlib.sha256(f"aura-generate:{sampling.seed}:{i}".encode()).digest()[:8], "little")
+            & ((1 << 63) - 1)
+            for i in range(len(prompts))
+        ]
         order = sorted(range(len(prompts)), key=lambda i: (fitted[i][1], len(fitted[i][0])))
         device = next(self.model.parameters()).device
         pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
         start = 0
         while start < len(order):
             room = fitted[order[start]][1]
-            chunk = [i for i in order[start:start + batch_size] if fitted[i][1] == room]
+            chunk = [i for i in order[start : start + batch_size] if fitted[i][1] == room]
             start += len(chunk)
-            params = SamplingParams(max_new_tokens=room, temperature=sampling.temperature, top_k=sampling.top_k,
-                                    top_p=sampling.top_p, stop_ids=tuple(self.stop_ids), stop_strings=stops)
+            params = SamplingParams(
+                max_new_tokens=room,
+                temperature=sampling.temperature,
+                top_k=sampling.top_k,
+                top_p=sampling.top_p,
+                stop_ids=tuple(self.stop_ids),
+                stop_strings=stops,
+            )
             t0 = time.perf_counter()
-            new = sample_batch(self.model, [fitted[i][0] for i in chunk], params, pad_id=pad, device=device,
-                               tokenizer=self.tok, keys=[keys[i] for i in chunk])
+            new = sample_batch(
+                self.model,
+                [fitted[i][0] for i in chunk],
+                params,
+                pad_id=pad,
+                device=device,
+                tokenizer=self.tok,
+                keys=[keys[i] for i in chunk],
+            )
             seconds = time.perf_counter() - t0
             results = []
             for ids in new:
@@ -211,8 +262,16 @@ class HFEngine:
         return self.tok(prompt, return_tensors="pt")["input_ids"]
 
 
-def fit_context(encode, messages: list[dict] | None, max_new: int, ctx: int | None, *, said: set | None = None,
-                asked: bool = True, notify=None):
+def fit_context(
+    encode,
+    messages: list[dict] | None,
+    max_new: int,
+    ctx: int | None,
+    *,
+    said: set | None = None,
+    asked: bool = True,
+    notify=None,
+):
     """(ids, max_new_tokens, the messages kept) that fit a model of ``ctx`` positions, so generation never
     runs past them (learned positions, GPT-2's, fail there; rotary ones degrade; llama.cpp fails).
     ``encode(messages)`` gives the (1, T) ids.
@@ -283,26 +342,46 @@ class LlamaCppEngine:
             def text(token: int) -> str:
                 return self.llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
 
-            rendered = Jinja2ChatFormatter(template=self.template, eos_token=text(self.llm.token_eos()),
-                                           bos_token=text(self.llm.token_bos()))(messages=messages)
+            rendered = Jinja2ChatFormatter(
+                template=self.template, eos_token=text(self.llm.token_eos()), bos_token=text(self.llm.token_bos())
+            )(messages=messages)
             ids = self.llm.tokenize(rendered.prompt.encode(), add_bos=not rendered.added_special, special=True)
         else:
             text = plain_chat_prompt(messages) if messages is not None else prompt
             ids = self.llm.tokenize(text.encode(), add_bos=True, special=messages is not None)
         return torch.tensor([ids])
 
-    def stream(self, *, prompt: str | None = None, messages: list[dict] | None = None,
-               sampling: Sampling, out: list, notify=None) -> Iterator[str]:
+    def stream(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: list[dict] | None = None,
+        sampling: Sampling,
+        out: list,
+        notify=None,
+    ) -> Iterator[str]:
         # llama.cpp may round the context up; llama-cpp-python's own buffers keep the size asked for; and the
         # last sampled token is decoded too, so one slot stays free
         ctx = min(self.llm.n_ctx(), self.llm.context_params.n_ctx or self.llm.n_ctx()) - 1
-        ids, max_new, kept = fit_context(lambda m: self._encode(prompt, m), messages, sampling.max_new_tokens,
-                                         ctx, said=None if notify else self.said, asked=sampling.asked,
-                                         notify=notify)
+        ids, max_new, kept = fit_context(
+            lambda m: self._encode(prompt, m),
+            messages,
+            sampling.max_new_tokens,
+            ctx,
+            said=None if notify else self.said,
+            asked=sampling.asked,
+            notify=notify,
+        )
         cut = ids.shape[1] < self._encode(prompt, kept).shape[1]  # even the last message alone is too long
-        common = dict(max_tokens=max_new, temperature=sampling.temperature,
-                      top_k=sampling.top_k, top_p=sampling.top_p, repeat_penalty=sampling.repetition_penalty,
-                      seed=sampling.seed, stream=True)
+        common = dict(
+            max_tokens=max_new,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            repeat_penalty=sampling.repetition_penalty,
+            seed=sampling.seed,
+            stream=True,
+        )
         pieces = []
         if cut:  # the kept tail of the prompt, as tokens (llama.cpp stops at the model's end-of-turn tokens)
             for ch in self.llm.create_completion(prompt=ids[0].tolist(), **common):
@@ -327,12 +406,20 @@ class LlamaCppEngine:
                     pieces.append(piece)
                     yield piece
         text = "".join(pieces)
-        out.append(Result(text=text, tokens=len(self.llm.tokenize(text.encode(), add_bos=False,
-                                                                   special=True)) if text else 0))
+        out.append(
+            Result(text=text, tokens=len(self.llm.tokenize(text.encode(), add_bos=False, special=True)) if text else 0)
+        )
 
 
-def open_engine(model: str, adapter: str = "", *, dtype: str = "float32", n_ctx: int = 0, seed: int = 0,
-                allow_other_base: bool = False):
+def open_engine(
+    model: str,
+    adapter: str = "",
+    *,
+    dtype: str = "float32",
+    n_ctx: int = 0,
+    seed: int = 0,
+    allow_other_base: bool = False,
+):
     from aura.inference.loading import resolve_model
 
     source = resolve_model(model, adapter or None, allow_other_base=allow_other_base)

@@ -15,37 +15,48 @@ from aura.core.config import arg
 from aura.core.i18n import Messages
 from aura.inference.generate import SamplingArgs, validate_sampling
 
-M = Messages("chat", {
-    "banner": ("Chat con {model} ({backend}). Escribe /help para ver los comandos.",
-               "Chat with {model} ({backend}). Type /help for the commands."),
-    "help": ("Comandos:\n  /reset          borra la conversación (mantiene el mensaje de sistema)\n"
-             "  /system TEXTO   fija el mensaje de sistema y empieza de nuevo\n"
-             "  /help           esta ayuda\n  /exit           salir (también Ctrl+D)\n"
-             "Ctrl+C detiene la respuesta en curso.",
-             "Commands:\n  /reset          clear the conversation (keeps the system message)\n"
-             "  /system TEXT    set the system message and start again\n"
-             "  /help           this help\n  /exit           leave (also Ctrl+D)\n"
-             "Ctrl+C stops the current answer."),
-    "you": ("Tú> ", "You> "),
-    "bot": ("Modelo> ", "Model> "),
-    "reset": ("Conversación borrada.", "Conversation cleared."),
-    "system_set": ("Mensaje de sistema fijado; conversación nueva.", "System message set; new conversation."),
-    "system_cleared": ("Mensaje de sistema eliminado; conversación nueva.",
-                       "System message removed; new conversation."),
-    "unknown": ("Comando desconocido: {cmd}. Escribe /help.", "Unknown command: {cmd}. Type /help."),
-    "stopped": ("[respuesta detenida]", "[answer stopped]"),
-    "bye": ("¡Hasta luego!", "Goodbye!"),
-    "no_template": ("El modelo no tiene plantilla de chat: uso un formato de texto simple "
-                    "(Usuario:/Asistente:).",
-                    "The model has no chat template: using a plain text format (Usuario:/Asistente:)."),
-    "stats": ("[{tokens:token|tokens}, {tps:.1f} tokens/s]", "[{tokens:token|tokens}, {tps:.1f} tokens/s]"),
-})
+M = Messages(
+    "chat",
+    {
+        "banner": (
+            "Chat con {model} ({backend}). Escribe /help para ver los comandos.",
+            "Chat with {model} ({backend}). Type /help for the commands.",
+        ),
+        "help": (
+            "Comandos:\n  /reset          borra la conversación (mantiene el mensaje de sistema)\n"
+            "  /system TEXTO   fija el mensaje de sistema y empieza de nuevo\n"
+            "  /help           esta ayuda\n  /exit           salir (también Ctrl+D)\n"
+            "Ctrl+C detiene la respuesta en curso.",
+            "Commands:\n  /reset          clear the conversation (keeps the system message)\n"
+            "  /system TEXT    set the system message and start again\n"
+            "  /help           this help\n  /exit           leave (also Ctrl+D)\n"
+            "Ctrl+C stops the current answer.",
+        ),
+        "you": ("Tú> ", "You> "),
+        "bot": ("Modelo> ", "Model> "),
+        "reset": ("Conversación borrada.", "Conversation cleared."),
+        "system_set": ("Mensaje de sistema fijado; conversación nueva.", "System message set; new conversation."),
+        "system_cleared": (
+            "Mensaje de sistema eliminado; conversación nueva.",
+            "System message removed; new conversation.",
+        ),
+        "unknown": ("Comando desconocido: {cmd}. Escribe /help.", "Unknown command: {cmd}. Type /help."),
+        "stopped": ("[respuesta detenida]", "[answer stopped]"),
+        "bye": ("¡Hasta luego!", "Goodbye!"),
+        "no_template": (
+            "El modelo no tiene plantilla de chat: uso un formato de texto simple (Usuario:/Asistente:).",
+            "The model has no chat template: using a plain text format (Usuario:/Asistente:).",
+        ),
+        "stats": ("[{tokens:token|tokens}, {tps:.1f} tokens/s]", "[{tokens:token|tokens}, {tps:.1f} tokens/s]"),
+    },
+)
 
 
 @dataclass
 class ChatConfig(SamplingArgs):
-    stats: bool = arg(False, es="Mostrar tokens y velocidad tras cada respuesta.",
-                      en="Show tokens and speed after each answer.")
+    stats: bool = arg(
+        False, es="Mostrar tokens y velocidad tras cada respuesta.", en="Show tokens and speed after each answer."
+    )
 
     def __post_init__(self):
         validate_sampling(self)
@@ -65,8 +76,9 @@ def chat(cfg: ChatConfig) -> int:
     from aura.inference.backends import open_engine
     from aura.inference.generate import sampling_of
 
-    engine = open_engine(cfg.model, cfg.adapter, dtype=cfg.dtype, n_ctx=cfg.n_ctx, seed=cfg.seed,
-                         allow_other_base=cfg.allow_other_base)
+    engine = open_engine(
+        cfg.model, cfg.adapter, dtype=cfg.dtype, n_ctx=cfg.n_ctx, seed=cfg.seed, allow_other_base=cfg.allow_other_base
+    )
     console.info(M("banner", model=engine.name, backend="llama.cpp" if engine.kind == "gguf" else "PyTorch"))
     if not engine.has_template:
         console.warn(M("no_template"))

@@ -34,10 +34,15 @@ import torch
 from aura.core import console
 from aura.core.i18n import Messages
 
-M = Messages("decode", {
-    "eager": ("El paso de generación no se pudo compilar como grafo CUDA ({err}): sigue en modo eager, más lento.",
-              "The generation step could not be compiled as a CUDA graph ({err}): it goes on eagerly, slower."),
-})
+M = Messages(
+    "decode",
+    {
+        "eager": (
+            "El paso de generación no se pudo compilar como grafo CUDA ({err}): sigue en modo eager, más lento.",
+            "The generation step could not be compiled as a CUDA graph ({err}): it goes on eagerly, slower.",
+        ),
+    },
+)
 
 CHECK_EVERY = 8  # tokens between two looks of the host at the device's "finished" flags
 _SAID: set[str] = set()
@@ -115,8 +120,9 @@ def _say_eager(err: BaseException) -> None:
         console.warn(M("eager", err=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]))
 
 
-def _cut_strings(seq: list[int], *, start: int, end: int, stop_ids: set[int], tokenizer,
-                 stops: tuple[str, ...], window: int) -> int | None:
+def _cut_strings(
+    seq: list[int], *, start: int, end: int, stop_ids: set[int], tokenizer, stops: tuple[str, ...], window: int
+) -> int | None:
     """The length of ``seq`` kept when a stop string completes at a token of ``seq[start:end]`` (None if none),
     each token checked as ``sample_batch_reference`` checks it (the last ``window`` tokens decoded)."""
     from aura.inference.draws import stop_cut
@@ -124,7 +130,7 @@ def _cut_strings(seq: list[int], *, start: int, end: int, stop_ids: set[int], to
     for j in range(start, end):
         if seq[j] in stop_ids:
             return None
-        tail = seq[max(0, j + 1 - window):j + 1]
+        tail = seq[max(0, j + 1 - window) : j + 1]
         cut = stop_cut(tail, tokenizer, stops)
         if cut is not None:
             return j + 1 - len(tail) + cut
@@ -132,9 +138,20 @@ def _cut_strings(seq: list[int], *, start: int, end: int, stop_ids: set[int], to
 
 
 @torch.no_grad()
-def decode_batch(model, prompts: list[list[int]], params, *, pad_id: int, device, tokenizer=None,
-                 generator: torch.Generator | None = None, keys: list[int] | None = None, logps: bool = False,
-                 check_every: int = CHECK_EVERY, graphs: bool = False):
+def decode_batch(
+    model,
+    prompts: list[list[int]],
+    params,
+    *,
+    pad_id: int,
+    device,
+    tokenizer=None,
+    generator: torch.Generator | None = None,
+    keys: list[int] | None = None,
+    logps: bool = False,
+    check_every: int = CHECK_EVERY,
+    graphs: bool = False,
+):
     """The completion ids of every prompt (and, with ``logps``, the sampler's log-prob of each token).
 
     Same contract as ``aura.inference.sampling.sample_batch``; see the module docstring for how it runs.
@@ -149,8 +166,9 @@ def decode_batch(model, prompts: list[list[int]], params, *, pad_id: int, device
         width = -(-width // BUCKET) * BUCKET
     total = width + params.max_new_tokens
     key = cache_key(model)
-    attn, lengths, logits, cache = _prefill(model, prompts, key=key, pad_id=pad_id, device=device, width=width,
-                                            total=total, graphs=graphs)
+    attn, lengths, logits, cache = _prefill(
+        model, prompts, key=key, pad_id=pad_id, device=device, width=width, total=total, graphs=graphs
+    )
     step_fn = _Step(model, device, graphs)
 
     out = torch.full((n, params.max_new_tokens), pad_id, dtype=torch.long, device=device)  # (N, max_new)
@@ -177,21 +195,35 @@ def decode_batch(model, prompts: list[list[int]], params, *, pad_id: int, device
                 break
         column = width + step  # the column the token just drawn goes to
         attn[:, column] = one
-        logits = step_fn(input_ids=tok[:, None], attention_mask=attn, position_ids=(lengths + step)[:, None],
-                         cache_position=torch.tensor([column], device=device), use_cache=True,
-                         **{key: cache}).logits[:, -1]  # (N, V)
+        logits = step_fn(
+            input_ids=tok[:, None],
+            attention_mask=attn,
+            position_ids=(lengths + step)[:, None],
+            cache_position=torch.tensor([column], device=device),
+            use_cache=True,
+            **{key: cache},
+        ).logits[:, -1]  # (N, V)
     lens = done_len.tolist()
     rows = out.tolist()
     cut = strings.cut if strings is not None else {}
-    completions = [row[:cut.get(r, lens[r])] for r, row in enumerate(rows)]
+    completions = [row[: cut.get(r, lens[r])] for r, row in enumerate(rows)]
     if out_logps is None:
         return completions
     lp = out_logps.tolist()
-    return completions, [row[:len(c)] for row, c in zip(lp, completions)]
+    return completions, [row[: len(c)] for row, c in zip(lp, completions)]
 
 
-def _prefill(model, prompts: list[list[int]], *, key: str, pad_id: int, device: torch.device, width: int,
-             total: int, graphs: bool):
+def _prefill(
+    model,
+    prompts: list[list[int]],
+    *,
+    key: str,
+    pad_id: int,
+    device: torch.device,
+    width: int,
+    total: int,
+    graphs: bool,
+):
     """The prompts left-padded to ``width`` and each distinct one prefilled once; returns the attention mask
     preallocated at ``total`` columns (N, total), the prompts' lengths (N,), the last prompt token's logits
     (N, V) and the StaticCache holding every row's prompt."""
@@ -201,8 +233,8 @@ def _prefill(model, prompts: list[list[int]], *, key: str, pad_id: int, device: 
     ids = torch.full((n, width), pad_id, dtype=torch.long)
     attn = torch.zeros((n, total), dtype=torch.long)  # (N, W + max_new): preallocated, written column by column
     for i, p in enumerate(prompts):  # left padding: every row's last prompt token is at column W - 1
-        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        attn[i, width - len(p):width] = 1
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        attn[i, width - len(p) : width] = 1
     ids, attn = ids.to(device), attn.to(device)
     lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)  # (N,)
     place: dict[tuple[int, ...], int] = {}  # each distinct prompt -> its row in the prefill: repeats run once
@@ -212,8 +244,14 @@ def _prefill(model, prompts: list[list[int]], *, key: str, pad_id: int, device: 
     prefill = DynamicCache()  # every layer whole (a sliding layer's window is applied by the static cache)
     mask_p = attn[first, :width]
     pos_p = (mask_p.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids[first], attention_mask=mask_p, position_ids=pos_p, use_cache=True,
-                   logits_to_keep=1, **{key: prefill}).logits[:, -1][expand]  # (N, V)
+    logits = model(
+        input_ids=ids[first],
+        attention_mask=mask_p,
+        position_ids=pos_p,
+        use_cache=True,
+        logits_to_keep=1,
+        **{key: prefill},
+    ).logits[:, -1][expand]  # (N, V)
     cache = _static_cache(model, prefill=prefill, expand=expand, width=width, total=total, keep=graphs)
     return attn, lengths, logits, cache
 
@@ -232,16 +270,22 @@ class _StopStrings:
 
     def look(self, out: torch.Tensor, done_len: torch.Tensor, finished: torch.Tensor, *, end: int) -> None:
         """Look at the tokens drawn since the last look, up to column ``end`` of ``out`` (N, max_new)."""
-        fresh = out[:, self.checked:end].tolist()
+        fresh = out[:, self.checked : end].tolist()
         lens = done_len.tolist()
         newly = []
         for r in range(len(self.seqs)):
             if r in self.cut:
                 continue
             self.seqs[r].extend(fresh[r])
-            c = _cut_strings(self.seqs[r], start=self.checked, end=min(end, lens[r]),
-                             stop_ids=set(self.params.stop_ids), tokenizer=self.tokenizer,
-                             stops=self.params.stop_strings, window=self.window)
+            c = _cut_strings(
+                self.seqs[r],
+                start=self.checked,
+                end=min(end, lens[r]),
+                stop_ids=set(self.params.stop_ids),
+                tokenizer=self.tokenizer,
+                stops=self.params.stop_strings,
+                window=self.window,
+            )
             if c is not None:
                 self.cut[r] = c
                 newly.append(r)

@@ -61,8 +61,13 @@ def keyed_uniform(keys: torch.Tensor, step: int) -> torch.Tensor:
     return ((z >> 11) & ((1 << 53) - 1)).double() / float(1 << 53)
 
 
-def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
-                keys: torch.Tensor | None = None, step: int = 0) -> torch.Tensor:
+def next_tokens(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    keys: torch.Tensor | None = None,
+    step: int = 0,
+) -> torch.Tensor:
     """(N, V) -> (N,) sampled (or greedy) token ids."""
     logits = logits.float()
     if params.temperature <= 0:

@@ -17,67 +17,95 @@ from aura.core.errors import AuraError
 from aura.core.files import check_safetensors, read_json_object
 from aura.core.i18n import Messages
 
-M = Messages("loading", {
-    "missing": ("No existe el modelo {path}. Indica un directorio de modelo Hugging Face, un checkpoint, "
-                "un adaptador o un archivo .gguf.",
-                "The model {path} does not exist. Give a Hugging Face model dir, a checkpoint, an "
-                "adapter or a .gguf file."),
-    "not_model": ("{path} no parece un modelo: falta config.json (o adapter_config.json). Si es una "
-                  "ejecución, usa {path}/final o un {path}/checkpoint-step-N.",
-                  "{path} does not look like a model: config.json (or adapter_config.json) is missing. "
-                  "If it is a run dir, use {path}/final or a {path}/checkpoint-step-N."),
-    "no_weights": ("{path} no contiene pesos (model.safetensors o model-*.safetensors).",
-                   "{path} holds no weights (model.safetensors or model-*.safetensors)."),
-    "dcp": ("{path} es un checkpoint FSDP2 (dcp/) sin model.safetensors; exporta primero el modelo "
+M = Messages(
+    "loading",
+    {
+        "missing": (
+            "No existe el modelo {path}. Indica un directorio de modelo Hugging Face, un checkpoint, "
+            "un adaptador o un archivo .gguf.",
+            "The model {path} does not exist. Give a Hugging Face model dir, a checkpoint, an adapter or a .gguf file.",
+        ),
+        "not_model": (
+            "{path} no parece un modelo: falta config.json (o adapter_config.json). Si es una "
+            "ejecución, usa {path}/final o un {path}/checkpoint-step-N.",
+            "{path} does not look like a model: config.json (or adapter_config.json) is missing. "
+            "If it is a run dir, use {path}/final or a {path}/checkpoint-step-N.",
+        ),
+        "no_weights": (
+            "{path} no contiene pesos (model.safetensors o model-*.safetensors).",
+            "{path} holds no weights (model.safetensors or model-*.safetensors).",
+        ),
+        "dcp": (
+            "{path} es un checkpoint FSDP2 (dcp/) sin model.safetensors; exporta primero el modelo "
             "completo (el directorio final/ de la ejecución).",
             "{path} is an FSDP2 checkpoint (dcp/) without model.safetensors; use the run's final/ "
-            "dir, which holds the full model."),
-    "no_tokenizer": ("No hay tokenizador para {path} (se buscó tokenizer.json / tokenizer_config.json "
-                     "en {searched}). Copia los archivos del tokenizador al directorio del modelo.",
-                     "No tokenizer found for {path} (looked for tokenizer.json / tokenizer_config.json "
-                     "in {searched}). Copy the tokenizer files into the model dir."),
-    "adapter_no_base": ("El adaptador {path} no indica su modelo base (base_model_name_or_path); "
-                        "indícalo con --model.",
-                        "The adapter {path} does not name its base model (base_model_name_or_path); "
-                        "pass it with --model."),
-    "adapter_base_missing": ("El modelo base del adaptador {adapter}, '{base}', no existe aquí. "
-                             "Indica el modelo base local con --model.",
-                             "The adapter {adapter}'s base model '{base}' is not here. Pass the local "
-                             "base model with --model."),
-    "bad_adapter_field": ("{path}: '{field}' debe ser {expected} (es {found}). Vuelve a copiar el adaptador desde "
-                          "su origen o entrénalo de nuevo.",
-                          "{path}: '{field}' must be {expected} (it is {found}). Copy the adapter again from where "
-                          "it came from, or train it again."),
-    "bad_config": ("{path} no es una configuración de modelo válida ({err}). Vuelve a copiar el modelo desde su "
-                   "origen o corrige ese campo.",
-                   "{path} is not a valid model configuration ({err}). Copy the model again from where it came "
-                   "from, or fix that field."),
-    "not_adapter": ("{path} no es un adaptador peft: falta adapter_config.json.",
-                    "{path} is not a peft adapter: adapter_config.json is missing."),
-    "gguf_bad": ("{path} no es un archivo GGUF válido o está truncado ({err}). Vuelve a exportarlo con "
-                 "'aura export gguf'.",
-                 "{path} is not a valid GGUF file or is truncated ({err}). Export it again with "
-                 "'aura export gguf'."),
-    "no_llama_cpp": ("Para usar archivos GGUF hace falta llama-cpp-python: pip install llama-cpp-python",
-                     "GGUF files need llama-cpp-python: pip install llama-cpp-python"),
-    "llama_load": ("llama.cpp no pudo cargar {path} ({why}).{hint}",
-                   "llama.cpp could not load {path} ({why}).{hint}"),
-    "llama_load_hint": (" Si lo escribió Aura, vuelve a exportarlo con esta versión (aura export gguf lo verifica en "
-                        "llama.cpp); un archivo de otra procedencia puede necesitar otra llama-cpp-python (aquí "
-                        "{version}).",
-                        " If Aura wrote it, export it again with this version (aura export gguf verifies it in "
-                        "llama.cpp); a file from elsewhere may need another llama-cpp-python (here {version})."),
-    "llama_load_phi3": (" Su nombre ('{name}') activa la regla de Phi-3 de llama.cpp, que busca <s>, </s>, <unk> y "
-                        "<|endoftext|> en el vocabulario: vuelve a exportarlo con esta versión de Aura, que no "
-                        "escribe ese nombre para un vocabulario sin ellos.",
-                        " Its name ('{name}') triggers llama.cpp's Phi-3 rule, which looks up <s>, </s>, <unk> and "
-                        "<|endoftext|> in the vocabulary: export it again with this version of Aura, which does "
-                        "not write that name for a vocabulary without them."),
-    "gguf_adapter": ("--adapter no se puede usar con un archivo GGUF: fusiona primero (aura merge) y "
-                     "exporta el modelo fusionado.",
-                     "--adapter cannot be used with a GGUF file: merge first (aura merge) and export "
-                     "the merged model."),
-})
+            "dir, which holds the full model.",
+        ),
+        "no_tokenizer": (
+            "No hay tokenizador para {path} (se buscó tokenizer.json / tokenizer_config.json "
+            "en {searched}). Copia los archivos del tokenizador al directorio del modelo.",
+            "No tokenizer found for {path} (looked for tokenizer.json / tokenizer_config.json "
+            "in {searched}). Copy the tokenizer files into the model dir.",
+        ),
+        "adapter_no_base": (
+            "El adaptador {path} no indica su modelo base (base_model_name_or_path); indícalo con --model.",
+            "The adapter {path} does not name its base model (base_model_name_or_path); pass it with --model.",
+        ),
+        "adapter_base_missing": (
+            "El modelo base del adaptador {adapter}, '{base}', no existe aquí. "
+            "Indica el modelo base local con --model.",
+            "The adapter {adapter}'s base model '{base}' is not here. Pass the local base model with --model.",
+        ),
+        "bad_adapter_field": (
+            "{path}: '{field}' debe ser {expected} (es {found}). Vuelve a copiar el adaptador desde "
+            "su origen o entrénalo de nuevo.",
+            "{path}: '{field}' must be {expected} (it is {found}). Copy the adapter again from where "
+            "it came from, or train it again.",
+        ),
+        "bad_config": (
+            "{path} no es una configuración de modelo válida ({err}). Vuelve a copiar el modelo desde su "
+            "origen o corrige ese campo.",
+            "{path} is not a valid model configuration ({err}). Copy the model again from where it came "
+            "from, or fix that field.",
+        ),
+        "not_adapter": (
+            "{path} no es un adaptador peft: falta adapter_config.json.",
+            "{path} is not a peft adapter: adapter_config.json is missing.",
+        ),
+        "gguf_bad": (
+            "{path} no es un archivo GGUF válido o está truncado ({err}). Vuelve a exportarlo con 'aura export gguf'.",
+            "{path} is not a valid GGUF file or is truncated ({err}). Export it again with 'aura export gguf'.",
+        ),
+        "no_llama_cpp": (
+            "Para usar archivos GGUF hace falta llama-cpp-python: pip install llama-cpp-python",
+            "GGUF files need llama-cpp-python: pip install llama-cpp-python",
+        ),
+        "llama_load": (
+            "llama.cpp no pudo cargar {path} ({why}).{hint}",
+            "llama.cpp could not load {path} ({why}).{hint}",
+        ),
+        "llama_load_hint": (
+            " Si lo escribió Aura, vuelve a exportarlo con esta versión (aura export gguf lo verifica en "
+            "llama.cpp); un archivo de otra procedencia puede necesitar otra llama-cpp-python (aquí "
+            "{version}).",
+            " If Aura wrote it, export it again with this version (aura export gguf verifies it in "
+            "llama.cpp); a file from elsewhere may need another llama-cpp-python (here {version}).",
+        ),
+        "llama_load_phi3": (
+            " Su nombre ('{name}') activa la regla de Phi-3 de llama.cpp, que busca <s>, </s>, <unk> y "
+            "<|endoftext|> en el vocabulario: vuelve a exportarlo con esta versión de Aura, que no "
+            "escribe ese nombre para un vocabulario sin ellos.",
+            " Its name ('{name}') triggers llama.cpp's Phi-3 rule, which looks up <s>, </s>, <unk> and "
+            "<|endoftext|> in the vocabulary: export it again with this version of Aura, which does "
+            "not write that name for a vocabulary without them.",
+        ),
+        "gguf_adapter": (
+            "--adapter no se puede usar con un archivo GGUF: fusiona primero (aura merge) y "
+            "exporta el modelo fusionado.",
+            "--adapter cannot be used with a GGUF file: merge first (aura merge) and export the merged model.",
+        ),
+    },
+)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|end_of_text|>", "</s>")
@@ -137,8 +165,9 @@ def weight_files(model_dir: Path) -> list[Path]:
     return files
 
 
-def resolve_model(model: str | Path, adapter: str | Path | None = None, *,
-                  allow_other_base: bool = False) -> ModelSource:
+def resolve_model(
+    model: str | Path, adapter: str | Path | None = None, *, allow_other_base: bool = False
+) -> ModelSource:
     """Classify ``model`` (and an optional ``adapter``) without loading anything heavy. Whether an
     adapter belongs on its base is checked once the base is loaded (``load_hf``)."""
     path = Path(model)
@@ -188,8 +217,15 @@ def check_adapter_files(adapter_dir: Path) -> None:
     cfg = read_json_file(adapter_dir / "adapter_config.json")
     for field, ok, expected in ADAPTER_FIELDS:
         if field in cfg and not ok(cfg[field]):
-            raise AuraError(M("bad_adapter_field", path=adapter_dir / "adapter_config.json", field=field,
-                              expected=expected, found=repr(cfg[field])[:60]))
+            raise AuraError(
+                M(
+                    "bad_adapter_field",
+                    path=adapter_dir / "adapter_config.json",
+                    field=field,
+                    expected=expected,
+                    found=repr(cfg[field])[:60],
+                )
+            )
     for f in sorted(adapter_dir.glob("adapter_model*.safetensors")):
         check_safetensors(f)
 
@@ -198,8 +234,11 @@ def check_adapter_files(adapter_dir: Path) -> None:
 ADAPTER_FIELDS = (
     ("r", lambda v: type(v) is int and v > 0, "int > 0"),
     ("lora_alpha", lambda v: type(v) in (int, float), "int | float"),
-    ("target_modules", lambda v: v is None or isinstance(v, str) or (isinstance(v, list) and all(
-        isinstance(x, str) for x in v)), "list[str] | str"),
+    (
+        "target_modules",
+        lambda v: v is None or isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+        "list[str] | str",
+    ),
     ("peft_type", lambda v: isinstance(v, str), "str"),
     ("base_model_name_or_path", lambda v: v is None or isinstance(v, str), "str"),
 )
@@ -407,15 +446,24 @@ def require_llama_cpp():
     return llama_cpp
 
 
-def load_llama(path: Path, *, n_ctx: int = 0, logits_all: bool = False, vocab_only: bool = False,
-               seed: int = 0, n_threads: int | None = None, verbose: bool = False):
+def load_llama(
+    path: Path,
+    *,
+    n_ctx: int = 0,
+    logits_all: bool = False,
+    vocab_only: bool = False,
+    seed: int = 0,
+    n_threads: int | None = None,
+    verbose: bool = False,
+):
     """A llama_cpp.Llama for a validated GGUF (AMX repacking is off: it segfaults on Q8_0 here)."""
     llama_cpp = require_llama_cpp()
     validate_gguf(path)
     if vocab_only and not n_ctx:
         n_ctx = 64  # a vocab-only load has no trained context length, and 0 would mean "use it"
-    kwargs = dict(n_ctx=n_ctx, logits_all=logits_all, vocab_only=vocab_only, seed=seed, n_threads=n_threads,
-                  use_extra_bufts=False)
+    kwargs = dict(
+        n_ctx=n_ctx, logits_all=logits_all, vocab_only=vocab_only, seed=seed, n_threads=n_threads, use_extra_bufts=False
+    )
     try:
         with _llama_log(vocab_only):
             return llama_cpp.Llama(model_path=str(path), verbose=verbose, **kwargs)

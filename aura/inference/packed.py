@@ -25,8 +25,11 @@ import torch
 
 def packable() -> bool:
     """Whether this torch has oneDNN's prepacked fp32 linear."""
-    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
 
 
 class PackedLinear(torch.nn.Module):
@@ -42,8 +45,9 @@ class PackedLinear(torch.nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
-def packed_view(model: torch.nn.Module, *, precision: str, device: torch.device
-                ) -> contextlib.AbstractContextManager | None:
+def packed_view(
+    model: torch.nn.Module, *, precision: str, device: torch.device
+) -> contextlib.AbstractContextManager | None:
     """``model`` with every fp32 linear layer packed (see the module docstring), or None."""
     if precision != "fp32" or device.type != "cpu" or not packable():
         return None
@@ -61,8 +65,7 @@ def packed_view(model: torch.nn.Module, *, precision: str, device: torch.device
                 w = child.weight
                 if w.dtype != torch.float32 or w.device.type != "cpu":
                     return None
-                swaps.append((parent, name, child, PackedLinear(w.t() if isinstance(child, Conv1D) else w,
-                                                                child.bias)))
+                swaps.append((parent, name, child, PackedLinear(w.t() if isinstance(child, Conv1D) else w, child.bias)))
     return _swapped(swaps) if swaps else None
 
 

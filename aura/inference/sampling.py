@@ -5,7 +5,8 @@ no host sync per token; see that module). ``sample_batch_reference``, the engine
 prompts, runs each distinct prompt once through the model (prefill, only the last position's logits; GRPO's
 G rows of a prompt then share its cache, copied G times), then one token per step for every unfinished row,
 reusing the cache. Positions are counted from each row's first real token (``position_ids`` from the
-attention mask), so a left-padded row sees the same positions as it would alone, for learned position embeddings (GPT-2) as for RoPE. Rows stop
+attention mask), so a left-padded row sees the same positions as it would alone, for learned position embeddings (GPT-2)
+as for RoPE. Rows stop
 at an end-of-turn id (kept as the completion's last token, as TRL keeps the EOS) or once a stop string
 appears in their text (the completion keeps the token that completes it); finished rows leave the batch
 when a quarter of it is done (``Cache.batch_select_indices``), so long stragglers do not pay for the rest.
@@ -22,8 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from aura.inference.draws import (SamplingParams, filter_logits, keyed_uniform, mix64,  # noqa: F401 - re-exported
-                                  next_tokens, stop_cut)
+from aura.inference.draws import SamplingParams, filter_logits, keyed_uniform, mix64, next_tokens, stop_cut  # noqa: F401 - re-exported
 
 
 def new_cache(model):
@@ -40,9 +40,17 @@ def new_cache(model):
     return DynamicCache(config=inner.config), key
 
 
-def sample_batch(model, prompts: list[list[int]], params: SamplingParams, *, pad_id: int, device,
-                 tokenizer=None, generator: torch.Generator | None = None,
-                 keys: list[int] | None = None) -> list[list[int]]:
+def sample_batch(
+    model,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    *,
+    pad_id: int,
+    device,
+    tokenizer=None,
+    generator: torch.Generator | None = None,
+    keys: list[int] | None = None,
+) -> list[list[int]]:
     """The completion token ids of every prompt (``model`` in eval mode, no gradients), through the
     fixed-shape engine ``aura.inference.decode.decode_batch``.
 
@@ -54,14 +62,23 @@ def sample_batch(model, prompts: list[list[int]], params: SamplingParams, *, pad
     """
     from aura.inference.decode import decode_batch
 
-    return decode_batch(model, prompts, params, pad_id=pad_id, device=device, tokenizer=tokenizer,
-                        generator=generator, keys=keys)
+    return decode_batch(
+        model, prompts, params, pad_id=pad_id, device=device, tokenizer=tokenizer, generator=generator, keys=keys
+    )
 
 
 @torch.no_grad()
-def sample_batch_reference(model, prompts: list[list[int]], params: SamplingParams, *, pad_id: int, device,
-                           tokenizer=None, generator: torch.Generator | None = None,
-                           keys: list[int] | None = None) -> list[list[int]]:
+def sample_batch_reference(
+    model,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    *,
+    pad_id: int,
+    device,
+    tokenizer=None,
+    generator: torch.Generator | None = None,
+    keys: list[int] | None = None,
+) -> list[list[int]]:
     """The previous engine (a growing DynamicCache, finished rows compacted, one host sync per token), kept
     as the reference of ``sample_batch``'s tests and benchmark.
 
@@ -74,8 +91,8 @@ def sample_batch_reference(model, prompts: list[list[int]], params: SamplingPara
     ids = torch.full((n, width), pad_id, dtype=torch.long)
     mask = torch.zeros((n, width), dtype=torch.long)
     for i, p in enumerate(prompts):  # left padding: every row's last prompt token is at the same column
-        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (N, W)
     cache, key = new_cache(model)  # filled in place by every forward
@@ -86,8 +103,9 @@ def sample_batch_reference(model, prompts: list[list[int]], params: SamplingPara
         ids_p, mask_p, pos_p = ids[first], mask[first], positions[first]
     else:
         ids_p, mask_p, pos_p = ids, mask, positions
-    logits = model(input_ids=ids_p, attention_mask=mask_p, position_ids=pos_p, use_cache=True, logits_to_keep=1,
-                   **{key: cache}).logits[:, -1]  # (U, V)
+    logits = model(
+        input_ids=ids_p, attention_mask=mask_p, position_ids=pos_p, use_cache=True, logits_to_keep=1, **{key: cache}
+    ).logits[:, -1]  # (U, V)
     if len(place) < n:  # every row takes a copy of its prompt's cache and logits
         expand = torch.tensor(of_row, device=device)  # (N,)
         cache.batch_select_indices(expand)
@@ -113,7 +131,7 @@ def sample_batch_reference(model, prompts: list[list[int]], params: SamplingPara
                 tail = done[r][-window:]
                 cut = stop_cut(tail, tokenizer, params.stop_strings)
                 if cut is not None:  # keep the completion up to the token that completes the stop string
-                    del done[r][len(done[r]) - len(tail) + cut:]
+                    del done[r][len(done[r]) - len(tail) + cut :]
                     end = True
             live[r] = not end
             if not end:
@@ -125,7 +143,8 @@ def sample_batch_reference(model, prompts: list[list[int]], params: SamplingPara
             idx = torch.tensor(keep, device=device)
             cache.batch_select_indices(idx)
             tok, mask, next_pos, rows = tok[idx], mask[idx], next_pos[idx], rows[idx]
-        logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None], use_cache=True,
-                       **{key: cache}).logits[:, -1]
+        logits = model(
+            input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None], use_cache=True, **{key: cache}
+        ).logits[:, -1]
         next_pos = next_pos + 1
     return done

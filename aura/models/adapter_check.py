@@ -25,49 +25,79 @@ import os
 from pathlib import Path
 
 from aura.core import console
+from aura.core.atomic import read_json
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.core.atomic import read_json
 
 ADAPTER_META = "aura_adapter.json"
 ALLOW_FLAG = "--allow-other-base"
 # Config keys that do not change which weights an adapter fits (paths, dtypes, runtime switches).
-_VOLATILE_KEYS = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "quantization_config",
-                  "use_cache", "_attn_implementation", "_attn_implementation_autoset", "attn_implementation",
-                  "output_attentions", "output_hidden_states", "return_dict", "architectures", "auto_map",
-                  "_commit_hash", "pad_token_id", "tie_word_embeddings"}
+_VOLATILE_KEYS = {
+    "_name_or_path",
+    "transformers_version",
+    "torch_dtype",
+    "dtype",
+    "quantization_config",
+    "use_cache",
+    "_attn_implementation",
+    "_attn_implementation_autoset",
+    "attn_implementation",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "architectures",
+    "auto_map",
+    "_commit_hash",
+    "pad_token_id",
+    "tie_word_embeddings",
+}
 
-M = Messages("adapter_check", {
-    "wrong_base": ("El adaptador {path} se entrenó sobre '{saved}' pero el modelo base es '{now}' y no "
-                   "coincide ({what}). Usa el mismo modelo base con el que se entrenó{hint}.",
-                   "The adapter {path} was trained on '{saved}' but the base model is '{now}', which "
-                   "does not match ({what}). Use the base model it was trained on{hint}."),
-    "hint": (" (o {flag} si sabes que es compatible)", " (or {flag} if you know it is compatible)"),
-    "forced": ("El adaptador {path} se entrenó sobre '{saved}' y no coincide con '{now}' ({what}); se "
-               "aplica igualmente por {flag}. El resultado puede no tener sentido.",
-               "The adapter {path} was trained on '{saved}' and does not match '{now}' ({what}); it is "
-               "applied anyway because of {flag}. The result may be meaningless."),
-    "what_config": ("config.json distinto: {keys}", "different config.json: {keys}"),
-    "what_embed": ("pesos de embeddings distintos", "different embedding weights"),
-    "moved_base": ("El adaptador se entrenó sobre '{saved}'; se usa '{now}', que tiene la misma "
-                   "arquitectura y pesos de embeddings.",
-                   "The adapter was trained on '{saved}'; using '{now}', which has the same architecture "
-                   "and embedding weights."),
-    "unverified_base": ("El adaptador {path} indica como base '{saved}' y se carga sobre '{now}'; sin "
-                        "aura_adapter.json no se puede comprobar que sean el mismo modelo.",
-                        "The adapter {path} names '{saved}' as its base and is being loaded onto '{now}'; "
-                        "without aura_adapter.json it cannot be checked that they are the same model."),
-    "adapter_shape": ("El adaptador {adapter} no corresponde al modelo base {base}: la capa '{layer}' "
-                      "tiene forma {expected} (entrada, salida) en la base pero el adaptador espera "
-                      "{found}. El adaptador se entrenó sobre '{trained_on}'; usa ese modelo base.",
-                      "The adapter {adapter} does not fit the base model {base}: layer '{layer}' has "
-                      "shape {expected} (in, out) in the base but the adapter expects {found}. The adapter "
-                      "was trained on '{trained_on}'; use that base model."),
-    "adapter_layer": ("El adaptador {adapter} modifica la capa '{layer}', que no existe en el modelo base "
-                      "{base}. El adaptador se entrenó sobre '{trained_on}'; usa ese modelo base.",
-                      "The adapter {adapter} changes layer '{layer}', which does not exist in the base "
-                      "model {base}. The adapter was trained on '{trained_on}'; use that base model."),
-})
+M = Messages(
+    "adapter_check",
+    {
+        "wrong_base": (
+            "El adaptador {path} se entrenó sobre '{saved}' pero el modelo base es '{now}' y no "
+            "coincide ({what}). Usa el mismo modelo base con el que se entrenó{hint}.",
+            "The adapter {path} was trained on '{saved}' but the base model is '{now}', which "
+            "does not match ({what}). Use the base model it was trained on{hint}.",
+        ),
+        "hint": (" (o {flag} si sabes que es compatible)", " (or {flag} if you know it is compatible)"),
+        "forced": (
+            "El adaptador {path} se entrenó sobre '{saved}' y no coincide con '{now}' ({what}); se "
+            "aplica igualmente por {flag}. El resultado puede no tener sentido.",
+            "The adapter {path} was trained on '{saved}' and does not match '{now}' ({what}); it is "
+            "applied anyway because of {flag}. The result may be meaningless.",
+        ),
+        "what_config": ("config.json distinto: {keys}", "different config.json: {keys}"),
+        "what_embed": ("pesos de embeddings distintos", "different embedding weights"),
+        "moved_base": (
+            "El adaptador se entrenó sobre '{saved}'; se usa '{now}', que tiene la misma "
+            "arquitectura y pesos de embeddings.",
+            "The adapter was trained on '{saved}'; using '{now}', which has the same architecture "
+            "and embedding weights.",
+        ),
+        "unverified_base": (
+            "El adaptador {path} indica como base '{saved}' y se carga sobre '{now}'; sin "
+            "aura_adapter.json no se puede comprobar que sean el mismo modelo.",
+            "The adapter {path} names '{saved}' as its base and is being loaded onto '{now}'; "
+            "without aura_adapter.json it cannot be checked that they are the same model.",
+        ),
+        "adapter_shape": (
+            "El adaptador {adapter} no corresponde al modelo base {base}: la capa '{layer}' "
+            "tiene forma {expected} (entrada, salida) en la base pero el adaptador espera "
+            "{found}. El adaptador se entrenó sobre '{trained_on}'; usa ese modelo base.",
+            "The adapter {adapter} does not fit the base model {base}: layer '{layer}' has "
+            "shape {expected} (in, out) in the base but the adapter expects {found}. The adapter "
+            "was trained on '{trained_on}'; use that base model.",
+        ),
+        "adapter_layer": (
+            "El adaptador {adapter} modifica la capa '{layer}', que no existe en el modelo base "
+            "{base}. El adaptador se entrenó sobre '{trained_on}'; usa ese modelo base.",
+            "The adapter {adapter} changes layer '{layer}', which does not exist in the base "
+            "model {base}. The adapter was trained on '{trained_on}'; use that base model.",
+        ),
+    },
+)
 
 
 def _unwrap(model):
@@ -92,10 +122,12 @@ def base_fingerprint(model) -> dict:
     embed_hash = hashlib.sha256(sample.numpy().tobytes()).hexdigest()
     name = getattr(base.config, "_name_or_path", "") or getattr(base, "name_or_path", "")
     # the few config values a user recognises, to say what differs
-    summary = {k: cfg[k] for k in ("model_type", "vocab_size", "hidden_size", "n_embd", "num_hidden_layers",
-                                   "n_layer") if k in cfg}
-    return {"base_model": str(name), "config_hash": config_hash, "embed_hash": embed_hash,
-            "config_summary": summary}
+    summary = {
+        k: cfg[k]
+        for k in ("model_type", "vocab_size", "hidden_size", "n_embd", "num_hidden_layers", "n_layer")
+        if k in cfg
+    }
+    return {"base_model": str(name), "config_hash": config_hash, "embed_hash": embed_hash, "config_summary": summary}
 
 
 def _in_out(module) -> tuple[int, int] | None:
@@ -125,14 +157,24 @@ def _check_shapes(adapter_dir: Path, base, *, base_name: str, trained_on: str) -
                     module = None
                 dims = _in_out(module) if module is not None else None
                 if dims is None:
-                    raise AuraError(M("adapter_layer", adapter=adapter_dir, layer=layer, base=base_name,
-                                      trained_on=trained_on))
+                    raise AuraError(
+                        M("adapter_layer", adapter=adapter_dir, layer=layer, base=base_name, trained_on=trained_on)
+                    )
                 shape = tuple(sf.get_slice(key).get_shape())  # lora_A: (r, in), lora_B: (out, r)
                 found = shape[1] if part == ".lora_A." else shape[0]
                 expected = dims[0] if part == ".lora_A." else dims[1]
                 if found != expected:
-                    raise AuraError(M("adapter_shape", adapter=adapter_dir, base=base_name, layer=layer,
-                                      expected=list(dims), found=found, trained_on=trained_on))
+                    raise AuraError(
+                        M(
+                            "adapter_shape",
+                            adapter=adapter_dir,
+                            base=base_name,
+                            layer=layer,
+                            expected=list(dims),
+                            found=found,
+                            trained_on=trained_on,
+                        )
+                    )
 
 
 def _differences(saved: dict, now: dict) -> str:
@@ -147,8 +189,11 @@ def _differences(saved: dict, now: dict) -> str:
 
 def _model_files(directory: Path) -> dict[str, int]:
     """A model dir's config and weight files -> their sizes."""
-    return {p.name: p.stat().st_size for p in sorted(directory.iterdir())
-            if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin"))}
+    return {
+        p.name: p.stat().st_size
+        for p in sorted(directory.iterdir())
+        if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin"))
+    }
 
 
 def same_base(saved: str, now: str) -> bool:
@@ -173,8 +218,9 @@ def same_base(saved: str, now: str) -> bool:
         return False
 
 
-def check_adapter_base(adapter_dir: str | os.PathLike, base_model, *, allow_other_base: bool = False,
-                       flag: str | None = ALLOW_FLAG) -> None:
+def check_adapter_base(
+    adapter_dir: str | os.PathLike, base_model, *, allow_other_base: bool = False, flag: str | None = ALLOW_FLAG
+) -> None:
     """Raise a clear error when ``adapter_dir`` does not belong on the loaded ``base_model``.
 
     ``allow_other_base``: a fingerprint mismatch is only a warning (layer shapes must still fit).
@@ -188,8 +234,11 @@ def check_adapter_base(adapter_dir: str | os.PathLike, base_model, *, allow_othe
     meta_file = adapter_dir / ADAPTER_META
     if not meta_file.is_file():  # an adapter made elsewhere: only the name can be compared
         _check_shapes(adapter_dir, base, base_name=now["base_model"], trained_on=trained_on)
-        if (trained_on != "?" and not same_base(trained_on, now["base_model"])
-                and Path(trained_on).name != Path(now["base_model"]).name):
+        if (
+            trained_on != "?"
+            and not same_base(trained_on, now["base_model"])
+            and Path(trained_on).name != Path(now["base_model"]).name
+        ):
             console.warn(M("unverified_base", path=adapter_dir, saved=trained_on, now=now["base_model"]))
         return
     saved = read_json(meta_file)
@@ -197,12 +246,19 @@ def check_adapter_base(adapter_dir: str | os.PathLike, base_model, *, allow_othe
     what = _differences(saved, now)
     if what:
         if allow_other_base and flag:
-            console.warn(M("forced", path=adapter_dir, saved=saved_name, now=now["base_model"], what=what,
-                           flag=flag))
+            console.warn(M("forced", path=adapter_dir, saved=saved_name, now=now["base_model"], what=what, flag=flag))
             _check_shapes(adapter_dir, base, base_name=now["base_model"], trained_on=saved_name)
             return
-        raise AuraError(M("wrong_base", path=adapter_dir, saved=saved_name, now=now["base_model"], what=what,
-                          hint=M("hint", flag=flag) if flag else ""))
+        raise AuraError(
+            M(
+                "wrong_base",
+                path=adapter_dir,
+                saved=saved_name,
+                now=now["base_model"],
+                what=what,
+                hint=M("hint", flag=flag) if flag else "",
+            )
+        )
     _check_shapes(adapter_dir, base, base_name=now["base_model"], trained_on=saved_name)
     if saved.get("base_model") and not same_base(saved["base_model"], now["base_model"]):
         console.info(M("moved_base", saved=saved["base_model"], now=now["base_model"]))

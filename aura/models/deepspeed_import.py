@@ -10,7 +10,8 @@
 * DeepSpeed's own import loads its autotuner, which imports mlflow whenever that is installed (the
   ``mlflow`` extra), for autotuning runs of DeepSpeed's launcher that Aura never starts: importing DeepSpeed
   took 2.2 s of CPU instead of 0.5 s on a 2-core Xeon (a hand timing, not a bench figure: process time
-  around ``import deepspeed`` after torch and transformers, three runs each at load 7-8), on every rank. ``import_deepspeed()`` imports it with
+  around ``import deepspeed`` after torch and transformers, three runs each at load 7-8), on every rank.
+  ``import_deepspeed()`` imports it with
   mlflow hidden the same way (unless mlflow is already imported); ``--report-to mlflow`` imports mlflow
   afterwards as usual.
 
@@ -65,7 +66,8 @@ def import_deepspeed():
 def _no_inference_shm_op() -> None:
     """DeepSpeed's communication backend, when its accelerator is the CPU, compiles a C++ extension on first use
     (``deepspeed_shm_comm``, into ``~/.cache/torch_extensions``, once per Python environment: 30 s to
-    minutes of both cores on a 2-core machine, and a compiler the user may not have) for ``inference_all_reduce`` alone, the collective
+    minutes of both cores on a 2-core machine, and a compiler the user may not have) for ``inference_all_reduce`` alone,
+    the collective
     of DeepSpeed's tensor-parallel inference. Aura never runs that: its training collectives go to
     ``torch.distributed``, and without the extension ``inference_all_reduce`` itself falls back to it. So the
     builder returns None (releases without it are left as they are)."""

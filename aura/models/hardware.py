@@ -18,21 +18,30 @@ from functools import lru_cache
 from aura.core.i18n import Messages
 from aura.models.presets import PRESET_TRAINING, PRESETS, ModelSpec, hidden_matrix_parameters, spec_parameters
 
-GIB = 1024 ** 3
+GIB = 1024**3
 PLANNING_VOCAB = 32000  # `auto` runs before the tokenizer is known; typical Spanish BPE size
 TARGET_TOKENS_PER_STEP = 65536  # the 72-hour guide: batch 2 x accumulation 16 x context 2048
 
-M = Messages("hardware", {
-    "reason_cpu": ("CPU ({name}): se usa '{preset}' (pocos millones de parámetros; Muon + WSD), lote {batch}.",
-                   "CPU ({name}): using '{preset}' (a few million parameters; Muon + WSD), batch {batch}."),
-    "reason_fit": ("{device} con {mem:.0f} GiB: '{preset}' con lote {batch}{ckpt} ocupa ~{need:.1f} GiB "
-                   "según el modelo de memoria; es el preset más grande que cabe (receta: Muon + WSD).",
-                   "{device} with {mem:.0f} GiB: '{preset}' with batch {batch}{ckpt} needs ~{need:.1f} GiB "
-                   "by the memory model; it is the largest preset that fits (recipe: Muon + WSD)."),
-    "ckpt": (" y gradient checkpointing", " and gradient checkpointing"),
-    "reason_small": ("{device} con {mem:.1f} GiB: ningún preset de GPU cabe; se usa '{preset}'.",
-                     "{device} with {mem:.1f} GiB: no GPU preset fits; using '{preset}'."),
-})
+M = Messages(
+    "hardware",
+    {
+        "reason_cpu": (
+            "CPU ({name}): se usa '{preset}' (pocos millones de parámetros; Muon + WSD), lote {batch}.",
+            "CPU ({name}): using '{preset}' (a few million parameters; Muon + WSD), batch {batch}.",
+        ),
+        "reason_fit": (
+            "{device} con {mem:.0f} GiB: '{preset}' con lote {batch}{ckpt} ocupa ~{need:.1f} GiB "
+            "según el modelo de memoria; es el preset más grande que cabe (receta: Muon + WSD).",
+            "{device} with {mem:.0f} GiB: '{preset}' with batch {batch}{ckpt} needs ~{need:.1f} GiB "
+            "by the memory model; it is the largest preset that fits (recipe: Muon + WSD).",
+        ),
+        "ckpt": (" y gradient checkpointing", " and gradient checkpointing"),
+        "reason_small": (
+            "{device} con {mem:.1f} GiB: ningún preset de GPU cabe; se usa '{preset}'.",
+            "{device} with {mem:.1f} GiB: no GPU preset fits; using '{preset}'.",
+        ),
+    },
+)
 
 # Dense (no sparsity) peaks in TFLOP/s from NVIDIA's data sheets and architecture whitepapers:
 # (name as its words appear in the driver's device name, 16-bit tensor with fp32 accumulation, TF32 tensor
@@ -41,25 +50,43 @@ M = Messages("hardware", {
 # "L40S". GeForce cards accumulate fp16 products in fp32 at half rate: those are the figures used here.
 _GPU_TABLE: list[tuple[str, float, float | None, float, tuple[int, int]]] = [
     ("B200", 2250, 1100, 80, (10, 0)),
-    ("H200 NVL", 835.5, 417.5, 60, (9, 0)), ("H200", 989.4, 494.7, 66.9, (9, 0)),
+    ("H200 NVL", 835.5, 417.5, 60, (9, 0)),
+    ("H200", 989.4, 494.7, 66.9, (9, 0)),
     ("GH200", 989.4, 494.7, 67, (9, 0)),
-    ("H100 NVL", 835.5, 417.5, 60, (9, 0)), ("H100 PCIe", 756.5, 378, 51.2, (9, 0)),
-    ("H100", 989.4, 494.7, 66.9, (9, 0)), ("H800 PCIe", 756.5, 378, 51.2, (9, 0)),
+    ("H100 NVL", 835.5, 417.5, 60, (9, 0)),
+    ("H100 PCIe", 756.5, 378, 51.2, (9, 0)),
+    ("H100", 989.4, 494.7, 66.9, (9, 0)),
+    ("H800 PCIe", 756.5, 378, 51.2, (9, 0)),
     ("H800", 989.4, 494.7, 66.9, (9, 0)),
-    ("A100", 312, 156, 19.5, (8, 0)), ("A800", 312, 156, 19.5, (8, 0)), ("A30", 165, 82, 10.3, (8, 0)),
-    ("L40S", 362.05, 183, 91.6, (8, 9)), ("L40", 181.05, 90.5, 90.5, (8, 9)), ("L4", 121, 60, 30.3, (8, 9)),
-    ("A10G", 70, 35, 31.2, (8, 6)), ("A10", 125, 62.5, 31.2, (8, 6)),
+    ("A100", 312, 156, 19.5, (8, 0)),
+    ("A800", 312, 156, 19.5, (8, 0)),
+    ("A30", 165, 82, 10.3, (8, 0)),
+    ("L40S", 362.05, 183, 91.6, (8, 9)),
+    ("L40", 181.05, 90.5, 90.5, (8, 9)),
+    ("L4", 121, 60, 30.3, (8, 9)),
+    ("A10G", 70, 35, 31.2, (8, 6)),
+    ("A10", 125, 62.5, 31.2, (8, 6)),
     ("RTX A6000", 154.8, 77.4, 38.7, (8, 6)),
-    ("RTX A5000", 111.1, 55.6, 27.8, (8, 6)), ("RTX A4000", 76.7, 38.4, 19.2, (8, 6)),
+    ("RTX A5000", 111.1, 55.6, 27.8, (8, 6)),
+    ("RTX A4000", 76.7, 38.4, 19.2, (8, 6)),
     ("RTX 4090", 165.2, 82.6, 82.6, (8, 9)),
-    ("RTX 4080 SUPER", 104.4, 52.2, 52.2, (8, 9)), ("RTX 4080", 97.5, 48.7, 48.7, (8, 9)),
-    ("RTX 4070 Ti", 80.2, 40.1, 40.1, (8, 9)), ("RTX 4070", 58.3, 29.1, 29.1, (8, 9)),
-    ("RTX 4060 Ti", 44.1, 22.1, 22.1, (8, 9)), ("RTX 4060", 30.2, 15.1, 15.1, (8, 9)),
-    ("RTX 3090 Ti", 80, 40, 40, (8, 6)), ("RTX 3090", 71, 35.6, 35.6, (8, 6)),
-    ("RTX 3080 Ti", 68.2, 34.1, 34.1, (8, 6)), ("RTX 3080", 59.5, 29.8, 29.8, (8, 6)),
-    ("RTX 3070 Ti", 43.5, 21.7, 21.7, (8, 6)), ("RTX 3070", 40.6, 20.3, 20.3, (8, 6)),
-    ("RTX 3060 Ti", 32.4, 16.2, 16.2, (8, 6)), ("RTX 3060", 25.6, 12.8, 12.7, (8, 6)),
-    ("V100S", 130, None, 16.4, (7, 0)), ("V100 PCIe", 112, None, 14, (7, 0)), ("V100", 125, None, 15.7, (7, 0)),
+    ("RTX 4080 SUPER", 104.4, 52.2, 52.2, (8, 9)),
+    ("RTX 4080", 97.5, 48.7, 48.7, (8, 9)),
+    ("RTX 4070 Ti", 80.2, 40.1, 40.1, (8, 9)),
+    ("RTX 4070", 58.3, 29.1, 29.1, (8, 9)),
+    ("RTX 4060 Ti", 44.1, 22.1, 22.1, (8, 9)),
+    ("RTX 4060", 30.2, 15.1, 15.1, (8, 9)),
+    ("RTX 3090 Ti", 80, 40, 40, (8, 6)),
+    ("RTX 3090", 71, 35.6, 35.6, (8, 6)),
+    ("RTX 3080 Ti", 68.2, 34.1, 34.1, (8, 6)),
+    ("RTX 3080", 59.5, 29.8, 29.8, (8, 6)),
+    ("RTX 3070 Ti", 43.5, 21.7, 21.7, (8, 6)),
+    ("RTX 3070", 40.6, 20.3, 20.3, (8, 6)),
+    ("RTX 3060 Ti", 32.4, 16.2, 16.2, (8, 6)),
+    ("RTX 3060", 25.6, 12.8, 12.7, (8, 6)),
+    ("V100S", 130, None, 16.4, (7, 0)),
+    ("V100 PCIe", 112, None, 14, (7, 0)),
+    ("V100", 125, None, 15.7, (7, 0)),
     ("T4", 65, None, 8.1, (7, 5)),
 ]
 _MIG_SLICES = 7  # A100 / H100 / H200: 7 compute slices; "MIG 3g.40gb" holds 3 of them
@@ -144,7 +171,7 @@ def gpu_entry(name: str) -> tuple[str, float, float | None, float, tuple[int, in
     words = _words(name)
     for row in _GPU_TABLE:
         key = _words(row[0])
-        if any(words[i:i + len(key)] == key for i in range(len(words) - len(key) + 1)):
+        if any(words[i : i + len(key)] == key for i in range(len(words) - len(key) + 1)):
             return row
     return None
 
@@ -164,22 +191,34 @@ def gpu_peak(name: str) -> tuple[float, float | None, float, str] | None:
     share = mig_fraction(name)
     key = f"{key} SXM" if key in ("H100", "H200", "H800") else key
     label = f"{key}{f' MIG {share * _MIG_SLICES:.0f}/{_MIG_SLICES}' if share < 1 else ''}"
-    source = f"{label} {p16 * share:.0f} TFLOP/s bf16/fp16" + (f", {tf32 * share:.0f} TF32" if tf32 else "") + \
-        f", {p32 * share:.1f} fp32 dense"
+    source = (
+        f"{label} {p16 * share:.0f} TFLOP/s bf16/fp16"
+        + (f", {tf32 * share:.0f} TF32" if tf32 else "")
+        + f", {p32 * share:.1f} fp32 dense"
+    )
     return p16 * share * 1e12, tf32 * share * 1e12 if tf32 else None, p32 * share * 1e12, source
 
 
-def _cuda_info(name: str, count: int, memory: int, capability: tuple[int, int] | None,
-               bf16: bool | None = None) -> HardwareInfo:
+def _cuda_info(
+    name: str, count: int, memory: int, capability: tuple[int, int] | None, bf16: bool | None = None
+) -> HardwareInfo:
     peak = gpu_peak(name)
     if capability is None:
         row = gpu_entry(name)
         capability = row[4] if row else (8, 0)
-    return HardwareInfo("cuda", name, count, memory, bf16=capability >= (8, 0) if bf16 is None else bf16,
-                        fp16=True, peak_flops_16bit=peak[0] if peak else None,
-                        peak_flops_fp32=peak[2] if peak else None, peak_source=peak[3] if peak else None,
-                        capability=capability,
-                        peak_flops_tf32=peak[1] if peak and capability >= (8, 0) else None)
+    return HardwareInfo(
+        "cuda",
+        name,
+        count,
+        memory,
+        bf16=capability >= (8, 0) if bf16 is None else bf16,
+        fp16=True,
+        peak_flops_16bit=peak[0] if peak else None,
+        peak_flops_fp32=peak[2] if peak else None,
+        peak_source=peak[3] if peak else None,
+        capability=capability,
+        peak_flops_tf32=peak[1] if peak and capability >= (8, 0) else None,
+    )
 
 
 ASSUME_ENV = "AURA_ASSUME_HARDWARE"
@@ -222,8 +261,13 @@ def detect(*, rank: int | None = None) -> HardwareInfo:
         props = torch.cuda.get_device_properties(index)
         import importlib.util
 
-        info = _cuda_info(props.name, torch.cuda.device_count(), int(props.total_memory), (props.major, props.minor),
-                          bf16=bool(torch.cuda.is_bf16_supported()) and props.major >= 8)
+        info = _cuda_info(
+            props.name,
+            torch.cuda.device_count(),
+            int(props.total_memory),
+            (props.major, props.minor),
+            bf16=bool(torch.cuda.is_bf16_supported()) and props.major >= 8,
+        )
         return replace(info, flash_attn=importlib.util.find_spec("flash_attn") is not None)
     ram = int(psutil.virtual_memory().total)
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
@@ -235,8 +279,9 @@ def _detect_cpu() -> HardwareInfo:
     import psutil
 
     flags = cpu_flags()
-    return HardwareInfo("cpu", cpu_name(), 1, int(psutil.virtual_memory().total), bf16=cpu_fast_bf16(flags),
-                        fp16=False, cpu_flags=flags)
+    return HardwareInfo(
+        "cpu", cpu_name(), 1, int(psutil.virtual_memory().total), bf16=cpu_fast_bf16(flags), fp16=False, cpu_flags=flags
+    )
 
 
 def attention_implementation(requested: str, info: HardwareInfo, precision: str) -> str | None:
@@ -244,8 +289,12 @@ def attention_implementation(requested: str, info: HardwareInfo, precision: str)
     rank, compute capability 8.0+, 16-bit compute), else None (transformers' default, SDPA)."""
     if requested != "auto":
         return requested
-    if (info.device_type == "cuda" and info.flash_attn and (info.capability or (0, 0)) >= (8, 0)
-            and precision in ("bf16", "fp16")):
+    if (
+        info.device_type == "cuda"
+        and info.flash_attn
+        and (info.capability or (0, 0)) >= (8, 0)
+        and precision in ("bf16", "fp16")
+    ):
         return "flash_attention_2"
     return None
 
@@ -275,9 +324,17 @@ class MemoryEstimate:
         return self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.overhead
 
 
-def estimate_memory(spec: ModelSpec, *, vocab_size: int, batch_size: int, precision: str,
-                    gradient_checkpointing: bool, device_type: str = "cuda", chunked_loss: bool = True,
-                    optimizer: str = "adamw") -> MemoryEstimate:
+def estimate_memory(
+    spec: ModelSpec,
+    *,
+    vocab_size: int,
+    batch_size: int,
+    precision: str,
+    gradient_checkpointing: bool,
+    device_type: str = "cuda",
+    chunked_loss: bool = True,
+    optimizer: str = "adamw",
+) -> MemoryEstimate:
     """Peak training memory of ``spec`` under AdamW (or Muon) with fp32 master weights.
 
     * weights: 4 B/param fp32, plus 2 B/param for the 16-bit copies autocast keeps for backward;
@@ -305,15 +362,17 @@ def estimate_memory(spec: ModelSpec, *, vocab_size: int, batch_size: int, precis
     else:
         activations = full_layer * spec.n_layers
     if chunked_loss:
-        logits = chunk_tokens(tokens, vocab_size, d, device_type=device_type) * vocab_size * (4 + 4 + act_b) + \
-            tokens * d * 4
+        logits = (
+            chunk_tokens(tokens, vocab_size, d, device_type=device_type) * vocab_size * (4 + 4 + act_b) + tokens * d * 4
+        )
     else:
         logits = tokens * vocab_size * (act_b + 4 + 4)
     opt = 8 * n - (4 * hidden_matrix_parameters(spec) if optimizer == "muon" else 0)
     base = 4 * n + 4 * n + opt + activations + logits
     overhead = int(GIB + 0.10 * base) if device_type == "cuda" else GIB // 2
-    return MemoryEstimate(weights=weights, gradients=4 * n, optimizer=opt, activations=activations,
-                          logits=logits, overhead=overhead)
+    return MemoryEstimate(
+        weights=weights, gradients=4 * n, optimizer=opt, activations=activations, logits=logits, overhead=overhead
+    )
 
 
 CHUNK_ELEMENTS = 1 << 24  # the chunked loss's logits: at most this many elements per chunk (64 MiB in fp32) ...
@@ -340,14 +399,28 @@ def fits(spec: ModelSpec, memory_bytes: int, **kwargs) -> tuple[bool, MemoryEsti
     return est.total <= memory_bytes, est
 
 
-def needs_checkpointing(spec: ModelSpec, info: HardwareInfo, *, batch_size: int, precision: str | None = None,
-                        vocab_size: int = PLANNING_VOCAB, usable_fraction: float = 0.9,
-                        optimizer: str = "adamw") -> bool:
+def needs_checkpointing(
+    spec: ModelSpec,
+    info: HardwareInfo,
+    *,
+    batch_size: int,
+    precision: str | None = None,
+    vocab_size: int = PLANNING_VOCAB,
+    usable_fraction: float = 0.9,
+    optimizer: str = "adamw",
+) -> bool:
     """Whether ``spec`` at ``batch_size`` needs gradient checkpointing to fit ``info``'s memory (a preset
     whose default is "from the model": the 72-hour ones)."""
-    ok, _ = fits(spec, int(info.memory_bytes * usable_fraction), vocab_size=vocab_size, batch_size=batch_size,
-                 precision=precision or default_precision(info), gradient_checkpointing=False,
-                 device_type=info.device_type, optimizer=optimizer)
+    ok, _ = fits(
+        spec,
+        int(info.memory_bytes * usable_fraction),
+        vocab_size=vocab_size,
+        batch_size=batch_size,
+        precision=precision or default_precision(info),
+        gradient_checkpointing=False,
+        device_type=info.device_type,
+        optimizer=optimizer,
+    )
     return not ok
 
 
@@ -376,47 +449,105 @@ class AutoChoice:
 # A100 is ~3e19 FLOPs, already past the compute-optimal size for it (~0.5 B); aura-72h-max (2.43 B, the
 # 72-hour guide's original model) and the Llama/GPT-2 presets stay available by name.
 _CANDIDATES: list[tuple[str, int, bool]] = [
-    ("qwen3-72h", 8, False), ("qwen3-72h", 4, False), ("qwen3-72h", 2, False), ("qwen3-72h", 4, True),
+    ("qwen3-72h", 8, False),
+    ("qwen3-72h", 4, False),
+    ("qwen3-72h", 2, False),
+    ("qwen3-72h", 4, True),
     ("qwen3-72h", 2, True),
-    ("qwen3-medium", 8, False), ("qwen3-medium", 4, False), ("qwen3-medium", 8, True),
-    ("qwen3-medium", 4, True), ("qwen3-medium", 2, True),
-    ("qwen3-small", 16, False), ("qwen3-small", 8, False), ("qwen3-small", 4, False),
-    ("qwen3-small", 8, True), ("qwen3-small", 4, True), ("qwen3-small", 2, True),
+    ("qwen3-medium", 8, False),
+    ("qwen3-medium", 4, False),
+    ("qwen3-medium", 8, True),
+    ("qwen3-medium", 4, True),
+    ("qwen3-medium", 2, True),
+    ("qwen3-small", 16, False),
+    ("qwen3-small", 8, False),
+    ("qwen3-small", 4, False),
+    ("qwen3-small", 8, True),
+    ("qwen3-small", 4, True),
+    ("qwen3-small", 2, True),
 ]
 CPU_PRESET = "qwen3-tiny"
 CPU_BATCH = PRESET_TRAINING[CPU_PRESET].batch_size
 _TINY = PRESET_TRAINING[CPU_PRESET]
 
 
-def choose_auto(info: HardwareInfo | None = None, *, vocab_size: int = PLANNING_VOCAB,
-                usable_fraction: float = 0.9) -> AutoChoice:
+def choose_auto(
+    info: HardwareInfo | None = None, *, vocab_size: int = PLANNING_VOCAB, usable_fraction: float = 0.9
+) -> AutoChoice:
     """The preset, batch, accumulation, precision and checkpointing `auto` picks for ``info``."""
     info = detect() if info is None else info
     precision = default_precision(info)
     if info.device_type == "cpu":
         spec = PRESETS[CPU_PRESET]
-        est = estimate_memory(spec, vocab_size=vocab_size, batch_size=CPU_BATCH, precision=precision,
-                              gradient_checkpointing=False, device_type="cpu", optimizer=_TINY.optimizer)
-        return AutoChoice(CPU_PRESET, CPU_BATCH, 1, precision, False, _TINY.learning_rate, _TINY.save_steps, est.total,
-                          M("reason_cpu", name=info.name, preset=CPU_PRESET, batch=CPU_BATCH))
+        est = estimate_memory(
+            spec,
+            vocab_size=vocab_size,
+            batch_size=CPU_BATCH,
+            precision=precision,
+            gradient_checkpointing=False,
+            device_type="cpu",
+            optimizer=_TINY.optimizer,
+        )
+        return AutoChoice(
+            CPU_PRESET,
+            CPU_BATCH,
+            1,
+            precision,
+            False,
+            _TINY.learning_rate,
+            _TINY.save_steps,
+            est.total,
+            M("reason_cpu", name=info.name, preset=CPU_PRESET, batch=CPU_BATCH),
+        )
     budget = int(info.memory_bytes * usable_fraction)
     mem_gib = info.memory_bytes / GIB
     for preset, batch, ckpt in _CANDIDATES:
         spec = PRESETS[preset]
-        ok, est = fits(spec, budget, vocab_size=vocab_size, batch_size=batch, precision=precision,
-                       gradient_checkpointing=ckpt, device_type=info.device_type,
-                       optimizer=PRESET_TRAINING[preset].optimizer)
+        ok, est = fits(
+            spec,
+            budget,
+            vocab_size=vocab_size,
+            batch_size=batch,
+            precision=precision,
+            gradient_checkpointing=ckpt,
+            device_type=info.device_type,
+            optimizer=PRESET_TRAINING[preset].optimizer,
+        )
         if ok:
             accum = max(1, TARGET_TOKENS_PER_STEP // (batch * spec.seq_len))
-            reason = M("reason_fit", device=info.name, mem=mem_gib, preset=preset, batch=batch,
-                       ckpt=M("ckpt") if ckpt else "", need=est.total / GIB)
+            reason = M(
+                "reason_fit",
+                device=info.name,
+                mem=mem_gib,
+                preset=preset,
+                batch=batch,
+                ckpt=M("ckpt") if ckpt else "",
+                need=est.total / GIB,
+            )
             trained = PRESET_TRAINING[preset]
-            return AutoChoice(preset, batch, accum, precision, ckpt, trained.learning_rate, trained.save_steps,
-                              est.total, reason)
-    est = estimate_memory(PRESETS[CPU_PRESET], vocab_size=vocab_size, batch_size=CPU_BATCH, precision=precision,
-                          gradient_checkpointing=False, device_type=info.device_type, optimizer=_TINY.optimizer)
-    return AutoChoice(CPU_PRESET, CPU_BATCH, 1, precision, False, _TINY.learning_rate, _TINY.save_steps, est.total,
-                      M("reason_small", device=info.name, mem=mem_gib, preset=CPU_PRESET))
+            return AutoChoice(
+                preset, batch, accum, precision, ckpt, trained.learning_rate, trained.save_steps, est.total, reason
+            )
+    est = estimate_memory(
+        PRESETS[CPU_PRESET],
+        vocab_size=vocab_size,
+        batch_size=CPU_BATCH,
+        precision=precision,
+        gradient_checkpointing=False,
+        device_type=info.device_type,
+        optimizer=_TINY.optimizer,
+    )
+    return AutoChoice(
+        CPU_PRESET,
+        CPU_BATCH,
+        1,
+        precision,
+        False,
+        _TINY.learning_rate,
+        _TINY.save_steps,
+        est.total,
+        M("reason_small", device=info.name, mem=mem_gib, preset=CPU_PRESET),
+    )
 
 
 FINETUNE_BATCHES = (8, 4, 2, 1)  # tried largest first; accumulation keeps 8 rows per optimizer step
@@ -430,16 +561,23 @@ def finetune_batch(model, *, info: HardwareInfo, max_length: int, precision: str
     c = model.config
     d = getattr(c, "hidden_size", None) or getattr(c, "n_embd", 0)
     heads = getattr(c, "num_attention_heads", None) or getattr(c, "n_head", 1)
-    spec = ModelSpec("finetune", "gpt2" if c.model_type == "gpt2" else "llama", d,
-                     getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer", 1), heads,
-                     getattr(c, "num_key_value_heads", None) or heads, max_length,
-                     getattr(c, "intermediate_size", None) or 4 * d)
+    spec = ModelSpec(
+        "finetune",
+        "gpt2" if c.model_type == "gpt2" else "llama",
+        d,
+        getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer", 1),
+        heads,
+        getattr(c, "num_key_value_heads", None) or heads,
+        max_length,
+        getattr(c, "intermediate_size", None) or 4 * d,
+    )
     params = list(model.parameters())
     trainable = sum(p.numel() for p in params if p.requires_grad)
     weights = sum(p.numel() * p.element_size() for p in params)
     for batch in FINETUNE_BATCHES:
-        est = estimate_memory(spec, vocab_size=c.vocab_size, batch_size=batch, precision=precision,
-                              gradient_checkpointing=checkpointing)
+        est = estimate_memory(
+            spec, vocab_size=c.vocab_size, batch_size=batch, precision=precision, gradient_checkpointing=checkpointing
+        )
         if weights + 16 * trainable + est.activations + est.logits + est.overhead <= info.memory_bytes:
             return batch
     return 1
@@ -448,8 +586,15 @@ def finetune_batch(model, *, info: HardwareInfo, max_length: int, precision: str
 def nominal_gpu(memory_gb: float, *, bf16: bool = True, name: str | None = None) -> HardwareInfo:
     """A CUDA device of ``memory_gb`` GB as drivers report it (e.g. 80 GB -> 79.2 GiB), for planning."""
     reported = int(memory_gb * 1e9 * 0.99)
-    return HardwareInfo("cuda", name or f"GPU {memory_gb:g} GB", 1, reported, bf16=bf16, fp16=True,
-                        capability=(8, 0) if bf16 else (7, 0))
+    return HardwareInfo(
+        "cuda",
+        name or f"GPU {memory_gb:g} GB",
+        1,
+        reported,
+        bf16=bf16,
+        fp16=True,
+        capability=(8, 0) if bf16 else (7, 0),
+    )
 
 
 def auto_tiers(sizes_gb: tuple[float, ...] = (80, 40, 24, 16, 12, 8)) -> list[tuple[float, AutoChoice]]:

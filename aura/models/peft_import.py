@@ -60,6 +60,5 @@ def peft_quiet() -> Iterator[None]:
     bitsandbytes hidden as above, and the FutureWarning transformers 5 raises when peft reads
     ``model.is_gradient_checkpointing`` (the user can do nothing about it) silenced."""
     with bitsandbytes_hidden(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated",
-                                category=FutureWarning)
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
         yield

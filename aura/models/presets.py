@@ -36,27 +36,45 @@ from typing import Any
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("models", {
-    "unknown_preset": ("Preset de modelo desconocido '{name}'. Opciones: {valid}.",
-                       "Unknown model preset '{name}'. Choices: {valid}."),
-    "bad_arch": ("--arch debe ser 'llama', 'gpt2' o 'qwen3', no '{arch}'.",
-                 "--arch must be 'llama', 'gpt2' or 'qwen3', not '{arch}'."),
-    "manual_missing": ("El preset 'manual' necesita {fields}. Ejemplo: --model-preset manual --arch llama "
-                       "--embed-size 512 --num-layers 8 --num-heads 8 --seq-length 1024",
-                       "The 'manual' preset needs {fields}. Example: --model-preset manual --arch llama "
-                       "--embed-size 512 --num-layers 8 --num-heads 8 --seq-length 1024"),
-    "heads_divide": ("--embed-size ({d}) debe ser múltiplo de --num-heads ({h}).",
-                     "--embed-size ({d}) must be a multiple of --num-heads ({h})."),
-    "kv_divide": ("--num-heads ({h}) debe ser múltiplo de --num-kv-heads ({kv}).",
-                  "--num-heads ({h}) must be a multiple of --num-kv-heads ({kv})."),
-    "gpt2_kv": ("GPT-2 no admite --num-kv-heads distinto de --num-heads ({h}); usa --arch llama para GQA.",
-                "GPT-2 does not support --num-kv-heads other than --num-heads ({h}); use --arch llama for GQA."),
-    "positive": ("{field} debe ser un entero positivo (recibido: {value}).",
-                 "{field} must be a positive integer (got: {value})."),
-    "custom_config": ("Config personalizada '{name}': d_model={d}, layers={layers}, heads={heads}, "
-                      "seq_len={seq}",
-                      "Custom config '{name}': d_model={d}, layers={layers}, heads={heads}, seq_len={seq}"),
-})
+M = Messages(
+    "models",
+    {
+        "unknown_preset": (
+            "Preset de modelo desconocido '{name}'. Opciones: {valid}.",
+            "Unknown model preset '{name}'. Choices: {valid}.",
+        ),
+        "bad_arch": (
+            "--arch debe ser 'llama', 'gpt2' o 'qwen3', no '{arch}'.",
+            "--arch must be 'llama', 'gpt2' or 'qwen3', not '{arch}'.",
+        ),
+        "manual_missing": (
+            "El preset 'manual' necesita {fields}. Ejemplo: --model-preset manual --arch llama "
+            "--embed-size 512 --num-layers 8 --num-heads 8 --seq-length 1024",
+            "The 'manual' preset needs {fields}. Example: --model-preset manual --arch llama "
+            "--embed-size 512 --num-layers 8 --num-heads 8 --seq-length 1024",
+        ),
+        "heads_divide": (
+            "--embed-size ({d}) debe ser múltiplo de --num-heads ({h}).",
+            "--embed-size ({d}) must be a multiple of --num-heads ({h}).",
+        ),
+        "kv_divide": (
+            "--num-heads ({h}) debe ser múltiplo de --num-kv-heads ({kv}).",
+            "--num-heads ({h}) must be a multiple of --num-kv-heads ({kv}).",
+        ),
+        "gpt2_kv": (
+            "GPT-2 no admite --num-kv-heads distinto de --num-heads ({h}); usa --arch llama para GQA.",
+            "GPT-2 does not support --num-kv-heads other than --num-heads ({h}); use --arch llama for GQA.",
+        ),
+        "positive": (
+            "{field} debe ser un entero positivo (recibido: {value}).",
+            "{field} must be a positive integer (got: {value}).",
+        ),
+        "custom_config": (
+            "Config personalizada '{name}': d_model={d}, layers={layers}, heads={heads}, seq_len={seq}",
+            "Custom config '{name}': d_model={d}, layers={layers}, heads={heads}, seq_len={seq}",
+        ),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -80,8 +98,9 @@ class ModelSpec:
         return asdict(self)
 
     def describe(self) -> str:
-        return M("custom_config", name=self.name, d=self.d_model, layers=self.n_layers, heads=self.n_heads,
-                 seq=self.seq_len)
+        return M(
+            "custom_config", name=self.name, d=self.d_model, layers=self.n_layers, heads=self.n_heads, seq=self.seq_len
+        )
 
 
 PRESETS: dict[str, ModelSpec] = {
@@ -140,20 +159,40 @@ def _check_positive(field: str, value: int | None) -> None:
         raise AuraError(M("positive", field=field, value=value))
 
 
-def resolve_spec(preset: str, *, arch: str | None = None, embed_size: int | None = None,
-                 num_layers: int | None = None, num_heads: int | None = None,
-                 num_kv_heads: int | None = None, seq_length: int | None = None,
-                 intermediate_size: int | None = None) -> ModelSpec:
+def resolve_spec(
+    preset: str,
+    *,
+    arch: str | None = None,
+    embed_size: int | None = None,
+    num_layers: int | None = None,
+    num_heads: int | None = None,
+    num_kv_heads: int | None = None,
+    seq_length: int | None = None,
+    intermediate_size: int | None = None,
+) -> ModelSpec:
     """A preset with explicit overrides applied, or a fully ``manual`` spec; validated."""
-    for field, value in (("--embed-size", embed_size), ("--num-layers", num_layers),
-                         ("--num-heads", num_heads), ("--num-kv-heads", num_kv_heads),
-                         ("--seq-length", seq_length), ("--intermediate-size", intermediate_size)):
+    for field, value in (
+        ("--embed-size", embed_size),
+        ("--num-layers", num_layers),
+        ("--num-heads", num_heads),
+        ("--num-kv-heads", num_kv_heads),
+        ("--seq-length", seq_length),
+        ("--intermediate-size", intermediate_size),
+    ):
         _check_positive(field, value)
     if arch is not None and arch not in ARCHS:
         raise AuraError(M("bad_arch", arch=arch))
     if preset == "manual":
-        missing = [f for f, v in (("--embed-size", embed_size), ("--num-layers", num_layers),
-                                  ("--num-heads", num_heads), ("--seq-length", seq_length)) if v is None]
+        missing = [
+            f
+            for f, v in (
+                ("--embed-size", embed_size),
+                ("--num-layers", num_layers),
+                ("--num-heads", num_heads),
+                ("--seq-length", seq_length),
+            )
+            if v is None
+        ]
         if missing:
             raise AuraError(M("manual_missing", fields=", ".join(missing)))
         arch = arch or "llama"
@@ -168,15 +207,22 @@ def resolve_spec(preset: str, *, arch: str | None = None, embed_size: int | None
             raise AuraError(M("unknown_preset", name=preset, valid=", ".join([*PRESETS, "manual", "auto"])))
         spec = PRESETS[preset]
         changes: dict[str, Any] = {}
-        for key, value in (("arch", arch), ("d_model", embed_size), ("n_layers", num_layers),
-                           ("n_heads", num_heads), ("n_kv_heads", num_kv_heads), ("seq_len", seq_length),
-                           ("intermediate_size", intermediate_size)):
+        for key, value in (
+            ("arch", arch),
+            ("d_model", embed_size),
+            ("n_layers", num_layers),
+            ("n_heads", num_heads),
+            ("n_kv_heads", num_kv_heads),
+            ("seq_len", seq_length),
+            ("intermediate_size", intermediate_size),
+        ):
             if value is not None:
                 changes[key] = value
         if changes:
             if "n_heads" in changes and "n_kv_heads" not in changes:
-                changes["n_kv_heads"] = changes["n_heads"] if spec.n_kv_heads == spec.n_heads else \
-                    min(spec.n_kv_heads, changes["n_heads"])
+                changes["n_kv_heads"] = (
+                    changes["n_heads"] if spec.n_kv_heads == spec.n_heads else min(spec.n_kv_heads, changes["n_heads"])
+                )
             spec = replace(spec, **changes)
     if spec.d_model % spec.n_heads:
         raise AuraError(M("heads_divide", d=spec.d_model, h=spec.n_heads))
@@ -187,49 +233,93 @@ def resolve_spec(preset: str, *, arch: str | None = None, embed_size: int | None
     return spec
 
 
-def hf_config(spec: ModelSpec, vocab_size: int, *, bos_token_id: int | None = None,
-              eos_token_id: int | None = None, pad_token_id: int | None = None):
+def hf_config(
+    spec: ModelSpec,
+    vocab_size: int,
+    *,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+):
     """The transformers config for ``spec`` (dropout off: pretraining on a stream rarely repeats data)."""
     if spec.arch == "gpt2":
         from transformers import GPT2Config
 
-        cfg = GPT2Config(vocab_size=vocab_size, n_positions=spec.seq_len, n_embd=spec.d_model,
-                         n_layer=spec.n_layers, n_head=spec.n_heads, n_inner=spec.intermediate_size,
-                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                         # torch's fused tanh GELU: GPT-2's formula (transformers' default "gelu_new" spells
-                         # it out in five element-wise kernels), equal within float rounding
-                         activation_function="gelu_pytorch_tanh",
-                         bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+        cfg = GPT2Config(
+            vocab_size=vocab_size,
+            n_positions=spec.seq_len,
+            n_embd=spec.d_model,
+            n_layer=spec.n_layers,
+            n_head=spec.n_heads,
+            n_inner=spec.intermediate_size,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            # torch's fused tanh GELU: GPT-2's formula (transformers' default "gelu_new" spells
+            # it out in five element-wise kernels), equal within float rounding
+            activation_function="gelu_pytorch_tanh",
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+        )
     elif spec.arch == "qwen3":
         from transformers import Qwen3Config
 
-        cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=spec.d_model, num_hidden_layers=spec.n_layers,
-                          num_attention_heads=spec.n_heads, num_key_value_heads=spec.n_kv_heads,
-                          head_dim=spec.head_dim, intermediate_size=spec.intermediate_size,
-                          max_position_embeddings=spec.seq_len, rms_norm_eps=1e-6, tie_word_embeddings=False,
-                          attention_bias=False, attention_dropout=0.0, use_sliding_window=False,
-                          bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+        cfg = Qwen3Config(
+            vocab_size=vocab_size,
+            hidden_size=spec.d_model,
+            num_hidden_layers=spec.n_layers,
+            num_attention_heads=spec.n_heads,
+            num_key_value_heads=spec.n_kv_heads,
+            head_dim=spec.head_dim,
+            intermediate_size=spec.intermediate_size,
+            max_position_embeddings=spec.seq_len,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            attention_bias=False,
+            attention_dropout=0.0,
+            use_sliding_window=False,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+        )
     else:
         from transformers import LlamaConfig
 
-        cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=spec.d_model, num_hidden_layers=spec.n_layers,
-                          num_attention_heads=spec.n_heads, num_key_value_heads=spec.n_kv_heads,
-                          intermediate_size=spec.intermediate_size, max_position_embeddings=spec.seq_len,
-                          rms_norm_eps=1e-5, tie_word_embeddings=False, attention_dropout=0.0,
-                          bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+        cfg = LlamaConfig(
+            vocab_size=vocab_size,
+            hidden_size=spec.d_model,
+            num_hidden_layers=spec.n_layers,
+            num_attention_heads=spec.n_heads,
+            num_key_value_heads=spec.n_kv_heads,
+            intermediate_size=spec.intermediate_size,
+            max_position_embeddings=spec.seq_len,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            attention_dropout=0.0,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+        )
     return cfg
 
 
-def build_model(spec: ModelSpec, vocab_size: int, *, bos_token_id: int | None = None,
-                eos_token_id: int | None = None, pad_token_id: int | None = None, device=None):
+def build_model(
+    spec: ModelSpec,
+    vocab_size: int,
+    *,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    device=None,
+):
     """A randomly initialised HF causal LM (fp32 master weights, SDPA attention) for ``spec``, built and
     initialised on ``device`` (default: the CPU): on a GPU a 2.4B model is not first written to 10 GB of
     host memory per rank by a serial CPU initialisation."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    cfg = hf_config(spec, vocab_size, bos_token_id=bos_token_id, eos_token_id=eos_token_id,
-                    pad_token_id=pad_token_id)
+    cfg = hf_config(spec, vocab_size, bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
     with torch.device(device or "cpu"):
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
     if spec.arch == "qwen3":
@@ -268,16 +358,28 @@ def count_parameters(model, *, trainable_only: bool = False) -> int:
 
 def model_dims(config) -> dict[str, int | bool]:
     """Shape fields of a transformers config, whatever its family names them."""
-    get = lambda *names, default=None: next((getattr(config, n) for n in names  # noqa: E731
-                                             if getattr(config, n, None) is not None), default)
+
+    def get(*names, default=None):
+        return next(
+            (getattr(config, n) for n in names if getattr(config, n, None) is not None),
+            default,
+        )
+
     d = int(get("hidden_size", "n_embd", "d_model"))
     heads = int(get("num_attention_heads", "n_head"))
     kv = int(get("num_key_value_heads", default=heads))
     inter = get("intermediate_size", "n_inner", "ffn_dim")
     gated = getattr(config, "model_type", "") not in ("gpt2", "gpt_neox", "opt", "gptj", "bloom", "falcon")
-    return {"d": d, "layers": int(get("num_hidden_layers", "n_layer")), "heads": heads, "kv": kv,
-            "inter": int(inter) if inter else 4 * d, "vocab": int(config.vocab_size), "gated": gated,
-            "head_dim": int(get("head_dim", default=d // heads))}
+    return {
+        "d": d,
+        "layers": int(get("num_hidden_layers", "n_layer")),
+        "heads": heads,
+        "kv": kv,
+        "inter": int(inter) if inter else 4 * d,
+        "vocab": int(config.vocab_size),
+        "gated": gated,
+        "head_dim": int(get("head_dim", default=d // heads)),
+    }
 
 
 def matmul_parameters(config) -> int:

@@ -27,31 +27,44 @@ from aura.core.i18n import Messages, num
 from aura.pipeline.report_render import comm_flags_text as flags_text
 from aura.pipeline.spec import Stage
 
-M = Messages("pipeline.comm", {
-    "measuring": ("[{i}/{n}] {stage}: comm: auto: se mide el enlace entre los nodos (aura launch check-dist "
-                  "--model-preset {preset}, {step} s de cómputo por paso{source}).",
-                  "[{i}/{n}] {stage}: comm: auto: measuring the link between the nodes (aura launch check-dist "
-                  "--model-preset {preset}, {step} s of compute per step{source})."),
-    "estimated": (", estimados por el plan", ", the plan's estimate"),
-    "applied": ("[{i}/{n}] {stage}: enlace medido: latencia {lat} ms, {gbit} Gbit/s por proceso; se entrena con "
-                "{flags}.",
-                "[{i}/{n}] {stage}: link measured: latency {lat} ms, {gbit} Gbit/s per rank; training with "
-                "{flags}."),
-    "kept": ("[{i}/{n}] {stage}: se reanuda con la comunicación con la que empezó: {flags}.",
-             "[{i}/{n}] {stage}: resuming with the communication it started with: {flags}."),
-    "one_process": ("[{i}/{n}] {stage}: comm: auto: un solo proceso, no hay comunicación que medir.",
-                    "[{i}/{n}] {stage}: comm: auto: a single process, no communication to measure."),
-    "failed": ("{stage}: la medida del enlace (aura launch check-dist) terminó con el código {code}; revisa lo "
-               "que dice arriba y repite el mismo comando en cada nodo.",
-               "{stage}: the link measurement (aura launch check-dist) exited with code {code}; see what it says "
-               "above and run the same command again on every node."),
-    "plan": ("  {stage}: comm: auto: antes de la etapa se mide el enlace (aura launch check-dist --model-preset "
-             "{preset}, {step} s por paso{source}) y se usa su consejo (DDP, --ddp-comm bf16|powersgd o "
-             "--local-steps H).",
-             "  {stage}: comm: auto: before the stage the link is measured (aura launch check-dist --model-preset "
-             "{preset}, {step} s per step{source}) and its advice is used (DDP, --ddp-comm bf16|powersgd or "
-             "--local-steps H)."),
-})
+M = Messages(
+    "pipeline.comm",
+    {
+        "measuring": (
+            "[{i}/{n}] {stage}: comm: auto: se mide el enlace entre los nodos (aura launch check-dist "
+            "--model-preset {preset}, {step} s de cómputo por paso{source}).",
+            "[{i}/{n}] {stage}: comm: auto: measuring the link between the nodes (aura launch check-dist "
+            "--model-preset {preset}, {step} s of compute per step{source}).",
+        ),
+        "estimated": (", estimados por el plan", ", the plan's estimate"),
+        "applied": (
+            "[{i}/{n}] {stage}: enlace medido: latencia {lat} ms, {gbit} Gbit/s por proceso; se entrena con {flags}.",
+            "[{i}/{n}] {stage}: link measured: latency {lat} ms, {gbit} Gbit/s per rank; training with {flags}.",
+        ),
+        "kept": (
+            "[{i}/{n}] {stage}: se reanuda con la comunicación con la que empezó: {flags}.",
+            "[{i}/{n}] {stage}: resuming with the communication it started with: {flags}.",
+        ),
+        "one_process": (
+            "[{i}/{n}] {stage}: comm: auto: un solo proceso, no hay comunicación que medir.",
+            "[{i}/{n}] {stage}: comm: auto: a single process, no communication to measure.",
+        ),
+        "failed": (
+            "{stage}: la medida del enlace (aura launch check-dist) terminó con el código {code}; revisa lo "
+            "que dice arriba y repite el mismo comando en cada nodo.",
+            "{stage}: the link measurement (aura launch check-dist) exited with code {code}; see what it says "
+            "above and run the same command again on every node.",
+        ),
+        "plan": (
+            "  {stage}: comm: auto: antes de la etapa se mide el enlace (aura launch check-dist --model-preset "
+            "{preset}, {step} s por paso{source}) y se usa su consejo (DDP, --ddp-comm bf16|powersgd o "
+            "--local-steps H).",
+            "  {stage}: comm: auto: before the stage the link is measured (aura launch check-dist --model-preset "
+            "{preset}, {step} s per step{source}) and its advice is used (DDP, --ddp-comm bf16|powersgd or "
+            "--local-steps H).",
+        ),
+    },
+)
 
 DEFAULT_STEP_S = 1.0  # check-dist's --step-seconds default
 
@@ -75,12 +88,12 @@ def preset_and_step(stage: Stage, info=None) -> tuple[str, float, bool]:
 
 def plan_line(stage: Stage, info) -> str:
     preset, step, estimated = preset_and_step(stage, info)
-    return M("plan", stage=stage.name, preset=preset, step=num(step, ".3g"),
-             source=M("estimated") if estimated else "")
+    return M("plan", stage=stage.name, preset=preset, step=num(step, ".3g"), source=M("estimated") if estimated else "")
 
 
-def apply(stage: Stage, cfg, *, i: int, n: int, out: Path, prev: dict[str, Any], resume: bool,
-          node_rank: int) -> tuple[Any, dict[str, Any] | None]:
+def apply(
+    stage: Stage, cfg, *, i: int, n: int, out: Path, prev: dict[str, Any], resume: bool, node_rank: int
+) -> tuple[Any, dict[str, Any] | None]:
     """(``cfg`` with the measured advice's flags, the state's ``comm`` record)."""
     import importlib
 
@@ -95,8 +108,17 @@ def apply(stage: Stage, cfg, *, i: int, n: int, out: Path, prev: dict[str, Any],
         console.always(M("one_process", i=i, n=n, stage=stage.name))
         return cfg, None
     preset, step, estimated = preset_and_step(stage)
-    console.always(M("measuring", i=i, n=n, stage=stage.name, preset=preset, step=num(step, ".3g"),
-                     source=M("estimated") if estimated else ""))
+    console.always(
+        M(
+            "measuring",
+            i=i,
+            n=n,
+            stage=stage.name,
+            preset=preset,
+            step=num(step, ".3g"),
+            source=M("estimated") if estimated else "",
+        )
+    )
     advice = out / f".{stage.name}.link.node-{node_rank}.json"
     advice.unlink(missing_ok=True)
     argv = ["check-dist", "--model-preset", preset, "--step-seconds", repr(step), "--advice-out", str(advice)]
@@ -113,6 +135,15 @@ def apply(stage: Stage, cfg, *, i: int, n: int, out: Path, prev: dict[str, Any],
     record = json.loads(advice.read_text(encoding="utf-8"))
     flags = {k: v for k, v in (record.get("flags") or {}).items() if k in ("ddp_comm", "local_steps")}
     record["flags"] = flags
-    console.always(M("applied", i=i, n=n, stage=stage.name, lat=num(record.get("latency_ms", 0.0), ".3f"),
-                     gbit=num(record.get("gbit", 0.0), ".2f"), flags=flags_text(flags)))
+    console.always(
+        M(
+            "applied",
+            i=i,
+            n=n,
+            stage=stage.name,
+            lat=num(record.get("latency_ms", 0.0), ".3f"),
+            gbit=num(record.get("gbit", 0.0), ".2f"),
+            flags=flags_text(flags),
+        )
+    )
     return dataclasses.replace(cfg, **flags), record

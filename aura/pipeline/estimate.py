@@ -6,7 +6,8 @@ Training time: the time budget when the WSD schedule ends the run on it, or the 
 token over the device's peak at ``ASSUMED_MFU``, whichever ends the run first (both when given). FLOPs per
 token: pretraining and full SFT 6·N; LoRA/QLoRA 4·N (no weight gradients for the frozen base); DPO 8·N (the
 policy's 6·N plus the reference model's forward, 2·N; a pair's text counted once, as its characters are); KTO
-12·N (also the policy's and the reference's forwards on the mismatched KL pairs); ORPO, SimPO, CPO 6·N; GRPO 8·N on prompt + completion tokens plus 2·N per sampled token at ``GENERATION_MFU`` (decoding one
+12·N (also the policy's and the reference's forwards on the mismatched KL pairs); ORPO, SimPO, CPO 6·N; GRPO 8·N on
+prompt + completion tokens plus 2·N per sampled token at ``GENERATION_MFU`` (decoding one
 token at a time is bound by memory, not FLOPs). N: the preset's parameters, the earlier stage's model for a
 base it trains (``pretrain.final``), a local model's ``config.json``, or a hub name's size ("Mistral-7B" ->
 7e9) when nothing else says it. A fine-tuning stage's tokens come from its data file (examples and characters,
@@ -74,16 +75,25 @@ def _workers(cfg) -> int:
     return max(int(getattr(cfg, "workers", 0) or 0) or cpu_count(), 1)
 
 
-def _finish(out: StagePlan, cfg, info, flops_per_token: float | None, *, devices: int,
-            extra_flops_per_step: float = 0.0, extra_mfu: float = GENERATION_MFU) -> StagePlan:
+def _finish(
+    out: StagePlan,
+    cfg,
+    info,
+    flops_per_token: float | None,
+    *,
+    devices: int,
+    extra_flops_per_step: float = 0.0,
+    extra_mfu: float = GENERATION_MFU,
+) -> StagePlan:
     """Seconds from the planned tokens and FLOPs (or tokens from the time budget), whichever ends first."""
     budget = budget_seconds(cfg)
     peak = info.peak_flops(_precision(cfg, info))
     devices = max(devices, 1)
     step_s = None
     if peak and flops_per_token and out.tokens_per_step:
-        step_s = (flops_per_token * out.tokens_per_step / (peak * ASSUMED_MFU)
-                  + extra_flops_per_step / (peak * extra_mfu)) / devices  # a step's tokens: every device's
+        step_s = (
+            flops_per_token * out.tokens_per_step / (peak * ASSUMED_MFU) + extra_flops_per_step / (peak * extra_mfu)
+        ) / devices  # a step's tokens: every device's
     if out.steps is None and out.tokens and out.tokens_per_step:
         out.steps = -(-out.tokens // out.tokens_per_step)
     if out.steps is not None and out.tokens is None and out.tokens_per_step:
@@ -120,12 +130,20 @@ def plan_pretrain(cfg, info, *, devices: int) -> StagePlan:
         choice = choose_auto(info)
         preset = choice.preset
         batch, accum = batch or choice.batch_size, accum or choice.gradient_accumulation_steps
-        out.auto = f"{choice.preset} (batch {choice.batch_size} × {choice.gradient_accumulation_steps}, " \
-                   f"{choice.precision})"
+        out.auto = (
+            f"{choice.preset} (batch {choice.batch_size} × {choice.gradient_accumulation_steps}, {choice.precision})"
+        )
     try:
-        spec = resolve_spec(preset, arch=cfg.arch, embed_size=cfg.embed_size, num_layers=cfg.num_layers,
-                            num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, seq_length=cfg.seq_length,
-                            intermediate_size=cfg.intermediate_size)
+        spec = resolve_spec(
+            preset,
+            arch=cfg.arch,
+            embed_size=cfg.embed_size,
+            num_layers=cfg.num_layers,
+            num_heads=cfg.num_heads,
+            num_kv_heads=cfg.num_kv_heads,
+            seq_length=cfg.seq_length,
+            intermediate_size=cfg.intermediate_size,
+        )
     except Exception:  # an incomplete manual spec: the stage's own checks say what is missing when it runs
         out.seconds = budget_seconds(cfg)
         return out
@@ -211,8 +229,11 @@ def plan_finetune(cfg, info, *, earlier: dict[str, StagePlan], refs: list[str], 
     per_step = batch * accum * max(devices, 1)  # examples (pairs; GRPO: completions) per step, all processes
     example_tokens = size[1] / max(size[0], 1) / CHARS_PER_TOKEN if size else None  # one example's text
     if objective == "grpo":
-        prompt = min(cfg.max_prompt_length or cfg.max_length, math.ceil(example_tokens)) if example_tokens else (
-            cfg.max_prompt_length or cfg.max_length)
+        prompt = (
+            min(cfg.max_prompt_length or cfg.max_length, math.ceil(example_tokens))
+            if example_tokens
+            else (cfg.max_prompt_length or cfg.max_length)
+        )
         out.tokens_per_step = per_step * (prompt + cfg.max_completion_length)  # completions at full length
         train_fpt = 8.0 * n if n else None
         sample_flops = 2.0 * n * per_step * cfg.max_completion_length if n else 0.0
@@ -270,8 +291,16 @@ def plan_data(key: tuple[str, ...], cfg) -> StagePlan:
     return out
 
 
-def plan_stage(key: tuple[str, ...], cfg, info, *, earlier: dict[str, StagePlan] | None = None,
-               refs: list[str] = (), launch: dict | None = None, nnodes: int = 1) -> StagePlan:
+def plan_stage(
+    key: tuple[str, ...],
+    cfg,
+    info,
+    *,
+    earlier: dict[str, StagePlan] | None = None,
+    refs: list[str] = (),
+    launch: dict | None = None,
+    nnodes: int = 1,
+) -> StagePlan:
     """One stage's plan; ``earlier`` holds the plans of the stages before it (by name), ``refs`` the
     earlier stages it reads, ``launch`` its ``launch:`` block and ``nnodes`` its nodes (the block's value,
     else $NNODES): processes per node (the block's, else the hardware's count) x nodes devices."""

@@ -22,14 +22,25 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.pipeline.pipeline_state import FINISHED
 
-M = Messages("pipeline.contamination", {
-    "checking": (("{stage}: ¿vio el modelo los ítems de evaluación? Comparando {n:ítem|ítems} con los datos de "
-                  "{stages} (n-gramas de 13 palabras)…"),
-                 ("{stage}: did the model see the eval items? Checking {n:item|items} against the data of {stages} "
-                  "(13-word n-grams)…")),
-    "result": ("{stage}: {k} de {n:ítem|ítems} de evaluación vistos en el entrenamiento ({path}).",
-               "{stage}: {k} of {n:eval item|eval items} seen in training ({path})."),
-})
+M = Messages(
+    "pipeline.contamination",
+    {
+        "checking": (
+            (
+                "{stage}: ¿vio el modelo los ítems de evaluación? Comparando {n:ítem|ítems} con los datos de "
+                "{stages} (n-gramas de 13 palabras)…"
+            ),
+            (
+                "{stage}: did the model see the eval items? Checking {n:item|items} against the data of {stages} "
+                "(13-word n-grams)…"
+            ),
+        ),
+        "result": (
+            "{stage}: {k} de {n:ítem|ítems} de evaluación vistos en el entrenamiento ({path}).",
+            "{stage}: {k} of {n:eval item|eval items} seen in training ({path}).",
+        ),
+    },
+)
 FILE = "contamination.json"
 TRAINING = ("pretrain", "finetune")
 _MIXTURE = re.compile(r"^[^=/\\]+=[0-9.]+:(.+)$")  # NAME=WEIGHT:DIR (pretrain --data)
@@ -60,8 +71,9 @@ def lineage(pipeline, stage) -> list:
 
 def sources(pipeline, stage) -> list[dict[str, Any]]:
     """Every data path the training stages upstream of ``stage`` read: {"stage", "path"}."""
-    return [{"stage": up.name, "path": p} for up in lineage(pipeline, stage)
-            for p in _paths(getattr(up.cfg, "data", None))]
+    return [
+        {"stage": up.name, "path": p} for up in lineage(pipeline, stage) for p in _paths(getattr(up.cfg, "data", None))
+    ]
 
 
 def _signature(paths: list[str]) -> list:
@@ -79,8 +91,10 @@ def check_stage(out: Path, pipeline, stage) -> dict[str, Any] | None:
     from aura.data.training_text import readable, training_texts
 
     cfg = stage.cfg
-    suite, tasks = getattr(cfg, "suite", ""), [t.strip() for t in (getattr(cfg, "tasks", "") or "").split(",")
-                                                if t.strip()]
+    suite, tasks = (
+        getattr(cfg, "suite", ""),
+        [t.strip() for t in (getattr(cfg, "tasks", "") or "").split(",") if t.strip()],
+    )
     if stage.command != "eval" or not (suite or tasks):
         return None
     limit = int(getattr(cfg, "limit", 0) or 0)
@@ -106,8 +120,10 @@ def check_stage(out: Path, pipeline, stage) -> dict[str, Any] | None:
     if tasks:  # lm-eval's tasks whose data is on this machine (aura.evaluation.task_items)
         from aura.evaluation.task_items import harness_items
 
-        options = {"include_paths": list(getattr(cfg, "include_path", []) or []),
-                   "trust_task_code": bool(getattr(cfg, "trust_task_code", False))}
+        options = {
+            "include_paths": list(getattr(cfg, "include_path", []) or []),
+            "trust_task_code": bool(getattr(cfg, "trust_task_code", False)),
+        }
         try:
             some, tasks_not_read = harness_items(tasks, limit=limit, **options)
             items, whole = items + some, whole + (harness_items(tasks, **options)[0] if limit else some)
@@ -117,9 +133,17 @@ def check_stage(out: Path, pipeline, stage) -> dict[str, Any] | None:
     console.info(M("checking", stage=stage.name, n=len(items), stages=", ".join(stages) or "–"))
     result = scan(EvalIndex(items, whole=whole), texts())
     console.info(M("result", stage=stage.name, k=result["seen"], n=result["items"], path=path))
-    data = {"suite": suite, "tasks_requested": tasks, "limit": limit,
-            "stages": stages, "sources": read, "not_read": not_read,
-            "tasks_not_read": tasks_not_read, "signature": signature, **result}
+    data = {
+        "suite": suite,
+        "tasks_requested": tasks,
+        "limit": limit,
+        "stages": stages,
+        "sources": read,
+        "not_read": not_read,
+        "tasks_not_read": tasks_not_read,
+        "signature": signature,
+        **result,
+    }
     atomic_write_json(path, data)
     return data
 
@@ -127,7 +151,11 @@ def check_stage(out: Path, pipeline, stage) -> dict[str, Any] | None:
 def refresh(out: Path, pipeline, state) -> None:
     """``check_stage`` for every finished eval stage (the report card calls it before reading)."""
     for stage in pipeline.stages:
-        if stage.cfg is not None and state.get(stage.name).get("status") == FINISHED and (Path(out) / stage.name).is_dir():
+        if (
+            stage.cfg is not None
+            and state.get(stage.name).get("status") == FINISHED
+            and (Path(out) / stage.name).is_dir()
+        ):
             check_stage(out, pipeline, stage)
 
 

@@ -29,35 +29,47 @@ from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.locks import FileLock
-from aura.pipeline.spec import Pipeline
 from aura.pipeline.pipeline_state import FINISHED, STATE_FILE
+from aura.pipeline.spec import Pipeline
 
-M = Messages("pipeline.nodes", {
-    "layout": ("Nodo {rank} de {n}: {all} en todos los nodos (torchrun); {every} en cada nodo; {main} en el "
-               "nodo 0.",
-               "Node {rank} of {n}: {all} on every node (torchrun); {every} on each node; {main} on node 0."),
-    "elsewhere": ("[{i}/{n}] {stage}: se ejecuta en el nodo 0 (etapa de un proceso); nada que hacer en el "
-                  "nodo {rank}.",
-                  "[{i}/{n}] {stage}: runs on node 0 (a single-process stage); nothing to do on node {rank}."),
-    "waiting": ("[{i}/{n}] {stage}: la está escribiendo otro nodo en esta carpeta compartida (pid {pid} en "
-                "{host}); se espera a que termine.",
-                "[{i}/{n}] {stage}: another node is writing it in this shared folder (pid {pid} on {host}); "
-                "waiting for it to finish."),
-    "adopted": ("[{i}/{n}] {stage}: la hizo el nodo {node} en esta carpeta compartida con las mismas opciones "
-                "y entradas; se usa tal cual.",
-                "[{i}/{n}] {stage}: node {node} made it in this shared folder with the same options and "
-                "inputs; used as it is."),
-    "diverged": ("{stage}: el nodo {node} la hizo en esta carpeta compartida durante esta ejecución con otras "
-                 "opciones o entradas (huella {theirs}, aquí {ours}). Todos los nodos deben ejecutar el mismo "
-                 "pipeline con los mismos archivos (mismas rutas, tamaños y fechas) y los mismos --set.",
-                 "{stage}: node {node} made it in this shared folder during this run with other options or "
-                 "inputs (fingerprint {theirs}, here {ours}). Every node must run the same pipeline with the "
-                 "same files (same paths, sizes and dates) and the same --set."),
-    "node_done": ("Nodo {rank}: sus etapas del pipeline terminaron en {path}; el modelo y el informe están en "
-                  "la carpeta del nodo 0.",
-                  "Node {rank}: its pipeline stages finished in {path}; the model and the report are in node "
-                  "0's folder."),
-})
+M = Messages(
+    "pipeline.nodes",
+    {
+        "layout": (
+            "Nodo {rank} de {n}: {all} en todos los nodos (torchrun); {every} en cada nodo; {main} en el nodo 0.",
+            "Node {rank} of {n}: {all} on every node (torchrun); {every} on each node; {main} on node 0.",
+        ),
+        "elsewhere": (
+            "[{i}/{n}] {stage}: se ejecuta en el nodo 0 (etapa de un proceso); nada que hacer en el nodo {rank}.",
+            "[{i}/{n}] {stage}: runs on node 0 (a single-process stage); nothing to do on node {rank}.",
+        ),
+        "waiting": (
+            "[{i}/{n}] {stage}: la está escribiendo otro nodo en esta carpeta compartida (pid {pid} en "
+            "{host}); se espera a que termine.",
+            "[{i}/{n}] {stage}: another node is writing it in this shared folder (pid {pid} on {host}); "
+            "waiting for it to finish.",
+        ),
+        "adopted": (
+            "[{i}/{n}] {stage}: la hizo el nodo {node} en esta carpeta compartida con las mismas opciones "
+            "y entradas; se usa tal cual.",
+            "[{i}/{n}] {stage}: node {node} made it in this shared folder with the same options and "
+            "inputs; used as it is.",
+        ),
+        "diverged": (
+            "{stage}: el nodo {node} la hizo en esta carpeta compartida durante esta ejecución con otras "
+            "opciones o entradas (huella {theirs}, aquí {ours}). Todos los nodos deben ejecutar el mismo "
+            "pipeline con los mismos archivos (mismas rutas, tamaños y fechas) y los mismos --set.",
+            "{stage}: node {node} made it in this shared folder during this run with other options or "
+            "inputs (fingerprint {theirs}, here {ours}). Every node must run the same pipeline with the "
+            "same files (same paths, sizes and dates) and the same --set.",
+        ),
+        "node_done": (
+            "Nodo {rank}: sus etapas del pipeline terminaron en {path}; el modelo y el informe están en "
+            "la carpeta del nodo 0.",
+            "Node {rank}: its pipeline stages finished in {path}; the model and the report are in node 0's folder.",
+        ),
+    },
+)
 
 ALL, EVERY, MAIN, LOCAL = "all", "every", "main", "local"
 NODE_STATE = "pipeline.node-{rank}.json"

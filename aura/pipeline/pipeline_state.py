@@ -22,16 +22,27 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.locks import lock_holder, lock_path
 
-M = Messages("pipeline.state", {
-    "bad_state": ("{path} está dañado ({err}). Bórralo para empezar el pipeline de nuevo (las carpetas de las "
-                  "etapas se rehacen).",
-                  "{path} is damaged ({err}). Delete it to start the pipeline over (the stages' folders are "
-                  "redone)."),
-})
+M = Messages(
+    "pipeline.state",
+    {
+        "bad_state": (
+            "{path} está dañado ({err}). Bórralo para empezar el pipeline de nuevo (las carpetas de las "
+            "etapas se rehacen).",
+            "{path} is damaged ({err}). Delete it to start the pipeline over (the stages' folders are redone).",
+        ),
+    },
+)
 
 STATE_FILE = "pipeline.json"
 FINISHED, RUNNING, INTERRUPTED, FAILED, PENDING, SKIPPED, ELSEWHERE = (
-    "finished", "running", "interrupted", "failed", "pending", "skipped", "elsewhere")  # elsewhere: node 0's
+    "finished",
+    "running",
+    "interrupted",
+    "failed",
+    "pending",
+    "skipped",
+    "elsewhere",
+)  # elsewhere: node 0's
 _MAX_FILES = 20_000  # a folder's identity lists at most this many files (a corpus of shards)
 
 
@@ -57,8 +68,7 @@ def _identity(path: Path) -> Any:
     return None
 
 
-def fingerprint(*, command: str, options: dict[str, Any], out: Path, upstream: dict[str, str],
-                resources: Path) -> str:
+def fingerprint(*, command: str, options: dict[str, Any], out: Path, upstream: dict[str, str], resources: Path) -> str:
     """The hash of what a stage's result depends on (see the module's docstring)."""
     out_s, res_s = str(Path(out)), str(resources)
     files: dict[str, Any] = {}
@@ -75,9 +85,12 @@ def fingerprint(*, command: str, options: dict[str, Any], out: Path, upstream: d
                 files[v] = _identity(Path(v))
         return v
 
-    body = {"command": command, "options": {k: portable(v) for k, v in sorted(options.items())
-                                            if k != "output_dir"},
-            "upstream": dict(sorted(upstream.items())), "files": files}
+    body = {
+        "command": command,
+        "options": {k: portable(v) for k, v in sorted(options.items()) if k != "output_dir"},
+        "upstream": dict(sorted(upstream.items())),
+        "files": files,
+    }
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
 
 
@@ -139,20 +152,37 @@ def describe(out: Path) -> dict[str, Any]:
         if status == RUNNING and not live:
             status = INTERRUPTED
         seconds = rec.get("seconds")
-        listed.append({"name": name, "status": status, "dir": str(out / name),
-                       "run": (out / name / "run.json").is_file(),
-                       "command": rec.get("command") if isinstance(rec.get("command"), str) else None,
-                       "seconds": seconds if isinstance(seconds, (int, float)) else None})
-    text = lambda key: data.get(key) if isinstance(data.get(key), str) else None  # noqa: E731
-    return {"path": str(out), "name": out.name, "pipeline": text("pipeline"), "updated": text("updated"),
-            "command": text("command"), "running": live, "stages": listed,
-            "report": (out / "report.html").is_file()}
+        listed.append(
+            {
+                "name": name,
+                "status": status,
+                "dir": str(out / name),
+                "run": (out / name / "run.json").is_file(),
+                "command": rec.get("command") if isinstance(rec.get("command"), str) else None,
+                "seconds": seconds if isinstance(seconds, (int, float)) else None,
+            }
+        )
+
+    def text(key):
+        return data.get(key) if isinstance(data.get(key), str) else None
+
+    return {
+        "path": str(out),
+        "name": out.name,
+        "pipeline": text("pipeline"),
+        "updated": text("updated"),
+        "command": text("command"),
+        "running": live,
+        "stages": listed,
+        "report": (out / "report.html").is_file(),
+    }
 
 
 def find_pipeline_dirs(root: Path) -> list[Path]:
     """The pipeline folders (``pipeline.json``) directly inside ``root``, by name."""
     try:
-        return sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith(".")
-                      and (p / STATE_FILE).is_file())
+        return sorted(
+            p for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith(".") and (p / STATE_FILE).is_file()
+        )
     except OSError:
         return []

@@ -4,7 +4,8 @@ A reader of what the stages wrote, like ``aura.watch``: ``pipeline.json`` (times
 each training stage's ``training_log.csv`` (tokens, losses, MFU, and GPU memory where the log has CUDA's
 reserved memory: on a CPU the columns say "–") and ``run.json``, each eval stage's result JSONs (scores,
 and the answers to ``--prompts``: one table, prompt × model stage), the GGUF files an export wrote with
-their ``NAME.verify.json`` (llama.cpp's agreement). It imports nothing of training. Every number shown is one of those files' numbers
+their ``NAME.verify.json`` (llama.cpp's agreement). It imports nothing of training. Every number shown is one of those
+files' numbers
 (``report.json`` holds them unformatted); rewritten after every stage, so a half-done pipeline has one.
 ``report_render`` formats them (Markdown, HTML) in the reader's language.
 """
@@ -55,14 +56,23 @@ def headline(rows: list[dict[str, str]], declared: Any) -> list[dict[str, Any]] 
             return None
         name = h["metric"]
         trained = [v for v in (_float(r.get(name)) for r in steps) if v is not None]
-        validated = [v for v in (_float(r.get(name)) for r in rows if r.get("kind") in ("eval", "epoch"))
-                     if v is not None]
+        validated = [
+            v for v in (_float(r.get(name)) for r in rows if r.get("kind") in ("eval", "epoch")) if v is not None
+        ]
         if h.get("change"):
             value, val = (trained[-1] - trained[0] if trained else None), False
         else:
             value, val = (validated[-1], True) if validated else (trained[-1] if trained else None, False)
-        out.append({"metric": name, "es": str(h.get("es") or name), "en": str(h.get("en") or name),
-                    "change": bool(h.get("change")), "value": value, "val": val})
+        out.append(
+            {
+                "metric": name,
+                "es": str(h.get("es") or name),
+                "en": str(h.get("en") or name),
+                "change": bool(h.get("change")),
+                "value": value,
+                "val": val,
+            }
+        )
     return out
 
 
@@ -78,9 +88,19 @@ def training_summary(stage_dir: Path) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError, csv.Error):
         return None
     steps = [r for r in rows if (r.get("kind") or "step") == "step"]
-    out: dict[str, Any] = {"tokens": None, "seconds": None, "tokens_per_s": None, "mem_peak_gb": None,
-                           "gpu_mem_peak_gb": None, "gpu_mem_reserved_gb": None, "mfu": None,
-                           "final_loss": None, "val_loss": None, "headline": None, "curve": []}
+    out: dict[str, Any] = {
+        "tokens": None,
+        "seconds": None,
+        "tokens_per_s": None,
+        "mem_peak_gb": None,
+        "gpu_mem_peak_gb": None,
+        "gpu_mem_reserved_gb": None,
+        "mfu": None,
+        "final_loss": None,
+        "val_loss": None,
+        "headline": None,
+        "curve": [],
+    }
     if rows:
         last = rows[-1]
         out["tokens"] = _float(last.get("tokens"))
@@ -101,8 +121,11 @@ def training_summary(stage_dir: Path) -> dict[str, Any] | None:
     vals = [v for v in (_float(r.get("val_loss")) for r in rows) if v is not None]
     out["val_loss"] = vals[-1] if vals else None
     out["headline"] = headline(rows, _run_json(stage_dir).get("headline"))
-    out["curve"] = [(int(float(r["step"])), _float(r.get("train_loss"))) for r in steps
-                    if r.get("step") and _float(r.get("train_loss")) is not None]
+    out["curve"] = [
+        (int(float(r["step"])), _float(r.get("train_loss")))
+        for r in steps
+        if r.get("step") and _float(r.get("train_loss")) is not None
+    ]
     return out
 
 
@@ -151,9 +174,12 @@ def stage_notes(stage_dir: Path) -> dict[str, Any]:
             notes.update(vocab_size=data.get("vocab_size"), fertility=fert["tokens_per_word"])
         splits, cleaning = data.get("splits"), data.get("cleaning")
         if isinstance(splits, dict) and isinstance(cleaning, dict):
-            notes.update(documents_read=cleaning.get("documents_read"), documents_kept=cleaning.get("documents_kept"),
-                         train_tokens=(splits.get("train") or {}).get("tokens"),
-                         val_tokens=(splits.get("val") or {}).get("tokens"))
+            notes.update(
+                documents_read=cleaning.get("documents_read"),
+                documents_kept=cleaning.get("documents_kept"),
+                train_tokens=(splits.get("train") or {}).get("tokens"),
+                val_tokens=(splits.get("val") or {}).get("tokens"),
+            )
     return notes
 
 
@@ -174,11 +200,16 @@ def environment() -> dict[str, str]:
     commit = "–"
     try:
         repo = Path(__file__).resolve().parents[2]
-        r = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                           text=True, timeout=5)
+        r = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         if r.returncode == 0 and r.stdout.strip():
-            dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=5).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
             commit = r.stdout.strip() + ("+" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
@@ -189,8 +220,15 @@ def environment() -> dict[str, str]:
         if torch.cuda.is_available():
             names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
             devices = ", ".join(f"{names.count(n)} × {n}" for n in dict.fromkeys(names))
-    return {"aura": __version__, "commit": commit, "python": platform.python_version(), "torch": torch_version,
-            "cuda": cuda, "devices": devices, "platform": f"{platform.system()} {platform.machine()}"}
+    return {
+        "aura": __version__,
+        "commit": commit,
+        "python": platform.python_version(),
+        "torch": torch_version,
+        "cuda": cuda,
+        "devices": devices,
+        "platform": f"{platform.system()} {platform.machine()}",
+    }
 
 
 def gguf_files(stage_dir: Path) -> list[dict[str, Any]]:
@@ -202,13 +240,26 @@ def gguf_files(stage_dir: Path) -> list[dict[str, Any]]:
         size = path.stat().st_size
         verify = None
         try:
-            data = json.loads(path.with_name(path.name.removesuffix(".gguf") + ".verify.json").read_text(encoding="utf-8"))
+            data = json.loads(
+                path.with_name(path.name.removesuffix(".gguf") + ".verify.json").read_text(encoding="utf-8")
+            )
             if isinstance(data, dict) and data.get("gguf") == path.name and data.get("bytes") == size:
                 if data.get("verified") is False:  # written without llama.cpp: why, and the command for later
                     verify = {k: data.get(k) for k in ("quant", "verified", "reason", "verify_command")}
                 else:
-                    verify = {k: data.get(k) for k in ("quant", "top1", "max_abs_diff", "rel_diff", "generated",
-                                                       "agreeing", "tolerance", "llama_cpp_python")}
+                    verify = {
+                        k: data.get(k)
+                        for k in (
+                            "quant",
+                            "top1",
+                            "max_abs_diff",
+                            "rel_diff",
+                            "generated",
+                            "agreeing",
+                            "tolerance",
+                            "llama_cpp_python",
+                        )
+                    }
         except (OSError, ValueError, UnicodeDecodeError):
             pass
         out.append({"name": path.name, "bytes": size, "verify": verify})
@@ -237,23 +288,39 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
         train = training_summary(d) if d.is_dir() else None
         world = _world_size(d) if train else 1
         dev_h = seconds * world / 3600 if isinstance(seconds, (int, float)) else None
-        row = {"name": stage.name, "command_name": stage.command, "status": rec.get("status", "pending"),
-               "command": rec.get("command"), "seconds": seconds, "device_hours": dev_h,
-               "cost": dev_h * price if (dev_h is not None and price is not None) else None,
-               "training": {k: v for k, v in (train or {}).items() if k != "curve"} if train else None,
-               "curve": (train or {}).get("curve", []), "reason": rec.get("reason"),
-               "comm": rec.get("comm"), "made_by": rec.get("made_by"),
-               "notes": stage_notes(d) if d.is_dir() else {},
-               "files": gguf_files(d) if d.is_dir() else []}
+        row = {
+            "name": stage.name,
+            "command_name": stage.command,
+            "status": rec.get("status", "pending"),
+            "command": rec.get("command"),
+            "seconds": seconds,
+            "device_hours": dev_h,
+            "cost": dev_h * price if (dev_h is not None and price is not None) else None,
+            "training": {k: v for k, v in (train or {}).items() if k != "curve"} if train else None,
+            "curve": (train or {}).get("curve", []),
+            "reason": rec.get("reason"),
+            "comm": rec.get("comm"),
+            "made_by": rec.get("made_by"),
+            "notes": stage_notes(d) if d.is_dir() else {},
+            "files": gguf_files(d) if d.is_dir() else [],
+        }
         stages.append(row)
         if train is not None:
-            models.setdefault(stage.name, {"stage": stage.name, "final_loss": train["final_loss"],
-                                           "headline": train["headline"], "val_loss": train["val_loss"],
-                                           "scores": {}})
+            models.setdefault(
+                stage.name,
+                {
+                    "stage": stage.name,
+                    "final_loss": train["final_loss"],
+                    "headline": train["headline"],
+                    "val_loss": train["val_loss"],
+                    "scores": {},
+                },
+            )
         for r in eval_results(d) if d.is_dir() else []:
-            m = models.setdefault(_model_stage(r["model"], out, names),
-                                  {"stage": _model_stage(r["model"], out, names), "final_loss": None,
-                                   "val_loss": None, "scores": {}})
+            m = models.setdefault(
+                _model_stage(r["model"], out, names),
+                {"stage": _model_stage(r["model"], out, names), "final_loss": None, "val_loss": None, "scores": {}},
+            )
             if "bits_per_byte" in r and "rows" not in r:
                 m["scores"]["val_bits_per_byte"] = r["bits_per_byte"]
             for row_ in r.get("rows") or []:
@@ -263,15 +330,23 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
                     if row_.get("metric") in SCORED:
                         rows_by.setdefault(m["stage"], {})[f"{row_['task']}/{row_['metric']}"] = row_
             if isinstance(r.get("answers"), list):
-                m["answers"] = [{"prompt": a.get("prompt"), "answer": a.get("answer")} for a in r["answers"]
-                                if isinstance(a, dict)]
+                m["answers"] = [
+                    {"prompt": a.get("prompt"), "answer": a.get("answer")} for a in r["answers"] if isinstance(a, dict)
+                ]
                 m["max_new_tokens"] = (r.get("prompts") or {}).get("max_new_tokens")
     models = {k: v for k, v in models.items() if v["scores"] or v.get("answers")}
     collect_trust(list(models.values()), rows_by, {s.name: out / s.name for s in pipeline.stages})
-    return {"pipeline": state.data.get("pipeline"), "out": str(out), "aura_version": state.data.get("aura_version"),
-            "updated": state.data.get("updated"), "price_per_hour": price, "stages": stages,
-            "scale": getattr(pipeline, "scale", 1.0),
-            "models": list(models.values()), "environment": environment()}
+    return {
+        "pipeline": state.data.get("pipeline"),
+        "out": str(out),
+        "aura_version": state.data.get("aura_version"),
+        "updated": state.data.get("updated"),
+        "price_per_hour": price,
+        "stages": stages,
+        "scale": getattr(pipeline, "scale", 1.0),
+        "models": list(models.values()),
+        "environment": environment(),
+    }
 
 
 def write(out: Path, pipeline, state) -> dict[str, Any]:

@@ -12,75 +12,111 @@ from aura.core.console import format_duration
 from aura.core.i18n import Messages, current_lang, num
 from aura.pipeline.report_trust import marked, trust_tables
 
-M = Messages("pipeline.report", {
-    "plain_ddp": ("DDP normal", "plain DDP"),
-    "title": ("Informe del pipeline '{name}'", "Pipeline report '{name}'"),
-    "intro": ("Carpeta: {path}. Aura {version}. Actualizado: {updated}. Precio: {price}.",
-              "Folder: {path}. Aura {version}. Updated: {updated}. Price: {price}."),
-    "no_price": ("sin precio (--price-per-hour)", "no price (--price-per-hour)"),
-    "scaled": ("Ejecutado con --scale {scale}: sus presupuestos (horas, pasos, tokens, documentos) multiplicados por "
-               "{scale}; las cifras son de una prueba, no del pipeline completo.",
-               "Run with --scale {scale}: its budgets (hours, steps, tokens, documents) multiplied by {scale}; the "
-               "figures are a trial's, not the full pipeline's."),
-    "price": ("{price} €/hora de dispositivo", "€{price} per device-hour"),
-    "stages": ("Etapas", "Stages"),
-    "models": ("Modelos lado a lado", "Models side by side"),
-    "commands": ("Comandos equivalentes", "Equivalent commands"),
-    "outputs": ("Archivos exportados", "Exported files"),
-    "h_stage": ("etapa", "stage"), "h_status": ("estado", "status"), "h_time": ("tiempo", "wall time"),
-    "h_dev_h": ("horas-dispositivo", "device-hours"), "h_cost": ("coste €", "cost €"),
-    "h_tokens": ("tokens", "tokens"), "h_tok_s": ("tokens/s", "tokens/s"), "h_mfu": ("MFU", "MFU"),
-    "h_mem": ("memoria GPU pico GB (reservada)", "peak GPU memory GB (reserved)"),
-    "h_loss": ("resultado final", "final result"),
-    "loss": ("pérdida {v}", "loss {v}"), "val": (" (val.)", " (val)"), "h_val": ("pérdida val.", "val loss"),
-    "h_model": ("modelo (etapa)", "model (stage)"), "h_bpb": ("bits/byte (val.)", "bits/byte (val)"),
-    "h_file": ("archivo", "file"), "h_size": ("tamaño", "size"),
-    "h_top1": ("top-1 igual a PyTorch", "top-1 equal to PyTorch"), "h_diff": ("máx. dif. de logits", "max logit diff"),
-    "h_gen": ("generación voraz igual", "greedy generation equal"),
-    "not_verified": ("sin verificar", "not verified"),
-    "unverified_note": ("sin verificar en llama.cpp ({why}). Para verificarlo: {command} (el verificador: "
-                        "pip install -e \".[llamacpp]\" en la carpeta de Aura, que compila llama.cpp: unos 30 minutos "
-                        "en 2 núcleos)",
-                        "not verified in llama.cpp ({why}). To verify it: {command} (the verifier: "
-                        "pip install -e \".[llamacpp]\" in Aura's folder, which compiles llama.cpp: about 30 minutes "
-                        "on 2 cores)"),
-    "why_no_llama_cpp": ("llama-cpp-python no está instalado", "llama-cpp-python is not installed"),
-    "why_no_verify": ("exportado con --no-verify", "exported with --no-verify"),
-    "n_missing_module": ("falta el módulo {module}", "missing module {module}"),
-    "answers": ("Las mismas preguntas a cada modelo (respuestas voraces, como mucho {n:token|tokens})",
-                "The same prompts to each model (greedy answers, at most {n:token|tokens})"),
-    "h_prompt": ("pregunta", "prompt"),
-    "total": ("en total", "total"),
-    "s_finished": ("terminada", "finished"), "s_running": ("en curso o cortada", "running or cut off"),
-    "s_interrupted": ("interrumpida", "interrupted"), "s_failed": ("fallida", "failed"),
-    "s_skipped": ("saltada", "skipped"), "s_pending": ("pendiente", "pending"),
-    "s_elsewhere": ("en el nodo 0", "on node 0"),
-    "n_comm": ("enlace medido: latencia {lat:.3f} ms, {gbit:.2f} Gbit/s; {advice} Aplicado: {flags}",
-               "link measured: latency {lat:.3f} ms, {gbit:.2f} Gbit/s; {advice} Applied: {flags}"),
-    "n_made_by": ("hecha por el nodo {node} en la carpeta compartida", "made by node {node} in the shared folder"),
-    "no_models": ("Aún no hay evaluaciones.", "No evaluations yet."),
-    "h_notes": ("notas", "notes"),
-    "n_fertility": ("vocabulario {vocab}, fertilidad {fert:.3f} tokens/palabra",
-                    "vocabulary {vocab}, fertility {fert:.3f} tokens/word"),
-    "n_data": ("documentos {read} → {kept}, tokens {train:,} + {val:,} (val.)",
-               "documents {read} → {kept}, tokens {train:,} + {val:,} (val)"),
-    "n_no_signal": ("0 de {n:grupo|grupos} tuvieron señal de recompensa: el modelo no cambió",
-                    "0 of {n:group|groups} had a reward signal: the model did not change"),
-    "n_signal": ("{k} de {n:grupo|grupos} con señal de recompensa", "{k} of {n:group|groups} with a reward signal"),
-    "n_skipped": ("saltada: {reason}", "skipped: {reason}"),
-    "environment": ("Entorno: Aura {aura} (commit {commit}), Python {python}, torch {torch}, CUDA {cuda}, "
-                    "dispositivos: {devices}; {platform}.",
-                    "Environment: Aura {aura} (commit {commit}), Python {python}, torch {torch}, CUDA {cuda}, "
-                    "devices: {devices}; {platform}."),
-    "loss_curve": ("Pérdida de entrenamiento por paso: {stage}", "Training loss per step: {stage}"),
-})
-
+M = Messages(
+    "pipeline.report",
+    {
+        "plain_ddp": ("DDP normal", "plain DDP"),
+        "title": ("Informe del pipeline '{name}'", "Pipeline report '{name}'"),
+        "intro": (
+            "Carpeta: {path}. Aura {version}. Actualizado: {updated}. Precio: {price}.",
+            "Folder: {path}. Aura {version}. Updated: {updated}. Price: {price}.",
+        ),
+        "no_price": ("sin precio (--price-per-hour)", "no price (--price-per-hour)"),
+        "scaled": (
+            "Ejecutado con --scale {scale}: sus presupuestos (horas, pasos, tokens, documentos) multiplicados por "
+            "{scale}; las cifras son de una prueba, no del pipeline completo.",
+            "Run with --scale {scale}: its budgets (hours, steps, tokens, documents) multiplied by {scale}; the "
+            "figures are a trial's, not the full pipeline's.",
+        ),
+        "price": ("{price} €/hora de dispositivo", "€{price} per device-hour"),
+        "stages": ("Etapas", "Stages"),
+        "models": ("Modelos lado a lado", "Models side by side"),
+        "commands": ("Comandos equivalentes", "Equivalent commands"),
+        "outputs": ("Archivos exportados", "Exported files"),
+        "h_stage": ("etapa", "stage"),
+        "h_status": ("estado", "status"),
+        "h_time": ("tiempo", "wall time"),
+        "h_dev_h": ("horas-dispositivo", "device-hours"),
+        "h_cost": ("coste €", "cost €"),
+        "h_tokens": ("tokens", "tokens"),
+        "h_tok_s": ("tokens/s", "tokens/s"),
+        "h_mfu": ("MFU", "MFU"),
+        "h_mem": ("memoria GPU pico GB (reservada)", "peak GPU memory GB (reserved)"),
+        "h_loss": ("resultado final", "final result"),
+        "loss": ("pérdida {v}", "loss {v}"),
+        "val": (" (val.)", " (val)"),
+        "h_val": ("pérdida val.", "val loss"),
+        "h_model": ("modelo (etapa)", "model (stage)"),
+        "h_bpb": ("bits/byte (val.)", "bits/byte (val)"),
+        "h_file": ("archivo", "file"),
+        "h_size": ("tamaño", "size"),
+        "h_top1": ("top-1 igual a PyTorch", "top-1 equal to PyTorch"),
+        "h_diff": ("máx. dif. de logits", "max logit diff"),
+        "h_gen": ("generación voraz igual", "greedy generation equal"),
+        "not_verified": ("sin verificar", "not verified"),
+        "unverified_note": (
+            "sin verificar en llama.cpp ({why}). Para verificarlo: {command} (el verificador: "
+            'pip install -e ".[llamacpp]" en la carpeta de Aura, que compila llama.cpp: unos 30 minutos '
+            "en 2 núcleos)",
+            "not verified in llama.cpp ({why}). To verify it: {command} (the verifier: "
+            'pip install -e ".[llamacpp]" in Aura\'s folder, which compiles llama.cpp: about 30 minutes '
+            "on 2 cores)",
+        ),
+        "why_no_llama_cpp": ("llama-cpp-python no está instalado", "llama-cpp-python is not installed"),
+        "why_no_verify": ("exportado con --no-verify", "exported with --no-verify"),
+        "n_missing_module": ("falta el módulo {module}", "missing module {module}"),
+        "answers": (
+            "Las mismas preguntas a cada modelo (respuestas voraces, como mucho {n:token|tokens})",
+            "The same prompts to each model (greedy answers, at most {n:token|tokens})",
+        ),
+        "h_prompt": ("pregunta", "prompt"),
+        "total": ("en total", "total"),
+        "s_finished": ("terminada", "finished"),
+        "s_running": ("en curso o cortada", "running or cut off"),
+        "s_interrupted": ("interrumpida", "interrupted"),
+        "s_failed": ("fallida", "failed"),
+        "s_skipped": ("saltada", "skipped"),
+        "s_pending": ("pendiente", "pending"),
+        "s_elsewhere": ("en el nodo 0", "on node 0"),
+        "n_comm": (
+            "enlace medido: latencia {lat:.3f} ms, {gbit:.2f} Gbit/s; {advice} Aplicado: {flags}",
+            "link measured: latency {lat:.3f} ms, {gbit:.2f} Gbit/s; {advice} Applied: {flags}",
+        ),
+        "n_made_by": ("hecha por el nodo {node} en la carpeta compartida", "made by node {node} in the shared folder"),
+        "no_models": ("Aún no hay evaluaciones.", "No evaluations yet."),
+        "h_notes": ("notas", "notes"),
+        "n_fertility": (
+            "vocabulario {vocab}, fertilidad {fert:.3f} tokens/palabra",
+            "vocabulary {vocab}, fertility {fert:.3f} tokens/word",
+        ),
+        "n_data": (
+            "documentos {read} → {kept}, tokens {train:,} + {val:,} (val.)",
+            "documents {read} → {kept}, tokens {train:,} + {val:,} (val)",
+        ),
+        "n_no_signal": (
+            "0 de {n:grupo|grupos} tuvieron señal de recompensa: el modelo no cambió",
+            "0 of {n:group|groups} had a reward signal: the model did not change",
+        ),
+        "n_signal": ("{k} de {n:grupo|grupos} con señal de recompensa", "{k} of {n:group|groups} with a reward signal"),
+        "n_skipped": ("saltada: {reason}", "skipped: {reason}"),
+        "environment": (
+            "Entorno: Aura {aura} (commit {commit}), Python {python}, torch {torch}, CUDA {cuda}, "
+            "dispositivos: {devices}; {platform}.",
+            "Environment: Aura {aura} (commit {commit}), Python {python}, torch {torch}, CUDA {cuda}, "
+            "devices: {devices}; {platform}.",
+        ),
+        "loss_curve": ("Pérdida de entrenamiento por paso: {stage}", "Training loss per step: {stage}"),
+    },
+)
 
 
 def environment_text(env: dict[str, Any]) -> str:
     """The environment line; a report written before commit, CUDA and devices were recorded shows "–"."""
-    return M("environment", **{k: env.get(k, "–") for k in ("aura", "commit", "python", "torch", "cuda", "devices",
-                                                           "platform")})
+    return M(
+        "environment",
+        **{k: env.get(k, "–") for k in ("aura", "commit", "python", "torch", "cuda", "devices", "platform")},
+    )
+
 
 def comm_flags_text(flags: dict[str, Any]) -> str:
     """The communication flags `comm: auto` applied, as typed (`--local-steps 8`, `--ddp-comm powersgd`)."""
@@ -89,25 +125,43 @@ def comm_flags_text(flags: dict[str, Any]) -> str:
     mode = flags.get("ddp_comm") or "none"
     return M("plain_ddp") if mode == "none" else f"--ddp-comm {mode}"
 
+
 def _notes_text(s: dict[str, Any]) -> str:
     n = s.get("notes") or {}
     parts = []
     if n.get("fertility") is not None:
         parts.append(M("n_fertility", vocab=n.get("vocab_size"), fert=n["fertility"]))
     if n.get("train_tokens") is not None:
-        parts.append(M("n_data", read=n.get("documents_read"), kept=n.get("documents_kept"),
-                       train=n["train_tokens"], val=n.get("val_tokens") or 0))
+        parts.append(
+            M(
+                "n_data",
+                read=n.get("documents_read"),
+                kept=n.get("documents_kept"),
+                train=n["train_tokens"],
+                val=n.get("val_tokens") or 0,
+            )
+        )
     if n.get("groups"):
-        parts.append(M("n_no_signal", n=n["groups"]) if not n.get("groups_with_signal") else
-                     M("n_signal", k=n["groups_with_signal"], n=n["groups"]))
+        parts.append(
+            M("n_no_signal", n=n["groups"])
+            if not n.get("groups_with_signal")
+            else M("n_signal", k=n["groups_with_signal"], n=n["groups"])
+        )
     if s["status"] == "skipped" and s.get("reason"):
         # the runner records "missing module X": said in the report's language
         missing = re.fullmatch(r"missing module (\S+)", s["reason"])
         parts.append(M("n_skipped", reason=M("n_missing_module", module=missing[1]) if missing else s["reason"]))
     comm = s.get("comm")
     if comm:
-        parts.append(M("n_comm", lat=comm.get("latency_ms") or 0.0, gbit=comm.get("gbit") or 0.0,
-                       advice=comm.get("advice") or "", flags=comm_flags_text(comm.get("flags") or {})))
+        parts.append(
+            M(
+                "n_comm",
+                lat=comm.get("latency_ms") or 0.0,
+                gbit=comm.get("gbit") or 0.0,
+                advice=comm.get("advice") or "",
+                flags=comm_flags_text(comm.get("flags") or {}),
+            )
+        )
     if s.get("made_by") is not None:
         parts.append(M("n_made_by", node=s["made_by"]))
     return "; ".join(parts)
@@ -143,16 +197,39 @@ def _stage_rows(data: dict[str, Any]) -> list[list[str]]:
         t = s["training"] or {}
         gpu = t.get("gpu_mem_peak_gb")
         mem = "–" if gpu is None else f"{_n(gpu, '.2f')} ({_n(t.get('gpu_mem_reserved_gb'), '.2f')})"
-        rows.append([s["name"], M("s_" + s["status"]) if ("s_" + s["status"]) in M.table else s["status"],
-                     format_duration(s["seconds"]) if s["seconds"] is not None else "–",
-                     _n(s["device_hours"], ".4f"), _n(s["cost"], ".4f"), _n(t.get("tokens"), ","),
-                     _n(t.get("tokens_per_s"), ",.0f"), "–" if t.get("mfu") is None else f"{_n(100 * t['mfu'], '.1f')} %",
-                     mem, headline_text(t) if s["training"] else "–", _notes_text(s)])
+        rows.append(
+            [
+                s["name"],
+                M("s_" + s["status"]) if ("s_" + s["status"]) in M.table else s["status"],
+                format_duration(s["seconds"]) if s["seconds"] is not None else "–",
+                _n(s["device_hours"], ".4f"),
+                _n(s["cost"], ".4f"),
+                _n(t.get("tokens"), ","),
+                _n(t.get("tokens_per_s"), ",.0f"),
+                "–" if t.get("mfu") is None else f"{_n(100 * t['mfu'], '.1f')} %",
+                mem,
+                headline_text(t) if s["training"] else "–",
+                _notes_text(s),
+            ]
+        )
         tot_s += s["seconds"] or 0.0
         tot_h += s["device_hours"] or 0.0
         tot_c += s["cost"] or 0.0
-    rows.append([M("total"), "", format_duration(tot_s), _n(tot_h, ".4f"),
-                 _n(tot_c, ".4f") if data["price_per_hour"] is not None else "–", "", "", "", "", "", ""])
+    rows.append(
+        [
+            M("total"),
+            "",
+            format_duration(tot_s),
+            _n(tot_h, ".4f"),
+            _n(tot_c, ".4f") if data["price_per_hour"] is not None else "–",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "",
+        ]
+    )
     return rows
 
 
@@ -166,8 +243,13 @@ def _answer_table(data: dict[str, Any]) -> tuple[str, list[str], list[list[str]]
     prompts: list[str] = []
     for m in answered:
         prompts += [a["prompt"] for a in m["answers"] if a["prompt"] not in prompts]
-    rows = [[shown(str(p)), *[shown(str(next((a["answer"] for a in m["answers"] if a["prompt"] == p), "–")))
-                              for m in answered]] for p in prompts]
+    rows = [
+        [
+            shown(str(p)),
+            *[shown(str(next((a["answer"] for a in m["answers"] if a["prompt"] == p), "–"))) for m in answered],
+        ]
+        for p in prompts
+    ]
     longest = max((m.get("max_new_tokens") or 0) for m in answered)
     return M("answers", n=longest), [M("h_prompt"), *[m["stage"] for m in answered]], rows
 
@@ -187,16 +269,39 @@ def _file_rows(data: dict[str, Any]) -> list[list[str]]:
                     gguf = f"{data['out']}/{s['name']}/{f['name']}"
                     note = M("unverified_note", why=why, command=f"aura export gguf --verify-only {shlex.quote(gguf)}")
             else:
-                check = [f"{_n(100 * v['top1'], '.1f')} %", _n(v["max_abs_diff"], ".3g"),
-                         f"{v['agreeing']}/{v['generated']}"]
+                check = [
+                    f"{_n(100 * v['top1'], '.1f')} %",
+                    _n(v["max_abs_diff"], ".3g"),
+                    f"{v['agreeing']}/{v['generated']}",
+                ]
             rows.append([f"{s['name']}/{f['name']}", human_bytes(f["bytes"]), *check, note])
     return rows
 
 
 def _tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) of the report's tables, numbers formatted in the reader's language."""
-    out = [(M("stages"), [M(k) for k in ("h_stage", "h_status", "h_time", "h_dev_h", "h_cost", "h_tokens",
-                                           "h_tok_s", "h_mfu", "h_mem", "h_loss", "h_notes")], _stage_rows(data))]
+    out = [
+        (
+            M("stages"),
+            [
+                M(k)
+                for k in (
+                    "h_stage",
+                    "h_status",
+                    "h_time",
+                    "h_dev_h",
+                    "h_cost",
+                    "h_tokens",
+                    "h_tok_s",
+                    "h_mfu",
+                    "h_mem",
+                    "h_loss",
+                    "h_notes",
+                )
+            ],
+            _stage_rows(data),
+        )
+    ]
     keys: list[str] = []
     for m in data["models"]:
         keys += [k for k in m["scores"] if k not in keys]
@@ -204,8 +309,14 @@ def _tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]
     out += before
     if data["models"]:
         heads = [M("h_model"), M("h_loss"), *[M("h_bpb") if k == "val_bits_per_byte" else k for k in keys]]
-        mrows = [[m["stage"], headline_text(m) if m.get("final_loss") is not None or m.get("headline") else "–", *[marked(m, k, _n(m["scores"].get(k), ".4f")) for k in keys]]
-                 for m in data["models"]]
+        mrows = [
+            [
+                m["stage"],
+                headline_text(m) if m.get("final_loss") is not None or m.get("headline") else "–",
+                *[marked(m, k, _n(m["scores"].get(k), ".4f")) for k in keys],
+            ]
+            for m in data["models"]
+        ]
         out.append((M("models"), heads, mrows))
     out += after
     answers = _answer_table(data)
@@ -213,8 +324,9 @@ def _tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]
         out.append(answers)
     files = _file_rows(data)
     if files:
-        out.append((M("outputs"), [M("h_file"), M("h_size"), M("h_top1"), M("h_diff"), M("h_gen"), M("h_notes")],
-                    files))
+        out.append(
+            (M("outputs"), [M("h_file"), M("h_size"), M("h_top1"), M("h_diff"), M("h_gen"), M("h_notes")], files)
+        )
     return out
 
 
@@ -223,20 +335,34 @@ def _price(data) -> str:
     return M("no_price") if p is None else M("price", price=p)
 
 
+def _intro(data: dict[str, Any]) -> str:
+    """The card's first line: folder, Aura's version, when it was updated, the price."""
+    return M("intro", path=data["out"], version=data["aura_version"], updated=data["updated"], price=_price(data))
+
+
 def _scaled(data: dict[str, Any]) -> str:
     """The line that says a report's pipeline ran with its budgets scaled (``--scale``)."""
     return M("scaled", scale=f"{data['scale']:g}")
 
 
 def render_md(data: dict[str, Any]) -> str:
-    lines = [f"# {M('title', name=data['pipeline'])}", "",
-             M("intro", path=data["out"], version=data["aura_version"], updated=data["updated"], price=_price(data)),
-             "", environment_text(data["environment"]), ""]
+    lines = [
+        f"# {M('title', name=data['pipeline'])}",
+        "",
+        _intro(data),
+        "",
+        environment_text(data["environment"]),
+        "",
+    ]
     if data.get("scale", 1) != 1:
         lines[-1:-1] = ["", _scaled(data)]
     for title, heads, rows in _tables(data):
-        lines += [f"## {title}", "", "| " + " | ".join(h.replace("|", "\\|") for h in heads) + " |",
-                  "|" + "---|" * len(heads)]
+        lines += [
+            f"## {title}",
+            "",
+            "| " + " | ".join(h.replace("|", "\\|") for h in heads) + " |",
+            "|" + "---|" * len(heads),
+        ]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
         lines.append("")
     if not data["models"]:
@@ -257,11 +383,13 @@ def _svg(curve: list[tuple[int, float]]) -> str:
     sx = (w - 2 * pad) / ((x1 - x0) or 1)
     sy = (h - 2 * pad) / ((y1 - y0) or 1)
     pts = " ".join(f"{pad + (x - x0) * sx:.1f},{h - pad - (y - y0) * sy:.1f}" for x, y in curve)
-    return (f'<svg width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img">'
-            f'<rect x="0" y="0" width="{w}" height="{h}" fill="#fafafa" stroke="#ddd"/>'
-            f'<polyline fill="none" stroke="#3366cc" stroke-width="1.5" points="{pts}"/>'
-            f'<text x="{pad}" y="{pad - 8}" font-size="11">{html.escape(_n(y1, ".3f"))}</text>'
-            f'<text x="{pad}" y="{h - 8}" font-size="11">{html.escape(_n(y0, ".3f"))} · {x0}–{x1}</text></svg>')
+    return (
+        f'<svg width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img">'
+        f'<rect x="0" y="0" width="{w}" height="{h}" fill="#fafafa" stroke="#ddd"/>'
+        f'<polyline fill="none" stroke="#3366cc" stroke-width="1.5" points="{pts}"/>'
+        f'<text x="{pad}" y="{pad - 8}" font-size="11">{html.escape(_n(y1, ".3f"))}</text>'
+        f'<text x="{pad}" y="{h - 8}" font-size="11">{html.escape(_n(y0, ".3f"))} · {x0}–{x1}</text></svg>'
+    )
 
 
 _NUMERIC = re.compile(r"–|(?=.*\d)[\d\s.,:%/()+\-\u202fe]+")  # a figure (right-aligned); other cells are text
@@ -269,23 +397,32 @@ _NUMERIC = re.compile(r"–|(?=.*\d)[\d\s.,:%/()+\-\u202fe]+")  # a figure (righ
 
 def render_html(data: dict[str, Any]) -> str:
     e = html.escape
-    parts = [f"<!doctype html><html lang=\"{current_lang()}\"><head><meta charset=\"utf-8\">",
-             f"<title>{e(M('title', name=data['pipeline']))}</title><style>"
-             "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;"
-             "margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}td:first-child,"
-             "th:first-child{text-align:left}td.t{text-align:left;max-width:24em}pre{background:#f4f4f4;padding:1em;overflow-x:auto}"
-             "</style></head><body>",
-             f"<h1>{e(M('title', name=data['pipeline']))}</h1>",
-             f"<p>{e(M('intro', path=data['out'], version=data['aura_version'], updated=data['updated'], price=_price(data)))}</p>",
-             f"<p>{e(environment_text(data['environment']))}</p>"]
+    parts = [
+        f'<!doctype html><html lang="{current_lang()}"><head><meta charset="utf-8">',
+        f"<title>{e(M('title', name=data['pipeline']))}</title><style>"
+        "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;"
+        "margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}td:first-child,"
+        "th:first-child{text-align:left}td.t{text-align:left;max-width:24em}pre{background:#f4f4f4;padding:1em;overflow-x:auto}"
+        "</style></head><body>",
+        f"<h1>{e(M('title', name=data['pipeline']))}</h1>",
+        f"<p>{e(_intro(data))}</p>",
+        f"<p>{e(environment_text(data['environment']))}</p>",
+    ]
     if data.get("scale", 1) != 1:
         parts.append(f"<p><strong>{e(_scaled(data))}</strong></p>")
     for title, heads, rows in _tables(data):
         # a long task name may break after its "/" (aura_es_lectura/<wbr>acc), nowhere else
-        parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(
-            f"<th>{e(h).replace('/', '/<wbr>') if len(h) > 12 else e(h)}</th>" for h in heads) + "</tr>")
-        parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" if _NUMERIC.fullmatch(c) else f'<td class="t">{e(c)}</td>'
-                          for c in r) + "</tr>" for r in rows]
+        parts.append(
+            f"<h2>{e(title)}</h2><table><tr>"
+            + "".join(f"<th>{e(h).replace('/', '/<wbr>') if len(h) > 12 else e(h)}</th>" for h in heads)
+            + "</tr>"
+        )
+        parts += [
+            "<tr>"
+            + "".join(f"<td>{e(c)}</td>" if _NUMERIC.fullmatch(c) else f'<td class="t">{e(c)}</td>' for c in r)
+            + "</tr>"
+            for r in rows
+        ]
         parts.append("</table>")
     if not data["models"]:
         parts.append(f"<p>{e(M('no_models'))}</p>")

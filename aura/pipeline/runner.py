@@ -32,44 +32,77 @@ from aura.core.i18n import Messages
 from aura.core.locks import output_lock
 from aura.core.rundir import latest_checkpoint
 from aura.pipeline import comm_advice as link, nodes, report_card as report
+from aura.pipeline.pipeline_state import (
+    ELSEWHERE,
+    FAILED,
+    FINISHED,
+    INTERRUPTED,
+    PENDING,
+    RUNNING,
+    SKIPPED,
+    State,
+    fingerprint,
+    now,
+)
 from aura.pipeline.spec import RESOURCES_DIR, Pipeline, Stage, config_fields, fingerprint_fields, resolve
-from aura.pipeline.pipeline_state import (ELSEWHERE, FAILED, FINISHED, INTERRUPTED, PENDING, RUNNING, SKIPPED, State,
-                                 fingerprint, now)
 
-M = Messages("pipeline.runner", {
-    "not_pipeline_dir": ("{path} ya existe y no es la carpeta de un pipeline (no tiene pipeline.json). Elige "
-                         "una carpeta nueva o vacía para --output-dir.",
-                         "{path} already exists and is not a pipeline's folder (it has no pipeline.json). Choose "
-                         "a new or empty folder for --output-dir."),
-    "other_pipeline": ("{path} es la carpeta de otro pipeline ('{other}'). Elige otra --output-dir.",
-                       "{path} is the folder of another pipeline ('{other}'). Choose another --output-dir."),
-    "header": ("== [{i}/{n}] {stage}: {command}", "== [{i}/{n}] {stage}: {command}"),
-    "skip": ("[{i}/{n}] {stage}: terminada y sin cambios; se salta.",
-             "[{i}/{n}] {stage}: finished and unchanged; skipped."),
-    "skip_missing": ("[{i}/{n}] {stage}: se salta: falta el módulo de Python '{module}' (instálalo para "
-                     "ejecutar esta etapa).",
-                     "[{i}/{n}] {stage}: skipped: the Python module '{module}' is missing (install it to run "
-                     "this stage)."),
-    "resume": ("[{i}/{n}] {stage}: se interrumpió; se reanuda desde su último checkpoint ({ckpt}).",
-               "[{i}/{n}] {stage}: it was interrupted; resuming from its latest checkpoint ({ckpt})."),
-    "resume_tasks": ("[{i}/{n}] {stage}: se interrumpió; se reanuda en su carpeta (solo las tareas sin terminar).",
-                     "[{i}/{n}] {stage}: it was interrupted; resuming in its folder (only the unfinished tasks)."),
-    "restart": ("[{i}/{n}] {stage}: no terminó y no tiene checkpoint; se empieza de nuevo.",
-                "[{i}/{n}] {stage}: it did not finish and has no checkpoint; starting it again."),
-    "changed": ("Cambió desde la última ejecución: {stages} (opciones o entradas). Se rehacen: {redo}.",
-                "Changed since the last run: {stages} (options or inputs). Redoing: {redo}."),
-    "stage_done": ("{stage}: terminada en {time}.", "{stage}: finished in {time}."),
-    "stopped": ("Pipeline detenido en la etapa '{stage}'. Se reanuda (las etapas terminadas se saltan) con el "
-                "mismo comando:\n  {command}",
-                "Pipeline stopped in stage '{stage}'. It resumes (finished stages are skipped) with the same "
-                "command:\n  {command}"),
-    "failed": ("La etapa '{stage}' falló (código {code}). Corrige la causa y repite el mismo comando; las "
-               "etapas terminadas se saltan:\n  {command}",
-               "Stage '{stage}' failed (exit code {code}). Fix the cause and run the same command again; "
-               "finished stages are skipped:\n  {command}"),
-    "all_done": ("Pipeline terminado: {n:etapa|etapas} en {path}. Informe: {report}",
-                 "Pipeline finished: {n:stage|stages} in {path}. Report: {report}"),
-})
+M = Messages(
+    "pipeline.runner",
+    {
+        "not_pipeline_dir": (
+            "{path} ya existe y no es la carpeta de un pipeline (no tiene pipeline.json). Elige "
+            "una carpeta nueva o vacía para --output-dir.",
+            "{path} already exists and is not a pipeline's folder (it has no pipeline.json). Choose "
+            "a new or empty folder for --output-dir.",
+        ),
+        "other_pipeline": (
+            "{path} es la carpeta de otro pipeline ('{other}'). Elige otra --output-dir.",
+            "{path} is the folder of another pipeline ('{other}'). Choose another --output-dir.",
+        ),
+        "header": ("== [{i}/{n}] {stage}: {command}", "== [{i}/{n}] {stage}: {command}"),
+        "skip": (
+            "[{i}/{n}] {stage}: terminada y sin cambios; se salta.",
+            "[{i}/{n}] {stage}: finished and unchanged; skipped.",
+        ),
+        "skip_missing": (
+            "[{i}/{n}] {stage}: se salta: falta el módulo de Python '{module}' (instálalo para ejecutar esta etapa).",
+            "[{i}/{n}] {stage}: skipped: the Python module '{module}' is missing (install it to run this stage).",
+        ),
+        "resume": (
+            "[{i}/{n}] {stage}: se interrumpió; se reanuda desde su último checkpoint ({ckpt}).",
+            "[{i}/{n}] {stage}: it was interrupted; resuming from its latest checkpoint ({ckpt}).",
+        ),
+        "resume_tasks": (
+            "[{i}/{n}] {stage}: se interrumpió; se reanuda en su carpeta (solo las tareas sin terminar).",
+            "[{i}/{n}] {stage}: it was interrupted; resuming in its folder (only the unfinished tasks).",
+        ),
+        "restart": (
+            "[{i}/{n}] {stage}: no terminó y no tiene checkpoint; se empieza de nuevo.",
+            "[{i}/{n}] {stage}: it did not finish and has no checkpoint; starting it again.",
+        ),
+        "changed": (
+            "Cambió desde la última ejecución: {stages} (opciones o entradas). Se rehacen: {redo}.",
+            "Changed since the last run: {stages} (options or inputs). Redoing: {redo}.",
+        ),
+        "stage_done": ("{stage}: terminada en {time}.", "{stage}: finished in {time}."),
+        "stopped": (
+            "Pipeline detenido en la etapa '{stage}'. Se reanuda (las etapas terminadas se saltan) con el "
+            "mismo comando:\n  {command}",
+            "Pipeline stopped in stage '{stage}'. It resumes (finished stages are skipped) with the same "
+            "command:\n  {command}",
+        ),
+        "failed": (
+            "La etapa '{stage}' falló (código {code}). Corrige la causa y repite el mismo comando; las "
+            "etapas terminadas se saltan:\n  {command}",
+            "Stage '{stage}' failed (exit code {code}). Fix the cause and run the same command again; "
+            "finished stages are skipped:\n  {command}",
+        ),
+        "all_done": (
+            "Pipeline terminado: {n:etapa|etapas} en {path}. Informe: {report}",
+            "Pipeline finished: {n:stage|stages} in {path}. Report: {report}",
+        ),
+    },
+)
 
 
 def equivalent_command(stage: Stage, cfg=None, *, launched: bool = False) -> str:
@@ -86,8 +119,11 @@ def equivalent_command(stage: Stage, cfg=None, *, launched: bool = False) -> str
     positional: list[str] = []
     for f, _tp in fields_of(type(cfg)):
         value = getattr(cfg, f.name)
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)  # type: ignore[misc]
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        )  # type: ignore[misc]
         meta = f.metadata or {}
         if meta.get("positional"):
             positional += [str(v) for v in (value if isinstance(value, list) else [value]) if v is not None]
@@ -108,8 +144,9 @@ def _raise_interrupt(signum, frame):  # SIGTERM outside training: stop like Ctrl
     raise KeyboardInterrupt
 
 
-def _decide(pipeline: Pipeline, out: Path, state: State,
-            lay: nodes.Layout | None = None) -> tuple[dict[str, str], dict[str, str]]:
+def _decide(
+    pipeline: Pipeline, out: Path, state: State, lay: nodes.Layout | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
     """Fingerprint and action of every stage: skip (finished, unchanged), resume (interrupted, unchanged),
     redo (its options or inputs changed), after (a stage it reads runs again), run (never ran), elsewhere
     (node 0's alone, on another node)."""
@@ -119,8 +156,13 @@ def _decide(pipeline: Pipeline, out: Path, state: State,
     for stage in pipeline.stages:
         where = lay.where.get(stage.name, nodes.LOCAL)
         upstream_runs = any(actions.get(r, "skip") not in ("skip", "elsewhere") for r in stage.refs)
-        fp = fingerprint(command=stage.command, options=fingerprint_fields(stage.cfg), out=out,
-                         upstream={r: fps[r] for r in stage.refs}, resources=RESOURCES_DIR)
+        fp = fingerprint(
+            command=stage.command,
+            options=fingerprint_fields(stage.cfg),
+            out=out,
+            upstream={r: fps[r] for r in stage.refs},
+            resources=RESOURCES_DIR,
+        )
         fps[stage.name] = fp
         if where == nodes.MAIN and lay.node_rank != 0:
             actions[stage.name] = "elsewhere"
@@ -172,15 +214,24 @@ def run_pipeline(pipeline: Pipeline, out: Path, *, price: float | None, rerun: l
         if lay.multi:
             console.always(nodes.describe(lay))
         fps, actions = _decide(pipeline, out, state, lay)
-        changed = [s.name for s in pipeline.stages if actions[s.name] == "redo"  # the cause, not its downstream
-                   and not any(actions[r] in ("redo", "after") for r in s.refs)]
+        changed = [
+            s.name
+            for s in pipeline.stages
+            if actions[s.name] == "redo"  # the cause, not its downstream
+            and not any(actions[r] in ("redo", "after") for r in s.refs)
+        ]
         if changed:
             later = [s.name for s in pipeline.stages if actions[s.name] not in ("skip", "elsewhere")]
             console.always(M("changed", stages=", ".join(changed), redo=", ".join(later)))
-        state.data.update(pipeline=pipeline.path.stem, source=pipeline.source, command=command,
-                          aura_version=__version__, price_per_hour=price, order=[s.name for s in pipeline.stages],
-                          nodes={"nnodes": lay.nnodes, "node_rank": lay.node_rank, "where": lay.where}
-                          if lay.multi else None)
+        state.data.update(
+            pipeline=pipeline.path.stem,
+            source=pipeline.source,
+            command=command,
+            aura_version=__version__,
+            price_per_hour=price,
+            order=[s.name for s in pipeline.stages],
+            nodes={"nnodes": lay.nnodes, "node_rank": lay.node_rank, "where": lay.where} if lay.multi else None,
+        )
         invalidate(pipeline, actions, state)
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         started = nodes.now_epoch()
@@ -188,8 +239,18 @@ def run_pipeline(pipeline: Pipeline, out: Path, *, price: float | None, rerun: l
             n = len(pipeline.stages)
             for i, stage in enumerate(pipeline.stages, 1):
                 try:
-                    code = _run_stage(stage, i=i, n=n, out=out, state=state, fp=fps[stage.name],
-                                      action=actions[stage.name], command=command, lay=lay, started=started)
+                    code = _run_stage(
+                        stage,
+                        i=i,
+                        n=n,
+                        out=out,
+                        state=state,
+                        fp=fps[stage.name],
+                        action=actions[stage.name],
+                        command=command,
+                        lay=lay,
+                        started=started,
+                    )
                 finally:  # a half-done pipeline already has its report card (node 0's)
                     if lay.node_rank == 0:
                         report.write(out, pipeline, state)
@@ -214,14 +275,34 @@ def _missing_module(stage: Stage) -> str | None:
     return None
 
 
-def _run_stage(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, action: str,
-               command: str, lay: nodes.Layout | None = None, started: float = 0.0) -> int:
+def _run_stage(
+    stage: Stage,
+    *,
+    i: int,
+    n: int,
+    out: Path,
+    state: State,
+    fp: str,
+    action: str,
+    command: str,
+    lay: nodes.Layout | None = None,
+    started: float = 0.0,
+) -> int:
     lay = lay or nodes.Layout()
     name, where = stage.name, lay.where.get(stage.name, nodes.LOCAL)
     if action == "elsewhere":  # node 0's alone: said in one line, recorded, nothing written
         console.always(nodes.M("elsewhere", i=i, n=n, stage=name, rank=lay.node_rank))
-        state.update(name, status=ELSEWHERE, fingerprint=fp, command=equivalent_command(stage), started=None,
-                     finished=None, seconds=0.0, exit_code=None, reason=None)
+        state.update(
+            name,
+            status=ELSEWHERE,
+            fingerprint=fp,
+            command=equivalent_command(stage),
+            started=None,
+            finished=None,
+            seconds=0.0,
+            exit_code=None,
+            reason=None,
+        )
         return 0
     if action == "skip":
         console.always(M("skip", i=i, n=n, stage=name))
@@ -234,17 +315,29 @@ def _run_stage(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str
         if made is not None:
             node, rec = made
             console.always(nodes.M("adopted", i=i, n=n, stage=name, node=node))
-            state.update(name, status=FINISHED, fingerprint=fp, made_by=node, command=rec.get("command"),
-                         options=rec.get("options"), started=rec.get("started"), finished=rec.get("finished"),
-                         finished_epoch=rec.get("finished_epoch"), seconds=0.0, exit_code=0, reason=None)
+            state.update(
+                name,
+                status=FINISHED,
+                fingerprint=fp,
+                made_by=node,
+                command=rec.get("command"),
+                options=rec.get("options"),
+                started=rec.get("started"),
+                finished=rec.get("finished"),
+                finished_epoch=rec.get("finished_epoch"),
+                seconds=0.0,
+                exit_code=0,
+                reason=None,
+            )
             return 0
         return _execute(stage, i=i, n=n, out=out, state=state, fp=fp, action=action, command=command, lay=lay)
     finally:
         lock.release()
 
 
-def _execute(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, action: str, command: str,
-             lay: nodes.Layout) -> int:
+def _execute(
+    stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, action: str, command: str, lay: nodes.Layout
+) -> int:
     name, stage_dir = stage.name, out / stage.name
     # a multi-node stage's folder is node 0's to clear: another node (a shared folder) never touches it
     follower = lay.where.get(name) == nodes.ALL and lay.node_rank != 0
@@ -253,8 +346,17 @@ def _execute(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, 
         console.warn(M("skip_missing", i=i, n=n, stage=name, module=missing))
         if stage_dir.exists():
             shutil.rmtree(stage_dir)
-        state.update(name, status=SKIPPED, fingerprint=fp, reason=f"missing module {missing}",
-                     command=equivalent_command(stage), started=None, finished=now(), seconds=0.0, made_by=None)
+        state.update(
+            name,
+            status=SKIPPED,
+            fingerprint=fp,
+            reason=f"missing module {missing}",
+            command=equivalent_command(stage),
+            started=None,
+            finished=now(),
+            seconds=0.0,
+            made_by=None,
+        )
         stage_dir.mkdir(parents=True, exist_ok=True)
         return 0
     cfg = stage.cfg
@@ -278,14 +380,24 @@ def _execute(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, 
     resumed = cfg is not stage.cfg
     base, comm = stage.cfg, None
     if stage.comm is not None:  # the link measured now (or the flags the stage started with), then used
-        base, comm = link.apply(stage, stage.cfg, i=i, n=n, out=out, prev=prev, resume=resumed,
-                                node_rank=lay.node_rank)
+        base, comm = link.apply(stage, stage.cfg, i=i, n=n, out=out, prev=prev, resume=resumed, node_rank=lay.node_rank)
         cfg = dataclasses.replace(base, resume_from="latest") if resumed else base
     equivalent = equivalent_command(stage, base, launched=True)
     console.always(M("header", i=i, n=n, stage=name, command=equivalent))
-    state.update(name, status=RUNNING, fingerprint=fp, command=equivalent, options=config_fields(stage.cfg),
-                 started=prev.get("started") if spent else now(), finished=None, exit_code=None,
-                 seconds=spent, reason=None, made_by=None, comm=comm)
+    state.update(
+        name,
+        status=RUNNING,
+        fingerprint=fp,
+        command=equivalent,
+        options=config_fields(stage.cfg),
+        started=prev.get("started") if spent else now(),
+        finished=None,
+        exit_code=None,
+        seconds=spent,
+        reason=None,
+        made_by=None,
+        comm=comm,
+    )
     if not resumed and not keep and stage_dir.exists() and not follower:  # the runner's own folder: starts clean
         shutil.rmtree(stage_dir)
     cmd = COMMANDS[stage.key]
@@ -313,8 +425,14 @@ def _execute(stage: Stage, *, i: int, n: int, out: Path, state: State, fp: str, 
         sys.argv = saved_argv
         seconds = spent + time.monotonic() - t0
         status = FINISHED if code == 0 else INTERRUPTED if code == 3 else FAILED
-        state.update(name, status=status, exit_code=code, seconds=round(seconds, 3),
-                     finished=now() if code == 0 else None, finished_epoch=time.time() if code == 0 else None)
+        state.update(
+            name,
+            status=status,
+            exit_code=code,
+            seconds=round(seconds, 3),
+            finished=now() if code == 0 else None,
+            finished_epoch=time.time() if code == 0 else None,
+        )
         if code not in (0, 3):
             console.error(M("failed", stage=name, code=code, command=command))
     if code == 3:
@@ -335,5 +453,3 @@ def run_argv(source: str, out: str, sets: list[str], price: float | None, *, sca
     if price is not None:
         argv += ["--price-per-hour", str(price)]
     return argv
-
-

@@ -18,99 +18,143 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from aura.core.commands import COMMANDS
-from aura.core.config import unwrap_optional, coerce, fields_of, mapping_values
+from aura.core.config import coerce, fields_of, mapping_values, unwrap_optional
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("pipeline.spec", {
-    "no_file": ("No existe el pipeline '{name}': ni es un archivo ni uno de los incluidos ({shipped}). "
-                "'aura pipeline list' los muestra.",
-                "There is no pipeline '{name}': neither a file nor a shipped one ({shipped}). "
-                "'aura pipeline list' shows them."),
-    "bad_yaml": ("{path} no es YAML válido: {err}", "{path} is not valid YAML: {err}"),
-    "no_stages": ("{path} debe ser un diccionario con una lista 'stages' (cada etapa con name, command y "
-                  "options).",
-                  "{path} must be a mapping with a 'stages' list (each stage with name, command and options)."),
-    "bad_top": ("{path}: clave '{key}' desconocida arriba del todo. Claves válidas: {valid}.",
-                "{path}: unknown top-level key '{key}'. Valid keys: {valid}."),
-    "bad_stage": ("{where}: cada etapa es un diccionario con 'name', 'command' y 'options' (y opcionalmente "
-                  "'description'); sobra o falta '{key}'.",
-                  "{where}: each stage is a mapping with 'name', 'command' and 'options' (and optionally "
-                  "'description'); '{key}' is missing or extra."),
-    "bad_name": ("{where}: el nombre '{name}' no sirve: usa minúsculas, cifras, '-' o '_' (es el nombre de "
-                 "su carpeta).",
-                 "{where}: the name '{name}' will not do: use lowercase letters, digits, '-' or '_' (it names "
-                 "its folder)."),
-    "dup_name": ("{where}: ya hay una etapa llamada '{name}'; cada etapa necesita su propio nombre.",
-                 "{where}: there is already a stage called '{name}'; each stage needs its own name."),
-    "bad_command": ("{where}: 'aura {command}' no es un comando que pueda ser una etapa. Comandos posibles: "
-                    "{valid}.",
-                    "{where}: 'aura {command}' is not a command that can be a stage. Possible commands: "
-                    "{valid}."),
-    "options_mapping": ("{where}: 'options' debe ser un diccionario clave: valor (las claves del --config "
-                        "del comando).",
-                        "{where}: 'options' must be a mapping of key: value (the keys of the command's "
-                        "--config)."),
-    "output_set": ("{where}: '{key}' lo pone el pipeline (la carpeta de la etapa, DIR/{stage}); quítalo.",
-                   "{where}: '{key}' is set by the pipeline (the stage's folder, DIR/{stage}); remove it."),
-    "later_ref": ("{where}, opción '{key}': '{value}' se refiere a la etapa '{ref}', que se ejecuta después "
-                  "(o es esta misma). Una etapa solo puede usar las salidas de las anteriores.",
-                  "{where}, option '{key}': '{value}' refers to stage '{ref}', which runs later (or is this "
-                  "one). A stage can only use the outputs of earlier ones."),
-    "no_resource": ("{where}, opción '{key}': Aura no incluye el recurso '{name}'. Recursos: {valid}.",
-                    "{where}, option '{key}': Aura ships no resource '{name}'. Resources: {valid}."),
-    "invalid": ("{where}: {error}", "{where}: {error}"),
-    "stage_where": ("{path}, línea {line}, etapa '{stage}' (aura {command})",
-                    "{path}, line {line}, stage '{stage}' (aura {command})"),
-    "launch_mapping": ("{where}: 'launch' debe ser un diccionario con las opciones de aura launch "
-                       "(gpus_per_node, nnodes, node_rank, master_addr, master_port...).",
-                       "{where}: 'launch' must be a mapping of aura launch's options (gpus_per_node, nnodes, "
-                       "node_rank, master_addr, master_port...)."),
-    "launch_not_training": ("{where}: 'launch' solo sirve para etapas de entrenamiento (pretrain, finetune): "
-                            "las demás se ejecutan una vez.",
-                            "{where}: 'launch' is only for training stages (pretrain, finetune): the others run "
-                            "once."),
-    "bad_comm": ("{where}: 'comm' es 'auto' o un diccionario con opciones de aura check-dist ({valid}); "
-                 "sobra '{key}'.",
-                 "{where}: 'comm' is 'auto' or a mapping of aura check-dist options ({valid}); '{key}' is "
-                 "extra."),
-    "comm_needs": ("{where}: 'comm: auto' mide el enlace con 'aura launch check-dist --model-preset' y aplica "
-                   "su consejo a un preentrenamiento lanzado: la etapa necesita 'command: pretrain', un "
-                   "bloque 'launch' y model_preset con nombre (no manual).",
-                   "{where}: 'comm: auto' measures the link with 'aura launch check-dist --model-preset' and "
-                   "applies its advice to a launched pretraining: the stage needs 'command: pretrain', a "
-                   "'launch' block and a named model_preset (not manual)."),
-    "comm_set": ("{where}: con 'comm: auto' el modo de comunicación lo decide la medida; quita '{key}' de "
-                 "options (o quita 'comm').",
-                 "{where}: with 'comm: auto' the measurement decides the communication mode; remove '{key}' "
-                 "from options (or remove 'comm')."),
-    "nodes_differ": ("{where}: esta etapa se lanza en {n:nodo|nodos} (nodo {rank}) y '{other}' en "
-                     "{n0:nodo|nodos} (nodo {rank0}): todas las etapas de varios nodos de un pipeline usan los "
-                     "mismos nodos.",
-                     "{where}: this stage is launched on {n:node|nodes} (node {rank}) and '{other}' on "
-                     "{n0:node|nodes} (node {rank0}): every multi-node stage of a pipeline uses the same nodes."),
-    "launch_command": ("{where}: 'launch' no lleva 'command': el comando es el de la etapa.",
-                       "{where}: 'launch' takes no 'command': the command is the stage's."),
-    "bad_set": ("--set '{item}': se esperaba ETAPA.CLAVE=VALOR (p. ej. --set pretrain.max_steps=100).",
-                "--set '{item}': expected STAGE.KEY=VALUE (e.g. --set pretrain.max_steps=100)."),
-    "bad_hours": ("{path}: 'hours' reparte las horas del pipeline entre sus etapas: un diccionario con 'total' y "
-                  "nombres de etapa, cada uno un número de horas de 0 o más; '{key}' no sirve ({why}).",
-                  "{path}: 'hours' splits the pipeline's hours between its stages: a mapping of 'total' and stage "
-                  "names, each a number of hours of 0 or more; '{key}' will not do ({why})."),
-    "hours_not_stage": ("no es una etapa; etapas: {valid}", "it is no stage; stages: {valid}"),
-    "hours_not_number": ("no es un número de horas de 0 o más", "it is not a number of hours of 0 or more"),
-    "hours_over": ("las etapas suman {sum} h, más que el total", "the stages add up to {sum} h, more than the total"),
-    "set_stage": ("--set '{item}': no hay ninguna etapa '{stage}'. Etapas: {valid}.",
-                  "--set '{item}': there is no stage '{stage}'. Stages: {valid}."),
-    "set_launch": ("--set '{item}': la etapa '{stage}' no tiene bloque 'launch'; --set ETAPA.launch.CLAVE=VALOR "
-                   "solo cambia uno que exista.",
-                   "--set '{item}': stage '{stage}' has no 'launch' block; --set STAGE.launch.KEY=VALUE only "
-                   "changes one that exists."),
-    "bad_scale": ("--scale {scale}: se esperaba un número mayor que 0 y como mucho 1 (0.001 = una milésima de los "
-                  "presupuestos del pipeline).",
-                  "--scale {scale}: expected a number above 0 and at most 1 (0.001 = a thousandth of the "
-                  "pipeline's budgets)."),
-})
+M = Messages(
+    "pipeline.spec",
+    {
+        "no_file": (
+            "No existe el pipeline '{name}': ni es un archivo ni uno de los incluidos ({shipped}). "
+            "'aura pipeline list' los muestra.",
+            "There is no pipeline '{name}': neither a file nor a shipped one ({shipped}). "
+            "'aura pipeline list' shows them.",
+        ),
+        "bad_yaml": ("{path} no es YAML válido: {err}", "{path} is not valid YAML: {err}"),
+        "no_stages": (
+            "{path} debe ser un diccionario con una lista 'stages' (cada etapa con name, command y options).",
+            "{path} must be a mapping with a 'stages' list (each stage with name, command and options).",
+        ),
+        "bad_top": (
+            "{path}: clave '{key}' desconocida arriba del todo. Claves válidas: {valid}.",
+            "{path}: unknown top-level key '{key}'. Valid keys: {valid}.",
+        ),
+        "bad_stage": (
+            "{where}: cada etapa es un diccionario con 'name', 'command' y 'options' (y opcionalmente "
+            "'description'); sobra o falta '{key}'.",
+            "{where}: each stage is a mapping with 'name', 'command' and 'options' (and optionally "
+            "'description'); '{key}' is missing or extra.",
+        ),
+        "bad_name": (
+            "{where}: el nombre '{name}' no sirve: usa minúsculas, cifras, '-' o '_' (es el nombre de su carpeta).",
+            "{where}: the name '{name}' will not do: use lowercase letters, digits, '-' or '_' (it names its folder).",
+        ),
+        "dup_name": (
+            "{where}: ya hay una etapa llamada '{name}'; cada etapa necesita su propio nombre.",
+            "{where}: there is already a stage called '{name}'; each stage needs its own name.",
+        ),
+        "bad_command": (
+            "{where}: 'aura {command}' no es un comando que pueda ser una etapa. Comandos posibles: {valid}.",
+            "{where}: 'aura {command}' is not a command that can be a stage. Possible commands: {valid}.",
+        ),
+        "options_mapping": (
+            "{where}: 'options' debe ser un diccionario clave: valor (las claves del --config del comando).",
+            "{where}: 'options' must be a mapping of key: value (the keys of the command's --config).",
+        ),
+        "output_set": (
+            "{where}: '{key}' lo pone el pipeline (la carpeta de la etapa, DIR/{stage}); quítalo.",
+            "{where}: '{key}' is set by the pipeline (the stage's folder, DIR/{stage}); remove it.",
+        ),
+        "later_ref": (
+            "{where}, opción '{key}': '{value}' se refiere a la etapa '{ref}', que se ejecuta después "
+            "(o es esta misma). Una etapa solo puede usar las salidas de las anteriores.",
+            "{where}, option '{key}': '{value}' refers to stage '{ref}', which runs later (or is this "
+            "one). A stage can only use the outputs of earlier ones.",
+        ),
+        "no_resource": (
+            "{where}, opción '{key}': Aura no incluye el recurso '{name}'. Recursos: {valid}.",
+            "{where}, option '{key}': Aura ships no resource '{name}'. Resources: {valid}.",
+        ),
+        "invalid": ("{where}: {error}", "{where}: {error}"),
+        "stage_where": (
+            "{path}, línea {line}, etapa '{stage}' (aura {command})",
+            "{path}, line {line}, stage '{stage}' (aura {command})",
+        ),
+        "launch_mapping": (
+            "{where}: 'launch' debe ser un diccionario con las opciones de aura launch "
+            "(gpus_per_node, nnodes, node_rank, master_addr, master_port...).",
+            "{where}: 'launch' must be a mapping of aura launch's options (gpus_per_node, nnodes, "
+            "node_rank, master_addr, master_port...).",
+        ),
+        "launch_not_training": (
+            "{where}: 'launch' solo sirve para etapas de entrenamiento (pretrain, finetune): "
+            "las demás se ejecutan una vez.",
+            "{where}: 'launch' is only for training stages (pretrain, finetune): the others run once.",
+        ),
+        "bad_comm": (
+            "{where}: 'comm' es 'auto' o un diccionario con opciones de aura check-dist ({valid}); sobra '{key}'.",
+            "{where}: 'comm' is 'auto' or a mapping of aura check-dist options ({valid}); '{key}' is extra.",
+        ),
+        "comm_needs": (
+            "{where}: 'comm: auto' mide el enlace con 'aura launch check-dist --model-preset' y aplica "
+            "su consejo a un preentrenamiento lanzado: la etapa necesita 'command: pretrain', un "
+            "bloque 'launch' y model_preset con nombre (no manual).",
+            "{where}: 'comm: auto' measures the link with 'aura launch check-dist --model-preset' and "
+            "applies its advice to a launched pretraining: the stage needs 'command: pretrain', a "
+            "'launch' block and a named model_preset (not manual).",
+        ),
+        "comm_set": (
+            "{where}: con 'comm: auto' el modo de comunicación lo decide la medida; quita '{key}' de "
+            "options (o quita 'comm').",
+            "{where}: with 'comm: auto' the measurement decides the communication mode; remove '{key}' "
+            "from options (or remove 'comm').",
+        ),
+        "nodes_differ": (
+            "{where}: esta etapa se lanza en {n:nodo|nodos} (nodo {rank}) y '{other}' en "
+            "{n0:nodo|nodos} (nodo {rank0}): todas las etapas de varios nodos de un pipeline usan los "
+            "mismos nodos.",
+            "{where}: this stage is launched on {n:node|nodes} (node {rank}) and '{other}' on "
+            "{n0:node|nodes} (node {rank0}): every multi-node stage of a pipeline uses the same nodes.",
+        ),
+        "launch_command": (
+            "{where}: 'launch' no lleva 'command': el comando es el de la etapa.",
+            "{where}: 'launch' takes no 'command': the command is the stage's.",
+        ),
+        "bad_set": (
+            "--set '{item}': se esperaba ETAPA.CLAVE=VALOR (p. ej. --set pretrain.max_steps=100).",
+            "--set '{item}': expected STAGE.KEY=VALUE (e.g. --set pretrain.max_steps=100).",
+        ),
+        "bad_hours": (
+            "{path}: 'hours' reparte las horas del pipeline entre sus etapas: un diccionario con 'total' y "
+            "nombres de etapa, cada uno un número de horas de 0 o más; '{key}' no sirve ({why}).",
+            "{path}: 'hours' splits the pipeline's hours between its stages: a mapping of 'total' and stage "
+            "names, each a number of hours of 0 or more; '{key}' will not do ({why}).",
+        ),
+        "hours_not_stage": ("no es una etapa; etapas: {valid}", "it is no stage; stages: {valid}"),
+        "hours_not_number": ("no es un número de horas de 0 o más", "it is not a number of hours of 0 or more"),
+        "hours_over": (
+            "las etapas suman {sum} h, más que el total",
+            "the stages add up to {sum} h, more than the total",
+        ),
+        "set_stage": (
+            "--set '{item}': no hay ninguna etapa '{stage}'. Etapas: {valid}.",
+            "--set '{item}': there is no stage '{stage}'. Stages: {valid}.",
+        ),
+        "set_launch": (
+            "--set '{item}': la etapa '{stage}' no tiene bloque 'launch'; --set ETAPA.launch.CLAVE=VALOR "
+            "solo cambia uno que exista.",
+            "--set '{item}': stage '{stage}' has no 'launch' block; --set STAGE.launch.KEY=VALUE only "
+            "changes one that exists.",
+        ),
+        "bad_scale": (
+            "--scale {scale}: se esperaba un número mayor que 0 y como mucho 1 (0.001 = una milésima de los "
+            "presupuestos del pipeline).",
+            "--scale {scale}: expected a number above 0 and at most 1 (0.001 = a thousandth of the "
+            "pipeline's budgets).",
+        ),
+    },
+)
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "pipelines"
 RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
@@ -283,11 +327,22 @@ def load(name_or_file: str, *, overrides: list[str] = (), scale: float = 1.0) ->
                     raise AuraError(M("bad_comm", where=where, key=k, valid=", ".join(sorted(COMM_KEYS))))
         requires = raw.get("requires") or []
         requires = [str(r) for r in (requires if isinstance(requires, list) else [requires])]
-        key_where = {str(k): M("stage_where", path=shown, line=n, stage=name, command=command)
-                     for k, n in key_lines.items()}
-        stages.append(Stage(name=name, key=key, options=dict(options), line=line, where=where, requires=requires,
-                            key_where=key_where, launch=dict(launch) if launch is not None else None,
-                            comm=dict(comm) if comm is not None else None))
+        key_where = {
+            str(k): M("stage_where", path=shown, line=n, stage=name, command=command) for k, n in key_lines.items()
+        }
+        stages.append(
+            Stage(
+                name=name,
+                key=key,
+                options=dict(options),
+                line=line,
+                where=where,
+                requires=requires,
+                key_where=key_where,
+                launch=dict(launch) if launch is not None else None,
+                comm=dict(comm) if comm is not None else None,
+            )
+        )
     names = [s.name for s in stages]
     hours = _hours(data.get("hours"), names, shown)
     if scale != 1:
@@ -304,8 +359,14 @@ def load(name_or_file: str, *, overrides: list[str] = (), scale: float = 1.0) ->
             target.launch[key.removeprefix("launch.")] = value
         else:
             target.options[key] = value
-    return Pipeline(source=name_or_file, path=path, description={k: str(v) for k, v in desc.items()},
-                    stages=stages, hours=hours, scale=scale)
+    return Pipeline(
+        source=name_or_file,
+        path=path,
+        description={k: str(v) for k, v in desc.items()},
+        stages=stages,
+        hours=hours,
+        scale=scale,
+    )
 
 
 def scaled_options(options: dict[str, Any], scale: float) -> dict[str, Any]:
@@ -316,8 +377,7 @@ def scaled_options(options: dict[str, Any], scale: float) -> dict[str, Any]:
     out = dict(options)
     for key, value in options.items():
         name = str(key).replace("-", "_")
-        if name not in SCALED_BUDGETS or isinstance(value, bool) or \
-                not isinstance(value, (int, float)) or value <= 0:
+        if name not in SCALED_BUDGETS or isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             continue
         out[key] = value * scale if name == "time_budget" else max(1, math.ceil(value * scale))
     return out
@@ -395,8 +455,9 @@ def resolve(pipeline: Pipeline, out: Path) -> Pipeline:
                 items = value if isinstance(value, list) else [value]
                 done = []
                 for item in items:
-                    v, ref = _resolve_value(item, stage=stage, key=str(key), earlier=names[:i],
-                                            later=names[i:], out=out)
+                    v, ref = _resolve_value(
+                        item, stage=stage, key=str(key), earlier=names[:i], later=names[i:], out=out
+                    )
                     done.append(v)
                     if ref and ref not in refs:
                         refs.append(ref)
@@ -405,8 +466,15 @@ def resolve(pipeline: Pipeline, out: Path) -> Pipeline:
         values: dict[str, Any] = {}
         for key, value in resolved.items():  # one at a time: a message names the option's own line
             where = stage.key_where.get(str(key), stage.where)
-            values.update(mapping_values(cls, {key: value}, where=where, explicit=("overwrite", "force"),
-                                         shown=lambda k, w=where: f"'{k}' ({w})"))
+            values.update(
+                mapping_values(
+                    cls,
+                    {key: value},
+                    where=where,
+                    explicit=("overwrite", "force"),
+                    shown=lambda k, w=where: f"'{k}' ({w})",
+                )
+            )
         if cmd.output is None:  # a command that writes no folder is no stage (push, check-dist)
             raise AuraError(M("bad_command", where=stage.where, command=stage.command, valid=_stage_commands()))
         values[cmd.output] = coerce(cmd.output, types[cmd.output], str(out / stage.name))
@@ -422,8 +490,17 @@ def resolve(pipeline: Pipeline, out: Path) -> Pipeline:
     multi = [s for s in pipeline.stages if s.nnodes > 1]
     for s in multi[1:]:
         if (s.nnodes, s.node_rank) != (multi[0].nnodes, multi[0].node_rank):
-            raise AuraError(M("nodes_differ", where=s.where, n=s.nnodes, rank=s.node_rank, other=multi[0].name,
-                              n0=multi[0].nnodes, rank0=multi[0].node_rank))
+            raise AuraError(
+                M(
+                    "nodes_differ",
+                    where=s.where,
+                    n=s.nnodes,
+                    rank=s.node_rank,
+                    other=multi[0].name,
+                    n0=multi[0].nnodes,
+                    rank0=multi[0].node_rank,
+                )
+            )
     return pipeline
 
 
@@ -433,8 +510,11 @@ def _check_comm(stage: Stage) -> None:
     from aura.models.presets import PRESETS
 
     cfg = stage.cfg
-    if stage.key != ("pretrain",) or stage.launch is None or \
-            (cfg.model_preset != "auto" and cfg.model_preset not in PRESETS):
+    if (
+        stage.key != ("pretrain",)
+        or stage.launch is None
+        or (cfg.model_preset != "auto" and cfg.model_preset not in PRESETS)
+    ):
         raise AuraError(M("comm_needs", where=stage.where))
     for key in ("ddp_comm", "local_steps"):
         if key in stage.options or key.replace("_", "-") in stage.options:
@@ -479,6 +559,9 @@ def config_fields(cfg) -> dict[str, Any]:
     out = {}
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
-        out[f.name] = [str(x) if isinstance(x, Path) else x for x in v] if isinstance(v, list) else (
-            str(v) if isinstance(v, Path) else v)
+        out[f.name] = (
+            [str(x) if isinstance(x, Path) else x for x in v]
+            if isinstance(v, list)
+            else (str(v) if isinstance(v, Path) else v)
+        )
     return out

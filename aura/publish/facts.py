@@ -1,5 +1,6 @@
 """What Aura knows about a model it publishes, read from the files its commands wrote: the run's
-``run.json`` (through ``aura.watch.runs``), ``model_config.json`` and ``training_log.csv`` (the recipe), the prepared data's
+``run.json`` (through ``aura.watch.runs``), ``model_config.json`` and ``training_log.csv`` (the recipe), the prepared
+data's
 ``meta.json``, the tokenizer's ``aura_tokenizer.json`` and a curation's ``.curate/report.json`` (the data),
 the eval JSONs of ``aura eval`` (the results) and a pipeline's ``report.json`` (device-hours and cost).
 
@@ -62,28 +63,42 @@ def recipe(run_dir: Path) -> dict[str, Any] | None:
     layout = run.get("layout") or {}
     log = training_summary(run_dir) or {}
     out = {
-        "command": run.get("kind") or mc.get("kind"), "status": run.get("status"),
-        "preset": mc.get("preset"), "arch": (mc.get("model_spec") or {}).get("arch") if isinstance(
-            mc.get("model_spec"), dict) else None,
-        "parameters": mc.get("parameters"), "trainable_parameters": mc.get("trainable_parameters"),
-        "method": mc.get("method"), "lora": mc.get("lora") if isinstance(mc.get("lora"), dict) else None,
+        "command": run.get("kind") or mc.get("kind"),
+        "status": run.get("status"),
+        "preset": mc.get("preset"),
+        "arch": (mc.get("model_spec") or {}).get("arch") if isinstance(mc.get("model_spec"), dict) else None,
+        "parameters": mc.get("parameters"),
+        "trainable_parameters": mc.get("trainable_parameters"),
+        "method": mc.get("method"),
+        "lora": mc.get("lora") if isinstance(mc.get("lora"), dict) else None,
         "objective": mc.get("objective"),
         "base_model": short_name(mc.get("base_model")),
         "optimizer": cfg.get("optimizer") or "adamw",
-        "learning_rate": sched.get("base", cfg.get("learning_rate")), "min_lr": sched.get("min_lr"),
-        "schedule": sched.get("kind"), "warmup_steps": sched.get("warmup"),
+        "learning_rate": sched.get("base", cfg.get("learning_rate")),
+        "min_lr": sched.get("min_lr"),
+        "schedule": sched.get("kind"),
+        "warmup_steps": sched.get("warmup"),
         "cooldown_fraction": sched.get("cooldown_fraction") if sched.get("kind") == "wsd" else None,
-        "weight_decay": cfg.get("weight_decay"), "adam_betas": [cfg.get("adam_beta1"), cfg.get("adam_beta2")]
-        if cfg.get("adam_beta1") is not None else None,
-        "max_grad_norm": cfg.get("max_grad_norm"), "precision": mc.get("precision"), "seed": cfg.get("seed"),
-        "batch_size": cfg.get("batch_size"), "gradient_accumulation_steps": cfg.get("gradient_accumulation_steps"),
+        "weight_decay": cfg.get("weight_decay"),
+        "adam_betas": [cfg.get("adam_beta1"), cfg.get("adam_beta2")] if cfg.get("adam_beta1") is not None else None,
+        "max_grad_norm": cfg.get("max_grad_norm"),
+        "precision": mc.get("precision"),
+        "seed": cfg.get("seed"),
+        "batch_size": cfg.get("batch_size"),
+        "gradient_accumulation_steps": cfg.get("gradient_accumulation_steps"),
         "sequence_length": cfg.get("seq_length") or cfg.get("max_length"),
-        "tokens_per_step": plan.get("tokens_per_step"), "total_steps": run.get("total_steps") or plan.get("total_steps"),
-        "last_step": run.get("last_step"), "epochs": plan.get("epochs"),
-        "world_size": layout.get("world_size", mc.get("world_size") or 1), "nnodes": layout.get("nnodes", 1),
+        "tokens_per_step": plan.get("tokens_per_step"),
+        "total_steps": run.get("total_steps") or plan.get("total_steps"),
+        "last_step": run.get("last_step"),
+        "epochs": plan.get("epochs"),
+        "world_size": layout.get("world_size", mc.get("world_size") or 1),
+        "nnodes": layout.get("nnodes", 1),
         "strategy": mc.get("strategy"),
-        "tokens": log.get("tokens"), "train_seconds": log.get("seconds"), "final_train_loss": log.get("final_loss"),
-        "final_val_loss": log.get("val_loss"), "peak_memory_gb": log.get("mem_peak_gb"),
+        "tokens": log.get("tokens"),
+        "train_seconds": log.get("seconds"),
+        "final_train_loss": log.get("final_loss"),
+        "final_val_loss": log.get("val_loss"),
+        "peak_memory_gb": log.get("mem_peak_gb"),
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -96,8 +111,13 @@ def hardware(run_dir: Path) -> dict[str, Any] | None:
     if not hw:
         return None
     layout = describe_run(run_dir).get("layout") or {}
-    return {"device": hw.get("name"), "device_type": hw.get("device_type"), "per_node": hw.get("count"),
-            "processes": layout.get("world_size", mc.get("world_size") or 1), "nodes": layout.get("nnodes") or 1}
+    return {
+        "device": hw.get("name"),
+        "device_type": hw.get("device_type"),
+        "per_node": hw.get("count"),
+        "processes": layout.get("world_size", mc.get("world_size") or 1),
+        "nodes": layout.get("nnodes") or 1,
+    }
 
 
 def _tokenizer(path: str | None) -> dict[str, Any] | None:
@@ -116,8 +136,11 @@ def _curation(source_path: str) -> list[dict[str, Any]] | None:
     for d in (p, p.parent):
         rep = read_object(d / ".curate" / "report.json")
         if rep and isinstance(rep.get("stages"), list):
-            return [{"stage": s.get("stage"), "docs_in": s.get("docs_in"), "docs_out": s.get("docs_out")}
-                    for s in rep["stages"] if isinstance(s, dict)]
+            return [
+                {"stage": s.get("stage"), "docs_in": s.get("docs_in"), "docs_out": s.get("docs_out")}
+                for s in rep["stages"]
+                if isinstance(s, dict)
+            ]
     return None
 
 
@@ -147,11 +170,17 @@ def data(run_dir: Path) -> dict[str, Any] | None:
             funnel += _curation(s["path"]) or []
         cleaning = meta.get("cleaning") if isinstance(meta.get("cleaning"), dict) else {}
         splits = meta.get("splits") if isinstance(meta.get("splits"), dict) else {}
-        out.setdefault("prepared", []).append({
-            "name": short_name(d), "documents_read": cleaning.get("documents_read"),
-            "documents_kept": cleaning.get("documents_kept"), "duplicates": cleaning.get("duplicates"),
-            "too_short": cleaning.get("too_short"), "train_tokens": (splits.get("train") or {}).get("tokens"),
-            "val_tokens": (splits.get("val") or {}).get("tokens")})
+        out.setdefault("prepared", []).append(
+            {
+                "name": short_name(d),
+                "documents_read": cleaning.get("documents_read"),
+                "documents_kept": cleaning.get("documents_kept"),
+                "duplicates": cleaning.get("duplicates"),
+                "too_short": cleaning.get("too_short"),
+                "train_tokens": (splits.get("train") or {}).get("tokens"),
+                "val_tokens": (splits.get("val") or {}).get("tokens"),
+            }
+        )
         tok = _tokenizer(str(Path(d) / "tokenizer")) or _tokenizer((meta.get("tokenizer") or {}).get("name_or_path"))
         if tok:
             out["tokenizer"] = tok
@@ -219,13 +248,27 @@ def cost(source: Source) -> dict[str, Any] | None:
     total_h = sum(s.get("device_hours") or 0.0 for s in stages)
     priced = report.get("price_per_hour") is not None
     own = next((s for s in stages if source.run_dir is not None and s.get("name") == source.run_dir.name), {})
-    return {"pipeline": report.get("pipeline"), "price_per_hour": report.get("price_per_hour"),
-            "device_hours": total_h, "cost": sum(s.get("cost") or 0.0 for s in stages) if priced else None,
-            "stage": own.get("name"), "stage_device_hours": own.get("device_hours"), "stage_cost": own.get("cost"),
-            "stages": [{"name": s.get("name"), "command": s.get("command_name"), "status": s.get("status"),
-                        "device_hours": s.get("device_hours"), "cost": s.get("cost"), "notes": s.get("notes") or {}}
-                       for s in stages],
-            "environment": report.get("environment")}
+    return {
+        "pipeline": report.get("pipeline"),
+        "price_per_hour": report.get("price_per_hour"),
+        "device_hours": total_h,
+        "cost": sum(s.get("cost") or 0.0 for s in stages) if priced else None,
+        "stage": own.get("name"),
+        "stage_device_hours": own.get("device_hours"),
+        "stage_cost": own.get("cost"),
+        "stages": [
+            {
+                "name": s.get("name"),
+                "command": s.get("command_name"),
+                "status": s.get("status"),
+                "device_hours": s.get("device_hours"),
+                "cost": s.get("cost"),
+                "notes": s.get("notes") or {},
+            }
+            for s in stages
+        ],
+        "environment": report.get("environment"),
+    }
 
 
 def base_model(source: Source, override: str = "") -> tuple[str | None, str | None]:
@@ -242,19 +285,29 @@ def base_model(source: Source, override: str = "") -> tuple[str | None, str | No
 
 def model_facts(source: Source) -> dict[str, Any]:
     config = read_object(source.model_dir / "config.json") if source.kind == "model" and source.model_dir else None
-    adapter = read_object(source.model_dir / "adapter_config.json") if source.kind == "adapter" and \
-        source.model_dir else None
+    adapter = (
+        read_object(source.model_dir / "adapter_config.json") if source.kind == "adapter" and source.model_dir else None
+    )
     out: dict[str, Any] = {}
     if config:
-        out.update(model_type=config.get("model_type"), architectures=config.get("architectures"),
-                   vocab_size=config.get("vocab_size"), context=config.get("max_position_embeddings"),
-                   hidden_size=config.get("hidden_size"), layers=config.get("num_hidden_layers"))
+        out.update(
+            model_type=config.get("model_type"),
+            architectures=config.get("architectures"),
+            vocab_size=config.get("vocab_size"),
+            context=config.get("max_position_embeddings"),
+            hidden_size=config.get("hidden_size"),
+            layers=config.get("num_hidden_layers"),
+        )
     if adapter:
         summary = (read_object(source.model_dir / "aura_adapter.json") or {}).get("config_summary")
         if isinstance(summary, dict):
             out["model_type"] = summary.get("model_type")
-        out.update(peft_type=adapter.get("peft_type"), r=adapter.get("r"), lora_alpha=adapter.get("lora_alpha"),
-                   target_modules=adapter.get("target_modules"))
+        out.update(
+            peft_type=adapter.get("peft_type"),
+            r=adapter.get("r"),
+            lora_alpha=adapter.get("lora_alpha"),
+            target_modules=adapter.get("target_modules"),
+        )
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -265,8 +318,15 @@ def gather(source: Source, *, base_override: str = "") -> dict[str, Any]:
     recipe_ = recipe(run) if run else None
     if recipe_ and hub_base and recipe_.get("base_model"):
         recipe_["base_model"] = hub_base  # the name others can download (--base-model)
-    return {"kind": source.kind, "model": model_facts(source),
-            "base_model": hub_base, "base_model_named": named_base,
-            "recipe": recipe_, "hardware": hardware(run) if run else None,
-            "data": data(run) if run else None, "evaluations": evaluations(source), "cost": cost(source),
-            "gguf": [g.name for g in source.gguf]}
+    return {
+        "kind": source.kind,
+        "model": model_facts(source),
+        "base_model": hub_base,
+        "base_model_named": named_base,
+        "recipe": recipe_,
+        "hardware": hardware(run) if run else None,
+        "data": data(run) if run else None,
+        "evaluations": evaluations(source),
+        "cost": cost(source),
+        "gguf": [g.name for g in source.gguf],
+    }

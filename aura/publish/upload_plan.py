@@ -19,49 +19,70 @@ from aura.core.files import check_safetensors
 from aura.core.i18n import Messages
 from aura.core.rundir import LOCK_FILE, MANIFEST_FILE, latest_checkpoint
 
-M = Messages("publish.plan", {
-    "missing": ("{path}: no existe. Pasa la carpeta de una ejecución (con final/), de un modelo, de un "
-                "adaptador o de un pipeline, o un archivo .gguf.",
-                "{path}: no such file or folder. Pass a run folder (with final/), a model, adapter or pipeline "
-                "folder, or a .gguf file."),
-    "not_model": ("{path} no es una ejecución de Aura (run.json), ni un modelo (config.json), ni un adaptador "
-                  "(adapter_config.json), ni un pipeline (pipeline.json), ni un archivo .gguf.",
-                  "{path} is not an Aura run (run.json), a model (config.json), an adapter (adapter_config.json), "
-                  "a pipeline (pipeline.json) nor a .gguf file."),
-    "no_final": ("{run} no tiene final/: la ejecución no terminó (estado: {status}). Pasa una carpeta de "
-                 "modelo: {options}, o reanuda la ejecución hasta el final.",
-                 "{run} has no final/: the run did not finish (status: {status}). Pass a model folder: "
-                 "{options}, or resume the run to the end."),
-    "no_candidates": ("ninguna todavía", "none yet"),
-    "pipeline_no_model": ("El pipeline {path} no tiene ninguna etapa de entrenamiento con final/ (etapas: "
-                          "{stages}). Termina el pipeline o pasa la carpeta final/ de una etapa.",
-                          "The pipeline {path} has no training stage with a final/ (stages: {stages}). Finish "
-                          "the pipeline or pass a stage's final/ folder."),
-    "pickle_only": ("{path} solo tiene pesos en formato pickle ({files}); aura push sube solo safetensors, que "
-                    "no ejecutan código al cargarse. Conviértelos: cárgalo con transformers y guárdalo con "
-                    "save_pretrained(..., safe_serialization=True).",
-                    "{path} has pickle weights only ({files}); aura push uploads safetensors only, which run no "
-                    "code when loaded. Convert them: load it with transformers and save it with "
-                    "save_pretrained(..., safe_serialization=True)."),
-    "no_weights": ("{path} no tiene pesos (*.safetensors): no es un modelo completo.",
-                   "{path} has no weights (*.safetensors): it is not a complete model."),
-    "not_gguf": ("--gguf {path}: no es un archivo GGUF (no empieza por 'GGUF'). Pasa un archivo escrito por "
-                 "aura export gguf.",
-                 "--gguf {path}: not a GGUF file (it does not start with 'GGUF'). Pass a file written by "
-                 "aura export gguf."),
-    "same_name": ("Dos archivos se llamarían {name} en el repositorio: {a} y {b}. Renombra uno.",
-                  "Two files would be named {name} in the repository: {a} and {b}. Rename one."),
-    "r_internal": ("archivo interno de Aura", "Aura's internal file"),
-    "r_unfinished": ("escritura sin terminar", "unfinished write"),
-    "r_lock": ("cerrojo", "lock"),
-    "r_training_state": ("estado de entrenamiento (optimizador, RNG)", "training state (optimizer, RNG)"),
-    "r_checkpoint": ("checkpoint", "checkpoint"),
-    "r_pickle": ("pesos pickle (solo se sube safetensors)", "pickle weights (safetensors only)"),
-    "r_card": ("se sustituye por la tarjeta generada", "replaced by the generated card"),
-    "r_link": ("enlace simbólico", "symbolic link"),
-    "r_hidden": ("archivo oculto", "hidden file"),
-    "rewritten": ("copia con las rutas locales sustituidas por {base}", "a copy with local paths replaced by {base}"),
-})
+M = Messages(
+    "publish.plan",
+    {
+        "missing": (
+            "{path}: no existe. Pasa la carpeta de una ejecución (con final/), de un modelo, de un "
+            "adaptador o de un pipeline, o un archivo .gguf.",
+            "{path}: no such file or folder. Pass a run folder (with final/), a model, adapter or pipeline "
+            "folder, or a .gguf file.",
+        ),
+        "not_model": (
+            "{path} no es una ejecución de Aura (run.json), ni un modelo (config.json), ni un adaptador "
+            "(adapter_config.json), ni un pipeline (pipeline.json), ni un archivo .gguf.",
+            "{path} is not an Aura run (run.json), a model (config.json), an adapter (adapter_config.json), "
+            "a pipeline (pipeline.json) nor a .gguf file.",
+        ),
+        "no_final": (
+            "{run} no tiene final/: la ejecución no terminó (estado: {status}). Pasa una carpeta de "
+            "modelo: {options}, o reanuda la ejecución hasta el final.",
+            "{run} has no final/: the run did not finish (status: {status}). Pass a model folder: "
+            "{options}, or resume the run to the end.",
+        ),
+        "no_candidates": ("ninguna todavía", "none yet"),
+        "pipeline_no_model": (
+            "El pipeline {path} no tiene ninguna etapa de entrenamiento con final/ (etapas: "
+            "{stages}). Termina el pipeline o pasa la carpeta final/ de una etapa.",
+            "The pipeline {path} has no training stage with a final/ (stages: {stages}). Finish "
+            "the pipeline or pass a stage's final/ folder.",
+        ),
+        "pickle_only": (
+            "{path} solo tiene pesos en formato pickle ({files}); aura push sube solo safetensors, que "
+            "no ejecutan código al cargarse. Conviértelos: cárgalo con transformers y guárdalo con "
+            "save_pretrained(..., safe_serialization=True).",
+            "{path} has pickle weights only ({files}); aura push uploads safetensors only, which run no "
+            "code when loaded. Convert them: load it with transformers and save it with "
+            "save_pretrained(..., safe_serialization=True).",
+        ),
+        "no_weights": (
+            "{path} no tiene pesos (*.safetensors): no es un modelo completo.",
+            "{path} has no weights (*.safetensors): it is not a complete model.",
+        ),
+        "not_gguf": (
+            "--gguf {path}: no es un archivo GGUF (no empieza por 'GGUF'). Pasa un archivo escrito por "
+            "aura export gguf.",
+            "--gguf {path}: not a GGUF file (it does not start with 'GGUF'). Pass a file written by aura export gguf.",
+        ),
+        "same_name": (
+            "Dos archivos se llamarían {name} en el repositorio: {a} y {b}. Renombra uno.",
+            "Two files would be named {name} in the repository: {a} and {b}. Rename one.",
+        ),
+        "r_internal": ("archivo interno de Aura", "Aura's internal file"),
+        "r_unfinished": ("escritura sin terminar", "unfinished write"),
+        "r_lock": ("cerrojo", "lock"),
+        "r_training_state": ("estado de entrenamiento (optimizador, RNG)", "training state (optimizer, RNG)"),
+        "r_checkpoint": ("checkpoint", "checkpoint"),
+        "r_pickle": ("pesos pickle (solo se sube safetensors)", "pickle weights (safetensors only)"),
+        "r_card": ("se sustituye por la tarjeta generada", "replaced by the generated card"),
+        "r_link": ("enlace simbólico", "symbolic link"),
+        "r_hidden": ("archivo oculto", "hidden file"),
+        "rewritten": (
+            "copia con las rutas locales sustituidas por {base}",
+            "a copy with local paths replaced by {base}",
+        ),
+    },
+)
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 TRAINING_STATE = {"optimizer.pt", "scaler.pt", "trainer_state.json", "rng", "scheduler.pt", MANIFEST_FILE}
@@ -117,8 +138,7 @@ def _run_final(run_dir: Path) -> Path:
     options = [str(run_dir / "best")] if (run_dir / "best").is_dir() else []
     ckpt = latest_checkpoint(run_dir)
     options += [str(ckpt)] if ckpt else []
-    raise AuraError(M("no_final", run=run_dir, status=run["status"],
-                      options=", ".join(options) or M("no_candidates")))
+    raise AuraError(M("no_final", run=run_dir, status=run["status"], options=", ".join(options) or M("no_candidates")))
 
 
 def resolve_source(path: str | Path, *, gguf: list[str] | tuple[str, ...] = ()) -> Source:
@@ -226,8 +246,11 @@ def upload_plan(source: Source) -> UploadPlan:
             if reason is None and entry.is_file():
                 files.append(Entry(entry, rel.as_posix(), entry.stat().st_size))
             else:
-                top = rel.parts[0] if reason in ("r_checkpoint", "r_training_state") and len(rel.parts) > 1 else \
-                    rel.as_posix()
+                top = (
+                    rel.parts[0]
+                    if reason in ("r_checkpoint", "r_training_state") and len(rel.parts) > 1
+                    else rel.as_posix()
+                )
                 if (top, reason) not in excluded:
                     excluded.append((top, reason or "r_hidden"))
     for g in source.gguf:

@@ -19,8 +19,19 @@ CHAT_PATH, COMPLETIONS_PATH = "/v1/chat/completions", "/v1/completions"
 WARNING_HEADER = b"x-aura-warning"
 # the fields of a chat request a completion request also has (an engine may refuse any other: transformers
 # serve answers 422); max_completion_tokens is the chat API's newer name of max_tokens
-_SHARED = ("model", "max_tokens", "temperature", "top_p", "seed", "frequency_penalty", "presence_penalty",
-           "logit_bias", "user", "stream", "generation_config")
+_SHARED = (
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "user",
+    "stream",
+    "generation_config",
+)
 
 
 def _text(content) -> str:
@@ -45,8 +56,11 @@ class PlainChat:
         self.app, self.warning = app, warning
         self.prompt, self.stops = plain_chat_prompt, list(PLAIN_STOPS)
         # a header is Latin-1: Spanish letters pass, anything else is percent-encoded
-        self.header = warning.encode("latin-1", errors="ignore") if all(ord(c) < 256 for c in warning) else \
-            quote(warning, safe=" :;,.()/¿?¡!").encode("latin-1", errors="ignore")
+        self.header = (
+            warning.encode("latin-1", errors="ignore")
+            if all(ord(c) < 256 for c in warning)
+            else quote(warning, safe=" :;,.()/¿?¡!").encode("latin-1", errors="ignore")
+        )
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != CHAT_PATH:
@@ -60,17 +74,22 @@ class PlainChat:
             data = None
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
             return await forward_body(self.app, scope, receive, send, body, CHAT_PATH)  # the engine's own answer
-        messages = [{"role": str(m.get("role") or "user"), "content": _text(m.get("content"))}
-                    for m in data["messages"] if isinstance(m, dict)]
+        messages = [
+            {"role": str(m.get("role") or "user"), "content": _text(m.get("content"))}
+            for m in data["messages"]
+            if isinstance(m, dict)
+        ]
         asked = data.get("stop") or []
         stops = [*self.stops, *([asked] if isinstance(asked, str) else [str(s) for s in asked])]
         request = {k: v for k, v in data.items() if k in _SHARED}
         if data.get("max_completion_tokens") is not None and data.get("max_tokens") is None:
             request["max_tokens"] = data["max_completion_tokens"]
         request.update(prompt=self.prompt(messages), stop=stops)
-        convert = _StreamedChat(send, stops, self.header) if data.get("stream") else _WholeChat(send, stops,
-                                                                                                 self.header,
-                                                                                                 self.warning)
+        convert = (
+            _StreamedChat(send, stops, self.header)
+            if data.get("stream")
+            else _WholeChat(send, stops, self.header, self.warning)
+        )
         await forward_body(self.app, scope, receive, convert.send, json.dumps(request).encode(), COMPLETIONS_PATH)
 
 
@@ -103,10 +122,23 @@ class _WholeChat:
         choices = []
         for ch in c.get("choices") or []:
             text, stopped = _cut(ch.get("text") or "", self.stops)
-            choices.append({"index": ch.get("index", 0), "message": {"role": "assistant", "content": text},
-                            "finish_reason": "stop" if stopped else ch.get("finish_reason"), "logprobs": None})
-        return {"id": c.get("id"), "object": "chat.completion", "created": c.get("created"), "model": c.get("model"),
-                "choices": choices, "usage": c.get("usage"), "aura_warning": self.warning}
+            choices.append(
+                {
+                    "index": ch.get("index", 0),
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop" if stopped else ch.get("finish_reason"),
+                    "logprobs": None,
+                }
+            )
+        return {
+            "id": c.get("id"),
+            "object": "chat.completion",
+            "created": c.get("created"),
+            "model": c.get("model"),
+            "choices": choices,
+            "usage": c.get("usage"),
+            "aura_warning": self.warning,
+        }
 
 
 class _StreamedChat:
@@ -156,14 +188,17 @@ class _StreamedChat:
             return self._end("stop")
         if choice.get("finish_reason"):
             return self._end(choice["finish_reason"])
-        return self._chunk(self.text[self.sent:max(self.sent, len(self.text) - self.hold)])
+        return self._chunk(self.text[self.sent : max(self.sent, len(self.text) - self.hold)])
 
     def _end(self, finish: str) -> bytes:
         """The rest of the answer (cut at a stop string), a chunk with the finish reason, ``[DONE]``."""
         self.text, stopped = _cut(self.text, self.stops)
         self.done = True
-        return (self._chunk(self.text[self.sent:]) + self._chunk("", finish="stop" if stopped else finish) +
-                b"data: [DONE]\n\n")
+        return (
+            self._chunk(self.text[self.sent :])
+            + self._chunk("", finish="stop" if stopped else finish)
+            + b"data: [DONE]\n\n"
+        )
 
     def _chunk(self, piece: str, *, finish: str | None = None) -> bytes:
         delta = {"content": piece} if piece else {}
@@ -172,6 +207,9 @@ class _StreamedChat:
         self.sent += len(piece)
         if not piece and finish is None:
             return b""
-        chunk = {**self.meta, "object": "chat.completion.chunk",
-                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+        chunk = {
+            **self.meta,
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
         return b"data: " + json.dumps(chunk).encode() + b"\n\n"

@@ -28,77 +28,118 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.serve.servers import ENGINES
 
-M = Messages("serve", {
-    "need_model": ("Falta el MODELO: un directorio Hugging Face, un checkpoint, un adaptador o un archivo "
-                   ".gguf (p. ej. aura serve runs/mi-modelo/final).",
-                   "MODEL is missing: a Hugging Face dir, a checkpoint, an adapter or a .gguf file "
-                   "(e.g. aura serve runs/my-model/final)."),
-    "bad_port": ("--port debe estar entre 1 y 65535; recibido {port}.", "--port must be between 1 and 65535; got {port}."),
-    "port_busy": ("El puerto {port} de {host} ya está en uso (otro servidor escucha en él): elige otro con "
-                  "--port, o detén ese servidor.",
-                  "Port {port} on {host} is already in use (another server listens on it): pick another "
-                  "with --port, or stop that server."),
-    "bad_host": ("No se puede escuchar en {host}:{port} ({err}): --host debe ser una dirección de esta "
-                 "máquina (127.0.0.1, 0.0.0.0 o la IP de una de sus interfaces).",
-                 "Cannot listen on {host}:{port} ({err}): --host must be an address of this machine "
-                 "(127.0.0.1, 0.0.0.0 or the IP of one of its interfaces)."),
-    "engine_gguf": ("--engine {engine} no lee archivos GGUF: un .gguf se sirve con llama.cpp (--engine auto "
-                    "o llama.cpp); para {engine}, sirve el directorio Hugging Face del que se exportó.",
-                    "--engine {engine} does not read GGUF files: a .gguf is served by llama.cpp (--engine "
-                    "auto or llama.cpp); for {engine}, serve the Hugging Face dir it was exported from."),
-    "engine_needs_gguf": ("--engine llama.cpp necesita un archivo .gguf y {path} no lo es: expórtalo con "
-                          "aura export gguf --model {path}, o usa --engine auto.",
-                          "--engine llama.cpp needs a .gguf file and {path} is not one: export it with "
-                          "aura export gguf --model {path}, or use --engine auto."),
-    "vllm_unavailable": ("--engine vllm necesita vLLM instalado (pip install vllm) y una GPU; aquí "
-                         "vLLM {vllm} y GPU {gpu}. Usa --engine auto (transformers en CPU).",
-                         "--engine vllm needs vLLM installed (pip install vllm) and a GPU; here vLLM "
-                         "{vllm} and GPU {gpu}. Use --engine auto (transformers on the CPU)."),
-    "missing": ("aura serve con {engine} necesita paquetes que faltan ({err}): pip install -e '.[serve]'.",
-                "aura serve with {engine} needs missing packages ({err}): pip install -e '.[serve]'."),
-    "merging": ("Fusionando el adaptador {adapter} en una copia temporal de {base} (se borra al terminar)…",
-                "Merging the adapter {adapter} into a temporary copy of {base} (deleted on exit)…"),
-    "loading": ("Cargando {model} en {engine}…", "Loading {model} in {engine}…"),
-    "serving": ("API compatible con OpenAI en {url} (motor {engine}); modelo: {name}",
-                "OpenAI-compatible API at {url} (engine {engine}); model: {name}"),
-    "token_note": ("La dirección no es local: cada petición necesita el token {token} (el api_key del "
-                   "cliente de OpenAI, o la cabecera Authorization: Bearer).",
-                   "The address is not local: every request needs the token {token} (the OpenAI client's "
-                   "api_key, or the Authorization: Bearer header)."),
-    "stop_note": ("Ctrl+C detiene el servidor.", "Ctrl+C stops the server."),
-    "yes": ("sí", "yes"),
-    "no": ("no", "no"),
-})
+M = Messages(
+    "serve",
+    {
+        "need_model": (
+            "Falta el MODELO: un directorio Hugging Face, un checkpoint, un adaptador o un archivo "
+            ".gguf (p. ej. aura serve runs/mi-modelo/final).",
+            "MODEL is missing: a Hugging Face dir, a checkpoint, an adapter or a .gguf file "
+            "(e.g. aura serve runs/my-model/final).",
+        ),
+        "bad_port": (
+            "--port debe estar entre 1 y 65535; recibido {port}.",
+            "--port must be between 1 and 65535; got {port}.",
+        ),
+        "port_busy": (
+            "El puerto {port} de {host} ya está en uso (otro servidor escucha en él): elige otro con "
+            "--port, o detén ese servidor.",
+            "Port {port} on {host} is already in use (another server listens on it): pick another "
+            "with --port, or stop that server.",
+        ),
+        "bad_host": (
+            "No se puede escuchar en {host}:{port} ({err}): --host debe ser una dirección de esta "
+            "máquina (127.0.0.1, 0.0.0.0 o la IP de una de sus interfaces).",
+            "Cannot listen on {host}:{port} ({err}): --host must be an address of this machine "
+            "(127.0.0.1, 0.0.0.0 or the IP of one of its interfaces).",
+        ),
+        "engine_gguf": (
+            "--engine {engine} no lee archivos GGUF: un .gguf se sirve con llama.cpp (--engine auto "
+            "o llama.cpp); para {engine}, sirve el directorio Hugging Face del que se exportó.",
+            "--engine {engine} does not read GGUF files: a .gguf is served by llama.cpp (--engine "
+            "auto or llama.cpp); for {engine}, serve the Hugging Face dir it was exported from.",
+        ),
+        "engine_needs_gguf": (
+            "--engine llama.cpp necesita un archivo .gguf y {path} no lo es: expórtalo con "
+            "aura export gguf --model {path}, o usa --engine auto.",
+            "--engine llama.cpp needs a .gguf file and {path} is not one: export it with "
+            "aura export gguf --model {path}, or use --engine auto.",
+        ),
+        "vllm_unavailable": (
+            "--engine vllm necesita vLLM instalado (pip install vllm) y una GPU; aquí "
+            "vLLM {vllm} y GPU {gpu}. Usa --engine auto (transformers en CPU).",
+            "--engine vllm needs vLLM installed (pip install vllm) and a GPU; here vLLM "
+            "{vllm} and GPU {gpu}. Use --engine auto (transformers on the CPU).",
+        ),
+        "missing": (
+            "aura serve con {engine} necesita paquetes que faltan ({err}): pip install -e '.[serve]'.",
+            "aura serve with {engine} needs missing packages ({err}): pip install -e '.[serve]'.",
+        ),
+        "merging": (
+            "Fusionando el adaptador {adapter} en una copia temporal de {base} (se borra al terminar)…",
+            "Merging the adapter {adapter} into a temporary copy of {base} (deleted on exit)…",
+        ),
+        "loading": ("Cargando {model} en {engine}…", "Loading {model} in {engine}…"),
+        "serving": (
+            "API compatible con OpenAI en {url} (motor {engine}); modelo: {name}",
+            "OpenAI-compatible API at {url} (engine {engine}); model: {name}",
+        ),
+        "token_note": (
+            "La dirección no es local: cada petición necesita el token {token} (el api_key del "
+            "cliente de OpenAI, o la cabecera Authorization: Bearer).",
+            "The address is not local: every request needs the token {token} (the OpenAI client's "
+            "api_key, or the Authorization: Bearer header).",
+        ),
+        "stop_note": ("Ctrl+C detiene el servidor.", "Ctrl+C stops the server."),
+        "yes": ("sí", "yes"),
+        "no": ("no", "no"),
+    },
+)
 
 
 @dataclass
 class ServeConfig:
-    model: str = arg("", es="Modelo: directorio Hugging Face, checkpoint, adaptador o archivo .gguf.",
-                     en="Model: Hugging Face dir, checkpoint, adapter or .gguf file.",
-                     positional=True, metavar="MODEL")
-    adapter: str = arg("", es="Adaptador LoRA/QLoRA sobre MODEL (se fusiona en una copia temporal; con vLLM se "
-                       "sirve como LoRA).",
-                       en="LoRA/QLoRA adapter on top of MODEL (merged into a temporary copy; served as a LoRA "
-                       "by vLLM).")
-    host: str = arg("127.0.0.1", es="Dirección donde escuchar (fuera de loopback se exige un token).",
-                    en="Address to listen on (off loopback a token is required).")
+    model: str = arg(
+        "",
+        es="Modelo: directorio Hugging Face, checkpoint, adaptador o archivo .gguf.",
+        en="Model: Hugging Face dir, checkpoint, adapter or .gguf file.",
+        positional=True,
+        metavar="MODEL",
+    )
+    adapter: str = arg(
+        "",
+        es="Adaptador LoRA/QLoRA sobre MODEL (se fusiona en una copia temporal; con vLLM se sirve como LoRA).",
+        en="LoRA/QLoRA adapter on top of MODEL (merged into a temporary copy; served as a LoRA by vLLM).",
+    )
+    host: str = arg(
+        "127.0.0.1",
+        es="Dirección donde escuchar (fuera de loopback se exige un token).",
+        en="Address to listen on (off loopback a token is required).",
+    )
     port: int = arg(8000, es="Puerto.", en="Port.")
-    token: str | None = arg(None, es="Token de acceso, el api_key de los clientes (fuera de loopback: se genera "
-                            "uno si no se da).",
-                            en="Access token, the clients' api_key (off loopback: one is generated when not "
-                            "given).")
-    engine: str = arg("auto", es="Motor: auto (GGUF -> llama.cpp; Hugging Face -> vLLM con GPU, si no "
-                      "transformers).",
-                      en="Engine: auto (GGUF -> llama.cpp; Hugging Face -> vLLM with a GPU, else transformers).",
-                      choices=ENGINES)
-    dtype: str = arg("auto", es="Tipo de los pesos (transformers, vLLM; auto = el del modelo).",
-                     en="Weight dtype (transformers, vLLM; auto = the model's).",
-                     choices=("auto", "float32", "bfloat16", "float16"))
+    token: str | None = arg(
+        None,
+        es="Token de acceso, el api_key de los clientes (fuera de loopback: se genera uno si no se da).",
+        en="Access token, the clients' api_key (off loopback: one is generated when not given).",
+    )
+    engine: str = arg(
+        "auto",
+        es="Motor: auto (GGUF -> llama.cpp; Hugging Face -> vLLM con GPU, si no transformers).",
+        en="Engine: auto (GGUF -> llama.cpp; Hugging Face -> vLLM with a GPU, else transformers).",
+        choices=ENGINES,
+    )
+    dtype: str = arg(
+        "auto",
+        es="Tipo de los pesos (transformers, vLLM; auto = el del modelo).",
+        en="Weight dtype (transformers, vLLM; auto = the model's).",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    )
     n_ctx: int = arg(0, es="Contexto para GGUF (0 = el del modelo).", en="Context for GGUF (0 = the model's).")
-    allow_other_base: bool = arg(False, es="Usar el adaptador aunque se entrenara sobre otro modelo base "
-                                 "(distinto config.json o embeddings).",
-                                 en="Use the adapter even if it was trained on another base model "
-                                 "(different config.json or embeddings).")
+    allow_other_base: bool = arg(
+        False,
+        es="Usar el adaptador aunque se entrenara sobre otro modelo base (distinto config.json o embeddings).",
+        en="Use the adapter even if it was trained on another base model (different config.json or embeddings).",
+    )
 
     def __post_init__(self):
         if not self.model:
@@ -171,8 +212,9 @@ def serve(cfg: ServeConfig) -> int:
     source = resolve_model(cfg.model, cfg.adapter or None, allow_other_base=cfg.allow_other_base)
     vllm, gpu = (_vllm_installed(), _gpu()) if source.kind != "gguf" else (False, False)
     try:
-        engine = choose_engine(source.kind, cfg.engine, vllm_installed=vllm, gpu=gpu,
-                               vllm_cpu=vllm and vllm_cpu_build())
+        engine = choose_engine(
+            source.kind, cfg.engine, vllm_installed=vllm, gpu=gpu, vllm_cpu=vllm and vllm_cpu_build()
+        )
     except ValueError as e:
         yes_no = {True: M("yes"), False: M("no")}
         raise AuraError(M(str(e), engine=cfg.engine, path=cfg.model, vllm=yes_no[vllm], gpu=yes_no[gpu])) from None
@@ -196,8 +238,14 @@ def _merged_copy(cfg: ServeConfig, source, stack: contextlib.ExitStack) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="aura-serve-"))
     stack.callback(shutil.rmtree, tmp, ignore_errors=True)
     console.info(M("merging", adapter=source.path, base=source.base))
-    merge(MergeConfig(base_model=str(source.base), adapter=str(source.path), output_dir=str(tmp / "merged"),
-                      allow_other_base=cfg.allow_other_base))
+    merge(
+        MergeConfig(
+            base_model=str(source.base),
+            adapter=str(source.path),
+            output_dir=str(tmp / "merged"),
+            allow_other_base=cfg.allow_other_base,
+        )
+    )
     return tmp / "merged"
 
 
@@ -228,8 +276,9 @@ def _serve_here(cfg: ServeConfig, source, engine: str, stack: contextlib.ExitSta
     if engine == "llama.cpp":
         name = str(source.path)
         console.info(M("loading", model=name, engine=engine))
-        app = servers.RequestDefaults(servers.llama_cpp_app(source.path, alias=name, n_ctx=cfg.n_ctx),
-                                      servers.LLAMA_CPP_DEFAULTS)
+        app = servers.RequestDefaults(
+            servers.llama_cpp_app(source.path, alias=name, n_ctx=cfg.n_ctx), servers.LLAMA_CPP_DEFAULTS
+        )
     else:
         model_dir = _merged_copy(cfg, source, stack) if source.kind == "adapter" else source.path
         name = str(model_dir)  # transformers serve, pinned to one model, answers to its path
@@ -284,8 +333,9 @@ def _serve_vllm(cfg: ServeConfig, source, stack: contextlib.ExitStack) -> int:
     if adapter is not None and not _lora_servable(adapter):
         adapter, base = None, _merged_copy(cfg, source, stack)
     name = str(adapter if adapter is not None else base)  # with a LoRA, the base answers to its own path
-    argv = vllm_command(base, name=str(base), host=cfg.host, port=cfg.port, dtype=cfg.dtype, adapter=adapter,
-                        adapter_name=name)
+    argv = vllm_command(
+        base, name=str(base), host=cfg.host, port=cfg.port, dtype=cfg.dtype, adapter=adapter, adapter_name=name
+    )
     if not _gpu():  # vLLM's CPU build reserves this share of RAM for its KV cache (its 0.92 default would fail)
         argv += ["--gpu-memory-utilization", f"{vllm_cpu_memory_share():.2f}"]
     env = dict(os.environ)

@@ -61,14 +61,15 @@ def llama_cpp_app(path: Path, *, alias: str, n_ctx: int):
 
     # interrupt_requests=False: by default a streamed answer stops ("[DONE]") as soon as another request
     # waits, so two clients at once cut each other's answers short; here they queue and each completes
-    return create_app(server_settings=ServerSettings(interrupt_requests=False),
-                      model_settings=[ModelSettings(model=str(path), model_alias=alias, n_ctx=n_ctx, verbose=False)])
+    return create_app(
+        server_settings=ServerSettings(interrupt_requests=False),
+        model_settings=[ModelSettings(model=str(path), model_alias=alias, n_ctx=n_ctx, verbose=False)],
+    )
 
 
 # llama-cpp-python's server penalises repeats by default (repeat_penalty 1.1), which the OpenAI API has no
 # field for: an OpenAI request asks for no penalty, as aura generate and transformers serve apply.
 LLAMA_CPP_DEFAULTS = {"repeat_penalty": 1.0}
-
 
 
 async def forward_body(app, scope, receive, send, body: bytes, path: str | None = None) -> None:
@@ -128,13 +129,32 @@ def vllm_lora_rank(adapter_dir: Path) -> int:
     return next((r for r in VLLM_LORA_RANKS if r >= max(ranks)), max(ranks))
 
 
-def vllm_command(model_dir: Path, *, name: str, host: str, port: int, dtype: str,
-                 adapter: Path | None = None, adapter_name: str = "") -> list[str]:
+def vllm_command(
+    model_dir: Path, *, name: str, host: str, port: int, dtype: str, adapter: Path | None = None, adapter_name: str = ""
+) -> list[str]:
     """vLLM's own OpenAI server for ``model_dir`` (the token goes in VLLM_API_KEY, not on the command
     line, where ``ps`` would show it); an adapter is served as the LoRA module ``adapter_name``."""
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-            "--served-model-name", name, "--host", host, "--port", str(port), "--dtype", dtype]
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        name,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+    ]
     if adapter is not None:
-        argv += ["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(adapter)),
-                 "--lora-modules", f"{adapter_name}={adapter}"]
+        argv += [
+            "--enable-lora",
+            "--max-lora-rank",
+            str(vllm_lora_rank(adapter)),
+            "--lora-modules",
+            f"{adapter_name}={adapter}",
+        ]
     return argv

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal, get_args, get_origin
 
 from aura.core.commands import COMMANDS, Command
-from aura.core.config import default_of, unwrap_optional, fields_of, flag_name, parse_config
+from aura.core.config import default_of, fields_of, flag_name, parse_config, unwrap_optional
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.rundir import lock_holder
@@ -31,36 +31,64 @@ from aura.distributed.launcher import strip_resume
 from aura.pipeline.pipeline_state import describe
 from aura.watch.runs import live_status, resume_args
 
-M = Messages("studio_actions", {
-    "unknown_command": ("La página solo puede lanzar {valid}; recibido {command!r}.",
-                        "The page can only launch {valid}; got {command!r}."),
-    "unknown_field": ("'{field}' no es una opción de aura {command}.", "'{field}' is not an option of aura {command}."),
-    "bad_name": ("Nombre de ejecución no válido {name!r}: usa letras, números, '-', '_' o '.', sin '/' ni '..'.",
-                 "Invalid run name {name!r}: use letters, digits, '-', '_' or '.', without '/' or '..'."),
-    "exists": ("Ya existe {path}: elige otro nombre, o reanúdala desde su página.",
-               "{path} already exists: pick another name, or resume it from its page."),
-    "not_running": ("{run} no se está ejecutando en esta máquina (estado: {status}).",
-                    "{run} is not running on this machine (status: {status})."),
-    "not_resumable": ("{run} no se puede reanudar desde aquí (estado {status}, sin checkpoint o sin su línea de "
-                      "comandos en run.json).",
-                      "{run} cannot be resumed from here (status {status}, no checkpoint or no command line in "
-                      "run.json)."),
-    "launcher": ("{run} se lanzó con {launcher}: reanúdala en una terminal con: {command}",
-                 "{run} was launched with {launcher}: resume it in a terminal with: {command}"),
-    "outside": ("{flag} {value!r} está fuera de la carpeta de ejecuciones {root}: la página solo usa modelos "
-                "de dentro (p. ej. NOMBRE/final).",
-                "{flag} {value!r} is outside the runs folder {root}: the page only uses models inside it (e.g. "
-                "NAME/final)."),
-    "confirm": ("Para borrar {run}, confirma escribiendo su nombre exacto.",
-                "To delete {run}, confirm by typing its exact name."),
-    "busy": ("{run} se está ejecutando (estado: {status}): detenla antes de borrarla.",
-             "{run} is running (status: {status}): stop it before deleting it."),
-    "no_job": ("{name} no es un comando lanzado desde la página.", "{name} is not a command launched from the page."),
-    "stage": ("{run} es la etapa '{stage}' del pipeline {pipeline}: el pipeline la reanuda (las etapas terminadas "
-              "se saltan) con su mismo comando: {command}",
-              "{run} is stage '{stage}' of pipeline {pipeline}: the pipeline resumes it (finished stages are "
-              "skipped) with its same command: {command}"),
-})
+M = Messages(
+    "studio_actions",
+    {
+        "unknown_command": (
+            "La página solo puede lanzar {valid}; recibido {command!r}.",
+            "The page can only launch {valid}; got {command!r}.",
+        ),
+        "unknown_field": (
+            "'{field}' no es una opción de aura {command}.",
+            "'{field}' is not an option of aura {command}.",
+        ),
+        "bad_name": (
+            "Nombre de ejecución no válido {name!r}: usa letras, números, '-', '_' o '.', sin '/' ni '..'.",
+            "Invalid run name {name!r}: use letters, digits, '-', '_' or '.', without '/' or '..'.",
+        ),
+        "exists": (
+            "Ya existe {path}: elige otro nombre, o reanúdala desde su página.",
+            "{path} already exists: pick another name, or resume it from its page.",
+        ),
+        "not_running": (
+            "{run} no se está ejecutando en esta máquina (estado: {status}).",
+            "{run} is not running on this machine (status: {status}).",
+        ),
+        "not_resumable": (
+            "{run} no se puede reanudar desde aquí (estado {status}, sin checkpoint o sin su línea de "
+            "comandos en run.json).",
+            "{run} cannot be resumed from here (status {status}, no checkpoint or no command line in run.json).",
+        ),
+        "launcher": (
+            "{run} se lanzó con {launcher}: reanúdala en una terminal con: {command}",
+            "{run} was launched with {launcher}: resume it in a terminal with: {command}",
+        ),
+        "outside": (
+            "{flag} {value!r} está fuera de la carpeta de ejecuciones {root}: la página solo usa modelos "
+            "de dentro (p. ej. NOMBRE/final).",
+            "{flag} {value!r} is outside the runs folder {root}: the page only uses models inside it (e.g. "
+            "NAME/final).",
+        ),
+        "confirm": (
+            "Para borrar {run}, confirma escribiendo su nombre exacto.",
+            "To delete {run}, confirm by typing its exact name.",
+        ),
+        "busy": (
+            "{run} se está ejecutando (estado: {status}): detenla antes de borrarla.",
+            "{run} is running (status: {status}): stop it before deleting it.",
+        ),
+        "no_job": (
+            "{name} no es un comando lanzado desde la página.",
+            "{name} is not a command launched from the page.",
+        ),
+        "stage": (
+            "{run} es la etapa '{stage}' del pipeline {pipeline}: el pipeline la reanuda (las etapas terminadas "
+            "se saltan) con su mismo comando: {command}",
+            "{run} is stage '{stage}' of pipeline {pipeline}: the pipeline resumes it (finished stages are "
+            "skipped) with its same command: {command}",
+        ),
+    },
+)
 
 
 def launchable() -> dict[str, Command]:
@@ -97,21 +125,45 @@ def form(command: str) -> list[dict]:
     out, cls, cmd = [], config_class(command), command_of(command)
     own = set(getattr(cls, "__annotations__", {}))  # the command's own flags first, then the shared ones
     essential = cmd.studio.essential
-    rank = lambda name: essential.index(name) if name in essential else len(essential) + (name not in own)  # noqa: E731
+
+    def rank(name):
+        return essential.index(name) if name in essential else len(essential) + (name not in own)
+
     for f, tp in sorted(fields_of(cls), key=lambda ft: rank(ft[0].name)):
         meta = f.metadata or {}
         if not meta or meta.get("hidden") or f.name == cmd.output or f.name in cmd.studio.hidden:
             continue
         base, optional = unwrap_optional(tp)
         choices = list(get_args(base)) if get_origin(base) is Literal else meta.get("choices")
-        kind = ("bool" if base is bool else "list" if get_origin(base) in (list, tuple)
-                else "int" if base is int else "float" if base is float else "str")
+        kind = (
+            "bool"
+            if base is bool
+            else "list"
+            if get_origin(base) in (list, tuple)
+            else "int"
+            if base is int
+            else "float"
+            if base is float
+            else "str"
+        )
         default = default_of(f)
-        out.append({"name": f.name, "flag": flag_name(f.name), "type": kind, "optional": optional,
-                    "default": None if default is dataclasses.MISSING else
-                    str(default) if isinstance(default, Path) else default,
-                    "choices": list(choices) if choices else None, "help": {"es": meta["help"][0], "en": meta["help"][1]},
-                    "positional": bool(meta.get("positional")), "essential": f.name in essential})
+        out.append(
+            {
+                "name": f.name,
+                "flag": flag_name(f.name),
+                "type": kind,
+                "optional": optional,
+                "default": None
+                if default is dataclasses.MISSING
+                else str(default)
+                if isinstance(default, Path)
+                else default,
+                "choices": list(choices) if choices else None,
+                "help": {"es": meta["help"][0], "en": meta["help"][1]},
+                "positional": bool(meta.get("positional")),
+                "essential": f.name in essential,
+            }
+        )
     return out
 
 
@@ -144,13 +196,26 @@ def stage_refusal(run_dir: Path, root: Path) -> None:
         command = describe(run_dir.parent).get("command") or "aura pipeline run ..."
     except AuraError:
         command = "aura pipeline run ..."
-    raise AuraError(M("stage", run=f"{run_dir.parent.name}/{run_dir.name}", stage=run_dir.name,
-                      pipeline=run_dir.parent.name, command=command))
+    raise AuraError(
+        M(
+            "stage",
+            run=f"{run_dir.parent.name}/{run_dir.name}",
+            stage=run_dir.name,
+            pipeline=run_dir.parent.name,
+            command=command,
+        )
+    )
 
 
 def check_name(name: str) -> str:
-    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith(".") \
-            or not all(c.isalnum() or c in "-_." for c in name):
+    if (
+        not name
+        or name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or name.startswith(".")
+        or not all(c.isalnum() or c in "-_." for c in name)
+    ):
         raise AuraError(M("bad_name", name=name))
     return name
 
@@ -188,7 +253,7 @@ def build_argv(command: str, values: dict, run_dir: Path) -> list[str]:
     err = io.StringIO()
     try:  # the CLI's own parsing and validation, its messages kept for the page
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            parse_config(config_class(command), argv[len(command.split()):], prog=f"aura {command}", description="")
+            parse_config(config_class(command), argv[len(command.split()) :], prog=f"aura {command}", description="")
     except SystemExit:
         lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
         raise AuraError("\n".join(lines[-2:]) or M("unknown_field", field="?", command=command)) from None
@@ -202,9 +267,16 @@ def spawn(argv: list[str], run_dir: Path, *, cwd: Path, env: dict | None = None)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "AURA_PLAIN": "1", **(env or {})}
     with open(log_file, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "aura", *argv], cwd=cwd, env=full_env,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "aura", *argv],
+            cwd=cwd,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     JOBS[run_dir.name] = proc
     return proc.pid
 
@@ -215,8 +287,13 @@ def launch(command: str, name: str, values: dict, root: Path) -> dict:
         raise AuraError(M("exists", path=run_dir))
     argv = build_argv(command, values, run_dir.resolve())
     pid = spawn(argv, run_dir, cwd=root.resolve())
-    return {"name": name, "pid": pid, "argv": argv, "command": shlex.join(["aura", *argv]),
-            "run": command_of(command).run}
+    return {
+        "name": name,
+        "pid": pid,
+        "argv": argv,
+        "command": shlex.join(["aura", *argv]),
+        "run": command_of(command).run,
+    }
 
 
 def job(name: str, root: Path) -> dict:
@@ -231,8 +308,13 @@ def job(name: str, root: Path) -> dict:
             f.seek(max(0, f.seek(0, os.SEEK_END) - 16_000))
             tail = f.read().decode("utf-8", "replace")
     code = proc.poll() if proc is not None else None
-    return {"name": name, "running": proc is not None and code is None, "returncode": code,
-            "log": tail, "run": (root / name / "run.json").is_file()}
+    return {
+        "name": name,
+        "running": proc is not None and code is None,
+        "returncode": code,
+        "log": tail,
+        "run": (root / name / "run.json").is_file(),
+    }
 
 
 def stop(run_dir: Path, info: dict) -> dict:
@@ -256,8 +338,9 @@ def resume(run_dir: Path, info: dict, resume_command: str | None) -> dict:
     if isinstance(launch_rec, dict) and isinstance(launch_rec.get("argv"), list):
         prefix = [str(a) for a in launch_rec.get("prefix") or ["aura"]]
         if prefix[:1] != ["aura"]:
-            raise AuraError(M("launcher", run=run_dir.name, launcher=launch_rec.get("launcher"),
-                              command=resume_command))
+            raise AuraError(
+                M("launcher", run=run_dir.name, launcher=launch_rec.get("launcher"), command=resume_command)
+            )
         argv = [*prefix[1:], *strip_resume([str(a) for a in launch_rec["argv"]]), "--resume-from", "latest"]
         env = {str(k): str(v) for k, v in (launch_rec.get("env") or {}).items()}
         cwd = launch_rec.get("cwd") or cwd

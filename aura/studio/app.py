@@ -87,15 +87,30 @@ def page_routes(root: Path, csrf_for, hardware: Hardware) -> list[BaseRoute]:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
 
     async def session(request: Request) -> Response:
-        lang = current_lang() if os.environ.get("AURA_LANG") else \
-            "es" if request.headers.get("accept-language", "es").lower().startswith("es") else "en"
-        return JSONResponse({"csrf": csrf_for(request.state.session), "lang": lang,
-                             "root": str(root.resolve()), "labels": column_labels(),
-                             # the launch menu: the commands marked launchable in aura.core.commands, in order
-                             "commands": list(actions.launchable())})
+        lang = (
+            current_lang()
+            if os.environ.get("AURA_LANG")
+            else "es"
+            if request.headers.get("accept-language", "es").lower().startswith("es")
+            else "en"
+        )
+        return JSONResponse(
+            {
+                "csrf": csrf_for(request.state.session),
+                "lang": lang,
+                "root": str(root.resolve()),
+                "labels": column_labels(),
+                # the launch menu: the commands marked launchable in aura.core.commands, in order
+                "commands": list(actions.launchable()),
+            }
+        )
 
-    return [Route("/", page), Route("/api/session", session), Route("/api/hardware", hardware.endpoint),
-            Mount("/static", StaticFiles(directory=STATIC))]
+    return [
+        Route("/", page),
+        Route("/api/session", session),
+        Route("/api/hardware", hardware.endpoint),
+        Mount("/static", StaticFiles(directory=STATIC)),
+    ]
 
 
 def create_app(root: Path, *, token: str | None = None) -> Starlette:
@@ -108,9 +123,11 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
         return hmac.new(secret, session.encode(), hashlib.sha256).hexdigest()
 
     async def guard(request: Request, call_next):
-        given = given_token(query_token=request.query_params.get("token"),
-                            cookie_token=request.cookies.get(TOKEN_COOKIE),
-                            authorization=request.headers.get("authorization"))
+        given = given_token(
+            query_token=request.query_params.get("token"),
+            cookie_token=request.cookies.get(TOKEN_COOKIE),
+            authorization=request.headers.get("authorization"),
+        )
         if not token_matches(given, token):  # the rule aura serve applies too (aura.core.access)
             return JSONResponse({"error": "token required"}, status_code=401)
         session_id = request.cookies.get(SESSION_COOKIE) or ""
@@ -121,8 +138,12 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
         if request.method not in ("GET", "HEAD", "OPTIONS"):
             origin = request.headers.get("origin") or request.headers.get("referer")
             host = request.headers.get("host", "")
-            if (not origin or urlsplit(origin).netloc != host or new_session
-                    or not hmac.compare_digest(request.headers.get(CSRF_HEADER, ""), csrf_for(session_id))):
+            if (
+                not origin
+                or urlsplit(origin).netloc != host
+                or new_session
+                or not hmac.compare_digest(request.headers.get(CSRF_HEADER, ""), csrf_for(session_id))
+            ):
                 return JSONResponse({"error": "cross-site request refused"}, status_code=403)
         response = await call_next(request)
         if new_session:
@@ -144,7 +165,16 @@ def create_app(root: Path, *, token: str | None = None) -> Starlette:
         yield
         hardware.close()
 
-    routes = [*run_routes(folder, cache), *launch_routes(folder), *try_routes(folder, chat.Engines()),
-              *pipeline_routes(folder), *page_routes(root, csrf_for, hardware)]
-    return Starlette(lifespan=lifespan, routes=routes, middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)],
-        exception_handlers={AuraError: lambda request, exc: JSONResponse({"error": str(exc)}, status_code=400)})
+    routes = [
+        *run_routes(folder, cache),
+        *launch_routes(folder),
+        *try_routes(folder, chat.Engines()),
+        *pipeline_routes(folder),
+        *page_routes(root, csrf_for, hardware),
+    ]
+    return Starlette(
+        lifespan=lifespan,
+        routes=routes,
+        middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)],
+        exception_handlers={AuraError: lambda request, exc: JSONResponse({"error": str(exc)}, status_code=400)},
+    )

@@ -55,8 +55,11 @@ class RunsFolder:
         parent, real_root = d.parent.resolve(), self.root.resolve()
         if parent == real_root:
             return d.name
-        if parent.parent == real_root and (d.parent / STATE_FILE).is_file() and self.run_dir(
-                f"{d.parent.name}/{d.name}") is not None:
+        if (
+            parent.parent == real_root
+            and (d.parent / STATE_FILE).is_file()
+            and self.run_dir(f"{d.parent.name}/{d.name}") is not None
+        ):
             return f"{d.parent.name}/{d.name}"
         return None
 

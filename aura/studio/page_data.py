@@ -104,8 +104,17 @@ class LogCache:
         """``aura.watch.runs.describe_run`` of the run, with its log followed here; cached while nothing
         about the run changed."""
         log = self.log(run_dir)
-        sig = tuple(_stat(p) for p in (run_dir / "run.json", run_dir / "training_log.csv", run_dir,
-                                       run_dir / "best", run_dir / "best" / "best.json", run_dir / "final"))
+        sig = tuple(
+            _stat(p)
+            for p in (
+                run_dir / "run.json",
+                run_dir / "training_log.csv",
+                run_dir,
+                run_dir / "best",
+                run_dir / "best" / "best.json",
+                run_dir / "final",
+            )
+        )
         cached = self._records.get(run_dir)
         if cached is not None and cached[0] == sig:
             status, local = live_status(cached[1], run_dir) if cached[1] else ("unknown", True)

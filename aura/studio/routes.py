@@ -55,16 +55,25 @@ def run_detail(folder: RunsFolder, cache: LogCache, d: Path) -> dict:
                 cfg[name] = loads_json((d / name).read_bytes())
             except (OSError, ValueError):
                 pass
-    ckpts = [{"name": c.path.name, "path": str(c.path), "step": c.step, "kind": c.kind, "saved": c.saved}
-             for c in list_checkpoints(d)]
+    ckpts = [
+        {"name": c.path.name, "path": str(c.path), "step": c.step, "kind": c.kind, "saved": c.saved}
+        for c in list_checkpoints(d)
+    ]
     log = actions.log_path(d)
     tail = log.read_bytes()[-8000:].decode("utf-8", "replace") if log.is_file() else ""
     final = d / "final"
-    return {**rec, "run_json": info, "history": info.get("history", []), "config": cfg,
-            "checkpoints": ckpts, "studio_log": tail, "studio_log_path": str(log),
-            # a LoRA run's final/ is an adapter: `aura export gguf` refuses it (merge it first)
-            "final_adapter": (final / "adapter_config.json").is_file(),
-            "pipeline": d.parent.name if folder.is_stage(d) else None}
+    return {
+        **rec,
+        "run_json": info,
+        "history": info.get("history", []),
+        "config": cfg,
+        "checkpoints": ckpts,
+        "studio_log": tail,
+        "studio_log_path": str(log),
+        # a LoRA run's final/ is an adapter: `aura export gguf` refuses it (merge it first)
+        "final_adapter": (final / "adapter_config.json").is_file(),
+        "pipeline": d.parent.name if folder.is_stage(d) else None,
+    }
 
 
 def run_routes(folder: RunsFolder, cache: LogCache) -> list[Route]:
@@ -75,6 +84,7 @@ def run_routes(folder: RunsFolder, cache: LogCache) -> list[Route]:
     async def runs(request: Request) -> Response:
         def describe_all():
             return [{**cache.describe(d), "id": folder.run_id(d)} for d in find_run_dirs(root)]
+
         return JSONResponse(await asyncio.to_thread(describe_all))
 
     async def run(request: Request) -> Response:
@@ -91,12 +101,14 @@ def run_routes(folder: RunsFolder, cache: LogCache) -> list[Route]:
             max_points = max(4, min(100_000, int(request.query_params.get("max_points", MAX_POINTS))))
         except ValueError:
             return JSONResponse({"error": "max_points must be an integer"}, status_code=400)
+
         def points():
             log = cache.log(d)
             key = (log, log.n, max_points)  # the log object itself: a log read again is another one
             if shown.get(d, (None,))[0] != key:  # an unchanged log is not downsampled again
                 shown[d] = (key, cache.series(d, max_points))
             return shown[d][1]
+
         try:
             return JSONResponse(await asyncio.to_thread(points))
         except AuraError as e:
@@ -122,6 +134,7 @@ def run_routes(folder: RunsFolder, cache: LogCache) -> list[Route]:
             rec = await asyncio.to_thread(cache.describe, d)
             info = run_info(d)
             return JSONResponse(await asyncio.to_thread(fn, d, info, rec))
+
         return handler
 
     return [
@@ -152,14 +165,16 @@ def launch_routes(folder: RunsFolder) -> list[Route]:
         values = data.get("values") or {}
         if not isinstance(values, dict):
             raise AuraError("'values' must be an object")
-        return JSONResponse(await asyncio.to_thread(actions.launch, str(data.get("command")),
-                                                    str(data.get("name") or ""), values, root))
+        return JSONResponse(
+            await asyncio.to_thread(actions.launch, str(data.get("command")), str(data.get("name") or ""), values, root)
+        )
 
     async def preview(request: Request) -> Response:
         data = await json_body(request)
         name = actions.check_name(str(data.get("name") or ""))
-        argv = await asyncio.to_thread(actions.build_argv, str(data.get("command")), data.get("values") or {},
-                                       (root / name).resolve())
+        argv = await asyncio.to_thread(
+            actions.build_argv, str(data.get("command")), data.get("values") or {}, (root / name).resolve()
+        )
         # a folder that exists is shown under the name as it is typed, before Launch refuses it
         return JSONResponse({"argv": argv, "command": shlex.join(["aura", *argv]), "clash": actions.clash(name, root)})
 
@@ -185,8 +200,11 @@ def try_routes(folder: RunsFolder, engines: chat.Engines) -> list[Route]:
         data = await json_body(request)
         path = await asyncio.to_thread(chat.model_path, root, data.get("model"))
         cfg, messages = chat.chat_config(path, data), chat.check_messages(data.get("messages"))
-        return StreamingResponse(chat.stream_answer(engines, cfg, messages), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            chat.stream_answer(engines, cfg, messages),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
 
     return [Route("/api/models", models), Route("/api/chat", chat_answer, methods=["POST"])]
 
@@ -207,6 +225,7 @@ def pipeline_routes(folder: RunsFolder) -> list[Route]:
                     s["run"] = f"{d.name}/{s['name']}" if s["run"] and folder.run_dir(f"{d.name}/{s['name']}") else None
                 out.append({**p, "id": d.name})
             return out
+
         return JSONResponse(await asyncio.to_thread(describe_all))
 
     async def report(request: Request) -> Response:
@@ -214,7 +233,10 @@ def pipeline_routes(folder: RunsFolder) -> list[Route]:
         page_file = d / "report.html" if d is not None else None
         if page_file is None or page_file.is_symlink() or not page_file.is_file():
             return not_found()
-        return Response(await asyncio.to_thread(page_file.read_bytes), media_type="text/html; charset=utf-8",
-                        headers={"Content-Security-Policy": REPORT_POLICY, "Cache-Control": "no-store"})
+        return Response(
+            await asyncio.to_thread(page_file.read_bytes),
+            media_type="text/html; charset=utf-8",
+            headers={"Content-Security-Policy": REPORT_POLICY, "Cache-Control": "no-store"},
+        )
 
     return [Route("/api/pipelines", pipelines), Route("/pipelines/{name}/report.html", report)]

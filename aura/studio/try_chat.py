@@ -23,26 +23,42 @@ from pathlib import Path
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.rundir import list_checkpoints
-from aura.inference.chat import ChatConfig
 from aura.inference.backends import open_engine
+from aura.inference.chat import ChatConfig
 from aura.inference.generate import sampling_of
 
-M = Messages("studio_chat", {
-    "unknown_model": ("{model!r} no es un modelo de la carpeta de ejecuciones (final/, un checkpoint o un .gguf "
-                      "de una ejecución): elige uno de la lista.",
-                      "{model!r} is not a model of the runs folder (final/, a checkpoint or a .gguf of a run): "
-                      "pick one from the list."),
-    "bad_messages": ("'messages' debe ser una lista no vacía de objetos con 'role' (user o assistant) y 'content' "
-                     "(texto) que termina con uno del usuario.",
-                     "'messages' must be a non-empty list of objects with 'role' (user or assistant) and 'content' "
-                     "(text), ending with one from the user."),
-    "bad_value": ("'{field}' debe ser un número; recibido {value!r}.", "'{field}' must be a number; got {value!r}."),
-})
+M = Messages(
+    "studio_chat",
+    {
+        "unknown_model": (
+            "{model!r} no es un modelo de la carpeta de ejecuciones (final/, un checkpoint o un .gguf "
+            "de una ejecución): elige uno de la lista.",
+            "{model!r} is not a model of the runs folder (final/, a checkpoint or a .gguf of a run): "
+            "pick one from the list.",
+        ),
+        "bad_messages": (
+            "'messages' debe ser una lista no vacía de objetos con 'role' (user o assistant) y 'content' "
+            "(texto) que termina con uno del usuario.",
+            "'messages' must be a non-empty list of objects with 'role' (user or assistant) and 'content' "
+            "(text), ending with one from the user.",
+        ),
+        "bad_value": (
+            "'{field}' debe ser un número; recibido {value!r}.",
+            "'{field}' must be a number; got {value!r}.",
+        ),
+    },
+)
 
 MAX_MODELS = 2  # engines kept loaded in the studio process
 MAX_TURNS, MAX_CHARS = 200, 200_000
-SAMPLING_FIELDS = {"max_new_tokens": int, "temperature": float, "top_k": int, "top_p": float,
-                   "repetition_penalty": float, "seed": int}
+SAMPLING_FIELDS = {
+    "max_new_tokens": int,
+    "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "repetition_penalty": float,
+    "seed": int,
+}
 
 
 def _real_inside(path: Path, real_root: Path) -> bool:
@@ -54,8 +70,7 @@ def _real_inside(path: Path, real_root: Path) -> bool:
 
 def _ggufs(folder: Path) -> list[Path]:
     try:
-        return sorted(p for p in folder.iterdir() if p.suffix.lower() == ".gguf" and p.is_file()
-                      and not p.is_symlink())
+        return sorted(p for p in folder.iterdir() if p.suffix.lower() == ".gguf" and p.is_file() and not p.is_symlink())
     except OSError:
         return []
 
@@ -79,8 +94,11 @@ def models(root: Path) -> list[dict]:
             for c in reversed(list_checkpoints(d)):
                 if not c.path.is_symlink():
                     out.append({"id": f"{d.name}/{c.path.name}", "kind": "checkpoint", "run": d.name, "step": c.step})
-        subs = [d] + sorted(s for s in (d.iterdir() if os.access(d, os.R_OK) else ())
-                            if s.is_dir() and not s.is_symlink() and not s.name.startswith("."))
+        subs = [d] + sorted(
+            s
+            for s in (d.iterdir() if os.access(d, os.R_OK) else ())
+            if s.is_dir() and not s.is_symlink() and not s.name.startswith(".")
+        )
         for folder in subs:
             for g in _ggufs(folder):
                 out.append({"id": g.relative_to(root).as_posix(), "kind": "gguf", "run": d.name})
@@ -97,9 +115,15 @@ def model_path(root: Path, model_id) -> Path:
 
 
 def check_messages(messages) -> list[dict]:
-    ok = isinstance(messages, list) and 0 < len(messages) <= MAX_TURNS and all(
-        isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
-        for m in messages) and messages[-1]["role"] == "user"
+    ok = (
+        isinstance(messages, list)
+        and 0 < len(messages) <= MAX_TURNS
+        and all(
+            isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
+            for m in messages
+        )
+        and messages[-1]["role"] == "user"
+    )
     if not ok or sum(len(m["content"]) for m in messages) > MAX_CHARS:
         raise AuraError(M("bad_messages"))
     return [{"role": m["role"], "content": m["content"]} for m in messages]
@@ -151,12 +175,18 @@ def answer(engines: Engines, cfg, messages: list[dict], emit, stop: threading.Ev
         sampling.seed = cfg.seed + sum(m["role"] == "user" for m in messages)  # as aura chat: per turn
         full = ([{"role": "system", "content": cfg.system}] if cfg.system else []) + messages
         with lock:
-            emit("start", {"backend": "llama.cpp" if engine.kind == "gguf" else "PyTorch",
-                           "template": engine.has_template})
+            emit(
+                "start",
+                {"backend": "llama.cpp" if engine.kind == "gguf" else "PyTorch", "template": engine.has_template},
+            )
             out: list = []
             t0 = time.perf_counter()
-            stream = engine.stream(messages=full, sampling=sampling, out=out,  # context cuts: on the page
-                                   notify=lambda text: emit("notice", {"text": text}))
+            stream = engine.stream(
+                messages=full,
+                sampling=sampling,
+                out=out,  # context cuts: on the page
+                notify=lambda text: emit("notice", {"text": text}),
+            )
             for piece in stream:
                 if stop.is_set():  # the browser went away: stop generating too
                     stream.close()
@@ -164,8 +194,15 @@ def answer(engines: Engines, cfg, messages: list[dict], emit, stop: threading.Ev
                 emit("piece", {"text": piece})
             seconds = max(time.perf_counter() - t0, 1e-9)
             res = out[0]
-            emit("done", {"text": res.text, "tokens": res.tokens, "seconds": round(seconds, 3),
-                          "tokens_per_s": round(res.tokens / seconds, 2)})
+            emit(
+                "done",
+                {
+                    "text": res.text,
+                    "tokens": res.tokens,
+                    "seconds": round(seconds, 3),
+                    "tokens_per_s": round(res.tokens / seconds, 2),
+                },
+            )
     except AuraError as e:
         emit("error", {"error": str(e)})
     except Exception as e:  # noqa: BLE001 - shown on the page, the studio keeps serving

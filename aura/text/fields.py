@@ -34,8 +34,9 @@ def record_text(record, *, source, opts, stats: Counter, where: int) -> str | No
             stats["bad_records"] += 1
             return None
         found = ", ".join(map(str, record.keys())) if isinstance(record, dict) else type(record).__name__
-        raise AuraError(M("missing_field", path=source.path, line=where, field=opts.text_field,
-                          found=found or "-")) from None
+        raise AuraError(
+            M("missing_field", path=source.path, line=where, field=opts.text_field, found=found or "-")
+        ) from None
     if value is None:
         stats["bad_records"] += 1
         return None
@@ -43,8 +44,7 @@ def record_text(record, *, source, opts, stats: Counter, where: int) -> str | No
         if opts.skip_bad_records:
             stats["bad_records"] += 1
             return None
-        raise AuraError(M("not_text", path=source.path, line=where, field=opts.text_field,
-                          kind=type(value).__name__))
+        raise AuraError(M("not_text", path=source.path, line=where, field=opts.text_field, kind=type(value).__name__))
     return value
 
 

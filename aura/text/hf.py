@@ -29,8 +29,10 @@ def _rows(ds, *, source: Source, opts, stats: Counter, name: str) -> Iterator[tu
         others = [c for c in batch if c != opts.text_field] if opts.keep_fields else []
         for j, value in enumerate(texts):
             if isinstance(value, str):
-                yield value, (other_fields({c: batch[c][j] for c in others}, opts.text_field)
-                              if opts.keep_fields else None)
+                yield (
+                    value,
+                    (other_fields({c: batch[c][j] for c in others}, opts.text_field) if opts.keep_fields else None),
+                )
             else:
                 stats["bad_records"] += 1
         if total:

@@ -24,17 +24,18 @@ from aura.text.sources import BLOCK_BYTES, M, Source, open_binary
 
 Record = tuple[str, "dict | None"]  # (raw text, the record's other fields when kept, else None)
 
+
 @dataclass(frozen=True)
 class ReaderOptions:
     text_field: str = "text"
-    doc_sep: str = "line"        # txt only: line | blankline | file
+    doc_sep: str = "line"  # txt only: line | blankline | file
     encoding: str = "utf-8"
-    errors: str = "strict"       # strict | replace | ignore
+    errors: str = "strict"  # strict | replace | ignore
     skip_bad_records: bool = False
     hf_config: str | None = None
     split: str = "train"
     max_record_bytes: int = MAX_RECORD_BYTES
-    keep_fields: bool = False    # yield each record's other fields (id, url...) beside its text
+    keep_fields: bool = False  # yield each record's other fields (id, url...) beside its text
     task: tuple[int, int] = (0, 1)  # (index, count): this reader's share of a streamed dataset
 
     def __post_init__(self):
@@ -58,8 +59,15 @@ def iter_text_blocks(source: Source, opts: ReaderOptions, stats: Counter) -> Ite
     ascii_compatible = "\n".encode(opts.encoding) == b"\n"
 
     def too_long(line: int):
-        raise AuraError(M("too_long", path=source.path, line=line, limit=_size(opts.max_record_bytes),
-                          more=str(opts.max_record_bytes * 4)))
+        raise AuraError(
+            M(
+                "too_long",
+                path=source.path,
+                line=line,
+                limit=_size(opts.max_record_bytes),
+                more=str(opts.max_record_bytes * 4),
+            )
+        )
 
     try:
         with open_binary(source) as f:
@@ -68,28 +76,39 @@ def iter_text_blocks(source: Source, opts: ReaderOptions, stats: Counter) -> Ite
                 text_f = io.TextIOWrapper(f, encoding=opts.encoding, errors=opts.errors, newline="")
                 line = 1
                 try:
-                    for block, n in _blocks(lambda: text_f.read(BLOCK_BYTES // per_char), "\n",
-                                            opts.max_record_bytes // per_char, too_long):
+                    for block, n in _blocks(
+                        lambda: text_f.read(BLOCK_BYTES // per_char), "\n", opts.max_record_bytes // per_char, too_long
+                    ):
                         yield line, block
                         line += n
                 except UnicodeDecodeError as e:
-                    raise AuraError(M("bad_encoding", path=source.path, encoding=opts.encoding, offset="?",
-                                      line=f"≥ {line}")) from e
+                    raise AuraError(
+                        M("bad_encoding", path=source.path, encoding=opts.encoding, offset="?", line=f"≥ {line}")
+                    ) from e
                 return
             offset, line = 0, 1
             for block, n in _blocks(lambda: f.read(BLOCK_BYTES), b"\n", opts.max_record_bytes, too_long):
-                if offset == 0 and block.startswith(b"\xef\xbb\xbf") and opts.encoding.lower().replace(
-                        "_", "-") in ("utf-8", "utf8"):
+                if (
+                    offset == 0
+                    and block.startswith(b"\xef\xbb\xbf")
+                    and opts.encoding.lower().replace("_", "-") in ("utf-8", "utf8")
+                ):
                     block, offset = block[3:], 3  # a UTF-8 byte-order mark is not text
                 try:
                     text = block.decode(opts.encoding)
                 except UnicodeDecodeError as e:
                     if opts.errors == "strict":
                         bad_line = line + block.count(b"\n", 0, e.start)
-                        raise AuraError(M("bad_encoding", path=source.path, encoding=opts.encoding,
-                                          offset=offset + e.start, line=bad_line)) from None
-                    stats["bad_encoding"] += sum(1 for ln in block.splitlines(True)
-                                                 if not _decodes(ln, opts.encoding))
+                        raise AuraError(
+                            M(
+                                "bad_encoding",
+                                path=source.path,
+                                encoding=opts.encoding,
+                                offset=offset + e.start,
+                                line=bad_line,
+                            )
+                        ) from None
+                    stats["bad_encoding"] += sum(1 for ln in block.splitlines(True) if not _decodes(ln, opts.encoding))
                     text = block.decode(opts.encoding, errors=opts.errors)
                 yield line, text
                 offset += len(block)
@@ -125,8 +144,9 @@ def read_whole(source: Source, opts: ReaderOptions, stats: Counter) -> str:
     for _, text in iter_text_blocks(source, opts, stats):
         size += len(text)
         if size > opts.max_record_bytes:
-            raise AuraError(M("too_big", path=source.path, limit=_size(opts.max_record_bytes),
-                              more=str(opts.max_record_bytes * 4)))
+            raise AuraError(
+                M("too_big", path=source.path, limit=_size(opts.max_record_bytes), more=str(opts.max_record_bytes * 4))
+            )
         parts.append(text)
     return "".join(parts)
 
@@ -178,8 +198,9 @@ def _jsonl(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[Reco
 def _json(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[Record]:
     first = next((text.lstrip()[:1] for _, text in iter_text_blocks(source, opts, stats) if text.strip()), "")
     if first == "[":  # a list of records: streamed element by element
-        records = json_array((text for _, text in iter_text_blocks(source, opts, stats)),
-                             path=source.path, limit=opts.max_record_bytes)
+        records = json_array(
+            (text for _, text in iter_text_blocks(source, opts, stats)), path=source.path, limit=opts.max_record_bytes
+        )
     else:  # one object (or JSON Lines saved as .json): one record, at most --max-record-bytes
         raw = read_whole(source, opts, stats)
         try:
@@ -208,8 +229,7 @@ def _csv(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[Record
         raise AuraError(M("bad_json_file", path=source.path, err=e)) from None
     header = [h.strip() for h in header]
     if opts.text_field not in header:
-        raise AuraError(M("missing_column", path=source.path, field=opts.text_field,
-                          found=", ".join(header) or "-"))
+        raise AuraError(M("missing_column", path=source.path, field=opts.text_field, found=", ".join(header) or "-"))
     col = header.index(opts.text_field)
     while True:
         try:
@@ -218,8 +238,15 @@ def _csv(source: Source, opts: ReaderOptions, stats: Counter) -> Iterator[Record
             return
         except csv.Error as e:
             if "field limit" in str(e):  # a field over --max-record-bytes
-                raise AuraError(M("too_long", path=source.path, line=reader.line_num,
-                                  limit=_size(opts.max_record_bytes), more=str(opts.max_record_bytes * 4))) from None
+                raise AuraError(
+                    M(
+                        "too_long",
+                        path=source.path,
+                        line=reader.line_num,
+                        limit=_size(opts.max_record_bytes),
+                        more=str(opts.max_record_bytes * 4),
+                    )
+                ) from None
             stats["bad_records"] += 1
             if not opts.skip_bad_records:
                 raise
@@ -326,20 +353,30 @@ def clean_text(text: str, *, keep_layout: bool = False) -> str:
 class ReaderArgs:
     """How text inputs are read: shared by ``aura data prepare`` and ``aura tokenizer train``."""
 
-    text_field: str = arg("text", es="Campo o columna con el texto (jsonl, json, csv, parquet, datasets; "
-                          "admite a.b para campos anidados).",
-                          en="Field or column holding the text (jsonl, json, csv, parquet, datasets; a.b for "
-                          "nested fields).")
-    doc_sep: str = arg("line", choices=("line", "blankline", "file"),
-                       es="Documentos en .txt: uno por línea, separados por línea en blanco, o el archivo entero.",
-                       en="Documents in .txt: one per line, separated by blank lines, or the whole file.")
+    text_field: str = arg(
+        "text",
+        es="Campo o columna con el texto (jsonl, json, csv, parquet, datasets; admite a.b para campos anidados).",
+        en="Field or column holding the text (jsonl, json, csv, parquet, datasets; a.b for nested fields).",
+    )
+    doc_sep: str = arg(
+        "line",
+        choices=("line", "blankline", "file"),
+        es="Documentos en .txt: uno por línea, separados por línea en blanco, o el archivo entero.",
+        en="Documents in .txt: one per line, separated by blank lines, or the whole file.",
+    )
     encoding: str = arg("utf-8", es="Codificación de los archivos de texto.", en="Text files' encoding.")
-    errors: str = arg("strict", choices=("strict", "replace", "ignore"),
-                      es="Bytes no válidos: strict (error con su posición), replace o ignore (se cuentan).",
-                      en="Invalid bytes: strict (error with their offset), replace or ignore (counted).")
-    max_record_bytes: int = arg(MAX_RECORD_BYTES, es="Tamaño máximo de un registro en bytes (una línea, un "
-                                "elemento JSON, un campo CSV, el archivo entero con --doc-sep file): uno mayor es un "
-                                "error que nombra su línea. Acota la memoria (64 MiB por defecto).",
-                                en="Largest record in bytes (a line, a JSON element, a CSV field, the whole file with "
-                                "--doc-sep file): a larger one is an error naming its line. Bounds memory (64 MiB by "
-                                "default).")
+    errors: str = arg(
+        "strict",
+        choices=("strict", "replace", "ignore"),
+        es="Bytes no válidos: strict (error con su posición), replace o ignore (se cuentan).",
+        en="Invalid bytes: strict (error with their offset), replace or ignore (counted).",
+    )
+    max_record_bytes: int = arg(
+        MAX_RECORD_BYTES,
+        es="Tamaño máximo de un registro en bytes (una línea, un "
+        "elemento JSON, un campo CSV, el archivo entero con --doc-sep file): uno mayor es un "
+        "error que nombra su línea. Acota la memoria (64 MiB por defecto).",
+        en="Largest record in bytes (a line, a JSON element, a CSV field, the whole file with "
+        "--doc-sep file): a larger one is an error naming its line. Bounds memory (64 MiB by "
+        "default).",
+    )

@@ -37,8 +37,8 @@ def blocks(read, sep, limit: int, too_long) -> Iterator[tuple[object, int]]:
             if pending_len > limit:
                 too_long(line)
             continue
-        block = empty.join([*pending, chunk[:cut + 1]])
-        rest = chunk[cut + 1:]
+        block = empty.join([*pending, chunk[: cut + 1]])
+        rest = chunk[cut + 1 :]
         pending, pending_len = ([rest] if rest else []), len(rest)
         n = block.count(sep)
         if len(block) > limit:  # only then can one of its lines be too long
@@ -83,7 +83,7 @@ def json_array(blocks: Iterator[str], *, path, limit: int) -> Iterator[tuple[int
             while pos < len(buf) and buf[pos] in " \t\r\n":
                 pos += 1
             if pos < len(buf) or not more():
-                return buf[pos:pos + 1]
+                return buf[pos : pos + 1]
 
     def bad(err) -> AuraError:
         return AuraError(M("bad_json_file", path=path, err=f"{err} (record {n})"))
@@ -101,8 +101,9 @@ def json_array(blocks: Iterator[str], *, path, limit: int) -> Iterator[tuple[int
                 record, end = decode(buf, pos)
             except ValueError as e:
                 if len(buf) - pos > limit:
-                    raise AuraError(M("too_long_record", path=path, n=n, limit=size(limit),
-                                      more=str(limit * 4))) from None
+                    raise AuraError(
+                        M("too_long_record", path=path, n=n, limit=size(limit), more=str(limit * 4))
+                    ) from None
                 if not eof and more():
                     continue
                 raise bad(e.args[0] if e.args else e) from None

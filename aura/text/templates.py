@@ -14,20 +14,27 @@ from __future__ import annotations
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("templates", {
-    "no_template": ("El modelo base no trae plantilla de chat (chat_template) y no se indicó "
-                    "--template. Elige una: {choices}.",
-                    "The base model has no chat template (chat_template) and no --template was "
-                    "given. Choose one: {choices}."),
-    "unknown": ("Plantilla desconocida '{name}'. Opciones: {choices}.",
-                "Unknown template '{name}'. Choices: {choices}."),
-    "missing_tokens": ("El tokenizador no tiene como token propio {tokens} de la plantilla '{name}': "
-                       "se tokenizarán como texto normal (funciona, pero gasta más tokens). Para "
-                       "modelos de esa familia se recomienda su propio tokenizador.",
-                       "The tokenizer has no single token for {tokens} of the '{name}' template: "
-                       "they will be tokenized as plain text (it works, but costs more tokens). For "
-                       "models of that family use their own tokenizer."),
-})
+M = Messages(
+    "templates",
+    {
+        "no_template": (
+            "El modelo base no trae plantilla de chat (chat_template) y no se indicó --template. Elige una: {choices}.",
+            "The base model has no chat template (chat_template) and no --template was given. Choose one: {choices}.",
+        ),
+        "unknown": (
+            "Plantilla desconocida '{name}'. Opciones: {choices}.",
+            "Unknown template '{name}'. Choices: {choices}.",
+        ),
+        "missing_tokens": (
+            "El tokenizador no tiene como token propio {tokens} de la plantilla '{name}': "
+            "se tokenizarán como texto normal (funciona, pero gasta más tokens). Para "
+            "modelos de esa familia se recomienda su propio tokenizador.",
+            "The tokenizer has no single token for {tokens} of the '{name}' template: "
+            "they will be tokenized as plain text (it works, but costs more tokens). For "
+            "models of that family use their own tokenizer.",
+        ),
+    },
+)
 
 # A ``raise_exception`` call is what transformers' own templates use for bad role orders;
 # apply_chat_template provides it.
@@ -42,8 +49,7 @@ _ALTERNATION = (
 # Mistral Instruct (v0.1/v0.2 layout): <s>[INST] user [/INST] answer</s>[INST] ... The family has
 # no system role; like Mistral's later templates, the system text opens the first user message.
 MISTRAL = (
-    _ALTERNATION +
-    "{%- if bos_token %}{{- bos_token }}{%- endif %}"
+    _ALTERNATION + "{%- if bos_token %}{{- bos_token }}{%- endif %}"
     "{%- set system = messages[0]['content'] if messages and messages[0]['role'] == 'system' else '' %}"
     "{%- for m in loop_messages %}"
     "{%- if m['role'] == 'user' %}"
@@ -55,8 +61,7 @@ MISTRAL = (
 
 # Llama 3 / 3.x Instruct.
 LLAMA3 = (
-    _ALTERNATION +
-    "{%- if bos_token %}{{- bos_token }}{%- endif %}"
+    _ALTERNATION + "{%- if bos_token %}{{- bos_token }}{%- endif %}"
     "{%- for m in messages %}"
     "{{- '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + m['content'] | trim + '<|eot_id|>' }}"
     "{%- endfor %}"
@@ -65,8 +70,7 @@ LLAMA3 = (
 
 # ChatML (OpenAI, Qwen, many others).
 CHATML = (
-    _ALTERNATION +
-    "{%- for m in messages %}"
+    _ALTERNATION + "{%- for m in messages %}"
     "{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
@@ -77,8 +81,7 @@ AURA_SYSTEM = "Eres Aura, un asistente útil que responde en español de forma c
 # Aura: ChatML with the tokens Aura's tokenizers reserve, and (like Qwen's ChatML) a default
 # system message when the conversation brings none.
 AURA = (
-    _ALTERNATION +
-    "{%- if not messages or messages[0]['role'] != 'system' %}"
+    _ALTERNATION + "{%- if not messages or messages[0]['role'] != 'system' %}"
     "{{- '<|im_start|>system\\n" + AURA_SYSTEM + "<|im_end|>\\n' }}"
     "{%- endif %}"
     "{%- for m in messages %}"
@@ -87,15 +90,15 @@ AURA = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
-ALPACA_SYSTEM = ("Below is an instruction that describes a task. Write a response that appropriately "
-                 "completes the request.")
+ALPACA_SYSTEM = (
+    "Below is an instruction that describes a task. Write a response that appropriately completes the request."
+)
 
 # Stanford Alpaca. Aura folds an example's ``input`` into the instruction (blank line between), so the
 # ``### Input:`` block of the original appears inside ``### Instruction:``; a conversation is a chain of
 # Instruction/Response blocks.
 ALPACA = (
-    _ALTERNATION +
-    "{%- set system = messages[0]['content'] if messages and messages[0]['role'] == 'system' "
+    _ALTERNATION + "{%- set system = messages[0]['content'] if messages and messages[0]['role'] == 'system' "
     "else '" + ALPACA_SYSTEM + "' %}"
     "{{- system + '\\n\\n' }}"
     "{%- for m in loop_messages %}"
@@ -105,8 +108,7 @@ ALPACA = (
     "{%- if add_generation_prompt %}{{- '### Response:\\n' }}{%- endif %}"
 )
 
-TEMPLATES: dict[str, str] = {"mistral": MISTRAL, "llama3": LLAMA3, "chatml": CHATML, "alpaca": ALPACA,
-                             "aura": AURA}
+TEMPLATES: dict[str, str] = {"mistral": MISTRAL, "llama3": LLAMA3, "chatml": CHATML, "alpaca": ALPACA, "aura": AURA}
 
 # Tokens each family's tokenizer has as single (special) tokens.
 TEMPLATE_TOKENS: dict[str, tuple[str, ...]] = {

@@ -27,84 +27,137 @@ from pathlib import Path
 from aura import __version__
 from aura.core import console
 from aura.core.config import arg
-from aura.text.readers import ReaderArgs
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
+from aura.text.readers import ReaderArgs
 
 META_FILE = "aura_tokenizer.json"
 
-M = Messages("tokenizer_extend", {
-    "no_base": ("Indica el tokenizador base (directorio o nombre del hub) y los textos: "
-                "aura tokenizer extend BASE TEXTOS... --add-tokens N --output-dir DIR",
-                "Give the base tokenizer (directory or hub name) and the texts: "
-                "aura tokenizer extend BASE TEXTS... --add-tokens N --output-dir DIR"),
-    "no_inputs": ("Faltan los textos en español tras el tokenizador base {base}.",
-                  "The Spanish texts after the base tokenizer {base} are missing."),
-    "bad_n": ("--add-tokens debe ser mayor que 0 (recibido: {n}).", "--add-tokens must be greater than 0 (got: {n})."),
-    "bad_heldout": ("--heldout-fraction debe estar en (0, 0.5] para medir la fertilidad (recibido: {value}).",
-                    "--heldout-fraction must be in (0, 0.5] to measure fertility (got: {value})."),
-    "not_bpe": ("{base} usa un modelo de tokenización '{model}'; solo se pueden ampliar tokenizadores BPE (GPT-2, "
-                "Llama, Mistral, Qwen2...).",
-                "{base} uses a '{model}' tokenization model; only BPE tokenizers (GPT-2, Llama, Mistral, "
-                "Qwen2...) can be extended."),
-    "too_many": ("--add-tokens {n} daría {total:token|tokens}, más de lo que admite el embedding "
-                 "({limit}: --max-vocab, o el límite de ids de 32 bits de los datos preparados). Pide menos tokens.",
-                 "--add-tokens {n} would give {total:token|tokens}, more than the embedding can be resized to "
-                 "({limit}: --max-vocab, or the 32-bit id limit of prepared data). Ask for fewer tokens."),
-    "training": ("Aprendiendo fusiones nuevas sobre la segmentación de {base} en {files:fuente|fuentes}...",
-                 "Learning new merges on top of the segmentation of {base} in {files:source|sources}..."),
-    "short": ("Solo se encontraron {got:token nuevo|tokens nuevos} útiles; se pidieron {asked}: el texto no "
-              "da para más. El tokenizador es válido; da más texto para añadir más.",
-              "Only {got:useful new token|useful new tokens} found of the {asked} asked: the text gives no more. "
-              "The tokenizer is valid; give more text to add more."),
-    "no_heldout": ("Ningún documento cayó en la fracción reservada (--heldout-fraction {fraction}): la fertilidad "
-                   "no se mide. Sube --heldout-fraction o da más documentos.",
-                   "No document fell in the held-out fraction (--heldout-fraction {fraction}): fertility is not "
-                   "measured. Raise --heldout-fraction or give more documents."),
-    "exists": ("{path} ya existe. Usa --overwrite para reemplazarlo o elige otro --output-dir.",
-               "{path} already exists. Use --overwrite to replace it or choose another --output-dir."),
-    "done": ("Tokenizador ampliado guardado en {path}: {base_n} + {added:token nuevo|tokens nuevos} = {total}, "
-             "{secs:.1f} s.",
-             "Extended tokenizer saved to {path}: {base_n} + {added:new token|new tokens} = {total}, {secs:.1f} s."),
-    "h_measure": ("Medida ({docs:documento reservado|documentos reservados})",
-                  "Measure ({docs:held-out document|held-out documents})"),
-    "h_title": ("Texto reservado, antes y después", "Held-out text, before and after"),
-    "h_base": ("Tokenizador base", "Base tokenizer"),
-    "h_ext": ("Ampliado", "Extended"),
-    "r_fert": ("Fertilidad (tokens/palabra)", "Fertility (tokens/word)"),
-    "r_bpt": ("Bytes por token", "Bytes per token"),
-    "next": ("Siguiente paso: aura data prepare TEXTOS --tokenizer {path} --output-dir DATOS; después "
-             "aura pretrain --init-from MODELO --tokenizer {path} --data DATOS",
-             "Next: aura data prepare TEXTS --tokenizer {path} --output-dir DATA; then "
-             "aura pretrain --init-from MODEL --tokenizer {path} --data DATA"),
-})
+M = Messages(
+    "tokenizer_extend",
+    {
+        "no_base": (
+            "Indica el tokenizador base (directorio o nombre del hub) y los textos: "
+            "aura tokenizer extend BASE TEXTOS... --add-tokens N --output-dir DIR",
+            "Give the base tokenizer (directory or hub name) and the texts: "
+            "aura tokenizer extend BASE TEXTS... --add-tokens N --output-dir DIR",
+        ),
+        "no_inputs": (
+            "Faltan los textos en español tras el tokenizador base {base}.",
+            "The Spanish texts after the base tokenizer {base} are missing.",
+        ),
+        "bad_n": (
+            "--add-tokens debe ser mayor que 0 (recibido: {n}).",
+            "--add-tokens must be greater than 0 (got: {n}).",
+        ),
+        "bad_heldout": (
+            "--heldout-fraction debe estar en (0, 0.5] para medir la fertilidad (recibido: {value}).",
+            "--heldout-fraction must be in (0, 0.5] to measure fertility (got: {value}).",
+        ),
+        "not_bpe": (
+            "{base} usa un modelo de tokenización '{model}'; solo se pueden ampliar tokenizadores BPE (GPT-2, "
+            "Llama, Mistral, Qwen2...).",
+            "{base} uses a '{model}' tokenization model; only BPE tokenizers (GPT-2, Llama, Mistral, "
+            "Qwen2...) can be extended.",
+        ),
+        "too_many": (
+            "--add-tokens {n} daría {total:token|tokens}, más de lo que admite el embedding "
+            "({limit}: --max-vocab, o el límite de ids de 32 bits de los datos preparados). Pide menos tokens.",
+            "--add-tokens {n} would give {total:token|tokens}, more than the embedding can be resized to "
+            "({limit}: --max-vocab, or the 32-bit id limit of prepared data). Ask for fewer tokens.",
+        ),
+        "training": (
+            "Aprendiendo fusiones nuevas sobre la segmentación de {base} en {files:fuente|fuentes}...",
+            "Learning new merges on top of the segmentation of {base} in {files:source|sources}...",
+        ),
+        "short": (
+            "Solo se encontraron {got:token nuevo|tokens nuevos} útiles; se pidieron {asked}: el texto no "
+            "da para más. El tokenizador es válido; da más texto para añadir más.",
+            "Only {got:useful new token|useful new tokens} found of the {asked} asked: the text gives no more. "
+            "The tokenizer is valid; give more text to add more.",
+        ),
+        "no_heldout": (
+            "Ningún documento cayó en la fracción reservada (--heldout-fraction {fraction}): la fertilidad "
+            "no se mide. Sube --heldout-fraction o da más documentos.",
+            "No document fell in the held-out fraction (--heldout-fraction {fraction}): fertility is not "
+            "measured. Raise --heldout-fraction or give more documents.",
+        ),
+        "exists": (
+            "{path} ya existe. Usa --overwrite para reemplazarlo o elige otro --output-dir.",
+            "{path} already exists. Use --overwrite to replace it or choose another --output-dir.",
+        ),
+        "done": (
+            "Tokenizador ampliado guardado en {path}: {base_n} + {added:token nuevo|tokens nuevos} = {total}, "
+            "{secs:.1f} s.",
+            "Extended tokenizer saved to {path}: {base_n} + {added:new token|new tokens} = {total}, {secs:.1f} s.",
+        ),
+        "h_measure": (
+            "Medida ({docs:documento reservado|documentos reservados})",
+            "Measure ({docs:held-out document|held-out documents})",
+        ),
+        "h_title": ("Texto reservado, antes y después", "Held-out text, before and after"),
+        "h_base": ("Tokenizador base", "Base tokenizer"),
+        "h_ext": ("Ampliado", "Extended"),
+        "r_fert": ("Fertilidad (tokens/palabra)", "Fertility (tokens/word)"),
+        "r_bpt": ("Bytes por token", "Bytes per token"),
+        "next": (
+            "Siguiente paso: aura data prepare TEXTOS --tokenizer {path} --output-dir DATOS; después "
+            "aura pretrain --init-from MODELO --tokenizer {path} --data DATOS",
+            "Next: aura data prepare TEXTS --tokenizer {path} --output-dir DATA; then "
+            "aura pretrain --init-from MODEL --tokenizer {path} --data DATA",
+        ),
+    },
+)
 
-UINT32_IDS = 2 ** 32
+UINT32_IDS = 2**32
 
 
 @dataclass
 class TokenizerExtendConfig(ReaderArgs):
     """``aura tokenizer extend`` flags."""
 
-    base: str | None = arg(None, positional=True, metavar="BASE",
-                           es="Tokenizador base: directorio (de un modelo o de un tokenizador) o nombre del hub.",
-                           en="Base tokenizer: a directory (of a model or a tokenizer) or a hub name.")
-    inputs: list[str] = arg([], positional=True, metavar="TEXTS",
-                            es="Textos en español: archivos, directorios, patrones o un directorio preparado.",
-                            en="Spanish texts: files, directories, patterns or a prepared directory.")
-    add_tokens: int = arg(1000, es="Tokens nuevos que añadir (los más útiles que la base no tiene).",
-                          en="New tokens to add (the most useful ones the base lacks).")
-    output_dir: str = arg("tokenizer-extended", es="Directorio del tokenizador ampliado.",
-                          en="Directory of the extended tokenizer.")
-    max_vocab: int = arg(0, es="Tamaño máximo del vocabulario resultante (0 = sin límite propio).",
-                         en="Largest vocabulary the result may have (0 = no limit of its own).")
-    min_frequency: int = arg(2, es="Frecuencia mínima de un par para fusionarlo.", en="Minimum pair frequency to merge it.")
-    heldout_fraction: float = arg(0.05, es="Fracción de documentos reservada para medir la fertilidad.",
-                                  en="Fraction of documents held out to measure fertility.")
+    base: str | None = arg(
+        None,
+        positional=True,
+        metavar="BASE",
+        es="Tokenizador base: directorio (de un modelo o de un tokenizador) o nombre del hub.",
+        en="Base tokenizer: a directory (of a model or a tokenizer) or a hub name.",
+    )
+    inputs: list[str] = arg(
+        [],
+        positional=True,
+        metavar="TEXTS",
+        es="Textos en español: archivos, directorios, patrones o un directorio preparado.",
+        en="Spanish texts: files, directories, patterns or a prepared directory.",
+    )
+    add_tokens: int = arg(
+        1000,
+        es="Tokens nuevos que añadir (los más útiles que la base no tiene).",
+        en="New tokens to add (the most useful ones the base lacks).",
+    )
+    output_dir: str = arg(
+        "tokenizer-extended", es="Directorio del tokenizador ampliado.", en="Directory of the extended tokenizer."
+    )
+    max_vocab: int = arg(
+        0,
+        es="Tamaño máximo del vocabulario resultante (0 = sin límite propio).",
+        en="Largest vocabulary the result may have (0 = no limit of its own).",
+    )
+    min_frequency: int = arg(
+        2, es="Frecuencia mínima de un par para fusionarlo.", en="Minimum pair frequency to merge it."
+    )
+    heldout_fraction: float = arg(
+        0.05,
+        es="Fracción de documentos reservada para medir la fertilidad.",
+        en="Fraction of documents held out to measure fertility.",
+    )
     seed: int = arg(0, es="Semilla de la selección de documentos reservados.", en="Seed of the held-out selection.")
-    overwrite: bool = arg(False, es="Reemplaza un tokenizador de Aura en --output-dir.",
-                          en="Replace an Aura tokenizer in --output-dir.",
-                          deprecated=["--force"])
+    overwrite: bool = arg(
+        False,
+        es="Reemplaza un tokenizador de Aura en --output-dir.",
+        en="Replace an Aura tokenizer in --output-dir.",
+        deprecated=["--force"],
+    )
 
     def __post_init__(self):
         if not self.base:
@@ -118,12 +171,12 @@ class TokenizerExtendConfig(ReaderArgs):
 
 
 def extend_tokenizer(cfg: TokenizerExtendConfig) -> Path:
+    from aura.core.atomic import atomic_write_json, check_writable
+    from aura.core.ownership import check_replaceable
+    from aura.core.staging import staged_dir
     from aura.text.readers import ReaderOptions
     from aura.tokenizer.loading import tokenizer_hash
     from aura.tokenizer.train import iter_training_docs, training_sources
-    from aura.core.atomic import atomic_write_json, check_writable
-    from aura.core.staging import staged_dir
-    from aura.core.ownership import check_replaceable
 
     out = Path(cfg.output_dir)
     check_writable(out, flag="--output-dir")
@@ -133,11 +186,17 @@ def extend_tokenizer(cfg: TokenizerExtendConfig) -> Path:
     base, base_json, top = _load_base(cfg)
     sources = training_sources(cfg.inputs)
     start = time.perf_counter()
-    opts = ReaderOptions(text_field=cfg.text_field, doc_sep=cfg.doc_sep, encoding=cfg.encoding, errors=cfg.errors,
-                         max_record_bytes=cfg.max_record_bytes)
+    opts = ReaderOptions(
+        text_field=cfg.text_field,
+        doc_sep=cfg.doc_sep,
+        encoding=cfg.encoding,
+        errors=cfg.errors,
+        max_record_bytes=cfg.max_record_bytes,
+    )
     heldout: list[str] = []
-    docs = iter_training_docs(cfg.inputs, opts=opts, heldout=heldout, heldout_fraction=cfg.heldout_fraction,
-                               seed=cfg.seed, stats=Counter())
+    docs = iter_training_docs(
+        cfg.inputs, opts=opts, heldout=heldout, heldout_fraction=cfg.heldout_fraction, seed=cfg.seed, stats=Counter()
+    )
     console.info(M("training", files=len(sources), base=cfg.base))
     candidates = continue_bpe(base.backend_tokenizer, docs, n=cfg.add_tokens, min_frequency=cfg.min_frequency)
     new_json, added = extend_json(base_json, candidates, n=cfg.add_tokens)
@@ -149,18 +208,42 @@ def extend_tokenizer(cfg: TokenizerExtendConfig) -> Path:
     with staged_dir(out, replace=True, kind="tokenizer") as tmp:
         base.save_pretrained(str(tmp))  # config, special tokens, chat template: the base's
         (tmp / "tokenizer.json").write_text(ext_backend.to_str(), encoding="utf-8")
-        atomic_write_json(tmp / META_FILE, {
-            "hash": tokenizer_hash(ext_backend), "vocab_size": ext_backend.get_vocab_size(),
-            "extends": {"base": cfg.base, "base_hash": tokenizer_hash(base), "base_vocab_size": len(base),
-                        "added_tokens": len(added), "first_new_id": top},
-            "fertility": {"heldout_documents": len(heldout), "heldout_fraction": cfg.heldout_fraction,
-                          "base": before, "extended": after},
-            "sources": [s.path for s in sources], "min_frequency": cfg.min_frequency, "seed": cfg.seed,
-            "aura_version": __version__})
+        atomic_write_json(
+            tmp / META_FILE,
+            {
+                "hash": tokenizer_hash(ext_backend),
+                "vocab_size": ext_backend.get_vocab_size(),
+                "extends": {
+                    "base": cfg.base,
+                    "base_hash": tokenizer_hash(base),
+                    "base_vocab_size": len(base),
+                    "added_tokens": len(added),
+                    "first_new_id": top,
+                },
+                "fertility": {
+                    "heldout_documents": len(heldout),
+                    "heldout_fraction": cfg.heldout_fraction,
+                    "base": before,
+                    "extended": after,
+                },
+                "sources": [s.path for s in sources],
+                "min_frequency": cfg.min_frequency,
+                "seed": cfg.seed,
+                "aura_version": __version__,
+            },
+        )
     if len(added) < cfg.add_tokens:
         console.warn(M("short", got=len(added), asked=cfg.add_tokens))
-    console.success(M("done", path=out, base_n=len(base), added=len(added), total=len(base) + len(added),
-                      secs=time.perf_counter() - start))
+    console.success(
+        M(
+            "done",
+            path=out,
+            base_n=len(base),
+            added=len(added),
+            total=len(base) + len(added),
+            secs=time.perf_counter() - start,
+        )
+    )
     _print_fertility(heldout, before, after, fraction=cfg.heldout_fraction)
     console.info(M("next", path=out))
     return out
@@ -188,9 +271,14 @@ def _print_fertility(heldout: list, before: dict, after: dict, *, fraction: floa
     if not heldout:
         console.warn(M("no_heldout", fraction=fraction))
         return
-    console.table(M("h_title"), [M("h_measure", docs=len(heldout)), M("h_base"), M("h_ext")],
-                  [[M("r_fert"), num(before['tokens_per_word'], ".3f"), num(after['tokens_per_word'], ".3f")],
-                   [M("r_bpt"), num(before['bytes_per_token'], ".3f"), num(after['bytes_per_token'], ".3f")]])
+    console.table(
+        M("h_title"),
+        [M("h_measure", docs=len(heldout)), M("h_base"), M("h_ext")],
+        [
+            [M("r_fert"), num(before["tokens_per_word"], ".3f"), num(after["tokens_per_word"], ".3f")],
+            [M("r_bpt"), num(before["bytes_per_token"], ".3f"), num(after["bytes_per_token"], ".3f")],
+        ],
+    )
 
 
 _SPM_WORD = re.compile("(?=\u2581)")  # before every "▁"
@@ -287,6 +375,10 @@ def measure(backend, docs: list[str]) -> dict:
     words = sum(len(d.split()) for d in docs)
     size = sum(len(d.encode("utf-8")) for d in docs)
     tokens = sum(len(e.ids) for e in backend.encode_batch(docs, add_special_tokens=False)) if docs else 0
-    return {"tokens_per_word": round(tokens / words, 4) if words else None,
-            "bytes_per_token": round(size / tokens, 4) if tokens else None, "tokens": tokens, "words": words,
-            "bytes": size}
+    return {
+        "tokens_per_word": round(tokens / words, 4) if words else None,
+        "bytes_per_token": round(size / tokens, 4) if tokens else None,
+        "tokens": tokens,
+        "words": words,
+        "bytes": size,
+    }

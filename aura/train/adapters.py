@@ -16,56 +16,75 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from aura.core import console
-from aura.models.adapter_check import ADAPTER_META, base_fingerprint, check_adapter_base  # noqa: F401 - re-exported
-from aura.models.peft_import import import_peft, peft_quiet
+from aura.core import console, hub
+from aura.core.atomic import atomic_write_json, read_json
 from aura.core.errors import AuraError
 from aura.core.files import check_model_files
 from aura.core.i18n import Messages
-from aura.models.presets import count_parameters
-from aura.core import hub
-from aura.core.atomic import atomic_write_json, read_json
 from aura.core.staging import staged_dir
+from aura.models.adapter_check import ADAPTER_META, base_fingerprint, check_adapter_base  # noqa: F401 - re-exported
+from aura.models.peft_import import import_peft, peft_quiet
+from aura.models.presets import count_parameters
 
 METHODS = ("lora", "qlora", "full")
 LORA_PRESETS = {"frida": {"lora_r": 64, "lora_alpha": 128, "lora_dropout": 0.05}}
-M = Messages("adapters", {
-    "base_missing": ("No existe el modelo base '{name}'. Indica un directorio de modelo de Hugging Face "
-                     "(con config.json), p. ej. el final/ de 'aura pretrain', o un nombre del hub como "
-                     "'mistralai/Mistral-7B-Instruct-v0.2'.",
-                     "The base model '{name}' does not exist. Give a Hugging Face model directory (with "
-                     "config.json), e.g. the final/ of 'aura pretrain', or a hub name such as "
-                     "'mistralai/Mistral-7B-Instruct-v0.2'."),
-    "base_not_model": ("'{name}' existe pero no es un modelo: le falta config.json.{hint} Indica el "
-                       "directorio de un modelo de Hugging Face, p. ej. el final/ de 'aura pretrain'.",
-                       "'{name}' exists but is not a model: it has no config.json.{hint} Give a Hugging "
-                       "Face model directory, e.g. the final/ of 'aura pretrain'."),
-    "run_hint": (" Parece una ejecución: usa {path}.", " It looks like a run dir: use {path}."),
-    "base_failed": ("No se pudo cargar el modelo base '{name}': {err}",
-                    "Could not load the base model '{name}': {err}"),
-    "no_bnb": ("QLoRA necesita bitsandbytes, que no está instalado. Instálalo con: pip install bitsandbytes "
-               "(o pip install 'aura-llm[qlora]'), o usa --method lora.",
-               "QLoRA needs bitsandbytes, which is not installed. Install it with: pip install "
-               "bitsandbytes (or pip install 'aura-llm[qlora]'), or use --method lora."),
-    "bad_targets": ("El modelo no tiene las capas {missing} pedidas en --target-modules. Capas lineales "
-                    "del modelo: {available}.",
-                    "The model has no layers {missing} requested in --target-modules. The model's "
-                    "linear layers: {available}."),
-    "trainable": ("Parámetros entrenables: {trainable:,} / {total:,} ({pct:.2f}%)",
-                  "Trainable params: {trainable:,} / {total:,} ({pct:.2f}%)"),
-    "resized": ("El tokenizador tiene {tokens:token|tokens} y el modelo {rows:fila|filas} de embeddings: se amplían "
-                "los embeddings (las filas nuevas no se entrenan).",
-                "The tokenizer has {tokens:token|tokens} and the model {rows} embedding rows: the embeddings "
-                "are enlarged (the new rows are not trained)."),
-    "no_adapter": ("{path} no es un adaptador LoRA (falta adapter_config.json).",
-                   "{path} is not a LoRA adapter (adapter_config.json is missing)."),
-    "packing_leaks": ("Con este modelo ({arch}, atención {attn}) los ejemplos empaquetados se ven entre sí: "
-                      "transformers no separa las secuencias a partir de position_ids. Entrena sin --packing "
-                      "o usa otra implementación de atención (--attn-implementation).",
-                      "With this model ({arch}, {attn} attention) packed examples see each other: "
-                      "transformers does not separate sequences from position_ids. Train without --packing "
-                      "or use another attention implementation (--attn-implementation)."),
-})
+M = Messages(
+    "adapters",
+    {
+        "base_missing": (
+            "No existe el modelo base '{name}'. Indica un directorio de modelo de Hugging Face "
+            "(con config.json), p. ej. el final/ de 'aura pretrain', o un nombre del hub como "
+            "'mistralai/Mistral-7B-Instruct-v0.2'.",
+            "The base model '{name}' does not exist. Give a Hugging Face model directory (with "
+            "config.json), e.g. the final/ of 'aura pretrain', or a hub name such as "
+            "'mistralai/Mistral-7B-Instruct-v0.2'.",
+        ),
+        "base_not_model": (
+            "'{name}' existe pero no es un modelo: le falta config.json.{hint} Indica el "
+            "directorio de un modelo de Hugging Face, p. ej. el final/ de 'aura pretrain'.",
+            "'{name}' exists but is not a model: it has no config.json.{hint} Give a Hugging "
+            "Face model directory, e.g. the final/ of 'aura pretrain'.",
+        ),
+        "run_hint": (" Parece una ejecución: usa {path}.", " It looks like a run dir: use {path}."),
+        "base_failed": (
+            "No se pudo cargar el modelo base '{name}': {err}",
+            "Could not load the base model '{name}': {err}",
+        ),
+        "no_bnb": (
+            "QLoRA necesita bitsandbytes, que no está instalado. Instálalo con: pip install bitsandbytes "
+            "(o pip install 'aura-llm[qlora]'), o usa --method lora.",
+            "QLoRA needs bitsandbytes, which is not installed. Install it with: pip install "
+            "bitsandbytes (or pip install 'aura-llm[qlora]'), or use --method lora.",
+        ),
+        "bad_targets": (
+            "El modelo no tiene las capas {missing} pedidas en --target-modules. Capas lineales "
+            "del modelo: {available}.",
+            "The model has no layers {missing} requested in --target-modules. The model's linear layers: {available}.",
+        ),
+        "trainable": (
+            "Parámetros entrenables: {trainable:,} / {total:,} ({pct:.2f}%)",
+            "Trainable params: {trainable:,} / {total:,} ({pct:.2f}%)",
+        ),
+        "resized": (
+            "El tokenizador tiene {tokens:token|tokens} y el modelo {rows:fila|filas} de embeddings: se amplían "
+            "los embeddings (las filas nuevas no se entrenan).",
+            "The tokenizer has {tokens:token|tokens} and the model {rows} embedding rows: the embeddings "
+            "are enlarged (the new rows are not trained).",
+        ),
+        "no_adapter": (
+            "{path} no es un adaptador LoRA (falta adapter_config.json).",
+            "{path} is not a LoRA adapter (adapter_config.json is missing).",
+        ),
+        "packing_leaks": (
+            "Con este modelo ({arch}, atención {attn}) los ejemplos empaquetados se ven entre sí: "
+            "transformers no separa las secuencias a partir de position_ids. Entrena sin --packing "
+            "o usa otra implementación de atención (--attn-implementation).",
+            "With this model ({arch}, {attn} attention) packed examples see each other: "
+            "transformers does not separate sequences from position_ids. Train without --packing "
+            "or use another attention implementation (--attn-implementation).",
+        ),
+    },
+)
 
 
 def resolve_base(name_or_path: str) -> str:
@@ -92,18 +111,25 @@ def require_bitsandbytes() -> None:
         raise AuraError(M("no_bnb")) from None
 
 
-def load_base_model(name_or_path: str, *, method: str = "lora", dtype=None, device=None,
-                    attn_implementation: str | None = None, trust_remote_code: bool = False):
+def load_base_model(
+    name_or_path: str,
+    *,
+    method: str = "lora",
+    dtype=None,
+    device=None,
+    attn_implementation: str | None = None,
+    trust_remote_code: bool = False,
+):
     """The base causal LM, on ``device``; 4-bit NF4 (compute in ``dtype``) for ``method='qlora'``."""
     import torch
     from transformers import AutoModelForCausalLM
 
     name = resolve_base(name_or_path)
-    source = hub.Source(name, local=Path(name).is_dir(),
-                        local_files_only=not Path(name).is_dir() and not hub.hub_reachable())
+    source = hub.Source(
+        name, local=Path(name).is_dir(), local_files_only=not Path(name).is_dir() and not hub.hub_reachable()
+    )
     dtype = dtype or torch.float32
-    kwargs: dict = {"dtype": dtype, "trust_remote_code": trust_remote_code,
-                    "local_files_only": source.local_files_only}
+    kwargs: dict = {"dtype": dtype, "trust_remote_code": trust_remote_code, "local_files_only": source.local_files_only}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if method == "qlora":
@@ -111,8 +137,8 @@ def load_base_model(name_or_path: str, *, method: str = "lora", dtype=None, devi
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=dtype)
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
+        )
         # bitsandbytes quantizes while loading onto the target device
         kwargs["device_map"] = {"": str(device) if device is not None else "cpu"}
     try:
@@ -121,7 +147,9 @@ def load_base_model(name_or_path: str, *, method: str = "lora", dtype=None, devi
         offline = hub.offline_error(source, flag="--base-model")
         if offline is not None:
             raise offline from None
-        raise AuraError(M("base_failed", name=name, err=str(e).splitlines()[0] if str(e) else type(e).__name__)) from None
+        raise AuraError(
+            M("base_failed", name=name, err=str(e).splitlines()[0] if str(e) else type(e).__name__)
+        ) from None
     if method != "qlora" and device is not None:
         model.to(device)
     return model
@@ -136,6 +164,7 @@ def linear_module_names(model) -> list[str]:
     kinds: tuple[type, ...] = (torch.nn.Linear,)
     try:
         from transformers.pytorch_utils import Conv1D
+
         kinds += (Conv1D,)
     except ImportError:  # pragma: no cover - very old transformers
         pass
@@ -171,8 +200,16 @@ def match_vocab(model, tokenizer) -> None:
         model.resize_token_embeddings(len(tokenizer))
 
 
-def setup_model(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, lora_dropout: float = 0.05,
-                target_modules: list[str] | None = None, gradient_checkpointing: bool = False):
+def setup_model(
+    model,
+    *,
+    method: str,
+    lora_r: int = 16,
+    lora_alpha: int = 32,
+    lora_dropout: float = 0.05,
+    target_modules: list[str] | None = None,
+    gradient_checkpointing: bool = False,
+):
     """Make ``model`` ready to train: a peft LoRA model (``lora``/``qlora``) or all weights trainable."""
     if method == "full":
         for p in model.parameters():
@@ -189,15 +226,24 @@ def setup_model(model, *, method: str, lora_r: int = 16, lora_alpha: int = 32, l
 
         # fp32 norms/head for stability, input grads for checkpointing (peft's recipe for k-bit bases)
         model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=gradient_checkpointing,
-            gradient_checkpointing_kwargs={"use_reentrant": False})
+            model,
+            use_gradient_checkpointing=gradient_checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
     elif gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     from transformers.pytorch_utils import Conv1D
 
     conv1d = any(isinstance(m, Conv1D) for m in model.modules())  # GPT-2 stores weights transposed
-    config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=targets,
-                        bias="none", task_type="CAUSAL_LM", fan_in_fan_out=conv1d)
+    config = LoraConfig(
+        r=lora_r,
+        lora_alpha=lora_alpha,
+        lora_dropout=lora_dropout,
+        target_modules=targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+        fan_in_fan_out=conv1d,
+    )
     with peft_quiet():
         return get_peft_model(model, config)
 
@@ -227,8 +273,12 @@ def keep_autocast_inputs(model) -> int:
 def _cast_unless_autocast(layer, x, dtype):
     import torch
 
-    if x is not None and x.dtype != dtype and torch.is_autocast_enabled(x.device.type) \
-            and x.dtype == torch.get_autocast_dtype(x.device.type):
+    if (
+        x is not None
+        and x.dtype != dtype
+        and torch.is_autocast_enabled(x.device.type)
+        and x.dtype == torch.get_autocast_dtype(x.device.type)
+    ):
         return x  # autocast gives lora_A this very tensor after the round trip: skip it
     return type(layer)._cast_input_dtype(layer, x, dtype)
 
@@ -242,9 +292,16 @@ def trainable_line(model) -> str:
 # Base fingerprint, saving and loading
 
 
-def write_model_files(model, directory: str | os.PathLike, state_dict: dict | None = None, *, method: str,
-                      template_name: str | None = None, extra: dict | None = None,
-                      fingerprint: dict | None = None) -> None:
+def write_model_files(
+    model,
+    directory: str | os.PathLike,
+    state_dict: dict | None = None,
+    *,
+    method: str,
+    template_name: str | None = None,
+    extra: dict | None = None,
+    fingerprint: dict | None = None,
+) -> None:
     """Weights into an existing dir (the loop's ``write(model, dir, state_dict)`` hook): the peft adapter
     (adapter_config.json, adapter_model.safetensors) or a full HF model in safetensors, plus
     ``aura_adapter.json`` (method, template, the base's fingerprint). ``state_dict``: the full state
@@ -256,12 +313,21 @@ def write_model_files(model, directory: str | os.PathLike, state_dict: dict | No
         model.save_pretrained(str(directory), state_dict=state_dict, safe_serialization=True)
     else:  # peft keeps only the adapter's tensors from the (possibly gathered) state dict
         model.save_pretrained(str(directory), state_dict=state_dict)
-    atomic_write_json(directory / ADAPTER_META, {"method": method, "template": template_name, **fingerprint,
-                                                  **(extra or {})})
+    atomic_write_json(
+        directory / ADAPTER_META, {"method": method, "template": template_name, **fingerprint, **(extra or {})}
+    )
 
 
-def save_finetuned(model, tokenizer, out_dir: str | os.PathLike, *, method: str, template_name: str | None = None,
-                   extra: dict | None = None, replace: bool = True) -> Path:
+def save_finetuned(
+    model,
+    tokenizer,
+    out_dir: str | os.PathLike,
+    *,
+    method: str,
+    template_name: str | None = None,
+    extra: dict | None = None,
+    replace: bool = True,
+) -> Path:
     """Adapter or full model + tokenizer (chat template included) + aura_adapter.json, atomically."""
     out_dir = Path(out_dir)
     with staged_dir(out_dir, replace=replace, kind="model" if method == "full" else "adapter") as tmp:
@@ -313,10 +379,15 @@ def load_adapter_weights(peft_model, adapter_dir: str | os.PathLike) -> None:
     if unexpected:  # a layer the adapter changes but this model's LoRA set-up lacks (other --target-modules)
         from aura.models.adapter_check import M as CM
 
-        raise AuraError(CM("adapter_layer", adapter=adapter_dir, layer=unexpected[0],
-                           base=base_fingerprint(peft_model)["base_model"],
-                           trained_on=read_json(adapter_dir / "adapter_config.json").get(
-                               "base_model_name_or_path", "?")))
+        raise AuraError(
+            CM(
+                "adapter_layer",
+                adapter=adapter_dir,
+                layer=unexpected[0],
+                base=base_fingerprint(peft_model)["base_model"],
+                trained_on=read_json(adapter_dir / "adapter_config.json").get("base_model_name_or_path", "?"),
+            )
+        )
 
 
 def packing_is_isolated(model) -> bool:
@@ -330,7 +401,7 @@ def packing_is_isolated(model) -> bool:
     vocab = model.get_input_embeddings().weight.shape[0]
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randint(0, vocab, (1, n), generator=g).to(device) for n in (6, 5))  # (1, 6), (1, 5)
-    positions = torch.cat([torch.arange(6), torch.arange(5)])[None].to(device)     # (1, 11)
+    positions = torch.cat([torch.arange(6), torch.arange(5)])[None].to(device)  # (1, 11)
     was_training = model.training
     model.eval()
     try:
@@ -342,6 +413,7 @@ def packing_is_isolated(model) -> bool:
     ok = torch.allclose(packed[:, 6:].float(), alone.float(), atol=1e-2, rtol=1e-2)
     if not ok:
         cfg = getattr(model, "config", None)
-        console.warn(M("packing_leaks", arch=getattr(cfg, "model_type", "?"),
-                       attn=getattr(cfg, "_attn_implementation", "?")))
+        console.warn(
+            M("packing_leaks", arch=getattr(cfg, "model_type", "?"), attn=getattr(cfg, "_attn_implementation", "?"))
+        )
     return ok

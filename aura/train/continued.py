@@ -10,8 +10,17 @@ from dataclasses import dataclass
 import torch
 
 from aura.core import console
-from aura.train.init_from import (DEFAULTS, FreezeEngine, M, base_spec, base_tokenizer, check_data_tokenizer,
-                                  load_base, mean_of_pieces, new_token_ids)
+from aura.train.init_from import (
+    DEFAULTS,
+    FreezeEngine,
+    M,
+    base_spec,
+    base_tokenizer,
+    check_data_tokenizer,
+    load_base,
+    mean_of_pieces,
+    new_token_ids,
+)
 
 
 @dataclass
@@ -51,15 +60,27 @@ def from_base(run, tok, tok_name: str, train_shards) -> BaseModel:
     cfg = memory_defaults(cfg, run=run, model_config=model.config, method="full", lora_r=0, max_length=spec.seq_len)
     cfg = with_defaults(cfg, **DEFAULTS)
     console.info(M("base", name=cfg.init_from, arch=spec.arch, params=count_parameters(model), seq=spec.seq_len))
-    described = {"parameters": count_parameters(model), "flops_per_token": flops_per_token(model.config, spec.seq_len),
-                 "hf_config": model.config.to_dict(),
-                 "init_from": {"model": cfg.init_from, "new_tokens": len(new_ids),
-                               "train_new_tokens_only": cfg.train_new_tokens_only,
-                               "new_tokens_scope": cfg.new_tokens_scope}}
-    model = parallelize(model, dist=run.dist, strategy=cfg.strategy, compile=cfg.compile,
-                        gradient_checkpointing=bool(cfg.gradient_checkpointing),
-                        mixed_precision=run.precision if run.precision in ("bf16", "fp16") else None, comm=cfg,
-                        device_memory=run.device_memory)
+    described = {
+        "parameters": count_parameters(model),
+        "flops_per_token": flops_per_token(model.config, spec.seq_len),
+        "hf_config": model.config.to_dict(),
+        "init_from": {
+            "model": cfg.init_from,
+            "new_tokens": len(new_ids),
+            "train_new_tokens_only": cfg.train_new_tokens_only,
+            "new_tokens_scope": cfg.new_tokens_scope,
+        },
+    }
+    model = parallelize(
+        model,
+        dist=run.dist,
+        strategy=cfg.strategy,
+        compile=cfg.compile,
+        gradient_checkpointing=bool(cfg.gradient_checkpointing),
+        mixed_precision=run.precision if run.precision in ("bf16", "fp16") else None,
+        comm=cfg,
+        device_memory=run.device_memory,
+    )
     wrap = None
     if cfg.train_new_tokens_only:
         from aura.core.errors import AuraError
@@ -73,10 +94,12 @@ def from_base(run, tok, tok_name: str, train_shards) -> BaseModel:
 
         def wrap(engine):
             return FreezeEngine(engine, model, steps=cfg.train_new_tokens_only, rows=new_ids if rows_only else None)
+
     return BaseModel(cfg, spec, model, described, vocab, wrap)
 
 
 # ---- weighted mixtures ---------------------------------------------------------------------------
+
 
 def mixture_batches(cfg, spec, dist, *, plan_interval):
     """(training MixtureBatches, overall validation or None, per-source evaluators) of ``--data`` as a
@@ -89,12 +112,29 @@ def mixture_batches(cfg, spec, dist, *, plan_interval):
     parts, vals = [], {}
     for i, s in enumerate(specs):
         train, val = open_splits(s.path)
-        parts.append((s, PretrainBatches(train, seq_len=spec.seq_len, batch_size=cfg.batch_size, seed=cfg.seed + i,
-                                         rank=dist.rank, world_size=dist.world_size,
-                                         pin_memory=dist.device.type == "cuda")))
+        parts.append(
+            (
+                s,
+                PretrainBatches(
+                    train,
+                    seq_len=spec.seq_len,
+                    batch_size=cfg.batch_size,
+                    seed=cfg.seed + i,
+                    rank=dist.rank,
+                    world_size=dist.world_size,
+                    pin_memory=dist.device.type == "cuda",
+                ),
+            )
+        )
         if val is not None:
-            ev = EvalBatches(val, seq_len=spec.seq_len, batch_size=cfg.batch_size, rank=dist.rank,
-                             world_size=dist.world_size, max_batches=cfg.eval_batches)
+            ev = EvalBatches(
+                val,
+                seq_len=spec.seq_len,
+                batch_size=cfg.batch_size,
+                rank=dist.rank,
+                world_size=dist.world_size,
+                max_batches=cfg.eval_batches,
+            )
             if len(ev):
                 vals[s.name] = ev
     data = MixtureBatches(parts, world_size=dist.world_size)
@@ -176,15 +216,34 @@ def mixture_proportions(data, plan) -> dict:
     for spec, batches, weight in zip(data.specs, data.sources, given):
         tokens, docs = len(batches.shards), batches.shards.num_documents
         drawn = round(spec.weight * planned_tokens)
-        sources.append({"name": spec.name, "path": str(spec.path), "weight": weight, "share": spec.weight,
-                        "train_tokens": tokens, "documents": docs, "planned_tokens": drawn,
-                        "planned_documents": round(drawn * docs / tokens) if tokens else 0,
-                        "passes": drawn / tokens if tokens else 0.0})
+        sources.append(
+            {
+                "name": spec.name,
+                "path": str(spec.path),
+                "weight": weight,
+                "share": spec.weight,
+                "train_tokens": tokens,
+                "documents": docs,
+                "planned_tokens": drawn,
+                "planned_documents": round(drawn * docs / tokens) if tokens else 0,
+                "passes": drawn / tokens if tokens else 0.0,
+            }
+        )
     if abs(total_weight - 1.0) > 1e-9:
         console.info(MIX("normalised", total=f"{total_weight:g}"))
     console.info(MIX("proportions", tokens=planned_tokens, steps=plan.total_steps))
     for s in sources:
-        console.info(MIX("source", name=s["name"], weight=f"{s['weight']:g}", pct=100 * s["share"],
-                         planned=s["planned_tokens"], pdocs=s["planned_documents"], tokens=s["train_tokens"],
-                         docs=s["documents"], passes=s["passes"]))
+        console.info(
+            MIX(
+                "source",
+                name=s["name"],
+                weight=f"{s['weight']:g}",
+                pct=100 * s["share"],
+                planned=s["planned_tokens"],
+                pdocs=s["planned_documents"],
+                tokens=s["train_tokens"],
+                docs=s["documents"],
+                passes=s["passes"],
+            )
+        )
     return {"weights_sum": total_weight, "sources": sources}

@@ -19,10 +19,8 @@ from pathlib import Path
 from aura.core import console
 from aura.core.rundir import EPOCH_INFO, step_of
 from aura.train.args import with_defaults
+from aura.train.finetune_config import FinetuneConfig, M, auto_epochs_line, check_output_beside_base, resolve_base_name
 from aura.train.run.session import Run, TrainingJob, best_line, load_hf_weights, run_training
-from aura.train.finetune_config import (FinetuneConfig, M, auto_epochs_line, check_output_beside_base,
-                                        resolve_base_name)
-
 
 
 class EpochInfo:
@@ -40,11 +38,18 @@ class EpochInfo:
 
         from aura.core.atomic import atomic_write_json
 
-        self.rows.append({"epoch": end.epoch, "global_step": end.step, "train_loss": end.train_loss,
-                          "eval_loss": end.val_loss, "learning_rate": end.lr,
-                          "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                          "checkpoint": str(end.checkpoint) if end.checkpoint else None,
-                          "epoch_seconds": round(end.seconds, 3)})
+        self.rows.append(
+            {
+                "epoch": end.epoch,
+                "global_step": end.step,
+                "train_loss": end.train_loss,
+                "eval_loss": end.val_loss,
+                "learning_rate": end.lr,
+                "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "checkpoint": str(end.checkpoint) if end.checkpoint else None,
+                "epoch_seconds": round(end.seconds, 3),
+            }
+        )
         atomic_write_json(self.path, self.rows)
 
 
@@ -95,37 +100,60 @@ class FinetuneCommand:
         cfg = _with_defaults(cfg, model, n_train=len(train_ex), run=run)
         data, val = setup.sources(cfg, tok, model, train_ex, val_ex, run=run, packing=packing, base_name=base_name)
         objective = setup.build(cfg, model, train_ex, val_ex, tok=tok, run=run)
-        tokens_per_row = sum(len(e.input_ids) for e in train_ex) / max(len(data.rows), 1) + \
-            setup.completion_tokens(cfg)
-        plan = run.plan(cfg, batches_per_epoch=data.batches_per_epoch,
-                        tokens_per_micro_batch=int(cfg.batch_size * tokens_per_row))
+        tokens_per_row = sum(len(e.input_ids) for e in train_ex) / max(len(data.rows), 1) + setup.completion_tokens(cfg)
+        plan = run.plan(
+            cfg, batches_per_epoch=data.batches_per_epoch, tokens_per_micro_batch=int(cfg.batch_size * tokens_per_row)
+        )
         evaluators = setup.evaluators(cfg, tok, model, val_ex, data, steps_per_epoch=plan.steps_per_epoch)
         setup.announce(cfg, train_ex, val_ex, data)
         model, engine, io = _parallelise(cfg, model, run)
         lora = cfg.lora_settings() if cfg.method != "full" else None
         method = cfg.method
         return TrainingJob(
-            cfg=cfg, model=model, data=data, val_data=val, plan=plan, engine=engine, io=io,
-            identity={"method": method, "lora": lora, "template": template_name,
-                      **({"objective": cfg.objective} if setup.named_in_identity else {})},
+            cfg=cfg,
+            model=model,
+            data=data,
+            val_data=val,
+            plan=plan,
+            engine=engine,
+            io=io,
+            identity={
+                "method": method,
+                "lora": lora,
+                "template": template_name,
+                **({"objective": cfg.objective} if setup.named_in_identity else {}),
+            },
             # the base is checked by the adapter's own check when the checkpoint loads (aura.models.adapter_check)
             stored={"base_model": {k: fingerprint[k] for k in ("config_hash", "embed_hash")}},
             mismatch=lambda path, diffs: M("ckpt_differs", path=path, diffs=diffs),
-            **_model_hooks(method, tok=tok, template_name=template_name, fingerprint=fingerprint, base_name=base_name,
-                           out=out),
+            **_model_hooks(
+                method, tok=tok, template_name=template_name, fingerprint=fingerprint, base_name=base_name, out=out
+            ),
             on_epoch_end=EpochInfo(out / EPOCH_INFO, resume_step=step_of(run.resume) if run.resume else None),
             epoch_checkpoint_name=lambda epoch, step: f"checkpoint-epoch-{epoch}",
-            describe={"base_model": base_name, "base_fingerprint": fingerprint, "method": method, "lora": lora,
-                      "template": template_name, "trainable_parameters": None if cfg.deepspeed
-                      else count_parameters(model, trainable_only=True),
-                      "examples": {"train": len(train_ex), "val": len(val_ex)}, "packing": packing,
-                      "objective": cfg.objective,
-                      "hf_config": base_config.to_dict()},
-            flops_per_token=flops_per_token(base_config, int(tokens_per_row) or None, trainable_parameters=None
-                                            if cfg.method == "full" or cfg.deepspeed
-                                            else count_parameters(model, trainable_only=True)),
-            objective=objective, evaluators=evaluators,
-            finish=setup.finish(data, out))
+            describe={
+                "base_model": base_name,
+                "base_fingerprint": fingerprint,
+                "method": method,
+                "lora": lora,
+                "template": template_name,
+                "trainable_parameters": None if cfg.deepspeed else count_parameters(model, trainable_only=True),
+                "examples": {"train": len(train_ex), "val": len(val_ex)},
+                "packing": packing,
+                "objective": cfg.objective,
+                "hf_config": base_config.to_dict(),
+            },
+            flops_per_token=flops_per_token(
+                base_config,
+                int(tokens_per_row) or None,
+                trainable_parameters=None
+                if cfg.method == "full" or cfg.deepspeed
+                else count_parameters(model, trainable_only=True),
+            ),
+            objective=objective,
+            evaluators=evaluators,
+            finish=setup.finish(data, out),
+        )
 
 
 def _model_hooks(method: str, *, tok, template_name: str | None, fingerprint: dict, base_name: str, out: Path) -> dict:
@@ -134,23 +162,31 @@ def _model_hooks(method: str, *, tok, template_name: str | None, fingerprint: di
     from aura.train import adapters
 
     def save_model(m, d, state_dict):
-        adapters.write_model_files(m, d, state_dict, method=method, template_name=template_name,
-                                   fingerprint=fingerprint)
+        adapters.write_model_files(
+            m, d, state_dict, method=method, template_name=template_name, fingerprint=fingerprint
+        )
 
     def load_model(m, d):
         load_hf_weights(m, Path(d)) if method == "full" else adapters.load_adapter_weights(m, d)
 
     def summary(result) -> list:
-        cmd = f"--model {result.final_dir}" if method == "full" else \
-            f"--model {base_name} --adapter {result.final_dir}"
-        return [M("out_final", kind=M("kind_full" if method == "full" else "kind_adapter"), path=result.final_dir),
-                best_line(out),
-                M("out_epochs", path=out / EPOCH_INFO) if (out / EPOCH_INFO).is_file() else None,  # not mid-epoch
-                M("out_logs", csv=out / "training_log.csv", tb=out / "tb") if (out / "tb").is_dir() else
-                M("out_log", csv=out / "training_log.csv"), M("out_next", cmd=cmd)]
+        cmd = f"--model {result.final_dir}" if method == "full" else f"--model {base_name} --adapter {result.final_dir}"
+        return [
+            M("out_final", kind=M("kind_full" if method == "full" else "kind_adapter"), path=result.final_dir),
+            best_line(out),
+            M("out_epochs", path=out / EPOCH_INFO) if (out / EPOCH_INFO).is_file() else None,  # not mid-epoch
+            M("out_logs", csv=out / "training_log.csv", tb=out / "tb")
+            if (out / "tb").is_dir()
+            else M("out_log", csv=out / "training_log.csv"),
+            M("out_next", cmd=cmd),
+        ]
 
-    return {"save_model": save_model, "load_model": load_model, "summary": summary,
-            "write_extras": lambda d: adapters.write_tokenizer_files(tok, d)}
+    return {
+        "save_model": save_model,
+        "load_model": load_model,
+        "summary": summary,
+        "write_extras": lambda d: adapters.write_tokenizer_files(tok, d),
+    }
 
 
 def _template(cfg: FinetuneConfig, tok, convs: list) -> str | None:
@@ -181,21 +217,31 @@ def _load_model(cfg: FinetuneConfig, base_name: str, tok, run: Run):
     from aura.train import adapters
 
     # LoRA on a GPU keeps the frozen base in the compute dtype; full fine-tuning keeps fp32 master weights
-    dtype = torch.bfloat16 if (run.precision == "bf16" and cfg.method != "full" and run.dist.device.type == "cuda") \
+    dtype = (
+        torch.bfloat16
+        if (run.precision == "bf16" and cfg.method != "full" and run.dist.device.type == "cuda")
         else torch.float32
+    )
     with main_process_first(run.dist):  # a hub download happens once
-        model = adapters.load_base_model(base_name, method=cfg.method, dtype=dtype,
-                                         device=run.dist.device if not cfg.deepspeed else None,
-                                         attn_implementation=attention_implementation(
-                                             cfg.attn_implementation, run.info, run.precision),
-                                         trust_remote_code=cfg.trust_remote_code)
+        model = adapters.load_base_model(
+            base_name,
+            method=cfg.method,
+            dtype=dtype,
+            device=run.dist.device if not cfg.deepspeed else None,
+            attn_implementation=attention_implementation(cfg.attn_implementation, run.info, run.precision),
+            trust_remote_code=cfg.trust_remote_code,
+        )
     adapters.match_vocab(model, tok)
     fingerprint = adapters.base_fingerprint(model)
     base_config = model.config
     torch.manual_seed(cfg.seed)  # LoRA A matrices: the same on every rank and in every run of this seed
-    model = adapters.setup_model(model, method=cfg.method, **cfg.lora_settings(),
-                                 target_modules=cfg.target_modules or None,
-                                 gradient_checkpointing=bool(cfg.gradient_checkpointing))
+    model = adapters.setup_model(
+        model,
+        method=cfg.method,
+        **cfg.lora_settings(),
+        target_modules=cfg.target_modules or None,
+        gradient_checkpointing=bool(cfg.gradient_checkpointing),
+    )
     if cfg.method != "full" and run.precision in ("bf16", "fp16"):
         adapters.keep_autocast_inputs(model)  # no fp32 round trip of each projection's input (docstring)
     console.info(adapters.trainable_line(model))
@@ -208,11 +254,23 @@ def _with_defaults(cfg: FinetuneConfig, model, *, n_train: int, run: Run) -> Fin
     if cfg.batch_size is None and cfg.gradient_accumulation_steps is None:
         from aura.models.hardware import GIB, finetune_batch
 
-        batch = finetune_batch(model, info=run.info, max_length=cfg.max_length, precision=run.precision,
-                               checkpointing=bool(cfg.gradient_checkpointing))
+        batch = finetune_batch(
+            model,
+            info=run.info,
+            max_length=cfg.max_length,
+            precision=run.precision,
+            checkpointing=bool(cfg.gradient_checkpointing),
+        )
         if batch is not None:
-            console.info(M("auto_batch", batch=batch, have=run.info.memory_bytes / GIB, device=run.info.name,
-                           length=cfg.max_length))
+            console.info(
+                M(
+                    "auto_batch",
+                    batch=batch,
+                    have=run.info.memory_bytes / GIB,
+                    device=run.info.name,
+                    length=cfg.max_length,
+                )
+            )
             defaults.update(batch_size=batch, gradient_accumulation_steps=max(1, 8 // batch))
     if cfg.epochs is None and cfg.max_steps is None and cfg.max_tokens is None:
         epochs, line = auto_epochs_line(n_train)
@@ -232,6 +290,7 @@ def _parallelise(cfg: FinetuneConfig, model, run: Run):
         from aura.train.optim.deepspeed import setup_deepspeed
 
         return setup_deepspeed(model, args=cfg, dist=run.dist, config_path=cfg.deepspeed, precision=run.precision)
-    model = parallelize(model, dist=run.dist, strategy=cfg.strategy, compile=cfg.compile, comm=cfg,
-                        device_memory=run.device_memory)
+    model = parallelize(
+        model, dist=run.dist, strategy=cfg.strategy, compile=cfg.compile, comm=cfg, device_memory=run.device_memory
+    )
     return model, None, ckpt.io_for(model)

@@ -24,69 +24,107 @@ from aura.core.errors import AuraError
 from aura.core.files import check_model_files
 from aura.core.i18n import Messages
 
-M = Messages("init_from", {
-    "base_failed": ("--init-from {name}: no se pudo cargar como modelo causal de transformers ({err}). Indica un "
-                    "directorio de Hugging Face (config.json + pesos) o un nombre del hub.",
-                    "--init-from {name}: could not be loaded as a transformers causal LM ({err}). Give a Hugging "
-                    "Face directory (config.json + weights) or a hub name."),
-    "not_causal": ("'{model_type}' no es un modelo causal (generativo) de transformers",
-                   "'{model_type}' is not a transformers causal (generative) model"),
-    "no_tokenizer": ("--init-from {name}: el modelo no trae tokenizador ({err}). Indica uno con --tokenizer.",
-                     "--init-from {name}: the model has no tokenizer ({err}). Give one with --tokenizer."),
-    "data_tok": ("Los datos de {data} se tokenizaron con {data_tok} (hash {data_hash}), pero el modelo se entrena "
-                 "con el tokenizador {tok} (hash {tok_hash}). Prepara los datos con ese tokenizador: "
-                 "aura data prepare TEXTOS --tokenizer {tok} --output-dir DIR",
-                 "The data in {data} was tokenised with {data_tok} (hash {data_hash}), but the model trains with "
-                 "the tokenizer {tok} (hash {tok_hash}). Prepare the data with that tokenizer: "
-                 "aura data prepare TEXTS --tokenizer {tok} --output-dir DIR"),
-    "not_extension": ("--tokenizer {tok} no es una extensión del tokenizador de --init-from {base}: {why}. Crea "
-                      "una con: aura tokenizer extend {base} TEXTOS --add-tokens N --output-dir DIR",
-                      "--tokenizer {tok} is not an extension of the tokenizer of --init-from {base}: {why}. Create "
-                      "one with: aura tokenizer extend {base} TEXTS --add-tokens N --output-dir DIR"),
-    "why_id": ("el token {token!r} tiene el id {ext_id} y en la base {base_id}",
-               "token {token!r} has id {ext_id} and {base_id} in the base"),
-    "why_missing": ("le falta el token {token!r} de la base", "it lacks the base's token {token!r}"),
-    "why_model": ("usa otro modelo de tokenización (él: {ext}; la base: {base})",
-                  "it uses another tokenization model (it: {ext}; the base: {base})"),
-    "why_pretok": ("usa otra normalización o pre-tokenización que la base",
-                   "it uses another normalisation or pre-tokenization than the base"),
-    "data_vocab": ("Los datos de {data} usan ids hasta {ids} pero el modelo tiene {rows:fila|filas} de embedding.",
-                   "The data in {data} uses ids up to {ids} but the model has {rows:embedding row|embedding rows}."),
-    "resized": ("Vocabulario ampliado de {old:,} a {new:fila|filas}: {added:token nuevo|tokens nuevos} inicializados "
-                "con la media de las filas de sus piezas en el tokenizador base.",
-                "Vocabulary grown from {old:,} to {new:row|rows}: {added:new token|new tokens} initialised with the mean "
-                "of their pieces' rows under the base tokenizer."),
-    "base": ("Modelo base: {name} ({arch}), {params:parámetro|parámetros}, contexto {seq}.",
-             "Base model: {name} ({arch}), {params:parameter|parameters}, context {seq}."),
-    "seq_too_long": ("--seq-length {seq} supera el contexto del modelo base ({max}).",
-                     "--seq-length {seq} exceeds the base model's context ({max})."),
-    "preset_ignored": ("Con --init-from el modelo es el de la base: --model-preset y las dimensiones "
-                       "(--{flag}) no se aplican; quítalos.",
-                       "With --init-from the model is the base's: --model-preset and the dimensions (--{flag}) "
-                       "do not apply; remove them."),
-    "freeze": ("Pasos 1-{steps}: solo se entrenan {what}; después, todo el modelo.",
-               "Steps 1-{steps}: only {what} train; then the whole model."),
-    "freeze_rows": ("las filas de los tokens nuevos", "the new tokens' rows"),
-    "freeze_emb": ("los embeddings y la cabeza de salida", "the embeddings and the output head"),
-    "freeze_needs_base": ("--train-new-tokens-only solo tiene sentido con --init-from (un modelo base y un "
-                          "--tokenizer ampliado).",
-                          "--train-new-tokens-only only makes sense with --init-from (a base model and an extended "
-                          "--tokenizer)."),
-    "freeze_negative": ("--train-new-tokens-only no puede ser negativo (recibido: {value}).",
-                        "--train-new-tokens-only cannot be negative (got: {value})."),
-    "freeze_fsdp": ("--train-new-tokens-only no funciona con FSDP (los embeddings están repartidos); usa "
-                    "--strategy ddp o un solo proceso.",
-                    "--train-new-tokens-only does not work with FSDP (the embeddings are sharded); use "
-                    "--strategy ddp or a single process."),
-    "freeze_nothing": ("--train-new-tokens-only {steps}: solo se entrenarían los tokens nuevos, pero --tokenizer no "
-                       "añade ninguno a la base. Quita la opción o usa --new-tokens-scope embeddings.",
-                       "--train-new-tokens-only {steps}: only the new tokens would train, but --tokenizer adds none "
-                       "to the base. Remove the option or use --new-tokens-scope embeddings."),
-})
+M = Messages(
+    "init_from",
+    {
+        "base_failed": (
+            "--init-from {name}: no se pudo cargar como modelo causal de transformers ({err}). Indica un "
+            "directorio de Hugging Face (config.json + pesos) o un nombre del hub.",
+            "--init-from {name}: could not be loaded as a transformers causal LM ({err}). Give a Hugging "
+            "Face directory (config.json + weights) or a hub name.",
+        ),
+        "not_causal": (
+            "'{model_type}' no es un modelo causal (generativo) de transformers",
+            "'{model_type}' is not a transformers causal (generative) model",
+        ),
+        "no_tokenizer": (
+            "--init-from {name}: el modelo no trae tokenizador ({err}). Indica uno con --tokenizer.",
+            "--init-from {name}: the model has no tokenizer ({err}). Give one with --tokenizer.",
+        ),
+        "data_tok": (
+            "Los datos de {data} se tokenizaron con {data_tok} (hash {data_hash}), pero el modelo se entrena "
+            "con el tokenizador {tok} (hash {tok_hash}). Prepara los datos con ese tokenizador: "
+            "aura data prepare TEXTOS --tokenizer {tok} --output-dir DIR",
+            "The data in {data} was tokenised with {data_tok} (hash {data_hash}), but the model trains with "
+            "the tokenizer {tok} (hash {tok_hash}). Prepare the data with that tokenizer: "
+            "aura data prepare TEXTS --tokenizer {tok} --output-dir DIR",
+        ),
+        "not_extension": (
+            "--tokenizer {tok} no es una extensión del tokenizador de --init-from {base}: {why}. Crea "
+            "una con: aura tokenizer extend {base} TEXTOS --add-tokens N --output-dir DIR",
+            "--tokenizer {tok} is not an extension of the tokenizer of --init-from {base}: {why}. Create "
+            "one with: aura tokenizer extend {base} TEXTS --add-tokens N --output-dir DIR",
+        ),
+        "why_id": (
+            "el token {token!r} tiene el id {ext_id} y en la base {base_id}",
+            "token {token!r} has id {ext_id} and {base_id} in the base",
+        ),
+        "why_missing": ("le falta el token {token!r} de la base", "it lacks the base's token {token!r}"),
+        "why_model": (
+            "usa otro modelo de tokenización (él: {ext}; la base: {base})",
+            "it uses another tokenization model (it: {ext}; the base: {base})",
+        ),
+        "why_pretok": (
+            "usa otra normalización o pre-tokenización que la base",
+            "it uses another normalisation or pre-tokenization than the base",
+        ),
+        "data_vocab": (
+            "Los datos de {data} usan ids hasta {ids} pero el modelo tiene {rows:fila|filas} de embedding.",
+            "The data in {data} uses ids up to {ids} but the model has {rows:embedding row|embedding rows}.",
+        ),
+        "resized": (
+            "Vocabulario ampliado de {old:,} a {new:fila|filas}: {added:token nuevo|tokens nuevos} inicializados "
+            "con la media de las filas de sus piezas en el tokenizador base.",
+            "Vocabulary grown from {old:,} to {new:row|rows}: {added:new token|new tokens} initialised with the mean "
+            "of their pieces' rows under the base tokenizer.",
+        ),
+        "base": (
+            "Modelo base: {name} ({arch}), {params:parámetro|parámetros}, contexto {seq}.",
+            "Base model: {name} ({arch}), {params:parameter|parameters}, context {seq}.",
+        ),
+        "seq_too_long": (
+            "--seq-length {seq} supera el contexto del modelo base ({max}).",
+            "--seq-length {seq} exceeds the base model's context ({max}).",
+        ),
+        "preset_ignored": (
+            "Con --init-from el modelo es el de la base: --model-preset y las dimensiones "
+            "(--{flag}) no se aplican; quítalos.",
+            "With --init-from the model is the base's: --model-preset and the dimensions (--{flag}) "
+            "do not apply; remove them.",
+        ),
+        "freeze": (
+            "Pasos 1-{steps}: solo se entrenan {what}; después, todo el modelo.",
+            "Steps 1-{steps}: only {what} train; then the whole model.",
+        ),
+        "freeze_rows": ("las filas de los tokens nuevos", "the new tokens' rows"),
+        "freeze_emb": ("los embeddings y la cabeza de salida", "the embeddings and the output head"),
+        "freeze_needs_base": (
+            "--train-new-tokens-only solo tiene sentido con --init-from (un modelo base y un --tokenizer ampliado).",
+            "--train-new-tokens-only only makes sense with --init-from (a base model and an extended --tokenizer).",
+        ),
+        "freeze_negative": (
+            "--train-new-tokens-only no puede ser negativo (recibido: {value}).",
+            "--train-new-tokens-only cannot be negative (got: {value}).",
+        ),
+        "freeze_fsdp": (
+            "--train-new-tokens-only no funciona con FSDP (los embeddings están repartidos); usa "
+            "--strategy ddp o un solo proceso.",
+            "--train-new-tokens-only does not work with FSDP (the embeddings are sharded); use "
+            "--strategy ddp or a single process.",
+        ),
+        "freeze_nothing": (
+            "--train-new-tokens-only {steps}: solo se entrenarían los tokens nuevos, pero --tokenizer no "
+            "añade ninguno a la base. Quita la opción o usa --new-tokens-scope embeddings.",
+            "--train-new-tokens-only {steps}: only the new tokens would train, but --tokenizer adds none "
+            "to the base. Remove the option or use --new-tokens-scope embeddings.",
+        ),
+    },
+)
 
 DEFAULT_SEQ = 1024  # context when --seq-length is absent (capped by the base's)
-DEFAULTS = dict(batch_size=4, learning_rate=1e-4, save_steps=500, gradient_accumulation_steps=1,
-                gradient_checkpointing=False)  # continued pretraining: a lower LR than from scratch
+DEFAULTS = dict(
+    batch_size=4, learning_rate=1e-4, save_steps=500, gradient_accumulation_steps=1, gradient_checkpointing=False
+)  # continued pretraining: a lower LR than from scratch
 
 
 @dataclass(frozen=True)
@@ -116,8 +154,9 @@ def check_base(name: str, *, trust_remote_code: bool = False) -> None:
     if source.local:
         check_model_files(source.name)  # a damaged config or cut-off weights: named before anything is written
     try:
-        config = AutoConfig.from_pretrained(source.name, trust_remote_code=trust_remote_code,
-                                            local_files_only=source.local_files_only)
+        config = AutoConfig.from_pretrained(
+            source.name, trust_remote_code=trust_remote_code, local_files_only=source.local_files_only
+        )
     except Exception as e:  # OSError (no config.json), ValueError (unknown model_type), JSON errors
         offline = hub.offline_error(source, flag="--init-from")
         if offline is not None:
@@ -137,8 +176,12 @@ def load_base(name: str, *, trust_remote_code: bool = False):
 
     source = hub.resolve(name, flag="--init-from")
     try:
-        return AutoModelForCausalLM.from_pretrained(source.name, dtype=torch.float32, trust_remote_code=trust_remote_code,
-                                                    local_files_only=source.local_files_only)
+        return AutoModelForCausalLM.from_pretrained(
+            source.name,
+            dtype=torch.float32,
+            trust_remote_code=trust_remote_code,
+            local_files_only=source.local_files_only,
+        )
     except Exception as e:  # OSError, ValueError (unknown architecture), KeyError, safetensors errors
         offline = hub.offline_error(source, flag="--init-from")
         if offline is not None:
@@ -162,8 +205,16 @@ def check_data_tokenizer(tok, tok_name: str, shards) -> None:
 
     h, meta = tokenizer_hash(tok), shards.meta["tokenizer"]
     if h != meta["hash"]:
-        raise AuraError(M("data_tok", data=shards.path, data_tok=meta.get("name_or_path"), data_hash=meta["hash"][:12],
-                          tok=tok_name, tok_hash=h[:12]))
+        raise AuraError(
+            M(
+                "data_tok",
+                data=shards.path,
+                data_tok=meta.get("name_or_path"),
+                data_hash=meta["hash"][:12],
+                tok=tok_name,
+                tok_hash=h[:12],
+            )
+        )
 
 
 def new_token_ids(base_tok, ext_tok, *, base_name: str, ext_name: str) -> list[int]:
@@ -209,8 +260,11 @@ def pieces_of(base_tok, ext_tok, token_id: int, *, backend=None, added: set | No
 def added_contents(tok) -> set[str]:
     """The added (special) tokens' texts of a fast tokenizer."""
     backend = tok.backend_tokenizer
-    return {t.content for t in backend.get_added_tokens_decoder().values()} \
-        if hasattr(backend, "get_added_tokens_decoder") else set()
+    return (
+        {t.content for t in backend.get_added_tokens_decoder().values()}
+        if hasattr(backend, "get_added_tokens_decoder")
+        else set()
+    )
 
 
 def mean_of_pieces(model, base_tok, ext_tok, new_ids: list[int]) -> dict[int, list[int]]:
@@ -335,8 +389,7 @@ def check_flags(cfg) -> None:
         raise AuraError(M("freeze_needs_base"))
     if cfg.model_preset != "auto":
         raise AuraError(M("preset_ignored", flag="model-preset"))
-    for field in ("arch", "embed_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
-                  "vocab_size"):
+    for field in ("arch", "embed_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size"):
         if getattr(cfg, field) is not None:
             raise AuraError(M("preset_ignored", flag=field.replace("_", "-")))
     if cfg.train_new_tokens_only < 0:

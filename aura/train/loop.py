@@ -27,7 +27,8 @@ What a setup hands in (``aura.train.run.session`` builds all of it)
 What the loop guarantees
 ------------------------
 * The loss is normalised by the number of units (target tokens for language modelling) of the whole
-  accumulation window across all ranks (sum-reduced loss / global count), so 2 ranks x batch b == 1 process x batch 2b and
+  accumulation window across all ranks (sum-reduced loss / global count), so 2 ranks x batch b == 1 process x batch 2b
+  and
   padded SFT batches weigh every token equally; the logged loss is that true token mean.
 * LR is ``plan.lr(step)``, a pure function of the step (``aura.train.optim.schedule``; a WSD run's
   ``--time-budget`` fixes the cooldown's start, at a log step, into the plan; the plan is stored in every checkpoint,
@@ -66,45 +67,57 @@ from typing import Any, Iterable
 import torch
 
 from aura.core import console
-from aura.distributed import DistInfo, no_sync, sync_status
-from aura.distributed.totals import StepTotals
 from aura.core.errors import AbortReported, AuraError
 from aura.core.heap import frozen_heap
 from aura.core.i18n import Messages
+from aura.distributed import DistInfo, no_sync, sync_status
+from aura.distributed.totals import StepTotals
 from aura.train.args import StepPlan, TrainArgs
-from aura.train.optim.step_engine import StepEngine, StepOutcome, autocast_context
-from aura.train.optim.schedule import CooldownClock, schedule_for
-from aura.train.run.metrics import TrainMetrics
 from aura.train.objectives.objective import COUNT, CausalLM, Evaluator, Objective, count_inputs, unit_means
-from aura.train.run.resume_plan import limits_notice
+from aura.train.optim.schedule import CooldownClock, schedule_for
+from aura.train.optim.step_engine import StepEngine, StepOutcome, autocast_context
+from aura.train.run.metrics import TrainMetrics
 from aura.train.run.policy import CheckpointPolicy, EpochEnd, TrainHooks, start_state
+from aura.train.run.resume_plan import limits_notice
 from aura.train.train_state import BatchSource, TrainState
 
-
-M = Messages("loop", {
-    "budget": ("--lr-schedule wsd con --time-budget {budget:g} h: el enfriamiento empezará, como tarde, cuando quede "
-               "el {pct} % del presupuesto, y la ejecución terminará enfriada y guardada al agotarlo.",
-               "--lr-schedule wsd with --time-budget {budget:g} h: the cooldown starts at the latest when {pct} % of "
-               "the budget is left, and the run ends cooled down and saved when it runs out."),
-    "cooldown": ("Presupuesto de tiempo: quedan {left:.1f} min; el enfriamiento WSD empieza en el paso {step} y la "
-                 "ejecución terminará en el paso {total} ({steps:paso|pasos} más).",
-                 "Time budget: {left:.1f} min left; the WSD cooldown starts at step {step} and the run will end at "
-                 "step {total} ({steps:step|steps} more)."),
-    "plan": ("Plan: {steps:paso|pasos} de optimización ({epochs:época|épocas}, {per_epoch} pasos/época), "
-             "{tokens:token|tokens} por paso, calentamiento {warmup:paso|pasos}.",
-             "Plan: {steps:optimizer step|optimizer steps} ({epochs:epoch|epochs}, {per_epoch} steps/epoch), "
-             "{tokens:token|tokens} per step, warm-up {warmup:step|steps}."),
-    "oom": ("Memoria agotada en {device} (lote {batch}, acumulación {accum}, gradient checkpointing {ckpt}). "
+M = Messages(
+    "loop",
+    {
+        "budget": (
+            "--lr-schedule wsd con --time-budget {budget:g} h: el enfriamiento empezará, como tarde, cuando quede "
+            "el {pct} % del presupuesto, y la ejecución terminará enfriada y guardada al agotarlo.",
+            "--lr-schedule wsd with --time-budget {budget:g} h: the cooldown starts at the latest when {pct} % of "
+            "the budget is left, and the run ends cooled down and saved when it runs out.",
+        ),
+        "cooldown": (
+            "Presupuesto de tiempo: quedan {left:.1f} min; el enfriamiento WSD empieza en el paso {step} y la "
+            "ejecución terminará en el paso {total} ({steps:paso|pasos} más).",
+            "Time budget: {left:.1f} min left; the WSD cooldown starts at step {step} and the run will end at "
+            "step {total} ({steps:step|steps} more).",
+        ),
+        "plan": (
+            "Plan: {steps:paso|pasos} de optimización ({epochs:época|épocas}, {per_epoch} pasos/época), "
+            "{tokens:token|tokens} por paso, calentamiento {warmup:paso|pasos}.",
+            "Plan: {steps:optimizer step|optimizer steps} ({epochs:epoch|epochs}, {per_epoch} steps/epoch), "
+            "{tokens:token|tokens} per step, warm-up {warmup:step|steps}.",
+        ),
+        "oom": (
+            "Memoria agotada en {device} (lote {batch}, acumulación {accum}, gradient checkpointing {ckpt}). "
             "Reduce --batch-size (y sube --gradient-accumulation-steps para mantener los tokens por paso), "
             "activa --gradient-checkpointing o usa un preset más pequeño (--model-preset).",
             "Out of memory on {device} (batch {batch}, accumulation {accum}, gradient checkpointing {ckpt}). "
             "Lower --batch-size (and raise --gradient-accumulation-steps to keep tokens per step), enable "
-            "--gradient-checkpointing or use a smaller preset (--model-preset)."),
-    "signal": ("Señal {name} recibida: se termina el paso actual y se guarda un checkpoint (pulsa Ctrl+C otra "
-               "vez para abortar sin guardar).",
-               "Signal {name} received: finishing the current step and saving a checkpoint (press Ctrl+C "
-               "again to abort without saving)."),
-})
+            "--gradient-checkpointing or use a smaller preset (--model-preset).",
+        ),
+        "signal": (
+            "Señal {name} recibida: se termina el paso actual y se guarda un checkpoint (pulsa Ctrl+C otra "
+            "vez para abortar sin guardar).",
+            "Signal {name} received: finishing the current step and saving a checkpoint (press Ctrl+C "
+            "again to abort without saving).",
+        ),
+    },
+)
 
 
 # Exit status of a run stopped by SIGINT/SIGTERM after saving its checkpoint (0 = finished, 2 = a user
@@ -122,10 +135,21 @@ class TrainResult:
     val_loss: float | None
 
 
-def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[dict] | None, args: TrainArgs,
-          plan: StepPlan, dist: DistInfo, hooks: TrainHooks, metrics: TrainMetrics,
-          resume_from: Path | None = None, objective: Objective | None = None,
-          evaluators: Iterable[Evaluator] = ()) -> TrainResult:
+def train(
+    *,
+    model,
+    engine: StepEngine,
+    data: BatchSource,
+    val_data: Iterable[dict] | None,
+    args: TrainArgs,
+    plan: StepPlan,
+    dist: DistInfo,
+    hooks: TrainHooks,
+    metrics: TrainMetrics,
+    resume_from: Path | None = None,
+    objective: Objective | None = None,
+    evaluators: Iterable[Evaluator] = (),
+) -> TrainResult:
     """Train ``model`` for ``plan.total_steps`` optimizer steps (the contract: the module docstring); ``args``
     resolved (learning rate, batch, accumulation). Returns when finished or after an interrupt checkpoint;
     raises AuraError on OOM, too many NaN steps or a failed save."""
@@ -135,14 +159,35 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
     objective = objective or CausalLM()
     start_state(state, resume_from, model=model, engine=engine, data=data, args=args, dist=dist, hooks=hooks)
     console.info(engine.describe())
-    console.info(M("plan", steps=plan.total_steps, epochs=plan.epochs, per_epoch=plan.steps_per_epoch,
-                   tokens=plan.tokens_per_step, warmup=plan.schedule.warmup))
+    console.info(
+        M(
+            "plan",
+            steps=plan.total_steps,
+            epochs=plan.epochs,
+            per_epoch=plan.steps_per_epoch,
+            tokens=plan.tokens_per_step,
+            warmup=plan.schedule.warmup,
+        )
+    )
     limits_notice(args, plan)
     metrics.open(total_steps=plan.total_steps, state=state, resumed=resume_from is not None)
-    policy = CheckpointPolicy(model=model, engine=engine, data=data, state=state, args=args, plan=plan,
-                              dist=dist, hooks=hooks, metrics=metrics)
-    clock = CooldownClock(budget_s=3600 * args.time_budget if plan.schedule.kind == "wsd" else 0.0,
-                          fraction=plan.schedule.cooldown_fraction, elapsed_s=state.train_seconds, step=state.step)
+    policy = CheckpointPolicy(
+        model=model,
+        engine=engine,
+        data=data,
+        state=state,
+        args=args,
+        plan=plan,
+        dist=dist,
+        hooks=hooks,
+        metrics=metrics,
+    )
+    clock = CooldownClock(
+        budget_s=3600 * args.time_budget if plan.schedule.kind == "wsd" else 0.0,
+        fraction=plan.schedule.cooldown_fraction,
+        elapsed_s=state.train_seconds,
+        step=state.step,
+    )
     if clock.budget > 0 and not plan.schedule.cooling(state.step):
         console.info(M("budget", budget=args.time_budget, pct=round(100 * clock.fraction)))
     last_val, status = None, "failed"
@@ -156,7 +201,8 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
                     continue
                 lr = plan.lr(state.step)
                 outcome, window_loss, n_targets, n_inputs, stats = optimizer_step(
-                    model, engine, window, lr=lr, dist=dist, objective=objective, signals=signals)
+                    model, engine, window, lr=lr, dist=dist, objective=objective, signals=signals
+                )
                 state.count_step(outcome, tokens=n_inputs, max_bad_steps=args.max_bad_steps)
                 state.train_seconds = clock.elapsed()
                 if outcome.applied:
@@ -164,25 +210,36 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
                 if state.step % args.log_interval == 0 or state.step == plan.total_steps:
                     metrics.log_step(state, lr=lr, grad_norm=outcome.grad_norm, sync=lambda: sync_status(model, dist))
                     if clock.budget > 0:  # --time-budget: start the WSD cooldown in time (every rank agrees)
-                        plan = _cooldown_in_time(clock, plan, state, dist, engine=engine, policy=policy,
-                                                 metrics=metrics)
+                        plan = _cooldown_in_time(
+                            clock, plan, state, dist, engine=engine, policy=policy, metrics=metrics
+                        )
 
                 if data.position >= data.batches_per_epoch:  # epoch end: validate, log, save
-                    last_val, val_stats = validate(model, val_data, dist=dist, precision=engine.precision,
-                                                   objective=objective)
-                    train_loss, seconds = metrics.epoch(state, epochs=plan.epochs, val_loss=last_val,
-                                                        val_stats=val_stats)
+                    last_val, val_stats = validate(
+                        model, val_data, dist=dist, precision=engine.precision, objective=objective
+                    )
+                    train_loss, seconds = metrics.epoch(
+                        state, epochs=plan.epochs, val_loss=last_val, val_stats=val_stats
+                    )
                     state.epoch += 1
                     data.start_epoch(state.epoch)
                     policy.epoch_end(EpochEnd(state.epoch, state.step, train_loss, last_val, lr, None, seconds))
                     metrics.new_epoch(state)
                 elif val_data is not None and _validate_now(args, state, plan):
-                    last_val, val_stats = validate(model, val_data, dist=dist, precision=engine.precision,
-                                                   objective=objective)
+                    last_val, val_stats = validate(
+                        model, val_data, dist=dist, precision=engine.precision, objective=objective
+                    )
                     metrics.eval(state, last_val, val_stats)
                     policy.keep_best(last_val)
-                run_evaluators(model, evaluators, state=state, dist=dist, precision=engine.precision, metrics=metrics,
-                               final=state.step == plan.total_steps)
+                run_evaluators(
+                    model,
+                    evaluators,
+                    state=state,
+                    dist=dist,
+                    precision=engine.precision,
+                    metrics=metrics,
+                    final=state.step == plan.total_steps,
+                )
                 policy.after_step()
 
                 if _stop_requested(signals, dist) and state.step < plan.total_steps:
@@ -193,8 +250,15 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
             status = "finished"
             return TrainResult(status, state, metrics.history, final_dir, Path(state.last_checkpoint or ""), last_val)
     except torch.OutOfMemoryError:
-        raise AuraError(M("oom", device=dist.device, batch=args.batch_size, accum=accum,
-                          ckpt="ON" if args.gradient_checkpointing else "OFF")) from None
+        raise AuraError(
+            M(
+                "oom",
+                device=dist.device,
+                batch=args.batch_size,
+                accum=accum,
+                ckpt="ON" if args.gradient_checkpointing else "OFF",
+            )
+        ) from None
     except KeyboardInterrupt:  # a second Ctrl+C: no save
         status = "interrupted"
         policy.aborted()
@@ -203,8 +267,16 @@ def train(*, model, engine: StepEngine, data: BatchSource, val_data: Iterable[di
         metrics.close(status=status, step=state.step)
 
 
-def _cooldown_in_time(clock: CooldownClock, plan: StepPlan, state: TrainState, dist: DistInfo, *, engine,
-                      policy: CheckpointPolicy, metrics: TrainMetrics) -> StepPlan:
+def _cooldown_in_time(
+    clock: CooldownClock,
+    plan: StepPlan,
+    state: TrainState,
+    dist: DistInfo,
+    *,
+    engine,
+    policy: CheckpointPolicy,
+    metrics: TrainMetrics,
+) -> StepPlan:
     """The plan with the WSD cooldown started now when rank 0's clock says the budget left is its share
     (``CooldownClock``); the new schedule and last step go into every later checkpoint."""
     new = clock.due(plan.schedule, state.step) if dist.is_main else None
@@ -214,10 +286,16 @@ def _cooldown_in_time(clock: CooldownClock, plan: StepPlan, state: TrainState, d
         new = dataclasses.replace(plan.schedule, cooldown_start=int(t[0]), total=int(t[1])) if t[0] >= 0 else None
     if new is None:
         return plan
-    plan = dataclasses.replace(plan, total_steps=new.total, schedule=new,
-                               epochs=-(-new.total // plan.steps_per_epoch))
-    console.info(M("cooldown", step=state.step, total=new.total, steps=new.total - state.step,
-                   left=max(0.0, clock.budget - clock.elapsed()) / 60))
+    plan = dataclasses.replace(plan, total_steps=new.total, schedule=new, epochs=-(-new.total // plan.steps_per_epoch))
+    console.info(
+        M(
+            "cooldown",
+            step=state.step,
+            total=new.total,
+            steps=new.total - state.step,
+            left=max(0.0, clock.budget - clock.elapsed()) / 60,
+        )
+    )
     policy.plan = plan
     metrics.replan(total_steps=new.total)
     if hasattr(engine, "replan"):  # a DiLoCo engine ends on an outer step
@@ -225,9 +303,16 @@ def _cooldown_in_time(clock: CooldownClock, plan: StepPlan, state: TrainState, d
     return plan
 
 
-def optimizer_step(model, engine: StepEngine, window: list[dict[str, torch.Tensor]], *, lr: float,
-                   dist: DistInfo, objective: Objective | None = None, signals: _Signals | None = None
-                   ) -> tuple[StepOutcome, torch.Tensor, int, int, dict[str, torch.Tensor]]:
+def optimizer_step(
+    model,
+    engine: StepEngine,
+    window: list[dict[str, torch.Tensor]],
+    *,
+    lr: float,
+    dist: DistInfo,
+    objective: Objective | None = None,
+    signals: _Signals | None = None,
+) -> tuple[StepOutcome, torch.Tensor, int, int, dict[str, torch.Tensor]]:
     """One optimizer step over a window of micro-batches (gradient accumulation).
 
     Returns (what the engine did, the window's summed loss on this rank (a device scalar), the objective's
@@ -237,8 +322,9 @@ def optimizer_step(model, engine: StepEngine, window: list[dict[str, torch.Tenso
     objective = objective or CausalLM()
     stop = signals is not None and signals.requested is not None
     # the step's one small collective: counts and stop flag together, known on the host before the step
-    totals = StepTotals([sum(objective.count(b) for b in window), sum(count_inputs(b) for b in window),
-                         float(stop)], dist=dist)
+    totals = StepTotals(
+        [sum(objective.count(b) for b in window), sum(count_inputs(b) for b in window), float(stop)], dist=dist
+    )
     scale = totals.scale(dist.world_size)  # DDP/FSDP average gradients over ranks: undo it
     engine.set_lr(lr)
     window_loss = torch.zeros((), dtype=torch.float64, device=dist.device)
@@ -335,15 +421,27 @@ def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
 
 
 @torch.no_grad()
-def evaluate(model, batches: Iterable[dict[str, torch.Tensor]] | None, *, dist: DistInfo,
-             precision: str, objective: Objective | None = None) -> float | None:
+def evaluate(
+    model,
+    batches: Iterable[dict[str, torch.Tensor]] | None,
+    *,
+    dist: DistInfo,
+    precision: str,
+    objective: Objective | None = None,
+) -> float | None:
     """Unit-mean (token-mean for language modelling) validation loss over all ranks (None without data)."""
     return validate(model, batches, dist=dist, precision=precision, objective=objective)[0]
 
 
 @torch.no_grad()
-def validate(model, batches: Iterable[dict[str, torch.Tensor]] | None, *, dist: DistInfo,
-             precision: str, objective: Objective | None = None) -> tuple[float | None, dict[str, float]]:
+def validate(
+    model,
+    batches: Iterable[dict[str, torch.Tensor]] | None,
+    *,
+    dist: DistInfo,
+    precision: str,
+    objective: Objective | None = None,
+) -> tuple[float | None, dict[str, float]]:
     """(unit-mean validation loss, the objective's statistics averaged per unit: e.g. DPO's reward accuracy
     and margin on the validation pairs), over all ranks; (None, {}) without data."""
     if batches is None:
@@ -374,8 +472,16 @@ def validate(model, batches: Iterable[dict[str, torch.Tensor]] | None, *, dist: 
 
 
 @torch.no_grad()
-def run_evaluators(model, evaluators: Iterable[Evaluator], *, state: TrainState, dist: DistInfo, precision: str,
-                   metrics: TrainMetrics, final: bool = False) -> None:
+def run_evaluators(
+    model,
+    evaluators: Iterable[Evaluator],
+    *,
+    state: TrainState,
+    dist: DistInfo,
+    precision: str,
+    metrics: TrainMetrics,
+    final: bool = False,
+) -> None:
     """The periodic evaluators due at this step (all of them at the run's last step, whatever their
     interval), in eval mode; their values are logged (not training time)."""
     due = [e for e in evaluators if e.interval > 0 and (final or state.step % e.interval == 0)]

@@ -150,9 +150,13 @@ def merged_view(model, *, precision: str, device: torch.device) -> contextlib.Ab
     with torch.no_grad():
         for _, _, lora in layers:
             base, adapters = lora.get_base_layer(), _plain(lora)
-            if (adapters is None or getattr(base, "weight", None) is None
-                    or base.weight.dtype != torch.float32 or base.weight.device.type != "cpu"
-                    or any(lora.lora_A[a].weight.dtype != torch.float32 for a in adapters)):
+            if (
+                adapters is None
+                or getattr(base, "weight", None) is None
+                or base.weight.dtype != torch.float32
+                or base.weight.device.type != "cpu"
+                or any(lora.lora_A[a].weight.dtype != torch.float32 for a in adapters)
+            ):
                 return None
             bases.append(base)
             weights.append(_merged_fp32(lora, adapters))

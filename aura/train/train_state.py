@@ -15,17 +15,23 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.train.optim.step_engine import StepOutcome
 
-M = Messages("train_state", {
-    "bad_step": ("Paso {step}: pérdida o gradiente no finito ({loss}); se omite la actualización "
-                 "({n}/{max} seguidos).",
-                 "Step {step}: non-finite loss or gradient ({loss}); the update is skipped ({n}/{max} in a row)."),
-    "too_many_bad": ("La pérdida fue NaN/inf en {n:paso seguido|pasos seguidos} (hasta el paso {step}). Se conserva el "
-                     "último checkpoint bueno{last}. Baja --learning-rate, usa --precision bf16 o fp32, o "
-                     "revisa los datos; súbelo con --max-bad-steps si es transitorio.",
-                     "The loss was NaN/inf for {n:step|steps} in a row (up to step {step}). The last good checkpoint "
-                     "is kept{last}. Lower --learning-rate, use --precision bf16 or fp32, or check the data; "
-                     "raise --max-bad-steps if it is transient."),
-})
+M = Messages(
+    "train_state",
+    {
+        "bad_step": (
+            "Paso {step}: pérdida o gradiente no finito ({loss}); se omite la actualización ({n}/{max} seguidos).",
+            "Step {step}: non-finite loss or gradient ({loss}); the update is skipped ({n}/{max} in a row).",
+        ),
+        "too_many_bad": (
+            "La pérdida fue NaN/inf en {n:paso seguido|pasos seguidos} (hasta el paso {step}). Se conserva el "
+            "último checkpoint bueno{last}. Baja --learning-rate, usa --precision bf16 o fp32, o "
+            "revisa los datos; súbelo con --max-bad-steps si es transitorio.",
+            "The loss was NaN/inf for {n:step|steps} in a row (up to step {step}). The last good checkpoint "
+            "is kept{last}. Lower --learning-rate, use --precision bf16 or fp32, or check the data; "
+            "raise --max-bad-steps if it is transient.",
+        ),
+    },
+)
 
 
 class BatchSource(Protocol):
@@ -78,8 +84,9 @@ class TrainState:
             self.bad_steps_in_row = 0
         else:
             self.bad_steps_in_row += 1
-            console.warn(M("bad_step", step=self.step + 1, loss=outcome.loss, n=self.bad_steps_in_row,
-                           max=max_bad_steps))
+            console.warn(
+                M("bad_step", step=self.step + 1, loss=outcome.loss, n=self.bad_steps_in_row, max=max_bad_steps)
+            )
             if self.bad_steps_in_row >= max(max_bad_steps, 1):
                 last = f": {self.last_checkpoint}" if self.last_checkpoint else ""
                 raise AuraError(M("too_many_bad", n=self.bad_steps_in_row, step=self.step + 1, last=last))

@@ -23,24 +23,43 @@ from dataclasses import dataclass
 from aura.core import console
 from aura.core.config import arg
 from aura.core.errors import AuraError
-from aura.watch.doctor_checks import M, Report, check_attention, check_auto, check_cpu, check_disk, check_distributed, check_extras, check_gpus, check_network, check_packages, check_python, check_torch
-
-
-
-
+from aura.watch.doctor_checks import (
+    M,
+    Report,
+    check_attention,
+    check_auto,
+    check_cpu,
+    check_disk,
+    check_distributed,
+    check_extras,
+    check_gpus,
+    check_network,
+    check_packages,
+    check_python,
+    check_torch,
+)
 
 
 @dataclass
 class DoctorConfig:
-    output_dir: str = arg(".", es="Directorio donde se guardarán los resultados (se comprueba el disco).",
-                          en="Directory where outputs will go (its disk is checked).")
-    min_free_gb: float = arg(2.0, es="Espacio libre mínimo en GiB; por debajo es un error.",
-                             en="Minimum free space in GiB; below it is an error.")
+    output_dir: str = arg(
+        ".",
+        es="Directorio donde se guardarán los resultados (se comprueba el disco).",
+        en="Directory where outputs will go (its disk is checked).",
+    )
+    min_free_gb: float = arg(
+        2.0,
+        es="Espacio libre mínimo en GiB; por debajo es un error.",
+        en="Minimum free space in GiB; below it is an error.",
+    )
     json: bool = arg(False, es="Salida JSON (un objeto).", en="JSON output (one object).")
-    assume: str = arg("", es="Qué haría `auto` en otro hardware: \"H100 80GB\", \"RTX 3060 12GB\", \"24GB\", "
-                             "\"cpu\" (nombre y memoria de la GPU).",
-                      en="What `auto` would do on other hardware: \"H100 80GB\", \"RTX 3060 12GB\", \"24GB\", "
-                         "\"cpu\" (the GPU's name and memory).")
+    assume: str = arg(
+        "",
+        es='Qué haría `auto` en otro hardware: "H100 80GB", "RTX 3060 12GB", "24GB", '
+        '"cpu" (nombre y memoria de la GPU).',
+        en='What `auto` would do on other hardware: "H100 80GB", "RTX 3060 12GB", "24GB", '
+        '"cpu" (the GPU\'s name and memory).',
+    )
 
     def __post_init__(self):
         if self.min_free_gb < 0:
@@ -84,12 +103,14 @@ def doctor(cfg: DoctorConfig) -> int:
     warns = [i for i in r.issues if i["level"] == "warning"]
     notes = [i for i in r.issues if i["level"] == "note"]
     if cfg.json:
-        print(json.dumps({"ok": not errors, "issues": r.issues, **r.data}, indent=2, ensure_ascii=False,
-                         default=str))
+        print(json.dumps({"ok": not errors, "issues": r.issues, **r.data}, indent=2, ensure_ascii=False, default=str))
         return 1 if errors else 0
     for title, rows in sections:
-        console.table(title, [M("h_check"), M("h_result"), M("h_state")],
-                      [(c, res, "" if state == "info" else M(state)) for c, res, state in rows])
+        console.table(
+            title,
+            [M("h_check"), M("h_result"), M("h_state")],
+            [(c, res, "" if state == "info" else M(state)) for c, res, state in rows],
+        )
     if notes:
         console.info(M("notes"))
         for i in notes:

@@ -37,51 +37,78 @@ from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
-M = Messages("monitor", {
-    "line": ("[{time}] CPU: {cpu:.1f}% | RAM: {ram_pct:.1f}% ({ram_used:.1f} GB / {ram_total:.1f} GB)"
-             " | RAM proceso: {proc}",
-             "[{time}] CPU: {cpu:.1f}% | RAM: {ram_pct:.1f}% ({ram_used:.1f} GB / {ram_total:.1f} GB)"
-             " | Process RAM: {proc}"),
-    "gpu_line": ("  - GPU {index} ({name}) | Utilización: {util} | Memoria: {mem_used} / {mem_total}"
-                 " | Temp: {temp} | Potencia: {power}",
-                 "  - GPU {index} ({name}) | Utilization: {util} | Memory: {mem_used} / {mem_total}"
-                 " | Temp: {temp} | Power: {power}"),
-    "no_process": ("sin entrenamiento", "no training"),
-    "not_available": ("n/d", "n/a"),
-    "no_nvml": ("sin métricas de GPU: no se encontró la biblioteca NVML (sin GPU NVIDIA o sin "
-                "controlador; en WSL confirma que nvidia-smi funciona)",
-                "no GPU metrics: the NVML library was not found (no NVIDIA GPU or no driver; on WSL "
-                "check that nvidia-smi works)"),
-    "no_pynvml": ("sin métricas de GPU: falta el paquete nvidia-ml-py (pip install nvidia-ml-py)",
-                  "no GPU metrics: the nvidia-ml-py package is missing (pip install nvidia-ml-py)"),
-    "nvml_failed": ("sin métricas de GPU: NVML falló ({err})", "no GPU metrics: NVML failed ({err})"),
-    "no_gpu": ("sin métricas de GPU: NVML no ve ninguna GPU", "no GPU metrics: NVML sees no GPU"),
-    "bad_interval": ("--interval debe ser mayor que 0 (segundos entre muestras); recibido {value}.",
-                     "--interval must be greater than 0 (seconds between samples); got {value}."),
-    "bad_count": ("--count debe ser 0 (sin límite) o un número positivo de muestras; recibido {value}.",
-                  "--count must be 0 (no limit) or a positive number of samples; got {value}."),
-    "bad_pid": ("No hay ningún proceso con PID {pid} en esta máquina. Omite --pid para detectar "
-                "automáticamente los entrenamientos de Aura.",
-                "There is no process with PID {pid} on this machine. Leave out --pid to find Aura "
-                "training processes automatically."),
-    "pid_gone": ("El proceso {pid} ha terminado.", "Process {pid} has exited."),
-})
+M = Messages(
+    "monitor",
+    {
+        "line": (
+            "[{time}] CPU: {cpu:.1f}% | RAM: {ram_pct:.1f}% ({ram_used:.1f} GB / {ram_total:.1f} GB)"
+            " | RAM proceso: {proc}",
+            "[{time}] CPU: {cpu:.1f}% | RAM: {ram_pct:.1f}% ({ram_used:.1f} GB / {ram_total:.1f} GB)"
+            " | Process RAM: {proc}",
+        ),
+        "gpu_line": (
+            "  - GPU {index} ({name}) | Utilización: {util} | Memoria: {mem_used} / {mem_total}"
+            " | Temp: {temp} | Potencia: {power}",
+            "  - GPU {index} ({name}) | Utilization: {util} | Memory: {mem_used} / {mem_total}"
+            " | Temp: {temp} | Power: {power}",
+        ),
+        "no_process": ("sin entrenamiento", "no training"),
+        "not_available": ("n/d", "n/a"),
+        "no_nvml": (
+            "sin métricas de GPU: no se encontró la biblioteca NVML (sin GPU NVIDIA o sin "
+            "controlador; en WSL confirma que nvidia-smi funciona)",
+            "no GPU metrics: the NVML library was not found (no NVIDIA GPU or no driver; on WSL "
+            "check that nvidia-smi works)",
+        ),
+        "no_pynvml": (
+            "sin métricas de GPU: falta el paquete nvidia-ml-py (pip install nvidia-ml-py)",
+            "no GPU metrics: the nvidia-ml-py package is missing (pip install nvidia-ml-py)",
+        ),
+        "nvml_failed": ("sin métricas de GPU: NVML falló ({err})", "no GPU metrics: NVML failed ({err})"),
+        "no_gpu": ("sin métricas de GPU: NVML no ve ninguna GPU", "no GPU metrics: NVML sees no GPU"),
+        "bad_interval": (
+            "--interval debe ser mayor que 0 (segundos entre muestras); recibido {value}.",
+            "--interval must be greater than 0 (seconds between samples); got {value}.",
+        ),
+        "bad_count": (
+            "--count debe ser 0 (sin límite) o un número positivo de muestras; recibido {value}.",
+            "--count must be 0 (no limit) or a positive number of samples; got {value}.",
+        ),
+        "bad_pid": (
+            "No hay ningún proceso con PID {pid} en esta máquina. Omite --pid para detectar "
+            "automáticamente los entrenamientos de Aura.",
+            "There is no process with PID {pid} on this machine. Leave out --pid to find Aura "
+            "training processes automatically.",
+        ),
+        "pid_gone": ("El proceso {pid} ha terminado.", "Process {pid} has exited."),
+    },
+)
 
 
 @dataclass
 class MonitorConfig:
     interval: float = arg(4.0, es="Segundos entre muestras.", en="Seconds between samples.")
     once: bool = arg(False, es="Una sola muestra y salir.", en="Take one sample and exit.")
-    count: int = arg(0, es="Número de muestras antes de salir (0 = hasta Ctrl+C).",
-                     en="Number of samples before exiting (0 = until Ctrl+C).")
-    json: bool = arg(False, es="Una línea JSON por muestra (campos estables; ver la documentación).",
-                     en="One JSON line per sample (stable fields; see the documentation).")
-    pid: int | None = arg(None, es="PID del proceso de entrenamiento a seguir (con sus hijos); por "
-                                   "defecto se detectan los entrenamientos de Aura en marcha.",
-                          en="PID of the training process to follow (with its children); by default "
-                             "running Aura trainings are found automatically.", metavar="PID")
+    count: int = arg(
+        0,
+        es="Número de muestras antes de salir (0 = hasta Ctrl+C).",
+        en="Number of samples before exiting (0 = until Ctrl+C).",
+    )
+    json: bool = arg(
+        False,
+        es="Una línea JSON por muestra (campos estables; ver la documentación).",
+        en="One JSON line per sample (stable fields; see the documentation).",
+    )
+    pid: int | None = arg(
+        None,
+        es="PID del proceso de entrenamiento a seguir (con sus hijos); por "
+        "defecto se detectan los entrenamientos de Aura en marcha.",
+        en="PID of the training process to follow (with its children); by default "
+        "running Aura trainings are found automatically.",
+        metavar="PID",
+    )
 
     def __post_init__(self):
         if not self.interval > 0:
@@ -105,7 +132,7 @@ def is_training_cmdline(cmdline: list[str]) -> bool:
             return True
         # "aura" (the console script, any path), "-m aura", or "path/to/aura/__main__.py"
         launcher = os.path.basename(tok) == "aura" or tok.endswith(os.path.join("aura", "__main__.py"))
-        if launcher and any(t in _TRAIN_COMMANDS for t in cmdline[i + 1:i + 4]):
+        if launcher and any(t in _TRAIN_COMMANDS for t in cmdline[i + 1 : i + 4]):
             return True
     return False
 
@@ -143,6 +170,7 @@ def process_tree_rss(roots: list[psutil.Process]) -> tuple[list[int], int]:
 
 # ---------------------------------------------------------------- GPUs through NVML
 
+
 class GPUReader:
     """NVML opened once; ``read(pids)`` returns one dict per GPU (empty, with ``error`` set, if none)."""
 
@@ -159,8 +187,7 @@ class GPUReader:
         try:
             pynvml.nvmlInit()
             self.nvml = pynvml
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                            for i in range(pynvml.nvmlDeviceGetCount())]
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
         except pynvml.NVMLError_LibraryNotFound:
             self.error_code, self.error = "nvml_not_found", M("no_nvml")
             return
@@ -192,17 +219,19 @@ class GPUReader:
             if pids and procs is not None:
                 wanted = set(pids)
                 proc_mem = sum((p.usedGpuMemory or 0) for p in procs if p.pid in wanted) / GIB
-            out.append({
-                "index": i,
-                "name": name.decode() if isinstance(name, bytes) else name,
-                "utilization_percent": None if util is None else float(util.gpu),
-                "memory_used_gib": None if mem is None else mem.used / GIB,
-                "memory_total_gib": None if mem is None else mem.total / GIB,
-                "temperature_c": None if temp is None else float(temp),
-                "power_w": None if power is None else power / 1000,
-                "power_limit_w": None if limit is None else limit / 1000,
-                "process_memory_gib": proc_mem,
-            })
+            out.append(
+                {
+                    "index": i,
+                    "name": name.decode() if isinstance(name, bytes) else name,
+                    "utilization_percent": None if util is None else float(util.gpu),
+                    "memory_used_gib": None if mem is None else mem.used / GIB,
+                    "memory_total_gib": None if mem is None else mem.total / GIB,
+                    "temperature_c": None if temp is None else float(temp),
+                    "power_w": None if power is None else power / 1000,
+                    "power_limit_w": None if limit is None else limit / 1000,
+                    "process_memory_gib": proc_mem,
+                }
+            )
         return out
 
     def close(self) -> None:
@@ -214,6 +243,7 @@ class GPUReader:
 
 
 # ---------------------------------------------------------------- samples
+
 
 def take_sample(gpus: GPUReader, *, pid: int | None) -> dict:
     """One sample; ``psutil.cpu_percent`` must have been primed (it measures since the last call)."""
@@ -247,17 +277,33 @@ def _fmt(value, spec: str, unit: str) -> str:
 
 def format_sample(s: dict) -> list[str]:
     proc = M("no_process") if s["process_ram_gib"] is None else f"{num(s['process_ram_gib'], '.1f')} GB"
-    lines = [M("line", time=s["time"].replace("T", " "), cpu=s["cpu_percent"], ram_pct=s["ram_percent"],
-               ram_used=s["ram_used_gib"], ram_total=s["ram_total_gib"], proc=proc)]
+    lines = [
+        M(
+            "line",
+            time=s["time"].replace("T", " "),
+            cpu=s["cpu_percent"],
+            ram_pct=s["ram_percent"],
+            ram_used=s["ram_used_gib"],
+            ram_total=s["ram_total_gib"],
+            proc=proc,
+        )
+    ]
     for g in s["gpus"]:
         power = _fmt(g["power_w"], ".0f", " W")
         if g["power_limit_w"] is not None and g["power_w"] is not None:
             power += f" / {num(g['power_limit_w'], '.0f')} W"
-        lines.append(M("gpu_line", index=g["index"], name=g["name"] or "?",
-                       util=_fmt(g["utilization_percent"], ".0f", "%"),
-                       mem_used=_fmt(g["memory_used_gib"], ".1f", " GB"),
-                       mem_total=_fmt(g["memory_total_gib"], ".1f", " GB"),
-                       temp=_fmt(g["temperature_c"], ".0f", "°C"), power=power))
+        lines.append(
+            M(
+                "gpu_line",
+                index=g["index"],
+                name=g["name"] or "?",
+                util=_fmt(g["utilization_percent"], ".0f", "%"),
+                mem_used=_fmt(g["memory_used_gib"], ".1f", " GB"),
+                mem_total=_fmt(g["memory_total_gib"], ".1f", " GB"),
+                temp=_fmt(g["temperature_c"], ".0f", "°C"),
+                power=power,
+            )
+        )
     if s["gpu_error_message"]:
         lines.append(f"  - GPU: {s['gpu_error_message']}")
     return lines

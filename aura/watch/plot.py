@@ -1,5 +1,4 @@
-"""``aura plot``: loss, LR and tokens/s of one or several runs as a PNG (matplotlib).
-"""
+"""``aura plot``: loss, LR and tokens/s of one or several runs as a PNG (matplotlib)."""
 
 from __future__ import annotations
 
@@ -10,54 +9,87 @@ from pathlib import Path
 
 from aura import __version__ as aura_version
 from aura.core import console
+from aura.core.atomic import atomic_write_bytes
 from aura.core.config import arg
 from aura.core.errors import AuraError
-from aura.core.atomic import atomic_write_bytes
 from aura.core.i18n import Messages
-from aura.watch.runlog import (KTO_COLUMNS, REWARD_COLUMNS, RL_REWARD_COLUMNS, SOURCE_VAL_PREFIX, SUITE_PREFIX,
-                               column_label, read_log)
+from aura.watch.runlog import (
+    KTO_COLUMNS,
+    REWARD_COLUMNS,
+    RL_REWARD_COLUMNS,
+    SOURCE_VAL_PREFIX,
+    SUITE_PREFIX,
+    column_label,
+    read_log,
+)
 
-
-M = Messages("plot", {
-    "no_dir": ("No existe el directorio de ejecución {path}.", "The run directory {path} does not exist."),
-    "no_run_dirs": ("Indica al menos un directorio de ejecución: aura plot RUN_DIR [RUN_DIR ...] --out "
-                    "loss.png",
-                    "Give at least one run directory: aura plot RUN_DIR [RUN_DIR ...] --out loss.png"),
-    "bad_size": ("--width y --height (píxeles) deben estar entre 100 y 20000, y --dpi entre 20 y 1000.",
-                 "--width and --height (pixels) must be between 100 and 20000, and --dpi between 20 and 1000."),
-    "bad_format": ("--out debe terminar en .png, .svg o .pdf; recibido {out}.",
-                   "--out must end in .png, .svg or .pdf; got {out}."),
-    "empty_log": ("{path} no tiene filas con pérdida: la ejecución aún no ha registrado ningún paso.",
-                  "{path} has no rows with a loss: the run has not logged a step yet."),
-    "loss_title": ("Pérdida", "Loss"),
-    "lr_title": ("Tasa de aprendizaje", "Learning rate"),
-    "rewards_title": ("Recompensas (DPO/ORPO/KTO)", "Rewards (DPO/ORPO/KTO)"),
-    "rl_rewards_title": ("Recompensa (GRPO)", "Reward (GRPO)"),
-    "speed_title": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
-    "x_tokens": ("tokens vistos", "tokens seen"),
-    "x_steps": ("paso", "step"),
-    "suite_title": ("Precisión en aura-es", "aura-es accuracy"),
-    "wrote": ("Gráfica guardada en {path} ({runs:ejecución|ejecuciones}).", "Plot saved to {path} ({runs:run|runs})."),
-    "partial_columns": ("No todas las ejecuciones registran {cols}: se dibuja solo para {runs}.",
-                        "Not every run logs {cols}: drawn only for {runs}."),
-})
+M = Messages(
+    "plot",
+    {
+        "no_dir": ("No existe el directorio de ejecución {path}.", "The run directory {path} does not exist."),
+        "no_run_dirs": (
+            "Indica al menos un directorio de ejecución: aura plot RUN_DIR [RUN_DIR ...] --out loss.png",
+            "Give at least one run directory: aura plot RUN_DIR [RUN_DIR ...] --out loss.png",
+        ),
+        "bad_size": (
+            "--width y --height (píxeles) deben estar entre 100 y 20000, y --dpi entre 20 y 1000.",
+            "--width and --height (pixels) must be between 100 and 20000, and --dpi between 20 and 1000.",
+        ),
+        "bad_format": (
+            "--out debe terminar en .png, .svg o .pdf; recibido {out}.",
+            "--out must end in .png, .svg or .pdf; got {out}.",
+        ),
+        "empty_log": (
+            "{path} no tiene filas con pérdida: la ejecución aún no ha registrado ningún paso.",
+            "{path} has no rows with a loss: the run has not logged a step yet.",
+        ),
+        "loss_title": ("Pérdida", "Loss"),
+        "lr_title": ("Tasa de aprendizaje", "Learning rate"),
+        "rewards_title": ("Recompensas (DPO/ORPO/KTO)", "Rewards (DPO/ORPO/KTO)"),
+        "rl_rewards_title": ("Recompensa (GRPO)", "Reward (GRPO)"),
+        "speed_title": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
+        "x_tokens": ("tokens vistos", "tokens seen"),
+        "x_steps": ("paso", "step"),
+        "suite_title": ("Precisión en aura-es", "aura-es accuracy"),
+        "wrote": (
+            "Gráfica guardada en {path} ({runs:ejecución|ejecuciones}).",
+            "Plot saved to {path} ({runs:run|runs}).",
+        ),
+        "partial_columns": (
+            "No todas las ejecuciones registran {cols}: se dibuja solo para {runs}.",
+            "Not every run logs {cols}: drawn only for {runs}.",
+        ),
+    },
+)
 
 
 @dataclass
 class PlotConfig:
-    run_dirs: list[str] = arg([], es="Directorios de ejecución (con training_log.csv).",
-                              en="Run directories (with training_log.csv).", positional=True,
-                              metavar="RUN_DIR")
-    out: str = arg("loss.png", es="Archivo de salida (.png, .svg o .pdf), relativo a --output-dir.",
-                   en="Output file (.png, .svg or .pdf), relative to --output-dir.")
-    output_dir: str = arg(".", es="Directorio donde se guarda la gráfica.",
-                          en="Directory where the plot is saved.")
+    run_dirs: list[str] = arg(
+        [],
+        es="Directorios de ejecución (con training_log.csv).",
+        en="Run directories (with training_log.csv).",
+        positional=True,
+        metavar="RUN_DIR",
+    )
+    out: str = arg(
+        "loss.png",
+        es="Archivo de salida (.png, .svg o .pdf), relativo a --output-dir.",
+        en="Output file (.png, .svg or .pdf), relative to --output-dir.",
+    )
+    output_dir: str = arg(".", es="Directorio donde se guarda la gráfica.", en="Directory where the plot is saved.")
     width: int = arg(1800, es="Ancho en píxeles.", en="Width in pixels.")
     height: int = arg(600, es="Alto en píxeles.", en="Height in pixels.")
-    dpi: int = arg(100, es="Puntos por pulgada (tamaño del texto relativo a la imagen).",
-                   en="Dots per inch (text size relative to the image).")
-    overwrite: bool = arg(False, es="Sustituir una imagen existente que no escribió Aura.",
-                          en="Replace an existing image that Aura did not write.")
+    dpi: int = arg(
+        100,
+        es="Puntos por pulgada (tamaño del texto relativo a la imagen).",
+        en="Dots per inch (text size relative to the image).",
+    )
+    overwrite: bool = arg(
+        False,
+        es="Sustituir una imagen existente que no escribió Aura.",
+        en="Replace an existing image that Aura did not write.",
+    )
 
     def __post_init__(self):
         if not self.run_dirs:
@@ -133,8 +165,11 @@ def _note_partial_columns(labels: list[str], logs: list[list[dict]]) -> None:
         return
     logged = [{c for r in rows for c, v in r.items() if v is not None} for rows in logs]
     drawn = {"train_loss", "val_loss", "lr", "tokens_per_s", *REWARD_COLUMNS, *KTO_COLUMNS, *RL_REWARD_COLUMNS}
-    extra = sorted(c for c in set().union(*logged) - set.intersection(*logged)
-                   if c in drawn or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX)))
+    extra = sorted(
+        c
+        for c in set().union(*logged) - set.intersection(*logged)
+        if c in drawn or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX))
+    )
     groups: dict[tuple[str, ...], list[str]] = {}
     for col in extra:
         groups.setdefault(tuple(n for n, have in zip(labels, logged) if col in have), []).append(col)
@@ -157,8 +192,9 @@ def plot(cfg: PlotConfig) -> int:
     from aura.core.ownership import check_output_file
 
     check_writable(Path(cfg.output_dir) / cfg.out, flag="--out")
-    check_output_file(Path(cfg.output_dir) / cfg.out, flag="--out", overwrite=cfg.overwrite, ours=is_aura_plot,
-                      inputs=cfg.run_dirs)  # never inside a run it reads, never over someone else's image
+    check_output_file(
+        Path(cfg.output_dir) / cfg.out, flag="--out", overwrite=cfg.overwrite, ours=is_aura_plot, inputs=cfg.run_dirs
+    )  # never inside a run it reads, never over someone else's image
     dirs = [Path(d) for d in cfg.run_dirs]
     logs = _read_logs(dirs)
     # Tokens are the fair x axis across runs of different batch sizes; steps when a log lacks them.
@@ -214,7 +250,8 @@ class _Panels:
             preference=any(r.get(c) is not None for rows in logs for r in rows for c in REWARD_COLUMNS + ("kl",)),
             rl=any(r.get(c) is not None for rows in logs for r in rows for c in RL_REWARD_COLUMNS),  # GRPO
             suite_cols=sorted({c for rows in logs for r in rows for c in r if c.startswith(SUITE_PREFIX)}),
-            source_cols=sorted({c for rows in logs for r in rows for c in r if c.startswith(SOURCE_VAL_PREFIX)}))
+            source_cols=sorted({c for rows in logs for r in rows for c in r if c.startswith(SOURCE_VAL_PREFIX)}),
+        )
 
 
 def _draw_run(axes: list, panels: _Panels, *, label: str, rows: list[dict], colour: str, xcol: str) -> None:
@@ -223,9 +260,11 @@ def _draw_run(axes: list, panels: _Panels, *, label: str, rows: list[dict], colo
     rewards = panels.rewards
 
     def series(col, kinds):  # a column this run does not log is an empty series
-        pts = [(r[xcol], r.get(col)) for r in rows  # a diverged loss (inf, nan) is not drawn
-               if r["kind"] in kinds and r[xcol] is not None and r.get(col) is not None
-               and math.isfinite(r[col])]
+        pts = [
+            (r[xcol], r.get(col))
+            for r in rows  # a diverged loss (inf, nan) is not drawn
+            if r["kind"] in kinds and r[xcol] is not None and r.get(col) is not None and math.isfinite(r[col])
+        ]
         return [p[0] for p in pts], [p[1] for p in pts]
 
     xs, ys = series("train_loss", ("step",))
@@ -235,39 +274,52 @@ def _draw_run(axes: list, panels: _Panels, *, label: str, rows: list[dict], colo
     # would jump at every epoch's end); a line too when they are all the log has (short fine-tunes)
     ex, ey = series("train_loss", ("epoch",))
     if ex:
-        ax_loss.plot(ex, ey, color=colour, lw=1.2, ls="-" if not xs else "none", marker="D", ms=5,
-                     label=f"{label} ({column_label('train_loss', epoch_avg=True)})")
+        ax_loss.plot(
+            ex,
+            ey,
+            color=colour,
+            lw=1.2,
+            ls="-" if not xs else "none",
+            marker="D",
+            ms=5,
+            label=f"{label} ({column_label('train_loss', epoch_avg=True)})",
+        )
     xs, ys = series("val_loss", ("eval", "epoch", "step"))
     if xs:
-        ax_loss.plot(xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3,
-                     label=f"{label} ({column_label('val_loss')})")
+        ax_loss.plot(
+            xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3, label=f"{label} ({column_label('val_loss')})"
+        )
     for col, marker in zip(panels.source_cols, "xs^vdP*"):  # per-source validation of a mixture
         xs, ys = series(col, ("eval", "epoch", "step"))
         if xs:
-            ax_loss.plot(xs, ys, color=colour, lw=1.0, ls=":", marker=marker, ms=4,
-                         label=f"{label} ({column_label(col)})")
+            ax_loss.plot(
+                xs, ys, color=colour, lw=1.0, ls=":", marker=marker, ms=4, label=f"{label} ({column_label(col)})"
+            )
     _draw(ax_lr, *series("lr", ("step",)), color=colour, lw=1.2, label=label)
     _draw(ax_speed, *series("tokens_per_s", ("step",)), color=colour, lw=1.2, label=label)
     if rewards and any(r.get("rewards/margin") is not None for r in rows):
         for col, style in zip(REWARD_COLUMNS, ("-", ":")):
-            _draw(axes[3], *series(col, ("step",)), color=colour, lw=1.2, ls=style,
-                  label=f"{label} ({column_label(col)})")
+            _draw(
+                axes[3], *series(col, ("step",)), color=colour, lw=1.2, ls=style, label=f"{label} ({column_label(col)})"
+            )
     if rewards and any(r.get("kl") is not None for r in rows):  # KTO: each kind's reward and the KL estimate
         for col, style in zip(KTO_COLUMNS, ("-", "--", ":")):
-            _draw(axes[3], *series(col, ("step",)), color=colour, lw=1.2, ls=style,
-                  label=f"{label} ({column_label(col)})")
+            _draw(
+                axes[3], *series(col, ("step",)), color=colour, lw=1.2, ls=style, label=f"{label} ({column_label(col)})"
+            )
     if rewards and any(r.get("reward") is not None for r in rows):  # GRPO: the rollouts' mean reward
-        _draw(axes[3], *series("reward", ("step",)), color=colour, lw=1.2,
-              label=f"{label} ({column_label('reward')})")
+        _draw(axes[3], *series("reward", ("step",)), color=colour, lw=1.2, label=f"{label} ({column_label('reward')})")
         xs, ys = series("val_reward", ("eval", "step"))
         if xs:  # the greedy completions of the validation prompts
-            axes[3].plot(xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3,
-                         label=f"{label} ({column_label('val_reward')})")
+            axes[3].plot(
+                xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3, label=f"{label} ({column_label('val_reward')})"
+            )
     for col, style in zip(panels.suite_cols, ("-", "--", ":", "-.", (0, (1, 3)), (0, (5, 1)))):
         xs, ys = series(col, ("eval",))
         if xs:
-            axes[-1].plot(xs, ys, color=colour, lw=1.2, ls=style, marker="o", ms=3,
-                          label=f"{label} ({column_label(col)})")
+            axes[-1].plot(
+                xs, ys, color=colour, lw=1.2, ls=style, marker="o", ms=3, label=f"{label} ({column_label(col)})"
+            )
 
 
 def _finish_axes(axes: list, panels: _Panels, *, use_tokens: bool) -> None:

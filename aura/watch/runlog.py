@@ -17,28 +17,50 @@ from pathlib import Path
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("runlog", {
-    "no_log": ("{run} no tiene training_log.csv: la ejecución aún no ha registrado ningún paso, o no "
-               "es un directorio de ejecución de Aura.",
-               "{run} has no training_log.csv: the run has not logged a step yet, or it is not an "
-               "Aura run directory."),
-    "bad_log_text": ("{path}: no es texto UTF-8 (byte {offset}, línea {line}). Aura escribe training_log.csv en "
-                     "UTF-8: el archivo se dañó o se editó; restáuralo o borra las líneas dañadas.",
-                     "{path}: not UTF-8 text (byte {offset}, line {line}). Aura writes training_log.csv in UTF-8: "
-                     "the file was damaged or edited; restore it or delete the damaged lines."),
-    "bad_log_csv": ("{path}, línea {line}: no es CSV válido ({err}). Restaura el archivo o borra las líneas dañadas.",
-                    "{path}, line {line}: not valid CSV ({err}). Restore the file or delete the damaged lines."),
-    "not_finite": ("{path}, línea {line}: la columna '{column}' debería ser un número finito y es {value!r}. "
-                   "Corrige o borra esa línea.",
-                   "{path}, line {line}: column '{column}' should be a finite number and is {value!r}. Fix or "
-                   "delete that line."),
-    "bad_cell": ("{path}, línea {line}: la columna '{column}' debería ser un número y es {value!r}.",
-                 "{path}, line {line}: column '{column}' should be a number and is {value!r}."),
-})
+M = Messages(
+    "runlog",
+    {
+        "no_log": (
+            "{run} no tiene training_log.csv: la ejecución aún no ha registrado ningún paso, o no "
+            "es un directorio de ejecución de Aura.",
+            "{run} has no training_log.csv: the run has not logged a step yet, or it is not an Aura run directory.",
+        ),
+        "bad_log_text": (
+            "{path}: no es texto UTF-8 (byte {offset}, línea {line}). Aura escribe training_log.csv en "
+            "UTF-8: el archivo se dañó o se editó; restáuralo o borra las líneas dañadas.",
+            "{path}: not UTF-8 text (byte {offset}, line {line}). Aura writes training_log.csv in UTF-8: "
+            "the file was damaged or edited; restore it or delete the damaged lines.",
+        ),
+        "bad_log_csv": (
+            "{path}, línea {line}: no es CSV válido ({err}). Restaura el archivo o borra las líneas dañadas.",
+            "{path}, line {line}: not valid CSV ({err}). Restore the file or delete the damaged lines.",
+        ),
+        "not_finite": (
+            "{path}, línea {line}: la columna '{column}' debería ser un número finito y es {value!r}. "
+            "Corrige o borra esa línea.",
+            "{path}, line {line}: column '{column}' should be a finite number and is {value!r}. Fix or "
+            "delete that line.",
+        ),
+        "bad_cell": (
+            "{path}, línea {line}: la columna '{column}' debería ser un número y es {value!r}.",
+            "{path}, line {line}: column '{column}' should be a number and is {value!r}.",
+        ),
+    },
+)
 
 
-NUMERIC_COLUMNS = ("epoch", "step", "tokens", "train_loss", "val_loss", "lr", "grad_norm",
-                   "tokens_per_s", "mfu", "seconds")
+NUMERIC_COLUMNS = (
+    "epoch",
+    "step",
+    "tokens",
+    "train_loss",
+    "val_loss",
+    "lr",
+    "grad_norm",
+    "tokens_per_s",
+    "mfu",
+    "seconds",
+)
 
 
 REWARD_COLUMNS = ("rewards/margin", "rewards/accuracy")  # preference tuning (aura.train.objectives.preference)
@@ -51,28 +73,31 @@ SOURCE_VAL_PREFIX = "val_loss_"  # validation loss per source of a mixture (aura
 
 # The one catalogue of the log's column names as a person reads them: the Studio's panels and legends (served
 # with the page's session, both languages) and `aura plot`'s legends.
-COLUMN_LABELS = Messages("columns", {
-    "step": ("Paso", "Step"),
-    "tokens": ("Tokens vistos", "Tokens seen"),
-    "epoch": ("Época", "Epoch"),
-    "train_loss": ("Pérdida de entrenamiento", "Training loss"),
-    "val_loss": ("Pérdida de validación", "Validation loss"),
-    "lr": ("Tasa de aprendizaje", "Learning rate"),
-    "grad_norm": ("Norma del gradiente", "Gradient norm"),
-    "tokens_per_s": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
-    "mfu": ("Uso del cómputo (MFU)", "Compute use (MFU)"),
-    "seconds": ("Segundos", "Seconds"),
-    "rewards/margin": ("Margen de recompensa", "Reward margin"),
-    "rewards/accuracy": ("Acierto de preferencia", "Preference accuracy"),
-    "rewards/chosen": ("Recompensa de las respuestas buenas", "Reward of good answers"),
-    "rewards/rejected": ("Recompensa de las respuestas malas", "Reward of bad answers"),
-    "kl": ("Estimación del KL", "KL estimate"),
-    "reward": ("Recompensa media", "Mean reward"),
-    "val_reward": ("Recompensa en validación", "Validation reward"),
-    "_source": ("Validación: {source}", "Validation: {source}"),
-    "_suite": ("Acierto en aura-es: {task}", "aura-es accuracy: {task}"),
-    "_epoch_avg": ("{label} (media de la época)", "{label} (epoch average)"),
-})
+COLUMN_LABELS = Messages(
+    "columns",
+    {
+        "step": ("Paso", "Step"),
+        "tokens": ("Tokens vistos", "Tokens seen"),
+        "epoch": ("Época", "Epoch"),
+        "train_loss": ("Pérdida de entrenamiento", "Training loss"),
+        "val_loss": ("Pérdida de validación", "Validation loss"),
+        "lr": ("Tasa de aprendizaje", "Learning rate"),
+        "grad_norm": ("Norma del gradiente", "Gradient norm"),
+        "tokens_per_s": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
+        "mfu": ("Uso del cómputo (MFU)", "Compute use (MFU)"),
+        "seconds": ("Segundos", "Seconds"),
+        "rewards/margin": ("Margen de recompensa", "Reward margin"),
+        "rewards/accuracy": ("Acierto de preferencia", "Preference accuracy"),
+        "rewards/chosen": ("Recompensa de las respuestas buenas", "Reward of good answers"),
+        "rewards/rejected": ("Recompensa de las respuestas malas", "Reward of bad answers"),
+        "kl": ("Estimación del KL", "KL estimate"),
+        "reward": ("Recompensa media", "Mean reward"),
+        "val_reward": ("Recompensa en validación", "Validation reward"),
+        "_source": ("Validación: {source}", "Validation: {source}"),
+        "_suite": ("Acierto en aura-es: {task}", "aura-es accuracy: {task}"),
+        "_epoch_avg": ("{label} (media de la época)", "{label} (epoch average)"),
+    },
+)
 
 
 def column_label(column: str, *, lang: str | None = None, epoch_avg: bool = False) -> str:
@@ -111,43 +136,56 @@ def read_log(run_dir: Path) -> list[dict]:
     return _parse_rows(text, path)[0]
 
 
-def _parse_rows(text: str, path: Path, fieldnames: list[str] | None = None,
-                first_line: int = 0) -> tuple[list[dict], list[str]]:
+def _parse_rows(
+    text: str, path: Path, fieldnames: list[str] | None = None, first_line: int = 0
+) -> tuple[list[dict], list[str]]:
     """The rows of CSV ``text`` (a whole log, or its continuation after ``fieldnames``' header)."""
     rows: list[dict] = []
     reader = csv.reader(io.StringIO(text, newline=""))  # by index: a DictReader per row costs twice the time
     try:
         names = list(fieldnames) if fieldnames is not None else next((r for r in reader if r), [])
         idx = {c: i for i, c in enumerate(names)}  # a repeated name: the last one, as csv.DictReader
-        cols = [(c, idx.get(c), c in FINITE_COLUMNS) for c in NUMERIC_COLUMNS + tuple(
-            c for c in idx if c in REWARD_COLUMNS + KTO_COLUMNS + RL_REWARD_COLUMNS
-            or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX)))]
+        cols = [
+            (c, idx.get(c), c in FINITE_COLUMNS)
+            for c in NUMERIC_COLUMNS
+            + tuple(
+                c
+                for c in idx
+                if c in REWARD_COLUMNS + KTO_COLUMNS + RL_REWARD_COLUMNS
+                or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX))
+            )
+        ]
         kind_i, time_i = idx.get("kind"), idx.get("time")
         for raw in reader:
             if not raw:
                 continue
             n = len(raw)
-            row: dict = {"kind": (raw[kind_i] if kind_i is not None and kind_i < n else "").strip() or "step",
-                         "time": raw[time_i] if time_i is not None and time_i < n else None}
+            row: dict = {
+                "kind": (raw[kind_i] if kind_i is not None and kind_i < n else "").strip() or "step",
+                "time": raw[time_i] if time_i is not None and time_i < n else None,
+            }
             for col, i, finite in cols:
                 cell = raw[i].strip() if i is not None and i < n else ""
                 try:
                     row[col] = v = float(cell) if cell else None
                 except ValueError:
-                    raise AuraError(M("bad_cell", path=path, line=first_line + reader.line_num, column=col,
-                                      value=cell)) from None
+                    raise AuraError(
+                        M("bad_cell", path=path, line=first_line + reader.line_num, column=col, value=cell)
+                    ) from None
                 # a diverged run logs inf/nan losses; counters and rates are always finite
                 if finite and v is not None and not math.isfinite(v):
-                    raise AuraError(M("not_finite", path=path, line=first_line + reader.line_num, column=col,
-                                      value=cell))
+                    raise AuraError(
+                        M("not_finite", path=path, line=first_line + reader.line_num, column=col, value=cell)
+                    )
             rows.append(row)
     except csv.Error as e:
         raise AuraError(M("bad_log_csv", path=path, line=first_line + reader.line_num, err=e)) from None
     return rows, names
 
 
-def read_log_since(run_dir: Path, offset: int = 0, fieldnames: list[str] | None = None,
-                   lines: int = 0) -> tuple[list[dict], int, list[str], int]:
+def read_log_since(
+    run_dir: Path, offset: int = 0, fieldnames: list[str] | None = None, lines: int = 0
+) -> tuple[list[dict], int, list[str], int]:
     """The complete rows appended to ``training_log.csv`` after byte ``offset`` (0: the whole log), for
     readers that follow a live log (``aura studio``): (rows, next offset, header, lines read so far). A
     line still being written (no newline yet) is left for the next call; a log that shrank (a run
@@ -160,12 +198,13 @@ def read_log_since(run_dir: Path, offset: int = 0, fieldnames: list[str] | None 
             offset, fieldnames, lines = 0, None, 0
         f.seek(offset)
         data = f.read()
-    data = data[:data.rfind(b"\n") + 1]
+    data = data[: data.rfind(b"\n") + 1]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise AuraError(M("bad_log_text", path=path, offset=offset + e.start,
-                          line=lines + data.count(b"\n", 0, e.start) + 1)) from None
+        raise AuraError(
+            M("bad_log_text", path=path, offset=offset + e.start, line=lines + data.count(b"\n", 0, e.start) + 1)
+        ) from None
     rows, header = _parse_rows(text, path, fieldnames or None, lines)
     return rows, offset + len(data), header, lines + data.count(b"\n")
 

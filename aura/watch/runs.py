@@ -26,80 +26,123 @@ from datetime import datetime
 from pathlib import Path
 
 from aura.core import console
+from aura.core.atomic import TMP_PREFIX, dir_size, human_bytes
 from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.i18n import Messages, num
-from aura.evaluation.results import suite_figure
 from aura.core.rundir import has_lock_file, latest_checkpoint, lock_holder, status_label
-from aura.core.atomic import TMP_PREFIX, dir_size, human_bytes
 from aura.distributed.launcher import strip_resume
+from aura.evaluation.results import suite_figure
 from aura.watch.runlog import LogSummary, read_log
 
+M = Messages(
+    "runs",
+    {
+        "no_dir": ("No existe el directorio {path}.", "The directory {path} does not exist."),
+        "no_runs": (
+            "No hay ejecuciones de Aura (directorios con run.json) en {path} ni uno o dos niveles por debajo.",
+            "There are no Aura runs (directories with run.json) in {path} or one or two levels below it.",
+        ),
+        "title": ("Ejecuciones en {path}", "Runs in {path}"),
+        "h_run": ("ejecución", "run"),
+        "h_kind": ("tipo", "kind"),
+        "h_status": ("estado", "status"),
+        "h_step": ("paso", "step"),
+        "h_speed": ("tokens/s", "tokens/s"),
+        "h_eta": ("tiempo restante", "time left"),
+        "h_layout": ("nodos × procesos", "nodes × processes"),
+        "h_best_val": ("mejor val", "best val"),
+        "h_suite": ("aura-es (acierto)", "aura-es (acc)"),
+        "h_checkpoint": ("último checkpoint", "latest checkpoint"),
+        "h_size": ("tamaño", "size"),
+        "h_updated": ("actualizado", "updated"),
+        "resume_title": ("Para reanudar:", "To resume:"),
+        "stale_note": (
+            "'cortada': run.json dice 'running' pero el proceso ya no existe (terminó "
+            "sin poder anotarlo: kill -9, un fallo, un reinicio); se reanuda como una "
+            "interrumpida.",
+            "'stale': run.json says 'running' but the process is gone (it ended without "
+            "recording it: kill -9, a crash, a reboot); resume it like an interrupted run.",
+        ),
+        "unsaved_note": (
+            "'detenida sin checkpoint': se detuvo antes de guardar su primer checkpoint, así que no hay "
+            "nada que reanudar; el mismo comando la empieza de cero en su directorio.",
+            "'stopped, no checkpoint': it stopped before saving its first checkpoint, so there is "
+            "nothing to resume; the same command starts it over in its directory.",
+        ),
+        "remote_note": (
+            "{run}: se ejecuta en la máquina {host}; desde aquí no se puede comprobar si sigue vivo.",
+            "{run}: it runs on host {host}; whether it is still alive cannot be checked from here.",
+        ),
+        "bad_run_json": (
+            "{path} no es JSON válido ({err}); su estado se muestra como 'desconocido'.",
+            "{path} is not valid JSON ({err}); the run is shown as 'unknown'.",
+        ),
+        "bad_run_field": (
+            "{path}: el campo '{field}' no tiene el tipo esperado ({found}); se ignora.",
+            "{path}: the field '{field}' does not have the expected type ({found}); it is ignored.",
+        ),
+        "damaged": (
+            "{n:ejecución tiene|ejecuciones tienen} archivos dañados (avisos arriba): la tabla muestra lo que "
+            "se pudo leer.",
+            "{n:run has|runs have} damaged files (warnings above): the table shows what could be read.",
+        ),
+    },
+)
 
-M = Messages("runs", {
-    "no_dir": ("No existe el directorio {path}.", "The directory {path} does not exist."),
-    "no_runs": ("No hay ejecuciones de Aura (directorios con run.json) en {path} ni uno o dos niveles "
-                "por debajo.",
-                "There are no Aura runs (directories with run.json) in {path} or one or two levels "
-                "below it."),
-    "title": ("Ejecuciones en {path}", "Runs in {path}"),
-    "h_run": ("ejecución", "run"),
-    "h_kind": ("tipo", "kind"),
-    "h_status": ("estado", "status"),
-    "h_step": ("paso", "step"),
-    "h_speed": ("tokens/s", "tokens/s"),
-    "h_eta": ("tiempo restante", "time left"),
-    "h_layout": ("nodos × procesos", "nodes × processes"),
-    "h_best_val": ("mejor val", "best val"),
-    "h_suite": ("aura-es (acierto)", "aura-es (acc)"),
-    "h_checkpoint": ("último checkpoint", "latest checkpoint"),
-    "h_size": ("tamaño", "size"),
-    "h_updated": ("actualizado", "updated"),
-    "resume_title": ("Para reanudar:", "To resume:"),
-    "stale_note": ("'cortada': run.json dice 'running' pero el proceso ya no existe (terminó "
-                   "sin poder anotarlo: kill -9, un fallo, un reinicio); se reanuda como una "
-                   "interrumpida.",
-                   "'stale': run.json says 'running' but the process is gone (it ended without "
-                   "recording it: kill -9, a crash, a reboot); resume it like an interrupted run."),
-    "unsaved_note": ("'detenida sin checkpoint': se detuvo antes de guardar su primer checkpoint, así que no hay "
-                     "nada que reanudar; el mismo comando la empieza de cero en su directorio.",
-                     "'stopped, no checkpoint': it stopped before saving its first checkpoint, so there is "
-                     "nothing to resume; the same command starts it over in its directory."),
-    "remote_note": ("{run}: se ejecuta en la máquina {host}; desde aquí no se puede comprobar si sigue vivo.",
-                    "{run}: it runs on host {host}; whether it is still alive cannot be checked from here."),
-    "bad_run_json": ("{path} no es JSON válido ({err}); su estado se muestra como 'desconocido'.",
-                     "{path} is not valid JSON ({err}); the run is shown as 'unknown'."),
-    "bad_run_field": ("{path}: el campo '{field}' no tiene el tipo esperado ({found}); se ignora.",
-                      "{path}: the field '{field}' does not have the expected type ({found}); it is ignored."),
-    "damaged": ("{n:ejecución tiene|ejecuciones tienen} archivos dañados (avisos arriba): la tabla muestra lo que "
-                "se pudo leer.",
-                "{n:run has|runs have} damaged files (warnings above): the table shows what could be read."),
-})
 
+RUN_FIELDS = {
+    "status": (str,),
+    "host": (str,),
+    "kind": (str,),
+    "pid": (int,),
+    "last_step": (int,),
+    "started": (str, int, float),
+    "updated": (str, int, float),
+    "argv": (list,),
+    "cwd": (str,),
+    "launch": (dict,),
+    "total_steps": (int,),
+    "trackers": (dict,),
+    "headline": (list,),
+}
 
-RUN_FIELDS = {"status": (str,), "host": (str,), "kind": (str,), "pid": (int,), "last_step": (int,),
-              "started": (str, int, float), "updated": (str, int, float), "argv": (list,), "cwd": (str,),
-              "launch": (dict,), "total_steps": (int,), "trackers": (dict,),
-              "headline": (list,)}
-
-LAUNCH_FIELDS = {"prefix": (list,), "argv": (list,), "env": (dict,), "cwd": (str,), "world_size": (int,),
-                 "nnodes": (int,), "nproc_per_node": (int,), "launcher": (str,)}
+LAUNCH_FIELDS = {
+    "prefix": (list,),
+    "argv": (list,),
+    "env": (dict,),
+    "cwd": (str,),
+    "world_size": (int,),
+    "nnodes": (int,),
+    "nproc_per_node": (int,),
+    "launcher": (str,),
+}
 
 
 def _typed(info: dict, path: Path) -> tuple[dict, str | None]:
     """run.json without the fields whose type is not the one Aura writes (and a warning naming them). A time
     ("started", "updated") is an ISO text or a Unix time that a date can be made of (a hand edit may write
     either); anything else, like any other mistyped field, is dropped and shown as unknown."""
-    bad = [k for k, types in RUN_FIELDS.items() if info.get(k) is not None
-           and (not isinstance(info[k], types) or isinstance(info[k], bool)
-                or (k in ("started", "updated") and _when(info[k]) is None))]
+    bad = [
+        k
+        for k, types in RUN_FIELDS.items()
+        if info.get(k) is not None
+        and (
+            not isinstance(info[k], types)
+            or isinstance(info[k], bool)
+            or (k in ("started", "updated") and _when(info[k]) is None)
+        )
+    ]
     found = {k: info[k] for k in bad}
     info = {k: v for k, v in info.items() if k not in bad}
     if isinstance(info.get("launch"), dict):  # the launcher's record: each of its fields too
         launch = info["launch"]
-        wrong = [k for k, types in LAUNCH_FIELDS.items() if launch.get(k) is not None
-                 and (not isinstance(launch[k], types) or isinstance(launch[k], bool))]
+        wrong = [
+            k
+            for k, types in LAUNCH_FIELDS.items()
+            if launch.get(k) is not None and (not isinstance(launch[k], types) or isinstance(launch[k], bool))
+        ]
         found.update({f"launch.{k}": launch[k] for k in wrong})
         info["launch"] = {k: v for k, v in launch.items() if k not in wrong}
         bad += [f"launch.{k}" for k in wrong]
@@ -208,7 +251,7 @@ def resume_args(info: dict) -> list[str] | None:
     if not argv:
         return None
     if "-m" in argv and argv.index("-m") + 1 < len(argv) and argv[argv.index("-m") + 1] == "aura":
-        argv = argv[argv.index("-m") + 2:]  # python -m aura ... / torchrun ... -m aura ...
+        argv = argv[argv.index("-m") + 2 :]  # python -m aura ... / torchrun ... -m aura ...
     elif os.path.basename(argv[0]) == "aura" or argv[0].endswith(os.path.join("aura", "__main__.py")):
         argv = argv[1:]
     return [*strip_resume(argv), "--resume-from", "latest"]
@@ -220,8 +263,12 @@ def layout_of(info: dict) -> dict | None:
     world = launch.get("world_size")
     if type(world) is not int or world <= 1:
         return None
-    return {"world_size": world, "nnodes": launch.get("nnodes"), "nproc_per_node": launch.get("nproc_per_node"),
-            "launcher": launch.get("launcher")}
+    return {
+        "world_size": world,
+        "nnodes": launch.get("nnodes"),
+        "nproc_per_node": launch.get("nproc_per_node"),
+        "launcher": launch.get("launcher"),
+    }
 
 
 def describe_run(run_dir: Path, log: LogSummary | None = None) -> dict:
@@ -250,16 +297,23 @@ def describe_run(run_dir: Path, log: LogSummary | None = None) -> dict:
         last_step = int(log.last_step)  # the log's last step is where the run is now
     total = info.get("total_steps")
     logged = int(log.last_step) if log.last_step is not None else last_step
-    eta = (log.step_seconds * max(total - logged, 0) if status == "running" and total and logged is not None
-           and log.step_seconds is not None else None)
+    eta = (
+        log.step_seconds * max(total - logged, 0)
+        if status == "running" and total and logged is not None and log.step_seconds is not None
+        else None
+    )
     ckpt = latest_checkpoint(run_dir)
     final = run_dir / "final"
     best = None
     if (run_dir / "best" / "best.json").is_file():
         try:
             best = loads_json((run_dir / "best" / "best.json").read_bytes())
-            if not (isinstance(best, dict) and type(best.get("val_loss")) in (int, float)
-                    and math.isfinite(best["val_loss"]) and type(best.get("step")) is int):
+            if not (
+                isinstance(best, dict)
+                and type(best.get("val_loss")) in (int, float)
+                and math.isfinite(best["val_loss"])
+                and type(best.get("step")) is int
+            ):
                 raise ValueError("not an object with 'val_loss' and 'step'")
         except (OSError, ValueError) as e:
             best = None
@@ -268,11 +322,21 @@ def describe_run(run_dir: Path, log: LogSummary | None = None) -> dict:
     if status in ("interrupted", "stale") and ckpt is None and not final.is_dir():
         status = "unsaved"  # stopped before its first checkpoint: nothing can resume it (guard.holds_nothing_to_keep)
     return {
-        "path": str(run_dir), "name": run_dir.name, "kind": info.get("kind"), "status": status,
-        "recorded_status": info.get("status"), "host": info.get("host"), "local": local,
-        "pid": info.get("pid"), "started": info.get("started"), "updated": info.get("updated"),
-        "last_step": last_step, "total_steps": total, "tokens": int(log.tokens) if log.tokens is not None else None,
-        "tokens_per_s": log.tokens_per_s, "eta_s": round(eta, 1) if eta is not None else None,
+        "path": str(run_dir),
+        "name": run_dir.name,
+        "kind": info.get("kind"),
+        "status": status,
+        "recorded_status": info.get("status"),
+        "host": info.get("host"),
+        "local": local,
+        "pid": info.get("pid"),
+        "started": info.get("started"),
+        "updated": info.get("updated"),
+        "last_step": last_step,
+        "total_steps": total,
+        "tokens": int(log.tokens) if log.tokens is not None else None,
+        "tokens_per_s": log.tokens_per_s,
+        "eta_s": round(eta, 1) if eta is not None else None,
         "layout": layout_of(info),
         "best_val_loss": best["val_loss"] if best else log.best_val,
         "best_step": best["step"] if best else None,  # what best/ holds (written by the loop)
@@ -287,12 +351,18 @@ def describe_run(run_dir: Path, log: LogSummary | None = None) -> dict:
 
 @dataclass
 class RunsConfig:
-    dir: str = arg("", es="Directorio donde buscar ejecuciones (por defecto ./runs si existe, si no el "
-                          "directorio actual).",
-                   en="Directory to search for runs (default: ./runs if it exists, else the current "
-                      "directory).", positional=True, metavar="DIR")
-    json: bool = arg(False, es="Salida JSON (una lista con un objeto por ejecución).",
-                     en="JSON output (a list with one object per run).")
+    dir: str = arg(
+        "",
+        es="Directorio donde buscar ejecuciones (por defecto ./runs si existe, si no el directorio actual).",
+        en="Directory to search for runs (default: ./runs if it exists, else the current directory).",
+        positional=True,
+        metavar="DIR",
+    )
+    json: bool = arg(
+        False,
+        es="Salida JSON (una lista con un objeto por ejecución).",
+        en="JSON output (a list with one object per run).",
+    )
 
     def __post_init__(self):
         if not self.dir:
@@ -315,15 +385,40 @@ def list_runs(cfg: RunsConfig) -> int:
     for r in runs:
         if r["warning"]:
             console.warn(r["warning"])
-    rows = [[os.path.relpath(r["path"], root), r["kind"] or "?", status_label(r["status"]), _step_cell(r),
-             "" if r["tokens_per_s"] is None else num(round(r["tokens_per_s"]), ","),
-             "" if r["eta_s"] is None else console.format_duration(r["eta_s"]), _layout_cell(r["layout"]),
-             "" if r["best_val_loss"] is None else num(r['best_val_loss'], ".4f"),
-             "" if r["aura_es_acc"] is None else num(r["aura_es_acc"], ".4f"),
-             Path(r["latest_checkpoint"]).name if r["latest_checkpoint"] else "",
-             human_bytes(r["size_bytes"]), _when(r["updated"]) or ""] for r in runs]
-    headers = [M(k) for k in ("h_run", "h_kind", "h_status", "h_step", "h_speed", "h_eta", "h_layout",
-                              "h_best_val", "h_suite", "h_checkpoint", "h_size", "h_updated")]
+    rows = [
+        [
+            os.path.relpath(r["path"], root),
+            r["kind"] or "?",
+            status_label(r["status"]),
+            _step_cell(r),
+            "" if r["tokens_per_s"] is None else num(round(r["tokens_per_s"]), ","),
+            "" if r["eta_s"] is None else console.format_duration(r["eta_s"]),
+            _layout_cell(r["layout"]),
+            "" if r["best_val_loss"] is None else num(r["best_val_loss"], ".4f"),
+            "" if r["aura_es_acc"] is None else num(r["aura_es_acc"], ".4f"),
+            Path(r["latest_checkpoint"]).name if r["latest_checkpoint"] else "",
+            human_bytes(r["size_bytes"]),
+            _when(r["updated"]) or "",
+        ]
+        for r in runs
+    ]
+    headers = [
+        M(k)
+        for k in (
+            "h_run",
+            "h_kind",
+            "h_status",
+            "h_step",
+            "h_speed",
+            "h_eta",
+            "h_layout",
+            "h_best_val",
+            "h_suite",
+            "h_checkpoint",
+            "h_size",
+            "h_updated",
+        )
+    ]
     console.table(M("title", path=root.resolve()), headers, rows)
     if any(r["status"] == "stale" for r in runs):
         console.info(M("stale_note"))

@@ -9,7 +9,8 @@ writes when it succeeds, ``COMPLETE``, or the case's own ``outputs``; no staging
 
 The cases live by command in ``cases_data`` (data prepare, tokenizer), ``cases_training`` (pretrain,
 finetune), ``cases_models`` (generate, chat, eval, merge, export gguf), ``cases_tools`` (runs, plot,
-launch, check-dist, monitor, doctor), ``cases_pipeline`` (aura pipeline) and ``cases_security`` (the security rules' hostile files);
+launch, check-dist, monitor, doctor), ``cases_pipeline`` (aura pipeline) and ``cases_security`` (the security rules'
+hostile files);
 ``hostile`` builds the files.
 """
 
@@ -69,8 +70,8 @@ def case(name: str, command: str, names: str, **kw) -> Callable:
         assert name not in CASES, name
         CASES[name] = Case(command=command, build=build, names=names, **kw)
         return build
-    return register
 
+    return register
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -106,16 +107,28 @@ def run_case(name: str, fx: Fixtures, tmp: Path, runner) -> tuple[list[str], str
     return verdict(name, r.returncode, r.stdout, r.stderr, tmp), r.stdout + r.stderr
 
 
-PRETRAIN_FLAGS = dict(model_preset="manual", arch="llama", embed_size=64, num_layers=2, num_heads=4,
-                      num_kv_heads=2, seq_length=32, intermediate_size=256, batch_size=4, sample_tokens=0)
+PRETRAIN_FLAGS = dict(
+    model_preset="manual",
+    arch="llama",
+    embed_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    seq_length=32,
+    intermediate_size=256,
+    batch_size=4,
+    sample_tokens=0,
+)
 
 
 def build_run(root: Path, data: Path) -> Path:
     """A 2-step pretraining on ``data`` saving every step: checkpoint-step-1, checkpoint-step-2, final/."""
     from aura.train.pretrain import PretrainConfig, pretrain
 
-    assert pretrain(PretrainConfig(data=[str(data)], output_dir=str(root), max_steps=2, save_steps=1,
-                                   **PRETRAIN_FLAGS)) == 0
+    assert (
+        pretrain(PretrainConfig(data=[str(data)], output_dir=str(root), max_steps=2, save_steps=1, **PRETRAIN_FLAGS))
+        == 0
+    )
     return root
 
 
@@ -127,10 +140,14 @@ def build_fixtures(root: Path) -> Fixtures:
     root = Path(root)
     zoo = build_zoo(root / "zoo")
     data = build_prepared(root / "prepared")
-    return Fixtures(tokenizer=zoo["tokenizer"], llama=zoo["llama"], gpt2=zoo["gpt2"],
-                    adapter=make_lora_adapter(zoo["llama"], root / "adapter"), data=data,
-                    run=build_run(root / "run", data))
+    return Fixtures(
+        tokenizer=zoo["tokenizer"],
+        llama=zoo["llama"],
+        gpt2=zoo["gpt2"],
+        adapter=make_lora_adapter(zoo["llama"], root / "adapter"),
+        data=data,
+        run=build_run(root / "run", data),
+    )
 
 
-from tests.bad_inputs import (cases_data, cases_models, cases_pipeline, cases_security, cases_tools,  # noqa: E402,F401 (registers)
-                              cases_training)
+from tests.bad_inputs import cases_data, cases_models, cases_pipeline, cases_security, cases_tools, cases_training  # noqa: E402,F401 (registers)

@@ -7,7 +7,17 @@ import json
 
 from tests.bad_inputs import case
 from tests.bad_inputs.hostile import (
-    nested_json, write, random_bytes, copy, edit_json, one_line_gzip, pair_line, docs, prepare_args, YAML_DEEP)
+    YAML_DEEP,
+    copy,
+    docs,
+    edit_json,
+    nested_json,
+    one_line_gzip,
+    pair_line,
+    prepare_args,
+    random_bytes,
+    write,
+)
 
 
 def _with_config(fx, tmp, body: str | bytes) -> list[str]:
@@ -100,46 +110,88 @@ def _(fx, tmp):
 def _(fx, tmp):
     tok = copy(fx.tokenizer, tmp / "tok")
     write(tok / "tokenizer.json", "{ esto no es json")
-    return ["data", "prepare", str(write(tmp / "x.txt", docs())), "--tokenizer", str(tok), "--output-dir",
-            str(tmp / "out")]
+    return [
+        "data",
+        "prepare",
+        str(write(tmp / "x.txt", docs())),
+        "--tokenizer",
+        str(tok),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("prepare_tokenizer_json_wrong_shape", "data prepare", "tokenizer.json")
 def _(fx, tmp):
     tok = copy(fx.tokenizer, tmp / "tok")
     write(tok / "tokenizer.json", json.dumps({"model": {"type": "BPE", "vocab": [1, 2]}}))
-    return ["data", "prepare", str(write(tmp / "x.txt", docs())), "--tokenizer", str(tok), "--output-dir",
-            str(tmp / "out")]
+    return [
+        "data",
+        "prepare",
+        str(write(tmp / "x.txt", docs())),
+        "--tokenizer",
+        str(tok),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("prepare_tokenizer_config_garbage", "data prepare", "tokenizer_config.json")
 def _(fx, tmp):
     tok = copy(fx.tokenizer, tmp / "tok")
     write(tok / "tokenizer_config.json", "[1, 2")
-    return ["data", "prepare", str(write(tmp / "x.txt", docs())), "--tokenizer", str(tok), "--output-dir",
-            str(tmp / "out")]
+    return [
+        "data",
+        "prepare",
+        str(write(tmp / "x.txt", docs())),
+        "--tokenizer",
+        str(tok),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("prepare_tokenizer_config_list", "data prepare", "tokenizer_config.json")
 def _(fx, tmp):
     tok = copy(fx.tokenizer, tmp / "tok")
     write(tok / "tokenizer_config.json", "[1, 2]")
-    return ["data", "prepare", str(write(tmp / "x.txt", docs())), "--tokenizer", str(tok), "--output-dir",
-            str(tmp / "out")]
+    return [
+        "data",
+        "prepare",
+        str(write(tmp / "x.txt", docs())),
+        "--tokenizer",
+        str(tok),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("prepare_tokenizer_config_deep", "data prepare", "tokenizer_config.json", hostile=True)
 def _(fx, tmp):
     tok = copy(fx.tokenizer, tmp / "tok")
     write(tok / "tokenizer_config.json", nested_json())
-    return ["data", "prepare", str(write(tmp / "x.txt", docs())), "--tokenizer", str(tok), "--output-dir",
-            str(tmp / "out")]
+    return [
+        "data",
+        "prepare",
+        str(write(tmp / "x.txt", docs())),
+        "--tokenizer",
+        str(tok),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("prepare_tokenizer_missing", "data prepare", "nope")
 def _(fx, tmp):
-    return ["data", "prepare", str(write(tmp / "x.txt", docs())), "--tokenizer", str(tmp / "nope"),
-            "--output-dir", str(tmp / "out")]
+    return [
+        "data",
+        "prepare",
+        str(write(tmp / "x.txt", docs())),
+        "--tokenizer",
+        str(tmp / "nope"),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("prepare_config_yaml_syntax", "data prepare", "cfg.yaml")
@@ -178,20 +230,41 @@ def _(fx, tmp):
 
 @case("tokenizer_train_jsonl_deep", "tokenizer train", "x.jsonl", hostile=True)
 def _(fx, tmp):
-    return ["tokenizer", "train", str(write(tmp / "x.jsonl", '{"text": ' + nested_json() + "}\n")),
-            "--vocab-size", "400", "--output-dir", str(tmp / "out")]
+    return [
+        "tokenizer",
+        "train",
+        str(write(tmp / "x.jsonl", '{"text": ' + nested_json() + "}\n")),
+        "--vocab-size",
+        "400",
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("tokenizer_train_gzip_one_huge_line", "tokenizer train", "x.txt.gz", hostile=True)
 def _(fx, tmp):
-    return ["tokenizer", "train", str(one_line_gzip(tmp / "x.txt.gz", 1 << 30)), "--vocab-size", "400",
-            "--output-dir", str(tmp / "out")]
+    return [
+        "tokenizer",
+        "train",
+        str(one_line_gzip(tmp / "x.txt.gz", 1 << 30)),
+        "--vocab-size",
+        "400",
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("tokenizer_train_parquet_random", "tokenizer train", "x.parquet", hostile=True)
 def _(fx, tmp):
-    return ["tokenizer", "train", str(write(tmp / "x.parquet", random_bytes())), "--vocab-size", "400",
-            "--output-dir", str(tmp / "out")]
+    return [
+        "tokenizer",
+        "train",
+        str(write(tmp / "x.parquet", random_bytes())),
+        "--vocab-size",
+        "400",
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("tokenizer_train_prepared_meta_garbage", "tokenizer train", "meta.json")
@@ -210,30 +283,41 @@ def _(fx, tmp):
 
 @case("tokenizer_train_vocab_small", "tokenizer train", "--vocab-size")
 def _(fx, tmp):
-    return ["tokenizer", "train", str(write(tmp / "x.txt", docs())), "--vocab-size", "10",
-            "--output-dir", str(tmp / "out")]
+    return [
+        "tokenizer",
+        "train",
+        str(write(tmp / "x.txt", docs())),
+        "--vocab-size",
+        "10",
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("tokenizer_extend_base_garbage", "tokenizer extend", "tokenizer.json")
 def _(fx, tmp):
     tok = copy(fx.tokenizer, tmp / "tok")
     write(tok / "tokenizer.json", random_bytes().hex())
-    return ["tokenizer", "extend", str(tok), str(write(tmp / "x.txt", docs())),
-            "--output-dir", str(tmp / "out")]
+    return ["tokenizer", "extend", str(tok), str(write(tmp / "x.txt", docs())), "--output-dir", str(tmp / "out")]
 
 
 @case("tokenizer_extend_base_config_deep", "tokenizer extend", "tokenizer_config.json", hostile=True)
 def _(fx, tmp):
     tok = copy(fx.tokenizer, tmp / "tok")
     write(tok / "tokenizer_config.json", nested_json())
-    return ["tokenizer", "extend", str(tok), str(write(tmp / "x.txt", docs())),
-            "--output-dir", str(tmp / "out")]
+    return ["tokenizer", "extend", str(tok), str(write(tmp / "x.txt", docs())), "--output-dir", str(tmp / "out")]
 
 
 @case("tokenizer_extend_jsonl_deep", "tokenizer extend", "x.jsonl", hostile=True)
 def _(fx, tmp):
-    return ["tokenizer", "extend", str(fx.tokenizer),
-            str(write(tmp / "x.jsonl", '{"text": ' + nested_json() + "}\n")), "--output-dir", str(tmp / "out")]
+    return [
+        "tokenizer",
+        "extend",
+        str(fx.tokenizer),
+        str(write(tmp / "x.jsonl", '{"text": ' + nested_json() + "}\n")),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------

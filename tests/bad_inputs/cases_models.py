@@ -6,8 +6,18 @@ from pathlib import Path
 
 from tests.bad_inputs import case
 from tests.bad_inputs.hostile import (
-    nested_json, write, random_bytes, copy, truncate, edit_json, safetensors_header_lie, damaged_model,
-    damaged_adapter, damaged_data, YAML_DEEP)
+    YAML_DEEP,
+    copy,
+    damaged_adapter,
+    damaged_data,
+    damaged_model,
+    edit_json,
+    nested_json,
+    random_bytes,
+    safetensors_header_lie,
+    truncate,
+    write,
+)
 
 
 def _gen(model: Path, *args) -> list[str]:
@@ -74,21 +84,47 @@ def _(fx, tmp):
 
 @case("generate_prompts_jsonl_deep", "generate", "p.jsonl", hostile=True)
 def _(fx, tmp):
-    return ["generate", "--model", str(fx.llama), "--prompts-file",
-            str(write(tmp / "p.jsonl", '{"prompt": "hola"}\n{"prompt": ' + nested_json() + "}\n")),
-            "--output-dir", str(tmp / "out"), "--max-new-tokens", "2"]
+    return [
+        "generate",
+        "--model",
+        str(fx.llama),
+        "--prompts-file",
+        str(write(tmp / "p.jsonl", '{"prompt": "hola"}\n{"prompt": ' + nested_json() + "}\n")),
+        "--output-dir",
+        str(tmp / "out"),
+        "--max-new-tokens",
+        "2",
+    ]
 
 
 @case("generate_prompts_jsonl_invalid", "generate", "p.jsonl")
 def _(fx, tmp):
-    return ["generate", "--model", str(fx.llama), "--prompts-file", str(write(tmp / "p.jsonl", '{"prompt": "hola"\n')),
-            "--output-dir", str(tmp / "out"), "--max-new-tokens", "2"]
+    return [
+        "generate",
+        "--model",
+        str(fx.llama),
+        "--prompts-file",
+        str(write(tmp / "p.jsonl", '{"prompt": "hola"\n')),
+        "--output-dir",
+        str(tmp / "out"),
+        "--max-new-tokens",
+        "2",
+    ]
 
 
 @case("generate_prompts_jsonl_no_prompt", "generate", "prompt")
 def _(fx, tmp):
-    return ["generate", "--model", str(fx.llama), "--prompts-file", str(write(tmp / "p.jsonl", '{"texto": "hola"}\n')),
-            "--output-dir", str(tmp / "out"), "--max-new-tokens", "2"]
+    return [
+        "generate",
+        "--model",
+        str(fx.llama),
+        "--prompts-file",
+        str(write(tmp / "p.jsonl", '{"texto": "hola"}\n')),
+        "--output-dir",
+        str(tmp / "out"),
+        "--max-new-tokens",
+        "2",
+    ]
 
 
 @case("generate_gguf_random", "generate", "m.gguf", hostile=True)
@@ -103,14 +139,24 @@ def _(fx, tmp):
 
 @case("chat_adapter_config_list", "chat", "adapter_config.json")
 def _(fx, tmp):
-    return ["chat", "--model", str(fx.llama), "--adapter",
-            str(damaged_adapter(fx, tmp, lambda a: write(a / "adapter_config.json", "[]")))]
+    return [
+        "chat",
+        "--model",
+        str(fx.llama),
+        "--adapter",
+        str(damaged_adapter(fx, tmp, lambda a: write(a / "adapter_config.json", "[]"))),
+    ]
 
 
 @case("chat_adapter_truncated", "chat", "adapter_model.safetensors")
 def _(fx, tmp):
-    return ["chat", "--model", str(fx.llama), "--adapter",
-            str(damaged_adapter(fx, tmp, lambda a: truncate(a / "adapter_model.safetensors")))]
+    return [
+        "chat",
+        "--model",
+        str(fx.llama),
+        "--adapter",
+        str(damaged_adapter(fx, tmp, lambda a: truncate(a / "adapter_model.safetensors"))),
+    ]
 
 
 @case("chat_tokenizer_garbage", "chat", "tokenizer.json")
@@ -124,28 +170,58 @@ def _(fx, tmp):
 
 @case("eval_weights_truncated", "eval", "model.safetensors")
 def _(fx, tmp):
-    return ["eval", "--model", str(damaged_model(fx, tmp, lambda m: truncate(m / "model.safetensors"))), "--data",
-            str(fx.data), "--output-dir", str(tmp / "out")]
+    return [
+        "eval",
+        "--model",
+        str(damaged_model(fx, tmp, lambda m: truncate(m / "model.safetensors"))),
+        "--data",
+        str(fx.data),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("eval_adapter_config_list", "eval", "adapter_config.json")
 def _(fx, tmp):
-    return ["eval", "--model", str(fx.llama), "--adapter",
-            str(damaged_adapter(fx, tmp, lambda a: write(a / "adapter_config.json", "[]"))), "--data", str(fx.data),
-            "--output-dir", str(tmp / "out")]
+    return [
+        "eval",
+        "--model",
+        str(fx.llama),
+        "--adapter",
+        str(damaged_adapter(fx, tmp, lambda a: write(a / "adapter_config.json", "[]"))),
+        "--data",
+        str(fx.data),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("eval_adapter_truncated", "eval", "adapter_model.safetensors")
 def _(fx, tmp):
-    return ["eval", "--model", str(fx.llama), "--adapter",
-            str(damaged_adapter(fx, tmp, lambda a: truncate(a / "adapter_model.safetensors"))), "--data", str(fx.data),
-            "--output-dir", str(tmp / "out")]
+    return [
+        "eval",
+        "--model",
+        str(fx.llama),
+        "--adapter",
+        str(damaged_adapter(fx, tmp, lambda a: truncate(a / "adapter_model.safetensors"))),
+        "--data",
+        str(fx.data),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("eval_data_meta_garbage", "eval", "meta.json")
 def _(fx, tmp):
-    return ["eval", "--model", str(fx.llama), "--data", str(damaged_data(fx, tmp, text="{ roto")),
-            "--output-dir", str(tmp / "out")]
+    return [
+        "eval",
+        "--model",
+        str(fx.llama),
+        "--data",
+        str(damaged_data(fx, tmp, text="{ roto")),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("eval_data_meta_missing_splits", "eval", "splits")
@@ -158,22 +234,51 @@ def _(fx, tmp):
 def _(fx, tmp):
     tasks = tmp / "tasks"
     write(tasks / "broken.yaml", "task: mi_tarea\ndataset_path: json\n  metric_list: [\n")
-    return ["eval", "--model", str(fx.llama), "--tasks", "mi_tarea", "--include-path", str(tasks),
-            "--output-dir", str(tmp / "out"), "--limit", "1"]
+    return [
+        "eval",
+        "--model",
+        str(fx.llama),
+        "--tasks",
+        "mi_tarea",
+        "--include-path",
+        str(tasks),
+        "--output-dir",
+        str(tmp / "out"),
+        "--limit",
+        "1",
+    ]
 
 
 @case("eval_include_yaml_deep", "eval", "deep.yaml", hostile=True)
 def _(fx, tmp):
     tasks = tmp / "tasks"
     write(tasks / "deep.yaml", "task: mi_tarea\nx: " + nested_json(YAML_DEEP) + "\n")
-    return ["eval", "--model", str(fx.llama), "--tasks", "mi_tarea", "--include-path", str(tasks),
-            "--output-dir", str(tmp / "out"), "--limit", "1"]
+    return [
+        "eval",
+        "--model",
+        str(fx.llama),
+        "--tasks",
+        "mi_tarea",
+        "--include-path",
+        str(tasks),
+        "--output-dir",
+        str(tmp / "out"),
+        "--limit",
+        "1",
+    ]
 
 
 @case("eval_gguf_random", "eval", "m.gguf", hostile=True)
 def _(fx, tmp):
-    return ["eval", "--model", str(write(tmp / "m.gguf", b"GGUF" + random_bytes())), "--data", str(fx.data),
-            "--output-dir", str(tmp / "out")]
+    return [
+        "eval",
+        "--model",
+        str(write(tmp / "m.gguf", b"GGUF" + random_bytes())),
+        "--data",
+        str(fx.data),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -207,8 +312,13 @@ def _(fx, tmp):
 
 @case("merge_adapter_config_wrong_types", "merge", "adapter_config.json")
 def _(fx, tmp):
-    return _merge(fx.llama, damaged_adapter(fx, tmp, lambda a: edit_json(
-        a / "adapter_config.json", lambda c: {**c, "r": "ocho", "target_modules": 5})), tmp)
+    return _merge(
+        fx.llama,
+        damaged_adapter(
+            fx, tmp, lambda a: edit_json(a / "adapter_config.json", lambda c: {**c, "r": "ocho", "target_modules": 5})
+        ),
+        tmp,
+    )
 
 
 @case("merge_base_truncated", "merge", "model.safetensors")
@@ -222,8 +332,7 @@ def _(fx, tmp):
 
 
 def _gguf(model: Path, tmp: Path) -> list[str]:
-    return ["export", "gguf", "--model", str(model), "--output-dir", str(tmp / "out"), "--quant", "f32",
-            "--no-verify"]
+    return ["export", "gguf", "--model", str(model), "--output-dir", str(tmp / "out"), "--quant", "f32", "--no-verify"]
 
 
 @case("export_weights_truncated", "export gguf", "model.safetensors")

@@ -14,8 +14,16 @@ from pathlib import Path
 import numpy as np
 
 from tests.bad_inputs import case
-from tests.bad_inputs.hostile import (RESUME_OUT, copy, damaged_data, damaged_model, docs,
-                                      pretrain_args, resume_args, write)
+from tests.bad_inputs.hostile import (
+    RESUME_OUT,
+    copy,
+    damaged_data,
+    damaged_model,
+    docs,
+    pretrain_args,
+    resume_args,
+    write,
+)
 
 
 class _Payload:
@@ -26,8 +34,15 @@ class _Payload:
 def _tok_with(fx, tmp: Path, plant) -> list[str]:
     tok = copy(fx.tokenizer, tmp / "tok")
     plant(tok)
-    return ["data", "prepare", str(write(tmp / "x.txt", docs())), "--tokenizer", str(tok), "--output-dir",
-            str(tmp / "out")]
+    return [
+        "data",
+        "prepare",
+        str(write(tmp / "x.txt", docs())),
+        "--tokenizer",
+        str(tok),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("prepare_tokenizer_link_out", "data prepare", "notas.txt", hostile=True)
@@ -41,6 +56,7 @@ def _(fx, tmp):
     def plant(tok):
         (tok / "a").symlink_to(tok / "b")
         (tok / "b").symlink_to(tok / "a")
+
     return _tok_with(fx, tmp, plant)
 
 
@@ -50,20 +66,27 @@ def _first_shard(meta: dict) -> dict:
 
 @case("pretrain_meta_shard_dotdot", "pretrain", "meta.json", hostile=True)
 def _(fx, tmp):
-    return pretrain_args(fx, tmp, data=damaged_data(fx, tmp, lambda m: (_first_shard(m).update(
-        file="../../x.bin"), m)[1]))
+    return pretrain_args(
+        fx, tmp, data=damaged_data(fx, tmp, lambda m: (_first_shard(m).update(file="../../x.bin"), m)[1])
+    )
 
 
 @case("pretrain_meta_shard_absolute", "pretrain", "meta.json", hostile=True)
 def _(fx, tmp):
-    return pretrain_args(fx, tmp, data=damaged_data(fx, tmp, lambda m: (_first_shard(m).update(
-        file="/etc/hostname"), m)[1]))
+    return pretrain_args(
+        fx, tmp, data=damaged_data(fx, tmp, lambda m: (_first_shard(m).update(file="/etc/hostname"), m)[1])
+    )
 
 
 # Ids are checked when a shard is first read (one max() per shard, not a pass over the whole dataset at
 # start): the run has begun, so its run.json (status "failed") stays; no checkpoint or final/ does.
-@case("pretrain_shard_ids_beyond_vocab", "pretrain", "train_00000.bin", outputs=("out/final", "out/checkpoint-*"),
-      hostile=True)
+@case(
+    "pretrain_shard_ids_beyond_vocab",
+    "pretrain",
+    "train_00000.bin",
+    outputs=("out/final", "out/checkpoint-*"),
+    hostile=True,
+)
 def _(fx, tmp):
     data = damaged_data(fx, tmp)
     meta = json.loads((data / "meta.json").read_text(encoding="utf-8"))
@@ -82,6 +105,7 @@ def _(fx, tmp):
         lock = ck.parent / ".aura-run.lock"
         lock.unlink(missing_ok=True)
         lock.symlink_to(victim)
+
     return resume_args(fx, tmp, plant)
 
 
@@ -90,6 +114,7 @@ def _(fx, tmp):
     def plant(ck: Path):
         (ck / "model.safetensors").unlink()
         write(ck / "dcp" / ".metadata", pickle.dumps(_Payload()))
+
     return [*resume_args(fx, tmp, plant), "--load-sharded"]
 
 
@@ -99,6 +124,7 @@ def _(fx, tmp):
         outside = tmp / "optimizer-ajeno.pt"
         (ck / "optimizer.pt").rename(outside)
         (ck / "optimizer.pt").symlink_to(outside)
+
     return resume_args(fx, tmp, plant)
 
 
@@ -107,27 +133,53 @@ def _(fx, tmp):
     def plant(model: Path):
         names = {"model.embed_tokens.weight": "../../../etc/passwd"}
         write(model / "model.safetensors.index.json", json.dumps({"metadata": {}, "weight_map": names}))
+
     return ["generate", "--model", str(damaged_model(fx, tmp, plant)), "--prompt", "Hola", "--max-new-tokens", "2"]
 
 
 def _task(tmp: Path, name: str, extra: str = "") -> Path:
     tasks = tmp / "tareas"
     data = write(tasks / "datos.jsonl", json.dumps({"q": "¿1 + 1?", "o": ["2", "3"], "c": 0}) + "\n")
-    write(tasks / "tarea.yaml", f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
-          f"    test: {data}\noutput_type: multiple_choice\ntest_split: test\ndoc_to_text: q\n"
-          f"doc_to_choice: o\ndoc_to_target: c\nmetric_list:\n  - metric: acc\n{extra}")
+    write(
+        tasks / "tarea.yaml",
+        f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {data}\noutput_type: multiple_choice\ntest_split: test\ndoc_to_text: q\n"
+        f"doc_to_choice: o\ndoc_to_target: c\nmetric_list:\n  - metric: acc\n{extra}",
+    )
     return tasks
 
 
 @case("eval_include_shadows_aura_es", "eval", "tarea.yaml", hostile=True)
 def _(fx, tmp):
-    return ["eval", "--model", str(fx.llama), "--tasks", "aura_es_lectura", "--include-path",
-            str(_task(tmp, "aura_es_lectura")), "--limit", "1", "--output-dir", str(tmp / "out")]
+    return [
+        "eval",
+        "--model",
+        str(fx.llama),
+        "--tasks",
+        "aura_es_lectura",
+        "--include-path",
+        str(_task(tmp, "aura_es_lectura")),
+        "--limit",
+        "1",
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("eval_include_function_untrusted", "eval", "utils.py", hostile=True)
 def _(fx, tmp):
     tasks = _task(tmp, "mi_tarea", "process_docs: !function utils.procesar\n")
     write(tasks / "utils.py", "import os\nos.system('echo pwned')\n\ndef procesar(ds):\n    return ds\n")
-    return ["eval", "--model", str(fx.llama), "--tasks", "mi_tarea", "--include-path", str(tasks), "--limit", "1",
-            "--output-dir", str(tmp / "out")]
+    return [
+        "eval",
+        "--model",
+        str(fx.llama),
+        "--tasks",
+        "mi_tarea",
+        "--include-path",
+        str(tasks),
+        "--limit",
+        "1",
+        "--output-dir",
+        str(tmp / "out"),
+    ]

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.bad_inputs import case
-from tests.bad_inputs.hostile import (
-    nested_json, write, random_bytes, run_dir_with, GOOD_LOG, YAML_DEEP)
+from tests.bad_inputs.hostile import GOOD_LOG, YAML_DEEP, nested_json, random_bytes, run_dir_with, write
 
 
 @case("runs_log_non_numeric", "runs", "training_log.csv", outputs=())
@@ -35,8 +34,11 @@ def _(fx, tmp):
 
 @case("runs_run_json_wrong_types", "runs", "run.json", outputs=())
 def _(fx, tmp):
-    run_dir_with(tmp, GOOD_LOG, run_json=json.dumps({"status": 3, "step": "dos", "max_steps": [2], "pid": "x",
-                                                 "started": "ayer"}))
+    run_dir_with(
+        tmp,
+        GOOD_LOG,
+        run_json=json.dumps({"status": 3, "step": "dos", "max_steps": [2], "pid": "x", "started": "ayer"}),
+    )
     return ["runs", str(tmp / "runs")]
 
 
@@ -60,8 +62,12 @@ def _(fx, tmp):
 
 @case("plot_log_infinite", "plot", "training_log.csv")
 def _(fx, tmp):
-    return ["plot", str(run_dir_with(tmp, GOOD_LOG.replace("step,0,1,128", "step,0,inf,128"))),
-            "--output-dir", str(tmp / "out")]
+    return [
+        "plot",
+        str(run_dir_with(tmp, GOOD_LOG.replace("step,0,1,128", "step,0,inf,128"))),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("plot_log_huge_number", "plot", "training_log.csv")
@@ -71,8 +77,12 @@ def _(fx, tmp):
 
 @case("plot_log_non_utf8", "plot", "training_log.csv")
 def _(fx, tmp):
-    return ["plot", str(run_dir_with(tmp, GOOD_LOG.encode().replace(b"step,0,1", b"st\xffp,0,1"))),
-            "--output-dir", str(tmp / "out")]
+    return [
+        "plot",
+        str(run_dir_with(tmp, GOOD_LOG.encode().replace(b"step,0,1", b"st\xffp,0,1"))),
+        "--output-dir",
+        str(tmp / "out"),
+    ]
 
 
 @case("plot_log_binary", "plot", "training_log.csv", hostile=True)

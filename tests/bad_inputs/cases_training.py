@@ -6,9 +6,26 @@ import json
 
 from tests.bad_inputs import case
 from tests.bad_inputs.hostile import (
-    nested_json, write, random_bytes, copy, truncate, edit_json, safetensors_header_lie, sft_file, pair_line,
-    finetune_args, dpo_args, PRETRAIN_TINY, pretrain_args, resume_args, RESUME_OUT, damaged_model,
-    damaged_data, YAML_DEEP, one_line_gzip)
+    PRETRAIN_TINY,
+    RESUME_OUT,
+    YAML_DEEP,
+    copy,
+    damaged_data,
+    damaged_model,
+    dpo_args,
+    edit_json,
+    finetune_args,
+    nested_json,
+    one_line_gzip,
+    pair_line,
+    pretrain_args,
+    random_bytes,
+    resume_args,
+    safetensors_header_lie,
+    sft_file,
+    truncate,
+    write,
+)
 
 
 @case("pretrain_meta_garbage", "pretrain", "meta.json")
@@ -42,6 +59,7 @@ def _(fx, tmp):
     def change(m):
         m["splits"]["train"]["shards"] = "train_00000.bin"
         return m
+
     return pretrain_args(fx, tmp, data=damaged_data(fx, tmp, change))
 
 
@@ -50,6 +68,7 @@ def _(fx, tmp):
     def change(m):
         m["splits"]["train"]["shards"][0]["tokens"] = "muchos"
         return m
+
     return pretrain_args(fx, tmp, data=damaged_data(fx, tmp, change))
 
 
@@ -63,6 +82,7 @@ def _(fx, tmp):
     def change(m):
         m["tokenizer"]["vocab_size"] = "800"
         return m
+
     return pretrain_args(fx, tmp, data=damaged_data(fx, tmp, change))
 
 
@@ -100,8 +120,9 @@ def _(fx, tmp):
 
 @case("pretrain_resume_no_data_state", "pretrain", "trainer_state.json", outputs=RESUME_OUT)
 def _(fx, tmp):
-    return resume_args(fx, tmp, lambda ck: edit_json(ck / "trainer_state.json",
-                                                 lambda s: {k: v for k, v in s.items() if k != "data"}))
+    return resume_args(
+        fx, tmp, lambda ck: edit_json(ck / "trainer_state.json", lambda s: {k: v for k, v in s.items() if k != "data"})
+    )
 
 
 @case("pretrain_resume_state_wrong_types", "pretrain", "trainer_state.json", outputs=RESUME_OUT)
@@ -122,15 +143,41 @@ def _(fx, tmp):
 @case("pretrain_init_from_truncated", "pretrain", "model.safetensors")
 def _(fx, tmp):
     model = damaged_model(fx, tmp, lambda m: truncate(m / "model.safetensors"))
-    return ["pretrain", "--data", str(fx.data), "--init-from", str(model), "--output-dir", str(tmp / "out"),
-            "--max-steps", "1", "--batch-size", "2", "--sample-tokens", "0"]
+    return [
+        "pretrain",
+        "--data",
+        str(fx.data),
+        "--init-from",
+        str(model),
+        "--output-dir",
+        str(tmp / "out"),
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--sample-tokens",
+        "0",
+    ]
 
 
 @case("pretrain_init_from_config_garbage", "pretrain", "config.json")
 def _(fx, tmp):
     model = damaged_model(fx, tmp, lambda m: write(m / "config.json", "{ roto"))
-    return ["pretrain", "--data", str(fx.data), "--init-from", str(model), "--output-dir", str(tmp / "out"),
-            "--max-steps", "1", "--batch-size", "2", "--sample-tokens", "0"]
+    return [
+        "pretrain",
+        "--data",
+        str(fx.data),
+        "--init-from",
+        str(model),
+        "--output-dir",
+        str(tmp / "out"),
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--sample-tokens",
+        "0",
+    ]
 
 
 @case("pretrain_config_yaml_deep", "pretrain", "cfg.yaml", hostile=True)
@@ -142,8 +189,7 @@ def _(fx, tmp):
 def _(fx, tmp):
     tok = copy(fx.tokenizer, tmp / "tok")
     write(tok / "tokenizer.json", "{ roto")
-    return ["pretrain", "--tokenizer", str(tok), "--output-dir", str(tmp / "out"), *PRETRAIN_TINY,
-            "--max-steps", "1"]
+    return ["pretrain", "--tokenizer", str(tok), "--output-dir", str(tmp / "out"), *PRETRAIN_TINY, "--max-steps", "1"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -162,7 +208,7 @@ def _(fx, tmp):
 
 @case("finetune_csv_messages_deep", "finetune", "x.csv", hostile=True)
 def _(fx, tmp):
-    return finetune_args(fx, tmp, "--data", sft_file(tmp, "x.csv", "messages\n\"" + nested_json() + "\"\n"))
+    return finetune_args(fx, tmp, "--data", sft_file(tmp, "x.csv", 'messages\n"' + nested_json() + '"\n'))
 
 
 @case("finetune_jsonl_invalid", "finetune", "x.jsonl, line 1")
@@ -261,23 +307,41 @@ def kto_args(fx, tmp, text: str, *args, name: str = "k.jsonl") -> list[str]:
 
 @case("kto_label_not_boolean", "finetune", "k.jsonl, line 2, field 'label'")
 def _(fx, tmp):
-    return kto_args(fx, tmp, pair_line(prompt="¿Hola?", completion="Hola.", label=True)
-                    + pair_line(prompt="¿Adiós?", completion="Adiós.", label="quizá"))
+    return kto_args(
+        fx,
+        tmp,
+        pair_line(prompt="¿Hola?", completion="Hola.", label=True)
+        + pair_line(prompt="¿Adiós?", completion="Adiós.", label="quizá"),
+    )
 
 
 @case("kto_labels_all_one_value", "finetune", "k.jsonl")
 def _(fx, tmp):
-    return kto_args(fx, tmp, pair_line(prompt="¿Hola?", completion="Hola.", label=True)
-                    + pair_line(prompt="¿Adiós?", completion="Adiós.", label="sí"))
+    return kto_args(
+        fx,
+        tmp,
+        pair_line(prompt="¿Hola?", completion="Hola.", label=True)
+        + pair_line(prompt="¿Adiós?", completion="Adiós.", label="sí"),
+    )
 
 
 @case("kto_empty_completion", "finetune", "k.jsonl, line 1, field 'completion'")
 def _(fx, tmp):
-    return kto_args(fx, tmp, pair_line(prompt="¿Hola?", completion=" ", label=True)
-                    + pair_line(prompt="¿Adiós?", completion="Adiós.", label=False))
+    return kto_args(
+        fx,
+        tmp,
+        pair_line(prompt="¿Hola?", completion=" ", label=True)
+        + pair_line(prompt="¿Adiós?", completion="Adiós.", label=False),
+    )
 
 
 @case("kto_csv_label_column_missing", "finetune", "me_gusta")
 def _(fx, tmp):
-    return kto_args(fx, tmp, "prompt,completion,label\n¿Hola?,Hola.,1\n¿Adiós?,Adiós.,0\n", "--label-column",
-                    "me_gusta", name="k.csv")
+    return kto_args(
+        fx,
+        tmp,
+        "prompt,completion,label\n¿Hola?,Hola.,1\n¿Adiós?,Adiós.,0\n",
+        "--label-column",
+        "me_gusta",
+        name="k.csv",
+    )

@@ -83,27 +83,73 @@ def docs(n: int = 40) -> str:
 
 
 def prepare_args(fx: Fixtures, tmp: Path, *inputs, extra=()) -> list[str]:
-    return ["data", "prepare", *map(str, inputs), "--tokenizer", str(fx.tokenizer), "--output-dir",
-            str(tmp / "out"), *extra]
+    return [
+        "data",
+        "prepare",
+        *map(str, inputs),
+        "--tokenizer",
+        str(fx.tokenizer),
+        "--output-dir",
+        str(tmp / "out"),
+        *extra,
+    ]
 
 
 def finetune_args(fx: Fixtures, tmp: Path, *args) -> list[str]:
-    return ["finetune", "--base-model", str(fx.llama), "--output-dir", str(tmp / "out"), "--max-steps", "1",
-            "--batch-size", "1", *map(str, args)]
+    return [
+        "finetune",
+        "--base-model",
+        str(fx.llama),
+        "--output-dir",
+        str(tmp / "out"),
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "1",
+        *map(str, args),
+    ]
 
 
 def dpo_args(fx: Fixtures, tmp: Path, data: Path, *args) -> list[str]:
     return finetune_args(fx, tmp, "--objective", "dpo", "--data", data, *args)
 
 
-PRETRAIN_TINY = ["--model-preset", "manual", "--arch", "llama", "--embed-size", "64", "--num-layers", "2",
-                 "--num-heads", "4", "--num-kv-heads", "2", "--seq-length", "32", "--intermediate-size", "256",
-                 "--batch-size", "4", "--sample-tokens", "0"]
+PRETRAIN_TINY = [
+    "--model-preset",
+    "manual",
+    "--arch",
+    "llama",
+    "--embed-size",
+    "64",
+    "--num-layers",
+    "2",
+    "--num-heads",
+    "4",
+    "--num-kv-heads",
+    "2",
+    "--seq-length",
+    "32",
+    "--intermediate-size",
+    "256",
+    "--batch-size",
+    "4",
+    "--sample-tokens",
+    "0",
+]
 
 
 def pretrain_args(fx: Fixtures, tmp: Path, *args, data: Path | None = None) -> list[str]:
-    return ["pretrain", "--data", str(data or fx.data), "--output-dir", str(tmp / "out"), *PRETRAIN_TINY,
-            "--max-steps", "1", *map(str, args)]
+    return [
+        "pretrain",
+        "--data",
+        str(data or fx.data),
+        "--output-dir",
+        str(tmp / "out"),
+        *PRETRAIN_TINY,
+        "--max-steps",
+        "1",
+        *map(str, args),
+    ]
 
 
 def resume_args(fx: Fixtures, tmp: Path, damage: Callable[[Path], object]) -> list[str]:
@@ -111,8 +157,20 @@ def resume_args(fx: Fixtures, tmp: Path, damage: Callable[[Path], object]) -> li
     run = copy(fx.run, tmp / "run")
     shutil.rmtree(run / "final")
     damage(run / "checkpoint-step-2")
-    return ["pretrain", "--data", str(fx.data), "--output-dir", str(run), *PRETRAIN_TINY, "--max-steps", "4",
-            "--save-steps", "1", "--resume-from", "latest"]
+    return [
+        "pretrain",
+        "--data",
+        str(fx.data),
+        "--output-dir",
+        str(run),
+        *PRETRAIN_TINY,
+        "--max-steps",
+        "4",
+        "--save-steps",
+        "1",
+        "--resume-from",
+        "latest",
+    ]
 
 
 RESUME_OUT = ("run/final", "run/checkpoint-step-3")  # the damaged run must not grow
@@ -132,18 +190,25 @@ def damaged_adapter(fx: Fixtures, tmp: Path, damage: Callable[[Path], object]) -
 
 def run_dir_with(tmp: Path, log: bytes | str, run_json: str | None = None) -> Path:
     run = tmp / "runs" / "r1"
-    write(run / "run.json", run_json if run_json is not None else json.dumps(
-        {"status": "finished", "command": "pretrain", "step": 2, "max_steps": 2, "pid": 1}))
+    write(
+        run / "run.json",
+        run_json
+        if run_json is not None
+        else json.dumps({"status": "finished", "command": "pretrain", "step": 2, "max_steps": 2, "pid": 1}),
+    )
     write(run / "training_log.csv", log)
     return run
 
 
-GOOD_LOG = ("time,kind,epoch,step,tokens,train_loss,val_loss,lr,grad_norm,tokens_per_s,mfu,seconds\n"
-            "2026-01-01T00:00:00,step,0,1,128,6.5,,0.0003,1.2,5000,,0.1\n")
+GOOD_LOG = (
+    "time,kind,epoch,step,tokens,train_loss,val_loss,lr,grad_norm,tokens_per_s,mfu,seconds\n"
+    "2026-01-01T00:00:00,step,0,1,128,6.5,,0.0003,1.2,5000,,0.1\n"
+)
 
 
-def damaged_data(fx: Fixtures, tmp: Path, change: Callable[[dict], object] | None = None,
-               text: str | None = None) -> Path:
+def damaged_data(
+    fx: Fixtures, tmp: Path, change: Callable[[dict], object] | None = None, text: str | None = None
+) -> Path:
     data = copy(fx.data, tmp / "data")
     if text is not None:
         write(data / "meta.json", text)

@@ -20,8 +20,15 @@ def tiny_llama(seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=256, max_position_embeddings=64)
+    cfg = LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=256,
+        max_position_embeddings=64,
+    )
     return LlamaForCausalLM(cfg)
 
 
@@ -32,7 +39,7 @@ def batches(steps: int, seed: int = 1) -> list[torch.Tensor]:
 
 def shard(batch: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     per = batch.shape[0] // world
-    return batch[rank * per:(rank + 1) * per]  # (B / world, T)
+    return batch[rank * per : (rank + 1) * per]  # (B / world, T)
 
 
 def loss_of(model, ids: torch.Tensor) -> torch.Tensor:

@@ -16,8 +16,8 @@ import copy
 import sys
 
 import torch
-
 from common import batches, shard, tiny_llama, write_json
+
 from aura import distributed as D
 from aura.train.args import TrainArgs
 from aura.train.loop import optimizer_step
@@ -44,8 +44,9 @@ class Poison:
 
 
 def full_params(model) -> list[torch.Tensor]:
-    return [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
-            for p in D.unwrap(model).parameters()]
+    return [
+        (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone() for p in D.unwrap(model).parameters()
+    ]
 
 
 def run(model, dist, data) -> dict:
@@ -61,8 +62,12 @@ def run(model, dist, data) -> dict:
         outcomes.append([outcome.applied, outcome.grad_norm, outcome.loss])
         scales.append(engine.scaler.get_scale())
         changed.append(any(not torch.equal(a, b) for a, b in zip(before, after)))
-    return {"outcomes": outcomes, "scales": scales, "changed": changed,
-            "digest": [float(p.double().sum()) for p in full_params(model)]}
+    return {
+        "outcomes": outcomes,
+        "scales": scales,
+        "changed": changed,
+        "digest": [float(p.double().sum()) for p in full_params(model)],
+    }
 
 
 def main(out: str) -> None:

@@ -10,8 +10,8 @@ import copy
 import sys
 
 import torch
-
 from common import B, batches, shard, tiny_llama, write_json
+
 from aura import distributed as D
 from aura.models.hardware import choose_auto, default_precision, detect
 
@@ -46,14 +46,20 @@ def main(out: str) -> None:
     own = detect()  # this rank's (assumed) hardware
     agreed = D.agree_hardware(own, dist)
     own_choice, choice = choose_auto(own), choose_auto(agreed)
-    decision = {"preset": choice.preset, "batch": choice.batch_size, "ckpt": choice.gradient_checkpointing,
-                "precision": default_precision(agreed), "memory": agreed.memory_bytes}
+    decision = {
+        "preset": choice.preset,
+        "batch": choice.batch_size,
+        "ckpt": choice.gradient_checkpointing,
+        "precision": default_precision(agreed),
+        "memory": agreed.memory_bytes,
+    }
     base = tiny_llama()
     strategy, _ = D.choose_strategy(base, dist=dist, device_memory=agreed.memory_bytes)
     decision["strategy"] = strategy
     views: list = [None] * dist.world_size
-    torch.distributed.all_gather_object(views, {"own": [own.name, own_choice.preset, default_precision(own)],
-                                                "agreed": decision})
+    torch.distributed.all_gather_object(
+        views, {"own": [own.name, own_choice.preset, default_precision(own)], "agreed": decision}
+    )
 
     data = batches(2)
     ref_losses, ref_grads = _reference(base, data)
@@ -74,10 +80,20 @@ def main(out: str) -> None:
     sync = D.sync_status(ddp, dist)
     fsdp = D.parallelize(copy.deepcopy(base), dist=dist, strategy="fsdp")
     if dist.is_main:
-        write_json(out, {"views": views, "chunked_under_ddp": chunked, "losses": losses, "ref_losses": ref_losses,
-                         "grad_diff": grad_diff, "sync": sync, "global_batch": B,
-                         "bucket_view": bool(getattr(ddp, "gradient_as_bucket_view", False)),
-                         "chunked_under_fsdp": head_for_chunked_loss(fsdp) is not None})
+        write_json(
+            out,
+            {
+                "views": views,
+                "chunked_under_ddp": chunked,
+                "losses": losses,
+                "ref_losses": ref_losses,
+                "grad_diff": grad_diff,
+                "sync": sync,
+                "global_batch": B,
+                "bucket_view": bool(getattr(ddp, "gradient_as_bucket_view", False)),
+                "chunked_under_fsdp": head_for_chunked_loss(fsdp) is not None,
+            },
+        )
     D.teardown(dist)
 
 

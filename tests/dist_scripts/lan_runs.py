@@ -22,11 +22,46 @@ if str(ROOT_DIR) not in sys.path:
 from aura.cli import main  # noqa: E402
 
 STEPS, SAVE = 12, 5
-TINY = ["--model-preset", "manual", "--arch", "llama", "--embed-size", "64", "--num-layers", "2",
-        "--num-heads", "4", "--num-kv-heads", "2", "--seq-length", "32", "--intermediate-size", "128",
-        "--log-interval", "1", "--sample-tokens", "0", "--learning-rate", "3e-3", "--precision", "fp32",
-        "--backend", "gloo", "--save-steps", str(SAVE), "--keep-last", "0", "--warmup-steps", "0",
-        "--min-lr", "3e-3", "--batch-size", "4", "--max-steps", str(STEPS)]
+TINY = [
+    "--model-preset",
+    "manual",
+    "--arch",
+    "llama",
+    "--embed-size",
+    "64",
+    "--num-layers",
+    "2",
+    "--num-heads",
+    "4",
+    "--num-kv-heads",
+    "2",
+    "--seq-length",
+    "32",
+    "--intermediate-size",
+    "128",
+    "--log-interval",
+    "1",
+    "--sample-tokens",
+    "0",
+    "--learning-rate",
+    "3e-3",
+    "--precision",
+    "fp32",
+    "--backend",
+    "gloo",
+    "--save-steps",
+    str(SAVE),
+    "--keep-last",
+    "0",
+    "--warmup-steps",
+    "0",
+    "--min-lr",
+    "3e-3",
+    "--batch-size",
+    "4",
+    "--max-steps",
+    str(STEPS),
+]
 
 RUNS = {
     "ddp": ["--ddp-comm", "none"],
@@ -36,8 +71,9 @@ RUNS = {
 }
 
 
-def run(name: str, root: Path, data: str, extra: list[str], *, rank: int, port: str,
-        argv: list[str] | None = None) -> None:
+def run(
+    name: str, root: Path, data: str, extra: list[str], *, rank: int, port: str, argv: list[str] | None = None
+) -> None:
     import os
 
     os.environ.update(MASTER_PORT=port, TORCHELASTIC_USE_AGENT_STORE="False")
@@ -60,14 +96,51 @@ def main_script() -> None:
         if rank == 0:  # before the run: rank 1 touches nothing until the process group (rank 0) is up
             shutil.copytree(root / name / f"checkpoint-step-{SAVE}", resumed / f"checkpoint-step-{SAVE}")
         run(f"{name}-resumed", root, data, [*RUNS[name], "--resume-from", "latest"], rank=rank, port=next(ports))
-    run("check-dist", root, data, [], rank=rank, port=next(ports),
-        argv=["check-dist", "--size-mb", "1", "--iters", "3", "--model-preset", "gpt2-medium"])
-    for name, extra in (("ft-powersgd", ["--ddp-comm", "powersgd", "--powersgd-rank", "2", "--powersgd-warmup", "2"]),
-                        ("ft-local", ["--local-steps", "2"])):  # LoRA fine-tuning through the same engines
-        run(name, root, data, [], rank=rank, port=next(ports),
-            argv=["finetune", "--base-model", base, "--data", sft, "--method", "lora", "--output-dir",
-                  str(root / name), "--max-steps", "4", "--batch-size", "2", "--log-interval", "1",
-                  "--save-steps", "0", "--backend", "gloo", "--precision", "fp32", *extra])
+    run(
+        "check-dist",
+        root,
+        data,
+        [],
+        rank=rank,
+        port=next(ports),
+        argv=["check-dist", "--size-mb", "1", "--iters", "3", "--model-preset", "gpt2-medium"],
+    )
+    for name, extra in (
+        ("ft-powersgd", ["--ddp-comm", "powersgd", "--powersgd-rank", "2", "--powersgd-warmup", "2"]),
+        ("ft-local", ["--local-steps", "2"]),
+    ):  # LoRA fine-tuning through the same engines
+        run(
+            name,
+            root,
+            data,
+            [],
+            rank=rank,
+            port=next(ports),
+            argv=[
+                "finetune",
+                "--base-model",
+                base,
+                "--data",
+                sft,
+                "--method",
+                "lora",
+                "--output-dir",
+                str(root / name),
+                "--max-steps",
+                "4",
+                "--batch-size",
+                "2",
+                "--log-interval",
+                "1",
+                "--save-steps",
+                "0",
+                "--backend",
+                "gloo",
+                "--precision",
+                "fp32",
+                *extra,
+            ],
+        )
 
 
 if __name__ == "__main__":

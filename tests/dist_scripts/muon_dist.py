@@ -19,16 +19,17 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-
 from common import batches, loss_of, shard, tiny_llama, write_json
+
 from aura import distributed as D
 from aura.distributed.sharded import load_sharded, save_sharded
 from aura.train.optim import muon_dist
 from aura.train.optim.step_engine import build_optimizer
 
 STEPS, SAVE_AT = 4, 2
-ARGS = SimpleNamespace(optimizer="muon", learning_rate=1e-2, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95,
-                       adam_eps=1e-8)
+ARGS = SimpleNamespace(
+    optimizer="muon", learning_rate=1e-2, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8
+)
 CALLS: list[tuple[int, int]] = []  # the shapes this rank orthogonalised
 _ns = muon_dist.newton_schulz
 
@@ -81,8 +82,9 @@ def other_layout(dist) -> bool:
     grads = [torch.randn(t.shape, generator=g) for t in full]
     results = []
     for sharded in (False, True):
-        ps = [torch.nn.Parameter(distribute_tensor(t.clone(), mesh, [Shard(1)]) if sharded else t.clone())
-              for t in full]
+        ps = [
+            torch.nn.Parameter(distribute_tensor(t.clone(), mesh, [Shard(1)]) if sharded else t.clone()) for t in full
+        ]
         opt = MuonAdamW(ps, [], [], lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8)
         for _ in range(2):
             for p, grad in zip(ps, grads):
@@ -97,8 +99,12 @@ def main(root: str, out: str) -> None:
     data = batches(STEPS)
     ref = tiny_llama(seed=0)
     ref_opt = build_optimizer(ref, ARGS, dist.device)
-    result = {"steps": STEPS, "save_at": SAVE_AT, "ref": steps(ref, ref_opt, dist, data, split=False),
-              "ref_shared": ref_opt.shared}
+    result = {
+        "steps": STEPS,
+        "save_at": SAVE_AT,
+        "ref": steps(ref, ref_opt, dist, data, split=False),
+        "ref_shared": ref_opt.shared,
+    }
     ref_w = weights(ref)
     muon_dist.newton_schulz = counting_ns  # from here on: only the shared paths run it
     for name, split in (("ddp", True), ("ddp_whole", False)):

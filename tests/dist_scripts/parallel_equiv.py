@@ -9,8 +9,8 @@ import copy
 import sys
 
 import torch
-
 from common import B, batches, loss_of, reference_run, shard, tiny_llama, write_json
+
 from aura import distributed as D
 from aura.core.errors import AuraError
 
@@ -75,17 +75,26 @@ def main(out: str) -> None:
     auto, reason = D.choose_strategy(base, dist=dist, device_memory=1 << 40)
     auto_small, reason_small = D.choose_strategy(base, dist=dist, device_memory=1 << 20)
     if dist.is_main:
-        write_json(out, {
-            "world": dist.world_size, "global_batch": B,
-            "ref_losses": ref_losses, "ddp_losses": ddp_losses, "acc_losses": acc_losses,
-            "fsdp_losses": fsdp_losses,
-            "ddp_grad_diff": max_diff(ddp_grads, ref_grads),
-            "acc_grad_diff": max_diff(acc_grads, ref_grads),
-            "fsdp_grad_diff": max_diff(fsdp_grads, ref_grads),
-            "sync_ok": sync_ok, "desync_error": desync_error,
-            "fsdp_is_fsdp": D.strategy_of(fsdp) == "fsdp", "ddp_is_ddp": D.strategy_of(ddp) == "ddp",
-            "auto_big_memory": [auto, reason], "auto_small_memory": [auto_small, reason_small],
-        })
+        write_json(
+            out,
+            {
+                "world": dist.world_size,
+                "global_batch": B,
+                "ref_losses": ref_losses,
+                "ddp_losses": ddp_losses,
+                "acc_losses": acc_losses,
+                "fsdp_losses": fsdp_losses,
+                "ddp_grad_diff": max_diff(ddp_grads, ref_grads),
+                "acc_grad_diff": max_diff(acc_grads, ref_grads),
+                "fsdp_grad_diff": max_diff(fsdp_grads, ref_grads),
+                "sync_ok": sync_ok,
+                "desync_error": desync_error,
+                "fsdp_is_fsdp": D.strategy_of(fsdp) == "fsdp",
+                "ddp_is_ddp": D.strategy_of(ddp) == "ddp",
+                "auto_big_memory": [auto, reason],
+                "auto_small_memory": [auto_small, reason_small],
+            },
+        )
     D.teardown(dist)
 
 

@@ -15,9 +15,9 @@ import time
 
 import torch
 import torch.distributed as td
+from common import write_json
 from torch.nn.parallel import DistributedDataParallel
 
-from common import write_json
 from aura.distributed.comm_hooks import register_comm_hook
 
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import torch
-
 from common import batches, loss_of, shard, tiny_llama, write_json
+
 from aura import distributed as D
 from aura.distributed.sharded import full_state_dict, load_sharded, save_sharded
 
@@ -31,8 +31,9 @@ def steps(model, opt, dist, data) -> list[float]:
 
 def main(mode: str, root: str, out: str) -> None:
     dist = D.init_distributed(backend="gloo")
-    model = D.parallelize(tiny_llama(seed=0 if mode == "save" else 7), dist=dist,
-                          strategy="fsdp" if dist.world_size > 1 else "none")
+    model = D.parallelize(
+        tiny_llama(seed=0 if mode == "save" else 7), dist=dist, strategy="fsdp" if dist.world_size > 1 else "none"
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     data = batches(STEPS_BEFORE + STEPS_AFTER)
     ckpt = Path(root) / "ckpt"

@@ -19,16 +19,41 @@ from collections import Counter
 from pathlib import Path
 
 import torch.distributed as td
-
 from common import write_json
+
 from aura.train import loop
 from aura.train.pretrain import PretrainConfig, pretrain
 
-NAMES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter_tensor",
-         "broadcast", "broadcast_object_list", "gather_object", "barrier", "all_to_all_single")
-TINY = dict(model_preset="manual", arch="llama", embed_size=32, num_layers=1, num_heads=2, num_kv_heads=2,
-            seq_length=32, intermediate_size=64, batch_size=2, sample_tokens=0, learning_rate=3e-3,
-            backend="gloo", save_steps=0, keep_last=0, log_interval=1000, eval_interval=0)
+NAMES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "broadcast_object_list",
+    "gather_object",
+    "barrier",
+    "all_to_all_single",
+)
+TINY = dict(
+    model_preset="manual",
+    arch="llama",
+    embed_size=32,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=2,
+    seq_length=32,
+    intermediate_size=64,
+    batch_size=2,
+    sample_tokens=0,
+    learning_rate=3e-3,
+    backend="gloo",
+    save_steps=0,
+    keep_last=0,
+    log_interval=1000,
+    eval_interval=0,
+)
 
 calls: Counter = Counter()
 marks: list[Counter] = []
@@ -40,6 +65,7 @@ def counted(name: str, fn):
         caller = sys._getframe(1).f_globals.get("__name__", "?")
         calls[f"{name} from {caller}"] += 1
         return fn(*args, **kwargs)
+
     return wrapper
 
 
@@ -58,8 +84,14 @@ def main(mode: str, data: str, out: str, result: str, *extra: str) -> None:
         return outcome
 
     loop.optimizer_step = step
-    cfg = PretrainConfig(data=[data], output_dir=Path(out), max_steps=6 if mode == "count" else 50,
-                         precision=opts.get("--precision", "fp32"), strategy=opts.get("--strategy", "ddp"), **TINY)
+    cfg = PretrainConfig(
+        data=[data],
+        output_dir=Path(out),
+        max_steps=6 if mode == "count" else 50,
+        precision=opts.get("--precision", "fp32"),
+        strategy=opts.get("--strategy", "ddp"),
+        **TINY,
+    )
     code = pretrain(cfg)
     per_step = [dict(b - a) for a, b in zip(marks, marks[1:])]  # step k's start to step k+1's start
     write_json(f"{result}.rank{os.environ['RANK']}", {"code": code, "steps": len(marks), "per_step": per_step})

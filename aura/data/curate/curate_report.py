@@ -16,29 +16,41 @@ from aura.core.atomic import atomic_write_json, atomic_write_text
 from aura.core.i18n import Messages, num
 from aura.data.curate.steps import METER
 
-M = Messages("curate_report", {
-    "title": ("Depuración por etapas", "Curation by stage"),
-    "col_stage": ("Etapa", "Stage"), "col_docs_in": ("Docs. entrada", "Docs in"),
-    "col_docs_out": ("Docs. salida", "Docs out"), "col_removed": ("Quitados", "Removed"),
-    "col_chars": ("Caracteres salida", "Chars out"), "col_reasons": ("Motivos principales", "Top reasons"),
-    "plot_docs": ("Documentos tras cada etapa", "Documents after each stage"),
-    "plot_chars": ("Caracteres tras cada etapa (millones)", "Characters after each stage (millions)"),
-})
+M = Messages(
+    "curate_report",
+    {
+        "title": ("Depuración por etapas", "Curation by stage"),
+        "col_stage": ("Etapa", "Stage"),
+        "col_docs_in": ("Docs. entrada", "Docs in"),
+        "col_docs_out": ("Docs. salida", "Docs out"),
+        "col_removed": ("Quitados", "Removed"),
+        "col_chars": ("Caracteres salida", "Chars out"),
+        "col_reasons": ("Motivos principales", "Top reasons"),
+        "plot_docs": ("Documentos tras cada etapa", "Documents after each stage"),
+        "plot_chars": ("Caracteres tras cada etapa (millones)", "Characters after each stage (millions)"),
+    },
+)
 
 # Stage names as shown in the table and the plot.
-STAGES = Messages("curate_stages", {
-    "read": ("lectura", "read"), "extract": ("extracción HTML", "HTML extraction"),
-    "ftfy": ("reparación Unicode", "Unicode repair"), "langid": ("idioma", "language"),
-    "boilerplate": ("líneas de plantilla", "boilerplate lines"),
-    "gopher_repetition": ("repetición (Gopher)", "repetition (Gopher)"),
-    "gopher_quality": ("calidad (Gopher)", "quality (Gopher)"), "c4": ("líneas (C4)", "lines (C4)"),
-    "fineweb": ("calidad (FineWeb)", "quality (FineWeb)"),
-    "spanish": ("estadística del español", "Spanish statistics"),
-    "exact_dedup": ("duplicados exactos", "exact duplicates"),
-    "minhash_dedup": ("casi duplicados (MinHash)", "near duplicates (MinHash)"),
-    "pii": ("datos personales", "personal data"),
-    "decontaminate": ("n-gramas de evaluación", "eval n-grams"),
-})
+STAGES = Messages(
+    "curate_stages",
+    {
+        "read": ("lectura", "read"),
+        "extract": ("extracción HTML", "HTML extraction"),
+        "ftfy": ("reparación Unicode", "Unicode repair"),
+        "langid": ("idioma", "language"),
+        "boilerplate": ("líneas de plantilla", "boilerplate lines"),
+        "gopher_repetition": ("repetición (Gopher)", "repetition (Gopher)"),
+        "gopher_quality": ("calidad (Gopher)", "quality (Gopher)"),
+        "c4": ("líneas (C4)", "lines (C4)"),
+        "fineweb": ("calidad (FineWeb)", "quality (FineWeb)"),
+        "spanish": ("estadística del español", "Spanish statistics"),
+        "exact_dedup": ("duplicados exactos", "exact duplicates"),
+        "minhash_dedup": ("casi duplicados (MinHash)", "near duplicates (MinHash)"),
+        "pii": ("datos personales", "personal data"),
+        "decontaminate": ("n-gramas de evaluación", "eval n-grams"),
+    },
+)
 _DEFAULT_REASON = {"exact_dedup": "exact_duplicate", "minhash_dedup": "near_duplicate", "extract": "extract_empty"}
 
 
@@ -62,8 +74,9 @@ def collect(work: Path, stage_names: list[str]) -> dict:
                 stats = {k: _total(v) for k, v in step.get("stats", {}).items()}
                 if step["name"].startswith(METER):
                     name = step["name"].split(": ", 1)[1]
-                    row = rows.setdefault(name, {"stage": name, "docs_out": 0, "chars_out": 0, "removed": Counter(),
-                                                 "seconds": 0.0})
+                    row = rows.setdefault(
+                        name, {"stage": name, "docs_out": 0, "chars_out": 0, "removed": Counter(), "seconds": 0.0}
+                    )
                     if name not in order:
                         order.append(name)
                     row["docs_out"] += int(stats.get("docs", 0))
@@ -78,7 +91,7 @@ def collect(work: Path, stage_names: list[str]) -> dict:
                 pending_time += float(_total(step.get("time_stats") or 0))
                 for key, value in stats.items():
                     if key.startswith("dropped_"):
-                        pending_reasons[key[len("dropped_"):]] += value
+                        pending_reasons[key[len("dropped_") :]] += value
                     elif key == "dropped":
                         pending_dropped += value
                     elif key.startswith("lang_"):
@@ -110,10 +123,14 @@ def print_table(report: dict) -> None:
         reasons = ", ".join(f"{k} {num(v)}" for k, v in list(r["removed"].items())[:3])
         if r["stage"] == "pii" and report.get("pii_masked"):
             reasons = ", ".join(f"{k} {num(v)}" for k, v in report["pii_masked"].items())
-        rows.append([stage_label(r["stage"]), num(r["docs_in"]), num(r["docs_out"]), share,
-                     num(r["chars_out"]), reasons])
-    console.table(M("title"), [M("col_stage"), M("col_docs_in"), M("col_docs_out"), M("col_removed"),
-                               M("col_chars"), M("col_reasons")], rows)
+        rows.append(
+            [stage_label(r["stage"]), num(r["docs_in"]), num(r["docs_out"]), share, num(r["chars_out"]), reasons]
+        )
+    console.table(
+        M("title"),
+        [M("col_stage"), M("col_docs_in"), M("col_docs_out"), M("col_removed"), M("col_chars"), M("col_reasons")],
+        rows,
+    )
 
 
 def _font(size: int):
@@ -143,8 +160,10 @@ def plot(report: dict, path: Path) -> None:
     width = label_w + 2 * (panel_w + gap)
     img = Image.new("RGB", (width, top + row_h * max(1, len(rows)) + 16), "white")
     draw = ImageDraw.Draw(img)
-    panels = ((M("plot_docs"), [r["docs_out"] for r in rows], "#3b7dd8", num),
-              (M("plot_chars"), [r["chars_out"] / 1e6 for r in rows], "#d8893b", lambda v: num(v, ",.2f")))
+    panels = (
+        (M("plot_docs"), [r["docs_out"] for r in rows], "#3b7dd8", num),
+        (M("plot_chars"), [r["chars_out"] / 1e6 for r in rows], "#d8893b", lambda v: num(v, ",.2f")),
+    )
     for i, r in enumerate(rows):
         name = stage_label(r["stage"])
         y = top + i * row_h + row_h // 2

@@ -38,7 +38,8 @@ LANGUAGES = frozenset(
     "id ig is it ja jv ka kk km kn ko ku ky la lg ln lo lt lv mg mk ml mn mr ms my ne nl no om or pa pl ps pt qu "
     "ro ru sa si sk sl so sq sr sv sw ta te th tl tr ug uk ur uz vi xh yo zh zu zxx ace bcl dz ext gcf gom grc gug "
     "hbo kik nso pcm rw se sn st an ary crh fo fuv gcr guw kab lb lij ltg uzs wa sdh arz ba mt nn oc tg tk tt vec "
-    "vo wuu yue".split())
+    "vo wuu yue".split()
+)
 
 
 def known_languages() -> frozenset[str]:

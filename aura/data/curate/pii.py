@@ -31,8 +31,10 @@ DNI_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"
 
 _DNI = r"(?<![\w-])(?:\d{8}|[XYZxyz][-\s]?\d{7})[-\s]?[A-Za-z](?![\w-])"
 _IBAN = r"(?<![\w])[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]{4}){2,7}(?:[ ]?[A-Z0-9]{1,4})?(?![\w])"
-_PHONE = (r"(?<![\w+])(?:(?:\+|00)34[\s.-]?)?[6789]\d{2}(?:[\s.-]?\d{2,3}){2,3}(?![\w])"
-          r"|(?<![\w+])\+(?!34)\d{1,3}[\s.-]?\(?\d{1,4}\)?(?:[\s.-]?\d{2,4}){2,4}(?![\w])")
+_PHONE = (
+    r"(?<![\w+])(?:(?:\+|00)34[\s.-]?)?[6789]\d{2}(?:[\s.-]?\d{2,3}){2,3}(?![\w])"
+    r"|(?<![\w+])\+(?!34)\d{1,3}[\s.-]?\(?\d{1,4}\)?(?:[\s.-]?\d{2,4}){2,4}(?![\w])"
+)
 
 
 def valid_dni(match: str) -> bool:
@@ -68,20 +70,27 @@ class SpanishPIIFormatter(BaseFormatter):
 
     name = "🕵 Spanish PII"
 
-    def __init__(self, *, emails: bool = True, ips: bool = True, phones: bool = True, ids: bool = True,
-                 ibans: bool = True):
+    def __init__(
+        self, *, emails: bool = True, ips: bool = True, phones: bool = True, ids: bool = True, ibans: bool = True
+    ):
         super().__init__()
         email_pattern = PIIFormatter(remove_ips=False).emails_replacer.regex.pattern
         kinds = [
             ("iban", ibans, _IBAN, valid_iban),
             ("email", emails, email_pattern, None),
             ("dni", ids, _DNI, valid_dni),
-            ("ip", ips, r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|[01]?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|[01]?\d?\d)"
-                        r"(?!\.?\d)", partial(public_ip_validator, public_only=True)),
+            (
+                "ip",
+                ips,
+                r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|[01]?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|[01]?\d?\d)"
+                r"(?!\.?\d)",
+                partial(public_ip_validator, public_only=True),
+            ),
             ("phone", phones, _PHONE, valid_phone),
         ]
-        self.replacers = [(kind, PIIReplacer(pattern, PLACEHOLDERS[kind], validator))
-                          for kind, on, pattern, validator in kinds if on]
+        self.replacers = [
+            (kind, PIIReplacer(pattern, PLACEHOLDERS[kind], validator)) for kind, on, pattern, validator in kinds if on
+        ]
 
     def format(self, text: str) -> str:
         for kind, replacer in self.replacers:

@@ -156,14 +156,27 @@ def _quality_steps(o: Options) -> list[tuple[str, object]]:
     return [
         ("boilerplate", SpanishBoilerplateLines(exclusion_writer=_sampler(o, "boilerplate"))),
         ("gopher_repetition", GopherRepetitionFilter(language=tok, exclusion_writer=_sampler(o, "gopher_rep"))),
-        ("gopher_quality", GopherQualityFilter(min_doc_words=o.min_words, stop_words=list(GOPHER_STOP_WORDS),
-                                               max_avg_word_length=12, max_non_alpha_words_ratio=0.65,
-                                               language=tok,
-                                               exclusion_writer=_sampler(o, "gopher"))),
-        ("c4", C4QualityFilter(filter_no_terminal_punct=False, min_num_sentences=o.min_sentences,
-                               language=tok, exclusion_writer=_sampler(o, "c4"))),
-        ("fineweb", FineWebQualityFilter(stop_chars=TERMINAL, language=tok,
-                                         exclusion_writer=_sampler(o, "fineweb"))),
+        (
+            "gopher_quality",
+            GopherQualityFilter(
+                min_doc_words=o.min_words,
+                stop_words=list(GOPHER_STOP_WORDS),
+                max_avg_word_length=12,
+                max_non_alpha_words_ratio=0.65,
+                language=tok,
+                exclusion_writer=_sampler(o, "gopher"),
+            ),
+        ),
+        (
+            "c4",
+            C4QualityFilter(
+                filter_no_terminal_punct=False,
+                min_num_sentences=o.min_sentences,
+                language=tok,
+                exclusion_writer=_sampler(o, "c4"),
+            ),
+        ),
+        ("fineweb", FineWebQualityFilter(stop_chars=TERMINAL, language=tok, exclusion_writer=_sampler(o, "fineweb"))),
         ("spanish", SpanishTextFilter(exclusion_writer=_sampler(o, "spanish"))),
     ]
 
@@ -180,23 +193,29 @@ def parquet_row(writer, document) -> dict:
     """A document as a Parquet row of fixed columns: text, id and its metadata as JSON text. The records' own
     fields differ between inputs (a JSONL's url, a CSV's columns, FineWeb's dump...), and a struct column
     needs one schema for the whole file; datatrove's readers parse the JSON text back into metadata."""
-    return {"text": document.text, "id": document.id,
-            "metadata": json.dumps(document.metadata, ensure_ascii=False, sort_keys=True)}
+    return {
+        "text": document.text,
+        "id": document.id,
+        "metadata": json.dumps(document.metadata, ensure_ascii=False, sort_keys=True),
+    }
 
 
 def build_stages(o: Options) -> list[Stage]:
     """The executors' pipelines for ``o``, in order; disabled steps are left out."""
     work = o.work
-    minhash_cfg = MinhashConfig(n_grams=o.ngrams, num_buckets=o.buckets, hashes_per_bucket=o.hashes_per_bucket,
-                                hash_config=HashConfig(precision=64, hash_fc="xxhash"))
+    minhash_cfg = MinhashConfig(
+        n_grams=o.ngrams,
+        num_buckets=o.buckets,
+        hashes_per_bucket=o.hashes_per_bucket,
+        hash_config=HashConfig(precision=64, hash_fc="xxhash"),
+    )
     steps: list[tuple[str, object]] = []
     if o.extract:
         steps.append(("extract", HtmlExtractor(timeout=o.extract_timeout)))
     if o.ftfy:
         steps.append(("ftfy", FTFYFormatter()))
     if o.langid:
-        steps.append(("langid", LanguageIdFilter(o.languages, o.lang_threshold,
-                                                  exclusion_writer=_sampler(o, "lang"))))
+        steps.append(("langid", LanguageIdFilter(o.languages, o.lang_threshold, exclusion_writer=_sampler(o, "lang"))))
     if o.quality:
         steps += _quality_steps(o)
     if o.decontaminate:
@@ -211,29 +230,57 @@ def build_stages(o: Options) -> list[Stage]:
         first.append(ExactDedupSignature(str(work / "exact" / "sigs"), config=_exact_config()))
     stages = [Stage("filter", first, o.tasks)]
     if o.exact_dedup:
-        stages.append(Stage("exact_find", [ExactFindDedups(str(work / "exact" / "sigs"),
-                                                           str(work / "exact" / "dups"),
-                                                           config=_exact_config())], 1, single=True))
-    exact_filter = [ExactDedupFilter(str(work / "exact" / "dups"), config=_exact_config(),
-                                     exclusion_writer=_sampler(o, "exact_duplicate")), Meter("exact_dedup")]
+        stages.append(
+            Stage(
+                "exact_find",
+                [ExactFindDedups(str(work / "exact" / "sigs"), str(work / "exact" / "dups"), config=_exact_config())],
+                1,
+                single=True,
+            )
+        )
+    exact_filter = [
+        ExactDedupFilter(
+            str(work / "exact" / "dups"), config=_exact_config(), exclusion_writer=_sampler(o, "exact_duplicate")
+        ),
+        Meter("exact_dedup"),
+    ]
     final_in = work / "filtered"
     final: list = []
     if o.minhash:
         middle: list = [ShardReader(str(final_in))]
         if o.exact_dedup:
             middle += exact_filter
-        middle += [ShardWriter(str(work / "deduped")),
-                   MinhashSignature(str(work / "minhash" / "sigs"), config=minhash_cfg, language=TOKENIZER)]
-        stages += [Stage("minhash_signatures", middle, o.tasks),
-                   Stage("minhash_buckets", [MinhashDedupBuckets(str(work / "minhash" / "sigs"),
-                                                                 str(work / "minhash" / "buckets"),
-                                                                 config=minhash_cfg)], o.buckets),
-                   Stage("minhash_cluster", [MinhashDedupCluster(str(work / "minhash" / "buckets"),
-                                                                 str(work / "minhash" / "remove"),
-                                                                 config=minhash_cfg)], 1, single=True)]
+        middle += [
+            ShardWriter(str(work / "deduped")),
+            MinhashSignature(str(work / "minhash" / "sigs"), config=minhash_cfg, language=TOKENIZER),
+        ]
+        stages += [
+            Stage("minhash_signatures", middle, o.tasks),
+            Stage(
+                "minhash_buckets",
+                [
+                    MinhashDedupBuckets(
+                        str(work / "minhash" / "sigs"), str(work / "minhash" / "buckets"), config=minhash_cfg
+                    )
+                ],
+                o.buckets,
+            ),
+            Stage(
+                "minhash_cluster",
+                [
+                    MinhashDedupCluster(
+                        str(work / "minhash" / "buckets"), str(work / "minhash" / "remove"), config=minhash_cfg
+                    )
+                ],
+                1,
+                single=True,
+            ),
+        ]
         final_in = work / "deduped"
-        final += [MinhashDedupFilter(str(work / "minhash" / "remove"),
-                                     exclusion_writer=_sampler(o, "near_duplicate")), Meter("minhash_dedup")]
+        final += [
+            MinhashDedupFilter(str(work / "minhash" / "remove"), exclusion_writer=_sampler(o, "near_duplicate")),
+            Meter("minhash_dedup"),
+        ]
     elif o.exact_dedup:
         final += exact_filter
     if o.pii:
@@ -279,17 +326,34 @@ class Runner:
             activate = Path(sys.prefix) / "bin" / "activate"  # the jobs run datatrove from this environment
             if not slurm.get("env_command") and activate.is_file():
                 slurm["venv_path"] = str(activate)
-            return SlurmPipelineExecutor(stage.pipeline, tasks=stage.tasks, logging_dir=str(logs),
-                                         job_name=f"aura-curate-{stage.name}", depends=depends, **slurm)
+            return SlurmPipelineExecutor(
+                stage.pipeline,
+                tasks=stage.tasks,
+                logging_dir=str(logs),
+                job_name=f"aura-curate-{stage.name}",
+                depends=depends,
+                **slurm,
+            )
         if self.executor == "ray":
             from datatrove.executor.ray import RayPipelineExecutor
 
-            return RayPipelineExecutor(stage.pipeline, tasks=stage.tasks, logging_dir=str(logs),
-                                       workers=self.workers if self.workers > 0 else -1, **self.ray)
+            return RayPipelineExecutor(
+                stage.pipeline,
+                tasks=stage.tasks,
+                logging_dir=str(logs),
+                workers=self.workers if self.workers > 0 else -1,
+                **self.ray,
+            )
         start, count = self.task_range(stage)
-        return QuietLocalExecutor(stage.pipeline, tasks=stage.tasks, workers=max(1, min(self.workers, count or 1)),
-                                     logging_dir=str(logs), local_tasks=count, local_rank_offset=start,
-                                     start_method="forkserver")
+        return QuietLocalExecutor(
+            stage.pipeline,
+            tasks=stage.tasks,
+            workers=max(1, min(self.workers, count or 1)),
+            logging_dir=str(logs),
+            local_tasks=count,
+            local_rank_offset=start,
+            start_method="forkserver",
+        )
 
 
 def incomplete(logs: Path, tasks: int) -> int:
@@ -297,8 +361,9 @@ def incomplete(logs: Path, tasks: int) -> int:
     return sum(not (done / f"{r:05d}").exists() for r in range(tasks))
 
 
-def run_stages(stages: list[Stage], work: Path, runner: Runner, *,
-               on_stage: Callable[[Stage, int], None] | None = None) -> None:
+def run_stages(
+    stages: list[Stage], work: Path, runner: Runner, *, on_stage: Callable[[Stage, int], None] | None = None
+) -> None:
     """Runs the stages in order. Locally and across boxes, a stage starts once every task of the one
     before it is complete (``completions/``); Slurm chains its jobs with dependencies instead."""
     previous = None
@@ -309,8 +374,7 @@ def run_stages(stages: list[Stage], work: Path, runner: Runner, *,
         ray_executor.add_task_logger, ray_executor.close_task_logger = _task_logger, _close_task_logger
         address = runner.ray.pop("address", "") or None
         if not ray.is_initialized():  # an address joins a running cluster; none starts a local one
-            ray.init(address=address, log_to_driver=False,
-                     **({"num_cpus": runner.workers} if address is None else {}))
+            ray.init(address=address, log_to_driver=False, **({"num_cpus": runner.workers} if address is None else {}))
     for i, stage in enumerate(stages):
         logs = work / "logs" / stage.name
         if runner.executor == "slurm":

@@ -35,31 +35,43 @@ from aura.core.i18n import Messages
 from aura.text.readers import ReaderOptions, iter_records
 from aura.text.sources import Source, walk_inputs
 
-M = Messages("curate_readers", {
-    "unsupported": ("Formato no compatible: {path}. Formatos aceptados: {exts}.",
-                    "Unsupported format: {path}. Accepted formats: {exts}."),
-    "truncated": ("quedan {size:byte|bytes} sin leer al final: el archivo está cortado",
-                  "{size:byte is|bytes are} left unread at the end: the file is cut short"),
-    "cut_record": ("al registro le faltan {size:byte|bytes}: el archivo está cortado",
-                   "the record lacks {size:byte|bytes}: the file is cut short"),
-    "bad_record": ("{path}, registro {record} (byte {offset}): {err}. El archivo está dañado o truncado; "
-                   "vuelve a descargarlo o quítalo de las entradas.",
-                   "{path}, record {record} (byte {offset}): {err}. The file is damaged or truncated; "
-                   "download it again or remove it from the inputs."),
-})
+M = Messages(
+    "curate_readers",
+    {
+        "unsupported": (
+            "Formato no compatible: {path}. Formatos aceptados: {exts}.",
+            "Unsupported format: {path}. Accepted formats: {exts}.",
+        ),
+        "truncated": (
+            "quedan {size:byte|bytes} sin leer al final: el archivo está cortado",
+            "{size:byte is|bytes are} left unread at the end: the file is cut short",
+        ),
+        "cut_record": (
+            "al registro le faltan {size:byte|bytes}: el archivo está cortado",
+            "the record lacks {size:byte|bytes}: the file is cut short",
+        ),
+        "bad_record": (
+            "{path}, registro {record} (byte {offset}): {err}. El archivo está dañado o truncado; "
+            "vuelve a descargarlo o quítalo de las entradas.",
+            "{path}, record {record} (byte {offset}): {err}. The file is damaged or truncated; "
+            "download it again or remove it from the inputs.",
+        ),
+    },
+)
 
 WARC_SUFFIXES = (".warc", ".warc.gz", ".wet", ".wet.gz", ".warc.wet", ".warc.wet.gz", ".arc.gz")
 HTML_SUFFIXES = (".html", ".htm", ".html.gz", ".htm.gz")
-TEXT_SUFFIXES = tuple(f".{f}{c}" for f in ("txt", "jsonl", "json", "csv", "tsv", "parquet")
-                      for c in ("", ".gz", ".zst"))
+TEXT_SUFFIXES = tuple(
+    f".{f}{c}" for f in ("txt", "jsonl", "json", "csv", "tsv", "parquet") for c in ("", ".gz", ".zst")
+)
 ACCEPTED = "WARC/WET (.warc, .warc.gz, .wet.gz), HTML (.html, .htm), txt, jsonl, json, csv, tsv, parquet (+ .gz/.zst)"
 
 
 @dataclass(frozen=True)
 class InputFile:
     path: str
-    kind: str          # warc | html | text | hf_disk | hf_hub (a dataset: read by every task, its share)
-    fmt: str = ""      # text formats: txt | jsonl | ...
+    kind: str  # warc | html | text | hf_disk | hf_hub (a dataset: read by every task, its share)
+    fmt: str = ""  # text formats: txt | jsonl | ...
     compression: str = ""
 
     @property
@@ -73,7 +85,7 @@ def is_html_document(text: str) -> bool:
     ``<html``. Only the first characters are looked at; a text that merely contains tags is text."""
     head = text[:512].lstrip("\ufeff \t\r\n")
     if head[:5].lower() == "<?xml":
-        head = head[head.find("?>") + 2:].lstrip() if "?>" in head else ""
+        head = head[head.find("?>") + 2 :].lstrip() if "?>" in head else ""
     head = head[:14].lower()
     if head.startswith("<!doctype html"):
         return True
@@ -137,8 +149,7 @@ def _read_warc(path: str) -> Iterator[dict]:
                 raise EOFError(M("truncated", size=os.path.getsize(path) - records.offset))
     except (ArchiveLoadFailed, EOFError, OSError, zlib.error, ValueError) as e:
         detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CurateInputError(M("bad_record", path=path, record=record_no + 1, offset=offset,
-                                 err=detail)) from None
+        raise CurateInputError(M("bad_record", path=path, record=record_no + 1, offset=offset, err=detail)) from None
 
 
 def _read_html(f: InputFile) -> Iterator[dict]:

@@ -18,19 +18,44 @@ from datatrove.utils.word_tokenizers import WordTokenizer, simple_span_tokenize
 # The most frequent Spanish function words (articles, prepositions, conjunctions, pronouns, common
 # verbs). Running Spanish prose has about 45 % of its words in this set; keyword spam, menus and
 # tables very few.
-STOP_WORDS = frozenset((
-    "de la que el en y a los se del las un por con no una su para es al lo como más pero sus le ya o "
-    "este porque esta entre cuando muy sin sobre también me hasta hay donde desde todo nos durante "
-    "todos uno les ni contra otros ese eso ante ellos e esto mí antes algunos qué unos yo otro otras "
-    "otra él tanto esa estos mucho quienes nada muchos cual poco ella estar estas algunas algo "
-    "nosotros mi mis tú te ti tu tus ellas nosotras vosotros os mío mía tuyo suyo nuestro nuestra "
-    "esos esas estoy está están estaba fue ser es son era han ha he hemos había sido será puede "
-    "pueden si sí cada usted"
-).split())  # noqa: SIM905 (a word list reads better as text)
+STOP_WORDS = frozenset(
+    (
+        "de la que el en y a los se del las un por con no una su para es al lo como más pero sus le ya o "
+        "este porque esta entre cuando muy sin sobre también me hasta hay donde desde todo nos durante "
+        "todos uno les ni contra otros ese eso ante ellos e esto mí antes algunos qué unos yo otro otras "
+        "otra él tanto esa estos mucho quienes nada muchos cual poco ella estar estas algunas algo "
+        "nosotros mi mis tú te ti tu tus ellas nosotras vosotros os mío mía tuyo suyo nuestro nuestra "
+        "esos esas estoy está están estaba fue ser es son era han ha he hemos había sido será puede "
+        "pueden si sí cada usted"
+    ).split()
+)  # noqa: SIM905 (a word list reads better as text)
 
 # Words that Gopher requires at least two of (the role of "the, be, to, of, and, that, have, with").
-GOPHER_STOP_WORDS = ("de", "la", "que", "el", "en", "y", "a", "los", "se", "del", "las", "un", "por",
-                     "con", "no", "una", "su", "para", "es", "al", "lo", "como", "más")
+GOPHER_STOP_WORDS = (
+    "de",
+    "la",
+    "que",
+    "el",
+    "en",
+    "y",
+    "a",
+    "los",
+    "se",
+    "del",
+    "las",
+    "un",
+    "por",
+    "con",
+    "no",
+    "una",
+    "su",
+    "para",
+    "es",
+    "al",
+    "lo",
+    "como",
+    "más",
+)
 
 TERMINAL = (".", "!", "?", "…", '"', "'", "»", "”", ")", ":")
 ACCENTED = frozenset("áéíóúüñÁÉÍÓÚÜÑ")
@@ -39,8 +64,11 @@ _WORD = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*|[^\w\s]", re.UNICODE)
 # A sentence ends at . ! ? … (possibly repeated, possibly closed by a quote) followed by a space and an
 # opening of the next one; a capital after an abbreviation such as "Sr." is the usual false split.
 _SENTENCE = re.compile(r"[^.!?…\n]*(?:[.!?…]+[\"'»”)]*|\n|$)")
-_ABBREV = re.compile(r"(?:\b(?:Sr|Sra|Srta|Dr|Dra|Ud|Uds|Vd|Vds|pág|núm|etc|p\.ej|aprox|art|cap|tel|"
-                     r"av|avda|admón|dpto|ej|fig|vol)\.)$", re.IGNORECASE)
+_ABBREV = re.compile(
+    r"(?:\b(?:Sr|Sra|Srta|Dr|Dra|Ud|Uds|Vd|Vds|pág|núm|etc|p\.ej|aprox|art|cap|tel|"
+    r"av|avda|admón|dpto|ej|fig|vol)\.)$",
+    re.IGNORECASE,
+)
 
 
 class SpanishTokenizer(WordTokenizer):
@@ -85,13 +113,15 @@ TOKENIZER = SpanishTokenizer()
 NOTICE_LINE = re.compile(
     r"(?:utiliza(?:mos)? cookies|usa(?:mos)? cookies|uso de cookies|política de (?:privacidad|cookies)|"
     r"aviso legal|términos y condiciones|condiciones de uso|derechos reservados|aceptar? (?:las )?cookies|"
-    r"configurar cookies|copyright|©|javascript)")
+    r"configurar cookies|copyright|©|javascript)"
+)
 NAVIGATION_LINE = re.compile(
     r"(?:compartir en|comparte esto|suscríbete|suscribirse|date de alta|iniciar? sesión|regístrate|"
     r"leer más|seguir leyendo|ver más|haz clic|pincha aquí|ir al contenido|saltar al contenido|volver "
     r"arriba|ir arriba|mapa del sitio|síguenos|entradas relacionadas|artículos relacionados|publicado por|"
     r"deja(?:r)? un comentario|comentarios|añadir al carrito|carrito|cesta|^menú|^inicio|^buscar|"
-    r"^contacto|^noticias$|^categorías|^etiquetas)")
+    r"^contacto|^noticias$|^categorías|^etiquetas)"
+)
 SHORT_LINE_WORDS = 10
 
 
@@ -149,9 +179,16 @@ class SpanishTextFilter(BaseFilter):
 
     name = "🇪🇸 Spanish text statistics"
 
-    def __init__(self, *, min_stop_word_ratio: float = 0.15, min_accent_ratio: float = 0.002,
-                 accent_min_letters: int = 500, max_upper_ratio: float = 0.25,
-                 max_digit_ratio: float = 0.2, exclusion_writer=None):
+    def __init__(
+        self,
+        *,
+        min_stop_word_ratio: float = 0.15,
+        min_accent_ratio: float = 0.002,
+        accent_min_letters: int = 500,
+        max_upper_ratio: float = 0.25,
+        max_digit_ratio: float = 0.2,
+        exclusion_writer=None,
+    ):
         super().__init__(exclusion_writer)
         self.min_stop_word_ratio = min_stop_word_ratio
         self.min_accent_ratio = min_accent_ratio
@@ -170,8 +207,10 @@ class SpanishTextFilter(BaseFilter):
         if letters:
             if sum(c.isupper() for c in text) / letters > self.max_upper_ratio:
                 return False, "es_too_many_capitals"
-            if letters >= self.accent_min_letters and \
-                    sum(c in ACCENTED for c in text) / letters < self.min_accent_ratio:
+            if (
+                letters >= self.accent_min_letters
+                and sum(c in ACCENTED for c in text) / letters < self.min_accent_ratio
+            ):
                 return False, "es_no_accents"
         visible = sum(not c.isspace() for c in text)
         if visible and sum(c.isdigit() for c in text) / visible > self.max_digit_ratio:

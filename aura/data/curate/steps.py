@@ -20,8 +20,11 @@ from datatrove.utils.typeshelper import StatHints
 
 GZIP = "gzip-reproducible"  # gzip with mtime 0 and no file name: same bytes for the same content
 fsspec.compression.register_compression(
-    GZIP, lambda f, mode="rb", **kw: GzipFile(filename="", fileobj=f, mode=mode, mtime=0, compresslevel=6),
-    [], force=True)
+    GZIP,
+    lambda f, mode="rb", **kw: GzipFile(filename="", fileobj=f, mode=mode, mtime=0, compresslevel=6),
+    [],
+    force=True,
+)
 
 METER = "📏 Meter"
 

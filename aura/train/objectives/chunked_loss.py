@@ -108,8 +108,8 @@ class LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
         grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
         for s in range(0, h.shape[0], chunk):
-            hc = h[s:s + chunk].to(dtype)  # (n, d)
-            part, logits, lse, safe, valid = _chunk_loss(hc, w, b, targets[s:s + chunk])
+            hc = h[s : s + chunk].to(dtype)  # (n, d)
+            part, logits, lse, safe, valid = _chunk_loss(hc, w, b, targets[s : s + chunk])
             loss += part
             g = logits.sub_(lse.unsqueeze(1)).exp_()  # softmax, in place of the logits: (n, V) fp32
             g[torch.arange(g.shape[0], device=g.device), safe] -= 1.0
@@ -118,7 +118,7 @@ class LinearCrossEntropy(torch.autograd.Function):
                 grad_b += g.sum(0)
             g = g.to(dtype)
             if need_h:
-                grad_h[s:s + chunk] = (g @ w).to(h.dtype)
+                grad_h[s : s + chunk] = (g @ w).to(h.dtype)
             if need_w:  # accumulated in place: no (V, d) temporary per chunk in fp32
                 if dtype == torch.float32:
                     grad_w.addmm_(g.t(), hc)
@@ -152,8 +152,14 @@ def _liger_available(h: torch.Tensor) -> bool:
     return "accum_dtype" in inspect.signature(LigerFusedLinearCrossEntropyLoss.__init__).parameters
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                         targets: torch.Tensor, *, chunk: int | None = None) -> torch.Tensor:
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    *,
+    chunk: int | None = None,
+) -> torch.Tensor:
     """Summed cross entropy of ``hidden @ weight.T + bias`` against ``targets`` (-100 ignored), fp32.
 
     ``hidden`` (..., d) and ``targets`` (...) are flattened over tokens. Equal to
@@ -171,19 +177,21 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
             return fused(weight.to(dtype), h.to(dtype), t, bias.to(dtype) if bias is not None else None).float()
     chunk = chunk or chunk_tokens(h.shape[0], weight.shape[0], h.shape[1], device_type=h.device.type)
     with torch.autocast(h.device.type, enabled=False):  # dtypes are explicit inside
-        if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad
-                                        or (bias is not None and bias.requires_grad)):
+        if torch.is_grad_enabled() and (
+            h.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+        ):
             return LinearCrossEntropy.apply(h, weight, bias, t, chunk, dtype)
         w = weight.to(dtype)
         b = bias.to(dtype) if bias is not None else None
         total = torch.zeros((), dtype=torch.float32, device=h.device)
         for s in range(0, h.shape[0], chunk):
-            total += _chunk_loss(h[s:s + chunk].to(dtype), w, b, t[s:s + chunk])[0]
+            total += _chunk_loss(h[s : s + chunk].to(dtype), w, b, t[s : s + chunk])[0]
         return total
 
 
-def chunked_token_loss_sum(model, head: torch.nn.Linear, batch: dict[str, torch.Tensor], *,
-                           chunk: int | None = None) -> torch.Tensor:
+def chunked_token_loss_sum(
+    model, head: torch.nn.Linear, batch: dict[str, torch.Tensor], *, chunk: int | None = None
+) -> torch.Tensor:
     """``token_loss_sum`` through ``linear_cross_entropy``: the model's forward (through its wrappers)
     with the head skipped, then the loss from the captured hidden states."""
     kwargs = {k: batch[k] for k in ("attention_mask", "position_ids") if k in batch}

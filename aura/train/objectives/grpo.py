@@ -50,8 +50,16 @@ from aura.train.objectives.objective import Headline
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
 IS_LEVELS = ("token", "sequence")
 CISPO_EPSILON_HIGH = 5.0  # TRL's documentation: the ScaleRL paper's epsilon_max
-ROLLOUT_STATS = ("reward", "reward_std", "frac_reward_zero_std", "groups_with_signal", "completion_length",
-                 "completions_truncated", "time/rollout_s", "time/update_s")
+ROLLOUT_STATS = (
+    "reward",
+    "reward_std",
+    "frac_reward_zero_std",
+    "groups_with_signal",
+    "completion_length",
+    "completions_truncated",
+    "time/rollout_s",
+    "time/update_s",
+)
 
 
 def rollout_stat_names(reward_names: list[str]) -> tuple[str, ...]:
@@ -60,8 +68,9 @@ def rollout_stat_names(reward_names: list[str]) -> tuple[str, ...]:
     return ROLLOUT_STATS[:2] + per_reward + ROLLOUT_STATS[2:]
 
 
-def completion_logps(model, batch: dict[str, torch.Tensor], *, temperature: float, entropy: bool = False
-                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def completion_logps(
+    model, batch: dict[str, torch.Tensor], *, temperature: float, entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log-prob of each completion token under ``model`` (B, C) fp32, and its entropy (B, C), no
     gradient, when asked). Logits exist only for the completion positions (``logits_to_keep``). When rows
     share a prompt (``prompt_rows``: GRPO's G completions of one prompt), see ``_shared_prompt_logits``."""
@@ -70,8 +79,13 @@ def completion_logps(model, batch: dict[str, torch.Tensor], *, temperature: floa
     if _can_share_prompts(model, batch):
         logits = _shared_prompt_logits(model, batch, c)
     else:
-        logits = model(input_ids=ids, attention_mask=batch["attention_mask"], position_ids=batch["position_ids"],
-                       use_cache=False, logits_to_keep=c + 1).logits[:, :-1]  # (B, C, V): t predicts t + 1
+        logits = model(
+            input_ids=ids,
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+            use_cache=False,
+            logits_to_keep=c + 1,
+        ).logits[:, :-1]  # (B, C, V): t predicts t + 1
     logits = logits.float() / temperature
     targets = ids[:, -c:].unsqueeze(-1)  # (B, C, 1)
     lse = logits.logsumexp(-1)  # (B, C)
@@ -112,15 +126,25 @@ def _shared_prompt_logits(model, batch: dict[str, torch.Tensor], c: int) -> torc
     first, of_row = batch["prompt_rows"], batch["prompt_of_row"]
     p = ids.shape[1] - c
     cache, key = new_cache(model)
-    prompt_logits = unwrap(model)(input_ids=ids[first, :p], attention_mask=mask[first, :p],
-                                  position_ids=pos[first, :p], use_cache=True, logits_to_keep=1,
-                                  **{key: cache}).logits  # (U, 1, V): the last prompt token predicts the first
+    prompt_logits = unwrap(model)(
+        input_ids=ids[first, :p],
+        attention_mask=mask[first, :p],
+        position_ids=pos[first, :p],
+        use_cache=True,
+        logits_to_keep=1,
+        **{key: cache},
+    ).logits  # (U, 1, V): the last prompt token predicts the first
     prompt_logits = prompt_logits[of_row]
     if c == 1:
         return prompt_logits
     cache.batch_select_indices(of_row)
-    logits = model(input_ids=ids[:, p:p + c - 1], attention_mask=mask[:, :p + c - 1], position_ids=pos[:, p:p + c - 1],
-                   use_cache=True, **{key: cache}).logits  # (B, C - 1, V)
+    logits = model(
+        input_ids=ids[:, p : p + c - 1],
+        attention_mask=mask[:, : p + c - 1],
+        position_ids=pos[:, p : p + c - 1],
+        use_cache=True,
+        **{key: cache},
+    ).logits  # (B, C - 1, V)
     return torch.cat([prompt_logits, logits], dim=1)
 
 
@@ -148,12 +172,23 @@ class GRPO:
 
     name = "grpo"
     # its loss is about 0 by construction (advantages are centred per group): the reward is the number
-    headline = (Headline("reward", "recompensa media", "mean reward"),
-                Headline("reward", "cambio de la recompensa", "reward change", change=True))
+    headline = (
+        Headline("reward", "recompensa media", "mean reward"),
+        Headline("reward", "cambio de la recompensa", "reward change", change=True),
+    )
 
-    def __init__(self, *, loss_type: str = "dapo", epsilon: float = 0.2, epsilon_high: float | None = None,
-                 beta: float = 0.0, temperature: float = 1.0, max_completion_length: int = 256,
-                 reward_names: list[str] | tuple[str, ...] = (), importance_sampling_level: str = "token"):
+    def __init__(
+        self,
+        *,
+        loss_type: str = "dapo",
+        epsilon: float = 0.2,
+        epsilon_high: float | None = None,
+        beta: float = 0.0,
+        temperature: float = 1.0,
+        max_completion_length: int = 256,
+        reward_names: list[str] | tuple[str, ...] = (),
+        importance_sampling_level: str = "token",
+    ):
         if loss_type not in LOSS_TYPES or importance_sampling_level not in IS_LEVELS:
             raise ValueError(f"loss_type must be one of {LOSS_TYPES}, importance_sampling_level one of {IS_LEVELS}")
         self.loss_type, self.beta, self.temperature = loss_type, beta, temperature
@@ -173,8 +208,9 @@ class GRPO:
             return n * self.max_completion_length
         return n
 
-    def per_token_loss(self, logps: torch.Tensor, batch: dict[str, torch.Tensor]
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def per_token_loss(
+        self, logps: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(per-token loss (B, C), clipped indicator (B, C), or (B, 1) per completion at sequence level,
         per-token KL (B, C) or None)."""
         old = batch.get("old_logps")
@@ -219,11 +255,15 @@ class GRPO:
         total = self.aggregate(per_token, mask)
         tokens = mask.sum().clamp(min=1)
         # statistics are summed per unit (the loop divides them by the units); no host sync here
-        units = tokens if self.loss_type in ("dapo", "cispo") else mask.shape[0] * (
-            self.max_completion_length if self.loss_type == "dr_grpo" else 1)
+        units = (
+            tokens
+            if self.loss_type in ("dapo", "cispo")
+            else mask.shape[0] * (self.max_completion_length if self.loss_type == "dr_grpo" else 1)
+        )
         # the clipped share: of the tokens, or of the completions when a ratio is a completion's (as TRL)
-        clip_share = (clipped.to(mask.dtype) * mask).sum() / tokens if self.level == "token" else \
-            clipped.to(mask.dtype).mean()
+        clip_share = (
+            (clipped.to(mask.dtype) * mask).sum() / tokens if self.level == "token" else clipped.to(mask.dtype).mean()
+        )
         stats = {"entropy": (entropy * mask).sum() / tokens * units, "clip_ratio": clip_share * units}
         if kl is not None:
             stats["kl"] = (kl.detach() * mask).sum() / tokens * units

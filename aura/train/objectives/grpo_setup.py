@@ -17,49 +17,71 @@ from aura.core.i18n import Messages, num
 from aura.train.objectives.grpo_args import M as AM
 from aura.train.objectives.registry import ObjectiveSetup
 
-M = Messages("grpo_setup", {
-    "demo_data": ("Sin --data: se usan los problemas de matemáticas en español incluidos ({path}).",
-                  "No --data: using the embedded Spanish math problems ({path})."),
-    "rewards": ("Recompensas: {rewards}.", "Rewards: {rewards}."),
-    "user_code": ("La recompensa {name} es código tuyo ({spec}): se ejecuta con tus permisos.",
-                  "The reward {name} is your own code ({spec}): it runs with your rights."),
-    "prompts": ("Prompts: {train} de entrenamiento, {val} de validación; {g:respuesta|respuestas} por prompt, "
-                "{per_step:prompt|prompts} por paso.",
-                "Prompts: {train} for training, {val} for validation; {g:completion|completions} per prompt, "
-                "{per_step:prompt|prompts} per step."),
-    "window": ("--batch-size ({batch}) x --gradient-accumulation-steps ({accum}) x {world:proceso|procesos} = "
-               "{total:respuesta|respuestas} por paso: debe ser múltiplo de --num-generations ({g}).",
-               "--batch-size ({batch}) x --gradient-accumulation-steps ({accum}) x {world:process|processes} = "
-               "{total:completion|completions} per step: it must be a multiple of --num-generations ({g})."),
-    "engine": ("Generación: {engine}; referencia: {reference}.", "Rollouts: {engine}; reference: {reference}."),
-    "too_long": ("El prompt más largo ({where}: {prompt:token|tokens}) más --max-completion-length ({completion}) no "
-                 "cabe en el contexto del modelo ({ctx:token|tokens}). Baja --max-completion-length o pon "
-                 "--max-prompt-length.",
-                 "The longest prompt ({where}: {prompt:token|tokens}) plus --max-completion-length ({completion}) "
-                 "does not fit the model's context ({ctx:token|tokens}). Lower --max-completion-length or set "
-                 "--max-prompt-length."),
-    "gspo_sum": ("--importance-sampling-level sequence con --loss-type {loss}: la pérdida suma las contribuciones de "
-                 "cada token, así que cada respuesta pesa según su longitud en lugar de optimizar el objetivo por "
-                 "respuesta de GSPO. Para el planteamiento del artículo usa --loss-type grpo.",
-                 "--importance-sampling-level sequence with --loss-type {loss}: the loss sums per-token "
-                 "contributions, so each completion weighs by its length instead of optimising GSPO's per-completion "
-                 "objective. For the paper's setup use --loss-type grpo."),
-    "engine_torch": ("motor PyTorch de Aura (caché KV, lotes)", "Aura's PyTorch engine (KV cache, batched)"),
-    "engine_vllm": ("vLLM en el mismo dispositivo (pesos sincronizados en cada paso)",
-                    "vLLM on the same device (weights synced every step)"),
-    "ref_none": ("ninguna (--beta 0)", "none (--beta 0)"),
-    "ref_adapter": ("el modelo base con el adaptador desactivado", "the base model with the adapter disabled"),
-    "no_signal": ("0 de {n:grupo|grupos} tuvieron señal de recompensa: el modelo no cambió. Las {g:respuesta|respuestas} de "
-                  "cada prompt recibieron siempre la misma recompensa, así que todas las ventajas fueron 0. Usa una "
-                  "recompensa que el modelo pueda ganar (--reward format, length, spanish) o prompts más fáciles.",
-                  "0 of {n:group|groups} had a reward signal: the model did not change. The {g:completion|completions} of each "
-                  "prompt always got the same reward, so every advantage was 0. Use a reward the model can earn "
-                  "(--reward format, length, spanish) or easier prompts."),
-    "signal": ("{k} de {n:grupo|grupos} tuvieron señal de recompensa (recompensas distintas entre sus "
-               "{g:respuesta|respuestas}).",
-               "{k} of {n:group|groups} had a reward signal (different rewards among their {g:completion|completions})."),
-    "ref_copy": ("una copia congelada del modelo inicial", "a frozen copy of the starting model"),
-})
+M = Messages(
+    "grpo_setup",
+    {
+        "demo_data": (
+            "Sin --data: se usan los problemas de matemáticas en español incluidos ({path}).",
+            "No --data: using the embedded Spanish math problems ({path}).",
+        ),
+        "rewards": ("Recompensas: {rewards}.", "Rewards: {rewards}."),
+        "user_code": (
+            "La recompensa {name} es código tuyo ({spec}): se ejecuta con tus permisos.",
+            "The reward {name} is your own code ({spec}): it runs with your rights.",
+        ),
+        "prompts": (
+            "Prompts: {train} de entrenamiento, {val} de validación; {g:respuesta|respuestas} por prompt, "
+            "{per_step:prompt|prompts} por paso.",
+            "Prompts: {train} for training, {val} for validation; {g:completion|completions} per prompt, "
+            "{per_step:prompt|prompts} per step.",
+        ),
+        "window": (
+            "--batch-size ({batch}) x --gradient-accumulation-steps ({accum}) x {world:proceso|procesos} = "
+            "{total:respuesta|respuestas} por paso: debe ser múltiplo de --num-generations ({g}).",
+            "--batch-size ({batch}) x --gradient-accumulation-steps ({accum}) x {world:process|processes} = "
+            "{total:completion|completions} per step: it must be a multiple of --num-generations ({g}).",
+        ),
+        "engine": ("Generación: {engine}; referencia: {reference}.", "Rollouts: {engine}; reference: {reference}."),
+        "too_long": (
+            "El prompt más largo ({where}: {prompt:token|tokens}) más --max-completion-length ({completion}) no "
+            "cabe en el contexto del modelo ({ctx:token|tokens}). Baja --max-completion-length o pon "
+            "--max-prompt-length.",
+            "The longest prompt ({where}: {prompt:token|tokens}) plus --max-completion-length ({completion}) "
+            "does not fit the model's context ({ctx:token|tokens}). Lower --max-completion-length or set "
+            "--max-prompt-length.",
+        ),
+        "gspo_sum": (
+            "--importance-sampling-level sequence con --loss-type {loss}: la pérdida suma las contribuciones de "
+            "cada token, así que cada respuesta pesa según su longitud en lugar de optimizar el objetivo por "
+            "respuesta de GSPO. Para el planteamiento del artículo usa --loss-type grpo.",
+            "--importance-sampling-level sequence with --loss-type {loss}: the loss sums per-token "
+            "contributions, so each completion weighs by its length instead of optimising GSPO's per-completion "
+            "objective. For the paper's setup use --loss-type grpo.",
+        ),
+        "engine_torch": ("motor PyTorch de Aura (caché KV, lotes)", "Aura's PyTorch engine (KV cache, batched)"),
+        "engine_vllm": (
+            "vLLM en el mismo dispositivo (pesos sincronizados en cada paso)",
+            "vLLM on the same device (weights synced every step)",
+        ),
+        "ref_none": ("ninguna (--beta 0)", "none (--beta 0)"),
+        "ref_adapter": ("el modelo base con el adaptador desactivado", "the base model with the adapter disabled"),
+        "no_signal": (
+            "0 de {n:grupo|grupos} tuvieron señal de recompensa: el modelo no cambió. Las {g:respuesta|respuestas} de "
+            "cada prompt recibieron siempre la misma recompensa, así que todas las ventajas fueron 0. Usa una "
+            "recompensa que el modelo pueda ganar (--reward format, length, spanish) o prompts más fáciles.",
+            "0 of {n:group|groups} had a reward signal: the model did not change. The {g:completion|completions} of "
+            "each "
+            "prompt always got the same reward, so every advantage was 0. Use a reward the model can earn "
+            "(--reward format, length, spanish) or easier prompts.",
+        ),
+        "signal": (
+            "{k} de {n:grupo|grupos} tuvieron señal de recompensa (recompensas distintas entre sus "
+            "{g:respuesta|respuestas}).",
+            "{k} of {n:group|groups} had a reward signal (different rewards among their {g:completion|completions}).",
+        ),
+        "ref_copy": ("una copia congelada del modelo inicial", "a frozen copy of the starting model"),
+    },
+)
 GRPO_LR_LORA, GRPO_LR_FULL = 1e-5, 1e-6  # TRL GRPOConfig's default is 1e-6 for full weights
 
 
@@ -68,9 +90,16 @@ def load(cfg) -> tuple[list, object]:
     from aura.data.prompts import DEFAULT_PROMPTS, load_prompts
     from aura.data.rewards import DEFAULT_FORMAT, RewardSet, parse_reward
 
-    rewards = RewardSet([parse_reward(spec, format_pattern=cfg.format_pattern or DEFAULT_FORMAT,
-                                      max_completion_length=cfg.max_completion_length)
-                         for spec in cfg.rewards_or_default])
+    rewards = RewardSet(
+        [
+            parse_reward(
+                spec,
+                format_pattern=cfg.format_pattern or DEFAULT_FORMAT,
+                max_completion_length=cfg.max_completion_length,
+            )
+            for spec in cfg.rewards_or_default
+        ]
+    )
     for reward, spec in zip(rewards.rewards, cfg.rewards_or_default):
         if reward.user:
             console.warn(M("user_code", name=reward.name, spec=spec))
@@ -101,9 +130,13 @@ class GRPOSetup(ObjectiveSetup):
     @classmethod
     def check_across(cls, cfg) -> None:
         """No preference flag GRPO cannot honour, one process or DDP, vLLM where it runs; --beta 0 by default."""
-        for flag, bad in (("dpo-loss", cfg.dpo_loss != "sigmoid"), ("label-smoothing", cfg.label_smoothing),
-                          ("precompute-ref", cfg.precompute_ref), ("train-on-prompt", cfg.train_on_prompt),
-                          ("packing", cfg.packing)):
+        for flag, bad in (
+            ("dpo-loss", cfg.dpo_loss != "sigmoid"),
+            ("label-smoothing", cfg.label_smoothing),
+            ("precompute-ref", cfg.precompute_ref),
+            ("train-on-prompt", cfg.train_on_prompt),
+            ("packing", cfg.packing),
+        ):
             if bad:
                 raise AuraError(AM("not_grpo", flag=flag))
         if cfg.max_prompt_length is not None and cfg.max_prompt_length <= 0:
@@ -134,8 +167,10 @@ class GRPOSetup(ObjectiveSetup):
         """Each prompt with an assistant turn (its answer, if any)."""
         from aura.data.sft import Conversation
 
-        return [Conversation(messages=p.messages + [{"role": "assistant", "content": str(p.answer or "-")}],
-                             where=p.where) for p in items]
+        return [
+            Conversation(messages=p.messages + [{"role": "assistant", "content": str(p.answer or "-")}], where=p.where)
+            for p in items
+        ]
 
     def encode(self, cfg, tok, items: list, *, templated: bool) -> tuple[list, list]:
         return encode(cfg, tok, items, templated=templated)
@@ -150,9 +185,16 @@ class GRPOSetup(ObjectiveSetup):
     def build(self, cfg, model, train_ex: list, val_ex: list, *, tok, run):
         from aura.train.objectives.grpo import GRPO
 
-        return GRPO(loss_type=cfg.loss_type, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta,
-                    temperature=cfg.temperature, max_completion_length=cfg.max_completion_length,
-                    reward_names=self.rewards.names, importance_sampling_level=cfg.importance_sampling_level)
+        return GRPO(
+            loss_type=cfg.loss_type,
+            epsilon=cfg.epsilon,
+            epsilon_high=cfg.epsilon_high,
+            beta=cfg.beta,
+            temperature=cfg.temperature,
+            max_completion_length=cfg.max_completion_length,
+            reward_names=self.rewards.names,
+            importance_sampling_level=cfg.importance_sampling_level,
+        )
 
     def completion_tokens(self, cfg) -> int:
         return cfg.max_completion_length
@@ -167,8 +209,12 @@ class GRPOSetup(ObjectiveSetup):
 def optimisation_defaults(cfg) -> dict:
     """GRPO's defaults: one prompt's G completions per micro-batch, 4 prompts per step, lr 1e-5 (LoRA) or
     1e-6 (full), one epoch."""
-    return {"batch_size": cfg.num_generations, "gradient_accumulation_steps": 4,
-            "learning_rate": GRPO_LR_FULL if cfg.method == "full" else GRPO_LR_LORA, "epochs": 1}
+    return {
+        "batch_size": cfg.num_generations,
+        "gradient_accumulation_steps": 4,
+        "learning_rate": GRPO_LR_FULL if cfg.method == "full" else GRPO_LR_LORA,
+        "epochs": 1,
+    }
 
 
 def resolve(cfg, dist):
@@ -184,8 +230,16 @@ def resolve(cfg, dist):
         cfg = dataclasses.replace(cfg, strategy="ddp")
     total = cfg.batch_size * cfg.gradient_accumulation_steps * dist.world_size
     if total % cfg.num_generations:
-        raise AuraError(M("window", batch=cfg.batch_size, accum=cfg.gradient_accumulation_steps,
-                          world=dist.world_size, total=total, g=cfg.num_generations))
+        raise AuraError(
+            M(
+                "window",
+                batch=cfg.batch_size,
+                accum=cfg.gradient_accumulation_steps,
+                world=dist.world_size,
+                total=total,
+                g=cfg.num_generations,
+            )
+        )
     return cfg
 
 
@@ -200,8 +254,15 @@ def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, bas
     ctx = context_length(model.config)
     longest = max(train_ex + val_ex, key=lambda p: len(p.input_ids))
     if ctx and len(longest.input_ids) + cfg.max_completion_length > ctx:
-        raise AuraError(M("too_long", prompt=len(longest.input_ids), where=longest.item.where,
-                          completion=cfg.max_completion_length, ctx=ctx))
+        raise AuraError(
+            M(
+                "too_long",
+                prompt=len(longest.input_ids),
+                where=longest.item.where,
+                completion=cfg.max_completion_length,
+                ctx=ctx,
+            )
+        )
     adapter = cfg.method != "full"
     reference, ref_how = None, "ref_none"
     if cfg.beta:
@@ -210,25 +271,52 @@ def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, bas
             from aura.train.objectives.preference import frozen_copy
 
             reference = frozen_copy(model, run=run, cfg=cfg)
-    sampling = SamplingParams(max_new_tokens=cfg.max_completion_length, temperature=cfg.temperature,
-                              top_p=cfg.top_p, top_k=cfg.top_k, stop_ids=tuple(end_of_turn_ids(tok)),
-                              stop_strings=tuple(cfg.stop))
+    sampling = SamplingParams(
+        max_new_tokens=cfg.max_completion_length,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+        stop_ids=tuple(end_of_turn_ids(tok)),
+        stop_strings=tuple(cfg.stop),
+    )
     generate, engine = None, "engine_torch"
     if cfg.rollout_engine == "vllm":  # only when asked: `auto` never picks an engine that has not run here
         from aura.train.objectives.vllm_rollout import VLLMGenerator, model_len
 
-        generate, engine = VLLMGenerator(model, base_name=base_name, sampling=sampling, cfg=cfg, dist=run.dist,
-                                         max_model_len=model_len(len(longest.input_ids), cfg.max_completion_length),
-                                         precision=run.precision), \
-            "engine_vllm"
+        generate, engine = (
+            VLLMGenerator(
+                model,
+                base_name=base_name,
+                sampling=sampling,
+                cfg=cfg,
+                dist=run.dist,
+                max_model_len=model_len(len(longest.input_ids), cfg.max_completion_length),
+                precision=run.precision,
+            ),
+            "engine_vllm",
+        )
     console.info(M("engine", engine=M(engine), reference=M(ref_how)))
-    source = RolloutSource(train_ex, policy=model, rewards=rewards, tokenizer=tok, sampling=sampling,
-                           num_generations=cfg.num_generations, batch_size=cfg.batch_size,
-                           accumulation=cfg.gradient_accumulation_steps, scale_rewards=cfg.scale_rewards,
-                           temperature=cfg.temperature, beta=cfg.beta, dist=run.dist, precision=run.precision,
-                           seed=cfg.seed, reference=reference, generate=generate)
-    console.info(M("prompts", train=len(train_ex), val=len(val_ex), g=cfg.num_generations,
-                   per_step=source.prompts_per_window))
+    source = RolloutSource(
+        train_ex,
+        policy=model,
+        rewards=rewards,
+        tokenizer=tok,
+        sampling=sampling,
+        num_generations=cfg.num_generations,
+        batch_size=cfg.batch_size,
+        accumulation=cfg.gradient_accumulation_steps,
+        scale_rewards=cfg.scale_rewards,
+        temperature=cfg.temperature,
+        beta=cfg.beta,
+        dist=run.dist,
+        precision=run.precision,
+        seed=cfg.seed,
+        reference=reference,
+        generate=generate,
+    )
+    console.info(
+        M("prompts", train=len(train_ex), val=len(val_ex), g=cfg.num_generations, per_step=source.prompts_per_window)
+    )
     if cfg.importance_sampling_level == "sequence" and cfg.loss_type != "grpo":  # TRL warns the same
         console.warn(M("gspo_sum", loss=cfg.loss_type))
     return source
@@ -246,8 +334,9 @@ def signal_summary(source, out):
         n, k = source.groups, source.groups_with_signal
         if n:
             (console.warn if k == 0 else console.info)(M("no_signal" if k == 0 else "signal", n=n, k=k, g=source.G))
-        atomic_write_json(Path(out) / REWARD_SIGNAL, {"groups": n, "groups_with_signal": k,
-                                                    "num_generations": source.G})
+        atomic_write_json(
+            Path(out) / REWARD_SIGNAL, {"groups": n, "groups_with_signal": k, "num_generations": source.G}
+        )
 
     return finish
 
@@ -255,10 +344,17 @@ def signal_summary(source, out):
 class RewardEvaluator:
     """The mean reward (and each reward's) of greedy completions of the validation prompts (all ranks)."""
 
-    def __init__(self, prompts: list, *, model, rewards, tokenizer, sampling, batch_size: int, interval: int,
-                 limit: int = 0):
+    def __init__(
+        self, prompts: list, *, model, rewards, tokenizer, sampling, batch_size: int, interval: int, limit: int = 0
+    ):
         self.prompts = prompts[:limit] if limit else prompts
-        self.model, self.rewards, self.tok, self.batch_size, self.interval = model, rewards, tokenizer, batch_size, interval
+        self.model, self.rewards, self.tok, self.batch_size, self.interval = (
+            model,
+            rewards,
+            tokenizer,
+            batch_size,
+            interval,
+        )
         self.sampling = dataclasses.replace(sampling, temperature=0.0)
         self.names = ("val_reward",) + tuple(f"val_reward/{n}" for n in rewards.names)
 
@@ -267,17 +363,30 @@ class RewardEvaluator:
 
         from aura.inference.sampling import sample_batch
 
-        mine = self.prompts[dist.rank::dist.world_size]
+        mine = self.prompts[dist.rank :: dist.world_size]
         sums = torch.zeros(len(self.rewards.rewards) + 1, dtype=torch.float64)
         for start in range(0, len(mine), self.batch_size):
-            chunk = mine[start:start + self.batch_size]
-            completions = sample_batch(self.model, [p.input_ids for p in chunk], self.sampling,
-                                       pad_id=self.tok.pad_token_id, device=dist.device, tokenizer=self.tok)
+            chunk = mine[start : start + self.batch_size]
+            completions = sample_batch(
+                self.model,
+                [p.input_ids for p in chunk],
+                self.sampling,
+                pad_id=self.tok.pad_token_id,
+                device=dist.device,
+                tokenizer=self.tok,
+            )
             for p, ids in zip(chunk, completions):
                 text = self.tok.decode(ids, skip_special_tokens=True)
-                scores = [s[0] for s in self.rewards.scores(prompt_text=p.item.text, where=p.item.where,
-                                                            completions=[text], completion_ids=[ids],
-                                                            fields={**p.item.fields, "answer": p.item.answer})]
+                scores = [
+                    s[0]
+                    for s in self.rewards.scores(
+                        prompt_text=p.item.text,
+                        where=p.item.where,
+                        completions=[text],
+                        completion_ids=[ids],
+                        fields={**p.item.fields, "answer": p.item.answer},
+                    )
+                ]
                 sums[0] += sum(r.weight * s for r, s in zip(self.rewards.rewards, scores))
                 sums[1:] += torch.tensor(scores, dtype=torch.float64)
         count = torch.tensor([float(len(mine))], dtype=torch.float64)
@@ -293,5 +402,15 @@ def evaluators(cfg, tok, model, val_ex: list, source, *, steps_per_epoch: int) -
     if not val_ex:
         return []
     limit = cfg.eval_batches * cfg.batch_size if cfg.eval_batches else 0
-    return [RewardEvaluator(val_ex, model=model, rewards=source.rewards, tokenizer=tok, sampling=source.sampling,
-                            batch_size=cfg.batch_size, interval=cfg.eval_interval or steps_per_epoch, limit=limit)]
+    return [
+        RewardEvaluator(
+            val_ex,
+            model=model,
+            rewards=source.rewards,
+            tokenizer=tok,
+            sampling=source.sampling,
+            batch_size=cfg.batch_size,
+            interval=cfg.eval_interval or steps_per_epoch,
+            limit=limit,
+        )
+    ]

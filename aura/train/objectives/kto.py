@@ -41,7 +41,7 @@ def _kl_view(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def reference_view(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Both sequences for the reference: the shared-prompt rows when the batch has them, else the two stacked."""
     if "ref_pair_segments" in batch:
-        return {k[len("ref_pair_"):]: v for k, v in batch.items() if k.startswith("ref_pair_")}
+        return {k[len("ref_pair_") :]: v for k, v in batch.items() if k.startswith("ref_pair_")}
     return _stacked(batch, _kl_view(batch))
 
 
@@ -49,8 +49,7 @@ def _stacked(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str
     """Two right-padded batches as one (rows of ``a`` then ``b``), padded to the wider one."""
     width = max(a["input_ids"].shape[1], b["input_ids"].shape[1])
     fill = {"input_ids": 0, "labels": -100, "attention_mask": 0}
-    return {k: torch.cat([F.pad(x[k], (0, width - x[k].shape[1]), value=fill[k]) for x in (a, b)])
-            for k in fill}
+    return {k: torch.cat([F.pad(x[k], (0, width - x[k].shape[1]), value=fill[k]) for x in (a, b)]) for k in fill}
 
 
 class KTO:
@@ -58,13 +57,22 @@ class KTO:
 
     name = "kto"
     metric_names = KTO_METRICS
-    headline = (Headline("kl", "KL", "KL"),  # the reference point of its value function, and the rewards
-                Headline("rewards/chosen", "recompensa (deseables)", "reward (desirable)"),
-                Headline("rewards/rejected", "recompensa (no deseables)", "reward (undesirable)"))
+    headline = (
+        Headline("kl", "KL", "KL"),  # the reference point of its value function, and the rewards
+        Headline("rewards/chosen", "recompensa (deseables)", "reward (desirable)"),
+        Headline("rewards/rejected", "recompensa (no deseables)", "reward (undesirable)"),
+    )
     counted_metrics = ("rewards/chosen", "rewards/rejected", "logps/chosen", "logps/rejected")
 
-    def __init__(self, *, beta: float = 0.1, desirable_weight: float = 1.0, undesirable_weight: float = 1.0,
-                 ref_model=None, dist=None):
+    def __init__(
+        self,
+        *,
+        beta: float = 0.1,
+        desirable_weight: float = 1.0,
+        undesirable_weight: float = 1.0,
+        ref_model=None,
+        dist=None,
+    ):
         """``ref_model``: a frozen copy (full fine-tuning); None: the policy with its adapter disabled, unless
         the batch brings ``ref_logps`` (precomputed). ``dist``: the ranks the KL estimate is averaged over."""
         self.beta, self.desirable_weight, self.undesirable_weight = beta, desirable_weight, undesirable_weight
@@ -86,8 +94,12 @@ class KTO:
 
     def _kl(self, kl_ratios: torch.Tensor) -> torch.Tensor:
         """The mean of the mismatched log ratios over this micro-batch on every rank, clamped at 0."""
-        total = torch.stack([kl_ratios.double().sum(), torch.tensor(float(kl_ratios.numel()), dtype=torch.float64,
-                                                                    device=kl_ratios.device)])
+        total = torch.stack(
+            [
+                kl_ratios.double().sum(),
+                torch.tensor(float(kl_ratios.numel()), dtype=torch.float64, device=kl_ratios.device),
+            ]
+        )
         if self.dist is not None and self.dist.world_size > 1:
             total = self.dist.all_reduce(total.to(self.dist.comm_device), "sum").to(kl_ratios.device)
         return (total[0] / total[1]).float().clamp(min=0)
@@ -100,14 +112,22 @@ class KTO:
         logps = sequence_logps(model, batch)[0]  # (B,)
         ratio = logps - ref
         good = batch["label"].to(logps.device)  # (B,) bool
-        losses = torch.where(good, self.desirable_weight * (1 - torch.sigmoid(self.beta * (ratio - kl))),
-                             self.undesirable_weight * (1 - torch.sigmoid(self.beta * (kl - ratio))))
+        losses = torch.where(
+            good,
+            self.desirable_weight * (1 - torch.sigmoid(self.beta * (ratio - kl))),
+            self.undesirable_weight * (1 - torch.sigmoid(self.beta * (kl - ratio))),
+        )
         rewards, logps_d = self.beta * ratio.detach(), logps.detach()
         g, b = good.float(), (~good).float()
         n_good, n_bad = g.sum(), b.sum()
         return losses.sum(), {
-            "rewards/chosen": (rewards * g).sum(), "rewards/chosen" + COUNT: n_good,
-            "rewards/rejected": (rewards * b).sum(), "rewards/rejected" + COUNT: n_bad,
-            "logps/chosen": (logps_d * g).sum(), "logps/chosen" + COUNT: n_good,
-            "logps/rejected": (logps_d * b).sum(), "logps/rejected" + COUNT: n_bad,
-            "kl": kl * logps.shape[0]}
+            "rewards/chosen": (rewards * g).sum(),
+            "rewards/chosen" + COUNT: n_good,
+            "rewards/rejected": (rewards * b).sum(),
+            "rewards/rejected" + COUNT: n_bad,
+            "logps/chosen": (logps_d * g).sum(),
+            "logps/chosen" + COUNT: n_good,
+            "logps/rejected": (logps_d * b).sum(),
+            "logps/rejected" + COUNT: n_bad,
+            "kl": kl * logps.shape[0],
+        }

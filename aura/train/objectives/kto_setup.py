@@ -9,28 +9,41 @@ from aura.core.i18n import Messages
 from aura.train.objectives.kto_args import M as AM
 from aura.train.objectives.preference_setup import PreferenceSetup
 
-M = Messages("kto_setup", {
-    "demo_data": ("Sin --data: se usan las respuestas valoradas en español incluidas ({path}).",
-                  "No --data: using the embedded Spanish rated answers ({path})."),
-    "examples": ("Ejemplos: {train} de entrenamiento ({good:bueno|buenos}, {bad:malo|malos}), {val} de "
-                 "validación; {tokens:token|tokens} de respuesta por época.",
-                 "Examples: {train} for training ({good:good one|good ones}, {bad:bad one|bad ones}), {val} for "
-                 "validation; {tokens:,} answer tokens per epoch."),
-    "imbalance": ("Hay {good:respuesta buena|respuestas buenas} y {bad:mala|malas}, y los pesos no compensan la "
-                  "diferencia. Según tus datos conviene O BIEN --desirable-weight en [{d_low!s}, {d_high!s}] O BIEN "
-                  "--undesirable-weight en [{u_low!s}, {u_high!s}] (no ambos; ecuación 8 del artículo de KTO).",
-                  "There are {good:good answer|good answers} and {bad:bad one|bad ones}, and the weights do not make "
-                  "up for the difference. Based on your data, use EITHER --desirable-weight in [{d_low!s}, "
-                  "{d_high!s}] OR --undesirable-weight in [{u_low!s}, {u_high!s}] (not both; Eq. 8 of the KTO paper)."),
-    "batch": ("KTO necesita al menos 2 ejemplos por micro-lote entre todos los procesos (--batch-size {batch} x "
-              "{world}): el punto de referencia (KL) es una media sobre el micro-lote y con uno solo sería una "
-              "única muestra (TRL también lo exige). Usa --batch-size 2 o más.",
-              "KTO needs at least 2 examples per micro-batch over all processes (--batch-size {batch} x {world}): "
-              "the reference point (KL) is a mean over the micro-batch, and with one example it would be a single "
-              "sample (TRL requires it too). Use --batch-size 2 or more."),
-    "no_val": ("Sin ejemplos de validación (--val-fraction {fraction}): no habrá pérdida de validación ni best/.",
-               "No validation examples (--val-fraction {fraction}): there will be no validation loss and no best/."),
-})
+M = Messages(
+    "kto_setup",
+    {
+        "demo_data": (
+            "Sin --data: se usan las respuestas valoradas en español incluidas ({path}).",
+            "No --data: using the embedded Spanish rated answers ({path}).",
+        ),
+        "examples": (
+            "Ejemplos: {train} de entrenamiento ({good:bueno|buenos}, {bad:malo|malos}), {val} de "
+            "validación; {tokens:token|tokens} de respuesta por época.",
+            "Examples: {train} for training ({good:good one|good ones}, {bad:bad one|bad ones}), {val} for "
+            "validation; {tokens:,} answer tokens per epoch.",
+        ),
+        "imbalance": (
+            "Hay {good:respuesta buena|respuestas buenas} y {bad:mala|malas}, y los pesos no compensan la "
+            "diferencia. Según tus datos conviene O BIEN --desirable-weight en [{d_low!s}, {d_high!s}] O BIEN "
+            "--undesirable-weight en [{u_low!s}, {u_high!s}] (no ambos; ecuación 8 del artículo de KTO).",
+            "There are {good:good answer|good answers} and {bad:bad one|bad ones}, and the weights do not make "
+            "up for the difference. Based on your data, use EITHER --desirable-weight in [{d_low!s}, "
+            "{d_high!s}] OR --undesirable-weight in [{u_low!s}, {u_high!s}] (not both; Eq. 8 of the KTO paper).",
+        ),
+        "batch": (
+            "KTO necesita al menos 2 ejemplos por micro-lote entre todos los procesos (--batch-size {batch} x "
+            "{world}): el punto de referencia (KL) es una media sobre el micro-lote y con uno solo sería una "
+            "única muestra (TRL también lo exige). Usa --batch-size 2 o más.",
+            "KTO needs at least 2 examples per micro-batch over all processes (--batch-size {batch} x {world}): "
+            "the reference point (KL) is a mean over the micro-batch, and with one example it would be a single "
+            "sample (TRL requires it too). Use --batch-size 2 or more.",
+        ),
+        "no_val": (
+            "Sin ejemplos de validación (--val-fraction {fraction}): no habrá pérdida de validación ni best/.",
+            "No validation examples (--val-fraction {fraction}): there will be no validation loss and no best/.",
+        ),
+    },
+)
 
 
 def imbalance_bounds(n_good: int, n_bad: int, desirable: float, undesirable: float) -> dict | None:
@@ -56,9 +69,11 @@ class KTOSetup(PreferenceSetup):
     @classmethod
     def refuse(cls, cfg) -> None:
         """None of DPO's loss options; the loss rates the answer only."""
-        for flag, bad, why in (("dpo-loss", cfg.dpo_loss != "sigmoid", "why_dpo"),
-                               ("label-smoothing", cfg.label_smoothing, "why_dpo"),
-                               ("train-on-prompt", cfg.train_on_prompt, "why_prompt")):
+        for flag, bad, why in (
+            ("dpo-loss", cfg.dpo_loss != "sigmoid", "why_dpo"),
+            ("label-smoothing", cfg.label_smoothing, "why_dpo"),
+            ("train-on-prompt", cfg.train_on_prompt, "why_prompt"),
+        ):
             if bad:
                 raise AuraError(AM("not_kto", flag=flag, why=AM(why)))
 
@@ -108,8 +123,16 @@ class KTOSetup(PreferenceSetup):
 
     def say_sources(self, cfg, train_ex: list, val_ex: list, data) -> None:
         good = sum(e.label for e in train_ex)
-        console.info(M("examples", train=len(train_ex), good=good, bad=len(train_ex) - good, val=len(val_ex),
-                       tokens=data.num_label_tokens))
+        console.info(
+            M(
+                "examples",
+                train=len(train_ex),
+                good=good,
+                bad=len(train_ex) - good,
+                val=len(val_ex),
+                tokens=data.num_label_tokens,
+            )
+        )
         bounds = imbalance_bounds(good, len(train_ex) - good, cfg.desirable_weight, cfg.undesirable_weight)
         if bounds:
             console.warn(M("imbalance", good=good, bad=len(train_ex) - good, **bounds))
@@ -117,5 +140,10 @@ class KTOSetup(PreferenceSetup):
     def make(self, cfg, *, ref_model, run):
         from aura.train.objectives.kto import KTO
 
-        return KTO(beta=cfg.beta, desirable_weight=cfg.desirable_weight, undesirable_weight=cfg.undesirable_weight,
-                   ref_model=ref_model, dist=run.dist)
+        return KTO(
+            beta=cfg.beta,
+            desirable_weight=cfg.desirable_weight,
+            undesirable_weight=cfg.undesirable_weight,
+            ref_model=ref_model,
+            dist=run.dist,
+        )

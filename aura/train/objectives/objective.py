@@ -25,7 +25,6 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-
 COUNT = "#n"  # suffix of a statistic's own denominator (see the module docstring)
 
 
@@ -53,8 +52,10 @@ class Headline:
         return asdict(self)
 
 
-PREFERENCE_HEADLINE = (Headline("rewards/accuracy", "precisión de recompensa", "reward accuracy"),
-                       Headline("rewards/margin", "margen de recompensa", "reward margin"))
+PREFERENCE_HEADLINE = (
+    Headline("rewards/accuracy", "precisión de recompensa", "reward accuracy"),
+    Headline("rewards/margin", "margen de recompensa", "reward margin"),
+)
 
 
 class Objective(Protocol):
@@ -133,5 +134,6 @@ def plain_token_loss_sum(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         targets = batch["shift_labels"]  # (B, T)
     else:
         logits, targets = logits[:, :-1], batch["labels"][:, 1:]  # (B, T-1, V), (B, T-1)
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
-                           ignore_index=-100, reduction="sum")
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-100, reduction="sum"
+    )

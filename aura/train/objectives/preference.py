@@ -35,22 +35,36 @@ from aura.core import console
 from aura.core.i18n import Messages
 from aura.train.objectives.objective import PREFERENCE_HEADLINE
 
-M = Messages("preference_train", {
-    "prompt_once": ("Cada par pasa por el modelo en una sola fila: el prompt una vez, y cada respuesta lo ve "
-                    "sin ver la otra.",
-                    "Each pair goes through the model as one row: the prompt once, and each answer sees it "
-                    "without seeing the other."),
-    "prompt_once_kto": ("La referencia de KTO pasa cada respuesta y su respuesta desemparejada (la del KL) en una "
-                        "sola fila: el prompt una vez, y cada respuesta lo ve sin ver la otra.",
-                        "KTO's reference runs each answer and its mismatched (KL) answer as one row: the prompt "
-                        "once, and each answer sees it without seeing the other."),
-    "prompt_twice": ("Este modelo (atención {attn}) no admite la máscara de un par en una fila: el prompt pasa "
-                     "por el modelo con cada respuesta (dos filas por par).",
-                     "This model ({attn} attention) does not take the mask of a pair in one row: the prompt "
-                     "goes through the model with each answer (two rows per pair)."),
-})
-DPO_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/accuracy", "rewards/margin", "logps/chosen",
-               "logps/rejected")
+M = Messages(
+    "preference_train",
+    {
+        "prompt_once": (
+            "Cada par pasa por el modelo en una sola fila: el prompt una vez, y cada respuesta lo ve sin ver la otra.",
+            "Each pair goes through the model as one row: the prompt once, and each answer sees it "
+            "without seeing the other.",
+        ),
+        "prompt_once_kto": (
+            "La referencia de KTO pasa cada respuesta y su respuesta desemparejada (la del KL) en una "
+            "sola fila: el prompt una vez, y cada respuesta lo ve sin ver la otra.",
+            "KTO's reference runs each answer and its mismatched (KL) answer as one row: the prompt "
+            "once, and each answer sees it without seeing the other.",
+        ),
+        "prompt_twice": (
+            "Este modelo (atención {attn}) no admite la máscara de un par en una fila: el prompt pasa "
+            "por el modelo con cada respuesta (dos filas por par).",
+            "This model ({attn} attention) does not take the mask of a pair in one row: the prompt "
+            "goes through the model with each answer (two rows per pair).",
+        ),
+    },
+)
+DPO_METRICS = (
+    "rewards/chosen",
+    "rewards/rejected",
+    "rewards/accuracy",
+    "rewards/margin",
+    "logps/chosen",
+    "logps/rejected",
+)
 ORPO_METRICS = DPO_METRICS + ("nll_loss", "log_odds_ratio", "log_odds_chosen")
 
 
@@ -78,8 +92,7 @@ def pair_attention_mask(segments: torch.Tensor, *, implementation: str, dtype: t
     allowed = (causal & ((keys == SHARED) | (keys == queries)))[:, None]  # (B, 1, T, T)
     if implementation == "sdpa":
         return allowed
-    return torch.zeros(allowed.shape, dtype=dtype, device=segments.device).masked_fill(~allowed,
-                                                                                      torch.finfo(dtype).min)
+    return torch.zeros(allowed.shape, dtype=dtype, device=segments.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
 
 def _shared_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,25 +102,35 @@ def _shared_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, 
 
     input_ids, labels, segments = batch["input_ids"], batch["labels"], batch["segments"]  # (B, T)
     inner = peft_model(model)
-    mask = pair_attention_mask(segments, implementation=inner.config._attn_implementation,
-                               dtype=inner.get_input_embeddings().weight.dtype)  # (B, 1, T, T)
+    mask = pair_attention_mask(
+        segments, implementation=inner.config._attn_implementation, dtype=inner.get_input_embeddings().weight.dtype
+    )  # (B, 1, T, T)
     T = input_ids.shape[1]
     targets, target_parts = labels[:, 1:], segments[:, 1:]  # (B, T-1): the target of each position, its part
     first = int((targets != -100).any(0).to(torch.int8).argmax())  # one host sync per micro-batch
     keep = T - first
-    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=batch["position_ids"], use_cache=False,
-                   logits_to_keep=keep).logits[:, :-1]  # (B, keep-1, V)
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=batch["position_ids"],
+        use_cache=False,
+        logits_to_keep=keep,
+    ).logits[:, :-1]  # (B, keep-1, V)
     tgt, parts = targets[:, first:], target_parts[:, first:]  # (B, keep-1)
-    token_logps = -F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), tgt.reshape(-1),
-                                   ignore_index=-100, reduction="none").view(tgt.shape)  # 0 off-mask
+    token_logps = -F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(), tgt.reshape(-1), ignore_index=-100, reduction="none"
+    ).view(tgt.shape)  # 0 off-mask
     answer = tgt != -100
     chosen, rejected = answer & (parts == CHOSEN), answer & (parts == REJECTED)  # (B, keep-1)
-    return (torch.cat([(token_logps * chosen).sum(1), (token_logps * rejected).sum(1)]),
-            torch.cat([chosen.sum(1), rejected.sum(1)]))
+    return (
+        torch.cat([(token_logps * chosen).sum(1), (token_logps * rejected).sum(1)]),
+        torch.cat([chosen.sum(1), rejected.sum(1)]),
+    )
 
 
-def sequence_logps(model, batch: dict[str, torch.Tensor], *, whole: bool = False
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+def sequence_logps(
+    model, batch: dict[str, torch.Tensor], *, whole: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(sum of answer-token log-probs (2B,), answer tokens (2B,), and with ``whole`` the same two over every
     non-padding target token).
 
@@ -131,14 +154,20 @@ def sequence_logps(model, batch: dict[str, torch.Tensor], *, whole: bool = False
     tgt = targets[:, first:]  # (2B, keep-1)
     if whole:  # every non-padding target: prompt and answer
         tgt_all = input_ids[:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
-        token_logps = -F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), tgt_all.reshape(-1),
-                                       ignore_index=-100, reduction="none").view(tgt_all.shape)
+        token_logps = -F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)).float(), tgt_all.reshape(-1), ignore_index=-100, reduction="none"
+        ).view(tgt_all.shape)
         all_mask = tgt_all != -100
         answer_mask = tgt != -100
-        return ((token_logps * answer_mask).sum(1), answer_mask.sum(1), (token_logps * all_mask).sum(1),
-                all_mask.sum(1))
-    token_logps = -F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), tgt.reshape(-1),
-                                   ignore_index=-100, reduction="none").view(tgt.shape)  # (2B, keep-1), 0 off-mask
+        return (
+            (token_logps * answer_mask).sum(1),
+            answer_mask.sum(1),
+            (token_logps * all_mask).sum(1),
+            all_mask.sum(1),
+        )
+    token_logps = -F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(), tgt.reshape(-1), ignore_index=-100, reduction="none"
+    ).view(tgt.shape)  # (2B, keep-1), 0 off-mask
     answer_mask = tgt != -100
     return token_logps.sum(1), answer_mask.sum(1), None, None
 
@@ -164,16 +193,21 @@ def shares_prompt(model, *, kto: bool = False) -> bool:
     vocab = inner.get_input_embeddings().weight.shape[0]
     g = torch.Generator().manual_seed(0)
     prompt, a, b = (torch.randint(0, vocab, (n,), generator=g).tolist() for n in (6, 4, 3))
-    pairs = [EncodedPair(Encoded(prompt + a, [-100] * 6 + a), Encoded(prompt + b, [-100] * 6 + b)),
-             EncodedPair(Encoded(prompt[:4] + b, [-100] * 4 + b), Encoded(prompt[:4] + a, [-100] * 4 + a))]
+    pairs = [
+        EncodedPair(Encoded(prompt + a, [-100] * 6 + a), Encoded(prompt + b, [-100] * 6 + b)),
+        EncodedPair(Encoded(prompt[:4] + b, [-100] * 4 + b), Encoded(prompt[:4] + a, [-100] * 4 + a)),
+    ]
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            two, one = ({k: v.to(device) for k, v in collate_pairs(pairs, pad_id=0, shared=shared).items()}
-                        for shared in (False, True))
-            ok = torch.allclose(sequence_logps(model, one)[0].float(), sequence_logps(model, two)[0].float(),
-                                atol=1e-2, rtol=1e-3)
+            two, one = (
+                {k: v.to(device) for k, v in collate_pairs(pairs, pad_id=0, shared=shared).items()}
+                for shared in (False, True)
+            )
+            ok = torch.allclose(
+                sequence_logps(model, one)[0].float(), sequence_logps(model, two)[0].float(), atol=1e-2, rtol=1e-3
+            )
     finally:
         model.train(was_training)
     console.info(M("prompt_once_kto" if kto else "prompt_once") if ok else M("prompt_twice", attn=attn))
@@ -194,8 +228,7 @@ class DPO:
     metric_names = DPO_METRICS
     headline = PREFERENCE_HEADLINE  # its loss reaches 0 when it overfits: the rewards' ranking is the number
 
-    def __init__(self, *, beta: float = 0.1, loss_type: str = "sigmoid", label_smoothing: float = 0.0,
-                 ref_model=None):
+    def __init__(self, *, beta: float = 0.1, loss_type: str = "sigmoid", label_smoothing: float = 0.0, ref_model=None):
         """``ref_model``: a frozen copy (full fine-tuning); None: the policy with its adapter disabled, unless
         the batch brings ``ref_logps`` (precomputed)."""
         self.beta, self.loss_type, self.label_smoothing, self.ref_model = beta, loss_type, label_smoothing, ref_model
@@ -232,9 +265,13 @@ class DPO:
             losses = -(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)
         r_c, r_r = beta * chosen_ratio.detach(), beta * rejected_ratio.detach()
         return losses.sum(), {
-            "rewards/chosen": r_c.sum(), "rewards/rejected": r_r.sum(),
-            "rewards/accuracy": (r_c > r_r).float().sum(), "rewards/margin": (r_c - r_r).sum(),
-            "logps/chosen": chosen.detach().sum(), "logps/rejected": rejected.detach().sum()}
+            "rewards/chosen": r_c.sum(),
+            "rewards/rejected": r_r.sum(),
+            "rewards/accuracy": (r_c > r_r).float().sum(),
+            "rewards/margin": (r_c - r_r).sum(),
+            "logps/chosen": chosen.detach().sum(),
+            "logps/rejected": rejected.detach().sum(),
+        }
 
 
 def log1mexp(x: torch.Tensor) -> torch.Tensor:
@@ -268,16 +305,32 @@ class ORPO:
         losses = nll - self.beta * ratio
         r_c, r_r = self.beta * chosen.detach(), self.beta * rejected.detach()
         return losses.sum(), {
-            "rewards/chosen": r_c.sum(), "rewards/rejected": r_r.sum(),
-            "rewards/accuracy": (r_c > r_r).float().sum(), "rewards/margin": (r_c - r_r).sum(),
-            "logps/chosen": chosen.detach().sum(), "logps/rejected": rejected.detach().sum(),
-            "nll_loss": nll.detach().sum(), "log_odds_ratio": ratio.detach().sum(),
-            "log_odds_chosen": log_odds.detach().sum()}
+            "rewards/chosen": r_c.sum(),
+            "rewards/rejected": r_r.sum(),
+            "rewards/accuracy": (r_c > r_r).float().sum(),
+            "rewards/margin": (r_c - r_r).sum(),
+            "logps/chosen": chosen.detach().sum(),
+            "logps/rejected": rejected.detach().sum(),
+            "nll_loss": nll.detach().sum(),
+            "log_odds_ratio": ratio.detach().sum(),
+            "log_odds_chosen": log_odds.detach().sum(),
+        }
 
 
 @torch.no_grad()
-def precompute_reference(model, examples: list, *, collate, view=None, batch_size: int, pad_id: int, device,
-                         precision: str, adapter: bool, shared: bool = False) -> None:
+def precompute_reference(
+    model,
+    examples: list,
+    *,
+    collate,
+    view=None,
+    batch_size: int,
+    pad_id: int,
+    device,
+    precision: str,
+    adapter: bool,
+    shared: bool = False,
+) -> None:
     """Store the reference's log-probs of each example's two sequences in it (``ref_logps``: a pair's chosen and
     rejected answers, ``EncodedPair``; a KTO example's answer and its mismatched one, ``EncodedUnpaired``): the
     starting model (the base with the adapter disabled for LoRA/QLoRA), run once before training, in eval mode.
@@ -291,7 +344,7 @@ def precompute_reference(model, examples: list, *, collate, view=None, batch_siz
     context = model.disable_adapter() if adapter else contextlib.nullcontext()
     with context, autocast_context(precision, device):
         for start in range(0, len(examples), batch_size):
-            chunk = examples[start:start + batch_size]
+            chunk = examples[start : start + batch_size]
             batch = {k: v.to(device) for k, v in collate(chunk, pad_id=pad_id, shared=shared).items()}
             first, second = sequence_logps(model, view(batch) if view else batch)[0].double().cpu().chunk(2)
             for example, a, b in zip(chunk, first.tolist(), second.tolist()):
@@ -309,6 +362,7 @@ def frozen_copy(model, *, run, cfg):
     from aura.distributed import place_frozen
 
     strategy = "none" if getattr(cfg, "deepspeed", None) else cfg.strategy
-    ref = place_frozen(copy.deepcopy(model), like=model, dist=run.dist, strategy=strategy,
-                       device_memory=run.device_memory)
+    ref = place_frozen(
+        copy.deepcopy(model), like=model, dist=run.dist, strategy=strategy, device_memory=run.device_memory
+    )
     return ref.eval()

@@ -11,36 +11,60 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.train.objectives.registry import Limited, ObjectiveSetup
 
-M = Messages("preference_setup", {
-    "demo_data": ("Sin --data: se usan los pares de preferencia en español incluidos ({path}).",
-                  "No --data: using the embedded Spanish preference pairs ({path})."),
-    "pairs": ("Pares: {train} de entrenamiento, {val} de validación; {tokens:token|tokens} de respuesta por época.",
-              "Pairs: {train} for training, {val} for validation; {tokens:,} answer tokens per epoch."),
-    "no_val": ("Sin pares de validación (--val-fraction {fraction}): no habrá pérdida de validación ni best/.",
-               "No validation pairs (--val-fraction {fraction}): there will be no validation loss and no best/."),
-    "reference": ("Referencia de {objective}: {how}.", "{objective} reference: {how}."),
-    "ref_adapter": ("el modelo base con el adaptador desactivado (sin segunda copia en memoria)",
-                    "the base model with the adapter disabled (no second copy in memory)"),
-    "ref_copy": ("una copia congelada del modelo inicial", "a frozen copy of the starting model"),
-    "ref_pre": ("log-probabilidades calculadas una vez antes de entrenar (--precompute-ref)",
-                "log-probabilities computed once before training (--precompute-ref)"),
-    "positive": ("--{flag} debe ser mayor que 0 (recibido: {value}).", "--{flag} must be greater than 0 (got: {value})."),
-    "dpo_only": ("--{flag} solo se aplica a --objective dpo (el objetivo es '{objective}').",
-                 "--{flag} only applies to --objective dpo (the objective is '{objective}')."),
-    "pref_packing": ("--packing no se puede usar con --objective {objective}: cada par va en sus propias filas.",
-                     "--packing cannot be used with --objective {objective}: each pair has rows of its own."),
-    "dpo_prompt": ("--train-on-prompt no se aplica a --objective dpo (la pérdida compara solo las respuestas); "
-                   "con orpo añade los tokens del prompt a la NLL.",
-                   "--train-on-prompt does not apply to --objective dpo (the loss compares answers only); with "
-                   "orpo it adds the prompt tokens to the NLL."),
-    "smoothing": ("--label-smoothing debe estar en [0, 0.5) y solo se aplica a --dpo-loss sigmoid (recibido: "
-                  "{value}).",
-                  "--label-smoothing must be in [0, 0.5) and only applies to --dpo-loss sigmoid (got: {value})."),
-    "prompt_length": ("--max-prompt-length ({value}) debe ser menor que --max-length ({max_length}): la "
-                      "respuesta necesita sitio.",
-                      "--max-prompt-length ({value}) must be smaller than --max-length ({max_length}): the answer "
-                      "needs room."),
-})
+M = Messages(
+    "preference_setup",
+    {
+        "demo_data": (
+            "Sin --data: se usan los pares de preferencia en español incluidos ({path}).",
+            "No --data: using the embedded Spanish preference pairs ({path}).",
+        ),
+        "pairs": (
+            "Pares: {train} de entrenamiento, {val} de validación; {tokens:token|tokens} de respuesta por época.",
+            "Pairs: {train} for training, {val} for validation; {tokens:,} answer tokens per epoch.",
+        ),
+        "no_val": (
+            "Sin pares de validación (--val-fraction {fraction}): no habrá pérdida de validación ni best/.",
+            "No validation pairs (--val-fraction {fraction}): there will be no validation loss and no best/.",
+        ),
+        "reference": ("Referencia de {objective}: {how}.", "{objective} reference: {how}."),
+        "ref_adapter": (
+            "el modelo base con el adaptador desactivado (sin segunda copia en memoria)",
+            "the base model with the adapter disabled (no second copy in memory)",
+        ),
+        "ref_copy": ("una copia congelada del modelo inicial", "a frozen copy of the starting model"),
+        "ref_pre": (
+            "log-probabilidades calculadas una vez antes de entrenar (--precompute-ref)",
+            "log-probabilities computed once before training (--precompute-ref)",
+        ),
+        "positive": (
+            "--{flag} debe ser mayor que 0 (recibido: {value}).",
+            "--{flag} must be greater than 0 (got: {value}).",
+        ),
+        "dpo_only": (
+            "--{flag} solo se aplica a --objective dpo (el objetivo es '{objective}').",
+            "--{flag} only applies to --objective dpo (the objective is '{objective}').",
+        ),
+        "pref_packing": (
+            "--packing no se puede usar con --objective {objective}: cada par va en sus propias filas.",
+            "--packing cannot be used with --objective {objective}: each pair has rows of its own.",
+        ),
+        "dpo_prompt": (
+            "--train-on-prompt no se aplica a --objective dpo (la pérdida compara solo las respuestas); "
+            "con orpo añade los tokens del prompt a la NLL.",
+            "--train-on-prompt does not apply to --objective dpo (the loss compares answers only); with "
+            "orpo it adds the prompt tokens to the NLL.",
+        ),
+        "smoothing": (
+            "--label-smoothing debe estar en [0, 0.5) y solo se aplica a --dpo-loss sigmoid (recibido: {value}).",
+            "--label-smoothing must be in [0, 0.5) and only applies to --dpo-loss sigmoid (got: {value}).",
+        ),
+        "prompt_length": (
+            "--max-prompt-length ({value}) debe ser menor que --max-length ({max_length}): la "
+            "respuesta necesita sitio.",
+            "--max-prompt-length ({value}) must be smaller than --max-length ({max_length}): the answer needs room.",
+        ),
+    },
+)
 PREF_LR_LORA, PREF_LR_FULL = 5e-5, 5e-7  # DPO/ORPO move away from a reference: smaller steps
 
 
@@ -168,9 +192,16 @@ class PreferenceSetup(ObjectiveSetup):
         self.shared = self.one_row(cfg) and self.shares_prompt(model)
         self.check_batch(cfg, dist)
         source = self.source_class()
-        common = dict(batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed, rank=dist.rank,
-                      world_size=dist.world_size, max_length=cfg.max_length, shared=self.shared,
-                      buckets=length_buckets(cfg.max_length) if cfg.compile else ())  # few shapes to compile
+        common = dict(
+            batch_size=cfg.batch_size,
+            pad_id=tok.pad_token_id,
+            seed=cfg.seed,
+            rank=dist.rank,
+            world_size=dist.world_size,
+            max_length=cfg.max_length,
+            shared=self.shared,
+            buckets=length_buckets(cfg.max_length) if cfg.compile else (),
+        )  # few shapes to compile
         data = source(train_ex, **common)
         val = Limited(source(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None
         self.say_sources(cfg, train_ex, val_ex, data)
@@ -184,9 +215,18 @@ class PreferenceSetup(ObjectiveSetup):
         adapter = cfg.method != "full"
         ref_model, how = None, "ref_adapter" if adapter else "ref_copy"
         if cfg.precompute_ref:
-            precompute_reference(model, examples, collate=self.collate(), view=self.reference_view,
-                                 batch_size=cfg.batch_size, pad_id=tok.pad_token_id, device=run.dist.device,
-                                 precision=run.precision, adapter=adapter, shared=self.shared)
+            precompute_reference(
+                model,
+                examples,
+                collate=self.collate(),
+                view=self.reference_view,
+                batch_size=cfg.batch_size,
+                pad_id=tok.pad_token_id,
+                device=run.dist.device,
+                precision=run.precision,
+                adapter=adapter,
+                shared=self.shared,
+            )
             how = "ref_pre"
         elif not adapter:
             ref_model = frozen_copy(model, run=run, cfg=cfg)
@@ -221,8 +261,11 @@ class ORPOSetup(PreferenceSetup):
 
     @classmethod
     def refuse(cls, cfg) -> None:
-        for flag, value in (("dpo-loss", cfg.dpo_loss != "sigmoid"), ("label-smoothing", cfg.label_smoothing),
-                            ("precompute-ref", cfg.precompute_ref)):
+        for flag, value in (
+            ("dpo-loss", cfg.dpo_loss != "sigmoid"),
+            ("label-smoothing", cfg.label_smoothing),
+            ("precompute-ref", cfg.precompute_ref),
+        ):
             if value:
                 raise AuraError(M("dpo_only", flag=flag, objective=cfg.objective))
 

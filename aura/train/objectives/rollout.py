@@ -11,7 +11,8 @@ training loop with its checkpoints, signals and resume. The work is organised as
 * On the first micro-batch of a window, this rank samples its completions in one batch
   (``aura.inference.decode``, Aura's fixed-shape engine, or vLLM, model in eval mode), scores them with
   every reward, shares (reward, length) rows with all ranks (one all-reduce) and computes the
-  group-normalised advantages of the whole window (``aura.train.objectives.grpo.group_advantages``); with ``--beta`` > 0 it also computes
+  group-normalised advantages of the whole window (``aura.train.objectives.grpo.group_advantages``); with ``--beta`` > 0
+  it also computes
   the reference's log-probabilities (the base with the adapter disabled, or a frozen copy).
 * Every completion has a key, a hash of (seed, epoch, window, its index in the window), and its tokens
   are drawn from that key alone (``aura.inference.sampling``, keyed draws): a resumed run samples the
@@ -37,12 +38,17 @@ from aura.core.i18n import Messages
 from aura.train.lora_views import base_view, compute_view, merged_view
 from aura.train.objectives.grpo import completion_logps, group_advantages
 
-M = Messages("rollout", {
-    "resume_mismatch": ("El checkpoint se hizo con otros datos de GRPO ({field}: {saved}; ahora: {now}). Reanuda "
-                        "con los mismos --data, --num-generations y --seed.",
-                        "The checkpoint was made with other GRPO data ({field}: {saved}; now: {now}). Resume with "
-                        "the same --data, --num-generations and --seed."),
-})
+M = Messages(
+    "rollout",
+    {
+        "resume_mismatch": (
+            "El checkpoint se hizo con otros datos de GRPO ({field}: {saved}; ahora: {now}). Reanuda "
+            "con los mismos --data, --num-generations y --seed.",
+            "The checkpoint was made with other GRPO data ({field}: {saved}; now: {now}). Resume with "
+            "the same --data, --num-generations and --seed.",
+        ),
+    },
+)
 
 
 COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -57,9 +63,26 @@ def row_key(seed: int, epoch: int, window: int, row: int) -> int:
 class RolloutSource:
     """Resumable, rank-aware GRPO micro-batches (see the module docstring)."""
 
-    def __init__(self, prompts: list, *, policy, rewards, tokenizer, sampling, num_generations: int,
-                 batch_size: int, accumulation: int, scale_rewards: str, temperature: float, beta: float,
-                 dist, precision: str, seed: int = 0, reference=None, generate=None):
+    def __init__(
+        self,
+        prompts: list,
+        *,
+        policy,
+        rewards,
+        tokenizer,
+        sampling,
+        num_generations: int,
+        batch_size: int,
+        accumulation: int,
+        scale_rewards: str,
+        temperature: float,
+        beta: float,
+        dist,
+        precision: str,
+        seed: int = 0,
+        reference=None,
+        generate=None,
+    ):
         """``policy``: the model being trained, unwrapped (peft model or plain); ``reference``: a frozen
         copy, or None (the policy with its adapter disabled); ``generate``: (prompt id lists, their keys) ->
         completion id lists, default Aura's sampler; ``sampling``: ``aura.inference.sampling.SamplingParams``."""
@@ -87,7 +110,7 @@ class RolloutSource:
         if self.position >= self.batches_per_epoch:
             return None
         if not self._buffer or self.position % self.accum == 0:
-            self._buffer = self.window(self.epoch, self.position // self.accum)[self.position % self.accum:]
+            self._buffer = self.window(self.epoch, self.position // self.accum)[self.position % self.accum :]
         self.position += 1
         return self._buffer.pop(0)
 
@@ -95,9 +118,17 @@ class RolloutSource:
         self.epoch, self.position, self._buffer = epoch, 0, []
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "prompts": len(self.prompts),
-                "num_generations": self.G, "batch_size": self.batch_size, "world_size": self.dist.world_size,
-                "groups": self.groups, "groups_with_signal": self.groups_with_signal}
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "seed": self.seed,
+            "prompts": len(self.prompts),
+            "num_generations": self.G,
+            "batch_size": self.batch_size,
+            "world_size": self.dist.world_size,
+            "groups": self.groups,
+            "groups_with_signal": self.groups_with_signal,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for key, now in (("seed", self.seed), ("prompts", len(self.prompts)), ("num_generations", self.G)):
@@ -123,10 +154,10 @@ class RolloutSource:
     def my_rows(self, epoch: int, window: int) -> list[int]:
         """The prompt index of each completion this rank samples in ``window``."""
         start = window * self.prompts_per_window
-        chosen = self.order(epoch)[start:start + self.prompts_per_window]
+        chosen = self.order(epoch)[start : start + self.prompts_per_window]
         rows = [p for p in chosen for _ in range(self.G)]
         r = self.dist.rank
-        return rows[r * self.per_rank:(r + 1) * self.per_rank]
+        return rows[r * self.per_rank : (r + 1) * self.per_rank]
 
     def _sample(self, prompt_ids: list[list[int]], keys: list[int]):
         """Aura's engine (``aura.inference.decode``) on the policy. In fp32 on the CPU a LoRA policy samples
@@ -148,8 +179,7 @@ class RolloutSource:
                 if view is not None:
                     views.enter_context(view)
                     views.enter_context(torch.autocast(device_type=device.type, enabled=False))
-                    return decode_batch(self.policy, prompt_ids, self.sampling, logps=dtype != torch.float32,
-                                        **common)
+                    return decode_batch(self.policy, prompt_ids, self.sampling, logps=dtype != torch.float32, **common)
             else:
                 views.enter_context(merged)
             packed = packed_view(self.policy, precision=self.precision, device=device)
@@ -178,13 +208,20 @@ class RolloutSource:
             with autocast_context(self.precision, self.dist.device):
                 scores = self._score(rows, completions)  # (R, n) this rank's raw rewards
                 advantages, stats = self._advantages(scores, completions)
-                batches = [self._collate(rows[i:i + self.batch_size], completions[i:i + self.batch_size],
-                                         advantages[i:i + self.batch_size])
-                           for i in range(0, len(rows), self.batch_size)]
+                batches = [
+                    self._collate(
+                        rows[i : i + self.batch_size],
+                        completions[i : i + self.batch_size],
+                        advantages[i : i + self.batch_size],
+                    )
+                    for i in range(0, len(rows), self.batch_size)
+                ]
                 if sampler_logps is not None:
                     for i, b in enumerate(batches):
-                        b["sampler_logps"] = pad_rows(sampler_logps[i * self.batch_size:(i + 1) * self.batch_size],
-                                                      width=b["completion_mask"].shape[1])
+                        b["sampler_logps"] = pad_rows(
+                            sampler_logps[i * self.batch_size : (i + 1) * self.batch_size],
+                            width=b["completion_mask"].shape[1],
+                        )
                 if self.beta:
                     for b in batches:
                         b["ref_logps"] = self._reference_logps(b)
@@ -208,8 +245,13 @@ class RolloutSource:
             item = self.prompts[rows[start]].item
             ids = completions[start:end]
             texts = self.tok.batch_decode(ids, skip_special_tokens=True)
-            values = self.rewards.scores(prompt_text=item.text, where=item.where, completions=texts,
-                                         completion_ids=ids, fields={**item.fields, "answer": item.answer})
+            values = self.rewards.scores(
+                prompt_text=item.text,
+                where=item.where,
+                completions=texts,
+                completion_ids=ids,
+                fields={**item.fields, "answer": item.answer},
+            )
             scores[:, start:end] = torch.tensor(values, dtype=torch.float64)
             start = end
         return scores
@@ -220,11 +262,13 @@ class RolloutSource:
         n, world, rank = scores.shape[1], self.dist.world_size, self.dist.rank
         stops = set(self.sampling.stop_ids)
         lengths = torch.tensor([len(c) for c in completions], dtype=torch.float64)
-        truncated = torch.tensor([float(len(c) >= self.sampling.max_new_tokens and (not c or c[-1] not in stops))
-                                  for c in completions], dtype=torch.float64)
+        truncated = torch.tensor(
+            [float(len(c) >= self.sampling.max_new_tokens and (not c or c[-1] not in stops)) for c in completions],
+            dtype=torch.float64,
+        )
         mine = torch.cat([scores, lengths[None], truncated[None]])  # (R + 2, n)
         everyone = torch.zeros((mine.shape[0], n * world), dtype=torch.float64)
-        everyone[:, rank * n:(rank + 1) * n] = mine
+        everyone[:, rank * n : (rank + 1) * n] = mine
         if self.dist.is_distributed:
             everyone = self.dist.all_reduce(everyone.to(self.dist.comm_device), "sum").cpu()
         raw, lengths, truncated = everyone[:-2], everyone[-2], everyone[-1]
@@ -238,11 +282,10 @@ class RolloutSource:
         signal = int((grouped.amax(1) != grouped.amin(1)).sum())
         self.groups, self.groups_with_signal = self.groups + grouped.shape[0], self.groups_with_signal + signal
         stats += [zero_std.double().mean().item(), float(signal), lengths.mean().item(), truncated.mean().item()]
-        return advantages[rank * n:(rank + 1) * n].tolist(), stats
+        return advantages[rank * n : (rank + 1) * n].tolist(), stats
 
     def _collate(self, rows: list[int], completions: list[list[int]], advantages: list[float]) -> dict:
-        return collate([self.prompts[p].input_ids for p in rows], completions, advantages,
-                       pad_id=self.tok.pad_token_id)
+        return collate([self.prompts[p].input_ids for p in rows], completions, advantages, pad_id=self.tok.pad_token_id)
 
     def _reference_logps(self, batch: dict) -> torch.Tensor:
         """The reference's completion log-probs (B, C) on the CPU: a frozen copy, or the base with the
@@ -262,7 +305,7 @@ def pad_rows(rows: list[list[float]], *, width: int) -> torch.Tensor:
     """Per-token values of each completion, right-padded with 0 to ``width`` (B, width) fp32."""
     out = torch.zeros((len(rows), width), dtype=torch.float32)
     for i, r in enumerate(rows):
-        out[i, :len(r)] = torch.tensor(r[:width], dtype=torch.float32)
+        out[i, : len(r)] = torch.tensor(r[:width], dtype=torch.float32)
     return out
 
 
@@ -277,17 +320,22 @@ def collate(prompts: list[list[int]], completions: list[list[int]], advantages: 
     attention = torch.zeros((n, width_p + width_c), dtype=torch.long)
     completion_mask = torch.zeros((n, width_c), dtype=torch.long)
     for i, (p, c) in enumerate(zip(prompts, completions)):
-        ids[i, width_p - len(p):width_p] = torch.tensor(p, dtype=torch.long)
-        attention[i, width_p - len(p):width_p + len(c)] = 1
+        ids[i, width_p - len(p) : width_p] = torch.tensor(p, dtype=torch.long)
+        attention[i, width_p - len(p) : width_p + len(c)] = 1
         if c:
-            ids[i, width_p:width_p + len(c)] = torch.tensor(c, dtype=torch.long)
-        completion_mask[i, :len(c)] = 1
+            ids[i, width_p : width_p + len(c)] = torch.tensor(c, dtype=torch.long)
+        completion_mask[i, : len(c)] = 1
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     first: dict[tuple[int, ...], int] = {}  # each distinct prompt -> its first row
     for i, p in enumerate(prompts):
         first.setdefault(tuple(p), i)
     order = {key: j for j, key in enumerate(first)}
-    return {"input_ids": ids, "attention_mask": attention, "position_ids": positions,
-            "completion_mask": completion_mask, "advantages": torch.tensor(advantages, dtype=torch.float32),
-            "prompt_rows": torch.tensor(list(first.values()), dtype=torch.long),
-            "prompt_of_row": torch.tensor([order[tuple(p)] for p in prompts], dtype=torch.long)}
+    return {
+        "input_ids": ids,
+        "attention_mask": attention,
+        "position_ids": positions,
+        "completion_mask": completion_mask,
+        "advantages": torch.tensor(advantages, dtype=torch.float32),
+        "prompt_rows": torch.tensor(list(first.values()), dtype=torch.long),
+        "prompt_of_row": torch.tensor([order[tuple(p)] for p in prompts], dtype=torch.long),
+    }

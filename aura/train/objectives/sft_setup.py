@@ -9,25 +9,42 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.train.objectives.registry import Limited, ObjectiveSetup
 
-M = Messages("sft_setup", {
-    "demo_data": ("Sin --data: se usa la muestra de instrucciones en español incluida ({path}).",
-                  "No --data: using the embedded Spanish instruction sample ({path})."),
-    "examples": ("Ejemplos: {train} de entrenamiento, {val} de validación; {tokens:token|tokens} de respuesta "
-                 "entrenados por época{prompt}.",
-                 "Examples: {train} for training, {val} for validation; {tokens:,} response tokens trained per "
-                 "epoch{prompt}."),
-    "with_prompt": (" (con --train-on-prompt también los del prompt)", " (with --train-on-prompt also the prompt's)"),
-    "no_val": ("Sin ejemplos de validación (--val-fraction {fraction} apartó {n} de {total}; los que superan "
-               "--max-length {length} se descartan): no habrá pérdida de validación (\"Pérdida de validación: -\") ni best/. "
-               "Sube --val-fraction, o --max-length, o usa --truncation truncate.",
-               "No validation examples (--val-fraction {fraction} set aside {n} of {total}; those longer than "
-               "--max-length {length} are dropped): there will be no validation loss (\"Val loss: -\") and no "
-               "best/. Raise --val-fraction, or --max-length, or use --truncation truncate."),
-    "pref_only": ("--{flag} solo se aplica a --objective dpo u orpo (el objetivo es 'sft').",
-                  "--{flag} only applies to --objective dpo or orpo (the objective is 'sft')."),
-    "pref_grpo_only": ("--{flag} solo se aplica a --objective dpo, orpo o grpo (el objetivo es 'sft').",
-                       "--{flag} only applies to --objective dpo, orpo or grpo (the objective is 'sft')."),
-})
+M = Messages(
+    "sft_setup",
+    {
+        "demo_data": (
+            "Sin --data: se usa la muestra de instrucciones en español incluida ({path}).",
+            "No --data: using the embedded Spanish instruction sample ({path}).",
+        ),
+        "examples": (
+            "Ejemplos: {train} de entrenamiento, {val} de validación; {tokens:token|tokens} de respuesta "
+            "entrenados por época{prompt}.",
+            "Examples: {train} for training, {val} for validation; {tokens:,} response tokens trained per "
+            "epoch{prompt}.",
+        ),
+        "with_prompt": (
+            " (con --train-on-prompt también los del prompt)",
+            " (with --train-on-prompt also the prompt's)",
+        ),
+        "no_val": (
+            "Sin ejemplos de validación (--val-fraction {fraction} apartó {n} de {total}; los que superan "
+            '--max-length {length} se descartan): no habrá pérdida de validación ("Pérdida de validación: -") ni '
+            "best/. "
+            "Sube --val-fraction, o --max-length, o usa --truncation truncate.",
+            "No validation examples (--val-fraction {fraction} set aside {n} of {total}; those longer than "
+            '--max-length {length} are dropped): there will be no validation loss ("Val loss: -") and no '
+            "best/. Raise --val-fraction, or --max-length, or use --truncation truncate.",
+        ),
+        "pref_only": (
+            "--{flag} solo se aplica a --objective dpo u orpo (el objetivo es 'sft').",
+            "--{flag} only applies to --objective dpo or orpo (the objective is 'sft').",
+        ),
+        "pref_grpo_only": (
+            "--{flag} solo se aplica a --objective dpo, orpo o grpo (el objetivo es 'sft').",
+            "--{flag} only applies to --objective dpo, orpo or grpo (the objective is 'sft').",
+        ),
+    },
+)
 LR_LORA, LR_FULL = 2e-4, 2e-5
 
 
@@ -40,12 +57,17 @@ class SFTSetup(ObjectiveSetup):
     @classmethod
     def check_across(cls, cfg) -> None:
         """The preference flags (and GRPO's --beta, --max-prompt-length) do not apply."""
-        for flag, value in (("beta", cfg.beta is not None), ("dpo-loss", cfg.dpo_loss != "sigmoid"),
-                            ("label-smoothing", cfg.label_smoothing), ("max-prompt-length", cfg.max_prompt_length),
-                            ("precompute-ref", cfg.precompute_ref)):
+        for flag, value in (
+            ("beta", cfg.beta is not None),
+            ("dpo-loss", cfg.dpo_loss != "sigmoid"),
+            ("label-smoothing", cfg.label_smoothing),
+            ("max-prompt-length", cfg.max_prompt_length),
+            ("precompute-ref", cfg.precompute_ref),
+        ):
             if value:
-                raise AuraError(M("pref_grpo_only" if flag in ("beta", "max-prompt-length") else "pref_only",
-                                  flag=flag))
+                raise AuraError(
+                    M("pref_grpo_only" if flag in ("beta", "max-prompt-length") else "pref_only", flag=flag)
+                )
 
     @classmethod
     def learning_rate(cls, method: str) -> float:
@@ -59,8 +81,9 @@ class SFTSetup(ObjectiveSetup):
             from aura.data import EMBEDDED_INSTRUCTIONS
 
             console.info(M("demo_data", path=EMBEDDED_INSTRUCTIONS))
-        return load_conversations(choose_data(cfg.data, cfg.data_fallback), empty_responses=cfg.empty_responses,
-                                  split=cfg.split)
+        return load_conversations(
+            choose_data(cfg.data, cfg.data_fallback), empty_responses=cfg.empty_responses, split=cfg.split
+        )
 
     def conversations(self, items: list) -> list:
         return items
@@ -75,8 +98,9 @@ class SFTSetup(ObjectiveSetup):
         train_ex = encode_all(train_convs, tok, **enc)
         val_ex = encode_all(val_convs, tok, **enc) if val_convs else []
         if not val_ex and cfg.val_fraction > 0:
-            console.warn(M("no_val", n=len(val_convs), total=len(items), fraction=cfg.val_fraction,
-                           length=cfg.max_length))
+            console.warn(
+                M("no_val", n=len(val_convs), total=len(items), fraction=cfg.val_fraction, length=cfg.max_length)
+            )
         return train_ex, val_ex
 
     def sources(self, cfg, tok, model, train_ex: list, val_ex: list, *, run, packing: bool, base_name: str):
@@ -84,13 +108,27 @@ class SFTSetup(ObjectiveSetup):
         from aura.data.sft_batches import SFTDataSource, length_buckets
 
         dist = run.dist
-        common = dict(batch_size=cfg.batch_size, pad_id=tok.pad_token_id, seed=cfg.seed, rank=dist.rank,
-                      world_size=dist.world_size, packing=packing, max_length=cfg.max_length,
-                      buckets=length_buckets(cfg.max_length) if cfg.compile else ())  # few shapes to compile
+        common = dict(
+            batch_size=cfg.batch_size,
+            pad_id=tok.pad_token_id,
+            seed=cfg.seed,
+            rank=dist.rank,
+            world_size=dist.world_size,
+            packing=packing,
+            max_length=cfg.max_length,
+            buckets=length_buckets(cfg.max_length) if cfg.compile else (),
+        )  # few shapes to compile
         data = SFTDataSource(train_ex, **common)
         val = Limited(SFTDataSource(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None
         return data, val
 
     def announce(self, cfg, train_ex: list, val_ex: list, data) -> None:
-        console.info(M("examples", train=len(train_ex), val=len(val_ex), tokens=data.num_label_tokens,
-                       prompt=M("with_prompt") if cfg.train_on_prompt else ""))
+        console.info(
+            M(
+                "examples",
+                train=len(train_ex),
+                val=len(val_ex),
+                tokens=data.num_label_tokens,
+                prompt=M("with_prompt") if cfg.train_on_prompt else "",
+            )
+        )

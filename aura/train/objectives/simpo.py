@@ -32,8 +32,15 @@ from aura.train.objectives.preference import DPO_METRICS, count_pairs, sequence_
 class SimPO:
     """SimPO (length-normalised, target margin ``gamma``) or CPO (summed log-probs) with an optional NLL term."""
 
-    def __init__(self, *, name: str = "simpo", beta: float = 0.1, gamma: float = 0.5, cpo_alpha: float = 0.0,
-                 label_smoothing: float = 0.0):
+    def __init__(
+        self,
+        *,
+        name: str = "simpo",
+        beta: float = 0.1,
+        gamma: float = 0.5,
+        cpo_alpha: float = 0.0,
+        label_smoothing: float = 0.0,
+    ):
         if name not in ("simpo", "cpo"):
             raise ValueError("name must be 'simpo' or 'cpo'")
         self.name, self.beta, self.gamma, self.cpo_alpha = name, beta, gamma, cpo_alpha
@@ -61,7 +68,11 @@ class SimPO:
             stats["nll_loss"] = nll.detach().sum()
         r_c, r_r = self.beta * chosen.detach(), self.beta * rejected.detach()
         return losses.sum(), {
-            "rewards/chosen": r_c.sum(), "rewards/rejected": r_r.sum(),
-            "rewards/accuracy": (r_c > r_r).float().sum(), "rewards/margin": (r_c - r_r).sum(),
-            "logps/chosen": chosen.detach().sum(), "logps/rejected": rejected.detach().sum(), **stats}
-
+            "rewards/chosen": r_c.sum(),
+            "rewards/rejected": r_r.sum(),
+            "rewards/accuracy": (r_c > r_r).float().sum(),
+            "rewards/margin": (r_c - r_r).sum(),
+            "logps/chosen": chosen.detach().sum(),
+            "logps/rejected": rejected.detach().sum(),
+            **stats,
+        }

@@ -79,12 +79,19 @@ class VLLMGenerator:
         with launch_env():
             # the run's compute dtype (vLLM's default would be the config's, fp32 for a model saved in fp32), and
             # as many sequences at once as this rank samples in a window (TRL's max_num_seqs)
-            self.llm = LLM(model=base_name, gpu_memory_utilization=cfg.vllm_gpu_memory, max_model_len=max_model_len,
-                           seed=dist.rank, distributed_executor_backend="external_launcher",
-                           enable_prefix_caching=True, trust_remote_code=cfg.trust_remote_code,
-                           max_num_batched_tokens=max(4096, max_model_len), logprobs_mode="processed_logprobs",
-                           dtype=VLLM_DTYPES.get(precision, "auto"),
-                           max_num_seqs=max(cfg.batch_size * cfg.gradient_accumulation_steps, 1))
+            self.llm = LLM(
+                model=base_name,
+                gpu_memory_utilization=cfg.vllm_gpu_memory,
+                max_model_len=max_model_len,
+                seed=dist.rank,
+                distributed_executor_backend="external_launcher",
+                enable_prefix_caching=True,
+                trust_remote_code=cfg.trust_remote_code,
+                max_num_batched_tokens=max(4096, max_model_len),
+                logprobs_mode="processed_logprobs",
+                dtype=VLLM_DTYPES.get(precision, "auto"),
+                max_num_seqs=max(cfg.batch_size * cfg.gradient_accumulation_steps, 1),
+            )
         self._synced_version = None
 
     def _weights_version(self) -> int:
@@ -98,8 +105,9 @@ class VLLMGenerator:
         executor = self.llm.llm_engine.model_executor
         worker = getattr(executor.driver_worker, "worker", executor.driver_worker)
         if hasattr(worker, "reload_weights"):
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
-                                                                "is_checkpoint_format": True})
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+            )
         else:
             worker.model_runner.model.load_weights(weights)
 
@@ -139,11 +147,21 @@ class VLLMGenerator:
         self.sync()
         s = self.sampling
         # one seed per row (its key): the G rows of a prompt must not draw the same completion
-        params = [SamplingParams(n=1, max_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-                                 top_k=s.top_k if s.top_k else -1, stop_token_ids=list(s.stop_ids),
-                                 stop=list(s.stop_strings) or None, include_stop_str_in_output=True,
-                                 seed=key % (2**31 - 1), logprobs=0)  # 0: the sampled token's own log-prob
-                  for key in keys]
+        params = [
+            SamplingParams(
+                n=1,
+                max_tokens=s.max_new_tokens,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                top_k=s.top_k if s.top_k else -1,
+                stop_token_ids=list(s.stop_ids),
+                stop=list(s.stop_strings) or None,
+                include_stop_str_in_output=True,
+                seed=key % (2**31 - 1),
+                logprobs=0,
+            )  # 0: the sampled token's own log-prob
+            for key in keys
+        ]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompt_ids], params, use_tqdm=False)
         ids = [list(o.outputs[0].token_ids) for o in outputs]
         logps = [[step[t].logprob for t, step in zip(row, o.outputs[0].logprobs)] for row, o in zip(ids, outputs)]

@@ -36,41 +36,62 @@ from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.i18n import Messages
 
-M = Messages("deepspeed", {
-    "missing": ("DeepSpeed no está instalado. Instálalo con: pip install 'aura-llm[deepspeed]' (o pip install "
-                "deepspeed), o entrena sin --deepspeed.",
-                "DeepSpeed is not installed. Install it with: pip install 'aura-llm[deepspeed]' (or pip install "
-                "deepspeed), or train without --deepspeed."),
-    "too_old": ("DeepSpeed {have} es demasiado antiguo para Aura (necesita {need} o posterior: las versiones "
-                "anteriores no cargan sus propios checkpoints con el torch.load seguro de torch >= 2.6). "
-                "Actualízalo con: pip install -U 'deepspeed>={need}'.",
-                "DeepSpeed {have} is too old for Aura (it needs {need} or later: earlier versions cannot load "
-                "their own checkpoints with the safe torch.load of torch >= 2.6). Upgrade it with: "
-                "pip install -U 'deepspeed>={need}'."),
-    "no_file": ("No existe el archivo de configuración de DeepSpeed {path}.",
-                "The DeepSpeed config file {path} does not exist."),
-    "bad_json": ("{path} no es un JSON válido ({err}).", "{path} is not valid JSON ({err})."),
-    "override": ("ds_config: '{key}' = {theirs} se sustituye por {ours} (de {flag}); en Aura esos valores los "
-                 "fijan los flags, así nunca discrepan.",
-                 "ds_config: '{key}' = {theirs} is replaced by {ours} (from {flag}); in Aura those values come "
-                 "from the flags, so they never disagree."),
-    "scheduler": ("ds_config: se ignora la sección 'scheduler'; la tasa de aprendizaje la fija Aura "
-                  "(--learning-rate, --warmup-steps, coseno).",
-                  "ds_config: the 'scheduler' section is ignored; Aura sets the learning rate "
-                  "(--learning-rate, --warmup-steps, cosine)."),
-    "stage": ("ds_config: zero_optimization.stage debe ser 0, 1, 2 o 3 (recibido: {stage}).",
-              "ds_config: zero_optimization.stage must be 0, 1, 2 or 3 (got: {stage})."),
-    "qlora": ("DeepSpeed ZeRO no admite un modelo base cuantizado en 4 bits (QLoRA); usa --method lora o "
-              "torchrun sin --deepspeed (DDP).",
-              "DeepSpeed ZeRO does not support a 4-bit quantized base (QLoRA); use --method lora or torchrun "
-              "without --deepspeed (DDP)."),
-    "ready": ("DeepSpeed ZeRO-{stage}: micro-lote {micro}, acumulación {accum}, lote global {global_}, "
-              "recorte {clip}, optimizador {opt}.",
-              "DeepSpeed ZeRO-{stage}: micro-batch {micro}, accumulation {accum}, global batch {global_}, "
-              "clipping {clip}, optimizer {opt}."),
-    "non_finite": ("DeepSpeed ya aplicó la actualización de un paso con pérdida no finita.",
-                   "DeepSpeed already applied the update of a step with a non-finite loss."),
-})
+M = Messages(
+    "deepspeed",
+    {
+        "missing": (
+            "DeepSpeed no está instalado. Instálalo con: pip install 'aura-llm[deepspeed]' (o pip install "
+            "deepspeed), o entrena sin --deepspeed.",
+            "DeepSpeed is not installed. Install it with: pip install 'aura-llm[deepspeed]' (or pip install "
+            "deepspeed), or train without --deepspeed.",
+        ),
+        "too_old": (
+            "DeepSpeed {have} es demasiado antiguo para Aura (necesita {need} o posterior: las versiones "
+            "anteriores no cargan sus propios checkpoints con el torch.load seguro de torch >= 2.6). "
+            "Actualízalo con: pip install -U 'deepspeed>={need}'.",
+            "DeepSpeed {have} is too old for Aura (it needs {need} or later: earlier versions cannot load "
+            "their own checkpoints with the safe torch.load of torch >= 2.6). Upgrade it with: "
+            "pip install -U 'deepspeed>={need}'.",
+        ),
+        "no_file": (
+            "No existe el archivo de configuración de DeepSpeed {path}.",
+            "The DeepSpeed config file {path} does not exist.",
+        ),
+        "bad_json": ("{path} no es un JSON válido ({err}).", "{path} is not valid JSON ({err})."),
+        "override": (
+            "ds_config: '{key}' = {theirs} se sustituye por {ours} (de {flag}); en Aura esos valores los "
+            "fijan los flags, así nunca discrepan.",
+            "ds_config: '{key}' = {theirs} is replaced by {ours} (from {flag}); in Aura those values come "
+            "from the flags, so they never disagree.",
+        ),
+        "scheduler": (
+            "ds_config: se ignora la sección 'scheduler'; la tasa de aprendizaje la fija Aura "
+            "(--learning-rate, --warmup-steps, coseno).",
+            "ds_config: the 'scheduler' section is ignored; Aura sets the learning rate "
+            "(--learning-rate, --warmup-steps, cosine).",
+        ),
+        "stage": (
+            "ds_config: zero_optimization.stage debe ser 0, 1, 2 o 3 (recibido: {stage}).",
+            "ds_config: zero_optimization.stage must be 0, 1, 2 or 3 (got: {stage}).",
+        ),
+        "qlora": (
+            "DeepSpeed ZeRO no admite un modelo base cuantizado en 4 bits (QLoRA); usa --method lora o "
+            "torchrun sin --deepspeed (DDP).",
+            "DeepSpeed ZeRO does not support a 4-bit quantized base (QLoRA); use --method lora or torchrun "
+            "without --deepspeed (DDP).",
+        ),
+        "ready": (
+            "DeepSpeed ZeRO-{stage}: micro-lote {micro}, acumulación {accum}, lote global {global_}, "
+            "recorte {clip}, optimizador {opt}.",
+            "DeepSpeed ZeRO-{stage}: micro-batch {micro}, accumulation {accum}, global batch {global_}, "
+            "clipping {clip}, optimizer {opt}.",
+        ),
+        "non_finite": (
+            "DeepSpeed ya aplicó la actualización de un paso con pérdida no finita.",
+            "DeepSpeed already applied the update of a step with a non-finite loss.",
+        ),
+    },
+)
 
 if TYPE_CHECKING:
     import torch
@@ -105,23 +126,27 @@ def read_config(path: str | Path) -> dict:
     return config
 
 
-def ds_config(user: dict, *, batch_size: int, accumulation: int, world_size: int, max_grad_norm: float,
-              precision: str) -> dict:
+def ds_config(
+    user: dict, *, batch_size: int, accumulation: int, world_size: int, max_grad_norm: float, precision: str
+) -> dict:
     """The user's config with Aura's batch, accumulation, clipping and precision written in."""
     config = json.loads(json.dumps(user))  # a deep copy
-    ours = {"train_micro_batch_size_per_gpu": (batch_size, "--batch-size"),
-            "gradient_accumulation_steps": (accumulation, "--gradient-accumulation-steps"),
-            "train_batch_size": (batch_size * accumulation * world_size,
-                                 "--batch-size x --gradient-accumulation-steps x ranks"),
-            "gradient_clipping": (float(max_grad_norm), "--max-grad-norm")}
+    ours = {
+        "train_micro_batch_size_per_gpu": (batch_size, "--batch-size"),
+        "gradient_accumulation_steps": (accumulation, "--gradient-accumulation-steps"),
+        "train_batch_size": (
+            batch_size * accumulation * world_size,
+            "--batch-size x --gradient-accumulation-steps x ranks",
+        ),
+        "gradient_clipping": (float(max_grad_norm), "--max-grad-norm"),
+    }
     for key, (value, flag) in ours.items():
         theirs = config.get(key, "auto")
         if theirs != "auto" and theirs != value:
             console.warn(M("override", key=key, theirs=theirs, ours=value, flag=flag))
         config[key] = value
     for key in ("bf16", "fp16"):  # precision comes from --precision
-        config[key] = {**{k: v for k, v in (config.get(key) or {}).items() if v != "auto"},
-                       "enabled": precision == key}
+        config[key] = {**{k: v for k, v in (config.get(key) or {}).items() if v != "auto"}, "enabled": precision == key}
     zero = config.setdefault("zero_optimization", {})
     stage = zero.get("stage", 0)
     if stage not in (0, 1, 2, 3):
@@ -206,22 +231,33 @@ class DeepSpeedIO:
         with self._gathered():
             if dist.is_main:
                 module = self.engine.module
-                state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()
-                         if self.method == "full" or "lora_" in k}
+                state = {
+                    k: v.detach().cpu().clone()
+                    for k, v in module.state_dict().items()
+                    if self.method == "full" or "lora_" in k
+                }
                 write(module, Path(directory), state)
         dist.barrier()
 
     def save_state(self, model, optimizer, directory, *, dist, write):
         self.save_model(model, directory, dist=dist, write=write)
-        self.engine.save_checkpoint(str(Path(directory) / "deepspeed"), tag="state", save_latest=False,
-                                    exclude_frozen_parameters=self.method != "full")
+        self.engine.save_checkpoint(
+            str(Path(directory) / "deepspeed"),
+            tag="state",
+            save_latest=False,
+            exclude_frozen_parameters=self.method != "full",
+        )
 
     def load_state(self, model, optimizer, directory, *, dist, read):
         if self.check_base is not None:
             self.check_base(self.engine.module, Path(directory))
-        self.engine.load_checkpoint(str(Path(directory) / "deepspeed"), tag="state",
-                                    load_optimizer_states=optimizer is not None, load_lr_scheduler_states=False,
-                                    load_module_strict=self.method == "full")
+        self.engine.load_checkpoint(
+            str(Path(directory) / "deepspeed"),
+            tag="state",
+            load_optimizer_states=optimizer is not None,
+            load_lr_scheduler_states=False,
+            load_module_strict=self.method == "full",
+        )
 
 
 OLDEST = "0.16"  # the oldest release the tests pass with (0.16.0; 0.15.x fails resuming: see check_version)
@@ -252,16 +288,33 @@ def setup_deepspeed(model, *, args, dist, config_path: str, precision: str):
     if is_quantized(model):
         raise AuraError(M("qlora"))
     user = read_config(config_path)
-    config = ds_config(user, batch_size=args.batch_size, accumulation=args.gradient_accumulation_steps or 1,
-                       world_size=dist.world_size, max_grad_norm=args.max_grad_norm, precision=precision)
+    config = ds_config(
+        user,
+        batch_size=args.batch_size,
+        accumulation=args.gradient_accumulation_steps or 1,
+        world_size=dist.world_size,
+        max_grad_norm=args.max_grad_norm,
+        precision=precision,
+    )
     optimizer = None if "optimizer" in config else build_optimizer(model, args, dist.device)
     model.to(dist.device)
     engine, ds_optimizer, _, _ = deepspeed.initialize(
-        model=model, optimizer=optimizer, config=config,
-        model_parameters=[p for p in model.parameters() if p.requires_grad] if optimizer is None else None)
-    console.info(M("ready", stage=engine.zero_optimization_stage(), micro=config["train_micro_batch_size_per_gpu"],
-                   accum=config["gradient_accumulation_steps"], global_=config["train_batch_size"],
-                   clip=config["gradient_clipping"], opt=type(optimizer or ds_optimizer).__name__))
+        model=model,
+        optimizer=optimizer,
+        config=config,
+        model_parameters=[p for p in model.parameters() if p.requires_grad] if optimizer is None else None,
+    )
+    console.info(
+        M(
+            "ready",
+            stage=engine.zero_optimization_stage(),
+            micro=config["train_micro_batch_size_per_gpu"],
+            accum=config["gradient_accumulation_steps"],
+            global_=config["train_batch_size"],
+            clip=config["gradient_clipping"],
+            opt=type(optimizer or ds_optimizer).__name__,
+        )
+    )
     check = None if args.method == "full" else (lambda m, d: check_adapter_base(d, m, flag=None))
     io = DeepSpeedIO(engine, method=args.method, check_base=check)
     return engine, DeepSpeedStep(engine, ds_optimizer, precision=precision, dist=dist), io

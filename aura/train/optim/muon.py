@@ -52,12 +52,17 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.train.optim.muon_dist import is_sharded, muon_step
 
-M = Messages("muon", {
-    "no_matrices": ("--optimizer muon: el modelo no tiene matrices ocultas entrenables (proyecciones de atención "
-                    "o MLP); usa --optimizer adamw.",
-                    "--optimizer muon: the model has no trainable hidden matrices (attention or MLP "
-                    "projections); use --optimizer adamw."),
-})
+M = Messages(
+    "muon",
+    {
+        "no_matrices": (
+            "--optimizer muon: el modelo no tiene matrices ocultas entrenables (proyecciones de atención "
+            "o MLP); usa --optimizer adamw.",
+            "--optimizer muon: the model has no trainable hidden matrices (attention or MLP "
+            "projections); use --optimizer adamw.",
+        ),
+    },
+)
 
 MUON_MOMENTUM = 0.95  # Nesterov, as torch.optim.Muon, modded-nanogpt, nanochat and Moonlight
 
@@ -110,18 +115,40 @@ class MuonAdamW(torch.optim.Optimizer):
     DTensor parameters share it over their own mesh without being told. ``dtype``: Newton-Schulz's
     (``ns_dtype``; None: decided from the matrices' device)."""
 
-    def __init__(self, hidden: list, decay: list, no_decay: list, *, lr: float, weight_decay: float,
-                 betas: tuple[float, float], eps: float, momentum: float = MUON_MOMENTUM, fused: bool = False,
-                 process_group: torch.distributed.ProcessGroup | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        hidden: list,
+        decay: list,
+        no_decay: list,
+        *,
+        lr: float,
+        weight_decay: float,
+        betas: tuple[float, float],
+        eps: float,
+        momentum: float = MUON_MOMENTUM,
+        fused: bool = False,
+        process_group: torch.distributed.ProcessGroup | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         if not hidden:
             raise AuraError(M("no_matrices"))
-        self.muon = torch.optim.Muon([{"params": hidden, "weight_decay": weight_decay, "optimizer": "muon"}],
-                                     lr=lr, momentum=momentum, nesterov=True, adjust_lr_fn="match_rms_adamw")
-        groups = [{"params": decay, "weight_decay": weight_decay, "optimizer": "adamw"},
-                  {"params": no_decay, "weight_decay": 0.0, "optimizer": "adamw"}]
+        self.muon = torch.optim.Muon(
+            [{"params": hidden, "weight_decay": weight_decay, "optimizer": "muon"}],
+            lr=lr,
+            momentum=momentum,
+            nesterov=True,
+            adjust_lr_fn="match_rms_adamw",
+        )
+        groups = [
+            {"params": decay, "weight_decay": weight_decay, "optimizer": "adamw"},
+            {"params": no_decay, "weight_decay": 0.0, "optimizer": "adamw"},
+        ]
         kwargs = dict(lr=lr, betas=betas, eps=eps)
-        self.adamw = torch.optim.AdamW(groups, fused=True, **kwargs) if fused else \
-            torch.optim.AdamW(groups, foreach=True, **kwargs)
+        self.adamw = (
+            torch.optim.AdamW(groups, fused=True, **kwargs)
+            if fused
+            else torch.optim.AdamW(groups, foreach=True, **kwargs)
+        )
         super().__init__(self.muon.param_groups + self.adamw.param_groups, {})
         self.process_group = process_group
         self.dtype = ns_dtype(hidden[0].device) if dtype is None else dtype

@@ -36,9 +36,14 @@ from torch.optim._muon import _adjust_lr, _zeropower_via_newtonschulz
 from torch.optim.optimizer import _to_scalar
 
 
-
-def newton_schulz(grad: torch.Tensor, ns_coefficients: tuple[float, float, float], ns_steps: int, eps: float,
-                  *, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def newton_schulz(
+    grad: torch.Tensor,
+    ns_coefficients: tuple[float, float, float],
+    ns_steps: int,
+    eps: float,
+    *,
+    dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
     """``torch.optim.Muon``'s Newton-Schulz orthogonalisation of ``grad``, computed and returned in ``dtype``.
 
     bf16 is torch's own function (``_zeropower_via_newtonschulz``, which hard-codes it). Any other dtype runs
@@ -51,8 +56,9 @@ def newton_schulz(grad: torch.Tensor, ns_coefficients: tuple[float, float, float
     return _newton_schulz_in(grad, ns_coefficients, ns_steps, eps, dtype)
 
 
-def _newton_schulz_in(grad: torch.Tensor, ns_coefficients: tuple[float, float, float], ns_steps: int,
-                      eps: float, dtype: torch.dtype) -> torch.Tensor:
+def _newton_schulz_in(
+    grad: torch.Tensor, ns_coefficients: tuple[float, float, float], ns_steps: int, eps: float, dtype: torch.dtype
+) -> torch.Tensor:
     """torch 2.13's ``_zeropower_via_newtonschulz`` line for line, with ``dtype`` for its ``bfloat16``."""
     a, b, c = ns_coefficients
     ortho_grad = grad.to(dtype, copy=True)  # torch's .bfloat16() copies when it converts; so must this
@@ -81,8 +87,9 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def muon_step(opt: torch.optim.Muon, *, process_group: dist.ProcessGroup | None,
-              dtype: torch.dtype = torch.bfloat16) -> None:
+def muon_step(
+    opt: torch.optim.Muon, *, process_group: dist.ProcessGroup | None, dtype: torch.dtype = torch.bfloat16
+) -> None:
     """One step of ``opt`` with each matrix's Newton-Schulz (in ``dtype``) on one rank of ``process_group``
     (replicated parameters) or of its DTensor's mesh (sharded ones); ``None`` and no DTensor: on this rank."""
     for group in opt.param_groups:
@@ -98,8 +105,13 @@ def muon_step(opt: torch.optim.Muon, *, process_group: dist.ProcessGroup | None,
             grad, buf = _local(grad), _local(buf)
             buf.lerp_(grad, 1 - momentum)
             updates.append(grad.lerp(buf, momentum) if group["nesterov"] else buf)
-        ns = functools.partial(newton_schulz, ns_coefficients=group["ns_coefficients"],
-                               ns_steps=group["ns_steps"], eps=group["eps"], dtype=dtype)
+        ns = functools.partial(
+            newton_schulz,
+            ns_coefficients=group["ns_coefficients"],
+            ns_steps=group["ns_steps"],
+            eps=group["eps"],
+            dtype=dtype,
+        )
         ortho = orthogonalise(params, updates, ns=ns, process_group=process_group, wire=dtype)
         for p, o in zip(params, ortho):
             w = _local(p)
@@ -107,10 +119,14 @@ def muon_step(opt: torch.optim.Muon, *, process_group: dist.ProcessGroup | None,
             w.add_(o, alpha=-_adjust_lr(lr, group["adjust_lr_fn"], p.shape))  # p.shape: the whole matrix's
 
 
-def orthogonalise(params: list[torch.Tensor], updates: list[torch.Tensor], *,
-                  ns: Callable[[torch.Tensor], torch.Tensor],
-                  process_group: dist.ProcessGroup | None,
-                  wire: torch.dtype = torch.bfloat16) -> list[torch.Tensor]:
+def orthogonalise(
+    params: list[torch.Tensor],
+    updates: list[torch.Tensor],
+    *,
+    ns: Callable[[torch.Tensor], torch.Tensor],
+    process_group: dist.ProcessGroup | None,
+    wire: torch.dtype = torch.bfloat16,
+) -> list[torch.Tensor]:
     """``ns`` of every update (a local shard where its parameter is a DTensor), each computed once; results
     cross ranks in ``wire``, the dtype ``ns`` computes and returns (a rank with no matrix sends zeros of it)."""
     out: list[torch.Tensor | None] = [None] * len(params)
@@ -148,15 +164,23 @@ def _plan(indices: list[int], params: list[torch.Tensor], world: int) -> Iterato
     for shape in sorted(by_shape, key=lambda s: -cost[s]):  # stable: equal costs keep the params' order
         same = by_shape[shape]
         for start in range(0, len(same), world):
-            chunk = same[start:start + world]
-            owners = sorted(range(world), key=lambda r: (load[r], r))[:len(chunk)]  # the least loaded
+            chunk = same[start : start + world]
+            owners = sorted(range(world), key=lambda r: (load[r], r))[: len(chunk)]  # the least loaded
             for r in owners:
                 load[r] += cost[shape]
             yield chunk, owners
 
 
-def _replicated(indices: list[int], params: list[torch.Tensor], updates: list[torch.Tensor],
-                out: list, *, ns: Callable, group: dist.ProcessGroup, wire: torch.dtype) -> None:
+def _replicated(
+    indices: list[int],
+    params: list[torch.Tensor],
+    updates: list[torch.Tensor],
+    out: list,
+    *,
+    ns: Callable,
+    group: dist.ProcessGroup,
+    wire: torch.dtype,
+) -> None:
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     pending = []
     for chunk, owners in _plan(indices, params, world):
@@ -173,8 +197,16 @@ def _replicated(indices: list[int], params: list[torch.Tensor], updates: list[to
             out[i] = gathered[r]
 
 
-def _sharded(indices: list[int], params: list[torch.Tensor], updates: list[torch.Tensor],
-             out: list, *, ns: Callable, group: dist.ProcessGroup, wire: torch.dtype) -> None:
+def _sharded(
+    indices: list[int],
+    params: list[torch.Tensor],
+    updates: list[torch.Tensor],
+    out: list,
+    *,
+    ns: Callable,
+    group: dist.ProcessGroup,
+    wire: torch.dtype,
+) -> None:
     """Row shards as torch.chunk cuts them (DTensor's Shard(0)): ``per`` rows each, the last ones shorter or
     empty, padded to ``per`` on the wire so that one all-to-all moves them all."""
     world, rank = dist.get_world_size(group), dist.get_rank(group)
@@ -184,7 +216,7 @@ def _sharded(indices: list[int], params: list[torch.Tensor], updates: list[torch
         per = math.ceil(rows / world)
         send = updates[chunk[0]].new_zeros((world, per, cols), dtype=wire)  # slot r: my rows of rank r's matrix
         for i, r in zip(chunk, owners):
-            send[r, :updates[i].shape[0]] = updates[i]
+            send[r, : updates[i].shape[0]] = updates[i]
         recv = torch.empty_like(send)  # recv[r]: rank r's rows of the matrix I orthogonalise
         gathers.append((dist.all_to_all_single(recv, send, group=group, async_op=True), recv, chunk, owners, rows))
     scatters = []
@@ -199,18 +231,20 @@ def _sharded(indices: list[int], params: list[torch.Tensor], updates: list[torch
     for work, back, chunk, owners in scatters:
         work.wait()
         for i, r in zip(chunk, owners):
-            out[i] = back[r, :updates[i].shape[0]]
+            out[i] = back[r, : updates[i].shape[0]]
 
 
-def _whole_everywhere(indices: list[int], params: list[torch.Tensor], updates: list[torch.Tensor],
-                      out: list, *, ns: Callable) -> None:
+def _whole_everywhere(
+    indices: list[int], params: list[torch.Tensor], updates: list[torch.Tensor], out: list, *, ns: Callable
+) -> None:
     """A layout the all-to-all does not cover: the whole matrix on every rank, orthogonalised there, and
     this rank's part of the result (a Replicate -> Shard redistribution only slices)."""
     from torch.distributed.tensor import DTensor, Replicate
 
     for i in indices:
         p = params[i]
-        whole = DTensor.from_local(updates[i], p.device_mesh, p.placements, shape=p.shape,
-                                   stride=p.stride()).full_tensor()
+        whole = DTensor.from_local(
+            updates[i], p.device_mesh, p.placements, shape=p.shape, stride=p.stride()
+        ).full_tensor()
         o = DTensor.from_local(ns(whole), p.device_mesh, [Replicate()] * p.device_mesh.ndim)
         out[i] = o.redistribute(p.device_mesh, p.placements).to_local()

@@ -48,8 +48,15 @@ class Schedule:
 
     def lr(self, step: int) -> float:
         if self.kind == "wsd":
-            return wsd_lr(step, base=self.base, min_lr=self.min_lr, warmup=self.warmup, total=self.total,
-                          start=self.decay_start, start_lr=self.replan_lr)
+            return wsd_lr(
+                step,
+                base=self.base,
+                min_lr=self.min_lr,
+                warmup=self.warmup,
+                total=self.total,
+                start=self.decay_start,
+                start_lr=self.replan_lr,
+            )
         if self.replan_step is None or step < self.replan_step:
             return lr_at(step, base=self.base, min_lr=self.min_lr, warmup=self.warmup, total=self.total)
         span = self.total - self.replan_step
@@ -74,8 +81,9 @@ class Schedule:
             if not self.cooling(step):  # stable phase: only the cooldown moves (never before ``step``)
                 new = dataclasses.replace(self, total=total, cooldown_start=None)
                 return new if new.decay_start >= step else dataclasses.replace(new, cooldown_start=step)
-            return dataclasses.replace(self, total=total, cooldown_start=step, replan_step=step,
-                                       replan_lr=self.lr(step))
+            return dataclasses.replace(
+                self, total=total, cooldown_start=step, replan_step=step, replan_lr=self.lr(step)
+            )
         if step < self.warmup:  # still warming up: the ramp does not depend on the total
             return dataclasses.replace(self, total=total, replan_step=None, replan_lr=None)
         return dataclasses.replace(self, total=total, replan_step=step, replan_lr=self.lr(step))
@@ -100,8 +108,14 @@ def schedule_for(args, total_steps: int) -> Schedule:
     else:
         min_lr = 0.0 if kind == "wsd" else base * 0.1
     warmup = default_warmup(total_steps) if args.warmup_steps is None else int(args.warmup_steps)
-    return Schedule(base=base, min_lr=min_lr, warmup=warmup, total=total_steps, kind=kind,
-                    cooldown_fraction=float(getattr(args, "cooldown_fraction", 0.2)))
+    return Schedule(
+        base=base,
+        min_lr=min_lr,
+        warmup=warmup,
+        total=total_steps,
+        kind=kind,
+        cooldown_fraction=float(getattr(args, "cooldown_fraction", 0.2)),
+    )
 
 
 def default_warmup(total_steps: int) -> int:
@@ -125,8 +139,9 @@ def cooldown_start_for(total: int, *, warmup: int, fraction: float) -> int:
     return max(warmup, total - max(1, round(fraction * total)))
 
 
-def wsd_lr(step: int, *, base: float, min_lr: float, warmup: int, total: int, start: int,
-           start_lr: float | None = None) -> float:
+def wsd_lr(
+    step: int, *, base: float, min_lr: float, warmup: int, total: int, start: int, start_lr: float | None = None
+) -> float:
     """Warm-up, stable at ``base``, then from ``start`` a 1-sqrt cooldown from ``start_lr`` (default
     ``base``) to ``min_lr`` at ``total``: lr = min + (start_lr - min) (1 - sqrt(progress)). A cooldown that
     a time budget started inside the warm-up wins over it (from the rate reached, ``start_lr``)."""
@@ -149,8 +164,15 @@ class CooldownClock:
     ``Schedule`` (``cooldown_start``, ``total``), so the run ends cooled down when the budget ends and
     the decision is checkpointed. ``clock`` is injectable (tests use a fake one)."""
 
-    def __init__(self, *, budget_s: float, fraction: float, elapsed_s: float = 0.0, step: int = 0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        *,
+        budget_s: float,
+        fraction: float,
+        elapsed_s: float = 0.0,
+        step: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.budget, self.fraction, self.clock = float(budget_s), float(fraction), clock
         self._elapsed0, self._step0, self._t0 = float(elapsed_s), int(step), clock()
 
@@ -167,5 +189,10 @@ class CooldownClock:
             return None
         per_step = (self.clock() - self._t0) / (step - self._step0)
         steps = max(1, int(left // per_step)) if per_step > 0 and left > 0 else 1
-        return dataclasses.replace(schedule, cooldown_start=step, total=min(schedule.total, step + steps),
-                                   replan_step=step, replan_lr=schedule.lr(step))  # from the rate reached
+        return dataclasses.replace(
+            schedule,
+            cooldown_start=step,
+            total=min(schedule.total, step + steps),
+            replan_step=step,
+            replan_lr=schedule.lr(step),
+        )  # from the rate reached

@@ -37,17 +37,23 @@ if TYPE_CHECKING:
     from aura.distributed import DistInfo
     from aura.train.args import TrainArgs
 
-M = Messages("engine", {
-    "precision": ("Precisión activa: {precision} | autocast {autocast} | GradScaler {scaler}",
-                  "Active precision: {precision} | Autocast={autocast} | GradScaler={scaler}"),
-    "on": ("activado", "ON"),
-    "off": ("desactivado", "OFF"),
-    "no_trainable": ("El modelo no tiene parámetros entrenables.", "The model has no trainable parameters."),
-    "fp16_cpu": ("fp16 con GradScaler no está disponible en este dispositivo/compilación de PyTorch ({err}); "
-                 "usa --precision bf16 o fp32.",
-                 "fp16 with GradScaler is not available on this device/PyTorch build ({err}); use "
-                 "--precision bf16 or fp32."),
-})
+M = Messages(
+    "engine",
+    {
+        "precision": (
+            "Precisión activa: {precision} | autocast {autocast} | GradScaler {scaler}",
+            "Active precision: {precision} | Autocast={autocast} | GradScaler={scaler}",
+        ),
+        "on": ("activado", "ON"),
+        "off": ("desactivado", "OFF"),
+        "no_trainable": ("El modelo no tiene parámetros entrenables.", "The model has no trainable parameters."),
+        "fp16_cpu": (
+            "fp16 con GradScaler no está disponible en este dispositivo/compilación de PyTorch ({err}); "
+            "usa --precision bf16 o fp32.",
+            "fp16 with GradScaler is not available on this device/PyTorch build ({err}); use --precision bf16 or fp32.",
+        ),
+    },
+)
 
 
 @dataclass
@@ -88,8 +94,12 @@ class TorchEngine:
     def build(cls, model, *, args: TrainArgs, dist: DistInfo, precision: str, info=None) -> "TorchEngine":
         """AdamW over ``model``'s trainable parameters; build it after parallelising (FSDP2 shards them).
         ``info``: the hardware every rank agreed on (Muon's Newton-Schulz dtype)."""
-        return cls(build_optimizer(model, args, dist.device, info=info), precision=precision, dist=dist,
-                   max_grad_norm=args.max_grad_norm)
+        return cls(
+            build_optimizer(model, args, dist.device, info=info),
+            precision=precision,
+            dist=dist,
+            max_grad_norm=args.max_grad_norm,
+        )
 
     def describe(self) -> str:
         return precision_line(self.precision, scaler=self.scaler is not None)
@@ -172,12 +182,21 @@ def build_optimizer(model, args: TrainArgs, device: torch.device, *, info=None) 
         raise AuraError(M("no_trainable"))
     kwargs = dict(lr=args.learning_rate or 1e-3, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps)
     params = hidden + decay + no_decay
-    fused = device.type in ("cuda", "cpu") and all(p.dtype in (torch.float32, torch.float16, torch.bfloat16)
-                                                   for p in params)
+    fused = device.type in ("cuda", "cpu") and all(
+        p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in params
+    )
     if getattr(args, "optimizer", None) == "muon":
         group = model.process_group if strategy_of(model) == "ddp" else None
-        return MuonAdamW(hidden, decay, no_decay, weight_decay=args.weight_decay, fused=fused,
-                         process_group=group, dtype=muon.ns_dtype(device, info), **kwargs)
+        return MuonAdamW(
+            hidden,
+            decay,
+            no_decay,
+            weight_decay=args.weight_decay,
+            fused=fused,
+            process_group=group,
+            dtype=muon.ns_dtype(device, info),
+            **kwargs,
+        )
     index = {id(p): i for i, p in enumerate(model.parameters())}  # the model's order, as optimizer.pt has it
     decayed = sorted(hidden + decay, key=lambda p: index[id(p)])
     groups = [{"params": decayed, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -207,8 +226,9 @@ def resolve_precision(precision: str, device: torch.device, *, info=None) -> str
 
 def precision_line(precision: str, *, scaler: bool, autocast: bool | None = None) -> str:
     autocast = precision != "fp32" if autocast is None else autocast
-    return M("precision", precision=precision, autocast=M("on" if autocast else "off"),
-             scaler=M("on" if scaler else "off"))
+    return M(
+        "precision", precision=precision, autocast=M("on" if autocast else "off"), scaler=M("on" if scaler else "off")
+    )
 
 
 def autocast_context(precision: str, device: torch.device) -> ContextManager:

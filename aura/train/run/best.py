@@ -13,18 +13,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from aura.core import console
+from aura.core.atomic import read_json
 from aura.core.i18n import Messages
 from aura.core.rundir import BEST
-from aura.core.atomic import read_json
 
-M = Messages("best", {
-    "saved": ("Mejor validación hasta ahora ({val:.4f}, paso {step}): guardada en {path}",
-              "Best validation so far ({val:.4f}, step {step}): saved to {path}"),
-    "rising": ("la pérdida de validación ha subido {n:vez seguida|veces seguidas} desde el paso {step} ({best:.2f}): el "
-               "modelo está memorizando; `best/` conserva el paso {step}.",
-               "validation loss has risen {n:time|times} in a row since step {step} ({best:.2f}): the model is "
-               "memorising; `best/` keeps step {step}."),
-})
+M = Messages(
+    "best",
+    {
+        "saved": (
+            "Mejor validación hasta ahora ({val:.4f}, paso {step}): guardada en {path}",
+            "Best validation so far ({val:.4f}, step {step}): saved to {path}",
+        ),
+        "rising": (
+            "la pérdida de validación ha subido {n:vez seguida|veces seguidas} desde el paso {step} ({best:.2f}): el "
+            "modelo está memorizando; `best/` conserva el paso {step}.",
+            "validation loss has risen {n:time|times} in a row since step {step} ({best:.2f}): the model is "
+            "memorising; `best/` keeps step {step}.",
+        ),
+    },
+)
 
 BEST_JSON = "best.json"
 RISES_TO_WARN = 3

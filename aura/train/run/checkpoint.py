@@ -22,55 +22,71 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import torch
 
-from aura.distributed import DistInfo
+from aura.core.atomic import atomic_write_json, human_bytes, tmp_name
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.rundir import STATE_FILE, CheckpointRef, latest_checkpoint, list_checkpoints  # noqa: F401 (re-exported)
-from aura.core.atomic import atomic_write_json, human_bytes, tmp_name
 from aura.core.staging import staged_dir
+from aura.distributed import DistInfo
 from aura.distributed.ckpt_sync import collect_to_main, write_manifest
 from aura.train.run.ckpt_check import check_checkpoint, check_latest, check_state, load_pt
 
-M = Messages("checkpoint", {
-    "disk_full": ("No queda espacio en disco para guardar {path} ({err}). El checkpoint anterior sigue "
-                  "intacto{previous}. Libera espacio o usa --keep-last más bajo y reanuda con --resume-from latest.",
-                  "No disk space left to save {path} ({err}). The previous checkpoint is intact{previous}. "
-                  "Free some space or lower --keep-last, then resume with --resume-from latest."),
-    "write_failed": ("No se pudo guardar el checkpoint {path}: {err}. El checkpoint anterior sigue intacto.",
-                     "Could not save checkpoint {path}: {err}. The previous checkpoint is intact."),
-    "rank_failed": ("Otro proceso no pudo escribir su parte del checkpoint {path}.",
-                    "Another rank failed to write its part of checkpoint {path}."),
-    "not_checkpoint": ("{path} no es un checkpoint de Aura completo (falta trainer_state.json).",
-                       "{path} is not a complete Aura checkpoint (trainer_state.json is missing)."),
-    "no_latest": ("No hay ningún checkpoint completo en {path} para reanudar (una ejecución detenida antes de "
-                  "su primer checkpoint no deja nada que reanudar). Quita --resume-from: el mismo comando "
-                  "empieza de cero.",
-                  "There is no complete checkpoint in {path} to resume from (a run stopped before its first "
-                  "checkpoint leaves nothing to resume). Drop --resume-from: the same command starts over."),
-    "saved": ("Checkpoint guardado: {path} ({size})", "Checkpoint saved: {path} ({size})"),
-    "full_into_fsdp": ("El checkpoint {path} se guardó sin FSDP (model.safetensors completo, de un solo "
-                       "proceso o de DDP) y esta ejecución reparte el modelo con FSDP2. Reanúdalo con "
-                       "--strategy ddp (o en un solo proceso). Los checkpoints FSDP (dcp/) sí se reanudan "
-                       "con cualquier estrategia y número de procesos.",
-                       "The checkpoint {path} was saved without FSDP (a full model.safetensors, from one "
-                       "process or DDP) and this run shards the model with FSDP2. Resume it with "
-                       "--strategy ddp (or on one process). FSDP checkpoints (dcp/) do resume under any "
-                       "strategy and number of ranks."),
-    "sharded_refused": ("El checkpoint {path} es de FSDP (solo dcp/, sin model.safetensors) y esta ejecución no "
-                        "usa FSDP. Cargarlo requiere torch.distributed.checkpoint, que deserializa con pickle "
-                        "dcp/.metadata (Aura solo admite ahí las clases de metadatos de DCP y rechaza el resto). "
-                        "Si el checkpoint es tuyo o de "
-                        "una fuente de confianza, añade --load-sharded para cargarlo igualmente (se "
-                        "redistribuye a este número de procesos); si no, reanúdalo con --strategy fsdp "
-                        "(aura launch).",
-                        "The checkpoint {path} is an FSDP one (dcp/ only, no model.safetensors) and this run "
-                        "does not use FSDP. Loading it needs torch.distributed.checkpoint, which unpickles "
-                        "dcp/.metadata (Aura allows only DCP's own metadata classes there and refuses the rest). "
-                        "If the checkpoint is yours or comes "
-                        "from a trusted source, add --load-sharded to load it anyway (it is resharded to "
-                        "this number of processes); otherwise resume it with --strategy fsdp (aura launch)."),
-})
-
+M = Messages(
+    "checkpoint",
+    {
+        "disk_full": (
+            "No queda espacio en disco para guardar {path} ({err}). El checkpoint anterior sigue "
+            "intacto{previous}. Libera espacio o usa --keep-last más bajo y reanuda con --resume-from latest.",
+            "No disk space left to save {path} ({err}). The previous checkpoint is intact{previous}. "
+            "Free some space or lower --keep-last, then resume with --resume-from latest.",
+        ),
+        "write_failed": (
+            "No se pudo guardar el checkpoint {path}: {err}. El checkpoint anterior sigue intacto.",
+            "Could not save checkpoint {path}: {err}. The previous checkpoint is intact.",
+        ),
+        "rank_failed": (
+            "Otro proceso no pudo escribir su parte del checkpoint {path}.",
+            "Another rank failed to write its part of checkpoint {path}.",
+        ),
+        "not_checkpoint": (
+            "{path} no es un checkpoint de Aura completo (falta trainer_state.json).",
+            "{path} is not a complete Aura checkpoint (trainer_state.json is missing).",
+        ),
+        "no_latest": (
+            "No hay ningún checkpoint completo en {path} para reanudar (una ejecución detenida antes de "
+            "su primer checkpoint no deja nada que reanudar). Quita --resume-from: el mismo comando "
+            "empieza de cero.",
+            "There is no complete checkpoint in {path} to resume from (a run stopped before its first "
+            "checkpoint leaves nothing to resume). Drop --resume-from: the same command starts over.",
+        ),
+        "saved": ("Checkpoint guardado: {path} ({size})", "Checkpoint saved: {path} ({size})"),
+        "full_into_fsdp": (
+            "El checkpoint {path} se guardó sin FSDP (model.safetensors completo, de un solo "
+            "proceso o de DDP) y esta ejecución reparte el modelo con FSDP2. Reanúdalo con "
+            "--strategy ddp (o en un solo proceso). Los checkpoints FSDP (dcp/) sí se reanudan "
+            "con cualquier estrategia y número de procesos.",
+            "The checkpoint {path} was saved without FSDP (a full model.safetensors, from one "
+            "process or DDP) and this run shards the model with FSDP2. Resume it with "
+            "--strategy ddp (or on one process). FSDP checkpoints (dcp/) do resume under any "
+            "strategy and number of ranks.",
+        ),
+        "sharded_refused": (
+            "El checkpoint {path} es de FSDP (solo dcp/, sin model.safetensors) y esta ejecución no "
+            "usa FSDP. Cargarlo requiere torch.distributed.checkpoint, que deserializa con pickle "
+            "dcp/.metadata (Aura solo admite ahí las clases de metadatos de DCP y rechaza el resto). "
+            "Si el checkpoint es tuyo o de "
+            "una fuente de confianza, añade --load-sharded para cargarlo igualmente (se "
+            "redistribuye a este número de procesos); si no, reanúdalo con --strategy fsdp "
+            "(aura launch).",
+            "The checkpoint {path} is an FSDP one (dcp/ only, no model.safetensors) and this run "
+            "does not use FSDP. Loading it needs torch.distributed.checkpoint, which unpickles "
+            "dcp/.metadata (Aura allows only DCP's own metadata classes there and refuses the rest). "
+            "If the checkpoint is yours or comes "
+            "from a trusted source, add --load-sharded to load it anyway (it is resharded to "
+            "this number of processes); otherwise resume it with --strategy fsdp (aura launch).",
+        ),
+    },
+)
 
 
 class CheckpointIO(Protocol):
@@ -151,8 +167,10 @@ def _is_sharded(directory: Path) -> bool:
 def is_sharded_only(directory: Path) -> bool:
     """An FSDP checkpoint: DCP shards and no full-state weights beside them."""
     directory = Path(directory)
-    full = any((directory / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json",
-                                                   "adapter_model.safetensors"))
+    full = any(
+        (directory / n).is_file()
+        for n in ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
+    )
     return _is_sharded(directory) and not full
 
 
@@ -165,14 +183,19 @@ def io_for(model) -> CheckpointIO:
 
 # ---- RNG ---------------------------------------------------------------------------------------
 
+
 def capture_rng() -> dict[str, Any]:
     """Python, numpy, torch and CUDA RNG states as tensors and plain containers (weights_only-safe)."""
     np_state = np.random.get_state()
     state: dict[str, Any] = {
         "python": list(random.getstate()[1]) + [random.getstate()[0]],
         "python_gauss": random.getstate()[2],
-        "numpy": {"keys": torch.from_numpy(np.asarray(np_state[1]).astype(np.int64)), "pos": int(np_state[2]),
-                  "has_gauss": int(np_state[3]), "gauss": float(np_state[4])},
+        "numpy": {
+            "keys": torch.from_numpy(np.asarray(np_state[1]).astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "gauss": float(np_state[4]),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -213,6 +236,7 @@ def library_versions() -> dict[str, str]:
 
 # ---- listing -----------------------------------------------------------------------------------
 
+
 def resolve_resume(value: str, run_dir: str | Path) -> Path:
     """``latest`` -> newest complete checkpoint of ``run_dir``; a path -> that checkpoint (checked)."""
     if value == "latest":
@@ -245,8 +269,9 @@ def prune(run_dir: str | Path, keep_last: int) -> list[Path]:
     """
     if keep_last <= 0:
         return []
-    refs = sorted((r for r in list_checkpoints(run_dir) if r.kind != "checkpoint-epoch"),
-                  key=lambda r: (r.saved, r.step))
+    refs = sorted(
+        (r for r in list_checkpoints(run_dir) if r.kind != "checkpoint-epoch"), key=lambda r: (r.saved, r.step)
+    )
     doomed = [r.path for r in refs[:-keep_last]]
     for p in doomed:
         # Rename first so a crash half-way through rmtree leaves a .tmp- dir nobody takes as complete.
@@ -277,9 +302,19 @@ def next_saved_at(run_dir: str | Path) -> float:
 ENGINE_STATE = "scaler.pt"  # the step engine's state; the name every Aura checkpoint has used
 
 
-def save_checkpoint(path: Path, *, model, optimizer, engine_state: dict | None, trainer_state: dict,
-                    dist: DistInfo, io: CheckpointIO, write_model: Callable,
-                    write_extras: Callable[[Path], None] | None, extra_state: dict | None = None) -> Path:
+def save_checkpoint(
+    path: Path,
+    *,
+    model,
+    optimizer,
+    engine_state: dict | None,
+    trainer_state: dict,
+    dist: DistInfo,
+    io: CheckpointIO,
+    write_model: Callable,
+    write_extras: Callable[[Path], None] | None,
+    extra_state: dict | None = None,
+) -> Path:
     """Write a complete checkpoint at ``path`` atomically (collective: call on every rank).
 
     ``engine_state``: the step engine's own state (``aura.train.optim.step_engine``: the fp16 GradScaler's), saved
@@ -294,8 +329,9 @@ def save_checkpoint(path: Path, *, model, optimizer, engine_state: dict | None, 
         if dist.is_main:
             with staged_dir(path, replace=True, kind="checkpoint") as tmp:
                 dist.broadcast_object(str(tmp))
-                _write_parts(tmp, model=model, optimizer=optimizer, dist=dist, io=io, write_model=write_model,
-                             path=path)
+                _write_parts(
+                    tmp, model=model, optimizer=optimizer, dist=dist, io=io, write_model=write_model, path=path
+                )
                 collect_to_main(tmp, dist=dist)  # another node's DCP shards, when it has its own disk
                 for r, state in enumerate(all_rng):
                     (tmp / "rng").mkdir(exist_ok=True)
@@ -306,16 +342,19 @@ def save_checkpoint(path: Path, *, model, optimizer, engine_state: dict | None, 
                     save_pt(extra_state, tmp / "extra_state.pt")
                 if write_extras is not None:
                     write_extras(tmp)
-                state = dict(trainer_state, world_size=dist.world_size, versions=library_versions(),
-                             saved_at=next_saved_at(path.parent))
+                state = dict(
+                    trainer_state,
+                    world_size=dist.world_size,
+                    versions=library_versions(),
+                    saved_at=next_saved_at(path.parent),
+                )
                 write_manifest(tmp)  # every part and its size: what a node without it fetches at resume
                 atomic_write_json(tmp / STATE_FILE, state)  # last: marks the content complete
         else:
             # rank 0's staging name under this node's own run dir: the same dir on a shared disk, this
             # node's own folder (another path, another disk) on a LAN without one
             tmp = path.parent / Path(dist.broadcast_object(None)).name
-            _write_parts(tmp, model=model, optimizer=optimizer, dist=dist, io=io, write_model=write_model,
-                         path=path)
+            _write_parts(tmp, model=model, optimizer=optimizer, dist=dist, io=io, write_model=write_model, path=path)
             collect_to_main(tmp, dist=dist)
     except (OSError, RuntimeError) as e:
         _raise_write_error(e, path, previous)
@@ -362,9 +401,18 @@ def _check_all_ranks(dist: DistInfo, *, ok: bool, path: Path) -> None:
         raise AuraError(M("rank_failed", path=path))
 
 
-def load_checkpoint(path: Path, *, model, optimizer, engine, dist: DistInfo, io: CheckpointIO,
-                    read_model: Callable, restore_rng_state: bool = True,
-                    allow_sharded: bool = False) -> tuple[dict, dict | None]:
+def load_checkpoint(
+    path: Path,
+    *,
+    model,
+    optimizer,
+    engine,
+    dist: DistInfo,
+    io: CheckpointIO,
+    read_model: Callable,
+    restore_rng_state: bool = True,
+    allow_sharded: bool = False,
+) -> tuple[dict, dict | None]:
     """Restore model, optimizer, the step engine's state (``engine.load_state_dict``) and RNG from
     ``path``; returns (trainer_state, extra_state).
 
@@ -407,8 +455,15 @@ def describe_differences(saved: dict, current: dict, *, prefix: str = "") -> lis
     return out
 
 
-def save_model_dir(path: Path, *, model, dist: DistInfo, io: CheckpointIO, write_model: Callable,
-                   write_extras: Callable[[Path], None] | None) -> Path:
+def save_model_dir(
+    path: Path,
+    *,
+    model,
+    dist: DistInfo,
+    io: CheckpointIO,
+    write_model: Callable,
+    write_extras: Callable[[Path], None] | None,
+) -> Path:
     """Write a shareable model directory (``final/``, ``best/``: weights + extras, no optimizer) atomically.
 
     It replaces only an Aura model or adapter directory; its marker says which it is (a peft adapter

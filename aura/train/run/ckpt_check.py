@@ -18,26 +18,42 @@ from aura.core.files import check_safetensors, read_json_object
 from aura.core.i18n import Messages
 from aura.core.rundir import CHECKPOINT_RE, STATE_FILE, list_checkpoints
 
-M = Messages("ckpt_check", {
-    "fix_other": ("Reanuda desde otro checkpoint de la ejecución (--resume-from RUTA/checkpoint-step-N) o quita "
-                  "--resume-from para empezar de cero.",
-                  "Resume from another checkpoint of the run (--resume-from PATH/checkpoint-step-N) or drop "
-                  "--resume-from to start from scratch."),
-    "bad_state": ("{path}: '{field}' debe ser {expected} (es {found}): el checkpoint se editó o está dañado. {fix}",
-                  "{path}: '{field}' must be {expected} (it is {found}): the checkpoint was edited or is damaged. "
-                  "{fix}"),
-    "no_field": ("A {path} le falta '{field}' ({expected}): el checkpoint se editó o está dañado. {fix}",
-                 "{path} lacks '{field}' ({expected}): the checkpoint was edited or is damaged. {fix}"),
-    "e_object": ("un objeto", "an object"), "e_step": ("un número entero >= 0", "a whole number >= 0"),
-    "missing_part": ("Al checkpoint {path} le falta {name} ({what}): no se puede reanudar exactamente. {fix}",
-                     "The checkpoint {path} lacks {name} ({what}): it cannot be resumed exactly. {fix}"),
-    "w_optimizer": ("el estado del optimizador", "the optimizer state"),
-    "bad_part": ("{path} está dañado o incompleto ({err}). {fix}", "{path} is damaged or incomplete ({err}). {fix}"),
-    "damaged_newer": ("{path} es más reciente que {chosen} pero está dañado ({err}). Aura no se lo salta sin "
-                      "avisar: reanuda desde el anterior con --resume-from {chosen}, o repara el dañado.",
-                      "{path} is newer than {chosen} but damaged ({err}). Aura does not skip it silently: "
-                      "resume from the older one with --resume-from {chosen}, or repair the damaged one."),
-})
+M = Messages(
+    "ckpt_check",
+    {
+        "fix_other": (
+            "Reanuda desde otro checkpoint de la ejecución (--resume-from RUTA/checkpoint-step-N) o quita "
+            "--resume-from para empezar de cero.",
+            "Resume from another checkpoint of the run (--resume-from PATH/checkpoint-step-N) or drop "
+            "--resume-from to start from scratch.",
+        ),
+        "bad_state": (
+            "{path}: '{field}' debe ser {expected} (es {found}): el checkpoint se editó o está dañado. {fix}",
+            "{path}: '{field}' must be {expected} (it is {found}): the checkpoint was edited or is damaged. {fix}",
+        ),
+        "no_field": (
+            "A {path} le falta '{field}' ({expected}): el checkpoint se editó o está dañado. {fix}",
+            "{path} lacks '{field}' ({expected}): the checkpoint was edited or is damaged. {fix}",
+        ),
+        "e_object": ("un objeto", "an object"),
+        "e_step": ("un número entero >= 0", "a whole number >= 0"),
+        "missing_part": (
+            "Al checkpoint {path} le falta {name} ({what}): no se puede reanudar exactamente. {fix}",
+            "The checkpoint {path} lacks {name} ({what}): it cannot be resumed exactly. {fix}",
+        ),
+        "w_optimizer": ("el estado del optimizador", "the optimizer state"),
+        "bad_part": (
+            "{path} está dañado o incompleto ({err}). {fix}",
+            "{path} is damaged or incomplete ({err}). {fix}",
+        ),
+        "damaged_newer": (
+            "{path} es más reciente que {chosen} pero está dañado ({err}). Aura no se lo salta sin "
+            "avisar: reanuda desde el anterior con --resume-from {chosen}, o repara el dañado.",
+            "{path} is newer than {chosen} but damaged ({err}). Aura does not skip it silently: "
+            "resume from the older one with --resume-from {chosen}, or repair the damaged one.",
+        ),
+    },
+)
 
 _MISSING = object()
 
@@ -52,8 +68,9 @@ def check_state(path: Path) -> dict:
         if value is _MISSING:
             raise AuraError(M("no_field", path=file, field=field, expected=M(kind), fix=M("fix_other")))
         if not ok:
-            raise AuraError(M("bad_state", path=file, field=field, expected=M(kind), found=repr(value)[:60],
-                              fix=M("fix_other")))
+            raise AuraError(
+                M("bad_state", path=file, field=field, expected=M(kind), found=repr(value)[:60], fix=M("fix_other"))
+            )
     return state
 
 

@@ -15,74 +15,102 @@ from pathlib import Path
 
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.core.rundir import (EPOCH_INFO, RUN_ENTRIES, RUN_JSON, TRAINING_LOG, RunLock, is_legacy_run, last_job,
-                             read_record, status_label)
+from aura.core.rundir import (
+    EPOCH_INFO,
+    RUN_ENTRIES,
+    RUN_JSON,
+    TRAINING_LOG,
+    RunLock,
+    is_legacy_run,
+    last_job,
+    read_record,
+    status_label,
+)
 
-M = Messages("rundir_guard", {
-    "other_run": ("{path} ya contiene otra ejecución (estado: {status}, paso {step}). Usa --resume-from latest "
-                  "para continuarla, --overwrite para empezar de cero en ese directorio, u otro --output-dir.",
-                  "{path} already holds another run (status: {status}, step {step}). Use --resume-from latest "
-                  "to continue it, --overwrite to start over in that directory, or another --output-dir."),
-    "other_run_no_ckpt": ("{path} ya contiene otra ejecución (estado: {status}, paso {step}) sin ningún checkpoint "
-                          "que reanudar. Usa --overwrite para empezar de cero en ese directorio (se borran "
-                          "final/ y sus registros), u otro --output-dir.",
-                          "{path} already holds another run (status: {status}, step {step}) with no checkpoint "
-                          "to resume. Use --overwrite to start over in that directory (its final/ and logs "
-                          "are removed), or another --output-dir."),
-    "unsaved_restart": ("{path} tiene una ejecución que se detuvo en el paso {step} antes de guardar su primer "
-                        "checkpoint: no hay nada que reanudar, así que se empieza de cero (se reemplazan sus "
-                        "registros: run.json, training_log.csv, tb/).",
-                        "{path} holds a run that stopped at step {step} before saving its first checkpoint: "
-                        "there is nothing to resume, so it starts over (its logs are replaced: run.json, "
-                        "training_log.csv, tb/)."),
-    "restart": ("torchrun reinició el grupo de procesos (reinicio {n}): se reanuda desde el último "
-                "checkpoint: {path}",
-                "torchrun restarted the worker group (restart {n}): resuming from the latest checkpoint: "
-                "{path}"),
-    "restart_fresh": ("torchrun reinició el grupo de procesos (reinicio {n}) antes del primer checkpoint: "
-                      "se empieza de cero.",
-                      "torchrun restarted the worker group (restart {n}) before the first checkpoint: "
-                      "starting over."),
-    "restart_other": ("torchrun reinició el grupo de procesos (reinicio {n}), pero {path} no lo escribió este "
-                      "trabajo: este intento se trata como el primero (no se reanuda ni se borra nada ajeno).",
-                      "torchrun restarted the worker group (restart {n}), but {path} was not written by this "
-                      "job: this attempt is treated as a first one (nothing of another run is resumed or "
-                      "cleared)."),
-    "busy": ("{path} lo está escribiendo otro proceso de Aura (pid {pid} en {host}, desde {since}). Dos "
-             "ejecuciones en un mismo directorio mezclarían checkpoints, registros y final/. Espera a que "
-             "termine (aura runs lo muestra), detenlo, o usa otro --output-dir.",
-             "{path} is being written by another Aura process (pid {pid} on {host}, since {since}). Two runs "
-             "in one directory would mix their checkpoints, logs and final/. Wait for it to finish (aura runs "
-             "shows it), stop it, or use another --output-dir."),
-    "not_dir": ("--output-dir {path} es un archivo, no un directorio. Elige otra ruta.",
-                "--output-dir {path} is a file, not a directory. Choose another path."),
-    "fork_needed": ("{path} es el paso {step}, pero {run} tiene checkpoints posteriores (pasos {later}). Reanudar "
-                    "desde él abriría una segunda rama de la ejecución y los checkpoints nuevos se mezclarían "
-                    "con los posteriores (o estos los borrarían al rotar). Reanuda desde el último con "
-                    "--resume-from latest, o añade --fork para seguir desde el paso {step} apartando los "
-                    "posteriores en {run}/{fork_prefix}{step}-…/ (no se borra nada).",
-                    "{path} is step {step}, but {run} has later checkpoints (steps {later}). Resuming from it "
-                    "would start a second branch of the run, and the new checkpoints would mix with the later "
-                    "ones (or be pruned by them). Resume from the newest with --resume-from latest, or add "
-                    "--fork to continue from step {step} and move the later ones aside into "
-                    "{run}/{fork_prefix}{step}-…/ (nothing is deleted)."),
-    "forked": ("--fork: se sigue desde el paso {step}; lo posterior ({moved}) se movió a {dest} (no se borró "
-               "nada).",
-               "--fork: continuing from step {step}; what came later ({moved}) was moved to {dest} (nothing "
-               "was deleted)."),
-    "untrusted": ("Se reanuda desde {path}, en un directorio que no creó Aura (no tiene {marker}). Como los de "
-                  "DeepSpeed, los checkpoints de Aura deben venir de una fuente de confianza: reanuda solo "
-                  "los que hiciste tú o de quien te fías.",
-                  "Resuming from {path}, in a directory Aura did not create (it has no {marker}). Like "
-                  "DeepSpeed's, Aura's checkpoints must come from a trusted source: resume only ones you "
-                  "made or trust."),
-})
+M = Messages(
+    "rundir_guard",
+    {
+        "other_run": (
+            "{path} ya contiene otra ejecución (estado: {status}, paso {step}). Usa --resume-from latest "
+            "para continuarla, --overwrite para empezar de cero en ese directorio, u otro --output-dir.",
+            "{path} already holds another run (status: {status}, step {step}). Use --resume-from latest "
+            "to continue it, --overwrite to start over in that directory, or another --output-dir.",
+        ),
+        "other_run_no_ckpt": (
+            "{path} ya contiene otra ejecución (estado: {status}, paso {step}) sin ningún checkpoint "
+            "que reanudar. Usa --overwrite para empezar de cero en ese directorio (se borran "
+            "final/ y sus registros), u otro --output-dir.",
+            "{path} already holds another run (status: {status}, step {step}) with no checkpoint "
+            "to resume. Use --overwrite to start over in that directory (its final/ and logs "
+            "are removed), or another --output-dir.",
+        ),
+        "unsaved_restart": (
+            "{path} tiene una ejecución que se detuvo en el paso {step} antes de guardar su primer "
+            "checkpoint: no hay nada que reanudar, así que se empieza de cero (se reemplazan sus "
+            "registros: run.json, training_log.csv, tb/).",
+            "{path} holds a run that stopped at step {step} before saving its first checkpoint: "
+            "there is nothing to resume, so it starts over (its logs are replaced: run.json, "
+            "training_log.csv, tb/).",
+        ),
+        "restart": (
+            "torchrun reinició el grupo de procesos (reinicio {n}): se reanuda desde el último checkpoint: {path}",
+            "torchrun restarted the worker group (restart {n}): resuming from the latest checkpoint: {path}",
+        ),
+        "restart_fresh": (
+            "torchrun reinició el grupo de procesos (reinicio {n}) antes del primer checkpoint: se empieza de cero.",
+            "torchrun restarted the worker group (restart {n}) before the first checkpoint: starting over.",
+        ),
+        "restart_other": (
+            "torchrun reinició el grupo de procesos (reinicio {n}), pero {path} no lo escribió este "
+            "trabajo: este intento se trata como el primero (no se reanuda ni se borra nada ajeno).",
+            "torchrun restarted the worker group (restart {n}), but {path} was not written by this "
+            "job: this attempt is treated as a first one (nothing of another run is resumed or "
+            "cleared).",
+        ),
+        "busy": (
+            "{path} lo está escribiendo otro proceso de Aura (pid {pid} en {host}, desde {since}). Dos "
+            "ejecuciones en un mismo directorio mezclarían checkpoints, registros y final/. Espera a que "
+            "termine (aura runs lo muestra), detenlo, o usa otro --output-dir.",
+            "{path} is being written by another Aura process (pid {pid} on {host}, since {since}). Two runs "
+            "in one directory would mix their checkpoints, logs and final/. Wait for it to finish (aura runs "
+            "shows it), stop it, or use another --output-dir.",
+        ),
+        "not_dir": (
+            "--output-dir {path} es un archivo, no un directorio. Elige otra ruta.",
+            "--output-dir {path} is a file, not a directory. Choose another path.",
+        ),
+        "fork_needed": (
+            "{path} es el paso {step}, pero {run} tiene checkpoints posteriores (pasos {later}). Reanudar "
+            "desde él abriría una segunda rama de la ejecución y los checkpoints nuevos se mezclarían "
+            "con los posteriores (o estos los borrarían al rotar). Reanuda desde el último con "
+            "--resume-from latest, o añade --fork para seguir desde el paso {step} apartando los "
+            "posteriores en {run}/{fork_prefix}{step}-…/ (no se borra nada).",
+            "{path} is step {step}, but {run} has later checkpoints (steps {later}). Resuming from it "
+            "would start a second branch of the run, and the new checkpoints would mix with the later "
+            "ones (or be pruned by them). Resume from the newest with --resume-from latest, or add "
+            "--fork to continue from step {step} and move the later ones aside into "
+            "{run}/{fork_prefix}{step}-…/ (nothing is deleted).",
+        ),
+        "forked": (
+            "--fork: se sigue desde el paso {step}; lo posterior ({moved}) se movió a {dest} (no se borró nada).",
+            "--fork: continuing from step {step}; what came later ({moved}) was moved to {dest} (nothing was deleted).",
+        ),
+        "untrusted": (
+            "Se reanuda desde {path}, en un directorio que no creó Aura (no tiene {marker}). Como los de "
+            "DeepSpeed, los checkpoints de Aura deben venir de una fuente de confianza: reanuda solo "
+            "los que hiciste tú o de quien te fías.",
+            "Resuming from {path}, in a directory Aura did not create (it has no {marker}). Like "
+            "DeepSpeed's, Aura's checkpoints must come from a trusted source: resume only ones you "
+            "made or trust.",
+        ),
+    },
+)
 
 
 def existing_run(out: Path) -> dict | None:
     """run.json of a previous run in ``out`` (or a stand-in when only checkpoints/final exist)."""
-    from aura.core.rundir import list_checkpoints
     from aura.core.atomic import read_json
+    from aura.core.rundir import list_checkpoints
 
     if (out / RUN_JSON).is_file():
         try:
@@ -166,8 +194,15 @@ def _lock(out: Path, *, wait_s: float) -> RunLock:
     lock = RunLock(out)
     holder = lock.acquire(wait_s=wait_s)
     if holder is not None:
-        raise AuraError(M("busy", path=out, pid=holder.get("pid", "?"), host=holder.get("host", "?"),
-                          since=holder.get("since", "?")))
+        raise AuraError(
+            M(
+                "busy",
+                path=out,
+                pid=holder.get("pid", "?"),
+                host=holder.get("host", "?"),
+                since=holder.get("since", "?"),
+            )
+        )
     _LOCKS[key] = lock
     return lock
 
@@ -206,6 +241,7 @@ def _same_job(job: dict | None, agents: list[str]) -> bool:
 
 # ---- the run directory before training ----------------------------------------------------------
 
+
 def _standing(out: Path) -> str:
     """absent | empty | run (Aura's marker) | legacy (an older Aura's run) | other:KIND | foreign."""
     from aura.core import ownership
@@ -226,8 +262,8 @@ def _standing(out: Path) -> str:
 
 def _adopt_legacy(out: Path) -> None:
     """Give an older Aura's run dir (and its checkpoints, final/, best/) the markers it lacks."""
-    from aura.core.rundir import BEST, FINAL, list_checkpoints
     from aura.core import ownership
+    from aura.core.rundir import BEST, FINAL, list_checkpoints
 
     for ref in list_checkpoints(out):
         if ownership.read_marker(ref.path) is None:
@@ -250,8 +286,16 @@ def _fork(out: Path, resume: Path, step: int, *, fork: bool) -> None:
     if not later:
         return
     if not fork:
-        raise AuraError(M("fork_needed", path=resume, step=step, run=out, fork_prefix=FORK_PREFIX,
-                          later=", ".join(str(r.step) for r in later)))
+        raise AuraError(
+            M(
+                "fork_needed",
+                path=resume,
+                step=step,
+                run=out,
+                fork_prefix=FORK_PREFIX,
+                later=", ".join(str(r.step) for r in later),
+            )
+        )
     dest = out / f"{FORK_PREFIX}{step}-{time.strftime('%Y%m%d-%H%M%S')}"
     n = 1
     while dest.exists() or dest.is_symlink():
@@ -272,8 +316,9 @@ def _fork(out: Path, resume: Path, step: int, *, fork: bool) -> None:
     console.warn(M("forked", step=step, dest=dest, moved=", ".join(p.name for p in moved)))
 
 
-def prepare_run_dir(out: Path, *, dist, resume_from: str | None, overwrite: bool, fork: bool = False,
-                    inputs=()) -> Path | None:
+def prepare_run_dir(
+    out: Path, *, dist, resume_from: str | None, overwrite: bool, fork: bool = False, inputs=()
+) -> Path | None:
     """Check and lock ``out`` on rank 0 (collective); the checkpoint to resume, or None.
 
     * ``out`` is never /, $HOME, the current directory or one of the command's ``inputs`` (nor inside
@@ -298,8 +343,16 @@ def prepare_run_dir(out: Path, *, dist, resume_from: str | None, overwrite: bool
     verdict: dict | None = None
     if dist.is_main:
         try:
-            verdict = {"resume": _prepare_main(out, resume_from=resume_from, overwrite=overwrite, fork=fork,
-                                               inputs=[str(i) for i in inputs if i], agents=agents)}
+            verdict = {
+                "resume": _prepare_main(
+                    out,
+                    resume_from=resume_from,
+                    overwrite=overwrite,
+                    fork=fork,
+                    inputs=[str(i) for i in inputs if i],
+                    agents=agents,
+                )
+            }
         except AuraError as e:
             verdict = {"error": str(e)}
     verdict = dist.broadcast_object(verdict)
@@ -328,10 +381,9 @@ def _prepare_main(out: Path, *, resume_from, overwrite, fork, inputs, agents) ->
     import time
     import uuid
 
-    from aura.core import console
-    from aura.train.run import checkpoint as ckpt
-    from aura.core import ownership
+    from aura.core import console, ownership
     from aura.core.atomic import check_writable
+    from aura.train.run import checkpoint as ckpt
 
     restart = elastic_restart()
     own = [(out / name).resolve() for name in ("data", "tokenizer")]  # a run's own inputs live inside it
@@ -339,12 +391,18 @@ def _prepare_main(out: Path, *, resume_from, overwrite, fork, inputs, agents) ->
     ownership.check_location(out, inputs=inputs)
     standing = _standing(out)
     if standing.startswith("other:"):
-        raise AuraError(ownership.M("not_ours", path=out, marker=ownership.MARKER, flag="--overwrite",
-                                    kind_note=ownership.M("other_kind", kind="run", found=standing[6:])))
+        raise AuraError(
+            ownership.M(
+                "not_ours",
+                path=out,
+                marker=ownership.MARKER,
+                flag="--overwrite",
+                kind_note=ownership.M("other_kind", kind="run", found=standing[6:]),
+            )
+        )
     same_job = restart > 0 and _same_job(last_job(out) if standing != "absent" else None, agents)
     if standing == "foreign" and not resume_from and not same_job:
-        raise AuraError(ownership.M("not_ours", path=out, marker=ownership.MARKER, kind_note="",
-                                    flag="--overwrite"))
+        raise AuraError(ownership.M("not_ours", path=out, marker=ownership.MARKER, kind_note="", flag="--overwrite"))
     if resume_from and not same_job:
         ckpt.resolve_resume(resume_from, out)  # a wrong --resume-from fails before anything is written
     check_writable(out, flag="--output-dir")
@@ -387,6 +445,5 @@ def _prepare_main(out: Path, *, resume_from, overwrite, fork, inputs, agents) ->
         if ownership.owned_kind(home) != "run" and not is_legacy_run(home):
             console.warn(M("untrusted", path=resume, marker=ownership.MARKER))
     if not same_job:
-        lock.set_job({"id": uuid.uuid4().hex, "agents": agents,
-                      "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        lock.set_job({"id": uuid.uuid4().hex, "agents": agents, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     return str(resume) if resume is not None else None

@@ -4,7 +4,8 @@ Pretraining's model is ``aura.models.hardware.estimate_memory``; fine-tuning dif
 the base is stored, so its terms are (bytes per device, no sharding):
 
 * base weights: 4-bit NF4 with double quantisation (~0.52 B/param) for the layers' linear weights under
-  QLoRA, embeddings and head in fp32 (peft's k-bit recipe upcasts them); the compute dtype (bf16: 2 B/param) for LoRA on a GPU;
+  QLoRA, embeddings and head in fp32 (peft's k-bit recipe upcasts them); the compute dtype (bf16: 2 B/param) for LoRA on
+  a GPU;
   fp32 master weights plus their 16-bit autocast copies for a full fine-tune;
 * trainable states: fp32 weight, gradient and AdamW's two moments (16 B/param) for the LoRA matrices
   (r x (d_in + d_out) per linear layer, every linear layer by default); 12 B/param more for a full one;
@@ -22,29 +23,44 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from aura.core import console
-from aura.models.hardware import GIB, HardwareInfo, chunk_tokens
 from aura.core.i18n import Messages
+from aura.models.hardware import GIB, HardwareInfo, chunk_tokens
 from aura.models.presets import matmul_parameters, model_dims
 
-M = Messages("finetune_memory", {
-    "plan": ("`auto` (modelo de memoria): lote {batch}{ckpt} con filas de {length:token|tokens} en {device} "
-             "({have:.1f} GiB): ~{need:.1f} GiB.",
-             "`auto` (memory model): batch {batch}{ckpt} with {length}-token rows on {device} ({have:.1f} GiB): "
-             "~{need:.1f} GiB."),
-    "ckpt": (" y gradient checkpointing", " and gradient checkpointing"),
-    "none_fits": ("`auto` (modelo de memoria): ni el lote 1 con gradient checkpointing cabe en {device} "
-                  "({have:.1f} GiB; se estiman ~{need:.1f} GiB). Prueba --method qlora, un --max-length menor "
-                  "o --deepspeed.",
-                  "`auto` (memory model): not even batch 1 with gradient checkpointing fits {device} "
-                  "({have:.1f} GiB; ~{need:.1f} GiB estimated). Try --method qlora, a smaller --max-length or "
-                  "--deepspeed."),
-})
+M = Messages(
+    "finetune_memory",
+    {
+        "plan": (
+            "`auto` (modelo de memoria): lote {batch}{ckpt} con filas de {length:token|tokens} en {device} "
+            "({have:.1f} GiB): ~{need:.1f} GiB.",
+            "`auto` (memory model): batch {batch}{ckpt} with {length}-token rows on {device} ({have:.1f} GiB): "
+            "~{need:.1f} GiB.",
+        ),
+        "ckpt": (" y gradient checkpointing", " and gradient checkpointing"),
+        "none_fits": (
+            "`auto` (modelo de memoria): ni el lote 1 con gradient checkpointing cabe en {device} "
+            "({have:.1f} GiB; se estiman ~{need:.1f} GiB). Prueba --method qlora, un --max-length menor "
+            "o --deepspeed.",
+            "`auto` (memory model): not even batch 1 with gradient checkpointing fits {device} "
+            "({have:.1f} GiB; ~{need:.1f} GiB estimated). Try --method qlora, a smaller --max-length or "
+            "--deepspeed.",
+        ),
+    },
+)
 
 NF4_BYTES = 0.516  # 4 bits + one fp8 absmax per 64 weights + one fp32 constant per 256 blocks
 # (micro-batch, checkpointing), most preferred first: recomputation costs ~25-30 % throughput, so every
 # batch without it comes before any batch with it; accumulation keeps 8 rows per optimizer step
-CANDIDATES: tuple[tuple[int, bool], ...] = ((8, False), (4, False), (2, False), (1, False),
-                                            (8, True), (4, True), (2, True), (1, True))
+CANDIDATES: tuple[tuple[int, bool], ...] = (
+    (8, False),
+    (4, False),
+    (2, False),
+    (1, False),
+    (8, True),
+    (4, True),
+    (2, True),
+    (1, True),
+)
 ROWS_PER_STEP = 8
 
 
@@ -76,8 +92,18 @@ def lora_parameters(config, rank: int) -> int:
     return k["layers"] * sum(rank * (a + b) for a, b in shapes)
 
 
-def finetune_estimate(config, *, method: str, lora_r: int, batch_size: int, max_length: int, precision: str,
-                      checkpointing: bool, chunked_loss: bool = True, device_type: str = "cuda") -> FinetuneEstimate:
+def finetune_estimate(
+    config,
+    *,
+    method: str,
+    lora_r: int,
+    batch_size: int,
+    max_length: int,
+    precision: str,
+    checkpointing: bool,
+    chunked_loss: bool = True,
+    device_type: str = "cuda",
+) -> FinetuneEstimate:
     """Peak memory of fine-tuning a transformers ``config`` (see the module docstring for the terms)."""
     k = model_dims(config)
     d, layers, vocab, inter = k["d"], k["layers"], k["vocab"], k["inter"]
@@ -110,23 +136,45 @@ def finetune_estimate(config, *, method: str, lora_r: int, batch_size: int, max_
     else:
         logits = tokens * vocab * (act_b + 4 + 4)
     overhead = int(GIB + 0.10 * (base + states + activations + logits)) if device_type == "cuda" else GIB // 2
-    return FinetuneEstimate(base_weights=base, trainable_states=states, activations=activations, logits=logits,
-                            overhead=overhead)
+    return FinetuneEstimate(
+        base_weights=base, trainable_states=states, activations=activations, logits=logits, overhead=overhead
+    )
 
 
-def plan_finetune(config, *, info: HardwareInfo, method: str, lora_r: int, max_length: int, precision: str,
-                  batch_size: int | None = None, checkpointing: bool | None = None, chunked_loss: bool = True,
-                  usable_fraction: float = 0.9) -> tuple[int, bool, FinetuneEstimate, bool]:
+def plan_finetune(
+    config,
+    *,
+    info: HardwareInfo,
+    method: str,
+    lora_r: int,
+    max_length: int,
+    precision: str,
+    batch_size: int | None = None,
+    checkpointing: bool | None = None,
+    chunked_loss: bool = True,
+    usable_fraction: float = 0.9,
+) -> tuple[int, bool, FinetuneEstimate, bool]:
     """(micro-batch, checkpointing, estimate, fits): the first of ``CANDIDATES`` that fits ``info``'s memory,
     keeping whatever the user fixed (``batch_size``, ``checkpointing``); the last candidate when none fits."""
     budget = int(info.memory_bytes * usable_fraction)
-    options = [(b, c) for b, c in CANDIDATES
-               if (batch_size is None or b == batch_size) and (checkpointing is None or c == checkpointing)]
+    options = [
+        (b, c)
+        for b, c in CANDIDATES
+        if (batch_size is None or b == batch_size) and (checkpointing is None or c == checkpointing)
+    ]
     if not options:
         options = [(batch_size or 1, bool(checkpointing))]
     for b, c in options:
-        est = finetune_estimate(config, method=method, lora_r=lora_r, batch_size=b, max_length=max_length,
-                                precision=precision, checkpointing=c, chunked_loss=chunked_loss)
+        est = finetune_estimate(
+            config,
+            method=method,
+            lora_r=lora_r,
+            batch_size=b,
+            max_length=max_length,
+            precision=precision,
+            checkpointing=c,
+            chunked_loss=chunked_loss,
+        )
         if est.total <= budget:
             return b, c, est, True
     return b, c, est, False
@@ -140,8 +188,14 @@ def finetune_defaults(cfg, *, run, base_name: str):
     from transformers import AutoConfig
 
     model_config = AutoConfig.from_pretrained(base_name, trust_remote_code=cfg.trust_remote_code)
-    return memory_defaults(cfg, run=run, model_config=model_config, method=cfg.method,
-                           lora_r=cfg.lora_settings()["lora_r"], max_length=cfg.max_length)
+    return memory_defaults(
+        cfg,
+        run=run,
+        model_config=model_config,
+        method=cfg.method,
+        lora_r=cfg.lora_settings()["lora_r"],
+        max_length=cfg.max_length,
+    )
 
 
 def training_share(info: HardwareInfo, cfg) -> HardwareInfo:
@@ -157,8 +211,11 @@ def training_share(info: HardwareInfo, cfg) -> HardwareInfo:
 def _auto_applies(cfg, run) -> bool:
     """A CUDA run whose micro-batch or checkpointing the user left to `auto`."""
     want_batch = cfg.batch_size is None and cfg.gradient_accumulation_steps is None
-    return run.info.device_type == "cuda" and run.dist.device.type == "cuda" and (
-        want_batch or cfg.gradient_checkpointing is None)
+    return (
+        run.info.device_type == "cuda"
+        and run.dist.device.type == "cuda"
+        and (want_batch or cfg.gradient_checkpointing is None)
+    )
 
 
 def memory_defaults(cfg, *, run, model_config, method: str, lora_r: int, max_length: int):
@@ -172,12 +229,28 @@ def memory_defaults(cfg, *, run, model_config, method: str, lora_r: int, max_len
     info = training_share(run.info, cfg)
     want_batch = cfg.batch_size is None and cfg.gradient_accumulation_steps is None
     batch, ckpt, est, fits = plan_finetune(
-        model_config, info=info, method=method, lora_r=lora_r, max_length=max_length, precision=run.precision,
-        batch_size=None if want_batch else cfg.batch_size, checkpointing=cfg.gradient_checkpointing)
+        model_config,
+        info=info,
+        method=method,
+        lora_r=lora_r,
+        max_length=max_length,
+        precision=run.precision,
+        batch_size=None if want_batch else cfg.batch_size,
+        checkpointing=cfg.gradient_checkpointing,
+    )
     have, need = info.memory_bytes / GIB, est.total / GIB
     if fits:
-        console.info(M("plan", batch=batch, ckpt=M("ckpt") if ckpt else "", length=max_length, device=info.name,
-                       have=have, need=need))
+        console.info(
+            M(
+                "plan",
+                batch=batch,
+                ckpt=M("ckpt") if ckpt else "",
+                length=max_length,
+                device=info.name,
+                have=have,
+                need=need,
+            )
+        )
     else:
         console.warn(M("none_fits", device=info.name, have=have, need=need))
     values = {"gradient_checkpointing": ckpt}

@@ -24,32 +24,42 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from aura.core import console
-from aura.core.i18n import Messages
-from aura.train.run import best as best_model
-from aura.train.run import checkpoint as ckpt
-from aura.train.run.resume_plan import plan_state
 from aura.core.atomic import atomic_write_json
+from aura.core.i18n import Messages
+from aura.train.run import best as best_model, checkpoint as ckpt
+from aura.train.run.resume_plan import plan_state
 
 if TYPE_CHECKING:
     from aura.distributed import DistInfo
     from aura.train.args import StepPlan, TrainArgs
     from aura.train.optim.step_engine import StepEngine
-    from aura.train.train_state import BatchSource, TrainState
     from aura.train.run.metrics import TrainMetrics
+    from aura.train.train_state import BatchSource, TrainState
 
-M = Messages("policy", {
-    "resumed": ("Reanudado desde {path}: paso {step}, época {epoch}, {tokens:token visto|tokens vistos}.",
-                "Resumed from {path}: step {step}, epoch {epoch}, {tokens:token|tokens} seen."),
-    "interrupted": ("Entrenamiento interrumpido en el paso {step}. Checkpoint: {path}\nPara reanudar:\n  {cmd}",
-                    "Training interrupted at step {step}. Checkpoint: {path}\nTo resume:\n  {cmd}"),
-    "aborted": ("Abortado sin guardar en el paso {step}. Último checkpoint bueno: {path}\nPara reanudar:\n  {cmd}",
-                "Aborted without saving at step {step}. Last good checkpoint: {path}\nTo resume:\n  {cmd}"),
-    "aborted_none": ("Abortado sin guardar en el paso {step}; aún no había ningún checkpoint, así que no hay "
-                     "nada que reanudar: la misma orden empieza de cero.",
-                     "Aborted without saving at step {step}; there was no checkpoint yet, so there is nothing "
-                     "to resume: the same command starts over."),
-    "final_saved": ("Modelo final guardado en {path}", "Final model saved to {path}"),
-})
+M = Messages(
+    "policy",
+    {
+        "resumed": (
+            "Reanudado desde {path}: paso {step}, época {epoch}, {tokens:token visto|tokens vistos}.",
+            "Resumed from {path}: step {step}, epoch {epoch}, {tokens:token|tokens} seen.",
+        ),
+        "interrupted": (
+            "Entrenamiento interrumpido en el paso {step}. Checkpoint: {path}\nPara reanudar:\n  {cmd}",
+            "Training interrupted at step {step}. Checkpoint: {path}\nTo resume:\n  {cmd}",
+        ),
+        "aborted": (
+            "Abortado sin guardar en el paso {step}. Último checkpoint bueno: {path}\nPara reanudar:\n  {cmd}",
+            "Aborted without saving at step {step}. Last good checkpoint: {path}\nTo resume:\n  {cmd}",
+        ),
+        "aborted_none": (
+            "Abortado sin guardar en el paso {step}; aún no había ningún checkpoint, así que no hay "
+            "nada que reanudar: la misma orden empieza de cero.",
+            "Aborted without saving at step {step}; there was no checkpoint yet, so there is nothing "
+            "to resume: the same command starts over.",
+        ),
+        "final_saved": ("Modelo final guardado en {path}", "Final model saved to {path}"),
+    },
+)
 
 
 @dataclass
@@ -97,17 +107,33 @@ class TrainHooks:
     io: ckpt.CheckpointIO = field(default_factory=ckpt.FullStateIO)
 
 
-def start_state(state: TrainState, resume_from: Path | None, *, model, engine: StepEngine, data: BatchSource,
-                args: TrainArgs, dist: DistInfo, hooks: TrainHooks) -> None:
+def start_state(
+    state: TrainState,
+    resume_from: Path | None,
+    *,
+    model,
+    engine: StepEngine,
+    data: BatchSource,
+    args: TrainArgs,
+    dist: DistInfo,
+    hooks: TrainHooks,
+) -> None:
     """Step 0 (data at epoch 0), or everything ``resume_from`` restores into ``state`` and the rest."""
     if dist.is_main:
         ckpt.clean_staging(args.output_dir)  # only this run's staging entries, of a writer that is gone
     if resume_from is None:
         data.start_epoch(0)
         return
-    saved, extra = ckpt.load_checkpoint(resume_from, model=model, optimizer=engine.optimizer, engine=engine,
-                                        dist=dist, io=hooks.io, read_model=hooks.load_model,
-                                        allow_sharded=bool(getattr(args, "load_sharded", False)))
+    saved, extra = ckpt.load_checkpoint(
+        resume_from,
+        model=model,
+        optimizer=engine.optimizer,
+        engine=engine,
+        dist=dist,
+        io=hooks.io,
+        read_model=hooks.load_model,
+        allow_sharded=bool(getattr(args, "load_sharded", False)),
+    )
     state.load_state_dict(saved["loop"])
     state.last_checkpoint = str(resume_from)  # the last good checkpoint is the one resumed
     data.load_state_dict(saved["data"])
@@ -120,8 +146,19 @@ class CheckpointPolicy:
     """Decides whether a step writes a checkpoint, ``best/`` or ``final/``, and writes it (see the module
     docstring). Every method is called on every rank (saves are collectives)."""
 
-    def __init__(self, *, model, engine: StepEngine, data: BatchSource, state: TrainState, args: TrainArgs,
-                 plan: StepPlan, dist: DistInfo, hooks: TrainHooks, metrics: TrainMetrics):
+    def __init__(
+        self,
+        *,
+        model,
+        engine: StepEngine,
+        data: BatchSource,
+        state: TrainState,
+        args: TrainArgs,
+        plan: StepPlan,
+        dist: DistInfo,
+        hooks: TrainHooks,
+        metrics: TrainMetrics,
+    ):
         self.model, self.engine, self.data, self.state = model, engine, data, state
         self.args, self.plan, self.dist, self.hooks, self.metrics = args, plan, dist, hooks, metrics
         self.out = Path(args.output_dir)
@@ -152,16 +189,25 @@ class CheckpointPolicy:
                 extras(d)
             atomic_write_json(d / best_model.BEST_JSON, info)
 
-        path = ckpt.save_model_dir(best_model.best_dir(self.out), model=self.model, dist=self.dist,
-                                   io=self.hooks.io, write_model=self.hooks.save_model, write_extras=write_extras)
+        path = ckpt.save_model_dir(
+            best_model.best_dir(self.out),
+            model=self.model,
+            dist=self.dist,
+            io=self.hooks.io,
+            write_model=self.hooks.save_model,
+            write_extras=write_extras,
+        )
         console.info(best_model.M("saved", val=val, step=state.step, path=path))
         self.metrics.restart_clock(state)
 
     def interrupt(self) -> Path:
         """A signal stopped the run: save this step (unless just saved) and say how to resume."""
         state = self.state
-        path = self.save(f"interrupt-step-{state.step}") if self.saved_at != state.step else \
-            Path(state.last_checkpoint or "")
+        path = (
+            self.save(f"interrupt-step-{state.step}")
+            if self.saved_at != state.step
+            else Path(state.last_checkpoint or "")
+        )
         console.info(M("interrupted", step=state.step, path=path, cmd=self.resume_command(path)))
         return path
 
@@ -180,8 +226,14 @@ class CheckpointPolicy:
         if self.saved_at != self.state.step:
             self.save(f"checkpoint-step-{self.state.step}")
         final_dir = self.out / "final"
-        ckpt.save_model_dir(final_dir, model=self.model, dist=self.dist, io=self.hooks.io,
-                            write_model=self.hooks.save_model, write_extras=self.hooks.write_extras)
+        ckpt.save_model_dir(
+            final_dir,
+            model=self.model,
+            dist=self.dist,
+            io=self.hooks.io,
+            write_model=self.hooks.save_model,
+            write_extras=self.hooks.write_extras,
+        )
         console.info(M("final_saved", path=final_dir))
         return final_dir
 
@@ -193,14 +245,27 @@ class CheckpointPolicy:
         state, hooks, path = self.state, self.hooks, self.out / name
         for key, value in self.metrics.running_sums().items():
             setattr(state, key, value)
-        trainer_state = {"step": state.step, "epoch": state.epoch, "tokens_seen": state.tokens_seen,
-                         "loop": state.state_dict(), "data": self.data.state_dict(),
-                         "plan": plan_state(self.args, self.plan),
-                         **(hooks.checkpoint_meta() if hooks.checkpoint_meta else {})}
-        ckpt.save_checkpoint(path, model=self.model, optimizer=self.engine.optimizer,
-                             engine_state=self.engine.state_dict(), trainer_state=trainer_state, dist=self.dist,
-                             io=hooks.io, write_model=hooks.save_model, write_extras=hooks.write_extras,
-                             extra_state=hooks.extra_state() if hooks.extra_state else None)
+        trainer_state = {
+            "step": state.step,
+            "epoch": state.epoch,
+            "tokens_seen": state.tokens_seen,
+            "loop": state.state_dict(),
+            "data": self.data.state_dict(),
+            "plan": plan_state(self.args, self.plan),
+            **(hooks.checkpoint_meta() if hooks.checkpoint_meta else {}),
+        }
+        ckpt.save_checkpoint(
+            path,
+            model=self.model,
+            optimizer=self.engine.optimizer,
+            engine_state=self.engine.state_dict(),
+            trainer_state=trainer_state,
+            dist=self.dist,
+            io=hooks.io,
+            write_model=hooks.save_model,
+            write_extras=hooks.write_extras,
+            extra_state=hooks.extra_state() if hooks.extra_state else None,
+        )
         state.last_checkpoint, self.saved_at = str(path), state.step
         if self.dist.is_main:
             ckpt.prune(self.out, self.args.keep_last)

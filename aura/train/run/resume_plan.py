@@ -28,81 +28,127 @@ from aura.core.i18n import Messages
 from aura.train.args import StepPlan
 from aura.train.optim.schedule import Schedule
 
-M = Messages("plan", {
-    "fixed": ("--{flag} {new} no coincide con el checkpoint {path} ({old}): reanudar con otro valor rompería "
-              "la continuación exacta de la ejecución. Quita --{flag} para seguir con {old}, o empieza una "
-              "ejecución nueva (otro --output-dir) si quieres cambiarlo.{force}",
-              "--{flag} {new} does not match the checkpoint {path} ({old}): resuming with another value would "
-              "break the exact continuation of the run. Drop --{flag} to continue with {old}, or start a new "
-              "run (another --output-dir) to change it.{force}"),
-    "batch": ("--batch-size {batch} × --gradient-accumulation-steps {accum} × {world:proceso|procesos} = "
-              "{new:secuencia|secuencias} por paso, pero el checkpoint {path} se hizo con {obatch} × {oaccum} × {oworld} = {old}: "
-              "reanudar con otro lote global rompería la continuación exacta. Da --batch-size y "
-              "--gradient-accumulation-steps que den {old:secuencia|secuencias} por paso, o empieza una ejecución nueva.{force}",
-              "--batch-size {batch} × --gradient-accumulation-steps {accum} × {world:process|processes} = "
-              "{new:sequence|sequences} per step, but the checkpoint {path} was made with {obatch} × {oaccum} × {oworld} = "
-              "{old}: resuming with another global batch would break the exact continuation. Give "
-              "--batch-size and --gradient-accumulation-steps that make {old:sequence|sequences} per step, or start a "
-              "new run.{force}"),
-    "world": ("El checkpoint {path} se hizo con {oworld:proceso|procesos} ({launcher}) y esta reanudación tiene "
-              "{world}: el lote global pasaría de {old} a {new:secuencia|secuencias} por paso y la ejecución ya no "
-              "sería la misma. Reanúdala como se lanzó:\n  {cmd}\no reparte el mismo lote global con --batch-size y "
-              "--gradient-accumulation-steps.{force}",
-              "The checkpoint {path} was made with {oworld:process|processes} ({launcher}) and this resume has "
-              "{world}: the global batch would go from {old} to {new:sequence|sequences} per step and the run "
-              "would no longer be the same. Resume it as it was launched:\n  {cmd}\nor split the same global "
-              "batch with --batch-size and --gradient-accumulation-steps.{force}"),
-    "force": (" Para cambiarlo de todos modos, añade --allow-plan-change (el cambio queda anotado en el "
-              "historial de run.json).",
-              " To change it anyway, add --allow-plan-change (the change is recorded in run.json's history)."),
-    "forced": ("--allow-plan-change: {changes}; queda anotado en el historial de run.json.",
-               "--allow-plan-change: {changes}; recorded in run.json's history."),
-    "resplit": ("El checkpoint se hizo con {oworld:proceso|procesos} y ahora hay {world}: el mismo lote global "
-                "({old:secuencia|secuencias} por paso) repartido de otra forma.",
-                "The checkpoint was made with {oworld:process|processes} and there are {world} now: the same "
-                "global batch ({old:sequence|sequences} per step) split another way."),
-    "interval_long": ("--{flag} {value} es mayor que el plan ({total:paso|pasos}): nunca se alcanza; {what} se hace "
-                      "al final de la ejecución (paso {total}).",
-                      "--{flag} {value} is longer than the plan ({total:step|steps}): it is never reached; {what} "
-                      "will run at the end of the run (step {total})."),
-    "what_eval_interval": ("la validación", "validation"),
-    "what_eval_suite_interval": ("la evaluación de --eval-suite", "the --eval-suite evaluation"),
-    "what_save_steps": ("el único checkpoint", "the only checkpoint"),
-    "change_batch": ("el lote global {old} → {new:secuencia|secuencias} por paso",
-                     "the global batch {old} → {new:sequence|sequences} per step"),
-    "change_world": ("los procesos {old} → {new}", "the processes {old} → {new}"),
-    "change": ("--{flag} cambió {old} → {new}", "--{flag} changed {old} → {new}"),
-    "changed": ("{changes}: el plan pasa de {old_total} a {new_total:paso|pasos} y la tasa de aprendizaje se "
-                "replanifica desde el paso {step}.",
-                "{changes}: the plan goes from {old_total} to {new_total:step|steps} and the learning rate is "
-                "re-planned from step {step}."),
-    "changed_same": ("{changes}, pero la ejecución sigue terminando en el paso {total} (manda el menor límite "
-                     "de --epochs, --max-steps y --max-tokens).",
-                     "{changes}, but the run still ends at step {total} (the smallest limit of --epochs, "
-                     "--max-steps and --max-tokens wins)."),
-    "data_changed": ("Los datos ya no dan el mismo número de pasos: el plan pasa de {old_total} a "
-                     "{new_total:paso|pasos} y la tasa de aprendizaje se replanifica desde el paso {step}.",
-                     "The data no longer gives the same number of steps: the plan goes from {old_total} to "
-                     "{new_total:step|steps} and the learning rate is re-planned from step {step}."),
-    "too_short": ("Con --{flag} {new} la ejecución terminaría en el paso {total}, pero el checkpoint {path} ya "
-                  "está en el paso {step}. Da un valor mayor o quita --{flag}.",
-                  "With --{flag} {new} the run would end at step {total}, but the checkpoint {path} is already "
-                  "at step {step}. Give a larger value or drop --{flag}."),
-    "none": ("(ninguno)", "(none)"),
-    "both_limits": ("Varios límites a la vez ({limits}): la ejecución termina en el primero que se alcance "
-                    "(paso {total}).",
-                    "Several limits at once ({limits}): the run ends at the first one reached (step {total})."),
-    "overwrite_ignored": ("--overwrite no se aplica con --resume-from: la ejecución continúa y no se borra nada.",
-                          "--overwrite does not apply with --resume-from: the run continues and nothing is "
-                          "deleted."),
-})
+M = Messages(
+    "plan",
+    {
+        "fixed": (
+            "--{flag} {new} no coincide con el checkpoint {path} ({old}): reanudar con otro valor rompería "
+            "la continuación exacta de la ejecución. Quita --{flag} para seguir con {old}, o empieza una "
+            "ejecución nueva (otro --output-dir) si quieres cambiarlo.{force}",
+            "--{flag} {new} does not match the checkpoint {path} ({old}): resuming with another value would "
+            "break the exact continuation of the run. Drop --{flag} to continue with {old}, or start a new "
+            "run (another --output-dir) to change it.{force}",
+        ),
+        "batch": (
+            "--batch-size {batch} × --gradient-accumulation-steps {accum} × {world:proceso|procesos} = "
+            "{new:secuencia|secuencias} por paso, pero el checkpoint {path} se hizo con {obatch} × {oaccum} × "
+            "{oworld} = {old}: "
+            "reanudar con otro lote global rompería la continuación exacta. Da --batch-size y "
+            "--gradient-accumulation-steps que den {old:secuencia|secuencias} por paso, o empieza una ejecución "
+            "nueva.{force}",
+            "--batch-size {batch} × --gradient-accumulation-steps {accum} × {world:process|processes} = "
+            "{new:sequence|sequences} per step, but the checkpoint {path} was made with {obatch} × {oaccum} × "
+            "{oworld} = "
+            "{old}: resuming with another global batch would break the exact continuation. Give "
+            "--batch-size and --gradient-accumulation-steps that make {old:sequence|sequences} per step, or start a "
+            "new run.{force}",
+        ),
+        "world": (
+            "El checkpoint {path} se hizo con {oworld:proceso|procesos} ({launcher}) y esta reanudación tiene "
+            "{world}: el lote global pasaría de {old} a {new:secuencia|secuencias} por paso y la ejecución ya no "
+            "sería la misma. Reanúdala como se lanzó:\n  {cmd}\no reparte el mismo lote global con --batch-size y "
+            "--gradient-accumulation-steps.{force}",
+            "The checkpoint {path} was made with {oworld:process|processes} ({launcher}) and this resume has "
+            "{world}: the global batch would go from {old} to {new:sequence|sequences} per step and the run "
+            "would no longer be the same. Resume it as it was launched:\n  {cmd}\nor split the same global "
+            "batch with --batch-size and --gradient-accumulation-steps.{force}",
+        ),
+        "force": (
+            " Para cambiarlo de todos modos, añade --allow-plan-change (el cambio queda anotado en el "
+            "historial de run.json).",
+            " To change it anyway, add --allow-plan-change (the change is recorded in run.json's history).",
+        ),
+        "forced": (
+            "--allow-plan-change: {changes}; queda anotado en el historial de run.json.",
+            "--allow-plan-change: {changes}; recorded in run.json's history.",
+        ),
+        "resplit": (
+            "El checkpoint se hizo con {oworld:proceso|procesos} y ahora hay {world}: el mismo lote global "
+            "({old:secuencia|secuencias} por paso) repartido de otra forma.",
+            "The checkpoint was made with {oworld:process|processes} and there are {world} now: the same "
+            "global batch ({old:sequence|sequences} per step) split another way.",
+        ),
+        "interval_long": (
+            "--{flag} {value} es mayor que el plan ({total:paso|pasos}): nunca se alcanza; {what} se hace "
+            "al final de la ejecución (paso {total}).",
+            "--{flag} {value} is longer than the plan ({total:step|steps}): it is never reached; {what} "
+            "will run at the end of the run (step {total}).",
+        ),
+        "what_eval_interval": ("la validación", "validation"),
+        "what_eval_suite_interval": ("la evaluación de --eval-suite", "the --eval-suite evaluation"),
+        "what_save_steps": ("el único checkpoint", "the only checkpoint"),
+        "change_batch": (
+            "el lote global {old} → {new:secuencia|secuencias} por paso",
+            "the global batch {old} → {new:sequence|sequences} per step",
+        ),
+        "change_world": ("los procesos {old} → {new}", "the processes {old} → {new}"),
+        "change": ("--{flag} cambió {old} → {new}", "--{flag} changed {old} → {new}"),
+        "changed": (
+            "{changes}: el plan pasa de {old_total} a {new_total:paso|pasos} y la tasa de aprendizaje se "
+            "replanifica desde el paso {step}.",
+            "{changes}: the plan goes from {old_total} to {new_total:step|steps} and the learning rate is "
+            "re-planned from step {step}.",
+        ),
+        "changed_same": (
+            "{changes}, pero la ejecución sigue terminando en el paso {total} (manda el menor límite "
+            "de --epochs, --max-steps y --max-tokens).",
+            "{changes}, but the run still ends at step {total} (the smallest limit of --epochs, "
+            "--max-steps and --max-tokens wins).",
+        ),
+        "data_changed": (
+            "Los datos ya no dan el mismo número de pasos: el plan pasa de {old_total} a "
+            "{new_total:paso|pasos} y la tasa de aprendizaje se replanifica desde el paso {step}.",
+            "The data no longer gives the same number of steps: the plan goes from {old_total} to "
+            "{new_total:step|steps} and the learning rate is re-planned from step {step}.",
+        ),
+        "too_short": (
+            "Con --{flag} {new} la ejecución terminaría en el paso {total}, pero el checkpoint {path} ya "
+            "está en el paso {step}. Da un valor mayor o quita --{flag}.",
+            "With --{flag} {new} the run would end at step {total}, but the checkpoint {path} is already "
+            "at step {step}. Give a larger value or drop --{flag}.",
+        ),
+        "none": ("(ninguno)", "(none)"),
+        "both_limits": (
+            "Varios límites a la vez ({limits}): la ejecución termina en el primero que se alcance (paso {total}).",
+            "Several limits at once ({limits}): the run ends at the first one reached (step {total}).",
+        ),
+        "overwrite_ignored": (
+            "--overwrite no se aplica con --resume-from: la ejecución continúa y no se borra nada.",
+            "--overwrite does not apply with --resume-from: the run continues and nothing is deleted.",
+        ),
+    },
+)
 
 LENGTH_FLAGS = ("epochs", "max_steps", "max_tokens")
 # Flags a resume must keep (present on pretrain, finetune or both; absent ones are skipped).
 BATCH_FLAGS = ("batch_size", "gradient_accumulation_steps")  # their product x processes must not change
-FIXED_FLAGS = BATCH_FLAGS + ("learning_rate", "min_lr", "warmup_steps", "seed",
-               "weight_decay", "adam_beta1", "adam_beta2", "max_grad_norm", "max_length",
-               "truncation", "packing", "train_on_prompt", "val_fraction", "optimizer", "lr_schedule")
+FIXED_FLAGS = BATCH_FLAGS + (
+    "learning_rate",
+    "min_lr",
+    "warmup_steps",
+    "seed",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "max_grad_norm",
+    "max_length",
+    "truncation",
+    "packing",
+    "train_on_prompt",
+    "val_fraction",
+    "optimizer",
+    "lr_schedule",
+)
 # What a checkpoint written before a fixed flag existed was trained with.
 LEGACY_FLAGS = {"optimizer": "adamw", "lr_schedule": "cosine"}
 # Flags renamed since a checkpoint may have been written: its key -> today's field (the flag's alias).
@@ -113,8 +159,16 @@ COMM_FLAGS = ("ddp_comm", "powersgd_rank", "powersgd_warmup", "local_steps", "ou
 # A forced change of these makes the new schedule apply from the resumed step on.
 SCHEDULE_FLAGS = ("learning_rate", "min_lr", "warmup_steps", "lr_schedule")
 # Cadence: taken from the checkpoint when not given again, free to change when given.
-CADENCE_FLAGS = ("save_steps", "eval_interval", "eval_batches", "log_interval", "keep_last", "max_bad_steps",
-                 "time_budget", "cooldown_fraction")  # the last two: a WSD branch point may change them
+CADENCE_FLAGS = (
+    "save_steps",
+    "eval_interval",
+    "eval_batches",
+    "log_interval",
+    "keep_last",
+    "max_bad_steps",
+    "time_budget",
+    "cooldown_fraction",
+)  # the last two: a WSD branch point may change them
 PLAN_FLAGS = LENGTH_FLAGS + FIXED_FLAGS + COMM_FLAGS + CADENCE_FLAGS
 
 
@@ -175,16 +229,24 @@ def adopt_flags(cfg, saved_state: dict, *, explicit, path, world_size: int = 1) 
             if not allow:
                 raise AuraError(M("fixed", flag=_flag(name), new=new, old=_show(old), path=path, force=M("force")))
             forced.append({"setting": f"--{_flag(name)}", "old": old, "new": new})
-    forced += _check_global_batch(cfg, changes, flags, explicit=explicit, path=path, world_size=world_size,
-                                  saved_world=int(saved_state.get("world_size") or world_size), allow=allow)
+    forced += _check_global_batch(
+        cfg,
+        changes,
+        flags,
+        explicit=explicit,
+        path=path,
+        world_size=world_size,
+        saved_world=int(saved_state.get("world_size") or world_size),
+        allow=allow,
+    )
     if forced:
         console.warn(M("forced", changes="; ".join(_describe_change(c) for c in forced)))
-    return Adopted(dataclasses.replace(cfg, **changes) if changes else cfg, changed, saved, step, str(path),
-                   forced)
+    return Adopted(dataclasses.replace(cfg, **changes) if changes else cfg, changed, saved, step, str(path), forced)
 
 
-def _check_global_batch(cfg, changes: dict, flags: dict, *, explicit, path, world_size: int,
-                        saved_world: int, allow: bool) -> list[dict]:
+def _check_global_batch(
+    cfg, changes: dict, flags: dict, *, explicit, path, world_size: int, saved_world: int, allow: bool
+) -> list[dict]:
     """The global batch (sequences per step over every process) must not change; [] or, with
     --allow-plan-change, the changes it forces."""
     if any(flags.get(f) is None for f in BATCH_FLAGS):
@@ -198,15 +260,39 @@ def _check_global_batch(cfg, changes: dict, flags: dict, *, explicit, path, worl
         return []
     if not allow:
         if world_size == saved_world:
-            raise AuraError(M("batch", batch=batch, accum=accum, world=world_size, new=new, path=path,
-                              obatch=old_batch, oaccum=old_accum, oworld=saved_world, old=old, force=M("force")))
+            raise AuraError(
+                M(
+                    "batch",
+                    batch=batch,
+                    accum=accum,
+                    world=world_size,
+                    new=new,
+                    path=path,
+                    obatch=old_batch,
+                    oaccum=old_accum,
+                    oworld=saved_world,
+                    old=old,
+                    force=M("force"),
+                )
+            )
         launch = _launch_of(path)
-        raise AuraError(M("world", path=path, oworld=saved_world, world=world_size, old=old, new=new,
-                          launcher=launch.get("launcher", "torchrun"), cmd=_relaunch(launch, path, saved_world),
-                          force=M("force")))
+        raise AuraError(
+            M(
+                "world",
+                path=path,
+                oworld=saved_world,
+                world=world_size,
+                old=old,
+                new=new,
+                launcher=launch.get("launcher", "torchrun"),
+                cmd=_relaunch(launch, path, saved_world),
+                force=M("force"),
+            )
+        )
     out = [{"setting": "global_batch", "old": old, "new": new}]
-    return out + ([{"setting": "world_size", "old": saved_world, "new": world_size}] if world_size != saved_world
-                  else [])
+    return out + (
+        [{"setting": "world_size", "old": saved_world, "new": world_size}] if world_size != saved_world else []
+    )
 
 
 def _describe_change(c: dict) -> str:
@@ -237,8 +323,7 @@ def _relaunch(launch: dict, checkpoint, world: int) -> str:
     if not launch:  # an older run.json: torchrun with the process count the checkpoint was made with
         import sys
 
-        launch = {"prefix": ["torchrun", f"--nproc_per_node={world}", "-m", "aura"],
-                  "argv": strip_resume(sys.argv[1:])}
+        launch = {"prefix": ["torchrun", f"--nproc_per_node={world}", "-m", "aura"], "argv": strip_resume(sys.argv[1:])}
     return resume_command(launch, checkpoint)
 
 
@@ -253,22 +338,23 @@ def continue_plan(plan: StepPlan, adopted: Adopted) -> StepPlan:
     old_total, new_total, step = int(saved["total_steps"]), plan.total_steps, adopted.step
     if old_schedule.cooldown_start is not None and old_schedule.cooling(step) and not adopted.changed:
         # a cooldown that --time-budget (or a re-plan) started: the run ends where it was decided then
-        return dataclasses.replace(plan, total_steps=old_total, schedule=old_schedule,
-                                   epochs=-(-old_total // plan.steps_per_epoch))
+        return dataclasses.replace(
+            plan, total_steps=old_total, schedule=old_schedule, epochs=-(-old_total // plan.steps_per_epoch)
+        )
     if old_schedule.kind == "wsd" and not old_schedule.cooling(step) and plan.schedule is not None:
         # a branch point (WSD before its cooldown): the stable phase goes on, the cooldown follows the flags
         old_schedule = dataclasses.replace(old_schedule, cooldown_fraction=plan.schedule.cooldown_fraction)
         old_schedule = old_schedule.replanned(step=step, total=old_total)
-    changes = "; ".join(M("change", flag=_flag(name), old=_show(old), new=_show(new))
-                        for name, old, new in adopted.changed)
+    changes = "; ".join(
+        M("change", flag=_flag(name), old=_show(old), new=_show(new)) for name, old, new in adopted.changed
+    )
     if new_total == old_total:
         if changes:
             console.info(M("changed_same", changes=changes, total=new_total))
         return dataclasses.replace(plan, schedule=old_schedule)
     if new_total <= step:
         name, _, new = next((c for c in adopted.changed if c[2] is not None), ("max_steps", None, new_total))
-        raise AuraError(M("too_short", flag=_flag(name), new=_show(new), total=new_total, path=adopted.path,
-                          step=step))
+        raise AuraError(M("too_short", flag=_flag(name), new=_show(new), total=new_total, path=adopted.path, step=step))
     if changes:
         console.info(M("changed", changes=changes, old_total=old_total, new_total=new_total, step=step))
     else:
@@ -284,8 +370,9 @@ def interval_notices(args, plan: StepPlan, *, explicit) -> None:
         if name == "eval_suite_interval" and not getattr(args, "eval_suite", ""):
             continue
         if value and value > plan.total_steps and (name in explicit or name == "eval_suite_interval"):
-            console.warn(M("interval_long", flag=_flag(name), value=value, total=plan.total_steps,
-                           what=M(f"what_{name}")))
+            console.warn(
+                M("interval_long", flag=_flag(name), value=value, total=plan.total_steps, what=M(f"what_{name}"))
+            )
 
 
 def limits_notice(args, plan: StepPlan) -> None:

@@ -30,17 +30,26 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.rundir import BEST
 
-M = Messages("session", {
-    "outputs": ("Resultados en {run}:", "Outputs in {run}:"),
-    "out_best": ("  mejor validación (paso {step}, {val:.4f}): {path}",
-                 "  best validation (step {step}, {val:.4f}): {path}"),
-    "done_dist": ("Entrenamiento completado. Gradientes sincronizados.",
-                  "Training complete. Gradients synchronised."),
-    "weights_differ": ("Los pesos de {path} no corresponden a este modelo:\n  {diffs}\nReanuda con la misma "
-                       "configuración de modelo que creó el checkpoint.",
-                       "The weights in {path} do not match this model:\n  {diffs}\nResume with the same "
-                       "model configuration that created the checkpoint."),
-})
+M = Messages(
+    "session",
+    {
+        "outputs": ("Resultados en {run}:", "Outputs in {run}:"),
+        "out_best": (
+            "  mejor validación (paso {step}, {val:.4f}): {path}",
+            "  best validation (step {step}, {val:.4f}): {path}",
+        ),
+        "done_dist": (
+            "Entrenamiento completado. Gradientes sincronizados.",
+            "Training complete. Gradients synchronised.",
+        ),
+        "weights_differ": (
+            "Los pesos de {path} no corresponden a este modelo:\n  {diffs}\nReanuda con la misma "
+            "configuración de modelo que creó el checkpoint.",
+            "The weights in {path} do not match this model:\n  {diffs}\nResume with the same "
+            "model configuration that created the checkpoint.",
+        ),
+    },
+)
 
 
 @dataclass
@@ -66,8 +75,12 @@ class Run:
         from aura.train.args import resolve_steps
         from aura.train.run.resume_plan import continue_plan
 
-        plan = resolve_steps(cfg, batches_per_epoch=batches_per_epoch, tokens_per_micro_batch=tokens_per_micro_batch,
-                             world_size=self.dist.world_size)
+        plan = resolve_steps(
+            cfg,
+            batches_per_epoch=batches_per_epoch,
+            tokens_per_micro_batch=tokens_per_micro_batch,
+            world_size=self.dist.world_size,
+        )
         return continue_plan(plan, self.adopted) if self.adopted is not None else plan
 
 
@@ -119,8 +132,8 @@ def run_training(cfg, command: TrainingCommand) -> int:
     """Run one training command; 0 when finished, EXIT_INTERRUPTED (3) when a signal stopped it after
     saving a checkpoint."""
     from aura.distributed import init_distributed, teardown
-    from aura.train.args import explicit_fields
     from aura.distributed.launcher import record_exit
+    from aura.train.args import explicit_fields
     from aura.train.run.guard import discard_unstarted_run_dir, release_run_dir
 
     explicit = sorted(explicit_fields(cfg))
@@ -142,29 +155,37 @@ def run_training(cfg, command: TrainingCommand) -> int:
 
 
 def _run(cfg, command: TrainingCommand, dist, explicit: list[str]) -> int:
+    from aura.core.atomic import check_writable
     from aura.distributed import agree_hardware
     from aura.models.hardware import detect
-    from aura.train.run import checkpoint as ckpt
-    from aura.train.optim.step_engine import resolve_precision
     from aura.train.loop import EXIT_INTERRUPTED
-    from aura.train.run.resume_plan import adopt_flags
+    from aura.train.optim.step_engine import resolve_precision
+    from aura.train.run import checkpoint as ckpt
     from aura.train.run.guard import prepare_run_dir
-    from aura.core.atomic import check_writable
+    from aura.train.run.resume_plan import adopt_flags
 
     _quiet_progress_bars()
     out = Path(cfg.output_dir)
     check_writable(out, flag="--output-dir")
     inputs = command.inputs(cfg)
-    resume = prepare_run_dir(out, dist=dist, resume_from=cfg.resume_from, overwrite=cfg.overwrite, fork=cfg.fork,
-                             inputs=inputs)
+    resume = prepare_run_dir(
+        out, dist=dist, resume_from=cfg.resume_from, overwrite=cfg.overwrite, fork=cfg.fork, inputs=inputs
+    )
     adopted = None
     if resume is not None:  # the run's plan comes from the checkpoint (aura.train.run.resume_plan)
-        adopted = adopt_flags(cfg, ckpt.read_state(resume), explicit=explicit, path=resume,
-                              world_size=dist.world_size)
+        adopted = adopt_flags(cfg, ckpt.read_state(resume), explicit=explicit, path=resume, world_size=dist.world_size)
         cfg = adopted.cfg
     info = agree_hardware(detect(), dist)  # every `auto` decision below is the same on every rank
-    run = Run(cfg=cfg, dist=dist, out=out, explicit=explicit, resume=resume, adopted=adopted, info=info,
-              precision=resolve_precision(cfg.precision, dist.device, info=info))
+    run = Run(
+        cfg=cfg,
+        dist=dist,
+        out=out,
+        explicit=explicit,
+        resume=resume,
+        adopted=adopted,
+        info=info,
+        precision=resolve_precision(cfg.precision, dist.device, info=info),
+    )
     job = command.prepare(run)
     if resume is not None:
         saved = ckpt.read_state(resume)
@@ -191,19 +212,25 @@ def _run(cfg, command: TrainingCommand, dist, explicit: list[str]) -> int:
 
 def _train(run: Run, job: TrainingJob, kind: str):
     """The one call to the training loop."""
-    from aura.train.run import checkpoint as ckpt
-    from aura.train.optim.step_engine import TorchEngine
     from aura.train.loop import train
+    from aura.train.optim.step_engine import TorchEngine
+    from aura.train.run import checkpoint as ckpt
     from aura.train.run.metrics import TrainMetrics
     from aura.train.run.policy import TrainHooks
 
-    hooks = TrainHooks(save_model=job.save_model, load_model=job.load_model, write_extras=job.write_extras,
-                       checkpoint_meta=lambda: {**job.identity, **job.stored, "config": to_dict(job.cfg)},
-                       on_epoch_end=job.on_epoch_end, io=job.io if job.io is not None else ckpt.io_for(job.model))
+    hooks = TrainHooks(
+        save_model=job.save_model,
+        load_model=job.load_model,
+        write_extras=job.write_extras,
+        checkpoint_meta=lambda: {**job.identity, **job.stored, "config": to_dict(job.cfg)},
+        on_epoch_end=job.on_epoch_end,
+        io=job.io if job.io is not None else ckpt.io_for(job.model),
+    )
     if job.epoch_checkpoint_name is not None:
         hooks.epoch_checkpoint_name = job.epoch_checkpoint_name
-    engine = job.engine or TorchEngine.build(job.model, args=job.cfg, dist=run.dist, precision=run.precision,
-                                             info=run.info)
+    engine = job.engine or TorchEngine.build(
+        job.model, args=job.cfg, dist=run.dist, precision=run.precision, info=run.info
+    )
     if job.wrap_engine is not None:
         engine = job.wrap_engine(engine)
     from aura.distributed.slow_link import wrap_engine  # --ddp-comm timing/state, --local-steps (DiLoCo)
@@ -216,20 +243,45 @@ def _train(run: Run, job: TrainingJob, kind: str):
         job.evaluators = [*job.evaluators, suite]
     from aura.train.run.trackers import RunInfo
 
-    tracker_info = RunInfo(name=run.out.resolve().name, run_dir=run.out.resolve(), kind=kind, config=to_dict(job.cfg),
-                           plan=job.plan.to_dict(), hardware=run.info.to_dict(), world_size=run.dist.world_size)
-    metrics = TrainMetrics.for_run(run.out, kind=kind, dist=run.dist, hardware=run.info, precision=run.precision,
-                                   flops_per_token=job.flops_per_token,
-                                   time_budget_h=0.0 if getattr(job.plan.schedule, "kind", "") == "wsd" else job.cfg.time_budget,
-                                   extra_columns=metric_columns(job), report_to=job.cfg.report_destinations,
-                                   tracker_info=tracker_info)
+    tracker_info = RunInfo(
+        name=run.out.resolve().name,
+        run_dir=run.out.resolve(),
+        kind=kind,
+        config=to_dict(job.cfg),
+        plan=job.plan.to_dict(),
+        hardware=run.info.to_dict(),
+        world_size=run.dist.world_size,
+    )
+    metrics = TrainMetrics.for_run(
+        run.out,
+        kind=kind,
+        dist=run.dist,
+        hardware=run.info,
+        precision=run.precision,
+        flops_per_token=job.flops_per_token,
+        time_budget_h=0.0 if getattr(job.plan.schedule, "kind", "") == "wsd" else job.cfg.time_budget,
+        extra_columns=metric_columns(job),
+        report_to=job.cfg.report_destinations,
+        tracker_info=tracker_info,
+    )
     hooks.resume_command = _record_launch(run, job, metrics)
     from aura.train.run.resume_plan import interval_notices
 
     interval_notices(job.cfg, job.plan, explicit=run.explicit)
-    return train(model=job.model, engine=engine, data=job.data, val_data=job.val_data, args=job.cfg, plan=job.plan,
-                 dist=run.dist, hooks=hooks, metrics=metrics, resume_from=run.resume, objective=job.objective,
-                 evaluators=job.evaluators)
+    return train(
+        model=job.model,
+        engine=engine,
+        data=job.data,
+        val_data=job.val_data,
+        args=job.cfg,
+        plan=job.plan,
+        dist=run.dist,
+        hooks=hooks,
+        metrics=metrics,
+        resume_from=run.resume,
+        objective=job.objective,
+        evaluators=job.evaluators,
+    )
 
 
 def _record_launch(run: Run, job: TrainingJob, metrics) -> Callable[[Path], str]:
@@ -244,16 +296,24 @@ def _record_launch(run: Run, job: TrainingJob, metrics) -> Callable[[Path], str]
     record.update(ddp_comm=getattr(job.cfg, "ddp_comm", None), local_steps=getattr(job.cfg, "local_steps", None))
     status = metrics.status
     if status is not None and status.enabled:
-        entry = {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "argv": record["argv"],
-                 "launcher": record["launcher"], "world_size": run.dist.world_size,
-                 "step": run.adopted.step if run.adopted is not None else 0,
-                 "resumed_from": str(run.resume) if run.resume is not None else None}
+        entry = {
+            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "argv": record["argv"],
+            "launcher": record["launcher"],
+            "world_size": run.dist.world_size,
+            "step": run.adopted.step if run.adopted is not None else 0,
+            "resumed_from": str(run.resume) if run.resume is not None else None,
+        }
         if run.adopted is not None and run.adopted.forced:
             entry["plan_changes"] = run.adopted.forced
         # the objective's headline (aura.train.objectives.objective.Headline): what a report shows, not the loss
         headline = [h.to_dict() for h in getattr(job.objective, "headline", ())]
-        status.update(launch=record, history=[*status.data.get("history", []), entry], **job.record,
-                      **({"headline": headline} if headline else {}))
+        status.update(
+            launch=record,
+            history=[*status.data.get("history", []), entry],
+            **job.record,
+            **({"headline": headline} if headline else {}),
+        )
     return lambda checkpoint: resume_command(record, checkpoint)
 
 
@@ -267,14 +327,23 @@ def metric_columns(job: TrainingJob) -> tuple[str, ...]:
 
 def _write_model_config(run: Run, job: TrainingJob, kind: str) -> None:
     """``model_config.json``: what was trained, how, and on what (rank 0)."""
-    from aura.distributed import strategy_of
     from aura.core.atomic import atomic_write_json
+    from aura.distributed import strategy_of
 
-    atomic_write_json(run.out / "model_config.json", {
-        "kind": kind, "config": to_dict(job.cfg), "explicit_flags": run.explicit, **job.describe,
-        "precision": run.precision, "plan": job.plan.to_dict(), "hardware": run.info.to_dict(),
-        "world_size": run.dist.world_size,
-        "strategy": "deepspeed" if job.engine is not None else strategy_of(job.model)})
+    atomic_write_json(
+        run.out / "model_config.json",
+        {
+            "kind": kind,
+            "config": to_dict(job.cfg),
+            "explicit_flags": run.explicit,
+            **job.describe,
+            "precision": run.precision,
+            "plan": job.plan.to_dict(),
+            "hardware": run.info.to_dict(),
+            "world_size": run.dist.world_size,
+            "strategy": "deepspeed" if job.engine is not None else strategy_of(job.model),
+        },
+    )
 
 
 def _quiet_progress_bars() -> None:
@@ -296,6 +365,7 @@ def best_line(out: Path) -> str | None:
 
 # ---- the hooks of a full Hugging Face model (pretraining; full fine-tuning) ---------------------
 
+
 def save_hf(model, directory: Path, state_dict: dict | None) -> None:
     """config.json + model.safetensors + generation_config.json (loadable by from_pretrained)."""
     from aura.models.deepspeed_import import save_pretrained
@@ -313,8 +383,9 @@ def load_hf_weights(model, directory: Path) -> None:
 
     directory = Path(directory)
     index = directory / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() \
-        else ["model.safetensors"]
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    )
     state: dict = {}
     for name in files:  # a name in the index never leaves the checkpoint
         state.update(load_file(str(contained(directory, name, source=index if index.is_file() else directory))))
@@ -322,9 +393,14 @@ def load_hf_weights(model, directory: Path) -> None:
     groups: dict[int, set[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         groups.setdefault(id(p), set()).add(name)
-    missing = [k for k in result.missing_keys
-               if not any(k in g and g & state.keys() for g in groups.values())]
+    missing = [k for k in result.missing_keys if not any(k in g and g & state.keys() for g in groups.values())]
     if missing or result.unexpected_keys:
-        raise AuraError(M("weights_differ", path=directory,
-                          diffs="\n  ".join([f"missing: {k}" for k in missing] +
-                                            [f"unexpected: {k}" for k in result.unexpected_keys])))
+        raise AuraError(
+            M(
+                "weights_differ",
+                path=directory,
+                diffs="\n  ".join(
+                    [f"missing: {k}" for k in missing] + [f"unexpected: {k}" for k in result.unexpected_keys]
+                ),
+            )
+        )

@@ -36,39 +36,61 @@ from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 
-M = Messages("trackers", {
-    "bad_name": ("--report-to: '{name}' no es un destino conocido{close}. Valores válidos: {valid} (varios "
-                 "separados por comas) o none.",
-                 "--report-to: '{name}' is not a known destination{close}. Valid values: {valid} (several "
-                 "separated by commas) or none."),
-    "close": (" (¿quisiste decir '{name}'?)", " (did you mean '{name}'?)"),
-    "none_alone": ("--report-to: 'none' no se combina con otros destinos (recibido: {value}).",
-                   "--report-to: 'none' cannot be combined with other destinations (got: {value})."),
-    "empty": ("--report-to está vacío: indica tensorboard, wandb, mlflow, trackio (separados por comas) o none.",
-              "--report-to is empty: give tensorboard, wandb, mlflow, trackio (comma-separated) or none."),
-    "failed": ("El seguimiento en {tracker} se desactiva para el resto de la ejecución: {error}. El "
-               "entrenamiento sigue; training_log.csv (y TensorBoard) quedan completos.{hint}",
-               "Tracking to {tracker} is disabled for the rest of the run: {error}. Training goes on; "
-               "training_log.csv (and TensorBoard) stay complete.{hint}"),
-    "hint_missing": (" Instálalo con: pip install -e \".[{extra}]\".", " Install it with: pip install -e \".[{extra}]\"."),
-    "hint_mlflow": (" Comprueba MLFLOW_TRACKING_URI ({uri}) y que el servidor esté en marcha.",
-                    " Check MLFLOW_TRACKING_URI ({uri}) and that the server is running."),
-    "unreachable": ("el servidor {uri} no responde ({error})", "the server {uri} does not answer ({error})"),
-    "dropped": ("La cola de los trackers está llena (un tracker va más lento que el entrenamiento): se descartan "
-                "filas para {trackers}; training_log.csv las tiene todas.",
-                "The trackers' queue is full (a tracker is slower than training): rows are dropped for "
-                "{trackers}; training_log.csv has them all."),
-    "new_run": ("{tracker}: se reanuda en el paso {step}, pero la ejecución {old} puede tener pasos posteriores "
-                "(se cortó sin guardar, o se reanuda un checkpoint anterior) y {tracker} no rebobina: lo reanudado "
-                "va a una ejecución nueva, {new}, enlazada a la primera (aura.parent_run={old}).",
-                "{tracker}: resuming at step {step}, but run {old} may hold later steps (it was cut off without "
-                "saving, or an older checkpoint is resumed) and {tracker} cannot rewind: the resumed part goes to a "
-                "new run, {new}, linked to the first (aura.parent_run={old})."),
-    "late": ("{trackers} no terminó en {seconds:.0f} s; su registro puede quedar incompleto (training_log.csv "
-             "está completo).",
-             "{trackers} did not finish within {seconds:.0f} s; its record may be incomplete (training_log.csv is "
-             "complete)."),
-})
+M = Messages(
+    "trackers",
+    {
+        "bad_name": (
+            "--report-to: '{name}' no es un destino conocido{close}. Valores válidos: {valid} (varios "
+            "separados por comas) o none.",
+            "--report-to: '{name}' is not a known destination{close}. Valid values: {valid} (several "
+            "separated by commas) or none.",
+        ),
+        "close": (" (¿quisiste decir '{name}'?)", " (did you mean '{name}'?)"),
+        "none_alone": (
+            "--report-to: 'none' no se combina con otros destinos (recibido: {value}).",
+            "--report-to: 'none' cannot be combined with other destinations (got: {value}).",
+        ),
+        "empty": (
+            "--report-to está vacío: indica tensorboard, wandb, mlflow, trackio (separados por comas) o none.",
+            "--report-to is empty: give tensorboard, wandb, mlflow, trackio (comma-separated) or none.",
+        ),
+        "failed": (
+            "El seguimiento en {tracker} se desactiva para el resto de la ejecución: {error}. El "
+            "entrenamiento sigue; training_log.csv (y TensorBoard) quedan completos.{hint}",
+            "Tracking to {tracker} is disabled for the rest of the run: {error}. Training goes on; "
+            "training_log.csv (and TensorBoard) stay complete.{hint}",
+        ),
+        "hint_missing": (
+            ' Instálalo con: pip install -e ".[{extra}]".',
+            ' Install it with: pip install -e ".[{extra}]".',
+        ),
+        "hint_mlflow": (
+            " Comprueba MLFLOW_TRACKING_URI ({uri}) y que el servidor esté en marcha.",
+            " Check MLFLOW_TRACKING_URI ({uri}) and that the server is running.",
+        ),
+        "unreachable": ("el servidor {uri} no responde ({error})", "the server {uri} does not answer ({error})"),
+        "dropped": (
+            "La cola de los trackers está llena (un tracker va más lento que el entrenamiento): se descartan "
+            "filas para {trackers}; training_log.csv las tiene todas.",
+            "The trackers' queue is full (a tracker is slower than training): rows are dropped for "
+            "{trackers}; training_log.csv has them all.",
+        ),
+        "new_run": (
+            "{tracker}: se reanuda en el paso {step}, pero la ejecución {old} puede tener pasos posteriores "
+            "(se cortó sin guardar, o se reanuda un checkpoint anterior) y {tracker} no rebobina: lo reanudado "
+            "va a una ejecución nueva, {new}, enlazada a la primera (aura.parent_run={old}).",
+            "{tracker}: resuming at step {step}, but run {old} may hold later steps (it was cut off without "
+            "saving, or an older checkpoint is resumed) and {tracker} cannot rewind: the resumed part goes to a "
+            "new run, {new}, linked to the first (aura.parent_run={old}).",
+        ),
+        "late": (
+            "{trackers} no terminó en {seconds:.0f} s; su registro puede quedar incompleto (training_log.csv "
+            "está completo).",
+            "{trackers} did not finish within {seconds:.0f} s; its record may be incomplete (training_log.csv is "
+            "complete).",
+        ),
+    },
+)
 
 TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")
 QUEUE_ROWS = 10_000  # rows waiting for the trackers' thread; beyond that a row is dropped, never waited for
@@ -90,8 +112,9 @@ def parse_report_to(value: str) -> tuple[str, ...]:
     for name in names:
         if name not in TRACKERS:
             close = difflib.get_close_matches(name, TRACKERS, n=1, cutoff=0.6)
-            raise AuraError(M("bad_name", name=name, close=M("close", name=close[0]) if close else "",
-                              valid=", ".join(TRACKERS)))
+            raise AuraError(
+                M("bad_name", name=name, close=M("close", name=close[0]) if close else "", valid=", ".join(TRACKERS))
+            )
     return tuple(dict.fromkeys(names))
 
 
@@ -115,8 +138,13 @@ def checked_record(value: Any) -> dict[str, dict] | None:
     if not isinstance(value, dict):
         return None
     for name, entry in value.items():
-        if (name not in TRACKERS or not isinstance(entry, dict) or not isinstance(entry.get("run_id"), str)
-                or not isinstance(entry.get("last_step"), int) or isinstance(entry.get("last_step"), bool)):
+        if (
+            name not in TRACKERS
+            or not isinstance(entry, dict)
+            or not isinstance(entry.get("run_id"), str)
+            or not isinstance(entry.get("last_step"), int)
+            or isinstance(entry.get("last_step"), bool)
+        ):
             return None
     return value
 
@@ -137,8 +165,14 @@ class RunInfo:
     parent: dict = field(default_factory=dict)  # a linked new run's parent: {"run": id, "step": step}
 
     def params(self) -> dict[str, Any]:
-        out = {"kind": self.kind, "run_dir": str(self.run_dir), "world_size": self.world_size,
-               "config": self.config, "plan": self.plan, "hardware": self.hardware}
+        out = {
+            "kind": self.kind,
+            "run_dir": str(self.run_dir),
+            "world_size": self.world_size,
+            "config": self.config,
+            "plan": self.plan,
+            "hardware": self.hardware,
+        }
         if self.parent:
             out["aura"] = {"parent_run": self.parent["run"], "parent_step": self.parent["step"]}
         return out
@@ -180,10 +214,16 @@ class WandbSink:
     def start(self, info: RunInfo, resume_id: str | None) -> None:
         import wandb
 
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT") or "aura", name=info.name,
-                              dir=os.environ.get("WANDB_DIR") or str(info.run_dir), config=info.params(),
-                              id=resume_id, resume="allow" if resume_id else None, reinit="create_new",
-                              settings=wandb.Settings(console="off", silent=True))
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT") or "aura",
+            name=info.name,
+            dir=os.environ.get("WANDB_DIR") or str(info.run_dir),
+            config=info.params(),
+            id=resume_id,
+            resume="allow" if resume_id else None,
+            reinit="create_new",
+            settings=wandb.Settings(console="off", silent=True),
+        )
         self.run_id = self.run.id
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -224,15 +264,20 @@ class MlflowSink:
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
         tags = {"aura.kind": info.kind}
         if info.parent:  # a resumed part that cannot go into the first run (module docstring)
-            tags.update({"aura.parent_run": info.parent["run"], "aura.parent_step": str(info.parent["step"]),
-                         "mlflow.parentRunId": info.parent["run"]})
+            tags.update(
+                {
+                    "aura.parent_run": info.parent["run"],
+                    "aura.parent_step": str(info.parent["step"]),
+                    "mlflow.parentRunId": info.parent["run"],
+                }
+            )
         run = self.client.create_run(experiment_id, run_name=info.name, tags=tags)
         self.run_id = run.info.run_id
         from mlflow.entities import Param
 
         params = [Param(k[:250], v[:6000]) for k, v in _flat(info.params()).items()]
         for i in range(0, len(params), 100):  # MLflow's limit per batch
-            self.client.log_batch(self.run_id, params=params[i:i + 100])
+            self.client.log_batch(self.run_id, params=params[i : i + 100])
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -243,8 +288,10 @@ class MlflowSink:
     def finish(self, status: str, outputs: dict[str, str]) -> None:
         for k, v in outputs.items():
             self.client.set_tag(self.run_id, f"aura.{k}", v)
-        self.client.set_terminated(self.run_id, status="FINISHED" if status == "finished" else
-                                   "KILLED" if status == "interrupted" else "FAILED")
+        self.client.set_terminated(
+            self.run_id,
+            status="FINISHED" if status == "finished" else "KILLED" if status == "interrupted" else "FAILED",
+        )
 
 
 class TrackioSink:
@@ -262,9 +309,15 @@ class TrackioSink:
 
         # a run is found by its name in a project: a new one gets the start time too, never another run's name
         name = resume_id or f"{info.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        self.run = trackio.init(project=os.environ.get("TRACKIO_PROJECT") or "aura", name=name,
-                                config=_flat(info.params()), resume="must" if resume_id else "never", embed=False,
-                                auto_log_gpu=False, auto_log_cpu=False)
+        self.run = trackio.init(
+            project=os.environ.get("TRACKIO_PROJECT") or "aura",
+            name=name,
+            config=_flat(info.params()),
+            resume="must" if resume_id else "never",
+            embed=False,
+            auto_log_gpu=False,
+            auto_log_cpu=False,
+        )
         self.run_id = self.run.name
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -317,8 +370,14 @@ class Trackers:
 
     def record(self) -> dict[str, dict]:
         """run.json's ``trackers``: each started tracker's run id and the last step it received."""
-        return {**self._previous, **{s.name: {"run_id": s.run_id, "last_step": int(self.last_step.get(s.name, 0))}
-                                     for s in self.sinks if s.run_id is not None}}
+        return {
+            **self._previous,
+            **{
+                s.name: {"run_id": s.run_id, "last_step": int(self.last_step.get(s.name, 0))}
+                for s in self.sinks
+                if s.run_id is not None
+            },
+        }
 
     def close(self, *, status: str, outputs: dict[str, str], timeout: float = CLOSE_TIMEOUT_S) -> None:
         """Deliver what is queued, then the outputs and the end (waits at most ``timeout`` seconds)."""
@@ -340,11 +399,22 @@ class Trackers:
         for sink in self.sinks:
             try:
                 parent = self._forks.get(sink.name)
-                sink.start(dataclasses.replace(info, parent={"run": parent["run_id"], "step": self._skip[sink.name]})
-                           if parent else info, self._ids.get(sink.name))
+                sink.start(
+                    dataclasses.replace(info, parent={"run": parent["run_id"], "step": self._skip[sink.name]})
+                    if parent
+                    else info,
+                    self._ids.get(sink.name),
+                )
                 if parent:
-                    console.warn(M("new_run", tracker=sink.name, step=self._skip[sink.name], old=parent["run_id"],
-                                   new=sink.run_id))
+                    console.warn(
+                        M(
+                            "new_run",
+                            tracker=sink.name,
+                            step=self._skip[sink.name],
+                            old=parent["run_id"],
+                            new=sink.run_id,
+                        )
+                    )
                 live.append(sink)
             except BaseException as e:  # noqa: BLE001 - a tracker never stops training
                 self._fail(sink, e)
