@@ -400,50 +400,79 @@ def _prepare(cfg: PrepareConfig, existing: dict | None, t0: float) -> Path:
         else:
             copy_tree(cfg.tokenizer, tmp / "tokenizer", ignore=shutil.ignore_patterns(TMP_PREFIX + "*", MARKER))
         elapsed = time.perf_counter() - t0
-        cleaning = {
-            "documents_read": stats["read"],
-            "documents_kept": train.documents + val.documents,
-            "duplicates": stats["dups"],
-            "too_short": stats["short"],
-            "bad_records": stats["bad_records"],
-            "bad_encoding": stats["bad_encoding"],
-            "min_chars": cfg.min_chars,
-            "stopped_at_max_tokens": bool(stats["stopped"]),
-        }
-        meta = {
-            "format": FORMAT,
-            "tokenizer": {"name_or_path": cfg.tokenizer, "hash": tok_hash, "vocab_size": vocab, "eos_token_id": eos_id},
-            "dtype": dtype,
-            "splits": {
-                name: {"tokens": w.tokens, "documents": w.documents, "shards": w.shards}
-                for name, w in (("train", train), ("val", val))
-            },
-            "sources": [_source_record(s) for s in sources],
-            "cleaning": cleaning,
-            "seed": cfg.seed,
-            "val_fraction": cfg.val_fraction,
-            "options": {
-                k: getattr(cfg, k)
-                for k in (
-                    "text_field",
-                    "doc_sep",
-                    "encoding",
-                    "errors",
-                    "max_tokens",
-                    "shard_tokens",
-                    "hf_config",
-                    "split",
-                )
-            },
-            "fingerprint": fingerprint,
-            "seconds": round(elapsed, 3),
-            "aura_version": __version__,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
+        tokenizer = {"name_or_path": cfg.tokenizer, "hash": tok_hash, "vocab_size": vocab, "eos_token_id": eos_id}
+        meta = _meta(
+            cfg,
+            stats,
+            train=train,
+            val=val,
+            sources=sources,
+            tokenizer=tokenizer,
+            dtype=dtype,
+            fingerprint=fingerprint,
+            elapsed=elapsed,
+        )
         atomic_write_json(tmp / "meta.json", meta)
     _print_summary(stats, train=train, val=val, elapsed=elapsed)
     console.success(M("done", path=out))
     return out
+
+
+def _meta(
+    cfg: PrepareConfig,
+    stats: Counter,
+    *,
+    train,
+    val,
+    sources,
+    tokenizer: dict,
+    dtype: str,
+    fingerprint: str,
+    elapsed: float,
+) -> dict:
+    """``meta.json``: the format, the tokenizer, each split's tokens, documents and shards, the sources, what the
+    cleaning removed, the options and the fingerprint a rerun compares."""
+    cleaning = {
+        "documents_read": stats["read"],
+        "documents_kept": train.documents + val.documents,
+        "duplicates": stats["dups"],
+        "too_short": stats["short"],
+        "bad_records": stats["bad_records"],
+        "bad_encoding": stats["bad_encoding"],
+        "min_chars": cfg.min_chars,
+        "stopped_at_max_tokens": bool(stats["stopped"]),
+    }
+    meta = {
+        "format": FORMAT,
+        "tokenizer": tokenizer,
+        "dtype": dtype,
+        "splits": {
+            name: {"tokens": w.tokens, "documents": w.documents, "shards": w.shards}
+            for name, w in (("train", train), ("val", val))
+        },
+        "sources": [_source_record(s) for s in sources],
+        "cleaning": cleaning,
+        "seed": cfg.seed,
+        "val_fraction": cfg.val_fraction,
+        "options": {
+            k: getattr(cfg, k)
+            for k in (
+                "text_field",
+                "doc_sep",
+                "encoding",
+                "errors",
+                "max_tokens",
+                "shard_tokens",
+                "hf_config",
+                "split",
+            )
+        },
+        "fingerprint": fingerprint,
+        "seconds": round(elapsed, 3),
+        "aura_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    return meta
 
 
 def _load_tokenizer(cfg: PrepareConfig):

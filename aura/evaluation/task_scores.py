@@ -153,6 +153,63 @@ def suite_rows(model, tok, *, limit: int, batch_size: int) -> tuple[list[dict], 
     return rows, {"versions": versions, "text_stats": stats}
 
 
+def _evaluate_model(cfg, model, tok, *, name: str, device: str, tasks: list[str], prompts: list) -> dict:
+    """One model's report: the suite's rows, lm-eval's tasks and the answers to ``--prompts``, as configured."""
+    report = {
+        "model": name,
+        "adapter": cfg.adapter or None,
+        "aura_version": aura_version,
+        "device": device,
+        "dtype": cfg.dtype,
+        "limit": cfg.limit,
+        "rows": [],
+    }
+    if cfg.suite:
+        console.info(M("scoring", model=name, suite=cfg.suite, n=sum(len(t.docs) for t in load_suite(cfg.limit))))
+        rows, extra = suite_rows(model, tok, limit=cfg.limit, batch_size=cfg.batch_size)
+        report["rows"] += rows
+        report["suite"] = {"name": cfg.suite, "scorer": "aura", **extra}
+    if tasks:
+        from aura.evaluation.harness import run_tasks
+
+        console.info(M("harness", model=name, tasks=",".join(tasks)))
+        with console.library_stderr(drop=HARNESS_NOISE):
+            out = run_tasks(
+                model,
+                tok,
+                tasks,
+                include_paths=cfg.include_path,
+                limit=cfg.limit,
+                batch_size=cfg.batch_size,
+                max_length=model_max_length(model),
+                trust_task_code=cfg.trust_task_code,
+            )
+        report["rows"] += out["rows"]
+        report["harness"] = {
+            "tasks": tasks,
+            "version": out["harness_version"],
+            "versions": out["versions"],
+            "n_samples": out["n_samples"],
+        }
+    if prompts:
+        from aura.evaluation.answers import answer_prompts, shown
+
+        t_answers = time.perf_counter()
+        report["answers"] = answer_prompts(model, tok, prompts, max_new_tokens=cfg.max_new_tokens)
+        report["prompts"] = {
+            "file": cfg.prompts,
+            "max_new_tokens": cfg.max_new_tokens,
+            "decoding": "greedy",
+            "seconds": time.perf_counter() - t_answers,
+        }
+        console.table(
+            M("answers", model=name, n=cfg.max_new_tokens),
+            [M("h_prompt"), M("h_answer")],
+            [[shown(a["prompt"]), shown(a["answer"])] for a in report["answers"]],
+        )
+    return report
+
+
 def evaluate_tasks(cfg) -> list[dict]:
     """Run ``cfg.suite`` and/or ``cfg.tasks`` on every model of ``cfg``; print one table; write JSON."""
     from aura.core.atomic import atomic_write_json
@@ -184,59 +241,8 @@ def evaluate_tasks(cfg) -> list[dict]:
         model, tok = load_model(
             name, adapter=cfg.adapter, allow_other_base=cfg.allow_other_base, dtype=cfg.dtype, device=device
         )
-        report = {
-            "model": name,
-            "adapter": cfg.adapter or None,
-            "aura_version": aura_version,
-            "device": device,
-            "dtype": cfg.dtype,
-            "limit": cfg.limit,
-            "rows": [],
-        }
         t0 = time.perf_counter()
-        if cfg.suite:
-            console.info(M("scoring", model=name, suite=cfg.suite, n=sum(len(t.docs) for t in load_suite(cfg.limit))))
-            rows, extra = suite_rows(model, tok, limit=cfg.limit, batch_size=cfg.batch_size)
-            report["rows"] += rows
-            report["suite"] = {"name": cfg.suite, "scorer": "aura", **extra}
-        if tasks:
-            from aura.evaluation.harness import run_tasks
-
-            console.info(M("harness", model=name, tasks=",".join(tasks)))
-            with console.library_stderr(drop=HARNESS_NOISE):
-                out = run_tasks(
-                    model,
-                    tok,
-                    tasks,
-                    include_paths=cfg.include_path,
-                    limit=cfg.limit,
-                    batch_size=cfg.batch_size,
-                    max_length=model_max_length(model),
-                    trust_task_code=cfg.trust_task_code,
-                )
-            report["rows"] += out["rows"]
-            report["harness"] = {
-                "tasks": tasks,
-                "version": out["harness_version"],
-                "versions": out["versions"],
-                "n_samples": out["n_samples"],
-            }
-        if prompts:
-            from aura.evaluation.answers import answer_prompts, shown
-
-            t_answers = time.perf_counter()
-            report["answers"] = answer_prompts(model, tok, prompts, max_new_tokens=cfg.max_new_tokens)
-            report["prompts"] = {
-                "file": cfg.prompts,
-                "max_new_tokens": cfg.max_new_tokens,
-                "decoding": "greedy",
-                "seconds": time.perf_counter() - t_answers,
-            }
-            console.table(
-                M("answers", model=name, n=cfg.max_new_tokens),
-                [M("h_prompt"), M("h_answer")],
-                [[shown(a["prompt"]), shown(a["answer"])] for a in report["answers"]],
-            )
+        report = _evaluate_model(cfg, model, tok, name=name, device=device, tasks=tasks, prompts=prompts)
         report["seconds"] = time.perf_counter() - t0
         reports.append(report)
         del model

@@ -106,15 +106,38 @@ def merge(cfg: MergeConfig) -> int:
         return _merge(cfg, out)
 
 
+def _set_generation(model, tok, base_dir: Path) -> list[int]:
+    """The merged model's generation config: the base's (or one from the model's config), ending at the
+    tokenizer's end-of-turn ids, with its pad and BOS ids; returns those end ids."""
+    from transformers import GenerationConfig
+
+    from aura.inference.loading import end_of_turn_ids
+
+    gen_file = base_dir / "generation_config.json"
+    gen = (
+        GenerationConfig.from_pretrained(str(base_dir))
+        if gen_file.is_file()
+        else GenerationConfig.from_model_config(model.config)
+    )
+    eos = end_of_turn_ids(tok)
+    gen.eos_token_id = eos[0] if len(eos) == 1 else eos
+    gen.pad_token_id = tok.pad_token_id
+    if tok.bos_token_id is not None:
+        gen.bos_token_id = tok.bos_token_id
+    model.generation_config = gen
+    model.config.eos_token_id = tok.eos_token_id
+    model.config.pad_token_id = tok.pad_token_id
+    return eos
+
+
 def _merge(cfg: MergeConfig, out: Path) -> int:
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers import AutoModelForCausalLM
 
     from aura.core.atomic import atomic_write_json
     from aura.core.ownership import check_location
     from aura.core.staging import staged_dir
     from aura.inference.loading import (
-        end_of_turn_ids,
         load_model_tokenizer,
         quiet_transformers,
         read_json_file,
@@ -153,20 +176,7 @@ def _merge(cfg: MergeConfig, out: Path) -> int:
         model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     model = model.to(torch_dtype(dtype)).eval()
 
-    gen_file = base_dir / "generation_config.json"
-    gen = (
-        GenerationConfig.from_pretrained(str(base_dir))
-        if gen_file.is_file()
-        else GenerationConfig.from_model_config(model.config)
-    )
-    eos = end_of_turn_ids(tok)
-    gen.eos_token_id = eos[0] if len(eos) == 1 else eos
-    gen.pad_token_id = tok.pad_token_id
-    if tok.bos_token_id is not None:
-        gen.bos_token_id = tok.bos_token_id
-    model.generation_config = gen
-    model.config.eos_token_id = tok.eos_token_id
-    model.config.pad_token_id = tok.pad_token_id
+    eos = _set_generation(model, tok, base_dir)
 
     with staged_dir(out, replace=True, kind="model") as tmp:
         save_pretrained(model, tmp)

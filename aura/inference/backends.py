@@ -131,31 +131,8 @@ class HFEngine:
         )
         seed_everything(sampling.seed)
         streamer = TextIteratorStreamer(self.tok, skip_prompt=True, skip_special_tokens=True)
-        sample = sampling.temperature > 0
-        kwargs = dict(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_new,
-            do_sample=sample,
-            repetition_penalty=sampling.repetition_penalty,
-            eos_token_id=self.stop_ids,
-            pad_token_id=self.tok.pad_token_id,
-            streamer=streamer,
-        )
-        if sample:
-            kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)  # 0 = off
-        if stops:
-            kwargs.update(stop_strings=stops, tokenizer=self.tok)
-        from transformers import StoppingCriteria, StoppingCriteriaList
-
+        kwargs = self._generate_kwargs(ids, max_new, sampling, stops=stops, streamer=streamer)
         cancel = self.cancel
-        cancel.clear()
-
-        class _Cancel(StoppingCriteria):
-            def __call__(self, input_ids, scores, **kw):
-                return cancel.is_set()
-
-        kwargs["stopping_criteria"] = StoppingCriteriaList([_Cancel()])
         holder: dict = {}
 
         def run():
@@ -185,6 +162,37 @@ class HFEngine:
             for s in stops:
                 text = text.split(s)[0]
         out.append(Result(text=text, tokens=int(new.numel())))
+
+    def _generate_kwargs(self, ids, max_new: int, sampling: Sampling, *, stops, streamer) -> dict:
+        """``generate``'s arguments: greedy or sampled (a 0 turns top-k/top-p off), the stop ids and strings, and a
+        stopping criterion that ends it when ``self.cancel`` is set (cleared here)."""
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        sample = sampling.temperature > 0
+        kwargs = dict(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new,
+            do_sample=sample,
+            repetition_penalty=sampling.repetition_penalty,
+            eos_token_id=self.stop_ids,
+            pad_token_id=self.tok.pad_token_id,
+            streamer=streamer,
+        )
+        if sample:
+            kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+        if stops:
+            kwargs.update(stop_strings=stops, tokenizer=self.tok)
+        cancel = self.cancel
+        cancel.clear()
+
+        class _Cancel(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kw):
+                return cancel.is_set()
+
+        kwargs["stopping_criteria"] = StoppingCriteriaList([_Cancel()])
+        return kwargs
 
     def batch(
         self, prompts: list[str], *, chats: list[list[dict]] | None, sampling: Sampling, batch_size: int = 16

@@ -343,40 +343,10 @@ def _execute(
     follower = lay.where.get(name) == nodes.ALL and lay.node_rank != 0
     missing = _missing_module(stage)
     if missing:
-        console.warn(M("skip_missing", i=i, n=n, stage=name, module=missing))
-        if stage_dir.exists():
-            shutil.rmtree(stage_dir)
-        state.update(
-            name,
-            status=SKIPPED,
-            fingerprint=fp,
-            reason=f"missing module {missing}",
-            command=equivalent_command(stage),
-            started=None,
-            finished=now(),
-            seconds=0.0,
-            made_by=None,
-        )
-        stage_dir.mkdir(parents=True, exist_ok=True)
+        _skip(stage, missing, i=i, n=n, out=out, state=state, fp=fp)
         return 0
-    cfg = stage.cfg
     prev = state.get(name)
-    spent = 0.0
-    keep = False  # the folder stays: the command resumes in it on its own
-    # a command that resumes in its own folder (`Command.resumes_in_place`: `aura data curate` keeps each finished
-    # task, datatrove's completions/, and runs only the others) keeps an interrupted stage's folder; every other
-    # command without checkpoints starts again in a clean one
-    if action == "resume" and COMMANDS[stage.key].resumes_in_place and stage_dir.is_dir():
-        console.always(M("resume_tasks", i=i, n=n, stage=name))
-        keep, spent = True, float(prev.get("seconds") or 0.0)
-    elif action == "resume":
-        ckpt = latest_checkpoint(stage_dir) if hasattr(cfg, "resume_from") else None
-        if ckpt is not None or (follower and hasattr(cfg, "resume_from")):  # node 0's rank 0 finds it
-            console.always(M("resume", i=i, n=n, stage=name, ckpt=ckpt.name if ckpt is not None else "latest"))
-            cfg = dataclasses.replace(cfg, resume_from="latest")
-            spent = float(prev.get("seconds") or 0.0)
-        else:
-            console.always(M("restart", i=i, n=n, stage=name))
+    cfg, spent, keep = _resumption(stage, action, i=i, n=n, out=out, prev=prev, follower=follower)
     resumed = cfg is not stage.cfg
     base, comm = stage.cfg, None
     if stage.comm is not None:  # the link measured now (or the flags the stage started with), then used
@@ -400,14 +370,7 @@ def _execute(
     )
     if not resumed and not keep and stage_dir.exists() and not follower:  # the runner's own folder: starts clean
         shutil.rmtree(stage_dir)
-    cmd = COMMANDS[stage.key]
-    function = getattr(importlib.import_module(cmd.module), cmd.function)
-    if stage.launch is not None:  # under torchrun: `aura launch`'s own function and config, the stage inside
-        cmd = COMMANDS[("launch",)]
-        module = importlib.import_module(cmd.module)
-        inner = shlex.split(equivalent_command(stage, cfg))[1:]  # without "aura"
-        cfg = getattr(module, cmd.config)(command=inner, **stage.launch)
-        function = getattr(module, cmd.function)
+    function, cfg = _entry(stage, cfg)
     t0 = time.monotonic()
     code: Any = 1
     saved_argv = sys.argv
@@ -441,6 +404,57 @@ def _execute(
     if code == 0:
         console.success(M("stage_done", stage=name, time=console.format_duration(seconds)))
     return code
+
+
+def _skip(stage: Stage, missing: str, *, i: int, n: int, out: Path, state: State, fp: str) -> None:
+    """A stage whose ``requires`` module is missing: said, recorded as skipped, its folder empty."""
+    stage_dir = out / stage.name
+    console.warn(M("skip_missing", i=i, n=n, stage=stage.name, module=missing))
+    if stage_dir.exists():
+        shutil.rmtree(stage_dir)
+    state.update(
+        stage.name,
+        status=SKIPPED,
+        fingerprint=fp,
+        reason=f"missing module {missing}",
+        command=equivalent_command(stage),
+        started=None,
+        finished=now(),
+        seconds=0.0,
+        made_by=None,
+    )
+    stage_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _resumption(stage: Stage, action: str, *, i: int, n: int, out: Path, prev: dict, follower: bool):
+    """(the config to run, the seconds already spent, whether the folder stays) for a stage run afresh or resumed.
+
+    A command that resumes in its own folder (``Command.resumes_in_place``: ``aura data curate`` keeps each finished
+    task, datatrove's completions/, and runs only the others) keeps an interrupted stage's folder; a training
+    stage resumes from its latest checkpoint; every other command starts again in a clean folder."""
+    cfg, stage_dir = stage.cfg, out / stage.name
+    if action == "resume" and COMMANDS[stage.key].resumes_in_place and stage_dir.is_dir():
+        console.always(M("resume_tasks", i=i, n=n, stage=stage.name))
+        return cfg, float(prev.get("seconds") or 0.0), True
+    if action == "resume":
+        ckpt = latest_checkpoint(stage_dir) if hasattr(cfg, "resume_from") else None
+        if ckpt is not None or (follower and hasattr(cfg, "resume_from")):  # node 0's rank 0 finds it
+            console.always(M("resume", i=i, n=n, stage=stage.name, ckpt=ckpt.name if ckpt is not None else "latest"))
+            return dataclasses.replace(cfg, resume_from="latest"), float(prev.get("seconds") or 0.0), False
+        console.always(M("restart", i=i, n=n, stage=stage.name))
+    return cfg, 0.0, False
+
+
+def _entry(stage: Stage, cfg):
+    """(the function to call, its config): the stage's command, or under torchrun ``aura launch``'s own function
+    and config with the stage inside."""
+    cmd = COMMANDS[stage.key]
+    if stage.launch is None:
+        return getattr(importlib.import_module(cmd.module), cmd.function), cfg
+    launch = COMMANDS[("launch",)]
+    module = importlib.import_module(launch.module)
+    inner = shlex.split(equivalent_command(stage, cfg))[1:]  # without "aura"
+    return getattr(module, launch.function), getattr(module, launch.config)(command=inner, **stage.launch)
 
 
 def run_argv(source: str, out: str, sets: list[str], price: float | None, *, scale: float = 1.0) -> list[str]:

@@ -289,59 +289,8 @@ def load(name_or_file: str, *, overrides: list[str] = (), scale: float = 1.0) ->
     stages: list[Stage] = []
     for i, raw in enumerate(data["stages"]):
         line, key_lines = lines[i] if i < len(lines) else (0, {})
-        where0 = f"{shown}, {line}"
-        if not isinstance(raw, dict):
-            raise AuraError(M("bad_stage", where=where0, key="name"))
-        for key in ("name", "command"):
-            if key not in raw:
-                raise AuraError(M("bad_stage", where=where0, key=key))
-        for key in raw:
-            if key not in _STAGE_KEYS:
-                raise AuraError(M("bad_stage", where=where0, key=key))
-        name, command = str(raw["name"]), " ".join(str(raw["command"]).split())
-        where = M("stage_where", path=shown, line=line, stage=name, command=command)
-        if not _NAME.match(name):
-            raise AuraError(M("bad_name", where=where, name=name))
-        if any(s.name == name for s in stages):
-            raise AuraError(M("dup_name", where=where, name=name))
-        key = tuple(command.split())
-        if key not in COMMANDS or not COMMANDS[key].stage:
-            raise AuraError(M("bad_command", where=where, command=command, valid=_stage_commands()))
-        options = raw.get("options") or {}
-        if not isinstance(options, dict):
-            raise AuraError(M("options_mapping", where=where))
-        launch = raw.get("launch", data.get("launch"))
-        if launch is not None and not isinstance(launch, dict):
-            raise AuraError(M("launch_mapping", where=where))
-        if "launch" in raw and not COMMANDS[key].run:  # training runs only (pretrain, finetune)
-            raise AuraError(M("launch_not_training", where=where))
-        if not COMMANDS[key].run:
-            launch = None  # a pipeline-wide block launches its training stages only
-        comm = raw.get("comm")
-        if comm is not None:
-            comm = {} if comm == "auto" else comm
-            if not isinstance(comm, dict):
-                raise AuraError(M("bad_comm", where=where, key=comm, valid=", ".join(sorted(COMM_KEYS))))
-            for k in comm:
-                if k not in COMM_KEYS:
-                    raise AuraError(M("bad_comm", where=where, key=k, valid=", ".join(sorted(COMM_KEYS))))
-        requires = raw.get("requires") or []
-        requires = [str(r) for r in (requires if isinstance(requires, list) else [requires])]
-        key_where = {
-            str(k): M("stage_where", path=shown, line=n, stage=name, command=command) for k, n in key_lines.items()
-        }
         stages.append(
-            Stage(
-                name=name,
-                key=key,
-                options=dict(options),
-                line=line,
-                where=where,
-                requires=requires,
-                key_where=key_where,
-                launch=dict(launch) if launch is not None else None,
-                comm=dict(comm) if comm is not None else None,
-            )
+            _stage(raw, line=line, key_lines=key_lines, shown=shown, earlier=stages, default_launch=data.get("launch"))
         )
     names = [s.name for s in stages]
     hours = _hours(data.get("hours"), names, shown)
@@ -366,6 +315,63 @@ def load(name_or_file: str, *, overrides: list[str] = (), scale: float = 1.0) ->
         stages=stages,
         hours=hours,
         scale=scale,
+    )
+
+
+def _stage(raw, *, line: int, key_lines: dict[str, int], shown: str, earlier: list[Stage], default_launch) -> Stage:
+    """One entry of ``stages`` checked: its keys, name, command (a stage command), options, launch and comm
+    blocks, each refusal naming the file, line and stage."""
+    where0 = f"{shown}, {line}"
+    if not isinstance(raw, dict):
+        raise AuraError(M("bad_stage", where=where0, key="name"))
+    for key in ("name", "command"):
+        if key not in raw:
+            raise AuraError(M("bad_stage", where=where0, key=key))
+    for key in raw:
+        if key not in _STAGE_KEYS:
+            raise AuraError(M("bad_stage", where=where0, key=key))
+    name, command = str(raw["name"]), " ".join(str(raw["command"]).split())
+    where = M("stage_where", path=shown, line=line, stage=name, command=command)
+    if not _NAME.match(name):
+        raise AuraError(M("bad_name", where=where, name=name))
+    if any(s.name == name for s in earlier):
+        raise AuraError(M("dup_name", where=where, name=name))
+    key = tuple(command.split())
+    if key not in COMMANDS or not COMMANDS[key].stage:
+        raise AuraError(M("bad_command", where=where, command=command, valid=_stage_commands()))
+    options = raw.get("options") or {}
+    if not isinstance(options, dict):
+        raise AuraError(M("options_mapping", where=where))
+    launch = raw.get("launch", default_launch)
+    if launch is not None and not isinstance(launch, dict):
+        raise AuraError(M("launch_mapping", where=where))
+    if "launch" in raw and not COMMANDS[key].run:  # training runs only (pretrain, finetune)
+        raise AuraError(M("launch_not_training", where=where))
+    if not COMMANDS[key].run:
+        launch = None  # a pipeline-wide block launches its training stages only
+    comm = raw.get("comm")
+    if comm is not None:
+        comm = {} if comm == "auto" else comm
+        if not isinstance(comm, dict):
+            raise AuraError(M("bad_comm", where=where, key=comm, valid=", ".join(sorted(COMM_KEYS))))
+        for k in comm:
+            if k not in COMM_KEYS:
+                raise AuraError(M("bad_comm", where=where, key=k, valid=", ".join(sorted(COMM_KEYS))))
+    requires = raw.get("requires") or []
+    requires = [str(r) for r in (requires if isinstance(requires, list) else [requires])]
+    key_where = {
+        str(k): M("stage_where", path=shown, line=n, stage=name, command=command) for k, n in key_lines.items()
+    }
+    return Stage(
+        name=name,
+        key=key,
+        options=dict(options),
+        line=line,
+        where=where,
+        requires=requires,
+        key_where=key_where,
+        launch=dict(launch) if launch is not None else None,
+        comm=dict(comm) if comm is not None else None,
     )
 
 

@@ -128,20 +128,10 @@ def train_bpe(
     force: bool = False,
 ) -> Path:
     """Train a byte-level BPE on ``inputs`` and save a transformers-loadable directory; returns it."""
-    from aura.core.atomic import check_writable
-    from aura.core.ownership import check_replaceable
     from aura.text.readers import ReaderOptions
 
     need = BYTE_ALPHABET + len(SPECIAL_TOKENS)
-    if vocab_size < need + 16:
-        raise AuraError(M("vocab_too_small", size=vocab_size, need=need + 16, special=len(SPECIAL_TOKENS)))
-    if not inputs:
-        raise AuraError(M("no_inputs"))
-    out = Path(output_dir)
-    check_writable(out, flag="--output-dir")
-    # Only an Aura tokenizer directory is ever replaced (and only with --overwrite); inputs are never outputs.
-    if check_replaceable(out, kind="tokenizer", flag="--overwrite", inputs=inputs) == "owned" and not force:
-        raise AuraError(M("exists", path=out))
+    out = _checked_output(inputs, vocab_size, output_dir, need=need, force=force)
     opts = ReaderOptions(
         text_field=text_field, doc_sep=doc_sep, encoding=encoding, errors=errors, max_record_bytes=max_record_bytes
     )
@@ -182,21 +172,64 @@ def train_bpe(
             "seed": seed,
         },
     )
+    _print_done(
+        out,
+        tok,
+        vocab_size,
+        stats,
+        fert=fert,
+        fert_docs=fert_docs,
+        min_frequency=min_frequency,
+        heldout_fraction=heldout_fraction,
+        seconds=time.perf_counter() - start,
+    )
+    return out
+
+
+def _checked_output(inputs: list[str], vocab_size: int, output_dir, *, need: int, force: bool) -> Path:
+    """The output folder, once the request is sound: a vocabulary above the byte alphabet and special tokens,
+    some inputs, a writable folder that is no input and, if it exists, an Aura tokenizer replaced only with
+    --overwrite."""
+    from aura.core.atomic import check_writable
+    from aura.core.ownership import check_replaceable
+
+    if vocab_size < need + 16:
+        raise AuraError(M("vocab_too_small", size=vocab_size, need=need + 16, special=len(SPECIAL_TOKENS)))
+    if not inputs:
+        raise AuraError(M("no_inputs"))
+    out = Path(output_dir)
+    check_writable(out, flag="--output-dir")
+    # Only an Aura tokenizer directory is ever replaced (and only with --overwrite); inputs are never outputs.
+    if check_replaceable(out, kind="tokenizer", flag="--overwrite", inputs=inputs) == "owned" and not force:
+        raise AuraError(M("exists", path=out))
+    return out
+
+
+def _print_done(
+    out: Path,
+    tok,
+    vocab_size: int,
+    stats: Counter,
+    *,
+    fert,
+    fert_docs: int,
+    min_frequency: int,
+    heldout_fraction: float,
+    seconds: float,
+) -> None:
+    """The vocabulary reached (a warning when short of the one asked for) and the held-out fertility."""
     got = tok.get_vocab_size()
     if got < vocab_size:
         console.warn(M("vocab_short", got=got, asked=vocab_size, docs=stats["documents"], min_freq=min_frequency))
     if fert is None:
-        console.success(M("done_nofert", path=out, vocab=got, secs=time.perf_counter() - start))
+        console.success(M("done_nofert", path=out, vocab=got, secs=seconds))
         console.warn(
             M("no_heldout_zero")
             if heldout_fraction == 0
             else M("no_heldout_few", docs=stats["documents"], fraction=heldout_fraction)
         )
     else:
-        console.success(
-            M("done", path=out, vocab=got, fertility=num(fert, ".3f"), docs=fert_docs, secs=time.perf_counter() - start)
-        )
-    return out
+        console.success(M("done", path=out, vocab=got, fertility=num(fert, ".3f"), docs=fert_docs, secs=seconds))
 
 
 def _save(out: Path, tok, *, model_max_length: int, meta: dict) -> None:

@@ -152,7 +152,11 @@ def train(
 ) -> TrainResult:
     """Train ``model`` for ``plan.total_steps`` optimizer steps (the contract: the module docstring); ``args``
     resolved (learning rate, batch, accumulation). Returns when finished or after an interrupt checkpoint;
-    raises AuraError on OOM, too many NaN steps or a failed save."""
+    raises AuraError on OOM, too many NaN steps or a failed save.
+
+    Kept whole: this is the one training loop every command shares, read top to bottom as nanoGPT's is (set-up,
+    the step, logging, evaluation, checkpoints, the end); each of those is already a function of its own
+    (``optimizer_step``, the logger, ``CheckpointPolicy``), and splitting the rest would scatter its order."""
     if plan.schedule is None:
         plan = dataclasses.replace(plan, schedule=schedule_for(args, plan.total_steps))
     state, accum = TrainState(), args.gradient_accumulation_steps or 1

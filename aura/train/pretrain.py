@@ -442,19 +442,7 @@ class PretrainCommand:
         tok = load_tokenizer(tok_name)
         add_aura_chat_template(tok)  # final/ carries Aura's chat template (tokenizers trained before it had none)
         train_shards, val_shards = open_splits(data_dir)
-        wrap_engine = None
-        if run.cfg.init_from:  # continued pretraining (aura.train.continued): the base's model, no preset
-            from aura.train.continued import from_base
-
-            base = from_base(run, tok, tok_name, train_shards)
-            cfg, spec, auto, model, described = base.cfg, base.spec, {}, base.model, base.described
-            vocab, wrap_engine = base.vocab, base.wrap_engine
-        else:
-            _check_tokenizer(tok, tok_name, train_shards)
-            cfg, spec, auto = _resolve(run.cfg, run.info, device_type=run.dist.device.type)
-            vocab = max(len(tok), train_shards.vocab_size)
-            _memory_check(cfg, spec, run.info, vocab)
-            model, described = _build(cfg, spec, vocab, tok, run)
+        cfg, spec, auto, model, described, vocab, wrap_engine = _model(run, tok, tok_name, train_shards)
         data, val, evaluators = _batches(cfg, spec, train_shards, val_shards, run.dist, data_dir)
         plan = run.plan(
             cfg, batches_per_epoch=data.batches_per_epoch, tokens_per_micro_batch=cfg.batch_size * spec.seq_len
@@ -473,17 +461,6 @@ class PretrainCommand:
         def finish(result) -> None:
             if cfg.sample_tokens > 0:
                 _print_sample(model, result.final_dir, tok, cfg, device=run.dist.device)
-
-        def summary(result) -> list:
-            return [
-                M("out_final", path=result.final_dir),
-                M("out_ckpt", path=result.checkpoint),
-                best_line(out),
-                M("out_csv", path=out / "training_log.csv"),
-                M("out_tb", path=out / "tb") if (out / "tb").is_dir() else None,
-                M("out_cfg", path=out / "model_config.json"),
-                M("out_data", data=data_dir, tok=tok_name),
-            ]
 
         return TrainingJob(
             cfg=cfg,
@@ -512,11 +489,40 @@ class PretrainCommand:
             },
             flops_per_token=described["flops_per_token"],
             finish=finish,
-            summary=summary,
+            summary=lambda result: _summary(result, out, data_dir=data_dir, tok_name=tok_name),
             evaluators=evaluators,
             wrap_engine=wrap_engine,
             record=record,
         )
+
+
+def _model(run: Run, tok, tok_name, train_shards):
+    """(config, spec, auto's choice, model, its described fields, vocabulary, engine wrapper or None): a base
+    model's continued pretraining (``--init-from``, ``aura.train.continued``) or a new model of the preset."""
+    if run.cfg.init_from:
+        from aura.train.continued import from_base
+
+        base = from_base(run, tok, tok_name, train_shards)
+        return base.cfg, base.spec, {}, base.model, base.described, base.vocab, base.wrap_engine
+    _check_tokenizer(tok, tok_name, train_shards)
+    cfg, spec, auto = _resolve(run.cfg, run.info, device_type=run.dist.device.type)
+    vocab = max(len(tok), train_shards.vocab_size)
+    _memory_check(cfg, spec, run.info, vocab)
+    model, described = _build(cfg, spec, vocab, tok, run)
+    return cfg, spec, auto, model, described, vocab, None
+
+
+def _summary(result, out: Path, *, data_dir, tok_name) -> list:
+    """The lines printed when the run ends: where the model, checkpoint, logs, config and data are."""
+    return [
+        M("out_final", path=result.final_dir),
+        M("out_ckpt", path=result.checkpoint),
+        best_line(out),
+        M("out_csv", path=out / "training_log.csv"),
+        M("out_tb", path=out / "tb") if (out / "tb").is_dir() else None,
+        M("out_cfg", path=out / "model_config.json"),
+        M("out_data", data=data_dir, tok=tok_name),
+    ]
 
 
 def _build(cfg: PretrainConfig, spec, vocab: int, tok, run: Run) -> tuple[object, dict]:

@@ -200,15 +200,9 @@ def parquet_row(writer, document) -> dict:
     }
 
 
-def build_stages(o: Options) -> list[Stage]:
-    """The executors' pipelines for ``o``, in order; disabled steps are left out."""
-    work = o.work
-    minhash_cfg = MinhashConfig(
-        n_grams=o.ngrams,
-        num_buckets=o.buckets,
-        hashes_per_bucket=o.hashes_per_bucket,
-        hash_config=HashConfig(precision=64, hash_fc="xxhash"),
-    )
+def _filter_steps(o: Options) -> list[tuple[str, object]]:
+    """The per-document steps of the first stage, each with the name its meter counts under: extraction, text
+    repair, language, quality, decontamination; disabled ones left out."""
     steps: list[tuple[str, object]] = []
     if o.extract:
         steps.append(("extract", HtmlExtractor(timeout=o.extract_timeout)))
@@ -222,8 +216,20 @@ def build_stages(o: Options) -> list[Stage]:
         from aura.data.curate.decontaminate import EvalDecontFilter
 
         steps.append(("decontaminate", EvalDecontFilter(o.decontaminate, exclusion_writer=_sampler(o, "contaminated"))))
+    return steps
+
+
+def build_stages(o: Options) -> list[Stage]:
+    """The executors' pipelines for ``o``, in order; disabled steps are left out."""
+    work = o.work
+    minhash_cfg = MinhashConfig(
+        n_grams=o.ngrams,
+        num_buckets=o.buckets,
+        hashes_per_bucket=o.hashes_per_bucket,
+        hash_config=HashConfig(precision=64, hash_fc="xxhash"),
+    )
     first: list = [CurateReader(o.files, root=o.root, options=o.reader, limit=o.max_documents or -1), Meter("read")]
-    for name, step in steps:
+    for name, step in _filter_steps(o):
         first += [step, Meter(name)]
     first.append(ShardWriter(str(work / "filtered")))
     if o.exact_dedup:
