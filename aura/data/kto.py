@@ -40,9 +40,9 @@ from pathlib import Path
 from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.data.preference import EncodedPair, answer_message, collate_pairs, encode_side, field_messages
+from aura.data.preference import EncodedPair, PairSource, answer_message, collate_pairs, encode_side, field_messages
 from aura.data.sft import check_messages, iter_records
-from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate
+from aura.data.sft_batches import IGNORE_INDEX, Encoded, collate
 
 DEFAULT_FEEDBACK = Path(__file__).resolve().parents[1] / "resources" / "kto_es.jsonl"
 TRUE_WORDS = frozenset({"true", "1", "sí", "si", "yes", "verdadero", "bueno"})
@@ -266,24 +266,8 @@ def collate_unpaired(
     return batch
 
 
-class UnpairedSource(SFTDataSource):
-    """``SFTDataSource`` over rated answers (no packing): the same order, sharding and resumable state."""
+class UnpairedSource(PairSource):
+    """``PairSource`` over rated answers: the same order, sharding and resumable state; a batch holds
+    ``batch_size`` answers (each with its mismatched KL answer, in one row with ``shared``)."""
 
-    def __init__(self, examples: list[EncodedUnpaired], *, shared: bool = False, **kwargs):
-        kwargs.pop("packing", None)
-        super().__init__(examples, packing=False, **kwargs)
-        self.shared = shared
-
-    def batch(self, epoch: int, index: int) -> dict:
-        mine = self._rank_rows(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
-        return collate_unpaired(
-            [self.examples[self.rows[r][0]] for r in mine],
-            pad_id=self.pad_id,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            buckets=self.buckets,
-            shared=self.shared,
-        )
-
-    @property
-    def num_label_tokens(self) -> int:
-        return sum(sum(t != IGNORE_INDEX for t in e.labels) for e in self.examples)
+    collate = staticmethod(collate_unpaired)

@@ -419,9 +419,11 @@ class PairSource(SFTDataSource):
         super().__init__(pairs, packing=False, **kwargs)
         self.shared = shared
 
+    collate = staticmethod(collate_pairs)  # KTO's source (aura.data.kto) collates rated answers instead
+
     def batch(self, epoch: int, index: int) -> dict:
         mine = self._rank_rows(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
-        return collate_pairs(
+        return self.collate(
             [self.examples[self.rows[r][0]] for r in mine],
             pad_id=self.pad_id,
             pad_to_multiple_of=self.pad_to_multiple_of,

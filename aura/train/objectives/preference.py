@@ -68,6 +68,19 @@ DPO_METRICS = (
 ORPO_METRICS = DPO_METRICS + ("nll_loss", "log_odds_ratio", "log_odds_chosen")
 
 
+def pair_stats(r_c: torch.Tensor, r_r: torch.Tensor, chosen: torch.Tensor, rejected: torch.Tensor) -> dict:
+    """``DPO_METRICS`` summed over a batch's pairs: the chosen and rejected rewards (``r_c``, ``r_r``: (B,)), how
+    often the chosen one wins and by how much, and the answers' log-probabilities (B,)."""
+    return {
+        "rewards/chosen": r_c.sum(),
+        "rewards/rejected": r_r.sum(),
+        "rewards/accuracy": (r_c > r_r).float().sum(),
+        "rewards/margin": (r_c - r_r).sum(),
+        "logps/chosen": chosen.detach().sum(),
+        "logps/rejected": rejected.detach().sum(),
+    }
+
+
 # Attention implementations that take a custom 4D mask as given (transformers' masking_utils returns a 4D
 # mask unchanged): sdpa as a boolean mask, eager as an additive one. flash_attention_2 (no arbitrary masks,
 # only varlen blocks, which cannot express "the rejected answer sees the prompt but not the chosen one"),
@@ -264,14 +277,7 @@ class DPO:
             eps = self.label_smoothing
             losses = -(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)
         r_c, r_r = beta * chosen_ratio.detach(), beta * rejected_ratio.detach()
-        return losses.sum(), {
-            "rewards/chosen": r_c.sum(),
-            "rewards/rejected": r_r.sum(),
-            "rewards/accuracy": (r_c > r_r).float().sum(),
-            "rewards/margin": (r_c - r_r).sum(),
-            "logps/chosen": chosen.detach().sum(),
-            "logps/rejected": rejected.detach().sum(),
-        }
+        return losses.sum(), pair_stats(r_c, r_r, chosen, rejected)
 
 
 def log1mexp(x: torch.Tensor) -> torch.Tensor:
@@ -305,12 +311,7 @@ class ORPO:
         losses = nll - self.beta * ratio
         r_c, r_r = self.beta * chosen.detach(), self.beta * rejected.detach()
         return losses.sum(), {
-            "rewards/chosen": r_c.sum(),
-            "rewards/rejected": r_r.sum(),
-            "rewards/accuracy": (r_c > r_r).float().sum(),
-            "rewards/margin": (r_c - r_r).sum(),
-            "logps/chosen": chosen.detach().sum(),
-            "logps/rejected": rejected.detach().sum(),
+            **pair_stats(r_c, r_r, chosen, rejected),
             "nll_loss": nll.detach().sum(),
             "log_odds_ratio": ratio.detach().sum(),
             "log_odds_chosen": log_odds.detach().sum(),

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from aura.train.objectives.objective import PREFERENCE_HEADLINE
-from aura.train.objectives.preference import DPO_METRICS, count_pairs, sequence_logps
+from aura.train.objectives.preference import DPO_METRICS, count_pairs, pair_stats, sequence_logps
 
 
 class SimPO:
@@ -67,12 +67,4 @@ class SimPO:
             losses = losses + self.cpo_alpha * nll
             stats["nll_loss"] = nll.detach().sum()
         r_c, r_r = self.beta * chosen.detach(), self.beta * rejected.detach()
-        return losses.sum(), {
-            "rewards/chosen": r_c.sum(),
-            "rewards/rejected": r_r.sum(),
-            "rewards/accuracy": (r_c > r_r).float().sum(),
-            "rewards/margin": (r_c - r_r).sum(),
-            "logps/chosen": chosen.detach().sum(),
-            "logps/rejected": rejected.detach().sum(),
-            **stats,
-        }
+        return losses.sum(), {**pair_stats(r_c, r_r, chosen, rejected), **stats}
