@@ -198,13 +198,19 @@ def run_pipeline(
         "report": str(keep) if keep else str(out / "report.md"),
     }
     unfinished = [s for s in stages if s.get("status") != "finished"]
-    missing = [pkg for mod, pkg in OPTIONAL_STAGE_PACKAGES.items() if importlib.util.find_spec(mod) is None]
+    missing = {mod: pkg for mod, pkg in OPTIONAL_STAGE_PACKAGES.items() if importlib.util.find_spec(mod) is None}
     tail = (proc.stdout + proc.stderr)[-1500:]
     if proc.returncode == 0 and stages and not unfinished:
         return Result(figure, True, "every stage finished", metrics)
-    if unfinished and missing and any(p in tail or p in json.dumps(unfinished) for p in missing):
+    said = tail + json.dumps(unfinished)  # the stage's reason ("missing module llama_cpp") or its error
+    lacking = [
+        pkg
+        for mod, pkg in missing.items()
+        if any(t in said for t in (f"missing module {mod}", f"No module named '{mod}'", f"install {pkg}"))
+    ]
+    if unfinished and lacking:
         return Result(
-            figure + f"; stopped at '{unfinished[0]['name']}' for want of {', '.join(missing)}",
+            figure + f"; stopped at '{unfinished[0]['name']}' for want of {', '.join(lacking)}",
             None,
             "every stage finished",
             metrics,
