@@ -186,11 +186,11 @@ def main() -> None:
         figure(f"adapt.bpb.{name.split(' ')[0]}", f"es {r['es_bpb']:.3f}, en {r['en_bpb']:.3f}")
 
 
-# reproduce: --es /tmp/bench_es.txt --en /tmp/bench_en.txt --work /tmp/bench_adapt_run --vocab 2048 --dim 64 --layers 2
-# --seq 64 --base-steps 150 --adapt-tokens 60000 --add-tokens 500 --eval-kb 20
+# reproduce: --es /tmp/bench_es.txt --en /tmp/bench_en.txt --work /tmp/bench_adapt_run --vocab 2048 --dim 64 \
+#     --layers 2 --seq 64 --base-steps 150 --adapt-tokens 60000 --add-tokens 500 --eval-kb 20
 # reproduce-needs: file:/tmp/bench_es.txt file:/tmp/bench_en.txt
-# reproduce-quick: --es aura/resources/corpus_es/enciclopedia.txt --en README.en.md --work {tmp}/w --vocab 400 --dim 32
-# --layers 1 --seq 32 --base-steps 2 --adapt-tokens 1500 --add-tokens 20 --eval-kb 2
+# reproduce-quick: --es aura/resources/corpus_es/enciclopedia.txt --en README.en.md --work {tmp}/w --vocab 400 --dim \
+#     32 --layers 1 --seq 32 --base-steps 2 --adapt-tokens 1500 --add-tokens 20 --eval-kb 2
 
 if __name__ == "__main__":
     main()

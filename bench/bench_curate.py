@@ -598,8 +598,8 @@ def main() -> None:
 # reproduce: --spanish /tmp/bench_es.txt --docs 3000 --workers 2 --speed-rounds 2
 # reproduce: --spanish /tmp/bench_es.txt --docs 3000 --workers 2 --speed-rounds 2 --overhead-rounds 2 --skip-labelled
 # reproduce-needs: file:/tmp/bench_es.txt file:/usr/share/libreoffice/help module:datatrove
-# reproduce-quick: --spanish aura/resources/corpus_es/enciclopedia.txt --help-root {tmp}/no-help --docs 12
-# --foreign-per-lang 0 --workers 1 --speed-rounds 1 --work {tmp}/w
+# reproduce-quick: --spanish aura/resources/corpus_es/enciclopedia.txt --help-root {tmp}/no-help --docs 12 \
+#     --foreign-per-lang 0 --workers 1 --speed-rounds 1 --work {tmp}/w
 # reproduce-quick-needs: module:datatrove
 
 if __name__ == "__main__":

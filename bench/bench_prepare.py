@@ -144,8 +144,8 @@ def main() -> None:
 
 # reproduce: /tmp/bench_es.txt
 # reproduce-needs: file:/tmp/bench_es.txt
-# reproduce-quick: aura/resources/corpus_es/enciclopedia.txt --min-mb 0.1 --vocab-size 1000 --repeats 1 --workdir
-# {tmp}/w
+# reproduce-quick: aura/resources/corpus_es/enciclopedia.txt --min-mb 0.1 --vocab-size 1000 --repeats 1 --workdir \
+#     {tmp}/w
 
 if __name__ == "__main__":
     main()

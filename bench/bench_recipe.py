@@ -508,14 +508,14 @@ def main() -> None:
 
 
 # The grid of docs/benchmarks.md: bench/recipe_grid.sh (hours, resumable) runs these, niced, and the plot.
-# reproduce: --corpus /tmp/bench_es.txt --out /tmp/recipe-bench --seq-length 64 --eval-batches 4 --jobs 2 --seeds 0
-# --seeds-at-best 1,2 --sizes tiny --steps 80 --eval-every 10
-# reproduce: --corpus /tmp/bench_es.txt --out /tmp/recipe-bench --seq-length 64 --eval-batches 4 --jobs 2 --seeds 0
-# --seeds-at-best 1,2 --sizes small --steps 50 --eval-every 5
+# reproduce: --corpus /tmp/bench_es.txt --out /tmp/recipe-bench --seq-length 64 --eval-batches 4 --jobs 2 --seeds 0 \
+#     --seeds-at-best 1,2 --sizes tiny --steps 80 --eval-every 10
+# reproduce: --corpus /tmp/bench_es.txt --out /tmp/recipe-bench --seq-length 64 --eval-batches 4 --jobs 2 --seeds 0 \
+#     --seeds-at-best 1,2 --sizes small --steps 50 --eval-every 5
 # reproduce: --time-per-token --sizes tiny,small --tpt-precisions fp32,auto
 # reproduce-needs: file:/tmp/bench_es.txt
-# reproduce-quick: --out {tmp} --sizes tiny --recipes adamw-cosine/llama,muon-wsd/qwen3 --seeds 0 --seeds-at-best 1
-# --lrs 1e-3 --steps 2 --seq-length 32 --batch 2 --eval-every 1 --eval-batches 1 --jobs 2
+# reproduce-quick: --out {tmp} --sizes tiny --recipes adamw-cosine/llama,muon-wsd/qwen3 --seeds 0 --seeds-at-best 1 \
+#     --lrs 1e-3 --steps 2 --seq-length 32 --batch 2 --eval-every 1 --eval-batches 1 --jobs 2
 
 if __name__ == "__main__":
     main()

@@ -6,7 +6,8 @@
 The convention (each bench script declares its own runs, so a new script joins by adding lines, not by
 editing this file): comment lines anywhere in ``bench/*.py``
 
-    # reproduce: ARGS           one full run (the command docs/benchmarks.md gives); several lines, several runs
+    # reproduce: ARGS           one full run (the command docs/benchmarks.md gives); several lines, several runs;
+                                a long line ends in " \\" and goes on in the next comment line
     # reproduce-quick: ARGS     the smallest setting: what ``--quick`` (and CI) runs
     # reproduce-needs: NEEDS    what the full runs need (space-separated: root, file:PATH, module:NAME, cmd:NAME)
     # reproduce-quick-needs: NEEDS
@@ -59,11 +60,23 @@ class Script:
         return self.path.name
 
 
+def _joined(lines: list[str]) -> list[str]:
+    """The lines with each comment that ends in `` \\`` joined to the comment line after it (a long directive
+    wrapped at the code's width, as a shell command is)."""
+    out: list[str] = []
+    for line in lines:
+        if out and out[-1].endswith(" \\") and line.startswith("#"):
+            out[-1] = out[-1][:-1] + line[1:].strip()
+        else:
+            out.append(line)
+    return out
+
+
 def discover(bench: Path = BENCH) -> list[Script]:
     scripts = []
     for path in sorted(bench.glob("*.py")):
         s = Script(path)
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in _joined(path.read_text(encoding="utf-8").splitlines()):
             m = DIRECTIVE.match(line)
             if not m:
                 continue

@@ -15,8 +15,8 @@ runs this script there). Three checks, each against a real reference in the same
 
 Run:  bash bench/vllm_cpu.sh            (builds .venv-vllm-cpu once, ~5 min and ~3.5 GB, then runs this)
 """
-# reproduce-excluded: needs vLLM's CPU build in an environment of its own (bash bench/vllm_cpu.sh builds it: ~5 min, 3.5
-# GB)
+# reproduce-excluded: needs vLLM's CPU build in an environment of its own (bash bench/vllm_cpu.sh builds it: ~5 min, \
+#     3.5 GB)
 
 from __future__ import annotations
 
