@@ -606,10 +606,16 @@ def test_report_html_renders_in_chromium_with_nothing_fetched(request, tmp_path)
         driver.get(url)
         assert driver.find_element(By.TAG_NAME, "h1").text == "Informe del pipeline 'demo-cpu'"
         heads = [h.text for h in driver.find_elements(By.TAG_NAME, "h2")]
-        assert heads[:3] == ["Etapas", "Modelos lado a lado", heads[2]] and heads[2].startswith("Las mismas preguntas")
+        # the card's sections in order: stages, contamination, models, which differences are noise, the answers
+        assert heads[:3] == [
+            "Etapas",
+            "Contaminación: ítems de evaluación vistos en el entrenamiento",
+            "Modelos lado a lado",
+        ]
+        assert heads[3].startswith("¿Diferencia o ruido?") and heads[4].startswith("Las mismas preguntas")
         tables = driver.find_elements(By.TAG_NAME, "table")
         assert len(tables) >= 3 and all(t.size["height"] > 40 and t.size["width"] > 200 for t in tables)
-        answers = tables[2]
+        answers = tables[heads.index(heads[4])]  # one table per section, in the same order as the headings
         assert [th.text for th in answers.find_elements(By.TAG_NAME, "th")] == [
             "pregunta",
             "pretrain",

@@ -90,12 +90,11 @@ def check_stage(out: Path, pipeline, stage) -> dict[str, Any] | None:
     from aura.data.contamination import EvalIndex, eval_items, scan
     from aura.data.training_text import readable, training_texts
 
+    if stage.command != "eval":  # another command's `tasks` is something else (data curate's: a count)
+        return None
     cfg = stage.cfg
-    suite, tasks = (
-        getattr(cfg, "suite", ""),
-        [t.strip() for t in (getattr(cfg, "tasks", "") or "").split(",") if t.strip()],
-    )
-    if stage.command != "eval" or not (suite or tasks):
+    suite, tasks = cfg.suite, [t.strip() for t in (cfg.tasks or "").split(",") if t.strip()]
+    if not (suite or tasks):
         return None
     limit = int(getattr(cfg, "limit", 0) or 0)
     srcs = sources(pipeline, stage)

@@ -152,15 +152,85 @@ def train(
 ) -> TrainResult:
     """Train ``model`` for ``plan.total_steps`` optimizer steps (the contract: the module docstring); ``args``
     resolved (learning rate, batch, accumulation). Returns when finished or after an interrupt checkpoint;
-    raises AuraError on OOM, too many NaN steps or a failed save.
+    raises AuraError on OOM, too many NaN steps or a failed save."""
+    plan, state, policy, clock = _start(model, engine, data, args, plan, dist, hooks, metrics, resume_from)
+    accum, objective = args.gradient_accumulation_steps or 1, objective or CausalLM()
+    last_val, status = None, "failed"
+    model.train()
+    try:
+        with _Signals() as signals, frozen_heap():
+            while state.step < plan.total_steps:
+                window = _next_window(data, accum)
+                if not window:  # the epoch ended on a window boundary (resumed exactly there)
+                    data.start_epoch(state.epoch)
+                    continue
+                lr = plan.lr(state.step)
+                outcome, window_loss, n_targets, n_inputs, stats = optimizer_step(
+                    model, engine, window, lr=lr, dist=dist, objective=objective, signals=signals
+                )
+                state.count_step(outcome, tokens=n_inputs, max_bad_steps=args.max_bad_steps)
+                state.train_seconds = clock.elapsed()
+                if outcome.applied:
+                    metrics.add(window_loss, n_targets, stats)
+                if state.step % args.log_interval == 0 or state.step == plan.total_steps:
+                    metrics.log_step(state, lr=lr, grad_norm=outcome.grad_norm, sync=lambda: sync_status(model, dist))
+                    if clock.budget > 0:  # --time-budget: start the WSD cooldown in time (every rank agrees)
+                        plan = _cooldown_in_time(
+                            clock, plan, state, dist, engine=engine, policy=policy, metrics=metrics
+                        )
 
-    Kept whole: this is the one training loop every command shares, read top to bottom as nanoGPT's is (set-up,
-    the step, logging, evaluation, checkpoints, the end); each of those is already a function of its own
-    (``optimizer_step``, the logger, ``CheckpointPolicy``), and splitting the rest would scatter its order."""
+                last_val = _evaluate(
+                    model,
+                    val_data,
+                    evaluators,
+                    data=data,
+                    state=state,
+                    plan=plan,
+                    args=args,
+                    dist=dist,
+                    engine=engine,
+                    objective=objective,
+                    metrics=metrics,
+                    policy=policy,
+                    lr=lr,
+                    last_val=last_val,
+                )
+                policy.after_step()
+
+                if _stop_requested(signals, dist) and state.step < plan.total_steps:
+                    path, status = policy.interrupt(), "interrupted"
+                    return TrainResult(status, state, metrics.history, None, path, last_val)
+
+            final_dir = policy.finish()
+            status = "finished"
+            return TrainResult(status, state, metrics.history, final_dir, Path(state.last_checkpoint or ""), last_val)
+    except torch.OutOfMemoryError:
+        ckpt = "ON" if args.gradient_checkpointing else "OFF"
+        raise AuraError(M("oom", device=dist.device, batch=args.batch_size, accum=accum, ckpt=ckpt)) from None
+    except KeyboardInterrupt:  # a second Ctrl+C: no save
+        status = "interrupted"
+        policy.aborted()
+        raise AbortReported from None
+    finally:
+        metrics.close(status=status, step=state.step)
+
+
+def _start(
+    model,
+    engine: StepEngine,
+    data: BatchSource,
+    args: TrainArgs,
+    plan: StepPlan,
+    dist: DistInfo,
+    hooks: TrainHooks,
+    metrics: TrainMetrics,
+    resume_from: Path | None,
+):
+    """(the plan with its schedule, the state (resumed when asked), the checkpoint policy, the time budget's
+    clock), with the engine, the plan and the budget said."""
     if plan.schedule is None:
         plan = dataclasses.replace(plan, schedule=schedule_for(args, plan.total_steps))
-    state, accum = TrainState(), args.gradient_accumulation_steps or 1
-    objective = objective or CausalLM()
+    state = TrainState()
     start_state(state, resume_from, model=model, engine=engine, data=data, args=args, dist=dist, hooks=hooks)
     console.info(engine.describe())
     console.info(
@@ -194,81 +264,49 @@ def train(
     )
     if clock.budget > 0 and not plan.schedule.cooling(state.step):
         console.info(M("budget", budget=args.time_budget, pct=round(100 * clock.fraction)))
-    last_val, status = None, "failed"
-    model.train()
-    try:
-        with _Signals() as signals, frozen_heap():
-            while state.step < plan.total_steps:
-                window = _next_window(data, accum)
-                if not window:  # the epoch ended on a window boundary (resumed exactly there)
-                    data.start_epoch(state.epoch)
-                    continue
-                lr = plan.lr(state.step)
-                outcome, window_loss, n_targets, n_inputs, stats = optimizer_step(
-                    model, engine, window, lr=lr, dist=dist, objective=objective, signals=signals
-                )
-                state.count_step(outcome, tokens=n_inputs, max_bad_steps=args.max_bad_steps)
-                state.train_seconds = clock.elapsed()
-                if outcome.applied:
-                    metrics.add(window_loss, n_targets, stats)
-                if state.step % args.log_interval == 0 or state.step == plan.total_steps:
-                    metrics.log_step(state, lr=lr, grad_norm=outcome.grad_norm, sync=lambda: sync_status(model, dist))
-                    if clock.budget > 0:  # --time-budget: start the WSD cooldown in time (every rank agrees)
-                        plan = _cooldown_in_time(
-                            clock, plan, state, dist, engine=engine, policy=policy, metrics=metrics
-                        )
+    return plan, state, policy, clock
 
-                if data.position >= data.batches_per_epoch:  # epoch end: validate, log, save
-                    last_val, val_stats = validate(
-                        model, val_data, dist=dist, precision=engine.precision, objective=objective
-                    )
-                    train_loss, seconds = metrics.epoch(
-                        state, epochs=plan.epochs, val_loss=last_val, val_stats=val_stats
-                    )
-                    state.epoch += 1
-                    data.start_epoch(state.epoch)
-                    policy.epoch_end(EpochEnd(state.epoch, state.step, train_loss, last_val, lr, None, seconds))
-                    metrics.new_epoch(state)
-                elif val_data is not None and _validate_now(args, state, plan):
-                    last_val, val_stats = validate(
-                        model, val_data, dist=dist, precision=engine.precision, objective=objective
-                    )
-                    metrics.eval(state, last_val, val_stats)
-                    policy.keep_best(last_val)
-                run_evaluators(
-                    model,
-                    evaluators,
-                    state=state,
-                    dist=dist,
-                    precision=engine.precision,
-                    metrics=metrics,
-                    final=state.step == plan.total_steps,
-                )
-                policy.after_step()
 
-                if _stop_requested(signals, dist) and state.step < plan.total_steps:
-                    path, status = policy.interrupt(), "interrupted"
-                    return TrainResult(status, state, metrics.history, None, path, last_val)
-
-            final_dir = policy.finish()
-            status = "finished"
-            return TrainResult(status, state, metrics.history, final_dir, Path(state.last_checkpoint or ""), last_val)
-    except torch.OutOfMemoryError:
-        raise AuraError(
-            M(
-                "oom",
-                device=dist.device,
-                batch=args.batch_size,
-                accum=accum,
-                ckpt="ON" if args.gradient_checkpointing else "OFF",
-            )
-        ) from None
-    except KeyboardInterrupt:  # a second Ctrl+C: no save
-        status = "interrupted"
-        policy.aborted()
-        raise AbortReported from None
-    finally:
-        metrics.close(status=status, step=state.step)
+def _evaluate(
+    model,
+    val_data,
+    evaluators,
+    *,
+    data: BatchSource,
+    state: TrainState,
+    plan: StepPlan,
+    args: TrainArgs,
+    dist: DistInfo,
+    engine: StepEngine,
+    objective: Objective,
+    metrics: TrainMetrics,
+    policy: CheckpointPolicy,
+    lr: float,
+    last_val,
+):
+    """After a step: at an epoch's end validate, log and save; else validate when due (keeping the best); then
+    the periodic evaluators. Returns the last validation loss."""
+    if data.position >= data.batches_per_epoch:  # epoch end: validate, log, save
+        last_val, val_stats = validate(model, val_data, dist=dist, precision=engine.precision, objective=objective)
+        train_loss, seconds = metrics.epoch(state, epochs=plan.epochs, val_loss=last_val, val_stats=val_stats)
+        state.epoch += 1
+        data.start_epoch(state.epoch)
+        policy.epoch_end(EpochEnd(state.epoch, state.step, train_loss, last_val, lr, None, seconds))
+        metrics.new_epoch(state)
+    elif val_data is not None and _validate_now(args, state, plan):
+        last_val, val_stats = validate(model, val_data, dist=dist, precision=engine.precision, objective=objective)
+        metrics.eval(state, last_val, val_stats)
+        policy.keep_best(last_val)
+    run_evaluators(
+        model,
+        evaluators,
+        state=state,
+        dist=dist,
+        precision=engine.precision,
+        metrics=metrics,
+        final=state.step == plan.total_steps,
+    )
+    return last_val
 
 
 def _cooldown_in_time(
@@ -317,12 +355,10 @@ def optimizer_step(
     objective: Objective | None = None,
     signals: _Signals | None = None,
 ) -> tuple[StepOutcome, torch.Tensor, int, int, dict[str, torch.Tensor]]:
-    """One optimizer step over a window of micro-batches (gradient accumulation).
-
-    Returns (what the engine did, the window's summed loss on this rank (a device scalar), the objective's
-    units and the input tokens of the window on all ranks, the objective's summed statistics on this rank).
-    With ``signals``, whether any rank had been asked to stop when the step began lands in ``signals.agreed``.
-    """
+    """One optimizer step over a window of micro-batches (gradient accumulation): returns (what the engine did,
+    the window's summed loss on this rank (a device scalar), the objective's units and the input tokens of the
+    window on all ranks, the objective's summed statistics on this rank). With ``signals``, whether any rank had
+    been asked to stop when the step began lands in ``signals.agreed``."""
     objective = objective or CausalLM()
     stop = signals is not None and signals.requested is not None
     # the step's one small collective: counts and stop flag together, known on the host before the step
