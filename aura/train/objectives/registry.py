@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+from abc import ABC, abstractmethod
 
 # name -> "module:class", in the order --help lists them
 OBJECTIVES = {
@@ -44,7 +45,7 @@ class Limited:
         return itertools.islice(iter(self.source), self.n or None)
 
 
-class ObjectiveSetup:
+class ObjectiveSetup(ABC):
     """One objective's part of ``aura finetune``: its flags' checks, its data, its batches, its ``Objective``.
 
     ``prepare`` calls, in order: ``load`` (data -> items), ``conversations`` (for the chat-template choice),
@@ -78,29 +79,31 @@ class ObjectiveSetup:
         the defaults this objective fills in."""
 
     @classmethod
+    @abstractmethod
     def learning_rate(cls, method: str) -> float:
         """The default --learning-rate for ``method`` (lora, qlora or full)."""
-        raise NotImplementedError
 
     # -- the run (FinetuneCommand.prepare) ---------------------------------------------------------------
 
+    @abstractmethod
     def load(self, cfg) -> list:
-        raise NotImplementedError
+        """The objective's data: its items (conversations, pairs, rated answers, prompts)."""
 
+    @abstractmethod
     def conversations(self, items: list) -> list:
         """``aura.data.sft.Conversation``s of ``items``, for the chat-template choice."""
-        raise NotImplementedError
 
+    @abstractmethod
     def encode(self, cfg, tok, items: list, *, templated: bool) -> tuple[list, list]:
-        raise NotImplementedError
+        """(training examples, validation examples): token ids with their masks."""
 
     def resolve(self, cfg, dist):
         """``cfg`` with this objective's defaults (before the model loads); unchanged by default."""
         return cfg
 
+    @abstractmethod
     def sources(self, cfg, tok, model, train_ex: list, val_ex: list, *, run, packing: bool, base_name: str):
         """(training batches, validation batches or None) for ``model`` (not yet parallelised)."""
-        raise NotImplementedError
 
     def build(self, cfg, model, train_ex: list, val_ex: list, *, tok, run):
         """The loop's ``Objective`` (None: next-token cross entropy)."""
