@@ -97,7 +97,7 @@ class Context:
         return main([str(a) for a in args])
 
     def aura_child(
-        self, *args, timeout: float = 300, python: list[str] | None = None, env: dict | None = None
+        self, *args, timeout: float | None = 300, python: list[str] | None = None, env: dict | None = None
     ) -> subprocess.CompletedProcess:
         cmd = [*(python or [sys.executable, "-m", "aura"]), *map(str, args)]
         return subprocess.run(
