@@ -136,6 +136,63 @@ def test_exact_answer_format_and_length_rewards():
     assert length_reward(10)(completion_ids=[[1] * 5, [1] * 10]) == [-0.5, -1.0]
 
 
+def test_overlong_reward_is_trls_soft_overlong_punishment():
+    from trl.rewards import get_soft_overlong_punishment
+
+    from aura.data.rewards import parse_reward
+
+    for max_len, buffer in ((20, 5), (12, 1), (256, 0)):
+        ours = parse_reward("overlong", max_completion_length=max_len, overlong_buffer=buffer).fn
+        theirs = get_soft_overlong_punishment(max_completion_len=max_len, soft_punish_cache=buffer or max_len // 5)
+        ids = [[7] * n for n in range(max_len + 3)]
+        assert ours(completion_ids=ids) == pytest.approx(theirs(ids))
+    assert min(ours(completion_ids=ids)) == -1.0 and max(ours(completion_ids=ids)) == 0.0
+
+
+def test_dapo_dynamic_sampling_and_masking_resume_exactly(env, tmp_path):
+    """--dynamic-sampling resample (groups without a reward signal sampled again with another prompt, then
+    dropped), --mask-truncated-completions and the overlong reward: what they did is in the log and in
+    reward_signal.json, and a resumed run redraws the very same replacements."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    common = [
+        "--base-model",
+        env["llama"],
+        "--data",
+        env["data"],
+        *FAST,
+        "--max-steps",
+        4,
+        "--reward",
+        f"{env['rewards']}:vowel_first",
+        "--reward",
+        "overlong:0.5",
+        "--overlong-buffer",
+        4,
+        "--dynamic-sampling",
+        "resample",
+        "--resample-rounds",
+        2,
+        "--mask-truncated-completions",
+        "--val-fraction",
+        0,
+    ]
+    out = finetune(*common, "--output-dir", straight, "--save-steps", 2)
+    assert "Dynamic sampling (DAPO)" in out
+    resumed.mkdir()
+    shutil.copytree(straight / "checkpoint-step-2", resumed / "checkpoint-step-2")
+    finetune(*common, "--output-dir", resumed, "--resume-from", "latest")
+    a, b = step_rows(straight), step_rows(resumed)
+    keys = ["train_loss", "reward", "groups_resampled", "groups_dropped", "completions_masked", "completion_length"]
+    for step in (3, 4):
+        assert [a[step][k] for k in keys] == [b[step][k] for k in keys]
+    assert sum(float(r["groups_resampled"]) for r in a.values()) > 0  # a silent group was sampled again
+    assert all(0 <= float(r["completions_masked"]) <= float(r["completions_truncated"]) for r in a.values())
+    assert sum(float(r["completions_masked"]) for r in a.values()) > 0
+    summary = json.loads((straight / "reward_signal.json").read_text())
+    assert summary["groups_resampled"] == sum(int(float(r["groups_resampled"])) for r in a.values())
+    assert summary["groups_dropped"] == sum(int(float(r["groups_dropped"])) for r in a.values())
+
+
 def test_reward_specs_and_errors_name_the_prompt(env):
     from aura.core.errors import AuraError
     from aura.data.rewards import RewardSet, parse_reward

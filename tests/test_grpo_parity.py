@@ -191,9 +191,9 @@ def test_grpo_matches_trl(trainer_tok, loss_type, scale, level):
         precision="fp32",
     )
     rows = [i // G for i in range(2 * G)]
-    advantages, _ = source._advantages(source._score(rows, completion_ids), completion_ids)
+    advantages, _, fate = source._advantages(source._score(rows, completion_ids), completion_ids)
     assert advantages == pytest.approx(out["advantages"].tolist(), abs=1e-4)
-    batch = source._collate(rows, completion_ids, advantages)
+    batch = source._collate(rows, completion_ids, advantages, fate)
     assert torch.equal(batch["completion_mask"], out["completion_mask"])
     batch["ref_logps"] = source._reference_logps(batch)
     torch.testing.assert_close(
@@ -301,8 +301,8 @@ def test_sampler_importance_correction_matches_trl(trainer_tok):
         precision="fp32",
     )
     rows = [i // G for i in range(2 * G)]
-    advantages, _ = source._advantages(source._score(rows, completion_ids), completion_ids)
-    batch = source._collate(rows, completion_ids, advantages)
+    advantages, _, fate = source._advantages(source._score(rows, completion_ids), completion_ids)
+    batch = source._collate(rows, completion_ids, advantages, fate)
     batch["ref_logps"] = source._reference_logps(batch)
     batch["sampler_logps"] = pad_rows(sampler, width=batch["completion_mask"].shape[1])
     objective = GRPO(
@@ -373,3 +373,148 @@ def test_an_external_engine_samples_outside_autocast_and_its_log_probs_reach_the
         mask = b["completion_mask"].bool()
         assert b["sampler_logps"].shape == mask.shape
         assert torch.all(b["sampler_logps"][~mask] == 0) and torch.all(b["sampler_logps"][:, 0] == -0.5)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_masked_truncated_completions_match_trl(trainer_tok, loss_type):
+    """DAPO's overlong masking, TRL's ``mask_truncated_completions``: a completion cut at the length limit
+    (no EOS) keeps its place in its group's advantage but none of its tokens in the loss; grpo still counts
+    it as a completion of the mean (TRL's ``.mean()`` over rows), dapo counts only the tokens left."""
+    import torch
+
+    from aura.data.prompts import EncodedPrompt, PromptItem
+    from aura.data.rewards import Reward, RewardSet
+    from aura.distributed import DistInfo
+    from aura.inference.sampling import SamplingParams
+    from aura.train.objectives.grpo import GRPO
+    from aura.train.objectives.rollout import RolloutSource
+
+    trainer, tok = trainer_tok
+    trainer.loss_type, trainer.scale_rewards, trainer.mask_truncated_completions = loss_type, "group", True
+    model = trainer.model
+    model.train()
+    prompt_ids = [tok(PROMPTS[i // G])["input_ids"] for i in range(2 * G)]
+    completion_ids = []
+    for i, text in enumerate(COMPLETIONS):  # every third cut at C_MAX tokens without EOS, the others ended
+        ids = tok(text * 4 if i % 3 == 2 else text, add_special_tokens=False)["input_ids"]
+        completion_ids.append(ids[:C_MAX] if i % 3 == 2 else ids[: C_MAX - 1] + [tok.eos_token_id])
+    texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
+    trainer._generate = lambda prompts: (prompt_ids, completion_ids, None, texts, None, {}, None, None)
+    try:
+        out = trainer._generate_and_score_completions([{"prompt": PROMPTS[i // G]} for i in range(2 * G)])
+        model.zero_grad()
+        trainer.current_gradient_accumulation_steps = 1
+        trl_loss = trainer._compute_loss(model, out)
+    finally:
+        trainer.mask_truncated_completions = False
+    trl_loss.backward()
+    trl_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    prompts = [
+        EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
+        for i, p in enumerate(PROMPTS)
+    ]
+    source = RolloutSource(
+        prompts,
+        policy=model,
+        rewards=RewardSet([Reward("digits", 1.0, digits), Reward("short", 0.5, short)]),
+        tokenizer=tok,
+        sampling=SamplingParams(max_new_tokens=C_MAX, temperature=0.7, stop_ids=(tok.eos_token_id,)),
+        num_generations=G,
+        batch_size=2 * G,
+        accumulation=1,
+        scale_rewards="group",
+        temperature=0.7,
+        beta=0.04,
+        dist=DistInfo(),
+        precision="fp32",
+        mask_truncated=True,
+    )
+    rows = [i // G for i in range(2 * G)]
+    advantages, stats, fate = source._advantages(source._score(rows, completion_ids), completion_ids)
+    assert advantages == pytest.approx(out["advantages"].tolist(), abs=1e-4)  # the cut ones count here
+    assert fate == [1 if i % 3 == 2 else 0 for i in range(2 * G)] and stats[-1] == pytest.approx(2 / 8)
+    batch = source._collate(rows, completion_ids, advantages, fate)
+    assert torch.equal(batch["completion_mask"], out["completion_mask"])
+    batch["ref_logps"] = source._reference_logps(batch)
+    objective = GRPO(
+        loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, beta=0.04, temperature=0.7, max_completion_length=C_MAX
+    )
+    model.zero_grad()
+    total, _ = objective.loss(model, batch)
+    loss = total / objective.count(batch)
+    loss.backward()
+    assert loss.item() == pytest.approx(trl_loss.item(), abs=1e-4)
+    for name, grad in trl_grads.items():
+        torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+def test_a_dropped_group_is_as_if_it_had_never_been_sampled(trainer_tok, loss_type):
+    """DAPO's dynamic sampling: a group whose rewards are all equal (here: its G completions are the same) is
+    dropped from the loss and from its normalisation, so the window's loss and gradients are those of the
+    same window without that group (TRL has no such option; this is DAPO's definition)."""
+    import torch
+
+    from aura.data.prompts import EncodedPrompt, PromptItem
+    from aura.data.rewards import Reward, RewardSet
+    from aura.distributed import DistInfo
+    from aura.inference.sampling import SamplingParams
+    from aura.train.objectives.grpo import GRPO
+    from aura.train.objectives.rollout import RolloutSource
+
+    trainer, tok = trainer_tok
+    model = trainer.model
+    model.train()
+    _, completion_ids = _fixed(tok)
+    completion_ids = completion_ids[:G] + [completion_ids[G]] * G  # the second group: one answer, G times
+    prompts = [
+        EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
+        for i, p in enumerate(PROMPTS)
+    ]
+
+    def source(dynamic: str) -> RolloutSource:
+        return RolloutSource(
+            prompts,
+            policy=model,
+            rewards=RewardSet([Reward("digits", 1.0, digits), Reward("short", 0.5, short)]),
+            tokenizer=tok,
+            sampling=SamplingParams(max_new_tokens=C_MAX, temperature=0.7, stop_ids=(tok.eos_token_id,)),
+            num_generations=G,
+            batch_size=2 * G,
+            accumulation=1,
+            scale_rewards="group",
+            temperature=0.7,
+            beta=0.04,
+            dist=DistInfo(),
+            precision="fp32",
+            dynamic_sampling=dynamic,
+        )
+
+    objective = GRPO(
+        loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, beta=0.04, temperature=0.7, max_completion_length=C_MAX
+    )
+
+    def loss_and_grads(src: RolloutSource, rows: list[int], completions: list[list[int]]):
+        advantages, stats, fate = src._advantages(src._score(rows, completions), completions)
+        batch = src._collate(rows, completions, advantages, fate)
+        batch["ref_logps"] = src._reference_logps(batch)
+        batch["old_logps"] = batch["ref_logps"] + 0.2  # ratios off 1: the clipped terms act too
+        model.zero_grad()
+        total, _ = objective.loss(model, batch)
+        loss = total / max(objective.count(batch), 1)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        return loss.item(), grads, stats, fate
+
+    dropped = source("drop")
+    loss, grads, stats, fate = loss_and_grads(dropped, [i // G for i in range(2 * G)], completion_ids)
+    assert fate == [0] * G + [2] * G and dropped.groups_dropped == 1
+    alone_loss, alone_grads, _, _ = loss_and_grads(source("off"), [0] * G, completion_ids[:G])
+    assert loss == pytest.approx(alone_loss, abs=1e-5)
+    for name, grad in alone_grads.items():
+        torch.testing.assert_close(grads[name], grad, atol=1e-5, rtol=0)
+    _, kept, _, _ = loss_and_grads(source("off"), [i // G for i in range(2 * G)], completion_ids)
+    differ = sum((kept[n] - g).norm() ** 2 for n, g in alone_grads.items()) ** 0.5
+    differ = differ / sum(g.norm() ** 2 for g in alone_grads.values()) ** 0.5
+    assert differ > 0.05  # without dropping, the silent group weighs in (its tokens or rows, its KL)

@@ -87,7 +87,7 @@ M = Messages(
     },
 )
 
-BUILTINS = ("exact-answer", "format", "length", "spanish")
+BUILTINS = ("exact-answer", "format", "length", "spanish", "overlong")
 # Spanish's most common words (function words first, then frequent verbs, nouns and adverbs): ``spanish``
 SPANISH_WORDS = frozenset(
     """
@@ -240,6 +240,20 @@ def length_reward(max_tokens: int) -> Callable:
     return length
 
 
+def overlong_reward(max_tokens: int, buffer: int) -> Callable:
+    """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13; TRL's ``get_soft_overlong_punishment``): 0 up
+    to ``max_tokens - buffer`` tokens, then falling linearly to -1 at ``max_tokens``, -1 beyond."""
+    start = max_tokens - buffer
+
+    def overlong(*, completion_ids: list[list[int]], **_) -> list[float]:
+        return [
+            0.0 if len(ids) <= start else -1.0 if len(ids) > max_tokens else (start - len(ids)) / buffer
+            for ids in completion_ids
+        ]
+
+    return overlong
+
+
 def spanish_reward(*, completions: list[str], **_) -> list[float]:
     words = [re.findall(r"[^\W\d_]+", c.lower()) for c in completions]
     return [sum(w in SPANISH_WORDS for w in ws) / len(ws) if ws else 0.0 for ws in words]
@@ -269,8 +283,11 @@ def check_spec(spec: str) -> None:
         raise AuraError(M("no_file", spec=spec, path=path))
 
 
-def parse_reward(spec: str, *, format_pattern: str = DEFAULT_FORMAT, max_completion_length: int = 256) -> Reward:
-    """A ``--reward`` SPEC -> Reward (a user's file is imported here: its top-level code runs now)."""
+def parse_reward(
+    spec: str, *, format_pattern: str = DEFAULT_FORMAT, max_completion_length: int = 256, overlong_buffer: int = 0
+) -> Reward:
+    """A ``--reward`` SPEC -> Reward (a user's file is imported here: its top-level code runs now);
+    ``overlong_buffer`` 0: a fifth of ``max_completion_length`` (DAPO's 4,096 of 20,480)."""
     check_spec(spec)
     body, weight = _split_weight(spec.strip())
     if body == "exact-answer":
@@ -281,6 +298,9 @@ def parse_reward(spec: str, *, format_pattern: str = DEFAULT_FORMAT, max_complet
         return Reward(body, weight, length_reward(max_completion_length))
     if body == "spanish":
         return Reward(body, weight, spanish_reward)
+    if body == "overlong":
+        buffer = overlong_buffer or max(1, max_completion_length // 5)
+        return Reward(body, weight, overlong_reward(max_completion_length, buffer))
     path, _, name = body.rpartition(":")
     return Reward(f"{Path(path).stem}.{name}", weight, load_user_function(spec, Path(path), name), user=True)
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import torch
 
-from aura.train.objectives.objective import Headline
+from aura.train.objectives.objective import COUNT, Headline
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
 IS_LEVELS = ("token", "sequence")
@@ -55,8 +55,11 @@ ROLLOUT_STATS = (
     "reward_std",
     "frac_reward_zero_std",
     "groups_with_signal",
+    "groups_resampled",
+    "groups_dropped",
     "completion_length",
     "completions_truncated",
+    "completions_masked",
     "time/rollout_s",
     "time/update_s",
 )
@@ -200,8 +203,9 @@ class GRPO:
         self.metric_names = self.stat_names + ("entropy", "clip_ratio") + (("kl",) if beta else ())
 
     def count(self, batch: dict[str, torch.Tensor]) -> int:
-        """Units of a CPU micro-batch (see the module docstring)."""
-        n = int(batch["completion_mask"].shape[0])
+        """Units of a CPU micro-batch (see the module docstring); a row dropped by dynamic sampling
+        (``row_kept`` 0) is none."""
+        n = int(batch["row_kept"].sum()) if "row_kept" in batch else int(batch["completion_mask"].shape[0])
         if self.loss_type in ("dapo", "cispo"):
             return int(batch["completion_mask"].sum())
         if self.loss_type == "dr_grpo":
@@ -240,25 +244,27 @@ class GRPO:
             loss = loss + self.beta * kl
         return loss, clipped, kl
 
-    def aggregate(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The micro-batch's loss summed over its units."""
+    def aggregate(self, per_token: torch.Tensor, mask: torch.Tensor, rows=None) -> torch.Tensor:
+        """The micro-batch's loss summed over its units (``rows``: the rows that count, all by default)."""
+        rows = mask.shape[0] if rows is None else rows
         if self.loss_type == "grpo":
             return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).sum()
         if self.loss_type == "bnpo":
-            return (per_token * mask).sum() / mask.sum().clamp(min=1) * mask.shape[0]
+            return (per_token * mask).sum() / mask.sum().clamp(min=1) * rows
         return (per_token * mask).sum()  # dr_grpo, dapo, cispo
 
     def loss(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logps, entropy = completion_logps(model, batch, temperature=self.temperature, entropy=True)
         mask = batch["completion_mask"].to(logps.dtype)  # (B, C)
         per_token, clipped, kl = self.per_token_loss(logps, batch)
-        total = self.aggregate(per_token, mask)
+        rows = batch["row_kept"].sum() if "row_kept" in batch else mask.shape[0]
+        total = self.aggregate(per_token, mask, rows)
         tokens = mask.sum().clamp(min=1)
         # statistics are summed per unit (the loop divides them by the units); no host sync here
         units = (
-            tokens
+            mask.sum()
             if self.loss_type in ("dapo", "cispo")
-            else mask.shape[0] * (self.max_completion_length if self.loss_type == "dr_grpo" else 1)
+            else rows * (self.max_completion_length if self.loss_type == "dr_grpo" else 1)
         )
         # the clipped share: of the tokens, or of the completions when a ratio is a completion's (as TRL)
         clip_share = (
@@ -267,7 +273,7 @@ class GRPO:
         stats = {"entropy": (entropy * mask).sum() / tokens * units, "clip_ratio": clip_share * units}
         if kl is not None:
             stats["kl"] = (kl.detach() * mask).sum() / tokens * units
-        if "rollout_stats" in batch:
+        if "rollout_stats" in batch:  # the window's own values: a mean over micro-batches, even with no unit left
             for name, value in zip(self.stat_names, batch["rollout_stats"].double().unbind(0)):
-                stats[name] = value * units
+                stats[name], stats[name + COUNT] = value, torch.ones((), dtype=torch.float64, device=value.device)
         return total, stats

@@ -44,6 +44,13 @@ M = Messages(
             "--rollout-engine vllm does not take --method qlora: the 4-bit base cannot be copied into "
             "vLLM's bf16 weights. Use --method lora (a bf16 base) or --rollout-engine torch.",
         ),
+        "needs": ("--{flag} solo tiene efecto con {needs}.", "--{flag} only has an effect with {needs}."),
+        "buffer": (
+            "--overlong-buffer {value} debe ser menor que --max-completion-length ({max}): es el tramo final en "
+            "el que el castigo crece.",
+            "--overlong-buffer {value} must be less than --max-completion-length ({max}): it is the final stretch "
+            "over which the punishment grows.",
+        ),
         "cispo_epsilon": (
             "--epsilon no se aplica a --loss-type cispo: CISPO solo acota la razón por arriba, con "
             "--epsilon-high (por defecto 5).",
@@ -80,12 +87,16 @@ class GRPOArgs:
         metavar="SPEC",
         es="GRPO: recompensa NOMBRE[:PESO] o ARCHIVO.py:FUNCIÓN[:PESO], repetible. Incluidas: "
         "exact-answer (respuesta final = campo 'answer'), format (--format-pattern), length "
-        "(penaliza la longitud), spanish (proporción de palabras españolas comunes). Una función tuya ejecuta TU "
+        "(penaliza la longitud), spanish (proporción de palabras españolas comunes), overlong (castigo suave de "
+        "DAPO a las respuestas que se acercan a --max-completion-length, ver --overlong-buffer). Una función tuya "
+        "ejecuta TU "
         "código con tus permisos: usa solo "
         "archivos en los que confíes (por defecto: exact-answer:1.0 format:0.2).",
         en="GRPO: reward NAME[:WEIGHT] or FILE.py:FUNCTION[:WEIGHT], repeatable. Built in: "
         "exact-answer (final answer = the 'answer' field), format (--format-pattern), length "
-        "(penalises length), spanish (share of common Spanish words). A function of yours runs YOUR code with your "
+        "(penalises length), spanish (share of common Spanish words), overlong (DAPO's soft punishment of "
+        "completions that near --max-completion-length, see --overlong-buffer). A function of yours runs YOUR "
+        "code with your "
         "rights: use only "
         "files you trust (default: exact-answer:1.0 format:0.2).",
     )
@@ -165,6 +176,34 @@ class GRPOArgs:
         es="GRPO con vLLM: fracción de la memoria de la GPU para vLLM.",
         en="GRPO with vLLM: fraction of GPU memory for vLLM.",
     )
+    mask_truncated_completions: bool = arg(
+        False,
+        es="GRPO (DAPO): las respuestas cortadas por --max-completion-length no entran en la pérdida (cuentan "
+        "para la ventaja de su grupo); el registro dice cuántas (completions_masked).",
+        en="GRPO (DAPO): completions cut by --max-completion-length are left out of the loss (they count in "
+        "their group's advantage); the log says how many (completions_masked).",
+    )
+    overlong_buffer: int = arg(
+        0,
+        es="GRPO: con --reward overlong, los últimos N tokens antes de --max-completion-length en los que el "
+        "castigo crece de 0 a -1 (0 = una quinta parte, como DAPO).",
+        en="GRPO: with --reward overlong, the last N tokens before --max-completion-length over which the "
+        "punishment grows from 0 to -1 (0 = a fifth, as DAPO).",
+    )
+    dynamic_sampling: Literal["off", "drop", "resample"] = arg(
+        "off",
+        es="GRPO (DAPO): un grupo cuyas G recompensas son iguales no enseña nada: drop lo quita de la pérdida y "
+        "de su normalización; resample genera otro prompt en su lugar (hasta --resample-rounds veces, luego "
+        "lo quita). El registro dice cuántos (groups_resampled, groups_dropped).",
+        en="GRPO (DAPO): a group whose G rewards are all equal teaches nothing: drop takes it out of the loss and "
+        "its normalisation; resample samples another prompt in its place (up to --resample-rounds times, "
+        "then drops it). The log says how many (groups_resampled, groups_dropped).",
+    )
+    resample_rounds: int = arg(
+        3,
+        es="GRPO: rondas de --dynamic-sampling resample por paso.",
+        en="GRPO: rounds of --dynamic-sampling resample per step.",
+    )
 
     def grpo_defaults_changed(self) -> list[str]:
         """The GRPO flags whose value is not the default (refused for other objectives)."""
@@ -200,8 +239,18 @@ class GRPOArgs:
                 raise AuraError(M("cispo_high", value=self.epsilon_high))
         if not 0 < self.top_p <= 1:
             raise AuraError(M("top_p", value=self.top_p))
-        if self.top_k < 0:
-            raise AuraError(M("not_negative", flag="top-k", value=self.top_k))
+        for flag, value in (("top-k", self.top_k), ("overlong-buffer", self.overlong_buffer)):
+            if value < 0:
+                raise AuraError(M("not_negative", flag=flag, value=value))
+        if self.resample_rounds < 1:
+            raise AuraError(M("positive", flag="resample-rounds", value=self.resample_rounds))
+        given = [spec.rpartition(":")[0] if spec.count(":") else spec for spec in self.reward]
+        if self.overlong_buffer and "overlong" not in given:
+            raise AuraError(M("needs", flag="overlong-buffer", needs="--reward overlong"))
+        if self.resample_rounds != GRPOArgs.resample_rounds and self.dynamic_sampling != "resample":
+            raise AuraError(M("needs", flag="resample-rounds", needs="--dynamic-sampling resample"))
+        if self.overlong_buffer >= self.max_completion_length:
+            raise AuraError(M("buffer", value=self.overlong_buffer, max=self.max_completion_length))
         from aura.data.rewards import check_spec
 
         for spec in self.reward:

@@ -79,6 +79,12 @@ M = Messages(
             "{g:respuesta|respuestas}).",
             "{k} of {n:group|groups} had a reward signal (different rewards among their {g:completion|completions}).",
         ),
+        "dynamic": (
+            "Muestreo dinámico (DAPO): {r:grupo regenerado|grupos regenerados} con otro prompt, "
+            "{d:grupo sin señal quitado|grupos sin señal quitados} de la pérdida.",
+            "Dynamic sampling (DAPO): {r:group resampled|groups resampled} with another prompt, "
+            "{d:group without signal dropped|groups without signal dropped} from the loss.",
+        ),
         "ref_copy": ("una copia congelada del modelo inicial", "a frozen copy of the starting model"),
     },
 )
@@ -96,6 +102,7 @@ def load(cfg) -> tuple[list, object]:
                 spec,
                 format_pattern=cfg.format_pattern or DEFAULT_FORMAT,
                 max_completion_length=cfg.max_completion_length,
+                overlong_buffer=cfg.overlong_buffer,
             )
             for spec in cfg.rewards_or_default
         ]
@@ -313,6 +320,9 @@ def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, bas
         seed=cfg.seed,
         reference=reference,
         generate=generate,
+        mask_truncated=cfg.mask_truncated_completions,
+        dynamic_sampling=cfg.dynamic_sampling,
+        resample_rounds=cfg.resample_rounds,
     )
     console.info(
         M("prompts", train=len(train_ex), val=len(val_ex), g=cfg.num_generations, per_step=source.prompts_per_window)
@@ -334,9 +344,12 @@ def signal_summary(source, out):
         n, k = source.groups, source.groups_with_signal
         if n:
             (console.warn if k == 0 else console.info)(M("no_signal" if k == 0 else "signal", n=n, k=k, g=source.G))
-        atomic_write_json(
-            Path(out) / REWARD_SIGNAL, {"groups": n, "groups_with_signal": k, "num_generations": source.G}
-        )
+        if source.dynamic != "off":
+            console.info(M("dynamic", r=source.groups_resampled, d=source.groups_dropped))
+        summary = {"groups": n, "groups_with_signal": k, "num_generations": source.G}
+        if source.dynamic != "off":
+            summary.update(groups_dropped=source.groups_dropped, groups_resampled=source.groups_resampled)
+        atomic_write_json(Path(out) / REWARD_SIGNAL, summary)
 
     return finish
 

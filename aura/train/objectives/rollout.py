@@ -21,7 +21,22 @@ training loop with its checkpoints, signals and resume. The work is organised as
 Statistics of the window (reward mean and std, per reward, the groups with a reward signal, completion length,
 truncated share, rollout seconds and the previous step's update seconds) travel with every micro-batch
 (``rollout_stats``). A group whose G rewards are all equal has zero advantages: it teaches nothing. The run's
-totals (``groups``, ``groups_with_signal``) are checkpointed with the source, so a resumed run counts on.
+totals (``groups``, ``groups_with_signal``, ``groups_dropped``, ``groups_resampled``) are checkpointed with the
+source, so a resumed run counts on.
+
+DAPO's sampling rules (Yu et al. 2025), each optional:
+
+* ``--dynamic-sampling resample``: after the rewards are shared, every group without a signal is sampled again
+  with another prompt (drawn with a seed of (seed, epoch, window, round, group); its completions' keys carry the
+  round), up to ``--resample-rounds`` times; what is still silent then is dropped. ``drop``: dropped at once.
+  A dropped group's rows keep their place in the micro-batches but leave the loss and its units (``row_kept``,
+  ``grpo.GRPO.count``): the step is the one the window without them would give (DAPO filters the batch);
+* ``--mask-truncated-completions`` (TRL's option): a completion cut at ``--max-completion-length`` without a
+  stop token counts in its group's advantage but none of its tokens is trained;
+* the ``overlong`` reward (``aura.data.rewards``): DAPO's soft punishment of completions near the limit.
+
+The log says what they did per step: ``groups_resampled`` (resamplings), ``groups_dropped`` and
+``completions_masked`` (a share).
 """
 
 from __future__ import annotations
@@ -54,9 +69,11 @@ M = Messages(
 COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def row_key(seed: int, epoch: int, window: int, row: int) -> int:
-    """The sampling key of completion ``row`` of ``window`` (a non-negative int64)."""
-    digest = hashlib.sha256(f"aura-grpo:{seed}:{epoch}:{window}:{row}".encode()).digest()
+def row_key(seed: int, epoch: int, window: int, row: int, attempt: int = 0) -> int:
+    """The sampling key of completion ``row`` of ``window`` (a non-negative int64); ``attempt`` > 0: its
+    resampling round (``--dynamic-sampling resample``)."""
+    again = f":{attempt}" if attempt else ""
+    digest = hashlib.sha256(f"aura-grpo:{seed}:{epoch}:{window}:{row}{again}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
@@ -82,14 +99,19 @@ class RolloutSource:
         seed: int = 0,
         reference=None,
         generate=None,
+        mask_truncated: bool = False,
+        dynamic_sampling: str = "off",
+        resample_rounds: int = 3,
     ):
         """``policy``: the model being trained, unwrapped (peft model or plain); ``reference``: a frozen
         copy, or None (the policy with its adapter disabled); ``generate``: (prompt id lists, their keys) ->
-        completion id lists, default Aura's sampler; ``sampling``: ``aura.inference.sampling.SamplingParams``."""
+        completion id lists, default Aura's sampler; ``sampling``: ``aura.inference.sampling.SamplingParams``;
+        ``mask_truncated``, ``dynamic_sampling`` and ``resample_rounds``: DAPO's rules (module docstring)."""
         self.prompts, self.policy, self.rewards, self.tok = prompts, policy, rewards, tokenizer
         self.sampling, self.G, self.batch_size, self.accum = sampling, num_generations, batch_size, accumulation
         self.scale, self.temperature, self.beta, self.reference = scale_rewards, temperature, beta, reference
         self.dist, self.precision, self.seed = dist, precision, seed
+        self.mask_truncated, self.dynamic, self.rounds = mask_truncated, dynamic_sampling, resample_rounds
         self.generate = generate or self._sample
         self.per_rank = batch_size * accumulation  # completions per window on this rank
         total = self.per_rank * dist.world_size
@@ -103,6 +125,7 @@ class RolloutSource:
         self._buffer: list[dict] = []
         self._ready_at: float | None = None  # when the last window's rollout finished (update time)
         self.groups, self.groups_with_signal = 0, 0  # the run's totals (module docstring)
+        self.groups_dropped, self.groups_resampled = 0, 0
 
     # -- BatchSource ---------------------------------------------------------------------------------
 
@@ -128,6 +151,8 @@ class RolloutSource:
             "world_size": self.dist.world_size,
             "groups": self.groups,
             "groups_with_signal": self.groups_with_signal,
+            "groups_dropped": self.groups_dropped,
+            "groups_resampled": self.groups_resampled,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -136,6 +161,8 @@ class RolloutSource:
                 raise AuraError(M("resume_mismatch", field=key, saved=state.get(key), now=now))
         self.epoch = int(state["epoch"])
         self.groups, self.groups_with_signal = int(state.get("groups", 0)), int(state.get("groups_with_signal", 0))
+        self.groups_dropped = int(state.get("groups_dropped", 0))
+        self.groups_resampled = int(state.get("groups_resampled", 0))
         position = int(state["position"])
         if state.get("world_size") != self.dist.world_size or state.get("batch_size") != self.batch_size:
             # another layout: resume at the same number of windows done
@@ -201,18 +228,24 @@ class RolloutSource:
         self.policy.eval()
         own = self.generate == self._sample  # an external engine (vLLM) keeps its own dtypes: no autocast
         try:
-            with autocast_context(self.precision, self.dist.device) if own else contextlib.nullcontext():
-                sampled = self.generate([self.prompts[p].input_ids for p in rows], keys)
-            # an external engine may also return its log-probs of the sampled tokens (GRPO's IS correction)
-            completions, sampler_logps = sampled if isinstance(sampled, tuple) else (sampled, None)
+            completions, sampler_logps = self._draw(rows, keys, own=own)
             with autocast_context(self.precision, self.dist.device):
                 scores = self._score(rows, completions)  # (R, n) this rank's raw rewards
-                advantages, stats = self._advantages(scores, completions)
+            resampled = 0
+            for attempt in range(1, self.rounds + 1 if self.dynamic == "resample" else 1):
+                again = self._groups_to_resample(epoch, window, scores, attempt)
+                if not again:
+                    break
+                resampled += len(again)
+                self._resample(epoch, window, attempt, again, rows, completions, sampler_logps, scores, own=own)
+            with autocast_context(self.precision, self.dist.device):
+                advantages, stats, kept = self._advantages(scores, completions, resampled=resampled)
                 batches = [
                     self._collate(
                         rows[i : i + self.batch_size],
                         completions[i : i + self.batch_size],
                         advantages[i : i + self.batch_size],
+                        kept[i : i + self.batch_size],
                     )
                     for i in range(0, len(rows), self.batch_size)
                 ]
@@ -233,6 +266,62 @@ class RolloutSource:
         for b in batches:
             b["rollout_stats"] = torch.tensor(stats, dtype=torch.float64)
         return batches
+
+    def _draw(self, rows: list[int], keys: list[int], *, own: bool) -> tuple[list, list | None]:
+        """(completions, the sampler's log-probs or None) of ``rows`` drawn with ``keys``."""
+        from aura.train.optim.step_engine import autocast_context
+
+        with autocast_context(self.precision, self.dist.device) if own else contextlib.nullcontext():
+            sampled = self.generate([self.prompts[p].input_ids for p in rows], keys)
+        # an external engine may also return its log-probs of the sampled tokens (GRPO's IS correction)
+        completions, sampler_logps = sampled if isinstance(sampled, tuple) else (sampled, None)
+        return list(completions), None if sampler_logps is None else list(sampler_logps)
+
+    def _everyone(self, mine: torch.Tensor) -> torch.Tensor:
+        """(k, n) values of this rank's rows -> (k, n x world) of the whole window (one all-reduce)."""
+        n, world, rank = mine.shape[1], self.dist.world_size, self.dist.rank
+        everyone = torch.zeros((mine.shape[0], n * world), dtype=torch.float64)
+        everyone[:, rank * n : (rank + 1) * n] = mine
+        if self.dist.is_distributed:
+            everyone = self.dist.all_reduce(everyone.to(self.dist.comm_device), "sum").cpu()
+        return everyone
+
+    def _weighted(self, raw: torch.Tensor) -> torch.Tensor:
+        weights = torch.tensor([r.weight for r in self.rewards.rewards], dtype=torch.float64)
+        return (raw * weights[:, None]).sum(0)
+
+    def _groups_to_resample(self, epoch: int, window: int, scores: torch.Tensor, attempt: int) -> dict[int, int]:
+        """{group of the window: the prompt that replaces it} for every group whose G rewards are all equal
+        (the same on every rank: the rewards are shared first). The new prompt is drawn from the whole set
+        with a seed of (seed, epoch, window, attempt, group): a resumed run draws the same."""
+        grouped = self._weighted(self._everyone(scores)).view(-1, self.G)
+        flat = (grouped.amax(1) == grouped.amin(1)).nonzero().flatten().tolist()
+        return {
+            g: random.Random(f"aura-grpo-resample:{self.seed}:{epoch}:{window}:{attempt}:{g}").randrange(
+                len(self.prompts)
+            )
+            for g in flat
+        }
+
+    def _resample(self, epoch, window, attempt, again, rows, completions, sampler_logps, scores, *, own) -> None:
+        """Replace, in place, this rank's rows of the groups in ``again`` by new completions of their new prompts."""
+        first = self.dist.rank * self.per_rank
+        mine = [i for i in range(len(rows)) if (first + i) // self.G in again]
+        if not mine:
+            return
+        for i in mine:
+            rows[i] = again[(first + i) // self.G]
+        keys = [row_key(self.seed, epoch, window, first + i, attempt) for i in mine]
+        new, new_logps = self._draw([rows[i] for i in mine], keys, own=own)
+        from aura.train.optim.step_engine import autocast_context
+
+        with autocast_context(self.precision, self.dist.device):
+            new_scores = self._score([rows[i] for i in mine], new)
+        for j, i in enumerate(mine):
+            completions[i] = new[j]
+            if sampler_logps is not None and new_logps is not None:
+                sampler_logps[i] = new_logps[j]
+            scores[:, i] = new_scores[:, j]
 
     def _score(self, rows: list[int], completions: list[list[int]]) -> torch.Tensor:
         """(rewards, completions) raw scores; every run of completions of one prompt is scored together."""
@@ -256,36 +345,54 @@ class RolloutSource:
             start = end
         return scores
 
-    def _advantages(self, scores: torch.Tensor, completions: list[list[int]]) -> tuple[list[float], list[float]]:
-        """(this rank's advantages, the window's statistics in ``grpo.rollout_stat_names`` order, without the
-        two timings). Rewards, lengths and truncation of every rank are shared with one all-reduce."""
-        n, world, rank = scores.shape[1], self.dist.world_size, self.dist.rank
+    def _advantages(
+        self, scores: torch.Tensor, completions: list[list[int]], *, resampled: int = 0
+    ) -> tuple[list[float], list[float], list[int]]:
+        """(this rank's advantages, the window's statistics in ``grpo.rollout_stat_names`` order without the
+        two timings, and each of this rank's rows' fate: 0 trained, 1 masked (truncated, under
+        ``--mask-truncated-completions``: no token in the loss, still a completion of the mean), 2 dropped (a
+        group without signal under ``--dynamic-sampling``: out of the loss and of its units). Rewards,
+        lengths and truncation of every rank are shared with one all-reduce."""
+        n, rank = scores.shape[1], self.dist.rank
         stops = set(self.sampling.stop_ids)
         lengths = torch.tensor([len(c) for c in completions], dtype=torch.float64)
         truncated = torch.tensor(
             [float(len(c) >= self.sampling.max_new_tokens and (not c or c[-1] not in stops)) for c in completions],
             dtype=torch.float64,
         )
-        mine = torch.cat([scores, lengths[None], truncated[None]])  # (R + 2, n)
-        everyone = torch.zeros((mine.shape[0], n * world), dtype=torch.float64)
-        everyone[:, rank * n : (rank + 1) * n] = mine
-        if self.dist.is_distributed:
-            everyone = self.dist.all_reduce(everyone.to(self.dist.comm_device), "sum").cpu()
+        everyone = self._everyone(torch.cat([scores, lengths[None], truncated[None]]))  # (R + 2, N)
         raw, lengths, truncated = everyone[:-2], everyone[-2], everyone[-1]
-        weights = torch.tensor([r.weight for r in self.rewards.rewards], dtype=torch.float64)
-        total = (raw * weights[:, None]).sum(0)  # (N,)
+        total = self._weighted(raw)  # (N,)
         advantages, zero_std = group_advantages(total, num_generations=self.G, scale=self.scale)
         stats = [total.mean().item(), total.std().item() if total.numel() > 1 else 0.0]
         for row in raw:
             stats += [row.mean().item(), row.std().item() if row.numel() > 1 else 0.0]
         grouped = total.view(-1, self.G)  # (groups, G): a group with a signal has two different rewards
-        signal = int((grouped.amax(1) != grouped.amin(1)).sum())
+        silent = grouped.amax(1) == grouped.amin(1)
+        signal = int((~silent).sum())
+        dropped = (
+            silent.repeat_interleave(self.G)
+            if self.dynamic != "off"
+            else torch.zeros_like(silent).repeat_interleave(self.G)
+        )
+        masked = (truncated > 0) & ~dropped if self.mask_truncated else torch.zeros_like(dropped)
+        fate = (masked.long() + 2 * dropped.long())[rank * n : (rank + 1) * n].tolist()
+        n_dropped = int(silent.sum()) if self.dynamic != "off" else 0
         self.groups, self.groups_with_signal = self.groups + grouped.shape[0], self.groups_with_signal + signal
-        stats += [zero_std.double().mean().item(), float(signal), lengths.mean().item(), truncated.mean().item()]
-        return advantages[rank * n : (rank + 1) * n].tolist(), stats
+        self.groups_dropped, self.groups_resampled = self.groups_dropped + n_dropped, self.groups_resampled + resampled
+        stats += [zero_std.double().mean().item(), float(signal), float(resampled), float(n_dropped)]
+        stats += [lengths.mean().item(), truncated.mean().item(), masked.double().mean().item()]
+        return advantages[rank * n : (rank + 1) * n].tolist(), stats, fate
 
-    def _collate(self, rows: list[int], completions: list[list[int]], advantages: list[float]) -> dict:
-        return collate([self.prompts[p].input_ids for p in rows], completions, advantages, pad_id=self.tok.pad_token_id)
+    def _collate(self, rows: list[int], completions: list[list[int]], advantages: list[float], fate: list[int]) -> dict:
+        batch = collate(
+            [self.prompts[p].input_ids for p in rows], completions, advantages, pad_id=self.tok.pad_token_id
+        )
+        if any(fate):
+            batch["completion_mask"][torch.tensor([f > 0 for f in fate])] = 0
+        if self.dynamic != "off":  # the objective's units: the rows not dropped (grpo.GRPO.count)
+            batch["row_kept"] = torch.tensor([float(f < 2) for f in fate], dtype=torch.float32)
+        return batch
 
     def _reference_logps(self, batch: dict) -> torch.Tensor:
         """The reference's completion log-probs (B, C) on the CPU: a frozen copy, or the base with the

@@ -214,7 +214,7 @@ class MetricsLogger:
         step: int,
         epoch: int,
         tokens: int,
-        loss: float,
+        loss: float | None,
         lr: float,
         grad_norm: float | None,
         tokens_per_s: float,
@@ -252,7 +252,7 @@ class MetricsLogger:
             epoch=epoch + 1,
             step=step,
             tokens=tokens,
-            train_loss=f"{loss:.6f}",
+            train_loss=None if loss is None else f"{loss:.6f}",
             lr=f"{lr:.6e}",
             grad_norm=_fmt(grad_norm, ".6f") if grad_norm is not None else None,
             tokens_per_s=f"{tokens_per_s:.1f}",
@@ -639,8 +639,8 @@ class TrainMetrics:
     def log_step(self, state, *, lr: float, grad_norm: float, sync: Callable[[], str | None]) -> None:
         """The step line (console, CSV, TensorBoard) with the token-mean loss since the last one; ``sync``
         runs the cross-rank check (a collective, on every rank, only when there is a line to log)."""
-        if self._interval_n:
-            loss = self._global(self._interval) / self._interval_n
+        if self._interval_n or self._stats:  # a GRPO window can train nothing (all masked) and still say why
+            loss = self._global(self._interval) / self._interval_n if self._interval_n else None
             tps, mfu, eta = self.meter.measure(tokens=state.tokens_seen, step=state.step, total_steps=self.total_steps)
             verdict = sync()
             extras = {}
@@ -657,7 +657,8 @@ class TrainMetrics:
                     "sum",
                 )
                 extras = unit_means(dict(zip(names, sums.tolist())), self._interval_n)
-            self.history.append((state.step, loss))
+            if loss is not None:
+                self.history.append((state.step, loss))
             if self.trackers is not None and not self._ids_recorded and self.trackers.started.is_set():
                 self._ids_recorded = True  # before any checkpoint: a run killed then still links its tracker runs
                 if self.status is not None:
