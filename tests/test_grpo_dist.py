@@ -25,8 +25,27 @@ KEYS = (
 )
 
 
-@pytest.mark.parametrize("per_rank", [1, 2])  # 2: each micro-batch holds 2 rows of one prompt, run once (shared)
-def test_grpo_under_ddp_equals_one_process(env, tmp_path, per_rank):  # noqa: F811
+DAPO = [  # silent groups sampled again on the rank that holds their rows, truncated completions masked
+    "--reward",
+    "exact-answer",
+    "--reward",
+    "{rewards}:vowel_first",
+    "--dynamic-sampling",
+    "resample",
+    "--mask-truncated-completions",
+]
+
+
+@pytest.mark.parametrize(
+    "per_rank,dapo",
+    [(1, False), (2, False), (1, True)],  # 2: each micro-batch holds 2 rows of one prompt, run once (shared)
+)
+def test_grpo_under_ddp_equals_one_process(env, tmp_path, per_rank, dapo):  # noqa: F811
+    rewards = (
+        [a.format(rewards=env["rewards"]) for a in DAPO]
+        if dapo
+        else ["--reward", "exact-answer", "--reward", f"{env['rewards']}:digits:0.5"]
+    )
     common = [
         str(a)
         for a in (
@@ -39,10 +58,7 @@ def test_grpo_under_ddp_equals_one_process(env, tmp_path, per_rank):  # noqa: F8
             3,
             "--beta",
             "0.04",
-            "--reward",
-            "exact-answer",
-            "--reward",
-            f"{env['rewards']}:digits:0.5",
+            *rewards,
             "--val-fraction",
             0,
         )
@@ -68,7 +84,13 @@ def test_grpo_under_ddp_equals_one_process(env, tmp_path, per_rank):  # noqa: F8
     assert "Parallelism strategy: ddp" in text and "Sync=OK" in text
     a, b = step_rows(single), step_rows(ddp)
     assert set(a) == set(b) == {1, 2, 3}
+    keys = KEYS if not dapo else [k for k in KEYS if "digits" not in k] + ["groups_resampled", "groups_dropped"]
     for step in a:
-        for key in KEYS:
+        for key in keys + (["completions_masked"] if dapo else []):
+            if a[step][key] == "":  # a step that trained no token (every completion masked) has no loss
+                assert b[step][key] == "", (step, key)
+                continue
             assert float(b[step][key]) == pytest.approx(float(a[step][key]), rel=1e-5, abs=1e-6), (step, key)
+    if dapo:
+        assert sum(float(r["groups_resampled"]) for r in a.values()) > 0
     assert (ddp / "final" / "adapter_model.safetensors").is_file()
