@@ -99,11 +99,9 @@ M = Messages(
         "h_value": ("tu valor", "your value"),
         "h_reference": ("referencia", "reference"),
         "h_ref_value": ("valor publicado", "published value"),
-        "h_settings": ("medida así", "measured as"),
         "h_why": ("por qué no", "why not"),
         "h_source": ("fuente", "source"),
         "read_on": ("leída el {date}", "read on {date}"),
-        "unknown": ("?", "?"),
     },
 )
 
@@ -369,12 +367,6 @@ def _source(ref: dict) -> str:
     return f"{ref['source']} ({date})"
 
 
-def _settings(ref: dict) -> str:
-    unknown = M("unknown")
-    shots = unknown if ref["num_fewshot"] is None else ref["num_fewshot"]
-    return f"{ref['framework']}, {ref['task']}, {shots}-shot, {ref['metric'] or unknown}"
-
-
 def print_references(reports: list[dict]) -> None:
     """After ``aura eval``'s table: the comparable published scores beside each of the user's rows, then
     the published scores of the same tasks that are not comparable, each once, with its reasons."""
@@ -411,8 +403,7 @@ def print_references(reports: list[dict]) -> None:
         [
             row["task"],
             ref["model"],
-            ref["published"],
-            _settings(ref),
+            _value(ref["value"], ref["stderr"]),
             "; ".join(reason_text(code, row, ref) for code in ref["reasons"]),
             _source(ref),
         ]
@@ -420,5 +411,5 @@ def print_references(reports: list[dict]) -> None:
         if key not in comparable_ids
     ]
     if rows:
-        headers = [M("h_task"), M("h_reference"), M("h_ref_value"), M("h_settings"), M("h_why"), M("h_source")]
+        headers = [M("h_task"), M("h_reference"), M("h_ref_value"), M("h_why"), M("h_source")]
         console.table(M("t_not_comparable"), headers, rows)

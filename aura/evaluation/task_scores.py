@@ -18,6 +18,7 @@ from aura import __version__ as aura_version
 from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
+from aura.evaluation.references import annotate as annotate_references, print_references
 from aura.evaluation.scorer import model_max_length, prefix_token_id, score_suite
 from aura.evaluation.suite import SUITE_NAME, Task, load_suite
 
@@ -244,6 +245,7 @@ def evaluate_tasks(cfg) -> list[dict]:
         t0 = time.perf_counter()
         report = _evaluate_model(cfg, model, tok, name=name, device=device, tasks=tasks, prompts=prompts)
         report["seconds"] = time.perf_counter() - t0
+        annotate_references(report["rows"])  # published scores of the same tasks, comparable or not
         reports.append(report)
         del model
         if output is not None:
@@ -257,6 +259,7 @@ def evaluate_tasks(cfg) -> list[dict]:
     comparisons = []
     if cfg.suite or tasks:
         _print_table(cfg, reports, label, tasks)
+        print_references(reports)
         from aura.evaluation.significance import print_comparisons
 
         comparisons = print_comparisons(reports)  # --compare: each difference against its noise
