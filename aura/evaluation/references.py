@@ -28,7 +28,7 @@ from __future__ import annotations
 import datetime
 import functools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from aura.core.errors import AuraError
@@ -111,28 +111,6 @@ FRAMEWORK = "lm-eval"  # what the standard suite runs: only rows measured with i
 MODEL_KINDS = ("base", "instruct")
 DATE_KINDS = ("published", "read")
 
-# field -> (kind, may be null). Kinds: "text" (non-empty str), "int" (>= 0), "number".
-FIELDS: dict[str, tuple[str, bool]] = {
-    "model": ("text", False),
-    "model_kind": ("text", False),
-    "benchmark": ("text", False),
-    "task": ("text", False),
-    "source_task": ("text", False),
-    "metric": ("text", True),
-    "num_fewshot": ("int", True),
-    "value": ("number", False),
-    "published": ("text", False),
-    "stderr": ("number", True),
-    "framework": ("text", False),
-    "framework_version": ("text", True),
-    "source": ("text", False),
-    "date": ("text", False),
-    "date_kind": ("text", False),
-    "quote": ("text", False),
-    "note": ("text", True),
-}
-OPTIONAL = {"note"}
-
 
 @dataclass(frozen=True)
 class Reference:
@@ -158,6 +136,14 @@ class Reference:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+# field -> (kind, may be null), read from Reference's annotations: "text" (non-empty str), "int" (>= 0), "number"
+FIELDS: dict[str, tuple[str, bool]] = {
+    f.name: ({"str": "text", "int": "int", "float": "number"}[f.type.split(" |")[0]], "None" in f.type)
+    for f in fields(Reference)
+}
+OPTIONAL = {"note"}
 
 
 @dataclass(frozen=True)
@@ -269,21 +255,18 @@ def parse_references(data, *, path: Path) -> ReferenceTable:
     return ReferenceTable(SCHEMA_VERSION, benchmarks, tuple(rows))
 
 
+@functools.lru_cache(maxsize=1)
+def _shipped() -> ReferenceTable:
+    return load_references(REFERENCE_FILE)
+
+
 def load_references(path: str | Path | None = None) -> ReferenceTable:
     """The reference table of ``path`` (default: the one shipped with Aura, read once)."""
     if path is None:
         return _shipped()
     from aura.core.files import read_json_object
 
-    path = Path(path)
-    return parse_references(read_json_object(path), path=path)
-
-
-@functools.lru_cache(maxsize=1)
-def _shipped() -> ReferenceTable:
-    from aura.core.files import read_json_object
-
-    return parse_references(read_json_object(REFERENCE_FILE), path=REFERENCE_FILE)
+    return parse_references(read_json_object(path), path=Path(path))
 
 
 def reasons(row: dict, ref: Reference) -> list[str]:
