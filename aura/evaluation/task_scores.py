@@ -18,6 +18,7 @@ from aura import __version__ as aura_version
 from aura.core import console
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
+from aura.evaluation.references import annotate as annotate_references, print_references
 from aura.evaluation.scorer import model_max_length, prefix_token_id, score_suite
 from aura.evaluation.suite import SUITE_NAME, Task, load_suite
 
@@ -281,6 +282,7 @@ def evaluate_tasks(cfg) -> list[dict]:
     reports = []
     for name in cfg.models:
         report = _evaluate_entry(cfg, name, device=device, tasks=tasks, prompts=prompts)
+        annotate_references(report["rows"])  # published scores of the same tasks, comparable or not
         reports.append(report)
         if output is not None:
             continue
@@ -293,6 +295,7 @@ def evaluate_tasks(cfg) -> list[dict]:
     comparisons = []
     if cfg.suite or tasks:
         _print_table(cfg, reports, label, tasks)
+        print_references(reports)
         from aura.evaluation.significance import print_comparisons
 
         comparisons = print_comparisons(reports)  # --compare: each difference against its noise
