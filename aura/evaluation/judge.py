@@ -251,29 +251,24 @@ def ask(client, item: JudgeItem, order: str, answers: tuple[str, str], *, max_to
 def judge_all(client, items, model_answers, baseline_answers, *, jsonl: Path, max_tokens: int) -> tuple[list, int]:
     """Every (prompt, order) judged or read back from ``jsonl``: (records in order, how many were asked)."""
     done = read_records(jsonl)
-    console.info(M("start", model=client.model, url=client.url, n=len(items), done=len(done), path=jsonl))
-    records, asked = [], 0
+    todo = []  # (item, order, (model's answer, baseline's), key)
     for item, mine, base in zip(items, model_answers, baseline_answers):
         for order in jv.ORDERS:
             first, second = (mine, base) if order == "AB" else (base, mine)
-            rec = done.get(record_key(client.model, item, first, second))
-            if rec is None:
-                rec = ask(client, item, order, (mine, base), max_tokens=max_tokens)
-                append_record(jsonl, rec)
-                asked += 1
-                shown = rec["verdict"] if rec["verdict"] is not None else M("invalid")
-                console.info(
-                    M(
-                        "judged",
-                        id=item.id,
-                        order=order,
-                        verdict=shown,
-                        n=rec["attempts"],
-                        s=num(rec["latency_s"], ".1f"),
-                    )
-                )
-            records.append(rec)
-    return records, asked
+            todo.append((item, order, (mine, base), record_key(client.model, item, first, second)))
+    reused = sum(key in done for *_, key in todo)
+    console.info(M("start", model=client.model, url=client.url, n=len(items), done=reused, path=jsonl))
+    records = []
+    for item, order, answers, key in todo:
+        rec = done.get(key)
+        if rec is None:
+            rec = ask(client, item, order, answers, max_tokens=max_tokens)
+            append_record(jsonl, rec)
+            shown = rec["verdict"] if rec["verdict"] is not None else M("invalid")
+            s = num(rec["latency_s"], ".1f")
+            console.info(M("judged", id=item.id, order=order, verdict=shown, n=rec["attempts"], s=s))
+        records.append(rec)
+    return records, len(todo) - reused
 
 
 def summarize(records: list[dict]) -> dict:

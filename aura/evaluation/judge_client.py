@@ -187,11 +187,12 @@ class JudgeClient:
         body = {"model": self.model, "messages": messages, "temperature": 0, "max_tokens": max_tokens}
         status, payload = self.request("/chat/completions", body)
         text = payload.decode("utf-8", "replace")[:300]
-        if status in (400, 404) and "model" in text.lower():
+        if status in (400, 404):  # a model the server lacks: name the ones it has when it lists them
             names = self.model_names()
             if names is not None and self.model not in names:
                 raise AuraError(M("no_model", url=self.url, model=self.model, names=", ".join(names) or "–"))
-            raise AuraError(M("no_model_unknown", url=self.url, model=self.model, status=status, body=text))
+            if names is None and "model" in text.lower():
+                raise AuraError(M("no_model_unknown", url=self.url, model=self.model, status=status, body=text))
         if status != 200:
             raise AuraError(M("http", url=self.url, status=status, body=text))
         try:
