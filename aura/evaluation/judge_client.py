@@ -32,16 +32,16 @@ M = Messages(
     "judgeclient",
     {
         "bad_url": (
-            "--judge {url} no es una URL http(s): indica la dirección del servidor compatible con OpenAI, "
+            "--judge {url} no es una URL http ni https: indica la dirección del servidor compatible con OpenAI, "
             "p. ej. http://127.0.0.1:8000/v1 (aura serve, vLLM, llama.cpp) o https://api.openai.com/v1.",
-            "--judge {url} is not an http(s) URL: give the OpenAI-compatible server's address, e.g. "
+            "--judge {url} is not an http or https URL: give the OpenAI-compatible server's address, e.g. "
             "http://127.0.0.1:8000/v1 (aura serve, vLLM, llama.cpp) or https://api.openai.com/v1.",
         ),
         "down": (
-            "El juez {url} no responde ({error}) tras {n:intento|intentos}. Comprueba que el servidor está "
+            "El juez {url} no responde tras {n:intento|intentos} ({error}). Comprueba que el servidor está "
             "en marcha y escucha en esa dirección y puerto (p. ej. aura serve MODELO --port 8000 y "
             "--judge http://127.0.0.1:8000/v1), y que la URL termina en la raíz de su API (/v1).",
-            "The judge {url} does not answer ({error}) after {n:attempt|attempts}. Check that the server is "
+            "The judge {url} does not answer after {n:attempt|attempts} ({error}). Check that the server is "
             "running and listens on that address and port (e.g. aura serve MODEL --port 8000 and --judge "
             "http://127.0.0.1:8000/v1), and that the URL ends at its API's root (/v1).",
         ),
@@ -49,7 +49,7 @@ M = Messages(
             "El juez {url} rechaza la petición (HTTP {status}): hace falta una clave válida. Ponla en la "
             "variable de entorno {var} (o {other}); con aura serve, es el token que imprime al arrancar. "
             "Ahora: {state}.",
-            "The judge {url} refuses the request (HTTP {status}): a valid key is needed. Put it in the "
+            "The request to the judge {url} was refused (HTTP {status}): a valid key is needed. Put it in the "
             "environment variable {var} (or {other}); with aura serve, it is the token it prints when it "
             "starts. Now: {state}.",
         ),
@@ -67,7 +67,7 @@ M = Messages(
         ),
         "which_model": (
             "El juez {url} ofrece varios modelos ({names}): elige uno con --judge-model.",
-            "The judge {url} offers several models ({names}): pick one with --judge-model.",
+            "Several models are offered by the judge {url} ({names}): pick one with --judge-model.",
         ),
         "need_model": (
             "El juez {url} no lista sus modelos en /models: indica cuál usar con --judge-model.",
