@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from aura.core.errors import AuraError
 from aura.evaluation import judge_verdicts as jv
-from aura.evaluation.judge import DEFAULT_PROMPTS, read_judge_prompts
+from aura.evaluation.judge import DEFAULT_PROMPTS, JudgeItem, read_answers, read_judge_prompts
 from tests.conftest import run_aura_here
 from tests.evidence import importorskip
 
@@ -76,6 +77,19 @@ def test_shipped_prompt_set():
     }
     assert sum(map(len, by_cat.values())) == len(items) and all(len(v) >= 8 for v in by_cat.values())
     assert all(i.notes for i in by_cat["rechazo"])  # the judge is told what the better answer does
+
+
+def test_baseline_answers_from_aura_eval_prompts(tiny_zoo, tmp_path):
+    """The results JSON of ``aura eval --prompts FILE`` is a baseline: its answers, matched by prompt."""
+    prompts, _ = _files(tmp_path)
+    out = tmp_path / "base.json"
+    r = run_aura_here("eval", "--model", tiny_zoo["gpt2"], "--prompts", prompts, "--output", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    answers = [a["answer"] for a in json.loads(out.read_text(encoding="utf-8"))["results"][0]["answers"]]
+    items = read_judge_prompts(prompts)
+    assert read_answers(out, items, str(prompts)) == answers and len(answers) == 3
+    with pytest.raises(AuraError, match="has no answer for prompt extra"):
+        read_answers(out, [*items, JudgeItem("extra", "cotidiano", "¿Otra?")], str(prompts))
 
 
 def _free_port() -> int:
@@ -253,19 +267,21 @@ def test_aura_serve_as_the_judge(tiny_zoo, tmp_path):
     out = tmp_path / "v.jsonl"
     with _aura_serve(tiny_zoo["llama"], tmp_path / "serve.log") as url:
         r = run_aura_here(
-            *("eval", "--model", tiny_zoo["llama"], "--judge", url, "--baseline", base, "--judge-prompts", prompts),
-            *("--judge-out", out, "--judge-attempts", 2, "--judge-max-tokens", 8, "--max-new-tokens", 8),
+            *("eval", "--model", tiny_zoo["llama"], "--judge", url, "--judge-prompts", prompts),
+            *("--baseline", tiny_zoo["gpt2"], "--judge-out", out),  # a baseline model: it answers too
+            *("--judge-attempts", 2, "--judge-max-tokens", 8, "--max-new-tokens", 8),
         )
     assert r.returncode == 0, r.stdout + r.stderr
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [(r["id"], r["order"]) for r in records] == [(i, o) for i in BASE for o in ("AB", "BA")]
     for rec in records:
-        assert rec["judge_model"] == str(tiny_zoo["llama"]) and rec["baseline_answer"] == BASE[rec["id"]]
+        assert rec["judge_model"] == str(tiny_zoo["llama"])
         assert len(rec["replies"]) == rec["attempts"] and rec["raw"] == rec["replies"][-1]
         assert jv.parse_verdict(rec["raw"])[0] == rec["verdict"]  # what was recorded is what the reply says
         if rec["verdict"] is None:  # garbage from a random model: asked again, then invalid, never guessed
             assert rec["attempts"] == 2 and rec["error"] == "no_verdict" and rec["winner"] is None
     summary = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
+    assert summary["baseline_kind"] == "model" and summary["judge"]["model"] == str(tiny_zoo["llama"])
     o = summary["overall"]
     assert o["wins"] + o["ties"] + o["losses"] + o["invalid"] == o["prompts"] == 3
     assert o["valid"] == o["wins"] + o["ties"] + o["losses"]

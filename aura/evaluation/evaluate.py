@@ -463,7 +463,7 @@ def evaluate(cfg: EvalConfig) -> int:
                 path,
                 flag=flag,
                 overwrite=cfg.overwrite,
-                inputs=[*inputs, cfg.baseline],
+                inputs=[*inputs, cfg.baseline, cfg.judge_prompts],
                 **({"ours": ours} if ours else {}),
             )
     if cfg.suite or cfg.tasks or cfg.prompts:

@@ -340,6 +340,8 @@ def run_judge(cfg) -> dict:
     if baseline_answers is None:
         baseline_answers = _answers_of(cfg, cfg.baseline, items, device)
     jsonl, summary_path = judge_paths(cfg)
+    if jsonl.exists() and not verdicts_file_ours(jsonl):  # only past the output check with --overwrite: replaced
+        jsonl.unlink()
     records, asked = judge_all(
         client, items, model_answers, baseline_answers, jsonl=jsonl, max_tokens=cfg.judge_max_tokens
     )
