@@ -92,6 +92,16 @@ def test_baseline_answers_from_aura_eval_prompts(tiny_zoo, tmp_path):
         read_answers(out, [*items, JudgeItem("extra", "cotidiano", "¿Otra?")], str(prompts))
 
 
+def test_a_bad_prompts_file_names_its_line(tmp_path):
+    bad = tmp_path / "mine.jsonl"
+    bad.write_text('{"id": "a", "prompt": "Hola"}\n\n{"id": "b", "category": "cotidiano"}\n', encoding="utf-8")
+    with pytest.raises(AuraError, match=r'mine\.jsonl, line 3: field "prompt" is missing'):
+        read_judge_prompts(bad)
+    bad.write_bytes('{"id": "a", "prompt": "Hola"}\n{"id": "b", "prompt": "Adiós"}\n'.encode("latin-1"))
+    with pytest.raises(AuraError, match=r"mine\.jsonl, line 2: byte \d+ is not UTF-8"):
+        read_judge_prompts(bad)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

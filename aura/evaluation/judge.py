@@ -45,6 +45,7 @@ M = Messages(
         ),
         "dup_id": ("el id {id} ya apareció en la línea {first}", "id {id} already appeared on line {first}"),
         "missing_field": ('falta el campo "{field}" (texto no vacío)', 'field "{field}" is missing (non-empty text)'),
+        "not_utf8": ("el byte {offset} no es UTF-8", "byte {offset} is not UTF-8"),
         "no_prompts": ("{path} no contiene preguntas.", "{path} contains no prompts."),
         "no_file": ("No existe {path} ({flag}).", "{path} does not exist ({flag})."),
         "bad_answers": (
@@ -101,7 +102,12 @@ def read_judge_prompts(path: str | Path) -> list[JudgeItem]:
     path = Path(path)
     if not path.is_file():
         raise AuraError(M("no_file", path=path, flag="--judge-prompts"))
-    lines = path.read_text(encoding="utf-8").splitlines()
+    raw = path.read_bytes()
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise AuraError(M("bad_prompts", path=path, line=line, error=M("not_utf8", offset=e.start))) from None
     items: list[JudgeItem] = []
     seen: dict[str, int] = {}
     for n, line in enumerate(lines, 1):
