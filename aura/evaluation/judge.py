@@ -70,9 +70,12 @@ M = Messages(
             "{id} ({order}): {verdict} ({n:attempt|attempts}, {s} s)",
         ),
         "invalid": ("sin veredicto válido", "no valid verdict"),
+        "w_model": ("{v}: el modelo", "{v}: the model"),
+        "w_baseline": ("{v}: la base", "{v}: the baseline"),
+        "w_tie": ("{v}", "{v}"),
         "title": (
-            "{model} frente a {baseline} (juez {judge}; gana si ambos órdenes la prefieren)",
-            "{model} against {baseline} (judge {judge}; a win needs both orders to prefer it)",
+            "{model} frente a {baseline} (juez {judge}; el modelo gana si ambos órdenes lo prefieren)",
+            "{model} against {baseline} (judge {judge}; the model wins when both orders prefer it)",
         ),
         "h_category": ("categoría", "category"),
         "h_prompts": ("preguntas", "prompts"),
@@ -83,6 +86,12 @@ M = Messages(
         "h_rate": ("tasa de victorias", "win rate"),
         "h_ci": ("IC 95 % (Wilson)", "95% CI (Wilson)"),
         "all": ("total", "all"),
+        "positions": (
+            "Veredictos válidos: A {a}, B {b}, empate {tie} (si A domina, el juez prefiere lo que lee primero; "
+            "los dos órdenes lo compensan).",
+            "Valid verdicts: A {a}, B {b}, tie {tie} (if A dominates, the judge prefers what it reads first; "
+            "the two orders make up for it).",
+        ),
         "written": ("Veredictos en {jsonl}; resumen en {path}.", "Verdicts in {jsonl}; summary in {path}."),
     },
 )
@@ -270,7 +279,7 @@ def judge_all(client, items, model_answers, baseline_answers, *, jsonl: Path, ma
         if rec is None:
             rec = ask(client, item, order, answers, max_tokens=max_tokens)
             append_record(jsonl, rec)
-            shown = rec["verdict"] if rec["verdict"] is not None else M("invalid")
+            shown = M(f"w_{rec['winner']}", v=rec["verdict"]) if rec["winner"] else M("invalid")
             s = num(rec["latency_s"], ".1f")
             console.info(M("judged", id=item.id, order=order, verdict=shown, n=rec["attempts"], s=s))
         records.append(rec)
@@ -309,6 +318,8 @@ def print_summary(summary: dict, *, model: str, baseline: str, judge: str) -> No
         )
     headers = [M(h) for h in ("h_category", "h_prompts", "h_wins", "h_ties", "h_losses", "h_invalid", "h_rate", "h_ci")]
     console.table(M("title", model=model, baseline=baseline, judge=judge), headers, rows)
+    pos = summary["positions"]
+    console.info(M("positions", a=pos["A"], b=pos["B"], tie=pos["empate"]))
 
 
 def _answers_of(cfg, name: str, items: list[JudgeItem], device: str) -> list[str]:
