@@ -211,17 +211,27 @@ def test_fixed_judge_rule_key_model_and_resume(tiny_zoo, tmp_path, monkeypatch):
         assert run_aura_here(*args, "--judge", url, env=key).returncode == 0 and state["chats"] == 0
 
 
-def test_a_judge_that_is_down(tiny_zoo, tmp_path):
+@pytest.mark.parametrize("silent", [False, True], ids=["closed-port", "never-answers"])
+def test_a_judge_that_is_down(tiny_zoo, tmp_path, silent):
+    """Nothing listens (connection refused), or a socket accepts and never answers (timeout): a clear error in
+    the user's language, without traceback, after the bounded retries, before any model is loaded."""
     prompts, base = _files(tmp_path)
-    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
-    t0 = time.monotonic()
-    r = run_aura_here(
-        *("eval", "--model", tiny_zoo["llama"], "--judge", url, "--baseline", base, "--judge-prompts", prompts),
-        *("--judge-out", tmp_path / "v.jsonl", "--judge-attempts", 2),
-        env={"AURA_LANG": "es"},
-    )
-    assert time.monotonic() - t0 < 30
-    assert r.returncode == 2 and f"El juez {url} no responde" in r.stderr and "aura serve" in r.stderr, r.stderr
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        if silent:
+            listener.listen(8)  # the kernel accepts the connection; nobody reads or writes
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+        if not silent:
+            listener.close()
+        t0 = time.monotonic()
+        r = run_aura_here(
+            *("eval", "--model", tiny_zoo["llama"], "--judge", url, "--baseline", base, "--judge-prompts", prompts),
+            *("--judge-out", tmp_path / "v.jsonl", "--judge-attempts", 2, "--judge-timeout", 1),
+            env={"AURA_LANG": "es"},
+        )
+        assert time.monotonic() - t0 < 30
+    assert r.returncode == 2 and f"El juez {url} no responde tras 2 intentos" in r.stderr, r.stderr
+    assert "aura serve" in r.stderr and ("timed out" in r.stderr) == silent, r.stderr
     assert "Traceback" not in r.stdout + r.stderr and not (tmp_path / "v.jsonl").exists()
 
 
