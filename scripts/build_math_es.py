@@ -5,7 +5,8 @@ situation with varied names, places, objects, units and euros, numbers drawn wit
 answer computed twice: once by the template's own arithmetic (exact fractions) and once by evaluating the
 worked solution's expression with a separate evaluator. A problem whose two answers differ, whose answer
 is not positive or has more than two decimals, or whose text repeats another's is not kept. Answers are
-written the Spanish way (decimal comma: ``12,5``).
+written the Spanish way (decimal comma: ``12,5``). No train problem shares a 13-gram with a test problem (the
+contamination check of ``aura.data.contamination``; ``build``).
 
     python scripts/build_math_es.py          # rewrite train.jsonl and test.jsonl
     python scripts/build_math_es.py --check  # fail if the files differ from what the templates give
@@ -26,6 +27,7 @@ from fractions import Fraction
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # aura.data.contamination: the check the split is made clean for
 OUT = ROOT / "aura" / "resources" / "math_es"
 SEED, TOTAL, TEST = 20261125, 640, 140
 INSTRUCTION = "Resuelve el problema paso a paso y termina con una línea «Respuesta: N», donde N es solo el número."
@@ -445,32 +447,61 @@ TEMPLATES = [
 ]
 
 
-def build() -> tuple[list[dict], list[dict]]:
-    r = random.Random(SEED)
-    rows, seen = [], set()
-    attempts = 0
-    while len(rows) < TOTAL:
+def problems(r: random.Random):
+    """Problems without end, in the order the seed gives: each template in turn (80 %) or at random,
+    every text new, every answer positive, with at most two decimals and checked twice."""
+    seen, attempts, made = set(), 0, 0
+    while True:
         attempts += 1
-        if attempts > TOTAL * 50:
+        if attempts > (made + 1) * 50:
             raise SystemExit("too many rejected problems: widen the templates' ranges")
-        template = TEMPLATES[len(rows) % len(TEMPLATES)] if r.random() < 0.8 else r.choice(TEMPLATES)
+        template = TEMPLATES[made % len(TEMPLATES)] if r.random() < 0.8 else r.choice(TEMPLATES)
         text, answer, expression, how = template(r)
         if text in seen or answer <= 0 or not two_decimals(answer) or evaluate(expression) != answer:
             continue
         seen.add(text)
-        rows.append(
-            {
-                "id": f"mat-{len(rows) + 1:04d}",
-                "prompt": f"{text}\n{INSTRUCTION}",
-                "answer": es(answer),
-                "solution": f"{how}: {expression} = {es(answer)}.\nRespuesta: {es(answer)}",
-                "template": template.__name__[2:],
-            }
-        )
+        made, attempts = made + 1, 0
+        yield {
+            "id": f"mat-{made:04d}",
+            "prompt": f"{text}\n{INSTRUCTION}",
+            "answer": es(answer),
+            "solution": f"{how}: {expression} = {es(answer)}.\nRespuesta: {es(answer)}",
+            "template": template.__name__[2:],
+        }
+
+
+def test_index(test: list[dict]):
+    """The test problems as the contamination check indexes them (aura.data.contamination: the problem and
+    its answer; n-grams every problem of a template shares are the template's, not an item's)."""
+    from aura.data.contamination import MATH_TASK, EvalIndex, EvalItem
+
+    return EvalIndex([EvalItem(MATH_TASK, x["id"], f"{x['prompt']} {x['answer']}") for x in test])
+
+
+def seen_in(index, row: dict) -> bool:
+    """Whether a train problem shares an n-gram with a test problem in any of its fields (what the check reads)."""
+    return any(index.first_hit(str(v)) for v in row.values())
+
+
+def build() -> tuple[list[dict], list[dict]]:
+    """The test split first (140 of the first 640 problems, drawn with the seed), then the train split: the
+    other 500, less every one that shares a 13-gram with a test problem (the same template and the same
+    numbers and words, e.g. "20 minutos a correr cada día durante 3 días"), replaced by the next new
+    problems that share none: the contamination check of a model trained on train.jsonl finds 0 test items."""
+    r = random.Random(SEED)
+    stream = problems(r)
+    rows = [next(stream) for _ in range(TOTAL)]
     order = list(range(len(rows)))
     random.Random(SEED + 1).shuffle(order)
     test_ids = set(order[:TEST])
-    return [x for i, x in enumerate(rows) if i not in test_ids], [x for i, x in enumerate(rows) if i in test_ids]
+    test = [x for i, x in enumerate(rows) if i in test_ids]
+    index = test_index(test)
+    train = [x for i, x in enumerate(rows) if i not in test_ids and not seen_in(index, x)]
+    while len(train) < TOTAL - TEST:
+        row = next(stream)
+        if not seen_in(index, row):
+            train.append(row)
+    return train, test
 
 
 def render(rows: list[dict]) -> str:

@@ -186,19 +186,35 @@ def test_curate_decontaminate_drops_exactly_the_planted_documents(tmp_path):
     assert bad.returncode != 0 and "'mmlu' is not an eval set Aura knows" in bad.stdout + bad.stderr
 
 
-def test_the_math_tasks_template_is_not_an_item_and_its_real_overlap_is_counted():
+def test_the_math_tasks_template_is_not_an_item_and_its_train_split_is_clean():
     """Every math problem ends with the same instruction: found on the whole task, it is left out even when a
-    --limit scores two problems. What remains is real: test problems written from the train split's templates
-    (the figure docs/evaluation.md gives)."""
-    train = list(training_texts(RES / "math_es" / "train.jsonl"))
+    --limit scores two problems. The train split was built without the test problems' 13-grams
+    (scripts/build_math_es.py): the problems it dropped, put back, are found again, each one a real overlap."""
+    path = RES / "math_es" / "train.jsonl"
+    train = list(training_texts(path))
     whole = eval_items("aura-es")
     two = scan(EvalIndex(eval_items("aura-es", limit=2), whole=whole), train)
     assert two["seen"] == 0 and two["tasks"]["aura_es_matematicas"]["items"] == 2
     assert scan(EvalIndex(eval_items("aura-es", limit=2)), train)["seen"] == 2  # without the whole task: the template
     eight = scan(EvalIndex(eval_items("aura-es", limit=8), whole=whole), train)  # the demo's eval-grpo
-    assert eight["tasks"]["aura_es_matematicas"]["seen_ids"] == ["mat-0013", "mat-0016", "mat-0031"]
+    assert eight["tasks"]["aura_es_matematicas"]["seen"] == 0
     full = scan(EvalIndex(whole), train)["tasks"]["aura_es_matematicas"]
-    assert (full["seen"], full["items"]) == (41, 140)
+    assert (full["seen"], full["items"]) == (0, 140)
+    # the same templates with the test problems' own words and numbers: what the build leaves out
+    import random
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from build_math_es import SEED, TEST, TOTAL, problems
+
+    kept = {json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines()}
+    stream = problems(random.Random(SEED))
+    dropped = [row for row in (next(stream) for _ in range(TOTAL)) if row["id"] not in kept]
+    test_ids = {json.loads(line)["id"] for line in (RES / "math_es" / "test.jsonl").read_text().splitlines()}
+    dropped = [row for row in dropped if row["id"] not in test_ids]
+    assert len(test_ids) == TEST and dropped
+    back = scan(EvalIndex(whole), [(row["id"], text) for row in dropped for text in row.values()])
+    assert back["tasks"]["aura_es_matematicas"]["seen"] > 0
 
 
 def test_an_lm_eval_task_with_local_data_is_checked_and_one_on_the_hub_is_named(tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ from aura.core import console
 from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
+from aura.evaluation.results import group_members
 from aura.evaluation.task_scores import M as RM
 
 M = Messages(
@@ -62,6 +63,12 @@ M = Messages(
             "--judge necesita --baseline: la carpeta del modelo de referencia o un archivo con sus respuestas.",
             "--judge needs --baseline: the reference model's folder or a file of its answers.",
         ),
+        "group_needs_tasks": (
+            "--model {group}: un grupo de modelos (una receta con varias semillas) se puntúa con --suite o "
+            "--tasks, sin --data; para la perplejidad, da cada modelo por separado.",
+            "--model {group}: a group of models (one recipe, several seeds) is scored with --suite or --tasks, "
+            "without --data; for perplexity, give each model on its own.",
+        ),
         "no_data": ("No existe {path}.", "{path} does not exist."),
         "no_text": ("{path} no contiene archivos .txt.", "{path} contains no .txt files."),
         "not_utf8": (
@@ -96,8 +103,10 @@ M = Messages(
 class EvalConfig:
     model: list[str] = arg(
         [],
-        es="Uno o varios modelos (directorio final/, fusionado, adaptador o checkpoint).",
-        en="One or more models (final/ dir, merged, adapter or checkpoint).",
+        es="Uno o varios modelos (directorio final/, fusionado, adaptador o checkpoint); A1,A2,A3 (separados "
+        "por comas) es una receta entrenada con varias semillas, puntuada como un modelo.",
+        en="One or more models (final/ dir, merged, adapter or checkpoint); A1,A2,A3 (comma-separated) is one "
+        "recipe trained with several seeds, scored as one model.",
     )
     compare: list[str] = arg(
         [],
@@ -107,6 +116,15 @@ class EvalConfig:
         en="More models for the same table; with --suite or --tasks, each against the first: "
         "is the difference larger than its combined standard error (paired when they share "
         "items), or noise?",
+    )
+    seeds: int = arg(
+        1,
+        es="Repite cada tarea de --tasks con N semillas (las de lm-eval: ejemplos few-shot y muestreo) y "
+        "promedia cada ítem; la tabla muestra la dispersión entre semillas y --compare la suma al error. "
+        "Para semillas de entrenamiento, da un grupo como un modelo: --model A1,A2,A3.",
+        en="Repeat every --tasks task with N seeds (lm-eval's: few-shot examples and sampling) and average "
+        "each item; the table shows the spread between seeds and --compare adds it to the error. For "
+        "training seeds, give a group as one model: --model A1,A2,A3.",
     )
     adapter: str = arg("", es="Adaptador LoRA que se aplica sobre --model.", en="LoRA adapter applied on --model.")
     data: str = arg(
@@ -248,6 +266,11 @@ class EvalConfig:
         en="Evaluate an adapter even if it was trained on another base model (different config.json or embeddings).",
     )
 
+    @property
+    def members(self) -> list[str]:
+        """Every model folder, a group's (``A1,A2,A3``) one by one."""
+        return [m for name in self.models for m in group_members(name)]
+
     def __post_init__(self):
         self.models = [*self.model, *self.compare]
         if not self.models:
@@ -266,11 +289,15 @@ class EvalConfig:
             ("--max-tokens", self.max_tokens != 0, bool(self.data), "--data"),
             ("--max-new-tokens", self.max_new_tokens != 48, bool(self.prompts or self.judge), "--prompts/--judge"),
             *self._judge_flags(),
+            ("--seeds", self.seeds != 1, bool(self.tasks), "--tasks"),
         ):
             if given and not applies:  # a flag the others make pointless is refused, never ignored silently
                 raise AuraError(M("no_effect", flag=flag, needs=needs))
-        if self.adapter and len(self.models) != 1:
-            raise AuraError(M("adapter_one", n=len(self.models)))
+        if self.adapter and len(self.members) != 1:
+            raise AuraError(M("adapter_one", n=len(self.members)))
+        groups = [name for name in self.models if "," in name]
+        if groups and (self.data or not (self.suite or self.tasks)):
+            raise AuraError(M("group_needs_tasks", group=groups[0]))
         for field, value, ok, expected in (
             ("--seq-len", self.seq_len, self.seq_len >= 0, "≥ 0"),
             ("--stride", self.stride, self.stride >= 0, "≥ 0"),
@@ -281,6 +308,7 @@ class EvalConfig:
             ("--judge-max-tokens", self.judge_max_tokens, self.judge_max_tokens >= 1, "≥ 1"),
             ("--judge-attempts", self.judge_attempts, self.judge_attempts >= 1, "≥ 1"),
             ("--judge-timeout", self.judge_timeout, self.judge_timeout > 0, "> 0"),
+            ("--seeds", self.seeds, 1 <= self.seeds <= 100, "1…100"),
         ):
             if not ok:
                 raise AuraError(M("bad_value", field=field, value=value, expected=expected))
@@ -312,8 +340,8 @@ class EvalConfig:
         from aura.evaluation.judge_client import api_root
 
         api_root(self.judge)  # an address that is not http(s) is refused here
-        if len(self.models) != 1 or self.adapter:
-            raise AuraError(M("judge_one", n=len(self.models)))
+        if len(self.members) != 1 or self.adapter:  # one model: not several, nor a group of seeds
+            raise AuraError(M("judge_one", n=len(self.members)))
         if not self.baseline:
             raise AuraError(M("judge_baseline"))
         if not Path(self.baseline).exists():
@@ -440,7 +468,7 @@ def evaluate(cfg: EvalConfig) -> int:
 
     # every output, before any model is loaded: never an input, nor inside a model or data folder the command
     # reads; never a file Aura did not write (unless --overwrite; a task YAML of --include-path is not Aura's)
-    inputs = [*cfg.models, cfg.adapter, cfg.data, cfg.prompts]
+    inputs = [*cfg.members, cfg.adapter, cfg.data, cfg.prompts]
     outputs = task_outputs(cfg)
     if cfg.data and (cfg.output or cfg.output_dir):
         outputs.append(

@@ -316,15 +316,19 @@ def run_tasks(
     batch_size: int = 8,
     max_length: int = 0,
     trust_task_code: bool = False,
+    seed: int = 0,
 ) -> dict:
     """lm-eval's results for ``tasks`` on an already-loaded model: {"rows", "versions", "n_samples",
     "harness_version"}; rows are (task, metric, value, stderr, n). Task code in an --include-path needs
-    ``trust_task_code``; templates run in Jinja's sandbox without it."""
+    ``trust_task_code``; templates run in Jinja's sandbox without it. ``seed``: the run's number among
+    ``aura eval --seeds`` (``aura.evaluation.seeds``; 0 is lm-eval's default seeds)."""
     _require_lm_eval()
     import logging
 
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
+
+    from aura.evaluation.seeds import lm_eval_seeds
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     check_include_paths(list(include_paths), trust_task_code=trust_task_code)
@@ -341,6 +345,7 @@ def run_tasks(
                 log_samples=True,
                 bootstrap_iters=1000,
                 verbosity="ERROR",
+                **lm_eval_seeds(seed),
             )
         except AuraError:
             raise

@@ -36,7 +36,7 @@ def adapter_label(adapter: str) -> str:
     return _safe(name)
 
 
-def result_stem(*, suite: str, tasks: str, limit: int, adapter: str, prompts: str = "") -> str:
+def result_stem(*, suite: str, tasks: str, limit: int, adapter: str, prompts: str = "", seeds: int = 1) -> str:
     """``eval-`` + the parts of the configuration: suite, tasks, limit, adapter (see the module doc). Answers to
     ``--prompts`` ride along in the suite's or tasks' file (they add to it, they replace nothing); alone
     they are ``eval-prompts``."""
@@ -52,6 +52,8 @@ def result_stem(*, suite: str, tasks: str, limit: int, adapter: str, prompts: st
         parts.append("prompts")
     if limit:
         parts.append(f"limit{limit}")
+    if seeds > 1:
+        parts.append(f"seeds{seeds}")
     if adapter:
         parts.append(f"adapter-{adapter_label(adapter)}")
     return "eval-" + ".".join(parts)
@@ -59,8 +61,25 @@ def result_stem(*, suite: str, tasks: str, limit: int, adapter: str, prompts: st
 
 def stem_of(cfg) -> str:
     return result_stem(
-        suite=cfg.suite, tasks=cfg.tasks, limit=cfg.limit, adapter=cfg.adapter, prompts=getattr(cfg, "prompts", "")
+        suite=cfg.suite,
+        tasks=cfg.tasks,
+        limit=cfg.limit,
+        adapter=cfg.adapter,
+        prompts=getattr(cfg, "prompts", ""),
+        seeds=getattr(cfg, "seeds", 1),
     )
+
+
+def group_members(name: str) -> list[str]:
+    """The folders of one ``--model`` entry: ``A1,A2,A3`` is a recipe trained with three seeds."""
+    return [m.strip() for m in name.split(",") if m.strip()] or [name]
+
+
+def beside_entry(name: str, stem: str) -> Path:
+    """Where one ``--model`` entry's results go: beside the model, or for a group of seeds (``A1,A2,A3``)
+    beside its first model, named for the group (``A1.STEM.group3.json``)."""
+    members = group_members(name)
+    return beside_model(members[0], stem if len(members) == 1 else f"{stem}.group{len(members)}")
 
 
 def beside_model(model: str, stem: str) -> Path:
@@ -78,7 +97,7 @@ def task_outputs(cfg) -> list[tuple[Path, str]]:
         return [(Path(cfg.output), "--output")]
     if cfg.output_dir:
         return [(Path(cfg.output_dir) / f"{stem}.json", "--output-dir")]
-    return [(beside_model(name, stem), "aura eval") for name in cfg.models]
+    return [(beside_entry(name, stem), "aura eval") for name in cfg.models]
 
 
 def suite_figure(model_dir: Path) -> float | None:

@@ -4,7 +4,9 @@ Each score is a mean over items, with the standard error of that mean (n-1, as l
 of two models' scores has a combined standard error: where both scored the same items (their ids are kept
 per item, ``items`` in a result row), the paired one, the standard error of the per-item differences
 (``std(a_i - b_i, ddof=1) / sqrt(n)``: items both get right or both get wrong cancel, so it is smaller than
-the unpaired one when the models agree); otherwise ``sqrt(se_a² + se_b²)``. ``z`` is the difference over
+the unpaired one when the models agree); otherwise ``sqrt(se_a² + se_b²)``. Rows merged over several seeds
+(``aura.evaluation.seeds``) add their seed error, ``sqrt(se² + seed_se_a² + seed_se_b²)``: the items of
+one run cannot show how much another seed would move the score. ``z`` is the difference over
 that error; the verdict says it in words: within one standard error it is noise, beyond 1.96 (a two-sided
 p < 0.05 under the normal approximation) it is significant, between them it is not conclusive. When the
 paired differences do not vary (every changed item moved the same way), the exact sign test decides.
@@ -16,6 +18,7 @@ import math
 from typing import Any
 
 from aura.core.i18n import Messages
+from aura.evaluation.seeds import seed_stderr
 
 M = Messages(
     "significance",
@@ -32,6 +35,10 @@ M = Messages(
         "unknown": ("sin error estándar", "no standard error"),
         "paired": ("pareado, {n:ítem|ítems} comunes", "paired, {n:item|items} in common"),
         "unpaired": ("sin parear", "unpaired"),
+        "with_seeds": (
+            "más la dispersión entre semillas (±{se})",
+            "plus the spread between seeds (±{se})",
+        ),
         "title": ("¿Diferencia o ruido? {b} frente a {a}", "Difference or noise? {b} against {a}"),
         "h_task": ("tarea", "task"),
         "h_metric": ("métrica", "metric"),
@@ -93,6 +100,10 @@ def compare_rows(a: dict, b: dict) -> dict[str, Any]:
         out.update(paired=True, n=len(shared), stderr=paired_stderr(diffs), diff=sum(diffs) / len(diffs))
     elif _finite(a.get("stderr")) and _finite(b.get("stderr")):
         out["stderr"] = math.sqrt(a["stderr"] ** 2 + b["stderr"] ** 2)
+    seeds = [s for s in (seed_stderr(a), seed_stderr(b)) if s is not None]
+    if seeds and _finite(out["stderr"]):  # several seeds: their spread is noise the items do not show
+        out["seed_stderr"] = math.sqrt(sum(s * s for s in seeds))
+        out["stderr"] = math.sqrt(out["stderr"] ** 2 + out["seed_stderr"] ** 2)
     se, d = out["stderr"], out["diff"]
     if d is None or not _finite(se):
         out.update(z=None, p=None, verdict="unknown")
@@ -123,6 +134,10 @@ def compare_reports(a: dict, b: dict) -> list[dict[str, Any]]:
 def describe(c: dict[str, Any]) -> str:
     """The verdict in the reader's language, with how the error was computed."""
     how = M("paired", n=c["n"]) if c.get("paired") else M("unpaired")
+    if _finite(c.get("seed_stderr")):
+        from aura.core.i18n import num
+
+        how += ", " + M("with_seeds", se=num(c["seed_stderr"], ".4f"))
     return f"{M(c['verdict'])}; {how}" if c["verdict"] != "unknown" else M("unknown")
 
 

@@ -45,6 +45,7 @@ M = Messages(
         "h_metric": ("métrica", "metric"),
         "h_value": ("valor", "value"),
         "h_stderr": ("error estándar", "stderr"),
+        "h_seeds": ("entre semillas (desv., n)", "between seeds (std, n)"),
         "m_fertility": ("fertilidad (tokens/palabra)", "fertility"),
         "m_bits_per_byte": ("bits por byte", "bits_per_byte"),
         "answers": (
@@ -173,23 +174,36 @@ def _evaluate_model(cfg, model, tok, *, name: str, device: str, tasks: list[str]
         from aura.evaluation.harness import run_tasks
 
         console.info(M("harness", model=name, tasks=",".join(tasks)))
-        with console.library_stderr(drop=HARNESS_NOISE):
-            out = run_tasks(
-                model,
-                tok,
-                tasks,
-                include_paths=cfg.include_path,
-                limit=cfg.limit,
-                batch_size=cfg.batch_size,
-                max_length=model_max_length(model),
-                trust_task_code=cfg.trust_task_code,
-            )
-        report["rows"] += out["rows"]
+        runs = []
+        for k in range(getattr(cfg, "seeds", 1)):  # --seeds: the same tasks with lm-eval's seeds of run k
+            with console.library_stderr(drop=HARNESS_NOISE):
+                runs.append(
+                    run_tasks(
+                        model,
+                        tok,
+                        tasks,
+                        include_paths=cfg.include_path,
+                        limit=cfg.limit,
+                        batch_size=cfg.batch_size,
+                        max_length=model_max_length(model),
+                        trust_task_code=cfg.trust_task_code,
+                        seed=k,
+                    )
+                )
+        out = runs[0]
+        if len(runs) > 1:
+            from aura.evaluation.seeds import lm_eval_seeds, merge_row_lists
+
+            labels = [f"seed {lm_eval_seeds(k)['fewshot_random_seed']}" for k in range(len(runs))]
+            report["rows"] += merge_row_lists([r["rows"] for r in runs], labels)
+        else:
+            report["rows"] += out["rows"]
         report["harness"] = {
             "tasks": tasks,
             "version": out["harness_version"],
             "versions": out["versions"],
             "n_samples": out["n_samples"],
+            "seeds": len(runs),
         }
     if prompts:
         from aura.evaluation.answers import answer_prompts, shown
@@ -210,10 +224,38 @@ def _evaluate_model(cfg, model, tok, *, name: str, device: str, tasks: list[str]
     return report
 
 
+def _evaluate_entry(cfg, name: str, *, device: str, tasks: list[str], prompts: list) -> dict:
+    """One ``--model`` entry's report; a group of training seeds (``A1,A2,A3``) scored model by model and
+    merged into one (``aura.evaluation.seeds``), each model's answers to --prompts kept apart."""
+    from aura.evaluation.results import group_members
+
+    members = group_members(name)
+    reports = []
+    for member in members:
+        model, tok = load_model(
+            member, adapter=cfg.adapter, allow_other_base=cfg.allow_other_base, dtype=cfg.dtype, device=device
+        )
+        t0 = time.perf_counter()
+        report = _evaluate_model(cfg, model, tok, name=member, device=device, tasks=tasks, prompts=prompts)
+        report["seconds"] = time.perf_counter() - t0
+        reports.append(report)
+        del model
+    if len(reports) == 1:
+        return reports[0]
+    from aura.evaluation.seeds import merge_reports
+
+    merged = merge_reports(reports, members, name=name, kind="training")
+    merged["seconds"] = sum(r["seconds"] for r in reports)
+    merged.pop("answers", None)
+    if prompts:
+        merged["answers_by_model"] = {r["model"]: r.get("answers") for r in reports}
+    return merged
+
+
 def evaluate_tasks(cfg) -> list[dict]:
     """Run ``cfg.suite`` and/or ``cfg.tasks`` on every model of ``cfg``; print one table; write JSON."""
     from aura.core.atomic import atomic_write_json
-    from aura.evaluation.results import beside_model, stem_of
+    from aura.evaluation.results import beside_entry, stem_of
 
     label = cfg.suite or ("tasks" if cfg.tasks else "prompts")
     prompts = []
@@ -238,17 +280,11 @@ def evaluate_tasks(cfg) -> list[dict]:
     )
     reports = []
     for name in cfg.models:
-        model, tok = load_model(
-            name, adapter=cfg.adapter, allow_other_base=cfg.allow_other_base, dtype=cfg.dtype, device=device
-        )
-        t0 = time.perf_counter()
-        report = _evaluate_model(cfg, model, tok, name=name, device=device, tasks=tasks, prompts=prompts)
-        report["seconds"] = time.perf_counter() - t0
+        report = _evaluate_entry(cfg, name, device=device, tasks=tasks, prompts=prompts)
         reports.append(report)
-        del model
         if output is not None:
             continue
-        path = beside_model(name, stem_of(cfg))
+        path = beside_entry(name, stem_of(cfg))
         try:
             atomic_write_json(path, report)
             console.success(M("written", path=path))
@@ -275,10 +311,20 @@ def _metric_name(metric: str) -> str:
     return M(f"m_{metric}") if f"m_{metric}" in M.table else metric
 
 
+def _seed_spread(row: dict) -> str:
+    """``±0.0123 (3)``: the standard deviation of a merged row's value between its seeds, and how many."""
+    seeds = row.get("seeds") if isinstance(row.get("seeds"), dict) else None
+    if seeds is None:
+        return ""
+    return f"±{_fmt(seeds.get('std')) or '–'} ({len(seeds.get('runs') or [])})"
+
+
 def _print_table(cfg, reports: list[dict], label: str, tasks: list[str]) -> None:
     what = ", ".join([*([cfg.suite] if cfg.suite else []), *tasks])
     several = len(reports) > 1
+    seeds = any(isinstance(row.get("seeds"), dict) for r in reports for row in r["rows"])
     headers = [*([M("h_model")] if several else []), M("h_task"), M("h_metric"), M("h_value"), M("h_stderr"), "n"]
+    headers += [M("h_seeds")] if seeds else []
     rows = [
         [
             *([r["model"]] if several else []),
@@ -287,6 +333,7 @@ def _print_table(cfg, reports: list[dict], label: str, tasks: list[str]) -> None
             _fmt(row["value"]),
             _fmt(row["stderr"]),
             num(row["n"]),
+            *([_seed_spread(row)] if seeds else []),
         ]
         for r in reports
         for row in r["rows"]
