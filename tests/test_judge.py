@@ -241,6 +241,7 @@ def test_a_judge_that_is_down(tiny_zoo, tmp_path, silent):
         (["--judge", "http://127.0.0.1:9/v1"], "--judge needs --baseline"),
         (["--judge", "ftp://juez", "--baseline", "x"], "is not an http or https URL"),
         (["--prompts", "p.txt", "--judge-model", "juez"], "--judge-model only applies with --judge"),
+        (["--judge", "http://127.0.0.1:9/v1", "--baseline", ".", "--output", "r.json"], "Use --judge-out"),
     ],
 )
 def test_refusals(tiny_zoo, extra, needle):

@@ -63,6 +63,12 @@ M = Messages(
             "--judge necesita --baseline: la carpeta del modelo de referencia o un archivo con sus respuestas.",
             "--judge needs --baseline: the reference model's folder or a file of its answers.",
         ),
+        "judge_output": (
+            "--output nombra los resultados de --data, --suite, --tasks o --prompts; el juez escribe sus "
+            "veredictos en --judge-out (y el resumen al lado, con .json). Usa --judge-out.",
+            "--output names the results of --data, --suite, --tasks or --prompts; the judge writes its verdicts "
+            "to --judge-out (and the summary beside it, with .json). Use --judge-out.",
+        ),
         "group_needs_tasks": (
             "--model {group}: un grupo de modelos (una receta con varias semillas) se puntúa con --suite o "
             "--tasks, sin --data; para la perplejidad, da cada modelo por separado.",
@@ -344,6 +350,8 @@ class EvalConfig:
             raise AuraError(M("judge_one", n=len(self.members)))
         if not self.baseline:
             raise AuraError(M("judge_baseline"))
+        if self.output and not (self.data or self.suite or self.tasks or self.prompts):
+            raise AuraError(M("judge_output"))  # it would name nothing: refused, never ignored
         if not Path(self.baseline).exists():
             raise AuraError(M("no_data", path=self.baseline))
 
