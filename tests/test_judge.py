@@ -53,6 +53,16 @@ def test_parse_verdict(reply, verdict, error):
     assert jv.parse_verdict(reply) == (verdict, error)
 
 
+def test_api_root():
+    from aura.evaluation.judge_client import api_root
+
+    assert api_root("http://127.0.0.1:8000") == api_root("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000/v1"
+    assert api_root("http://h:8080/v1/chat/completions") == "http://h:8080/v1"
+    assert api_root("https://example.org/api/openai") == "https://example.org/api/openai"  # a path is kept
+    with pytest.raises(AuraError, match="is not an http or https URL"):
+        api_root("127.0.0.1:8000")
+
+
 def test_two_orders_rule_and_wilson_interval():
     # order AB: A is the model; BA: A is the baseline
     assert [jv.winner(v, "AB") for v in ("A", "B", "empate", None)] == ["model", "baseline", "tie", None]
