@@ -34,8 +34,9 @@ M = Messages(
         "need_model": ("Falta --model (uno o varios directorios).", "--model is missing (one or more dirs)."),
         "need_data": (
             "Falta qué evaluar: --data (directorio preparado o archivos de texto), --suite aura-es, "
-            "--tasks o --prompts.",
-            "Nothing to evaluate: give --data (prepared dir or text files), --suite aura-es, --tasks or --prompts.",
+            "--tasks, --prompts o --judge.",
+            "Nothing to evaluate: give --data (prepared dir or text files), --suite aura-es, --tasks, --prompts "
+            "or --judge.",
         ),
         "bad_suite": (
             "--suite {suite} no existe; la batería de Aura es aura-es.",
@@ -52,6 +53,22 @@ M = Messages(
             "or add {needs}.",
         ),
         "suite_or_tasks": ("--suite o --tasks", "--suite or --tasks"),
+        "judge_one": (
+            "--judge compara un solo --model con --baseline (recibidos {n}, o un --adapter): para comparar otro "
+            "modelo, lanza otra evaluación (o fusiona el adaptador con aura merge).",
+            "--judge compares a single --model with --baseline (got {n}, or an --adapter): to compare another "
+            "model, run another evaluation (or merge the adapter with aura merge).",
+        ),
+        "judge_baseline": (
+            "--judge necesita --baseline: la carpeta del modelo de referencia o un archivo con sus respuestas.",
+            "--judge needs --baseline: the reference model's folder or a file of its answers.",
+        ),
+        "judge_output": (
+            "--output nombra los resultados de --data, --suite, --tasks o --prompts; el juez escribe sus "
+            "veredictos en --judge-out (y el resumen al lado, con .json). Usa --judge-out.",
+            "--output names the results of --data, --suite, --tasks or --prompts; the judge writes its verdicts "
+            "to --judge-out (and the summary beside it, with .json). Use --judge-out.",
+        ),
         "group_needs_tasks": (
             "--model {group}: un grupo de modelos (una receta con varias semillas) se puntúa con --suite o "
             "--tasks, sin --data; para la perplejidad, da cada modelo por separado.",
@@ -148,6 +165,57 @@ class EvalConfig:
     max_new_tokens: int = arg(
         48, es="Máximo de tokens de cada respuesta a --prompts.", en="At most this many tokens per --prompts answer."
     )
+    judge: str = arg(
+        "",
+        es="URL de un servidor compatible con OpenAI que hace de juez (aura serve, vLLM, servidor de "
+        "llama.cpp o una API alojada, p. ej. http://127.0.0.1:8000/v1): compara las respuestas de --model "
+        "con las de --baseline a las preguntas de --judge-prompts, en los dos órdenes. La clave, si hace "
+        "falta, se lee de AURA_JUDGE_API_KEY u OPENAI_API_KEY.",
+        en="URL of an OpenAI-compatible server acting as judge (aura serve, vLLM, llama.cpp's server or a "
+        "hosted API, e.g. http://127.0.0.1:8000/v1): it compares --model's answers with --baseline's to the "
+        "--judge-prompts prompts, in both orders. A key, if needed, is read from AURA_JUDGE_API_KEY or "
+        "OPENAI_API_KEY.",
+        metavar="URL",
+    )
+    judge_model: str = arg(
+        "",
+        es="Nombre del modelo juez en el servidor (por defecto, el único que lista /v1/models).",
+        en="The judge model's name on the server (default: the only one /v1/models lists).",
+    )
+    baseline: str = arg(
+        "",
+        es="Con --judge: el modelo de referencia (una carpeta de modelo) o un archivo con sus respuestas "
+        '(JSONL con "id" y "answer", o el JSON de aura eval --prompts).',
+        en="With --judge: the reference model (a model folder) or a file of its answers (JSONL with "
+        '"id" and "answer", or the JSON of aura eval --prompts).',
+    )
+    judge_prompts: str = arg(
+        "",
+        es="Preguntas para el juez (JSONL con id, category, prompt y notes opcional; por defecto las de "
+        "Aura en español: aura/resources/eval/judge_es.jsonl).",
+        en="Prompts for the judge (JSONL with id, category, prompt and optional notes; default: Aura's "
+        "Spanish ones, aura/resources/eval/judge_es.jsonl).",
+    )
+    judge_out: str = arg(
+        "",
+        es="Archivo JSONL con cada veredicto (por defecto MODELO.eval-judge.jsonl junto al modelo); si ya "
+        "existe, se reanuda: no se vuelve a preguntar lo que ya tiene. El resumen va al mismo nombre con .json.",
+        en="JSONL file of every verdict (default MODEL.eval-judge.jsonl beside the model); if it exists, the "
+        "run resumes: what it holds is not asked again. The summary goes to the same name with .json.",
+    )
+    judge_max_tokens: int = arg(
+        512, es="Máximo de tokens de cada respuesta del juez.", en="At most this many tokens per judge reply."
+    )
+    judge_attempts: int = arg(
+        3,
+        es="Intentos por petición al juez: una respuesta sin veredicto válido o un fallo de conexión se "
+        "repite hasta este número de veces (con espera creciente si es la conexión).",
+        en="Attempts per judge request: a reply without a valid verdict or a connection failure is retried "
+        "up to this many times in all (with a growing wait for the connection).",
+    )
+    judge_timeout: float = arg(
+        120.0, es="Segundos de espera por respuesta del juez.", en="Seconds to wait for each judge reply."
+    )
     include_path: list[str] = arg(
         [], es="Directorios con tareas YAML propias para --tasks.", en="Dirs of your own YAML tasks for --tasks."
     )
@@ -213,7 +281,7 @@ class EvalConfig:
         self.models = [*self.model, *self.compare]
         if not self.models:
             raise AuraError(M("need_model"))
-        if not (self.data or self.suite or self.tasks or self.prompts):
+        if not (self.data or self.suite or self.tasks or self.prompts or self.judge):
             raise AuraError(M("need_data"))
         if self.suite and self.suite != "aura-es":
             raise AuraError(M("bad_suite", suite=self.suite))
@@ -225,7 +293,8 @@ class EvalConfig:
             ("--seq-len", self.seq_len != 0, bool(self.data), "--data"),
             ("--stride", self.stride != 0, bool(self.data), "--data"),
             ("--max-tokens", self.max_tokens != 0, bool(self.data), "--data"),
-            ("--max-new-tokens", self.max_new_tokens != 48, bool(self.prompts), "--prompts"),
+            ("--max-new-tokens", self.max_new_tokens != 48, bool(self.prompts or self.judge), "--prompts/--judge"),
+            *self._judge_flags(),
             ("--seeds", self.seeds != 1, bool(self.tasks), "--tasks"),
         ):
             if given and not applies:  # a flag the others make pointless is refused, never ignored silently
@@ -242,16 +311,49 @@ class EvalConfig:
             ("--limit", self.limit, self.limit >= 0, "≥ 0"),
             ("--batch-size", self.batch_size, self.batch_size >= 1, "≥ 1"),
             ("--max-new-tokens", self.max_new_tokens, self.max_new_tokens >= 1, "≥ 1"),
+            ("--judge-max-tokens", self.judge_max_tokens, self.judge_max_tokens >= 1, "≥ 1"),
+            ("--judge-attempts", self.judge_attempts, self.judge_attempts >= 1, "≥ 1"),
+            ("--judge-timeout", self.judge_timeout, self.judge_timeout > 0, "> 0"),
             ("--seeds", self.seeds, 1 <= self.seeds <= 100, "1…100"),
         ):
             if not ok:
                 raise AuraError(M("bad_value", field=field, value=value, expected=expected))
         if self.seq_len and self.stride > self.seq_len:
             raise AuraError(M("bad_value", field="--stride", value=self.stride, expected=f"≤ {self.seq_len}"))
+        if self.judge:
+            self._check_judge()
         if self.include_path:  # task code is refused before any model is loaded
             from aura.evaluation.harness import check_include_paths
 
             check_include_paths(self.include_path, trust_task_code=self.trust_task_code)
+
+    def _judge_flags(self) -> list[tuple]:
+        """The --judge options, each refused without --judge."""
+        return [
+            (flag, given, bool(self.judge), "--judge")
+            for flag, given in (
+                ("--judge-model", bool(self.judge_model)),
+                ("--baseline", bool(self.baseline)),
+                ("--judge-prompts", bool(self.judge_prompts)),
+                ("--judge-out", bool(self.judge_out)),
+                ("--judge-max-tokens", self.judge_max_tokens != 512),
+                ("--judge-attempts", self.judge_attempts != 3),
+                ("--judge-timeout", self.judge_timeout != 120.0),
+            )
+        ]
+
+    def _check_judge(self) -> None:
+        from aura.evaluation.judge_client import api_root
+
+        api_root(self.judge)  # an address that is not http(s) is refused here
+        if len(self.members) != 1 or self.adapter:  # one model: not several, nor a group of seeds
+            raise AuraError(M("judge_one", n=len(self.members)))
+        if not self.baseline:
+            raise AuraError(M("judge_baseline"))
+        if self.output and not (self.data or self.suite or self.tasks or self.prompts):
+            raise AuraError(M("judge_output"))  # it would name nothing: refused, never ignored
+        if not Path(self.baseline).exists():
+            raise AuraError(M("no_data", path=self.baseline))
 
 
 @dataclass
@@ -387,12 +489,29 @@ def evaluate(cfg: EvalConfig) -> int:
         if flag.startswith("--"):  # beside a model a write that fails is only a warning (aura.evaluation.task_scores)
             check_writable(path, flag=flag)
         check_output_file(path, flag=flag, overwrite=cfg.overwrite, inputs=inputs)
+    if cfg.judge:
+        from aura.evaluation.judge import judge_paths, verdicts_file_ours
+
+        jsonl, summary = judge_paths(cfg)
+        for path, flag, ours in ((jsonl, "--judge-out", verdicts_file_ours), (summary, "--judge-out", None)):
+            check_writable(path, flag=flag)  # the JSONL is resumed (appended to) when it is Aura's
+            check_output_file(
+                path,
+                flag=flag,
+                overwrite=cfg.overwrite,
+                inputs=[*inputs, cfg.baseline, cfg.judge_prompts],
+                **({"ours": ours} if ours else {}),
+            )
     if cfg.suite or cfg.tasks or cfg.prompts:
         from aura.evaluation.task_scores import evaluate_tasks
 
         evaluate_tasks(cfg)
     if cfg.data:
         evaluate_perplexity(cfg)
+    if cfg.judge:
+        from aura.evaluation.judge import run_judge
+
+        run_judge(cfg)
     return 0
 
 
