@@ -65,7 +65,9 @@ def xnli_rows() -> list[dict]:
     return [
         {
             "premise": f"{city} es la capital de {country}.",
-            "hypothesis": [f"{country} tiene capital.", "Hace frío en la luna.", f"{city} no está en {country}."][i % 3],
+            "hypothesis": [f"{country} tiene capital.", "Hace frío en la luna.", f"{city} no está en {country}."][
+                i % 3
+            ],
             "label": i % 3,
         }
         for i, (city, country, _) in enumerate(PLACES[:6])

@@ -48,12 +48,11 @@ M = Messages(
         "hint": (
             " Para trabajar sin red, copia los datos a un directorio y pásalo con --suite-data DIR "
             "(docs/evaluation.md).",
-            " To work offline, copy the data into a folder and give it with --suite-data DIR "
-            "(docs/evaluation.en.md).",
+            " To work offline, copy the data into a folder and give it with --suite-data DIR (docs/evaluation.en.md).",
         ),
         "no_metric": (
             "La tarea {task} de lm-evaluation-harness {version} no da la métrica {metric} de la batería {suite}.",
-            "Task {task} of lm-evaluation-harness {version} reports no {metric}, the metric of suite {suite}.",
+            "lm-evaluation-harness {version} gives no {metric} for task {task}, the metric of suite {suite}.",
         ),
         "download_offline": (
             "--download-to: no se puede descargar sin conexión con el hub de Hugging Face ({why}). "
@@ -62,8 +61,9 @@ M = Messages(
             "with a network and copy {dir} here.",
         ),
         "mixed": (
-            "--suite-data: {dir} (tarea {task}) mezcla archivos .jsonl y .parquet; deja un solo formato.",
-            "--suite-data: {dir} (task {task}) mixes .jsonl and .parquet files; keep one format.",
+            "--suite-data: el directorio {dir} de la tarea {task} tiene archivos .jsonl y .parquet; deja "
+            "un solo formato.",
+            "--suite-data: the folder {dir} of task {task} holds both .jsonl and .parquet files; keep one format.",
         ),
         "downloaded": ("{path}: {n:fila|filas}.", "{path}: {n:row|rows}."),
     },
@@ -157,9 +157,7 @@ def eval_split(cfg: dict) -> str:
 
 def fewshot_split(cfg: dict) -> str | None:
     """The split lm-eval draws few-shot examples from (its own order: fewshot, training, validation, test)."""
-    return (
-        cfg.get("fewshot_split") or cfg.get("training_split") or cfg.get("validation_split") or cfg.get("test_split")
-    )
+    return cfg.get("fewshot_split") or cfg.get("training_split") or cfg.get("validation_split") or cfg.get("test_split")
 
 
 def dataset_dir(root: Path, cfg: dict) -> Path:
@@ -268,12 +266,17 @@ def plan_suite(name: str, *, data_dir: str = "", limit: int = 0) -> SuitePlan:
     tasks = suite_tasks(name, limit=limit)
     manager = task_manager([t.task for t in tasks], [])
     specs = task_specs(manager, tasks, suite=name, data_dir=data_dir)
+    if not data_dir:  # the hub's data: refused at once when it is neither cached nor reachable
+        from aura.evaluation.harness import check_data_reachable
+
+        check_data_reachable(manager, specs, hint=M("hint"))
     return SuitePlan(name, tasks, tuple(specs), manager, data_dir)
 
 
 def run_suite(model, tok, plan: SuitePlan, *, batch_size: int = 8, max_length: int = 0) -> dict:
     """lm-eval's scores of the suite on an already-loaded model: ``run_tasks``'s output whose rows are the
-    suite's metric of each task, each with ``suite``, ``num_fewshot`` and ``limit``."""
+    suite's metric of each task, each with ``suite``, ``num_fewshot`` (lm-eval's ``n-shot``) and ``limit``.
+    The pipeline's eval stage reaches it through ``aura.evaluation.evaluate.evaluate``."""
     import importlib.metadata
 
     from aura.evaluation.harness import run_tasks
@@ -295,7 +298,7 @@ def run_suite(model, tok, plan: SuitePlan, *, batch_size: int = 8, max_length: i
         if row is None:  # the suite names a metric this lm-eval version does not report
             version = importlib.metadata.version("lm_eval")
             raise AuraError(M("no_metric", task=t.task, version=version, metric=t.row_metric, suite=plan.name))
-        rows.append({**row, "suite": plan.name, "num_fewshot": t.num_fewshot, "limit": t.limit})
+        rows.append({**row, "suite": plan.name, "limit": t.limit})  # num_fewshot: what lm-eval says it used
     return {**out, "rows": rows}
 
 

@@ -175,9 +175,7 @@ def standard_suite_report(model, tok, plan, *, name: str, batch_size: int) -> tu
     return out["rows"], info
 
 
-def _evaluate_model(
-    cfg, model, tok, *, name: str, device: str, tasks: list[str], prompts: list, plan=None
-) -> dict:
+def _evaluate_model(cfg, model, tok, *, name: str, device: str, tasks: list[str], prompts: list, plan=None) -> dict:
     """One model's report: the suite's rows, lm-eval's tasks and the answers to ``--prompts``, as configured."""
     report = {
         "model": name,
@@ -189,9 +187,7 @@ def _evaluate_model(
         "rows": [],
     }
     if plan is not None:  # a standard suite of lm-eval tasks
-        report["rows"], report["suite"] = standard_suite_report(
-            model, tok, plan, name=name, batch_size=cfg.batch_size
-        )
+        report["rows"], report["suite"] = standard_suite_report(model, tok, plan, name=name, batch_size=cfg.batch_size)
     elif cfg.suite:
         console.info(M("scoring", model=name, suite=cfg.suite, n=sum(len(t.docs) for t in load_suite(cfg.limit))))
         rows, extra = suite_rows(model, tok, limit=cfg.limit, batch_size=cfg.batch_size)
@@ -275,9 +271,7 @@ def evaluate_tasks(cfg) -> list[dict]:
             name, adapter=cfg.adapter, allow_other_base=cfg.allow_other_base, dtype=cfg.dtype, device=device
         )
         t0 = time.perf_counter()
-        report = _evaluate_model(
-            cfg, model, tok, name=name, device=device, tasks=tasks, prompts=prompts, plan=plan
-        )
+        report = _evaluate_model(cfg, model, tok, name=name, device=device, tasks=tasks, prompts=prompts, plan=plan)
         report["seconds"] = time.perf_counter() - t0
         reports.append(report)
         del model
