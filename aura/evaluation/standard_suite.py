@@ -303,8 +303,12 @@ def run_suite(model, tok, plan: SuitePlan, *, batch_size: int = 8, max_length: i
 
 
 def download_suite(name: str, dest: str) -> list[Path]:
-    """Fill a ``--suite-data`` folder with every split suite ``name`` reads (``datasets``, from the hub)."""
-    from aura.core.atomic import atomic_write_text
+    """Fill a ``--suite-data`` folder with every split suite ``name`` reads (``datasets``, from the hub), as
+    parquet: the hub's schema travels with the file (JSON Lines would guess each split's column types on its
+    own, and a column empty in one split and not in another would not load)."""
+    import io
+
+    from aura.core.atomic import atomic_write_bytes
     from aura.core.console import info
     from aura.evaluation.harness import task_manager
     from aura.evaluation.task_data import hub_unreachable, offline_var
@@ -313,18 +317,16 @@ def download_suite(name: str, dest: str) -> list[Path]:
     host = None if offline else hub_unreachable()
     if offline or host:
         raise AuraError(M("download_offline", why=offline or host, dir=dest))
-    import json
-
     import datasets
 
     manager = task_manager([t.task for t in suite_tasks(name)], [])
     written = []
     for path, config, split, rel in expected_files(manager, name):
-        target = Path(dest) / rel
+        target = (Path(dest) / rel).with_suffix(".parquet")
         rows = datasets.load_dataset(path, config, split=split)
-        text = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(target, text)
+        buf = io.BytesIO()
+        rows.to_parquet(buf)
+        atomic_write_bytes(target, buf.getvalue())
         info(M("downloaded", path=target, n=len(rows)))
         written.append(target)
     return written
