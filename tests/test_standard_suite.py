@@ -234,3 +234,20 @@ def test_download_refused_offline(tmp_path):
     r = run_aura_here("eval", "--suite", "es-estandar", "--download-to", tmp_path / "d", env=OFFLINE)
     assert r.returncode == 2 and "--download-to: cannot download without the Hugging Face hub" in r.stderr
     assert not (tmp_path / "d").exists()
+
+
+def test_each_task_keeps_its_own_limit(tiny_zoo, monkeypatch):
+    """``run_tasks`` with a limit per task (how a suite sets its own): lm-eval runs once per limit, each task
+    scores its own number of documents, and every row says the few-shot count lm-eval used."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aura.evaluation.harness import run_tasks
+
+    for var, value in OFFLINE.items():
+        monkeypatch.setenv(var, value)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_zoo["llama"])).eval()
+    tok = AutoTokenizer.from_pretrained(str(tiny_zoo["llama"]))
+    out = run_tasks(model, tok, ["aura_es_causa_efecto", "aura_es_gramatica"], limits=[3, 5], batch_size=4)
+    seen = {(r["task"], r["metric"]): (r["n"], r["num_fewshot"], len(r["items"]["scores"])) for r in out["rows"]}
+    assert seen[("aura_es_causa_efecto", "acc")] == (3, 0, 3)
+    assert seen[("aura_es_gramatica", "acc")] == (5, 0, 5)
