@@ -32,9 +32,10 @@ M = Messages(
     {
         "need_model": ("Falta --model (uno o varios directorios).", "--model is missing (one or more dirs)."),
         "need_data": (
-            "Falta qué evaluar: --data (directorio preparado o archivos de texto), --suite aura-es, "
-            "--tasks o --prompts.",
-            "Nothing to evaluate: give --data (prepared dir or text files), --suite aura-es, --tasks or --prompts.",
+            "Falta qué evaluar: --data (directorio preparado o archivos de texto), --suite (aura-es, "
+            "es-estandar, es-estandar-rapida), --tasks o --prompts.",
+            "Nothing to evaluate: give --data (prepared dir or text files), --suite (aura-es, es-estandar, "
+            "es-estandar-rapida), --tasks or --prompts.",
         ),
         "adapter_one": (
             "--adapter se aplica a un solo --model (recibidos {n}).",
