@@ -19,6 +19,7 @@ configs are lm-eval's, only the loader changes (``datasets``' json/parquet build
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,10 @@ M = Messages(
             "Ejecútalo en un equipo con red y copia {dir} a este.",
             "--download-to: cannot download without the Hugging Face hub ({why}). Run it on a machine "
             "with a network and copy {dir} here.",
+        ),
+        "task_broken": (
+            "lm-evaluation-harness {version} no puede cargar la tarea {task} en este entorno ({error}).",
+            "lm-evaluation-harness {version} cannot load task {task} in this environment ({error}).",
         ),
         "mixed": (
             "--suite-data: el directorio {dir} de la tarea {task} tiene archivos .jsonl y .parquet; deja "
@@ -147,7 +152,11 @@ def task_config(manager, task: str) -> dict:
     from lm_eval.tasks._yaml_loader import load_yaml
 
     entry = manager.task_index[task]
-    return load_yaml(entry.yaml_path, resolve_func=True, recursive=True)
+    try:
+        return load_yaml(entry.yaml_path, resolve_func=True, recursive=True)
+    except Exception as e:  # noqa: BLE001 - e.g. its utils.py imports what this environment lacks
+        version = importlib.metadata.version("lm_eval")
+        raise AuraError(M("task_broken", task=task, version=version, error=f"{type(e).__name__}: {e}")) from e
 
 
 def eval_split(cfg: dict) -> str:
@@ -277,8 +286,6 @@ def run_suite(model, tok, plan: SuitePlan, *, batch_size: int = 8, max_length: i
     """lm-eval's scores of the suite on an already-loaded model: ``run_tasks``'s output whose rows are the
     suite's metric of each task, each with ``suite``, ``num_fewshot`` (lm-eval's ``n-shot``) and ``limit``.
     The pipeline's eval stage reaches it through ``aura.evaluation.evaluate.evaluate``."""
-    import importlib.metadata
-
     from aura.evaluation.harness import run_tasks
 
     out = run_tasks(
