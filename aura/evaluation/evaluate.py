@@ -121,12 +121,12 @@ class EvalConfig:
     )
     seeds: int = arg(
         1,
-        es="Repite cada tarea de --tasks o de --suite es-estandar[-rapida] con N semillas (las de lm-eval: ejemplos few-shot y muestreo) y "
-        "promedia cada ítem; la tabla muestra la dispersión entre semillas y --compare la suma al error. "
-        "Para semillas de entrenamiento, da un grupo como un modelo: --model A1,A2,A3.",
-        en="Repeat every task of --tasks or --suite es-estandar[-rapida] with N seeds (lm-eval's: few-shot examples and sampling) and average "
-        "each item; the table shows the spread between seeds and --compare adds it to the error. For "
-        "training seeds, give a group as one model: --model A1,A2,A3.",
+        es="Repite cada tarea de --tasks o de --suite es-estandar[-rapida] con N semillas (las de lm-eval: "
+        "ejemplos few-shot y muestreo) y promedia cada ítem; la tabla muestra la dispersión entre semillas y "
+        "--compare la suma al error. Para semillas de entrenamiento, da un grupo como un modelo: --model A1,A2,A3.",
+        en="Repeat every task of --tasks or --suite es-estandar[-rapida] with N seeds (lm-eval's: few-shot examples "
+        "and sampling) and average each item; the table shows the spread between seeds and --compare adds it to "
+        "the error. For training seeds, give a group as one model: --model A1,A2,A3.",
     )
     adapter: str = arg("", es="Adaptador LoRA que se aplica sobre --model.", en="LoRA adapter applied on --model.")
     data: str = arg(
