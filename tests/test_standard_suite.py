@@ -93,6 +93,9 @@ DATA = {
     "xnli_es": ("facebook/xnli/es", "validation", xnli_rows),
     "openbookqa_es": ("BSC-LT/openbookqa-es/default", "test", openbookqa_rows),
 }
+# the split each 5-shot task draws its examples from, when it is not the scored one (lm-eval's order: the
+# training split, else the validation split)
+FEWSHOT = {"xstorycloze_es": "train", "openbookqa_es": "validation"}
 
 
 def write_jsonl(path, rows) -> None:
@@ -103,8 +106,10 @@ def write_jsonl(path, rows) -> None:
 @pytest.fixture
 def suite_data(tmp_path):
     root = tmp_path / "datos"
-    for folder, split, rows in DATA.values():
+    for task, (folder, split, rows) in DATA.items():
         write_jsonl(root / folder / f"{split}.jsonl", rows())
+        if task in FEWSHOT:  # the examples: the same rows, another split
+            write_jsonl(root / folder / f"{FEWSHOT[task]}.jsonl", rows())
     return root
 
 
@@ -121,14 +126,15 @@ def reference_scores(model_dir, root, tmp_path) -> dict:
     ref_dir.mkdir()
     for t in FAST:
         folder, split, _ = DATA[t.task]
+        splits = [split, *([FEWSHOT[t.task]] if t.task in FEWSHOT else [])]
         cfg = {
             "include": str(index[t.task].yaml_path),
             "task": f"ref_{t.task}",
             "dataset_path": "json",
             "dataset_name": None,
-            "dataset_kwargs": {"data_files": {split: str(root / folder / f"{split}.jsonl")}},
-            "training_split": None,
-            "validation_split": split if split != "test" else None,
+            "dataset_kwargs": {"data_files": {s: str(root / folder / f"{s}.jsonl") for s in splits}},
+            "training_split": "train" if "train" in splits else None,
+            "validation_split": next((s for s in splits if s in ("validation", "eval")), None),
             "num_fewshot": t.num_fewshot,
         }
         (ref_dir / f"ref_{t.task}.yaml").write_text(json.dumps(cfg), encoding="utf-8")  # JSON is YAML
