@@ -94,14 +94,13 @@ class SuiteTask:
 FAST_LIMIT = 250  # documents per task of the fast suite: ~1,000 in all, a minute or two on a GPU for a 1B model
 
 # Full suite. Log-likelihood tasks 0-shot where the task scores a natural continuation (the convention of the
-# papers that introduced the multilingual versions: XGLM for XStoryCloze/XNLI/PAWS-X), except XStoryCloze and
-# OpenBookQA, 5-shot acc as Salamandra's model card publishes them (lm-eval, SpanishBench): the one published
-# lm-eval setting found for these tasks, so those reference rows compare (aura.evaluation.references);
-# few-shot where the answer is a letter or a number whose format the model must be shown (Belebele, MMLU,
-# MGSM), and the Open LLM Leaderboard's counts for the Okapi translations of ARC and HellaSwag. Left out: spanish_bench's copa_es and
-# its xnli/paws variants, whose shared utils.py imports a module transformers 5 removed
-# (transformers.data.metrics), so lm-eval cannot load them next to Aura; xnli_es and paws_es are lm-eval's
-# original tasks on the same data.
+# paper that used XNLI and PAWS-X for multilingual models, XGLM); XStoryCloze and OpenBookQA 5-shot acc, as
+# Salamandra's model card publishes them (lm-eval, SpanishBench): the one published lm-eval setting found for
+# them, so those reference rows compare (aura.evaluation.references); few-shot where the answer is a letter or
+# a number whose format the model must be shown (Belebele, MMLU, MGSM); the Open LLM Leaderboard's counts for
+# the Okapi translations of ARC and HellaSwag. Left out: spanish_bench's copa_es and its xnli/paws variants,
+# whose shared utils.py imports a module transformers 5 removed (transformers.data.metrics), so lm-eval cannot
+# load them next to Aura; xnli_es and paws_es are lm-eval's original tasks on the same data.
 FULL: tuple[SuiteTask, ...] = (
     SuiteTask("belebele_spa_Latn", 5, "acc"),  # reading comprehension, 900 questions, answer letter A-D
     SuiteTask("xstorycloze_es", 5, "acc"),  # commonsense: the story's right ending; 5-shot acc as Salamandra's card
