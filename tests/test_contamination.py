@@ -279,3 +279,31 @@ def test_an_lm_eval_task_with_local_data_is_checked_and_one_on_the_hub_is_named(
     found = check_stage(tmp_path / "out", pipeline, pipeline.stage("eval"))
     assert found["tasks"]["mis_capitales_largas"]["seen_ids"] == ["1"] and found["items"] == 2
     assert found["tasks_not_read"] == {"xnli_es": ["facebook/xnli"]}
+
+
+def test_a_standard_suite_stage_is_checked_as_its_lm_eval_tasks(tmp_path, monkeypatch):
+    """An eval stage with ``suite: es-estandar-rapida`` is checked as the suite's lm-eval tasks: offline, with no
+    data here, each task is named with its hub dataset instead of failing the report."""
+    pytest.importorskip("lm_eval")
+    from aura.evaluation.standard_suite import SUITES
+    from aura.pipeline import spec
+    from aura.pipeline.eval_contamination import check_stage
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text(json.dumps({"prompt": "Hola", "completion": "Buenos días"}) + "\n")
+    yaml = tmp_path / "p.yaml"
+    yaml.write_text(f"""stages:
+  - name: sft
+    command: finetune
+    options: {{base_model: "{tmp_path}", data: "{sft}", device: cpu}}
+  - name: eval
+    command: eval
+    options: {{model: [sft.final], suite: es-estandar-rapida}}
+""")
+    pipeline = spec.resolve(spec.load(str(yaml)), tmp_path / "out")
+    (tmp_path / "out" / "eval").mkdir(parents=True)
+    found = check_stage(tmp_path / "out", pipeline, pipeline.stage("eval"))
+    assert set(found["tasks_not_read"]) == {t.task for t in SUITES["es-estandar-rapida"]}
+    assert found["tasks_not_read"]["belebele_spa_Latn"] == ["facebook/belebele"] and found["items"] == 0
