@@ -124,10 +124,15 @@ def test_the_pipeline_checks_the_stages_that_made_the_model_and_the_card_says_so
     for stage in pipeline.stages:
         state.update(stage.name, status=FINISHED)
         (out / stage.name).mkdir(parents=True, exist_ok=True)
+    from aura.evaluation.references import annotate
+
+    story = {"task": "xstorycloze_es", "metric": "acc", "num_fewshot": 5, "value": 0.61, "stderr": 0.01, "n": 1511}
+    annotate([story])  # as aura eval writes a standard suite's row: with the published scores of its task
     for name, model in (("eval-base", "pretrain"), ("eval-sft", "sft")):
         row = {"task": "aura_es_lectura", "metric": "acc", "value": 0.5, "stderr": 0.19, "n": 8}
+        rows = [row, story] if name == "eval-sft" else [row]
         (out / name / "final.eval-aura-es.limit8.json").write_text(
-            json.dumps({"results": [{"model": str(out / model / "final"), "rows": [row]}]})
+            json.dumps({"results": [{"model": str(out / model / "final"), "rows": rows}]})
         )
     data = report.write(out, pipeline, state)
     base = json.loads((out / "eval-base" / "contamination.json").read_text())
@@ -143,6 +148,9 @@ def test_the_pipeline_checks_the_stages_that_made_the_model_and_the_card_says_so
     # the same difference twice: the card marks it as noise
     assert "Difference or noise?" in md and "≤ 1 standard error); unpaired" in md
     assert "0.5000 ≈" in md
+    # beside the sft model's standard-suite row, the published score measured the same way (Salamandra's card)
+    assert "Published references measured the same way" in md
+    assert "| sft | xstorycloze_es/acc | 0.6100 ± 0.0100 | BSC-LT/salamandra-2b | 0.6473 |" in md
     assert {m["stage"]: m["contamination"]["seen"] for m in data["models"]} == {"pretrain": 0, "sft": seen}
     mtime = (out / "eval-sft" / "contamination.json").stat().st_mtime_ns
     report.write(out, pipeline, state)  # nothing changed: the check is not run again
