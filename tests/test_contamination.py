@@ -147,7 +147,7 @@ def test_the_pipeline_checks_the_stages_that_made_the_model_and_the_card_says_so
     assert "| pretrain | 0 of 40 |" in md and f"| sft | {seen} of 40 |" in md and item.id in md
     # the same difference twice: the card marks it as noise
     assert "Difference or noise?" in md and "≤ 1 standard error); unpaired" in md
-    assert "0.5000 ≈" in md
+    assert "0.5000 ± 0.1900 ≈" in md  # each score with its standard error
     # beside the sft model's standard-suite row, the published score measured the same way (Salamandra's card)
     assert "Published references measured the same way" in md
     assert "| sft | xstorycloze_es/acc | 0.6100 ± 0.0100 | BSC-LT/salamandra-2b | 0.6473 |" in md

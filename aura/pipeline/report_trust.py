@@ -53,7 +53,7 @@ M = Messages(
     },
 )
 
-SCORED = ("acc", "exact_match")
+SCORED = ("acc", "acc_norm", "exact_match")  # means over items: a difference has a standard error
 
 
 def collect_trust(
