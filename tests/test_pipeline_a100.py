@@ -75,7 +75,7 @@ def test_a100_plan_prints_the_split_of_72_hours_and_its_stages():
     assert rows["pretrain"]["auto picks"].startswith("qwen3-500m (batch 8 × 4")
     chosen = re.search(
         r"^    pretrain: size for the budget: 'qwen3-500m' \(501 M parameters\), ~([\d.]+) B tokens in 58 h, "
-        r"(\d+) tokens per parameter \(compute-optimal ≈ 20, Chinchilla\)$",
+        r"(\d+) per parameter \(compute-optimal ≈ 20, Chinchilla\)$",
         out,
         flags=re.M,
     )

@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aura.core.i18n import Messages, num
+from aura.core.i18n import Messages, current_lang, num
 
 COMPUTE_OPTIMAL_TOKENS_PER_PARAM = 20.0  # Hoffmann et al. 2022 (Chinchilla), table 3: ~20 tokens per parameter
 MIN_TOKENS_PER_PARAM = 10.0  # "not far below" the optimum: half of it
@@ -34,32 +34,34 @@ M = Messages(
     "size_budget",
     {
         "reason": (
-            "{device}: con {hours} h a ~{tflops} TFLOP/s ({mfu} % del pico), '{preset}' ({params} parámetros) "
-            "entrena ~{tokens} tokens, {tpp} por parámetro: el más cercano al óptimo en cómputo (~{opt} por "
-            "parámetro, Chinchilla) entre los presets que caben en memoria; lote {batch}{ckpt}, ~{need} GiB.",
-            "{device}: with {hours} h at ~{tflops} TFLOP/s ({mfu} % of peak), '{preset}' ({params} parameters) "
-            "trains ~{tokens} tokens, {tpp} per parameter: the closest to compute-optimal (~{opt} per parameter, "
-            "Chinchilla) among the presets that fit memory; batch {batch}{ckpt}, ~{need} GiB.",
+            "{device}: con {hours} h a ~{tflops} TFLOP/s ({mfu} % del pico), '{preset}' "
+            "({params:parámetro|parámetros}) entrena ~{tokens:token|tokens}, {tpp} por parámetro: el más cercano "
+            "al óptimo en cómputo (~{opt} por parámetro, Chinchilla) entre los presets que caben en memoria; "
+            "lote {batch}{ckpt}, ~{need} GiB.",
+            "{device}: with {hours} h at ~{tflops} TFLOP/s ({mfu} % of peak), '{preset}' "
+            "({params:parameter|parameters}) trains ~{tokens:token|tokens}, {tpp} per parameter: the closest to "
+            "compute-optimal (~{opt} per parameter, Chinchilla) among the presets that fit memory; "
+            "batch {batch}{ckpt}, ~{need} GiB.",
         ),
         "chosen": (
-            "tamaño para el presupuesto: '{preset}' ({params} parámetros), ~{tokens} tokens en {hours} h, "
-            "{tpp} tokens por parámetro (óptimo en cómputo ≈ {opt}, Chinchilla)",
-            "size for the budget: '{preset}' ({params} parameters), ~{tokens} tokens in {hours} h, "
-            "{tpp} tokens per parameter (compute-optimal ≈ {opt}, Chinchilla)",
+            "tamaño para el presupuesto: '{preset}' ({params:parámetro|parámetros}), ~{tokens:token|tokens} en "
+            "{hours} h, {tpp} por parámetro (óptimo en cómputo ≈ {opt}, Chinchilla)",
+            "size for the budget: '{preset}' ({params:parameter|parameters}), ~{tokens:token|tokens} in {hours} h, "
+            "{tpp} per parameter (compute-optimal ≈ {opt}, Chinchilla)",
         ),
         "above": (
-            "mayor: '{preset}' ({params}): ~{tokens} tokens, {tpp} por parámetro",
-            "larger: '{preset}' ({params}): ~{tokens} tokens, {tpp} per parameter",
+            "mayor: '{preset}' ({params}): ~{tokens:token|tokens}, {tpp} por parámetro",
+            "larger: '{preset}' ({params}): ~{tokens:token|tokens}, {tpp} per parameter",
         ),
         "below": (
-            "menor: '{preset}' ({params}): ~{tokens} tokens, {tpp} por parámetro",
-            "smaller: '{preset}' ({params}): ~{tokens} tokens, {tpp} per parameter",
+            "menor: '{preset}' ({params}): ~{tokens:token|tokens}, {tpp} por parámetro",
+            "smaller: '{preset}' ({params}): ~{tokens:token|tokens}, {tpp} per parameter",
         ),
         "too_small": (
-            "El presupuesto de {hours} h no da a ningún preset ni {min} tokens por parámetro (el más pequeño, "
+            "El presupuesto de {hours} h no da a ningún preset ni {min:token|tokens} por parámetro (el más pequeño, "
             "'{preset}', recibe {tpp}): se usa '{preset}', pero aprenderá poco. Da más horas con --time-budget "
             "o elige un tamaño con --model-preset.",
-            "The {hours} h budget gives no preset even {min} tokens per parameter (the smallest, '{preset}', "
+            "The {hours} h budget gives no preset even {min:token|tokens} per parameter (the smallest, '{preset}', "
             "gets {tpp}): using '{preset}', but it will learn little. Give more hours with --time-budget or "
             "pick a size with --model-preset.",
         ),
@@ -181,9 +183,13 @@ def no_peak_note() -> str:
 
 
 def human(n: float) -> str:
-    """``501011968`` -> ``501 M``, ``8.67e9`` -> ``8.67 B`` (decimal sign of the language)."""
+    """``501011968`` -> ``501 M``, ``8.67e9`` -> ``8.67 B`` (decimal sign of the language; in Spanish, where a
+    "billón" is 10¹², ``8,67·10⁹``)."""
+    spanish = current_lang() == "es"
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(n) >= scale:
+            if spanish and scale >= 1e9:
+                return f"{num(n / scale, '.3g')}·10{'¹²' if scale == 1e12 else '⁹'}"
             return f"{num(n / scale, '.3g')} {unit}"
     return num(n, ".3g")
 
