@@ -97,3 +97,15 @@ def test_pretrain_says_the_reason_under_auto_and_a_time_budget(capsys):
     assert "smaller: 'qwen3-medium' (349 M): ~12.5 B tokens, 36 per parameter" in out
     two = _resolve(cfg, A100, device_type="cpu", devices=2)[1]  # twice the compute: a larger optimum
     assert spec_parameters(two, 32000) >= spec_parameters(spec, 32000)
+
+
+def test_a_resumed_run_keeps_its_size_whatever_its_budget_now_says(capsys):
+    """A WSD branch point may change --time-budget on resume; the model cannot change: the checkpoint's preset
+    (``keep``) stays, and the reason says so."""
+    longer = choose_auto(A100, time_budget_h=300)
+    assert longer.preset == "qwen3-72h"  # 300 h: 14 tokens per parameter for 1.26 B (0.5 B: 90)
+    kept = choose_auto(A100, time_budget_h=300, keep="qwen3-500m")
+    assert kept.preset == "qwen3-500m" and kept.size.chosen.preset == "qwen3-500m"
+    assert kept.size.chosen.tokens_per_param == pytest.approx(_tokens_per_param("qwen3-500m", 300), rel=1e-9)
+    assert "resuming the checkpoint's model, 'qwen3-500m'" in kept.reason
+    assert choose_auto(A100, time_budget_h=58, keep="qwen3-500m").reason == choose_auto(A100, time_budget_h=58).reason

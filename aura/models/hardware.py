@@ -536,7 +536,14 @@ def _tiny_choice(info: HardwareInfo, precision: str, vocab_size: int, reason: st
 
 
 def _choose_for_budget(
-    info: HardwareInfo, *, hours: float, devices: int, precision: str, vocab_size: int, budget: int
+    info: HardwareInfo,
+    *,
+    hours: float,
+    devices: int,
+    precision: str,
+    vocab_size: int,
+    budget: int,
+    keep: str | None = None,
 ) -> AutoChoice | None:
     """The size rule (aura.models.size_budget) over BUDGET_LADDER's presets that fit memory; None when the
     device's peak is unknown or nothing fits."""
@@ -556,6 +563,9 @@ def _choose_for_budget(
         n = spec_parameters(PRESETS[preset], vocab_size)
         options.append(SizeOption(preset, n, budget_tokens(n, flops, hours * 3600)))
     size = pick_size(options, hours * 3600)
+    kept = keep in fitted and keep != size.chosen.preset
+    if kept:  # a resumed run keeps its model whatever its budget now says
+        size = replace(size, chosen=next(o for o in size.options if o.preset == keep))
     fit = fitted[size.chosen.preset]
     why = budget_reason(
         size,
@@ -565,6 +575,7 @@ def _choose_for_budget(
         batch=fit[0],
         ckpt=M("ckpt") if fit[1] else "",
         need=fit[2].total / GIB,
+        kept=kept,
     )
     return _gpu_choice(size.chosen.preset, fit, precision, why, size)
 
@@ -576,10 +587,12 @@ def choose_auto(
     usable_fraction: float = 0.9,
     time_budget_h: float | None = None,
     devices: int | None = None,
+    keep: str | None = None,
 ) -> AutoChoice:
     """The preset, batch, accumulation, precision and checkpointing `auto` picks for ``info``: with
     ``time_budget_h`` (a run that ends on its budget) and a known peak, the size the budget can train on
-    ``devices`` (default: ``info.count``) of them (aura.models.size_budget); otherwise the largest that fits."""
+    ``devices`` (default: ``info.count``) of them (aura.models.size_budget), or ``keep`` (a resumed run's preset)
+    when it is one of the sizes the budget chooses between and fits; otherwise the largest that fits."""
     info = detect() if info is None else info
     precision = default_precision(info)
     budget = int(info.memory_bytes * usable_fraction)
@@ -591,6 +604,7 @@ def choose_auto(
             precision=precision,
             vocab_size=vocab_size,
             budget=budget,
+            keep=keep,
         )
         if by_budget is not None:
             return by_budget

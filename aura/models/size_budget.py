@@ -49,6 +49,14 @@ M = Messages(
             "size for the budget: '{preset}' ({params:parameter|parameters}), ~{tokens:token|tokens} in {hours} h, "
             "{tpp} per parameter (compute-optimal ≈ {opt}, Chinchilla)",
         ),
+        "kept": (
+            "{device}: se reanuda el modelo del checkpoint, '{preset}' ({params:parámetro|parámetros}; una "
+            "ejecución no cambia de tamaño): con {hours} h entrena ~{tokens:token|tokens}, {tpp} por parámetro; "
+            "lote {batch}{ckpt}, ~{need} GiB.",
+            "{device}: resuming the checkpoint's model, '{preset}' ({params:parameter|parameters}; a run keeps "
+            "its size): with {hours} h it trains ~{tokens:token|tokens}, {tpp} per parameter; batch {batch}{ckpt}, "
+            "~{need} GiB.",
+        ),
         "above": (
             "mayor: '{preset}' ({params}): ~{tokens:token|tokens}, {tpp} por parámetro",
             "larger: '{preset}' ({params}): ~{tokens:token|tokens}, {tpp} per parameter",
@@ -157,13 +165,24 @@ def budget_hours(time_budget: float | None, lr_schedule: str | None) -> float | 
 
 
 def budget_reason(
-    choice: SizeChoice, *, device: str, flops_per_s: float, peak: float, batch: int, ckpt: str, need: float
+    choice: SizeChoice,
+    *,
+    device: str,
+    flops_per_s: float,
+    peak: float,
+    batch: int,
+    ckpt: str,
+    need: float,
+    kept: bool = False,
 ):
     """``AutoChoice.reason`` for a size chosen by the budget (``aura pretrain``'s line); the warning when the
-    budget is too small for every size."""
+    budget is too small for every size; ``kept``: the size is a resumed checkpoint's, not the rule's."""
+    c = choice.chosen
+    if kept:
+        hours = _g(choice.seconds / 3600)
+        return M("kept", device=device, hours=hours, batch=batch, ckpt=ckpt, need=round(need, 1), **_fields(c))
     if not choice.sensible:
         return choice.warning()
-    c = choice.chosen
     return M(
         "reason",
         device=device,
