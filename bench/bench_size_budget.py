@@ -184,7 +184,8 @@ def report(results: dict, chosen: str, larger: str | None, smaller: str | None) 
 
 # reproduce: --corpus /tmp/bench_es.txt --budget 150 --out /tmp/size-budget
 # reproduce-needs: file:/tmp/bench_es.txt
-# reproduce-quick: --out {tmp} --budget 4 --probe-steps 3 --rungs q32,q48,q64,q96,q128 --eval-batches 2 --vocab 300
+# reproduce-quick: --corpus aura/resources/corpus_es/enciclopedia.txt --out {tmp} --budget 4 --probe-steps 3 \
+#     --rungs q32,q48,q64,q96,q128 --eval-batches 2 --vocab 300
 
 if __name__ == "__main__":
     main()
