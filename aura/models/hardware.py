@@ -5,8 +5,9 @@ when known and where that figure comes from). ``estimate_memory`` is the memory 
 weights, gradients and AdamW states, activations with and without gradient checkpointing, and the
 logits, by precision. ``choose_auto(info)`` walks the presets from the largest down and returns the
 first (preset, batch, checkpointing) that fits, with the reason; with a time budget and a known peak,
-the size the budget can train (``aura.models.size_budget``: ~20 tokens per parameter) among those that fit. All three are pure (no side effects,
-nothing printed) so ``aura doctor`` can call them freely. The tiers are tabulated in docs/presets.md.
+the size the budget can train (``aura.models.size_budget``: ~20 tokens per parameter) among those that fit.
+All three are pure (no side effects, nothing printed) so ``aura doctor`` can call them freely. The tiers are
+tabulated in docs/presets.md.
 """
 
 from __future__ import annotations
