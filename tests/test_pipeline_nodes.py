@@ -70,7 +70,9 @@ def _json(path: Path) -> dict:
 def test_plan_says_where_each_stage_runs_and_how_the_link_is_chosen():
     """lan-5-nodes on node 2 of 5: the layout, and `comm: auto`'s measurement in the plan (nothing runs)."""
     e = {"NNODES": "5", "NODE_RANK": "2", "GPUS_PER_NODE": "1", "MASTER_ADDR": "192.168.1.50"}
-    proc = run_aura_here("pipeline", "plan", "lan-5-nodes", "--assume", "RTX 4090 24GB", env=e)
+    # one size on both sides (auto would size the model for five GPUs' budget: aura.models.size_budget)
+    same = ["--set", "pretrain.model_preset=qwen3-medium"]
+    proc = run_aura_here("pipeline", "plan", "lan-5-nodes", "--assume", "RTX 4090 24GB", *same, env=e)
     assert proc.returncode == 0, proc.stderr
     assert (
         "Node 2 of 5: pretrain on every node (torchrun); tokenizer, prepare on each node; sft, dpo, eval, gguf "
@@ -80,7 +82,7 @@ def test_plan_says_where_each_stage_runs_and_how_the_link_is_chosen():
         "pretrain: comm: auto: before the stage the link is measured (aura launch check-dist --model-preset"
         in proc.stdout
     )
-    alone = run_aura_here("pipeline", "plan", "lan-5-nodes", "--assume", "RTX 4090 24GB")
+    alone = run_aura_here("pipeline", "plan", "lan-5-nodes", "--assume", "RTX 4090 24GB", *same)
     assert alone.returncode == 0 and "On 1 node (NNODES): on several nodes, export NNODES, NODE_RANK" in alone.stdout
     # the estimate counts every node's GPU: five times the global batch, each step as long
     rows = [re.search(r"^pretrain .*?\s([\d,]+)\s+([\d,]+)\s+([\d,]+)\s", p.stdout, flags=re.M) for p in (proc, alone)]
