@@ -186,7 +186,9 @@ class GRPOSetup(ObjectiveSetup):
         return resolve(cfg, dist)
 
     def sources(self, cfg, tok, model, train_ex: list, val_ex: list, *, run, packing: bool, base_name: str):
-        """(the rollout source, None): GRPO's validation is the reward evaluator."""
+        """(the rollout source, None): GRPO's validation is the reward evaluator. The reward models (``--reward
+        model:PATH``) go to the training device."""
+        self.rewards.to(run.dist.device)
         return rollouts(cfg, tok, model, train_ex, val_ex, self.rewards, run=run, base_name=base_name), None
 
     def build(self, cfg, model, train_ex: list, val_ex: list, *, tok, run):
@@ -394,6 +396,7 @@ class RewardEvaluator:
                     s[0]
                     for s in self.rewards.scores(
                         prompt_text=p.item.text,
+                        prompt_messages=p.item.messages,
                         where=p.item.where,
                         completions=[text],
                         completion_ids=[ids],
