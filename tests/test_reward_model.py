@@ -1,0 +1,369 @@
+"""`aura finetune --objective reward` (a Bradley–Terry reward model) and GRPO's `--reward model:PATH`, through the
+real CLI on a tiny Llama:
+
+* parity with TRL's RewardTrainer (same pairs, template, initial weights, score head and hyper-parameters; CPU,
+  fp32, no dropout): every step's loss, accuracy, margin and mean score within 1e-4 over the run, LoRA (the score
+  head trained whole) and full fine-tuning with TRL's ``margin`` column and ``center_rewards_coefficient``; the
+  full run's ``final/`` loads with ``AutoModelForSequenceClassification`` and scores as TRL's trained model does.
+  Every step's update follows from the previous step's gradients, so equal values at steps 2..N say the
+  gradients were equal too. By design Aura logs the mean chosen and rejected scores apart
+  (``rewards/chosen``, ``rewards/rejected``); TRL logs their mean (``mean_reward``): compared as such.
+* exact resume from a checkpoint, and the LoRA ``final/`` loading with peft and giving the logged validation loss;
+* GRPO with ``--reward model:final/`` logging, step by step, the same ``rewards/model.<run>/mean`` as a user
+  reward that scores the same texts with plain transformers one at a time;
+* the refusals: a missing reward model folder, a policy objective's flag under ``--objective reward``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import pytest
+
+from tests.conftest import run_aura, run_aura_here
+from tests.test_preference_parity import PAIRS, _tokenizer
+from tests.tiny_models import build_llama, train_tokenizer
+
+STEPS, SEED, LR = 8, 7, 5e-3
+COMMON = [
+    "--objective",
+    "reward",
+    "--template",
+    "mistral",
+    "--learning-rate",
+    LR,
+    "--warmup-steps",
+    0,
+    "--min-lr",
+    0,
+    "--lora-dropout",
+    0,
+    "--precision",
+    "fp32",
+    "--seed",
+    SEED,
+    "--log-interval",
+    1,
+    "--max-length",
+    128,
+]
+KEYS = {"loss": "train_loss", "accuracy": "rewards/accuracy", "margin": "rewards/margin"}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reward_model")
+    tok = train_tokenizer(root / "tok", vocab_size=500)
+    llama = build_llama(root / "llama", tok, hidden=64, layers=2)
+    return {"root": root, "tok": tok, "llama": llama}
+
+
+def _write_pairs(path, pairs, margins=None):
+    rows = [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in pairs]
+    for row, m in zip(rows, margins or []):
+        row["margin"] = m
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _aura(env, out, data, *args) -> list[dict]:
+    r = run_aura("finetune", "--base-model", env["llama"], "--data", data, "--output-dir", out, *COMMON, *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(out / "training_log.csv", newline="") as f:
+        return [row for row in csv.DictReader(f) if row["kind"] == "step"]
+
+
+def _reward_model(env, *, lora: bool):
+    """Aura's model: the score head seeded by --seed, then LoRA seeded again (aura.train.finetune._load_model)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from aura.train.adapters import SEQ_CLS, setup_model
+
+    torch.manual_seed(SEED)
+    model = AutoModelForSequenceClassification.from_pretrained(env["llama"], num_labels=1, dtype=torch.float32)
+    model.config.pad_token_id = _tokenizer(env).pad_token_id
+    if not lora:
+        return model
+    torch.manual_seed(SEED)
+    return setup_model(model, method="lora", lora_r=16, lora_alpha=32, lora_dropout=0.0, head=SEQ_CLS)
+
+
+def _trl(env, tmp_path, pairs, *, lora: bool, batch: int, accum: int, steps: int, margins=None, center=None):
+    from datasets import Dataset
+    from trl import RewardConfig, RewardTrainer
+
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": p}],
+            "chosen": [{"role": "assistant", "content": c}],
+            "rejected": [{"role": "assistant", "content": r}],
+        }
+        for p, c, r in pairs
+    ]
+    for row, m in zip(rows, margins or []):
+        row["margin"] = m
+    args = RewardConfig(
+        output_dir=str(tmp_path / "trl"),
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=accum,
+        learning_rate=LR,
+        lr_scheduler_type="cosine",
+        warmup_steps=0,
+        max_steps=steps,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        seed=SEED,
+        max_grad_norm=1.0,
+        weight_decay=0.0,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        use_cpu=True,
+        bf16=False,
+        disable_tqdm=True,
+        center_rewards_coefficient=center,
+    )
+    trainer = RewardTrainer(
+        model=_reward_model(env, lora=lora),
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=_tokenizer(env),
+    )
+    trainer.train()
+    return trainer
+
+
+def _compare(aura_rows, trainer, steps: int):
+    theirs = [h for h in trainer.state.log_history if "loss" in h and "train_runtime" not in h]
+    assert len(aura_rows) == len(theirs) == steps
+    for step, (mine, t) in enumerate(zip(aura_rows, theirs), 1):
+        pairs = {a: float(t[k]) for k, a in KEYS.items()}
+        pairs["mean"] = float(t["mean_reward"])
+        mine_mean = (float(mine["rewards/chosen"]) + float(mine["rewards/rejected"])) / 2
+        for key, value in pairs.items():
+            got = mine_mean if key == "mean" else float(mine[key])
+            assert abs(got - value) / max(1.0, abs(value)) < 1e-4, (step, key, got, value)
+    assert float(aura_rows[-1]["train_loss"]) < float(aura_rows[0]["train_loss"])  # it learnt something
+
+
+def test_lora_reward_model_matches_trl_reward_trainer(env, tmp_path):
+    """LoRA r 16 on every projection and the score head trained whole; 2 pairs x 2 accumulation steps."""
+    data = _write_pairs(tmp_path / "pairs.jsonl", PAIRS)
+    rows = _aura(
+        env,
+        tmp_path / "aura",
+        data,
+        "--val-fraction",
+        0,
+        "--max-steps",
+        STEPS,
+        "--batch-size",
+        2,
+        "--gradient-accumulation-steps",
+        2,
+        "--save-steps",
+        0,
+    )
+    _compare(rows, _trl(env, tmp_path, PAIRS, lora=True, batch=2, accum=2, steps=STEPS), STEPS)
+    config = json.loads((tmp_path / "aura" / "final" / "adapter_config.json").read_text())
+    assert config["task_type"] == "SEQ_CLS" and "score" in config["modules_to_save"]
+
+
+def test_full_reward_model_with_margins_and_centering_matches_trl_and_its_final_folder_loads(env, tmp_path):
+    """Full fine-tuning, TRL's margin column and center_rewards_coefficient 0.1; 1 pair x 2 accumulation steps.
+    Aura's final/ read back by transformers scores the pairs as TRL's trained model does."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    pairs, margins, steps = PAIRS[:2], [0.5, 1.5], 5
+    data = _write_pairs(tmp_path / "pairs.jsonl", pairs, margins)
+    out = tmp_path / "aura"
+    rows = _aura(
+        env,
+        out,
+        data,
+        "--method",
+        "full",
+        "--val-fraction",
+        0,
+        "--max-steps",
+        steps,
+        "--batch-size",
+        1,
+        "--gradient-accumulation-steps",
+        2,
+        "--save-steps",
+        0,
+        "--center-rewards-coefficient",
+        0.1,
+    )
+    trainer = _trl(env, tmp_path, pairs, lora=False, batch=1, accum=2, steps=steps, margins=margins, center=0.1)
+    _compare(rows, trainer, steps)
+    mine = AutoModelForSequenceClassification.from_pretrained(out / "final").eval()
+    assert mine.config.num_labels == 1 and mine.config.pad_token_id == _tokenizer(env).pad_token_id
+    tok = _tokenizer(env)
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": p}, {"role": "assistant", "content": a}], tokenize=False)
+        for p, c, r in pairs
+        for a in (c, r)
+    ]
+    batch = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        theirs = trainer.model.eval()(**batch).logits
+        assert torch.allclose(mine(**batch).logits, theirs, atol=1e-4), (mine(**batch).logits, theirs)
+
+
+def _validation_loss(env, final, data) -> float:
+    """The Bradley–Terry loss of the validation pairs (Aura's split) through peft's own loading of final/."""
+    import torch
+    import torch.nn.functional as F
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from aura.data.preference import load_pairs
+    from aura.data.sft import split_train_val
+
+    tok = AutoTokenizer.from_pretrained(final)
+    base = AutoModelForSequenceClassification.from_pretrained(env["llama"], num_labels=1)
+    base.config.pad_token_id = tok.pad_token_id
+    model = PeftModel.from_pretrained(base, final).eval()
+    _, val = split_train_val(load_pairs(data), val_fraction=0.25, seed=SEED)
+    losses = []
+    for pair in val:
+        ids = [
+            tok(
+                tok.apply_chat_template(pair.prompt + [answer], tokenize=False).rstrip(), add_special_tokens=False
+            ).input_ids
+            for answer in (pair.chosen, pair.rejected)
+        ]
+        with torch.no_grad():
+            r_c, r_r = (model(input_ids=torch.tensor([i])).logits[0, 0] for i in ids)
+        losses.append(-F.logsigmoid(r_c - r_r))
+    return float(torch.stack(losses).mean())
+
+
+@pytest.fixture(scope="module")
+def lora_run(env, tmp_path_factory):
+    """8 pairs (2 for validation), LoRA, 4 steps with a checkpoint every 2; read-only."""
+    root = tmp_path_factory.mktemp("reward_lora")
+    data = _write_pairs(root / "pairs.jsonl", PAIRS + [(p + " Gracias.", c, r) for p, c, r in PAIRS])
+    args = ["--val-fraction", 0.25, "--max-steps", 4, "--batch-size", 2, "--gradient-accumulation-steps", 1]
+    rows = _aura(env, root / "run", data, *args, "--save-steps", 2)
+    return {"root": root, "data": data, "args": args, "rows": rows, "run": root / "run"}
+
+
+def test_reward_model_resumes_exactly_and_its_adapter_loads_with_peft(env, lora_run, tmp_path):
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(lora_run["run"] / "checkpoint-step-2", resumed / "checkpoint-step-2")
+    rows = _aura(env, resumed, lora_run["data"], *lora_run["args"], "--resume-from", "latest")
+    straight = {int(r["step"]): r for r in lora_run["rows"]}
+    assert [int(r["step"]) for r in rows] == [3, 4]
+    keys = ["train_loss", "grad_norm", "rewards/chosen", "rewards/rejected", "rewards/accuracy", "rewards/margin"]
+    for r in rows:
+        assert [r[k] for k in keys] == [straight[int(r["step"])][k] for k in keys]
+    with open(lora_run["run"] / "training_log.csv", newline="") as f:
+        val = [r for r in csv.DictReader(f) if r["val_loss"]][-1]
+    assert int(val["step"]) == 4
+    loss = _validation_loss(env, lora_run["run"] / "final", lora_run["data"])
+    assert loss == pytest.approx(float(val["val_loss"]), abs=1e-4)
+    run_json = json.loads((lora_run["run"] / "run.json").read_text())
+    assert "rewards/accuracy" in json.dumps(run_json)  # the report card's headline: the reward accuracy
+
+
+JUDGE = """
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+PATH = {path!r}
+tok = AutoTokenizer.from_pretrained(PATH)
+model = AutoModelForSequenceClassification.from_pretrained({base!r}, num_labels=1)
+model.config.pad_token_id = tok.pad_token_id
+from peft import PeftModel
+model = PeftModel.from_pretrained(model, PATH).eval()
+
+def same(prompts, completions, **kwargs):
+    out = []
+    for p, c in zip(prompts, completions):
+        text = tok.apply_chat_template(
+            [{{"role": "user", "content": p}}, {{"role": "assistant", "content": c}}], tokenize=False
+        ).rstrip()
+        ids = tok(text, add_special_tokens=False, return_tensors="pt").input_ids
+        with torch.no_grad():
+            out.append(float(model(input_ids=ids).logits[0, 0]))
+    return out
+"""
+
+
+def test_grpo_with_a_reward_model_logs_its_score(env, lora_run, tmp_path):
+    """The reward model's column equals, step by step, a user reward scoring the same texts one by one."""
+    final = lora_run["run"] / "final"
+    judge = tmp_path / "judge.py"
+    judge.write_text(JUDGE.format(path=str(final), base=str(env["llama"])), encoding="utf-8")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"prompt": p}, ensure_ascii=False) + "\n" for p, _, _ in PAIRS), encoding="utf-8"
+    )
+    out = tmp_path / "grpo"
+    r = run_aura(
+        "finetune",
+        "--objective",
+        "grpo",
+        "--base-model",
+        env["llama"],
+        "--data",
+        prompts,
+        "--output-dir",
+        out,
+        "--template",
+        "mistral",
+        "--reward",
+        f"model:{final}:0.5",
+        "--reward",
+        f"{judge}:same:0",
+        "--num-generations",
+        4,
+        "--batch-size",
+        4,
+        "--gradient-accumulation-steps",
+        1,
+        "--max-completion-length",
+        10,
+        "--max-steps",
+        2,
+        "--log-interval",
+        1,
+        "--lora-dropout",
+        0,
+        "--precision",
+        "fp32",
+        "--learning-rate",
+        5e-3,
+        "--save-steps",
+        0,
+        "--val-fraction",
+        0,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "model.run x 0.5" in r.stdout
+    with open(out / "training_log.csv", newline="") as f:
+        rows = [row for row in csv.DictReader(f) if row["kind"] == "step"]
+    assert len(rows) == 2
+    for row in rows:
+        assert float(row["rewards/model.run/mean"]) == pytest.approx(float(row["rewards/judge.same/mean"]), abs=1e-5)
+        assert float(row["rewards/model.run/std"]) > 0  # the completions score differently
+        assert float(row["reward"]) == pytest.approx(0.5 * float(row["rewards/model.run/mean"]), abs=1e-5)
+
+
+def test_refusals_name_the_flag_and_the_folder(env, tmp_path):
+    missing = tmp_path / "nowhere" / "final"
+    r = run_aura_here("finetune", "--objective", "grpo", "--base-model", env["llama"], "--reward", f"model:{missing}")
+    assert r.returncode == 2 and f"the reward model's folder {missing} does not exist" in r.stdout + r.stderr
+    r = run_aura_here("finetune", "--objective", "reward", "--base-model", env["llama"], "--beta", 0.1)
+    assert r.returncode == 2 and "--beta does not apply to --objective reward" in r.stdout + r.stderr
+    r = run_aura_here("finetune", "--objective", "dpo", "--center-rewards-coefficient", 0.1)
+    assert r.returncode == 2 and "--center-rewards-coefficient only applies to --objective reward" in r.stdout + r.stderr
