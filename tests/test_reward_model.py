@@ -367,3 +367,35 @@ def test_refusals_name_the_flag_and_the_folder(env, tmp_path):
     assert r.returncode == 2 and "--beta does not apply to --objective reward" in r.stdout + r.stderr
     r = run_aura_here("finetune", "--objective", "dpo", "--center-rewards-coefficient", 0.1)
     assert r.returncode == 2 and "--center-rewards-coefficient only applies to --objective reward" in r.stdout + r.stderr
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_reward_model_under_ddp_on_two_ranks_equals_one_process(env, lora_run, tmp_path):
+    """2 gloo ranks x 1 pair == 1 process x 2 pairs: the same score head on both ranks (seeded), the same
+    per-step loss, accuracy, margin and scores."""
+    from tests.distutil import output, torchrun
+
+    run = tmp_path / "ddp"
+    r = torchrun(
+        "-m",
+        "aura",
+        "finetune",
+        *map(str, ["--base-model", env["llama"], "--data", lora_run["data"], "--output-dir", run, *COMMON, *lora_run["args"]]),
+        "--save-steps",
+        "0",
+        "--strategy",
+        "ddp",
+        "--batch-size",
+        "1",
+        "--backend",
+        "gloo",
+        timeout=600,
+    )
+    assert r.returncode == 0, output(r)
+    with open(run / "training_log.csv", newline="") as f:
+        ddp = [row for row in csv.DictReader(f) if row["kind"] == "step"]
+    assert len(ddp) == len(lora_run["rows"]) == 4
+    for a, b in zip(lora_run["rows"], ddp):
+        for key in ("train_loss", "rewards/chosen", "rewards/rejected", "rewards/accuracy", "rewards/margin"):
+            assert float(b[key]) == pytest.approx(float(a[key]), rel=1e-5, abs=1e-5), (a["step"], key)
