@@ -366,7 +366,9 @@ def test_refusals_name_the_flag_and_the_folder(env, tmp_path):
     r = run_aura_here("finetune", "--objective", "reward", "--base-model", env["llama"], "--beta", 0.1)
     assert r.returncode == 2 and "--beta does not apply to --objective reward" in r.stdout + r.stderr
     r = run_aura_here("finetune", "--objective", "dpo", "--center-rewards-coefficient", 0.1)
-    assert r.returncode == 2 and "--center-rewards-coefficient only applies to --objective reward" in r.stdout + r.stderr
+    assert (
+        r.returncode == 2 and "--center-rewards-coefficient only applies to --objective reward" in r.stdout + r.stderr
+    )
 
 
 @pytest.mark.dist
@@ -381,7 +383,10 @@ def test_reward_model_under_ddp_on_two_ranks_equals_one_process(env, lora_run, t
         "-m",
         "aura",
         "finetune",
-        *map(str, ["--base-model", env["llama"], "--data", lora_run["data"], "--output-dir", run, *COMMON, *lora_run["args"]]),
+        *map(
+            str,
+            ["--base-model", env["llama"], "--data", lora_run["data"], "--output-dir", run, *COMMON, *lora_run["args"]],
+        ),
         "--save-steps",
         "0",
         "--strategy",

@@ -66,8 +66,7 @@ M = Messages(
             "{where}, field '{field}': expected text or a list of messages with 'role' and 'content' (it is {kind}).",
         ),
         "bad_margin": (
-            "{where}, campo 'margin': se esperaba un número (el margen del par para --objective reward), "
-            "no {value}.",
+            "{where}, campo 'margin': se esperaba un número (el margen del par para --objective reward), no {value}.",
             "{where}, field 'margin': expected a number (the pair's margin for --objective reward), not {value}.",
         ),
         "prefix_differs": (

@@ -40,8 +40,10 @@ M = Messages(
             "--objective reward'.",
             "--reward {spec}: {path} is not a reward model ({why}). Train one with 'aura finetune --objective reward'.",
         ),
-        "why_arch": ("su arquitectura es {arch}, no ...ForSequenceClassification", "its architecture is {arch}, "
-                     "not ...ForSequenceClassification"),
+        "why_arch": (
+            "su arquitectura es {arch}, no ...ForSequenceClassification",
+            "its architecture is {arch}, not ...ForSequenceClassification",
+        ),
         "why_labels": ("tiene {n} salidas, no 1", "it has {n} outputs, not 1"),
         "why_task": ("su adaptador es de tipo {task}, no SEQ_CLS", "its adapter's task is {task}, not SEQ_CLS"),
         "failed": (
