@@ -44,7 +44,7 @@ M = Messages(
             "su arquitectura es {arch}, no ...ForSequenceClassification",
             "its architecture is {arch}, not ...ForSequenceClassification",
         ),
-        "why_labels": ("tiene {n} salidas, no 1", "it has {n} outputs, not 1"),
+        "why_labels": ("tiene {n:salida|salidas}, no 1", "it has {n:output|outputs}, not 1"),
         "why_task": ("su adaptador es de tipo {task}, no SEQ_CLS", "its adapter's task is {task}, not SEQ_CLS"),
         "failed": (
             "--reward {spec}: no se pudo cargar el modelo de recompensa {path} ({error}).",

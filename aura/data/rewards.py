@@ -42,10 +42,10 @@ M = Messages(
     {
         "bad_spec": (
             "--reward {spec}: se esperaba NOMBRE[:PESO] (exact-answer, format, length, spanish), "
-            "ARCHIVO.py:FUNCIÓN[:PESO] o model:CARPETA[:PESO] (un modelo de recompensa), "
+            "ARCHIVO.py:FUNCIÓN[:PESO] o 'model:CARPETA[:PESO]' (un modelo de recompensa), "
             "p. ej. --reward exact-answer:1.0 --reward format:0.2.",
             "--reward {spec}: expected NAME[:WEIGHT] (exact-answer, format, length, spanish), "
-            "FILE.py:FUNCTION[:WEIGHT] or model:FOLDER[:WEIGHT] (a reward model), "
+            "FILE.py:FUNCTION[:WEIGHT] or 'model:FOLDER[:WEIGHT]' (a reward model), "
             "e.g. --reward exact-answer:1.0 --reward format:0.2.",
         ),
         "no_file": (

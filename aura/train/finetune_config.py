@@ -99,8 +99,8 @@ M = Messages(
         "out_log": ("  registro: {csv}", "  log: {csv}"),
         "out_next": ("  pruébalo: aura chat {cmd}", "  try it: aura chat {cmd}"),
         "out_next_reward": (
-            "  úsalo: aura finetune --objective grpo --reward model:{path}",
-            "  use it: aura finetune --objective grpo --reward model:{path}",
+            "  úsalo: aura finetune --objective grpo '--reward model:{path}'",
+            "  use it: aura finetune --objective grpo '--reward model:{path}'",
         ),
         "kind_adapter": ("adaptador LoRA", "LoRA adapter"),
         "kind_full": ("modelo completo", "full model"),

@@ -24,9 +24,9 @@ M = Messages(
             "--packing cannot be used with --objective reward: each answer has a row of its own.",
         ),
         "some_margins": (
-            "La columna 'margin' está en {have} de {total} pares (p. ej. falta en {where}): o todos los pares "
+            "La columna 'margin' está en {have} de {total:par|pares} (p. ej. falta en {where}): o todos los pares "
             "la tienen o ninguno.",
-            "The 'margin' column is in {have} of {total} pairs (e.g. missing at {where}): either every pair has "
+            "The 'margin' column is in {have} of {total:pair|pairs} (e.g. missing at {where}): either every pair has "
             "it or none.",
         ),
         "model": (
