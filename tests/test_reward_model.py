@@ -271,8 +271,12 @@ def test_reward_model_resumes_exactly_and_its_adapter_loads_with_peft(env, lora_
     assert int(val["step"]) == 4
     loss = _validation_loss(env, lora_run["run"] / "final", lora_run["data"])
     assert loss == pytest.approx(float(val["val_loss"]), abs=1e-4)
-    run_json = json.loads((lora_run["run"] / "run.json").read_text())
-    assert "rewards/accuracy" in json.dumps(run_json)  # the report card's headline: the reward accuracy
+    headline = json.loads((lora_run["run"] / "run.json").read_text())["headline"]  # the report card's
+    assert [h["metric"] for h in headline] == ["rewards/accuracy", "rewards/margin"]
+    r = run_aura_here("plot", lora_run["run"], "--output-dir", tmp_path, "--out", "rm.svg")
+    assert r.returncode == 0, r.stdout + r.stderr
+    svg = (tmp_path / "rm.svg").read_text()
+    assert "Rewards (DPO/ORPO/KTO, reward model)" in svg and "run (Preference accuracy)" in svg
 
 
 JUDGE = """
