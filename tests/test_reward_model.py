@@ -408,3 +408,15 @@ def test_reward_model_under_ddp_on_two_ranks_equals_one_process(env, lora_run, t
     for a, b in zip(lora_run["rows"], ddp):
         for key in ("train_loss", "rewards/chosen", "rewards/rejected", "rewards/accuracy", "rewards/margin"):
             assert float(b[key]) == pytest.approx(float(a[key]), rel=1e-5, abs=1e-5), (a["step"], key)
+
+
+def test_reward_spec_refuses_a_folder_that_is_no_reward_model(env, tmp_path):
+    from aura.core.errors import AuraError
+    from aura.data.rewards import parse_reward
+
+    with pytest.raises(AuraError, match="has neither config.json nor adapter_config.json"):
+        parse_reward(f"model:{tmp_path}")
+    with pytest.raises(AuraError, match="is not a reward model .its architecture is LlamaForCausalLM"):
+        parse_reward(f"model:{env['llama']}:0.5")
+    with pytest.raises(AuraError, match=r"expected NAME\[:WEIGHT\]"):
+        parse_reward("model:")

@@ -127,13 +127,7 @@ class FinetuneCommand:
             stored={"base_model": {k: fingerprint[k] for k in ("config_hash", "embed_hash")}},
             mismatch=lambda path, diffs: M("ckpt_differs", path=path, diffs=diffs),
             **_model_hooks(
-                method,
-                tok=tok,
-                template_name=template_name,
-                fingerprint=fingerprint,
-                base_name=base_name,
-                out=out,
-                head=setup.head,
+                method, setup.head, tok=tok, template=template_name, fingerprint=fingerprint, base=base_name, out=out
             ),
             on_epoch_end=EpochInfo(out / EPOCH_INFO, resume_step=step_of(run.resume) if run.resume else None),
             epoch_checkpoint_name=lambda epoch, step: f"checkpoint-epoch-{epoch}",
@@ -162,23 +156,19 @@ class FinetuneCommand:
         )
 
 
-def _model_hooks(
-    method: str, *, tok, template_name: str | None, fingerprint: dict, base_name: str, out: Path, head: str
-) -> dict:
+def _model_hooks(method: str, head: str, *, tok, template: str | None, fingerprint: dict, base: str, out: Path) -> dict:
     """The job's hooks that save and load the adapter (or the full model) with the tokenizer and the chat
     template, and its summary lines (a reward model's next step is GRPO's ``--reward model:PATH``)."""
     from aura.train import adapters
 
     def save_model(m, d, state_dict):
-        adapters.write_model_files(
-            m, d, state_dict, method=method, template_name=template_name, fingerprint=fingerprint
-        )
+        adapters.write_model_files(m, d, state_dict, method=method, template_name=template, fingerprint=fingerprint)
 
     def load_model(m, d):
         load_hf_weights(m, Path(d)) if method == "full" else adapters.load_adapter_weights(m, d)
 
     def summary(result) -> list:
-        cmd = f"--model {result.final_dir}" if method == "full" else f"--model {base_name} --adapter {result.final_dir}"
+        cmd = f"--model {result.final_dir}" if method == "full" else f"--model {base} --adapter {result.final_dir}"
         return [
             M("out_final", kind=M("kind_full" if method == "full" else "kind_adapter"), path=result.final_dir),
             best_line(out),
