@@ -420,3 +420,25 @@ def test_reward_spec_refuses_a_folder_that_is_no_reward_model(env, tmp_path):
         parse_reward(f"model:{env['llama']}:0.5")
     with pytest.raises(AuraError, match=r"expected NAME\[:WEIGHT\]"):
         parse_reward("model:")
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_shared_prompt_rows_score_as_two_rows(env, attn):
+    """A pair in one row ``[prompt | chosen | rejected]`` (the prompt once) gives each answer the score its own
+    row gets from transformers' pooling, also when the answers end in the pad token (read before it)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from aura.data.preference import collate_pairs, encode_pairs, load_pairs
+    from aura.train.objectives.reward import sequence_scores
+
+    tok = _tokenizer(env)
+    for pad in (tok.pad_token_id, tok.eos_token_id):  # Mistral's answers end with EOS: as pad, it is skipped
+        torch.manual_seed(0)
+        model = AutoModelForSequenceClassification.from_pretrained(env["llama"], num_labels=1, attn_implementation=attn)
+        model.config.pad_token_id = pad
+        pairs = encode_pairs(load_pairs(None)[:3], tok, max_length=96)
+        two, one = (collate_pairs(pairs, pad_id=pad, shared=shared) for shared in (False, True))
+        assert one["input_ids"].shape[0] == 3 and two["input_ids"].shape[0] == 6
+        with torch.no_grad():
+            assert torch.allclose(sequence_scores(model.eval(), one), sequence_scores(model, two), atol=1e-5)

@@ -81,8 +81,14 @@ class RewardSetup(PreferenceSetup):
         self.margins = not missing
         return pairs
 
-    def one_row(self, cfg) -> bool:
-        return False  # each sequence is scored at its own last token
+    def shares_prompt(self, model) -> bool:
+        """A pair in one row, its prompt once, where the scores agree with two rows (``preference.shares_prompt``
+        with the reward model's scores)."""
+        from aura.train.objectives import preference
+        from aura.train.objectives.reward import sequence_scores
+
+        pad_id = preference.peft_model(model).config.pad_token_id
+        return preference.shares_prompt(model, values=sequence_scores, pad_id=pad_id)
 
     def make(self, cfg, *, ref_model, run):
         from aura.core.i18n import num
