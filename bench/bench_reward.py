@@ -152,5 +152,5 @@ def child_trl(a) -> list[tuple[float, float]]:
 
 if __name__ == "__main__":
     versus_trl.alternate(
-        __file__, {"aura": child_aura, "trl": child_trl}, steps=12, per_step=BATCH * ACCUM, unit="pairs", name="reward"
+        __file__, {"aura": child_aura, "trl": child_trl}, steps=12, per_step=BATCH * ACCUM, unit="pairs"
     )
