@@ -442,3 +442,25 @@ def test_shared_prompt_rows_score_as_two_rows(env, attn):
         assert one["input_ids"].shape[0] == 3 and two["input_ids"].shape[0] == 6
         with torch.no_grad():
             assert torch.allclose(sequence_scores(model.eval(), one), sequence_scores(model, two), atol=1e-5)
+
+
+def test_studio_form_offers_the_reward_objective_and_its_option(tmp_path):
+    from tests.test_studio import client
+
+    c, headers = client(tmp_path)
+    fields = {f["name"]: f for f in c.get("/api/forms/finetune").json()["fields"]}
+    assert "reward" in fields["objective"]["choices"] and fields["center_rewards_coefficient"]["default"] is None
+    assert "modelo de recompensa" in fields["objective"]["help"]["es"]
+    r = c.post(
+        "/api/preview",
+        json={
+            "command": "finetune",
+            "name": "rm",
+            "values": {"objective": "reward", "center_rewards_coefficient": "0.01"},
+        },
+        headers=headers,
+    )
+    assert r.status_code == 200, r.text
+    argv = r.json()["argv"]
+    given = {argv[i]: argv[i + 1] for i in range(1, len(argv) - 1) if argv[i].startswith("--")}
+    assert given["--objective"] == "reward" and given["--center-rewards-coefficient"] == "0.01", argv
