@@ -464,3 +464,30 @@ def test_studio_form_offers_the_reward_objective_and_its_option(tmp_path):
     argv = r.json()["argv"]
     given = {argv[i]: argv[i + 1] for i in range(1, len(argv) - 1) if argv[i].startswith("--")}
     assert given["--objective"] == "reward" and given["--center-rewards-coefficient"] == "0.01", argv
+
+
+def test_a_pipeline_stage_trains_a_reward_model_that_a_later_grpo_stage_names(env, tmp_path):
+    """``objective: reward`` is a stage like any other, and ``reward: [model:rm.final]`` names its output: the
+    reference resolves to the stage's folder (checked when the stage starts, not when it is planned) and makes
+    GRPO depend on it."""
+    from aura.pipeline.spec import load, resolve
+
+    yaml = tmp_path / "rm.yaml"
+    yaml.write_text(
+        f"""description: {{es: "recompensa", en: "reward"}}
+stages:
+  - name: rm
+    command: finetune
+    options: {{base_model: {env["llama"]}, data: aura:preference_es.jsonl, objective: reward, max_steps: 3}}
+  - name: grpo
+    command: finetune
+    options: {{base_model: {env["llama"]}, objective: grpo, reward: ["model:rm.final:0.5", spanish], max_steps: 2}}
+""",
+        encoding="utf-8",
+    )
+    pipeline = resolve(load(str(yaml)), tmp_path / "out")
+    rm, grpo = pipeline.stages
+    assert rm.cfg.objective == "reward" and grpo.refs == ["rm"]
+    assert grpo.cfg.reward == [f"model:{tmp_path / 'out' / 'rm' / 'final'}:0.5", "spanish"]
+    r = run_aura_here("pipeline", "plan", yaml)
+    assert r.returncode == 0 and "All 2 stages are valid" in r.stdout, r.stdout + r.stderr

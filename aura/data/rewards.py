@@ -274,24 +274,35 @@ def _split_weight(spec: str) -> tuple[str, float]:
 
 
 def check_spec(spec: str) -> None:
-    """A --reward SPEC's syntax and, for a user's function, that its file exists (nothing is imported)."""
+    """A --reward SPEC's syntax and, for a user's function, that its file exists (nothing is imported); a
+    reward model's folder is checked by ``model_paths`` when the run starts."""
     body, weight = _split_weight(spec.strip())
     if not body or not math.isfinite(weight):
         raise AuraError(M("bad_spec", spec=spec))
     if body in BUILTINS:
         return
-    if body.startswith(MODEL_PREFIX):
-        from aura.data.reward_model import check_reward_model
-
-        if not body[len(MODEL_PREFIX) :]:
+    if body.startswith(MODEL_PREFIX):  # its folder is checked when the run starts (``model_paths``): a
+        if not body[len(MODEL_PREFIX) :]:  # pipeline's earlier stage may write it after this check
             raise AuraError(M("bad_spec", spec=spec))
-        check_reward_model(spec, Path(body[len(MODEL_PREFIX) :]))
         return
     path, sep, name = body.rpartition(":")
     if not sep or not path.endswith(".py") or not name.isidentifier():
         raise AuraError(M("bad_spec", spec=spec))
     if not Path(path).is_file():
         raise AuraError(M("no_file", spec=spec, path=path))
+
+
+def model_paths(specs: list[str]) -> list[Path]:
+    """The reward model folders of ``--reward model:PATH`` specs, each checked to exist and hold a model."""
+    from aura.data.reward_model import check_reward_model
+
+    out = []
+    for spec in specs:
+        body, _ = _split_weight(spec.strip())
+        if body.startswith(MODEL_PREFIX):
+            check_reward_model(spec, Path(body[len(MODEL_PREFIX) :]))
+            out.append(Path(body[len(MODEL_PREFIX) :]))
+    return out
 
 
 def parse_reward(

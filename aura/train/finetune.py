@@ -73,7 +73,9 @@ class FinetuneCommand:
         check_output_beside_base(cfg.output_dir, self.base_name)
         if cfg.method == "qlora":
             adapters.require_bitsandbytes()
-        return [self.base_name, cfg.data, cfg.deepspeed]
+        from aura.train.objectives.registry import setup_class
+
+        return [self.base_name, cfg.data, cfg.deepspeed, *setup_class(cfg.objective).inputs(cfg)]
 
     def prepare(self, run: Run) -> TrainingJob:
         """The run's job: the objective's data, batches and loss (``aura.train.objectives.registry``), the

@@ -163,6 +163,13 @@ class GRPOSetup(ObjectiveSetup):
             cfg.beta = 0.0
 
     @classmethod
+    def inputs(cls, cfg) -> list:
+        """The reward models' folders (``--reward model:PATH``), checked now."""
+        from aura.data.rewards import model_paths
+
+        return model_paths(cfg.rewards_or_default)
+
+    @classmethod
     def learning_rate(cls, method: str) -> float:
         return GRPO_LR_FULL if method == "full" else GRPO_LR_LORA
 

@@ -81,6 +81,12 @@ class ObjectiveSetup(ABC):
         the defaults this objective fills in."""
 
     @classmethod
+    def inputs(cls, cfg) -> list:
+        """Paths the run reads besides --base-model and --data (GRPO's reward models), checked when the run
+        starts, before anything is written."""
+        return []
+
+    @classmethod
     @abstractmethod
     def learning_rate(cls, method: str) -> float:
         """The default --learning-rate for ``method`` (lora, qlora or full)."""
