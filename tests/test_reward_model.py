@@ -24,9 +24,8 @@ import pytest
 
 from tests.conftest import run_aura, run_aura_here
 from tests.test_preference_parity import PAIRS, _tokenizer
-from tests.tiny_models import build_llama, train_tokenizer
 
-STEPS, SEED, LR = 8, 7, 5e-3
+STEPS, SEED, LR = 6, 7, 5e-3
 COMMON = [
     "--objective",
     "reward",
@@ -53,11 +52,9 @@ KEYS = {"loss": "train_loss", "accuracy": "rewards/accuracy", "margin": "rewards
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    root = tmp_path_factory.mktemp("reward_model")
-    tok = train_tokenizer(root / "tok", vocab_size=500)
-    llama = build_llama(root / "llama", tok, hidden=64, layers=2)
-    return {"root": root, "tok": tok, "llama": llama}
+def env(tiny_zoo, tmp_path_factory):
+    """conftest's tiny Llama and tokenizer (shared, read-only)."""
+    return {"root": tmp_path_factory.mktemp("reward_model"), "tok": tiny_zoo["tokenizer"], "llama": tiny_zoo["llama"]}
 
 
 def _write_pairs(path, pairs, margins=None):
