@@ -488,3 +488,20 @@ stages:
     assert grpo.cfg.reward == [f"model:{tmp_path / 'out' / 'rm' / 'final'}:0.5", "spanish"]
     r = run_aura_here("pipeline", "plan", yaml)
     assert r.returncode == 0 and "All 2 stages are valid" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_bf16_base_trains_its_score_head_in_fp32(env):
+    """On a GPU the LoRA base is bf16: the score head's trained copy stays fp32 (as LoRA's adapters) and takes
+    the backbone's bf16 hidden states outside autocast too (the shared-prompt check runs without it)."""
+    import torch
+
+    from aura.train import adapters
+
+    model = adapters.load_base_model(str(env["llama"]), dtype=torch.bfloat16, head=adapters.SEQ_CLS)
+    model.config.pad_token_id = _tokenizer(env).pad_token_id
+    model = adapters.setup_model(model, method="lora", head=adapters.SEQ_CLS)
+    trained = {n: p.dtype for n, p in model.named_parameters() if p.requires_grad and "score" in n}
+    assert trained == {"base_model.model.score.modules_to_save.default.weight": torch.float32}
+    assert next(model.base_model.model.model.parameters()).dtype == torch.bfloat16
+    with torch.no_grad():
+        assert model(input_ids=torch.tensor([[5, 6, 7, 8]])).logits.dtype == torch.float32

@@ -274,7 +274,24 @@ def setup_model(
         modules_to_save=[SCORE] if head == SEQ_CLS else None,
     )
     with peft_quiet():
-        return get_peft_model(model, config)
+        model = get_peft_model(model, config)
+    if head == SEQ_CLS:
+        _score_in_fp32(model)
+    return model
+
+
+def _score_in_fp32(model) -> None:
+    """The trained copy of a reward model's score head in fp32, as peft keeps LoRA's adapters (it copies a
+    module to save in the base's dtype: bf16 on a GPU); the base's hidden states are cast to it, so it also
+    runs outside autocast."""
+    import torch
+
+    def to_fp32(module, args):
+        return tuple(a.float() if torch.is_tensor(a) else a for a in args)
+
+    for name, module in model.named_modules():
+        if name.split(".")[-3:-1] == [SCORE, "modules_to_save"]:
+            module.float().register_forward_pre_hook(to_fp32)
 
 
 def keep_autocast_inputs(model) -> int:
