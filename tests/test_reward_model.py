@@ -505,3 +505,20 @@ def test_a_bf16_base_trains_its_score_head_in_fp32(env):
     assert next(model.base_model.model.model.parameters()).dtype == torch.bfloat16
     with torch.no_grad():
         assert model(input_ids=torch.tensor([[5, 6, 7, 8]])).logits.dtype == torch.float32
+
+
+@pytest.mark.slow
+def test_qlora_reward_model_on_cpu_trains_and_grpo_loads_it(env, tmp_path):
+    """QLoRA (4-bit NF4 base, bitsandbytes' CPU kernels): the score head trained whole beside the adapter; GRPO's
+    loader merges the adapter into the unquantised base and scores."""
+    pytest.importorskip("bitsandbytes")
+    from aura.data.rewards import parse_reward
+
+    data = _write_pairs(tmp_path / "pairs.jsonl", PAIRS)
+    args = ["--method", "qlora", "--val-fraction", 0, "--max-steps", 3, "--batch-size", 2, "--save-steps", 0]
+    rows = _aura(env, tmp_path / "q", data, *args)
+    assert len(rows) == 3 and all(0 < float(r["train_loss"]) < 5 for r in rows)
+    reward = parse_reward(f"model:{tmp_path / 'q' / 'final'}:2")
+    assert (reward.name, reward.weight, reward.model) == ("model.q", 2.0, True)
+    scores = reward.fn(prompts=["¿Qué tal?"] * 2, completions=["Bien, gracias.", "No."], prompt_messages=[None] * 2)
+    assert len(scores) == 2 and scores[0] != scores[1]

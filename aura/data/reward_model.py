@@ -128,7 +128,8 @@ class RewardModel:
     def __call__(self, *, prompts: list[str], completions: list[str], prompt_messages: list, **_) -> list[float]:
         import torch
 
-        rows = self.texts(prompt_messages[0], prompts[0], completions)
+        messages = prompt_messages[0] or [{"role": "user", "content": prompts[0]}]
+        rows = self.texts(messages, prompts[0], completions)
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit:
             rows = [ids[-limit:] for ids in rows]  # the end of a long text: where the score is read
