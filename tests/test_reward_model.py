@@ -522,3 +522,56 @@ def test_qlora_reward_model_on_cpu_trains_and_grpo_loads_it(env, tmp_path):
     assert (reward.name, reward.weight, reward.model) == ("model.q", 2.0, True)
     scores = reward.fn(prompts=["¿Qué tal?"] * 2, completions=["Bien, gracias.", "No."], prompt_messages=[None] * 2)
     assert len(scores) == 2 and scores[0] != scores[1]
+
+
+@pytest.mark.slow
+def test_reward_model_resumes_exactly_after_sigterm_and_kill_9(env, lora_run, tmp_path):
+    """SIGTERM after step 1 saves an interrupt checkpoint (exit 3); the resumed run, saving every step, is killed
+    -9 once the next step is saved; the next resume finishes: every step's logged values are the uninterrupted
+    run's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import run_aura_killed
+
+    run = tmp_path / "run"
+    common = [
+        "finetune",
+        "--base-model",
+        env["llama"],
+        "--data",
+        lora_run["data"],
+        "--output-dir",
+        run,
+        *COMMON,
+        *lora_run["args"],
+    ]
+    environ = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", *map(str, common), "--save-steps", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environ,
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "Step 1/4" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    text = "".join(lines) + proc.stdout.read()
+    assert proc.wait(timeout=300) == 3, text
+    stopped = int(next(run.glob("interrupt-step-*")).name.rsplit("-", 1)[1])
+    run_aura_killed(
+        *common, "--save-steps", 1, "--resume-from", "latest", marker=run / f"checkpoint-step-{stopped + 1}"
+    )
+    _aura(env, run, lora_run["data"], *lora_run["args"], "--save-steps", 0, "--resume-from", "latest")
+    with open(run / "training_log.csv", newline="") as f:
+        rows = {int(r["step"]): r for r in csv.DictReader(f) if r["kind"] == "step"}
+    assert sorted(rows) == [1, 2, 3, 4]
+    keys = ["train_loss", "rewards/chosen", "rewards/rejected", "rewards/accuracy", "rewards/margin"]
+    for step, straight in ((int(r["step"]), r) for r in lora_run["rows"]):
+        assert [rows[step][k] for k in keys] == [straight[k] for k in keys], step
