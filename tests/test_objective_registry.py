@@ -27,7 +27,7 @@ def test_every_objective_choice_is_a_registry_entry():
 
     parser = build_parser(FinetuneConfig, prog="aura finetune", description="")
     (action,) = [a for a in parser._actions if "--objective" in a.option_strings]
-    assert tuple(action.choices) == tuple(OBJECTIVES) == ("sft", "dpo", "orpo", "grpo", "simpo", "cpo", "kto")
+    assert tuple(action.choices) == tuple(OBJECTIVES) == ("sft", "dpo", "orpo", "grpo", "simpo", "cpo", "kto", "reward")
     assert {f["name"]: f for f in form("finetune")}["objective"]["choices"] == list(OBJECTIVES)
     for name in OBJECTIVES:
         setup = setup_class(name)
@@ -43,13 +43,16 @@ def test_an_unknown_objective_is_refused_clearly(tmp_path):
     assert r.returncode == 2
     assert (
         "argument --objective: invalid choice: 'distill' (choose from 'sft', 'dpo', 'orpo', 'grpo', 'simpo', "
-        "'cpo', 'kto')"
+        "'cpo', 'kto', 'reward')"
     ) in r.stderr, r.stderr
     config = tmp_path / "ft.yaml"
     config.write_text("objective: distill\n", encoding="utf-8")
     r = run_aura_here("finetune", "--config", config)
     assert r.returncode == 2
-    assert "Invalid value for 'objective': 'distill' (expected sft | dpo | orpo | grpo | simpo | cpo | kto)" in r.stderr
+    assert (
+        "Invalid value for 'objective': 'distill' (expected sft | dpo | orpo | grpo | simpo | cpo | kto | reward)"
+        in r.stderr
+    )
     # a config built in Python gets the same refusal (it used to train as if the objective were a preference one)
     with pytest.raises(AuraError, match=r"--objective: 'distill' \(expected sft \| dpo \| orpo \| grpo"):
         FinetuneConfig(base_model="b", objective="distill")
@@ -81,6 +84,8 @@ def test_choosing_sft_imports_no_other_objective():
         "kto_setup",
         "simpo",
         "simpo_setup",
+        "reward",
+        "reward_setup",
     }
     assert not loaded & {f"aura.train.objectives.{m}" for m in others}, loaded
 

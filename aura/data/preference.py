@@ -36,6 +36,7 @@ precomputed. With ``shared`` a pair is one row, ``[prompt | chosen | rejected]``
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,10 @@ M = Messages(
         "bad_field": (
             "{where}, campo '{field}': se esperaba texto o una lista de mensajes con 'role' y 'content' (es {kind}).",
             "{where}, field '{field}': expected text or a list of messages with 'role' and 'content' (it is {kind}).",
+        ),
+        "bad_margin": (
+            "{where}, campo 'margin': se esperaba un número (el margen del par para --objective reward), no {value}.",
+            "{where}, field 'margin': expected a number (the pair's margin for --objective reward), not {value}.",
         ),
         "prefix_differs": (
             "{where}: 'chosen' y 'rejected' son conversaciones completas pero no comparten los "
@@ -139,6 +144,7 @@ class PreferencePair:
     chosen: dict[str, str]
     rejected: dict[str, str]
     where: str = ""
+    margin: float | None = None  # the optional ``margin`` column (TRL's; the reward model's loss)
 
 
 @dataclass
@@ -149,6 +155,7 @@ class EncodedPair:
     rejected: Encoded
     where: str = ""
     ref_logps: tuple[float, float] | None = None  # (chosen, rejected), with --precompute-ref
+    margin: float | None = None  # PreferencePair.margin
 
     @property
     def input_ids(self) -> list[int]:  # what SFTDataSource measures
@@ -228,8 +235,25 @@ def record_to_pair(record, where: str) -> PreferencePair:
         for field, value in (("chosen", chosen), ("rejected", rejected))
     }
     return PreferencePair(
-        prompt=msgs["chosen"][:-1], chosen=msgs["chosen"][-1], rejected=msgs["rejected"][-1], where=where
+        prompt=msgs["chosen"][:-1],
+        chosen=msgs["chosen"][-1],
+        rejected=msgs["rejected"][-1],
+        where=where,
+        margin=_margin(rec.get("margin"), where),
     )
+
+
+def _margin(value, where: str) -> float | None:
+    """The ``margin`` column's value (None when absent or empty), a finite number."""
+    if value is None or value == "":
+        return None
+    try:
+        margin = float(value)
+    except (TypeError, ValueError):
+        margin = math.nan
+    if isinstance(value, bool) or not math.isfinite(margin):
+        raise AuraError(M("bad_margin", where=where, value=repr(value)))
+    return margin
 
 
 def load_pairs(
@@ -320,7 +344,7 @@ def encode_pairs(
             labels[0] = IGNORE_INDEX  # the first token is never predicted
             sides.append(Encoded(ids, labels, f"{pair.where}, '{field}'"))
         if fits:
-            out.append(EncodedPair(sides[0], sides[1], pair.where))
+            out.append(EncodedPair(sides[0], sides[1], pair.where, margin=pair.margin))
     if too_long:
         examples = "; ".join(w for _, w in too_long[:3])
         if not out:
@@ -392,7 +416,8 @@ def collate_pairs(
     shared: bool = False,
 ) -> dict:
     """B pairs -> input_ids, labels, attention_mask (2B, T): the chosen sequences, then the rejected ones;
-    ``ref_logps`` (2B,) in the same order when every pair has precomputed reference log-probs.
+    ``ref_logps`` (2B,) in the same order when every pair has precomputed reference log-probs; ``margin`` (B,)
+    when every pair has one.
 
     ``shared``: one row per pair instead, the prompt once (``_collate_shared``): input_ids, labels,
     position_ids, segments, attention_mask (B, T) and ``ref_logps`` (2B,) as above."""
@@ -403,6 +428,8 @@ def collate_pairs(
     else:
         rows = [[p.chosen] for p in pairs] + [[p.rejected] for p in pairs]
         batch = collate(rows, pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
+    if pairs and all(p.margin is not None for p in pairs):
+        batch["margin"] = torch.tensor([p.margin for p in pairs], dtype=torch.float32)  # (B,)
     if pairs and all(p.ref_logps is not None for p in pairs):
         batch["ref_logps"] = torch.tensor(
             [p.ref_logps[0] for p in pairs] + [p.ref_logps[1] for p in pairs], dtype=torch.float64

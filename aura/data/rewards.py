@@ -14,6 +14,8 @@ A reward scores the G completions of one prompt; the objective adds the rewards 
 * ``spanish``: the share of the completion's words that are among Spanish's most common words (from 0 to 1):
   a dense reward that even a tiny model earns in part, so a group's completions rarely score alike (the CPU
   demo's GRPO stage uses it; exact answers to math problems are out of a tiny model's reach).
+* ``model:PATH``: a reward model's score (``aura.data.reward_model``: what ``aura finetune --objective reward``
+  wrote, full or adapter), loaded once, re-tokenising prompt and completion with its own tokenizer.
 * ``FILE.py:FUNCTION``: the user's function, called as TRL calls one (``prompts``, ``completions``,
   ``completion_ids`` and every other field of the dataset, as lists, one entry per completion); it must
   return one number per completion. It is the user's code and runs with the user's rights.
@@ -39,11 +41,11 @@ M = Messages(
     "rewards",
     {
         "bad_spec": (
-            "--reward {spec}: se esperaba NOMBRE[:PESO] (exact-answer, format, length, spanish) o "
-            "ARCHIVO.py:FUNCIÓN[:PESO], "
+            "--reward {spec}: se esperaba NOMBRE[:PESO] (exact-answer, format, length, spanish), "
+            "ARCHIVO.py:FUNCIÓN[:PESO] o 'model:CARPETA[:PESO]' (un modelo de recompensa), "
             "p. ej. --reward exact-answer:1.0 --reward format:0.2.",
-            "--reward {spec}: expected NAME[:WEIGHT] (exact-answer, format, length, spanish) or "
-            "FILE.py:FUNCTION[:WEIGHT], "
+            "--reward {spec}: expected NAME[:WEIGHT] (exact-answer, format, length, spanish), "
+            "FILE.py:FUNCTION[:WEIGHT] or 'model:FOLDER[:WEIGHT]' (a reward model), "
             "e.g. --reward exact-answer:1.0 --reward format:0.2.",
         ),
         "no_file": (
@@ -88,6 +90,7 @@ M = Messages(
 )
 
 BUILTINS = ("exact-answer", "format", "length", "spanish", "overlong")
+MODEL_PREFIX = "model:"  # --reward model:PATH (a reward model)
 # Spanish's most common words (function words first, then frequent verbs, nouns and adverbs): ``spanish``
 SPANISH_WORDS = frozenset(
     """
@@ -212,6 +215,7 @@ class Reward:
     fn: Callable
     needs_answer: bool = False
     user: bool = False
+    model: bool = False  # a reward model (``aura.data.reward_model``): it also reads the prompt's messages
 
 
 def exact_answer(*, completions: list[str], answer: list, **_) -> list[float]:
@@ -270,17 +274,35 @@ def _split_weight(spec: str) -> tuple[str, float]:
 
 
 def check_spec(spec: str) -> None:
-    """A --reward SPEC's syntax and, for a user's function, that its file exists (nothing is imported)."""
+    """A --reward SPEC's syntax and, for a user's function, that its file exists (nothing is imported); a
+    reward model's folder is checked by ``model_paths`` when the run starts."""
     body, weight = _split_weight(spec.strip())
     if not body or not math.isfinite(weight):
         raise AuraError(M("bad_spec", spec=spec))
     if body in BUILTINS:
+        return
+    if body.startswith(MODEL_PREFIX):  # its folder is checked when the run starts (``model_paths``): a
+        if not body[len(MODEL_PREFIX) :]:  # pipeline's earlier stage may write it after this check
+            raise AuraError(M("bad_spec", spec=spec))
         return
     path, sep, name = body.rpartition(":")
     if not sep or not path.endswith(".py") or not name.isidentifier():
         raise AuraError(M("bad_spec", spec=spec))
     if not Path(path).is_file():
         raise AuraError(M("no_file", spec=spec, path=path))
+
+
+def model_paths(specs: list[str]) -> list[Path]:
+    """The reward model folders of ``--reward model:PATH`` specs, each checked to exist and hold a model."""
+    from aura.data.reward_model import check_reward_model
+
+    out = []
+    for spec in specs:
+        body, _ = _split_weight(spec.strip())
+        if body.startswith(MODEL_PREFIX):
+            check_reward_model(spec, Path(body[len(MODEL_PREFIX) :]))
+            out.append(Path(body[len(MODEL_PREFIX) :]))
+    return out
 
 
 def parse_reward(
@@ -301,6 +323,12 @@ def parse_reward(
     if body == "overlong":
         buffer = overlong_buffer or max(1, max_completion_length // 5)
         return Reward(body, weight, overlong_reward(max_completion_length, buffer))
+    if body.startswith(MODEL_PREFIX):
+        from aura.data.reward_model import RewardModel
+
+        path = Path(body[len(MODEL_PREFIX) :])
+        run = path.parent if path.name in ("final", "best") else path  # runs/rm/final -> "model.rm"
+        return Reward(f"model.{run.resolve().name}", weight, RewardModel(path, spec=spec), model=True)
     path, _, name = body.rpartition(":")
     return Reward(f"{Path(path).stem}.{name}", weight, load_user_function(spec, Path(path), name), user=True)
 
@@ -327,12 +355,16 @@ def score(
     completions: list[str],
     completion_ids: list[list[int]],
     fields: dict,
+    prompt_messages: list | None = None,
 ) -> list[float]:
-    """The reward of each completion of one prompt (checked: one finite number per completion)."""
+    """The reward of each completion of one prompt (checked: one finite number per completion); a reward model
+    also gets the prompt's messages (``prompt_messages``, one copy per completion)."""
     n = len(completions)
     short = prompt_text if len(prompt_text) <= 80 else prompt_text[:77] + "..."
     kwargs = {k: [v] * n for k, v in fields.items()}
     kwargs.update(prompts=[prompt_text] * n, completions=completions, completion_ids=completion_ids)
+    if reward.model:
+        kwargs["prompt_messages"] = [prompt_messages or [{"role": "user", "content": prompt_text}]] * n
     try:
         values = reward.fn(**kwargs)
     except Exception as e:  # a user's function may raise anything: name the prompt
@@ -364,7 +396,14 @@ class RewardSet:
         return [r.name for r in self.rewards]
 
     def scores(
-        self, *, prompt_text: str, where: str, completions: list[str], completion_ids: list[list[int]], fields: dict
+        self,
+        *,
+        prompt_text: str,
+        where: str,
+        completions: list[str],
+        completion_ids: list[list[int]],
+        fields: dict,
+        prompt_messages: list | None = None,
     ) -> list[list[float]]:
         """(number of rewards, G) raw scores of one prompt's completions."""
         return [
@@ -375,6 +414,13 @@ class RewardSet:
                 completions=completions,
                 completion_ids=completion_ids,
                 fields=fields,
+                prompt_messages=prompt_messages,
             )
             for r in self.rewards
         ]
+
+    def to(self, device) -> None:
+        """The reward models onto the training device."""
+        for r in self.rewards:
+            if r.model:
+                r.fn.to(device)

@@ -247,7 +247,8 @@ def plan_finetune(cfg, info, *, earlier: dict[str, StagePlan], refs: list[str], 
         per_example = length if cfg.packing or not example_tokens else min(length, math.ceil(example_tokens))
         out.tokens_per_step = per_step * per_example
         base = (4.0 if cfg.method in ("lora", "qlora") else 6.0) * n if n else None
-        # the reference model's forward (DPO); KTO also runs both models on its mismatched KL pairs
+        # the reference model's forward (DPO); KTO also runs both models on its mismatched KL pairs; ORPO, SimPO,
+        # CPO and reward models (a score head instead of the vocabulary's: no more) cost the base alone
         train_fpt = base + {"dpo": 2.0, "kto": 6.0}.get(objective, 0.0) * n if base else None
         sample_flops = 0.0
     if cfg.max_steps:

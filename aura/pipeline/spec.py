@@ -161,6 +161,7 @@ RESOURCES_DIR = Path(__file__).resolve().parent.parent / "resources"
 OUTPUT_FIELDS = ("output_dir", "output", "outfile")  # where a command writes: the runner decides
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _MIXTURE = re.compile(r"^([\w-]+=[0-9.eE+-]+:)(.+)$")
+_REWARD_MODEL = re.compile(r"^(model:)(.+?)(:[0-9.eE+-]+)?$")  # GRPO's --reward model:DIR[:WEIGHT]
 _STAGE_KEYS = {"name", "command", "options", "description", "requires", "launch", "comm"}
 _TOP_KEYS = {"stages", "description", "name", "launch", "hours"}
 COMM_KEYS = {"step_seconds", "size_mb", "iters", "timeout", "backend"}  # aura check-dist's, for `comm: auto`
@@ -425,6 +426,10 @@ def _resolve_value(value, *, stage: Stage, key: str, earlier: list[str], later: 
     if mix:
         inner, ref = _resolve_value(mix.group(2), stage=stage, key=key, earlier=earlier, later=later, out=out)
         return mix.group(1) + inner, ref
+    model = _REWARD_MODEL.match(value) if key == "reward" else None  # a reward model an earlier stage trains
+    if model:
+        inner, ref = _resolve_value(model.group(2), stage=stage, key=key, earlier=earlier, later=later, out=out)
+        return model.group(1) + inner + (model.group(3) or ""), ref
     if value.startswith("aura:"):
         name = value[5:]
         path = RESOURCES_DIR / name

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from aura.models.peft_import import import_peft, peft_quiet
 from aura.models.presets import count_parameters
 
 METHODS = ("lora", "qlora", "full")
+CAUSAL_LM, SEQ_CLS = "causal_lm", "sequence_classification"  # the heads a base model is loaded with
+SCORE = "score"  # the one-output head transformers puts on a causal LM's backbone for sequence classification
 LORA_PRESETS = {"frida": {"lora_r": 64, "lora_alpha": 128, "lora_dropout": 0.05}}
 M = Messages(
     "adapters",
@@ -119,10 +122,13 @@ def load_base_model(
     device=None,
     attn_implementation: str | None = None,
     trust_remote_code: bool = False,
+    head: str = CAUSAL_LM,
 ):
-    """The base causal LM, on ``device``; 4-bit NF4 (compute in ``dtype``) for ``method='qlora'``."""
+    """The base causal LM, on ``device``; 4-bit NF4 (compute in ``dtype``) for ``method='qlora'``. With
+    ``head=SEQ_CLS`` the same backbone under transformers' ``...ForSequenceClassification`` with one output
+    (a reward model; a causal LM's folder gets a new ``score`` head, initialised from the torch RNG)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     name = resolve_base(name_or_path)
     source = hub.Source(
@@ -130,6 +136,9 @@ def load_base_model(
     )
     dtype = dtype or torch.float32
     kwargs: dict = {"dtype": dtype, "trust_remote_code": trust_remote_code, "local_files_only": source.local_files_only}
+    auto = AutoModelForCausalLM
+    if head == SEQ_CLS:
+        auto, kwargs["num_labels"] = AutoModelForSequenceClassification, 1
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if method == "qlora":
@@ -142,7 +151,8 @@ def load_base_model(
         # bitsandbytes quantizes while loading onto the target device
         kwargs["device_map"] = {"": str(device) if device is not None else "cpu"}
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        with _quiet_new_head() if head == SEQ_CLS else contextlib.nullcontext():
+            model = auto.from_pretrained(name, **kwargs)
     except (OSError, ValueError) as e:  # not a model dir, no connection, unknown architecture
         offline = hub.offline_error(source, flag="--base-model")
         if offline is not None:
@@ -153,6 +163,19 @@ def load_base_model(
     if method != "qlora" and device is not None:
         model.to(device)
     return model
+
+
+@contextlib.contextmanager
+def _quiet_new_head():
+    """transformers' report that the ``score`` head is new (a reward model made from a causal LM: expected)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def linear_module_names(model) -> list[str]:
@@ -209,8 +232,11 @@ def setup_model(
     lora_dropout: float = 0.05,
     target_modules: list[str] | None = None,
     gradient_checkpointing: bool = False,
+    head: str = CAUSAL_LM,
 ):
-    """Make ``model`` ready to train: a peft LoRA model (``lora``/``qlora``) or all weights trainable."""
+    """Make ``model`` ready to train: a peft LoRA model (``lora``/``qlora``) or all weights trainable. A
+    reward model's (``head=SEQ_CLS``) LoRA leaves its new ``score`` head out of the adapted layers and trains
+    it whole (peft's ``modules_to_save``, saved with the adapter)."""
     if method == "full":
         for p in model.parameters():
             p.requires_grad_(True)
@@ -221,6 +247,8 @@ def setup_model(
     from peft import LoraConfig, get_peft_model
 
     targets = resolve_target_modules(model, target_modules)
+    if head == SEQ_CLS:
+        targets = [t for t in targets if t != SCORE]
     if method == "qlora":
         from peft import prepare_model_for_kbit_training
 
@@ -241,11 +269,29 @@ def setup_model(
         lora_dropout=lora_dropout,
         target_modules=targets,
         bias="none",
-        task_type="CAUSAL_LM",
+        task_type="SEQ_CLS" if head == SEQ_CLS else "CAUSAL_LM",
         fan_in_fan_out=conv1d,
+        modules_to_save=[SCORE] if head == SEQ_CLS else None,
     )
     with peft_quiet():
-        return get_peft_model(model, config)
+        model = get_peft_model(model, config)
+    if head == SEQ_CLS:
+        _score_in_fp32(model)
+    return model
+
+
+def _score_in_fp32(model) -> None:
+    """The trained copy of a reward model's score head in fp32, as peft keeps LoRA's adapters (it copies a
+    module to save in the base's dtype: bf16 on a GPU); the base's hidden states are cast to it, so it also
+    runs outside autocast."""
+    import torch
+
+    def to_fp32(module, args):
+        return tuple(a.float() if torch.is_tensor(a) else a for a in args)
+
+    for name, module in model.named_modules():
+        if name.split(".")[-3:-1] == [SCORE, "modules_to_save"]:
+            module.float().register_forward_pre_hook(to_fp32)
 
 
 def keep_autocast_inputs(model) -> int:

@@ -73,7 +73,9 @@ class FinetuneCommand:
         check_output_beside_base(cfg.output_dir, self.base_name)
         if cfg.method == "qlora":
             adapters.require_bitsandbytes()
-        return [self.base_name, cfg.data, cfg.deepspeed]
+        from aura.train.objectives.registry import setup_class
+
+        return [self.base_name, cfg.data, cfg.deepspeed, *setup_class(cfg.objective).inputs(cfg)]
 
     def prepare(self, run: Run) -> TrainingJob:
         """The run's job: the objective's data, batches and loss (``aura.train.objectives.registry``), the
@@ -92,7 +94,7 @@ class FinetuneCommand:
         train_ex, val_ex = setup.encode(cfg, tok, items, templated=template_name is not None)
         cfg = finetune_defaults(cfg, run=run, base_name=base_name)  # CUDA `auto`: micro-batch, checkpointing
         cfg = setup.resolve(cfg, dist)  # e.g. GRPO's batch, lr and epochs where not given
-        model, fingerprint, base_config = _load_model(cfg, base_name, tok, run)
+        model, fingerprint, base_config = _load_model(cfg, base_name, tok, run, head=setup.head)
         packing = cfg.packing
         if packing and not adapters.packing_is_isolated(model):
             console.warn(M("packing_off"))
@@ -127,7 +129,7 @@ class FinetuneCommand:
             stored={"base_model": {k: fingerprint[k] for k in ("config_hash", "embed_hash")}},
             mismatch=lambda path, diffs: M("ckpt_differs", path=path, diffs=diffs),
             **_model_hooks(
-                method, tok=tok, template_name=template_name, fingerprint=fingerprint, base_name=base_name, out=out
+                method, setup.head, tok=tok, template=template_name, fingerprint=fingerprint, base=base_name, out=out
             ),
             on_epoch_end=EpochInfo(out / EPOCH_INFO, resume_step=step_of(run.resume) if run.resume else None),
             epoch_checkpoint_name=lambda epoch, step: f"checkpoint-epoch-{epoch}",
@@ -156,21 +158,19 @@ class FinetuneCommand:
         )
 
 
-def _model_hooks(method: str, *, tok, template_name: str | None, fingerprint: dict, base_name: str, out: Path) -> dict:
+def _model_hooks(method: str, head: str, *, tok, template: str | None, fingerprint: dict, base: str, out: Path) -> dict:
     """The job's hooks that save and load the adapter (or the full model) with the tokenizer and the chat
-    template, and its summary lines."""
+    template, and its summary lines (a reward model's next step is GRPO's ``--reward model:PATH``)."""
     from aura.train import adapters
 
     def save_model(m, d, state_dict):
-        adapters.write_model_files(
-            m, d, state_dict, method=method, template_name=template_name, fingerprint=fingerprint
-        )
+        adapters.write_model_files(m, d, state_dict, method=method, template_name=template, fingerprint=fingerprint)
 
     def load_model(m, d):
         load_hf_weights(m, Path(d)) if method == "full" else adapters.load_adapter_weights(m, d)
 
     def summary(result) -> list:
-        cmd = f"--model {result.final_dir}" if method == "full" else f"--model {base_name} --adapter {result.final_dir}"
+        cmd = f"--model {result.final_dir}" if method == "full" else f"--model {base} --adapter {result.final_dir}"
         return [
             M("out_final", kind=M("kind_full" if method == "full" else "kind_adapter"), path=result.final_dir),
             best_line(out),
@@ -178,7 +178,7 @@ def _model_hooks(method: str, *, tok, template_name: str | None, fingerprint: di
             M("out_logs", csv=out / "training_log.csv", tb=out / "tb")
             if (out / "tb").is_dir()
             else M("out_log", csv=out / "training_log.csv"),
-            M("out_next", cmd=cmd),
+            M("out_next_reward", path=result.final_dir) if head == adapters.SEQ_CLS else M("out_next", cmd=cmd),
         ]
 
     return {
@@ -208,8 +208,10 @@ def _template(cfg: FinetuneConfig, tok, convs: list) -> str | None:
     return template_name
 
 
-def _load_model(cfg: FinetuneConfig, base_name: str, tok, run: Run):
-    """(model with LoRA/QLoRA or all weights trainable, the base's fingerprint, the base's config)."""
+def _load_model(cfg: FinetuneConfig, base_name: str, tok, run: Run, *, head: str):
+    """(model with LoRA/QLoRA or all weights trainable, the base's fingerprint, the base's config); ``head``:
+    the objective's (``ObjectiveSetup.head``: a reward model's one-output score head, seeded by --seed so
+    every rank and every run of the seed starts from the same one)."""
     import torch
 
     from aura.distributed import main_process_first
@@ -222,6 +224,8 @@ def _load_model(cfg: FinetuneConfig, base_name: str, tok, run: Run):
         if (run.precision == "bf16" and cfg.method != "full" and run.dist.device.type == "cuda")
         else torch.float32
     )
+    if head == adapters.SEQ_CLS:
+        torch.manual_seed(cfg.seed)  # the new score head's initial weights
     with main_process_first(run.dist):  # a hub download happens once
         model = adapters.load_base_model(
             base_name,
@@ -230,8 +234,11 @@ def _load_model(cfg: FinetuneConfig, base_name: str, tok, run: Run):
             device=run.dist.device if not cfg.deepspeed else None,
             attn_implementation=attention_implementation(cfg.attn_implementation, run.info, run.precision),
             trust_remote_code=cfg.trust_remote_code,
+            head=head,
         )
     adapters.match_vocab(model, tok)
+    if head == adapters.SEQ_CLS:  # the score is read at each row's last token that is not padding
+        model.config.pad_token_id = tok.pad_token_id
     fingerprint = adapters.base_fingerprint(model)
     base_config = model.config
     torch.manual_seed(cfg.seed)  # LoRA A matrices: the same on every rank and in every run of this seed
@@ -241,6 +248,7 @@ def _load_model(cfg: FinetuneConfig, base_name: str, tok, run: Run):
         **cfg.lora_settings(),
         target_modules=cfg.target_modules or None,
         gradient_checkpointing=bool(cfg.gradient_checkpointing),
+        head=head,
     )
     if cfg.method != "full" and run.precision in ("bf16", "fp16"):
         adapters.keep_autocast_inputs(model)  # no fp32 round trip of each projection's input (docstring)

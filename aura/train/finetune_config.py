@@ -17,6 +17,7 @@ from aura.train.args import TrainArgs
 from aura.train.objectives.grpo_args import GRPOArgs
 from aura.train.objectives.kto_args import KTOArgs
 from aura.train.objectives.registry import NAMES, OBJECTIVES, setup_class
+from aura.train.objectives.reward_args import RewardArgs
 from aura.train.objectives.simpo_args import SimPOArgs
 
 DEMO_BASES = (Path("runs/aura/final"), Path("runs/demo/final"))  # where the `aura pretrain` demo writes
@@ -97,6 +98,10 @@ M = Messages(
         "out_logs": ("  registros: {csv} , tensorboard --logdir {tb}", "  logs: {csv} , tensorboard --logdir {tb}"),
         "out_log": ("  registro: {csv}", "  log: {csv}"),
         "out_next": ("  pruébalo: aura chat {cmd}", "  try it: aura chat {cmd}"),
+        "out_next_reward": (
+            "  úsalo: aura finetune --objective grpo '--reward model:{path}'",
+            "  use it: aura finetune --objective grpo '--reward model:{path}'",
+        ),
         "kind_adapter": ("adaptador LoRA", "LoRA adapter"),
         "kind_full": ("modelo completo", "full model"),
         "lora_full": (
@@ -143,12 +148,13 @@ def auto_epochs(n_examples: int) -> tuple[int, str]:
 
 
 @dataclass
-class FinetuneConfig(KTOArgs, SimPOArgs, GRPOArgs, TrainArgs):
+class FinetuneConfig(RewardArgs, KTOArgs, SimPOArgs, GRPOArgs, TrainArgs):
     """Flags of ``aura finetune``: TrainArgs plus the model, data, adapter and objective choices (GRPO's
-    in ``GRPOArgs``, SimPO's and CPO's in ``SimPOArgs``, KTO's in ``KTOArgs``)."""
+    in ``GRPOArgs``, SimPO's and CPO's in ``SimPOArgs``, KTO's in ``KTOArgs``, the reward model's in
+    ``RewardArgs``)."""
 
     # the objectives' args sections, each checking its own flags (aura.train.objectives.registry)
-    OBJECTIVE_SECTIONS = (GRPOArgs, KTOArgs, SimPOArgs)
+    OBJECTIVE_SECTIONS = (GRPOArgs, KTOArgs, SimPOArgs, RewardArgs)
 
     base_model: str | None = arg(
         None,
@@ -256,11 +262,14 @@ class FinetuneConfig(KTOArgs, SimPOArgs, GRPOArgs, TrainArgs):
         "sft",
         es="Qué se optimiza: sft (instrucciones), dpo, orpo, simpo o cpo (pares de preferencia "
         "prompt/chosen/rejected; orpo, simpo y cpo sin modelo de referencia), grpo (aprendizaje por refuerzo "
-        "con recompensas verificables sobre prompts) o kto (respuestas sueltas valoradas buena/mala: "
-        "prompt/completion/label); ver docs/finetuning.md.",
+        "con recompensas verificables sobre prompts), kto (respuestas sueltas valoradas buena/mala: "
+        "prompt/completion/label) o reward (un modelo de recompensa Bradley–Terry a partir de pares de preferencia, "
+        "para --reward model:RUTA de grpo); ver docs/finetuning.md.",
         en="What is optimised: sft (instructions), dpo, orpo, simpo or cpo (preference pairs prompt/chosen/rejected; "
         "orpo, simpo and cpo without a reference model), grpo (reinforcement learning with verifiable rewards "
-        "on prompts) or kto (single answers rated good/bad: prompt/completion/label); see docs/finetuning.en.md.",
+        "on prompts), kto (single answers rated good/bad: prompt/completion/label) or reward (a Bradley–Terry "
+        "reward model from preference pairs, for grpo's "
+        "--reward model:PATH); see docs/finetuning.en.md.",
     )
     beta: float | None = arg(
         None,

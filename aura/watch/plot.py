@@ -45,7 +45,10 @@ M = Messages(
         ),
         "loss_title": ("Pérdida", "Loss"),
         "lr_title": ("Tasa de aprendizaje", "Learning rate"),
-        "rewards_title": ("Recompensas (DPO/ORPO/KTO)", "Rewards (DPO/ORPO/KTO)"),
+        "rewards_title": (
+            "Recompensas (DPO/ORPO/KTO, modelo de recompensa)",
+            "Rewards (DPO/ORPO/KTO, reward model)",
+        ),
         "rl_rewards_title": ("Recompensa (GRPO)", "Reward (GRPO)"),
         "speed_title": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
         "x_tokens": ("tokens vistos", "tokens seen"),

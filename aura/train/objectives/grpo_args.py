@@ -88,14 +88,16 @@ class GRPOArgs:
         es="GRPO: recompensa NOMBRE[:PESO] o ARCHIVO.py:FUNCIÓN[:PESO], repetible. Incluidas: "
         "exact-answer (respuesta final = campo 'answer'), format (--format-pattern), length "
         "(penaliza la longitud), spanish (proporción de palabras españolas comunes), overlong (castigo suave de "
-        "DAPO a las respuestas que se acercan a --max-completion-length, ver --overlong-buffer). Una función tuya "
+        "DAPO a las respuestas que se acercan a --max-completion-length, ver --overlong-buffer); model:CARPETA[:PESO] "
+        "puntúa con un modelo de recompensa (aura finetune --objective reward). Una función tuya "
         "ejecuta TU "
         "código con tus permisos: usa solo "
         "archivos en los que confíes (por defecto: exact-answer:1.0 format:0.2).",
         en="GRPO: reward NAME[:WEIGHT] or FILE.py:FUNCTION[:WEIGHT], repeatable. Built in: "
         "exact-answer (final answer = the 'answer' field), format (--format-pattern), length "
         "(penalises length), spanish (share of common Spanish words), overlong (DAPO's soft punishment of "
-        "completions that near --max-completion-length, see --overlong-buffer). A function of yours runs YOUR "
+        "completions that near --max-completion-length, see --overlong-buffer); model:FOLDER[:WEIGHT] scores with a "
+        "reward model (aura finetune --objective reward). A function of yours runs YOUR "
         "code with your "
         "rights: use only "
         "files you trust (default: exact-answer:1.0 format:0.2).",

@@ -163,6 +163,13 @@ class GRPOSetup(ObjectiveSetup):
             cfg.beta = 0.0
 
     @classmethod
+    def inputs(cls, cfg) -> list:
+        """The reward models' folders (``--reward model:PATH``), checked now."""
+        from aura.data.rewards import model_paths
+
+        return model_paths(cfg.rewards_or_default)
+
+    @classmethod
     def learning_rate(cls, method: str) -> float:
         return GRPO_LR_FULL if method == "full" else GRPO_LR_LORA
 
@@ -186,7 +193,9 @@ class GRPOSetup(ObjectiveSetup):
         return resolve(cfg, dist)
 
     def sources(self, cfg, tok, model, train_ex: list, val_ex: list, *, run, packing: bool, base_name: str):
-        """(the rollout source, None): GRPO's validation is the reward evaluator."""
+        """(the rollout source, None): GRPO's validation is the reward evaluator. The reward models (``--reward
+        model:PATH``) go to the training device."""
+        self.rewards.to(run.dist.device)
         return rollouts(cfg, tok, model, train_ex, val_ex, self.rewards, run=run, base_name=base_name), None
 
     def build(self, cfg, model, train_ex: list, val_ex: list, *, tok, run):
@@ -394,6 +403,7 @@ class RewardEvaluator:
                     s[0]
                     for s in self.rewards.scores(
                         prompt_text=p.item.text,
+                        prompt_messages=p.item.messages,
                         where=p.item.where,
                         completions=[text],
                         completion_ids=[ids],

@@ -185,11 +185,13 @@ def sequence_logps(
     return token_logps.sum(1), answer_mask.sum(1), None, None
 
 
-def shares_prompt(model, *, kto: bool = False) -> bool:
+def shares_prompt(model, *, kto: bool = False, values=None, pad_id: int = 0) -> bool:
     """Whether ``model`` takes a pair as one shared-prompt row (``collate_pairs(shared=True)``) with the same
     answer log-probs as the two rows: the attention implementation must take a custom 4D mask
     (``TREE_MASK_ATTENTION``), and a random pair is run both ways to check it (a few tokens of compute).
-    False (said once) keeps today's two rows per pair. ``kto``: said of KTO's reference pass."""
+    False (said once) keeps today's two rows per pair. ``kto``: said of KTO's reference pass. ``values``: what
+    must agree, ``(model, batch) -> (2B,)`` (default: the answers' log-probs; a reward model's scores), on
+    batches padded with ``pad_id``."""
     from aura.data.preference import EncodedPair, collate_pairs
     from aura.data.sft_batches import Encoded
 
@@ -215,12 +217,11 @@ def shares_prompt(model, *, kto: bool = False) -> bool:
     try:
         with torch.no_grad():
             two, one = (
-                {k: v.to(device) for k, v in collate_pairs(pairs, pad_id=0, shared=shared).items()}
+                {k: v.to(device) for k, v in collate_pairs(pairs, pad_id=pad_id, shared=shared).items()}
                 for shared in (False, True)
             )
-            ok = torch.allclose(
-                sequence_logps(model, one)[0].float(), sequence_logps(model, two)[0].float(), atol=1e-2, rtol=1e-3
-            )
+            values = values or (lambda m, b: sequence_logps(m, b)[0])
+            ok = torch.allclose(values(model, one).float(), values(model, two).float(), atol=1e-2, rtol=1e-3)
     finally:
         model.train(was_training)
     console.info(M("prompt_once_kto" if kto else "prompt_once") if ok else M("prompt_twice", attn=attn))

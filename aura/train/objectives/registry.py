@@ -25,6 +25,7 @@ OBJECTIVES = {
     "simpo": "aura.train.objectives.simpo_setup:SimPOSetup",
     "cpo": "aura.train.objectives.simpo_setup:CPOSetup",
     "kto": "aura.train.objectives.kto_setup:KTOSetup",
+    "reward": "aura.train.objectives.reward_setup:RewardSetup",
 }
 NAMES = tuple(OBJECTIVES)
 
@@ -59,6 +60,7 @@ class ObjectiveSetup(ABC):
     sections: tuple[str, ...] = ()  # the FinetuneConfig args sections this objective uses (see check_args)
     named_in_identity = True  # a checkpoint's identity names the objective (SFT's never did)
     reference_free = False  # no reference model: nothing to precompute
+    head = "causal_lm"  # the model it trains (aura.train.adapters: CAUSAL_LM, or SEQ_CLS for a reward model)
 
     # -- its flags (FinetuneConfig.__post_init__; light: no torch) --------------------------------------
 
@@ -77,6 +79,12 @@ class ObjectiveSetup(ABC):
     def check_across(cls, cfg) -> None:
         """Checks of flags that belong to other sections (or to FinetuneConfig) under this objective, and
         the defaults this objective fills in."""
+
+    @classmethod
+    def inputs(cls, cfg) -> list:
+        """Paths the run reads besides --base-model and --data (GRPO's reward models), checked when the run
+        starts, before anything is written."""
+        return []
 
     @classmethod
     @abstractmethod

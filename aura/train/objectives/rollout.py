@@ -336,6 +336,7 @@ class RolloutSource:
             texts = self.tok.batch_decode(ids, skip_special_tokens=True)
             values = self.rewards.scores(
                 prompt_text=item.text,
+                prompt_messages=item.messages,
                 where=item.where,
                 completions=texts,
                 completion_ids=ids,
