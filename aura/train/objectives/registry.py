@@ -25,6 +25,7 @@ OBJECTIVES = {
     "simpo": "aura.train.objectives.simpo_setup:SimPOSetup",
     "cpo": "aura.train.objectives.simpo_setup:CPOSetup",
     "kto": "aura.train.objectives.kto_setup:KTOSetup",
+    "distill": "aura.train.objectives.distill_setup:DistillSetup",
 }
 NAMES = tuple(OBJECTIVES)
 
