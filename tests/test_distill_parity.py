@@ -53,8 +53,8 @@ def test_generalized_jsd_equals_trls_on_random_logits(beta, temperature):
         torch.testing.assert_close(ours, (s.exp() * (s - t)).sum(-1), rtol=1e-5, atol=1e-6)
 
 
-def _batch(model_dir):
-    """Aura's SFT batch of CONVERSATIONS (right-padded, answers labelled) and its tokenizer."""
+def sft_batch(model_dir, conversations=CONVERSATIONS):
+    """Aura's SFT batch of ``conversations`` (right-padded, answers labelled) and its tokenizer."""
     from aura.data.sft import Conversation
     from aura.data.sft_batches import collate, encode_all
     from aura.tokenizer.loading import load_tokenizer
@@ -62,7 +62,7 @@ def _batch(model_dir):
     tok = load_tokenizer(str(model_dir))
     convs = [
         Conversation(messages=[{"role": "user", "content": p}, {"role": "assistant", "content": a}], where=str(i))
-        for i, (p, a) in enumerate(CONVERSATIONS)
+        for i, (p, a) in enumerate(conversations)
     ]
     examples = encode_all(convs, tok, max_length=128, truncation="drop", train_on_prompt=False)
     return collate([[e] for e in examples], pad_id=tok.pad_token_id), tok
@@ -76,7 +76,7 @@ def test_one_off_policy_step_gives_gkdtrainers_loss_and_gradients(env, beta, tmp
 
     from aura.train.objectives.distill import Distill
 
-    batch, tok = _batch(env["student"])
+    batch, tok = sft_batch(env["student"])
     student = AutoModelForCausalLM.from_pretrained(env["student"], dtype=torch.float32)
     teacher = AutoModelForCausalLM.from_pretrained(env["teacher"], dtype=torch.float32)
     args = GKDConfig(

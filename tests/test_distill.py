@@ -1,0 +1,155 @@
+"""`aura finetune --objective distill` through the real CLI: on-policy and off-policy micro-batches both occur
+with --lmbda 0.5, the run resumes exactly (the same logged losses and choices) after SIGTERM and then after
+kill -9, the student's KL to the teacher on held-out answers falls, and a teacher with another tokenizer is
+refused naming both folders. Parity with TRL's GKDTrainer is in tests/test_distill_parity.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import run_aura_killed
+from tests.test_finetune import finetune
+from tests.test_preference import FAST, step_rows
+from tests.tiny_models import build_llama, train_tokenizer
+
+COLUMNS = ("train_loss", "grad_norm", "on_policy")
+HELD_OUT = [
+    ("¿Qué es un río?", "Un río es una corriente de agua que fluye hacia el mar."),
+    ("Nombra una fruta.", "La manzana es una fruta."),
+    ("¿Dónde vive un pez?", "Un pez vive en el agua, en ríos, lagos o en el mar."),
+]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("distill")
+    tok = train_tokenizer(root / "tok", vocab_size=500)
+    return {
+        "root": root,
+        "student": build_llama(root / "student", tok, hidden=64, layers=2, seed=0),
+        "teacher": build_llama(root / "teacher", tok, hidden=64, layers=4, seed=1),
+    }
+
+
+def _common(env) -> list:
+    return [
+        "--objective",
+        "distill",
+        "--base-model",
+        env["student"],
+        "--teacher",
+        env["teacher"],
+        *FAST,
+        "--max-new-tokens",
+        12,
+        "--lmbda",
+        0.5,
+        "--max-steps",
+        8,
+        "--val-fraction",
+        0,
+    ]
+
+
+@torch.no_grad()
+def held_out_kl(student_dir, teacher_dir, adapter=None) -> float:
+    """The mean per-token reverse KL(student || teacher) on HELD_OUT's answers (transformers and peft)."""
+    from transformers import AutoModelForCausalLM
+
+    from aura.train.objectives.distill import generalized_jsd
+    from tests.test_distill_parity import sft_batch
+
+    student = AutoModelForCausalLM.from_pretrained(student_dir, dtype=torch.float32)
+    if adapter is not None:
+        from peft import PeftModel
+
+        student = PeftModel.from_pretrained(student, adapter)
+    teacher = AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32)
+    batch, _ = sft_batch(student_dir, HELD_OUT)
+    mask = batch["labels"][:, 1:] != -100
+    s, t = (
+        m(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+        for m in (student, teacher)
+    )
+    return float(generalized_jsd(s[mask], t[mask], beta=1.0).mean())
+
+
+def test_distill_mixes_own_and_data_answers_lowers_the_kl_and_resumes_exactly_after_sigterm_and_kill_9(env, tmp_path):
+    common = _common(env)
+    straight = tmp_path / "straight"
+    out = finetune(*common, "--output-dir", straight)
+    assert "Teacher:" in out and "beta 0.5" in out and "lmbda 0.5" in out, out
+    rows = step_rows(straight)
+    assert set(rows) == set(range(1, 9))
+    kinds = {float(rows[s]["on_policy"]) for s in rows}
+    assert kinds == {0.0, 1.0}, rows  # both kinds of micro-batch occurred
+    before = held_out_kl(env["student"], env["teacher"])
+    after = held_out_kl(env["student"], env["teacher"], adapter=straight / "final")
+    assert after < 0.9 * before, (before, after)
+
+    run = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", "finetune", "--output-dir", str(run), *map(str, common)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1"),
+    )
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "Step 3/8" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    text = "".join(lines) + proc.stdout.read()
+    assert proc.wait(timeout=300) == 3, text
+    stopped = int(next(run.glob("interrupt-step-*")).name.rsplit("-", 1)[1])
+    out = run_aura_killed(
+        "finetune",
+        "--output-dir",
+        run,
+        *common,
+        "--save-steps",
+        1,
+        "--resume-from",
+        "latest",
+        marker=run / f"checkpoint-step-{stopped + 1}",
+    )
+    assert "Resumed from" in out and not (run / "final").exists()
+    out = finetune(*common, "--output-dir", run, "--resume-from", "latest")
+    resumed_at = re.search(r"Resumed from \S+: step (\d+),", out)
+    assert resumed_at and int(resumed_at[1]) > stopped, out
+    again = step_rows(run)
+    assert set(again) == set(range(1, 9))
+    for step in again:  # exactly: the logged strings, sampled answers included
+        assert [again[step][k] for k in COLUMNS] == [rows[step][k] for k in COLUMNS], step
+
+
+def test_a_teacher_with_another_tokenizer_is_refused_naming_both_folders(env, tmp_path):
+    other_tok = train_tokenizer(tmp_path / "tok", vocab_size=400)
+    other = build_llama(tmp_path / "other", other_tok, hidden=32, layers=1)
+    out = finetune(
+        "--objective",
+        "distill",
+        "--base-model",
+        env["student"],
+        "--teacher",
+        other,
+        *FAST,
+        "--output-dir",
+        tmp_path / "run",
+        expect=2,
+    )
+    assert "do not share a tokenizer" in out and str(other) in out and str(env["student"]) in out, out
+    assert not (tmp_path / "run" / "final").exists()
+    out = finetune("--base-model", env["student"], "--lmbda", 0.2, "--output-dir", tmp_path / "sft", expect=2)
+    assert "--lmbda only applies to --objective distill" in out
+    out = finetune("--objective", "distill", "--base-model", env["student"], "--output-dir", tmp_path / "x", expect=2)
+    assert "--objective distill needs --teacher" in out
