@@ -73,7 +73,7 @@ class FinetuneCommand:
         check_output_beside_base(cfg.output_dir, self.base_name)
         if cfg.method == "qlora":
             adapters.require_bitsandbytes()
-        return [self.base_name, cfg.data, cfg.deepspeed]
+        return [self.base_name, cfg.data, cfg.deepspeed, cfg.teacher]
 
     def prepare(self, run: Run) -> TrainingJob:
         """The run's job: the objective's data, batches and loss (``aura.train.objectives.registry``), the
@@ -149,7 +149,8 @@ class FinetuneCommand:
                 trainable_parameters=None
                 if cfg.method == "full" or cfg.deepspeed
                 else count_parameters(model, trainable_only=True),
-            ),
+            )
+            + setup.extra_flops_per_token(cfg),
             objective=objective,
             evaluators=evaluators,
             finish=setup.finish(data, out),

@@ -43,6 +43,12 @@ M = Messages(
             "--{flag} debe estar entre 0 y 1 (recibido: {value}).",
             "--{flag} must be between 0 and 1 (got: {value}).",
         ),
+        "strategy": (
+            "--objective distill entrena en un proceso o con DDP (--strategy ddp); no con --strategy {strategy} "
+            "ni --deepspeed: el maestro es una copia entera por proceso.",
+            "--objective distill trains on one process or with DDP (--strategy ddp); not with --strategy "
+            "{strategy} nor --deepspeed: the teacher is one whole copy per process.",
+        ),
         "positive": (
             "--{flag} debe ser mayor que 0 (recibido: {value}).",
             "--{flag} must be greater than 0 (got: {value}).",

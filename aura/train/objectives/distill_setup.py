@@ -120,9 +120,7 @@ class DistillSetup(SFTSetup):
             if bad:
                 raise AuraError(AM("not_distill", flag=flag, why=AM(why)))
         if cfg.deepspeed or cfg.strategy not in ("auto", "ddp", "none"):
-            from aura.train.objectives.grpo_args import M as GM
-
-            raise AuraError(GM("strategy", strategy=cfg.strategy))
+            raise AuraError(AM("strategy", strategy=cfg.strategy))
         if cfg.beta is None:
             cfg.beta = 0.5
         if cfg.temperature is None:
@@ -199,3 +197,9 @@ class DistillSetup(SFTSetup):
 
     def completion_tokens(self, cfg) -> int:
         return int(cfg.lmbda * cfg.max_new_tokens)
+
+    def extra_flops_per_token(self, cfg) -> float:
+        """The teacher's forward pass: 2 x its matmul parameters per token."""
+        from aura.models.presets import matmul_parameters
+
+        return 2.0 * matmul_parameters(self.teacher.config)

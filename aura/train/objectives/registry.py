@@ -114,6 +114,10 @@ class ObjectiveSetup(ABC):
         """Tokens a training row gains while training (GRPO's completions), for the plan's throughput."""
         return 0
 
+    def extra_flops_per_token(self, cfg) -> float:
+        """FLOPs per trained token beyond the policy's own (a teacher's forward), for MFU; after ``sources``."""
+        return 0.0
+
     def evaluators(self, cfg, tok, model, val_ex: list, data, *, steps_per_epoch: int) -> list:
         return []
 
