@@ -153,3 +153,48 @@ def test_a_teacher_with_another_tokenizer_is_refused_naming_both_folders(env, tm
     assert "--lmbda only applies to --objective distill" in out
     out = finetune("--objective", "distill", "--base-model", env["student"], "--output-dir", tmp_path / "x", expect=2)
     assert "--objective distill needs --teacher" in out
+
+
+def test_the_teacher_is_in_the_memory_plan_and_the_pipeline_estimate(env, tmp_path):
+    from transformers import AutoConfig, AutoModelForCausalLM, MistralConfig
+
+    from aura.models.hardware import GIB, HardwareInfo
+    from aura.train.run.memory import finetune_estimate, plan_finetune
+    from tests.test_pipeline_a100 import _plan, _seconds
+
+    teacher = AutoModelForCausalLM.from_pretrained(env["teacher"], dtype=torch.float32)
+    config = AutoConfig.from_pretrained(env["student"])
+    common = dict(method="lora", lora_r=8, batch_size=2, max_length=64, precision="fp32", checkpointing=False)
+    alone = finetune_estimate(config, **common)
+    with_teacher = finetune_estimate(config, **common, teacher_config=teacher.config)
+    weights = sum(p.numel() for p in teacher.parameters()) * 4  # the real model's fp32 weights
+    logits = 2 * 64 * config.vocab_size * (4 + 4)
+    assert with_teacher.teacher == pytest.approx(weights + logits, rel=0.01) and alone.teacher == 0
+    assert with_teacher.total > alone.total + weights
+    # a 7B teacher (bf16: ~14.5 GB) beside a 7B LoRA student on a 40 GB GPU: `auto` needs gradient checkpointing
+    big = MistralConfig()  # 7B shapes, no weights
+    info = HardwareInfo(device_type="cuda", name="A100 40GB", count=1, memory_bytes=40 * GIB, bf16=True, fp16=True)
+    plan = dict(info=info, method="lora", lora_r=16, max_length=2048, precision="bf16")
+    (_, ckpt_alone, _, _), (_, ckpt, est, fits) = (
+        plan_finetune(big, **plan),
+        plan_finetune(big, **plan, teacher_config=big),
+    )
+    assert fits and ckpt and not ckpt_alone and est.teacher > 14 * GIB
+
+    pipe = tmp_path / "p.yaml"  # sizes from the names (1B student, 7B teacher): nothing to download
+    stage = "  - name: {name}\n    command: finetune\n    options:\n      base_model: org/alumno-1B\n"
+    stage += "      max_steps: 1000\n"
+    distill = "      objective: distill\n      teacher: org/maestro-7B\n      lmbda: {lmbda}\n"
+    pipe.write_text(
+        "stages:\n"
+        + stage.format(name="sft")
+        + stage.format(name="distill")
+        + distill.format(lmbda=0)
+        + stage.format(name="onpolicy")
+        + distill.format(lmbda=1),
+        encoding="utf-8",
+    )
+    _, rows = _plan(str(pipe), "--assume", "A100 80GB")
+    sft, off, on = (_seconds(rows[s]["estimate"]) for s in ("sft", "distill", "onpolicy"))
+    # LoRA: 4·N per token; + the teacher's forward 2·N_teacher = 18e9 against 4e9; then the student's sampling
+    assert off == pytest.approx(sft * 18 / 4, rel=0.05) and on > off, rows

@@ -27,7 +27,8 @@ def test_every_objective_choice_is_a_registry_entry():
 
     parser = build_parser(FinetuneConfig, prog="aura finetune", description="")
     (action,) = [a for a in parser._actions if "--objective" in a.option_strings]
-    assert tuple(action.choices) == tuple(OBJECTIVES) == ("sft", "dpo", "orpo", "grpo", "simpo", "cpo", "kto", "distill")
+    names = ("sft", "dpo", "orpo", "grpo", "simpo", "cpo", "kto", "distill")
+    assert tuple(action.choices) == tuple(OBJECTIVES) == names
     assert {f["name"]: f for f in form("finetune")}["objective"]["choices"] == list(OBJECTIVES)
     for name in OBJECTIVES:
         setup = setup_class(name)
