@@ -198,3 +198,26 @@ def test_the_teacher_is_in_the_memory_plan_and_the_pipeline_estimate(env, tmp_pa
     sft, off, on = (_seconds(rows[s]["estimate"]) for s in ("sft", "distill", "onpolicy"))
     # LoRA: 4·N per token; + the teacher's forward 2·N_teacher = 18e9 against 4e9; then the student's sampling
     assert off == pytest.approx(sft * 18 / 4, rel=0.05) and on > off, rows
+
+
+def test_studio_form_offers_distill_and_its_options(tmp_path):
+    from tests.test_studio import client
+
+    c, headers = client(tmp_path)
+    fields = {f["name"]: f for f in c.get("/api/forms/finetune").json()["fields"]}
+    assert "distill" in fields["objective"]["choices"]
+    assert fields["lmbda"]["default"] == 0.5 and fields["max_new_tokens"]["default"] == 128
+    assert "maestro" in fields["teacher"]["help"]["es"] and "teacher" in fields["teacher"]["help"]["en"]
+    r = c.post(
+        "/api/preview",
+        json={
+            "command": "finetune",
+            "name": "distill",
+            "values": {"objective": "distill", "teacher": "modelos/maestro", "lmbda": "0.8", "seq_kd": True},
+        },
+        headers=headers,
+    )
+    assert r.status_code == 200, r.text
+    argv = r.json()["argv"]
+    assert argv[argv.index("--teacher") + 1] == "modelos/maestro" and argv[argv.index("--lmbda") + 1] == "0.8"
+    assert "--seq-kd" in argv, argv
