@@ -7,14 +7,14 @@ clock starts), same data (the embedded Spanish instructions, ``aura/resources/in
 ``--truncation drop`` does), same chat template (the model's ChatML), same LoRA (r 16, alpha 32, no dropout:
 GKDConfig's ``disable_dropout``; every linear layer but the head), TRL GKDConfig's beta 0.5 and temperature
 0.9, max_new_tokens 64, batch 2 x accumulation 2, lr 5e-5, cosine, fp32, the same number of optimizer steps,
-this CPU. ``--lmbda`` (default 1: every micro-batch is the student's own samples; TRL draws
+this CPU, one thread a side. ``--lmbda`` (default 1: every micro-batch is the student's own samples; TRL draws
 its batches with ``random.random()`` and Aura with its keyed draw, so a fraction in between would not sample
-the same number of batches on both sides; 0: every batch is the data's, the teacher's forward and the loss
-alone). Each side runs in its own subprocess; steps/s = steps / wall seconds of the whole command (loading,
-tokenising, training, saving the adapter); peak memory = the child's peak resident set size. The shared
-token count (bench/versus_trl.py) counts what enters the embedding in training mode: TRL samples with the
-model in training mode, so its count includes the sampled steps (the tokens/s ratio is not comparable here;
-steps/s is).
+the same number of batches on both sides; 0: every batch is the data's: the teacher's forward and the loss
+alone).
+
+Both sides are timed as ``bench/bench_kto.py`` (``versus_trl.alternate``): whole command (the child's wall
+time), steady state (end of step 1 to end of the last step), and both in CPU seconds of the child, which
+move much less than wall time on a shared machine; memory is the child's peak RSS.
 
     .venv/bin/python bench/bench_distill.py [--steps 4] [--max-length 256] [--repeats 1] [--lmbda 1]
 """
@@ -26,11 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-import versus_trl  # bench/: the shared Aura-vs-TRL harness
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import versus_trl  # noqa: E402  (bench/: the shared Aura-vs-TRL harness)
 
 # reproduce: --steps 4 --lmbda 1
 # reproduce: --steps 4 --lmbda 0
-# reproduce-quick: --steps 1 --max-length 64 --lmbda 1
+# reproduce-quick: --steps 2 --max-length 64 --lmbda 1
 # reproduce-needs: module:trl
 # reproduce-quick-needs: module:trl
 
@@ -43,47 +44,34 @@ def build_teacher(student: str, out: str) -> str:
     from tests.tiny_models import build_llama
 
     tok = Path(student).parent / "tok"
-    path = build_llama(Path(out) / "teacher", tok, hidden=256, layers=8, heads=4, kv_heads=2, intermediate=768, ctx=512)
+    path = build_llama(
+        Path(out) / "teacher", tok, hidden=256, layers=8, heads=4, kv_heads=2, intermediate=768, ctx=512, seed=1
+    )
     return str(path)
 
 
-def child_aura(a) -> dict:
+def child_aura(a) -> list[tuple[float, float]]:
+    """``aura finetune --objective distill ...`` through the program's own entry point, each step clocked."""
     teacher = build_teacher(a.model, a.out + "-teacher")
-    return versus_trl.train_aura(
-        a.out,
-        base_model=a.model,
-        objective="distill",
-        teacher=teacher,
-        lmbda=LMBDA,
-        max_new_tokens=MAX_NEW,
-        method="lora",
-        lora_dropout=0.0,
-        max_steps=a.steps,
-        max_length=a.max_length,
-        precision="fp32",
-        save_steps=0,
-        log_interval=10,
-        val_fraction=0.0,
-        seed=0,
-        learning_rate=LR,
-        batch_size=BATCH,
-        gradient_accumulation_steps=ACCUM,
-        warmup_steps=0,
-    )
+    argv = ["finetune", "--objective", "distill", "--method", "lora", "--base-model", a.model, "--teacher", teacher]
+    argv += ["--lmbda", LMBDA, "--max-new-tokens", MAX_NEW, "--output-dir", a.out, "--max-steps", a.steps]
+    argv += ["--batch-size", BATCH, "--gradient-accumulation-steps", ACCUM, "--max-length", a.max_length]
+    argv += ["--lora-r", 16, "--lora-alpha", 32, "--lora-dropout", 0.0, "--precision", "fp32", "--lr", LR]
+    argv += ["--warmup-steps", 0, "--val-fraction", 0.0, "--save-steps", 0, "--log-interval", 1, "--seed", 0]
+    return versus_trl.clocked_aura(argv)
 
 
-def child_trl(a) -> dict:
+def child_trl(a) -> list[tuple[float, float]]:
     import torch
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl.experimental.gkd import GKDConfig, GKDTrainer
 
     from aura.data import EMBEDDED_INSTRUCTIONS
     from aura.data.sft import load_conversations
 
     teacher_dir = build_teacher(a.model, a.out + "-teacher")
-    t = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(a.model)
     convs = [c.messages for c in load_conversations(EMBEDDED_INSTRUCTIONS)]
     fits = [
@@ -104,7 +92,7 @@ def child_trl(a) -> dict:
         max_steps=a.steps,
         max_length=a.max_length,
         weight_decay=0.0,
-        logging_steps=10,
+        logging_steps=1,
         save_strategy="no",
         report_to=[],
         use_cpu=True,
@@ -117,21 +105,24 @@ def child_trl(a) -> dict:
         gradient_checkpointing=False,
     )
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    ends: list[tuple[float, float]] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            ends.append((time.perf_counter(), time.process_time()))
+
     trainer = GKDTrainer(
-        model=model, teacher_model=teacher, args=args, train_dataset=ds, processing_class=tok, peft_config=lora
+        model=model,
+        teacher_model=teacher,
+        args=args,
+        train_dataset=ds,
+        processing_class=tok,
+        peft_config=lora,
+        callbacks=[StepClock()],
     )
-    tokens = {"n": 0}
-    collate = trainer.data_collator
-
-    def counting_collator(examples):
-        batch = collate(examples)
-        tokens["n"] += batch["input_ids"].numel()
-        return batch
-
-    trainer.data_collator = counting_collator
     trainer.train()
     trainer.save_model(a.out + "/final")
-    return {"seconds": time.perf_counter() - t, "tokens": tokens["n"]}
+    return ends
 
 
 if __name__ == "__main__":
@@ -140,5 +131,5 @@ if __name__ == "__main__":
         os.environ["AURA_BENCH_LMBDA"] = sys.argv[i + 1]
         del sys.argv[i : i + 2]
     LMBDA = float(os.environ.get("AURA_BENCH_LMBDA", "1"))
-    name = "distill_vs_trl" if LMBDA == 1 else f"distill_lmbda{LMBDA:g}_vs_trl"
-    versus_trl.main(__file__, {"aura": child_aura, "trl": child_trl}, steps=4, name=name)
+    name = {1.0: "distill_vs_trl", 0.0: "distill_offpolicy_vs_trl"}.get(LMBDA, f"distill_lmbda{LMBDA:g}_vs_trl")
+    versus_trl.alternate(__file__, {"aura": child_aura, "trl": child_trl}, steps=4, per_step=BATCH * ACCUM, name=name)

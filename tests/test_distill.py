@@ -221,3 +221,83 @@ def test_studio_form_offers_distill_and_its_options(tmp_path):
     argv = r.json()["argv"]
     assert argv[argv.index("--teacher") + 1] == "modelos/maestro" and argv[argv.index("--lmbda") + 1] == "0.8"
     assert "--seq-kd" in argv, argv
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_two_gloo_ranks_under_ddp_equal_one_process_with_the_same_global_batch(env, tmp_path):
+    """DDP: 2 ranks x 1 row == 1 process x 2 rows. The on-policy draw depends on the micro-batch's index, not
+    the rank, and each row's sampling key on its place in the global micro-batch: both layouts sample the
+    same answers; the loss is normalised by the answer tokens of all ranks."""
+    from tests.distutil import output, torchrun
+
+    common = [*_common(env)[:-4], "--max-steps", 3, "--val-fraction", 0]  # --lmbda 0.5, 3 steps
+    single = tmp_path / "single"
+    finetune(*common, "--output-dir", single)
+    dist_run = tmp_path / "dist"
+    args = ["-m", "aura", "finetune", *map(str, common), "--strategy", "ddp", "--batch-size", "1"]
+    r = torchrun(*args, "--output-dir", str(dist_run), "--backend", "gloo")
+    assert r.returncode == 0, output(r)
+    a, b = step_rows(single), step_rows(dist_run)
+    assert set(a) == set(b) == {1, 2, 3}
+    assert {float(a[s]["on_policy"]) for s in a} == {0.0, 1.0}  # the draws of seed 0: both kinds in 3 steps
+    for step in a:
+        assert a[step]["on_policy"] == b[step]["on_policy"], step
+        for key in ("train_loss", "grad_norm"):
+            assert float(b[step][key]) == pytest.approx(float(a[step][key]), abs=2e-4), (step, key)
+
+
+def test_each_micro_batch_takes_the_data_the_students_or_with_seq_kd_the_teachers_keyed_answers(env):
+    """The source's three kinds of batch against what they should hold: the SFT batch itself; each row's
+    prompt followed by the student's (on-policy) or the teacher's (--seq-kd) sample drawn with that row's key
+    (Aura's keyed sampler called directly)."""
+    from transformers import AutoModelForCausalLM
+
+    from aura.data.sft_batches import SFTDataSource
+    from aura.distributed import DistInfo
+    from aura.inference.sampling import SamplingParams
+    from aura.train.objectives.distill import DistillSource, on_policy_draw, prompt_of
+    from aura.train.objectives.rollout import row_key, sample_completions
+    from tests.test_distill_parity import CONVERSATIONS, sft_batch
+
+    student = AutoModelForCausalLM.from_pretrained(env["student"], dtype=torch.float32)
+    teacher = AutoModelForCausalLM.from_pretrained(env["teacher"], dtype=torch.float32)
+    _, tok = sft_batch(env["student"])
+    from aura.data.sft import Conversation
+    from aura.data.sft_batches import encode_all
+
+    convs = [
+        Conversation(messages=[{"role": "user", "content": p}, {"role": "assistant", "content": a}], where=str(i))
+        for i, (p, a) in enumerate(CONVERSATIONS + HELD_OUT)
+    ]
+    examples = encode_all(convs, tok, max_length=128, truncation="drop", train_on_prompt=False)
+    sampling = SamplingParams(max_new_tokens=6, temperature=0.9, stop_ids=(tok.eos_token_id,))
+    dist = DistInfo()
+
+    def source(lmbda: float, seq_kd: bool) -> tuple[DistillSource, SFTDataSource]:
+        data = SFTDataSource(examples, batch_size=2, pad_id=tok.pad_token_id, seed=3)
+        plain = SFTDataSource(examples, batch_size=2, pad_id=tok.pad_token_id, seed=3)
+        common = dict(policy=student, teacher=teacher, tokenizer=tok, sampling=sampling, seed=3, dist=dist)
+        return DistillSource(data, lmbda=lmbda, seq_kd=seq_kd, precision="fp32", **common), plain
+
+    for lmbda, seq_kd in ((0.0, False), (1.0, False), (0.0, True), (0.5, False)):
+        src, plain = source(lmbda, seq_kd)
+        for index in range(src.batches_per_epoch):
+            batch, data = src.next_batch(), plain.next_batch()
+            own = on_policy_draw(3, 0, index) < lmbda
+            assert float(batch["on_policy"]) == float(own)
+            if not own and not seq_kd:
+                assert all(torch.equal(batch[k], data[k]) for k in data), (lmbda, index)
+                continue
+            prompts = [prompt_of(*row) for row in zip(data["input_ids"], data["labels"], data["attention_mask"])]
+            keys = [row_key(3, 0, index, i) for i in range(len(prompts))]
+            model = student if own else teacher
+            want = sample_completions(
+                model, prompts, keys, sampling=sampling, tokenizer=tok, precision="fp32", device=dist.device
+            )
+            for i, (p, c) in enumerate(zip(prompts, want)):
+                n = len(p) + len(c)
+                assert batch["input_ids"][i, :n].tolist() == p + list(c)
+                assert batch["labels"][i, :n].tolist() == [-100] * len(p) + list(c)
+                assert int(batch["attention_mask"][i].sum()) == n
+        assert src.next_batch() is None

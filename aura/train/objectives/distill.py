@@ -79,7 +79,7 @@ class Distill:
 
     name = "distill"
     metric_names = ("on_policy",)
-    headline = (Headline("on_policy", "respuestas del alumno", "student's own answers"),)
+    headline: tuple[Headline, ...] = ()  # the loss: the divergence from the teacher, the number to compare
 
     def __init__(self, *, teacher, beta: float = 0.5, temperature: float = 1.0):
         self.teacher, self.beta, self.temperature = teacher, beta, temperature
