@@ -182,22 +182,26 @@ def test_the_teacher_is_in_the_memory_plan_and_the_pipeline_estimate(env, tmp_pa
     assert fits and ckpt and not ckpt_alone and est.teacher > 14 * GIB
 
     pipe = tmp_path / "p.yaml"  # sizes from the names (1B student, 7B teacher): nothing to download
-    stage = "  - name: {name}\n    command: finetune\n    options:\n      base_model: org/alumno-1B\n"
+    stage = "  - name: {name}\n    command: finetune\n    options:\n      base_model: {base}\n"
     stage += "      max_steps: 1000\n"
-    distill = "      objective: distill\n      teacher: org/maestro-7B\n      lmbda: {lmbda}\n"
+    distill = "      objective: distill\n      teacher: {teacher}\n      lmbda: {lmbda}\n"
     pipe.write_text(
         "stages:\n"
-        + stage.format(name="sft")
-        + stage.format(name="distill")
-        + distill.format(lmbda=0)
-        + stage.format(name="onpolicy")
-        + distill.format(lmbda=1),
+        + stage.format(name="big", base="org/maestro-7B")  # the teacher, tuned by an earlier stage
+        + stage.format(name="sft", base="org/alumno-1B")
+        + stage.format(name="distill", base="org/alumno-1B")
+        + distill.format(teacher="org/maestro-7B", lmbda=0)
+        + stage.format(name="onpolicy", base="org/alumno-1B")
+        + distill.format(teacher="big.final", lmbda=1)
+        + stage.format(name="named", base="org/alumno-1B")
+        + distill.format(teacher="org/maestro-7B", lmbda=1),
         encoding="utf-8",
     )
     _, rows = _plan(str(pipe), "--assume", "A100 80GB")
     sft, off, on = (_seconds(rows[s]["estimate"]) for s in ("sft", "distill", "onpolicy"))
     # LoRA: 4·N per token; + the teacher's forward 2·N_teacher = 18e9 against 4e9; then the student's sampling
     assert off == pytest.approx(sft * 18 / 4, rel=0.05) and on > off, rows
+    assert rows["named"]["estimate"] == rows["onpolicy"]["estimate"]  # `teacher: big.final` is the 7B stage
 
 
 def test_studio_form_offers_distill_and_its_options(tmp_path):
