@@ -21,7 +21,7 @@ M = Messages(
             "(alumno: {s}; maestro: {t}). La destilación compara las distribuciones del siguiente token sobre el "
             "mismo vocabulario: usa un maestro de la misma familia que --base-model (mismo tokenizador y "
             "tamaño de vocabulario).",
-            "The teacher ({teacher}) and the student ({student}) do not share a tokenizer: {what} differs "
+            "The teacher ({teacher}) and the student ({student}) do not share a tokenizer: they differ in {what} "
             "(student: {s}; teacher: {t}). Distillation compares next-token distributions over the same "
             "vocabulary: use a teacher of --base-model's family (the same tokenizer and vocabulary size).",
         ),
@@ -29,10 +29,10 @@ M = Messages(
         "k_size": ("el tamaño de vocabulario del modelo (vocab_size)", "the model's vocabulary size (vocab_size)"),
         "k_special": ("el id de {name}", "the id of {name}"),
         "teacher": (
-            "Maestro: {path} ({params} parámetros, congelado, {dtype}); beta {beta} (0 = KL directa, 1 = KL "
+            "Maestro: {path} ({params:parámetro|parámetros}, congelado, {dtype}); beta {beta} (0 = KL directa, 1 = KL "
             "inversa), lmbda {lmbda}: {share} de los micro-lotes con respuestas del alumno{seq}.",
-            "Teacher: {path} ({params} parameters, frozen, {dtype}); beta {beta} (0 = forward KL, 1 = reverse "
-            "KL), lmbda {lmbda}: {share} of the micro-batches with the student's own answers{seq}.",
+            "Teacher: {path} ({params:parameter|parameters}, frozen, {dtype}); beta {beta} (0 = forward KL, 1 = "
+            "reverse KL), lmbda {lmbda}: {share} of the micro-batches with the student's own answers{seq}.",
         ),
         "seq_kd": (", el resto con respuestas del maestro", ", the others with the teacher's answers"),
         "too_long": (
@@ -185,7 +185,7 @@ class DistillSetup(SFTSetup):
             M(
                 "teacher",
                 path=cfg.teacher,
-                params=f"{count_parameters(self.teacher):,}",
+                params=count_parameters(self.teacher),
                 dtype=str(next(self.teacher.parameters()).dtype).removeprefix("torch."),
                 beta=cfg.beta,
                 lmbda=cfg.lmbda,
