@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import versus_trl  # noqa: E402  (bench/: the shared Aura-vs-TRL harness)
 
 # reproduce: --steps 4 --lmbda 1
-# reproduce: --steps 4 --lmbda 0
+# reproduce: --steps 16 --lmbda 0
 # reproduce-quick: --steps 2 --max-length 64 --lmbda 1
 # reproduce-needs: module:trl
 # reproduce-quick-needs: module:trl
