@@ -228,6 +228,19 @@ def _tiny_pretraining(ctx: Context, *stages: str) -> list[str]:
     return [f"{s}.model_preset=tiny" for s in stages] if ctx.cpu else []
 
 
+def _shipped_size(ctx: Context, pipeline: str, stage: str) -> list[str]:
+    """On a GPU, the size ``auto`` picks for the shipped pipeline's unscaled time budget on this GPU: a scaled
+    budget of a minute would make ``auto`` pick a tiny model (aura.models.size_budget), and the check is
+    that the shipped size trains here."""
+    if ctx.cpu:
+        return []
+    from aura.models.hardware import choose_auto
+    from aura.pipeline.spec import load
+
+    hours = load(pipeline).stage(stage).options.get("time_budget")
+    return [f"{stage}.model_preset={choose_auto(time_budget_h=hours).preset}"]
+
+
 def _budget_checked_every_step(ctx: Context, *stages: str) -> list[str]:
     """On the CPU, a scaled time budget of a second or two is checked at every step (at every logged one)."""
     return [f"{s}.log_interval=1" for s in stages] if ctx.cpu else []
@@ -258,6 +271,7 @@ def pipeline_a100(ctx: Context) -> Result:
         "curate.workers=2",
         "curate.tasks=2",
         *_tiny_pretraining(ctx, "pretrain"),
+        *_shipped_size(ctx, "a100-72h", "pretrain"),
         *_budget_checked_every_step(ctx, "sft", "dpo"),
         *_few_items(ctx),
     ]
@@ -335,7 +349,12 @@ def pipeline_adapt(ctx: Context) -> Result:
     cpu_expect=150,
 )
 def pipeline_lan(ctx: Context) -> Result:
-    sets = [*_tiny_pretraining(ctx, "pretrain"), *_budget_checked_every_step(ctx, "sft", "dpo"), *_few_items(ctx)]
+    sets = [
+        *_tiny_pretraining(ctx, "pretrain"),
+        *_shipped_size(ctx, "lan-5-nodes", "pretrain"),
+        *_budget_checked_every_step(ctx, "sft", "dpo"),
+        *_few_items(ctx),
+    ]
     if ctx.cpu:
         sets.append("tokenizer.vocab_size=2000")
     return run_pipeline(ctx, "pipeline_lan", "lan-5-nodes", sets, notes=["1 node"])

@@ -124,10 +124,15 @@ def test_the_pipeline_checks_the_stages_that_made_the_model_and_the_card_says_so
     for stage in pipeline.stages:
         state.update(stage.name, status=FINISHED)
         (out / stage.name).mkdir(parents=True, exist_ok=True)
+    from aura.evaluation.references import annotate
+
+    story = {"task": "xstorycloze_es", "metric": "acc", "num_fewshot": 5, "value": 0.61, "stderr": 0.01, "n": 1511}
+    annotate([story])  # as aura eval writes a standard suite's row: with the published scores of its task
     for name, model in (("eval-base", "pretrain"), ("eval-sft", "sft")):
         row = {"task": "aura_es_lectura", "metric": "acc", "value": 0.5, "stderr": 0.19, "n": 8}
+        rows = [row, story] if name == "eval-sft" else [row]
         (out / name / "final.eval-aura-es.limit8.json").write_text(
-            json.dumps({"results": [{"model": str(out / model / "final"), "rows": [row]}]})
+            json.dumps({"results": [{"model": str(out / model / "final"), "rows": rows}]})
         )
     data = report.write(out, pipeline, state)
     base = json.loads((out / "eval-base" / "contamination.json").read_text())
@@ -142,7 +147,10 @@ def test_the_pipeline_checks_the_stages_that_made_the_model_and_the_card_says_so
     assert "| pretrain | 0 of 40 |" in md and f"| sft | {seen} of 40 |" in md and item.id in md
     # the same difference twice: the card marks it as noise
     assert "Difference or noise?" in md and "≤ 1 standard error); unpaired" in md
-    assert "0.5000 ≈" in md
+    assert "0.5000 ± 0.1900 ≈" in md  # each score with its standard error
+    # beside the sft model's standard-suite row, the published score measured the same way (Salamandra's card)
+    assert "Published references measured the same way" in md
+    assert "| sft | xstorycloze_es/acc | 0.6100 ± 0.0100 | BSC-LT/salamandra-2b | 0.6473 |" in md
     assert {m["stage"]: m["contamination"]["seen"] for m in data["models"]} == {"pretrain": 0, "sft": seen}
     mtime = (out / "eval-sft" / "contamination.json").stat().st_mtime_ns
     report.write(out, pipeline, state)  # nothing changed: the check is not run again
@@ -279,3 +287,31 @@ def test_an_lm_eval_task_with_local_data_is_checked_and_one_on_the_hub_is_named(
     found = check_stage(tmp_path / "out", pipeline, pipeline.stage("eval"))
     assert found["tasks"]["mis_capitales_largas"]["seen_ids"] == ["1"] and found["items"] == 2
     assert found["tasks_not_read"] == {"xnli_es": ["facebook/xnli"]}
+
+
+def test_a_standard_suite_stage_is_checked_as_its_lm_eval_tasks(tmp_path, monkeypatch):
+    """An eval stage with ``suite: es-estandar-rapida`` is checked as the suite's lm-eval tasks: offline, with no
+    data here, each task is named with its hub dataset instead of failing the report."""
+    pytest.importorskip("lm_eval")
+    from aura.evaluation.standard_suite import SUITES
+    from aura.pipeline import spec
+    from aura.pipeline.eval_contamination import check_stage
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text(json.dumps({"prompt": "Hola", "completion": "Buenos días"}) + "\n")
+    yaml = tmp_path / "p.yaml"
+    yaml.write_text(f"""stages:
+  - name: sft
+    command: finetune
+    options: {{base_model: "{tmp_path}", data: "{sft}", device: cpu}}
+  - name: eval
+    command: eval
+    options: {{model: [sft.final], suite: es-estandar-rapida}}
+""")
+    pipeline = spec.resolve(spec.load(str(yaml)), tmp_path / "out")
+    (tmp_path / "out" / "eval").mkdir(parents=True)
+    found = check_stage(tmp_path / "out", pipeline, pipeline.stage("eval"))
+    assert set(found["tasks_not_read"]) == {t.task for t in SUITES["es-estandar-rapida"]}
+    assert found["tasks_not_read"]["belebele_spa_Latn"] == ["facebook/belebele"] and found["items"] == 0

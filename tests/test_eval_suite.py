@@ -151,4 +151,4 @@ def test_model_that_does_not_load_is_a_clear_error(tiny_zoo, tmp_path):
     assert "model.safetensors is damaged or incomplete" in r.stderr and str(broken) in r.stderr
     assert "Traceback" not in r.stderr
     r = run_aura_here("eval", "--model", broken)
-    assert r.returncode == 2 and "--suite aura-es" in r.stderr
+    assert r.returncode == 2 and "--suite (aura-es" in r.stderr

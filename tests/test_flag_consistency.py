@@ -83,6 +83,7 @@ def test_export_gguf_without_llama_cpp_says_how_to_install_the_verifier(tiny_zoo
         (["--suite", "aura-es", "--seq-len", "64"], "--seq-len", "--data"),
         (["--suite", "aura-es", "--max-tokens", "100"], "--max-tokens", "--data"),
         (["--suite", "aura-es", "--split", "train"], "--split", "--data"),
+        (["--suite", "aura-es", "--suite-data", "{tasks}"], "--suite-data", "--suite es-estandar[-rapida]"),
     ],
 )
 def test_eval_refuses_a_flag_the_others_make_pointless(tiny_zoo, tmp_path, flags, flag, needs):

@@ -375,6 +375,37 @@ def test_an_external_engine_samples_outside_autocast_and_its_log_probs_reach_the
         assert torch.all(b["sampler_logps"][~mask] == 0) and torch.all(b["sampler_logps"][:, 0] == -0.5)
 
 
+def _dapo_source(model, tok, **dapo):
+    """Aura's rollout source on ``PROMPTS`` with the parity tests' settings (group scaling, beta 0.04), plus
+    DAPO's options (``mask_truncated``, ``dynamic_sampling``)."""
+    from aura.data.prompts import EncodedPrompt, PromptItem
+    from aura.data.rewards import Reward, RewardSet
+    from aura.distributed import DistInfo
+    from aura.inference.sampling import SamplingParams
+    from aura.train.objectives.rollout import RolloutSource
+
+    prompts = [
+        EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
+        for i, p in enumerate(PROMPTS)
+    ]
+    return RolloutSource(
+        prompts,
+        policy=model,
+        rewards=RewardSet([Reward("digits", 1.0, digits), Reward("short", 0.5, short)]),
+        tokenizer=tok,
+        sampling=SamplingParams(max_new_tokens=C_MAX, temperature=0.7, stop_ids=(tok.eos_token_id,)),
+        num_generations=G,
+        batch_size=2 * G,
+        accumulation=1,
+        scale_rewards="group",
+        temperature=0.7,
+        beta=0.04,
+        dist=DistInfo(),
+        precision="fp32",
+        **dapo,
+    )
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
 def test_masked_truncated_completions_match_trl(trainer_tok, loss_type):
     """DAPO's overlong masking, TRL's ``mask_truncated_completions``: a completion cut at the length limit
@@ -382,12 +413,7 @@ def test_masked_truncated_completions_match_trl(trainer_tok, loss_type):
     it as a completion of the mean (TRL's ``.mean()`` over rows), dapo counts only the tokens left."""
     import torch
 
-    from aura.data.prompts import EncodedPrompt, PromptItem
-    from aura.data.rewards import Reward, RewardSet
-    from aura.distributed import DistInfo
-    from aura.inference.sampling import SamplingParams
     from aura.train.objectives.grpo import GRPO
-    from aura.train.objectives.rollout import RolloutSource
 
     trainer, tok = trainer_tok
     trainer.loss_type, trainer.scale_rewards, trainer.mask_truncated_completions = loss_type, "group", True
@@ -410,26 +436,7 @@ def test_masked_truncated_completions_match_trl(trainer_tok, loss_type):
     trl_loss.backward()
     trl_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
 
-    prompts = [
-        EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
-        for i, p in enumerate(PROMPTS)
-    ]
-    source = RolloutSource(
-        prompts,
-        policy=model,
-        rewards=RewardSet([Reward("digits", 1.0, digits), Reward("short", 0.5, short)]),
-        tokenizer=tok,
-        sampling=SamplingParams(max_new_tokens=C_MAX, temperature=0.7, stop_ids=(tok.eos_token_id,)),
-        num_generations=G,
-        batch_size=2 * G,
-        accumulation=1,
-        scale_rewards="group",
-        temperature=0.7,
-        beta=0.04,
-        dist=DistInfo(),
-        precision="fp32",
-        mask_truncated=True,
-    )
+    source = _dapo_source(model, tok, mask_truncated=True)
     rows = [i // G for i in range(2 * G)]
     advantages, stats, fate = source._advantages(source._score(rows, completion_ids), completion_ids)
     assert advantages == pytest.approx(out["advantages"].tolist(), abs=1e-4)  # the cut ones count here
@@ -456,10 +463,6 @@ def test_a_dropped_group_is_as_if_it_had_never_been_sampled(trainer_tok, loss_ty
     same window without that group (TRL has no such option; this is DAPO's definition)."""
     import torch
 
-    from aura.data.prompts import EncodedPrompt, PromptItem
-    from aura.data.rewards import Reward, RewardSet
-    from aura.distributed import DistInfo
-    from aura.inference.sampling import SamplingParams
     from aura.train.objectives.grpo import GRPO
     from aura.train.objectives.rollout import RolloutSource
 
@@ -468,28 +471,9 @@ def test_a_dropped_group_is_as_if_it_had_never_been_sampled(trainer_tok, loss_ty
     model.train()
     _, completion_ids = _fixed(tok)
     completion_ids = completion_ids[:G] + [completion_ids[G]] * G  # the second group: one answer, G times
-    prompts = [
-        EncodedPrompt(tok(p)["input_ids"], PromptItem([{"role": "user", "content": p}], where=f"p{i}"))
-        for i, p in enumerate(PROMPTS)
-    ]
 
     def source(dynamic: str) -> RolloutSource:
-        return RolloutSource(
-            prompts,
-            policy=model,
-            rewards=RewardSet([Reward("digits", 1.0, digits), Reward("short", 0.5, short)]),
-            tokenizer=tok,
-            sampling=SamplingParams(max_new_tokens=C_MAX, temperature=0.7, stop_ids=(tok.eos_token_id,)),
-            num_generations=G,
-            batch_size=2 * G,
-            accumulation=1,
-            scale_rewards="group",
-            temperature=0.7,
-            beta=0.04,
-            dist=DistInfo(),
-            precision="fp32",
-            dynamic_sampling=dynamic,
-        )
+        return _dapo_source(model, tok, dynamic_sampling=dynamic)
 
     objective = GRPO(
         loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, beta=0.04, temperature=0.7, max_completion_length=C_MAX

@@ -139,7 +139,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
             position=3,
             default_name="eval",
             essential=("model", "data", "suite", "tasks", "limit"),
-            hidden=("output",),
+            hidden=("output", "download_to"),
             inside=("model", "compare", "adapter"),
         ),
     ),

@@ -33,14 +33,10 @@ M = Messages(
     {
         "need_model": ("Falta --model (uno o varios directorios).", "--model is missing (one or more dirs)."),
         "need_data": (
-            "Falta qué evaluar: --data (directorio preparado o archivos de texto), --suite aura-es, "
-            "--tasks, --prompts o --judge.",
-            "Nothing to evaluate: give --data (prepared dir or text files), --suite aura-es, --tasks, --prompts "
-            "or --judge.",
-        ),
-        "bad_suite": (
-            "--suite {suite} no existe; la batería de Aura es aura-es.",
-            "--suite {suite} does not exist; Aura's suite is aura-es.",
+            "Falta qué evaluar: --data (directorio preparado o archivos de texto), --suite (aura-es, "
+            "es-estandar, es-estandar-rapida), --tasks, --prompts o --judge.",
+            "Nothing to evaluate: give --data (prepared dir or text files), --suite (aura-es, es-estandar, "
+            "es-estandar-rapida), --tasks, --prompts or --judge.",
         ),
         "adapter_one": (
             "--adapter se aplica a un solo --model (recibidos {n}).",
@@ -125,12 +121,12 @@ class EvalConfig:
     )
     seeds: int = arg(
         1,
-        es="Repite cada tarea de --tasks con N semillas (las de lm-eval: ejemplos few-shot y muestreo) y "
-        "promedia cada ítem; la tabla muestra la dispersión entre semillas y --compare la suma al error. "
-        "Para semillas de entrenamiento, da un grupo como un modelo: --model A1,A2,A3.",
-        en="Repeat every --tasks task with N seeds (lm-eval's: few-shot examples and sampling) and average "
-        "each item; the table shows the spread between seeds and --compare adds it to the error. For "
-        "training seeds, give a group as one model: --model A1,A2,A3.",
+        es="Repite cada tarea de --tasks o de --suite es-estandar[-rapida] con N semillas (las de lm-eval: "
+        "ejemplos few-shot y muestreo) y promedia cada ítem; la tabla muestra la dispersión entre semillas y "
+        "--compare la suma al error. Para semillas de entrenamiento, da un grupo como un modelo: --model A1,A2,A3.",
+        en="Repeat every task of --tasks or --suite es-estandar[-rapida] with N seeds (lm-eval's: few-shot examples "
+        "and sampling) and average each item; the table shows the spread between seeds and --compare adds it to "
+        "the error. For training seeds, give a group as one model: --model A1,A2,A3.",
     )
     adapter: str = arg("", es="Adaptador LoRA que se aplica sobre --model.", en="LoRA adapter applied on --model.")
     data: str = arg(
@@ -140,11 +136,28 @@ class EvalConfig:
     )
     suite: str = arg(
         "",
-        es="Batería de tareas de Aura que funciona sin red (aura-es: comprensión lectora, "
-        "causa y efecto, gramática y conocimiento; también bits por byte y fertilidad).",
-        en="Aura's offline task suite (aura-es: reading comprehension, cause and effect, grammar "
-        "and knowledge; also bits per byte and fertility).",
-        metavar="aura-es",
+        es="Batería de tareas: aura-es (la de Aura, sin red: comprensión lectora, causa y efecto, "
+        "gramática y conocimiento; también bits por byte y fertilidad), es-estandar (tareas estándar "
+        "de lm-evaluation-harness en español) o es-estandar-rapida (cuatro de ellas, 250 ejemplos cada "
+        "una).",
+        en="Task suite: aura-es (Aura's own, offline: reading comprehension, cause and effect, grammar "
+        "and knowledge; also bits per byte and fertility), es-estandar (standard Spanish "
+        "lm-evaluation-harness tasks) or es-estandar-rapida (four of them, 250 examples each).",
+        metavar="aura-es|es-estandar|es-estandar-rapida",
+    )
+    suite_data: str = arg(
+        "",
+        es="Directorio con los datos de --suite es-estandar[-rapida] para trabajar sin red: "
+        "DIR/<dataset_path>/<dataset_name>/<partición>.jsonl (o .parquet) con las columnas del hub.",
+        en="Folder holding the data of --suite es-estandar[-rapida], to work offline: "
+        "DIR/<dataset_path>/<dataset_name>/<split>.jsonl (or .parquet) with the hub's columns.",
+    )
+    download_to: str = arg(
+        "",
+        es="Descarga del hub los datos de --suite es-estandar[-rapida] a este directorio (para "
+        "--suite-data en un equipo sin red) y termina; no necesita --model.",
+        en="Download the data of --suite es-estandar[-rapida] from the hub into this folder (for "
+        "--suite-data on an offline machine) and stop; needs no --model.",
     )
     tasks: str = arg(
         "",
@@ -278,14 +291,20 @@ class EvalConfig:
         return [m for name in self.models for m in group_members(name)]
 
     def __post_init__(self):
+        from aura.evaluation.standard_suite import SUITES, check_suite
+
         self.models = [*self.model, *self.compare]
-        if not self.models:
+        if self.suite:
+            check_suite(self.suite)
+        standard = self.suite in SUITES
+        if self.download_to and not standard:
+            raise AuraError(M("no_effect", flag="--download-to", needs="--suite es-estandar[-rapida]"))
+        if not self.models and not self.download_to:
             raise AuraError(M("need_model"))
         if not (self.data or self.suite or self.tasks or self.prompts or self.judge):
             raise AuraError(M("need_data"))
-        if self.suite and self.suite != "aura-es":
-            raise AuraError(M("bad_suite", suite=self.suite))
         for flag, given, applies, needs in (
+            ("--suite-data", bool(self.suite_data), standard, "--suite es-estandar[-rapida]"),
             ("--include-path", bool(self.include_path), bool(self.tasks), "--tasks"),
             ("--trust-task-code", self.trust_task_code, bool(self.tasks), "--tasks"),
             ("--limit", self.limit != 0, bool(self.suite or self.tasks), M("suite_or_tasks")),
@@ -295,7 +314,7 @@ class EvalConfig:
             ("--max-tokens", self.max_tokens != 0, bool(self.data), "--data"),
             ("--max-new-tokens", self.max_new_tokens != 48, bool(self.prompts or self.judge), "--prompts/--judge"),
             *self._judge_flags(),
-            ("--seeds", self.seeds != 1, bool(self.tasks), "--tasks"),
+            ("--seeds", self.seeds != 1, bool(self.tasks) or standard, "--tasks / --suite es-estandar[-rapida]"),
         ):
             if given and not applies:  # a flag the others make pointless is refused, never ignored silently
                 raise AuraError(M("no_effect", flag=flag, needs=needs))
@@ -473,6 +492,12 @@ def evaluate(cfg: EvalConfig) -> int:
     from aura.core.atomic import check_writable
     from aura.core.ownership import check_output_file
     from aura.evaluation.results import task_outputs
+
+    if cfg.download_to:
+        from aura.evaluation.standard_suite import download_suite
+
+        download_suite(cfg.suite, cfg.download_to)
+        return 0
 
     # every output, before any model is loaded: never an input, nor inside a model or data folder the command
     # reads; never a file Aura did not write (unless --overwrite; a task YAML of --include-path is not Aura's)

@@ -221,7 +221,7 @@ def task_manager(tasks: list[str], include_paths: list[str]):
     return full
 
 
-def check_data_reachable(manager, tasks: list[str]) -> None:
+def check_data_reachable(manager, tasks: list, *, hint: str = "") -> None:
     """Refuse at once, before lm-eval retries the hub for a minute, tasks whose hub data is not cached here
     when the hub cannot be reached (``aura.evaluation.task_data``)."""
     from aura.evaluation.task_data import hub_unreachable, missing_hub_data, offline_var
@@ -243,6 +243,7 @@ def check_data_reachable(manager, tasks: list[str]) -> None:
             why=why,
             datasets=M("and_more", shown=shown, n=len(datasets) - 4) if len(datasets) > 4 else shown,
         )
+        + hint
     )
 
 
@@ -263,13 +264,13 @@ def _first_line(error: BaseException) -> str:
 
 def _culprit(manager, tasks: list[str], error: BaseException) -> AuraError:
     """The task whose loading fails, as a clear error (or the original error's text)."""
-    for name in tasks:
+    for task in tasks:
         try:
-            manager.load([name])
+            manager.load([task])
         except Exception as e:  # noqa: BLE001 - any loading failure of a task is reported as such
             key = "offline" if is_network_error(e) else "task_failed"
-            return AuraError(M(key, task=name, error=_first_line(e)))
-    return AuraError(M("task_failed", task=",".join(tasks), error=_first_line(error)))
+            return AuraError(M(key, task=_name(task), error=_first_line(e)))
+    return AuraError(M("task_failed", task=",".join(map(_name, tasks)), error=_first_line(error)))
 
 
 @contextlib.contextmanager
@@ -306,38 +307,20 @@ def _items(samples, metric: str, filt: str) -> dict:
     return {"items": {"ids": [str(s["doc_id"]) for s in mine], "scores": [float(s[metric]) for s in mine]}}
 
 
-def run_tasks(
-    model,
-    tok,
-    tasks: list[str],
-    *,
-    include_paths: list[str] = (),
-    limit: int = 0,
-    batch_size: int = 8,
-    max_length: int = 0,
-    trust_task_code: bool = False,
-    seed: int = 0,
-) -> dict:
-    """lm-eval's results for ``tasks`` on an already-loaded model: {"rows", "versions", "n_samples",
-    "harness_version"}; rows are (task, metric, value, stderr, n). Task code in an --include-path needs
-    ``trust_task_code``; templates run in Jinja's sandbox without it. ``seed``: the run's number among
-    ``aura eval --seeds`` (``aura.evaluation.seeds``; 0 is lm-eval's default seeds)."""
-    _require_lm_eval()
-    import logging
+def _name(task) -> str:
+    return task.get("task", task.get("group", "?")) if isinstance(task, dict) else task
 
+
+def _evaluate(lm, tasks: list, manager, *, limit: int, trust_task_code: bool, seed: int = 0) -> dict:
+    """One ``simple_evaluate`` call, a task that cannot load reported by name; ``seed``: the run's number among
+    ``aura eval --seeds`` (``aura.evaluation.seeds``; 0 is lm-eval's default seeds)."""
     from lm_eval import simple_evaluate
-    from lm_eval.models.huggingface import HFLM
 
     from aura.evaluation.seeds import lm_eval_seeds
 
-    logging.getLogger("lm_eval").setLevel(logging.ERROR)
-    check_include_paths(list(include_paths), trust_task_code=trust_task_code)
-    manager = task_manager(tasks, list(include_paths))
-    check_data_reachable(manager, tasks)
-    lm = HFLM(pretrained=model, tokenizer=tok, batch_size=batch_size, max_length=max_length or None)
     with sandboxed_templates(not trust_task_code):
         try:
-            out = simple_evaluate(
+            return simple_evaluate(
                 model=lm,
                 tasks=tasks,
                 task_manager=manager,
@@ -351,6 +334,19 @@ def run_tasks(
             raise
         except Exception as e:  # noqa: BLE001 - a task that cannot load: say which one and why
             raise _culprit(manager, tasks, e) from e
+
+
+def _merged(outs: list[dict]) -> dict:
+    """The outputs of several ``simple_evaluate`` calls (tasks in groups of one limit) as one."""
+    out: dict = {}
+    for part in outs:
+        for key in ("results", "n-samples", "n-shot", "versions", "samples", "group_subtasks"):
+            out.setdefault(key, {}).update(part.get(key) or {})
+    return out
+
+
+def _rows(out: dict) -> list[dict]:
+    """(task, metric, value, stderr, n, num_fewshot[, items]) for every metric lm-eval reported."""
     rows = []
     for task, metrics in out["results"].items():
         n = out.get("n-samples", {}).get(task, {}).get("effective")
@@ -358,6 +354,7 @@ def run_tasks(
             n = sum(
                 out["n-samples"].get(t, {}).get("effective", 0) for t in out.get("group_subtasks", {}).get(task, [])
             )
+        shots = out.get("n-shot", {}).get(task)
         for key, value in metrics.items():
             if "," not in key or "_stderr," in key or not isinstance(value, (int, float)):
                 continue
@@ -370,11 +367,52 @@ def run_tasks(
                     "value": float(value),
                     "stderr": float(stderr) if isinstance(stderr, (int, float)) else None,
                     "n": int(n),
+                    "num_fewshot": int(shots) if isinstance(shots, int) else None,
                     **_items(out.get("samples", {}).get(task), metric, filt),
                 }
             )
+    return rows
+
+
+def run_tasks(
+    model,
+    tok,
+    tasks: list,
+    *,
+    include_paths: list[str] = (),
+    limit: int = 0,
+    limits: list[int] | None = None,
+    batch_size: int = 8,
+    max_length: int = 0,
+    trust_task_code: bool = False,
+    manager=None,
+    offline_hint: str = "",
+    seed: int = 0,
+) -> dict:
+    """lm-eval's results for ``tasks`` on an already-loaded model: {"rows", "versions", "n_samples",
+    "harness_version"}; rows are (task, metric, value, stderr, n, num_fewshot). A task is a name or a full
+    lm-eval task config (``aura.evaluation.standard_suite``, with ``manager``, the TaskManager that knows its
+    names); ``limits`` gives each task its own limit (else ``limit`` for all). Task code in an --include-path
+    needs ``trust_task_code``; templates run in Jinja's sandbox without it. ``seed``: see ``_evaluate``."""
+    _require_lm_eval()
+    import logging
+
+    from lm_eval.models.huggingface import HFLM
+
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    check_include_paths(list(include_paths), trust_task_code=trust_task_code)
+    if manager is None:
+        manager = task_manager(tasks, list(include_paths))
+    check_data_reachable(manager, tasks, hint=offline_hint)
+    lm = HFLM(pretrained=model, tokenizer=tok, batch_size=batch_size, max_length=max_length or None)
+    per_task = list(limits) if limits is not None else [limit] * len(tasks)
+    outs = []
+    for lim in dict.fromkeys(per_task):  # one call per limit, in the tasks' order
+        group = [t for t, t_lim in zip(tasks, per_task, strict=True) if t_lim == lim]
+        outs.append(_evaluate(lm, group, manager, limit=lim, trust_task_code=trust_task_code, seed=seed))
+    out = _merged(outs)
     return {
-        "rows": rows,
+        "rows": _rows(out),
         "versions": {k: str(v) for k, v in out.get("versions", {}).items()},
         "n_samples": out.get("n-samples", {}),
         "harness_version": harness_version(),

@@ -107,13 +107,14 @@ def hub_datasets(manager, name, *, _seen: set | None = None) -> list[str]:
     return [found] if found else []
 
 
-def missing_hub_data(manager, tasks: list[str]) -> dict[str, list[str]]:
-    """{task: the hub datasets it reads that are not cached here}, for the tasks that miss some."""
+def missing_hub_data(manager, tasks: list) -> dict[str, list[str]]:
+    """{task: the hub datasets it reads that are not cached here}, for the tasks (names or full task configs)
+    that miss some."""
     out = {}
     for task in tasks:
         missing = sorted({d for d in hub_datasets(manager, task) if not is_cached(d)})
         if missing:
-            out[task] = missing
+            out[task.get("task", "?") if isinstance(task, dict) else task] = missing
     return out
 
 

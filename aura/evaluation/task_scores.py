@@ -20,6 +20,7 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages, num
 from aura.evaluation.references import annotate as annotate_references, print_references
 from aura.evaluation.scorer import model_max_length, prefix_token_id, score_suite
+from aura.evaluation.standard_suite import SUITES
 from aura.evaluation.suite import SUITE_NAME, Task, load_suite
 
 M = Messages(
@@ -155,7 +156,37 @@ def suite_rows(model, tok, *, limit: int, batch_size: int) -> tuple[list[dict], 
     return rows, {"versions": versions, "text_stats": stats}
 
 
-def _evaluate_model(cfg, model, tok, *, name: str, device: str, tasks: list[str], prompts: list) -> dict:
+def standard_suite_report(model, tok, plan, *, name: str, batch_size: int, seeds: int = 1) -> tuple[list[dict], dict]:
+    """A standard suite's rows (``aura.evaluation.standard_suite``; with ``seeds`` > 1 each task run with lm-eval's
+    seeds of every run and merged, ``aura.evaluation.seeds``) and what the report says of the run."""
+    from dataclasses import asdict
+
+    from aura.evaluation.seeds import lm_eval_seeds, merge_row_lists
+    from aura.evaluation.standard_suite import run_suite
+
+    console.info(M("harness", model=name, tasks=plan.name))
+    runs = []
+    for k in range(seeds):
+        with console.library_stderr(drop=HARNESS_NOISE):
+            runs.append(run_suite(model, tok, plan, batch_size=batch_size, max_length=model_max_length(model), seed=k))
+    out = runs[0]
+    if seeds > 1:
+        labels = [f"seed {lm_eval_seeds(k)['fewshot_random_seed']}" for k in range(seeds)]
+        out = {**out, "rows": merge_row_lists([r["rows"] for r in runs], labels)}
+    info = {
+        "name": plan.name,
+        "scorer": "lm-evaluation-harness",
+        "harness_version": out["harness_version"],
+        "versions": out["versions"],
+        "n_samples": out["n_samples"],
+        "tasks": [asdict(t) for t in plan.tasks],
+        "data": plan.data_dir or "huggingface",
+        "seeds": seeds,
+    }
+    return out["rows"], info
+
+
+def _evaluate_model(cfg, model, tok, *, name: str, device: str, tasks: list[str], prompts: list, plan=None) -> dict:
     """One model's report: the suite's rows, lm-eval's tasks and the answers to ``--prompts``, as configured."""
     report = {
         "model": name,
@@ -166,7 +197,11 @@ def _evaluate_model(cfg, model, tok, *, name: str, device: str, tasks: list[str]
         "limit": cfg.limit,
         "rows": [],
     }
-    if cfg.suite:
+    if plan is not None:  # a standard suite of lm-eval tasks
+        report["rows"], report["suite"] = standard_suite_report(
+            model, tok, plan, name=name, batch_size=cfg.batch_size, seeds=getattr(cfg, "seeds", 1)
+        )
+    elif cfg.suite:
         console.info(M("scoring", model=name, suite=cfg.suite, n=sum(len(t.docs) for t in load_suite(cfg.limit))))
         rows, extra = suite_rows(model, tok, limit=cfg.limit, batch_size=cfg.batch_size)
         report["rows"] += rows
@@ -225,7 +260,7 @@ def _evaluate_model(cfg, model, tok, *, name: str, device: str, tasks: list[str]
     return report
 
 
-def _evaluate_entry(cfg, name: str, *, device: str, tasks: list[str], prompts: list) -> dict:
+def _evaluate_entry(cfg, name: str, *, device: str, tasks: list[str], prompts: list, plan=None) -> dict:
     """One ``--model`` entry's report; a group of training seeds (``A1,A2,A3``) scored model by model and
     merged into one (``aura.evaluation.seeds``), each model's answers to --prompts kept apart."""
     from aura.evaluation.results import group_members
@@ -237,7 +272,7 @@ def _evaluate_entry(cfg, name: str, *, device: str, tasks: list[str], prompts: l
             member, adapter=cfg.adapter, allow_other_base=cfg.allow_other_base, dtype=cfg.dtype, device=device
         )
         t0 = time.perf_counter()
-        report = _evaluate_model(cfg, model, tok, name=member, device=device, tasks=tasks, prompts=prompts)
+        report = _evaluate_model(cfg, model, tok, name=member, device=device, tasks=tasks, prompts=prompts, plan=plan)
         report["seconds"] = time.perf_counter() - t0
         reports.append(report)
         del model
@@ -274,6 +309,11 @@ def evaluate_tasks(cfg) -> list[dict]:
         else None
     )
     tasks = [t.strip() for t in cfg.tasks.split(",") if t.strip()] if cfg.tasks else []
+    plan = None
+    if cfg.suite in SUITES:  # its tasks and data are checked before any model is loaded
+        from aura.evaluation.standard_suite import plan_suite
+
+        plan = plan_suite(cfg.suite, data_dir=cfg.suite_data, limit=cfg.limit)
     device = (
         "cuda"
         if cfg.device == "auto" and torch.cuda.is_available()
@@ -281,7 +321,7 @@ def evaluate_tasks(cfg) -> list[dict]:
     )
     reports = []
     for name in cfg.models:
-        report = _evaluate_entry(cfg, name, device=device, tasks=tasks, prompts=prompts)
+        report = _evaluate_entry(cfg, name, device=device, tasks=tasks, prompts=prompts, plan=plan)
         annotate_references(report["rows"])  # published scores of the same tasks, comparable or not
         reports.append(report)
         if output is not None:

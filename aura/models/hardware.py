@@ -4,8 +4,10 @@
 when known and where that figure comes from). ``estimate_memory`` is the memory model behind ``auto``:
 weights, gradients and AdamW states, activations with and without gradient checkpointing, and the
 logits, by precision. ``choose_auto(info)`` walks the presets from the largest down and returns the
-first (preset, batch, checkpointing) that fits, with the reason. All three are pure (no side effects,
-nothing printed) so ``aura doctor`` can call them freely. The tiers are tabulated in docs/presets.md.
+first (preset, batch, checkpointing) that fits, with the reason; with a time budget and a known peak,
+the size the budget can train (``aura.models.size_budget``: ~20 tokens per parameter) among those that fit.
+All three are pure (no side effects, nothing printed) so ``aura doctor`` can call them freely. The tiers are
+tabulated in docs/presets.md.
 """
 
 from __future__ import annotations
@@ -17,6 +19,15 @@ from functools import lru_cache
 
 from aura.core.i18n import Messages
 from aura.models.presets import PRESET_TRAINING, PRESETS, ModelSpec, hidden_matrix_parameters, spec_parameters
+from aura.models.size_budget import (
+    ASSUMED_MFU,
+    SizeChoice,
+    SizeOption,
+    budget_reason,
+    budget_tokens,
+    no_peak_note,
+    pick_size,
+)
 
 GIB = 1024**3
 PLANNING_VOCAB = 32000  # `auto` runs before the tokenizer is known; typical Spanish BPE size
@@ -437,6 +448,7 @@ class AutoChoice:
     save_steps: int
     estimated_bytes: int
     reason: str
+    size: SizeChoice | None = None  # the size the time budget chose, with the other candidates (None: by memory)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -447,7 +459,9 @@ class AutoChoice:
 # the Qwen3 block with Muon + WSD reached the old default's loss in 0.28x and 0.29x the tokens at two sizes
 # (bench/bench_recipe.py, docs/training.md). qwen3-72h (1.26 B) is the largest: a 72-hour run on one 80 GB
 # A100 is ~3e19 FLOPs, already past the compute-optimal size for it (~0.5 B); aura-72h-max (2.43 B, the
-# 72-hour guide's original model) and the Llama/GPT-2 presets stay available by name.
+# 72-hour guide's original model) and the Llama/GPT-2 presets stay available by name. Without a time budget
+# `auto` takes the first row that fits memory; with one, the size rule of aura.models.size_budget picks among
+# BUDGET_LADDER (each at its first row that fits).
 _CANDIDATES: list[tuple[str, int, bool]] = [
     ("qwen3-72h", 8, False),
     ("qwen3-72h", 4, False),
@@ -469,42 +483,25 @@ _CANDIDATES: list[tuple[str, int, bool]] = [
 CPU_PRESET = "qwen3-tiny"
 CPU_BATCH = PRESET_TRAINING[CPU_PRESET].batch_size
 _TINY = PRESET_TRAINING[CPU_PRESET]
+# The sizes a time budget chooses between, largest first (the memory ladder plus qwen3-500m and qwen3-tiny)
+BUDGET_LADDER = ("qwen3-72h", "qwen3-500m", "qwen3-medium", "qwen3-small", CPU_PRESET)
+_OTHER_ROWS = {
+    "qwen3-500m": ((8, False), (4, False), (2, False), (4, True), (2, True)),
+    CPU_PRESET: ((CPU_BATCH, False), (8, False), (4, False)),
+}
 
 
-def choose_auto(
-    info: HardwareInfo | None = None, *, vocab_size: int = PLANNING_VOCAB, usable_fraction: float = 0.9
-) -> AutoChoice:
-    """The preset, batch, accumulation, precision and checkpointing `auto` picks for ``info``."""
-    info = detect() if info is None else info
-    precision = default_precision(info)
-    if info.device_type == "cpu":
-        spec = PRESETS[CPU_PRESET]
-        est = estimate_memory(
-            spec,
-            vocab_size=vocab_size,
-            batch_size=CPU_BATCH,
-            precision=precision,
-            gradient_checkpointing=False,
-            device_type="cpu",
-            optimizer=_TINY.optimizer,
-        )
-        return AutoChoice(
-            CPU_PRESET,
-            CPU_BATCH,
-            1,
-            precision,
-            False,
-            _TINY.learning_rate,
-            _TINY.save_steps,
-            est.total,
-            M("reason_cpu", name=info.name, preset=CPU_PRESET, batch=CPU_BATCH),
-        )
-    budget = int(info.memory_bytes * usable_fraction)
-    mem_gib = info.memory_bytes / GIB
-    for preset, batch, ckpt in _CANDIDATES:
-        spec = PRESETS[preset]
+def _rows(preset: str) -> list[tuple[int, bool]]:
+    return [(b, c) for p, b, c in _CANDIDATES if p == preset] or list(_OTHER_ROWS[preset])
+
+
+def _first_fit(
+    preset: str, info: HardwareInfo, *, budget: int, precision: str, vocab_size: int
+) -> tuple[int, bool, MemoryEstimate] | None:
+    """The first (batch, checkpointing) of ``preset``'s rows that fits ``budget`` bytes, with its estimate."""
+    for batch, ckpt in _rows(preset):
         ok, est = fits(
-            spec,
+            PRESETS[preset],
             budget,
             vocab_size=vocab_size,
             batch_size=batch,
@@ -514,20 +511,18 @@ def choose_auto(
             optimizer=PRESET_TRAINING[preset].optimizer,
         )
         if ok:
-            accum = max(1, TARGET_TOKENS_PER_STEP // (batch * spec.seq_len))
-            reason = M(
-                "reason_fit",
-                device=info.name,
-                mem=mem_gib,
-                preset=preset,
-                batch=batch,
-                ckpt=M("ckpt") if ckpt else "",
-                need=est.total / GIB,
-            )
-            trained = PRESET_TRAINING[preset]
-            return AutoChoice(
-                preset, batch, accum, precision, ckpt, trained.learning_rate, trained.save_steps, est.total, reason
-            )
+            return batch, ckpt, est
+    return None
+
+
+def _gpu_choice(preset: str, fit: tuple[int, bool, MemoryEstimate], precision: str, reason: str, size=None):
+    batch, ckpt, est = fit
+    accum = max(1, TARGET_TOKENS_PER_STEP // (batch * PRESETS[preset].seq_len))
+    t = PRESET_TRAINING[preset]
+    return AutoChoice(preset, batch, accum, precision, ckpt, t.learning_rate, t.save_steps, est.total, reason, size)
+
+
+def _tiny_choice(info: HardwareInfo, precision: str, vocab_size: int, reason: str) -> AutoChoice:
     est = estimate_memory(
         PRESETS[CPU_PRESET],
         vocab_size=vocab_size,
@@ -538,15 +533,103 @@ def choose_auto(
         optimizer=_TINY.optimizer,
     )
     return AutoChoice(
-        CPU_PRESET,
-        CPU_BATCH,
-        1,
-        precision,
-        False,
-        _TINY.learning_rate,
-        _TINY.save_steps,
-        est.total,
-        M("reason_small", device=info.name, mem=mem_gib, preset=CPU_PRESET),
+        CPU_PRESET, CPU_BATCH, 1, precision, False, _TINY.learning_rate, _TINY.save_steps, est.total, reason
+    )
+
+
+def _choose_for_budget(
+    info: HardwareInfo,
+    *,
+    hours: float,
+    devices: int,
+    precision: str,
+    vocab_size: int,
+    budget: int,
+    keep: str | None = None,
+) -> AutoChoice | None:
+    """The size rule (aura.models.size_budget) over BUDGET_LADDER's presets that fit memory; None when the
+    device's peak is unknown or nothing fits."""
+    peak = info.peak_flops(precision)
+    if not peak:
+        return None
+    flops = peak * ASSUMED_MFU * max(devices, 1)
+    fitted = {
+        p: f
+        for p in BUDGET_LADDER
+        if (f := _first_fit(p, info, budget=budget, precision=precision, vocab_size=vocab_size))
+    }
+    if not fitted:
+        return None
+    options = []
+    for preset in fitted:
+        n = spec_parameters(PRESETS[preset], vocab_size)
+        options.append(SizeOption(preset, n, budget_tokens(n, flops, hours * 3600)))
+    size = pick_size(options, hours * 3600)
+    kept = keep in fitted and keep != size.chosen.preset
+    if kept:  # a resumed run keeps its model whatever its budget now says
+        size = replace(size, chosen=next(o for o in size.options if o.preset == keep))
+    fit = fitted[size.chosen.preset]
+    why = budget_reason(
+        size,
+        device=info.name,
+        flops_per_s=flops,
+        peak=peak * max(devices, 1),
+        batch=fit[0],
+        ckpt=M("ckpt") if fit[1] else "",
+        need=fit[2].total / GIB,
+        kept=kept,
+    )
+    return _gpu_choice(size.chosen.preset, fit, precision, why, size)
+
+
+def choose_auto(
+    info: HardwareInfo | None = None,
+    *,
+    vocab_size: int = PLANNING_VOCAB,
+    usable_fraction: float = 0.9,
+    time_budget_h: float | None = None,
+    devices: int | None = None,
+    keep: str | None = None,
+) -> AutoChoice:
+    """The preset, batch, accumulation, precision and checkpointing `auto` picks for ``info``: with
+    ``time_budget_h`` (a run that ends on its budget) and a known peak, the size the budget can train on
+    ``devices`` (default: ``info.count``) of them (aura.models.size_budget), or ``keep`` (a resumed run's preset)
+    when it is one of the sizes the budget chooses between and fits; otherwise the largest that fits."""
+    info = detect() if info is None else info
+    precision = default_precision(info)
+    budget = int(info.memory_bytes * usable_fraction)
+    if time_budget_h:
+        by_budget = _choose_for_budget(
+            info,
+            hours=time_budget_h,
+            devices=info.count if devices is None else devices,
+            precision=precision,
+            vocab_size=vocab_size,
+            budget=budget,
+            keep=keep,
+        )
+        if by_budget is not None:
+            return by_budget
+    note = no_peak_note() if time_budget_h else ""
+    if info.device_type == "cpu":
+        reason = M("reason_cpu", name=info.name, preset=CPU_PRESET, batch=CPU_BATCH)
+        return _tiny_choice(info, precision, vocab_size, reason + note)
+    mem_gib = info.memory_bytes / GIB
+    for preset in dict.fromkeys(p for p, _, _ in _CANDIDATES):
+        fit = _first_fit(preset, info, budget=budget, precision=precision, vocab_size=vocab_size)
+        if fit is not None:
+            reason = M(
+                "reason_fit",
+                device=info.name,
+                mem=mem_gib,
+                preset=preset,
+                batch=fit[0],
+                ckpt=M("ckpt") if fit[1] else "",
+                need=fit[2].total / GIB,
+            )
+            return _gpu_choice(preset, fit, precision, reason + note)
+    return _tiny_choice(
+        info, precision, vocab_size, M("reason_small", device=info.name, mem=mem_gib, preset=CPU_PRESET)
     )
 
 

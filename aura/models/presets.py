@@ -18,6 +18,7 @@ aura-72h-max        llama  2560    32      20    4         7168   2048
 qwen3-tiny          qwen3  256     4       4     2         768    256
 qwen3-small         qwen3  768     12      12    4         2048   1024
 qwen3-medium        qwen3  1024    24      16    8         2816   1024
+qwen3-500m          qwen3  1536    16      12    4         4096   2048
 qwen3-72h           qwen3  2048    24      16    8         5632   2048
 ==================  =====  ======  ======  ====  ========  =====  =========
 
@@ -112,6 +113,9 @@ PRESETS: dict[str, ModelSpec] = {
     "qwen3-tiny": ModelSpec("qwen3-tiny", "qwen3", 256, 4, 4, 2, 256, 768),
     "qwen3-small": ModelSpec("qwen3-small", "qwen3", 768, 12, 12, 4, 1024, 2048),
     "qwen3-medium": ModelSpec("qwen3-medium", "qwen3", 1024, 24, 16, 8, 1024, 2816),
+    # ~0.5 B at vocab 32000: the compute-optimal size of the 72-hour guide's 58 pretraining hours on an 80 GB A100
+    # (aura.models.size_budget), between qwen3-medium (349 M) and qwen3-72h (1.26 B); head dim 128 as qwen3-72h
+    "qwen3-500m": ModelSpec("qwen3-500m", "qwen3", 1536, 16, 12, 4, 2048, 4096),
     "qwen3-72h": ModelSpec("qwen3-72h", "qwen3", 2048, 24, 16, 8, 2048, 5632),
 }
 ARCHS = ("llama", "gpt2", "qwen3")
@@ -144,6 +148,7 @@ PRESET_TRAINING: dict[str, PresetTraining] = {
     "qwen3-tiny": PresetTraining(16, 1e-3, 100, optimizer="muon", lr_schedule="wsd"),
     "qwen3-small": PresetTraining(8, 6e-4, 500, optimizer="muon", lr_schedule="wsd"),
     "qwen3-medium": PresetTraining(8, 3e-4, 500, optimizer="muon", lr_schedule="wsd"),
+    "qwen3-500m": PresetTraining(4, 3e-4, 500, gradient_checkpointing=None, optimizer="muon", lr_schedule="wsd"),
     "qwen3-72h": PresetTraining(2, 3e-4, 500, gradient_checkpointing=None, optimizer="muon", lr_schedule="wsd"),
 }
 MANUAL_TRAINING = PresetTraining(8, 3e-4, 500)  # --model-preset manual

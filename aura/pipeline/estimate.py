@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-ASSUMED_MFU = 0.4  # training, of the device's peak FLOP/s
+from aura.models.size_budget import ASSUMED_MFU  # training, of the device's peak FLOP/s (one home: auto's size rule)
+
 GENERATION_MFU = 0.05  # GRPO's sampling
 CHARS_PER_TOKEN = 4.0  # assumed for Spanish text and a BPE of tens of thousands of tokens (a stated assumption)
 # Data stages: bytes of input text per CPU-second of one worker process, measured by
@@ -47,6 +48,7 @@ class StagePlan:
     seq_len: int | None = None
     examples: int | None = None  # a fine-tuning stage's training examples (pairs), when its data's size is known
     read: int | None = None  # the examples its planned steps read (more than ``examples``: it repeats them)
+    size: object | None = None  # pretraining under auto with a time budget: the SizeChoice (size_budget)
 
 
 def budget_seconds(cfg) -> float | None:
@@ -121,6 +123,7 @@ def _precision(cfg, info) -> str:
 def plan_pretrain(cfg, info, *, devices: int) -> StagePlan:
     from aura.models.hardware import PLANNING_VOCAB, choose_auto
     from aura.models.presets import preset_training, resolve_spec, spec_parameters
+    from aura.models.size_budget import budget_hours
 
     out = StagePlan()
     if getattr(cfg, "init_from", None):
@@ -129,8 +132,9 @@ def plan_pretrain(cfg, info, *, devices: int) -> StagePlan:
     preset = cfg.model_preset
     batch, accum = cfg.batch_size, cfg.gradient_accumulation_steps
     if preset == "auto":
-        choice = choose_auto(info)
-        preset = choice.preset
+        hours = budget_hours(getattr(cfg, "time_budget", None), getattr(cfg, "lr_schedule", None))
+        choice = choose_auto(info, time_budget_h=hours, devices=devices)
+        preset, out.size = choice.preset, choice.size
         batch, accum = batch or choice.batch_size, accum or choice.gradient_accumulation_steps
         out.auto = (
             f"{choice.preset} (batch {choice.batch_size} × {choice.gradient_accumulation_steps}, {choice.precision})"

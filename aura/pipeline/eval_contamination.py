@@ -97,6 +97,12 @@ def check_stage(out: Path, pipeline, stage) -> dict[str, Any] | None:
     if not (suite or tasks):
         return None
     limit = int(getattr(cfg, "limit", 0) or 0)
+    from aura.evaluation.standard_suite import SUITES
+
+    if suite in SUITES:  # a standard suite is lm-eval's tasks, checked as such (at its per-task limit)
+        tasks = [t.task for t in SUITES[suite]] + tasks
+        limit = limit or max(t.limit for t in SUITES[suite])
+        suite = ""
     srcs = sources(pipeline, stage)
     signature = {"suite": suite, "tasks": tasks, "limit": limit, "sources": _signature([s["path"] for s in srcs])}
     path = Path(out) / stage.name / FILE

@@ -389,8 +389,10 @@ def pipeline_plan(cfg: PipelinePlanConfig) -> int:
             ]
         )
         print(f"  {s.name}: {equivalent_command(s, launched=True)}")
-        for line in _data_lines(s, p):
+        for line in _data_lines(s, p) + [f"    {s.name}: {x}" for x in (p.size.lines() if p.size else [])]:
             print(line)
+        if p.size and not p.size.sensible:
+            console.warn(p.size.warning())
         if s.comm is not None:
             print(comm_advice.plan_line(s, info))
     lay = nodes.layout(pipeline)

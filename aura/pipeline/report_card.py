@@ -324,11 +324,15 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
             if "bits_per_byte" in r and "rows" not in r:
                 m["scores"]["val_bits_per_byte"] = r["bits_per_byte"]
             for row_ in r.get("rows") or []:
-                if row_.get("metric") in ("acc", "exact_match", "bits_per_byte"):
-                    m["scores"][f"{row_['task']}/{row_['metric']}"] = row_.get("value")
+                metric = str(row_.get("metric") or "").split(" (")[0]  # "exact_match (flexible-extract)"
+                if metric in (*SCORED, "mcc", "bits_per_byte"):
+                    key = f"{row_['task']}/{row_['metric']}"
+                    m["scores"][key] = row_.get("value")
+                    if isinstance(row_.get("stderr"), (int, float)):
+                        m.setdefault("stderr", {})[key] = row_["stderr"]
                     m["eval_stage"] = stage.name  # its contamination.json (aura.pipeline.report_trust)
-                    if row_.get("metric") in SCORED:
-                        rows_by.setdefault(m["stage"], {})[f"{row_['task']}/{row_['metric']}"] = row_
+                    if metric in SCORED:
+                        rows_by.setdefault(m["stage"], {})[key] = row_
             if isinstance(r.get("answers"), list):
                 m["answers"] = [
                     {"prompt": a.get("prompt"), "answer": a.get("answer")} for a in r["answers"] if isinstance(a, dict)

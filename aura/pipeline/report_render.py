@@ -278,6 +278,12 @@ def _file_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _score(m: dict[str, Any], key: str) -> str:
+    """A model's score with its standard error when it has one (``0.5000 ± 0.1890``)."""
+    value, se = m["scores"].get(key), (m.get("stderr") or {}).get(key)
+    return _n(value, ".4f") + (f" ± {_n(se, '.4f')}" if value is not None and se is not None else "")
+
+
 def _tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) of the report's tables, numbers formatted in the reader's language."""
     out = [
@@ -313,7 +319,7 @@ def _tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]
             [
                 m["stage"],
                 headline_text(m) if m.get("final_loss") is not None or m.get("headline") else "–",
-                *[marked(m, k, _n(m["scores"].get(k), ".4f")) for k in keys],
+                *[marked(m, k, _score(m, k)) for k in keys],
             ]
             for m in data["models"]
         ]

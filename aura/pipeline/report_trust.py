@@ -1,7 +1,8 @@
 """What the report card's scores are worth: contamination (eval items seen in training) and, between
 consecutive models, whether each difference is larger than its noise. ``collect_trust`` adds both to the
 report's models (from each eval stage's ``contamination.json`` and the result rows' standard errors and
-per-item scores); ``trust_tables`` formats them for ``report_render``."""
+per-item scores), with the published scores measured the same way (the rows' ``references``,
+``aura.evaluation.references``); ``trust_tables`` formats them for ``report_render``."""
 
 from __future__ import annotations
 
@@ -40,10 +41,19 @@ M = Messages(
         "h_diff": ("diferencia", "difference"),
         "h_se": ("error estándar combinado", "combined stderr"),
         "h_verdict": ("veredicto", "verdict"),
+        "references": (
+            "Referencias publicadas medidas igual (misma tarea de lm-eval, ejemplos y métrica; docs/evaluation.md)",
+            "Published references measured the same way (same lm-eval task, few-shot and metric; "
+            "docs/evaluation.en.md)",
+        ),
+        "h_value": ("valor ± error", "value ± stderr"),
+        "h_reference": ("referencia", "reference"),
+        "h_ref_value": ("valor publicado", "published value"),
+        "h_source": ("fuente", "source"),
     },
 )
 
-SCORED = ("acc", "exact_match")
+SCORED = ("acc", "acc_norm", "exact_match")  # means over items: a difference has a standard error
 
 
 def collect_trust(
@@ -78,6 +88,18 @@ def collect_trust(
                 },
             }
         m["_rows"] = rows
+        near = [
+            {
+                "key": key,
+                "value": row.get("value"),
+                "stderr": row.get("stderr"),
+                "refs": row["references"]["comparable"],
+            }
+            for key, row in rows.items()
+            if (row.get("references") or {}).get("comparable")
+        ]
+        if near:  # published scores measured the same way (aura.evaluation.references, annotated by aura eval)
+            m["references"] = near
         if rows:
             previous = m
     for m in models:
@@ -134,4 +156,20 @@ def trust_tables(data: dict[str, Any]) -> tuple[list, list]:
             rows.append([f"{m['stage']} − {vs['model']}", key, _n(c["diff"], "+.4f"), _n(c["stderr"]), describe(c)])
     if rows:
         after.append((M("noise"), [M("h_pair"), M("h_score"), M("h_diff"), M("h_se"), M("h_verdict")], rows))
+    rows = [
+        [
+            m["stage"],
+            r["key"],
+            _n(r["value"]) + ("" if r["stderr"] is None else f" ± {_n(r['stderr'])}"),
+            ref["model"],
+            _n(ref["value"]) + ("" if ref.get("stderr") is None else f" ± {_n(ref['stderr'])}"),
+            f"{ref['source']} ({ref['date']})",
+        ]
+        for m in data["models"]
+        for r in m.get("references") or []
+        for ref in r["refs"]
+    ]
+    if rows:
+        heads = [M("h_model"), M("h_score"), M("h_value"), M("h_reference"), M("h_ref_value"), M("h_source")]
+        after.append((M("references"), heads, rows))
     return before, after

@@ -294,18 +294,27 @@ def _check_tokenizer(tok, tok_name: str, shards) -> None:
         raise AuraError(M("vocab_small", tok=len(tok), data=shards.vocab_size))
 
 
-def _resolve(cfg: PretrainConfig, info, *, device_type: str | None = None) -> tuple[PretrainConfig, object, dict]:
-    """Apply the preset (or `auto`'s choice) under the explicit flags; returns (cfg, spec, auto info)."""
+def _resolve(
+    cfg: PretrainConfig, info, *, device_type: str | None = None, devices: int | None = None, keep: str | None = None
+) -> tuple[PretrainConfig, object, dict]:
+    """Apply the preset (or `auto`'s choice: with --time-budget, the size the budget can train on ``devices``
+    processes' devices; ``keep``, a resumed checkpoint's preset, stays) under the explicit flags; returns (cfg,
+    spec, auto info)."""
     from aura.models.hardware import choose_auto
     from aura.models.presets import preset_training, resolve_spec
+    from aura.models.size_budget import budget_hours
     from aura.train.args import with_defaults
 
     demo = not cfg.data
     preset, defaults, auto = cfg.model_preset, {}, {}
     if preset == "auto":
-        choice = choose_auto(info)
+        hours = budget_hours(cfg.time_budget, cfg.lr_schedule)
+        choice = choose_auto(info, time_budget_h=hours, devices=devices, keep=keep)
         if not demo:  # the demo says what it trains below: its own batch and rate, not auto's
-            console.info(M("auto", reason=choice.reason))
+            unsound = choice.size is not None and not choice.size.sensible  # a budget too small for any size
+            (console.warn if unsound else console.info)(M("auto", reason=choice.reason))
+            for line in choice.size.lines() if choice.size else []:
+                console.info("  " + line)
         preset, auto = choice.preset, choice.to_dict()
         defaults = dict(
             batch_size=choice.batch_size,
@@ -504,8 +513,13 @@ def _model(run: Run, tok, tok_name, train_shards):
 
         base = from_base(run, tok, tok_name, train_shards)
         return base.cfg, base.spec, {}, base.model, base.described, base.vocab, base.wrap_engine
+    from aura.train.run import checkpoint as ckpt
+
     _check_tokenizer(tok, tok_name, train_shards)
-    cfg, spec, auto = _resolve(run.cfg, run.info, device_type=run.dist.device.type)
+    keep = ckpt.read_state(run.resume).get("preset") if run.resume is not None else None  # a run keeps its size
+    cfg, spec, auto = _resolve(
+        run.cfg, run.info, device_type=run.dist.device.type, devices=run.dist.world_size, keep=keep
+    )
     vocab = max(len(tok), train_shards.vocab_size)
     _memory_check(cfg, spec, run.info, vocab)
     model, described = _build(cfg, spec, vocab, tok, run)
