@@ -309,12 +309,15 @@ def test_each_micro_batch_takes_the_data_the_students_or_with_seq_kd_the_teacher
 
 def test_seq_kd_trains_on_the_teachers_answers_through_the_cli(env, tmp_path):
     """--seq-kd with --lmbda 0: every micro-batch takes the teacher's sampled answers (the source's test above
-    checks which tokens); the run ends and logs no on-policy batch."""
+    checks which tokens); the run ends, logs no on-policy batch and says its validation as a divergence."""
     common = _common(env)
     common[common.index("--lmbda") + 1] = 0
     common[common.index("--max-steps") + 1] = 2
+    common[common.index("--val-fraction") + 1] = 0.05
     out = finetune(*common, "--seq-kd", "--temperature", 0.7, "--output-dir", tmp_path / "run")
     assert "the others with the teacher's answers" in out, out
+    # the validation loss is the divergence from the teacher, said as such (no perplexity)
+    assert "Validation at step 2: divergence from the teacher" in out and "perplexity" not in out, out
     rows = step_rows(tmp_path / "run")
     assert set(rows) == {1, 2} and all(float(r["on_policy"]) == 0.0 for r in rows.values())
     assert (tmp_path / "run" / "final").is_dir()
