@@ -30,9 +30,9 @@ M = Messages(
         "k_special": ("el id de {name}", "the id of {name}"),
         "teacher": (
             "Maestro: {path} ({params:parámetro|parámetros}, congelado, {dtype}); beta {beta} (0 = KL directa, 1 = KL "
-            "inversa), lmbda {lmbda}: {share} de los micro-lotes con respuestas del alumno{seq}.",
+            "inversa), lmbda {lmbda}: {share:g} % de los micro-lotes con respuestas del alumno{seq}.",
             "Teacher: {path} ({params:parameter|parameters}, frozen, {dtype}); beta {beta} (0 = forward KL, 1 = "
-            "reverse KL), lmbda {lmbda}: {share} of the micro-batches with the student's own answers{seq}.",
+            "reverse KL), lmbda {lmbda}: {share:g}% of the micro-batches with the student's own answers{seq}.",
         ),
         "seq_kd": (", el resto con respuestas del maestro", ", the others with the teacher's answers"),
         "too_long": (
@@ -189,7 +189,7 @@ class DistillSetup(SFTSetup):
                 dtype=str(next(self.teacher.parameters()).dtype).removeprefix("torch."),
                 beta=cfg.beta,
                 lmbda=cfg.lmbda,
-                share=f"{cfg.lmbda:.0%}",
+                share=round(cfg.lmbda * 100, 1),
                 seq=M("seq_kd") if cfg.seq_kd else "",
             )
         )
