@@ -27,35 +27,37 @@ def test_every_objective_choice_is_a_registry_entry():
 
     parser = build_parser(FinetuneConfig, prog="aura finetune", description="")
     (action,) = [a for a in parser._actions if "--objective" in a.option_strings]
-    assert tuple(action.choices) == tuple(OBJECTIVES) == ("sft", "dpo", "orpo", "grpo", "simpo", "cpo", "kto", "reward")
+    names = ("sft", "dpo", "orpo", "grpo", "simpo", "cpo", "kto", "reward", "distill")
+    assert tuple(action.choices) == tuple(OBJECTIVES) == names
     assert {f["name"]: f for f in form("finetune")}["objective"]["choices"] == list(OBJECTIVES)
     for name in OBJECTIVES:
         setup = setup_class(name)
         assert issubclass(setup, ObjectiveSetup) and setup.name == name
-        assert FinetuneConfig(base_model="b", objective=name).objective == name  # its checks pass on defaults
+        needs = {"teacher": "t"} if name == "distill" else {}  # distill's one required flag
+        assert FinetuneConfig(base_model="b", objective=name, **needs).objective == name  # its checks pass
 
 
 def test_an_unknown_objective_is_refused_clearly(tmp_path):
     from aura.core.errors import AuraError
     from aura.train.finetune_config import FinetuneConfig
 
-    r = run_aura_here("finetune", "--objective", "distill")
+    r = run_aura_here("finetune", "--objective", "ppo")
     assert r.returncode == 2
     assert (
-        "argument --objective: invalid choice: 'distill' (choose from 'sft', 'dpo', 'orpo', 'grpo', 'simpo', "
-        "'cpo', 'kto', 'reward')"
+        "argument --objective: invalid choice: 'ppo' (choose from 'sft', 'dpo', 'orpo', 'grpo', 'simpo', "
+        "'cpo', 'kto', 'reward', 'distill')"
     ) in r.stderr, r.stderr
     config = tmp_path / "ft.yaml"
-    config.write_text("objective: distill\n", encoding="utf-8")
+    config.write_text("objective: ppo\n", encoding="utf-8")
     r = run_aura_here("finetune", "--config", config)
     assert r.returncode == 2
     assert (
-        "Invalid value for 'objective': 'distill' (expected sft | dpo | orpo | grpo | simpo | cpo | kto | reward)"
+        "Invalid value for 'objective': 'ppo' (expected sft | dpo | orpo | grpo | simpo | cpo | kto | reward | distill)"
         in r.stderr
     )
     # a config built in Python gets the same refusal (it used to train as if the objective were a preference one)
-    with pytest.raises(AuraError, match=r"--objective: 'distill' \(expected sft \| dpo \| orpo \| grpo"):
-        FinetuneConfig(base_model="b", objective="distill")
+    with pytest.raises(AuraError, match=r"--objective: 'ppo' \(expected sft \| dpo \| orpo \| grpo"):
+        FinetuneConfig(base_model="b", objective="ppo")
 
 
 def test_choosing_sft_imports_no_other_objective():
@@ -86,6 +88,8 @@ def test_choosing_sft_imports_no_other_objective():
         "simpo_setup",
         "reward",
         "reward_setup",
+        "distill",
+        "distill_setup",
     }
     assert not loaded & {f"aura.train.objectives.{m}" for m in others}, loaded
 

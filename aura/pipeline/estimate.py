@@ -8,11 +8,13 @@ token: pretraining and full SFT 6·N; LoRA/QLoRA 4·N (no weight gradients for t
 policy's 6·N plus the reference model's forward, 2·N; a pair's text counted once, as its characters are); KTO
 12·N (also the policy's and the reference's forwards on the mismatched KL pairs); ORPO, SimPO, CPO 6·N; GRPO 8·N on
 prompt + completion tokens plus 2·N per sampled token at ``GENERATION_MFU`` (decoding one
-token at a time is bound by memory, not FLOPs). N: the preset's parameters, the earlier stage's model for a
-base it trains (``pretrain.final``), a local model's ``config.json``, or a hub name's size ("Mistral-7B" ->
-7e9) when nothing else says it. A fine-tuning stage's tokens come from its data file (examples and characters,
-``CHARS_PER_TOKEN``) and its epochs, or from ``max_steps``/``max_tokens`` x batch x length; no estimate where
-neither is known (a CPU without a known peak, data an earlier stage writes)."""
+token at a time is bound by memory, not FLOPs); distill the student's 4·N or 6·N plus the teacher's forward,
+2·N_teacher, and 2·N per token the student samples (``lmbda`` x ``max_new_tokens`` per example). N: the
+preset's parameters, the earlier stage's model for a base it trains (``pretrain.final``), a local model's
+``config.json``, or a hub name's size ("Mistral-7B" -> 7e9) when nothing else says it. A fine-tuning stage's
+tokens come from its data file (examples and characters, ``CHARS_PER_TOKEN``) and its epochs, or from
+``max_steps``/``max_tokens`` x batch x length; no estimate where neither is known (a CPU without a known peak,
+data an earlier stage writes)."""
 
 from __future__ import annotations
 
@@ -251,6 +253,10 @@ def plan_finetune(cfg, info, *, earlier: dict[str, StagePlan], refs: list[str], 
         # CPO and reward models (a score head instead of the vocabulary's: no more) cost the base alone
         train_fpt = base + {"dpo": 2.0, "kto": 6.0}.get(objective, 0.0) * n if base else None
         sample_flops = 0.0
+        teacher = _params_of_model(str(cfg.teacher), earlier, refs) if getattr(cfg, "teacher", None) else None
+        if train_fpt and teacher:  # distill: the teacher's forward; --lmbda of the batches sampled by the student
+            train_fpt += 2.0 * teacher
+            sample_flops = 2.0 * n * per_step * cfg.lmbda * cfg.max_new_tokens
     if cfg.max_steps:
         out.steps = int(cfg.max_steps)
     elif cfg.max_tokens:

@@ -151,7 +151,8 @@ class FinetuneCommand:
                 trainable_parameters=None
                 if cfg.method == "full" or cfg.deepspeed
                 else count_parameters(model, trainable_only=True),
-            ),
+            )
+            + setup.extra_flops_per_token(cfg),
             objective=objective,
             evaluators=evaluators,
             finish=setup.finish(data, out),

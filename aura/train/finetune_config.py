@@ -14,6 +14,7 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.train.adapters import LORA_PRESETS
 from aura.train.args import TrainArgs
+from aura.train.objectives.distill_args import DistillArgs
 from aura.train.objectives.grpo_args import GRPOArgs
 from aura.train.objectives.kto_args import KTOArgs
 from aura.train.objectives.registry import NAMES, OBJECTIVES, setup_class
@@ -148,13 +149,13 @@ def auto_epochs(n_examples: int) -> tuple[int, str]:
 
 
 @dataclass
-class FinetuneConfig(RewardArgs, KTOArgs, SimPOArgs, GRPOArgs, TrainArgs):
+class FinetuneConfig(DistillArgs, RewardArgs, KTOArgs, SimPOArgs, GRPOArgs, TrainArgs):
     """Flags of ``aura finetune``: TrainArgs plus the model, data, adapter and objective choices (GRPO's
     in ``GRPOArgs``, SimPO's and CPO's in ``SimPOArgs``, KTO's in ``KTOArgs``, the reward model's in
-    ``RewardArgs``)."""
+    ``RewardArgs``, distill's in ``DistillArgs``)."""
 
     # the objectives' args sections, each checking its own flags (aura.train.objectives.registry)
-    OBJECTIVE_SECTIONS = (GRPOArgs, KTOArgs, SimPOArgs, RewardArgs)
+    OBJECTIVE_SECTIONS = (GRPOArgs, KTOArgs, SimPOArgs, RewardArgs, DistillArgs)
 
     base_model: str | None = arg(
         None,
@@ -263,23 +264,25 @@ class FinetuneConfig(RewardArgs, KTOArgs, SimPOArgs, GRPOArgs, TrainArgs):
         es="Qué se optimiza: sft (instrucciones), dpo, orpo, simpo o cpo (pares de preferencia "
         "prompt/chosen/rejected; orpo, simpo y cpo sin modelo de referencia), grpo (aprendizaje por refuerzo "
         "con recompensas verificables sobre prompts), kto (respuestas sueltas valoradas buena/mala: "
-        "prompt/completion/label) o reward (un modelo de recompensa Bradley–Terry a partir de pares de preferencia, "
-        "para --reward model:RUTA de grpo); ver docs/finetuning.md.",
+        "prompt/completion/label), reward (un modelo de recompensa Bradley–Terry a partir de pares de preferencia, "
+        "para --reward model:RUTA de grpo) o distill (destilación on-policy de un --teacher sobre datos de "
+        "instrucciones); ver docs/finetuning.md.",
         en="What is optimised: sft (instructions), dpo, orpo, simpo or cpo (preference pairs prompt/chosen/rejected; "
         "orpo, simpo and cpo without a reference model), grpo (reinforcement learning with verifiable rewards "
-        "on prompts), kto (single answers rated good/bad: prompt/completion/label) or reward (a Bradley–Terry "
-        "reward model from preference pairs, for grpo's "
-        "--reward model:PATH); see docs/finetuning.en.md.",
+        "on prompts), kto (single answers rated good/bad: prompt/completion/label), reward (a Bradley–Terry "
+        "reward model from preference pairs, for grpo's --reward model:PATH) or distill (on-policy distillation "
+        "of a --teacher on instruction data); see docs/finetuning.en.md.",
     )
     beta: float | None = arg(
         None,
         es="beta de DPO (fuerza de la referencia; por defecto 0.1), de ORPO (peso del "
         "término de odds ratio; 0.1), de SimPO/CPO (escala de la recompensa; 0.1), de "
-        "KTO (0.1) o de GRPO (peso del KL a la referencia; por defecto 0: sin pasada de "
-        "referencia).",
+        "KTO (0.1), de GRPO (peso del KL a la referencia; por defecto 0: sin pasada de "
+        "referencia) o de distill (JSD generalizada: 0 = KL directa, 1 = KL inversa; 0.5).",
         en="DPO beta (strength of the reference; default 0.1), ORPO beta (weight of the "
         "odds-ratio term; 0.1), SimPO/CPO beta (scale of the reward; 0.1), KTO beta (0.1) or "
-        "GRPO beta (weight of the KL to the reference; default 0: no reference pass).",
+        "GRPO beta (weight of the KL to the reference; default 0: no reference pass) or distill beta (generalised "
+        "JSD: 0 = forward KL, 1 = reverse KL; 0.5).",
     )
     dpo_loss: Literal["sigmoid", "ipo", "hinge"] = arg(
         "sigmoid",

@@ -110,10 +110,12 @@ class GRPOArgs:
         es="GRPO: tokens máximos de cada respuesta generada.",
         en="GRPO: maximum tokens of each sampled completion.",
     )
-    temperature: float = arg(
-        1.0,
-        es="GRPO: temperatura de muestreo (también divide los logits en la pérdida, como TRL).",
-        en="GRPO: sampling temperature (it also divides the logits in the loss, as TRL does).",
+    temperature: float | None = arg(
+        None,
+        es="Temperatura de muestreo: GRPO (por defecto 1; también divide los logits en la pérdida, como TRL) y "
+        "distill (por defecto 0.9, la de TRL GKDConfig; solo el muestreo, como TRL).",
+        en="Sampling temperature: GRPO (default 1; it also divides the logits in the loss, as TRL does) and "
+        "distill (default 0.9, TRL GKDConfig's; sampling only, as TRL).",
     )
     top_p: float = arg(1.0, es="GRPO: muestreo nucleus top-p (1 = desactivado).", en="GRPO: nucleus top-p (1 = off).")
     top_k: int = arg(0, es="GRPO: muestreo top-k (0 = desactivado).", en="GRPO: top-k sampling (0 = off).")

@@ -161,6 +161,8 @@ class GRPOSetup(ObjectiveSetup):
                 raise AuraError(AM("no_vllm"))
         if cfg.beta is None:
             cfg.beta = 0.0
+        if cfg.temperature is None:
+            cfg.temperature = 1.0
 
     @classmethod
     def inputs(cls, cfg) -> list:

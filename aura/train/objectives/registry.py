@@ -26,6 +26,7 @@ OBJECTIVES = {
     "cpo": "aura.train.objectives.simpo_setup:CPOSetup",
     "kto": "aura.train.objectives.kto_setup:KTOSetup",
     "reward": "aura.train.objectives.reward_setup:RewardSetup",
+    "distill": "aura.train.objectives.distill_setup:DistillSetup",
 }
 NAMES = tuple(OBJECTIVES)
 
@@ -120,6 +121,10 @@ class ObjectiveSetup(ABC):
     def completion_tokens(self, cfg) -> int:
         """Tokens a training row gains while training (GRPO's completions), for the plan's throughput."""
         return 0
+
+    def extra_flops_per_token(self, cfg) -> float:
+        """FLOPs per trained token beyond the policy's own (a teacher's forward), for MFU; after ``sources``."""
+        return 0.0
 
     def evaluators(self, cfg, tok, model, val_ex: list, data, *, steps_per_epoch: int) -> list:
         return []

@@ -187,32 +187,15 @@ class RolloutSource:
         return rows[r * self.per_rank : (r + 1) * self.per_rank]
 
     def _sample(self, prompt_ids: list[list[int]], keys: list[int]):
-        """Aura's engine (``aura.inference.decode``) on the policy. In fp32 on the CPU a LoRA policy samples
-        from its merged weights (``aura.train.lora_views.merged_view``) with every linear layer packed for
-        oneDNN (``aura.inference.packed``): the same tokens up to fp32 rounding, sooner. Elsewhere (bf16/fp16,
-        CUDA) it samples from a merged copy in the compute dtype, without peft's wrappers or autocast
-        (``compute_view``), and returns the sampler's log-probs with the completions when that copy is not
-        fp32, for the loss's truncated importance-sampling correction."""
-        from aura.inference.decode import decode_batch
-        from aura.inference.packed import packed_view
-
-        device = self.dist.device
-        common = dict(pad_id=self.tok.pad_token_id, device=device, tokenizer=self.tok, keys=keys, graphs=True)
-        with contextlib.ExitStack() as views:
-            merged = merged_view(self.policy, precision=self.precision, device=device)
-            if merged is None:
-                dtype = COMPUTE_DTYPES.get(self.precision, torch.float32)
-                view = compute_view(self.policy, dtype=dtype)
-                if view is not None:
-                    views.enter_context(view)
-                    views.enter_context(torch.autocast(device_type=device.type, enabled=False))
-                    return decode_batch(self.policy, prompt_ids, self.sampling, logps=dtype != torch.float32, **common)
-            else:
-                views.enter_context(merged)
-            packed = packed_view(self.policy, precision=self.precision, device=device)
-            if packed is not None:
-                views.enter_context(packed)
-            return decode_batch(self.policy, prompt_ids, self.sampling, **common)
+        return sample_completions(
+            self.policy,
+            prompt_ids,
+            keys,
+            sampling=self.sampling,
+            tokenizer=self.tok,
+            precision=self.precision,
+            device=self.dist.device,
+        )
 
     @torch.no_grad()
     def window(self, epoch: int, window: int) -> list[dict]:
@@ -407,6 +390,35 @@ class RolloutSource:
         with context:
             logps, _ = completion_logps(model, device_batch, temperature=self.temperature)
         return logps.float().cpu()
+
+
+def sample_completions(policy, prompt_ids: list[list[int]], keys: list[int], *, sampling, tokenizer, precision, device):
+    """Keyed completions of ``prompt_ids`` by ``policy`` with Aura's engine (``aura.inference.decode``): each
+    completion's tokens come from its key alone, so a resumed run samples the same ones. In fp32 on the CPU
+    a LoRA policy samples from its merged weights (``aura.train.lora_views.merged_view``) with every linear
+    layer packed for oneDNN (``aura.inference.packed``): the same tokens up to fp32 rounding, sooner.
+    Elsewhere (bf16/fp16, CUDA) it samples from a merged copy in the compute dtype, without peft's wrappers
+    or autocast (``compute_view``), and returns the sampler's log-probs with the completions when that copy
+    is not fp32 (GRPO's truncated importance-sampling correction)."""
+    from aura.inference.decode import decode_batch
+    from aura.inference.packed import packed_view
+
+    common = dict(pad_id=tokenizer.pad_token_id, device=device, tokenizer=tokenizer, keys=keys, graphs=True)
+    with contextlib.ExitStack() as views:
+        merged = merged_view(policy, precision=precision, device=device)
+        if merged is None:
+            dtype = COMPUTE_DTYPES.get(precision, torch.float32)
+            view = compute_view(policy, dtype=dtype)
+            if view is not None:
+                views.enter_context(view)
+                views.enter_context(torch.autocast(device_type=device.type, enabled=False))
+                return decode_batch(policy, prompt_ids, sampling, logps=dtype != torch.float32, **common)
+        else:
+            views.enter_context(merged)
+        packed = packed_view(policy, precision=precision, device=device)
+        if packed is not None:
+            views.enter_context(packed)
+        return decode_batch(policy, prompt_ids, sampling, **common)
 
 
 def pad_rows(rows: list[list[float]], *, width: int) -> torch.Tensor:

@@ -15,6 +15,9 @@ the base is stored, so its terms are (bytes per device, no sharding):
 * logits: with the chunked loss (``aura.train.objectives.chunked_loss``) one chunk's fp32 logits and softmax, the
   hidden states' gradient and the head's fp32 gradient; without it B x T x V in the compute dtype, their
   fp32 upcast and its gradient;
+* teacher (``--objective distill``): the frozen teacher's weights in the compute dtype (no gradient, no
+  optimizer state) and its B x T x V logits with their fp32 log-softmax; the student's logits then take the
+  plain path (the generalised JSD needs both distributions whole);
 * overhead: CUDA context and allocator fragmentation (1 GiB + 10 %), as pretraining's.
 """
 
@@ -73,10 +76,11 @@ class FinetuneEstimate:
     activations: int
     logits: int
     overhead: int
+    teacher: int = 0
 
     @property
     def total(self) -> int:
-        return self.base_weights + self.trainable_states + self.activations + self.logits + self.overhead
+        return self.base_weights + self.trainable_states + self.activations + self.logits + self.overhead + self.teacher
 
     def to_dict(self) -> dict:
         return {**asdict(self), "total": self.total}
@@ -103,8 +107,10 @@ def finetune_estimate(
     checkpointing: bool,
     chunked_loss: bool = True,
     device_type: str = "cuda",
+    teacher_config=None,
 ) -> FinetuneEstimate:
-    """Peak memory of fine-tuning a transformers ``config`` (see the module docstring for the terms)."""
+    """Peak memory of fine-tuning a transformers ``config`` (see the module docstring for the terms);
+    ``teacher_config``: a distillation teacher's."""
     k = model_dims(config)
     d, layers, vocab, inter = k["d"], k["layers"], k["vocab"], k["inter"]
     half = precision in ("bf16", "fp16")
@@ -130,15 +136,29 @@ def finetune_estimate(
     activations = tokens * d * act_b * layers + full_layer if checkpointing else full_layer * layers
     if method == "qlora":
         activations += (4 * d * d + 3 * d * inter) * act_b  # one layer dequantised for its matmuls
-    if chunked_loss:
+    teacher = teacher_bytes(teacher_config, tokens=tokens, act_b=act_b) if teacher_config is not None else 0
+    if chunked_loss and teacher_config is None:
         chunk = chunk_tokens(tokens, vocab, d, device_type=device_type)
         logits = chunk * vocab * (4 + 4 + act_b) + tokens * d * 4 + (head * 4 if method == "full" else 0)
     else:
         logits = tokens * vocab * (act_b + 4 + 4)
-    overhead = int(GIB + 0.10 * (base + states + activations + logits)) if device_type == "cuda" else GIB // 2
+    overhead = int(GIB + 0.10 * (base + states + activations + logits + teacher)) if device_type == "cuda" else GIB // 2
     return FinetuneEstimate(
-        base_weights=base, trainable_states=states, activations=activations, logits=logits, overhead=overhead
+        base_weights=base,
+        trainable_states=states,
+        activations=activations,
+        logits=logits,
+        overhead=overhead,
+        teacher=teacher,
     )
+
+
+def teacher_bytes(config, *, tokens: int, act_b: int) -> int:
+    """A frozen teacher's weights in the compute dtype and its logits (compute dtype + fp32 log-softmax)."""
+    k = model_dims(config)
+    head = k["d"] * k["vocab"]
+    weights = matmul_parameters(config) + (0 if getattr(config, "tie_word_embeddings", False) else head)
+    return weights * act_b + tokens * k["vocab"] * (act_b + 4)
 
 
 def plan_finetune(
@@ -153,6 +173,7 @@ def plan_finetune(
     checkpointing: bool | None = None,
     chunked_loss: bool = True,
     usable_fraction: float = 0.9,
+    teacher_config=None,
 ) -> tuple[int, bool, FinetuneEstimate, bool]:
     """(micro-batch, checkpointing, estimate, fits): the first of ``CANDIDATES`` that fits ``info``'s memory,
     keeping whatever the user fixed (``batch_size``, ``checkpointing``); the last candidate when none fits."""
@@ -174,6 +195,7 @@ def plan_finetune(
             precision=precision,
             checkpointing=c,
             chunked_loss=chunked_loss,
+            teacher_config=teacher_config,
         )
         if est.total <= budget:
             return b, c, est, True
@@ -188,6 +210,7 @@ def finetune_defaults(cfg, *, run, base_name: str):
     from transformers import AutoConfig
 
     model_config = AutoConfig.from_pretrained(base_name, trust_remote_code=cfg.trust_remote_code)
+    teacher = getattr(cfg, "teacher", None)  # distillation's frozen teacher
     return memory_defaults(
         cfg,
         run=run,
@@ -195,6 +218,9 @@ def finetune_defaults(cfg, *, run, base_name: str):
         method=cfg.method,
         lora_r=cfg.lora_settings()["lora_r"],
         max_length=cfg.max_length,
+        teacher_config=AutoConfig.from_pretrained(teacher, trust_remote_code=cfg.trust_remote_code)
+        if teacher
+        else None,
     )
 
 
@@ -218,10 +244,10 @@ def _auto_applies(cfg, run) -> bool:
     )
 
 
-def memory_defaults(cfg, *, run, model_config, method: str, lora_r: int, max_length: int):
+def memory_defaults(cfg, *, run, model_config, method: str, lora_r: int, max_length: int, teacher_config=None):
     """``cfg`` with the micro-batch, accumulation and checkpointing that fit ``run.info`` for training
-    ``model_config`` by ``method`` (``full`` for continued pretraining) on ``max_length``-token rows; the flags
-    the user gave are kept, and nothing changes off CUDA."""
+    ``model_config`` by ``method`` (``full`` for continued pretraining) on ``max_length``-token rows, beside a
+    distillation teacher (``teacher_config``); the flags the user gave are kept, and nothing changes off CUDA."""
     from aura.train.args import with_defaults
 
     if not _auto_applies(cfg, run):
@@ -237,6 +263,7 @@ def memory_defaults(cfg, *, run, model_config, method: str, lora_r: int, max_len
         precision=run.precision,
         batch_size=None if want_batch else cfg.batch_size,
         checkpointing=cfg.gradient_checkpointing,
+        teacher_config=teacher_config,
     )
     have, need = info.memory_bytes / GIB, est.total / GIB
     if fits:

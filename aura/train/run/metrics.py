@@ -55,6 +55,10 @@ M = Messages(
             "Validación de la época {epoch}: acierto de preferencias {acc:.1f} %, margen de recompensa {margin:.3f}",
             "Epoch {epoch} validation: reward accuracy {acc:.1f}%, reward margin {margin:.3f}",
         ),
+        "eval_distill": (
+            "Validación en el paso {step}: divergencia del maestro {val:.4f} (JSD generalizada por token de respuesta)",
+            "Validation at step {step}: divergence from the teacher {val:.4f} (generalised JSD per answer token)",
+        ),
         "eval_kto": (
             "Validación en el paso {step}: pérdida {val:.4f}, recompensa de las respuestas buenas {chosen}, de "
             "las malas {rejected} (KL {kl})",
@@ -342,6 +346,8 @@ class MetricsLogger:
                     kl=_shown(stats["kl"], ".3f"),
                 )
             )
+        elif stats and "on_policy" in stats:  # distillation: a divergence, not a token loss: no perplexity
+            console.info(M("eval_distill", step=step, val=val_loss))
         else:
             console.info(M("eval", step=step, val=val_loss, ppl=math.exp(min(val_loss, 50.0))))
         # the validation's statistics in the objective's own columns of this eval row (the report's headline)
