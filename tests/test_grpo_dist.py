@@ -84,7 +84,7 @@ def test_grpo_under_ddp_equals_one_process(env, tmp_path, per_rank, dapo):  # no
     assert "Parallelism strategy: ddp" in text and "Sync=OK" in text
     a, b = step_rows(single), step_rows(ddp)
     assert set(a) == set(b) == {1, 2, 3}
-    keys = KEYS if not dapo else [k for k in KEYS if "digits" not in k] + ["groups_resampled", "groups_dropped"]
+    keys = list(KEYS) if not dapo else [k for k in KEYS if "digits" not in k] + ["groups_resampled", "groups_dropped"]
     for step in a:
         for key in keys + (["completions_masked"] if dapo else []):
             if a[step][key] == "":  # a step that trained no token (every completion masked) has no loss
