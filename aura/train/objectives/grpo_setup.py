@@ -279,10 +279,22 @@ def resolve(cfg, dist):
     return cfg
 
 
+def _reference(cfg, model, *, run) -> tuple[object, str]:
+    """(the frozen copy that is the reference, or None: the base with the adapter disabled, or no reference;
+    the message key that says which)."""
+    if not cfg.beta:
+        return None, "ref_none"
+    if cfg.method != "full":
+        return None, "ref_adapter"
+    from aura.train.objectives.preference import frozen_copy
+
+    return frozen_copy(model, run=run, cfg=cfg), "ref_copy"
+
+
 def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_name: str, tools=None):
     """The rollout source for ``model`` (not yet parallelised: the source samples with this very module, whose
-    parameters the parallel wrapper shares); with ``tools`` (a ToolBox) the multi-turn one
-    (``aura.train.objectives.tool_rollout``), whose sampler also stops at ``</tool_call>``."""
+    parameters the parallel wrapper shares); with ``tools`` (a ToolBox) the multi-turn one, whose sampler also
+    stops at ``</tool_call>``."""
     from aura.inference.loading import end_of_turn_ids
     from aura.inference.sampling import SamplingParams
     from aura.models.presets import context_length
@@ -300,14 +312,7 @@ def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, bas
                 ctx=ctx,
             )
         )
-    adapter = cfg.method != "full"
-    reference, ref_how = None, "ref_none"
-    if cfg.beta:
-        ref_how = "ref_adapter" if adapter else "ref_copy"
-        if not adapter:
-            from aura.train.objectives.preference import frozen_copy
-
-            reference = frozen_copy(model, run=run, cfg=cfg)
+    reference, ref_how = _reference(cfg, model, run=run)
     sampling = SamplingParams(
         max_new_tokens=cfg.max_completion_length,
         temperature=cfg.temperature,
