@@ -291,6 +291,18 @@ def _reference(cfg, model, *, run) -> tuple[object, str]:
     return frozen_copy(model, run=run, cfg=cfg), "ref_copy"
 
 
+def _source_class(cfg, tok, tools) -> tuple[type, dict]:
+    """(RolloutSource, {}), or with ``tools`` the multi-turn ``ToolRolloutSource`` and its arguments."""
+    from aura.inference.loading import end_of_turn_ids
+    from aura.train.objectives.rollout import RolloutSource
+
+    if tools is None:
+        return RolloutSource, {}
+    from aura.train.objectives.tool_rollout import ToolRolloutSource
+
+    return ToolRolloutSource, dict(tools=tools, max_tool_turns=cfg.max_tool_turns, end_of_turn=end_of_turn_ids(tok))
+
+
 def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_name: str, tools=None):
     """The rollout source for ``model`` (not yet parallelised: the source samples with this very module, whose
     parameters the parallel wrapper shares); with ``tools`` (a ToolBox) the multi-turn one, whose sampler also
@@ -298,7 +310,6 @@ def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, bas
     from aura.inference.loading import end_of_turn_ids
     from aura.inference.sampling import SamplingParams
     from aura.models.presets import context_length
-    from aura.train.objectives.rollout import RolloutSource
 
     ctx = context_length(model.config)
     longest = max(train_ex + val_ex, key=lambda p: len(p.input_ids))
@@ -338,12 +349,7 @@ def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, bas
             "engine_vllm",
         )
     console.info(M("engine", engine=M(engine), reference=M(ref_how)))
-    kind, extra = RolloutSource, {}
-    if tools is not None:
-        from aura.train.objectives.tool_rollout import ToolRolloutSource
-
-        kind = ToolRolloutSource
-        extra = dict(tools=tools, max_tool_turns=cfg.max_tool_turns, end_of_turn=end_of_turn_ids(tok))
+    kind, extra = _source_class(cfg, tok, tools)
     source = kind(
         train_ex,
         policy=model,
