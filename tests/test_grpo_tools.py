@@ -384,6 +384,65 @@ def test_a_tool_turn_past_the_length_limit_ends_the_completion_as_trl_does(env):
     assert source.calls == 2  # the calls ran (TRL runs them too, then drops the overlong result)
 
 
+def test_the_tool_loop_appends_the_ids_and_mask_trls_tool_call_loop_does(env):
+    """TRL GRPOTrainer's own ``_tool_call_loop`` (its ``_get_tool_suffix_ids`` and ``parse_response`` with
+    its Qwen3 response schema, the calculator called in-process) on the same fixed completions: the same
+    completion ids (model tokens, tool turn, the answer after it) and the same ``tool_mask``. TRL cuts the
+    tool turn at EOS, Aura at the template's end-of-turn token: EOS is ``<|im_end|>`` here, as in Qwen's
+    tokenizers, so the two agree."""
+    import types
+
+    trl = pytest.importorskip("trl")
+    from trl.chat_template_utils import parse_response, qwen3_schema
+
+    from aura.resources.tools.calculadora import calcular
+
+    answer = "Son 15.\nRespuesta: 15<|im_end|>"
+
+    def engine(prompts, keys):
+        if "<tool_response>" in tok.decode(prompts[0]):
+            return [tok(answer, add_special_tokens=False)["input_ids"] for _ in prompts]
+        return [tok(t, add_special_tokens=False)["input_ids"] for t in (CALL + "<|im_end|>", "Respuesta: 7<|im_end|>")]
+
+    source = _source(env, engine)
+    tok = source.tok
+    tok.eos_token = "<|im_end|>"
+    rows = source.my_rows(0, 0)
+    ours, _ = source._draw(rows, [1, 2], own=False)
+
+    tok.response_schema = qwen3_schema
+    prompt_ids = [source.prompts[r].input_ids for r in rows]
+    first = engine([[0]], None)
+    completion_ids = [list(c) for c in first]
+    post = tok(answer, add_special_tokens=False)["input_ids"]
+    ns = types.SimpleNamespace(
+        max_tool_calling_iterations=2,
+        _sync_tool_dicts=[{"calcular": calcular}] * 2,
+        _async_tool_dicts=[{}] * 2,
+        use_vllm=False,
+        model=types.SimpleNamespace(config=types.SimpleNamespace(max_position_embeddings=1024)),
+        max_completion_length=source.sampling.max_new_tokens,
+        _is_vlm=False,
+        tools=[calcular],
+        environment_factories=None,
+        _generate_single_turn=lambda ids, *a, **k: ([list(post) for _ in ids], None),
+        _tokenizer=tok,
+        processing_class=tok,
+        chat_template=None,
+        chat_template_kwargs={},
+    )
+    ns._get_tool_suffix_ids = types.MethodType(trl.GRPOTrainer._get_tool_suffix_ids, ns)
+    prompts = [[dict(m) for m in source.prompts[r].item.messages] for r in rows]
+    completions = [[parse_response(tok, ids)] for ids in completion_ids]
+    assert completions[0][0]["tool_calls"] and not completions[1][0].get("tool_calls")
+    tool_mask, _, trl_ids, *_ = trl.GRPOTrainer._tool_call_loop(
+        ns, prompts, prompt_ids, completion_ids, completions, None, None, None
+    )
+    assert [list(c) for c in ours] == trl_ids
+    assert [c.tool_mask for c in ours] == tool_mask
+    assert 0 in tool_mask[0] and source.calls == 1
+
+
 # ---------------------------------------------------------------------------------------------------
 # The CLI
 

@@ -112,7 +112,7 @@ class ToolRolloutSource(RolloutSource):
             closing, suffix = tool_turn_ids(self.tok, calls, results, end_of_turn=self.end_of_turn)
             if c and c[-1] not in self.end_of_turn:  # stopped at </tool_call>: the template's end of turn first
                 suffix = closing + suffix
-            if len(c) + len(suffix) >= self.sampling.max_new_tokens:
+            if len(c) + len(suffix) > self.sampling.max_new_tokens:
                 continue  # no room for the tool turn and an answer: the completion ends here (as TRL)
             c.extend(suffix)
             c.tool_mask.extend([0] * len(suffix))
