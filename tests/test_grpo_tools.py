@@ -16,35 +16,17 @@ import pytest
 
 from tests.test_finetune import finetune
 from tests.test_grpo import FAST, step_rows
-from tests.tiny_models import build_llama, train_tokenizer
+from tests.tiny_models import (
+    TOOL_CALL as CALL,
+    TOOL_TEMPLATE,
+    build_tool_caller,
+    train_tokenizer,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CALCULATOR = ROOT / "aura" / "resources" / "tools" / "calculadora.py"
 MATH = ROOT / "aura" / "resources" / "math_es"
 
-# ChatML with tools in the Hermes/Qwen way (the tools' names and arguments in the system turn, short for a tiny
-# model; Qwen's templates write the whole JSON schemas), <tool_call> blocks in the assistant's
-# turn, each tool output in a user turn inside <tool_response>.
-TOOL_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\n"
-    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
-    "Herramientas:{% for t in tools %} {{ t['function']['name'] }}"
-    "({{ t['function']['parameters']['properties'] | list | join(', ') }}){% endfor %}<|im_end|>\n"
-    "{% elif messages[0]['role'] == 'system' %}<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n"
-    "{% endif %}"
-    "{% for m in messages %}"
-    "{% if m['role'] == 'system' %}"
-    "{% elif m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
-    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] or '' }}"
-    "{% for c in m.get('tool_calls') or [] %}<tool_call>\n"
-    '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}\n</tool_call>'
-    "{% endfor %}<|im_end|>\n"
-    "{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-ANSWER = "Son 15.\nRespuesta: 15"
-CALL = '<tool_call>\n{"name": "calcular", "arguments": {"expresion": "12 + 3"}}\n</tool_call>'
 
 BAD_TOOLS = """
 import os, socket
@@ -221,55 +203,22 @@ def test_templates_without_tools_are_refused_and_calls_are_parsed(tmp_path):
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict:
-    """A tiny Llama with a tool template that has memorised answering every prompt with a calculator call and
-    then, after the tool's output, with "Respuesta: 15"; and four Spanish math problems (their answer: 15,
-    what the call computes)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    """A tiny Llama that has learnt, in a few steps, to answer with a calculator call and then, after the
+    tool's output, with "Respuesta: 15"; and four Spanish math problems whose answer is set to 15."""
     from aura.inference.tools import load_tools
 
     root = tmp_path_factory.mktemp("grpo_tools")
-    tok_dir = train_tokenizer(root / "tok", vocab_size=500)
-    tok = AutoTokenizer.from_pretrained(tok_dir)
-    tok.chat_template = TOOL_TEMPLATE
-    tok.save_pretrained(tok_dir)
-    model_dir = build_llama(root / "llama", tok_dir, hidden=64, layers=2, ctx=1024)
     rows = [json.loads(ln) for ln in (MATH / "train.jsonl").read_text(encoding="utf-8").splitlines()[:4]]
     data = root / "prompts.jsonl"
     data.write_text(
         "".join(json.dumps({"prompt": r["prompt"][:60], "answer": "15"}, ensure_ascii=False) + "\n" for r in rows),
         encoding="utf-8",
     )
-    schemas = [t.schema for t in load_tools(CALCULATOR)]
-    call = {"type": "function", "function": {"name": "calcular", "arguments": {"expresion": "12 + 3"}}}
-    texts = [
-        tok.apply_chat_template(
-            [
-                {"role": "user", "content": r["prompt"][:60]},
-                {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "name": "calcular", "content": "15"},
-                {"role": "assistant", "content": ANSWER},
-            ],
-            tools=schemas,
-            tokenize=False,
-        )
-        for r in rows
-    ]
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    batch = tok(texts, return_tensors="pt", padding=True)
-    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    torch.manual_seed(0)
-    for _ in range(30):
-        model(**batch, labels=labels).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    model.save_pretrained(model_dir)
-    return {"root": root, "model": model_dir, "data": data, "schemas": schemas}
+    model = build_tool_caller(root, [r["prompt"][:60] for r in rows], steps=30)
+    return {"root": root, "model": model, "data": data, "schemas": [t.schema for t in load_tools(CALCULATOR)]}
 
 
-def _source(env, generate, *, turns: int = 2, max_new: int = 160):
+def _source(env, generate, *, turns: int = 2, max_new: int = 160, template: str | None = None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from aura.data.prompts import encode_prompts, load_prompts
@@ -281,6 +230,7 @@ def _source(env, generate, *, turns: int = 2, max_new: int = 160):
     from aura.train.objectives.tool_rollout import ToolRolloutSource
 
     tok = AutoTokenizer.from_pretrained(env["model"])
+    tok.chat_template = template or tok.chat_template
     prompts = encode_prompts(load_prompts(env["data"])[:1], tok, templated=True, tools=env["schemas"])
     stops = tuple(end_of_turn_ids(tok))
     return ToolRolloutSource(
@@ -386,14 +336,14 @@ def test_a_tool_turn_past_the_length_limit_ends_the_completion_as_trl_does(env):
 
 def test_the_tool_loop_appends_the_ids_and_mask_trls_tool_call_loop_does(env):
     """TRL GRPOTrainer's own ``_tool_call_loop`` (its ``_get_tool_suffix_ids`` and ``parse_response`` with
-    its Qwen3 response schema, the calculator called in-process) on the same fixed completions: the same
-    completion ids (model tokens, tool turn, the answer after it) and the same ``tool_mask``. TRL cuts the
-    tool turn at EOS, Aura at the template's end-of-turn token: EOS is ``<|im_end|>`` here, as in Qwen's
-    tokenizers, so the two agree."""
+    its Qwen response template, the calculator called in-process) on the same fixed completions: the same
+    completion ids (model tokens, tool turn, the answer after it) and the same ``tool_mask``, with Qwen2.5's
+    own chat template (as TRL ships it). TRL cuts the tool turn at EOS, Aura at the template's end-of-turn
+    token: EOS is ``<|im_end|>`` here, as in Qwen's tokenizers, so the two agree."""
     import types
 
     trl = pytest.importorskip("trl")
-    from trl.chat_template_utils import parse_response, qwen3_schema
+    from trl.chat_template_utils import parse_response, qwen2_5_chat_template, qwen3_template
 
     from aura.resources.tools.calculadora import calcular
 
@@ -404,13 +354,14 @@ def test_the_tool_loop_appends_the_ids_and_mask_trls_tool_call_loop_does(env):
             return [tok(answer, add_special_tokens=False)["input_ids"] for _ in prompts]
         return [tok(t, add_special_tokens=False)["input_ids"] for t in (CALL + "<|im_end|>", "Respuesta: 7<|im_end|>")]
 
-    source = _source(env, engine)
+    source = _source(env, engine, max_new=256, template=qwen2_5_chat_template)
     tok = source.tok
     tok.eos_token = "<|im_end|>"
+    assert "<tools>" in tok.decode(source.prompts[0].input_ids)
     rows = source.my_rows(0, 0)
     ours, _ = source._draw(rows, [1, 2], own=False)
 
-    tok.response_schema = qwen3_schema
+    tok.response_template = qwen3_template  # what TRL's add_response_schema sets for Qwen2.5
     prompt_ids = [source.prompts[r].input_ids for r in rows]
     first = engine([[0]], None)
     completion_ids = [list(c) for c in first]
@@ -433,7 +384,7 @@ def test_the_tool_loop_appends_the_ids_and_mask_trls_tool_call_loop_does(env):
     )
     ns._get_tool_suffix_ids = types.MethodType(trl.GRPOTrainer._get_tool_suffix_ids, ns)
     prompts = [[dict(m) for m in source.prompts[r].item.messages] for r in rows]
-    completions = [[parse_response(tok, ids)] for ids in completion_ids]
+    completions = [[parse_response(tok, ids, prefix=p, tools=[calcular])] for ids, p in zip(completion_ids, prompt_ids)]
     assert completions[0][0]["tool_calls"] and not completions[1][0].get("tool_calls")
     tool_mask, _, trl_ids, *_ = trl.GRPOTrainer._tool_call_loop(
         ns, prompts, prompt_ids, completion_ids, completions, None, None, None
