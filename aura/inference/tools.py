@@ -70,8 +70,10 @@ M = Messages(
             "Qwen3...) or set one with --chat-template.",
         ),
         "bad_call": (
-            'llamada no válida; se esperaba <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>',
-            'invalid call; expected <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>',
+            "llamada no válida; se esperaba <tool_call>, un objeto JSON con 'name' y 'arguments' (otro objeto) "
+            "y </tool_call>",
+            "invalid call; expected <tool_call>, a JSON object with 'name' and 'arguments' (another object) and "
+            "</tool_call>",
         ),
         "unknown": (
             "no existe la herramienta '{name}' (hay: {names})",
