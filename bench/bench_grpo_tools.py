@@ -1,11 +1,12 @@
 """GRPO with tools learns on a CPU: the shipped calculator (``aura/resources/tools/calculadora.py``), a tiny Llama
 and Spanish math prompts, multi-turn rollouts with real sandboxed calls.
 
-The model is a random tiny Llama given a few supervised steps on one pattern (``tests.tiny_models.
-build_tool_caller``: call ``calcular("12 + 3")``, read 15, answer "Respuesta: 15"), so that it makes
-well-formed calls only part of the time; every prompt's answer is 15 (reachable only through the tool turn's
-output, which the model copies), the reward is ``exact-answer`` on the final turn. GRPO then raises the
-share of conversations that call the tool well and answer with its output. The script prints the mean
+The model is a random tiny Llama given a few supervised steps (``tests.tiny_models.build_tool_caller`` with
+``copies``): call ``calcular("12 + 3")``, read a made-up output (a random number from 20 to 99, never 15) and
+answer by copying it. Every prompt's answer is 15, which the model never saw as an answer: it is reached by
+making a well-formed call (the real calculator returns 15) and copying its output; the reward is
+``exact-answer`` on the final turn. GRPO then raises the share of conversations that call the tool well and
+answer with its output. The script prints the mean
 reward of the first and last steps, the calls and failed calls, and the run's seconds.
 
     python bench/bench_grpo_tools.py                 # 24 steps
@@ -27,16 +28,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-def run(steps: int, out_dir: Path, *, warmup: int, lr: float) -> list[dict]:
+def run(steps: int, out_dir: Path, *, warmup: int, lr: float, prompts: int, copies: int) -> list[dict]:
     from aura.train.finetune import finetune
     from aura.train.finetune_config import FinetuneConfig
     from tests.tiny_models import build_tool_caller
 
-    rows = [json.loads(ln) for ln in (ROOT / "aura/resources/math_es/train.jsonl").read_text().splitlines()[:16]]
+    rows = [json.loads(ln) for ln in (ROOT / "aura/resources/math_es/train.jsonl").read_text().splitlines()[:prompts]]
     prompts = [r["prompt"][:60] for r in rows]
     data = out_dir / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": p, "answer": "15"}, ensure_ascii=False) + "\n" for p in prompts))
-    model = build_tool_caller(out_dir, prompts, steps=warmup)
+    model = build_tool_caller(out_dir, prompts, steps=warmup, copies=copies)
     cfg = FinetuneConfig(
         output_dir=out_dir / "run",
         base_model=str(model),
@@ -71,13 +72,15 @@ def main() -> None:
     from figures import figure
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=24)
-    ap.add_argument("--warmup", type=int, default=12, help="supervised steps that teach the call pattern")
-    ap.add_argument("--lr", type=float, default=5e-3)
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--warmup", type=int, default=40, help="supervised steps that teach calling and copying")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--copies", type=int, default=3, help="made-up tool outputs per prompt in the warm-up")
+    ap.add_argument("--lr", type=float, default=2e-3)
     args = ap.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = run(args.steps, Path(tmp), warmup=args.warmup, lr=args.lr)
+        rows = run(args.steps, Path(tmp), warmup=args.warmup, lr=args.lr, prompts=args.prompts, copies=args.copies)
     seconds = time.perf_counter() - started
     k = max(1, min(6, len(rows) // 3))
 
@@ -95,6 +98,8 @@ def main() -> None:
     calls = sum(float(r["tool_calls"]) for r in rows)
     failed = sum(float(r["tool_failures"]) for r in rows)
     figure("grpo_tools.tool_calls", f"{calls:.0f} ({failed:.0f} failed)")
+    figure(f"grpo_tools.tool_calls.first_{k}_steps", f"{mean('tool_calls', rows[:k]):.2f}")
+    figure(f"grpo_tools.tool_calls.last_{k}_steps", f"{mean('tool_calls', rows[-k:]):.2f}")
     print(f"{len(rows)} steps in {seconds:.0f} s (tiny model build and warm-up included)")
 
 
@@ -102,4 +107,4 @@ if __name__ == "__main__":
     main()
 
 # reproduce:
-# reproduce-quick: --steps 3 --warmup 8
+# reproduce-quick: --steps 3 --warmup 8 --prompts 4 --copies 1

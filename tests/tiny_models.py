@@ -515,11 +515,15 @@ TOOL_CALL = '<tool_call>\n{"name": "calcular", "arguments": {"expresion": "12 + 
 TOOL_ANSWER = "Son 15.\nRespuesta: 15"
 
 
-def build_tool_caller(root: str | Path, prompts: list[str], *, steps: int = 30, lr: float = 1e-2) -> Path:
+def build_tool_caller(
+    root: str | Path, prompts: list[str], *, steps: int = 30, lr: float = 1e-2, copies: int = 0
+) -> Path:
     """A tiny Llama (d 64, 2 layers, context 1024) with ``TOOL_TEMPLATE``, trained for ``steps`` AdamW steps on
     ``prompts`` each answered by ``TOOL_CALL`` (Aura's calculator, ``12 + 3``), its output 15 and
     ``TOOL_ANSWER``: a model that calls the tool, more or less reliably as ``steps`` grows (GRPO's ``--tools``
-    tests and bench)."""
+    tests and bench). ``copies`` > 0: instead, each prompt ``copies`` times with a made-up tool output (a random
+    number from 20 to 99, never 15) that the answer repeats: the model learns to call and to copy the tool's
+    output, never to say 15 unless a real call returns it."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -533,18 +537,22 @@ def build_tool_caller(root: str | Path, prompts: list[str], *, steps: int = 30, 
     model_dir = build_llama(root / "llama", tok_dir, hidden=64, layers=2, ctx=1024)
     schemas = [t.schema for t in load_tools(ROOT / "aura" / "resources" / "tools" / "calculadora.py")]
     call = {"type": "function", "function": {"name": "calcular", "arguments": {"expresion": "12 + 3"}}}
+    import random
+
+    draw = random.Random(0)
+    shown = [(p, "15") for p in prompts] if not copies else [(p, str(draw.randint(20, 99))) for p in prompts * copies]
     texts = [
         tok.apply_chat_template(
             [
                 {"role": "user", "content": p},
                 {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "name": "calcular", "content": "15"},
-                {"role": "assistant", "content": TOOL_ANSWER},
+                {"role": "tool", "name": "calcular", "content": out},
+                {"role": "assistant", "content": TOOL_ANSWER.replace("15", out)},
             ],
             tools=schemas,
             tokenize=False,
         )
-        for p in prompts
+        for p, out in shown
     ]
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
