@@ -5,9 +5,13 @@ The model is a random tiny Llama given a few supervised steps (``tests.tiny_mode
 ``copies``): call ``calcular("12 + 3")``, read a made-up output (a random number from 20 to 99, never 15) and
 answer by copying it. Every prompt's answer is 15, which the model never saw as an answer: it is reached by
 making a well-formed call (the real calculator returns 15) and copying its output; the reward is
-``exact-answer`` on the final turn. GRPO then raises the share of conversations that call the tool well and
-answer with its output. The script prints the mean
-reward of the first and last steps, the calls and failed calls, and the run's seconds.
+``exact-answer`` on the final turn. The hope: GRPO raises the share of conversations that call the tool well
+and answer with its output. Measured so far (docs/benchmarks.md): the calls are made and run (most
+completions call, a few calls fail), but the tiny model does not learn to copy the tool's output within its
+warm-up, so no completion earns the reward and GRPO has no signal; a run whose reward rises through the tool
+is still to be found (a longer warm-up, or a real small model). The script prints the mean
+reward and the tool calls per step of the first and last steps, the calls and failed calls, the run's seconds,
+and first what one sandboxed call of the calculator costs (the median of 20: a fresh ``python -I`` process).
 
     python bench/bench_grpo_tools.py                 # 24 steps
     python bench/bench_grpo_tools.py --steps 4       # a quick look
@@ -68,16 +72,31 @@ def run(steps: int, out_dir: Path, *, warmup: int, lr: float, prompts: int, copi
         return [r for r in csv.DictReader(f) if r["kind"] == "step"]
 
 
+def sandbox_ms(n: int = 20) -> float:
+    """The median wall-clock milliseconds of one sandboxed calculator call."""
+    import statistics
+
+    from aura.inference.sandbox import call
+
+    times = []
+    for i in range(n):
+        started = time.perf_counter()
+        assert call(str(ROOT / "aura/resources/tools/calculadora.py"), "calcular", {"expresion": f"{i} + 1"}).ok
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
 def main() -> None:
     from figures import figure
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=40, help="supervised steps that teach calling and copying")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--copies", type=int, default=3, help="made-up tool outputs per prompt in the warm-up")
     ap.add_argument("--lr", type=float, default=2e-3)
     args = ap.parse_args()
+    figure("grpo_tools.sandbox_call_ms", f"{sandbox_ms():.0f} ms")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         rows = run(args.steps, Path(tmp), warmup=args.warmup, lr=args.lr, prompts=args.prompts, copies=args.copies)
