@@ -456,3 +456,46 @@ def test_grpo_with_the_calculator_calls_it_and_resumes_exactly(env, tmp_path):
 def test_tool_flags_are_checked_before_anything_runs(env, tmp_path, flags, words):
     base = ["--base-model", env["model"], "--output-dir", tmp_path / "o", "--objective", "grpo"]
     assert words in finetune(*base, *flags, expect=2)
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_grpo_with_tools_under_ddp_equals_one_process(env, tmp_path):
+    """2 gloo ranks, a prompt's group spread over both: the same conversations (their keys and their turns'
+    keys do not depend on the rank), tool calls (summed over ranks), rewards and losses as one process."""
+    from tests.distutil import output, torchrun
+
+    common = [
+        str(a)
+        for a in (
+            "--base-model",
+            env["model"],
+            "--data",
+            env["data"],
+            *FAST,
+            "--max-completion-length",
+            128,
+            "--max-steps",
+            2,
+            "--reward",
+            "exact-answer",
+            "--reward",
+            "length:0.1",
+            "--tools",
+            CALCULATOR,
+            "--max-tool-turns",
+            2,
+            "--val-fraction",
+            0,
+        )
+    ]
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+    finetune(*common, "--batch-size", 2, "--output-dir", single)
+    r = torchrun("-m", "aura", "finetune", *common, "--batch-size", "1", "--backend", "gloo", "--output-dir", str(ddp))
+    assert r.returncode == 0, output(r)
+    a, b = step_rows(single), step_rows(ddp)
+    assert set(a) == set(b) == {1, 2}
+    for step in a:
+        for key in ("train_loss", "reward", "completion_length", "entropy", "tool_calls", "tool_failures"):
+            assert float(b[step][key]) == pytest.approx(float(a[step][key]), rel=1e-5, abs=1e-6), (step, key)
+    assert sum(float(r["tool_calls"]) for r in a.values()) > 0
