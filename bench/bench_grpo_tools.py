@@ -13,7 +13,7 @@ is still to be found (a longer warm-up, or a real small model). The script print
 reward and the tool calls per step of the first and last steps, the calls and failed calls, the run's seconds,
 and first what one sandboxed call of the calculator costs (the median of 20: a fresh ``python -I`` process).
 
-    python bench/bench_grpo_tools.py                 # 24 steps
+    python bench/bench_grpo_tools.py                 # 8 steps (the published run)
     python bench/bench_grpo_tools.py --steps 4       # a quick look
 """
 
