@@ -490,6 +490,83 @@ def build_arch(
     return _save_model(model, Path(tok_dir), Path(out_dir))
 
 
+# ChatML with tools in the Hermes/Qwen way (the tools' names and arguments in the system turn, short for a tiny
+# model; Qwen's templates write the whole JSON schemas), <tool_call> blocks in the assistant's
+# turn, each tool output in a user turn inside <tool_response>.
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "Herramientas:{% for t in tools %} {{ t['function']['name'] }}"
+    "({{ t['function']['parameters']['properties'] | list | join(', ') }}){% endfor %}<|im_end|>\n"
+    "{% elif messages[0]['role'] == 'system' %}<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n"
+    "{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}"
+    "{% elif m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] or '' }}"
+    "{% for c in m.get('tool_calls') or [] %}<tool_call>\n"
+    '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}\n</tool_call>'
+    "{% endfor %}<|im_end|>\n"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TOOL_CALL = '<tool_call>\n{"name": "calcular", "arguments": {"expresion": "12 + 3"}}\n</tool_call>'
+TOOL_ANSWER = "Son 15.\nRespuesta: 15"
+
+
+def build_tool_caller(
+    root: str | Path, prompts: list[str], *, steps: int = 30, lr: float = 1e-2, copies: int = 0
+) -> Path:
+    """A tiny Llama (d 64, 2 layers, context 1024) with ``TOOL_TEMPLATE``, trained for ``steps`` AdamW steps on
+    ``prompts`` each answered by ``TOOL_CALL`` (Aura's calculator, ``12 + 3``), its output 15 and
+    ``TOOL_ANSWER``: a model that calls the tool, more or less reliably as ``steps`` grows (GRPO's ``--tools``
+    tests and bench). ``copies`` > 0: instead, each prompt ``copies`` times with a made-up tool output (a random
+    number from 20 to 99, never 15) that the answer repeats: the model learns to call and to copy the tool's
+    output, never to say 15 unless a real call returns it."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aura.inference.tools import load_tools
+
+    root = Path(root)
+    tok_dir = train_tokenizer(root / "tok", vocab_size=500)
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    tok.chat_template = TOOL_TEMPLATE
+    tok.save_pretrained(tok_dir)
+    model_dir = build_llama(root / "llama", tok_dir, hidden=64, layers=2, ctx=1024)
+    schemas = [t.schema for t in load_tools(ROOT / "aura" / "resources" / "tools" / "calculadora.py")]
+    call = {"type": "function", "function": {"name": "calcular", "arguments": {"expresion": "12 + 3"}}}
+    import random
+
+    draw = random.Random(0)
+    shown = [(p, "15") for p in prompts] if not copies else [(p, str(draw.randint(20, 99))) for p in prompts * copies]
+    texts = [
+        tok.apply_chat_template(
+            [
+                {"role": "user", "content": p},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "name": "calcular", "content": out},
+                {"role": "assistant", "content": TOOL_ANSWER.replace("15", out)},
+            ],
+            tools=schemas,
+            tokenize=False,
+        )
+        for p, out in shown
+    ]
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    batch = tok(texts, return_tensors="pt", padding=True)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    torch.manual_seed(0)
+    for _ in range(steps):
+        model(**batch, labels=labels).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    model.save_pretrained(model_dir)
+    return model_dir
+
+
 def train_briefly(
     model_dir: str | Path,
     out_dir: str | Path,

@@ -145,15 +145,21 @@ def load_prompts(
 
 
 def encode_prompts(
-    items: list[PromptItem], tokenizer, *, templated: bool, max_prompt_length: int | None = None
+    items: list[PromptItem],
+    tokenizer,
+    *,
+    templated: bool,
+    max_prompt_length: int | None = None,
+    tools: list[dict] | None = None,
 ) -> list[EncodedPrompt]:
-    """Token ids of every prompt: chat template with the generation prompt, or the plain text."""
+    """Token ids of every prompt: chat template with the generation prompt (and the tools' schemas offered,
+    GRPO's ``--tools``), or the plain text."""
     from aura.data.sft_batches import render_chat
 
     out, cut = [], 0
     for item in items:
         if templated:
-            text = render_chat(tokenizer, item.messages, generation_prompt=True, where=item.where)
+            text = render_chat(tokenizer, item.messages, generation_prompt=True, where=item.where, tools=tools)
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         else:
             ids = tokenizer("\n\n".join(m["content"] for m in item.messages))["input_ids"]

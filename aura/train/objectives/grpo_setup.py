@@ -86,6 +86,12 @@ M = Messages(
             "{d:group without signal dropped|groups without signal dropped} from the loss.",
         ),
         "ref_copy": ("una copia congelada del modelo inicial", "a frozen copy of the starting model"),
+        "tools": (
+            "Herramientas de {path}: {names} (código tuyo: cada llamada se ejecuta en un subproceso aislado, "
+            "hasta {turns:turno|turnos} por respuesta).",
+            "Tools from {path}: {names} (your own code: each call runs in an isolated subprocess, up to "
+            "{turns:turn|turns} per completion).",
+        ),
     },
 )
 GRPO_LR_LORA, GRPO_LR_FULL = 1e-5, 1e-6  # TRL GRPOConfig's default is 1e-6 for full weights
@@ -117,13 +123,26 @@ def load(cfg) -> tuple[list, object]:
     return items, rewards
 
 
-def encode(cfg, tok, items: list, *, templated: bool) -> tuple[list, list]:
-    """(training prompts, validation prompts) as token ids, split by --val-fraction."""
+def load_tools(cfg):
+    """The ToolBox of ``--tools`` (its files imported now, with a warning: the user's code), or None."""
+    if not cfg.tools:
+        return None
+    from aura.inference.sandbox import Limits
+    from aura.inference.tools import ToolBox, load_tools
+
+    tools = load_tools(cfg.tools)
+    console.warn(M("tools", path=cfg.tools, names=", ".join(t.name for t in tools), turns=cfg.max_tool_turns))
+    return ToolBox(tools, limits=Limits(timeout=cfg.tool_timeout, memory_mb=cfg.tool_memory_mb))
+
+
+def encode(cfg, tok, items: list, *, templated: bool, tools: list[dict] | None = None) -> tuple[list, list]:
+    """(training prompts, validation prompts) as token ids, split by --val-fraction (``tools``: the schemas
+    offered in the chat template)."""
     from aura.data.prompts import encode_prompts
     from aura.data.sft import split_train_val
 
     train, val = split_train_val(items, val_fraction=cfg.val_fraction, seed=cfg.seed)
-    enc = dict(templated=templated, max_prompt_length=cfg.max_prompt_length)
+    enc = dict(templated=templated, max_prompt_length=cfg.max_prompt_length, tools=tools)
     return encode_prompts(train, tok, **enc), encode_prompts(val, tok, **enc) if val else []
 
 
@@ -133,6 +152,7 @@ class GRPOSetup(ObjectiveSetup):
     name = "grpo"
     sections = ("grpo",)
     rewards = None  # the RewardSet (set by ``load``)
+    tools = None  # the ToolBox of --tools (set by ``load``), or None
 
     @classmethod
     def check_across(cls, cfg) -> None:
@@ -177,6 +197,7 @@ class GRPOSetup(ObjectiveSetup):
 
     def load(self, cfg) -> list:
         items, self.rewards = load(cfg)
+        self.tools = load_tools(cfg)
         return items
 
     def conversations(self, items: list) -> list:
@@ -189,7 +210,11 @@ class GRPOSetup(ObjectiveSetup):
         ]
 
     def encode(self, cfg, tok, items: list, *, templated: bool) -> tuple[list, list]:
-        return encode(cfg, tok, items, templated=templated)
+        if self.tools is not None:
+            from aura.inference.tools import check_template
+
+            check_template(tok, model=cfg.base_model)
+        return encode(cfg, tok, items, templated=templated, tools=self.tools.schemas if self.tools else None)
 
     def resolve(self, cfg, dist):
         return resolve(cfg, dist)
@@ -198,7 +223,10 @@ class GRPOSetup(ObjectiveSetup):
         """(the rollout source, None): GRPO's validation is the reward evaluator. The reward models (``--reward
         model:PATH``) go to the training device."""
         self.rewards.to(run.dist.device)
-        return rollouts(cfg, tok, model, train_ex, val_ex, self.rewards, run=run, base_name=base_name), None
+        source = rollouts(
+            cfg, tok, model, train_ex, val_ex, self.rewards, run=run, base_name=base_name, tools=self.tools
+        )
+        return source, None
 
     def build(self, cfg, model, train_ex: list, val_ex: list, *, tok, run):
         from aura.train.objectives.grpo import GRPO
@@ -212,6 +240,7 @@ class GRPOSetup(ObjectiveSetup):
             max_completion_length=cfg.max_completion_length,
             reward_names=self.rewards.names,
             importance_sampling_level=cfg.importance_sampling_level,
+            tools=self.tools is not None,
         )
 
     def completion_tokens(self, cfg) -> int:
@@ -261,13 +290,37 @@ def resolve(cfg, dist):
     return cfg
 
 
-def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_name: str):
+def _reference(cfg, model, *, run) -> tuple[object, str]:
+    """(the frozen copy that is the reference, or None: the base with the adapter disabled, or no reference;
+    the message key that says which)."""
+    if not cfg.beta:
+        return None, "ref_none"
+    if cfg.method != "full":
+        return None, "ref_adapter"
+    from aura.train.objectives.preference import frozen_copy
+
+    return frozen_copy(model, run=run, cfg=cfg), "ref_copy"
+
+
+def _source_class(cfg, tok, tools) -> tuple[type, dict]:
+    """(RolloutSource, {}), or with ``tools`` the multi-turn ``ToolRolloutSource`` and its arguments."""
+    from aura.inference.loading import end_of_turn_ids
+    from aura.train.objectives.rollout import RolloutSource
+
+    if tools is None:
+        return RolloutSource, {}
+    from aura.train.objectives.tool_rollout import ToolRolloutSource
+
+    return ToolRolloutSource, dict(tools=tools, max_tool_turns=cfg.max_tool_turns, end_of_turn=end_of_turn_ids(tok))
+
+
+def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_name: str, tools=None):
     """The rollout source for ``model`` (not yet parallelised: the source samples with this very module, whose
-    parameters the parallel wrapper shares)."""
+    parameters the parallel wrapper shares); with ``tools`` (a ToolBox) the multi-turn one, whose sampler also
+    stops at ``</tool_call>``."""
     from aura.inference.loading import end_of_turn_ids
     from aura.inference.sampling import SamplingParams
     from aura.models.presets import context_length
-    from aura.train.objectives.rollout import RolloutSource
 
     ctx = context_length(model.config)
     longest = max(train_ex + val_ex, key=lambda p: len(p.input_ids))
@@ -281,21 +334,14 @@ def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, bas
                 ctx=ctx,
             )
         )
-    adapter = cfg.method != "full"
-    reference, ref_how = None, "ref_none"
-    if cfg.beta:
-        ref_how = "ref_adapter" if adapter else "ref_copy"
-        if not adapter:
-            from aura.train.objectives.preference import frozen_copy
-
-            reference = frozen_copy(model, run=run, cfg=cfg)
+    reference, ref_how = _reference(cfg, model, run=run)
     sampling = SamplingParams(
         max_new_tokens=cfg.max_completion_length,
         temperature=cfg.temperature,
         top_p=cfg.top_p,
         top_k=cfg.top_k,
         stop_ids=tuple(end_of_turn_ids(tok)),
-        stop_strings=tuple(cfg.stop),
+        stop_strings=tuple(cfg.stop) + (("</tool_call>",) if tools is not None else ()),
     )
     generate, engine = None, "engine_torch"
     if cfg.rollout_engine == "vllm":  # only when asked: `auto` never picks an engine that has not run here
@@ -314,7 +360,8 @@ def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, bas
             "engine_vllm",
         )
     console.info(M("engine", engine=M(engine), reference=M(ref_how)))
-    source = RolloutSource(
+    kind, extra = _source_class(cfg, tok, tools)
+    source = kind(
         train_ex,
         policy=model,
         rewards=rewards,
@@ -334,6 +381,7 @@ def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, bas
         mask_truncated=cfg.mask_truncated_completions,
         dynamic_sampling=cfg.dynamic_sampling,
         resample_rounds=cfg.resample_rounds,
+        **extra,
     )
     console.info(
         M("prompts", train=len(train_ex), val=len(val_ex), g=cfg.num_generations, per_step=source.prompts_per_window)

@@ -252,10 +252,14 @@ class RolloutSource:
 
     def _draw(self, rows: list[int], keys: list[int], *, own: bool) -> tuple[list, list | None]:
         """(completions, the sampler's log-probs or None) of ``rows`` drawn with ``keys``."""
+        return self._generate([self.prompts[p].input_ids for p in rows], keys, own=own)
+
+    def _generate(self, prompt_ids: list[list[int]], keys: list[int], *, own: bool) -> tuple[list, list | None]:
+        """(completions, the sampler's log-probs or None) of ``prompt_ids`` drawn with ``keys``."""
         from aura.train.optim.step_engine import autocast_context
 
         with autocast_context(self.precision, self.dist.device) if own else contextlib.nullcontext():
-            sampled = self.generate([self.prompts[p].input_ids for p in rows], keys)
+            sampled = self.generate(prompt_ids, keys)
         # an external engine may also return its log-probs of the sampled tokens (GRPO's IS correction)
         completions, sampler_logps = sampled if isinstance(sampled, tuple) else (sampled, None)
         return list(completions), None if sampler_logps is None else list(sampler_logps)
