@@ -64,10 +64,11 @@ M = Messages(
         "template": (
             "La plantilla de chat de {model} no admite herramientas: al renderizar una conversación con una "
             "llamada a herramienta y su resultado, {missing} no aparece. Usa un modelo cuya plantilla admita "
-            "tools (Qwen2.5, Qwen3...) o pon una con --chat-template.",
+            "tools (Qwen2.5, Qwen3...) o pon en el tokenizer_config.json del modelo una chat_template que las "
+            "muestre.",
             "The chat template of {model} does not support tools: rendering a conversation with a tool call and "
             "its result, {missing} does not appear. Use a model whose template supports tools (Qwen2.5, "
-            "Qwen3...) or set one with --chat-template.",
+            "Qwen3...) or put in the model's tokenizer_config.json a chat_template that renders them.",
         ),
         "bad_call": (
             "llamada no válida; se esperaba <tool_call>, un objeto JSON con 'name' y 'arguments' (otro objeto) "
