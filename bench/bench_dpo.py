@@ -16,7 +16,6 @@ Tokens are counted the same way on both sides (bench/versus_trl.py); ``--repeats
 
 from __future__ import annotations
 
-import json
 import time
 
 import versus_trl  # bench/: the shared Aura-vs-TRL harness
@@ -56,20 +55,8 @@ def child_trl(a) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
-    from aura.data.preference import DEFAULT_PAIRS
-
     t = time.perf_counter()
-    records = [json.loads(ln) for ln in DEFAULT_PAIRS.read_text(encoding="utf-8").splitlines()]
-    ds = Dataset.from_list(
-        [
-            {
-                "prompt": [{"role": "user", "content": r["prompt"]}],
-                "chosen": [{"role": "assistant", "content": r["chosen"]}],
-                "rejected": [{"role": "assistant", "content": r["rejected"]}],
-            }
-            for r in records
-        ]
-    )
+    ds = Dataset.from_list(versus_trl.conversational_pairs())
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     args = DPOConfig(

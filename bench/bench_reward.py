@@ -26,7 +26,6 @@ Pairs/s = optimizer steps x 8 pairs / seconds; memory is the child's peak RSS.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -91,22 +90,11 @@ def child_trl(a) -> list[tuple[float, float]]:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
     from trl import RewardConfig, RewardTrainer
 
-    from aura.data.preference import DEFAULT_PAIRS
     from aura.text.templates import CHATML  # the same template Aura applies
 
     tok = AutoTokenizer.from_pretrained(a.model)
     tok.chat_template = CHATML
-    records = [json.loads(ln) for ln in DEFAULT_PAIRS.read_text(encoding="utf-8").splitlines()]
-    data = Dataset.from_list(
-        [
-            {
-                "prompt": [{"role": "user", "content": r["prompt"]}],
-                "chosen": [{"role": "assistant", "content": r["chosen"]}],
-                "rejected": [{"role": "assistant", "content": r["rejected"]}],
-            }
-            for r in records
-        ]
-    )
+    data = Dataset.from_list(versus_trl.conversational_pairs())
     torch.manual_seed(SEED)  # the score head, as Aura seeds it
     model = AutoModelForSequenceClassification.from_pretrained(a.model, num_labels=1, dtype=torch.float32)
     args = RewardConfig(

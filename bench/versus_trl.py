@@ -145,6 +145,22 @@ def main(script: str, children: dict[str, Callable[[argparse.Namespace], dict]],
     figure(f"{prefix}.peak_rss", ratio(memory))
 
 
+def conversational_pairs() -> list[dict]:
+    """Aura's shipped preference pairs in TRL's conversational form (prompt, chosen, rejected as message lists),
+    what the DPO and reward-model benchmarks give TRL's trainers."""
+    from aura.data.preference import DEFAULT_PAIRS
+
+    records = [json.loads(ln) for ln in DEFAULT_PAIRS.read_text(encoding="utf-8").splitlines()]
+    return [
+        {
+            "prompt": [{"role": "user", "content": r["prompt"]}],
+            "chosen": [{"role": "assistant", "content": r["chosen"]}],
+            "rejected": [{"role": "assistant", "content": r["rejected"]}],
+        }
+        for r in records
+    ]
+
+
 def clocked_aura(argv: list) -> list[tuple[float, float]]:
     """Run ``aura ARGV`` through the program's own entry point in this process, with ``--log-interval 1``
     in ARGV, and return each optimizer step's end as (wall clock, CPU clock): the Aura side of ``alternate``."""
