@@ -12,16 +12,10 @@ import statistics
 import pytest
 
 from tests.conftest import run_aura, run_aura_here
+from tests.test_eval_harness import CAPITALS as HARNESS_CAPITALS, OFFLINE
 
-OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-
-CAPITALS = [
-    ("Chile", "Santiago", ["Lima", "Quito", "Bogotá"]),
-    ("Perú", "Lima", ["Santiago", "La Paz", "Caracas"]),
-    ("Cuba", "La Habana", ["Managua", "San José", "Quito"]),
-    ("Uruguay", "Montevideo", ["Asunción", "Buenos Aires", "Lima"]),
-    ("Ecuador", "Quito", ["Bogotá", "Caracas", "Montevideo"]),
-    ("Honduras", "Tegucigalpa", ["Managua", "San Salvador", "La Habana"]),
+CAPITALS = [  # the harness tests' six, and two more
+    *HARNESS_CAPITALS,
     ("Bolivia", "Sucre", ["Asunción", "Lima", "Quito"]),
     ("Panamá", "Panamá", ["San José", "Managua", "Caracas"]),
 ]

@@ -12,8 +12,7 @@ import pytest
 
 from aura.evaluation.standard_suite import FAST, FULL, SUITES, SuiteTask
 from tests.conftest import run_aura, run_aura_here
-
-OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+from tests.test_eval_harness import OFFLINE
 
 PLACES = [
     ("Lima", "Perú", ["Chile", "Bolivia", "Ecuador"]),
