@@ -319,3 +319,33 @@ def test_aura_serve_as_the_judge(tiny_zoo, tmp_path):
     assert summary["calls"] == {"asked": 6, "reused": 0, "requests": 1 + sum(r["attempts"] for r in records)}
     assert sum(t["prompts"] for t in summary["categories"].values()) == 3
     assert "95% CI (Wilson)" in r.stdout
+
+
+def test_a_pipeline_eval_stage_with_the_judge_puts_its_tally_on_the_report_card(tiny_zoo, tmp_path, monkeypatch):
+    """An ``eval`` stage with ``judge:`` writes its summary in the stage folder; the report card reads it back
+    into a table of its own: the model's stage, the baseline, the judge's model, the tally and the rate."""
+    for var in ("AURA_JUDGE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    prompts, base = _files(tmp_path)
+    spec, out = tmp_path / "juez.yaml", tmp_path / "out"
+    with _fixed_judge() as (url, state):
+        spec.write_text(
+            f"""description: {{es: "juez", en: "judge"}}
+stages:
+  - name: chat
+    command: eval
+    options: {{model: [{tiny_zoo["llama"]}], judge: "{url}", baseline: {base}, judge_prompts: {prompts},
+               max_new_tokens: 4}}
+""",
+            encoding="utf-8",
+        )
+        r = run_aura_here("pipeline", "run", spec, "-o", out, env={"AURA_JUDGE_API_KEY": "s3cret", "AURA_LANG": "en"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert state["chats"] == 2 + 2 + 6  # the stage judged every prompt in both orders
+    summary = json.loads((out / "chat" / "eval-judge.json").read_text(encoding="utf-8"))
+    [row] = json.loads((out / "report.json").read_text(encoding="utf-8"))["judges"]
+    assert row["overall"] == summary["overall"] and row["judge"] == "juez" and row["baseline"] == str(base)
+    low, high = jv.wilson(1.5, 2)
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Spanish chat judge" in md, md
+    assert f"| base.jsonl | juez | 3 | 1 / 1 / 0 / 1 | 0.750 [{low:.3f}, {high:.3f}] |" in md, md

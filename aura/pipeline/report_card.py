@@ -150,6 +150,32 @@ def eval_results(stage_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+def judge_results(stage_dir: Path, out: Path, names: list[str]) -> list[dict[str, Any]]:
+    """The ``aura eval --judge`` summaries in a stage folder (``eval-judge.json`` beside its verdicts): who was
+    judged against what, by which judge, and the overall tally (``aura.evaluation.judge.summarize``)."""
+    found = []
+    for path in sorted(stage_dir.glob("*judge*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if not (
+            isinstance(data, dict) and isinstance(data.get("overall"), dict) and isinstance(data.get("judge"), dict)
+        ):
+            continue
+        found.append(
+            {
+                "stage": stage_dir.name,
+                "model": _model_stage(str(data.get("model")), out, names),
+                "baseline": _model_stage(str(data.get("baseline")), out, names),
+                "judge": data["judge"].get("model"),
+                "overall": data["overall"],
+                "file": path.name,
+            }
+        )
+    return found
+
+
 def stage_notes(stage_dir: Path) -> dict[str, Any]:
     """What a stage wrote about itself: a tokenizer's fertility, a data stage's documents kept and tokens, a GRPO
     stage's groups with a reward signal."""
@@ -279,7 +305,7 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
     out = Path(out)
     price = state.data.get("price_per_hour")
     names = [s.name for s in pipeline.stages]
-    stages, models = [], {}
+    stages, models, judges = [], {}, []
     rows_by: dict[str, dict[str, dict]] = {}  # model -> score key -> its result row (stderr, per-item scores)
     for stage in pipeline.stages:
         rec = state.get(stage.name)
@@ -305,6 +331,7 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
             "files": gguf_files(d) if d.is_dir() else [],
         }
         stages.append(row)
+        judges += judge_results(d, out, names) if d.is_dir() else []
         if train is not None:
             models.setdefault(
                 stage.name,
@@ -349,6 +376,7 @@ def collect(out: Path, pipeline, state) -> dict[str, Any]:
         "stages": stages,
         "scale": getattr(pipeline, "scale", 1.0),
         "models": list(models.values()),
+        "judges": judges,
         "environment": environment(),
     }
 

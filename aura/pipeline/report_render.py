@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+from pathlib import Path
 from typing import Any
 
 from aura.core.atomic import human_bytes
@@ -70,6 +71,17 @@ M = Messages(
             "The same prompts to each model (greedy answers, at most {n:token|tokens})",
         ),
         "h_prompt": ("pregunta", "prompt"),
+        "judge": (
+            "Juez de chat en español (aura eval --judge): una victoria necesita los dos órdenes; las dudas son "
+            "empates (medio punto); intervalo de Wilson al 95 %",
+            "Spanish chat judge (aura eval --judge): a win needs both orders; doubts are ties (half a point); "
+            "Wilson interval at 95 %",
+        ),
+        "h_baseline": ("frente a", "against"),
+        "h_judge": ("juez", "judge"),
+        "h_judged": ("preguntas", "prompts"),
+        "h_wlt": ("victorias / empates / derrotas / inválidas", "wins / ties / losses / invalid"),
+        "h_win_rate": ("tasa de victorias [IC 95 %]", "win rate [95 % CI]"),
         "total": ("en total", "total"),
         "s_finished": ("terminada", "finished"),
         "s_running": ("en curso o cortada", "running or cut off"),
@@ -254,6 +266,20 @@ def _answer_table(data: dict[str, Any]) -> tuple[str, list[str], list[list[str]]
     return M("answers", n=longest), [M("h_prompt"), *[m["stage"] for m in answered]], rows
 
 
+def _judge_table(data: dict[str, Any]) -> tuple[str, list[str], list[list[str]]] | None:
+    """One row per judged model: its tally against the baseline and the win rate with its interval."""
+    rows = []
+    for j in data.get("judges") or []:
+        t = j["overall"]
+        rate = "–"
+        if isinstance(t.get("win_rate"), (int, float)):
+            rate = f"{_n(t['win_rate'], '.3f')} [{_n(t['ci_low'], '.3f')}, {_n(t['ci_high'], '.3f')}]"
+        wlt = " / ".join(_n(t.get(k), ",.0f") for k in ("wins", "ties", "losses", "invalid"))
+        rows.append([j["model"], Path(j["baseline"]).name, str(j["judge"]), _n(t.get("prompts"), ",.0f"), wlt, rate])
+    heads = [M(h) for h in ("h_model", "h_baseline", "h_judge", "h_judged", "h_wlt", "h_win_rate")]
+    return (M("judge"), heads, rows) if rows else None
+
+
 def _file_rows(data: dict[str, Any]) -> list[list[str]]:
     import shlex
 
@@ -325,6 +351,9 @@ def _tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]
         ]
         out.append((M("models"), heads, mrows))
     out += after
+    judged = _judge_table(data)
+    if judged:
+        out.append(judged)
     answers = _answer_table(data)
     if answers:
         out.append(answers)
