@@ -256,3 +256,70 @@ def test_each_task_keeps_its_own_limit(tiny_zoo, monkeypatch):
     seen = {(r["task"], r["metric"]): (r["n"], r["num_fewshot"], len(r["items"]["scores"])) for r in out["rows"]}
     assert seen[("aura_es_causa_efecto", "acc")] == (3, 0, 3)
     assert seen[("aura_es_gramatica", "acc")] == (5, 0, 5)
+
+
+def copa_rows() -> list[dict]:
+    """COPA-es's hub columns: a premise, two choices, whether the cause or the effect is asked, the label."""
+    rows = []
+    for i, (city, country, _) in enumerate(PLACES):
+        right, wrong = f"La gente visitó {city}.", "El río subió al cielo."
+        first, second = (right, wrong) if i % 2 else (wrong, right)
+        rows.append(
+            {
+                "premise": f"{city} celebró una gran fiesta en {country}.",
+                "choice1": first,
+                "choice2": second,
+                "question": "effect" if i % 3 else "cause",
+                "label": 0 if i % 2 else 1,
+                "idx": i,
+            }
+        )
+    return rows
+
+
+def test_copa_es_loads_despite_transformers_5_and_matches_lm_eval(tiny_zoo, tmp_path, monkeypatch):
+    """spanish_bench's utils.py imports ``transformers.data.metrics.squad_metrics``, which transformers 5
+    removed: with Aura's stand-in module the full suite's copa_es (5-shot acc) loads and scores what lm-eval's
+    own ``simple_evaluate`` gives on the same files; a task that calls the removed functions stops clearly."""
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aura.core.errors import AuraError
+    from aura.evaluation.harness import task_manager
+    from aura.evaluation.standard_suite import SuitePlan, run_suite, task_specs
+
+    for var, value in OFFLINE.items():
+        monkeypatch.setenv(var, value)
+    [copa] = [t for t in FULL if t.task == "copa_es"]
+    assert (copa.num_fewshot, copa.metric) == (5, "acc")
+    root = tmp_path / "datos"
+    for split in ("validation", "test"):
+        write_jsonl(root / "BSC-LT/COPA-es/default" / f"{split}.jsonl", copa_rows())
+    manager = task_manager(["copa_es"], [])  # registers the stand-in; lm-eval alone would fail to import utils.py
+    plan = SuitePlan(
+        "es-estandar", (copa,), tuple(task_specs(manager, (copa,), suite="es-estandar", data_dir=root)), manager
+    )
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_zoo["llama"])).eval()
+    tok = AutoTokenizer.from_pretrained(str(tiny_zoo["llama"]))
+    [row] = run_suite(model, tok, plan, batch_size=4)["rows"]
+
+    ref_dir = tmp_path / "ref"
+    ref_dir.mkdir()
+    files = {s: str(root / "BSC-LT/COPA-es/default" / f"{s}.jsonl") for s in ("validation", "test")}
+    yaml = {"include": str(TaskManager().task_index["copa_es"].yaml_path), "task": "ref_copa_es", "num_fewshot": 5}
+    yaml |= {"dataset_path": "json", "dataset_name": None, "dataset_kwargs": {"data_files": files}}
+    (ref_dir / "ref_copa_es.yaml").write_text(json.dumps(yaml), encoding="utf-8")
+    out = simple_evaluate(
+        model=HFLM(pretrained=model, tokenizer=tok, batch_size=4, max_length=model.config.max_position_embeddings),
+        tasks=["ref_copa_es"],
+        task_manager=TaskManager(include_path=[str(ref_dir)], include_defaults=False),
+    )["results"]["ref_copa_es"]
+    assert row["n"] == len(PLACES) and row["num_fewshot"] == 5
+    assert row["value"] == out["acc,none"] and row["stderr"] == pytest.approx(out["acc_stderr,none"])
+
+    import transformers.data.metrics.squad_metrics as squad  # the stand-in: importable, its functions refused
+
+    with pytest.raises(AuraError, match="compute_f1, which transformers 5 removed"):
+        squad.compute_f1("a", "b")

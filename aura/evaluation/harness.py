@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import sys
+import types
 from pathlib import Path
 
 from aura.core.errors import AuraError
@@ -24,6 +26,12 @@ M = Messages(
             "(o usa --suite aura-es, que no lo necesita).",
             "lm-evaluation-harness is missing for --tasks. Install it with: pip install 'aura-llm[eval]' "
             "(or use --suite aura-es, which does not need it).",
+        ),
+        "squad_removed": (
+            "Esta tarea de lm-evaluation-harness usa transformers.data.metrics.squad_metrics.{name}, que "
+            "transformers 5 eliminó: instala transformers<5 en otro entorno para ella, o elige otra tarea.",
+            "This lm-evaluation-harness task uses transformers.data.metrics.squad_metrics.{name}, which "
+            "transformers 5 removed: install transformers<5 in another environment for it, or pick another task.",
         ),
         "unknown": (
             "--tasks: lm-evaluation-harness no conoce la tarea '{task}'.{close} La batería de Aura, que "
@@ -197,12 +205,46 @@ def _check_shadowing(paths: list[str]) -> None:
                 raise AuraError(M("shadow", file=entry.yaml_path or p, task=name))
 
 
+LEGACY_METRICS = "transformers.data.metrics.squad_metrics"
+
+
+def legacy_metrics_module() -> None:
+    """Let lm-eval load task folders whose ``utils.py`` imports ``transformers.data.metrics.squad_metrics``
+    at its top, a module transformers 5 removed: ``spanish_bench`` (``copa_es``, ``xnli_es_spanish_bench``,
+    ``paws_es_spanish_bench``, which never call it), and the Galician and Catalan benches. Where transformers
+    still has it, nothing changes. Else an empty module of that name is registered: the import succeeds, and a
+    task that does call one of its functions (xquad, coqa) stops with a clear error naming the function,
+    never with a wrong score."""
+    import transformers.data
+
+    try:
+        __import__(LEGACY_METRICS)
+        return
+    except ImportError:
+        pass
+
+    def missing(name: str):
+        if name.startswith("__"):  # the import machinery's probes (__path__, __file__...): a plain module's answer
+            raise AttributeError(name)
+        raise AuraError(M("squad_removed", name=name))
+
+    parent_name, _, leaf = LEGACY_METRICS.rpartition(".")
+    parent = sys.modules.get(parent_name) or types.ModuleType(parent_name)
+    parent.__path__ = []  # a package, so that its submodule imports
+    module = types.ModuleType(LEGACY_METRICS)
+    module.__getattr__ = missing
+    sys.modules[parent_name], sys.modules[LEGACY_METRICS] = parent, module
+    setattr(parent, leaf, module)
+    transformers.data.metrics = parent
+
+
 def task_manager(tasks: list[str], include_paths: list[str]):
     """A TaskManager that knows every name in ``tasks``: local directories only when they are enough
     (indexing lm-eval's ~15,000 built-in tasks takes a while), else the built-in tasks too. The shipped
     aura-es tasks come first and no --include-path task may take one of their names."""
     from lm_eval.tasks import TaskManager
 
+    legacy_metrics_module()
     paths = [str(SUITE_DIR)]
     for p in include_paths:
         if not Path(p).is_dir():

@@ -98,12 +98,13 @@ FAST_LIMIT = 250  # documents per task of the fast suite: ~1,000 in all, a minut
 # Salamandra's model card publishes them (lm-eval, SpanishBench): the one published lm-eval setting found for
 # them, so those reference rows compare (aura.evaluation.references); few-shot where the answer is a letter or
 # a number whose format the model must be shown (Belebele, MMLU, MGSM); the Open LLM Leaderboard's counts for
-# the Okapi translations of ARC and HellaSwag. Left out: spanish_bench's copa_es and its xnli/paws variants,
-# whose shared utils.py imports a module transformers 5 removed (transformers.data.metrics), so lm-eval cannot
-# load them next to Aura; xnli_es and paws_es are lm-eval's original tasks on the same data.
+# the Okapi translations of ARC and HellaSwag. COPA-es 5-shot acc, as Salamandra's card (its utils.py imports a
+# module transformers 5 removed: aura.evaluation.harness.legacy_metrics_module lets it load). XNLI and PAWS-X are
+# lm-eval's original tasks (xnli_es, paws_es), not spanish_bench's variants of them on the same data.
 FULL: tuple[SuiteTask, ...] = (
     SuiteTask("belebele_spa_Latn", 5, "acc"),  # reading comprehension, 900 questions, answer letter A-D
     SuiteTask("xstorycloze_es", 5, "acc"),  # commonsense: the story's right ending; 5-shot acc as Salamandra's card
+    SuiteTask("copa_es", 5, "acc"),  # commonsense: the cause or the effect; 5-shot acc as Salamandra's card
     SuiteTask("xnli_es", 0, "acc"),  # inference: entails, neutral or contradicts
     SuiteTask("openbookqa_es", 5, "acc"),  # elementary science; 5-shot acc as Salamandra's card (comparable rows)
     SuiteTask("paws_es", 0, "acc"),  # paraphrase or not, adversarial word order
@@ -152,6 +153,9 @@ def task_config(manager, task: str) -> dict:
     """lm-eval's full config of ``task`` (its YAML with every ``include`` merged, ``!function`` resolved)."""
     from lm_eval.tasks._yaml_loader import load_yaml
 
+    from aura.evaluation.harness import legacy_metrics_module
+
+    legacy_metrics_module()  # resolving !function imports the task's utils.py
     entry = manager.task_index[task]
     try:
         return load_yaml(entry.yaml_path, resolve_func=True, recursive=True)
