@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,6 +222,7 @@ def _strings(value):
 
 def plan_finetune(cfg, info, *, earlier: dict[str, StagePlan], refs: list[str], devices: int) -> StagePlan:
     from aura.train.finetune_config import auto_epochs
+    from aura.train.objectives.registry import setup_class
 
     out = StagePlan()
     defaults = cfg.optimisation_defaults()
@@ -231,32 +231,21 @@ def plan_finetune(cfg, info, *, earlier: dict[str, StagePlan], refs: list[str], 
     n = _params_of_model(str(cfg.base_model or ""), earlier, refs)
     out.params = n
     size = data_size(cfg.data) or hub_data_size(cfg.data)
-    objective = cfg.objective
-    per_step = batch * accum * max(devices, 1)  # examples (pairs; GRPO: completions) per step, all processes
+    rows = batch * accum * max(devices, 1)  # examples (pairs; GRPO: completions) per step, all processes
     example_tokens = size[1] / max(size[0], 1) / CHARS_PER_TOKEN if size else None  # one example's text
-    if objective == "grpo":
-        prompt = (
-            min(cfg.max_prompt_length or cfg.max_length, math.ceil(example_tokens))
-            if example_tokens
-            else (cfg.max_prompt_length or cfg.max_length)
-        )
-        out.tokens_per_step = per_step * (prompt + cfg.max_completion_length)  # completions at full length
-        train_fpt = 8.0 * n if n else None
-        sample_flops = 2.0 * n * per_step * cfg.max_completion_length if n else 0.0
-        per_step = max(per_step // max(cfg.num_generations, 1), 1)  # prompts per step
-    else:
-        length = cfg.max_length
-        per_example = length if cfg.packing or not example_tokens else min(length, math.ceil(example_tokens))
-        out.tokens_per_step = per_step * per_example
-        base = (4.0 if cfg.method in ("lora", "qlora") else 6.0) * n if n else None
-        # the reference model's forward (DPO); KTO also runs both models on its mismatched KL pairs; ORPO, SimPO,
-        # CPO and reward models (a score head instead of the vocabulary's: no more) cost the base alone
-        train_fpt = base + {"dpo": 2.0, "kto": 6.0}.get(objective, 0.0) * n if base else None
-        sample_flops = 0.0
-        teacher = _params_of_model(str(cfg.teacher), earlier, refs) if getattr(cfg, "teacher", None) else None
-        if train_fpt and teacher:  # distill: the teacher's forward; --lmbda of the batches sampled by the student
-            train_fpt += 2.0 * teacher
-            sample_flops = 2.0 * n * per_step * cfg.lmbda * cfg.max_new_tokens
+    step = setup_class(cfg.objective).plan_step(  # each objective says what its step costs
+        cfg,
+        params=n,
+        rows=rows,
+        example_tokens=example_tokens,
+        params_of=lambda path: _params_of_model(str(path), earlier, refs) if path else None,
+    )
+    out.tokens_per_step, train_fpt, sample_flops, per_step = (
+        step.tokens,
+        step.flops_per_token,
+        step.sample_flops,
+        step.rows,
+    )
     if cfg.max_steps:
         out.steps = int(cfg.max_steps)
     elif cfg.max_tokens:

@@ -203,6 +203,22 @@ class DistillSetup(SFTSetup):
     def completion_tokens(self, cfg) -> int:
         return int(cfg.lmbda * cfg.max_new_tokens)
 
+    @classmethod
+    def plan_step(cls, cfg, *, params, rows, example_tokens, params_of):
+        """SFT's step plus the teacher's forward on every token, and the student's sampling on the --lmbda
+        share of the rows."""
+        import dataclasses
+
+        step = super().plan_step(cfg, params=params, rows=rows, example_tokens=example_tokens, params_of=params_of)
+        teacher = params_of(cfg.teacher)
+        if step.flops_per_token is None or not teacher:
+            return step
+        return dataclasses.replace(
+            step,
+            flops_per_token=step.flops_per_token + 2.0 * teacher,
+            sample_flops=2.0 * params * rows * cfg.lmbda * cfg.max_new_tokens,
+        )
+
     def extra_flops_per_token(self, cfg) -> float:
         """The teacher's forward pass: 2 x its matmul parameters per token."""
         from aura.models.presets import matmul_parameters

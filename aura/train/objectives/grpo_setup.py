@@ -246,6 +246,24 @@ class GRPOSetup(ObjectiveSetup):
     def completion_tokens(self, cfg) -> int:
         return cfg.max_completion_length
 
+    @classmethod
+    def plan_step(cls, cfg, *, params, rows, example_tokens, params_of):
+        """``rows`` completions: G per prompt, each at full length; 8 x params per token (the LoRA update's
+        4, the old policy's and the reference's forwards) and the sampling's 2 x params per generated token."""
+        import math
+
+        from aura.train.objectives.registry import PlannedStep
+
+        prompt = cfg.max_prompt_length or cfg.max_length
+        if example_tokens:
+            prompt = min(prompt, math.ceil(example_tokens))
+        return PlannedStep(
+            tokens=rows * (prompt + cfg.max_completion_length),
+            flops_per_token=8.0 * params if params else None,
+            sample_flops=2.0 * params * rows * cfg.max_completion_length if params else 0.0,
+            rows=max(rows // max(cfg.num_generations, 1), 1),
+        )
+
     def evaluators(self, cfg, tok, model, val_ex: list, data, *, steps_per_epoch: int) -> list:
         return evaluators(cfg, tok, model, val_ex, data, steps_per_epoch=steps_per_epoch)
 

@@ -60,6 +60,7 @@ def imbalance_bounds(n_good: int, n_bad: int, desirable: float, undesirable: flo
 
 
 class KTOSetup(PreferenceSetup):
+    extra_forwards = 3  # the reference on the answers and on the KL pairs, the policy on the KL pairs
     """KTO: rated answers, each with a mismatched answer for the KL estimate; a reference as DPO's."""
 
     name, label = "kto", "KTO"

@@ -243,6 +243,7 @@ class PreferenceSetup(ObjectiveSetup):
 
 
 class DPOSetup(PreferenceSetup):
+    extra_forwards = 1  # the reference's forward
     """DPO (sigmoid, IPO or hinge loss) against a reference."""
 
     name, label = "dpo", "DPO"

@@ -12,8 +12,10 @@ mixin of ``FinetuneConfig`` that checks only its own fields) and one line in ``O
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import itertools
+import math
 from abc import ABC, abstractmethod
 
 # name -> "module:class", in the order --help lists them
@@ -35,6 +37,16 @@ def setup_class(name: str) -> type[ObjectiveSetup]:
     """The ``ObjectiveSetup`` subclass registered as ``name`` (its module imported now)."""
     module, _, cls = OBJECTIVES[name].partition(":")
     return getattr(importlib.import_module(module), cls)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedStep:
+    """What one optimizer step of an objective costs, for ``aura pipeline plan`` (before anything runs)."""
+
+    tokens: int  # tokens trained on per step, all processes (GRPO: prompts and completions at full length)
+    flops_per_token: float | None  # training FLOPs per trained token; None: the model's size is unknown
+    sample_flops: float  # generation FLOPs per step (GRPO's rollouts, distillation's own samples)
+    rows: int  # data rows a step consumes (GRPO: prompts, each sampled G times)
 
 
 class Limited:
@@ -62,6 +74,9 @@ class ObjectiveSetup(ABC):
     named_in_identity = True  # a checkpoint's identity names the objective (SFT's never did)
     reference_free = False  # no reference model: nothing to precompute
     head = "causal_lm"  # the model it trains (aura.train.adapters: CAUSAL_LM, or SEQ_CLS for a reward model)
+    # forward passes per trained token beyond the policy's own training pass, each 2 x params FLOPs: DPO's
+    # reference (1); KTO's reference on the answers and on its mismatched KL pairs, and the policy on those (3)
+    extra_forwards = 0
 
     # -- its flags (FinetuneConfig.__post_init__; light: no torch) --------------------------------------
 
@@ -86,6 +101,19 @@ class ObjectiveSetup(ABC):
         """Paths the run reads besides --base-model and --data (GRPO's reward models), checked when the run
         starts, before anything is written."""
         return []
+
+    @classmethod
+    def plan_step(cls, cfg, *, params: int | None, rows: int, example_tokens: float | None, params_of) -> PlannedStep:
+        """One step's cost for the plan: ``rows`` examples per step (all processes), each ``example_tokens``
+        long (None: unknown, so ``--max-length``; packed rows are always full), the model's ``params``;
+        ``params_of(path)`` counts another model's (a teacher's), None when unknown. Training costs 6 x params
+        FLOPs per token (4 with LoRA: no weight gradients), plus ``extra_forwards``."""
+        length = cfg.max_length
+        per_row = length if cfg.packing or not example_tokens else min(length, math.ceil(example_tokens))
+        flops = None
+        if params:
+            flops = ((4.0 if cfg.method in ("lora", "qlora") else 6.0) + 2.0 * cls.extra_forwards) * params
+        return PlannedStep(tokens=rows * per_row, flops_per_token=flops, sample_flops=0.0, rows=rows)
 
     @classmethod
     @abstractmethod
