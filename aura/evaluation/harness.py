@@ -27,12 +27,6 @@ M = Messages(
             "lm-evaluation-harness is missing for --tasks. Install it with: pip install 'aura-llm[eval]' "
             "(or use --suite aura-es, which does not need it).",
         ),
-        "squad_removed": (
-            "Esta tarea de lm-evaluation-harness usa transformers.data.metrics.squad_metrics.{name}, que "
-            "transformers 5 eliminó: instala transformers<5 en otro entorno para ella, o elige otra tarea.",
-            "This lm-evaluation-harness task uses transformers.data.metrics.squad_metrics.{name}, which "
-            "transformers 5 removed: install transformers<5 in another environment for it, or pick another task.",
-        ),
         "unknown": (
             "--tasks: lm-evaluation-harness no conoce la tarea '{task}'.{close} La batería de Aura, que "
             "funciona sin red, es --suite aura-es.",
@@ -209,12 +203,10 @@ LEGACY_METRICS = "transformers.data.metrics.squad_metrics"
 
 
 def legacy_metrics_module() -> None:
-    """Let lm-eval load task folders whose ``utils.py`` imports ``transformers.data.metrics.squad_metrics``
-    at its top, a module transformers 5 removed: ``spanish_bench`` (``copa_es``, ``xnli_es_spanish_bench``,
-    ``paws_es_spanish_bench``, which never call it), and the Galician and Catalan benches. Where transformers
-    still has it, nothing changes. Else an empty module of that name is registered: the import succeeds, and a
-    task that does call one of its functions (xquad, coqa) stops with a clear error naming the function,
-    never with a wrong score."""
+    """Let lm-eval load the task folders whose code imports ``transformers.data.metrics.squad_metrics``, a module
+    transformers 5 removed: ``spanish_bench`` (``copa_es``, ``xquad_es``, its XNLI and PAWS-X variants...),
+    ``coqa``, the Galician and Catalan benches. Where transformers still has it, nothing changes; else Aura's
+    ``aura.evaluation.squad_metrics`` (the same SQuAD definitions) is registered under that name."""
     import transformers.data
 
     try:
@@ -222,19 +214,13 @@ def legacy_metrics_module() -> None:
         return
     except ImportError:
         pass
-
-    def missing(name: str):
-        if name.startswith("__"):  # the import machinery's probes (__path__, __file__...): a plain module's answer
-            raise AttributeError(name)
-        raise AuraError(M("squad_removed", name=name))
+    from aura.evaluation import squad_metrics
 
     parent_name, _, leaf = LEGACY_METRICS.rpartition(".")
     parent = sys.modules.get(parent_name) or types.ModuleType(parent_name)
     parent.__path__ = []  # a package, so that its submodule imports
-    module = types.ModuleType(LEGACY_METRICS)
-    module.__getattr__ = missing
-    sys.modules[parent_name], sys.modules[LEGACY_METRICS] = parent, module
-    setattr(parent, leaf, module)
+    setattr(parent, leaf, squad_metrics)
+    sys.modules[parent_name], sys.modules[LEGACY_METRICS] = parent, squad_metrics
     transformers.data.metrics = parent
 
 
