@@ -14,7 +14,8 @@ with ``m`` the pair's ``margin`` column when the data has one (else 0) and ``c``
 Its unit is a pair (TRL averages over a micro-batch's pairs: the same with equal micro-batches). Logged: the
 mean scores of the chosen and the rejected answers, the accuracy (how often r_c > r_r) and the margin (mean
 r_c - r_r), under DPO's column names, so the report card's preference headline applies as is. Checked against
-TRL in ``tests/test_reward_model.py``.
+TRL in ``tests/test_reward_model.py``; under FSDP2 and DeepSpeed ZeRO-2 against one process in
+``tests/test_reward_dist.py``.
 """
 
 from __future__ import annotations
