@@ -58,6 +58,24 @@ def _common(env) -> list:
     ]
 
 
+def _plots_on_policy(run, rows: dict[int, dict], tmp_path, monkeypatch) -> None:
+    """`aura plot` of the run draws its on_policy column, step by step, in the objective's panel (the figure's
+    data read back, as tests/test_runs.py does)."""
+    from matplotlib.figure import Figure
+
+    from tests.conftest import run_aura_here
+
+    saved, save = [], Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (saved.append(self), save(self, *a, **k))[1])
+    r = run_aura_here("plot", run, "--output-dir", tmp_path, "--out", "distill.png")
+    assert r.returncode == 0, r.stdout + r.stderr
+    panel = saved[-1].axes[3]
+    assert panel.get_title() == "Student's own answers (distillation)"
+    (line,) = panel.get_lines()
+    assert line.get_label() == f"{run.name} (Student's own answers (share))"
+    assert list(line.get_ydata()) == [float(rows[s]["on_policy"]) for s in sorted(rows)]
+
+
 @torch.no_grad()
 def held_out_kl(student_dir, teacher_dir, adapter=None) -> float:
     """The mean per-token reverse KL(student || teacher) on HELD_OUT's answers (transformers and peft)."""
@@ -81,7 +99,9 @@ def held_out_kl(student_dir, teacher_dir, adapter=None) -> float:
     return float(generalized_jsd(s[mask], t[mask], beta=1.0).mean())
 
 
-def test_distill_mixes_own_and_data_answers_lowers_the_kl_and_resumes_exactly_after_sigterm_and_kill_9(env, tmp_path):
+def test_distill_mixes_own_and_data_answers_lowers_the_kl_and_resumes_exactly_after_sigterm_and_kill_9(
+    env, tmp_path, monkeypatch
+):
     common = _common(env)
     straight = tmp_path / "straight"
     out = finetune(*common, "--output-dir", straight)
@@ -90,6 +110,7 @@ def test_distill_mixes_own_and_data_answers_lowers_the_kl_and_resumes_exactly_af
     assert set(rows) == set(range(1, 9))
     kinds = {float(rows[s]["on_policy"]) for s in rows}
     assert kinds == {0.0, 1.0}, rows  # both kinds of micro-batch occurred
+    _plots_on_policy(straight, rows, tmp_path, monkeypatch)
     before = held_out_kl(env["student"], env["teacher"])
     after = held_out_kl(env["student"], env["teacher"], adapter=straight / "final")
     assert after < 0.9 * before, (before, after)

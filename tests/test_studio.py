@@ -291,11 +291,18 @@ def test_run_header_step_follows_the_log_while_training(tmp_path):
 def test_one_label_catalogue_for_the_page_and_aura_plot(tmp_path):
     """Issue 36, item 11: the page gets the column names a person reads (es and en) from the catalogue
     `aura plot` uses; no column the logs write is left with its internal name."""
-    from aura.watch.runlog import NUMERIC_COLUMNS, REWARD_COLUMNS, RL_REWARD_COLUMNS, column_label
+    from aura.watch.runlog import (
+        DISTILL_COLUMNS,
+        KTO_COLUMNS,
+        NUMERIC_COLUMNS,
+        REWARD_COLUMNS,
+        RL_REWARD_COLUMNS,
+        column_label,
+    )
 
     c, _ = client(tmp_path)
     labels = c.get("/api/session").json()["labels"]
-    for col in NUMERIC_COLUMNS + REWARD_COLUMNS + RL_REWARD_COLUMNS:
+    for col in NUMERIC_COLUMNS + REWARD_COLUMNS + KTO_COLUMNS + RL_REWARD_COLUMNS + DISTILL_COLUMNS:
         assert labels["es"][col] != col and labels["en"][col] != col and labels["es"][col] != labels["en"][col]
         assert labels["es"][col] == column_label(col, lang="es")
     assert labels["es"]["train_loss"] == "Pérdida de entrenamiento" and labels["en"]["lr"] == "Learning rate"

@@ -14,6 +14,7 @@ from aura.core.config import arg
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.watch.runlog import (
+    DISTILL_COLUMNS,
     KTO_COLUMNS,
     REWARD_COLUMNS,
     RL_REWARD_COLUMNS,
@@ -50,6 +51,7 @@ M = Messages(
             "Rewards (DPO/ORPO/KTO, reward model)",
         ),
         "rl_rewards_title": ("Recompensa (GRPO)", "Reward (GRPO)"),
+        "distill_title": ("Respuestas propias del alumno (destilación)", "Student's own answers (distillation)"),
         "speed_title": ("Velocidad (tokens/s)", "Speed (tokens/s)"),
         "x_tokens": ("tokens vistos", "tokens seen"),
         "x_steps": ("paso", "step"),
@@ -167,7 +169,8 @@ def _note_partial_columns(labels: list[str], logs: list[list[dict]]) -> None:
     if len(logs) < 2:
         return
     logged = [{c for r in rows for c, v in r.items() if v is not None} for rows in logs]
-    drawn = {"train_loss", "val_loss", "lr", "tokens_per_s", *REWARD_COLUMNS, *KTO_COLUMNS, *RL_REWARD_COLUMNS}
+    drawn = {"train_loss", "val_loss", "lr", "tokens_per_s"}
+    drawn |= {*REWARD_COLUMNS, *KTO_COLUMNS, *RL_REWARD_COLUMNS, *DISTILL_COLUMNS}
     extra = sorted(
         c
         for c in set().union(*logged) - set.intersection(*logged)
@@ -207,7 +210,7 @@ def plot(cfg: PlotConfig) -> int:
     FigureCanvasAgg(fig)
     panels = _Panels.of(logs)
     _note_partial_columns(_labels(dirs), logs)
-    axes = list(fig.subplots(1, 3 + panels.rewards + bool(panels.suite_cols)))
+    axes = list(fig.subplots(1, 3 + bool(panels.titles) + bool(panels.suite_cols)))
     colours = [f"C{i % 10}" for i in range(len(dirs))]
     for label, rows, colour in zip(_labels(dirs), logs, colours):
         _draw_run(axes, panels, label=label, rows=rows, colour=colour, xcol="tokens" if use_tokens else "step")
@@ -236,10 +239,12 @@ def _read_logs(dirs: list[Path]) -> list[list[dict]]:
 
 @dataclass
 class _Panels:
-    """Which panels the figure has beyond loss, LR and speed (``axes[3]``: rewards; the last: the suite)."""
+    """Which panels the figure has beyond loss, LR and speed (``axes[3]``: the objectives' own columns, rewards
+    or distillation's share of the student's own answers; the last: the suite)."""
 
-    preference: bool  # DPO/ORPO/KTO rewards
+    preference: bool  # DPO/ORPO/KTO rewards, the reward model's accuracy and margin
     rl: bool  # GRPO's reward
+    distill: bool  # distillation's on_policy share
     suite_cols: list[str]  # the aura-es suite's accuracies
     source_cols: list[str]  # a mixture's per-source validation losses
 
@@ -247,11 +252,18 @@ class _Panels:
     def rewards(self) -> bool:
         return self.preference or self.rl
 
+    @property
+    def titles(self) -> list[str]:
+        """The objective panel's title parts (``axes[3]``), one per kind of run drawn; none: no such panel."""
+        kinds = (("rewards_title", self.preference), ("rl_rewards_title", self.rl), ("distill_title", self.distill))
+        return [title for title, present in kinds if present]
+
     @classmethod
     def of(cls, logs: list[list[dict]]) -> _Panels:
         return cls(
             preference=any(r.get(c) is not None for rows in logs for r in rows for c in REWARD_COLUMNS + ("kl",)),
             rl=any(r.get(c) is not None for rows in logs for r in rows for c in RL_REWARD_COLUMNS),  # GRPO
+            distill=any(r.get(c) is not None for rows in logs for r in rows for c in DISTILL_COLUMNS),
             suite_cols=sorted({c for rows in logs for r in rows for c in r if c.startswith(SUITE_PREFIX)}),
             source_cols=sorted({c for rows in logs for r in rows for c in r if c.startswith(SOURCE_VAL_PREFIX)}),
         )
@@ -317,6 +329,14 @@ def _draw_run(axes: list, panels: _Panels, *, label: str, rows: list[dict], colo
             axes[3].plot(
                 xs, ys, color=colour, lw=1.2, ls="--", marker="o", ms=3, label=f"{label} ({column_label('val_reward')})"
             )
+    if panels.distill and any(r.get("on_policy") is not None for r in rows):  # distillation: a share, 0 to 1
+        _draw(
+            axes[3],
+            *series("on_policy", ("step",)),
+            color=colour,
+            lw=1.2,
+            label=f"{label} ({column_label('on_policy')})",
+        )
     for col, style in zip(panels.suite_cols, ("-", "--", ":", "-.", (0, (1, 3)), (0, (5, 1)))):
         xs, ys = series(col, ("eval",))
         if xs:
@@ -330,10 +350,10 @@ def _finish_axes(axes: list, panels: _Panels, *, use_tokens: bool) -> None:
     from matplotlib.ticker import EngFormatter
 
     ax_loss, ax_lr, ax_speed = axes[:3]
-    titled = [(ax_loss, "loss_title"), (ax_lr, "lr_title"), (ax_speed, "speed_title")]
-    titled += [(axes[3], "rewards_title" if panels.preference else "rl_rewards_title")] if panels.rewards else []
-    for ax, title in titled + ([(axes[-1], "suite_title")] if panels.suite_cols else []):
-        ax.set_title(M(title) + (f" · {M('rl_rewards_title')}" if title == "rewards_title" and panels.rl else ""))
+    titled = [(ax_loss, ["loss_title"]), (ax_lr, ["lr_title"]), (ax_speed, ["speed_title"])]
+    titled += [(axes[3], panels.titles)] if panels.titles else []
+    for ax, titles in titled + ([(axes[-1], ["suite_title"])] if panels.suite_cols else []):
+        ax.set_title(" · ".join(M(t) for t in titles))
         ax.set_xlabel(M("x_tokens") if use_tokens else M("x_steps"))
         ax.grid(alpha=0.3)
         if use_tokens:

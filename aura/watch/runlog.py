@@ -66,6 +66,7 @@ NUMERIC_COLUMNS = (
 REWARD_COLUMNS = ("rewards/margin", "rewards/accuracy")  # preference tuning (aura.train.objectives.preference)
 KTO_COLUMNS = ("rewards/chosen", "rewards/rejected", "kl")  # KTO (aura.train.objectives.kto): per kind, the KL
 RL_REWARD_COLUMNS = ("reward", "val_reward")  # GRPO: mean reward per step, of greedy validation completions
+DISTILL_COLUMNS = ("on_policy",)  # distillation (aura.train.objectives.distill): share of the student's own answers
 
 
 SUITE_PREFIX = "aura-es/"  # task accuracy during training (--eval-suite aura-es, aura.evaluation)
@@ -93,6 +94,7 @@ COLUMN_LABELS = Messages(
         "kl": ("Estimación del KL", "KL estimate"),
         "reward": ("Recompensa media", "Mean reward"),
         "val_reward": ("Recompensa en validación", "Validation reward"),
+        "on_policy": ("Respuestas propias del alumno (fracción)", "Student's own answers (share)"),
         "_source": ("Validación: {source}", "Validation: {source}"),
         "_suite": ("Acierto en aura-es: {task}", "aura-es accuracy: {task}"),
         "_epoch_avg": ("{label} (media de la época)", "{label} (epoch average)"),
@@ -151,7 +153,7 @@ def _parse_rows(
             + tuple(
                 c
                 for c in idx
-                if c in REWARD_COLUMNS + KTO_COLUMNS + RL_REWARD_COLUMNS
+                if c in REWARD_COLUMNS + KTO_COLUMNS + RL_REWARD_COLUMNS + DISTILL_COLUMNS
                 or c.startswith((SUITE_PREFIX, SOURCE_VAL_PREFIX))
             )
         ]

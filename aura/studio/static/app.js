@@ -90,7 +90,7 @@ function groups(columns) {  // panels of the run page: title and columns
   add(t("c_grad"), ["grad_norm"]);
   add(t("c_suite"), columns.filter(c => c.startsWith("aura-es/")));
   add(t("c_rewards"), columns.filter(c => c.startsWith("rewards/")));
-  columns.filter(c => !used.has(c)).forEach(c => add(c, [c]));
+  columns.filter(c => !used.has(c)).forEach(c => add(label(c), [c]));  // a column of its own: its readable name
   return out;
 }
 function align(seriesList) {  // [{x:[], y:[]}, ...] -> uPlot data [xs, ys1, ys2, ...]

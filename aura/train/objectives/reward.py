@@ -14,7 +14,8 @@ with ``m`` the pair's ``margin`` column when the data has one (else 0) and ``c``
 Its unit is a pair (TRL averages over a micro-batch's pairs: the same with equal micro-batches). Logged: the
 mean scores of the chosen and the rejected answers, the accuracy (how often r_c > r_r) and the margin (mean
 r_c - r_r), under DPO's column names, so the report card's preference headline applies as is. Checked against
-TRL in ``tests/test_reward_model.py``.
+TRL in ``tests/test_reward_model.py``; under FSDP2 and DeepSpeed ZeRO-2 against one process in
+``tests/test_reward_dist.py``.
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ def sequence_scores(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def _shared_scores(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """``sequence_scores`` of shared-prompt rows ``[prompt | chosen | rejected]`` (B, T), one forward per pair
-    under ``preference.pair_attention_mask``. The head's value at every position is caught on its way out (the
-    model itself pools one position per row); each answer's score is read where its own row would be read: at
-    the last token of the prompt and that answer that is not the pad token (transformers' rule)."""
+    under ``preference.pair_attention_mask``. Each answer's score is read where its own row would be read: at
+    the last token of the prompt and that answer that is not the pad token (transformers' rule). The head's
+    output (B, T, 1) is replaced on its way out by the two scores at every position (B, T, 2), so the model's
+    own pooling, whichever position it picks, returns them: the loss flows through the model's output, where
+    FSDP2 gathers its root's parameters (the backbone's norm, the head) again for the backward pass."""
     from aura.data.preference import CHOSEN, REJECTED, SHARED
     from aura.train.objectives.preference import pair_attention_mask, peft_model
 
@@ -50,22 +53,25 @@ def _shared_scores(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     mask = pair_attention_mask(
         segments, implementation=inner.config._attn_implementation, dtype=inner.get_input_embeddings().weight.dtype
     )  # (B, 1, T, T)
-    head = next(m for name, m in inner.named_modules() if name.rsplit(".", 1)[-1] == "score")
-    caught = []
-    hook = head.register_forward_hook(lambda module, args, out: caught.append(out))
-    try:
-        model(input_ids=input_ids, attention_mask=mask, position_ids=batch["position_ids"], use_cache=False)
-    finally:
-        hook.remove()
-    scores = caught[0].squeeze(-1).float()  # (B, T): the head at every position
     real = input_ids != inner.config.pad_token_id  # (B, T)
     positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (T,)
-    picked = []
+    last = []
     for part in (CHOSEN, REJECTED):
         seen = real & ((segments == SHARED) | (segments == part))  # (B, T): what this answer's own row holds
-        last = (positions * seen).argmax(-1)  # (B,)
-        picked.append(scores.gather(1, last[:, None]).squeeze(1))  # (B,)
-    return torch.cat(picked)  # (2B,)
+        last.append((positions * seen).argmax(-1))  # (B,)
+    index = torch.stack(last, -1)  # (B, 2)
+
+    def both_scores(module, args, out):  # out: (B, T, 1), the head at every position
+        picked = out.squeeze(-1).gather(1, index)  # (B, 2)
+        return picked[:, None, :].expand(-1, out.shape[1], -1)  # (B, T, 2)
+
+    head = next(m for name, m in inner.named_modules() if name.rsplit(".", 1)[-1] == "score")
+    hook = head.register_forward_hook(both_scores)
+    try:
+        logits = model(input_ids=input_ids, attention_mask=mask, position_ids=batch["position_ids"], use_cache=False)
+    finally:
+        hook.remove()
+    return logits.logits.float().T.reshape(-1)  # (B, 2) -> (2B,): the chosen answers', then the rejected ones'
 
 
 class BradleyTerry:

@@ -39,6 +39,10 @@ from aura.core.i18n import Messages
 M = Messages(
     "deepspeed",
     {
+        "main_failed": (
+            "El proceso 0 no pudo escribir el modelo en {path} (su error se muestra en su salida).",
+            "Rank 0 failed to write the model into {path} (its error is in its own output).",
+        ),
         "missing": (
             "DeepSpeed no está instalado. Instálalo con: pip install 'aura-llm[deepspeed]' (o pip install "
             "deepspeed), o entrena sin --deepspeed.",
@@ -228,16 +232,29 @@ class DeepSpeedIO:
         return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
 
     def save_model(self, model, directory, *, dist, write):
+        """Rank 0 writes the full model or the adapter: its LoRA tensors and peft's ``modules_to_save`` copies
+        (a reward model's score head); then every rank learns whether it worked (a failure on rank 0 is
+        raised on every rank, where a barrier would leave the others waiting)."""
+        import torch
+
+        failed = None
         with self._gathered():
             if dist.is_main:
                 module = self.engine.module
                 state = {
                     k: v.detach().cpu().clone()
                     for k, v in module.state_dict().items()
-                    if self.method == "full" or "lora_" in k
+                    if self.method == "full" or "lora_" in k or ".modules_to_save." in k
                 }
-                write(module, Path(directory), state)
-        dist.barrier()
+                try:
+                    write(module, Path(directory), state)
+                except Exception as e:  # re-raised below, once every rank knows
+                    failed = e
+        ok = dist.all_reduce(torch.tensor([0 if failed else 1], dtype=torch.int32), "min")
+        if failed is not None:
+            raise failed
+        if not int(ok.item()):
+            raise AuraError(M("main_failed", path=directory))
 
     def save_state(self, model, optimizer, directory, *, dist, write):
         self.save_model(model, directory, dist=dist, write=write)
