@@ -228,6 +228,35 @@ def place_frozen(
     return module
 
 
+@contextlib.contextmanager
+def whole_weights(model: torch.nn.Module) -> Iterator[None]:
+    """Every FSDP2 module of ``model`` unsharded for a block of forwards whose number may differ between ranks
+    (sampling: each rank's completions stop at their own lengths). On entry one all-gather per FSDP2 module, in
+    the same order on every rank; inside, every forward runs on the local whole weights with no collective (the
+    modules do not reshard after forward); on exit each is resharded (no collective) and its own
+    reshard-after-forward setting put back. Every rank enters and leaves together. Holds the whole weights on
+    every rank while open (what one process holds). A no-op for a model without FSDP2 modules (one process,
+    DDP, DeepSpeed ZeRO-1/2: the weights are whole already)."""
+    modules = [m for m in model.modules() if isinstance(m, _fsdp_api()[0])]
+    if not modules:
+        yield
+        return
+    # FSDP2 has a setter for this flag but no getter: the groups' own record of it is read to restore it exactly
+    groups = [g for m in modules for g in m._get_fsdp_state()._fsdp_param_groups]
+    saved = [g.post_forward_mesh_info for g in groups]
+    for m in modules:
+        m.set_reshard_after_forward(False, recurse=False)
+    try:
+        for m in modules:
+            m.unshard()
+        yield
+    finally:
+        for m in modules:
+            m.reshard()
+        for g, info in zip(groups, saved):
+            g.post_forward_mesh_info = info
+
+
 def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The repeated transformer blocks of any HF model (plain or peft-wrapped), in order.
 

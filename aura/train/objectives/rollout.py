@@ -403,12 +403,16 @@ def sample_completions(policy, prompt_ids: list[list[int]], keys: list[int], *, 
     layer packed for oneDNN (``aura.inference.packed``): the same tokens up to fp32 rounding, sooner.
     Elsewhere (bf16/fp16, CUDA) it samples from a merged copy in the compute dtype, without peft's wrappers
     or autocast (``compute_view``), and returns the sampler's log-probs with the completions when that copy
-    is not fp32 (GRPO's truncated importance-sampling correction)."""
+    is not fp32 (GRPO's truncated importance-sampling correction). An FSDP2-sharded policy samples from its
+    whole weights, gathered once for the call (``aura.distributed.whole_weights``): each rank's completions end
+    at their own lengths, so no collective may run while they are drawn."""
+    from aura.distributed import whole_weights
     from aura.inference.decode import decode_batch
     from aura.inference.packed import packed_view
 
     common = dict(pad_id=tokenizer.pad_token_id, device=device, tokenizer=tokenizer, keys=keys, graphs=True)
     with contextlib.ExitStack() as views:
+        views.enter_context(whole_weights(policy))  # FSDP2: gathered once, then no collective while sampling
         merged = merged_view(policy, precision=precision, device=device)
         if merged is None:
             dtype = COMPUTE_DTYPES.get(precision, torch.float32)
