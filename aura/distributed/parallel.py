@@ -88,11 +88,15 @@ M = Messages(
             "--ddp-comm or use --strategy ddp.",
         ),
         "frozen_sharded": (
-            "La copia congelada del modelo (la referencia) se reparte con FSDP2 entre "
-            "{world:proceso|procesos}: {shard} por proceso en vez de {whole} ({why}).",
-            "The frozen copy of the model (the reference) is sharded with FSDP2 over "
-            "{world:rank|ranks}: {shard} per rank instead of {whole} ({why}).",
+            "{what} se reparte con FSDP2 entre {world:proceso|procesos}: {shard} por proceso en vez de "
+            "{whole} ({why}).",
+            "{what} is sharded with FSDP2 over {world:rank|ranks}: {shard} per rank instead of {whole} ({why}).",
         ),
+        "role_reference": (
+            "La copia congelada del modelo (la referencia)",
+            "The frozen copy of the model (the reference)",
+        ),
+        "role_teacher": ("El maestro congelado (--teacher)", "The frozen teacher (--teacher)"),
         "frozen_why_fsdp": ("el modelo que se entrena también se reparte", "the model being trained is sharded too"),
         "frozen_why_room": (
             "entera no cabría junto al estado de entrenamiento, {need} de {have}",
@@ -189,12 +193,14 @@ def place_frozen(
     dist: DistInfo,
     strategy: str = "auto",
     device_memory: int | None = None,
+    role: str = "reference",
 ) -> torch.nn.Module:
     """A frozen module that runs beside the model being trained (full fine-tuning's reference, a copy of
-    ``like`` before training), on ``dist.device``: sharded with FSDP2 block by block (its forward gathers one
-    block at a time: 1/world of its weights stay on each rank) when ``parallelize`` will shard ``like``, or
-    when a whole copy would not fit beside ``like``'s training state under DDP; else whole. Never wrapped in
-    DDP: it has no gradients. A copy of the whole model on every rank is what FSDP exists to avoid."""
+    ``like`` before training; ``role`` "teacher": distillation's teacher, as the log names it), on
+    ``dist.device``: sharded with FSDP2 block by block (its forward gathers one block at a time: 1/world of
+    its weights stay on each rank) when ``parallelize`` will shard ``like``, or when a whole copy would not
+    fit beside ``like``'s training state under DDP; else whole. Never wrapped in DDP: it has no gradients. A
+    copy of the whole model on every rank is what FSDP exists to avoid."""
     from aura.core.atomic import human_bytes
 
     module.requires_grad_(False)
@@ -219,6 +225,7 @@ def place_frozen(
     console.info(
         M(
             "frozen_sharded",
+            what=M(f"role_{role}"),
             world=dist.world_size,
             shard=human_bytes(whole // dist.world_size),
             whole=human_bytes(whole),

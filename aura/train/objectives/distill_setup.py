@@ -81,7 +81,9 @@ def load_teacher(cfg, *, run, like):
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.precision, torch.float32)
     teacher = AutoModelForCausalLM.from_pretrained(cfg.teacher, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
     strategy = "none" if cfg.deepspeed else cfg.strategy
-    teacher = place_frozen(teacher, like=like, dist=run.dist, strategy=strategy, device_memory=run.device_memory)
+    teacher = place_frozen(
+        teacher, like=like, dist=run.dist, strategy=strategy, device_memory=run.device_memory, role="teacher"
+    )
     return teacher.eval()
 
 
