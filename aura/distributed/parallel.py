@@ -235,19 +235,24 @@ def place_frozen(
     return module
 
 
+_WHOLE: set[int] = set()  # ids of the models inside a ``whole_weights`` block
+
+
 @contextlib.contextmanager
 def whole_weights(model: torch.nn.Module) -> Iterator[None]:
     """Every FSDP2 module of ``model`` unsharded for a block of forwards whose number may differ between ranks
     (sampling: each rank's completions stop at their own lengths). On entry one all-gather per FSDP2 module, in
     the same order on every rank; inside, every forward runs on the local whole weights with no collective (the
     modules do not reshard after forward); on exit each is resharded (no collective) and its own
-    reshard-after-forward setting put back. Every rank enters and leaves together. Holds the whole weights on
+    reshard-after-forward setting put back. Every rank enters and leaves together; a block nested in another
+    for the same model (a multi-turn rollout, resampled groups) gathers nothing more. Holds the whole weights on
     every rank while open (what one process holds). A no-op for a model without FSDP2 modules (one process,
     DDP, DeepSpeed ZeRO-1/2: the weights are whole already)."""
     modules = [m for m in model.modules() if isinstance(m, _fsdp_api()[0])]
-    if not modules:
+    if not modules or id(model) in _WHOLE:  # nested: the outer block gathered them and reshards them
         yield
         return
+    _WHOLE.add(id(model))
     # FSDP2 has a setter for this flag but no getter: the groups' own record of it is read to restore it exactly
     groups = [g for m in modules for g in m._get_fsdp_state()._fsdp_param_groups]
     saved = [g.post_forward_mesh_info for g in groups]
@@ -258,6 +263,7 @@ def whole_weights(model: torch.nn.Module) -> Iterator[None]:
             m.unshard()
         yield
     finally:
+        _WHOLE.discard(id(model))
         for m in modules:
             m.reshard()
         for g, info in zip(groups, saved):

@@ -200,6 +200,7 @@ class RolloutSource:
     @torch.no_grad()
     def window(self, epoch: int, window: int) -> list[dict]:
         """The micro-batches of ``window``: sampled, scored, with advantages (and reference log-probs)."""
+        from aura.distributed import whole_weights
         from aura.train.optim.step_engine import autocast_context
 
         started = time.perf_counter()
@@ -211,16 +212,18 @@ class RolloutSource:
         self.policy.eval()
         own = self.generate == self._sample  # an external engine (vLLM) keeps its own dtypes: no autocast
         try:
-            completions, sampler_logps = self._draw(rows, keys, own=own)
-            with autocast_context(self.precision, self.dist.device):
-                scores = self._score(rows, completions)  # (R, n) this rank's raw rewards
-            resampled = 0
-            for attempt in range(1, self.rounds + 1 if self.dynamic == "resample" else 1):
-                again = self._groups_to_resample(epoch, window, scores, attempt)
-                if not again:
-                    break
-                resampled += len(again)
-                self._resample(epoch, window, attempt, again, rows, completions, sampler_logps, scores, own=own)
+            # FSDP2: gathered once for every draw of the window (a rank may draw more turns or groups than another)
+            with whole_weights(self.policy) if own else contextlib.nullcontext():
+                completions, sampler_logps = self._draw(rows, keys, own=own)
+                with autocast_context(self.precision, self.dist.device):
+                    scores = self._score(rows, completions)  # (R, n) this rank's raw rewards
+                resampled = 0
+                for attempt in range(1, self.rounds + 1 if self.dynamic == "resample" else 1):
+                    again = self._groups_to_resample(epoch, window, scores, attempt)
+                    if not again:
+                        break
+                    resampled += len(again)
+                    self._resample(epoch, window, attempt, again, rows, completions, sampler_logps, scores, own=own)
             with autocast_context(self.precision, self.dist.device):
                 advantages, stats, kept = self._advantages(scores, completions, resampled=resampled)
                 batches = [
