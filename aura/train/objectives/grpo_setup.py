@@ -3,8 +3,10 @@
 Prompts (``aura.data.prompts``) and rewards (``aura.data.rewards``, a user's file imported before the model
 loads, so its mistakes show first), the rollout source (``aura.train.objectives.rollout``) with Aura's
 sampler or vLLM, the GRPO objective, the reference (the base with the adapter disabled for LoRA/QLoRA, a
-frozen copy for full fine-tuning, none with ``--beta 0``) and an evaluator: the mean reward of greedy
-completions of the validation prompts, every ``--eval-interval`` steps (else once per epoch).
+frozen copy for full fine-tuning, sharded like the model under FSDP2, none with ``--beta 0``) and an evaluator:
+the mean reward of greedy completions of the validation prompts, every ``--eval-interval`` steps (else once per
+epoch). One process, DDP, FSDP2 and DeepSpeed ZeRO-1/2; not ZeRO-3, whose partitioned weights the rollouts
+would need whole, nor vLLM with a sharded model.
 """
 
 from __future__ import annotations
@@ -321,8 +323,9 @@ def _source_class(cfg, tok, tools) -> tuple[type, dict]:
 
 def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_name: str, tools=None):
     """The rollout source for ``model`` (not yet parallelised: the source samples with this very module, whose
-    parameters the parallel wrapper shares); with ``tools`` (a ToolBox) the multi-turn one, whose sampler also
-    stops at ``</tool_call>``."""
+    parameters DDP's wrapper and DeepSpeed's engine share, and which FSDP2 shards in place: it then samples from
+    the weights gathered for the window, ``aura.distributed.whole_weights``); with ``tools`` (a ToolBox) the
+    multi-turn one, whose sampler also stops at ``</tool_call>``."""
     from aura.inference.loading import end_of_turn_ids
     from aura.inference.sampling import SamplingParams
     from aura.models.presets import context_length
