@@ -496,7 +496,7 @@ def test_a_reward_that_fails_names_the_prompt(env, tmp_path):
         (["--deepspeed", "ZERO3"], "GRPO does not take DeepSpeed ZeRO-3 ("),  # FSDP2 and ZeRO-2: test_sampling_sharded
         (
             ["--strategy", "fsdp", "--rollout-engine", "vllm"],
-            "--rollout-engine vllm does not combine with --strategy fsdp",
+            "--rollout-engine vllm does not combine with --strategy fsdp: every step copies",
         ),
         (["--precompute-ref"], "--precompute-ref does not apply to --objective grpo"),
         (["--top-p", 0], "--top-p must be in (0, 1]"),

@@ -40,11 +40,13 @@ M = Messages(
             "completions with all of the model's weights, and ZeRO-3 partitions them. Use stage 2 (or 0/1) or "
             "--strategy fsdp, which gathers the weights to sample.",
         ),
-        "vllm_sharded": (
-            "--rollout-engine vllm no se combina con {what}: vLLM recibe los pesos enteros de cada rango en "
-            "cada paso, y solo se ha probado en un proceso o con DDP. Usa --rollout-engine torch o --strategy ddp.",
-            "--rollout-engine vllm does not combine with {what}: vLLM takes each rank's whole weights every "
-            "step, and it has run on one process or under DDP only. Use --rollout-engine torch or --strategy ddp.",
+        "vllm_fsdp": (
+            "--rollout-engine vllm no se combina con --strategy fsdp: cada paso copia a vLLM los pesos enteros "
+            "del modelo, y con FSDP2 cada rango solo tiene su parte. Usa --rollout-engine torch (junta los pesos "
+            "para generar) o --strategy ddp.",
+            "--rollout-engine vllm does not combine with --strategy fsdp: every step copies the model's whole "
+            "weights into vLLM, and under FSDP2 each rank holds only its shard. Use --rollout-engine torch (it "
+            "gathers the weights to sample) or --strategy ddp.",
         ),
         "qlora_vllm": (
             "--rollout-engine vllm no admite --method qlora: la base en 4 bits no se puede copiar a los "

@@ -6,7 +6,7 @@ sampler or vLLM, the GRPO objective, the reference (the base with the adapter di
 frozen copy for full fine-tuning, sharded like the model under FSDP2, none with ``--beta 0``) and an evaluator:
 the mean reward of greedy completions of the validation prompts, every ``--eval-interval`` steps (else once per
 epoch). One process, DDP, FSDP2 and DeepSpeed ZeRO-1/2; not ZeRO-3, whose partitioned weights the rollouts
-would need whole, nor vLLM with a sharded model.
+would need whole, nor vLLM with FSDP2.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ class GRPOSetup(ObjectiveSetup):
     @classmethod
     def check_across(cls, cfg) -> None:
         """No preference flag GRPO cannot honour, no DeepSpeed ZeRO-3 (its rollouts need whole weights), vLLM
-        where it runs (one process or DDP); --beta 0 by default."""
+        where it runs (not with FSDP2's shards); --beta 0 by default."""
         from aura.train.optim.deepspeed import zero_stage
 
         for flag, bad in (
@@ -177,8 +177,8 @@ class GRPOSetup(ObjectiveSetup):
             raise AuraError(AM("not_negative", flag="beta", value=cfg.beta))
         if cfg.deepspeed and zero_stage(cfg.deepspeed) == 3:
             raise AuraError(AM("zero3", path=cfg.deepspeed))
-        if cfg.rollout_engine == "vllm" and (cfg.deepspeed or cfg.strategy == "fsdp"):
-            raise AuraError(AM("vllm_sharded", what="--deepspeed" if cfg.deepspeed else "--strategy fsdp"))
+        if cfg.rollout_engine == "vllm" and cfg.strategy == "fsdp":
+            raise AuraError(AM("vllm_fsdp"))
         if cfg.rollout_engine == "vllm" and cfg.method == "qlora":
             raise AuraError(AM("qlora_vllm"))
         if cfg.rollout_engine == "vllm":
