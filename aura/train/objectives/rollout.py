@@ -409,11 +409,14 @@ def sample_completions(policy, prompt_ids: list[list[int]], keys: list[int], *, 
     is not fp32 (GRPO's truncated importance-sampling correction). An FSDP2-sharded policy samples from its
     whole weights, gathered once for the call (``aura.distributed.whole_weights``): each rank's completions end
     at their own lengths, so no collective may run while they are drawn."""
-    from aura.distributed import whole_weights
+    from aura.distributed import strategy_of, whole_weights
     from aura.inference.decode import decode_batch
     from aura.inference.packed import packed_view
 
-    common = dict(pad_id=tokenizer.pad_token_id, device=device, tokenizer=tokenizer, keys=keys, graphs=True)
+    # no CUDA graphs through FSDP2's hooks: its gathered weights need not keep their addresses from one rollout
+    # to the next, which a captured graph assumes (not run on a GPU yet: the conservative path)
+    graphs = strategy_of(policy) != "fsdp"
+    common = dict(pad_id=tokenizer.pad_token_id, device=device, tokenizer=tokenizer, keys=keys, graphs=graphs)
     with contextlib.ExitStack() as views:
         views.enter_context(whole_weights(policy))  # FSDP2: gathered once, then no collective while sampling
         merged = merged_view(policy, precision=precision, device=device)
