@@ -174,6 +174,11 @@ def test_a_teacher_with_another_tokenizer_is_refused_naming_both_folders(env, tm
     assert "--lmbda only applies to --objective distill" in out
     out = finetune("--objective", "distill", "--base-model", env["student"], "--output-dir", tmp_path / "x", expect=2)
     assert "--objective distill needs --teacher" in out
+    zero3 = tmp_path / "zero3.json"  # FSDP2 and ZeRO-2 run: tests/test_sampling_sharded.py
+    zero3.write_text('{"zero_optimization": {"stage": 3}}', encoding="utf-8")
+    args = ["--objective", "distill", "--base-model", env["student"], "--teacher", env["teacher"], "--deepspeed", zero3]
+    out = finetune(*args, "--output-dir", tmp_path / "z", expect=2)
+    assert "--objective distill does not take DeepSpeed ZeRO-3" in out and str(zero3) in out
 
 
 def test_the_teacher_is_in_the_memory_plan_and_the_pipeline_estimate(env, tmp_path):

@@ -28,6 +28,10 @@ def test_ddp_and_fsdp_match_single_process_reference(tmp_path):
     assert r["acc_grad_diff"] < 1e-6  # no_sync on the first micro-batch, all-reduce on the second
     assert r["fsdp_grad_diff"] < 1e-6
     assert r["fsdp_losses"] == pytest.approx(r["ddp_losses"], abs=1e-6)
+    # whole_weights (GRPO's and distill's sampling under FSDP2): whole inside, uneven forwards, restored after
+    w = r["whole_weights"]
+    assert w["whole_inside"] and w["nested_kept"] and w["logit_diff"] < 1e-5
+    assert w["sharded_before"] > 0 and w["same_after"]
     # Sync=OK on identical replicas; a perturbed replica is named with the parameter
     assert r["sync_ok"] is True
     assert r["desync_error"] and "ranks 1 do not match" in r["desync_error"]

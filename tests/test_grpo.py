@@ -493,7 +493,11 @@ def test_a_reward_that_fails_names_the_prompt(env, tmp_path):
         (["--reward", "nope.py:fn"], "does not exist"),
         (["--reward", "exactanswer"], "expected NAME[:WEIGHT]"),
         (["--batch-size", 3, "--gradient-accumulation-steps", 1], "must be a multiple of --num-generations (4)"),
-        (["--strategy", "fsdp"], "GRPO trains on one process or with DDP"),
+        (["--deepspeed", "ZERO3"], "GRPO does not take DeepSpeed ZeRO-3 ("),  # FSDP2 and ZeRO-2: test_sampling_sharded
+        (
+            ["--strategy", "fsdp", "--rollout-engine", "vllm"],
+            "--rollout-engine vllm does not combine with --strategy fsdp: every step copies",
+        ),
         (["--precompute-ref"], "--precompute-ref does not apply to --objective grpo"),
         (["--top-p", 0], "--top-p must be in (0, 1]"),
         (["--max-completion-length", 250], "does not fit the model's context (256 tokens)"),
@@ -501,10 +505,15 @@ def test_a_reward_that_fails_names_the_prompt(env, tmp_path):
     ],
 )
 def test_grpo_refusals(env, tmp_path, flags, words):
+    zero3 = tmp_path / "zero3.json"
+    zero3.write_text('{"zero_optimization": {"stage": 3}}', encoding="utf-8")
+    flags = [zero3 if f == "ZERO3" else f for f in flags]
     out = finetune(
         "--base-model", env["llama"], "--data", env["data"], *FAST, *flags, "--output-dir", tmp_path / "r", expect=2
     )
     assert words in out
+    if "ZeRO-3" in words:
+        assert str(zero3) in out and "zero_optimization.stage 3" in out
 
 
 def test_grpo_flags_belong_to_grpo_and_answers_are_required(env, tmp_path):

@@ -465,9 +465,11 @@ def test_tool_flags_are_checked_before_anything_runs(env, tmp_path, flags, words
 
 @pytest.mark.dist
 @pytest.mark.slow
-def test_grpo_with_tools_under_ddp_equals_one_process(env, tmp_path):
+def test_grpo_with_tools_under_ddp_fsdp2_and_deepspeed_equals_one_process(env, tmp_path):
     """2 gloo ranks, a prompt's group spread over both: the same conversations (their keys and their turns'
-    keys do not depend on the rank), tool calls (summed over ranks), rewards and losses as one process."""
+    keys do not depend on the rank), tool calls (summed over ranks), rewards and losses as one process, under
+    DDP, FSDP2 (each rank's multi-turn rollouts, of their own lengths, on the gathered weights:
+    ``aura.distributed.whole_weights``) and DeepSpeed ZeRO-2."""
     from tests.distutil import output, torchrun
 
     common = [
@@ -494,13 +496,20 @@ def test_grpo_with_tools_under_ddp_equals_one_process(env, tmp_path):
             0,
         )
     ]
-    single, ddp = tmp_path / "single", tmp_path / "ddp"
+    single = tmp_path / "single"
     finetune(*common, "--batch-size", 2, "--output-dir", single)
-    r = torchrun("-m", "aura", "finetune", *common, "--batch-size", "1", "--backend", "gloo", "--output-dir", str(ddp))
-    assert r.returncode == 0, output(r)
-    a, b = step_rows(single), step_rows(ddp)
-    assert set(a) == set(b) == {1, 2}
-    for step in a:
-        for key in ("train_loss", "reward", "completion_length", "entropy", "tool_calls", "tool_failures"):
-            assert float(b[step][key]) == pytest.approx(float(a[step][key]), rel=1e-5, abs=1e-6), (step, key)
+    a = step_rows(single)
     assert sum(float(r["tool_calls"]) for r in a.values()) > 0
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 2}}))
+    for name, how in (("ddp", []), ("fsdp", ["--strategy", "fsdp"]), ("deepspeed", ["--deepspeed", str(ds)])):
+        out = tmp_path / name
+        r = torchrun(
+            "-m", "aura", "finetune", *common, *how, "--batch-size", "1", "--backend", "gloo", "--output-dir", str(out)
+        )
+        assert r.returncode == 0, output(r)[-4000:]
+        b = step_rows(out)
+        assert set(a) == set(b) == {1, 2}, name
+        for step in a:
+            for key in ("train_loss", "reward", "completion_length", "entropy", "tool_calls", "tool_failures"):
+                assert float(b[step][key]) == pytest.approx(float(a[step][key]), rel=1e-5, abs=1e-6), (name, step, key)

@@ -2,7 +2,8 @@
 
 * ``process``: torchrun environment -> ``DistInfo``; process-group set-up and tear-down.
 * ``parallel``: strategy choice and ``parallelize`` (activation checkpointing -> compile -> FSDP2/DDP),
-  ``place_frozen`` (a frozen reference copy, sharded where the model is), ``strategy_of``, ``unwrap``, ``no_sync``.
+  ``place_frozen`` (a frozen reference copy, sharded where the model is), ``strategy_of``, ``unwrap``, ``no_sync``,
+  ``whole_weights`` (an FSDP2 model's weights gathered for sampling).
 * ``sync``: the cross-rank weight check (``Sync=`` in the log).
 * ``comm``: DDP communication hooks for slow links (``--ddp-comm none|bf16|powersgd``), their timing
   (the communication share in the log) and PowerSGD's checkpointed per-rank state.
@@ -47,6 +48,7 @@ _EXPORTS = {
     "strategy_of": "parallel",
     "training_state_bytes": "parallel",
     "unwrap": "parallel",
+    "whole_weights": "parallel",
     "sync_check": "sync",
     "sync_status": "sync",
 }
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
         strategy_of as strategy_of,
         training_state_bytes as training_state_bytes,
         unwrap as unwrap,
+        whole_weights as whole_weights,
     )
     from aura.distributed.process import (
         DistInfo as DistInfo,

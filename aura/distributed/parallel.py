@@ -88,11 +88,15 @@ M = Messages(
             "--ddp-comm or use --strategy ddp.",
         ),
         "frozen_sharded": (
-            "La copia congelada del modelo (la referencia) se reparte con FSDP2 entre "
-            "{world:proceso|procesos}: {shard} por proceso en vez de {whole} ({why}).",
-            "The frozen copy of the model (the reference) is sharded with FSDP2 over "
-            "{world:rank|ranks}: {shard} per rank instead of {whole} ({why}).",
+            "{what} se reparte con FSDP2 entre {world:proceso|procesos}: {shard} por proceso en vez de "
+            "{whole} ({why}).",
+            "{what} is sharded with FSDP2 over {world:rank|ranks}: {shard} per rank instead of {whole} ({why}).",
         ),
+        "role_reference": (
+            "La copia congelada del modelo (la referencia)",
+            "The frozen copy of the model (the reference)",
+        ),
+        "role_teacher": ("El maestro congelado (--teacher)", "The frozen teacher (--teacher)"),
         "frozen_why_fsdp": ("el modelo que se entrena también se reparte", "the model being trained is sharded too"),
         "frozen_why_room": (
             "entera no cabría junto al estado de entrenamiento, {need} de {have}",
@@ -189,12 +193,14 @@ def place_frozen(
     dist: DistInfo,
     strategy: str = "auto",
     device_memory: int | None = None,
+    role: str = "reference",
 ) -> torch.nn.Module:
     """A frozen module that runs beside the model being trained (full fine-tuning's reference, a copy of
-    ``like`` before training), on ``dist.device``: sharded with FSDP2 block by block (its forward gathers one
-    block at a time: 1/world of its weights stay on each rank) when ``parallelize`` will shard ``like``, or
-    when a whole copy would not fit beside ``like``'s training state under DDP; else whole. Never wrapped in
-    DDP: it has no gradients. A copy of the whole model on every rank is what FSDP exists to avoid."""
+    ``like`` before training; ``role`` "teacher": distillation's teacher, as the log names it), on
+    ``dist.device``: sharded with FSDP2 block by block (its forward gathers one block at a time: 1/world of
+    its weights stay on each rank) when ``parallelize`` will shard ``like``, or when a whole copy would not
+    fit beside ``like``'s training state under DDP; else whole. Never wrapped in DDP: it has no gradients. A
+    copy of the whole model on every rank is what FSDP exists to avoid."""
     from aura.core.atomic import human_bytes
 
     module.requires_grad_(False)
@@ -219,6 +225,7 @@ def place_frozen(
     console.info(
         M(
             "frozen_sharded",
+            what=M(f"role_{role}"),
             world=dist.world_size,
             shard=human_bytes(whole // dist.world_size),
             whole=human_bytes(whole),
@@ -226,6 +233,41 @@ def place_frozen(
         )
     )
     return module
+
+
+_WHOLE: set[int] = set()  # ids of the models inside a ``whole_weights`` block
+
+
+@contextlib.contextmanager
+def whole_weights(model: torch.nn.Module) -> Iterator[None]:
+    """Every FSDP2 module of ``model`` unsharded for a block of forwards whose number may differ between ranks
+    (sampling: each rank's completions stop at their own lengths). On entry one all-gather per FSDP2 module, in
+    the same order on every rank; inside, every forward runs on the local whole weights with no collective (the
+    modules do not reshard after forward); on exit each is resharded (no collective) and its own
+    reshard-after-forward setting put back. Every rank enters and leaves together; a block nested in another
+    for the same model (a multi-turn rollout, resampled groups) gathers nothing more. Holds the whole weights on
+    every rank while open (what one process holds). A no-op for a model without FSDP2 modules (one process,
+    DDP, DeepSpeed ZeRO-1/2: the weights are whole already)."""
+    modules = [m for m in model.modules() if isinstance(m, _fsdp_api()[0])]
+    if not modules or id(model) in _WHOLE:  # nested: the outer block gathered them and reshards them
+        yield
+        return
+    _WHOLE.add(id(model))
+    # FSDP2 has a setter for this flag but no getter: the groups' own record of it is read to restore it exactly
+    groups = [g for m in modules for g in m._get_fsdp_state()._fsdp_param_groups]
+    saved = [g.post_forward_mesh_info for g in groups]
+    for m in modules:
+        m.set_reshard_after_forward(False, recurse=False)
+    try:
+        for m in modules:
+            m.unshard()
+        yield
+    finally:
+        _WHOLE.discard(id(model))
+        for m in modules:
+            m.reshard()
+        for g, info in zip(groups, saved):
+            g.post_forward_mesh_info = info
 
 
 def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -47,6 +47,39 @@ def max_diff(a: dict, b: dict) -> float:
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
+def whole_weights_check(model, dist) -> dict:
+    """``D.whole_weights`` on an FSDP2 model: inside, every parameter whole and a different number of forwards
+    per rank (rank r runs r + 2, of its own lengths) with no collective, giving the logits of a plain copy built
+    from the gathered weights; a nested block gathers nothing more; after it, the same parameters sharded after
+    a forward as before (the reshard-after-forward settings restored)."""
+    from torch.distributed.tensor import DTensor
+
+    def sharded_after_forward() -> list[bool]:
+        with torch.no_grad():
+            model(input_ids=torch.zeros((1, 4), dtype=torch.long))
+        return [isinstance(p, DTensor) for p in model.parameters()]
+
+    before = sharded_after_forward()
+    plain = tiny_llama()
+    plain.load_state_dict({k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()})
+    worst = 0.0
+    with D.whole_weights(model), torch.no_grad():
+        whole = not any(isinstance(p, DTensor) for p in model.parameters())
+        with D.whole_weights(model):
+            pass  # nested: must leave the weights gathered
+        nested_kept = not any(isinstance(p, DTensor) for p in model.parameters())
+        for i in range(dist.rank + 2):
+            ids = torch.arange(3 + i + 2 * dist.rank)[None] % 256  # (1, T): lengths differ by rank
+            worst = max(worst, (model(input_ids=ids).logits - plain(input_ids=ids).logits).abs().max().item())
+    return {
+        "whole_inside": whole,
+        "nested_kept": nested_kept,
+        "logit_diff": dist.mean_float(worst),
+        "sharded_before": sum(before),
+        "same_after": sharded_after_forward() == before,
+    }
+
+
 def main(out: str) -> None:
     dist = D.init_distributed(backend="gloo")
     base = tiny_llama()
@@ -62,6 +95,7 @@ def main(out: str) -> None:
 
     fsdp = D.parallelize(copy.deepcopy(base), dist=dist, strategy="fsdp")
     fsdp_losses, fsdp_grads = train(fsdp, dist, data)
+    whole = whole_weights_check(fsdp, dist)
 
     with torch.no_grad():  # break one replica on purpose
         if dist.rank == 1:
@@ -90,6 +124,7 @@ def main(out: str) -> None:
                 "sync_ok": sync_ok,
                 "desync_error": desync_error,
                 "fsdp_is_fsdp": D.strategy_of(fsdp) == "fsdp",
+                "whole_weights": whole,
                 "ddp_is_ddp": D.strategy_of(ddp) == "ddp",
                 "auto_big_memory": [auto, reason],
                 "auto_small_memory": [auto_small, reason_small],

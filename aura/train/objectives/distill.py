@@ -14,7 +14,9 @@ its own key (``aura.train.objectives.rollout.row_key``, ``sample_completions``),
 the very same answers. The prompt of a row is everything before its last trained answer (a multi-turn
 conversation keeps its earlier turns as context, as TRL's ``messages[:-1]``).
 
-The teacher runs without gradients, in eval mode, on the student's device, in the compute dtype. Only the
+The teacher runs without gradients, in eval mode, on the student's device, in the compute dtype; under FSDP2 it
+is sharded like the student (``aura.distributed.place_frozen``) and the student samples from its gathered
+weights (``rollout.sample_completions``). Only the
 positions from the batch's first answer token on go through either model's output head (``logits_to_keep``):
 the prompts' logits are never computed. As in TRL, ``--temperature`` shapes the sampling only; the loss compares
 the distributions at temperature 1 (TRL's ``compute_loss`` calls ``generalized_jsd_loss`` without one).

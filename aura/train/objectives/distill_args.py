@@ -43,11 +43,13 @@ M = Messages(
             "--{flag} debe estar entre 0 y 1 (recibido: {value}).",
             "--{flag} must be between 0 and 1 (got: {value}).",
         ),
-        "strategy": (
-            "--objective distill entrena en un proceso o con DDP (--strategy ddp); no con --strategy {strategy} "
-            "ni --deepspeed: el maestro es una copia entera por proceso.",
-            "--objective distill trains on one process or with DDP (--strategy ddp); not with --strategy "
-            "{strategy} nor --deepspeed: the teacher is one whole copy per process.",
+        "zero3": (
+            "--objective distill no admite DeepSpeed ZeRO-3 ({path}: zero_optimization.stage 3): el alumno genera "
+            "sus respuestas con todos sus pesos, y ZeRO-3 los reparte. Usa la etapa 2 (o 0/1) o --strategy fsdp, "
+            "que junta los pesos para generar.",
+            "--objective distill does not take DeepSpeed ZeRO-3 ({path}: zero_optimization.stage 3): the student "
+            "samples its answers with all of its weights, and ZeRO-3 partitions them. Use stage 2 (or 0/1) or "
+            "--strategy fsdp, which gathers the weights to sample.",
         ),
         "positive": (
             "--{flag} debe ser mayor que 0 (recibido: {value}).",

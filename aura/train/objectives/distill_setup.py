@@ -69,14 +69,22 @@ def check_same_tokenizer(student_tok, teacher_tok, *, student: str, teacher: str
         refuse(M("k_size"), *sizes)
 
 
-def load_teacher(cfg, *, run):
-    """The frozen teacher on the run's device, in the compute dtype, in eval mode."""
+def load_teacher(cfg, *, run, like):
+    """The frozen teacher on the run's device, in the compute dtype, in eval mode: sharded with FSDP2 where the
+    student ``like`` will be, or where a whole copy would not fit beside its training state
+    (``aura.distributed.place_frozen``, as full fine-tuning's reference); whole under --deepspeed."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from aura.distributed import place_frozen
+
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.precision, torch.float32)
     teacher = AutoModelForCausalLM.from_pretrained(cfg.teacher, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
-    return teacher.to(run.dist.device).eval().requires_grad_(False)
+    strategy = "none" if cfg.deepspeed else cfg.strategy
+    teacher = place_frozen(
+        teacher, like=like, dist=run.dist, strategy=strategy, device_memory=run.device_memory, role="teacher"
+    )
+    return teacher.eval()
 
 
 class DistillSetup(SFTSetup):
@@ -112,8 +120,8 @@ class DistillSetup(SFTSetup):
 
     @classmethod
     def check_across(cls, cfg) -> None:
-        """No preference flag, no trained prompt or packing, one process or DDP; TRL GKDConfig's beta 0.5 and
-        temperature 0.9 where not given."""
+        """No preference flag, no trained prompt or packing, no DeepSpeed ZeRO-3 (on-policy answers need the
+        student's whole weights); TRL GKDConfig's beta 0.5 and temperature 0.9 where not given."""
         for flag, bad, why in (
             ("dpo-loss", cfg.dpo_loss != "sigmoid", "why_pref"),
             ("label-smoothing", cfg.label_smoothing, "why_pref"),
@@ -124,8 +132,11 @@ class DistillSetup(SFTSetup):
         ):
             if bad:
                 raise AuraError(AM("not_distill", flag=flag, why=AM(why)))
-        if cfg.deepspeed or cfg.strategy not in ("auto", "ddp", "none"):
-            raise AuraError(AM("strategy", strategy=cfg.strategy))
+        if cfg.deepspeed:
+            from aura.train.optim.deepspeed import zero_stage
+
+            if zero_stage(cfg.deepspeed) == 3:
+                raise AuraError(AM("zero3", path=cfg.deepspeed))
         if cfg.beta is None:
             cfg.beta = 0.5
         if cfg.temperature is None:
@@ -164,7 +175,7 @@ class DistillSetup(SFTSetup):
                 M("too_long", prompt=len(longest.input_ids), where=longest.where, new=cfg.max_new_tokens, ctx=ctx)
             )
         data, val = super().sources(cfg, tok, model, train_ex, val_ex, run=run, packing=False, base_name=base_name)
-        self.teacher = load_teacher(cfg, run=run)
+        self.teacher = load_teacher(cfg, run=run, like=model)
         sampling = SamplingParams(
             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, stop_ids=tuple(end_of_turn_ids(tok))
         )

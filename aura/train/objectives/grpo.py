@@ -102,10 +102,15 @@ def completion_logps(
 
 
 def _can_share_prompts(model, batch: dict[str, torch.Tensor]) -> bool:
-    """Rows repeat a prompt, and the model keeps a KV cache in this pass (activation checkpointing drops it
-    when gradients flow)."""
+    """Rows repeat a prompt, the model keeps a KV cache in this pass (activation checkpointing drops it when
+    gradients flow), and it is not FSDP2-sharded (each forward gathers the weights with the other ranks, and
+    their rows repeat prompts differently)."""
+    from aura.distributed import strategy_of
+
     rows = batch.get("prompt_rows")
     if rows is None or rows.numel() == batch["input_ids"].shape[0]:
+        return False
+    if strategy_of(model) == "fsdp":  # two forwards on some ranks, one on others: their all-gathers would not pair
         return False
     if torch.is_grad_enabled() and model.training:
         return not any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())

@@ -32,11 +32,21 @@ M = Messages(
             "--{flag} no puede ser negativo (recibido: {value}).",
             "--{flag} cannot be negative (got: {value}).",
         ),
-        "strategy": (
-            "GRPO se entrena en un proceso o con DDP (--strategy ddp): cada rango genera con el modelo "
-            "completo. --strategy {strategy} y --deepspeed no se admiten todavía.",
-            "GRPO trains on one process or with DDP (--strategy ddp): every rank samples with the whole model. "
-            "--strategy {strategy} and --deepspeed are not supported yet.",
+        "zero3": (
+            "GRPO no admite DeepSpeed ZeRO-3 ({path}: zero_optimization.stage 3): cada rango genera sus "
+            "respuestas con todos los pesos del modelo, y ZeRO-3 los reparte. Usa la etapa 2 (o 0/1) o "
+            "--strategy fsdp, que junta los pesos para generar.",
+            "GRPO does not take DeepSpeed ZeRO-3 ({path}: zero_optimization.stage 3): every rank samples its "
+            "completions with all of the model's weights, and ZeRO-3 partitions them. Use stage 2 (or 0/1) or "
+            "--strategy fsdp, which gathers the weights to sample.",
+        ),
+        "vllm_fsdp": (
+            "--rollout-engine vllm no se combina con --strategy fsdp: cada paso copia a vLLM los pesos enteros "
+            "del modelo, y con FSDP2 cada rango solo tiene su parte. Usa --rollout-engine torch (junta los pesos "
+            "para generar) o --strategy ddp.",
+            "--rollout-engine vllm does not combine with --strategy fsdp: every step copies the model's whole "
+            "weights into vLLM, and under FSDP2 each rank holds only its shard. Use --rollout-engine torch (it "
+            "gathers the weights to sample) or --strategy ddp.",
         ),
         "qlora_vllm": (
             "--rollout-engine vllm no admite --method qlora: la base en 4 bits no se puede copiar a los "

@@ -3,8 +3,10 @@
 Prompts (``aura.data.prompts``) and rewards (``aura.data.rewards``, a user's file imported before the model
 loads, so its mistakes show first), the rollout source (``aura.train.objectives.rollout``) with Aura's
 sampler or vLLM, the GRPO objective, the reference (the base with the adapter disabled for LoRA/QLoRA, a
-frozen copy for full fine-tuning, none with ``--beta 0``) and an evaluator: the mean reward of greedy
-completions of the validation prompts, every ``--eval-interval`` steps (else once per epoch).
+frozen copy for full fine-tuning, sharded like the model under FSDP2, none with ``--beta 0``) and an evaluator:
+the mean reward of greedy completions of the validation prompts, every ``--eval-interval`` steps (else once per
+epoch). One process, DDP, FSDP2 and DeepSpeed ZeRO-1/2; not ZeRO-3, whose partitioned weights the rollouts
+would need whole, nor vLLM with FSDP2.
 """
 
 from __future__ import annotations
@@ -156,7 +158,10 @@ class GRPOSetup(ObjectiveSetup):
 
     @classmethod
     def check_across(cls, cfg) -> None:
-        """No preference flag GRPO cannot honour, one process or DDP, vLLM where it runs; --beta 0 by default."""
+        """No preference flag GRPO cannot honour, no DeepSpeed ZeRO-3 (its rollouts need whole weights), vLLM
+        where it runs (not with FSDP2's shards); --beta 0 by default."""
+        from aura.train.optim.deepspeed import zero_stage
+
         for flag, bad in (
             ("dpo-loss", cfg.dpo_loss != "sigmoid"),
             ("label-smoothing", cfg.label_smoothing),
@@ -170,8 +175,10 @@ class GRPOSetup(ObjectiveSetup):
             raise AuraError(AM("positive", flag="max-prompt-length", value=cfg.max_prompt_length))
         if cfg.beta is not None and cfg.beta < 0:
             raise AuraError(AM("not_negative", flag="beta", value=cfg.beta))
-        if cfg.deepspeed or cfg.strategy not in ("auto", "ddp", "none"):
-            raise AuraError(AM("strategy", strategy=cfg.strategy))
+        if cfg.deepspeed and zero_stage(cfg.deepspeed) == 3:
+            raise AuraError(AM("zero3", path=cfg.deepspeed))
+        if cfg.rollout_engine == "vllm" and cfg.strategy == "fsdp":
+            raise AuraError(AM("vllm_fsdp"))
         if cfg.rollout_engine == "vllm" and cfg.method == "qlora":
             raise AuraError(AM("qlora_vllm"))
         if cfg.rollout_engine == "vllm":
@@ -334,8 +341,9 @@ def _source_class(cfg, tok, tools) -> tuple[type, dict]:
 
 def rollouts(cfg, tok, model, train_ex: list, val_ex: list, rewards, *, run, base_name: str, tools=None):
     """The rollout source for ``model`` (not yet parallelised: the source samples with this very module, whose
-    parameters the parallel wrapper shares); with ``tools`` (a ToolBox) the multi-turn one, whose sampler also
-    stops at ``</tool_call>``."""
+    parameters DDP's wrapper and DeepSpeed's engine share, and which FSDP2 shards in place: it then samples from
+    the weights gathered for the window, ``aura.distributed.whole_weights``); with ``tools`` (a ToolBox) the
+    multi-turn one, whose sampler also stops at ``</tool_call>``."""
     from aura.inference.loading import end_of_turn_ids
     from aura.inference.sampling import SamplingParams
     from aura.models.presets import context_length
@@ -451,35 +459,37 @@ class RewardEvaluator:
     def __call__(self, model, *, dist) -> dict[str, float]:
         import torch
 
+        from aura.distributed import whole_weights
         from aura.inference.sampling import sample_batch
 
         mine = self.prompts[dist.rank :: dist.world_size]
         sums = torch.zeros(len(self.rewards.rewards) + 1, dtype=torch.float64)
-        for start in range(0, len(mine), self.batch_size):
-            chunk = mine[start : start + self.batch_size]
-            completions = sample_batch(
-                self.model,
-                [p.input_ids for p in chunk],
-                self.sampling,
-                pad_id=self.tok.pad_token_id,
-                device=dist.device,
-                tokenizer=self.tok,
-            )
-            for p, ids in zip(chunk, completions):
-                text = self.tok.decode(ids, skip_special_tokens=True)
-                scores = [
-                    s[0]
-                    for s in self.rewards.scores(
-                        prompt_text=p.item.text,
-                        prompt_messages=p.item.messages,
-                        where=p.item.where,
-                        completions=[text],
-                        completion_ids=[ids],
-                        fields={**p.item.fields, "answer": p.item.answer},
-                    )
-                ]
-                sums[0] += sum(r.weight * s for r, s in zip(self.rewards.rewards, scores))
-                sums[1:] += torch.tensor(scores, dtype=torch.float64)
+        with whole_weights(self.model):  # FSDP2: each rank samples its own lengths, no collective inside
+            for start in range(0, len(mine), self.batch_size):
+                chunk = mine[start : start + self.batch_size]
+                completions = sample_batch(
+                    self.model,
+                    [p.input_ids for p in chunk],
+                    self.sampling,
+                    pad_id=self.tok.pad_token_id,
+                    device=dist.device,
+                    tokenizer=self.tok,
+                )
+                for p, ids in zip(chunk, completions):
+                    text = self.tok.decode(ids, skip_special_tokens=True)
+                    scores = [
+                        s[0]
+                        for s in self.rewards.scores(
+                            prompt_text=p.item.text,
+                            prompt_messages=p.item.messages,
+                            where=p.item.where,
+                            completions=[text],
+                            completion_ids=[ids],
+                            fields={**p.item.fields, "answer": p.item.answer},
+                        )
+                    ]
+                    sums[0] += sum(r.weight * s for r, s in zip(self.rewards.rewards, scores))
+                    sums[1:] += torch.tensor(scores, dtype=torch.float64)
         count = torch.tensor([float(len(mine))], dtype=torch.float64)
         if dist.is_distributed:
             sums = dist.all_reduce(sums.to(dist.comm_device), "sum").cpu()

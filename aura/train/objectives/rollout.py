@@ -200,6 +200,7 @@ class RolloutSource:
     @torch.no_grad()
     def window(self, epoch: int, window: int) -> list[dict]:
         """The micro-batches of ``window``: sampled, scored, with advantages (and reference log-probs)."""
+        from aura.distributed import whole_weights
         from aura.train.optim.step_engine import autocast_context
 
         started = time.perf_counter()
@@ -211,16 +212,18 @@ class RolloutSource:
         self.policy.eval()
         own = self.generate == self._sample  # an external engine (vLLM) keeps its own dtypes: no autocast
         try:
-            completions, sampler_logps = self._draw(rows, keys, own=own)
-            with autocast_context(self.precision, self.dist.device):
-                scores = self._score(rows, completions)  # (R, n) this rank's raw rewards
-            resampled = 0
-            for attempt in range(1, self.rounds + 1 if self.dynamic == "resample" else 1):
-                again = self._groups_to_resample(epoch, window, scores, attempt)
-                if not again:
-                    break
-                resampled += len(again)
-                self._resample(epoch, window, attempt, again, rows, completions, sampler_logps, scores, own=own)
+            # FSDP2: gathered once for every draw of the window (a rank may draw more turns or groups than another)
+            with whole_weights(self.policy) if own else contextlib.nullcontext():
+                completions, sampler_logps = self._draw(rows, keys, own=own)
+                with autocast_context(self.precision, self.dist.device):
+                    scores = self._score(rows, completions)  # (R, n) this rank's raw rewards
+                resampled = 0
+                for attempt in range(1, self.rounds + 1 if self.dynamic == "resample" else 1):
+                    again = self._groups_to_resample(epoch, window, scores, attempt)
+                    if not again:
+                        break
+                    resampled += len(again)
+                    self._resample(epoch, window, attempt, again, rows, completions, sampler_logps, scores, own=own)
             with autocast_context(self.precision, self.dist.device):
                 advantages, stats, kept = self._advantages(scores, completions, resampled=resampled)
                 batches = [
@@ -403,12 +406,19 @@ def sample_completions(policy, prompt_ids: list[list[int]], keys: list[int], *, 
     layer packed for oneDNN (``aura.inference.packed``): the same tokens up to fp32 rounding, sooner.
     Elsewhere (bf16/fp16, CUDA) it samples from a merged copy in the compute dtype, without peft's wrappers
     or autocast (``compute_view``), and returns the sampler's log-probs with the completions when that copy
-    is not fp32 (GRPO's truncated importance-sampling correction)."""
+    is not fp32 (GRPO's truncated importance-sampling correction). An FSDP2-sharded policy samples from its
+    whole weights, gathered once for the call (``aura.distributed.whole_weights``): each rank's completions end
+    at their own lengths, so no collective may run while they are drawn."""
+    from aura.distributed import strategy_of, whole_weights
     from aura.inference.decode import decode_batch
     from aura.inference.packed import packed_view
 
-    common = dict(pad_id=tokenizer.pad_token_id, device=device, tokenizer=tokenizer, keys=keys, graphs=True)
+    # no CUDA graphs through FSDP2's hooks: its gathered weights need not keep their addresses from one rollout
+    # to the next, which a captured graph assumes (not run on a GPU yet: the conservative path)
+    graphs = strategy_of(policy) != "fsdp"
+    common = dict(pad_id=tokenizer.pad_token_id, device=device, tokenizer=tokenizer, keys=keys, graphs=graphs)
     with contextlib.ExitStack() as views:
+        views.enter_context(whole_weights(policy))  # FSDP2: gathered once, then no collective while sampling
         merged = merged_view(policy, precision=precision, device=device)
         if merged is None:
             dtype = COMPUTE_DTYPES.get(precision, torch.float32)

@@ -130,6 +130,12 @@ def read_config(path: str | Path) -> dict:
     return config
 
 
+def zero_stage(path: str | Path) -> int:
+    """The ZeRO stage the DeepSpeed config at ``path`` asks for (0 where it names none)."""
+    zero = read_config(path).get("zero_optimization")
+    return zero.get("stage", 0) if isinstance(zero, dict) else 0
+
+
 def ds_config(
     user: dict, *, batch_size: int, accumulation: int, world_size: int, max_grad_norm: float, precision: str
 ) -> dict:
