@@ -2,8 +2,9 @@
 
 * ``process``: torchrun environment -> ``DistInfo``; process-group set-up and tear-down.
 * ``parallel``: strategy choice and ``parallelize`` (activation checkpointing -> compile -> FSDP2/DDP),
-  ``place_frozen`` (a frozen reference copy, sharded where the model is), ``strategy_of``, ``unwrap``, ``no_sync``,
-  ``whole_weights`` (an FSDP2 model's weights gathered for sampling).
+  ``strategy_of``, ``unwrap``, ``no_sync``.
+* ``weights``: ``place_frozen`` (a frozen reference or teacher, sharded where the model is) and ``whole_weights``
+  (an FSDP2 model's weights gathered for sampling).
 * ``sync``: the cross-rank weight check (``Sync=`` in the log).
 * ``comm``: DDP communication hooks for slow links (``--ddp-comm none|bf16|powersgd``), their timing
   (the communication share in the log) and PowerSGD's checkpointed per-rank state.
@@ -44,11 +45,11 @@ _EXPORTS = {
     "is_quantized": "parallel",
     "no_sync": "parallel",
     "parallelize": "parallel",
-    "place_frozen": "parallel",
+    "place_frozen": "weights",
     "strategy_of": "parallel",
     "training_state_bytes": "parallel",
     "unwrap": "parallel",
-    "whole_weights": "parallel",
+    "whole_weights": "weights",
     "sync_check": "sync",
     "sync_status": "sync",
 }
@@ -64,11 +65,9 @@ if TYPE_CHECKING:
         is_quantized as is_quantized,
         no_sync as no_sync,
         parallelize as parallelize,
-        place_frozen as place_frozen,
         strategy_of as strategy_of,
         training_state_bytes as training_state_bytes,
         unwrap as unwrap,
-        whole_weights as whole_weights,
     )
     from aura.distributed.process import (
         DistInfo as DistInfo,
@@ -80,6 +79,7 @@ if TYPE_CHECKING:
         under_torchrun as under_torchrun,
     )
     from aura.distributed.sync import sync_check as sync_check, sync_status as sync_status
+    from aura.distributed.weights import place_frozen as place_frozen, whole_weights as whole_weights
 
 
 def __getattr__(name: str):

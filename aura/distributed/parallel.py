@@ -87,21 +87,6 @@ M = Messages(
             "With --ddp-comm {mode}, DDP's all-reduce is compressed, and this run uses {strategy}: drop "
             "--ddp-comm or use --strategy ddp.",
         ),
-        "frozen_sharded": (
-            "{what} se reparte con FSDP2 entre {world:proceso|procesos}: {shard} por proceso en vez de "
-            "{whole} ({why}).",
-            "{what} is sharded with FSDP2 over {world:rank|ranks}: {shard} per rank instead of {whole} ({why}).",
-        ),
-        "role_reference": (
-            "La copia congelada del modelo (la referencia)",
-            "The frozen copy of the model (the reference)",
-        ),
-        "role_teacher": ("El maestro congelado (--teacher)", "The frozen teacher (--teacher)"),
-        "frozen_why_fsdp": ("el modelo que se entrena también se reparte", "the model being trained is sharded too"),
-        "frozen_why_room": (
-            "entera no cabría junto al estado de entrenamiento, {need} de {have}",
-            "whole it would not fit beside the training state, {need} of {have}",
-        ),
         "single_ignored": (
             "Un solo proceso: {flag} no se aplica (no hay comunicación entre procesos).",
             "A single process: {flag} does not apply (there is no communication between ranks).",
@@ -115,10 +100,10 @@ STRATEGIES = ("auto", "ddp", "fsdp", "none")
 # and AdamW's two fp32 moments. Frozen parameters (LoRA bases) cost only their weight.
 _ADAMW_BYTES = 8
 # Share of device memory the model state may take; the rest is activations, workspace, fragmentation.
-_STATE_SHARE = 0.5
+STATE_SHARE = 0.5
 
 
-def _fsdp_api():
+def fsdp_api():
     try:  # public since torch 2.6
         from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
     except ImportError:  # torch 2.4 / 2.5
@@ -175,7 +160,7 @@ def choose_strategy(
         return "ddp", M("why_quantized")
     need = training_state_bytes(model)
     have = device_memory if device_memory is not None else device_memory_bytes(dist)
-    budget = int(have * _STATE_SHARE)
+    budget = int(have * STATE_SHARE)
     if need <= budget:
         return "ddp", M("why_fits", need=human_bytes(need), have=human_bytes(have))
     shard = need // dist.world_size
@@ -184,90 +169,6 @@ def choose_strategy(
     return "fsdp", M(
         "why_too_big", need=human_bytes(need), have=human_bytes(have), world=dist.world_size, shard=human_bytes(shard)
     )
-
-
-def place_frozen(
-    module: torch.nn.Module,
-    *,
-    like: torch.nn.Module,
-    dist: DistInfo,
-    strategy: str = "auto",
-    device_memory: int | None = None,
-    role: str = "reference",
-) -> torch.nn.Module:
-    """A frozen module that runs beside the model being trained (full fine-tuning's reference, a copy of
-    ``like`` before training; ``role`` "teacher": distillation's teacher, as the log names it), on
-    ``dist.device``: sharded with FSDP2 block by block (its forward gathers one block at a time: 1/world of
-    its weights stay on each rank) when ``parallelize`` will shard ``like``, or when a whole copy would not
-    fit beside ``like``'s training state under DDP; else whole. Never wrapped in DDP: it has no gradients. A
-    copy of the whole model on every rank is what FSDP exists to avoid."""
-    from aura.core.atomic import human_bytes
-
-    module.requires_grad_(False)
-    if dist.world_size == 1 or is_quantized(module):
-        return module.to(dist.device)
-    chosen, _ = choose_strategy(like, dist=dist, strategy=strategy, device_memory=device_memory, quiet=True)
-    whole = sum(p.numel() * p.element_size() for p in module.parameters())
-    have = device_memory if device_memory is not None else device_memory_bytes(dist)
-    need = training_state_bytes(like) + whole
-    why = M("frozen_why_fsdp")
-    if chosen == "ddp" and strategy == "auto" and need > int(have * _STATE_SHARE):
-        chosen, why = "fsdp", M("frozen_why_room", need=human_bytes(need), have=human_bytes(have))
-    if chosen != "fsdp":
-        return module.to(dist.device)
-    from torch.distributed.device_mesh import init_device_mesh
-
-    _, _, fully_shard = _fsdp_api()
-    mesh = init_device_mesh(dist.device.type, (dist.world_size,))
-    for block in find_blocks(module):
-        fully_shard(block, mesh=mesh)
-    fully_shard(module, mesh=mesh)
-    console.info(
-        M(
-            "frozen_sharded",
-            what=M(f"role_{role}"),
-            world=dist.world_size,
-            shard=human_bytes(whole // dist.world_size),
-            whole=human_bytes(whole),
-            why=why,
-        )
-    )
-    return module
-
-
-_WHOLE: set[int] = set()  # ids of the models inside a ``whole_weights`` block
-
-
-@contextlib.contextmanager
-def whole_weights(model: torch.nn.Module) -> Iterator[None]:
-    """Every FSDP2 module of ``model`` unsharded for a block of forwards whose number may differ between ranks
-    (sampling: each rank's completions stop at their own lengths). On entry one all-gather per FSDP2 module, in
-    the same order on every rank; inside, every forward runs on the local whole weights with no collective (the
-    modules do not reshard after forward); on exit each is resharded (no collective) and its own
-    reshard-after-forward setting put back. Every rank enters and leaves together; a block nested in another
-    for the same model (a multi-turn rollout, resampled groups) gathers nothing more. Holds the whole weights on
-    every rank while open (what one process holds). A no-op for a model without FSDP2 modules (one process,
-    DDP, DeepSpeed ZeRO-1/2: the weights are whole already)."""
-    modules = [m for m in model.modules() if isinstance(m, _fsdp_api()[0])]
-    if not modules or id(model) in _WHOLE:  # nested: the outer block gathered them and reshards them
-        yield
-        return
-    _WHOLE.add(id(model))
-    # FSDP2 has a setter for this flag but no getter: the groups' own record of it is read to restore it exactly
-    groups = [g for m in modules for g in m._get_fsdp_state()._fsdp_param_groups]
-    saved = [g.post_forward_mesh_info for g in groups]
-    for m in modules:
-        m.set_reshard_after_forward(False, recurse=False)
-    try:
-        for m in modules:
-            m.unshard()
-        yield
-    finally:
-        _WHOLE.discard(id(model))
-        for m in modules:
-            m.reshard()
-        for g, info in zip(groups, saved):
-            g.post_forward_mesh_info = info
 
 
 def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -386,7 +287,7 @@ def _shard(model, blocks: list, *, dist: DistInfo, dtype, reshard_after_forward:
     gradient reduction."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    _, MixedPrecisionPolicy, fully_shard = _fsdp_api()
+    _, MixedPrecisionPolicy, fully_shard = fsdp_api()
     mesh = init_device_mesh(dist.device.type, (dist.world_size,))
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else MixedPrecisionPolicy()
     for i, block in enumerate(blocks):
@@ -442,7 +343,7 @@ def strategy_of(model: torch.nn.Module) -> str:
 
     if isinstance(model, DistributedDataParallel):
         return "ddp"
-    if isinstance(model, _fsdp_api()[0]):
+    if isinstance(model, fsdp_api()[0]):
         return "fsdp"
     return "deepspeed" if is_deepspeed_engine(model) else "none"
 
