@@ -3,7 +3,8 @@ allocates without bound, writes outside its folder or opens a socket (and nothin
 tool returns its value; tools are read from a .py or a .yaml file and offered through the chat template; a
 completion that calls a tool gets the tool turn appended with ``tool_mask`` 0 and the loss ignores those
 tokens (and the ids and mask are those of TRL's ``_tool_call_loop``); a CLI run on a tiny model makes real
-calculator calls and resumes exactly after SIGTERM and kill -9; 2 DDP ranks equal one process."""
+calculator calls and resumes exactly after SIGTERM and kill -9; the validation reward follows the calls
+through the same loop; 2 DDP ranks equal one process."""
 
 from __future__ import annotations
 
@@ -394,6 +395,42 @@ def test_the_tool_loop_appends_the_ids_and_mask_trls_tool_call_loop_does(env):
     assert [list(c) for c in ours] == trl_ids
     assert [c.tool_mask for c in ours] == tool_mask
     assert 0 in tool_mask[0] and source.calls == 1
+
+
+def test_the_validation_reward_follows_the_tool_calls_as_training_does(env):
+    """``--val-fraction`` with ``--tools``: the validation's greedy completions go on after their calls through
+    the training's own loop (the same ids and tool mask as a training window sampled greedily), and the reward
+    reads the final turn: 15 after the calculator's 15, where a single turn (the call alone) scores 0."""
+    import dataclasses
+
+    import torch
+
+    from aura.distributed import DistInfo
+    from aura.inference.sampling import sample_batch
+    from aura.train.objectives.grpo import GRPO
+    from aura.train.objectives.grpo_eval import RewardEvaluator
+
+    def greedy(prompts, keys):
+        sampling = dataclasses.replace(source.sampling, temperature=0.0)
+        tok = source.tok
+        return sample_batch(source.policy, prompts, sampling, pad_id=tok.pad_token_id, device="cpu", tokenizer=tok)
+
+    source = _source(env, greedy, max_new=128)
+    common = dict(
+        model=source.policy, rewards=source.rewards, tokenizer=source.tok, sampling=source.sampling, batch_size=2
+    )
+    tools = dict(tools=source.tools, max_turns=source.max_turns, end_of_turn=source.end_of_turn)
+    evaluator = RewardEvaluator(source.prompts, **common, interval=1, tools=tools)
+    (ours,) = evaluator.complete([p.input_ids for p in source.prompts], device=torch.device("cpu"))
+    (batch,) = source.window(0, 0)
+    p = batch["input_ids"].shape[1] - batch["completion_mask"].shape[1]
+    assert 0 in ours.tool_mask  # a call made, its tool turn appended
+    assert batch["input_ids"][0, p : p + len(ours)].tolist() == list(ours)
+    assert batch["completion_mask"][0, : len(ours)].tolist() == ours.tool_mask
+    stats = dict(zip(GRPO(tools=True, reward_names=["exact-answer"]).stat_names, batch["rollout_stats"].tolist()))
+    scores = evaluator(source.policy, dist=DistInfo())
+    assert scores["val_reward/exact-answer"] == stats["reward"] == 1.0
+    assert RewardEvaluator(source.prompts, **common, interval=1)(source.policy, dist=DistInfo())["val_reward"] == 0
 
 
 # ---------------------------------------------------------------------------------------------------
