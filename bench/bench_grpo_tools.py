@@ -1,19 +1,24 @@
 """GRPO with tools learns on a CPU: the shipped calculator (``aura/resources/tools/calculadora.py``), a tiny Llama
-and Spanish math prompts, multi-turn rollouts with real sandboxed calls.
+and Spanish arithmetic questions, multi-turn rollouts with real sandboxed calls; the reward rises through the
+tool.
 
-The model is a random tiny Llama given a few supervised steps (``tests.tiny_models.build_tool_caller`` with
-``copies``): call ``calcular("12 + 3")``, read a made-up output (a random number from 20 to 99, never 15) and
-answer by copying it. Every prompt's answer is 15, which the model never saw as an answer: it is reached by
-making a well-formed call (the real calculator returns 15) and copying its output; the reward is
-``exact-answer`` on the final turn. The hope: GRPO raises the share of conversations that call the tool well
-and answer with its output. Measured so far (docs/benchmarks.md): the calls are made and run (most
-completions call, a few calls fail), but the tiny model does not learn to copy the tool's output within its
-warm-up, so no completion earns the reward and GRPO has no signal; a run whose reward rises through the tool
-is still to be found (a longer warm-up, or a real small model). The script prints the mean
-reward and the tool calls per step of the first and last steps, the calls and failed calls, the run's seconds,
-and first what one sandboxed call of the calculator costs (the median of 20: a fresh ``python -I`` process).
+The model (``tests.tiny_tool_models.build_tool_copier``): a tiny Llama (d 128, 4 layers, a BPE of 800 tokens
+that splits digits one by one) given ``--warmup`` supervised steps (mini-batches of 32) on 600 made-up
+conversations: a question ``a OP b`` (two-digit numbers, + - *, six phrasings), a call
+``calcular("a OP b")`` that copies its numbers, a *made-up* tool output (a random number, never the true
+value) and ``Respuesta: R`` that copies it. It learns to call and to copy, never any arithmetic. The GRPO
+prompts are ``--prompts`` other questions (no expression of theirs is in the warm-up) whose answer is the true
+value: a completion earns ``exact-answer`` (on its final turn) only by a call that copies the question's
+numbers and an answer that copies what the real calculator returned. The warm-up leaves both copies
+imperfect, so groups have a signal; GRPO (LoRA, G 8, 2 questions per step, each of the 8 questions every 4
+steps) should raise the share of right answers. Whether the gain is a skill or these questions' answers, 32
+held-out questions (in neither the warm-up nor GRPO) tell: their greedy reward through the calculator (GRPO's
+validation reward, ``aura.train.objectives.grpo_eval``) before and after GRPO. The script prints first what
+one sandboxed call of the calculator costs (the median of 20: a fresh ``python -I`` process), then the mean
+reward, the calls and failed calls per step, the first-k and last-k means, the held-out reward before and
+after, and the run's seconds.
 
-    python bench/bench_grpo_tools.py                 # 8 steps (the published run)
+    python bench/bench_grpo_tools.py                 # the published run
     python bench/bench_grpo_tools.py --steps 4       # a quick look
 """
 
@@ -30,18 +35,58 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+CALCULATOR = ROOT / "aura" / "resources" / "tools" / "calculadora.py"
 
 
-def run(steps: int, out_dir: Path, *, warmup: int, lr: float, prompts: int, copies: int) -> list[dict]:
+def held_out_reward(model_dir: Path, data: Path, adapter: Path | None = None) -> float:
+    """The mean ``exact-answer`` of greedy conversations on the questions of ``data``, through the calculator:
+    GRPO's validation reward (``aura.train.objectives.grpo_eval.RewardEvaluator`` with tools)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aura.data.prompts import encode_prompts, load_prompts
+    from aura.data.rewards import RewardSet, parse_reward
+    from aura.distributed import DistInfo
+    from aura.inference.loading import end_of_turn_ids
+    from aura.inference.sampling import SamplingParams
+    from aura.inference.tools import ToolBox, load_tools
+    from aura.train.objectives.grpo_eval import RewardEvaluator
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter).eval()
+    tools = ToolBox(load_tools(CALCULATOR))
+    prompts = encode_prompts(load_prompts(data), tok, templated=True, tools=tools.schemas)
+    ends = list(end_of_turn_ids(tok))
+    sampling = SamplingParams(max_new_tokens=96, stop_ids=tuple(ends), stop_strings=("</tool_call>",))
+    evaluator = RewardEvaluator(
+        prompts,
+        model=model,
+        rewards=RewardSet([parse_reward("exact-answer")]),
+        tokenizer=tok,
+        sampling=sampling,
+        batch_size=8,
+        interval=1,
+        tools=dict(tools=tools, max_turns=2, end_of_turn=ends),
+    )
+    return evaluator(model, dist=DistInfo())["val_reward"]
+
+
+def run(
+    steps: int, out_dir: Path, *, warmup: int, lr: float, prompts: int, held_out: int
+) -> tuple[list[dict], float, float]:
     from aura.train.finetune import finetune
     from aura.train.finetune_config import FinetuneConfig
-    from tests.tiny_models import build_tool_caller
+    from tests.tiny_tool_models import arithmetic_prompts, build_tool_copier
 
-    rows = [json.loads(ln) for ln in (ROOT / "aura/resources/math_es/train.jsonl").read_text().splitlines()[:prompts]]
-    prompts = [r["prompt"][:60] for r in rows]
-    data = out_dir / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": p, "answer": "15"}, ensure_ascii=False) + "\n" for p in prompts))
-    model = build_tool_caller(out_dir, prompts, steps=warmup, copies=copies)
+    questions = arithmetic_prompts(prompts + held_out, seed=1234)
+    data, unseen = out_dir / "prompts.jsonl", out_dir / "held_out.jsonl"
+    for path, part in ((data, questions[:prompts]), (unseen, questions[prompts:])):
+        path.write_text("".join(json.dumps({"prompt": q, "answer": v}, ensure_ascii=False) + "\n" for q, _, v in part))
+    model = build_tool_copier(out_dir, skip=frozenset(e for _, e, _ in questions), steps=warmup)
+    before = held_out_reward(model, unseen)
     cfg = FinetuneConfig(
         output_dir=out_dir / "run",
         base_model=str(model),
@@ -49,12 +94,12 @@ def run(steps: int, out_dir: Path, *, warmup: int, lr: float, prompts: int, copi
         objective="grpo",
         method="lora",
         max_steps=steps,
-        num_generations=4,
-        batch_size=4,
+        num_generations=8,
+        batch_size=8,
         gradient_accumulation_steps=2,
-        max_completion_length=128,
+        max_completion_length=96,
         reward=["exact-answer"],
-        tools=str(ROOT / "aura/resources/tools/calculadora.py"),
+        tools=str(CALCULATOR),
         max_tool_turns=2,
         lora_r=16,
         lora_dropout=0.0,
@@ -68,8 +113,9 @@ def run(steps: int, out_dir: Path, *, warmup: int, lr: float, prompts: int, copi
         seed=0,
     )
     assert finetune(cfg) == 0
+    after = held_out_reward(model, unseen, adapter=out_dir / "run" / "final")
     with open(out_dir / "run" / "training_log.csv", newline="") as f:
-        return [r for r in csv.DictReader(f) if r["kind"] == "step"]
+        return [r for r in csv.DictReader(f) if r["kind"] == "step"], before, after
 
 
 def sandbox_ms(n: int = 20) -> float:
@@ -81,7 +127,7 @@ def sandbox_ms(n: int = 20) -> float:
     times = []
     for i in range(n):
         started = time.perf_counter()
-        assert call(str(ROOT / "aura/resources/tools/calculadora.py"), "calcular", {"expresion": f"{i} + 1"}).ok
+        assert call(str(CALCULATOR), "calcular", {"expresion": f"{i} + 1"}).ok
         times.append((time.perf_counter() - started) * 1000)
     return statistics.median(times)
 
@@ -90,18 +136,20 @@ def main() -> None:
     from figures import figure
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--warmup", type=int, default=40, help="supervised steps that teach calling and copying")
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--copies", type=int, default=3, help="made-up tool outputs per prompt in the warm-up")
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--warmup", type=int, default=150, help="supervised steps that teach calling and copying")
+    ap.add_argument("--prompts", type=int, default=8, help="GRPO questions (2 per step, every one each 4 steps)")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--held-out", type=int, default=32, help="questions in neither the warm-up nor GRPO")
     args = ap.parse_args()
     figure("grpo_tools.sandbox_call_ms", f"{sandbox_ms():.0f} ms")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = run(args.steps, Path(tmp), warmup=args.warmup, lr=args.lr, prompts=args.prompts, copies=args.copies)
+        rows, before, after = run(
+            args.steps, Path(tmp), warmup=args.warmup, lr=args.lr, prompts=args.prompts, held_out=args.held_out
+        )
     seconds = time.perf_counter() - started
-    k = max(1, min(6, len(rows) // 3))
+    k = max(1, min(8, len(rows) // 3))
 
     def mean(key: str, part: list[dict]) -> float:
         return sum(float(r[key]) for r in part) / len(part)
@@ -119,6 +167,8 @@ def main() -> None:
     figure("grpo_tools.tool_calls", f"{calls:.0f} ({failed:.0f} failed)")
     figure(f"grpo_tools.tool_calls.first_{k}_steps", f"{mean('tool_calls', rows[:k]):.2f}")
     figure(f"grpo_tools.tool_calls.last_{k}_steps", f"{mean('tool_calls', rows[-k:]):.2f}")
+    figure("grpo_tools.held_out_reward.before", f"{before:.3f}")
+    figure("grpo_tools.held_out_reward.after", f"{after:.3f}")
     print(f"{len(rows)} steps in {seconds:.0f} s (tiny model build and warm-up included)")
 
 
@@ -126,4 +176,4 @@ if __name__ == "__main__":
     main()
 
 # reproduce:
-# reproduce-quick: --steps 3 --warmup 8 --prompts 4 --copies 1
+# reproduce-quick: --steps 2 --warmup 10 --prompts 4 --held-out 4

@@ -3,7 +3,8 @@ allocates without bound, writes outside its folder or opens a socket (and nothin
 tool returns its value; tools are read from a .py or a .yaml file and offered through the chat template; a
 completion that calls a tool gets the tool turn appended with ``tool_mask`` 0 and the loss ignores those
 tokens (and the ids and mask are those of TRL's ``_tool_call_loop``); a CLI run on a tiny model makes real
-calculator calls and resumes exactly after kill -9; 2 DDP ranks equal one process."""
+calculator calls and resumes exactly after SIGTERM and kill -9; the validation reward follows the calls
+through the same loop; 2 DDP ranks equal one process."""
 
 from __future__ import annotations
 
@@ -396,15 +397,57 @@ def test_the_tool_loop_appends_the_ids_and_mask_trls_tool_call_loop_does(env):
     assert 0 in tool_mask[0] and source.calls == 1
 
 
+def test_the_validation_reward_follows_the_tool_calls_as_training_does(env):
+    """``--val-fraction`` with ``--tools``: the validation's greedy completions go on after their calls through
+    the training's own loop (the same ids and tool mask as a training window sampled greedily), and the reward
+    reads the final turn: 15 after the calculator's 15, where a single turn (the call alone) scores 0."""
+    import dataclasses
+
+    import torch
+
+    from aura.distributed import DistInfo
+    from aura.inference.sampling import sample_batch
+    from aura.train.objectives.grpo import GRPO
+    from aura.train.objectives.grpo_eval import RewardEvaluator
+
+    def greedy(prompts, keys):
+        sampling = dataclasses.replace(source.sampling, temperature=0.0)
+        tok = source.tok
+        return sample_batch(source.policy, prompts, sampling, pad_id=tok.pad_token_id, device="cpu", tokenizer=tok)
+
+    source = _source(env, greedy, max_new=128)
+    common = dict(
+        model=source.policy, rewards=source.rewards, tokenizer=source.tok, sampling=source.sampling, batch_size=2
+    )
+    tools = dict(tools=source.tools, max_turns=source.max_turns, end_of_turn=source.end_of_turn)
+    evaluator = RewardEvaluator(source.prompts, **common, interval=1, tools=tools)
+    (ours,) = evaluator.complete([p.input_ids for p in source.prompts], device=torch.device("cpu"))
+    (batch,) = source.window(0, 0)
+    p = batch["input_ids"].shape[1] - batch["completion_mask"].shape[1]
+    assert 0 in ours.tool_mask  # a call made, its tool turn appended
+    assert batch["input_ids"][0, p : p + len(ours)].tolist() == list(ours)
+    assert batch["completion_mask"][0, : len(ours)].tolist() == ours.tool_mask
+    stats = dict(zip(GRPO(tools=True, reward_names=["exact-answer"]).stat_names, batch["rollout_stats"].tolist()))
+    scores = evaluator(source.policy, dist=DistInfo())
+    assert scores["val_reward/exact-answer"] == stats["reward"] == 1.0
+    assert RewardEvaluator(source.prompts, **common, interval=1)(source.policy, dist=DistInfo())["val_reward"] == 0
+
+
 # ---------------------------------------------------------------------------------------------------
 # The CLI
 
 
-def test_grpo_with_the_calculator_calls_it_and_resumes_exactly(env, tmp_path):
+def test_grpo_with_the_calculator_calls_it_and_resumes_exactly_after_sigterm_and_kill_9(env, tmp_path):
     """The shipped calculator on a tiny model that learnt to call it: real sandboxed calls, logged
-    (``tool_calls``, ``tool_failures``); a run killed -9 once its step-2 checkpoint is saved, then resumed,
-    logs the very same steps as the straight run."""
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    (``tool_calls``, ``tool_failures``). A run stopped by SIGTERM after step 1 saves an interrupt checkpoint
+    (exit 3); resumed, saving every step, it is killed -9 once the next step is saved; resumed again, it
+    finishes: every step logs what the straight run logged (the conversations, their calls and rewards)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    straight, run = tmp_path / "straight", tmp_path / "interrupted"
     common = [
         "--base-model",
         env["model"],
@@ -432,14 +475,40 @@ def test_grpo_with_the_calculator_calls_it_and_resumes_exactly(env, tmp_path):
         "--val-fraction",
         0,
     ]
-    out = finetune(*common, "--output-dir", straight, "--save-steps", 2)
+    out = finetune(*common, "--output-dir", straight, "--save-steps", 0)
     assert "Tools from" in out and "calcular" in out
-    run_aura_killed(
-        "finetune", *common, "--output-dir", resumed, "--save-steps", 2, marker=resumed / "checkpoint-step-2"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", "finetune", *map(str, common), "--output-dir", str(run), "--save-steps", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1"),
     )
-    out = finetune(*common, "--output-dir", resumed, "--save-steps", 2, "--resume-from", "latest")
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "Step 1/4" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    text = "".join(lines) + proc.stdout.read()
+    assert proc.wait(timeout=300) == 3, text
+    stopped = int(next(run.glob("interrupt-step-*")).name.rsplit("-", 1)[1])
+    assert stopped < 4, text
+    out = run_aura_killed(
+        "finetune",
+        *common,
+        "--output-dir",
+        run,
+        "--save-steps",
+        1,
+        "--resume-from",
+        "latest",
+        marker=run / f"checkpoint-step-{stopped + 1}",
+    )
+    assert "Resumed from" in out and not (run / "final").exists()
+    out = finetune(*common, "--output-dir", run, "--save-steps", 0, "--resume-from", "latest")
     assert "Resumed from" in out
-    a, b = step_rows(straight), step_rows(resumed)
+    a, b = step_rows(straight), step_rows(run)
     assert set(a) == set(b) == {1, 2, 3, 4}
     keys = ["train_loss", "reward", "completion_length", "entropy", "clip_ratio", "tool_calls", "tool_failures"]
     for step in a:

@@ -59,10 +59,12 @@ def train_tokenizer(
     chat_template: bool = True,
     split: str | None = None,
     digits: bool = False,
+    extra: tuple[str, ...] = (),
 ) -> Path:
     """Train a byte-level BPE on the embedded corpus and save it as a HF tokenizer dir; ``split`` (a regex)
     pre-tokenises as Llama 3 / Qwen2 do (Split + ByteLevel without its own regex) instead of GPT-2's regex;
-    ``digits`` splits digits one by one before GPT-2's regex, as SmolLM/SmolLM2 do."""
+    ``digits`` splits digits one by one before GPT-2's regex, as SmolLM/SmolLM2 do; ``extra``: more texts to
+    train on, after the corpus (a chat template's markup, so that it takes few tokens)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -90,7 +92,11 @@ def train_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train([str(p) for p in sorted(CORPUS_DIR.glob("*.txt"))], trainer)
+    files = [str(p) for p in sorted(CORPUS_DIR.glob("*.txt"))]
+    if extra:
+        tok.train_from_iterator([*(Path(f).read_text(encoding="utf-8") for f in files), *extra], trainer)
+    else:
+        tok.train(files, trainer)
     hf = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=EOS,

@@ -3,10 +3,9 @@
 Prompts (``aura.data.prompts``) and rewards (``aura.data.rewards``, a user's file imported before the model
 loads, so its mistakes show first), the rollout source (``aura.train.objectives.rollout``) with Aura's
 sampler or vLLM, the GRPO objective, the reference (the base with the adapter disabled for LoRA/QLoRA, a
-frozen copy for full fine-tuning, sharded like the model under FSDP2, none with ``--beta 0``) and an evaluator:
-the mean reward of greedy completions of the validation prompts, every ``--eval-interval`` steps (else once per
-epoch). One process, DDP, FSDP2 and DeepSpeed ZeRO-1/2; not ZeRO-3, whose partitioned weights the rollouts
-would need whole, nor vLLM with FSDP2.
+frozen copy for full fine-tuning, sharded like the model under FSDP2, none with ``--beta 0``) and the validation
+reward's evaluator (``aura.train.objectives.grpo_eval``). One process, DDP, FSDP2 and DeepSpeed ZeRO-1/2; not
+ZeRO-3, whose partitioned weights the rollouts would need whole, nor vLLM with FSDP2.
 """
 
 from __future__ import annotations
@@ -272,6 +271,8 @@ class GRPOSetup(ObjectiveSetup):
         )
 
     def evaluators(self, cfg, tok, model, val_ex: list, data, *, steps_per_epoch: int) -> list:
+        from aura.train.objectives.grpo_eval import evaluators
+
         return evaluators(cfg, tok, model, val_ex, data, steps_per_epoch=steps_per_epoch)
 
     def finish(self, data, out):
@@ -437,81 +438,3 @@ def signal_summary(source, out):
         atomic_write_json(Path(out) / REWARD_SIGNAL, summary)
 
     return finish
-
-
-class RewardEvaluator:
-    """The mean reward (and each reward's) of greedy completions of the validation prompts (all ranks)."""
-
-    def __init__(
-        self, prompts: list, *, model, rewards, tokenizer, sampling, batch_size: int, interval: int, limit: int = 0
-    ):
-        self.prompts = prompts[:limit] if limit else prompts
-        self.model, self.rewards, self.tok, self.batch_size, self.interval = (
-            model,
-            rewards,
-            tokenizer,
-            batch_size,
-            interval,
-        )
-        self.sampling = dataclasses.replace(sampling, temperature=0.0)
-        self.names = ("val_reward",) + tuple(f"val_reward/{n}" for n in rewards.names)
-
-    def __call__(self, model, *, dist) -> dict[str, float]:
-        import torch
-
-        from aura.distributed import whole_weights
-        from aura.inference.sampling import sample_batch
-
-        mine = self.prompts[dist.rank :: dist.world_size]
-        sums = torch.zeros(len(self.rewards.rewards) + 1, dtype=torch.float64)
-        with whole_weights(self.model):  # FSDP2: each rank samples its own lengths, no collective inside
-            for start in range(0, len(mine), self.batch_size):
-                chunk = mine[start : start + self.batch_size]
-                completions = sample_batch(
-                    self.model,
-                    [p.input_ids for p in chunk],
-                    self.sampling,
-                    pad_id=self.tok.pad_token_id,
-                    device=dist.device,
-                    tokenizer=self.tok,
-                )
-                for p, ids in zip(chunk, completions):
-                    text = self.tok.decode(ids, skip_special_tokens=True)
-                    scores = [
-                        s[0]
-                        for s in self.rewards.scores(
-                            prompt_text=p.item.text,
-                            prompt_messages=p.item.messages,
-                            where=p.item.where,
-                            completions=[text],
-                            completion_ids=[ids],
-                            fields={**p.item.fields, "answer": p.item.answer},
-                        )
-                    ]
-                    sums[0] += sum(r.weight * s for r, s in zip(self.rewards.rewards, scores))
-                    sums[1:] += torch.tensor(scores, dtype=torch.float64)
-        count = torch.tensor([float(len(mine))], dtype=torch.float64)
-        if dist.is_distributed:
-            sums = dist.all_reduce(sums.to(dist.comm_device), "sum").cpu()
-            count = dist.all_reduce(count.to(dist.comm_device), "sum").cpu()
-        values = (sums / count.clamp(min=1)).tolist()
-        return dict(zip(self.names, values))
-
-
-def evaluators(cfg, tok, model, val_ex: list, source, *, steps_per_epoch: int) -> list:
-    """The validation-reward evaluator (none without validation prompts)."""
-    if not val_ex:
-        return []
-    limit = cfg.eval_batches * cfg.batch_size if cfg.eval_batches else 0
-    return [
-        RewardEvaluator(
-            val_ex,
-            model=model,
-            rewards=source.rewards,
-            tokenizer=tok,
-            sampling=source.sampling,
-            batch_size=cfg.batch_size,
-            interval=cfg.eval_interval or steps_per_epoch,
-            limit=limit,
-        )
-    ]

@@ -49,6 +49,67 @@ class Conversation(list):
         self.final = final
 
 
+def converse(
+    conversations: list[Conversation],
+    prompt_ids: list[list[int]],
+    *,
+    more,
+    tokenizer,
+    tools: ToolBox,
+    max_turns: int,
+    end_of_turn: list[int],
+    max_new: int,
+    logps: list | None = None,
+) -> tuple[int, int]:
+    """Go on with each conversation (its first turn sampled from ``prompt_ids``) after its tool calls, up to
+    ``max_turns`` times, ``max_new`` tokens in all (the module docstring): ``more(live, prompts, turn, budget)``
+    samples the next turn of the ``live`` conversations from their whole ``prompts``, at most ``budget``
+    tokens, and returns (their new ids, their log-probs or None). The conversations (and ``logps``) grow in
+    place; returns (calls made, calls failed)."""
+    calls = failures = 0
+    live = list(range(len(conversations)))
+    for turn in range(1, max_turns + 1):
+        live, made, failed = _call_tools(conversations, logps, live, tokenizer, tools, end_of_turn, max_new)
+        calls, failures = calls + made, failures + failed
+        if not live:
+            break
+        budget = [max_new - len(conversations[i]) for i in live]
+        new, new_logps = more(live, [prompt_ids[i] + list(conversations[i]) for i in live], turn, max(budget))
+        for j, i in enumerate(live):
+            ids = list(new[j])[: budget[j]]
+            c = conversations[i]
+            c.final = len(c)
+            c.extend(ids)
+            c.tool_mask.extend([1] * len(ids))
+            if logps is not None and new_logps is not None:
+                logps[i] = list(logps[i]) + list(new_logps[j])[: budget[j]]
+    return calls, failures
+
+
+def _call_tools(conversations, logps, live, tok, tools, end_of_turn, max_new) -> tuple[list[int], int, int]:
+    """Run the calls of the latest turn of each ``live`` conversation and append their tool turns: (the
+    conversations that go on: a call made, and its tool turn within the length limit; calls; failed calls)."""
+    go_on, calls, failures = [], 0, 0
+    for i in live:
+        c = conversations[i]
+        found = parse_tool_calls(tok.decode(c[c.final :], skip_special_tokens=False))
+        if not found:
+            continue
+        results = tools.run(found)
+        calls, failures = calls + len(found), failures + sum(not r.ok for r in results)
+        closing, suffix = tool_turn_ids(tok, found, results, end_of_turn=end_of_turn)
+        if c and c[-1] not in end_of_turn:  # stopped at </tool_call>: the template's end of turn first
+            suffix = closing + suffix
+        if len(c) + len(suffix) > max_new:
+            continue  # no room for the tool turn and an answer: the completion ends here (as TRL)
+        c.extend(suffix)
+        c.tool_mask.extend([0] * len(suffix))
+        if logps is not None:
+            logps[i] = list(logps[i]) + [0.0] * len(suffix)
+        go_on.append(i)
+    return go_on, calls, failures
+
+
 class ToolRolloutSource(RolloutSource):
     """GRPO rollouts in which the model may call tools (the module docstring)."""
 
@@ -68,22 +129,22 @@ class ToolRolloutSource(RolloutSource):
     def _draw(self, rows: list[int], keys: list[int], *, own: bool) -> tuple[list, list | None]:
         completions, logps = super()._draw(rows, keys, own=own)
         conversations = [Conversation(c) for c in completions]
-        live = list(range(len(rows)))
-        for turn in range(1, self.max_turns + 1):
-            live = self._call_tools(conversations, logps, live)
-            if not live:
-                break
-            budget = [self.sampling.max_new_tokens - len(conversations[i]) for i in live]
-            prompts = [self.prompts[rows[i]].input_ids + list(conversations[i]) for i in live]
-            new, new_logps = self._continue(prompts, [turn_key(keys[i], turn) for i in live], max(budget), own=own)
-            for j, i in enumerate(live):
-                ids = list(new[j])[: budget[j]]
-                c = conversations[i]
-                c.final = len(c)
-                c.extend(ids)
-                c.tool_mask.extend([1] * len(ids))
-                if logps is not None and new_logps is not None:
-                    logps[i] = list(logps[i]) + list(new_logps[j])[: budget[j]]
+
+        def more(live: list[int], prompts: list[list[int]], turn: int, budget: int):
+            return self._continue(prompts, [turn_key(keys[i], turn) for i in live], budget, own=own)
+
+        calls, failures = converse(
+            conversations,
+            [self.prompts[r].input_ids for r in rows],
+            more=more,
+            tokenizer=self.tok,
+            tools=self.tools,
+            max_turns=self.max_turns,
+            end_of_turn=self.end_of_turn,
+            max_new=self.sampling.max_new_tokens,
+            logps=logps,
+        )
+        self.calls, self.failures = self.calls + calls, self.failures + failures
         return conversations, logps
 
     def _continue(self, prompts, keys, budget: int, *, own: bool):
@@ -95,31 +156,6 @@ class ToolRolloutSource(RolloutSource):
             return self._generate(prompts, keys, own=own)
         finally:
             self.sampling = full
-
-    def _call_tools(self, conversations: list[Conversation], logps, live: list[int]) -> list[int]:
-        """Run the calls of the latest turn of each ``live`` conversation and append their tool turns; the
-        conversations that go on (a call made, and its tool turn within the length limit)."""
-        go_on = []
-        for i in live:
-            c = conversations[i]
-            text = self.tok.decode(c[c.final :], skip_special_tokens=False)
-            calls = parse_tool_calls(text)
-            if not calls:
-                continue
-            results = self.tools.run(calls)
-            self.calls += len(calls)
-            self.failures += sum(not r.ok for r in results)
-            closing, suffix = tool_turn_ids(self.tok, calls, results, end_of_turn=self.end_of_turn)
-            if c and c[-1] not in self.end_of_turn:  # stopped at </tool_call>: the template's end of turn first
-                suffix = closing + suffix
-            if len(c) + len(suffix) > self.sampling.max_new_tokens:
-                continue  # no room for the tool turn and an answer: the completion ends here (as TRL)
-            c.extend(suffix)
-            c.tool_mask.extend([0] * len(suffix))
-            if logps is not None:
-                logps[i] = list(logps[i]) + [0.0] * len(suffix)
-            go_on.append(i)
-        return go_on
 
     def _score(self, rows: list[int], completions: list[list[int]]) -> torch.Tensor:
         finals = [c[c.final :] if isinstance(c, Conversation) else c for c in completions]
