@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -109,7 +108,7 @@ def child_trl(a) -> list[tuple[float, float]]:
 
     class StepClock(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            ends.append((time.perf_counter(), time.process_time()))
+            ends.append(versus_trl.step_end())
 
     trainer = GKDTrainer(
         model=model,

@@ -14,7 +14,9 @@ its own key (``aura.train.objectives.rollout.row_key``, ``sample_completions``),
 the very same answers. The prompt of a row is everything before its last trained answer (a multi-turn
 conversation keeps its earlier turns as context, as TRL's ``messages[:-1]``).
 
-The teacher runs without gradients, in eval mode, on the student's device, in the compute dtype. Only the
+The teacher runs without gradients, in eval mode, on the student's device, in the compute dtype; in fp32 on the
+CPU its linear layers are packed once for oneDNN (``aura.inference.packed.packed_layers``: the same products up
+to float rounding, sooner), since its weights never change. Only the
 positions from the batch's first answer token on go through either model's output head (``logits_to_keep``):
 the prompts' logits are never computed. As in TRL, ``--temperature`` shapes the sampling only; the loss compares
 the distributions at temperature 1 (TRL's ``compute_loss`` calls ``generalized_jsd_loss`` without one).
@@ -81,8 +83,12 @@ class Distill:
     metric_names = ("on_policy",)
     headline: tuple[Headline, ...] = ()  # the loss: the divergence from the teacher, the number to compare
 
-    def __init__(self, *, teacher, beta: float = 0.5, temperature: float = 1.0):
+    def __init__(self, *, teacher, beta: float = 0.5, temperature: float = 1.0, precision: str = "fp32"):
+        from aura.inference.packed import packed_layers
+
         self.teacher, self.beta, self.temperature = teacher, beta, temperature
+        device = next(teacher.parameters()).device
+        self.packed = packed_layers(teacher, precision=precision, device=device)  # None: the plain layers
 
     def count(self, batch: dict[str, torch.Tensor]) -> int:
         return count_targets(batch)
@@ -94,7 +100,7 @@ class Distill:
         first = int(columns[0]) if len(columns) else targets.shape[1] - 1
         mask = trained[:, first:]  # (B, T-1-first)
         student = answer_logits(model, batch, first)[mask]  # (N, V)
-        with torch.no_grad():
+        with torch.no_grad(), self.packed.view() if self.packed else contextlib.nullcontext():
             self.teacher.eval()
             teacher = answer_logits(self.teacher, batch, first)[mask]  # (N, V)
         per_token = generalized_jsd(student, teacher, beta=self.beta, temperature=self.temperature)  # (N,)

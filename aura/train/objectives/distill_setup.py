@@ -198,7 +198,7 @@ class DistillSetup(SFTSetup):
                 seq=M("seq_kd") if cfg.seq_kd else "",
             )
         )
-        return Distill(teacher=self.teacher, beta=cfg.beta)
+        return Distill(teacher=self.teacher, beta=cfg.beta, precision=run.precision)
 
     def completion_tokens(self, cfg) -> int:
         return int(cfg.lmbda * cfg.max_new_tokens)
