@@ -130,11 +130,26 @@ class DistillSource:
     draws and the keys)."""
 
     def __init__(
-        self, data, *, policy, teacher, tokenizer, sampling, lmbda: float, seq_kd: bool, seed: int, dist, precision
+        self,
+        data,
+        *,
+        policy,
+        teacher,
+        tokenizer,
+        sampling,
+        lmbda: float,
+        seq_kd: bool,
+        seed: int,
+        dist,
+        precision,
+        accumulation: int = 1,
     ):
+        """``data``: the SFT source (``SFTDataSource``: its ``batch(epoch, index)`` is a pure function);
+        ``accumulation``: the micro-batches of one optimizer step, whose answers are sampled together."""
         self.data, self.policy, self.teacher, self.tok, self.sampling = data, policy, teacher, tokenizer, sampling
         self.lmbda, self.seq_kd, self.seed, self.dist, self.precision = lmbda, seq_kd, seed, dist, precision
-        self.rows, self.batches_per_epoch = data.rows, data.batches_per_epoch
+        self.rows, self.batches_per_epoch, self.accum = data.rows, data.batches_per_epoch, max(1, accumulation)
+        self._ready: dict[tuple[int, int], dict] = {}  # (epoch, index) -> its sampled batch, made with its window
 
     def __len__(self) -> int:
         return self.batches_per_epoch
@@ -158,29 +173,55 @@ class DistillSource:
             return None
         own = on_policy_draw(self.seed, epoch, index) < self.lmbda
         if own or self.seq_kd:
-            batch = self.sampled(batch, self.policy if own else self.teacher, epoch=epoch, index=index)
+            if (epoch, index) not in self._ready:
+                self._sample_window(epoch, index)
+            batch = self._ready.pop((epoch, index))
         batch["on_policy"] = torch.tensor(float(own))
         return batch
 
     def start_epoch(self, epoch: int) -> None:
         self.data.start_epoch(epoch)
+        self._ready.clear()
 
     def state_dict(self) -> dict:
         return self.data.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
         self.data.load_state_dict(state)
+        self._ready.clear()
+
+    def _sample_window(self, epoch: int, index: int) -> None:
+        """Sample the answers of micro-batch ``index`` and of the rest of its optimizer step's window in one
+        call per model: the loop takes a whole window before it updates the weights, so every micro-batch of
+        it is sampled with the same weights as alone, and a row's tokens come from its key alone; one decode
+        of all the window's rows costs little more than one of a micro-batch's (a step's cost at a few rows is
+        reading the weights)."""
+        stop = min((index // self.accum + 1) * self.accum, self.batches_per_epoch)
+        plan: dict[bool, list[int]] = {}  # the student's (True) or the teacher's answers -> micro-batch indices
+        for j in range(index, stop):
+            own = on_policy_draw(self.seed, epoch, j) < self.lmbda
+            if own or self.seq_kd:
+                plan.setdefault(own, []).append(j)
+        for own, indices in plan.items():
+            batches = [self.data.batch(epoch, j) for j in indices]
+            sampled = self.sampled(batches, self.policy if own else self.teacher, epoch=epoch, indices=indices)
+            self._ready.update({(epoch, j): b for j, b in zip(indices, sampled)})
 
     @torch.no_grad()
-    def sampled(self, batch: dict, model, *, epoch: int, index: int) -> dict:
-        """``batch`` with every row's last answer replaced by ``model``'s keyed sample of its prompt."""
+    def sampled(self, batches: list[dict], model, *, epoch: int, indices: list[int]) -> list[dict]:
+        """Each of ``batches`` (micro-batches ``indices`` of ``epoch``) with every row's last answer replaced by
+        ``model``'s keyed sample of its prompt, all rows sampled in one call."""
         from aura.data.sft_batches import Encoded, collate
         from aura.train.objectives.rollout import row_key, sample_completions
         from aura.train.optim.step_engine import autocast_context
 
-        prompts = [prompt_of(*row) for row in zip(batch["input_ids"], batch["labels"], batch["attention_mask"])]
-        first = self.dist.rank * len(prompts)
-        keys = [row_key(self.seed, epoch, index, first + i) for i in range(len(prompts))]
+        prompts, keys, sizes = [], [], []
+        for batch, index in zip(batches, indices):
+            rows = [prompt_of(*row) for row in zip(batch["input_ids"], batch["labels"], batch["attention_mask"])]
+            first = self.dist.rank * len(rows)
+            keys += [row_key(self.seed, epoch, index, first + i) for i in range(len(rows))]
+            prompts += rows
+            sizes.append(len(rows))
         was_training = model.training
         model.eval()
         try:
@@ -201,4 +242,5 @@ class DistillSource:
                 model.train()
         completions = out[0] if isinstance(out, tuple) else out
         rows = [[Encoded(p + list(c), [IGNORE] * len(p) + list(c))] for p, c in zip(prompts, completions)]
-        return collate(rows, pad_id=self.tok.pad_token_id)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return [collate(rows[s : s + n], pad_id=self.tok.pad_token_id) for s, n in zip(starts, sizes)]

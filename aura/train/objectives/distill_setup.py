@@ -179,6 +179,7 @@ class DistillSetup(SFTSetup):
             seed=cfg.seed,
             dist=run.dist,
             precision=run.precision,
+            accumulation=cfg.gradient_accumulation_steps or 1,
         )
         return source, val
 
