@@ -16,7 +16,8 @@ conversation keeps its earlier turns as context, as TRL's ``messages[:-1]``).
 
 The teacher runs without gradients, in eval mode, on the student's device, in the compute dtype; in fp32 on the
 CPU its linear layers are packed once for oneDNN (``aura.inference.packed.packed_layers``: the same products up
-to float rounding, sooner), since its weights never change. Only the
+to float rounding, sooner), since its weights never change; so are a LoRA student's frozen base layers, for its
+forward and its backward (``aura.train.lora_views.frozen_packed``). Only the
 positions from the batch's first answer token on go through either model's output head (``logits_to_keep``):
 the prompts' logits are never computed. As in TRL, ``--temperature`` shapes the sampling only; the loss compares
 the distributions at temperature 1 (TRL's ``compute_loss`` calls ``generalized_jsd_loss`` without one).
@@ -86,9 +87,21 @@ class Distill:
     def __init__(self, *, teacher, beta: float = 0.5, temperature: float = 1.0, precision: str = "fp32"):
         from aura.inference.packed import packed_layers
 
-        self.teacher, self.beta, self.temperature = teacher, beta, temperature
+        self.teacher, self.beta, self.temperature, self.precision = teacher, beta, temperature, precision
         device = next(teacher.parameters()).device
         self.packed = packed_layers(teacher, precision=precision, device=device)  # None: the plain layers
+        self._student: tuple | None = None  # (the student, its frozen layers packed or None), made at first use
+
+    def student_layers(self, model):
+        """The student's frozen linear layers packed once (``aura.train.lora_views.frozen_packed``), or None."""
+        from aura.distributed.parallel import unwrap
+        from aura.train.lora_views import frozen_packed
+
+        inner = unwrap(model)
+        if self._student is None or self._student[0] is not inner:
+            device = next(inner.parameters()).device
+            self._student = (inner, frozen_packed(inner, precision=self.precision, device=device))
+        return self._student[1]
 
     def count(self, batch: dict[str, torch.Tensor]) -> int:
         return count_targets(batch)
@@ -99,7 +112,9 @@ class Distill:
         columns = trained.any(0).nonzero()
         first = int(columns[0]) if len(columns) else targets.shape[1] - 1
         mask = trained[:, first:]  # (B, T-1-first)
-        student = answer_logits(model, batch, first)[mask]  # (N, V)
+        packed = self.student_layers(model)
+        with packed.view() if packed else contextlib.nullcontext():
+            student = answer_logits(model, batch, first)[mask]  # (N, V)
         with torch.no_grad(), self.packed.view() if self.packed else contextlib.nullcontext():
             self.teacher.eval()
             teacher = answer_logits(self.teacher, batch, first)[mask]  # (N, V)
