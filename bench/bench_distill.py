@@ -4,7 +4,8 @@ Same tiny Llama student (bench/versus_trl.py's: 4 layers, hidden 256, vocab 2000
 with the same tokenizer and twice the layers (8, seed 1; each side builds its own identical copy before its
 clock starts), same data (the embedded Spanish instructions, ``aura/resources/instrucciones_es.csv``, as
 ``messages`` for TRL; the examples longer than --max-length left out on both sides, as Aura's default
-``--truncation drop`` does), same chat template (the model's ChatML), same LoRA (r 16, alpha 32, no dropout:
+``--truncation drop`` does) in the same order (TRL is given Aura's epoch shuffle and samples it in sequence:
+the same micro-batches on both sides), same chat template (the model's ChatML), same LoRA (r 16, alpha 32, no dropout:
 GKDConfig's ``disable_dropout``; every linear layer but the head), TRL GKDConfig's beta 0.5 and temperature
 0.9, max_new_tokens 64, batch 2 x accumulation 2, lr 5e-5, cosine, fp32, the same number of optimizer steps,
 this CPU, one thread a side. ``--lmbda`` (default 1: every micro-batch is the student's own samples; TRL draws
@@ -22,6 +23,7 @@ move much less than wall time on a shared machine; memory is the child's peak RS
 from __future__ import annotations
 
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -78,7 +80,11 @@ def child_trl(a) -> list[tuple[float, float]]:
         for m in convs
         if len(tok(tok.apply_chat_template(m, tokenize=False), add_special_tokens=False).input_ids) <= a.max_length
     ]
-    ds = Dataset.from_list([{"messages": m} for m in fits])
+    # Aura's order: SFTDataSource's epoch-0 shuffle of the same examples (seed 0), taken in sequence, so that both
+    # sides train the very same micro-batches (the trained-token counts per step then agree)
+    order = list(range(len(fits)))
+    random.Random(0 * 1_000_003 + 0).shuffle(order)
+    ds = Dataset.from_list([{"messages": fits[i]} for i in order])
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     teacher = AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32)
     args = GKDConfig(
@@ -102,6 +108,7 @@ def child_trl(a) -> list[tuple[float, float]]:
         temperature=0.9,
         max_new_tokens=MAX_NEW,
         gradient_checkpointing=False,
+        train_sampling_strategy="sequential",
     )
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
     ends: list[tuple[float, float]] = []

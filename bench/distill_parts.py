@@ -18,6 +18,7 @@ load moves them together).
 from __future__ import annotations
 
 import argparse
+import copy
 import random
 import sys
 import tempfile
@@ -55,11 +56,11 @@ def loss_paths(model, teacher, batches: list[dict]) -> dict:
 
     from aura.train.objectives.distill import Distill
 
-    shipped = Distill(teacher=teacher, beta=0.5)
-    teacher_only = Distill(teacher=teacher, beta=0.5)
+    plain = Distill(teacher=teacher, beta=0.5, pack=False)  # TRL's side and this one: the teacher as loaded
+    packed_teacher = copy.deepcopy(teacher)
+    shipped = Distill(teacher=packed_teacher, beta=0.5)  # packs (and keeps packed) its teacher
+    teacher_only = Distill(teacher=packed_teacher, beta=0.5)
     teacher_only.student_layers = lambda m: None
-    plain = Distill(teacher=teacher, beta=0.5)
-    plain.packed, plain.student_layers = None, lambda m: None  # no packing anywhere
 
     def aura(objective):
         def step(b):

@@ -10,7 +10,8 @@ Llama took ~10 % less CPU time (``bench/grpo_parts.py``).
 
 GRPO's rollouts use it (after ``aura.train.lora_views.merged_view`` has put plain layers holding the merged
 LoRA weights in place): the packing costs one reorder of the weights per rollout, which a whole batch of
-completions repays. Distillation's frozen teacher is packed once for the whole run (``packed_layers``): at a
+completions repays. Distillation's frozen teacher is packed once for the whole run (``packed_layers``, then
+``install``: its original weights are freed): at a
 training micro-batch's few hundred rows the packed product is faster still (a tiny Llama teacher's forward took
 ~35 % less CPU time on that EPYC, ``bench/distill_parts.py``). It refuses (None) what it does not cover:
 another dtype or device, a torch without these ops, and a model that still holds peft's LoRA wrappers (they
@@ -58,6 +59,13 @@ class PackedLayers:
 
     def view(self) -> contextlib.AbstractContextManager:
         return _swapped(self.swaps)
+
+    def install(self) -> None:
+        """Put the packed twins in place for good and let the original layers go (their weights are freed
+        unless something else holds them): for a frozen model that nothing reads by its weights."""
+        for parent, name, _, packed in self.swaps:
+            parent._modules[name] = packed
+        self.swaps = []
 
 
 def packed_layers(model: torch.nn.Module, *, precision: str, device: torch.device) -> PackedLayers | None:

@@ -15,11 +15,11 @@ the very same answers. The prompt of a row is everything before its last trained
 conversation keeps its earlier turns as context, as TRL's ``messages[:-1]``).
 
 The teacher runs without gradients, in eval mode, on the student's device, in the compute dtype; in fp32 on the
-CPU its linear layers are packed once for oneDNN (``aura.inference.packed.packed_layers``: the same products up
-to float rounding, sooner), since its weights never change; so are a LoRA student's frozen base layers, for its
-forward and its backward (``aura.train.lora_views.frozen_packed``). Only the
-positions from the batch's first answer token on go through either model's output head (``logits_to_keep``):
-the prompts' logits are never computed. As in TRL, ``--temperature`` shapes the sampling only; the loss compares
+CPU its linear layers are packed once for oneDNN and its plain weights freed (``aura.inference.packed``: the
+same products up to float rounding, sooner), since its weights never change; so are a LoRA student's frozen
+base layers, for its forward and its backward (``aura.train.lora_views.frozen_packed``). Only the positions
+from the batch's first answer token on go through either model's output head (``logits_to_keep``): the
+prompts' logits are never computed. As in TRL, ``--temperature`` shapes the sampling only; the loss compares
 the distributions at temperature 1 (TRL's ``compute_loss`` calls ``generalized_jsd_loss`` without one).
 
 Logged: ``on_policy``, the share of the interval's answer tokens that the student sampled.
@@ -84,12 +84,19 @@ class Distill:
     metric_names = ("on_policy",)
     headline: tuple[Headline, ...] = ()  # the loss: the divergence from the teacher, the number to compare
 
-    def __init__(self, *, teacher, beta: float = 0.5, temperature: float = 1.0, precision: str = "fp32"):
+    def __init__(
+        self, *, teacher, beta: float = 0.5, temperature: float = 1.0, precision: str = "fp32", pack: bool = True
+    ):
+        """``pack``: the teacher's linear layers packed for good and the student's frozen ones at each forward
+        (fp32 on the CPU; the module docstring); the teacher is modified in place."""
         from aura.inference.packed import packed_layers
 
         self.teacher, self.beta, self.temperature, self.precision = teacher, beta, temperature, precision
         device = next(teacher.parameters()).device
-        self.packed = packed_layers(teacher, precision=precision, device=device)  # None: the plain layers
+        packed = packed_layers(teacher, precision=precision, device=device) if pack else None
+        if packed is not None:
+            packed.install()  # the teacher's weights never change: its plain linear weights are freed
+        self.pack = pack
         self._student: tuple | None = None  # (the student, its frozen layers packed or None), made at first use
 
     def student_layers(self, model):
@@ -97,6 +104,8 @@ class Distill:
         from aura.distributed.parallel import unwrap
         from aura.train.lora_views import frozen_packed
 
+        if not self.pack:
+            return None
         inner = unwrap(model)
         if self._student is None or self._student[0] is not inner:
             device = next(inner.parameters()).device
@@ -115,7 +124,7 @@ class Distill:
         packed = self.student_layers(model)
         with packed.view() if packed else contextlib.nullcontext():
             student = answer_logits(model, batch, first)[mask]  # (N, V)
-        with torch.no_grad(), self.packed.view() if self.packed else contextlib.nullcontext():
+        with torch.no_grad():
             self.teacher.eval()
             teacher = answer_logits(self.teacher, batch, first)[mask]  # (N, V)
         per_token = generalized_jsd(student, teacher, beta=self.beta, temperature=self.temperature)  # (N,)
