@@ -4,7 +4,8 @@ load moves them together).
 
 * Loss path: the same right-padded micro-batches (2 rows of the embedded instructions, <= 256 tokens, a fixed
   shuffle) through Aura's ``Distill.loss`` + backward and through TRL ``GKDTrainer.compute_loss``'s own
-  passes (the student's and the teacher's full forwards, ``generalized_jsd_loss``) + backward, the same peft
+  passes (the student's and the teacher's full forwards, ``generalized_jsd_loss``) + backward, as its Trainer
+  runs them, the same peft
   LoRA student (r 16 on every projection), beta 0.5. Aura three ways: as shipped (the teacher's and the
   student's frozen layers packed once for oneDNN), with the teacher's packing alone, with neither.
 * Sampling: the same prompts (each micro-batch's), 64 new tokens a row with no early stop, temperature 0.9:
@@ -71,7 +72,9 @@ def loss_paths(model, teacher, batches: list[dict]) -> dict:
 
     def trl(b):
         n = int((b["labels"][:, 1:] != -100).sum())
-        s = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+        # use_cache=False: transformers' Trainer sets the trained model's config.use_cache (TrainingArguments'
+        # use_cache, default False); the teacher keeps its own config, as in GKDTrainer
+        s = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], use_cache=False)
         teacher.eval()
         with torch.no_grad():
             t = teacher(input_ids=b["input_ids"], attention_mask=b["attention_mask"])

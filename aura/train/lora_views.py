@@ -33,7 +33,7 @@ difference, as for vLLM.
 
 ``frozen_packed`` is for a pass that does need gradients, distillation's training forward: every frozen
 bias-free fp32 linear layer (the adapted layers' bases, the head) replaced by one holding its weight packed once
-for oneDNN for the forward and its transpose for the backward to the input (``FrozenPackedLinear``); the base
+for oneDNN for the forward, the backward to the input using the plain weight (``FrozenPackedLinear``); the base
 never changes in a LoRA run, so one packing serves the whole run. On 12 micro-batches of a tiny Llama it cut
 the student's share of the loss path by ~10 % (``bench/distill_parts.py``).
 
@@ -216,40 +216,40 @@ def _stack(*contexts: contextlib.AbstractContextManager) -> Iterator[None]:
 
 
 class _FrozenPackedFn(torch.autograd.Function):
-    """``x W^T`` for a frozen ``W`` held packed twice (``W`` and ``W^T``): the gradient flows to ``x`` only."""
+    """``x W^T`` for a frozen ``W`` held packed for the forward: the gradient flows to ``x`` only, as ``g W``
+    with the plain ``W`` (a packed ``W^T`` would be faster still, but oneDNN's packed tensor keeps its source
+    alive: a transposed copy would cost twice the layer's weight in memory)."""
 
     @staticmethod
-    def forward(ctx, x, forward_weight, backward_weight):
-        ctx.backward_weight = backward_weight
-        return torch.ops.mkldnn._linear_pointwise(x, forward_weight, None, "none", [], "")
+    def forward(ctx, x, packed, weight):
+        ctx.weight = weight
+        return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
     @staticmethod
     def backward(ctx, grad):
-        grad_x = torch.ops.mkldnn._linear_pointwise(grad.contiguous(), ctx.backward_weight, None, "none", [], "")
-        return grad_x, None, None
+        return grad.matmul(ctx.weight), None, None
 
 
 class FrozenPackedLinear(torch.nn.Module):
     """A frozen bias-free fp32 ``nn.Linear`` whose input takes gradients: ``W`` packed once for oneDNN for the
-    forward and ``W^T`` for the backward (``aura.inference.packed``'s ops); equal to the plain layer up to
-    float rounding."""
+    forward (``aura.inference.packed``'s ops; the packed tensor holds on to ``W`` itself, so it costs one more
+    copy of the weight); equal to the plain layer up to float rounding."""
 
     def __init__(self, weight: torch.Tensor):
         super().__init__()
-        w = weight.detach().contiguous()
-        self.forward_weight = torch.ops.mkldnn._reorder_linear_weight(w, 8)
-        self.backward_weight = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), 8)
+        self.weight = weight.detach()
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _FrozenPackedFn.apply(x, self.forward_weight, self.backward_weight)
+        return _FrozenPackedFn.apply(x, self.packed, self.weight)
 
 
 def frozen_packed(model, *, precision: str, device: torch.device):
     """A LoRA model's frozen linear layers (every adapted layer's base, and a frozen head) packed once for the
-    training forward and backward (``FrozenPackedLinear``; ``aura.inference.packed.PackedLayers``: ``view()``
+    training forward (``FrozenPackedLinear``; ``aura.inference.packed.PackedLayers``: ``view()``
     swaps them in for a block), for fp32 on the CPU; None elsewhere, for a model these views do not cover, or
     where a layer has a bias or a trainable weight. The base weights never change in a LoRA run, so one packing
-    serves every step; the packed copies (twice the frozen linear weights) are the memory it costs."""
+    serves every step; the packed copies (once the frozen linear weights) are the memory it costs."""
     from aura.inference.packed import PackedLayers, packable
 
     if precision != "fp32" or device.type != "cpu" or not packable():

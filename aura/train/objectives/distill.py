@@ -89,13 +89,11 @@ class Distill:
     ):
         """``pack``: the teacher's linear layers packed for good and the student's frozen ones at each forward
         (fp32 on the CPU; the module docstring); the teacher is modified in place."""
-        from aura.inference.packed import packed_layers
+        from aura.inference.packed import pack_in_place
 
         self.teacher, self.beta, self.temperature, self.precision = teacher, beta, temperature, precision
-        device = next(teacher.parameters()).device
-        packed = packed_layers(teacher, precision=precision, device=device) if pack else None
-        if packed is not None:
-            packed.install()  # the teacher's weights never change: its plain linear weights are freed
+        if pack:  # the teacher's weights never change: packed for good, its plain linear weights freed
+            pack_in_place(teacher, precision=precision, device=next(teacher.parameters()).device)
         self.pack = pack
         self._student: tuple | None = None  # (the student, its frozen layers packed or None), made at first use
 
