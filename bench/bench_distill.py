@@ -30,8 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import versus_trl  # noqa: E402  (bench/: the shared Aura-vs-TRL harness)
 
-# reproduce: --steps 4 --lmbda 1
-# reproduce: --steps 16 --lmbda 0
+# reproduce: --steps 6 --lmbda 1 --repeats 2
+# reproduce: --steps 16 --lmbda 0 --repeats 2
 # reproduce-quick: --steps 2 --max-length 64 --lmbda 1
 # reproduce-needs: module:trl
 # reproduce-quick-needs: module:trl
@@ -101,6 +101,7 @@ def child_trl(a) -> list[tuple[float, float]]:
         save_strategy="no",
         report_to=[],
         use_cpu=True,
+        bf16=False,  # GKDConfig (SFTConfig) defaults to bf16 autocast, also on the CPU: fp32 as Aura's side
         seed=0,
         dataloader_num_workers=0,
         lmbda=LMBDA,
