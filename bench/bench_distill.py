@@ -4,7 +4,8 @@ Same tiny Llama student (bench/versus_trl.py's: 4 layers, hidden 256, vocab 2000
 with the same tokenizer and twice the layers (8, seed 1; each side builds its own identical copy before its
 clock starts), same data (the embedded Spanish instructions, ``aura/resources/instrucciones_es.csv``, as
 ``messages`` for TRL; the examples longer than --max-length left out on both sides, as Aura's default
-``--truncation drop`` does), same chat template (the model's ChatML), same LoRA (r 16, alpha 32, no dropout:
+``--truncation drop`` does) in the same order (TRL is given Aura's epoch shuffle and samples it in sequence:
+the same micro-batches on both sides), same chat template (the model's ChatML), same LoRA (r 16, alpha 32, no dropout:
 GKDConfig's ``disable_dropout``; every linear layer but the head), TRL GKDConfig's beta 0.5 and temperature
 0.9, max_new_tokens 64, batch 2 x accumulation 2, lr 5e-5, cosine, fp32, the same number of optimizer steps,
 this CPU, one thread a side. ``--lmbda`` (default 1: every micro-batch is the student's own samples; TRL draws
@@ -22,15 +23,15 @@ move much less than wall time on a shared machine; memory is the child's peak RS
 from __future__ import annotations
 
 import os
+import random
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import versus_trl  # noqa: E402  (bench/: the shared Aura-vs-TRL harness)
 
-# reproduce: --steps 4 --lmbda 1
-# reproduce: --steps 16 --lmbda 0
+# reproduce: --steps 6 --lmbda 1 --repeats 2
+# reproduce: --steps 16 --lmbda 0 --repeats 2
 # reproduce-quick: --steps 2 --max-length 64 --lmbda 1
 # reproduce-needs: module:trl
 # reproduce-quick-needs: module:trl
@@ -79,7 +80,11 @@ def child_trl(a) -> list[tuple[float, float]]:
         for m in convs
         if len(tok(tok.apply_chat_template(m, tokenize=False), add_special_tokens=False).input_ids) <= a.max_length
     ]
-    ds = Dataset.from_list([{"messages": m} for m in fits])
+    # Aura's order: SFTDataSource's epoch-0 shuffle of the same examples (seed 0), taken in sequence, so that both
+    # sides train the very same micro-batches (the trained-token counts per step then agree)
+    order = list(range(len(fits)))
+    random.Random(0 * 1_000_003 + 0).shuffle(order)
+    ds = Dataset.from_list([{"messages": fits[i]} for i in order])
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     teacher = AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32)
     args = GKDConfig(
@@ -96,6 +101,7 @@ def child_trl(a) -> list[tuple[float, float]]:
         save_strategy="no",
         report_to=[],
         use_cpu=True,
+        bf16=False,  # GKDConfig (SFTConfig) defaults to bf16 autocast, also on the CPU: fp32 as Aura's side
         seed=0,
         dataloader_num_workers=0,
         lmbda=LMBDA,
@@ -103,13 +109,14 @@ def child_trl(a) -> list[tuple[float, float]]:
         temperature=0.9,
         max_new_tokens=MAX_NEW,
         gradient_checkpointing=False,
+        train_sampling_strategy="sequential",
     )
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
     ends: list[tuple[float, float]] = []
 
     class StepClock(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            ends.append((time.perf_counter(), time.process_time()))
+            ends.append(versus_trl.step_end())
 
     trainer = GKDTrainer(
         model=model,

@@ -61,6 +61,35 @@ def count_tokens_the_same_way() -> dict:
     return counter
 
 
+TRAINED = {"n": 0}  # tokens of the trained forwards so far (``count_trained_tokens``), read at each step's end
+
+
+def count_trained_tokens() -> None:
+    """Count into ``TRAINED`` every token id that enters the 2000-row input embedding with gradients on: the
+    trained (student) forwards only, on both sides, padding as each side pads; a sampler's or a frozen
+    teacher's forward (no gradients) does not count. Installed in the child before either library builds
+    anything."""
+    import torch
+
+    def hook(module, args):
+        if (
+            isinstance(module, torch.nn.Embedding)
+            and module.num_embeddings == 2000
+            and args
+            and torch.is_grad_enabled()
+        ):
+            TRAINED["n"] += args[0].numel()
+
+    torch.nn.modules.module.register_module_forward_pre_hook(hook)
+
+
+def step_end() -> tuple[float, float, int]:
+    """(wall clock, CPU clock, trained tokens so far): what a child records at the end of each optimizer step."""
+    import time
+
+    return time.perf_counter(), time.process_time(), TRAINED["n"]
+
+
 def main(script: str, children: dict[str, Callable[[argparse.Namespace], dict]], *, steps: int, name: str = "") -> None:
     """``children[side](args)`` trains one side and returns {"seconds", "tokens"} (its own count); run as
     ``--child SIDE`` it prints them with the peak RSS and the shared token count, run plainly it starts the
@@ -161,19 +190,17 @@ def conversational_pairs() -> list[dict]:
     ]
 
 
-def clocked_aura(argv: list) -> list[tuple[float, float]]:
+def clocked_aura(argv: list) -> list[tuple[float, float, int]]:
     """Run ``aura ARGV`` through the program's own entry point in this process, with ``--log-interval 1``
-    in ARGV, and return each optimizer step's end as (wall clock, CPU clock): the Aura side of ``alternate``."""
-    import time
-
+    in ARGV, and return each optimizer step's end as ``step_end()``: the Aura side of ``alternate``."""
     from aura.cli import entry
     from aura.train.run.metrics import TrainMetrics
 
-    ends: list[tuple[float, float]] = []
+    ends: list[tuple[float, float, int]] = []
     log_step = TrainMetrics.log_step
 
     def timed_log_step(self, *args, **kwargs):  # called once per step (log_interval 1), after the update
-        ends.append((time.perf_counter(), time.process_time()))
+        ends.append(step_end())
         return log_step(self, *args, **kwargs)
 
     TrainMetrics.log_step = timed_log_step
@@ -211,6 +238,7 @@ def alternate(
         import torch
 
         torch.set_num_threads(1)
+        count_trained_tokens()
         ends = children[a.child](a)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         print(
@@ -264,10 +292,18 @@ def alternate(
                 run.update(
                     seconds=wall, step_s=(ends[-1][0] - ends[0][0]) / gaps, cpu_step_s=(ends[-1][1] - ends[0][1]) / gaps
                 )
+                # trained tokens per steady-state step (the children that record them: step_end())
+                tokens = (ends[-1][2] - ends[0][2]) / gaps if len(ends[0]) > 2 else 0
+                run["tokens_step"] = tokens
+                if tokens:
+                    run["cpu_ms_per_ktok"] = 1e6 * run["cpu_step_s"] / tokens
                 runs[side].append(run)
+                per_tok = (
+                    f", {tokens:.0f} trained tok/step, {run['cpu_ms_per_ktok']:.0f} CPU ms/1k tok" if tokens else ""
+                )
                 print(
                     f"run {repeat + 1} {side:5s} whole command {wall:6.1f} s ({run['cpu_seconds']:5.1f} CPU s)  "
-                    f"steady state {run['step_s']:.3f} s/step ({run['cpu_step_s']:.3f} CPU s)  "
+                    f"steady state {run['step_s']:.3f} s/step ({run['cpu_step_s']:.3f} CPU s{per_tok})  "
                     f"peak RSS {run['peak_rss_mb']:5.0f} MB  load {os.getloadavg()[0]:.2f}",
                     flush=True,
                 )
@@ -299,3 +335,10 @@ def alternate(
     figure(f"{prefix}.cpu_whole", ratio(tr["cpu_seconds"] / au["cpu_seconds"]))
     figure(f"{prefix}.cpu_per_step", ratio(tr["cpu_step_s"] / au["cpu_step_s"]))
     figure(f"{prefix}.peak_rss", ratio(au["peak_rss_mb"] / tr["peak_rss_mb"]))
+    if all("cpu_ms_per_ktok" in r for rs in runs.values() for r in rs):  # the same work per token, both sides
+        fastest = {side: min(r["cpu_ms_per_ktok"] for r in rs) for side, rs in runs.items()}
+        print(
+            f"CPU ms per 1,000 trained tokens (steady state, fastest run): aura {fastest['aura']:.0f}, trl "
+            f"{fastest['trl']:.0f}: x{fastest['trl'] / fastest['aura']:.2f}"
+        )
+        figure(f"{prefix}.cpu_per_token", ratio(fastest["trl"] / fastest["aura"]))

@@ -304,16 +304,22 @@ def test_each_micro_batch_takes_the_data_the_students_or_with_seq_kd_the_teacher
     sampling = SamplingParams(max_new_tokens=6, temperature=0.9, stop_ids=(tok.eos_token_id,))
     dist = DistInfo()
 
-    def source(lmbda: float, seq_kd: bool) -> tuple[DistillSource, SFTDataSource]:
+    def source(lmbda: float, seq_kd: bool, accumulation: int = 1) -> tuple[DistillSource, SFTDataSource]:
         data = SFTDataSource(examples, batch_size=2, pad_id=tok.pad_token_id, seed=3)
         plain = SFTDataSource(examples, batch_size=2, pad_id=tok.pad_token_id, seed=3)
         common = dict(policy=student, teacher=teacher, tokenizer=tok, sampling=sampling, seed=3, dist=dist)
-        return DistillSource(data, lmbda=lmbda, seq_kd=seq_kd, precision="fp32", **common), plain
+        src = DistillSource(data, lmbda=lmbda, seq_kd=seq_kd, precision="fp32", accumulation=accumulation, **common)
+        return src, plain
 
     for lmbda, seq_kd in ((0.0, False), (1.0, False), (0.0, True), (0.5, False)):
         src, plain = source(lmbda, seq_kd)
+        # an optimizer step of 2 micro-batches samples their rows in one call: the very same batches
+        windowed, calls = source(lmbda, seq_kd, accumulation=2)[0], []
+        sampled = windowed.sampled
+        windowed.sampled = lambda batches, *a, **k: calls.append(len(batches)) or sampled(batches, *a, **k)
         for index in range(src.batches_per_epoch):
-            batch, data = src.next_batch(), plain.next_batch()
+            batch, data, together = src.next_batch(), plain.next_batch(), windowed.next_batch()
+            assert batch.keys() == together.keys() and all(torch.equal(batch[k], together[k]) for k in batch)
             own = on_policy_draw(3, 0, index) < lmbda
             assert float(batch["on_policy"]) == float(own)
             if not own and not seq_kd:
@@ -330,7 +336,9 @@ def test_each_micro_batch_takes_the_data_the_students_or_with_seq_kd_the_teacher
                 assert batch["input_ids"][i, :n].tolist() == p + list(c)
                 assert batch["labels"][i, :n].tolist() == [-100] * len(p) + list(c)
                 assert int(batch["attention_mask"][i].sum()) == n
-        assert src.next_batch() is None
+        assert src.next_batch() is None and windowed.next_batch() is None
+        if lmbda == 1.0 or seq_kd:  # 3 micro-batches, windows of 2: one call for the first two, one for the last
+            assert calls == [2, 1], calls
 
 
 def test_seq_kd_trains_on_the_teachers_answers_through_the_cli(env, tmp_path):

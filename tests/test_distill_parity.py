@@ -1,7 +1,8 @@
 """Parity with TRL's GKDTrainer: Aura's generalised JSD equals ``GKDTrainer.generalized_jsd_loss`` for beta 0
 (forward KL), 0.5 and 1 (reverse KL) at several temperatures, and one off-policy step (``lmbda`` 0: the
 data's answers) gives ``GKDTrainer.compute_loss``'s loss and gradients on the same batch (CPU, fp32, a
-tiny Llama student and a deeper teacher with the same tokenizer). Aura's objective runs only the answer
+tiny Llama student, whole or with LoRA, and a deeper teacher with the same tokenizer; Aura's side with the
+teacher's and a LoRA student's frozen layers packed for oneDNN). Aura's objective runs only the answer
 positions through the output heads (``logits_to_keep``); TRL runs them all: equal up to float rounding."""
 
 from __future__ import annotations
@@ -68,9 +69,12 @@ def sft_batch(model_dir, conversations=CONVERSATIONS):
     return collate([[e] for e in examples], pad_id=tok.pad_token_id), tok
 
 
-@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
-def test_one_off_policy_step_gives_gkdtrainers_loss_and_gradients(env, beta, tmp_path):
+@pytest.mark.parametrize(("beta", "lora"), [(0.0, False), (0.5, False), (1.0, False), (0.5, True)])
+def test_one_off_policy_step_gives_gkdtrainers_loss_and_gradients(env, beta, lora, tmp_path):
+    """With ``lora`` the student is a peft LoRA model (adapters initialised away from zero, so that every
+    adapter weight has a gradient) and Aura's side runs its frozen layers packed (``lora_views.frozen_packed``)."""
     from datasets import Dataset
+    from peft import LoraConfig
     from transformers import AutoModelForCausalLM
     from trl.experimental.gkd import GKDConfig, GKDTrainer
 
@@ -92,21 +96,39 @@ def test_one_off_policy_step_gives_gkdtrainers_loss_and_gradients(env, beta, tmp
     data = Dataset.from_list(
         [{"messages": [{"role": "user", "content": p}, {"role": "assistant", "content": a}]} for p, a in CONVERSATIONS]
     )
-    trainer = GKDTrainer(model=student, teacher_model=teacher, args=args, train_dataset=data, processing_class=tok)
+    peft_config = (
+        LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", init_lora_weights=False)
+        if lora
+        else None
+    )
+    trainer = GKDTrainer(
+        model=student,
+        teacher_model=teacher,
+        args=args,
+        train_dataset=data,
+        processing_class=tok,
+        peft_config=peft_config,
+    )
     model = trainer.model
     model.train()
     n = int((batch["labels"][:, 1:] != -100).sum())
     trl_loss = trainer.compute_loss(model, dict(batch), num_items_in_batch=n)
     trl_loss.backward()
-    trl_grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    trl_grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.requires_grad}
+    assert len(trl_grads) == (2 * 7 * 2 if lora else len(list(model.parameters())))  # 2 layers x 7 projections x (A, B)
     model.zero_grad(set_to_none=True)
 
     objective = Distill(teacher=trainer.teacher_model, beta=beta)
+    from aura.inference.packed import PackedLinear
+
+    assert (objective.student_layers(model) is not None) == lora
+    assert isinstance(trainer.teacher_model.lm_head, PackedLinear)  # TRL's teacher, its forward already done
     assert objective.count(batch) == n
     summed, metrics = objective.loss(model, dict(batch, on_policy=torch.tensor(0.0)))
     (summed / n).backward()
     torch.testing.assert_close(summed / n, trl_loss, rtol=1e-5, atol=1e-6)
     assert float(metrics["on_policy"]) == 0.0
     for name, p in model.named_parameters():
-        torch.testing.assert_close(p.grad, trl_grads[name], rtol=1e-4, atol=1e-6, msg=name)
-    assert sum(g.abs().sum() for g in trl_grads.values()) > 0
+        if p.requires_grad:
+            torch.testing.assert_close(p.grad, trl_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    assert all(g.abs().sum() > 0 for g in trl_grads.values())

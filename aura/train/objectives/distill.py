@@ -16,9 +16,12 @@ conversation keeps its earlier turns as context, as TRL's ``messages[:-1]``).
 
 The teacher runs without gradients, in eval mode, on the student's device, in the compute dtype; under FSDP2 it
 is sharded like the student (``aura.distributed.place_frozen``) and the student samples from its gathered
-weights (``rollout.sample_completions``). Only the
-positions from the batch's first answer token on go through either model's output head (``logits_to_keep``):
-the prompts' logits are never computed. As in TRL, ``--temperature`` shapes the sampling only; the loss compares
+weights (``rollout.sample_completions``). In fp32 on the CPU its linear layers are packed once for oneDNN and its
+plain weights freed (``aura.inference.packed``: the same products up to float rounding, sooner), since its
+weights never change; so are a LoRA student's frozen base layers, for its forward and its backward
+(``aura.train.lora_views.frozen_packed``). Only the positions from the batch's first answer token on go through
+either model's output head (``logits_to_keep``): the prompts' logits are never computed. As in TRL,
+``--temperature`` shapes the sampling only; the loss compares
 the distributions at temperature 1 (TRL's ``compute_loss`` calls ``generalized_jsd_loss`` without one).
 
 Logged: ``on_policy``, the share of the interval's answer tokens that the student sampled.
@@ -83,8 +86,31 @@ class Distill:
     metric_names = ("on_policy",)
     headline: tuple[Headline, ...] = ()  # the loss: the divergence from the teacher, the number to compare
 
-    def __init__(self, *, teacher, beta: float = 0.5, temperature: float = 1.0):
-        self.teacher, self.beta, self.temperature = teacher, beta, temperature
+    def __init__(
+        self, *, teacher, beta: float = 0.5, temperature: float = 1.0, precision: str = "fp32", pack: bool = True
+    ):
+        """``pack``: the teacher's linear layers packed for good and the student's frozen ones at each forward
+        (fp32 on the CPU; the module docstring); the teacher is modified in place."""
+        from aura.inference.packed import pack_in_place
+
+        self.teacher, self.beta, self.temperature, self.precision = teacher, beta, temperature, precision
+        if pack:  # the teacher's weights never change: packed for good, its plain linear weights freed
+            pack_in_place(teacher, precision=precision, device=next(teacher.parameters()).device)
+        self.pack = pack
+        self._student: tuple | None = None  # (the student, its frozen layers packed or None), made at first use
+
+    def student_layers(self, model):
+        """The student's frozen linear layers packed once (``aura.train.lora_views.frozen_packed``), or None."""
+        from aura.distributed.parallel import unwrap
+        from aura.train.lora_views import frozen_packed
+
+        if not self.pack:
+            return None
+        inner = unwrap(model)
+        if self._student is None or self._student[0] is not inner:
+            device = next(inner.parameters()).device
+            self._student = (inner, frozen_packed(inner, precision=self.precision, device=device))
+        return self._student[1]
 
     def count(self, batch: dict[str, torch.Tensor]) -> int:
         return count_targets(batch)
@@ -95,7 +121,9 @@ class Distill:
         columns = trained.any(0).nonzero()
         first = int(columns[0]) if len(columns) else targets.shape[1] - 1
         mask = trained[:, first:]  # (B, T-1-first)
-        student = answer_logits(model, batch, first)[mask]  # (N, V)
+        packed = self.student_layers(model)
+        with packed.view() if packed else contextlib.nullcontext():
+            student = answer_logits(model, batch, first)[mask]  # (N, V)
         with torch.no_grad():
             self.teacher.eval()
             teacher = answer_logits(self.teacher, batch, first)[mask]  # (N, V)
@@ -126,11 +154,26 @@ class DistillSource:
     draws and the keys)."""
 
     def __init__(
-        self, data, *, policy, teacher, tokenizer, sampling, lmbda: float, seq_kd: bool, seed: int, dist, precision
+        self,
+        data,
+        *,
+        policy,
+        teacher,
+        tokenizer,
+        sampling,
+        lmbda: float,
+        seq_kd: bool,
+        seed: int,
+        dist,
+        precision,
+        accumulation: int = 1,
     ):
+        """``data``: the SFT source (``SFTDataSource``: its ``batch(epoch, index)`` is a pure function);
+        ``accumulation``: the micro-batches of one optimizer step, whose answers are sampled together."""
         self.data, self.policy, self.teacher, self.tok, self.sampling = data, policy, teacher, tokenizer, sampling
         self.lmbda, self.seq_kd, self.seed, self.dist, self.precision = lmbda, seq_kd, seed, dist, precision
-        self.rows, self.batches_per_epoch = data.rows, data.batches_per_epoch
+        self.rows, self.batches_per_epoch, self.accum = data.rows, data.batches_per_epoch, max(1, accumulation)
+        self._ready: dict[tuple[int, int], dict] = {}  # (epoch, index) -> its sampled batch, made with its window
 
     def __len__(self) -> int:
         return self.batches_per_epoch
@@ -154,29 +197,55 @@ class DistillSource:
             return None
         own = on_policy_draw(self.seed, epoch, index) < self.lmbda
         if own or self.seq_kd:
-            batch = self.sampled(batch, self.policy if own else self.teacher, epoch=epoch, index=index)
+            if (epoch, index) not in self._ready:
+                self._sample_window(epoch, index)
+            batch = self._ready.pop((epoch, index))
         batch["on_policy"] = torch.tensor(float(own))
         return batch
 
     def start_epoch(self, epoch: int) -> None:
         self.data.start_epoch(epoch)
+        self._ready.clear()
 
     def state_dict(self) -> dict:
         return self.data.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
         self.data.load_state_dict(state)
+        self._ready.clear()
+
+    def _sample_window(self, epoch: int, index: int) -> None:
+        """Sample the answers of micro-batch ``index`` and of the rest of its optimizer step's window in one
+        call per model: the loop takes a whole window before it updates the weights, so every micro-batch of
+        it is sampled with the same weights as alone, and a row's tokens come from its key alone; one decode
+        of all the window's rows costs little more than one of a micro-batch's (a step's cost at a few rows is
+        reading the weights)."""
+        stop = min((index // self.accum + 1) * self.accum, self.batches_per_epoch)
+        plan: dict[bool, list[int]] = {}  # the student's (True) or the teacher's answers -> micro-batch indices
+        for j in range(index, stop):
+            own = on_policy_draw(self.seed, epoch, j) < self.lmbda
+            if own or self.seq_kd:
+                plan.setdefault(own, []).append(j)
+        for own, indices in plan.items():
+            batches = [self.data.batch(epoch, j) for j in indices]
+            sampled = self.sampled(batches, self.policy if own else self.teacher, epoch=epoch, indices=indices)
+            self._ready.update({(epoch, j): b for j, b in zip(indices, sampled)})
 
     @torch.no_grad()
-    def sampled(self, batch: dict, model, *, epoch: int, index: int) -> dict:
-        """``batch`` with every row's last answer replaced by ``model``'s keyed sample of its prompt."""
+    def sampled(self, batches: list[dict], model, *, epoch: int, indices: list[int]) -> list[dict]:
+        """Each of ``batches`` (micro-batches ``indices`` of ``epoch``) with every row's last answer replaced by
+        ``model``'s keyed sample of its prompt, all rows sampled in one call."""
         from aura.data.sft_batches import Encoded, collate
         from aura.train.objectives.rollout import row_key, sample_completions
         from aura.train.optim.step_engine import autocast_context
 
-        prompts = [prompt_of(*row) for row in zip(batch["input_ids"], batch["labels"], batch["attention_mask"])]
-        first = self.dist.rank * len(prompts)
-        keys = [row_key(self.seed, epoch, index, first + i) for i in range(len(prompts))]
+        prompts, keys, sizes = [], [], []
+        for batch, index in zip(batches, indices):
+            rows = [prompt_of(*row) for row in zip(batch["input_ids"], batch["labels"], batch["attention_mask"])]
+            first = self.dist.rank * len(rows)
+            keys += [row_key(self.seed, epoch, index, first + i) for i in range(len(rows))]
+            prompts += rows
+            sizes.append(len(rows))
         was_training = model.training
         model.eval()
         try:
@@ -197,4 +266,5 @@ class DistillSource:
                 model.train()
         completions = out[0] if isinstance(out, tuple) else out
         rows = [[Encoded(p + list(c), [IGNORE] * len(p) + list(c))] for p, c in zip(prompts, completions)]
-        return collate(rows, pad_id=self.tok.pad_token_id)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return [collate(rows[s : s + n], pad_id=self.tok.pad_token_id) for s, n in zip(starts, sizes)]

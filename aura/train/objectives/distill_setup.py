@@ -190,6 +190,7 @@ class DistillSetup(SFTSetup):
             seed=cfg.seed,
             dist=run.dist,
             precision=run.precision,
+            accumulation=cfg.gradient_accumulation_steps or 1,
         )
         return source, val
 
@@ -209,7 +210,7 @@ class DistillSetup(SFTSetup):
                 seq=M("seq_kd") if cfg.seq_kd else "",
             )
         )
-        return Distill(teacher=self.teacher, beta=cfg.beta)
+        return Distill(teacher=self.teacher, beta=cfg.beta, precision=run.precision)
 
     def completion_tokens(self, cfg) -> int:
         return int(cfg.lmbda * cfg.max_new_tokens)
