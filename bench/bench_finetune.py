@@ -86,6 +86,7 @@ def child_trl(a) -> dict:
         save_strategy="no",
         report_to=[],
         use_cpu=True,
+        bf16=False,  # TRL's configs default to bf16 autocast, also on the CPU: fp32 as Aura's side
         seed=0,
         dataloader_num_workers=0,
         completion_only_loss=True,
