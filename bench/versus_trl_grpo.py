@@ -39,7 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
 import versus_trl  # noqa: E402  (bench/: the shared Aura-vs-TRL harness)
 
 PROMPTS = [
@@ -51,6 +53,8 @@ PROMPTS = [
 ]
 G, LORA = 8, dict(r=16, alpha=32)
 FORMAT = r"(?s).*\d.*"  # a completion that holds a digit
+CALCULATOR = ROOT / "aura" / "resources" / "tools" / "calculadora.py"
+MAX_TOOL_TURNS = 2
 
 
 def write_prompts(path: Path, n: int = 64) -> Path:
@@ -61,12 +65,38 @@ def write_prompts(path: Path, n: int = 64) -> Path:
     return path
 
 
+def cpu_now() -> float:
+    """CPU seconds of this process and of its ended subprocesses (Aura's sandboxed tool calls)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def tool_setup(root: Path, *, warmup: int, n: int = 64) -> tuple[Path, Path]:
+    """--tools: (model, prompts). ``n`` Spanish arithmetic questions with their true values, and the tiny
+    Llama of ``bench/bench_grpo_tools.py`` (``tests.tiny_tool_models.build_tool_copier``: ``warmup``
+    supervised steps on other questions teach it to call ``calcular`` and copy its output), built once here,
+    before either side starts."""
+    from tests.tiny_tool_models import arithmetic_prompts, build_tool_copier
+
+    questions = arithmetic_prompts(n, seed=1234)
+    data = root / "tool-prompts.jsonl"
+    rows = [json.dumps({"prompt": q, "answer": v}, ensure_ascii=False) + "\n" for q, _, v in questions]
+    data.write_text("".join(rows), encoding="utf-8")
+    model = build_tool_copier(root / "tool-model", skip=frozenset(e for _, e, _ in questions), steps=warmup)
+    return model, data
+
+
 def child_aura(a) -> dict:
     """``aura finetune --objective grpo ...`` through the program's own entry point (what the ``aura``
     command runs, its quick exit included), in this process so that each step's CPU time can be read."""
     from aura.cli import entry
+    from aura.inference.tools import ToolBox
     from aura.train.run.metrics import TrainMetrics
 
+    if a.tools:  # the calculator, run the way Aura runs every tool: a fresh sandboxed subprocess per call
+        mode = ["--reward", "exact-answer", "--tools", CALCULATOR, "--max-tool-turns", MAX_TOOL_TURNS]
+    else:
+        mode = ["--reward", "format", "--format-pattern", FORMAT, "--template", "chatml"]
     argv = [
         "finetune",
         "--objective",
@@ -89,10 +119,7 @@ def child_aura(a) -> dict:
         1,
         "--max-completion-length",
         a.max_completion_length,
-        "--reward",
-        "format",
-        "--format-pattern",
-        FORMAT,
+        *mode,
         "--beta",
         0.04,
         "--lora-r",
@@ -113,19 +140,24 @@ def child_aura(a) -> dict:
         0,
         "--log-interval",
         1,
-        "--template",
-        "chatml",
         "--loss-type",
         "dapo",
     ]
     cpu_ends: list[float] = []
-    log_step = TrainMetrics.log_step
+    log_step, run_tools, in_tools = TrainMetrics.log_step, ToolBox.run, [0.0]
 
     def timed_log_step(self, *args, **kwargs):  # called once per step (log_interval 1), after the update
-        cpu_ends.append(time.process_time())
+        cpu_ends.append(cpu_now())
         return log_step(self, *args, **kwargs)
 
-    TrainMetrics.log_step = timed_log_step
+    def timed_run(self, calls):  # one tool turn's calls (run in parallel threads): their wall seconds
+        started = time.perf_counter()
+        try:
+            return run_tools(self, calls)
+        finally:
+            in_tools[0] += time.perf_counter() - started
+
+    TrainMetrics.log_step, ToolBox.run = timed_log_step, timed_run
     assert entry([str(x) for x in argv]) == 0
     with open(Path(a.out) / "training_log.csv") as f:
         rows = [r for r in csv.DictReader(f) if r["kind"] == "step"]
@@ -134,7 +166,46 @@ def child_aura(a) -> dict:
         "step_ends": [float(r["seconds"]) for r in rows],
         "cpu_step_ends": cpu_ends,
         "completion_tokens": sum(float(r["completion_length"]) * G for r in rows),
+        "tool_calls": sum(float(r.get("tool_calls") or 0) for r in rows),
+        "tool_seconds": in_tools[0],
+        "reward": sum(float(r["reward"]) for r in rows) / max(len(rows), 1),
     }
+
+
+def trl_tools_side(tok) -> tuple[list, list, dict]:
+    """--tools, TRL's side: (tools, reward functions, tallies). The shipped calculator's own function, called
+    in-process as TRL calls a tool, wrapped to count its calls and their seconds; the reward is Aura's
+    ``exact-answer`` (its ``final_answer`` and ``answers_match``) on the last assistant message, the final turn
+    Aura's reward reads. TRL parses tool calls with a response template it picks for the chat templates it
+    knows; the tiny model's template writes Qwen's ``<tool_call>`` JSON blocks, so TRL's Qwen template is
+    set, and its end of turn ``<|im_end|>`` is made the EOS, as in Qwen's tokenizers (TRL generates a turn
+    until EOS; Aura stops at the template's end of turn or ``</tool_call>``)."""
+    import functools
+
+    from trl.chat_template_utils import qwen3_template
+
+    from aura.data.rewards import answers_match, final_answer
+    from aura.resources.tools.calculadora import calcular
+
+    tok.response_template, tok.eos_token = qwen3_template, "<|im_end|>"
+    tally = {"tool_calls": 0, "tool_seconds": 0.0, "rewards": []}
+
+    @functools.wraps(calcular)
+    def counted(*args, **kwargs):
+        tally["tool_calls"] += 1
+        started = time.perf_counter()
+        try:
+            return calcular(*args, **kwargs)
+        finally:
+            tally["tool_seconds"] += time.perf_counter() - started
+
+    def exact_answer(completions, answer, **_):
+        finals = [next((m["content"] or "" for m in reversed(c) if m["role"] == "assistant"), "") for c in completions]
+        scores = [1.0 if answers_match(final_answer(f), g) else 0.0 for f, g in zip(finals, answer)]
+        tally["rewards"].append(sum(scores) / len(scores))
+        return scores
+
+    return [counted], [exact_answer], tally
 
 
 def child_trl(a) -> dict:
@@ -148,9 +219,13 @@ def child_trl(a) -> dict:
     from aura.text.templates import CHATML  # the same template Aura applies
 
     tok = AutoTokenizer.from_pretrained(a.model)
-    tok.chat_template = CHATML
     rows = [json.loads(ln) for ln in Path(a.data).read_text(encoding="utf-8").splitlines()]
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}]} for r in rows])
+    data = Dataset.from_list(
+        [
+            {"prompt": [{"role": "user", "content": r["prompt"]}], **({"answer": r["answer"]} if a.tools else {})}
+            for r in rows
+        ]
+    )
     pattern, seen = re.compile(FORMAT), {"tokens": 0}
 
     def format_reward(completions, **_):
@@ -160,6 +235,11 @@ def child_trl(a) -> dict:
         seen["tokens"] += sum(len(ids) for ids in completion_ids)
         return [0.0] * len(completion_ids)
 
+    if a.tools:  # the tokenizer's own template (the tool-capable one Aura renders too)
+        tools, rewards, tally = trl_tools_side(tok)
+    else:
+        tok.chat_template = CHATML
+        tools, rewards, tally = None, [format_reward], {}
     args = GRPOConfig(
         output_dir=a.out,
         max_steps=a.steps,
@@ -181,6 +261,7 @@ def child_trl(a) -> dict:
         reward_weights=[1.0, 0.0],
         gradient_checkpointing=False,
         dataloader_num_workers=0,
+        max_tool_calling_iterations=MAX_TOOL_TURNS if a.tools else None,
     )
     peft = LoraConfig(
         r=LORA["r"],
@@ -195,11 +276,12 @@ def child_trl(a) -> dict:
     class StepClock(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             step_ends.append(time.perf_counter())
-            cpu_ends.append(time.process_time())
+            cpu_ends.append(cpu_now())
 
     trainer = GRPOTrainer(
         model=a.model,
-        reward_funcs=[format_reward, count_tokens],
+        reward_funcs=[*rewards, count_tokens],
+        tools=tools,
         args=args,
         train_dataset=data,
         processing_class=tok,
@@ -212,33 +294,42 @@ def child_trl(a) -> dict:
         "step_ends": step_ends,
         "cpu_step_ends": cpu_ends,
         "completion_tokens": seen["tokens"],
+        "tool_calls": tally.get("tool_calls", 0),
+        "tool_seconds": tally.get("tool_seconds", 0.0),
+        "reward": sum(tally.get("rewards", [])) / max(len(tally.get("rewards", [])), 1),
     }
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--max-completion-length", type=int, default=64)
+    p.add_argument("--max-completion-length", type=int, help="default: 64; 96 with --tools")
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--tools", action="store_true", help="multi-turn GRPO with the calculator on both sides")
+    p.add_argument("--warmup", type=int, default=150, help="--tools: supervised steps that teach the tool calls")
     p.add_argument("--child", choices=("aura", "trl"))
     p.add_argument("--model")
     p.add_argument("--data")
     p.add_argument("--out")
     a = p.parse_args()
+    if a.max_completion_length is None:
+        a.max_completion_length = 96 if a.tools else 64
     if a.child:
         import torch
 
         torch.set_num_threads(1)
         result = {"aura": child_aura, "trl": child_trl}[a.child](a)
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        result["peak_rss_mb"], result["cpu_seconds"] = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+        result["peak_rss_mb"], result["cpu_seconds"] = usage.ru_maxrss / 1024, cpu_now()
         print("RESULT " + json.dumps(result), flush=True)
         return
     runs: dict[str, list[dict]] = {"aura": [], "trl": []}
     print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        model = versus_trl.build_model(Path(tmp))
-        data = write_prompts(Path(tmp) / "prompts.jsonl")
+        if a.tools:
+            model, data = tool_setup(Path(tmp), warmup=a.warmup)
+        else:
+            model, data = versus_trl.build_model(Path(tmp)), write_prompts(Path(tmp) / "prompts.jsonl")
         for repeat in range(a.repeats):
             for side in ("aura", "trl") if repeat % 2 == 0 else ("trl", "aura"):
                 env = dict(
@@ -262,6 +353,7 @@ def main() -> None:
                         str(a.steps),
                         "--max-completion-length",
                         str(a.max_completion_length),
+                        *(["--tools"] if a.tools else []),
                     ],
                     capture_output=True,
                     text=True,
@@ -279,20 +371,31 @@ def main() -> None:
                     cpu_step_s=(cpu[-1] - cpu[0]) / max(len(cpu) - 1, 1),
                 )
                 runs[side].append(run)
+                tools = (
+                    f"  {run['tool_calls'] / run['steps']:.1f} calls/step ({run['tool_seconds']:.1f} s in calls)"
+                    if a.tools
+                    else ""
+                )
                 print(
                     f"run {repeat + 1} {side:5s} whole run {wall:6.1f} s ({run['cpu_seconds']:5.1f} CPU s)  "
                     f"per step {run['step_s']:.3f} s ({run['cpu_step_s']:.3f} CPU s)  "
                     f"{run['completion_tokens']:6.0f} completion tokens  peak RSS {run['peak_rss_mb']:5.0f} MB  "
-                    f"load {os.getloadavg()[0]:.2f}",
+                    f"load {os.getloadavg()[0]:.2f}{tools}",
                     flush=True,
                 )
+    report(runs, tools=a.tools)
+
+
+def report(runs: dict[str, list[dict]], *, tools: bool) -> None:
+    """Each side's fastest figures over the repeats, the ratios, and the FIGURE lines."""
     keys = ("seconds", "step_s", "cpu_seconds", "cpu_step_s")
     best = {
         side: {
             **{k: min(r[k] for r in rs) for k in keys},
             "steps": rs[0]["steps"],
             "peak_rss_mb": max(r["peak_rss_mb"] for r in rs),
-            "completion_tokens": min(rs, key=lambda r: r["seconds"])["completion_tokens"],
+            **{k: min(rs, key=lambda r: r["seconds"])[k] for k in ("completion_tokens", "tool_calls", "tool_seconds")},
+            "reward": sum(r["reward"] for r in rs) / len(rs),
         }
         for side, rs in runs.items()
     }
@@ -304,6 +407,12 @@ def main() -> None:
             f"CPU: whole run {r['cpu_seconds']:.1f} s, per step {r['cpu_step_s']:.3f} s  "
             f"peak RSS {r['peak_rss_mb']:5.0f} MB"
         )
+        if tools:
+            print(
+                f"{side:5s} tool calls {r['tool_calls']:.0f} = {r['tool_calls'] / r['steps']:.2f}/step, "
+                f"{r['tool_seconds']:.2f} s in calls = {100 * r['tool_seconds'] / r['seconds']:.1f}% of the run, "
+                f"{1000 * r['tool_seconds'] / max(r['tool_calls'], 1):.1f} ms/call; mean reward {r['reward']:.3f}"
+            )
     au, tr = best["aura"], best["trl"]
     tok_ratio = (au["completion_tokens"] / au["seconds"]) / (tr["completion_tokens"] / tr["seconds"])
     print(
@@ -316,15 +425,21 @@ def main() -> None:
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     from figures import figure, ratio
 
-    figure(
-        "grpo_vs_trl.steps_per_s.whole_process", ratio((au["steps"] / au["seconds"]) / (tr["steps"] / tr["seconds"]))
-    )
-    figure("grpo_vs_trl.steps_per_s.steady", ratio(tr["step_s"] / au["step_s"]))
-    figure("grpo_vs_trl.completion_tokens_per_s.whole_process", ratio(tok_ratio))
-    figure("grpo_vs_trl.peak_rss", ratio(au["peak_rss_mb"] / tr["peak_rss_mb"]))
+    head = "grpo_tools_vs_trl" if tools else "grpo_vs_trl"
+    figure(f"{head}.steps_per_s.whole_process", ratio((au["steps"] / au["seconds"]) / (tr["steps"] / tr["seconds"])))
+    figure(f"{head}.steps_per_s.steady", ratio(tr["step_s"] / au["step_s"]))
+    figure(f"{head}.completion_tokens_per_s.whole_process", ratio(tok_ratio))
+    figure(f"{head}.peak_rss", ratio(au["peak_rss_mb"] / tr["peak_rss_mb"]))
+    if tools:  # CPU seconds: less moved by the other jobs' load than wall seconds
+        figure(f"{head}.cpu_per_step", ratio(tr["cpu_step_s"] / au["cpu_step_s"]))
+        figure(f"{head}.cpu_whole_run", ratio(tr["cpu_seconds"] / au["cpu_seconds"]))
+        for side, r in best.items():
+            figure(f"{head}.calls_per_step.{side}", f"{r['tool_calls'] / r['steps']:.2f}")
+        figure(f"{head}.aura_share_in_calls", f"{100 * au['tool_seconds'] / au['seconds']:.1f}%")
 
 
 # reproduce: --repeats 3
+# reproduce: --tools --repeats 2
 # reproduce-quick: --steps 2 --max-completion-length 8
 # reproduce-needs: module:trl
 # reproduce-quick-needs: module:trl
