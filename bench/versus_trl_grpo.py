@@ -10,8 +10,8 @@ Both sides are timed the same way:
   between (rollout, reference pass, loss, backward, optimizer step and logging; the first step, which
   pays one-time warm-ups, is left out on both sides). Aura: the training log's elapsed seconds at each
   step; TRL: a callback's clock at each ``on_step_end``;
-* the same two in CPU seconds of the child (``getrusage`` at its exit; ``time.process_time`` at each step
-  end: Aura's step log, TRL's ``on_step_end``): on a machine shared with other jobs a process waits for a
+* the same two in CPU seconds of the child and its ended subprocesses (``os.times`` at its exit and at each
+  step end: Aura's step log, TRL's ``on_step_end``): on a machine shared with other jobs a process waits for a
   core for a share of its wall time that moves with their load, and its CPU time much less.
 
 Completion tokens are counted from what each side sampled (Aura: its training_log.csv; TRL: a zero-weight
@@ -20,6 +20,23 @@ reward that sees every completion's ids); memory is the child's peak RSS.
     python bench/versus_trl_grpo.py                 # 12 steps, G 8, 64-token completions
     python bench/versus_trl_grpo.py --steps 20 --max-completion-length 128
     python bench/versus_trl_grpo.py --repeats 3     # 3 runs a side, alternating which side goes first
+
+``--tools``: multi-turn GRPO with tools on both sides. The tiny Llama of ``bench/bench_grpo_tools.py``
+(``tests.tiny_tool_models.build_tool_copier``: d 128, 4 layers, a digit-by-digit BPE of 800 tokens, a
+Qwen-style template that writes ``<tool_call>`` JSON blocks), given ``--warmup`` supervised steps on other
+questions so that it calls the calculator and copies its output, is built once by the parent before either
+side starts; 64 Spanish arithmetic questions with their true values; the shipped calculator
+(``aura/resources/tools/calculadora.py``); at most 2 tool turns per completion (Aura's ``--max-tool-turns``,
+TRL's ``max_tool_calling_iterations``), 96-token completions (tool turns included); the reward is
+``exact-answer`` on the final turn (TRL: a function that applies Aura's ``final_answer`` and
+``answers_match`` to the last assistant message). **The calls are not run the same way, by design**: Aura
+runs every call in a fresh sandboxed ``python -I`` subprocess (time, memory, file and network limits), TRL
+calls the same Python function in its own process, as TRL runs tools; so each of Aura's calls costs tens of
+milliseconds more. Both sides count their calls (Aura: its log's ``tool_calls``; TRL: a wrapper around the
+function) and the wall seconds spent in them (Aura: its ``ToolBox.run``, one turn's calls; TRL: the
+wrapper), printed with their share of the run; CPU seconds include the ended subprocesses' (Aura's calls).
+
+    python bench/versus_trl_grpo.py --tools --repeats 2
 
 On a shared machine the other jobs' load changes from one minute to the next: ``--repeats`` alternates the
 order of the two sides from one repeat to the next and keeps each side's fastest figures (both sample the
@@ -86,13 +103,8 @@ def tool_setup(root: Path, *, warmup: int, n: int = 64) -> tuple[Path, Path]:
     return model, data
 
 
-def child_aura(a) -> dict:
-    """``aura finetune --objective grpo ...`` through the program's own entry point (what the ``aura``
-    command runs, its quick exit included), in this process so that each step's CPU time can be read."""
-    from aura.cli import entry
-    from aura.inference.tools import ToolBox
-    from aura.train.run.metrics import TrainMetrics
-
+def aura_argv(a) -> list[str]:
+    """The ``aura finetune --objective grpo`` command line of Aura's side."""
     if a.tools:  # the calculator, run the way Aura runs every tool: a fresh sandboxed subprocess per call
         mode = ["--reward", "exact-answer", "--tools", CALCULATOR, "--max-tool-turns", MAX_TOOL_TURNS]
     else:
@@ -143,6 +155,16 @@ def child_aura(a) -> dict:
         "--loss-type",
         "dapo",
     ]
+    return [str(x) for x in argv]
+
+
+def child_aura(a) -> dict:
+    """``aura finetune --objective grpo ...`` through the program's own entry point (what the ``aura``
+    command runs, its quick exit included), in this process so that each step's CPU time can be read."""
+    from aura.cli import entry
+    from aura.inference.tools import ToolBox
+    from aura.train.run.metrics import TrainMetrics
+
     cpu_ends: list[float] = []
     log_step, run_tools, in_tools = TrainMetrics.log_step, ToolBox.run, [0.0]
 
@@ -158,7 +180,7 @@ def child_aura(a) -> dict:
             in_tools[0] += time.perf_counter() - started
 
     TrainMetrics.log_step, ToolBox.run = timed_log_step, timed_run
-    assert entry([str(x) for x in argv]) == 0
+    assert entry(aura_argv(a)) == 0
     with open(Path(a.out) / "training_log.csv") as f:
         rows = [r for r in csv.DictReader(f) if r["kind"] == "step"]
     return {
@@ -208,38 +230,11 @@ def trl_tools_side(tok) -> tuple[list, list, dict]:
     return [counted], [exact_answer], tally
 
 
-def child_trl(a) -> dict:
-    import re
-
-    from datasets import Dataset
+def trl_config(a):
+    """(GRPOConfig, LoraConfig) of TRL's side: Aura's settings, fp32 (TRL defaults to bf16 autocast)."""
     from peft import LoraConfig
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
-    from aura.text.templates import CHATML  # the same template Aura applies
-
-    tok = AutoTokenizer.from_pretrained(a.model)
-    rows = [json.loads(ln) for ln in Path(a.data).read_text(encoding="utf-8").splitlines()]
-    data = Dataset.from_list(
-        [
-            {"prompt": [{"role": "user", "content": r["prompt"]}], **({"answer": r["answer"]} if a.tools else {})}
-            for r in rows
-        ]
-    )
-    pattern, seen = re.compile(FORMAT), {"tokens": 0}
-
-    def format_reward(completions, **_):
-        return [1.0 if pattern.fullmatch(c[0]["content"]) else 0.0 for c in completions]
-
-    def count_tokens(completion_ids, **_):  # weight 0: only counts what was sampled
-        seen["tokens"] += sum(len(ids) for ids in completion_ids)
-        return [0.0] * len(completion_ids)
-
-    if a.tools:  # the tokenizer's own template (the tool-capable one Aura renders too)
-        tools, rewards, tally = trl_tools_side(tok)
-    else:
-        tok.chat_template = CHATML
-        tools, rewards, tally = None, [format_reward], {}
     args = GRPOConfig(
         output_dir=a.out,
         max_steps=a.steps,
@@ -270,6 +265,41 @@ def child_trl(a) -> dict:
         task_type="CAUSAL_LM",
         target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     )
+    return args, peft
+
+
+def child_trl(a) -> dict:
+    import re
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOTrainer
+
+    from aura.text.templates import CHATML  # the same template Aura applies
+
+    tok = AutoTokenizer.from_pretrained(a.model)
+    rows = [json.loads(ln) for ln in Path(a.data).read_text(encoding="utf-8").splitlines()]
+    data = Dataset.from_list(
+        [
+            {"prompt": [{"role": "user", "content": r["prompt"]}], **({"answer": r["answer"]} if a.tools else {})}
+            for r in rows
+        ]
+    )
+    pattern, seen = re.compile(FORMAT), {"tokens": 0}
+
+    def format_reward(completions, **_):
+        return [1.0 if pattern.fullmatch(c[0]["content"]) else 0.0 for c in completions]
+
+    def count_tokens(completion_ids, **_):  # weight 0: only counts what was sampled
+        seen["tokens"] += sum(len(ids) for ids in completion_ids)
+        return [0.0] * len(completion_ids)
+
+    if a.tools:  # the tokenizer's own template (the tool-capable one Aura renders too)
+        tools, rewards, tally = trl_tools_side(tok)
+    else:
+        tok.chat_template = CHATML
+        tools, rewards, tally = None, [format_reward], {}
+    args, peft = trl_config(a)
     step_ends: list[float] = []
     cpu_ends: list[float] = []
 
@@ -298,6 +328,27 @@ def child_trl(a) -> dict:
         "tool_seconds": tally.get("tool_seconds", 0.0),
         "reward": sum(tally.get("rewards", [])) / max(len(tally.get("rewards", [])), 1),
     }
+
+
+def run_child(a, side: str, *, model: Path, data: Path, out: Path) -> dict:
+    """One side's run in a fresh interpreter with one thread: its RESULT, timed by this process."""
+    env = dict(os.environ, AURA_PLAIN="1", AURA_LANG="en", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    argv = ["--child", side, "--model", model, "--data", data, "--out", out, "--steps", a.steps]
+    argv += ["--max-completion-length", a.max_completion_length, *(["--tools"] if a.tools else [])]
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, __file__, *map(str, argv)], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    if r.returncode != 0 or not line:
+        sys.exit(f"{side} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    run = json.loads(line[-1][7:])
+    ends, cpu = run["step_ends"], run["cpu_step_ends"]
+    run.update(
+        seconds=wall,
+        step_s=(ends[-1] - ends[0]) / max(len(ends) - 1, 1),
+        cpu_step_s=(cpu[-1] - cpu[0]) / max(len(cpu) - 1, 1),
+    )
+    return run
 
 
 def main() -> None:
@@ -332,44 +383,7 @@ def main() -> None:
             model, data = versus_trl.build_model(Path(tmp)), write_prompts(Path(tmp) / "prompts.jsonl")
         for repeat in range(a.repeats):
             for side in ("aura", "trl") if repeat % 2 == 0 else ("trl", "aura"):
-                env = dict(
-                    os.environ, AURA_PLAIN="1", AURA_LANG="en", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1"
-                )
-                out = Path(tmp) / f"{side}-{repeat}"
-                t = time.perf_counter()
-                r = subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "--child",
-                        side,
-                        "--model",
-                        str(model),
-                        "--data",
-                        str(data),
-                        "--out",
-                        str(out),
-                        "--steps",
-                        str(a.steps),
-                        "--max-completion-length",
-                        str(a.max_completion_length),
-                        *(["--tools"] if a.tools else []),
-                    ],
-                    capture_output=True,
-                    text=True,
-                    env=env,
-                )
-                wall = time.perf_counter() - t
-                line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-                if r.returncode != 0 or not line:
-                    sys.exit(f"{side} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-                run = json.loads(line[-1][7:])
-                ends, cpu = run["step_ends"], run["cpu_step_ends"]
-                run.update(
-                    seconds=wall,
-                    step_s=(ends[-1] - ends[0]) / max(len(ends) - 1, 1),
-                    cpu_step_s=(cpu[-1] - cpu[0]) / max(len(cpu) - 1, 1),
-                )
+                run = run_child(a, side, model=model, data=data, out=Path(tmp) / f"{side}-{repeat}")
                 runs[side].append(run)
                 tools = (
                     f"  {run['tool_calls'] / run['steps']:.1f} calls/step ({run['tool_seconds']:.1f} s in calls)"
@@ -377,7 +391,7 @@ def main() -> None:
                     else ""
                 )
                 print(
-                    f"run {repeat + 1} {side:5s} whole run {wall:6.1f} s ({run['cpu_seconds']:5.1f} CPU s)  "
+                    f"run {repeat + 1} {side:5s} whole run {run['seconds']:6.1f} s ({run['cpu_seconds']:5.1f} CPU s)  "
                     f"per step {run['step_s']:.3f} s ({run['cpu_step_s']:.3f} CPU s)  "
                     f"{run['completion_tokens']:6.0f} completion tokens  peak RSS {run['peak_rss_mb']:5.0f} MB  "
                     f"load {os.getloadavg()[0]:.2f}{tools}",
