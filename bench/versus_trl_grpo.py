@@ -88,6 +88,19 @@ def cpu_now() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def peak_rss_mb() -> float:
+    """This process's peak RSS since its ``exec``: ``VmHWM`` (``getrusage``'s ``ru_maxrss`` keeps, across
+    ``exec``, the peak of the parent that forked it: with ``--tools`` the parent has trained the model, and
+    every child would report at least the parent's size)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def tool_setup(root: Path, *, warmup: int, n: int = 64) -> tuple[Path, Path]:
     """--tools: (model, prompts). ``n`` Spanish arithmetic questions with their true values, and the tiny
     Llama of ``bench/bench_grpo_tools.py`` (``tests.tiny_tool_models.build_tool_copier``: ``warmup``
@@ -166,10 +179,12 @@ def child_aura(a) -> dict:
     from aura.train.run.metrics import TrainMetrics
 
     cpu_ends: list[float] = []
+    tool_ends: list[float] = []
     log_step, run_tools, in_tools = TrainMetrics.log_step, ToolBox.run, [0.0]
 
     def timed_log_step(self, *args, **kwargs):  # called once per step (log_interval 1), after the update
         cpu_ends.append(cpu_now())
+        tool_ends.append(in_tools[0])
         return log_step(self, *args, **kwargs)
 
     def timed_run(self, calls):  # one tool turn's calls (run in parallel threads): their wall seconds
@@ -190,6 +205,7 @@ def child_aura(a) -> dict:
         "completion_tokens": sum(float(r["completion_length"]) * G for r in rows),
         "tool_calls": sum(float(r.get("tool_calls") or 0) for r in rows),
         "tool_seconds": in_tools[0],
+        "tool_step_ends": tool_ends,
         "reward": sum(float(r["reward"]) for r in rows) / max(len(rows), 1),
     }
 
@@ -303,10 +319,13 @@ def child_trl(a) -> dict:
     step_ends: list[float] = []
     cpu_ends: list[float] = []
 
+    tool_ends: list[float] = []
+
     class StepClock(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             step_ends.append(time.perf_counter())
             cpu_ends.append(cpu_now())
+            tool_ends.append(tally.get("tool_seconds", 0.0))
 
     trainer = GRPOTrainer(
         model=a.model,
@@ -326,6 +345,7 @@ def child_trl(a) -> dict:
         "completion_tokens": seen["tokens"],
         "tool_calls": tally.get("tool_calls", 0),
         "tool_seconds": tally.get("tool_seconds", 0.0),
+        "tool_step_ends": tool_ends,
         "reward": sum(tally.get("rewards", [])) / max(len(tally.get("rewards", [])), 1),
     }
 
@@ -342,11 +362,12 @@ def run_child(a, side: str, *, model: Path, data: Path, out: Path) -> dict:
     if r.returncode != 0 or not line:
         sys.exit(f"{side} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     run = json.loads(line[-1][7:])
-    ends, cpu = run["step_ends"], run["cpu_step_ends"]
+    ends, cpu, calls = run["step_ends"], run["cpu_step_ends"], run.get("tool_step_ends") or [0.0]
     run.update(
         seconds=wall,
         step_s=(ends[-1] - ends[0]) / max(len(ends) - 1, 1),
         cpu_step_s=(cpu[-1] - cpu[0]) / max(len(cpu) - 1, 1),
+        calls_step_s=(calls[-1] - calls[0]) / max(len(calls) - 1, 1),  # the per-step window's time in calls
     )
     return run
 
@@ -370,8 +391,7 @@ def main() -> None:
 
         torch.set_num_threads(1)
         result = {"aura": child_aura, "trl": child_trl}[a.child](a)
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        result["peak_rss_mb"], result["cpu_seconds"] = usage.ru_maxrss / 1024, cpu_now()
+        result["peak_rss_mb"], result["cpu_seconds"] = peak_rss_mb(), cpu_now()
         print("RESULT " + json.dumps(result), flush=True)
         return
     runs: dict[str, list[dict]] = {"aura": [], "trl": []}
@@ -402,7 +422,7 @@ def main() -> None:
 
 def report(runs: dict[str, list[dict]], *, tools: bool) -> None:
     """Each side's fastest figures over the repeats, the ratios, and the FIGURE lines."""
-    keys = ("seconds", "step_s", "cpu_seconds", "cpu_step_s")
+    keys = ("seconds", "step_s", "cpu_seconds", "cpu_step_s", "calls_step_s")
     best = {
         side: {
             **{k: min(r[k] for r in rs) for k in keys},
@@ -425,7 +445,8 @@ def report(runs: dict[str, list[dict]], *, tools: bool) -> None:
             print(
                 f"{side:5s} tool calls {r['tool_calls']:.0f} = {r['tool_calls'] / r['steps']:.2f}/step, "
                 f"{r['tool_seconds']:.2f} s in calls = {100 * r['tool_seconds'] / r['seconds']:.1f}% of the run, "
-                f"{1000 * r['tool_seconds'] / max(r['tool_calls'], 1):.1f} ms/call; mean reward {r['reward']:.3f}"
+                f"{1000 * r['tool_seconds'] / max(r['tool_calls'], 1):.1f} ms/call, "
+                f"{r['calls_step_s']:.3f} s/step in calls (steps 2-{r['steps']}); mean reward {r['reward']:.3f}"
             )
     au, tr = best["aura"], best["trl"]
     tok_ratio = (au["completion_tokens"] / au["seconds"]) / (tr["completion_tokens"] / tr["seconds"])
@@ -450,6 +471,11 @@ def report(runs: dict[str, list[dict]], *, tools: bool) -> None:
         for side, r in best.items():
             figure(f"{head}.calls_per_step.{side}", f"{r['tool_calls'] / r['steps']:.2f}")
         figure(f"{head}.aura_share_in_calls", f"{100 * au['tool_seconds'] / au['seconds']:.1f}%")
+        # each side's step without its time in tool calls (Aura's sandboxed calls cost tens of ms, TRL's µs)
+        figure(
+            f"{head}.steps_per_s.steady_without_calls",
+            ratio((tr["step_s"] - tr["calls_step_s"]) / (au["step_s"] - au["calls_step_s"])),
+        )
 
 
 # reproduce: --repeats 3
