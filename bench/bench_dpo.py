@@ -7,7 +7,7 @@ with beta 0.1 and the reference = the base with the adapter disabled, batch 2 pa
 5e-5, cosine, fp32, max length 256, the same number of optimizer steps, this CPU. Each side runs in its
 own subprocess; tokens/s = tokens of the (padded, chosen + rejected) batches it trained on / wall seconds
 of the whole command (loading, tokenising, training, saving the adapter); peak memory = the child's peak
-resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``).
+resident set size (``VmHWM``, ``versus_trl.peak_rss_mb``).
 
 Tokens are counted the same way on both sides (bench/versus_trl.py); ``--repeats`` alternates the sides.
 

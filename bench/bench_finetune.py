@@ -5,7 +5,7 @@ in both), same LoRA (r 16, alpha 32, dropout 0.05, every linear layer but the he
 accumulation 4, lr 2e-4, 3 % warm-up, cosine, fp32, same number of optimizer steps, this CPU. Each
 side runs in its own subprocess; tokens/s = tokens of the (padded) batches it trained on / wall
 seconds of the whole command (loading, tokenising, training, saving the adapter); peak memory = the
-child's peak resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``).
+child's peak resident set size (``VmHWM``, ``versus_trl.peak_rss_mb``).
 
 Tokens are counted the same way on both sides (bench/versus_trl.py: every id entering the input embedding
 in training mode); the sides alternate for ``--repeats`` runs and each side's fastest is compared, every

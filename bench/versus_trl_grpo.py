@@ -49,7 +49,6 @@ import argparse
 import csv
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -86,19 +85,6 @@ def cpu_now() -> float:
     """CPU seconds of this process and of its ended subprocesses (Aura's sandboxed tool calls)."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
-
-
-def peak_rss_mb() -> float:
-    """This process's peak RSS since its ``exec``: ``VmHWM`` (``getrusage``'s ``ru_maxrss`` keeps, across
-    ``exec``, the peak of the parent that forked it: with ``--tools`` the parent has trained the model, and
-    every child would report at least the parent's size)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def tool_setup(root: Path, *, warmup: int, n: int = 64) -> tuple[Path, Path]:
@@ -391,7 +377,7 @@ def main() -> None:
 
         torch.set_num_threads(1)
         result = {"aura": child_aura, "trl": child_trl}[a.child](a)
-        result["peak_rss_mb"], result["cpu_seconds"] = peak_rss_mb(), cpu_now()
+        result["peak_rss_mb"], result["cpu_seconds"] = versus_trl.peak_rss_mb(), cpu_now()
         print("RESULT " + json.dumps(result), flush=True)
         return
     runs: dict[str, list[dict]] = {"aura": [], "trl": []}
