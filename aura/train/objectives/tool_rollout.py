@@ -86,16 +86,21 @@ def converse(
     return calls, failures
 
 
+def _last_turn(conversation, tok) -> str:
+    """The text of a conversation's latest model turn (where its tool calls are)."""
+    return tok.decode(conversation[conversation.final :], skip_special_tokens=False)
+
+
 def _call_tools(conversations, logps, live, tok, tools, end_of_turn, max_new) -> tuple[list[int], int, int]:
     """Run the calls of the latest turn of each ``live`` conversation and append their tool turns: (the
-    conversations that go on: a call made, and its tool turn within the length limit; calls; failed calls)."""
+    conversations that go on: a call made, and its tool turn within the length limit; calls; failed calls).
+    Every conversation's calls go to one ``ToolBox.run`` (its pool of sandboxed processes), results in order."""
     go_on, calls, failures = [], 0, 0
-    for i in live:
+    made = [(i, found) for i in live if (found := parse_tool_calls(_last_turn(conversations[i], tok)))]
+    every = iter(tools.run([call for _, found in made for call in found]))  # one pool for the whole turn's calls
+    for i, found in made:
         c = conversations[i]
-        found = parse_tool_calls(tok.decode(c[c.final :], skip_special_tokens=False))
-        if not found:
-            continue
-        results = tools.run(found)
+        results = [next(every) for _ in found]
         calls, failures = calls + len(found), failures + sum(not r.ok for r in results)
         closing, suffix = tool_turn_ids(tok, found, results, end_of_turn=end_of_turn)
         if c and c[-1] not in end_of_turn:  # stopped at </tool_call>: the template's end of turn first
