@@ -466,7 +466,7 @@ def report(runs: dict[str, list[dict]], *, tools: bool) -> None:
 
 
 # reproduce: --repeats 3
-# reproduce: --tools --repeats 3
+# reproduce: --tools --repeats 2
 # reproduce-quick: --steps 2 --max-completion-length 8
 # reproduce-needs: module:trl
 # reproduce-quick-needs: module:trl
