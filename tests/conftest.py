@@ -133,6 +133,32 @@ def run_aura(
     )
 
 
+def run_aura_terminated(*args: str, run: Path, at: str, timeout: float = 300) -> tuple[str, int]:
+    """Start ``python -m aura ARGS``, send it SIGTERM once it prints ``at`` (a step of its log), and check that
+    it stops as a stop asked for does (exit code 3) leaving one ``interrupt-step-N`` checkpoint in ``run``:
+    (what it printed, N)."""
+    env = dict(os.environ, AURA_PLAIN="1", PYTHONUNBUFFERED="1")
+    env.setdefault("AURA_LANG", "en")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aura", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    lines = []
+    for line in proc.stdout:  # wait until training is under way
+        lines.append(line)
+        if at in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    out = "".join(lines) + proc.stdout.read()
+    assert proc.wait(timeout=timeout) == 3, out  # stopped by a signal, checkpoint saved
+    interrupts = sorted(run.glob("interrupt-step-*"))
+    assert len(interrupts) == 1, out
+    return out, int(interrupts[0].name.rsplit("-", 1)[1])
+
+
 def run_aura_killed(*args: str, marker: Path, timeout: float = 300) -> str:
     """Start ``python -m aura ARGS`` and kill -9 its whole process group as soon as the directory ``marker``
     exists: no handler runs, as after a power cut or the OOM killer. Fails if the command ended before

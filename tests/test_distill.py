@@ -5,16 +5,12 @@ refused naming both folders. Parity with TRL's GKDTrainer is in tests/test_disti
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from tests.conftest import run_aura_killed
+from tests.conftest import run_aura_killed, run_aura_terminated
 from tests.test_finetune import finetune
 from tests.test_preference import FAST, step_rows
 from tests.tiny_models import build_llama, train_tokenizer
@@ -116,22 +112,7 @@ def test_distill_mixes_own_and_data_answers_lowers_the_kl_and_resumes_exactly_af
     assert after < 0.9 * before, (before, after)
 
     run = tmp_path / "interrupted"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aura", "finetune", "--output-dir", str(run), *map(str, common)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1"),
-    )
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "Step 3/8" in line:
-            proc.send_signal(signal.SIGTERM)
-            break
-    text = "".join(lines) + proc.stdout.read()
-    assert proc.wait(timeout=300) == 3, text
-    stopped = int(next(run.glob("interrupt-step-*")).name.rsplit("-", 1)[1])
+    text, stopped = run_aura_terminated("finetune", "--output-dir", run, *common, run=run, at="Step 3/8")
     out = run_aura_killed(
         "finetune",
         "--output-dir",

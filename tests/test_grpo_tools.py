@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura_killed
+from tests.conftest import run_aura_killed, run_aura_terminated
 from tests.test_finetune import finetune
 from tests.test_grpo import FAST, step_rows
 from tests.tiny_models import (
@@ -442,10 +442,6 @@ def test_grpo_with_the_calculator_calls_it_and_resumes_exactly_after_sigterm_and
     (``tool_calls``, ``tool_failures``). A run stopped by SIGTERM after step 1 saves an interrupt checkpoint
     (exit 3); resumed, saving every step, it is killed -9 once the next step is saved; resumed again, it
     finishes: every step logs what the straight run logged (the conversations, their calls and rewards)."""
-    import os
-    import signal
-    import subprocess
-    import sys
 
     straight, run = tmp_path / "straight", tmp_path / "interrupted"
     common = [
@@ -477,22 +473,9 @@ def test_grpo_with_the_calculator_calls_it_and_resumes_exactly_after_sigterm_and
     ]
     out = finetune(*common, "--output-dir", straight, "--save-steps", 0)
     assert "Tools from" in out and "calcular" in out
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aura", "finetune", *map(str, common), "--output-dir", str(run), "--save-steps", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1"),
+    text, stopped = run_aura_terminated(
+        "finetune", *common, "--output-dir", run, "--save-steps", 0, run=run, at="Step 1/4"
     )
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "Step 1/4" in line:
-            proc.send_signal(signal.SIGTERM)
-            break
-    text = "".join(lines) + proc.stdout.read()
-    assert proc.wait(timeout=300) == 3, text
-    stopped = int(next(run.glob("interrupt-step-*")).name.rsplit("-", 1)[1])
     assert stopped < 4, text
     out = run_aura_killed(
         "finetune",

@@ -7,16 +7,12 @@ tests/test_kto_parity.py; bad data in tests/bad_inputs."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_aura, run_aura_here, run_aura_killed
+from tests.conftest import run_aura, run_aura_here, run_aura_killed, run_aura_terminated
 from tests.test_finetune import finetune
 from tests.test_preference import FAST, step_rows, write_jsonl
 from tests.tiny_models import build_llama, train_tokenizer
@@ -88,23 +84,7 @@ def test_kto_on_the_embedded_sample_logs_plots_and_resumes_exactly_after_sigterm
     assert "(Reward of good answers)" in svg and "(KL estimate)" in svg  # the rewards panel's legend
 
     run = tmp_path / "interrupted"
-    env = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aura", "finetune", "--output-dir", str(run), *map(str, common)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "Step 3/8" in line:
-            proc.send_signal(signal.SIGTERM)
-            break
-    text = "".join(lines) + proc.stdout.read()
-    assert proc.wait(timeout=300) == 3, text
-    stopped = int(next(run.glob("interrupt-step-*")).name.rsplit("-", 1)[1])
+    text, stopped = run_aura_terminated("finetune", "--output-dir", run, *common, run=run, at="Step 3/8")
     # resumed, saving every step, then killed -9 once the first step after the interruption is saved: the
     # next command resumes from that periodic checkpoint, dropping the log rows written after it
     out = run_aura_killed(

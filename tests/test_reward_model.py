@@ -529,12 +529,8 @@ def test_reward_model_resumes_exactly_after_sigterm_and_kill_9(env, lora_run, tm
     """SIGTERM after step 1 saves an interrupt checkpoint (exit 3); the resumed run, saving every step, is killed
     -9 once the next step is saved; the next resume finishes: every step's logged values are the uninterrupted
     run's."""
-    import os
-    import signal
-    import subprocess
-    import sys
 
-    from tests.conftest import run_aura_killed
+    from tests.conftest import run_aura_killed, run_aura_terminated
 
     run = tmp_path / "run"
     common = [
@@ -548,23 +544,7 @@ def test_reward_model_resumes_exactly_after_sigterm_and_kill_9(env, lora_run, tm
         *COMMON,
         *lora_run["args"],
     ]
-    environ = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aura", *map(str, common), "--save-steps", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=environ,
-    )
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "Step 1/4" in line:
-            proc.send_signal(signal.SIGTERM)
-            break
-    text = "".join(lines) + proc.stdout.read()
-    assert proc.wait(timeout=300) == 3, text
-    stopped = int(next(run.glob("interrupt-step-*")).name.rsplit("-", 1)[1])
+    text, stopped = run_aura_terminated(*common, "--save-steps", 0, run=run, at="Step 1/4")
     run_aura_killed(
         *common, "--save-steps", 1, "--resume-from", "latest", marker=run / f"checkpoint-step-{stopped + 1}"
     )

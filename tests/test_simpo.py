@@ -8,15 +8,11 @@ English. Parity with TRL is in tests/test_simpo_parity.py (CPOTrainer) and tests
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import run_aura_here, run_aura_killed
+from tests.conftest import run_aura_here, run_aura_killed, run_aura_terminated
 from tests.test_finetune import finetune
 from tests.test_preference import FAST, REWARDS, embedded_records, step_rows, write_jsonl
 from tests.tiny_models import build_llama, train_tokenizer
@@ -99,25 +95,8 @@ def test_simpo_stopped_by_sigterm_then_killed_9_resumes_with_the_uninterrupted_l
     ]
     finetune(*common, "--output-dir", tmp_path / "ref")
     run = tmp_path / "run"
-    env_vars = dict(os.environ, AURA_LANG="en", AURA_PLAIN="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aura", "finetune", "--output-dir", str(run), *map(str, common)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env_vars,
-    )
-    lines = []
-    for line in proc.stdout:  # wait until training is under way
-        lines.append(line)
-        if "Step 3/8" in line:
-            proc.send_signal(signal.SIGTERM)
-            break
-    out = "".join(lines) + proc.stdout.read()
-    assert proc.wait(timeout=300) == 3, out  # stopped by a signal, checkpoint saved
-    interrupts = sorted(run.glob("interrupt-step-*"))
-    stopped = int(interrupts[0].name.rsplit("-", 1)[1])
-    assert len(interrupts) == 1 and 3 <= stopped < 8, out
+    out, stopped = run_aura_terminated("finetune", "--output-dir", run, *common, run=run, at="Step 3/8")
+    assert 3 <= stopped < 8, out
     # resumed, saving every step, then killed -9 once the first step after the interruption is saved: the
     # next command resumes from that periodic checkpoint, dropping the log rows written after it
     out = run_aura_killed(
