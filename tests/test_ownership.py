@@ -190,6 +190,31 @@ def test_writer_killed_between_the_two_renames_gets_its_directory_back(tmp_path)
     assert not moved_aside.exists()
 
 
+def test_writer_killed_while_deleting_the_replaced_directory_leaves_nothing_to_restore(tmp_path):
+    """Killed while removing the directory it replaced: the half-deleted old copy is a leftover to remove,
+    never a NAME to rename back, even once NAME has been moved away (``--fork`` moves best/ aside; CI saw
+    a marker-less best/ reappear that way)."""
+    final = tmp_path / "best"
+    with staging.staged_dir(final, kind="model") as tmp:
+        (tmp / "model.safetensors").write_bytes(b"old")
+    script = textwrap.dedent(f"""
+        import os, shutil
+        from aura.core import staging
+        def die_midway(path, ignore_errors=False):
+            os.unlink(os.path.join(path, ".aura-dir.json"))  # the marker is gone, the weights are not yet
+            os._exit(9)
+        staging.shutil.rmtree = die_midway
+        with staging.staged_dir({str(final)!r}, replace=True, kind="model") as tmp:
+            (tmp / "model.safetensors").write_bytes(b"new")
+    """)
+    assert subprocess.run([sys.executable, "-c", script]).returncode == 9
+    assert (final / "model.safetensors").read_bytes() == b"new"
+    final.rename(tmp_path / "moved-aside")  # what --fork does with the abandoned branch's best/
+    removed = staging.remove_stale_tmp(tmp_path)
+    assert [p.name.split("~")[0] for p in removed] == [".tmp-best-gone"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["moved-aside"]
+
+
 def test_killed_writer_leftover_is_removed_by_the_next_cleanup(tmp_path):
     script = textwrap.dedent(f"""
         import time

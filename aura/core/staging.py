@@ -82,7 +82,11 @@ def staged_dir(final: str | os.PathLike, *, replace: bool = False, kind: str | N
                     raise
                 raise AuraError(_M("busy", path=final)) from None  # a mount point cannot be renamed
             os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
+            # renamed before it is deleted: a writer killed mid-delete leaves ".tmp-NAME-gone~…", which
+            # cleanup removes, never a half-deleted ".tmp-old~NAME~…" that it would rename back to NAME
+            gone = final.parent / tmp_name(f"{final.name}-gone")
+            os.replace(old, gone)
+            shutil.rmtree(gone, ignore_errors=True)
         else:
             os.replace(tmp, final)
         fsync_dir(final.parent)
