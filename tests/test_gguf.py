@@ -30,7 +30,10 @@ def zoo(tiny_zoo, tiny_adapter, tmp_path_factory):
 
 
 def _llama(path, **kw):
-    return llama_cpp.Llama(model_path=str(path), verbose=False, use_extra_bufts=False, **kw)
+    from aura.inference.loading import llama_cpp_weights_plain
+
+    with llama_cpp_weights_plain():  # llama.cpp's AMX matmul segfaults on Q8_0 (its issue 20824)
+        return llama_cpp.Llama(model_path=str(path), verbose=False, **kw)
 
 
 def _roundtrip(model_dir, gguf_path, *, rel_tol: float):
@@ -359,3 +362,18 @@ def test_without_the_verifier_the_gguf_is_written_marked_not_verified_and_verify
     assert r.returncode == 2 and "--model is missing" in r.stderr, r.stderr
     r = run_aura_here("export", "gguf", "--verify-only", alone, "--model", zoo["llama"])
     assert r.returncode == 0 and json.loads((tmp_path / "alone.verify.json").read_text())["quant"] == "f16"
+
+
+def test_llama_cpp_loads_keep_plain_weights_on_an_amx_cpu_only_while_loading():
+    """llama.cpp's AMX matmul segfaults on Q8_0 (test_llama_roundtrip's q8_0 case crashed the worker on a Xeon
+    with AMX): there a load asks for plain weight buffers, elsewhere llama.cpp's defaults stay, and the
+    library's defaults are restored afterwards."""
+    from llama_cpp import llama_cpp as lib
+
+    from aura.inference.loading import llama_cpp_weights_plain
+
+    amx = "amx_int8" in next((line.split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    assert lib.llama_model_default_params().use_extra_bufts is True
+    with llama_cpp_weights_plain():
+        assert lib.llama_model_default_params().use_extra_bufts is (not amx)
+    assert lib.llama_model_default_params().use_extra_bufts is True

@@ -406,7 +406,7 @@ def _load_failure(path: Path, err: Exception, **kwargs) -> str:
 
     import llama_cpp
 
-    with _llama_log(True) as log:
+    with _llama_log(True) as log, llama_cpp_weights_plain():
         try:
             llama_cpp.Llama(model_path=str(path), **{**kwargs, "verbose": True}).close()
         except ValueError:
@@ -438,6 +438,41 @@ def _load_failure(path: Path, err: Exception, **kwargs) -> str:
     return M("llama_load", path=path, why=why, hint=hint)
 
 
+def _cpu_has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and "amx_int8" in line.split() for line in f)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def llama_cpp_weights_plain():
+    """Around the building of a ``llama_cpp.Llama`` (a load, or a server's model): on a CPU with AMX,
+    llama.cpp keeps its weights in plain buffers instead of its AMX (and repacked) layouts. There its AMX
+    matmul segfaults on Q8_0 files, its own quantiser's included (llama.cpp issue 20824; seen with
+    llama-cpp-python 0.3.36 built natively on a Xeon with AMX, single-threaded too), and
+    ``Llama(use_extra_bufts=False)`` is silently ignored by that release, so the default model parameters
+    are amended while the model loads. Elsewhere llama.cpp's defaults stay (its AVX2 repacking of Q4_0)."""
+    if not _cpu_has_amx():
+        yield
+        return
+    from llama_cpp import llama_cpp as lib
+
+    default = lib.llama_model_default_params
+
+    def plain_params():
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    lib.llama_model_default_params = plain_params
+    try:
+        yield
+    finally:
+        lib.llama_model_default_params = default
+
+
 def require_llama_cpp():
     try:
         import llama_cpp
@@ -456,16 +491,14 @@ def load_llama(
     n_threads: int | None = None,
     verbose: bool = False,
 ):
-    """A llama_cpp.Llama for a validated GGUF (AMX repacking is off: it segfaults on Q8_0 here)."""
+    """A llama_cpp.Llama for a validated GGUF (on a CPU with AMX, without AMX buffers: ``llama_cpp_weights_plain``)."""
     llama_cpp = require_llama_cpp()
     validate_gguf(path)
     if vocab_only and not n_ctx:
         n_ctx = 64  # a vocab-only load has no trained context length, and 0 would mean "use it"
-    kwargs = dict(
-        n_ctx=n_ctx, logits_all=logits_all, vocab_only=vocab_only, seed=seed, n_threads=n_threads, use_extra_bufts=False
-    )
+    kwargs = dict(n_ctx=n_ctx, logits_all=logits_all, vocab_only=vocab_only, seed=seed, n_threads=n_threads)
     try:
-        with _llama_log(vocab_only):
+        with _llama_log(vocab_only), llama_cpp_weights_plain():
             return llama_cpp.Llama(model_path=str(path), verbose=verbose, **kwargs)
     except ValueError as e:  # llama-cpp-python reports load failures as ValueError
         raise AuraError(_load_failure(path, e, **kwargs)) from None

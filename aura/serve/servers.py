@@ -59,12 +59,15 @@ def llama_cpp_app(path: Path, *, alias: str, n_ctx: int):
     from llama_cpp.server.app import create_app
     from llama_cpp.server.settings import ModelSettings, ServerSettings
 
+    from aura.inference.loading import llama_cpp_weights_plain
+
     # interrupt_requests=False: by default a streamed answer stops ("[DONE]") as soon as another request
     # waits, so two clients at once cut each other's answers short; here they queue and each completes
-    return create_app(
-        server_settings=ServerSettings(interrupt_requests=False),
-        model_settings=[ModelSettings(model=str(path), model_alias=alias, n_ctx=n_ctx, verbose=False)],
-    )
+    with llama_cpp_weights_plain():  # the app loads its model here
+        return create_app(
+            server_settings=ServerSettings(interrupt_requests=False),
+            model_settings=[ModelSettings(model=str(path), model_alias=alias, n_ctx=n_ctx, verbose=False)],
+        )
 
 
 # llama-cpp-python's server penalises repeats by default (repeat_penalty 1.1), which the OpenAI API has no
