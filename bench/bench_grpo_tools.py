@@ -14,12 +14,14 @@ imperfect, so groups have a signal; GRPO (LoRA, G 8, 2 questions per step, each 
 steps) should raise the share of right answers. Whether the gain is a skill or these questions' answers, 32
 held-out questions (in neither the warm-up nor GRPO) tell: their greedy reward through the calculator (GRPO's
 validation reward, ``aura.train.objectives.grpo_eval``) before and after GRPO. The script prints first what
-one sandboxed call of the calculator costs (the median of 20: a fresh ``python -I`` process), then the mean
+one sandboxed call of the calculator costs (the median of 20, forked from a kept server as in a run, and in a
+sandbox of its own: a fresh ``python -I`` process), then the mean
 reward, the calls and failed calls per step, the first-k and last-k means, the held-out reward before and
 after, and the run's seconds.
 
     python bench/bench_grpo_tools.py                 # the published run
     python bench/bench_grpo_tools.py --steps 4       # a quick look
+    python bench/bench_grpo_tools.py --sandbox-only  # the cost of one call alone
 """
 
 from __future__ import annotations
@@ -118,18 +120,23 @@ def run(
         return [r for r in csv.DictReader(f) if r["kind"] == "step"], before, after
 
 
-def sandbox_ms(n: int = 20) -> float:
-    """The median wall-clock milliseconds of one sandboxed calculator call."""
+def sandbox_ms(n: int = 20) -> tuple[float, float]:
+    """The median wall-clock milliseconds of one sandboxed calculator call: in a sandbox of its own (a fresh
+    interpreter started for the call, ``sandbox.call``), and forked from a kept sandbox server (what a run's
+    ``ToolBox`` does), interleaved."""
     import statistics
 
-    from aura.inference.sandbox import call
+    from aura.inference.sandbox import Sandbox, call
 
-    times = []
-    for i in range(n):
-        started = time.perf_counter()
-        assert call(str(CALCULATOR), "calcular", {"expresion": f"{i} + 1"}).ok
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+    alone, kept = [], []
+    with Sandbox() as box:
+        assert box.call(str(CALCULATOR), "calcular", {"expresion": "1 + 1"}).ok  # the server started
+        for i in range(n):
+            for times, run_call in ((alone, call), (kept, box.call)):
+                started = time.perf_counter()
+                assert run_call(str(CALCULATOR), "calcular", {"expresion": f"{i} + 1"}).ok
+                times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(alone), statistics.median(kept)
 
 
 def main() -> None:
@@ -141,8 +148,13 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8, help="GRPO questions (2 per step, every one each 4 steps)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--held-out", type=int, default=32, help="questions in neither the warm-up nor GRPO")
+    ap.add_argument("--sandbox-only", action="store_true", help="only the cost of one sandboxed call")
     args = ap.parse_args()
-    figure("grpo_tools.sandbox_call_ms", f"{sandbox_ms():.0f} ms")
+    alone, kept = sandbox_ms()
+    figure("grpo_tools.sandbox_call_ms", f"{kept:.1f} ms forked from a kept server, {alone:.1f} ms alone")
+    figure("grpo_tools.sandbox_kept_vs_alone", f"{alone / kept:.1f}x faster")
+    if args.sandbox_only:
+        return
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         rows, before, after = run(

@@ -147,12 +147,13 @@ def run_aura_terminated(*args: str, run: Path, at: str, timeout: float = 300) ->
         env=env,
     )
     lines = []
-    for line in proc.stdout:  # wait until training is under way
-        lines.append(line)
-        if at in line:
-            proc.send_signal(signal.SIGTERM)
-            break
-    out = "".join(lines) + proc.stdout.read()
+    with proc.stdout:
+        for line in proc.stdout:  # wait until training is under way
+            lines.append(line)
+            if at in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        out = "".join(lines) + proc.stdout.read()
     assert proc.wait(timeout=timeout) == 3, out  # stopped by a signal, checkpoint saved
     interrupts = sorted(run.glob("interrupt-step-*"))
     assert len(interrupts) == 1, out

@@ -9,6 +9,7 @@ through the same loop; 2 DDP ranks equal one process."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import time
@@ -71,6 +72,34 @@ def remove(path: str) -> str:
     '''
     os.remove(path)
     return "borrado"
+
+CALLS = []
+
+def count(n: int) -> int:
+    '''Cuenta las llamadas que vio este módulo.
+
+    Args:
+        n: ignorado
+    '''
+    CALLS.append(n)
+    return len(CALLS)
+
+def parent(n: int) -> int:
+    '''El proceso que arrancó la llamada.
+
+    Args:
+        n: ignorado
+    '''
+    return os.getppid()
+
+def crash(n: int) -> str:
+    '''Lee la dirección 0 (una violación de segmento).
+
+    Args:
+        n: ignorado
+    '''
+    import ctypes
+    return ctypes.string_at(0)
 
 def connect(port: int) -> str:
     '''Abre un socket.
@@ -152,6 +181,30 @@ def test_a_tool_cannot_open_a_socket(bad):
         server.close()
 
 
+def test_a_toolbox_forks_every_call_from_the_servers_it_keeps_and_they_outlive_a_crash_and_a_timeout(bad):
+    """A run's calls fork from at most ``workers`` kept servers (a started interpreter each, not one per call),
+    every call imports the tool's file afresh (a module's state never carries over), and a call that crashes
+    or runs past its limit is reported while its server goes on serving."""
+    from aura.inference.sandbox import Limits
+    from aura.inference.tools import ToolBox, ToolCall, load_tools
+
+    box = ToolBox(load_tools(bad), limits=Limits(timeout=1.0), workers=2)
+    try:
+        servers = set()
+        for _ in range(2):
+            results = box.run([ToolCall("parent", {"n": 0})] * 4 + [ToolCall("count", {"n": 0})] * 3)
+            assert all(r.ok for r in results), results
+            assert [r.text for r in results[4:]] == ["1", "1", "1"]
+            servers |= {r.text for r in results[:4]}
+        crash, loop = box.run([ToolCall("crash", {"n": 0}), ToolCall("loop", {"n": 0})])
+        assert not crash.ok and crash.text == "Error: the tool's process ended by signal SIGSEGV", crash.text
+        assert not loop.ok and loop.text == "Error: the tool ran past 1 s and was stopped", loop.text
+        servers |= {r.text for r in box.run([ToolCall("parent", {"n": 0})] * 4)}
+        assert 1 <= len(servers) <= 2 and str(os.getpid()) not in servers, servers  # not started by Aura per call
+    finally:
+        box.close()
+
+
 # ---------------------------------------------------------------------------------------------------
 # Declaring, offering and parsing tools
 
@@ -163,7 +216,16 @@ def test_tools_come_from_a_python_file_or_a_yaml_list_and_mistakes_name_the_file
     (tool,) = load_tools(CALCULATOR)
     assert tool.name == "calcular" and tool.schema["function"]["parameters"]["required"] == ["expresion"]
     assert tool.schema["function"]["description"].startswith("Calcula el resultado")
-    assert [t.name for t in load_tools(bad)] == ["loop", "hog", "write", "remove", "connect"]
+    assert [t.name for t in load_tools(bad)] == [
+        "loop",
+        "hog",
+        "write",
+        "remove",
+        "count",
+        "parent",
+        "crash",
+        "connect",
+    ]
     listed = tmp_path / "tools.yaml"
     shutil.copy(CALCULATOR, tmp_path / "calc.py")
     listed.write_text("tools:\n  - calc.py:calcular\n", encoding="utf-8")

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import json
+import queue
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.inference.sandbox import Limits, Result, call
+from aura.inference.sandbox import Limits, Result, Sandbox
 
 M = Messages(
     "tools",
@@ -213,10 +214,18 @@ def parse_tool_calls(text: str) -> list[ToolCall]:
 
 
 class ToolBox:
-    """The declared tools and the sandbox's limits: runs a turn's calls, each in its own subprocess."""
+    """The declared tools and the sandbox's limits: runs a turn's calls, up to ``workers`` at once, each in a
+    child forked from one of the box's sandbox servers (``aura.inference.sandbox.Sandbox``: started when first
+    needed, kept for the run, ended by ``close`` or with Aura's process)."""
 
     def __init__(self, tools: list[Tool], *, limits: Limits = Limits(), workers: int = 4):
         self.tools, self.limits, self.workers = {t.name: t for t in tools}, limits, workers
+        self._idle: queue.SimpleQueue[Sandbox] = queue.SimpleQueue()
+
+    def close(self) -> None:
+        """End the sandbox servers (a later call starts them again)."""
+        while not self._idle.empty():
+            self._idle.get_nowait().close()
 
     @property
     def schemas(self) -> list[dict]:
@@ -235,7 +244,14 @@ class ToolBox:
         tool = self.tools.get(c.name)
         if tool is None:
             return Result(False, "Error: " + M("unknown", name=c.name, names=", ".join(self.tools)))
-        return call(tool.file, tool.name, c.arguments, limits=self.limits)
+        try:
+            box = self._idle.get_nowait()
+        except queue.Empty:
+            box = Sandbox()
+        try:
+            return box.call(tool.file, tool.name, c.arguments, limits=self.limits)
+        finally:
+            self._idle.put(box)
 
 
 def tool_turn_ids(
