@@ -188,4 +188,5 @@ if __name__ == "__main__":
     main()
 
 # reproduce:
+# reproduce: --sandbox-only
 # reproduce-quick: --steps 2 --warmup 10 --prompts 4 --held-out 4
