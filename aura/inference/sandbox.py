@@ -81,6 +81,7 @@ sys.dont_write_bytecode = True  # no __pycache__ written next to the user's file
 
 def child(req, reply_fd, err_fd):
     os.setsid()  # its own process group: the server kills whatever it started too
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the server's requests are not the tool's to read
     os.dup2(err_fd, 1)
     os.dup2(err_fd, 2)  # a tool's prints do not mix with the result
     folder = os.path.realpath(req["folder"])
