@@ -4,8 +4,11 @@
 step can be replayed as a CUDA graph and costs the same host work at every step:
 
 * the prompts are left-padded to one width W; each *distinct* prompt is prefilled once (GRPO's G rows of a
-  prompt share it), and its keys and values are written into a ``transformers.StaticCache`` of W +
-  ``max_new_tokens`` columns per row (preallocated once, written in place by every step: no ``torch.cat``);
+  prompt share it), and its keys and values are written into a cache of W + ``max_new_tokens`` columns per
+  row (preallocated once, written in place by every step: no ``torch.cat``);
+* the one-token step is ``aura.inference.lean``'s for the Llama family (the model's own modules over a cache of
+  its own, without transformers' per-layer machinery), else the model's forward over a
+  ``transformers.StaticCache``;
 * the attention mask is preallocated at that width too: a step writes a column of ones, never grows it;
 * a finished row keeps its slot (its later tokens are computed and thrown away): no compaction, no
   reindexing of the cache, and no row changes another row's tokens;
@@ -47,71 +50,102 @@ M = Messages(
 CHECK_EVERY = 8  # tokens between two looks of the host at the device's "finished" flags
 _SAID: set[str] = set()
 _COMPILED: dict[int, object] = {}  # id(model) -> its compiled forward (one warm-up per shape)
-_CACHES: dict[tuple, object] = {}  # (id(model), rows, columns) -> its StaticCache, kept for the next rollout
+_KEPT: dict[tuple, object] = {}  # (id(model), rows, columns) -> its cache (or lean step), kept for the next rollout
 BUCKET = 64  # with CUDA graphs, the prompt width is rounded up to a multiple of this: few shapes, few captures
 
 
-def _inner(model):
+def causal_lm(model):
+    """The transformers ``*ForCausalLM`` inside a DDP/DeepSpeed wrapper and peft's model."""
     inner = getattr(model, "module", model)
     return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
 
 def cache_key(model) -> str:
     """The forward's name for its cache: ``cache`` from transformers 5.24, else ``past_key_values``."""
-    return "cache" if "cache" in inspect.signature(type(_inner(model)).forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(type(causal_lm(model)).forward).parameters else "past_key_values"
 
 
-def _layer_kv(cache, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-    layer = cache.layers[i]
-    return layer.keys, layer.values
+def _kept(model, rows: int, total: int, kind: str, make):
+    """The ``kind`` of object kept for this model and shape (``make()`` when none is kept yet), from rollout to
+    rollout (one shape at a time holds its memory), so that a CUDA graph finds its tensors at the same addresses."""
+    slot = (id(model), rows, total, kind)
+    if slot not in _KEPT:
+        _KEPT.clear()
+        _KEPT[slot] = make()
+    return _KEPT[slot]
 
 
-def _static_cache(model, *, prefill, expand: torch.Tensor, width: int, total: int, keep: bool):
-    """A StaticCache of ``total`` columns per row holding each row's prompt (prefilled rows ``expand``);
-    with ``keep`` the same one (same tensors, so the same addresses for a CUDA graph) from rollout to rollout."""
+def _step(model, prefill, expand: torch.Tensor, *, key: str, width: int, total: int, device, graphs: bool):
+    """The one-token step, ``(tokens (N,), positions (N,), attn (N, total), column) -> logits (N, V)``, its cache
+    holding every row's prompt (prefilled rows ``expand``): the lean step (``aura.inference.lean``) where it
+    applies, else the model's forward over a ``transformers.StaticCache``; with ``graphs`` (CUDA) the same cache
+    from rollout to rollout and the step compiled for CUDA graphs (each row reads every column then, so that
+    every step has one shape)."""
+    from aura.inference.lean import lean_step
+
+    rows, inner = int(expand.numel()), causal_lm(model)
+    lean = lean_step(inner, total=total)
+    if lean is not None:
+        if graphs:  # the kept step's cache tensors, this rollout's modules
+            lean = _kept(model, rows, total, "lean", lambda: lean).adopt(lean)
+        lean.prime(prefill, expand, width=width, total=total)
+        run = _Graphed(lean, lean, graphs)
+
+        def step(tok, positions, attn, column):
+            at = torch.tensor([column], device=device)
+            return run(tok, positions, attn, at, upto=None if graphs else column + 1)
+
+        return step
     from transformers import StaticCache
 
-    slot = (id(model), int(expand.numel()), total)
-    cache = _CACHES.get(slot) if keep else None
-    if cache is None:
-        cache = StaticCache(config=_inner(model).config, max_cache_len=total)
-        if keep:
-            _CACHES.clear()  # one rollout shape at a time holds its memory
-            _CACHES[slot] = cache
-    else:
-        cache.reset()
+    def fresh():
+        return StaticCache(config=inner.config, max_cache_len=total)
+
+    cache = _kept(model, rows, total, "static", fresh) if graphs else fresh()
+    cache.reset()
     columns = torch.arange(width, device=expand.device)
-    for i in range(len(prefill.layers)):
-        k, v = _layer_kv(prefill, i)  # (U, heads, W, head_dim)
-        cache.update(k[expand], v[expand], i, {"cache_position": columns})
-    return cache
+    for i, layer in enumerate(prefill.layers):  # (U, heads, W, head_dim) each
+        cache.update(layer.keys[expand], layer.values[expand], i, {"cache_position": columns})
+    forward = _Graphed(model, model, graphs)
+
+    def hf_step(tok, positions, attn, column):
+        return forward(
+            input_ids=tok[:, None],
+            attention_mask=attn,
+            position_ids=positions[:, None],
+            cache_position=torch.tensor([column], device=device),
+            use_cache=True,
+            **{key: cache},
+        ).logits[:, -1]
+
+    return hf_step
 
 
-class _Step:
-    """The model's forward for the one-token step: on CUDA (``graphs``) compiled for CUDA graphs, once per
-    model; any failure to compile or capture falls back to the eager forward, said once."""
+class _Graphed:
+    """``fn`` as it is, or (``graphs``) compiled for CUDA graphs once per ``owner``; any failure to compile or
+    capture falls back to the eager ``fn`` from then on, said once."""
 
-    def __init__(self, model, device: torch.device, graphs: bool):
-        self.model = model
-        self.fn = model
-        if graphs and device.type == "cuda":
-            if id(model) not in _COMPILED:
+    def __init__(self, owner, fn, graphs: bool):
+        self.owner, self.eager, self.fn = owner, fn, fn
+        if graphs:
+            if id(owner) not in _COMPILED:
                 try:
-                    _COMPILED[id(model)] = torch.compile(model, mode="reduce-overhead", dynamic=False)
+                    _COMPILED.clear()  # one model's graphs at a time
+                    _COMPILED[id(owner)] = torch.compile(fn, mode="reduce-overhead", dynamic=False)
                 except Exception as err:  # noqa: BLE001 - any failure falls back to eager (said once)
                     _say_eager(err)
-                    _COMPILED[id(model)] = model
-            self.fn = _COMPILED[id(model)]
+                    _COMPILED[id(owner)] = fn
+            self.fn = _COMPILED[id(owner)]
 
-    def __call__(self, **inputs):
-        if self.fn is self.model:
-            return self.model(**inputs)
+    def __call__(self, *args, **kwargs):
+        if self.fn is self.eager:
+            return self.eager(*args, **kwargs)
         try:
-            return self.fn(**inputs)
+            return self.fn(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - a graph that cannot be captured: eager from now on
             _say_eager(err)
-            self.fn = _COMPILED[id(self.model)] = self.model
-            return self.model(**inputs)
+            self.fn = _COMPILED[id(self.owner)] = self.eager
+            return self.eager(*args, **kwargs)
 
 
 def _say_eager(err: BaseException) -> None:
@@ -166,10 +200,10 @@ def decode_batch(
         width = -(-width // BUCKET) * BUCKET
     total = width + params.max_new_tokens
     key = cache_key(model)
-    attn, lengths, logits, cache = _prefill(
-        model, prompts, key=key, pad_id=pad_id, device=device, width=width, total=total, graphs=graphs
+    attn, lengths, logits, prefill, expand = _prefill(
+        model, prompts, key=key, pad_id=pad_id, device=device, width=width, total=total
     )
-    step_fn = _Step(model, device, graphs)
+    step_fn = _step(model, prefill, expand, key=key, width=width, total=total, device=device, graphs=graphs)
 
     out = torch.full((n, params.max_new_tokens), pad_id, dtype=torch.long, device=device)  # (N, max_new)
     out_logps = torch.zeros((n, params.max_new_tokens), dtype=torch.float32, device=device) if logps else None
@@ -195,14 +229,7 @@ def decode_batch(
                 break
         column = width + step  # the column the token just drawn goes to
         attn[:, column] = one
-        logits = step_fn(
-            input_ids=tok[:, None],
-            attention_mask=attn,
-            position_ids=(lengths + step)[:, None],
-            cache_position=torch.tensor([column], device=device),
-            use_cache=True,
-            **{key: cache},
-        ).logits[:, -1]  # (N, V)
+        logits = step_fn(tok, lengths + step, attn, column)  # (N, V)
     lens = done_len.tolist()
     rows = out.tolist()
     cut = strings.cut if strings is not None else {}
@@ -222,11 +249,10 @@ def _prefill(
     device: torch.device,
     width: int,
     total: int,
-    graphs: bool,
 ):
     """The prompts left-padded to ``width`` and each distinct one prefilled once; returns the attention mask
     preallocated at ``total`` columns (N, total), the prompts' lengths (N,), the last prompt token's logits
-    (N, V) and the StaticCache holding every row's prompt."""
+    (N, V), the prefill's cache (one row per distinct prompt) and each row's row in it (N,)."""
     from transformers import DynamicCache
 
     n = len(prompts)
@@ -252,8 +278,7 @@ def _prefill(
         logits_to_keep=1,
         **{key: prefill},
     ).logits[:, -1][expand]  # (N, V)
-    cache = _static_cache(model, prefill=prefill, expand=expand, width=width, total=total, keep=graphs)
-    return attn, lengths, logits, cache
+    return attn, lengths, logits, prefill, expand
 
 
 class _StopStrings:

@@ -8,13 +8,14 @@ exit; the model's own weights are read, never written. The products equal the un
 rounding (another summation order). On a 2-core EPYC, GRPO's rollouts of 8 rows x 64 tokens of a tiny
 Llama took ~10 % less CPU time (``bench/grpo_parts.py``).
 
-GRPO's rollouts use it (after ``aura.train.lora_views.merged_view`` has put plain layers holding the merged
-LoRA weights in place): the packing costs one reorder of the weights per rollout, which a whole batch of
-completions repays. Distillation's frozen teacher is packed once for the whole run (``pack_in_place``: its
-original weights are freed): at a
-training micro-batch's few hundred rows the packed product is faster still (a tiny Llama teacher's forward took
-~35 % less CPU time on that EPYC, ``bench/distill_parts.py``). It refuses (None) what it does not cover:
-another dtype or device, a torch without these ops, and a model that still holds peft's LoRA wrappers (they
+GRPO's rollouts use it for the models the engine's lean step does not run (``aura.inference.lean``), after
+``aura.train.lora_views.merged_view`` has put plain layers holding the merged LoRA weights in place: the packing
+costs one reorder of the weights per rollout, which a whole batch of completions repays. With the lean step the
+packed layers made the rollout slower (``bench/bench_rollout.py``, hidden 128), so it runs the merged layers as
+they are. Distillation's frozen teacher is packed once for the whole run (``pack_in_place``: its original weights
+are freed): at a training micro-batch's few hundred rows the packed product is faster still (a tiny Llama teacher's
+forward took ~35 % less CPU time on that EPYC, ``bench/distill_parts.py``). It refuses (None) what it does not
+cover: another dtype or device, a torch without these ops, and a model that still holds peft's LoRA wrappers (they
 read their base layer's weight).
 """
 

@@ -402,15 +402,17 @@ class RolloutSource:
 def sample_completions(policy, prompt_ids: list[list[int]], keys: list[int], *, sampling, tokenizer, precision, device):
     """Keyed completions of ``prompt_ids`` by ``policy`` with Aura's engine (``aura.inference.decode``): each
     completion's tokens come from its key alone, so a resumed run samples the same ones. In fp32 on the CPU
-    a LoRA policy samples from its merged weights (``aura.train.lora_views.merged_view``) with every linear
-    layer packed for oneDNN (``aura.inference.packed``): the same tokens up to fp32 rounding, sooner.
+    a LoRA policy samples from its merged weights (``aura.train.lora_views.merged_view``): the same tokens up
+    to fp32 rounding, sooner; a model the engine's lean step does not run (``aura.inference.lean``: GPT-2,
+    Gemma...) has its linear layers packed for oneDNN as well (``aura.inference.packed``).
     Elsewhere (bf16/fp16, CUDA) it samples from a merged copy in the compute dtype, without peft's wrappers
     or autocast (``compute_view``), and returns the sampler's log-probs with the completions when that copy
     is not fp32 (GRPO's truncated importance-sampling correction). An FSDP2-sharded policy samples from its
     whole weights, gathered once for the call (``aura.distributed.whole_weights``): each rank's completions end
     at their own lengths, so no collective may run while they are drawn."""
     from aura.distributed import strategy_of, whole_weights
-    from aura.inference.decode import decode_batch
+    from aura.inference.decode import causal_lm, decode_batch
+    from aura.inference.lean import covers
     from aura.inference.packed import packed_view
 
     # no CUDA graphs through FSDP2's hooks: its gathered weights need not keep their addresses from one rollout
@@ -429,8 +431,8 @@ def sample_completions(policy, prompt_ids: list[list[int]], keys: list[int], *, 
                 return decode_batch(policy, prompt_ids, sampling, logps=dtype != torch.float32, **common)
         else:
             views.enter_context(merged)
-        packed = packed_view(policy, precision=precision, device=device)
-        if packed is not None:
+        packed = None if covers(causal_lm(policy)) else packed_view(policy, precision=precision, device=device)
+        if packed is not None:  # with the lean step, packed layers were slower (bench_rollout's fp32 row)
             views.enter_context(packed)
         return decode_batch(policy, prompt_ids, sampling, **common)
 
