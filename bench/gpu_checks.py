@@ -1058,10 +1058,16 @@ def rollout_engine(ctx: Context) -> Result:
     """Completion tokens/s of one GRPO window's sampling (8 rows of one prompt, 128 new tokens, keyed draws, no
     stop) on the LoRA policy: the previous engine (``sample_batch_reference``: peft's wrappers under autocast, a
     growing cache, a host sync per token) against the new one as ``RolloutSource._sample`` runs it off fp32/CPU
-    (``compute_view``: a merged copy in the compute dtype, no autocast; ``decode_batch``: static cache, CUDA
-    graph step). Goal on an H200: >= 3,000 tokens/s (the previous engine: 139 in GRPO's rollouts)."""
+    (``compute_view``: a merged copy in the compute dtype, no autocast; ``decode_batch``: its lean step for the
+    Llama family compiled as a CUDA graph); and, to tell the parts apart, the new engine eager with its lean step
+    and eager with transformers' forward. Goal on an H200: >= 3,000 tokens/s (the previous engine: 139 in GRPO's
+    rollouts)."""
+    import contextlib
+    from unittest import mock
+
     import torch
 
+    from aura.inference import decode
     from aura.inference.decode import decode_batch
     from aura.inference.sampling import SamplingParams, sample_batch_reference
     from aura.train import adapters
@@ -1085,12 +1091,26 @@ def rollout_engine(ctx: Context) -> Result:
         with autocast_context(ctx.precision, ctx.device):
             return sample_batch_reference(model, [prompt] * g, params, **common)
 
-    def new():
-        with compute_view(model, dtype=dtype), torch.autocast(ctx.device.type, enabled=False):
-            return decode_batch(model, [prompt] * g, params, logps=dtype != torch.float32, graphs=True, **common)
+    def new(graphs: bool = True, lean: bool = True):
+        def run():
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(compute_view(model, dtype=dtype))
+                stack.enter_context(torch.autocast(ctx.device.type, enabled=False))
+                if not lean:
+                    stack.enter_context(mock.patch("aura.inference.lean.lean_step", return_value=None))
+                logps = dtype != torch.float32
+                return decode_batch(model, [prompt] * g, params, logps=logps, graphs=graphs, **common)
+
+        return run
 
     figures = {}
-    for name, fn in (("previous", old), ("new", new)):
+    runs = {
+        "previous": old,
+        "new": new(),
+        "new, lean step, eager": new(graphs=False),
+        "new, transformers' forward, eager": new(graphs=False, lean=False),
+    }
+    for name, fn in runs.items():
         fn()  # warm-up: kernels, the CUDA graph's capture
         reps = 1 if ctx.cpu else 3
         with _Timer(ctx.device) as t:
@@ -1098,13 +1118,16 @@ def rollout_engine(ctx: Context) -> Result:
                 fn()
         figures[name] = g * tokens * reps / t.seconds
     gap = figures["new"] / figures["previous"]
+    graphed = ctx.device.type == "cuda" and "eager" not in decode._SAID  # the fallback says "eager" once
     goal = 1.0 if ctx.cpu else 3000.0
+    lean_eager, hf_eager = figures["new, lean step, eager"], figures["new, transformers' forward, eager"]
     return Result(
-        f"{figures['new']:,.0f} completion tokens/s with the new engine, {figures['previous']:,.0f} with the "
-        f"previous one (x{gap:.1f}; {g} rows x {tokens} tokens)",
+        f"{figures['new']:,.0f} completion tokens/s with the new engine ({'CUDA graphs' if graphed else 'eager'}), "
+        f"{figures['previous']:,.0f} with the previous one (x{gap:.1f}; {g} rows x {tokens} tokens); eager: "
+        f"lean step {lean_eager:,.0f}, transformers' forward {hf_eager:,.0f}",
         figures["new"] >= goal,
         f">= {goal:,.0f} tokens/s",
-        {"tokens_per_s": figures, "speed_up": gap},
+        {"tokens_per_s": figures, "speed_up": gap, "cuda_graphs": graphed},
     )
 
 
