@@ -115,6 +115,14 @@ def test_what_the_lean_step_does_not_cover_runs_through_the_models_forward():
     peft = get_peft_model(llama, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     assert not covers(peft.get_base_model())  # peft's wrappers: the views of aura.train.lora_views come first
     plain = _model("llama")
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # a full fine-tuning's rollouts in bf16 autocast
+        assert not covers(plain)
+        out = decode_batch(plain, _prompts(), SamplingParams(max_new_tokens=4, temperature=0), pad_id=0, device=CPU)
+        assert all(len(o) == 4 for o in out)
+    assert covers(plain)
+    mixed = _model("llama")
+    mixed.model.norm.to(torch.bfloat16)
+    assert not covers(mixed)  # weights of two dtypes
     seen = []
     hook = plain.model.layers[0].register_forward_hook(lambda *_: seen.append(1))
     assert lean_step(plain, total=20) is None  # a hook (accelerate's offloading, FSDP2) must run: not bypassed

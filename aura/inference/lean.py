@@ -19,7 +19,9 @@ directly on the model's own modules and a KV cache of its own:
 
 It refuses (None) what it does not cover, and the engine then runs the model's own forward: another
 architecture, a sliding window narrower than the rollout, tensor-parallel slicing, forward hooks (accelerate's
-offloading, FSDP2), peft's LoRA wrappers (they run through the views of ``aura.train.lora_views`` first).
+offloading, FSDP2), peft's LoRA wrappers (they run through the views of ``aura.train.lora_views`` first), weights
+of several dtypes, and autocast (a full fine-tuning's rollouts in bf16: transformers' forward casts as its
+training forward does, which one matmul per rotation under autocast would not).
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ def covers(causal_lm: torch.nn.Module, *, total: int = 0) -> bool:
         return False
     if getattr(config, "pretraining_tp", 1) > 1 or not hasattr(body, "rotary_emb"):
         return False
+    floats = [p for p in causal_lm.parameters() if p.is_floating_point()]
+    if not floats or len({p.dtype for p in floats}) > 1 or torch.is_autocast_enabled(floats[0].device.type):
+        return False  # mixed dtypes, or autocast (full fine-tuning in bf16): transformers' forward knows its casts
     tuners = sys.modules.get("peft.tuners.tuners_utils")
     for layer in body.layers:
         attn = getattr(layer, "self_attn", None)
