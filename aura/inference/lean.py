@@ -12,9 +12,11 @@ directly on the model's own modules and a KV cache of its own:
   prefill and written in place one column per step;
 * each projection is the model's own module, called through its ``forward`` (so a merged LoRA copy, a layer
   packed for oneDNN or a quantised layer is used as it is): nothing of the weights is copied;
-* the rotary cos/sin come from the model's own ``rotary_emb`` once per step (its scaling types included), the
-  mask is one boolean row per sequence shared by every layer, and attention is one ``scaled_dot_product_attention``
-  per layer over the filled columns (``static``: over all of them, masked, so that every step has one shape);
+* the rotary cos/sin come from the model's own ``rotary_emb`` once per step (its scaling types included), as one
+  (D, D) matrix per row (rotate-half is one ``matmul`` for q and one for k), the mask is one additive row per
+  sequence shared by every layer, and attention is one ``scaled_dot_product_attention`` per layer (``enable_gqa``:
+  no ``repeat_kv`` copy) over the filled columns (``upto=None``: over all of them, masked, so that every step has
+  one shape for a CUDA graph);
 * the computation is the model's, in its order; the products differ from transformers' by float rounding only.
 
 It refuses (None) what it does not cover, and the engine then runs the model's own forward: another
