@@ -132,7 +132,7 @@ def test_what_the_lean_step_does_not_cover_runs_through_the_models_forward():
     assert lean_step(plain, total=20) is not None
 
 
-def test_grpo_samples_from_the_merged_policy_through_the_lean_step_what_generate_gives():
+def test_grpo_samples_from_the_merged_policy_through_the_lean_step_what_generate_gives(monkeypatch):
     """GRPO's fp32 CPU rollout (``sample_completions``: the merged view, then the lean step over its plain layers)
     draws greedy tokens equal to ``generate`` on the policy merged for good."""
     import copy
@@ -160,20 +160,17 @@ def test_grpo_samples_from_the_merged_policy_through_the_lean_step_what_generate
         built.append(1)
         original(self, *a, **k)
 
+    monkeypatch.setattr(lean.LeanStep, "__init__", spy)
     prompts = _prompts()
-    lean.LeanStep.__init__ = spy
-    try:
-        got = sample_completions(
-            policy,
-            prompts,
-            list(range(len(prompts))),
-            sampling=SamplingParams(max_new_tokens=8, temperature=0),
-            tokenizer=Tok(),
-            precision="fp32",
-            device=CPU,
-        )
-    finally:
-        lean.LeanStep.__init__ = original
+    got = sample_completions(
+        policy,
+        prompts,
+        list(range(len(prompts))),
+        sampling=SamplingParams(max_new_tokens=8, temperature=0),
+        tokenizer=Tok(),
+        precision="fp32",
+        device=CPU,
+    )
     assert built == [1]  # the rollout ran through one lean step
     for p, g in zip(prompts, got):
         ids = torch.tensor([p])
