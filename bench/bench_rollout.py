@@ -16,7 +16,12 @@ tokens each (no stop id: every row runs to the end), keyed draws, temperature 1,
 * ``new engine, lean step + packed``: the same with the merged layers packed for oneDNN as well (what the
   previous fp32 CPU path added; ``sample_completions`` leaves it out for the models the lean step runs);
 * ``transformers generate, merged``: ``generate(do_sample=True)`` on the same policy merged (``merge_and_unload``
-  of a copy), the same rows and length.
+  of a copy), the same rows and length;
+* ``full bf16, autocast's forward`` and ``full bf16, bf16 copy + lean step``: a full fine-tuning's rollouts in bf16
+  (the merged model as a fully fine-tuned policy: fp32 weights under bf16 autocast), before and after
+  ``cast_view``: the engine on transformers' forward under autocast (the lean step declines autocast), against
+  ``sample_completions`` casting the weights to bf16 for the call so that the lean step runs without autocast.
+  Their draws are bf16's, not the fp32 stream's; on a CPU without bf16 instructions both rows are slow alike.
 
 Tokens/s are completion tokens per second of this process's CPU time (one thread): the machine these figures
 come from is shared, and wall time there is mostly waiting for a core. Every engine draws from the same keyed
@@ -176,6 +181,18 @@ def main() -> None:
             )
         return out[:, width:].tolist()
 
+    def full_autocast(new: int = a.new):
+        params = SamplingParams(max_new_tokens=new, temperature=1.0)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            return decode_batch(merged_model, rows, params, pad_id=0, device=cpu, keys=keys)
+
+    def full_cast(new: int = a.new):
+        params = SamplingParams(max_new_tokens=new, temperature=1.0)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            return sample_completions(
+                merged_model, rows, keys, sampling=params, tokenizer=Tokenizer(), precision="bf16", device=cpu
+            )[0]
+
     runs = {
         "previous engine, peft wrappers": previous(packed=False),
         "previous engine, merged + packed": previous(packed=True),
@@ -183,9 +200,11 @@ def main() -> None:
         "new engine, lean step": lean,
         "new engine, lean step + packed": lean_packed,
         "transformers generate, merged": hf,
+        "full bf16, autocast's forward": full_autocast,
+        "full bf16, bf16 copy + lean step": full_cast,
     }
     want = runs["previous engine, peft wrappers"]()
-    for name in list(runs)[1:-1]:
+    for name in list(runs)[1:5]:
         same = sum(x == y for x, y in zip(runs[name](), want))
         print(f"  {name}: {same} of {len(rows)} rows equal to the previous engine's (same keys)")
         assert same >= len(rows) // 2, f"{name} does not draw the previous engine's keyed stream"
@@ -226,6 +245,10 @@ def main() -> None:
         "now vs transformers generate (merged)": (
             "rollout.decode_vs_hf_generate.tokens_per_s",
             now / tps["transformers generate, merged"],
+        ),
+        "full fine-tuning in bf16: a bf16 copy + lean step vs autocast's forward": (
+            "rollout.full_bf16_cast_vs_autocast.tokens_per_s",
+            tps["full bf16, bf16 copy + lean step"] / tps["full bf16, autocast's forward"],
         ),
     }
     for text, (_, value) in pairs.items():

@@ -178,3 +178,49 @@ def test_grpo_samples_from_the_merged_policy_through_the_lean_step_what_generate
             input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False, eos_token_id=None
         )[0, len(p) :]
         assert g == want.tolist()
+
+
+def test_a_fully_fine_tuned_bf16_policy_samples_through_the_lean_step_from_a_bf16_copy(monkeypatch):
+    """GRPO's rollouts of a full fine-tuning in bf16 (fp32 weights, autocast, as ``_generate`` runs them): the
+    policy is cast to bf16 for the call (``cast_view``), autocast is off, the lean step runs, and the draws are
+    those of the same model held in bf16, with the sampler's log-probs (GRPO's importance-sampling correction);
+    the fp32 weights are left as they were."""
+    import copy
+
+    import aura.inference.lean as lean
+    from aura.inference.decode import decode_batch
+    from aura.inference.sampling import SamplingParams
+    from aura.train.objectives.rollout import sample_completions
+
+    policy = _model("qwen2")
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    twin = copy.deepcopy(policy)
+    for param in twin.parameters():  # the weights in bf16, the rotary's buffer left in fp32 as a bf16 checkpoint has it
+        param.data = param.data.to(torch.bfloat16)
+
+    class Tok:
+        pad_token_id = 0
+
+    built = []
+    original = lean.LeanStep.__init__
+
+    def spy(self, *a, **k):
+        built.append(1)
+        original(self, *a, **k)
+
+    monkeypatch.setattr(lean.LeanStep, "__init__", spy)
+    prompts, keys = _prompts(), [11, 12, 13, 14]
+    params = SamplingParams(max_new_tokens=8, temperature=1.0)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        got, logps = sample_completions(
+            policy, prompts, keys, sampling=params, tokenizer=Tok(), precision="bf16", device=CPU
+        )
+    assert built == [1]  # one rollout, one lean step (autocast's path builds none)
+    assert got == decode_batch(twin, prompts, params, pad_id=0, device=CPU, keys=keys)
+    for p, c, lp in zip(prompts, got, logps):
+        with torch.no_grad():
+            logits = twin(input_ids=torch.tensor([p + c])).logits[0, len(p) - 1 : -1].float()
+        want = logits.log_softmax(-1).gather(1, torch.tensor(c)[:, None]).squeeze(1)
+        assert (torch.tensor(lp) - want).abs().max() < 0.1  # bf16's rounding, not another model
+    after = policy.state_dict()
+    assert all(after[k].dtype == torch.float32 and torch.equal(before[k], after[k]) for k in before)

@@ -22,8 +22,9 @@ directly on the model's own modules and a KV cache of its own:
 It refuses (None) what it does not cover, and the engine then runs the model's own forward: another
 architecture, a sliding window narrower than the rollout, tensor-parallel slicing, forward hooks (accelerate's
 offloading, FSDP2), peft's LoRA wrappers (they run through the views of ``aura.train.lora_views`` first), weights
-of several dtypes, and autocast (a full fine-tuning's rollouts in bf16: transformers' forward casts as its
-training forward does, which one matmul per rotation under autocast would not).
+of several dtypes, and autocast (transformers' forward casts as its training forward does, which one matmul per
+rotation under autocast would not; GRPO's rollouts of a full fine-tuning in bf16 reach the lean step through a
+copy of the weights in bf16 with autocast off, ``aura.train.lora_views.cast_view``).
 """
 
 from __future__ import annotations

@@ -28,6 +28,12 @@ adapter (so refreshed after every optimizer step). Its rounding is the compute d
 sampler keeps its own log-probs and GRPO's truncated importance-sampling correction accounts for the
 difference, as for vLLM.
 
+``cast_view`` is the same for a fully fine-tuned policy (no adapters): every floating weight cast to the compute
+dtype, new tensors while the block runs. On a GPU both are offered only where their copies fit in the free memory
+beside the training state (else peft's wrappers, or autocast, as before). The copies are new tensors at every
+rollout: a CUDA graph of the decode step meets new weight addresses each time and is recorded again (torch 2.13
+does not count that towards its re-record limit; not measured on a GPU).
+
 ``merged_weights`` gives the same merged tensors by name, for an inference engine that holds its own copy
 (vLLM), again without writing into the model.
 
@@ -176,14 +182,47 @@ def compute_view(model, *, dtype: torch.dtype) -> contextlib.AbstractContextMana
     if layers is None:
         return None
     bases, weights = [], []
+    for _, _, lora in layers:
+        base, adapters = lora.get_base_layer(), _plain(lora)
+        if adapters is None or getattr(base, "weight", None) is None or not base.weight.is_floating_point():
+            return None
+        bases.append(base)
+    inside = {id(p) for _, _, lora in layers for p in lora.parameters()}  # the adapters and the adapted weights
+    others = [p for p in model.parameters() if id(p) not in inside and p.is_floating_point() and p.dtype != dtype]
+    if not _affordable([base.weight for base in bases] + others, dtype):
+        return None
     with torch.no_grad():
         for _, _, lora in layers:
-            base, adapters = lora.get_base_layer(), _plain(lora)
-            if adapters is None or getattr(base, "weight", None) is None or not base.weight.is_floating_point():
-                return None
-            bases.append(base)
-            weights.append(_merged_fp32(lora, adapters).to(dtype))
+            weights.append(_merged_fp32(lora, _plain(lora)).to(dtype))
     return _stack(_with_weights(bases, weights), _swap(layers, bases), _cast(model, dtype))
+
+
+def cast_view(model, *, dtype: torch.dtype) -> contextlib.AbstractContextManager | None:
+    """A fully fine-tuned policy (no peft) as plain layers in ``dtype``: ``compute_view`` for a model without
+    adapters, so that a bf16/fp16 run's rollouts decode without autocast (and through the engine's lean step);
+    None for a peft model (``compute_view`` or peft's own path), or where the copies would not fit beside the
+    training state on the model's GPU (autocast's path then, as before)."""
+    if hasattr(getattr(model, "module", model), "peft_config"):
+        return None
+    if not _affordable([p for p in model.parameters() if p.is_floating_point() and p.dtype != dtype], dtype):
+        return None
+    return _cast(model, dtype)
+
+
+def _affordable(tensors: list[torch.Tensor], dtype: torch.dtype) -> bool:
+    """Whether a new copy in ``dtype`` of each of ``tensors`` (shared ones once) fits in its GPU's free memory,
+    the allocator's idle reserve included, with a quarter to spare for the rollout's cache and activations (a
+    view that would not fit is not offered: peft's or autocast's path then, as before); always on the CPU."""
+    need: dict[torch.device, int] = {}
+    for t in {id(t): t for t in tensors}.values():
+        need[t.device] = need.get(t.device, 0) + t.numel() * dtype.itemsize
+    for device, size in need.items():
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            idle = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+            if size * 1.25 > free + idle:
+                return False
+    return True
 
 
 @contextlib.contextmanager

@@ -50,7 +50,7 @@ import torch
 
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.train.lora_views import base_view, compute_view, merged_view
+from aura.train.lora_views import base_view, cast_view, compute_view, merged_view
 from aura.train.objectives.grpo import completion_logps, group_advantages
 
 M = Messages(
@@ -406,7 +406,8 @@ def sample_completions(policy, prompt_ids: list[list[int]], keys: list[int], *, 
     to fp32 rounding, sooner; a model the engine's lean step does not run (``aura.inference.lean``: GPT-2,
     Gemma...) has its linear layers packed for oneDNN as well (``aura.inference.packed``).
     Elsewhere (bf16/fp16, CUDA) it samples from a merged copy in the compute dtype, without peft's wrappers
-    or autocast (``compute_view``), and returns the sampler's log-probs with the completions when that copy
+    or autocast (``compute_view``; a fully fine-tuned policy the lean step runs, from a copy in that dtype:
+    ``cast_view``), and returns the sampler's log-probs with the completions when that copy
     is not fp32 (GRPO's truncated importance-sampling correction). An FSDP2-sharded policy samples from its
     whole weights, gathered once for the call (``aura.distributed.whole_weights``): each rank's completions end
     at their own lengths, so no collective may run while they are drawn."""
@@ -425,6 +426,8 @@ def sample_completions(policy, prompt_ids: list[list[int]], keys: list[int], *, 
         if merged is None:
             dtype = COMPUTE_DTYPES.get(precision, torch.float32)
             view = compute_view(policy, dtype=dtype)
+            if view is None and dtype != torch.float32 and _lean_without_autocast(policy, device):
+                view = cast_view(policy, dtype=dtype)  # full fine-tuning: a copy in bf16/fp16 for the lean step
             if view is not None:
                 views.enter_context(view)
                 views.enter_context(torch.autocast(device_type=device.type, enabled=False))
@@ -435,6 +438,16 @@ def sample_completions(policy, prompt_ids: list[list[int]], keys: list[int], *, 
         if packed is not None:  # with the lean step, packed layers were slower (bench_rollout's fp32 row)
             views.enter_context(packed)
         return decode_batch(policy, prompt_ids, sampling, **common)
+
+
+def _lean_without_autocast(policy, device) -> bool:
+    """Whether the engine's lean step would run ``policy`` once autocast is off (a cast copy pays only there:
+    other architectures keep autocast's path, which needs no copy)."""
+    from aura.inference.decode import causal_lm
+    from aura.inference.lean import covers
+
+    with torch.autocast(device_type=device.type, enabled=False):
+        return covers(causal_lm(policy))
 
 
 def pad_rows(rows: list[list[float]], *, width: int) -> torch.Tensor:
