@@ -12,6 +12,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,7 +46,13 @@ def train_aura(out: str, **flags) -> dict:
     """The Aura side: ``aura finetune`` with ``flags`` (FinetuneConfig fields) into ``out``; wall seconds of
     the whole command and the padded tokens of the steps it took (its training_log.csv)."""
     import csv
-    import time
+
+    # what the TRL children import before their clock starts (torch, transformers' auto classes, peft), imported
+    # here too, so that both clocks time the same phase: data, model, training, saving. Until 2026-12-03 Aura's
+    # clock also timed these imports (several seconds on a 2-core VM) and TRL's did not.
+    import torch  # noqa: F401
+    from peft import LoraConfig  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
     from aura.train.finetune import finetune
     from aura.train.finetune_config import FinetuneConfig
@@ -135,6 +142,7 @@ def main(script: str, children: dict[str, Callable[[argparse.Namespace], dict]],
             for side in sides if repeat % 2 == 0 else sides[::-1]:
                 env = dict(os.environ, AURA_PLAIN="1", AURA_LANG="en", TOKENIZERS_PARALLELISM="false")
                 out = Path(tmp) / f"{side}-{repeat}"
+                started = time.perf_counter()
                 r = subprocess.run(
                     [
                         sys.executable,
@@ -158,11 +166,13 @@ def main(script: str, children: dict[str, Callable[[argparse.Namespace], dict]],
                 if r.returncode != 0 or not line:
                     sys.exit(f"{side} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
                 run = json.loads(line[-1][7:])
+                run["process_seconds"] = time.perf_counter() - started  # interpreter and imports included
                 runs[side].append(run)
                 print(
                     f"run {repeat + 1} {side:5s} {run['seconds']:7.1f} s  {run['tokens']:>8,} tokens "
                     f"(own count {run['own_tokens']:,})  {run['tokens'] / run['seconds']:8.1f} tok/s  "
-                    f"{a.steps / run['seconds']:.3f} steps/s  peak RSS {run['peak_rss_mb']:7.0f} MB",
+                    f"{a.steps / run['seconds']:.3f} steps/s  peak RSS {run['peak_rss_mb']:7.0f} MB  "
+                    f"(whole process {run['process_seconds']:.1f} s)",
                     flush=True,
                 )
     best = {side: min(runs[side], key=lambda r: r["seconds"]) for side in sides}
@@ -180,6 +190,8 @@ def main(script: str, children: dict[str, Callable[[argparse.Namespace], dict]],
         f"tokens/s x{tokens_ratio:.2f} (tokens counted the same way: {a_['tokens']:,} vs {t_['tokens']:,}), "
         f"peak RSS x{memory:.2f} (each side's largest)"
     )
+    whole = min(x["process_seconds"] for x in runs["trl"]) / min(x["process_seconds"] for x in runs["aura"])
+    print(f"whole processes (interpreter, imports, everything), fastest of each, aura/trl: x{whole:.2f}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     prefix = name or Path(script).stem
     figure(f"{prefix}.steps_per_s", ratio(steps_ratio))

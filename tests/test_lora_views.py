@@ -203,3 +203,44 @@ def test_merged_weights_for_an_engine_copy_are_peft_merge_and_unload_by_name(tin
     plain = AutoModelForCausalLM.from_pretrained(tiny_zoo[arch])
     assert sum(not torch.equal(t, plain.get_parameter(n)) for n, t in got.items()) > 0  # the adapted ones
     assert merged_weights(plain) is None
+
+
+def test_dpo_and_kto_reference_passes_are_peft_disabled_adapter_bit_for_bit_without_its_switch(tiny_zoo, monkeypatch):
+    """DPO's and KTO's reference log-probs, taken in training mode with LoRA dropout on, equal peft's
+    ``disable_adapter()`` bit for bit, through ``adapters_off`` (the base view: peft's switch is not called);
+    a model the base view does not cover (``modules_to_save``) still gets peft's switch."""
+    from peft import PeftModel
+
+    from aura.data.preference import EncodedPair, collate_pairs
+    from aura.data.sft_batches import Encoded
+    from aura.train.objectives.kto import KTO
+    from aura.train.objectives.preference import DPO, sequence_logps
+
+    g = torch.Generator().manual_seed(0)
+
+    def part(n: int) -> list[int]:
+        return torch.randint(3, 200, (n,), generator=g).tolist()
+
+    pairs = []
+    for n in (7, 4):
+        prompt, a, b = part(n), part(5), part(n - 1)
+        pairs.append(EncodedPair(Encoded(prompt + a, [-100] * n + a), Encoded(prompt + b, [-100] * n + b)))
+    batch = collate_pairs(pairs, pad_id=0, shared=True)
+    for saved in ([], ["lm_head"]):
+        model = _peft(tiny_zoo["llama"], lora_dropout=0.3, modules_to_save=saved or None).train()
+        with torch.no_grad(), model.disable_adapter():
+            want = sequence_logps(model, batch)[0]
+        switched = []
+        original = PeftModel.disable_adapter
+
+        def spy(self, *a, _switched=switched, _original=original, **k):
+            _switched.append(1)
+            return _original(self, *a, **k)
+
+        monkeypatch.setattr(PeftModel, "disable_adapter", spy)
+        got = DPO().reference_logps(model, batch)
+        # KTO's reference pass over the same rows (its shared-prompt view: an answer and a mismatched one)
+        kto = KTO().reference_logps(model, {f"ref_pair_{k}": v for k, v in batch.items()})
+        monkeypatch.setattr(PeftModel, "disable_adapter", original)
+        assert torch.equal(got, want) and torch.equal(torch.cat(kto), want)
+        assert len(switched) == (2 if saved else 0)  # peft's switch only where the base view refuses

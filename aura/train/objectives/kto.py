@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from aura.train.lora_views import adapters_off
 from aura.train.objectives.objective import COUNT, Headline
 from aura.train.objectives.preference import peft_model, sequence_logps
 
@@ -89,7 +90,7 @@ class KTO:
         both = reference_view(batch)  # one forward pass for both
         if self.ref_model is not None:
             return sequence_logps(self.ref_model, both)[0].chunk(2)
-        with peft_model(model).disable_adapter():
+        with adapters_off(peft_model(model)):
             return sequence_logps(model, both)[0].chunk(2)
 
     def _kl(self, kl_ratios: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from aura.core import console
 from aura.core.i18n import Messages
+from aura.train.lora_views import adapters_off
 from aura.train.objectives.objective import PREFERENCE_HEADLINE
 
 M = Messages(
@@ -257,7 +258,7 @@ class DPO:
             return batch["ref_logps"]
         if self.ref_model is not None:
             return sequence_logps(self.ref_model, batch)[0]
-        with peft_model(model).disable_adapter():
+        with adapters_off(peft_model(model)):
             return sequence_logps(model, batch)[0]
 
     def loss(self, model, batch):
@@ -343,7 +344,7 @@ def precompute_reference(
     was_training = model.training
     model.to(device)  # under --deepspeed the model is still on the CPU here (DeepSpeed's setup moves it there too)
     model.eval()
-    context = model.disable_adapter() if adapter else contextlib.nullcontext()
+    context = adapters_off(model) if adapter else contextlib.nullcontext()
     with context, autocast_context(precision, device):
         for start in range(0, len(examples), batch_size):
             chunk = examples[start : start + batch_size]

@@ -50,7 +50,7 @@ import torch
 
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
-from aura.train.lora_views import base_view, cast_view, compute_view, merged_view
+from aura.train.lora_views import adapters_off, cast_view, compute_view, merged_view
 from aura.train.objectives.grpo import completion_logps, group_advantages
 
 M = Messages(
@@ -393,7 +393,7 @@ class RolloutSource:
         if self.reference is not None:
             model, context = self.reference, contextlib.nullcontext()
         else:
-            model, context = self.policy, base_view(self.policy) or self.policy.disable_adapter()
+            model, context = self.policy, adapters_off(self.policy)
         with context:
             logps, _ = completion_logps(model, device_batch, temperature=self.temperature)
         return logps.float().cpu()
