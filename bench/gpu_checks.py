@@ -22,6 +22,7 @@ import io
 import json
 import math
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -668,6 +669,9 @@ def pairs_one_row(ctx: Context) -> Result:
         return (float(rs[-1]["seconds"]) - float(rs[1]["seconds"])) / (len(rs) - 2) if len(rs) > 2 else math.nan
 
     cli_speed = per_step(two_rows) / per_step(rows)
+    # issue 46's goal for LoRA DPO: MFU >= 15 % (the log's column, steps 2 on: the first compiles and warms up)
+    mfus = [float(r["mfu"]) for r in rows[1:] if r.get("mfu") not in (None, "", "nan")]
+    mfu = statistics.median(mfus) if mfus else None
     cli_worst = max(
         (abs(float(a["train_loss"]) - float(b["train_loss"])) for a, b in zip(rows, two_rows)), default=math.nan
     )
@@ -681,7 +685,7 @@ def pairs_one_row(ctx: Context) -> Result:
         f"log-probs apart by {err32:.1e} (fp32) and {err16:.1e} (bf16; bf16 vs fp32 on two rows "
         f"{floor16:.1e}); aura finetune --objective dpo: {'one row' if said else 'NOT one row'}, exit "
         f"{rc}, {cli_speed:.2f}x the steps/s of two rows (LoRA, long prompts), losses apart "
-        f"by at most {cli_worst:.1e}",
+        f"by at most {cli_worst:.1e}; MFU {'-' if mfu is None else f'{100 * mfu:.1f} %'} (goal >= 15 %)",
         ok,
         "same log-probs; the CLI uses one row",
         {
@@ -695,6 +699,7 @@ def pairs_one_row(ctx: Context) -> Result:
             "losses": losses,
             "cli_seconds_per_step": {"one": per_step(rows), "two": per_step(two_rows)},
             "cli_speed": cli_speed,
+            "cli_mfu": mfu,
             "tail": printed.getvalue()[-1500:] if not (said and trained) else "",
         },
     )
