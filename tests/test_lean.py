@@ -48,6 +48,25 @@ ARCHS = {
 }
 
 
+class _Tok:
+    pad_token_id = 0
+
+
+def _count_lean_steps(monkeypatch) -> list:
+    """A list that gets one item for every ``LeanStep`` built from now on (a rollout through the lean step)."""
+    import aura.inference.lean as lean
+
+    built = []
+    original = lean.LeanStep.__init__
+
+    def spy(self, *a, **k):
+        built.append(1)
+        original(self, *a, **k)
+
+    monkeypatch.setattr(lean.LeanStep, "__init__", spy)
+    return built
+
+
 def _prompts() -> list[list[int]]:
     g = torch.Generator().manual_seed(3)
     return [torch.randint(1, VOCAB, (n,), generator=g).tolist() for n in (5, 9, 3, 9)]
@@ -139,7 +158,6 @@ def test_grpo_samples_from_the_merged_policy_through_the_lean_step_what_generate
 
     from peft import LoraConfig, get_peft_model
 
-    import aura.inference.lean as lean
     from aura.inference.sampling import SamplingParams
     from aura.train.objectives.rollout import sample_completions
 
@@ -150,24 +168,14 @@ def test_grpo_samples_from_the_merged_policy_through_the_lean_step_what_generate
                 p.normal_(0.0, 0.3)
     merged = copy.deepcopy(policy).merge_and_unload().eval()
 
-    class Tok:
-        pad_token_id = 0
-
-    built = []
-    original = lean.LeanStep.__init__
-
-    def spy(self, *a, **k):
-        built.append(1)
-        original(self, *a, **k)
-
-    monkeypatch.setattr(lean.LeanStep, "__init__", spy)
+    built = _count_lean_steps(monkeypatch)
     prompts = _prompts()
     got = sample_completions(
         policy,
         prompts,
         list(range(len(prompts))),
         sampling=SamplingParams(max_new_tokens=8, temperature=0),
-        tokenizer=Tok(),
+        tokenizer=_Tok(),
         precision="fp32",
         device=CPU,
     )
@@ -187,7 +195,6 @@ def test_a_fully_fine_tuned_bf16_policy_samples_through_the_lean_step_from_a_bf1
     the fp32 weights are left as they were."""
     import copy
 
-    import aura.inference.lean as lean
     from aura.inference.decode import decode_batch
     from aura.inference.sampling import SamplingParams
     from aura.train.objectives.rollout import sample_completions
@@ -198,22 +205,12 @@ def test_a_fully_fine_tuned_bf16_policy_samples_through_the_lean_step_from_a_bf1
     for param in twin.parameters():  # the weights in bf16, the rotary's buffer left in fp32 as a bf16 checkpoint has it
         param.data = param.data.to(torch.bfloat16)
 
-    class Tok:
-        pad_token_id = 0
-
-    built = []
-    original = lean.LeanStep.__init__
-
-    def spy(self, *a, **k):
-        built.append(1)
-        original(self, *a, **k)
-
-    monkeypatch.setattr(lean.LeanStep, "__init__", spy)
+    built = _count_lean_steps(monkeypatch)
     prompts, keys = _prompts(), [11, 12, 13, 14]
     params = SamplingParams(max_new_tokens=8, temperature=1.0)
     with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
         got, logps = sample_completions(
-            policy, prompts, keys, sampling=params, tokenizer=Tok(), precision="bf16", device=CPU
+            policy, prompts, keys, sampling=params, tokenizer=_Tok(), precision="bf16", device=CPU
         )
     assert built == [1]  # one rollout, one lean step (autocast's path builds none)
     assert got == decode_batch(twin, prompts, params, pad_id=0, device=CPU, keys=keys)
