@@ -128,7 +128,8 @@ def adapters_off(model) -> contextlib.AbstractContextManager:
     """A peft model's base for the length of a block, for a reference pass: ``base_view`` where it covers the
     model, else peft's ``disable_adapter()``. The same log-probs bit for bit; peft's switch also checks every
     layer's status and flips each layer's flag on entry and on exit (``get_model_status``,
-    ``enable_adapter_layers``: two walks of every module per call, 14 % of a tiny LoRA DPO run on a CPU)."""
+    ``enable_adapter_layers``: walks of every module on entry and on exit, 58 ms against 1.6 ms a call for a
+    24-layer model on a CPU, ``bench/bench_reference_pass.py``)."""
     return base_view(model) or model.disable_adapter()
 
 
