@@ -8,7 +8,9 @@ Two figures, medians of ``--repeats`` alternations, wall time, one thread:
 * the switch alone (entering and leaving the context, no forward): the host time peft spends checking every
   layer's status and flipping each layer's flag, twice per call, against a swap of the layers kept from the
   first call;
-* DPO's whole reference pass (``DPO.reference_logps``: the switch and the no-grad forward).
+* DPO's whole reference pass (``DPO.reference_logps``: the switch and the no-grad forward);
+* and the base view with its LoRA layers found afresh at every call (one walk of the model), as before they were
+  kept from one call to the next.
 
 On a GPU the forward is short and the host time is what is left: there the switch's share is larger than here.
 
@@ -41,6 +43,7 @@ def main() -> None:
 
     from aura.data.preference import EncodedPair, collate_pairs
     from aura.data.sft_batches import Encoded
+    from aura.train import lora_views
     from aura.train.lora_views import adapters_off
     from aura.train.objectives.preference import DPO
 
@@ -68,6 +71,11 @@ def main() -> None:
         with adapters_off(model):
             pass
 
+    def aura_switch_afresh():  # the base view as it was before the layers were kept: one walk of the model a call
+        lora_views._LAYERS.clear()
+        with adapters_off(model):
+            pass
+
     def peft_pass():
         with mock.patch("aura.train.objectives.preference.adapters_off", lambda m: m.disable_adapter()):
             return dpo.reference_logps(model, batch)
@@ -76,7 +84,13 @@ def main() -> None:
         return dpo.reference_logps(model, batch)
 
     assert torch.equal(peft_pass(), aura_pass()), "the two reference passes must give the same log-probs"
-    runs = {"switch, peft": peft_switch, "switch, Aura": aura_switch, "pass, peft": peft_pass, "pass, Aura": aura_pass}
+    runs = {
+        "switch, peft": peft_switch,
+        "switch, Aura": aura_switch,
+        "switch, Aura, layers found afresh": aura_switch_afresh,
+        "pass, peft": peft_pass,
+        "pass, Aura": aura_pass,
+    }
     seconds: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(a.repeats):
         for name, fn in runs.items():
@@ -86,11 +100,14 @@ def main() -> None:
     ms = {k: 1e3 * statistics.median(v) for k, v in seconds.items()}
     print(f"{a.layers}-layer Llama (hidden 128) + LoRA r 16, {a.pairs} DPO pairs in shared-prompt rows, 1 thread")
     for name, value in ms.items():
-        print(f"  {name:14s} {value:8.2f} ms (median of {a.repeats})")
+        print(f"  {name:34s} {value:8.2f} ms (median of {a.repeats})")
     switch, whole = ms["switch, Aura"] / ms["switch, peft"], ms["pass, Aura"] / ms["pass, peft"]
+    kept = ms["switch, Aura"] / ms["switch, Aura, layers found afresh"]
     print(f"the switch alone, Aura / peft: x{switch:.3f}; DPO's whole reference pass, Aura / peft: x{whole:.2f}")
+    print(f"the switch, layers kept / found afresh at every call: x{kept:.2f}")
     figure("reference_pass.switch.aura_over_peft", ratio(switch, 3))
     figure("reference_pass.whole.aura_over_peft", ratio(whole))
+    figure("reference_pass.switch.kept_over_afresh", ratio(kept))
 
 
 # reproduce:
