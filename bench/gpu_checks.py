@@ -598,8 +598,8 @@ def pairs_one_row(ctx: Context) -> Result:
 
     bool_mask = preference.pair_attention_mask
 
-    def additive_mask(segments, *, implementation, dtype):  # the variant: sdpa given an additive bf16 mask
-        return bool_mask(segments, implementation="eager", dtype=torch.bfloat16 if not ctx.cpu else dtype)
+    def additive_mask(segments, pair, *, implementation, dtype):  # the variant: sdpa given an additive bf16 mask
+        return bool_mask(segments, pair, implementation="eager", dtype=torch.bfloat16 if not ctx.cpu else dtype)
 
     for name, shared, mask_fn in (
         ("two rows", False, bool_mask),

@@ -478,11 +478,29 @@ def test_dpo_validation_says_reward_accuracy_and_margin_not_a_perplexity(env, tm
     assert [(e.step, e.value) for e in acc.Scalars("Val/rewards/accuracy")] == [(1, 0.0)]
 
 
+def ragged_pairs(vocab: int) -> list:
+    """Five pairs of random tokens whose one-row lengths are 40, 12, 10, 9 and 8 (the prompt but its last token,
+    then each answer with it; the last pair shares no prompt token): in rows of 40 tokens, the four short ones
+    share the second row."""
+    import torch
+
+    from aura.data.preference import EncodedPair
+    from aura.data.sft_batches import Encoded
+
+    g = torch.Generator().manual_seed(1)
+    pairs = []
+    for prompt, a, b in ((20, 12, 7), (6, 3, 2), (4, 3, 2), (4, 2, 2), (1, 3, 3)):
+        p, x, y = (torch.randint(3, vocab, (n,), generator=g).tolist() for n in (prompt, a, b))
+        pairs.append(EncodedPair(Encoded(p + x, [-100] * prompt + x), Encoded(p + y, [-100] * prompt + y)))
+    return pairs
+
+
 @pytest.mark.parametrize("arch, attn", [("llama", "sdpa"), ("llama", "eager"), ("gpt2", "sdpa"), ("qwen2", "eager")])
 def test_a_pair_in_one_row_gives_the_log_probs_of_its_two_rows(env, arch, attn):
     """`[prompt | chosen | rejected]` in one row (the 4D mask, positions restarting at the prompt's end) gives
     every pair's answer log-probs and token counts of the two separate rows (each answer alone, as TRL runs
-    it); an attention implementation that cannot take the mask keeps the two rows."""
+    it), also with several pairs packed in a row; an attention implementation that cannot take the mask keeps
+    the two rows."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -510,6 +528,15 @@ def test_a_pair_in_one_row_gives_the_log_probs_of_its_two_rows(env, arch, attn):
             shared = sequence_logps(model, collate_pairs(chunk, pad_id=tok.pad_token_id, shared=True))
             torch.testing.assert_close(shared[0], two[0], atol=1e-4, rtol=1e-5)
             assert shared[1].tolist() == two[1].tolist()
+    # short pairs beside a long one share a row (padding-free as far as the width allows): the same values
+    pairs = ragged_pairs(model.get_input_embeddings().weight.shape[0])
+    packed = collate_pairs(pairs, pad_id=tok.pad_token_id, shared=True)
+    assert packed["input_ids"].shape == (2, 40) and packed["pair_row"].tolist() == [0, 1, 1, 1, 1]
+    with torch.no_grad():
+        two = sequence_logps(model, collate_pairs(pairs, pad_id=tok.pad_token_id))
+        one = sequence_logps(model, packed)
+    torch.testing.assert_close(one[0], two[0], atol=1e-4, rtol=1e-5)
+    assert one[1].tolist() == two[1].tolist()
     assert shares_prompt(model)
     model.config.sliding_window = 16  # a window the 4D mask would override: two rows per pair
     model.config.layer_types = None

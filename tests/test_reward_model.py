@@ -23,6 +23,7 @@ import shutil
 import pytest
 
 from tests.conftest import run_aura, run_aura_here
+from tests.test_preference import ragged_pairs
 from tests.test_preference_parity import PAIRS, _tokenizer
 
 STEPS, SEED, LR = 6, 7, 5e-3
@@ -421,8 +422,9 @@ def test_reward_spec_refuses_a_folder_that_is_no_reward_model(env, tmp_path):
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_shared_prompt_rows_score_as_two_rows(env, attn):
-    """A pair in one row ``[prompt | chosen | rejected]`` (the prompt once) gives each answer the score its own
-    row gets from transformers' pooling, also when the answers end in the pad token (read before it)."""
+    """A pair in one row ``[prompt | chosen | rejected]`` (the prompt once; several pairs in a row where they
+    fit) gives each answer the score its own row gets from transformers' pooling, also when the answers end in
+    the pad token (read before it)."""
     import torch
     from transformers import AutoModelForSequenceClassification
 
@@ -439,6 +441,12 @@ def test_shared_prompt_rows_score_as_two_rows(env, attn):
         assert one["input_ids"].shape[0] == 3 and two["input_ids"].shape[0] == 6
         with torch.no_grad():
             assert torch.allclose(sequence_scores(model.eval(), one), sequence_scores(model, two), atol=1e-5)
+        # several pairs in a row (short ones beside a long one): each still scored as in its own two rows
+        ragged = ragged_pairs(model.get_input_embeddings().weight.shape[0])
+        two, one = (collate_pairs(ragged, pad_id=pad, shared=shared) for shared in (False, True))
+        assert one["input_ids"].shape[0] == 2
+        with torch.no_grad():
+            assert torch.allclose(sequence_scores(model, one), sequence_scores(model, two), atol=1e-5)
 
 
 def test_studio_form_offers_the_reward_objective_and_its_option(tmp_path):

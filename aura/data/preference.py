@@ -30,8 +30,9 @@ refused when they are more than ``IDENTICAL_LIMIT`` of the data (usually swapped
 ``PairSource`` is the loop's resumable, rank-aware ``BatchSource`` (``SFTDataSource``'s order, sharding
 and state): a batch of B pairs is ``input_ids``/``labels``/``attention_mask`` of shape (2B, T), the B
 chosen sequences then the B rejected ones, plus ``ref_logps`` (2B,) when reference log-probabilities were
-precomputed. With ``shared`` a pair is one row, ``[prompt | chosen | rejected]``, so its prompt runs once
-(``collate_pairs``; the objective decides whether the model allows it).
+precomputed. With ``shared`` a pair is one row, ``[prompt | chosen | rejected]``, so its prompt runs once,
+and a row holds several pairs where they fit in the batch's width (``collate_pairs``; the objective decides
+whether the model allows it).
 """
 
 from __future__ import annotations
@@ -376,34 +377,98 @@ def shared_length(pair: EncodedPair) -> int:
     return n
 
 
+def _pack_rows(lengths: list[int], width: int) -> list[list[int]]:
+    """The indices of ``lengths`` in rows of at most ``width`` tokens (first fit, longest first; each row keeps
+    its pairs in batch order)."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        r = next((r for r, left in enumerate(room) if left >= lengths[i]), None)
+        if r is None:
+            rows.append([i])
+            room.append(width - lengths[i])
+        else:
+            rows[r].append(i)
+            room[r] -= lengths[i]
+    return [sorted(row) for row in rows]
+
+
+def pack_pairs(lengths: list[int], fit, *, limit: int | None = None) -> list[list[int]]:
+    """A micro-batch's shared-prompt rows (``lengths``) packed in rows of the longest's width (``_pack_rows``;
+    ``fit`` rounds a width to the batch's shapes): short pairs beside a long one share its row. Then wider rows
+    (the longest plus another pair, or k times the longest) where they compute fewer tokens (rows x width) *and*
+    no more attention (rows x width^2, a dense 4D mask) than the layout kept so far: packing never adds compute
+    of either kind to one pair per row. ``limit``: the widest row packing may make (the last bucket)."""
+    if not lengths:
+        return []
+    longest = max(lengths)
+    widths = sorted({longest * k for k in range(1, len(lengths) + 1)} | {longest + n for n in lengths})
+    best, best_cost = None, None
+    for capacity in widths:
+        rows = _pack_rows(lengths, capacity)
+        width = fit(max(sum(lengths[i] for i in row) for row in rows))
+        if best is not None and limit is not None and width > limit:
+            break
+        cost = (len(rows) * width, len(rows) * width**2)  # (tokens, attention)
+        if best_cost is None or (cost[0] < best_cost[0] and cost[1] <= best_cost[1]):
+            best, best_cost = rows, cost
+        if len(rows) == 1:
+            break
+    return best
+
+
 def _collate_shared(
     pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of: int, buckets: tuple[int, ...]
 ) -> dict:
-    """B pairs -> one row each, ``[prompt | chosen answer | rejected answer]`` (B, T): the packed rows of
-    ``collate`` (padding, buckets), with position_ids that restart at the prompt's length for the
-    rejected part and ``segments`` (B, T) telling the parts apart (SHARED, CHOSEN, REJECTED, PADDING),
-    from which the objective builds the attention mask (``aura.train.objectives.preference``)."""
+    """B pairs -> rows of ``[prompt | chosen answer | rejected answer]`` (R, T), several pairs in a row where
+    that saves tokens without adding attention (``pack_pairs``: padding-free as far as a dense mask allows).
+    The packed rows of ``collate`` (padding, buckets), with position_ids restarting at each pair and, within a
+    pair, at the prompt's length for the rejected part; ``segments`` (R, T) telling the parts apart (SHARED,
+    CHOSEN, REJECTED, PADDING), ``pair`` (R, T) the pair each token belongs to (-1 on padding) and ``pair_row``
+    (B,) the row of each pair, from which the objective builds the attention mask
+    (``aura.train.objectives.preference``)."""
     import torch
 
-    rows = []
+    pieces = []
     for p in pairs:
         s = shared_length(p)
-        rows.append(
-            [
+        pieces.append(
+            (
                 Encoded(p.chosen.input_ids[:s], p.chosen.labels[:s]),
                 Encoded(p.chosen.input_ids[s:], p.chosen.labels[s:]),
                 Encoded(p.rejected.input_ids[s:], p.rejected.labels[s:]),
-            ]
+            )
         )
-    batch = collate(rows, pad_id=pad_id, packing=True, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
-    segments = torch.full(batch["input_ids"].shape, PADDING, dtype=torch.long)  # (B, T)
-    attention = torch.zeros_like(segments)  # (B, T): 1 on real tokens (what throughput counts)
-    for b, (shared, chosen, rejected) in enumerate(rows):
-        s, c, r = len(shared.input_ids), len(chosen.input_ids), len(rejected.input_ids)
-        segments[b, :s], segments[b, s : s + c], segments[b, s + c : s + c + r] = SHARED, CHOSEN, REJECTED
-        batch["position_ids"][b, s : s + c + r] += s  # each answer goes on from the prompt's end
-        attention[b, : s + c + r] = 1
-    batch["segments"], batch["attention_mask"] = segments, attention
+    lengths = [sum(len(e.input_ids) for e in piece) for piece in pieces]
+
+    def fit(width: int) -> int:  # the width ``collate`` gives a row of ``width`` tokens
+        if pad_to_multiple_of > 1:
+            width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+        return next((b for b in buckets if b >= width), width)
+
+    rows = pack_pairs(lengths, fit, limit=max(buckets, default=None))
+    batch = collate(
+        [[e for i in row for e in pieces[i]] for row in rows],
+        pad_id=pad_id,
+        packing=True,
+        pad_to_multiple_of=pad_to_multiple_of,
+        buckets=buckets,
+    )
+    segments = torch.full(batch["input_ids"].shape, PADDING, dtype=torch.long)  # (R, T)
+    pair = torch.full_like(segments, -1)  # (R, T)
+    attention = torch.zeros_like(segments)  # (R, T): 1 on real tokens (what throughput counts)
+    pair_row = torch.zeros(len(pairs), dtype=torch.long)  # (B,)
+    for r, row in enumerate(rows):
+        at = 0
+        for i in row:
+            shared, chosen, rejected = (len(e.input_ids) for e in pieces[i])
+            a, b, c, end = at, at + shared, at + shared + chosen, at + lengths[i]
+            segments[r, a:b], segments[r, b:c], segments[r, c:end] = SHARED, CHOSEN, REJECTED
+            batch["position_ids"][r, b:end] += shared  # each answer goes on from its prompt's end
+            pair[r, a:end], pair_row[i] = i, r
+            at = end
+        attention[r, :at] = 1
+    batch.update(segments=segments, pair=pair, pair_row=pair_row, attention_mask=attention)
     return batch
 
 
@@ -419,8 +484,9 @@ def collate_pairs(
     ``ref_logps`` (2B,) in the same order when every pair has precomputed reference log-probs; ``margin`` (B,)
     when every pair has one.
 
-    ``shared``: one row per pair instead, the prompt once (``_collate_shared``): input_ids, labels,
-    position_ids, segments, attention_mask (B, T) and ``ref_logps`` (2B,) as above."""
+    ``shared``: a pair in one row instead, the prompt once, several pairs in a row where they fit
+    (``_collate_shared``): input_ids, labels, position_ids, segments, pair, attention_mask (R, T), pair_row (B,)
+    and ``ref_logps`` (2B,) as above."""
     import torch
 
     if shared:

@@ -90,55 +90,75 @@ TREE_MASK_ATTENTION = ("sdpa", "eager")
 
 
 def count_pairs(batch: dict[str, torch.Tensor]) -> int:
-    rows = int(batch["input_ids"].shape[0])
-    return rows if "segments" in batch else rows // 2
+    if "pair_row" in batch:  # shared-prompt rows: several pairs may share a row
+        return int(batch["pair_row"].shape[0])
+    return int(batch["input_ids"].shape[0]) // 2
 
 
-def pair_attention_mask(segments: torch.Tensor, *, implementation: str, dtype: torch.dtype) -> torch.Tensor:
-    """The 4D mask (B, 1, T, T) of shared-prompt rows (``aura.data.preference.collate_pairs(shared=True)``):
-    causal, and a token sees the prompt and its own part only, so each answer sees what it would see alone
-    (padding sees the prompt and the padding, never an answer). Boolean for sdpa, additive for eager."""
+def pair_attention_mask(
+    segments: torch.Tensor, pair: torch.Tensor, *, implementation: str, dtype: torch.dtype
+) -> torch.Tensor:
+    """The 4D mask (R, 1, T, T) of shared-prompt rows (``aura.data.preference.collate_pairs(shared=True)``):
+    causal, and a token sees its own pair's prompt and its own part only, so each answer sees what it would see
+    alone (padding sees padding only, never a pair). Boolean for sdpa, additive for eager."""
     from aura.data.preference import SHARED
 
     T = segments.shape[1]
     causal = torch.ones(T, T, dtype=torch.bool, device=segments.device).tril()  # (T, T)
-    keys, queries = segments[:, None, :], segments[:, :, None]  # (B, 1, T), (B, T, 1)
-    allowed = (causal & ((keys == SHARED) | (keys == queries)))[:, None]  # (B, 1, T, T)
+    keys, queries = segments[:, None, :], segments[:, :, None]  # (R, 1, T), (R, T, 1)
+    same_pair = pair[:, None, :] == pair[:, :, None]  # (R, T, T)
+    allowed = (causal & same_pair & ((keys == SHARED) | (keys == queries)))[:, None]  # (R, 1, T, T)
     if implementation == "sdpa":
         return allowed
     return torch.zeros(allowed.shape, dtype=dtype, device=segments.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
 
+def per_pair(values: torch.Tensor, batch: dict[str, torch.Tensor], parts: tuple[int, ...]) -> torch.Tensor:
+    """Sums of ``values`` (R, T), one per part of ``parts`` and pair, part-major ((len(parts) x B,): the chosen
+    answers', then the rejected ones'), each position summed into its own pair's part (``batch``'s ``segments``,
+    ``pair`` and ``pair_row``); no host sync."""
+    segments, pair = batch["segments"], batch["pair"]  # (R, T)
+    B = batch["pair_row"].shape[0]
+    slot = torch.full_like(pair, len(parts) * B)  # positions of no listed part go to a slot thrown away
+    for k, part in enumerate(parts):
+        slot = torch.where(segments == part, k * B + pair, slot)
+    out = torch.zeros(len(parts) * B + 1, dtype=values.dtype, device=values.device)
+    return out.scatter_add(0, slot.reshape(-1), values.reshape(-1))[:-1]
+
+
 def _shared_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``sequence_logps`` of shared-prompt rows (B, T): (chosen then rejected log-prob sums (2B,), answer
-    tokens (2B,)), from one forward of ``[prompt | chosen | rejected]`` per pair."""
+    """``sequence_logps`` of shared-prompt rows (R, T): (chosen then rejected log-prob sums (2B,), answer
+    tokens (2B,)), from one forward of ``[prompt | chosen | rejected]`` per pair, several pairs in a row. Logits
+    are computed only at the positions whose next token is an answer's, in some row."""
     from aura.data.preference import CHOSEN, REJECTED
 
-    input_ids, labels, segments = batch["input_ids"], batch["labels"], batch["segments"]  # (B, T)
+    input_ids, labels = batch["input_ids"], batch["labels"]  # (R, T)
     inner = peft_model(model)
     mask = pair_attention_mask(
-        segments, implementation=inner.config._attn_implementation, dtype=inner.get_input_embeddings().weight.dtype
-    )  # (B, 1, T, T)
-    T = input_ids.shape[1]
-    targets, target_parts = labels[:, 1:], segments[:, 1:]  # (B, T-1): the target of each position, its part
-    first = int((targets != -100).any(0).to(torch.int8).argmax())  # one host sync per micro-batch
-    keep = T - first
+        batch["segments"],
+        batch["pair"],
+        implementation=inner.config._attn_implementation,
+        dtype=inner.get_input_embeddings().weight.dtype,
+    )  # (R, 1, T, T)
+    targets = labels[:, 1:]  # (R, T-1): the target of each position
+    keep = (targets != -100).any(0).nonzero().squeeze(1)  # (K,) one host sync per micro-batch
     logits = model(
         input_ids=input_ids,
         attention_mask=mask,
         position_ids=batch["position_ids"],
         use_cache=False,
         logits_to_keep=keep,
-    ).logits[:, :-1]  # (B, keep-1, V)
-    tgt, parts = targets[:, first:], target_parts[:, first:]  # (B, keep-1)
+    ).logits  # (R, K, V)
+    tgt = targets[:, keep]  # (R, K)
     token_logps = -F.cross_entropy(
         logits.reshape(-1, logits.size(-1)).float(), tgt.reshape(-1), ignore_index=-100, reduction="none"
     ).view(tgt.shape)  # 0 off-mask
+    where = {k: v[:, 1:][:, keep] for k, v in batch.items() if k in ("segments", "pair")}  # each target's
+    where["pair_row"] = batch["pair_row"]
     answer = tgt != -100
-    chosen, rejected = answer & (parts == CHOSEN), answer & (parts == REJECTED)  # (B, keep-1)
     return (
-        torch.cat([(token_logps * chosen).sum(1), (token_logps * rejected).sum(1)]),
-        torch.cat([chosen.sum(1), rejected.sum(1)]),
+        per_pair(token_logps * answer, where, (CHOSEN, REJECTED)),
+        per_pair(answer.long(), where, (CHOSEN, REJECTED)),
     )
 
 
@@ -149,7 +169,7 @@ def sequence_logps(
     non-padding target token).
 
     Only the positions from the first answer token of the batch on get logits (``logits_to_keep``).
-    Shared-prompt batches (``segments``, one row per pair) give the same values from one forward per pair;
+    Shared-prompt batches (``segments``: a pair in one row, several where they fit) give the same values;
     ``whole`` needs the two-row batches (the shared prompt's log-probs belong to both sequences).
     """
     if "segments" in batch:

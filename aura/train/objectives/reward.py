@@ -39,39 +39,42 @@ def sequence_scores(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def _shared_scores(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """``sequence_scores`` of shared-prompt rows ``[prompt | chosen | rejected]`` (B, T), one forward per pair
-    under ``preference.pair_attention_mask``. Each answer's score is read where its own row would be read: at
-    the last token of the prompt and that answer that is not the pad token (transformers' rule). The head's
-    output (B, T, 1) is replaced on its way out by the two scores at every position (B, T, 2), so the model's
-    own pooling, whichever position it picks, returns them: the loss flows through the model's output, where
-    FSDP2 gathers its root's parameters (the backbone's norm, the head) again for the backward pass."""
+    """``sequence_scores`` of shared-prompt rows ``[prompt | chosen | rejected]`` (R, T, several pairs in a row
+    where they fit), one forward under ``preference.pair_attention_mask``. Each answer's score is read where its
+    own row would be read: at the last token of its pair's prompt and that answer that is not the pad token
+    (transformers' rule). The head's output (R, T, 1) is replaced on its way out by every answer's score at
+    every position (R, T, 2B), so the model's own pooling, whichever position it picks, returns them: the loss
+    flows through the model's output, where FSDP2 gathers its root's parameters (the backbone's norm, the head)
+    again for the backward pass."""
     from aura.data.preference import CHOSEN, REJECTED, SHARED
     from aura.train.objectives.preference import pair_attention_mask, peft_model
 
-    input_ids, segments = batch["input_ids"], batch["segments"]  # (B, T)
+    input_ids, segments, pair = batch["input_ids"], batch["segments"], batch["pair"]  # (R, T)
+    B = batch["pair_row"].shape[0]
     inner = peft_model(model)
-    mask = pair_attention_mask(
-        segments, implementation=inner.config._attn_implementation, dtype=inner.get_input_embeddings().weight.dtype
-    )  # (B, 1, T, T)
-    real = input_ids != inner.config.pad_token_id  # (B, T)
-    positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (T,)
+    attn, dtype = inner.config._attn_implementation, inner.get_input_embeddings().weight.dtype
+    mask = pair_attention_mask(segments, pair, implementation=attn, dtype=dtype)  # (R, 1, T, T)
+    real = input_ids != inner.config.pad_token_id  # (R, T)
+    flat = torch.arange(input_ids.numel(), device=input_ids.device).view(input_ids.shape)  # (R, T)
     last = []
     for part in (CHOSEN, REJECTED):
-        seen = real & ((segments == SHARED) | (segments == part))  # (B, T): what this answer's own row holds
-        last.append((positions * seen).argmax(-1))  # (B,)
-    index = torch.stack(last, -1)  # (B, 2)
+        seen = real & (pair >= 0) & ((segments == SHARED) | (segments == part))  # what this answer's own row holds
+        slot = torch.where(seen, pair, B)  # (R, T): other positions go to a slot thrown away
+        at = torch.full((B + 1,), -1, dtype=torch.long, device=flat.device)
+        last.append(at.scatter_reduce(0, slot.reshape(-1), flat.reshape(-1), "amax")[:B])  # (B,)
+    index = torch.cat(last)  # (2B,): the chosen answers', then the rejected ones'
 
-    def both_scores(module, args, out):  # out: (B, T, 1), the head at every position
-        picked = out.squeeze(-1).gather(1, index)  # (B, 2)
-        return picked[:, None, :].expand(-1, out.shape[1], -1)  # (B, T, 2)
+    def every_score(module, args, out):  # out: (R, T, 1), the head at every position
+        picked = out.reshape(-1)[index]  # (2B,)
+        return picked.expand(*out.shape[:2], -1)  # (R, T, 2B)
 
     head = next(m for name, m in inner.named_modules() if name.rsplit(".", 1)[-1] == "score")
-    hook = head.register_forward_hook(both_scores)
+    hook = head.register_forward_hook(every_score)
     try:
         logits = model(input_ids=input_ids, attention_mask=mask, position_ids=batch["position_ids"], use_cache=False)
     finally:
         hook.remove()
-    return logits.logits.float().T.reshape(-1)  # (B, 2) -> (2B,): the chosen answers', then the rejected ones'
+    return logits.logits[0].float()  # (2B,): every row pooled the same scores
 
 
 class BradleyTerry:
