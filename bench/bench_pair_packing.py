@@ -58,7 +58,8 @@ def policy(layers: int):
     return model.train()
 
 
-def pairs(n: int, seed: int) -> list:
+def pairs(n: int, seed: int, vocab: int = 8000) -> list:
+    """``n`` pairs of random tokens below ``vocab``, their lengths drawn as the module docstring says."""
     import random
 
     from aura.data.preference import EncodedPair
@@ -72,8 +73,8 @@ def pairs(n: int, seed: int) -> list:
     out = []
     for _ in range(n):
         prompt = min(draw(120), 400)
-        p = [r.randrange(3, 8000) for _ in range(prompt)]
-        a, b = ([r.randrange(3, 8000) for _ in range(min(draw(150), 512 - prompt))] for _ in range(2))
+        p = [r.randrange(3, vocab) for _ in range(prompt)]
+        a, b = ([r.randrange(3, vocab) for _ in range(min(draw(150), 512 - prompt))] for _ in range(2))
         out.append(EncodedPair(Encoded(p + a, [-100] * prompt + a), Encoded(p + b, [-100] * prompt + b)))
     return out
 

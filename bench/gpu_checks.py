@@ -630,6 +630,7 @@ def pairs_one_row(ctx: Context) -> Result:
         finally:
             preference.pair_attention_mask = bool_mask
     timing[False], timing[True] = timing["two rows"], timing["one row"]
+    packing = _packing(ctx, model, amp)
     model = None  # its memory back before the CLI runs
     release()
     speed = timing[False][0] / timing[True][0]
@@ -689,6 +690,7 @@ def pairs_one_row(ctx: Context) -> Result:
         (abs(float(a["train_loss"]) - float(b["train_loss"])) for a, b in zip(rows, two_rows)), default=math.nan
     )
     ok = err32 <= 1e-4 and err16 <= max(2 * floor16, 1e-3) and said and trained and two_rc == 0
+    ok = ok and packing["err32"] <= 1e-4
     mem = f", memory x {memory:.2f}" if memory else ""
     if not ctx.cpu:  # the profiler's kernel time: what one row saves the GPU, whatever bounds the step
         mem += f", GPU time x {profiles['one row']['gpu_busy_ms'] / profiles['two rows']['gpu_busy_ms']:.2f}"
@@ -698,7 +700,10 @@ def pairs_one_row(ctx: Context) -> Result:
         f"log-probs apart by {err32:.1e} (fp32) and {err16:.1e} (bf16; bf16 vs fp32 on two rows "
         f"{floor16:.1e}); aura finetune --objective dpo: {'one row' if said else 'NOT one row'}, exit "
         f"{rc}, {cli_speed:.2f}x the steps/s of two rows (LoRA, long prompts), losses apart "
-        f"by at most {cli_worst:.1e}; MFU {'-' if mfu is None else f'{100 * mfu:.1f} %'} (goal >= 15 %)",
+        f"by at most {cli_worst:.1e}; MFU {'-' if mfu is None else f'{100 * mfu:.1f} %'} (goal >= 15 %); "
+        f"{packing['pairs']} pairs of varied lengths packed in {packing['rows']} rows: {packing['tokens']:.2f}x the "
+        f"tokens, {packing['speed']:.2f}x the forward+backward speed of one pair per row, log-probs apart by "
+        f"{packing['err32']:.1e} (fp32)",
         ok,
         "same log-probs; the CLI uses one row",
         {
@@ -713,9 +718,60 @@ def pairs_one_row(ctx: Context) -> Result:
             "cli_seconds_per_step": {"one": per_step(rows), "two": per_step(two_rows)},
             "cli_speed": cli_speed,
             "cli_mfu": mfu,
+            "packing": packing,
             "tail": printed.getvalue()[-1500:] if not (said and trained) else "",
         },
     )
+
+
+def _packing(ctx: Context, model, amp) -> dict:
+    """Pairs of varied lengths (``bench_pair_packing.pairs``) several to a row against one pair per row, on
+    ``model``: the log-probs must agree (fp32), and a forward + backward is timed both ways (under ``amp``)."""
+    from unittest import mock
+
+    import torch
+    from bench_pair_packing import pairs as ragged
+
+    from aura.data.preference import collate_pairs
+    from aura.train.objectives.preference import sequence_logps
+
+    n = 4 if ctx.cpu else 16
+    chosen = ragged(n, seed=0, vocab=model.get_input_embeddings().weight.shape[0])
+    with mock.patch("aura.data.preference.pack_pairs", lambda lengths, fit, limit=None: [[i] for i in range(n)]):
+        apart = collate_pairs(chosen, pad_id=0, shared=True)
+    packed = collate_pairs(chosen, pad_id=0, shared=True)
+    batches = {k: {key: v.to(ctx.device) for key, v in b.items()} for k, b in (("apart", apart), ("packed", packed))}
+    model.eval()
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # the comparison in fp32
+    try:
+        with torch.no_grad():
+            want, got = (sequence_logps(model, batches[k])[0].float() for k in ("apart", "packed"))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    model.train()
+    seconds = {}
+    for name, batch in batches.items():
+
+        def step(batch=batch):
+            with amp:
+                logps = sequence_logps(model, batch)[0]
+            logps.sum().backward()
+            model.zero_grad(set_to_none=True)
+
+        step()
+        release()
+        with _Timer(ctx.device) as t:
+            for _ in range(2 if ctx.cpu else 5):
+                step()
+        seconds[name] = t.seconds
+    return {
+        "pairs": n,
+        "rows": int(packed["input_ids"].shape[0]),
+        "tokens": packed["input_ids"].numel() / apart["input_ids"].numel(),
+        "speed": seconds["apart"] / seconds["packed"],
+        "err32": ((got - want).abs().max() / want.abs().max()).item(),
+    }
 
 
 def pref_data(ctx: Context) -> Path:
