@@ -1,4 +1,4 @@
-"""Preference pairs packed several to a row (``aura.data.preference.pack_pairs``) against one pair per row, in
+"""Preference pairs packed several to a row (``aura.data.preference.pack_batch``) against one pair per row, in
 LoRA DPO's step on the CPU.
 
 Both layouts are DPO's shared-prompt rows (``[prompt | chosen | rejected]``, the prompt once); packing puts short
@@ -102,7 +102,7 @@ def main() -> None:
     print(f"{a.layers}-layer Llama (hidden 512) + LoRA r 16, fp32, {torch.get_num_threads()} threads; DPO step")
     for size in (int(s) for s in a.sizes.split(",")):
         data = [pairs(size, seed=1000 * size + i) for i in range(a.batches)]
-        with mock.patch("aura.data.preference.pack_pairs", one_per_row):
+        with mock.patch("aura.data.preference.pack_batch", one_per_row):
             unpacked = [collate_pairs(d, pad_id=0, shared=True) for d in data]
         layouts = {"one pair per row": unpacked, "packed": [collate_pairs(d, pad_id=0, shared=True) for d in data]}
 

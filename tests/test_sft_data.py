@@ -11,7 +11,7 @@ import torch
 
 from aura.core.errors import AuraError
 from aura.data.sft import Conversation, load_conversations, record_to_conversation, split_train_val
-from aura.data.sft_batches import IGNORE_INDEX, SFTDataSource, collate, encode, encode_all, pack
+from aura.data.sft_batches import IGNORE_INDEX, SFTDataSource, collate, encode, encode_all, pack, pack_batch
 from aura.text.templates import TEMPLATE_TOKENS, TEMPLATES, resolve_chat_template
 from tests.tiny_models import build_gpt2, build_llama, train_tokenizer
 
@@ -325,6 +325,36 @@ def test_pack_fills_rows_without_exceeding_max_length():
     rows = pack(lengths, 10)
     assert sorted(i for r in rows for i in r) == list(range(7))
     assert all(sum(lengths[i] for i in r) <= 10 for r in rows) and len(rows) == 3
+
+
+def test_a_micro_batch_is_packed_only_where_it_computes_less_of_both():
+    """``pack_batch``: short sequences go beside a long one in its width; a wider row is taken only where it
+    lowers the tokens computed without raising the attention (dense mask); never more of either than one
+    sequence per row, over many random batches, with and without a rounding of the width."""
+    import random
+
+    def plain(width: int) -> int:
+        return width
+
+    assert pack_batch([40, 12, 10, 9, 8], plain) == [[0], [1, 2, 3, 4]]  # the long one's width, no wider
+    assert pack_batch([400, 100], plain) == [[0, 1]]  # one row of 500: fewer tokens, less attention
+    assert pack_batch([400, 250], plain) == [[0], [1]]  # one row of 650 would have more attention
+    assert pack_batch([400, 400, 30, 30], plain) == [[0, 2], [1, 3]]  # the longest plus another
+    assert pack_batch([400, 100], plain, limit=256) == [[0], [1]]  # no row wider than the last bucket
+    r = random.Random(0)
+    for multiple in (1, 64):
+
+        def fit(width: int, m=multiple) -> int:
+            return -(-width // m) * m
+
+        for _ in range(300):
+            lengths = [max(1, int(r.lognormvariate(5, 0.8))) for _ in range(r.randint(1, 12))]
+            rows = pack_batch(lengths, fit)
+            assert sorted(i for row in rows for i in row) == list(range(len(lengths)))
+            width = fit(max(sum(lengths[i] for i in row) for row in rows))
+            alone = fit(max(lengths))
+            assert len(rows) * width <= len(lengths) * alone
+            assert len(rows) * width**2 <= len(lengths) * alone**2
 
 
 @pytest.mark.parametrize("arch, attn", [("llama", "sdpa"), ("llama", "eager"), ("gpt2", "sdpa")])

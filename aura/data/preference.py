@@ -47,7 +47,7 @@ from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.i18n import Messages
 from aura.data.sft import check_messages, iter_records
-from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate
+from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate, pack_batch
 
 DEFAULT_PAIRS = Path(__file__).resolve().parents[1] / "resources" / "preference_es.jsonl"
 IDENTICAL_LIMIT = 0.1  # identical pairs above this fraction of the data are refused
@@ -377,51 +377,11 @@ def shared_length(pair: EncodedPair) -> int:
     return n
 
 
-def _pack_rows(lengths: list[int], width: int) -> list[list[int]]:
-    """The indices of ``lengths`` in rows of at most ``width`` tokens (first fit, longest first; each row keeps
-    its pairs in batch order)."""
-    rows: list[list[int]] = []
-    room: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        r = next((r for r, left in enumerate(room) if left >= lengths[i]), None)
-        if r is None:
-            rows.append([i])
-            room.append(width - lengths[i])
-        else:
-            rows[r].append(i)
-            room[r] -= lengths[i]
-    return [sorted(row) for row in rows]
-
-
-def pack_pairs(lengths: list[int], fit, *, limit: int | None = None) -> list[list[int]]:
-    """A micro-batch's shared-prompt rows (``lengths``) packed in rows of the longest's width (``_pack_rows``;
-    ``fit`` rounds a width to the batch's shapes): short pairs beside a long one share its row. Then wider rows
-    (the longest plus another pair, or k times the longest) where they compute fewer tokens (rows x width) *and*
-    no more attention (rows x width^2, a dense 4D mask) than the layout kept so far: packing never adds compute
-    of either kind to one pair per row. ``limit``: the widest row packing may make (the last bucket)."""
-    if not lengths:
-        return []
-    longest = max(lengths)
-    widths = sorted({longest * k for k in range(1, len(lengths) + 1)} | {longest + n for n in lengths})
-    best, best_cost = None, None
-    for capacity in widths:
-        rows = _pack_rows(lengths, capacity)
-        width = fit(max(sum(lengths[i] for i in row) for row in rows))
-        if best is not None and limit is not None and width > limit:
-            break
-        cost = (len(rows) * width, len(rows) * width**2)  # (tokens, attention)
-        if best_cost is None or (cost[0] < best_cost[0] and cost[1] <= best_cost[1]):
-            best, best_cost = rows, cost
-        if len(rows) == 1:
-            break
-    return best
-
-
 def _collate_shared(
     pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of: int, buckets: tuple[int, ...]
 ) -> dict:
     """B pairs -> rows of ``[prompt | chosen answer | rejected answer]`` (R, T), several pairs in a row where
-    that saves tokens without adding attention (``pack_pairs``: padding-free as far as a dense mask allows).
+    that saves tokens without adding attention (``pack_batch``: padding-free as far as a dense mask allows).
     The packed rows of ``collate`` (padding, buckets), with position_ids restarting at each pair and, within a
     pair, at the prompt's length for the rejected part; ``segments`` (R, T) telling the parts apart (SHARED,
     CHOSEN, REJECTED, PADDING), ``pair`` (R, T) the pair each token belongs to (-1 on padding) and ``pair_row``
@@ -446,7 +406,7 @@ def _collate_shared(
             width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
         return next((b for b in buckets if b >= width), width)
 
-    rows = pack_pairs(lengths, fit, limit=max(buckets, default=None))
+    rows = pack_batch(lengths, fit, limit=max(buckets, default=None))
     batch = collate(
         [[e for i in row for e in pieces[i]] for row in rows],
         pad_id=pad_id,

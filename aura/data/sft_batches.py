@@ -267,6 +267,30 @@ def pack(lengths: list[int], max_length: int) -> list[list[int]]:
     return rows
 
 
+def pack_batch(lengths: list[int], fit, *, limit: int | None = None) -> list[list[int]]:
+    """One micro-batch's sequences (``lengths``) in as few tokens as a dense attention mask allows: rows of the
+    longest one's width (``pack``; ``fit`` rounds a width to the batch's shapes), where short sequences beside a
+    long one share its row; then wider rows (the longest plus another, or k times the longest) only where they
+    compute fewer tokens (rows x width) *and* no more attention (rows x width^2) than the layout kept so far. So
+    packing never adds compute of either kind to one sequence per row. ``limit``: the widest row it may make."""
+    if not lengths:
+        return []
+    longest = max(lengths)
+    widths = sorted({longest * k for k in range(1, len(lengths) + 1)} | {longest + n for n in lengths})
+    best, best_cost = None, None
+    for capacity in widths:
+        rows = pack(lengths, capacity)
+        width = fit(max(sum(lengths[i] for i in row) for row in rows))
+        if best is not None and limit is not None and width > limit:
+            break
+        cost = (len(rows) * width, len(rows) * width**2)  # (tokens, attention)
+        if best_cost is None or (cost[0] < best_cost[0] and cost[1] <= best_cost[1]):
+            best, best_cost = rows, cost
+        if len(rows) == 1:
+            break
+    return best
+
+
 def length_buckets(max_length: int, *, smallest: int = 64) -> tuple[int, ...]:
     """The few padded lengths a compiled model sees (powers of two, then ``max_length``): variable-length
     batches padded to one of them compile a handful of graphs instead of one per length."""
