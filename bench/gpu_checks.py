@@ -725,12 +725,12 @@ def pairs_one_row(ctx: Context) -> Result:
 
 
 def _packing(ctx: Context, model, amp) -> dict:
-    """Pairs of varied lengths (``bench_pair_packing.pairs``) several to a row against one pair per row, on
+    """Pairs of varied lengths (``bench_batch_packing.pairs``) several to a row against one pair per row, on
     ``model``: the log-probs must agree (fp32), and a forward + backward is timed both ways (under ``amp``)."""
     from unittest import mock
 
     import torch
-    from bench_pair_packing import pairs as ragged
+    from bench_batch_packing import pairs as ragged
 
     from aura.data.preference import collate_pairs
     from aura.train.objectives.preference import sequence_logps

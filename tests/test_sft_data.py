@@ -408,6 +408,42 @@ def test_packed_rows_give_the_logits_of_each_example_alone(tok_dir, tmp_path_fac
     assert multi >= 2, "the test needs rows holding several examples"
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_padding_free_micro_batches_give_the_padded_losses_in_fewer_rows(tok_dir, tmp_path_factory, arch):
+    """``SFTDataSource(padding_free=True)``: each micro-batch holds the same examples as the padded one, in fewer
+    rows where its lengths differ enough, and gives the same summed token loss, target count and real-token
+    count (throughput), whatever ``batch`` it is."""
+    from transformers import AutoModelForCausalLM
+
+    from aura.data.sft_batches import Encoded
+    from aura.train.objectives.objective import count_inputs, count_targets, plain_token_loss_sum
+
+    model_dir = tmp_path_factory.getbasetemp() / f"{arch}_pack"
+    if not model_dir.exists():
+        (build_llama if arch == "llama" else build_gpt2)(model_dir, tok_dir, ctx=512)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa").eval()
+    vocab = model.get_input_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    examples = []
+    for n in (60, 9, 14, 7, 55, 48, 12, 5, 30, 8, 6, 40):  # lengths that pack in some micro-batches, not all
+        ids = torch.randint(3, vocab, (n,), generator=g).tolist()
+        examples.append(Encoded(ids, [IGNORE_INDEX] * (n // 3) + ids[n // 3 :]))
+    common = dict(batch_size=4, pad_id=0, seed=3, max_length=128)
+    padded, free = SFTDataSource(examples, **common), SFTDataSource(examples, **common, padding_free=True)
+    fewer = 0
+    for index in range(len(padded)):
+        a, b = padded.batch(0, index), free.batch(0, index)
+        assert _ids_of(a) == _ids_of(b)
+        fewer += b["input_ids"].shape[0] < a["input_ids"].shape[0]
+        assert b["input_ids"].numel() <= a["input_ids"].numel()
+        with torch.no_grad():
+            torch.testing.assert_close(
+                plain_token_loss_sum(model, b), plain_token_loss_sum(model, a), rtol=1e-5, atol=1e-4
+            )
+        assert count_targets(b) == count_targets(a) and count_inputs(b) == count_inputs(a)
+    assert fewer >= 1, "the test needs a micro-batch in fewer rows"
+
+
 def test_record_to_conversation_rejects_non_objects():
     with pytest.raises(AuraError, match="r1"):
         record_to_conversation(["a"], "r1")

@@ -47,7 +47,7 @@ from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.i18n import Messages
 from aura.data.sft import check_messages, iter_records
-from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate, pack_batch
+from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate, pack_batch, padded_width
 
 DEFAULT_PAIRS = Path(__file__).resolve().parents[1] / "resources" / "preference_es.jsonl"
 IDENTICAL_LIMIT = 0.1  # identical pairs above this fraction of the data are refused
@@ -400,13 +400,8 @@ def _collate_shared(
             )
         )
     lengths = [sum(len(e.input_ids) for e in piece) for piece in pieces]
-
-    def fit(width: int) -> int:  # the width ``collate`` gives a row of ``width`` tokens
-        if pad_to_multiple_of > 1:
-            width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
-        return next((b for b in buckets if b >= width), width)
-
-    rows = pack_batch(lengths, fit, limit=max(buckets, default=None))
+    shapes = {"pad_to_multiple_of": pad_to_multiple_of, "buckets": buckets}
+    rows = pack_batch(lengths, lambda width: padded_width(width, **shapes), limit=max(buckets, default=None))
     batch = collate(
         [[e for i in row for e in pieces[i]] for row in rows],
         pad_id=pad_id,

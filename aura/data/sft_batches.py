@@ -291,6 +291,14 @@ def pack_batch(lengths: list[int], fit, *, limit: int | None = None) -> list[lis
     return best
 
 
+def padded_width(width: int, *, pad_to_multiple_of: int = 1, buckets: tuple[int, ...] = ()) -> int:
+    """The width ``collate`` gives a batch whose longest row holds ``width`` tokens: rounded up to a multiple of
+    ``pad_to_multiple_of``, then to the smallest bucket that holds it (the width itself when none does)."""
+    if pad_to_multiple_of > 1:
+        width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+    return next((b for b in buckets if b >= width), width)
+
+
 def length_buckets(max_length: int, *, smallest: int = 64) -> tuple[int, ...]:
     """The few padded lengths a compiled model sees (powers of two, then ``max_length``): variable-length
     batches padded to one of them compile a handful of graphs instead of one per length."""
@@ -313,15 +321,13 @@ def collate(
 
     Padded: input_ids, labels, attention_mask (B, T). Packed: input_ids, labels, position_ids (B, T)
     with positions restarting at 0 per example (and per padding tail), and no attention_mask, which is
-    what makes transformers build the block-diagonal causal mask.
+    what makes transformers build the block-diagonal causal mask; ``input_tokens`` (a 0-d tensor) counts the
+    rows' real tokens.
     """
     import torch
 
     lengths = [sum(len(e.input_ids) for e in row) for row in rows]
-    T = max(lengths)
-    if pad_to_multiple_of > 1:
-        T = -(-T // pad_to_multiple_of) * pad_to_multiple_of
-    T = next((b for b in buckets if b >= T), T)  # the smallest bucket that holds the longest row
+    T = padded_width(max(lengths), pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
     B = len(rows)
     input_ids = torch.full((B, T), pad_id, dtype=torch.long)  # (B, T)
     labels = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)  # (B, T)
@@ -337,8 +343,9 @@ def collate(
             pos += n
         attention_mask[b, :pos] = 1
         position_ids[b, pos:] = torch.arange(T - pos)
-    if packing:
-        return {"input_ids": input_ids, "labels": labels, "position_ids": position_ids}
+    if packing:  # no attention_mask (see the module docstring); ``input_tokens``: the real ones, for throughput
+        tokens = torch.tensor(sum(lengths))
+        return {"input_ids": input_ids, "labels": labels, "position_ids": position_ids, "input_tokens": tokens}
     return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
 
 
@@ -350,6 +357,10 @@ class SFTDataSource:
     and the epoch number; rows are split across ranks round-robin after padding the row list (by
     repeating its start, like DistributedSampler), so every rank runs the same number of steps.
     ``iter(source)`` yields every batch of the current epoch without moving the position (validation).
+
+    ``padding_free`` (without ``packing``): a micro-batch's examples go in fewer rows, packed as ``packing``
+    packs them, where that computes fewer tokens and no more attention (``pack_batch``); the micro-batch holds
+    the same examples, so the loss, the order and resume are those of the padded rows.
     """
 
     def __init__(
@@ -366,9 +377,11 @@ class SFTDataSource:
         shuffle: bool = True,
         pad_to_multiple_of: int = 1,
         buckets: tuple[int, ...] = (),
+        padding_free: bool = False,
     ):
         if not examples:
             raise ValueError("SFTDataSource needs at least one example")
+        self.padding_free = padding_free and not packing
         self.examples = examples
         self.batch_size = batch_size
         self.pad_id = pad_id
@@ -409,10 +422,20 @@ class SFTDataSource:
         """Batch ``index`` of ``epoch`` on this rank (a pure function of seed, epoch, index, rank)."""
         mine = self._rank_rows(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
         rows = [[self.examples[i] for i in self.rows[r]] for r in mine]
+        packing = self.packing
+        if self.padding_free and len(rows) > 1:  # the micro-batch's examples in fewer rows where that computes less
+            shapes = {"pad_to_multiple_of": self.pad_to_multiple_of, "buckets": self.buckets}
+            grouping = pack_batch(
+                [len(row[0].input_ids) for row in rows],
+                lambda width: padded_width(width, **shapes),
+                limit=max(self.buckets, default=None),
+            )
+            if len(grouping) < len(rows):
+                rows, packing = [[rows[i][0] for i in group] for group in grouping], True
         return collate(
             rows,
             pad_id=self.pad_id,
-            packing=self.packing,
+            packing=packing,
             pad_to_multiple_of=self.pad_to_multiple_of,
             buckets=self.buckets,
         )

@@ -220,8 +220,10 @@ class FinetuneConfig(DistillArgs, RewardArgs, KTOArgs, SimPOArgs, GRPOArgs, Trai
     )
     packing: bool = arg(
         False,
-        es="Junta varios ejemplos por fila de --max-length tokens (sin atención cruzada entre ejemplos).",
-        en="Pack several examples per row of --max-length tokens (no attention across examples).",
+        es="Junta varios ejemplos por fila de --max-length tokens (sin atención cruzada entre ejemplos). Sin "
+        "él, los ejemplos cortos de un micro-lote ya comparten fila donde eso calcula menos.",
+        en="Pack several examples per row of --max-length tokens (no attention across examples). Without it, "
+        "the short examples of a micro-batch still share a row where that computes less.",
     )
     empty_responses: Literal["skip", "fail"] = arg(
         "skip",

@@ -94,6 +94,7 @@ class DistillSetup(SFTSetup):
     sections = ("distill",)
     named_in_identity = True
     teacher = None  # the frozen teacher (set by ``sources``)
+    padding_free = False  # one example per row: each row's prompt is sampled from (``DistillSource``)
 
     @classmethod
     def check_args(cls, cfg) -> None:

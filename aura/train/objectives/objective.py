@@ -98,7 +98,10 @@ class CausalLM:
 
 def count_inputs(batch: dict[str, torch.Tensor]) -> int:
     """Input tokens of a CPU batch that are not padding (throughput and MFU count only these): the
-    attention mask's ones when the batch has one (padded SFT), else every position (pretraining, packing)."""
+    attention mask's ones when the batch has one (padded SFT), the packed rows' count (``input_tokens``), else
+    every position (pretraining)."""
+    if "input_tokens" in batch:
+        return int(batch["input_tokens"])
     if "attention_mask" in batch:
         return int(batch["attention_mask"].sum())
     return batch["input_ids"].numel()

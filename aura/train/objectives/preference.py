@@ -153,8 +153,11 @@ def _shared_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, 
     token_logps = -F.cross_entropy(
         logits.reshape(-1, logits.size(-1)).float(), tgt.reshape(-1), ignore_index=-100, reduction="none"
     ).view(tgt.shape)  # 0 off-mask
-    where = {k: v[:, 1:][:, keep] for k, v in batch.items() if k in ("segments", "pair")}  # each target's
-    where["pair_row"] = batch["pair_row"]
+    where = {  # each target's part and pair
+        "segments": batch["segments"][:, 1:][:, keep],
+        "pair": batch["pair"][:, 1:][:, keep],
+        "pair_row": batch["pair_row"],
+    }
     answer = tgt != -100
     return (
         per_pair(token_logps * answer, where, (CHOSEN, REJECTED)),
@@ -168,8 +171,9 @@ def sequence_logps(
     """(sum of answer-token log-probs (2B,), answer tokens (2B,), and with ``whole`` the same two over every
     non-padding target token).
 
-    Only the positions from the first answer token of the batch on get logits (``logits_to_keep``).
-    Shared-prompt batches (``segments``: a pair in one row, several where they fit) give the same values;
+    Only the positions from the first answer token of the batch on get logits (``logits_to_keep``; in
+    shared-prompt rows only the positions that predict an answer token). Shared-prompt batches (``segments``: a
+    pair in one row, several where they fit) give the same values;
     ``whole`` needs the two-row batches (the shared prompt's log-probs belong to both sequences).
     """
     if "segments" in batch:

@@ -35,6 +35,12 @@ M = Messages(
             '--max-length {length} are dropped): there will be no validation loss ("Val loss: -") and no '
             "best/. Raise --val-fraction, or --max-length, or use --truncation truncate.",
         ),
+        "padding_free": (
+            "Los ejemplos cortos de un micro-lote comparten fila cuando así se calcula menos (cada uno solo se "
+            "ve a sí mismo): menos relleno, las mismas pérdidas.",
+            "Short examples of a micro-batch share a row where that computes less (each one sees only itself): "
+            "less padding, the same losses.",
+        ),
         "pref_only": (
             "--{flag} solo se aplica a --objective dpo u orpo (el objetivo es 'sft').",
             "--{flag} only applies to --objective dpo or orpo (the objective is 'sft').",
@@ -53,6 +59,7 @@ class SFTSetup(ObjectiveSetup):
 
     name = "sft"
     named_in_identity = False
+    padding_free = True  # a micro-batch's examples in fewer rows where that computes less (``SFTDataSource``)
 
     @classmethod
     def check_across(cls, cfg) -> None:
@@ -106,8 +113,13 @@ class SFTSetup(ObjectiveSetup):
     def sources(self, cfg, tok, model, train_ex: list, val_ex: list, *, run, packing: bool, base_name: str):
         """(training batches, validation batches or None): every rank reads its own part."""
         from aura.data.sft_batches import SFTDataSource, length_buckets
+        from aura.train.adapters import packing_is_isolated
 
         dist = run.dist
+        padding_free = self.padding_free and not packing and cfg.batch_size > 1
+        padding_free = padding_free and packing_is_isolated(model, say=False)
+        if padding_free:
+            console.info(M("padding_free"))
         common = dict(
             batch_size=cfg.batch_size,
             pad_id=tok.pad_token_id,
@@ -117,6 +129,7 @@ class SFTSetup(ObjectiveSetup):
             packing=packing,
             max_length=cfg.max_length,
             buckets=length_buckets(cfg.max_length) if cfg.compile else (),
+            padding_free=padding_free,
         )  # few shapes to compile
         data = SFTDataSource(train_ex, **common)
         val = Limited(SFTDataSource(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None
