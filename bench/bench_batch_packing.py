@@ -8,13 +8,14 @@ LoRA DPO's step and LoRA SFT's step on the CPU.
   backward (``token_loss_sum``).
 
 Packing keeps a layout only where it computes fewer tokens and no more attention, so the two layouts give the
-same losses (checked here) from less work. The model is a random Llama (hidden 512, ``--layers`` layers, 8 heads,
-vocabulary 8,000) with LoRA r 16 on every projection, fp32. The sequences are random tokens with lengths drawn
-from log-normal laws (prompt median 120 tokens, each answer median 150, sigma 0.7; prompt + answer cut at 512),
-a spread like that of public preference and instruction sets, not a measured one: the gain follows the spread,
-and sequences of equal lengths gain nothing. Each micro-batch size runs ``--batches`` micro-batches both ways,
-alternated ``--repeats`` times; medians of the summed wall times. A speed is published only where some
-micro-batch packed (else both ways are the same work and the ratio is the timer's noise).
+same losses (checked here) from less work. The model is ``bench_rollout``'s random Llama at hidden 512
+(``--layers`` layers, 8 heads, MLP 1,536, vocabulary 8,000) with LoRA r 16 on every projection, fp32. The
+sequences are random tokens with lengths drawn from log-normal laws (prompt median 120 tokens, each answer median
+150, sigma 0.7; prompt + answer cut at 512), a spread like that of public preference and instruction sets, not a
+measured one: the gain follows the spread, and sequences of equal lengths gain nothing. Each micro-batch size
+runs ``--batches`` micro-batches both ways, alternated ``--repeats`` times; medians of the summed wall times. A
+speed is published only where some micro-batch packed (else both ways are the same work and the ratio is the
+timer's noise).
 
     python bench/bench_batch_packing.py
 """
@@ -30,37 +31,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def policy(layers: int):
-    import torch
-    import transformers
-    from peft import LoraConfig, get_peft_model
-
-    from aura.train.adapters import resolve_target_modules
-
-    cfg = transformers.LlamaConfig(
-        vocab_size=8000,
-        hidden_size=512,
-        num_hidden_layers=layers,
-        num_attention_heads=8,
-        num_key_value_heads=8,
-        intermediate_size=1408,
-        max_position_embeddings=1024,
-        attn_implementation="sdpa",
-    )
-    torch.manual_seed(0)
-    base = transformers.LlamaForCausalLM(cfg)
-    lora = LoraConfig(
-        task_type="CAUSAL_LM", r=16, lora_alpha=32, lora_dropout=0.0, target_modules=resolve_target_modules(base, None)
-    )
-    model = get_peft_model(base, lora)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # a trained adapter: the policy differs from the reference
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0.0, 0.02, generator=g)
-    return model.train()
 
 
 def _draws(r: random.Random, vocab: int) -> tuple[list[int], list[int], list[int]]:
@@ -131,12 +101,13 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     import torch
+    from bench_rollout import policy
     from figures import figure, ratio
 
     from aura.train.objectives.objective import count_inputs, token_loss_sum
     from aura.train.objectives.preference import DPO
 
-    model, dpo = policy(a.layers), DPO()
+    model, dpo = policy(a.layers, hidden=512, heads=8, kv_heads=8, vocab=8000).train(), DPO()
     losses = {"dpo": lambda b: dpo.loss(model, b)[0], "sft": lambda b: token_loss_sum(model, b)}
     print(f"{a.layers}-layer Llama (hidden 512) + LoRA r 16, fp32, {torch.get_num_threads()} threads")
     for run in a.runs.split(","):

@@ -50,7 +50,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def policy(layers: int):
+def policy(layers: int, *, hidden: int = 128, heads: int = 4, kv_heads: int = 2, vocab: int = 2000):
+    """A random Llama of ``layers`` layers (``hidden`` wide, MLP 3x) with LoRA r 16 on every projection, its
+    adapter's B drawn (the policy differs from the base), in eval mode."""
     import torch
     import transformers
     from peft import LoraConfig, get_peft_model
@@ -58,13 +60,13 @@ def policy(layers: int):
     from aura.train.adapters import resolve_target_modules
 
     cfg = transformers.LlamaConfig(
-        vocab_size=2000,
-        hidden_size=128,
+        vocab_size=vocab,
+        hidden_size=hidden,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=384,
-        max_position_embeddings=512,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=3 * hidden,
+        max_position_embeddings=1024,
         initializer_range=0.1,
     )
     torch.manual_seed(0)
