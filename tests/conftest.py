@@ -160,12 +160,23 @@ def run_aura_terminated(*args: str, run: Path, at: str, timeout: float = 300) ->
     return out, int(interrupts[0].name.rsplit("-", 1)[1])
 
 
-def run_aura_killed(*args: str, marker: Path, timeout: float = 300) -> str:
+def run_aura_killed(*args: str, marker: Path | None = None, saved_in: Path | None = None, timeout: float = 300) -> str:
     """Start ``python -m aura ARGS`` and kill -9 its whole process group as soon as the directory ``marker``
-    exists: no handler runs, as after a power cut or the OOM killer. Fails if the command ended before
-    (the kill came too late to prove anything); returns what it printed."""
+    exists (or, with ``saved_in``, as soon as a ``checkpoint-*`` directory appears there that was not there
+    before: the step's or, at an epoch's end, the epoch's): no handler runs, as after a power cut or the OOM
+    killer. Fails if the command ended before (the kill came too late to prove anything); returns what it
+    printed."""
     import tempfile
     import time
+
+    if saved_in is not None:
+        before = {p.name for p in saved_in.glob("checkpoint-*")}
+
+        class _NewCheckpoint:  # what the loop below asks of ``marker``
+            def is_dir(self) -> bool:
+                return any(p.name not in before for p in saved_in.glob("checkpoint-*"))
+
+        marker = _NewCheckpoint()
 
     env = dict(os.environ, AURA_PLAIN="1", PYTHONUNBUFFERED="1")
     env.setdefault("AURA_LANG", "en")

@@ -122,7 +122,7 @@ def test_distill_mixes_own_and_data_answers_lowers_the_kl_and_resumes_exactly_af
         1,
         "--resume-from",
         "latest",
-        marker=run / f"checkpoint-step-{stopped + 1}",
+        saved_in=run,
     )
     assert "Resumed from" in out and not (run / "final").exists()
     out = finetune(*common, "--output-dir", run, "--resume-from", "latest")

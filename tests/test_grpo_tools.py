@@ -548,7 +548,7 @@ def test_grpo_with_the_calculator_calls_it_and_resumes_exactly_after_sigterm_and
         1,
         "--resume-from",
         "latest",
-        marker=run / f"checkpoint-step-{stopped + 1}",
+        saved_in=run,
     )
     assert "Resumed from" in out and not (run / "final").exists()
     out = finetune(*common, "--output-dir", run, "--save-steps", 0, "--resume-from", "latest")

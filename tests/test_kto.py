@@ -96,7 +96,7 @@ def test_kto_on_the_embedded_sample_logs_plots_and_resumes_exactly_after_sigterm
         1,
         "--resume-from",
         "latest",
-        marker=run / f"checkpoint-step-{stopped + 1}",
+        saved_in=run,
     )
     assert "Resumed from" in out and not (run / "final").exists()
     out = finetune(*common, "--output-dir", run, "--resume-from", "latest")

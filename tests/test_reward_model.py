@@ -553,9 +553,7 @@ def test_reward_model_resumes_exactly_after_sigterm_and_kill_9(env, lora_run, tm
         *lora_run["args"],
     ]
     text, stopped = run_aura_terminated(*common, "--save-steps", 0, run=run, at="Step 1/4")
-    run_aura_killed(
-        *common, "--save-steps", 1, "--resume-from", "latest", marker=run / f"checkpoint-step-{stopped + 1}"
-    )
+    run_aura_killed(*common, "--save-steps", 1, "--resume-from", "latest", saved_in=run)
     _aura(env, run, lora_run["data"], *lora_run["args"], "--save-steps", 0, "--resume-from", "latest")
     with open(run / "training_log.csv", newline="") as f:
         rows = {int(r["step"]): r for r in csv.DictReader(f) if r["kind"] == "step"}

@@ -108,7 +108,7 @@ def test_simpo_stopped_by_sigterm_then_killed_9_resumes_with_the_uninterrupted_l
         1,
         "--resume-from",
         "latest",
-        marker=run / f"checkpoint-step-{stopped + 1}",
+        saved_in=run,
     )
     assert "Resumed from" in out and not (run / "final").exists()
     out = finetune(*common, "--output-dir", run, "--resume-from", "latest")

@@ -1,7 +1,8 @@
 """The engines behind ``aura serve``: each one's own OpenAI-compatible server, built as its authors build it.
 
 - ``transformers``: the app of ``transformers serve`` (``transformers.cli.serve.Serve``), pinned to one
-  model folder; Serve builds it and Aura runs it (``start_server`` is left out), behind the token guard.
+  model folder; Serve builds it and Aura runs it (Serve's own server is kept from starting), behind the token
+  guard.
 - ``llama.cpp``: llama-cpp-python's server (``llama_cpp.server.app.create_app``) for a GGUF file; its
   chat template is the GGUF's own (``tokenizer.chat_template``), as in ``aura chat``.
 - ``vllm``: vLLM's OpenAI server (``vllm.entrypoints.openai.api_server``) in its own process, when vLLM
@@ -44,14 +45,34 @@ def transformers_app(model_dir: str, *, dtype: str):
 
     if not is_serve_available():
         raise ImportError("transformers serve needs fastapi, uvicorn, pydantic and openai")
+    import inspect
+
     from transformers.cli.serve import Serve
 
-    class _Built(Serve):
-        def start_server(self):  # Aura runs the app itself, behind its token guard
+    if "non_blocking" in inspect.signature(Serve.__init__).parameters:  # transformers <= 5.24
+
+        class _Built(Serve):
+            def start_server(self):  # Aura runs the app itself, behind its token guard
+                pass
+
+        built = _Built(force_model=model_dir, dtype=dtype, non_blocking=True, log_level="warning")
+        return built.server.config.app
+    # transformers >= 5.25: Serve builds the app and runs uvicorn's server in one call; the server it makes is
+    # kept from running, and its app is what Aura runs
+    from unittest import mock
+
+    made = {}
+
+    class _Kept:
+        def __init__(self, config):
+            made["app"] = config.app
+
+        def run(self, sockets=None):
             pass
 
-    built = _Built(force_model=model_dir, dtype=dtype, non_blocking=True, log_level="warning")
-    return built.server.config.app
+    with mock.patch("uvicorn.Server", _Kept):
+        Serve(force_model=model_dir, dtype=dtype, log_level="warning")
+    return made["app"]
 
 
 def llama_cpp_app(path: Path, *, alias: str, n_ctx: int):
