@@ -294,9 +294,14 @@ def _aura_serve(model: Path, log: Path):
 def test_aura_serve_as_the_judge(tiny_zoo, tmp_path):
     for module in ("fastapi", "sse_starlette", "starlette_context", "pydantic_settings", "openai"):
         importorskip(module, "serve")
+    from tests.tiny_models import build_llama
+
     prompts, base = _files(tmp_path)
     out = tmp_path / "v.jsonl"
-    with _aura_serve(tiny_zoo["llama"], tmp_path / "serve.log") as url:
+    # the judge reads the whole judging prompt (~460 tokens): a model whose context holds it (transformers serve
+    # refuses longer prompts since 5.25)
+    judge = build_llama(tmp_path / "judge", tiny_zoo["tokenizer"], ctx=1024)
+    with _aura_serve(judge, tmp_path / "serve.log") as url:
         r = run_aura_here(
             *("eval", "--model", tiny_zoo["llama"], "--judge", url, "--judge-prompts", prompts),
             *("--baseline", tiny_zoo["gpt2"], "--judge-out", out),  # a baseline model: it answers too
@@ -306,13 +311,13 @@ def test_aura_serve_as_the_judge(tiny_zoo, tmp_path):
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [(r["id"], r["order"]) for r in records] == [(i, o) for i in BASE for o in ("AB", "BA")]
     for rec in records:
-        assert rec["judge_model"] == str(tiny_zoo["llama"])
+        assert rec["judge_model"] == str(judge)
         assert len(rec["replies"]) == rec["attempts"] and rec["raw"] == rec["replies"][-1]
         assert jv.parse_verdict(rec["raw"])[0] == rec["verdict"]  # what was recorded is what the reply says
         if rec["verdict"] is None:  # garbage from a random model: asked again, then invalid, never guessed
             assert rec["attempts"] == 2 and rec["error"] == "no_verdict" and rec["winner"] is None
     summary = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
-    assert summary["baseline_kind"] == "model" and summary["judge"]["model"] == str(tiny_zoo["llama"])
+    assert summary["baseline_kind"] == "model" and summary["judge"]["model"] == str(judge)
     o = summary["overall"]
     assert o["wins"] + o["ties"] + o["losses"] + o["invalid"] == o["prompts"] == 3
     assert o["valid"] == o["wins"] + o["ties"] + o["losses"]
