@@ -160,23 +160,18 @@ def run_aura_terminated(*args: str, run: Path, at: str, timeout: float = 300) ->
     return out, int(interrupts[0].name.rsplit("-", 1)[1])
 
 
-def run_aura_killed(*args: str, marker: Path | None = None, saved_in: Path | None = None, timeout: float = 300) -> str:
-    """Start ``python -m aura ARGS`` and kill -9 its whole process group as soon as the directory ``marker``
-    exists (or, with ``saved_in``, as soon as a ``checkpoint-*`` directory appears there that was not there
-    before: the step's or, at an epoch's end, the epoch's): no handler runs, as after a power cut or the OOM
-    killer. Fails if the command ended before (the kill came too late to prove anything); returns what it
-    printed."""
+def run_aura_killed(*args: str, saved_in: Path, timeout: float = 300) -> str:
+    """Start ``python -m aura ARGS`` and kill -9 its whole process group as soon as a ``checkpoint-*`` directory
+    appears in ``saved_in`` that was not there before (the step's or, at an epoch's end, the epoch's): no handler
+    runs, as after a power cut or the OOM killer. Fails if the command ended before (the kill came too late to
+    prove anything); returns what it printed."""
     import tempfile
     import time
 
-    if saved_in is not None:
-        before = {p.name for p in saved_in.glob("checkpoint-*")}
+    before = {p.name for p in saved_in.glob("checkpoint-*")}
 
-        class _NewCheckpoint:  # what the loop below asks of ``marker``
-            def is_dir(self) -> bool:
-                return any(p.name not in before for p in saved_in.glob("checkpoint-*"))
-
-        marker = _NewCheckpoint()
+    def saved() -> bool:
+        return any(p.name not in before for p in saved_in.glob("checkpoint-*"))
 
     env = dict(os.environ, AURA_PLAIN="1", PYTHONUNBUFFERED="1")
     env.setdefault("AURA_LANG", "en")
@@ -189,7 +184,7 @@ def run_aura_killed(*args: str, marker: Path | None = None, saved_in: Path | Non
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout
-        while not marker.is_dir() and proc.poll() is None and time.monotonic() < deadline:
+        while not saved() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -198,7 +193,7 @@ def run_aura_killed(*args: str, marker: Path | None = None, saved_in: Path | Non
         proc.wait()
         log.seek(0)
         out = log.read().decode("utf-8", "replace")
-    assert proc.returncode == -signal.SIGKILL and marker.is_dir(), out
+    assert proc.returncode == -signal.SIGKILL and saved(), out
     return out
 
 

@@ -59,7 +59,7 @@ def transformers_app(model_dir: str, *, dtype: str):
         return built.server.config.app
     # transformers >= 5.25: Serve builds the app and runs uvicorn's server in one call; the server it makes is
     # kept from running, and its app is what Aura runs
-    from unittest import mock
+    import uvicorn
 
     made = {}
 
@@ -70,8 +70,11 @@ def transformers_app(model_dir: str, *, dtype: str):
         def run(self, sockets=None):
             pass
 
-    with mock.patch("uvicorn.Server", _Kept):
+    server, uvicorn.Server = uvicorn.Server, _Kept
+    try:
         Serve(force_model=model_dir, dtype=dtype, log_level="warning")
+    finally:
+        uvicorn.Server = server
     return made["app"]
 
 
