@@ -6,6 +6,11 @@ LoRA DPO's step and LoRA SFT's step on the CPU.
   the policy's forward and the backward (``DPO.loss``).
 * SFT: padded rows against ``SFTDataSource(padding_free=True)``'s; the step is the summed token loss and its
   backward (``token_loss_sum``).
+* DPO in two rows per pair (``dpo_rows``: a model that cannot take a pair in one row, flash-attention or a
+  sliding window): the 2B sequences padded against ``collate_pairs(padding_free=True)``'s; the step is DPO's.
+* KTO: the answers and the KL answers padded against ``collate_unpaired(padding_free=True)``'s; the reference's
+  shared-prompt rows are packed in both layouts (what this measures is the policy's two passes). The step is
+  ``KTO.loss``: the reference pass (adapter off), the policy on the KL answers, on the answers, the backward.
 
 Packing keeps a layout only where it computes fewer tokens and no more attention, so the two layouts give the
 same losses (checked here) from less work. The model is ``bench_rollout``'s random Llama at hidden 512
@@ -17,7 +22,9 @@ runs ``--batches`` micro-batches both ways, alternated ``--repeats`` times; medi
 speed is published only where some micro-batch packed (else both ways are the same work and the ratio is the
 timer's noise).
 
-    python bench/bench_batch_packing.py
+    python bench/bench_batch_packing.py                                   # DPO, SFT
+    python bench/bench_batch_packing.py --runs kto:2,kto:8                # KTO
+    python bench/bench_batch_packing.py --runs dpo_rows:2,dpo_rows:8      # pairs in two rows
 """
 
 from __future__ import annotations
@@ -68,10 +75,27 @@ def examples(n: int, seed: int, vocab: int = 8000) -> list:
     return out
 
 
+def rated(n: int, seed: int, vocab: int = 8000) -> list:
+    """``n`` KTO examples (``EncodedUnpaired``: a prompt, its answer and, for the KL estimate, the previous
+    example's answer after it; rated good and bad in turn) of random tokens below ``vocab``."""
+    from aura.data.kto import EncodedUnpaired
+    from aura.data.sft_batches import Encoded
+
+    r = random.Random(seed)
+    drawn = [_draws(r, vocab)[:2] for _ in range(n)]
+
+    def seq(prompt: list[int], answer: list[int]) -> Encoded:
+        return Encoded(prompt + answer, [-100] * len(prompt) + answer)
+
+    return [EncodedUnpaired(seq(p, a), seq(p, drawn[i - 1][1]), label=i % 2 == 0) for i, (p, a) in enumerate(drawn)]
+
+
 def layouts(kind: str, size: int, batches: int) -> dict[str, list[dict]]:
-    """The ``batches`` micro-batches of ``size`` sequences of ``kind`` (dpo, sft), one per row and packed."""
+    """The ``batches`` micro-batches of ``size`` sequences of ``kind`` (dpo, dpo_rows, sft, kto), one per row and
+    packed."""
     from unittest import mock
 
+    from aura.data.kto import collate_unpaired
     from aura.data.preference import collate_pairs
     from aura.data.sft_batches import SFTDataSource
 
@@ -84,6 +108,18 @@ def layouts(kind: str, size: int, batches: int) -> dict[str, list[dict]]:
         with mock.patch("aura.data.preference.pack_batch", alone):
             apart = [collate_pairs(d, pad_id=0, shared=True) for d in data]
         return {"one per row": apart, "packed": [collate_pairs(d, pad_id=0, shared=True) for d in data]}
+    if kind == "dpo_rows":
+        data = [pairs(size, seed=1000 * size + i) for i in range(batches)]
+        return {
+            "one per row": [collate_pairs(d, pad_id=0) for d in data],
+            "packed": [collate_pairs(d, pad_id=0, padding_free=True) for d in data],
+        }
+    if kind == "kto":
+        data = [rated(size, seed=1000 * size + i) for i in range(batches)]
+        return {
+            "one per row": [collate_unpaired(d, pad_id=0, shared=True) for d in data],
+            "packed": [collate_unpaired(d, pad_id=0, shared=True, padding_free=True) for d in data],
+        }
     data = examples(size * batches, seed=size)
     common = dict(batch_size=size, pad_id=0, max_length=1024, shuffle=False)
     padded, free = SFTDataSource(data, **common), SFTDataSource(data, **common, padding_free=True)
@@ -104,11 +140,17 @@ def main() -> None:
     from bench_rollout import policy
     from figures import figure, ratio
 
+    from aura.train.objectives.kto import KTO
     from aura.train.objectives.objective import count_inputs, token_loss_sum
     from aura.train.objectives.preference import DPO
 
-    model, dpo = policy(a.layers, hidden=512, heads=8, kv_heads=8, vocab=8000).train(), DPO()
-    losses = {"dpo": lambda b: dpo.loss(model, b)[0], "sft": lambda b: token_loss_sum(model, b)}
+    model, dpo, kto = policy(a.layers, hidden=512, heads=8, kv_heads=8, vocab=8000).train(), DPO(), KTO()
+    losses = {
+        "dpo": lambda b: dpo.loss(model, b)[0],
+        "dpo_rows": lambda b: dpo.loss(model, b)[0],
+        "sft": lambda b: token_loss_sum(model, b),
+        "kto": lambda b: kto.loss(model, b)[0],
+    }
     print(f"{a.layers}-layer Llama (hidden 512) + LoRA r 16, fp32, {torch.get_num_threads()} threads")
     for run in a.runs.split(","):
         kind, size = run.split(":")[0], int(run.split(":")[1])
@@ -131,10 +173,12 @@ def main() -> None:
                     step(b)
                 seconds[name].append(time.perf_counter() - t)
         med = {k: statistics.median(v) for k, v in seconds.items()}
-        tokens = {k: sum(b["input_ids"].numel() for b in v) for k, v in both.items()}
-        rows = {k: sum(b["input_ids"].shape[0] for b in v) for k, v in both.items()}
+        # every pass's rows (KTO: the answers, the KL answers and the reference's rows)
+        passes = {k: [x for b in v for name, x in b.items() if name.endswith("input_ids")] for k, v in both.items()}
+        tokens = {k: sum(x.numel() for x in v) for k, v in passes.items()}
+        rows = {k: sum(x.shape[0] for x in v) for k, v in passes.items()}
         real = sum(count_inputs(b) for b in both["packed"])
-        unit = "pairs" if kind == "dpo" else "examples"
+        unit = "pairs" if kind.startswith("dpo") else "examples"
         print(f"  {kind.upper()}, {size} {unit} per micro-batch, {a.batches} micro-batches ({real} real tokens):")
         for name in both:
             print(
@@ -151,7 +195,9 @@ def main() -> None:
 
 
 # reproduce:
-# reproduce-quick: --layers 1 --runs dpo:8,sft:8 --batches 2 --repeats 1
+# reproduce: --runs kto:2,kto:8
+# reproduce: --runs dpo_rows:2,dpo_rows:8
+# reproduce-quick: --layers 1 --runs dpo:8,dpo_rows:8,sft:8,kto:8 --batches 2 --repeats 1
 
 if __name__ == "__main__":
     main()

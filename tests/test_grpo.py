@@ -572,6 +572,72 @@ def test_vllm_engine_set_up_for_a_single_process_its_context_and_its_memory_shar
     assert training_share(gpu, SimpleNamespace(objective="grpo", rollout_engine="torch")) is gpu
 
 
+def test_vllm_sleeps_between_rollouts_and_takes_every_current_weight_when_it_wakes(env):
+    """`--vllm-sleep` (CUDA; vLLM's sleep mode does not exist on its CPU build, so vLLM's `LLM` is a recording
+    stand-in here, the policy a real LoRA model): before each rollout the engine wakes its weights, takes every
+    merged weight of the policy (level 2 kept none, even when no step changed them), wakes its KV cache, samples,
+    and sleeps again, also when sampling fails; awake (the default, or no CUDA) it takes the weights only after a
+    step changed them. The flag without vLLM is refused."""
+    from types import SimpleNamespace
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from aura.core.errors import AuraError
+    from aura.train.finetune_config import FinetuneConfig
+    from aura.train.objectives.vllm_rollout import VLLMGenerator
+
+    policy = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(env["llama"]), LoraConfig(r=4, target_modules="all-linear")
+    )
+    names = {n for n, _ in policy.named_parameters() if "lora_" not in n}
+
+    class Recorder:  # what VLLMGenerator calls on vLLM's LLM, in order
+        def __init__(self):
+            self.calls, worker = [], SimpleNamespace(reload_weights=True)
+            self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
+
+        def sleep(self, level):
+            self.calls.append(f"sleep {level}")
+
+        def wake_up(self, tags):
+            self.calls.append(f"wake {','.join(tags)}")
+
+        def collective_rpc(self, method, kwargs):
+            self.calls.append(f"{method} {len(list(kwargs['weights_iterator']))}")
+
+        def reset_prefix_cache(self):
+            self.calls.append("reset")
+
+    def engine(sleeps: bool) -> VLLMGenerator:
+        gen = VLLMGenerator.__new__(VLLMGenerator)
+        gen.model, gen.llm, gen.sleeps, gen._synced_version = policy, Recorder(), sleeps, None
+        gen._generate = lambda prompts, keys: gen.llm.calls.append("generate") or ([[1]], [[-0.5]])
+        return gen
+
+    every = f"reload_weights {len(names)}"
+    asleep = engine(True)
+    for _ in range(2):  # no optimizer step between the two: level 2 still needs every weight
+        assert asleep([[5, 6]], [0]) == ([[1]], [[-0.5]])
+    once = ["wake weights", every, "reset", "wake kv_cache", "generate", "sleep 2"]
+    assert asleep.llm.calls == once * 2
+    awake = engine(False)
+    awake([[5, 6]], [0])
+    awake([[5, 6]], [0])
+    with torch.no_grad():
+        next(p for n, p in policy.named_parameters() if "lora_B" in n).add_(0.1)  # what a step does
+    awake([[5, 6]], [0])
+    assert awake.llm.calls == [every, "reset", "generate", "generate", every, "reset", "generate"]
+    failing = engine(True)
+    failing._generate = lambda prompts, keys: 1 / 0
+    with pytest.raises(ZeroDivisionError):
+        failing([[5, 6]], [0])
+    assert failing.llm.calls[-1] == "sleep 2"
+    with pytest.raises(AuraError, match="--vllm-sleep"):
+        FinetuneConfig(base_model="b", objective="grpo", vllm_sleep=True)
+
+
 def test_grpo_on_one_process_says_no_strategy_it_was_not_given_and_spanish_weights(env, tmp_path):
     """Issue 36.7: without --strategy, one process said "ninguna (--strategy ddp necesita varios procesos ...)"
     (auto had silently become ddp), and the default weights read "format x 0.2" in Spanish."""

@@ -237,6 +237,85 @@ def test_studio_form_offers_kto_and_its_options(tmp_path):
 DIST = ["--max-steps", 3, "--val-fraction", "0"]
 
 
+def ragged_answers(vocab: int) -> list:
+    """Five rated answers of random tokens (TRL's rotation for the KL answers) whose lengths pack: the answers
+    40, 8, 8, 8, 8 tokens (two rows of 40), the KL answers 26, 24, 7, 10, 5 (three rows of 26)."""
+    import torch
+
+    from aura.data.kto import EncodedUnpaired
+    from aura.data.sft_batches import Encoded
+
+    g = torch.Generator().manual_seed(2)
+    parts = [
+        (torch.randint(3, vocab, (p,), generator=g).tolist(), torch.randint(3, vocab, (c,), generator=g).tolist())
+        for p, c in ((20, 20), (4, 4), (3, 5), (5, 3), (2, 6))
+    ]
+
+    def seq(prompt: list[int], answer: list[int]) -> Encoded:
+        return Encoded(prompt + answer, [-100] * len(prompt) + answer)
+
+    return [EncodedUnpaired(seq(p, c), seq(p, parts[i - 1][1]), label=i % 2 == 0) for i, (p, c) in enumerate(parts)]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_padding_free_answers_give_the_padded_loss_and_gradients_in_fewer_rows(env, arch):
+    """`collate_unpaired(padding_free=True)` packs the answers, and apart from them the KL answers, several to a
+    row: each answer's log-probs, KTO's loss, its statistics and the adapter's gradients are those of the padded
+    rows, with the reference in shared-prompt rows and stacked (both packed, or one packed and one padded)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from aura.data.kto import collate_unpaired
+    from aura.train.adapters import packing_is_isolated
+    from aura.train.objectives.kto import KTO
+    from aura.train.objectives.preference import sequence_logps
+    from tests.tiny_models import build_gpt2
+
+    model_dir = env["root"] / arch
+    if arch == "gpt2" and not model_dir.exists():
+        build_gpt2(model_dir, env["tok"])
+    base = AutoModelForCausalLM.from_pretrained(env["llama"] if arch == "llama" else model_dir)
+    torch.manual_seed(0)
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", init_lora_weights=False)
+    model = get_peft_model(base, lora).eval()  # no dropout (GPT-2 has some): gradients flow all the same
+    assert packing_is_isolated(model)
+    answers = ragged_answers(base.get_input_embeddings().weight.shape[0])
+    kto = KTO(beta=0.1, undesirable_weight=1.3)
+
+    def run(batch: dict) -> tuple:
+        model.zero_grad(set_to_none=True)
+        loss, stats = kto.loss(model, batch)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return loss.detach(), {k: v.detach() for k, v in stats.items()}, grads
+
+    for shared in (True, False):
+        padded = collate_unpaired(answers, pad_id=0, shared=shared)
+        packed = collate_unpaired(answers, pad_id=0, shared=shared, padding_free=True)
+        assert padded["input_ids"].shape[0] == 5 and packed["input_ids"].shape == (2, 40)
+        assert packed["kl_input_ids"].shape == (3, 26) and packed["sequence_row"].tolist() == [0, 1, 1, 1, 1]
+        assert "attention_mask" not in packed and int(packed["input_tokens"]) == int(padded["attention_mask"].sum())
+        assert kto.count(packed) == kto.count(padded) == 5  # the loop's unit: examples, not rows
+        with torch.no_grad():
+            alone = sequence_logps(model, padded)
+            together = sequence_logps(model, packed)
+        torch.testing.assert_close(together[0], alone[0], atol=1e-5, rtol=1e-5)
+        assert together[1].tolist() == alone[1].tolist() == [20, 4, 5, 3, 6]
+        hybrid = {k: v for k, v in packed.items() if not k.startswith("kl_")}  # the KL answers padded
+        hybrid.update((k, v) for k, v in padded.items() if k.startswith("kl_"))
+        expected = run(padded)
+        layouts = (packed, hybrid) if not shared else (packed,)
+        for batch in layouts:
+            loss, stats, grads = run(batch)
+            torch.testing.assert_close(loss, expected[0], atol=1e-6, rtol=1e-5)
+            for name, value in expected[1].items():
+                torch.testing.assert_close(stats[name], value, atol=1e-4, rtol=1e-5)  # sums of ~100s of log-probs
+            assert grads.keys() == expected[2].keys() and grads
+            for name, grad in expected[2].items():
+                torch.testing.assert_close(grads[name], grad, atol=1e-6, rtol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def single(env) -> dict[int, dict]:
     """One process, 4 examples per step: the reference of every 2-rank run below."""

@@ -546,6 +546,36 @@ def test_a_pair_in_one_row_gives_the_log_probs_of_its_two_rows(env, arch, attn):
     assert not shares_prompt(model)
 
 
+@pytest.mark.parametrize("arch", ["gemma2", "llama"])
+def test_pairs_that_cannot_share_a_row_pack_padding_free_with_the_log_probs_of_their_rows(env, arch):
+    """A model that cannot take a pair in one row (Gemma 2: a sliding window of 8 tokens here, narrower than the
+    sequences) packs the pair's two sequences padding-free instead (`collate_pairs(padding_free=True)`, what
+    `aura finetune` chooses where `packing_is_isolated`): each sequence's log-probs and answer tokens equal those
+    of its own row, and DPO counts pairs, not rows. Llama (which could share rows) checks the layout alone."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from aura.data.preference import collate_pairs
+    from aura.train.adapters import packing_is_isolated
+    from aura.train.objectives.preference import count_pairs, sequence_logps, shares_prompt
+    from tests.tiny_models import build_arch
+
+    model_dir = env["root"] / "gemma2_window" if arch == "gemma2" else Path(env["llama"])
+    if arch == "gemma2" and not model_dir.exists():
+        build_arch(model_dir, env["tok"], "gemma2", sliding_window=8)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()  # Gemma 2: eager attention, Llama: sdpa
+    assert packing_is_isolated(model) and shares_prompt(model) == (arch == "llama")
+    pairs = ragged_pairs(model.get_input_embeddings().weight.shape[0])  # sequences of 32, 9, 7, 6, 4, 27, 8, 6, 6, 4
+    rows = collate_pairs(pairs, pad_id=0)
+    packed = collate_pairs(pairs, pad_id=0, padding_free=True)
+    assert rows["input_ids"].shape == (10, 32) and packed["input_ids"].shape == (4, 32)
+    assert count_pairs(packed) == count_pairs(rows) == 5
+    with torch.no_grad():
+        alone, together = sequence_logps(model, rows), sequence_logps(model, packed)
+    torch.testing.assert_close(together[0], alone[0], atol=1e-4, rtol=1e-5)
+    assert together[1].tolist() == alone[1].tolist()
+
+
 def test_report_card_headline_is_the_validation_reward_accuracy_and_margin(env, tmp_path):
     """Issue 51: a DPO stage's line in the report card is its validation reward accuracy and margin (its loss
     reaches 0 when it overfits), the very values the run logged to TensorBoard (read back), now also in the CSV's

@@ -28,7 +28,10 @@ and state): a batch of B examples is ``input_ids``/``labels``/``attention_mask``
 ``kl_input_ids``/``kl_labels``/``kl_attention_mask`` (B, T'), ``label`` (B,) and, when precomputed,
 ``ref_logps``/``ref_kl_logps`` (B,). With ``shared`` (and no precomputed reference) it also holds both
 sequences of each example in one row, the prompt once, for the reference's forward pass: the ``ref_pair_``
-keys, ``aura.data.preference.collate_pairs(shared=True)`` of (sequence, KL sequence).
+keys, ``aura.data.preference.collate_pairs(shared=True)`` of (sequence, KL sequence). With ``padding_free``
+(where the model keeps packed sequences apart) the answers go several to a row where that computes less
+(``aura.data.sft_batches.collate_padding_free``), and so do the KL answers, in rows of their own: packed rows
+carry ``position_ids``, ``sequence`` and ``sequence_row`` instead of ``attention_mask`` (``kl_`` likewise).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.data.preference import EncodedPair, PairSource, answer_message, collate_pairs, encode_side, field_messages
 from aura.data.sft import check_messages, iter_records
-from aura.data.sft_batches import IGNORE_INDEX, Encoded, collate
+from aura.data.sft_batches import IGNORE_INDEX, Encoded, collate, collate_padding_free
 
 DEFAULT_FEEDBACK = Path(__file__).resolve().parents[1] / "resources" / "kto_es.jsonl"
 TRUE_WORDS = frozenset({"true", "1", "sí", "si", "yes", "verdadero", "bueno"})
@@ -243,12 +246,21 @@ def collate_unpaired(
     pad_to_multiple_of: int = 1,
     buckets: tuple[int, ...] = (),
     shared: bool = False,
+    padding_free: bool = False,
 ) -> dict:
-    """B examples -> the batch of the module docstring (``shared``: with the ``ref_pair_`` rows)."""
+    """B examples -> the batch of the module docstring (``shared``: with the ``ref_pair_`` rows; ``padding_free``:
+    the answers, and apart from them the KL answers, several in a row where that computes less)."""
     import torch
 
-    batch = collate([[e.seq] for e in examples], pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
-    kl = collate([[e.kl] for e in examples], pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
+    shapes = {"pad_id": pad_id, "pad_to_multiple_of": pad_to_multiple_of, "buckets": buckets}
+
+    def layout(sequences: list[Encoded]) -> dict:
+        if padding_free:
+            return collate_padding_free(sequences, **shapes, owners=True)
+        return collate([[s] for s in sequences], **shapes)
+
+    batch = layout([e.seq for e in examples])
+    kl = layout([e.kl for e in examples])
     batch.update({f"kl_{k}": v for k, v in kl.items()})
     batch["label"] = torch.tensor([e.label for e in examples], dtype=torch.bool)  # (B,)
     if examples and all(e.ref_logps is not None for e in examples):

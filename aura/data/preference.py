@@ -47,7 +47,15 @@ from aura.core.errors import AuraError
 from aura.core.files import loads_json
 from aura.core.i18n import Messages
 from aura.data.sft import check_messages, iter_records
-from aura.data.sft_batches import IGNORE_INDEX, Encoded, SFTDataSource, collate, pack_batch, padded_width
+from aura.data.sft_batches import (
+    IGNORE_INDEX,
+    Encoded,
+    SFTDataSource,
+    collate,
+    collate_padding_free,
+    pack_batch,
+    padded_width,
+)
 
 DEFAULT_PAIRS = Path(__file__).resolve().parents[1] / "resources" / "preference_es.jsonl"
 IDENTICAL_LIMIT = 0.1  # identical pairs above this fraction of the data are refused
@@ -434,6 +442,7 @@ def collate_pairs(
     pad_to_multiple_of: int = 1,
     buckets: tuple[int, ...] = (),
     shared: bool = False,
+    padding_free: bool = False,
 ) -> dict:
     """B pairs -> input_ids, labels, attention_mask (2B, T): the chosen sequences, then the rejected ones;
     ``ref_logps`` (2B,) in the same order when every pair has precomputed reference log-probs; ``margin`` (B,)
@@ -441,14 +450,18 @@ def collate_pairs(
 
     ``shared``: a pair in one row instead, the prompt once, several pairs in a row where they fit
     (``_collate_shared``): input_ids, labels, position_ids, segments, pair, attention_mask (R, T), pair_row (B,)
-    and ``ref_logps`` (2B,) as above."""
+    and ``ref_logps`` (2B,) as above. ``padding_free`` (without ``shared``: a model that does not take the pair's
+    mask, as flash-attention or a sliding window): the 2B sequences several to a row where that computes less
+    (``collate_padding_free(owners=True)``), in the same order."""
     import torch
 
+    shapes = {"pad_id": pad_id, "pad_to_multiple_of": pad_to_multiple_of, "buckets": buckets}
     if shared:
-        batch = _collate_shared(pairs, pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
+        batch = _collate_shared(pairs, **shapes)
+    elif padding_free:
+        batch = collate_padding_free([p.chosen for p in pairs] + [p.rejected for p in pairs], **shapes, owners=True)
     else:
-        rows = [[p.chosen] for p in pairs] + [[p.rejected] for p in pairs]
-        batch = collate(rows, pad_id=pad_id, pad_to_multiple_of=pad_to_multiple_of, buckets=buckets)
+        batch = collate([[p.chosen] for p in pairs] + [[p.rejected] for p in pairs], **shapes)
     if pairs and all(p.margin is not None for p in pairs):
         batch["margin"] = torch.tensor([p.margin for p in pairs], dtype=torch.float32)  # (B,)
     if pairs and all(p.ref_logps is not None for p in pairs):
@@ -469,15 +482,18 @@ class PairSource(SFTDataSource):
 
     collate = staticmethod(collate_pairs)  # KTO's source (aura.data.kto) collates rated answers instead
 
+    def collate_options(self) -> dict:
+        return {
+            "pad_id": self.pad_id,
+            "pad_to_multiple_of": self.pad_to_multiple_of,
+            "buckets": self.buckets,
+            "shared": self.shared,
+            "padding_free": self.padding_free,
+        }
+
     def batch(self, epoch: int, index: int) -> dict:
         mine = self._rank_rows(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
-        return self.collate(
-            [self.examples[self.rows[r][0]] for r in mine],
-            pad_id=self.pad_id,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            buckets=self.buckets,
-            shared=self.shared,
-        )
+        return self.collate([self.examples[self.rows[r][0]] for r in mine], **self.collate_options())
 
     @property
     def num_label_tokens(self) -> int:

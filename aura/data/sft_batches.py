@@ -349,6 +349,42 @@ def collate(
     return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
 
 
+def collate_padding_free(
+    sequences: list[Encoded],
+    *,
+    pad_id: int,
+    pad_to_multiple_of: int = 1,
+    buckets: tuple[int, ...] = (),
+    owners: bool = False,
+) -> dict:
+    """``sequences`` (one example each) in as few rows as ``pack_batch`` allows: ``collate``'s packed rows where
+    that computes less, else its padded rows (one per sequence). ``owners``: packed rows also carry ``sequence``
+    (R, T), the index of the sequence each token belongs to (-1 on padding), and ``sequence_row`` (N,), the row of
+    each sequence, from which an objective sums per sequence (``aura.train.objectives.preference.sequence_logps``)."""
+    import torch
+
+    shapes = {"pad_to_multiple_of": pad_to_multiple_of, "buckets": buckets}
+    grouping = pack_batch(
+        [len(s.input_ids) for s in sequences],
+        lambda width: padded_width(width, **shapes),
+        limit=max(buckets, default=None),
+    )
+    if len(grouping) >= len(sequences):
+        return collate([[s] for s in sequences], pad_id=pad_id, **shapes)
+    batch = collate([[sequences[i] for i in group] for group in grouping], pad_id=pad_id, packing=True, **shapes)
+    if owners:
+        sequence = torch.full(batch["input_ids"].shape, -1, dtype=torch.long)  # (R, T)
+        sequence_row = torch.zeros(len(sequences), dtype=torch.long)  # (N,)
+        for r, group in enumerate(grouping):
+            at = 0
+            for i in group:
+                n = len(sequences[i].input_ids)
+                sequence[r, at : at + n], sequence_row[i] = i, r
+                at += n
+        batch.update(sequence=sequence, sequence_row=sequence_row)
+    return batch
+
+
 class SFTDataSource:
     """Resumable, rank-aware batches of encoded examples: the loop's ``BatchSource`` for fine-tuning.
 
@@ -422,23 +458,10 @@ class SFTDataSource:
         """Batch ``index`` of ``epoch`` on this rank (a pure function of seed, epoch, index, rank)."""
         mine = self._rank_rows(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
         rows = [[self.examples[i] for i in self.rows[r]] for r in mine]
-        packing = self.packing
-        if self.padding_free and len(rows) > 1:  # the micro-batch's examples in fewer rows where that computes less
-            shapes = {"pad_to_multiple_of": self.pad_to_multiple_of, "buckets": self.buckets}
-            grouping = pack_batch(
-                [len(row[0].input_ids) for row in rows],
-                lambda width: padded_width(width, **shapes),
-                limit=max(self.buckets, default=None),
-            )
-            if len(grouping) < len(rows):
-                rows, packing = [[rows[i][0] for i in group] for group in grouping], True
-        return collate(
-            rows,
-            pad_id=self.pad_id,
-            packing=packing,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            buckets=self.buckets,
-        )
+        shapes = {"pad_id": self.pad_id, "pad_to_multiple_of": self.pad_to_multiple_of, "buckets": self.buckets}
+        if self.padding_free:  # the micro-batch's examples in fewer rows where that computes less
+            return collate_padding_free([row[0] for row in rows], **shapes)
+        return collate(rows, packing=self.packing, **shapes)
 
     def next_batch(self) -> dict | None:
         if self.position >= self.batches_per_epoch:

@@ -198,6 +198,16 @@ class GRPOArgs:
         es="GRPO con vLLM: fracción de la memoria de la GPU para vLLM.",
         en="GRPO with vLLM: fraction of GPU memory for vLLM.",
     )
+    vllm_sleep: bool = arg(
+        False,
+        es="GRPO con vLLM en una GPU CUDA: vLLM duerme entre generaciones (el modo sleep de nivel 2 de TRL: suelta "
+        "sus pesos y su caché KV, y recibe los pesos actuales al despertar), así el paso de entrenamiento puede usar "
+        "esa memoria; cuesta copiar los pesos en cada generación. El plan de memoria de Aura sigue reservando "
+        "--vllm-gpu-memory para vLLM.",
+        en="GRPO with vLLM on a CUDA GPU: vLLM sleeps between rollouts (TRL's level-2 sleep mode: it frees its weights "
+        "and KV cache, and takes the current weights when it wakes), so the training step may use that memory; it "
+        "costs a copy of the weights per rollout. Aura's memory plan still reserves --vllm-gpu-memory for vLLM.",
+    )
     mask_truncated_completions: bool = arg(
         False,
         es="GRPO (DAPO): las respuestas cortadas por --max-completion-length no entran en la pérdida (cuentan "
@@ -300,6 +310,8 @@ class GRPOArgs:
             raise AuraError(M("needs", flag="overlong-buffer", needs="--reward overlong"))
         if self.resample_rounds != GRPOArgs.resample_rounds and self.dynamic_sampling != "resample":
             raise AuraError(M("needs", flag="resample-rounds", needs="--dynamic-sampling resample"))
+        if self.vllm_sleep and self.rollout_engine != "vllm":
+            raise AuraError(M("needs", flag="vllm-sleep", needs="--rollout-engine vllm"))
         self._check_tools()
         if self.overlong_buffer >= self.max_completion_length:
             raise AuraError(M("buffer", value=self.overlong_buffer, max=self.max_completion_length))

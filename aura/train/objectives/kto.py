@@ -15,7 +15,9 @@ sequences without gradients and the real ones with; the reference runs both in o
 the model takes the mask (``preference.shares_prompt``) as one row per example, the prompt once (the
 ``ref_pair_`` rows of ``aura.data.kto``). The policy's two passes stay apart: in one row with the real
 sequence, the mismatched answer would join the backward pass (about twice its forward) to save one forward
-of the prompt, which costs more than it saves when prompts and answers have similar lengths.
+of the prompt, which costs more than it saves when prompts and answers have similar lengths. Each pass packs
+its answers padding-free where the model keeps packed sequences apart (``collate_unpaired(padding_free=True)``,
+SFT's rule): the same log-probs per answer from fewer computed tokens.
 
 Logged (TRL's names): ``rewards/chosen`` and ``logps/chosen`` averaged over the desirable answers,
 ``rewards/rejected`` and ``logps/rejected`` over the undesirable ones (their own denominators, ``#n``), and
@@ -36,7 +38,7 @@ KTO_METRICS = ("rewards/chosen", "rewards/rejected", "logps/chosen", "logps/reje
 
 def _kl_view(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The mismatched sequences of a batch under the plain names."""
-    return {k: batch["kl_" + k] for k in ("input_ids", "labels", "attention_mask")}
+    return {k[len("kl_") :]: v for k, v in batch.items() if k.startswith("kl_")}
 
 
 def reference_view(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -47,10 +49,37 @@ def reference_view(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _stacked(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Two right-padded batches as one (rows of ``a`` then ``b``), padded to the wider one."""
+    """Two batches as one (rows of ``a`` then ``b``, padded to the wider one): right-padded rows as they are, or,
+    when either is packed padding-free, both as packed rows (sequences of ``a``, then of ``b``)."""
     width = max(a["input_ids"].shape[1], b["input_ids"].shape[1])
     fill = {"input_ids": 0, "labels": -100, "attention_mask": 0}
-    return {k: torch.cat([F.pad(x[k], (0, width - x[k].shape[1]), value=fill[k]) for x in (a, b)]) for k in fill}
+    if "sequence" in a or "sequence" in b:
+        a, b = _as_packed(a), _as_packed(b)
+        b = {**b, "sequence": torch.where(b["sequence"] >= 0, b["sequence"] + a["sequence_row"].numel(), -1)}
+        fill = {"input_ids": 0, "labels": -100, "position_ids": 0, "sequence": -1}
+        rows = {"sequence_row": torch.cat([a["sequence_row"], b["sequence_row"] + a["input_ids"].shape[0]])}
+    else:
+        rows = {}
+    pad = {k: torch.cat([F.pad(x[k], (0, width - x[k].shape[1]), value=fill[k]) for x in (a, b)]) for k in fill}
+    return {**pad, **rows}
+
+
+def _as_packed(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A batch in the packed form of ``collate_padding_free(owners=True)``: as it is when packed, else each
+    right-padded row one sequence (positions counted from its start, padding its own)."""
+    if "sequence" in batch:
+        return batch
+    mask = batch["attention_mask"]  # (N, T)
+    n, width = mask.shape
+    columns = torch.arange(width, device=mask.device).expand(n, width)
+    lengths = mask.sum(1, keepdim=True)  # (N, 1)
+    return {
+        "input_ids": batch["input_ids"],
+        "labels": batch["labels"],
+        "position_ids": torch.where(mask.bool(), columns, columns - lengths),
+        "sequence": torch.where(mask.bool(), torch.arange(n, device=mask.device)[:, None], -1),
+        "sequence_row": torch.arange(n, device=mask.device),
+    }
 
 
 class KTO:
@@ -80,7 +109,7 @@ class KTO:
         self.ref_model, self.dist = ref_model, dist
 
     def count(self, batch):
-        return int(batch["input_ids"].shape[0])
+        return int(batch["label"].shape[0])  # examples, not rows: packed rows hold several
 
     @torch.no_grad()
     def reference_logps(self, model, batch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -38,6 +38,12 @@ M = Messages(
             "the reference point (KL) is a mean over the micro-batch, and with one example it would be a single "
             "sample (TRL requires it too). Use --batch-size 2 or more.",
         ),
+        "padding_free": (
+            "Las respuestas de un micro-lote (y, aparte, las del KL) comparten fila cuando así se calcula menos "
+            "(cada una solo se ve a sí misma): menos relleno, las mismas log-probabilidades.",
+            "The answers of a micro-batch (and, apart, the KL answers) share a row where that computes less (each "
+            "one sees only itself): less padding, the same log-probabilities.",
+        ),
         "no_val": (
             "Sin ejemplos de validación (--val-fraction {fraction}): no habrá pérdida de validación ni best/.",
             "No validation examples (--val-fraction {fraction}): there will be no validation loss and no best/.",
@@ -117,6 +123,10 @@ class KTOSetup(PreferenceSetup):
         from aura.train.objectives import preference
 
         return preference.shares_prompt(model, kto=True)
+
+    def may_pack(self, cfg) -> bool:
+        """The answers, and apart from them the KL answers, whatever the reference's rows."""
+        return cfg.batch_size > 1
 
     def check_batch(self, cfg, dist) -> None:
         if cfg.batch_size * dist.world_size < 2:

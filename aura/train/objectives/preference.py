@@ -92,6 +92,8 @@ TREE_MASK_ATTENTION = ("sdpa", "eager")
 def count_pairs(batch: dict[str, torch.Tensor]) -> int:
     if "pair_row" in batch:  # shared-prompt rows: several pairs may share a row
         return int(batch["pair_row"].shape[0])
+    if "sequence_row" in batch:  # 2B sequences packed padding-free
+        return int(batch["sequence_row"].shape[0]) // 2
     return int(batch["input_ids"].shape[0]) // 2
 
 
@@ -132,7 +134,6 @@ def _shared_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, 
     are computed only at the positions whose next token is an answer's, in some row."""
     from aura.data.preference import CHOSEN, REJECTED
 
-    input_ids, labels = batch["input_ids"], batch["labels"]  # (R, T)
     inner = peft_model(model)
     mask = pair_attention_mask(
         batch["segments"],
@@ -140,19 +141,7 @@ def _shared_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, 
         implementation=inner.config._attn_implementation,
         dtype=inner.get_input_embeddings().weight.dtype,
     )  # (R, 1, T, T)
-    targets = labels[:, 1:]  # (R, T-1): the target of each position
-    keep = (targets != -100).any(0).nonzero().squeeze(1)  # (K,) one host sync per micro-batch
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=mask,
-        position_ids=batch["position_ids"],
-        use_cache=False,
-        logits_to_keep=keep,
-    ).logits  # (R, K, V)
-    tgt = targets[:, keep]  # (R, K)
-    token_logps = -F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)).float(), tgt.reshape(-1), ignore_index=-100, reduction="none"
-    ).view(tgt.shape)  # 0 off-mask
+    token_logps, tgt, keep = _labelled_logps(model, batch, attention_mask=mask)
     where = {  # each target's part and pair
         "segments": batch["segments"][:, 1:][:, keep],
         "pair": batch["pair"][:, 1:][:, keep],
@@ -165,6 +154,42 @@ def _shared_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, 
     )
 
 
+def _labelled_logps(model, batch: dict[str, torch.Tensor], **forward) -> tuple[torch.Tensor, ...]:
+    """(log-prob of each labelled target (R, K), 0 elsewhere; the targets (R, K); the positions ``keep`` (K,)) of
+    rows holding several sequences (``position_ids`` given, ``forward``: the mask, if any): logits only at the K
+    positions whose next token is labelled in some row."""
+    targets = batch["labels"][:, 1:]  # (R, T-1): the target of each position
+    keep = (targets != -100).any(0).nonzero().squeeze(1)  # (K,) one host sync per micro-batch
+    logits = model(
+        input_ids=batch["input_ids"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+        logits_to_keep=keep,
+        **forward,
+    ).logits  # (R, K, V)
+    tgt = targets[:, keep]  # (R, K)
+    token_logps = -F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(), tgt.reshape(-1), ignore_index=-100, reduction="none"
+    ).view(tgt.shape)  # 0 off-mask
+    return token_logps, tgt, keep
+
+
+def _packed_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sequence_logps`` of rows packed padding-free (``aura.data.sft_batches.collate_padding_free(owners=True)``:
+    positions restarting at each sequence, no attention mask, so each sequence sees only itself): (log-prob sums
+    (N,), labelled tokens (N,)), in the order of the sequences; no host sync besides the kept positions'."""
+    token_logps, tgt, keep = _labelled_logps(model, batch)
+    n = batch["sequence_row"].shape[0]
+    labelled = tgt != -100
+    slot = torch.where(labelled, batch["sequence"][:, 1:][:, keep], n)  # a target's sequence; n: thrown away
+    sums = torch.zeros(n + 1, dtype=token_logps.dtype, device=tgt.device)
+    counts = torch.zeros(n + 1, dtype=torch.long, device=tgt.device)
+    return (
+        sums.scatter_add(0, slot.reshape(-1), token_logps.reshape(-1))[:-1],
+        counts.scatter_add(0, slot.reshape(-1), labelled.long().reshape(-1))[:-1],
+    )
+
+
 def sequence_logps(
     model, batch: dict[str, torch.Tensor], *, whole: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
@@ -173,13 +198,14 @@ def sequence_logps(
 
     Only the positions from the first answer token of the batch on get logits (``logits_to_keep``; in
     shared-prompt rows only the positions that predict an answer token). Shared-prompt batches (``segments``: a
-    pair in one row, several where they fit) give the same values;
-    ``whole`` needs the two-row batches (the shared prompt's log-probs belong to both sequences).
+    pair in one row, several where they fit) and rows packed padding-free (``sequence``: KTO's answers, several in
+    a row where they fit) give the same values, one per sequence in the batch's order; ``whole`` needs one
+    sequence per row (the shared prompt's log-probs belong to both sequences).
     """
-    if "segments" in batch:
+    if "segments" in batch or "sequence" in batch:
         if whole:
-            raise ValueError("whole=True needs two-row batches (collate_pairs(shared=False))")
-        return (*_shared_logps(model, batch), None, None)
+            raise ValueError("whole=True needs one sequence per row (collate_pairs(shared=False))")
+        return (*(_shared_logps if "segments" in batch else _packed_logps)(model, batch), None, None)
     input_ids, labels = batch["input_ids"], batch["labels"]  # (2B, T)
     T = input_ids.shape[1]
     targets = labels[:, 1:]  # (2B, T-1): the target of each position

@@ -26,6 +26,12 @@ M = Messages(
             "Sin pares de validación (--val-fraction {fraction}): no habrá pérdida de validación ni best/.",
             "No validation pairs (--val-fraction {fraction}): there will be no validation loss and no best/.",
         ),
+        "padding_free": (
+            "Las respuestas de un micro-lote comparten fila cuando así se calcula menos (cada una solo se ve a sí "
+            "misma): menos relleno, las mismas log-probabilidades.",
+            "The answers of a micro-batch share a row where that computes less (each one sees only itself): less "
+            "padding, the same log-probabilities.",
+        ),
         "reference": ("Referencia de {objective}: {how}.", "{objective} reference: {how}."),
         "ref_adapter": (
             "el modelo base con el adaptador desactivado (sin segunda copia en memoria)",
@@ -72,7 +78,7 @@ class PreferenceSetup(ObjectiveSetup):
     """Pairs (or, for KTO, rated answers) -> token ids -> batches; the reference when the loss has one.
 
     A subclass names its data (``read``, ``encode_items``, ``answer``, ``source_class``, ``collate``), its
-    messages (``messages``: a catalogue with ``demo_data`` and ``no_val``) and its loss (``make``)."""
+    messages (``messages``: a catalogue with ``demo_data``, ``no_val`` and ``padding_free``) and its loss (``make``)."""
 
     label = ""  # the objective's name in the log ("DPO")
     messages = M
@@ -155,6 +161,22 @@ class PreferenceSetup(ObjectiveSetup):
 
         return preference.shares_prompt(model)
 
+    def may_pack(self, cfg) -> bool:
+        """Whether this run's sequences may go padding-free, several to a row: a pair's two sequences where the pair
+        cannot be one row (``shared``: a sliding window, flash-attention), unless the loss needs each sequence in
+        a row of its own (ORPO's NLL over the prompt)."""
+        return not self.shared and self.one_row(cfg)
+
+    def packs_answers(self, cfg, model) -> bool:
+        """``may_pack``, where the model keeps packed sequences apart (``packing_is_isolated``, as SFT): the
+        sequences of a micro-batch then share rows where that computes less (``collate_padding_free``)."""
+        from aura.train.adapters import packing_is_isolated
+
+        if not self.may_pack(cfg) or not packing_is_isolated(model, say=False):
+            return False
+        console.info(self.messages("padding_free"))
+        return True
+
     # -- the steps ---------------------------------------------------------------------------------------
 
     def load(self, cfg) -> list:
@@ -201,6 +223,7 @@ class PreferenceSetup(ObjectiveSetup):
             max_length=cfg.max_length,
             shared=self.shared,
             buckets=length_buckets(cfg.max_length) if cfg.compile else (),
+            padding_free=self.packs_answers(cfg, model),
         )  # few shapes to compile
         data = source(train_ex, **common)
         val = Limited(source(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None

@@ -72,6 +72,10 @@ class RewardSetup(PreferenceSetup):
     def learning_rate(cls, method: str) -> float:
         return REWARD_LR_FULL if method == "full" else REWARD_LR_LORA
 
+    def may_pack(self, cfg) -> bool:
+        """A score is each row's last real token's (``sequence_scores``): two rows per pair, unless it is one."""
+        return False
+
     def load(self, cfg) -> list:
         """The pairs (``PreferenceSetup.load``); a ``margin`` column in every pair or in none."""
         pairs = super().load(cfg)

@@ -19,6 +19,12 @@ asks vLLM for the same samples (vLLM's kernels may still differ from run to run 
   temperature and top-p/top-k, as the loss computes them), and the GRPO loss weights each token by the
   truncated importance ratio (``aura.train.objectives.grpo``).
 * QLoRA is refused with vLLM (``grpo_args``): its 4-bit base cannot be pushed into vLLM's bf16 weights.
+* With ``--vllm-sleep`` (CUDA: vLLM's sleep mode exists there only; off by default, as TRL's
+  ``vllm_enable_sleep_mode``) the engine sleeps between rollouts: level 2 frees its weights and KV cache for the
+  training step; before a rollout it wakes its weight buffers, takes the current weights (all of them: level 2
+  kept none), then wakes its KV cache, and goes back to sleep once the rollout's completions are out. Aura's
+  memory plan still reserves ``--vllm-gpu-memory`` for vLLM (vLLM needs that share free again at each rollout,
+  beside the training state), so sleeping pays only where the training step's own peak needs the room.
 
 Never run on a GPU yet (vLLM needs CUDA and no lent device had it installed); the PyTorch engine is the
 reference path.
@@ -76,6 +82,7 @@ class VLLMGenerator:
         from vllm import LLM
 
         self.model, self.sampling, self.dist = model, sampling, dist
+        self.sleeps = bool(getattr(cfg, "vllm_sleep", False)) and torch.device(dist.device).type == "cuda"
         with launch_env():
             # the run's compute dtype (vLLM's default would be the config's, fp32 for a model saved in fp32), and
             # as many sequences at once as this rank samples in a window (TRL's max_num_seqs)
@@ -91,8 +98,11 @@ class VLLMGenerator:
                 logprobs_mode="processed_logprobs",
                 dtype=VLLM_DTYPES.get(precision, "auto"),
                 max_num_seqs=max(cfg.batch_size * cfg.gradient_accumulation_steps, 1),
+                enable_sleep_mode=self.sleeps,
             )
         self._synced_version = None
+        if self.sleeps:
+            self.llm.sleep(level=2)  # until the first rollout: the first steps' memory is training's
 
     def _weights_version(self) -> int:
         """Changes whenever an optimizer step updated a trainable parameter (their ``_version`` counters)."""
@@ -142,9 +152,22 @@ class VLLMGenerator:
 
     def __call__(self, prompt_ids: list[list[int]], keys: list[int]) -> tuple[list[list[int]], list[list[float]]]:
         """(completion ids, the sampler's log-prob of each of their tokens) per prompt row."""
+        if self.sleeps:
+            torch.cuda.empty_cache()  # the allocator's idle blocks back to the driver, for vLLM's buffers
+            self.llm.wake_up(tags=["weights"])
+            self._synced_version = None  # level 2 kept no weights: every one is pushed again
+        self.sync()
+        if self.sleeps:
+            self.llm.wake_up(tags=["kv_cache"])
+        try:
+            return self._generate(prompt_ids, keys)
+        finally:
+            if self.sleeps:
+                self.llm.sleep(level=2)
+
+    def _generate(self, prompt_ids: list[list[int]], keys: list[int]) -> tuple[list[list[int]], list[list[float]]]:
         from vllm import SamplingParams
 
-        self.sync()
         s = self.sampling
         # one seed per row (its key): the G rows of a prompt must not draw the same completion
         params = [
