@@ -1,5 +1,6 @@
 """A micro-batch's sequences packed several to a row (``aura.data.sft_batches.pack_batch``) against one per row, in
-LoRA DPO's step and LoRA SFT's step on the CPU.
+LoRA DPO's step and LoRA SFT's step on the CPU; and an optimizer step's micro-batches sorted by length against the
+data order (``SFTDataSource(window=...)``).
 
 * DPO: both layouts are the shared-prompt rows (``[prompt | chosen | rejected]``, the prompt once); packing puts
   short pairs beside a long one. The step is the whole of a micro-batch's work: the reference pass (adapter off),
@@ -11,6 +12,10 @@ LoRA DPO's step and LoRA SFT's step on the CPU.
 * KTO: the answers and the KL answers padded against ``collate_unpaired(padding_free=True)``'s; the reference's
   shared-prompt rows are packed in both layouts (what this measures is the policy's two passes). The step is
   ``KTO.loss``: the reference pass (adapter off), the policy on the KL answers, on the answers, the backward.
+* Sorted steps (``sft_sorted``: padded SFT rows; ``sft_free_sorted``: SFT's padding-free rows, what ``aura
+  finetune`` uses where the model keeps packed examples apart; ``dpo_sorted``: DPO's shared-prompt rows): the
+  ``--window`` micro-batches of each optimizer step hold the same examples, longest first, against the data order
+  (shuffled as a run shuffles it). The check is the step's summed loss, as the loop sums it.
 
 Packing keeps a layout only where it computes fewer tokens and no more attention, so the two layouts give the
 same losses (checked here) from less work. The model is ``bench_rollout``'s random Llama at hidden 512
@@ -25,6 +30,8 @@ timer's noise).
     python bench/bench_batch_packing.py                                   # DPO, SFT
     python bench/bench_batch_packing.py --runs kto:2,kto:8                # KTO
     python bench/bench_batch_packing.py --runs dpo_rows:2,dpo_rows:8      # pairs in two rows
+    python bench/bench_batch_packing.py --runs sft_sorted:2,sft_sorted:8,dpo_sorted:2,dpo_sorted:8 --batches 8
+    python bench/bench_batch_packing.py --runs sft_free_sorted:2,sft_free_sorted:8 --batches 8
 """
 
 from __future__ import annotations
@@ -90,22 +97,35 @@ def rated(n: int, seed: int, vocab: int = 8000) -> list:
     return [EncodedUnpaired(seq(p, a), seq(p, drawn[i - 1][1]), label=i % 2 == 0) for i, (p, a) in enumerate(drawn)]
 
 
-def layouts(kind: str, size: int, batches: int) -> dict[str, list[dict]]:
-    """The ``batches`` micro-batches of ``size`` sequences of ``kind`` (dpo, dpo_rows, sft, kto), one per row and
-    packed."""
+def layouts(kind: str, size: int, batches: int, window: int) -> dict[str, list[dict]]:
+    """The ``batches`` micro-batches of ``size`` sequences of ``kind`` (dpo, dpo_rows, sft, kto: one per row, then
+    packed; sft_sorted, sft_free_sorted, dpo_sorted: in the data order, then each ``window``'s sorted by length)."""
     from unittest import mock
 
     from aura.data.kto import collate_unpaired
-    from aura.data.preference import collate_pairs
+    from aura.data.preference import PairSource, collate_pairs
     from aura.data.sft_batches import SFTDataSource
+
+    if kind.endswith("_sorted"):
+        common = dict(batch_size=size, pad_id=0, max_length=1024, seed=0)
+        if kind == "dpo_sorted":
+            data, source = pairs(size * batches, seed=size), lambda **k: PairSource(data, shared=True, **common, **k)
+        else:
+            common["padding_free"] = kind == "sft_free_sorted"
+            data, source = examples(size * batches, seed=size), lambda **k: SFTDataSource(data, **common, **k)
+        plain, tidy = source(), source(window=window)
+        return {
+            "data order": [plain.batch(0, i) for i in range(batches)],
+            "sorted": [tidy.batch(0, i) for i in range(batches)],
+        }
 
     if kind == "dpo":
         data = [pairs(size, seed=1000 * size + i) for i in range(batches)]
 
-        def alone(lengths, fit, limit=None):
+        def alone(lengths, **shapes):
             return [[i] for i in range(len(lengths))]
 
-        with mock.patch("aura.data.preference.pack_batch", alone):
+        with mock.patch("aura.data.preference.batch_grouping", alone):
             apart = [collate_pairs(d, pad_id=0, shared=True) for d in data]
         return {"one per row": apart, "packed": [collate_pairs(d, pad_id=0, shared=True) for d in data]}
     if kind == "dpo_rows":
@@ -135,6 +155,7 @@ def main() -> None:
     p.add_argument("--runs", default="dpo:2,dpo:8,sft:8", help="objective:micro-batch size, comma-separated")
     p.add_argument("--batches", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--window", type=int, default=4, help="micro-batches per optimizer step (the *_sorted runs)")
     a = p.parse_args()
     import torch
     from bench_rollout import policy
@@ -151,10 +172,12 @@ def main() -> None:
         "sft": lambda b: token_loss_sum(model, b),
         "kto": lambda b: kto.loss(model, b)[0],
     }
+    losses.update(sft_sorted=losses["sft"], sft_free_sorted=losses["sft"], dpo_sorted=losses["dpo"])
     print(f"{a.layers}-layer Llama (hidden 512) + LoRA r 16, fp32, {torch.get_num_threads()} threads")
     for run in a.runs.split(","):
         kind, size = run.split(":")[0], int(run.split(":")[1])
-        both = layouts(kind, size, a.batches)
+        both = layouts(kind, size, a.batches, a.window)
+        base, new = both
 
         def step(batch, kind=kind) -> float:
             loss = losses[kind](batch)
@@ -163,6 +186,8 @@ def main() -> None:
             return loss.item()
 
         first = {k: [step(b) for b in v] for k, v in both.items()}  # also a warm-up
+        if kind.endswith("_sorted"):  # the same examples in other micro-batches: the same summed loss
+            first = {k: [sum(v)] for k, v in first.items()}
         for x, y in zip(*first.values()):
             assert abs(x - y) <= 1e-4 * max(1.0, abs(x)), f"the two layouts must give the same loss: {x} != {y}"
         seconds: dict[str, list[float]] = {k: [] for k in both}
@@ -177,7 +202,7 @@ def main() -> None:
         passes = {k: [x for b in v for name, x in b.items() if name.endswith("input_ids")] for k, v in both.items()}
         tokens = {k: sum(x.numel() for x in v) for k, v in passes.items()}
         rows = {k: sum(x.shape[0] for x in v) for k, v in passes.items()}
-        real = sum(count_inputs(b) for b in both["packed"])
+        real = sum(count_inputs(b) for b in both[new])
         unit = "pairs" if kind.startswith("dpo") else "examples"
         print(f"  {kind.upper()}, {size} {unit} per micro-batch, {a.batches} micro-batches ({real} real tokens):")
         for name in both:
@@ -185,19 +210,22 @@ def main() -> None:
                 f"    {name:12s} {rows[name]:3d} rows, {tokens[name]:6d} tokens computed, "
                 f"{med[name]:7.2f} s (median of {a.repeats})"
             )
-        speed, computed = med["one per row"] / med["packed"], tokens["packed"] / tokens["one per row"]
-        print(f"    packed: x{speed:.2f} {unit}/s, x{computed:.2f} the tokens computed")
+        speed, computed = med[base] / med[new], tokens[new] / tokens[base]
+        print(f"    {new}: x{speed:.2f} {unit}/s, x{computed:.2f} the tokens computed")
         figure(f"batch_packing.{kind}_b{size}.tokens", ratio(computed))
-        if rows["packed"] < rows["one per row"]:
+        if tokens[new] < tokens[base]:
             figure(f"batch_packing.{kind}_b{size}.speed", ratio(speed))
         else:
-            print("    (no micro-batch packed: the same work both ways, so no speed figure)")
+            print("    (the same tokens both ways: the same work, so no speed figure)")
 
 
 # reproduce:
 # reproduce: --runs kto:2,kto:8
 # reproduce: --runs dpo_rows:2,dpo_rows:8
+# reproduce: --runs sft_sorted:2,sft_sorted:8,dpo_sorted:2,dpo_sorted:8 --batches 8
+# reproduce: --runs sft_free_sorted:2,sft_free_sorted:8 --batches 8
 # reproduce-quick: --layers 1 --runs dpo:8,dpo_rows:8,sft:8,kto:8 --batches 2 --repeats 1
+# reproduce-quick: --layers 1 --runs sft_sorted:4,sft_free_sorted:4,dpo_sorted:4 --batches 4 --window 2 --repeats 1
 
 if __name__ == "__main__":
     main()

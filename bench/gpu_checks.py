@@ -737,7 +737,7 @@ def _packing(ctx: Context, model, amp) -> dict:
 
     n = 4 if ctx.cpu else 16
     chosen = ragged(n, seed=0, vocab=model.get_input_embeddings().weight.shape[0])
-    with mock.patch("aura.data.preference.pack_batch", lambda lengths, fit, limit=None: [[i] for i in range(n)]):
+    with mock.patch("aura.data.preference.batch_grouping", lambda lengths, **shapes: [[i] for i in range(n)]):
         apart = collate_pairs(chosen, pad_id=0, shared=True)
     packed = collate_pairs(chosen, pad_id=0, shared=True)
     batches = {k: {key: v.to(ctx.device) for key, v in b.items()} for k, b in (("apart", apart), ("packed", packed))}

@@ -116,21 +116,38 @@ def run_aura(
     timeout: float = 600,
     input: str | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m aura ARGS`` as a user would, returning the completed process (text mode)."""
+    """Run ``python -m aura ARGS`` as a user would, returning the completed process (text mode). One that runs
+    past ``timeout`` fails the test with every thread's stack (faulthandler, on SIGABRT) and what it printed, so a
+    rare hang in CI says where it waited."""
     full_env = dict(os.environ)
     full_env.setdefault("AURA_LANG", "en")
     full_env["AURA_PLAIN"] = "1"
     full_env["PYTHONUNBUFFERED"] = "1"
     full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "aura", *map(str, args)],
-        capture_output=True,
+    command = [sys.executable, "-X", "faulthandler", "-m", "aura", *map(str, args)]
+    with subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE if input is not None else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=full_env,
         cwd=cwd,
-        timeout=timeout,
-        input=input,
-    )
+    ) as proc:
+        try:
+            out, err = proc.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler writes every thread's stack to stderr, then it ends
+            try:
+                out, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            raise AssertionError(
+                f"aura {' '.join(map(str, args))} ran past {timeout} s; its output, then its stacks:\n"
+                f"{out[-5000:]}\n{err[-20000:]}"
+            ) from None
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 def run_aura_terminated(*args: str, run: Path, at: str, timeout: float = 300) -> tuple[str, int]:

@@ -576,6 +576,46 @@ def test_pairs_that_cannot_share_a_row_pack_padding_free_with_the_log_probs_of_t
     assert together[1].tolist() == alone[1].tolist()
 
 
+@pytest.mark.parametrize("layout", ["shared", "rows", "padding_free"])
+def test_a_steps_pairs_sorted_by_length_keep_every_pairs_log_probs_in_fewer_tokens(env, layout):
+    """``PairSource(window=4)``: a step's pairs go longest first across its micro-batches (shared-prompt rows, two
+    rows per pair, or its two sequences padding-free) where that computes less; what the source reckons is what the
+    collated batches compute, and every pair's log-probs are those it has in the data order (each pair's loss is
+    its own, so the step's summed loss and its gradients are the same)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from aura.data.preference import EncodedPair, PairSource
+    from aura.data.sft_batches import Encoded
+    from aura.train.objectives.preference import count_pairs, sequence_logps
+
+    model = AutoModelForCausalLM.from_pretrained(env["llama"]).eval()
+    g = torch.Generator().manual_seed(6)  # lengths where sorting gains in all three layouts (padding-free: little)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    pairs = []
+    for prompt, a, b in torch.randint(2, 40, (16, 3), generator=g).tolist():
+        p, x, y = (torch.randint(3, vocab, (n,), generator=g).tolist() for n in (prompt, a, b))
+        pairs.append(EncodedPair(Encoded(p + x, [-100] * prompt + x), Encoded(p + y, [-100] * prompt + y)))
+    common = dict(batch_size=4, pad_id=0, seed=1, shared=layout == "shared", padding_free=layout == "padding_free")
+    by_pair, computed = [], []
+    for source in (PairSource(pairs, **common), PairSource(pairs, **common, window=4)):
+        logps, tokens = {}, 0
+        rows = [source.batch_rows(0, i) for i in range(4)]
+        for index, mine in enumerate(rows):
+            batch = source.batch(0, index)
+            assert count_pairs(batch) == len(mine)
+            tokens += batch["input_ids"].numel()
+            with torch.no_grad():
+                values = sequence_logps(model, batch)[0]  # (2B,): the chosen sequences, then the rejected ones
+            logps.update({r: (values[k], values[k + len(mine)]) for k, r in enumerate(mine)})
+        assert source._cost(rows)[0] == tokens
+        by_pair.append(logps)
+        computed.append(tokens)
+    assert by_pair[0].keys() == by_pair[1].keys() and computed[1] < computed[0]
+    for r, (chosen, rejected) in by_pair[0].items():
+        torch.testing.assert_close(torch.stack(by_pair[1][r]), torch.stack([chosen, rejected]), atol=1e-4, rtol=1e-5)
+
+
 def test_report_card_headline_is_the_validation_reward_accuracy_and_margin(env, tmp_path):
     """Issue 51: a DPO stage's line in the report card is its validation reward accuracy and margin (its loss
     reaches 0 when it overfits), the very values the run logged to TensorBoard (read back), now also in the CSV's

@@ -523,3 +523,113 @@ def test_the_72h_pipelines_hub_datasets_stream_in_their_own_columns(tmp_path, mo
     assert [r for _, r in iter_records(str(local))] == orpo
     assert not list(cache.rglob("*.arrow")), list(cache.rglob("*"))
     assert {d.kind for d in CATALOGUE.values()} == {"sft", "preference"}
+
+
+def _sized(lengths: list[int]) -> list:
+    """Examples of ``lengths`` tokens, example i's tokens all 100 + i."""
+    from aura.data.sft_batches import Encoded
+
+    return [Encoded([100 + i] * n, [IGNORE_INDEX] + [100 + i] * (n - 1), where=str(i)) for i, n in enumerate(lengths)]
+
+
+def _computed(batches: list[dict]) -> tuple[int, int]:
+    """(tokens, attention) of collated micro-batches: rows x width, rows x width^2."""
+    return sum(b["input_ids"].numel() for b in batches), sum(
+        b["input_ids"].numel() * b["input_ids"].shape[1] for b in batches
+    )
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [{}, {"padding_free": True}, {"buckets": (32, 64, 128, 256)}, {"pad_to_multiple_of": 8}, {"packing": True}],
+)
+def test_a_steps_micro_batches_go_longest_first_where_that_computes_less(shapes):
+    """``window`` (the loop's accumulation): each optimizer step's micro-batches hold the examples of the data order,
+    in micro-batches of its sizes, longest first where that computes fewer tokens and no more attention (or less
+    attention and no more tokens), else in the data order; what the source reckons is what the collated batches
+    compute. A fresh source gives the same batches, and resume continues exactly."""
+    import random
+
+    r = random.Random(0)
+    examples = _sized([min(250, int(r.lognormvariate(0, 0.8) * 40) + 3) for _ in range(61)])
+    common = dict(batch_size=3, pad_id=0, seed=5, max_length=256, **shapes)
+    plain, tidy = SFTDataSource(examples, **common), SFTDataSource(examples, **common, window=4)
+    steps = [range(first, min(first + 4, len(plain))) for first in range(0, len(plain), 4)]  # the last one is short
+    for epoch in (0, 1):
+        before, after = [0, 0], [0, 0]
+        for step in steps:
+            a, b = [plain.batch(epoch, i) for i in step], [tidy.batch(epoch, i) for i in step]
+            assert sorted(t for x in a for t in _ids_of(x)) == sorted(t for x in b for t in _ids_of(x))
+            assert [len(tidy.batch_rows(epoch, i)) for i in step] == [len(plain.batch_rows(epoch, i)) for i in step]
+            cost_a, cost_b = _computed(a), _computed(b)
+            assert tidy._cost([tidy.batch_rows(epoch, i) for i in step]) == cost_b
+            assert cost_b[0] <= cost_a[0] and cost_b[1] <= cost_a[1]
+            if cost_b == cost_a:  # nothing to gain: the data order
+                assert all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a, b))
+            before, after = [u + v for u, v in zip(before, cost_a)], [u + v for u, v in zip(after, cost_b)]
+        assert after[0] < before[0] and after[1] < before[1], (shapes, before, after)
+    fresh = SFTDataSource(examples, **common, window=4)
+    assert all(torch.equal(fresh.batch(1, i)["input_ids"], tidy.batch(1, i)["input_ids"]) for i in range(len(tidy)))
+    done = 4 * (len(steps) // 2)  # some steps
+    for _ in range(done):
+        tidy.next_batch()
+    state, rest = tidy.state_dict(), [tidy.next_batch() for _ in range(len(tidy) - done)]
+    fresh.load_state_dict(state)
+    assert rest and all(torch.equal(x["input_ids"], fresh.next_batch()["input_ids"]) for x in rest)
+    # another layout (2 ranks x batch 3 x 2 micro-batches per step: the same rows per step) resumes at the same
+    # step's start, and a position inside a step at that step's start
+    for k in range(2):
+        rank = SFTDataSource(examples, **{**common, "world_size": 2, "rank": k}, window=2)
+        rank.load_state_dict(state)
+        assert rank.position == done // 2
+        rank.load_state_dict({**state, "position": done + 1})
+        assert rank.position == done // 2
+
+
+def test_sorting_is_kept_only_where_it_computes_less():
+    """Padding-free micro-batches where a long example packs with short ones in data order: sorted by length, the
+    two long ones would fill a micro-batch of their own and compute more, so the data order stays; padded, the
+    same examples go longest first."""
+    examples = _sized([100, 10, 10, 100, 12, 10])
+    common = dict(batch_size=3, pad_id=0, shuffle=False, window=2)
+    free = SFTDataSource(examples, **common, padding_free=True)
+    assert [free.batch_rows(0, i) for i in range(2)] == [[0, 1, 2], [3, 4, 5]]
+    assert [b["input_ids"].shape for b in (free.batch(0, 0), free.batch(0, 1))] == [(1, 120), (1, 122)]
+    padded = SFTDataSource(examples, **common)
+    assert [padded.batch_rows(0, i) for i in range(2)] == [[0, 3, 4], [1, 2, 5]]
+
+
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_a_step_sorted_by_length_gives_the_data_orders_loss_and_gradients(tok_dir, tmp_path_factory, padding_free):
+    """The micro-batches of a step sorted by length sum the same token loss, over the same targets, with the same
+    gradients as in the data order (what the loop's step is: ``aura.train.loop``), from fewer tokens."""
+    from transformers import AutoModelForCausalLM
+
+    from aura.data.sft_batches import Encoded
+    from aura.train.objectives.objective import count_targets, plain_token_loss_sum
+
+    model_dir = tmp_path_factory.getbasetemp() / "llama_pack"
+    if not model_dir.exists():
+        build_llama(model_dir, tok_dir, ctx=512)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa")
+    vocab = model.get_input_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    examples = []
+    for n in (60, 9, 14, 7, 55, 48, 12, 5, 30, 8, 6, 40, 11, 52, 9, 20):
+        ids = torch.randint(3, vocab, (n,), generator=g).tolist()
+        examples.append(Encoded(ids, [IGNORE_INDEX] * (n // 3) + ids[n // 3 :]))
+    common = dict(batch_size=4, pad_id=0, seed=0, max_length=128, padding_free=padding_free)
+
+    def step(source) -> tuple:
+        model.zero_grad(set_to_none=True)
+        batches = [source.batch(0, i) for i in range(4)]
+        loss = sum(plain_token_loss_sum(model, b) for b in batches)
+        loss.backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        return loss.detach(), grads, sum(count_targets(b) for b in batches), _computed(batches)[0]
+
+    plain, tidy = step(SFTDataSource(examples, **common)), step(SFTDataSource(examples, **common, window=4))
+    torch.testing.assert_close(tidy[0], plain[0], rtol=1e-5, atol=1e-4)
+    for x, y in zip(tidy[1], plain[1]):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)  # sums of up to 500 token losses
+    assert tidy[2] == plain[2] and tidy[3] < plain[3]

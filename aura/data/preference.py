@@ -51,10 +51,9 @@ from aura.data.sft_batches import (
     IGNORE_INDEX,
     Encoded,
     SFTDataSource,
+    batch_grouping,
     collate,
     collate_padding_free,
-    pack_batch,
-    padded_width,
 )
 
 DEFAULT_PAIRS = Path(__file__).resolve().parents[1] / "resources" / "preference_es.jsonl"
@@ -389,7 +388,7 @@ def _collate_shared(
     pairs: list[EncodedPair], *, pad_id: int, pad_to_multiple_of: int, buckets: tuple[int, ...]
 ) -> dict:
     """B pairs -> rows of ``[prompt | chosen answer | rejected answer]`` (R, T), several pairs in a row where
-    that saves tokens without adding attention (``pack_batch``: padding-free as far as a dense mask allows).
+    that saves tokens without adding attention (``batch_grouping``: padding-free as far as a dense mask allows).
     The packed rows of ``collate`` (padding, buckets), with position_ids restarting at each pair and, within a
     pair, at the prompt's length for the rejected part; ``segments`` (R, T) telling the parts apart (SHARED,
     CHOSEN, REJECTED, PADDING), ``pair`` (R, T) the pair each token belongs to (-1 on padding) and ``pair_row``
@@ -409,7 +408,7 @@ def _collate_shared(
         )
     lengths = [sum(len(e.input_ids) for e in piece) for piece in pieces]
     shapes = {"pad_to_multiple_of": pad_to_multiple_of, "buckets": buckets}
-    rows = pack_batch(lengths, lambda width: padded_width(width, **shapes), limit=max(buckets, default=None))
+    rows = batch_grouping(lengths, **shapes)
     batch = collate(
         [[e for i in row for e in pieces[i]] for row in rows],
         pad_id=pad_id,
@@ -491,9 +490,17 @@ class PairSource(SFTDataSource):
             "padding_free": self.padding_free,
         }
 
-    def batch(self, epoch: int, index: int) -> dict:
-        mine = self._rank_rows(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
-        return self.collate([self.examples[self.rows[r][0]] for r in mine], **self.collate_options())
+    def collate_rows(self, rows: list[int]) -> dict:
+        return self.collate([self.examples[self.rows[r][0]] for r in rows], **self.collate_options())
+
+    def sequences(self, row: int) -> list[int]:
+        pair = self.examples[self.rows[row][0]]
+        chosen, rejected = len(pair.chosen.input_ids), len(pair.rejected.input_ids)
+        return [chosen + rejected - shared_length(pair)] if self.shared else [chosen, rejected]
+
+    @property
+    def packs_sequences(self) -> bool:
+        return self.shared or self.padding_free
 
     @property
     def num_label_tokens(self) -> int:

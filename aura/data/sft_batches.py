@@ -299,6 +299,25 @@ def padded_width(width: int, *, pad_to_multiple_of: int = 1, buckets: tuple[int,
     return next((b for b in buckets if b >= width), width)
 
 
+def batch_grouping(
+    lengths: list[int], *, pad_to_multiple_of: int = 1, buckets: tuple[int, ...] = ()
+) -> list[list[int]]:
+    """``pack_batch`` with the widths ``collate`` gives (``padded_width``): the rows of a micro-batch's sequences
+    where they pack padding-free (``collate_padding_free``, and a pair's shared-prompt rows)."""
+    shapes = {"pad_to_multiple_of": pad_to_multiple_of, "buckets": buckets}
+    return pack_batch(lengths, lambda width: padded_width(width, **shapes), limit=max(buckets, default=None))
+
+
+def batch_cost(lengths: list[int], *, packs: bool, pad_to_multiple_of: int = 1, buckets: tuple[int, ...] = ()):
+    """(tokens, attention) the collated micro-batch of sequences of ``lengths`` computes: rows x width and
+    rows x width^2, one sequence per row, or as ``batch_grouping`` groups them (``packs``)."""
+    shapes = {"pad_to_multiple_of": pad_to_multiple_of, "buckets": buckets}
+    if packs:
+        lengths = [sum(lengths[i] for i in row) for row in batch_grouping(lengths, **shapes)]
+    width = padded_width(max(lengths), **shapes)
+    return len(lengths) * width, len(lengths) * width**2
+
+
 def length_buckets(max_length: int, *, smallest: int = 64) -> tuple[int, ...]:
     """The few padded lengths a compiled model sees (powers of two, then ``max_length``): variable-length
     batches padded to one of them compile a handful of graphs instead of one per length."""
@@ -364,11 +383,7 @@ def collate_padding_free(
     import torch
 
     shapes = {"pad_to_multiple_of": pad_to_multiple_of, "buckets": buckets}
-    grouping = pack_batch(
-        [len(s.input_ids) for s in sequences],
-        lambda width: padded_width(width, **shapes),
-        limit=max(buckets, default=None),
-    )
+    grouping = batch_grouping([len(s.input_ids) for s in sequences], **shapes)
     if len(grouping) >= len(sequences):
         return collate([[s] for s in sequences], pad_id=pad_id, **shapes)
     batch = collate([[sequences[i] for i in group] for group in grouping], pad_id=pad_id, packing=True, **shapes)
@@ -397,6 +412,11 @@ class SFTDataSource:
     ``padding_free`` (without ``packing``): a micro-batch's examples go in fewer rows, packed as ``packing``
     packs them, where that computes fewer tokens and no more attention (``pack_batch``); the micro-batch holds
     the same examples, so the loss, the order and resume are those of the padded rows.
+
+    ``window`` (the loop's gradient accumulation): the micro-batches of one optimizer step hold their rows
+    longest first (``_sorted_window``) where that computes fewer tokens and no more attention, or no more tokens
+    and less attention, than the data order; the step sums the same examples' losses over the same global count,
+    so only the summation order changes, and a batch stays a pure function of (seed, epoch, index, rank).
     """
 
     def __init__(
@@ -414,6 +434,7 @@ class SFTDataSource:
         pad_to_multiple_of: int = 1,
         buckets: tuple[int, ...] = (),
         padding_free: bool = False,
+        window: int = 1,
     ):
         if not examples:
             raise ValueError("SFTDataSource needs at least one example")
@@ -434,6 +455,8 @@ class SFTDataSource:
         self.epoch = 0
         self.position = 0  # batches of the current epoch already returned on this rank
         self._order: tuple[int, list[int]] | None = None  # (epoch, this rank's rows) cache
+        self.window = max(1, window)
+        self._window: tuple[tuple[int, int], list[list[int]]] | None = None  # ((epoch, window), its batches' rows)
 
     def __len__(self) -> int:
         return self.batches_per_epoch
@@ -455,13 +478,62 @@ class SFTDataSource:
         return mine
 
     def batch(self, epoch: int, index: int) -> dict:
-        """Batch ``index`` of ``epoch`` on this rank (a pure function of seed, epoch, index, rank)."""
-        mine = self._rank_rows(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
-        rows = [[self.examples[i] for i in self.rows[r]] for r in mine]
+        """Batch ``index`` of ``epoch`` on this rank (a pure function of seed, epoch, index, rank, window)."""
+        return self.collate_rows(self.batch_rows(epoch, index))
+
+    def collate_rows(self, rows: list[int]) -> dict:
+        """The micro-batch of the data's ``rows``."""
+        examples = [[self.examples[i] for i in self.rows[r]] for r in rows]
         shapes = {"pad_id": self.pad_id, "pad_to_multiple_of": self.pad_to_multiple_of, "buckets": self.buckets}
         if self.padding_free:  # the micro-batch's examples in fewer rows where that computes less
-            return collate_padding_free([row[0] for row in rows], **shapes)
-        return collate(rows, packing=self.packing, **shapes)
+            return collate_padding_free([row[0] for row in examples], **shapes)
+        return collate(examples, packing=self.packing, **shapes)
+
+    def sequences(self, row: int) -> list[int]:
+        """The lengths of the sequences the data's ``row`` puts in a micro-batch: ``collate_rows`` lays them
+        out one per row, or packs them (``packs_sequences``)."""
+        lengths = [len(self.examples[i].input_ids) for i in self.rows[row]]
+        return lengths if self.padding_free else [sum(lengths)]
+
+    @property
+    def packs_sequences(self) -> bool:
+        return self.padding_free
+
+    def batch_rows(self, epoch: int, index: int) -> list[int]:
+        """The data's rows in batch ``index`` of ``epoch`` on this rank."""
+        if self.window == 1:
+            return self._rank_rows(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
+        key = (epoch, index // self.window)
+        if self._window is None or self._window[0] != key:
+            self._window = (key, self._sorted_window(*key))
+        return self._window[1][index % self.window]
+
+    def _sorted_window(self, epoch: int, window: int) -> list[list[int]]:
+        """The rows of each micro-batch of ``window`` (of ``epoch``): the window's rows longest first, in
+        micro-batches of the sizes the data order gives them, where that costs less (see the class docstring);
+        else the data order. Equal lengths keep the data order."""
+        mine, size, first = self._rank_rows(epoch), self.batch_size, window * self.window
+        given = [
+            mine[i * size : (i + 1) * size] for i in range(first, min(first + self.window, self.batches_per_epoch))
+        ]
+        if self.packs_sequences:
+            length = {r: sum(self.sequences(r)) for rows in given for r in rows}
+        else:  # a micro-batch is as wide as its longest sequence
+            length = {r: max(self.sequences(r)) for rows in given for r in rows}
+        ranked = iter(sorted((r for rows in given for r in rows), key=lambda r: -length[r]))
+        tidy = [[next(ranked) for _ in rows] for rows in given]
+        (t_tokens, t_attention), (g_tokens, g_attention) = self._cost(tidy), self._cost(given)
+        cheaper = (t_tokens, t_attention) != (g_tokens, g_attention)
+        return tidy if cheaper and t_tokens <= g_tokens and t_attention <= g_attention else given
+
+    def _cost(self, batches: list[list[int]]) -> tuple[int, int]:
+        """(tokens, attention) the collated ``batches`` compute (``batch_cost``)."""
+        shapes = {"pad_to_multiple_of": self.pad_to_multiple_of, "buckets": self.buckets}
+        costs = [
+            batch_cost([n for r in rows for n in self.sequences(r)], packs=self.packs_sequences, **shapes)
+            for rows in batches
+        ]
+        return sum(c[0] for c in costs), sum(c[1] for c in costs)
 
     def next_batch(self) -> dict | None:
         if self.position >= self.batches_per_epoch:
@@ -502,4 +574,6 @@ class SFTDataSource:
             # another layout: resume at the same number of rows consumed over all ranks
             rows_done = position * int(state["batch_size"]) * int(state["world_size"])
             position = rows_done // (self.batch_size * self.world_size)
+            if position < self.batches_per_epoch:  # at a step's start, as the loop resumes
+                position -= position % self.window
         self.position = min(position, self.batches_per_epoch)

@@ -128,6 +128,10 @@ class KTOSetup(PreferenceSetup):
         """The answers, and apart from them the KL answers, whatever the reference's rows."""
         return cfg.batch_size > 1
 
+    def window(self, cfg) -> int:
+        """One: the KL baseline is estimated per micro-batch, from the answers it holds, so they stay together."""
+        return 1
+
     def check_batch(self, cfg, dist) -> None:
         if cfg.batch_size * dist.world_size < 2:
             raise AuraError(M("batch", batch=cfg.batch_size, world=dist.world_size))

@@ -177,6 +177,11 @@ class PreferenceSetup(ObjectiveSetup):
         console.info(self.messages("padding_free"))
         return True
 
+    def window(self, cfg) -> int:
+        """The micro-batches whose examples the source may reorder by length (``SFTDataSource``'s ``window``): an
+        optimizer step's, as each example's loss is its own."""
+        return cfg.gradient_accumulation_steps or 1
+
     # -- the steps ---------------------------------------------------------------------------------------
 
     def load(self, cfg) -> list:
@@ -225,7 +230,7 @@ class PreferenceSetup(ObjectiveSetup):
             buckets=length_buckets(cfg.max_length) if cfg.compile else (),
             padding_free=self.packs_answers(cfg, model),
         )  # few shapes to compile
-        data = source(train_ex, **common)
+        data = source(train_ex, **common, window=self.window(cfg))
         val = Limited(source(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None
         self.say_sources(cfg, train_ex, val_ex, data)
         return data, val

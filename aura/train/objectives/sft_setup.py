@@ -131,7 +131,7 @@ class SFTSetup(ObjectiveSetup):
             buckets=length_buckets(cfg.max_length) if cfg.compile else (),
             padding_free=padding_free,
         )  # few shapes to compile
-        data = SFTDataSource(train_ex, **common)
+        data = SFTDataSource(train_ex, **common, window=cfg.gradient_accumulation_steps or 1)  # a step's, by length
         val = Limited(SFTDataSource(val_ex, **common, shuffle=False), cfg.eval_batches) if val_ex else None
         return data, val
 
