@@ -224,8 +224,8 @@ def main() -> None:
 # reproduce: --runs dpo_rows:2,dpo_rows:8
 # reproduce: --runs sft_sorted:2,sft_sorted:8,dpo_sorted:2,dpo_sorted:8 --batches 8
 # reproduce: --runs sft_free_sorted:2,sft_free_sorted:8 --batches 8
-# reproduce-quick: --layers 1 --runs dpo:8,dpo_rows:8,sft:8,kto:8 --batches 2 --repeats 1
-# reproduce-quick: --layers 1 --runs sft_sorted:4,sft_free_sorted:4,dpo_sorted:4 --batches 4 --window 2 --repeats 1
+# reproduce-quick: --layers 1 --runs dpo:8,dpo_rows:8,sft:8,kto:8,sft_sorted:4,sft_free_sorted:4,dpo_sorted:4 \
+#   --batches 2 --window 2 --repeats 1
 
 if __name__ == "__main__":
     main()
