@@ -61,6 +61,12 @@ def test_every_published_figure_names_a_script_that_prints_it():
 def test_every_cpu_bench_script_has_a_quick_setting():
     missing = [s.name for s in reproduce.discover() if not s.excluded and s.quick is None]
     assert not missing, f"bench scripts without a '# reproduce-quick:' line: {missing}"
+    twice = [  # only the last one would run: join them into one
+        path.name
+        for path in sorted((ROOT / "bench").glob("*.py"))
+        if sum(line.startswith("# reproduce-quick:") for line in path.read_text(encoding="utf-8").splitlines()) > 1
+    ]
+    assert not twice, f"bench scripts with more than one '# reproduce-quick:' line (only the last runs): {twice}"
     for path in sorted((ROOT / "bench").glob("*.py")):
         text = path.read_text(encoding="utf-8")
         if "figure(" in text and '__name__ == "__main__"' in text:  # a script, not a harness module
