@@ -516,22 +516,22 @@ class SFTDataSource:
         given = [
             mine[i * size : (i + 1) * size] for i in range(first, min(first + self.window, self.batches_per_epoch))
         ]
-        if self.packs_sequences:
-            length = {r: sum(self.sequences(r)) for rows in given for r in rows}
-        else:  # a micro-batch is as wide as its longest sequence
-            length = {r: max(self.sequences(r)) for rows in given for r in rows}
+        sequences = {r: self.sequences(r) for rows in given for r in rows}
+        # packed, a row costs its sequences' sum; else a micro-batch is as wide as its longest sequence
+        length = {r: sum(n) if self.packs_sequences else max(n) for r, n in sequences.items()}
         ranked = iter(sorted((r for rows in given for r in rows), key=lambda r: -length[r]))
         tidy = [[next(ranked) for _ in rows] for rows in given]
-        (t_tokens, t_attention), (g_tokens, g_attention) = self._cost(tidy), self._cost(given)
+        (t_tokens, t_attention), (g_tokens, g_attention) = self._cost(tidy, sequences), self._cost(given, sequences)
         cheaper = (t_tokens, t_attention) != (g_tokens, g_attention)
         return tidy if cheaper and t_tokens <= g_tokens and t_attention <= g_attention else given
 
-    def _cost(self, batches: list[list[int]]) -> tuple[int, int]:
-        """(tokens, attention) the collated ``batches`` compute (``batch_cost``)."""
+    def _cost(self, batches: list[list[int]], sequences: dict[int, list[int]] | None = None) -> tuple[int, int]:
+        """(tokens, attention) the collated ``batches`` compute (``batch_cost``); ``sequences``: each row's, if
+        known (``sequences``)."""
         shapes = {"pad_to_multiple_of": self.pad_to_multiple_of, "buckets": self.buckets}
+        lengths = sequences if sequences is not None else {r: self.sequences(r) for rows in batches for r in rows}
         costs = [
-            batch_cost([n for r in rows for n in self.sequences(r)], packs=self.packs_sequences, **shapes)
-            for rows in batches
+            batch_cost([n for r in rows for n in lengths[r]], packs=self.packs_sequences, **shapes) for rows in batches
         ]
         return sum(c[0] for c in costs), sum(c[1] for c in costs)
 
