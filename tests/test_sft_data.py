@@ -320,6 +320,53 @@ def test_collate_pads_with_ignored_labels():
     assert b["labels"][0, 3] == IGNORE_INDEX and b["attention_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]
 
 
+@pytest.mark.parametrize("packing", [False, True])
+def test_collate_puts_each_example_where_its_row_says(packing):
+    """Random rows of random examples, read back slice by slice: each example's ids and labels in order, its
+    positions from 0 (packed), then the row's padding (pad id, IGNORE_INDEX, its own positions from 0, mask 0);
+    the width rounded up to the buckets."""
+    import random
+
+    from aura.data.sft_batches import Encoded, length_buckets
+
+    r = random.Random(1)
+    buckets = length_buckets(512, smallest=16)
+    for _ in range(40):
+        rows = []
+        for _ in range(r.randint(1, 6)):
+            row = []
+            for _ in range(r.randint(1, 4) if packing else 1):
+                n = r.randint(1, 60)
+                ids = [r.randrange(5, 1000) for _ in range(n)]
+                row.append(Encoded(ids, [IGNORE_INDEX if r.random() < 0.3 else t for t in ids]))
+            rows.append(row)
+        b = collate(rows, pad_id=3, packing=packing, buckets=buckets)
+        widths = [sum(len(e.input_ids) for e in row) for row in rows]
+        T = b["input_ids"].shape[1]
+        assert b["input_ids"].shape == b["labels"].shape == (len(rows), T)
+        assert T == min(w for w in buckets if w >= max(widths))
+        assert all(v.dtype == torch.long for v in b.values())
+        for i, row in enumerate(rows):
+            at = 0
+            for e in row:
+                n = len(e.input_ids)
+                assert b["input_ids"][i, at : at + n].tolist() == e.input_ids
+                assert b["labels"][i, at : at + n].tolist() == e.labels
+                if packing:
+                    assert b["position_ids"][i, at : at + n].tolist() == list(range(n))
+                at += n
+            assert b["input_ids"][i, at:].tolist() == [3] * (T - at)
+            assert b["labels"][i, at:].tolist() == [IGNORE_INDEX] * (T - at)
+            if packing:
+                assert b["position_ids"][i, at:].tolist() == list(range(T - at))
+            else:
+                assert b["attention_mask"][i].tolist() == [1] * at + [0] * (T - at)
+        if packing:
+            assert "attention_mask" not in b and int(b["input_tokens"]) == sum(widths)
+        else:
+            assert set(b) == {"input_ids", "labels", "attention_mask"}
+
+
 def test_pack_fills_rows_without_exceeding_max_length():
     lengths = [7, 5, 3, 3, 2, 9, 1]
     rows = pack(lengths, 10)

@@ -394,6 +394,7 @@ def _collate_shared(
     CHOSEN, REJECTED, PADDING), ``pair`` (R, T) the pair each token belongs to (-1 on padding) and ``pair_row``
     (B,) the row of each pair, from which the objective builds the attention mask
     (``aura.train.objectives.preference``)."""
+    import numpy as np
     import torch
 
     pieces = []
@@ -416,20 +417,27 @@ def _collate_shared(
         pad_to_multiple_of=pad_to_multiple_of,
         buckets=buckets,
     )
-    segments = torch.full(batch["input_ids"].shape, PADDING, dtype=torch.long)  # (R, T)
-    pair = torch.full_like(segments, -1)  # (R, T)
-    attention = torch.zeros_like(segments)  # (R, T): 1 on real tokens (what throughput counts)
+    # per stretch of a row (a pair's three parts, then the padding tail): its length, part, pair and how far its
+    # positions go on (each answer from its prompt's end); np.repeat spreads them over the tokens
+    shape = batch["input_ids"].shape
+    sizes, parts, owner, shift = [], [], [], []
     pair_row = torch.zeros(len(pairs), dtype=torch.long)  # (B,)
     for r, row in enumerate(rows):
-        at = 0
         for i in row:
             shared, chosen, rejected = (len(e.input_ids) for e in pieces[i])
-            a, b, c, end = at, at + shared, at + shared + chosen, at + lengths[i]
-            segments[r, a:b], segments[r, b:c], segments[r, c:end] = SHARED, CHOSEN, REJECTED
-            batch["position_ids"][r, b:end] += shared  # each answer goes on from its prompt's end
-            pair[r, a:end], pair_row[i] = i, r
-            at = end
-        attention[r, :at] = 1
+            sizes += (shared, chosen, rejected)
+            parts += (SHARED, CHOSEN, REJECTED)
+            owner += (i, i, i)
+            shift += (0, shared, shared)
+            pair_row[i] = r
+        sizes.append(shape[1] - sum(lengths[i] for i in row))
+        parts.append(PADDING)
+        owner.append(-1)
+        shift.append(0)
+    segments = torch.from_numpy(np.repeat(np.array(parts, dtype=np.int64), sizes)).view(shape)  # (R, T)
+    pair = torch.from_numpy(np.repeat(np.array(owner, dtype=np.int64), sizes)).view(shape)  # (R, T)
+    batch["position_ids"] += torch.from_numpy(np.repeat(np.array(shift, dtype=np.int64), sizes)).view(shape)
+    attention = (segments != PADDING).long()  # (R, T): 1 on real tokens (what throughput counts)
     batch.update(segments=segments, pair=pair, pair_row=pair_row, attention_mask=attention)
     return batch
 
