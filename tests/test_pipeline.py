@@ -124,6 +124,21 @@ def test_a_folder_that_is_not_a_pipelines_is_refused(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
+def test_another_nodes_start_in_a_shared_folder_is_not_foreign_content(tmp_path):
+    """Two nodes started together on one shared folder: node 1 takes its lock and writes its state file (atomic:
+    a staging name first) while node 0 checks the folder. Node 0 failed there once ("not a pipeline's folder"):
+    what node 1 holds in passing is not content, a file of the user's still is."""
+    from aura.core.atomic import tmp_name
+    from aura.pipeline import nodes
+
+    out = tmp_path / "shared"
+    out.mkdir()
+    (out / ".node-1.aura-lock").write_text("{}", encoding="utf-8")
+    (out / tmp_name(nodes.NODE_STATE.format(rank=1))).write_text("{", encoding="utf-8")
+    assert not nodes.is_pipeline_dir(out) and all(nodes.in_passing(p) for p in out.iterdir())
+    assert not nodes.in_passing(out / "notes.txt") and not nodes.in_passing(out / "node-1")
+
+
 def test_launch_block_is_checked_by_aura_launch_s_config(tmp_path):
     text = TINY.read_text(encoding="utf-8")
     on_eval = text.replace(

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aura.core import console
+from aura.core.atomic import TMP_PREFIX
 from aura.core.errors import AuraError
 from aura.core.i18n import Messages
 from aura.core.locks import FileLock
@@ -115,9 +116,12 @@ def is_pipeline_dir(out: Path) -> bool:
     return (out / STATE_FILE).is_file() or any(out.glob(NODE_STATE.format(rank="*")))
 
 
-def is_lock(path: Path) -> bool:
-    """A lock file another node's run holds in the folder (not content)."""
-    return path.name.startswith(".") and path.name.endswith((".aura-lock", ".stage-lock"))
+def in_passing(path: Path) -> bool:
+    """What another node's run puts in the shared folder before its state file is there: the lock it holds, and
+    that state file (or a disk probe) being written under ``aura.core.atomic``'s staging name. Not content: two
+    nodes started together must not take each other's start for a foreign folder."""
+    name = path.name
+    return name.startswith(TMP_PREFIX) or (name.startswith(".") and name.endswith((".aura-lock", ".stage-lock")))
 
 
 def _others(out: Path, lay: Layout) -> list[tuple[int, dict]]:

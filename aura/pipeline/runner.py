@@ -200,7 +200,7 @@ def run_pipeline(pipeline: Pipeline, out: Path, *, price: float | None, rerun: l
     out = Path(out).expanduser().absolute()
     resolve(pipeline, out)  # every stage checked before anything is created
     lay = nodes.layout(pipeline)
-    if out.exists() and not nodes.is_pipeline_dir(out) and any(not nodes.is_lock(p) for p in out.iterdir()):
+    if out.exists() and not nodes.is_pipeline_dir(out) and any(not nodes.in_passing(p) for p in out.iterdir()):
         raise AuraError(M("not_pipeline_dir", path=out))
     command = shlex.join(rerun)
     out.mkdir(parents=True, exist_ok=True)
