@@ -54,6 +54,7 @@ from aura.data.sft_batches import (
     batch_grouping,
     collate,
     collate_padding_free,
+    spread,
 )
 
 DEFAULT_PAIRS = Path(__file__).resolve().parents[1] / "resources" / "preference_es.jsonl"
@@ -394,7 +395,6 @@ def _collate_shared(
     CHOSEN, REJECTED, PADDING), ``pair`` (R, T) the pair each token belongs to (-1 on padding) and ``pair_row``
     (B,) the row of each pair, from which the objective builds the attention mask
     (``aura.train.objectives.preference``)."""
-    import numpy as np
     import torch
 
     pieces = []
@@ -418,7 +418,7 @@ def _collate_shared(
         buckets=buckets,
     )
     # per stretch of a row (a pair's three parts, then the padding tail): its length, part, pair and how far its
-    # positions go on (each answer from its prompt's end); np.repeat spreads them over the tokens
+    # positions go on (each answer from its prompt's end); ``spread`` lays them over the tokens
     shape = batch["input_ids"].shape
     sizes, parts, owner, shift = [], [], [], []
     pair_row = torch.zeros(len(pairs), dtype=torch.long)  # (B,)
@@ -434,9 +434,9 @@ def _collate_shared(
         parts.append(PADDING)
         owner.append(-1)
         shift.append(0)
-    segments = torch.from_numpy(np.repeat(np.array(parts, dtype=np.int64), sizes)).view(shape)  # (R, T)
-    pair = torch.from_numpy(np.repeat(np.array(owner, dtype=np.int64), sizes)).view(shape)  # (R, T)
-    batch["position_ids"] += torch.from_numpy(np.repeat(np.array(shift, dtype=np.int64), sizes)).view(shape)
+    segments = spread(parts, sizes, shape)  # (R, T)
+    pair = spread(owner, sizes, shape)  # (R, T)
+    batch["position_ids"] += spread(shift, sizes, shape)
     attention = (segments != PADDING).long()  # (R, T): 1 on real tokens (what throughput counts)
     batch.update(segments=segments, pair=pair, pair_row=pair_row, attention_mask=attention)
     return batch

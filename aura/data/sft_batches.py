@@ -328,6 +328,15 @@ def length_buckets(max_length: int, *, smallest: int = 64) -> tuple[int, ...]:
     return (*out, max_length)
 
 
+def spread(values: list[int], sizes: list[int], shape):
+    """One value per stretch of tokens (``values[i]`` repeated ``sizes[i]`` times, in order) as a long tensor of
+    ``shape``: how the collates lay out per-example columns in one numpy call instead of a slice per example."""
+    import numpy as np
+    import torch
+
+    return torch.from_numpy(np.repeat(np.array(values, dtype=np.int64), sizes)).view(shape)
+
+
 def collate(
     rows: list[list[Encoded]],
     *,
@@ -386,7 +395,6 @@ def collate_padding_free(
     that computes less, else its padded rows (one per sequence). ``owners``: packed rows also carry ``sequence``
     (R, T), the index of the sequence each token belongs to (-1 on padding), and ``sequence_row`` (N,), the row of
     each sequence, from which an objective sums per sequence (``aura.train.objectives.preference.sequence_logps``)."""
-    import numpy as np
     import torch
 
     shapes = {"pad_to_multiple_of": pad_to_multiple_of, "buckets": buckets}
@@ -405,7 +413,7 @@ def collate_padding_free(
                 sequence_row[i] = r
             owner.append(-1)
             sizes.append(width - sum(len(sequences[i].input_ids) for i in group))
-        sequence = torch.from_numpy(np.repeat(np.array(owner, dtype=np.int64), sizes)).view(-1, width)  # (R, T)
+        sequence = spread(owner, sizes, (-1, width))  # (R, T)
         batch.update(sequence=sequence, sequence_row=sequence_row)
     return batch
 
