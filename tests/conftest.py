@@ -1,5 +1,6 @@
-"""Shared fixtures: run the real CLI in a subprocess, tiny Spanish text, English messages by default,
-and tiny models / prepared data built once per session (also across pytest-xdist workers)."""
+"""Shared fixtures: run the real CLI in a subprocess (forked from a warm interpreter: tests/forkserver.py),
+tiny Spanish text, English messages by default, and tiny models / prepared data built once per session (also
+across pytest-xdist workers)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ def pytest_configure(config):
         required()
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
+
+
+def pytest_unconfigure(config):
+    _close_fork_servers()
 
 
 def pytest_report_header(config):
@@ -109,6 +114,37 @@ def _english_messages(monkeypatch):
     set_lang(None)
 
 
+_SERVERS: dict = {}
+
+
+def _fork_server(env: dict[str, str]):
+    """A warm interpreter of this worker (tests/forkserver.py) for ``env``'s command, else ``None`` (a new one).
+    One server per environment as the libraries see it when imported (``import_key``): the suite's usual one,
+    and those a test sets for several runs (``HF_HUB_OFFLINE=1``...); an environment gets its server at its
+    second run, so a one-off (a test's own ``HF_HOME``) starts no server. At most 3 per worker, the oldest
+    closed first."""
+    if os.environ.get("AURA_TEST_FORK", "1") == "0":
+        return None
+    from tests.forkserver import ForkServer, import_key
+
+    key = import_key(env)
+    servers, seen = _SERVERS.setdefault("servers", {}), _SERVERS.setdefault("seen", {})
+    server = servers.get(key)
+    if server is None or server.proc.poll() is not None:
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] < 2:
+            return None
+        if len(servers) >= 3:
+            servers.pop(next(iter(servers))).close()
+        server = servers[key] = ForkServer(env)
+    return server if server.serves(env) else None
+
+
+def _close_fork_servers() -> None:
+    for server in _SERVERS.get("servers", {}).values():
+        server.close()
+
+
 def run_aura(
     *args: str,
     env: dict | None = None,
@@ -118,13 +154,24 @@ def run_aura(
 ) -> subprocess.CompletedProcess:
     """Run ``python -m aura ARGS`` as a user would, returning the completed process (text mode). One that runs
     past ``timeout`` fails the test with every thread's stack (faulthandler, on SIGABRT) and what it printed, so a
-    rare hang in CI says where it waited."""
+    rare hang in CI says where it waited. The process is forked from this worker's warm interpreter
+    (tests/forkserver.py: torch, transformers and peft already imported, nothing of aura) when the environment
+    allows it, else started new; ``AURA_TEST_FORK=0`` starts every one new."""
     full_env = dict(os.environ)
     full_env.setdefault("AURA_LANG", "en")
     full_env["AURA_PLAIN"] = "1"
     full_env["PYTHONUNBUFFERED"] = "1"
     full_env.update(env or {})
     command = [sys.executable, "-X", "faulthandler", "-m", "aura", *map(str, args)]
+    server = _fork_server(full_env)
+    if server is not None:
+        code, out, err = server.run(list(map(str, args)), env=full_env, cwd=cwd, input=input, timeout=timeout)
+        if code is None:
+            raise AssertionError(
+                f"aura {' '.join(map(str, args))} ran past {timeout} s; its output, then its stacks:\n"
+                f"{out[-5000:]}\n{err[-20000:]}"
+            )
+        return subprocess.CompletedProcess(command, code, out, err)
     with subprocess.Popen(
         command,
         stdin=subprocess.PIPE if input is not None else None,
