@@ -151,19 +151,22 @@ def run_aura(
     cwd: str | os.PathLike | None = None,
     timeout: float = 600,
     input: str | None = None,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess:
     """Run ``python -m aura ARGS`` as a user would, returning the completed process (text mode). One that runs
     past ``timeout`` fails the test with every thread's stack (faulthandler, on SIGABRT) and what it printed, so a
     rare hang in CI says where it waited. The process is forked from this worker's warm interpreter
     (tests/forkserver.py: torch, transformers and peft already imported, nothing of aura) when the environment
-    allows it, else started new; ``AURA_TEST_FORK=0`` starts every one new."""
+    allows it, else started new; ``AURA_TEST_FORK=0`` starts every one new. ``fresh=True`` starts it new whatever
+    the environment: for a run whose behaviour depends on its parent process, which a forked run does not share
+    with the test (a job's identity across torchrun's restarts is its launcher's pid: ``guard._agent``)."""
     full_env = dict(os.environ)
     full_env.setdefault("AURA_LANG", "en")
     full_env["AURA_PLAIN"] = "1"
     full_env["PYTHONUNBUFFERED"] = "1"
     full_env.update(env or {})
     command = [sys.executable, "-X", "faulthandler", "-m", "aura", *map(str, args)]
-    server = _fork_server(full_env)
+    server = None if fresh else _fork_server(full_env)
     if server is not None:
         code, out, err = server.run(list(map(str, args)), env=full_env, cwd=cwd, input=input, timeout=timeout)
         if code is None:

@@ -35,10 +35,13 @@ def snapshot(root: Path) -> dict[str, str]:
     }
 
 
-def pretrain(prepared: Path, out: Path, *extra, env=None, cwd=None, here: bool = False):
-    """``aura pretrain``; ``here=True`` for a refusal before training (runs in this process, no interpreter)."""
-    run = run_aura_here if here else run_aura
-    return run("pretrain", "--data", prepared, "--output-dir", out, *TINY_FLAGS, *extra, env=env, cwd=cwd)
+def pretrain(prepared: Path, out: Path, *extra, env=None, cwd=None, here: bool = False, fresh: bool = False):
+    """``aura pretrain``; ``here=True`` for a refusal before training (runs in this process, no interpreter);
+    ``fresh=True``: a new interpreter, a child of this process (``run_aura``)."""
+    if here:
+        return run_aura_here("pretrain", "--data", prepared, "--output-dir", out, *TINY_FLAGS, *extra, env=env, cwd=cwd)
+    args = ("pretrain", "--data", prepared, "--output-dir", out, *TINY_FLAGS, *extra)
+    return run_aura(*args, env=env, cwd=cwd, fresh=fresh)
 
 
 def user_project(root: Path) -> Path:
@@ -133,9 +136,11 @@ def test_elastic_restart_never_resumes_or_clears_another_jobs_run(prepared, tmp_
 
 def test_elastic_restart_of_the_same_job_resumes_its_latest_checkpoint(prepared, tmp_path):
     run = tmp_path / "run"
-    assert pretrain(prepared, run, "--max-steps", "3", "--save-steps", "1").returncode == 0
+    # both runs children of this test, as torchrun's workers are of its agent (not forked from tests/forkserver.py)
+    assert pretrain(prepared, run, "--max-steps", "3", "--save-steps", "1", fresh=True).returncode == 0
     # the same launcher (this test) restarts the group: the job's newest checkpoint is resumed
-    r = pretrain(prepared, run, "--max-steps", "5", "--save-steps", "1", env={"TORCHELASTIC_RESTART_COUNT": "1"})
+    restart = {"TORCHELASTIC_RESTART_COUNT": "1"}
+    r = pretrain(prepared, run, "--max-steps", "5", "--save-steps", "1", env=restart, fresh=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "restarted the worker group (restart 1): resuming from the latest checkpoint" in r.stdout
     assert "Resumed from" in r.stdout and (run / "checkpoint-step-5").is_dir()
