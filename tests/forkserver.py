@@ -4,7 +4,9 @@ run's ~5.5 CPU seconds importing them (measured on the CI's 2-core AMD EPYC: a 2
 which 4.35 s were imports). The child is still a separate process running the real entry point (``aura/__main__``)
 with its own argv, environment, working directory, stdin, stdout, stderr and exit code; only the third-party
 modules below are already in memory. No module of ``aura`` is imported before the fork, so every run starts
-from Aura's own import-time state.
+from Aura's own import-time state. One thing differs: the run's parent process is the server, not the test, so a
+run whose behaviour depends on its parent (a job's identity across torchrun's restarts) needs
+``run_aura(..., fresh=True)``.
 
 A server serves the runs whose environment matches its own in every variable the preloaded libraries may read
 when they are imported (``HF_*``, ``PYTHONPATH``, ``OMP_NUM_THREADS``, ...: ``import_key``); ``run_aura`` keeps
